@@ -1,0 +1,39 @@
+# muster: the two commands of the quick start are `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+STATE ?= $(CURDIR)/.muster-demo
+PYTEST_ARGS ?=
+
+.PHONY: install test test-fast demo down bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -m 'not e2e' $(PYTEST_ARGS)
+
+demo: install
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/muster demo --state-dir $(STATE)
+
+down: install
+	$(BIN)/muster down --state-dir $(STATE)
+
+bench: install
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python benchmarks/run.py
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+
+clean:
+	-$(BIN)/muster down --state-dir $(STATE) 2>/dev/null
+	rm -rf $(VENV) $(STATE) build dist

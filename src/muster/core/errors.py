@@ -1,0 +1,93 @@
+"""muster's error family.
+
+``str(error)`` is exactly what a command prints after ``<command>: error:``. Each class
+carries the HTTP status the API answers with and the exit code a command returns, so
+that the mapping lives in one place and the edges only translate.
+"""
+
+from __future__ import annotations
+
+
+class MusterError(Exception):
+    http_status = 400
+    exit_code = 1
+    code = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidRequest(MusterError):
+    """The request is malformed or names things that do not exist."""
+
+    code = "invalid"
+
+
+class InvalidJobId(MusterError):
+    http_status = 404
+    code = "invalid_job_id"
+
+    def __init__(self, message: str = "Invalid job id specified") -> None:
+        super().__init__(message)
+
+
+class InvalidPartition(MusterError):
+    code = "invalid_partition"
+
+    def __init__(self, message: str = "Invalid partition name specified") -> None:
+        super().__init__(message)
+
+
+class Unsatisfiable(MusterError):
+    """The job can never run on this cluster as configured."""
+
+    code = "unsatisfiable"
+
+    def __init__(self, message: str = "Requested node configuration is not available") -> None:
+        super().__init__(message)
+
+
+class PermissionDenied(MusterError):
+    http_status = 403
+    exit_code = 210  # what Slurm's scancel returns for another user's job
+    code = "permission_denied"
+
+    def __init__(self, message: str = "Access/permission denied") -> None:
+        super().__init__(message)
+
+
+class AuthError(MusterError):
+    http_status = 401
+    code = "auth"
+
+
+class IllegalTransition(MusterError):
+    """A job or node was asked to move along an edge the lifecycle table does not have."""
+
+    http_status = 409
+    code = "illegal_transition"
+
+
+class NotFound(MusterError):
+    http_status = 404
+    code = "not_found"
+
+
+ERRORS_BY_CODE: dict[str, type[MusterError]] = {
+    cls.code: cls
+    for cls in (
+        MusterError,
+        InvalidRequest,
+        InvalidJobId,
+        InvalidPartition,
+        Unsatisfiable,
+        PermissionDenied,
+        AuthError,
+        IllegalTransition,
+        NotFound,
+    )
+}

@@ -1,0 +1,230 @@
+"""The job record: what was asked for (``JobSpec``), what it needs per node (``Shape``)
+and what happened to it (``Job``).
+
+``Job`` is owned by the controller; ``sched`` reads it and never writes it. Everything
+here converts to and from plain JSON-able dicts (``to_dict``/``from_dict``) because the
+store, the API and the simulator all move jobs as data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.core.states import JobState, Reason
+
+
+@dataclass(slots=True)
+class JobSpec:
+    """A validated submission. Time values are seconds; memory values are MB."""
+
+    name: str = "sbatch"
+    script: str | None = None
+    argv: list[str] = field(default_factory=list)
+    workdir: str = "/"
+    stdout: str | None = None
+    stderr: str | None = None
+    stdin: str | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    partitions: list[str] = field(default_factory=list)
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
+    cpus_per_task: int = 1
+    mem_per_node: int | None = None
+    mem_per_cpu: int | None = None
+    mem_per_gpu: int | None = None
+    gpus_per_node: int = 0
+    gpu_type: str | None = None
+    gpus: int | None = None
+    gpus_per_task: int | None = None
+    time_limit: int | None = None
+    time_min: int | None = None
+    exclusive: bool = False
+    nodelist: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    constraint: str | None = None
+    begin_time: float | None = None
+    hold: bool = False
+    requeue: bool | None = None
+    nice: int = 0
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    dependency: str | None = None
+    comment: str | None = None
+    open_mode: str | None = None
+    signal: str | None = None
+    array: str | None = None
+    kill_on_invalid_dep: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(slots=True)
+class Shape:
+    """What a job needs: ``nodes`` nodes, each with at least these free resources."""
+
+    nodes: int = 1
+    cpus_per_node: int = 1
+    mem_per_node: int = 0
+    gpus_per_node: int = 0
+    gpu_type: str | None = None
+    ntasks: int = 1
+    exclusive: bool = False
+
+    @property
+    def total_cpus(self) -> int:
+        return self.nodes * self.cpus_per_node
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def total_mem(self) -> int:
+        return self.nodes * self.mem_per_node
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def compute_shape(spec: JobSpec, max_node_cpus: int, def_mem_per_cpu: int = 0) -> Shape:
+    """Turn Slurm's many ways of asking (-N, -n, --ntasks-per-node, -c, --gpus*, --mem*)
+    into a per-node requirement.
+
+    Tasks are packed onto as few nodes as ``-N`` allows: with ``-n`` alone the node count
+    grows only when the tasks' CPUs do not fit on the largest node (``max_node_cpus``).
+    Raises ValueError when the options contradict each other.
+    """
+    cpt = spec.cpus_per_task
+    nodes = spec.min_nodes or 1
+    if spec.ntasks_per_node is not None:
+        ntasks = spec.ntasks if spec.ntasks is not None else spec.ntasks_per_node * nodes
+        if spec.min_nodes is None and spec.ntasks is not None:
+            nodes = max(1, _ceil_div(spec.ntasks, spec.ntasks_per_node))
+        tasks_per_node = spec.ntasks_per_node
+    elif spec.ntasks is not None:
+        ntasks = spec.ntasks
+        if spec.min_nodes is None and max_node_cpus > 0:
+            nodes = max(1, _ceil_div(ntasks * cpt, max_node_cpus))
+        if ntasks < nodes:
+            raise ValueError(
+                f"Number of tasks ({ntasks}) is less than the number of nodes ({nodes})"
+            )
+        tasks_per_node = _ceil_div(ntasks, nodes)
+    else:
+        ntasks = nodes
+        tasks_per_node = 1
+    if spec.max_nodes is not None and nodes > spec.max_nodes:
+        raise ValueError("Minimum node count exceeds the maximum node count")
+
+    cpus = tasks_per_node * cpt
+    gpus = spec.gpus_per_node
+    if spec.gpus is not None:
+        gpus = max(gpus, _ceil_div(spec.gpus, nodes))
+    if spec.gpus_per_task is not None:
+        gpus = max(gpus, spec.gpus_per_task * tasks_per_node)
+
+    if spec.mem_per_node is not None:
+        mem = spec.mem_per_node
+    elif spec.mem_per_cpu is not None:
+        mem = spec.mem_per_cpu * cpus
+    elif spec.mem_per_gpu is not None:
+        mem = spec.mem_per_gpu * gpus
+    else:
+        mem = def_mem_per_cpu * cpus
+    return Shape(
+        nodes=nodes,
+        cpus_per_node=cpus,
+        mem_per_node=mem,
+        gpus_per_node=gpus,
+        gpu_type=spec.gpu_type,
+        ntasks=ntasks,
+        exclusive=spec.exclusive,
+    )
+
+
+@dataclass(slots=True)
+class NodeAlloc:
+    """What one node gives a running job."""
+
+    node: str
+    cpus: int
+    mem: int
+    gpu_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Job:
+    job_id: int
+    spec: JobSpec
+    shape: Shape
+    user: str
+    uid: int
+    group: str
+    gid: int
+    submit_time: float
+    submit_host: str = "localhost"
+    partition: str = ""
+    time_limit: int | None = None
+    state: JobState = JobState.PENDING
+    reason: Reason = Reason.NONE
+    priority: int = 0
+    hold: str | None = None  # "user" or "admin"
+    eligible_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    alloc: list[NodeAlloc] = field(default_factory=list)
+    exit_code: int = 0
+    exit_signal: int = 0
+    restart_count: int = 0
+    completing: bool = False
+    planned_start: float | None = None
+    planned_nodes: list[str] = field(default_factory=list)
+    cancelled_by: int | None = None
+    scheduler: str = ""
+
+    @property
+    def nodes(self) -> list[str]:
+        return [a.node for a in self.alloc]
+
+    @property
+    def batch_host(self) -> str | None:
+        return self.alloc[0].node if self.alloc else None
+
+    @property
+    def is_active(self) -> bool:
+        """Holds resources (running, or finished but still being cleaned up)."""
+        return self.state is JobState.RUNNING or self.completing
+
+    def expected_end(self) -> float | None:
+        if self.start_time is None or self.time_limit is None:
+            return None
+        return self.start_time + self.time_limit
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["state"] = str(self.state)
+        d["reason"] = str(self.reason)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        d = dict(data)
+        d["spec"] = JobSpec.from_dict(d["spec"])
+        d["shape"] = Shape(**d["shape"])
+        d["alloc"] = [NodeAlloc(**a) for a in d.get("alloc", [])]
+        d["state"] = JobState(d["state"])
+        d["reason"] = Reason(d["reason"]) if d.get("reason") in Reason._value2member_map_ else Reason.NONE
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})

@@ -1,0 +1,102 @@
+"""Job and node states, and pending reasons, with Slurm's names.
+
+``squeue``'s ST column and ``sinfo``'s STATE column use the short forms defined here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+
+    @property
+    def short(self) -> str:
+        return JOB_STATE_SHORT[self]
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
+
+
+JOB_STATE_SHORT: dict[JobState, str] = {
+    JobState.PENDING: "PD",
+    JobState.RUNNING: "R",
+    JobState.SUSPENDED: "S",
+    JobState.COMPLETED: "CD",
+    JobState.CANCELLED: "CA",
+    JobState.FAILED: "F",
+    JobState.TIMEOUT: "TO",
+    JobState.NODE_FAIL: "NF",
+    JobState.PREEMPTED: "PR",
+    JobState.OUT_OF_MEMORY: "OOM",
+    JobState.BOOT_FAIL: "BF",
+    JobState.DEADLINE: "DL",
+}
+# "CG": a job whose state is decided but whose processes are still being cleaned up.
+COMPLETING_SHORT = "CG"
+COMPLETING_LONG = "COMPLETING"
+
+_JOB_STATE_ALIASES = {v: k for k, v in JOB_STATE_SHORT.items()}
+
+
+def parse_job_state(text: str) -> JobState | str:
+    """Accept ``PD``/``pending``/``PENDING``; return ``"COMPLETING"`` for CG; raise on junk."""
+    up = text.strip().upper()
+    if up in ("CG", COMPLETING_LONG):
+        return COMPLETING_LONG
+    if up in _JOB_STATE_ALIASES:
+        return _JOB_STATE_ALIASES[up]
+    try:
+        return JobState(up)
+    except ValueError:
+        raise ValueError(f"Invalid job state specified: {text}") from None
+
+
+class NodeState(StrEnum):
+    """The base state of a node; DRAIN is a flag kept separately (see ``Node``)."""
+
+    UNKNOWN = "UNKNOWN"
+    IDLE = "IDLE"
+    ALLOCATED = "ALLOCATED"
+    MIXED = "MIXED"
+    DOWN = "DOWN"
+    FUTURE = "FUTURE"
+
+
+class Reason(StrEnum):
+    """Why a pending job is not running (squeue's NODELIST(REASON) column)."""
+
+    NONE = "None"
+    PRIORITY = "Priority"
+    RESOURCES = "Resources"
+    DEPENDENCY = "Dependency"
+    DEPENDENCY_NEVER = "DependencyNeverSatisfied"
+    BEGIN_TIME = "BeginTime"
+    HELD_USER = "JobHeldUser"
+    HELD_ADMIN = "JobHeldAdmin"
+    PARTITION_DOWN = "PartitionDown"
+    PARTITION_INACTIVE = "PartitionInactive"
+    PARTITION_TIME_LIMIT = "PartitionTimeLimit"
+    PARTITION_NODE_LIMIT = "PartitionNodeLimit"
+    REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
+    NODE_DOWN = "NodeDown"
+    RESERVATION = "Reservation"
+    BAD_CONSTRAINTS = "BadConstraints"
+    LAUNCH_FAILED = "launch failed requeued held"
+    ASSOC_GRP_GRES = "AssocGrpGRES"
+    ASSOC_MAX_JOBS = "AssocMaxJobsLimit"
+    QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
+    QOS_MAX_WALL = "QOSMaxWallDurationPerJobLimit"

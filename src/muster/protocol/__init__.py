@@ -1,0 +1,7 @@
+"""What crosses the wire: API paths, request signing and the lean client.
+
+This package is imported by every command, so it uses only cheap parts of the standard
+library (socket, json, hmac, hashlib) and never imports the server frameworks.
+"""
+
+API_VERSION = "v1"

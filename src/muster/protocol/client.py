@@ -1,0 +1,115 @@
+"""A minimal HTTP/1.1 JSON client over a Unix or TCP socket, for the commands.
+
+``http.client`` costs 60-80 ms to import (it pulls in email and ssl); a command answers in
+less than that in total, so this speaks just enough HTTP: one request per connection,
+``Content-Length`` bodies, JSON in and out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any
+
+
+class ApiError(Exception):
+    """The controller answered with an error: ``str()`` is its message."""
+
+    def __init__(self, status: int, message: str, code: str = "error", data: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.data = data
+
+
+class ConnectError(Exception):
+    pass
+
+
+def _recv_all(sock: socket.socket) -> bytes:
+    chunks = []
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse_response(raw: bytes) -> tuple[int, bytes]:
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    if not sep:
+        raise ConnectError("malformed response from controller")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split(b" ", 2)[1])
+    chunked = False
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"transfer-encoding" and b"chunked" in value.lower():
+            chunked = True
+    if chunked:
+        out, rest = [], body
+        while rest:
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            if size == 0:
+                break
+            out.append(rest[:size])
+            rest = rest[size + 2 :]
+        body = b"".join(out)
+    return status, body
+
+
+def request(
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    unix_path: str | None = None,
+    address: tuple[str, int] | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 60.0,
+) -> Any:
+    """Send one request and return the decoded JSON answer; raise ApiError on 4xx/5xx."""
+    payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+    try:
+        if unix_path is not None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            target: Any = unix_path
+            host = "localhost"
+        elif address is not None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            target = address
+            host = f"{address[0]}:{address[1]}"
+        else:
+            raise ConnectError("no controller address configured")
+        sock.settimeout(timeout)
+        sock.connect(target)
+    except OSError as e:
+        where = unix_path or (f"{address[0]}:{address[1]}" if address else "?")
+        raise ConnectError(f"Unable to contact slurm controller (connect failure): {where}: {e.strerror or e}") from None
+    try:
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n{extra}\r\n"
+        )
+        sock.sendall(head.encode() + payload)
+        raw = _recv_all(sock)
+    except OSError as e:
+        raise ConnectError(f"controller connection failed: {e}") from None
+    finally:
+        sock.close()
+    status, data = _parse_response(raw)
+    decoded = json.loads(data) if data else None
+    if status >= 400:
+        if isinstance(decoded, dict):
+            raise ApiError(status, decoded.get("error", f"HTTP {status}"), decoded.get("code", "error"), decoded)
+        raise ApiError(status, f"HTTP {status}")
+    return decoded
+
+
+def default_conf_path() -> str:
+    return os.environ.get("MUSTER_CONF") or os.environ.get("SLURM_CONF_MUSTER") or "/etc/muster/muster.conf"

@@ -1,0 +1,6 @@
+"""Pure scheduling: ``schedule(snapshot, now, config) -> Decisions``.
+
+No I/O, no wall clock, no asyncio: the controller builds a ``Snapshot`` from memory and
+applies the ``Decisions``; the simulator does the same on a virtual clock. See
+``sched/README.md`` for the pass and the vocabulary.
+"""
