@@ -180,6 +180,7 @@ class Job:
     state: JobState = JobState.PENDING
     reason: Reason = Reason.NONE
     priority: int = 0
+    admin_priority: int | None = None  # scontrol update job priority=
     hold: str | None = None  # "user" or "admin"
     eligible_time: float | None = None
     start_time: float | None = None

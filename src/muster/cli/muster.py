@@ -1,0 +1,114 @@
+"""``muster``: local clusters (up, down, status), keys, the demo and the simulator."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from muster import VERSION_STRING
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="muster", description="muster: a Slurm-compatible workload manager for AI clusters")
+    ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="start (or restart) a local cluster of emulated GPU nodes on loopback")
+    up.add_argument("--state-dir", default=".muster", help="where config, key, database and logs live (default: ./.muster)")
+    up.add_argument("--nodes", type=_positive, default=4, help="number of nodes (default 4)")
+    up.add_argument("--gpus-per-node", type=_positive, default=8, help="emulated GPUs per node (default 8)")
+    up.add_argument("--cpus-per-node", type=_positive, default=32, help="CPUs per node (default 32)")
+    up.add_argument("--mem-per-node", type=_positive, default=128000, help="memory per node in MB (default 128000)")
+    up.add_argument("--gpu-type", default=None, help="GPU type name, e.g. a100 (default: untyped)")
+    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for all nodes to be idle")
+
+    down = sub.add_parser("down", help="stop a local cluster's daemons and its job processes")
+    down.add_argument("--state-dir", default=".muster")
+
+    status = sub.add_parser("status", help="list a local cluster's daemons with pid, address and state")
+    status.add_argument("--state-dir", default=".muster")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+
+    keygen = sub.add_parser("keygen", help="create a cluster key file (mode 0600)")
+    keygen.add_argument("path")
+
+    demo = sub.add_parser("demo", help="start a local cluster and run the training scenario on it")
+    demo.add_argument("--state-dir", default=".muster-demo")
+    demo.add_argument("--nodes", type=_positive, default=4)
+    demo.add_argument("--gpus-per-node", type=_positive, default=8)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "keygen":
+        from muster.protocol.signing import generate_key
+
+        try:
+            generate_key(args.path)
+        except FileExistsError:
+            print(f"muster: error: {args.path} exists; refusing to overwrite a cluster key", file=sys.stderr)
+            return 1
+        print(f"wrote cluster key {args.path} (mode 0600)")
+        return 0
+
+    from muster.cluster.local import ClusterShape, LocalCluster
+
+    cluster = LocalCluster(args.state_dir)
+    if args.command == "up":
+        if args.nodes < 1:
+            print("muster: error: --nodes must be at least 1", file=sys.stderr)
+            return 2
+        if not cluster.exists:
+            cluster.create(ClusterShape(args.nodes, args.gpus_per_node, args.cpus_per_node,
+                                        args.mem_per_node, args.gpu_type))
+        else:
+            print(f"muster: reusing the existing cluster in {cluster.state_dir} (its config and state are kept)")
+        started = cluster.start()
+        try:
+            cluster.wait_ready(args.timeout)
+        except (TimeoutError, RuntimeError) as e:
+            print(f"muster: error: {e}", file=sys.stderr)
+            return 1
+        n = len(cluster.config().nodes)
+        print(f"muster: cluster up in {cluster.state_dir}: controller and {n} nodes"
+              + (f" (started: {', '.join(started)})" if started else " (all already running)"))
+        print("Use it with:")
+        print(f"  export MUSTER_CONF={cluster.conf_path}")
+        print(f"  export PATH={os.path.dirname(sys.executable)}:$PATH")
+        return 0
+    if not cluster.exists and args.command in ("down", "status"):
+        print(f"muster: error: no local cluster in {cluster.state_dir}", file=sys.stderr)
+        return 1
+    if args.command == "down":
+        stopped = cluster.stop()
+        print(f"muster: stopped {', '.join(stopped) if stopped else 'nothing (no daemon was running)'}")
+        return 0
+    if args.command == "status":
+        if args.json:
+            print(cluster.status_json())
+            return 0
+        print(f"{'DAEMON':<12} {'PID':>7}  {'ADDRESS':<21} STATE")
+        for d in cluster.status():
+            print(f"{d.name:<12} {d.pid if d.pid else '-':>7}  {d.address:<21} {d.state}")
+        return 0
+    if args.command == "demo":
+        from muster.cluster.demo import run_demo
+
+        return run_demo(cluster, args.nodes, args.gpus_per_node)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

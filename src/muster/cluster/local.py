@@ -1,0 +1,282 @@
+"""Create, start, stop and inspect a local muster cluster on loopback.
+
+Layout of a state directory::
+
+    muster.conf    the config (slurm.conf syntax)      muster.key   cluster key (0600)
+    ctld/          controller state (muster.db, socket) nodes/NAME/ each agent's state
+    log/           daemon logs                           run/         pid files, agent sockets
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from muster.core.config import Config, parse_config
+from muster.protocol import client
+from muster.protocol.signing import generate_key
+
+
+@dataclass
+class ClusterShape:
+    nodes: int = 4
+    gpus_per_node: int = 8
+    cpus_per_node: int = 32
+    mem_per_node: int = 128000
+    gpu_type: str | None = None
+
+
+@dataclass
+class Daemon:
+    role: str  # "controller" or "node"
+    name: str
+    pid: int | None
+    address: str
+    running: bool
+    state: str = ""
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _loopback_alias_works(addr: str) -> bool:
+    """Linux routes all of 127.0.0.0/8 to lo; elsewhere only 127.0.0.1 may bind."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((addr, 0))
+        return True
+    except OSError:
+        return False
+
+
+def render_config(state_dir: str, shape: ClusterShape) -> str:
+    ctld_port = _free_port("127.0.0.1")
+    per_node_addr = _loopback_alias_works("127.0.0.2")
+    gres = ""
+    if shape.gpus_per_node:
+        gres = f" Gres=gpu:{shape.gpu_type + ':' if shape.gpu_type else ''}{shape.gpus_per_node}"
+    lines = [
+        "# A local muster cluster written by `muster up`; slurm.conf syntax.",
+        "ClusterName=muster",
+        f"SlurmctldHost={socket.gethostname().split('.')[0]}(127.0.0.1)",
+        f"SlurmctldPort={ctld_port}",
+        f"StateSaveLocation={state_dir}/ctld",
+        f"CtldSocket={state_dir}/ctld/musterctld.sock",
+        f"AuthKeyFile={state_dir}/muster.key",
+        f"AgentSocketDir={state_dir}/run",
+        "SchedulerType=sched/backfill",
+        "SelectType=select/cons_tres",
+        "GresTypes=gpu",
+        "SlurmdTimeout=15",
+        "KillWait=5",
+        "MinJobAge=300",
+        "ReturnToService=1",
+        "",
+    ]
+    for i in range(1, shape.nodes + 1):
+        addr = f"127.0.0.{i + 1}" if per_node_addr else "127.0.0.1"
+        port = _free_port(addr)
+        lines.append(
+            f"NodeName=node{i} NodeAddr={addr} Port={port} CPUs={shape.cpus_per_node} "
+            f"RealMemory={shape.mem_per_node}{gres} State=UNKNOWN"
+        )
+    lines += ["", "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]
+    return "\n".join(lines)
+
+
+class LocalCluster:
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = os.path.abspath(state_dir)
+        self.conf_path = os.path.join(self.state_dir, "muster.conf")
+
+    # --- paths ---------------------------------------------------------------------
+
+    def _pidfile(self, name: str) -> str:
+        return os.path.join(self.state_dir, "run", f"{name}.pid")
+
+    def _logfile(self, name: str) -> str:
+        return os.path.join(self.state_dir, "log", f"{name}.log")
+
+    def config(self) -> Config:
+        with open(self.conf_path) as f:
+            return parse_config(f.read(), self.conf_path)
+
+    @property
+    def exists(self) -> bool:
+        return os.path.exists(self.conf_path)
+
+    # --- creating ------------------------------------------------------------------
+
+    def create(self, shape: ClusterShape) -> None:
+        for sub in ("", "ctld", "log", "run", "nodes"):
+            os.makedirs(os.path.join(self.state_dir, sub), exist_ok=True)
+        # Jobs of ordinary users must reach the agents' credential sockets.
+        os.chmod(os.path.join(self.state_dir, "run"), 0o755)
+        key_path = os.path.join(self.state_dir, "muster.key")
+        if not os.path.exists(key_path):
+            generate_key(key_path)
+        with open(self.conf_path, "w") as f:
+            f.write(render_config(self.state_dir, shape))
+
+    # --- processes -----------------------------------------------------------------
+
+    def _alive(self, name: str) -> int | None:
+        """The pid of daemon ``name`` if it runs, checked against its command line so that a
+        recycled pid is never mistaken for ours."""
+        try:
+            with open(self._pidfile(name)) as f:
+                pid = int(f.read().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            return None
+        if self.conf_path not in cmdline or "muster" not in cmdline:
+            return None
+        # A zombie is not alive.
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return None
+        except OSError:
+            return None
+        return pid
+
+    def _spawn(self, name: str, argv: list[str]) -> int:
+        log = open(self._logfile(name), "ab")
+        env = dict(os.environ, MUSTER_CONF=self.conf_path)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env
+        )
+        log.close()
+        with open(self._pidfile(name), "w") as f:
+            f.write(f"{proc.pid}\n")
+        return proc.pid
+
+    def start(self) -> list[str]:
+        """Start whichever daemons are not running; return the names started."""
+        cfg = self.config()
+        started = []
+        if self._alive("musterctld") is None:
+            self._spawn(
+                "musterctld",
+                [sys.executable, "-m", "muster.ctld.main", "--conf", self.conf_path,
+                 "--log-file", self._logfile("musterctld")],
+            )
+            started.append("musterctld")
+        for node in cfg.nodes:
+            if self._alive(node.name) is None:
+                node_dir = os.path.join(self.state_dir, "nodes", node.name)
+                os.makedirs(node_dir, exist_ok=True)
+                self._spawn(
+                    node.name,
+                    [sys.executable, "-m", "muster.agent.main", "--conf", self.conf_path,
+                     "--node", node.name, "--state-dir", node_dir,
+                     "--log-file", self._logfile(node.name)],
+                )
+                started.append(node.name)
+        return started
+
+    def api(self, method: str, path: str, body: Any = None, timeout: float = 5.0) -> Any:
+        cfg = self.config()
+        return client.request(method, path, body, unix_path=cfg.ctld_socket, timeout=timeout)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until every configured node has registered and is IDLE or in use."""
+        deadline = time.monotonic() + timeout
+        last = "controller not answering"
+        while time.monotonic() < deadline:
+            if self._alive("musterctld") is None:
+                raise RuntimeError(
+                    f"musterctld exited; see {self._logfile('musterctld')}"
+                )
+            try:
+                nodes = self.api("GET", "/v1/nodes")["nodes"]
+                waiting = [n["name"] for n in nodes if not n["registered"] or n["state"] in ("UNKNOWN", "DOWN")]
+                if not waiting:
+                    return
+                last = f"waiting for nodes: {', '.join(waiting)}"
+            except (client.ConnectError, client.ApiError, OSError) as e:
+                last = str(e)
+            time.sleep(0.1)
+        raise TimeoutError(f"local cluster not ready after {timeout:.0f}s: {last}")
+
+    def stop(self, timeout: float = 10.0) -> list[str]:
+        """Stop exactly this cluster's daemons, then any job processes they left behind."""
+        stopped = []
+        names = ["musterctld"] + [n.name for n in self.config().nodes]
+        pids = {name: pid for name in names if (pid := self._alive(name)) is not None}
+        for name, pid in pids.items():
+            try:
+                os.kill(pid, signal.SIGTERM)
+                stopped.append(name)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(self._alive(n) for n in pids):
+            time.sleep(0.05)
+        for name in pids:
+            pid = self._alive(name)
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+        for name in pids:
+            try:
+                os.unlink(self._pidfile(name))
+            except FileNotFoundError:
+                pass
+        self._kill_job_processes()
+        return stopped
+
+    def _kill_job_processes(self) -> None:
+        """Job processes carry SLURM_CONF=<this cluster's config> in their environment."""
+        marker = f"SLURM_CONF={self.conf_path}".encode()
+        me = os.getpid()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if marker in env:
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def status(self) -> list[Daemon]:
+        cfg = self.config()
+        nodes: dict[str, dict[str, Any]] = {}
+        ctld_pid = self._alive("musterctld")
+        if ctld_pid is not None:
+            try:
+                nodes = {n["name"]: n for n in self.api("GET", "/v1/nodes")["nodes"]}
+            except (client.ConnectError, client.ApiError, OSError):
+                nodes = {}
+        out = [
+            Daemon("controller", "musterctld", ctld_pid, f"{cfg.ctld_addr}:{cfg.ctld_port}",
+                   ctld_pid is not None, "up" if ctld_pid is not None else "stopped")
+        ]
+        for node in cfg.nodes:
+            pid = self._alive(node.name)
+            n = nodes.get(node.name)
+            if n is None:
+                state = "unknown (controller unreachable)" if ctld_pid is None else "unknown"
+            else:
+                state = n["state"] + ("+DRAIN" if n["drain"] else "")
+            out.append(Daemon("node", node.name, pid, f"{node.addr}:{node.port}", pid is not None,
+                              state if pid is not None else "stopped"))
+        return out
+
+    def status_json(self) -> str:
+        return json.dumps([asdict(d) for d in self.status()], indent=2)

@@ -1,0 +1,372 @@
+"""HTTP routes of musterctld: validation, authentication and authorization only.
+
+Every request body is validated by a pydantic model (a malformed body gets a 400 naming
+the field); the caller's identity comes from the transport (SO_PEERCRED on the Unix
+socket, or an agent-signed credential on TCP); agent routes require a signed request.
+State changes are delegated to ``Controller``; side effects to ``CtldApp``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError
+from muster.core.job import JobSpec
+from muster.core.resources import parse_gres
+from muster.ctld.controller import Identity, parse_signal
+from muster.ctld.wire import job_wire, node_wire, partition_wire
+from muster.protocol.httpd import PEER_KEY, SignatureError
+from muster.protocol.signing import CRED_HEADER, verify_credential
+
+if TYPE_CHECKING:
+    from muster.ctld.app import CtldApp
+
+
+class SpecModel(BaseModel):
+    """The submission body: JobSpec's fields, each checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("sbatch", max_length=1024)
+    script: str | None = Field(None, max_length=4 * 1024 * 1024)
+    argv: list[str] = []
+    workdir: str = Field("/", min_length=1)
+    stdout: str | None = None
+    stderr: str | None = None
+    stdin: str | None = None
+    environment: dict[str, str] = {}
+    partitions: list[str] = []
+    min_nodes: int | None = Field(None, ge=1)
+    max_nodes: int | None = Field(None, ge=1)
+    ntasks: int | None = Field(None, ge=1)
+    ntasks_per_node: int | None = Field(None, ge=1)
+    cpus_per_task: int = Field(1, ge=1)
+    mem_per_node: int | None = Field(None, ge=0)
+    mem_per_cpu: int | None = Field(None, ge=0)
+    mem_per_gpu: int | None = Field(None, ge=0)
+    gpus_per_node: int = Field(0, ge=0)
+    gpu_type: str | None = None
+    gpus: int | None = Field(None, ge=0)
+    gpus_per_task: int | None = Field(None, ge=0)
+    gres: str | None = None
+    time_limit: int | None = Field(None, ge=1)
+    time_min: int | None = Field(None, ge=1)
+    exclusive: bool = False
+    nodelist: list[str] = []
+    exclude: list[str] = []
+    constraint: str | None = None
+    begin_time: float | None = None
+    hold: bool = False
+    requeue: bool | None = None
+    nice: int = Field(0, ge=-2147483645, le=2147483645)
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    dependency: str | None = None
+    comment: str | None = None
+    open_mode: str | None = Field(None, pattern="^(append|truncate)$")
+    signal: str | None = None
+    array: str | None = None
+    kill_on_invalid_dep: bool = False
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("workdir must be an absolute path")
+        return v
+
+    def to_spec(self) -> JobSpec:
+        data = self.model_dump()
+        gres = data.pop("gres")
+        if gres:
+            try:
+                requests = parse_gres(gres)
+            except ValueError as e:
+                raise InvalidRequest(str(e)) from None
+            for r in requests:
+                if r.name != "gpu":
+                    raise InvalidRequest("Invalid generic resource (gres) specification")
+                data["gpus_per_node"] = max(data["gpus_per_node"], r.count)
+                if r.type:
+                    data["gpu_type"] = r.type
+        return JobSpec.from_dict(data)
+
+
+class SubmitBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    spec: SpecModel
+
+
+class SignalBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    job_ids: list[int] = []
+    user: str | None = None
+    name: str | None = None
+    partition: str | None = None
+    states: list[str] | None = None
+    signal: str | int | None = None
+    batch_only: bool = False
+
+
+class HoldBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    admin: bool = True
+
+
+class UpdateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    time_limit: int | None = Field(None, ge=1)
+    priority: int | None = Field(None, ge=0)
+    nice: int | None = None
+    name: str | None = None
+    partition: str | None = None
+    comment: str | None = None
+    begin_time: float | None = None
+    min_nodes: int | None = Field(None, ge=1)
+
+
+def error_response(err: MusterError, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": str(err), "code": err.code, **extra}, status_code=err.http_status)
+
+
+def _validation_message(e: ValidationError) -> str:
+    first = e.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "spec") or "body"
+    return f"invalid request: {where}: {first.get('msg', 'invalid value')}"
+
+
+def build_routes(ctx: CtldApp) -> list[Route]:
+    ctl = ctx.controller
+
+    async def parse(request: Request, model: type[BaseModel]) -> Any:
+        raw = await request.body()
+        try:
+            data = json.loads(raw or b"{}")
+        except ValueError:
+            raise InvalidRequest("invalid request: body is not valid JSON") from None
+        try:
+            return model.model_validate(data)
+        except ValidationError as e:
+            raise InvalidRequest(_validation_message(e)) from None
+
+    def caller(request: Request) -> Identity:
+        peer = request.scope.get(PEER_KEY)
+        if peer is not None:
+            _pid, uid, gid = peer
+            return ctl.identity(uid, gid, ctx.hostname)
+        cred = request.headers.get(CRED_HEADER)
+        if cred:
+            try:
+                uid, gid = verify_credential(ctx.key, cred, ctx.clock.now(), ctx.verifier.guard)
+            except SignatureError as e:
+                raise AuthError(f"Invalid credential: {e}") from None
+            host = cred.split(":")[4]
+            return ctl.identity(uid, gid, host)
+        raise AuthError("Authentication failure: no credential")
+
+    async def signed_body(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        path = request.scope["path"]
+        if request.scope.get("query_string"):
+            path += "?" + request.scope["query_string"].decode()
+        try:
+            ctx.verifier.verify(request.method, path, raw, {k.lower(): v for k, v in request.headers.items()})
+        except SignatureError as e:
+            raise AuthError(f"unauthenticated daemon request: {e}") from None
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            raise InvalidRequest("invalid request: body is not valid JSON") from None
+
+    def handler(fn: Any) -> Any:
+        async def wrapped(request: Request) -> JSONResponse:
+            try:
+                return await fn(request)
+            except MusterError as e:
+                return error_response(e)
+
+        return wrapped
+
+    def query_list(request: Request, key: str) -> list[str] | None:
+        v = request.query_params.get(key)
+        return [x for x in v.split(",") if x] if v else None
+
+    @handler
+    async def ping(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True, "cluster": ctl.config.cluster_name, "now": ctx.clock.now()})
+
+    @handler
+    async def submit(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, SubmitBody)
+        job = ctl.submit(body.spec.to_spec(), who)
+        ctx.kick()
+        return JSONResponse({"job_id": job.job_id})
+
+    @handler
+    async def list_jobs(request: Request) -> JSONResponse:
+        now = ctx.clock.now()
+        ids = query_list(request, "job_id")
+        try:
+            job_ids = [int(i) for i in ids] if ids else None
+        except ValueError:
+            raise InvalidJobId() from None
+        selected = ctl.select_jobs(
+            job_ids,
+            query_list(request, "user"),
+            request.query_params.get("name"),
+            query_list(request, "partition"),
+            query_list(request, "state"),
+        )
+        out = [job_wire(job, now) for job in selected]
+        if job_ids and not out and len(job_ids) == 1:
+            raise InvalidJobId()
+        return JSONResponse({"jobs": out, "now": now})
+
+    @handler
+    async def get_job(request: Request) -> JSONResponse:
+        try:
+            job_id = int(request.path_params["job_id"])
+        except ValueError:
+            raise InvalidJobId() from None
+        return JSONResponse({"job": job_wire(ctl.get_job(job_id), ctx.clock.now()), "now": ctx.clock.now()})
+
+    @handler
+    async def signal_jobs(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, SignalBody)
+        sig = parse_signal(body.signal) if body.signal is not None else None
+        filters = (
+            [body.user] if body.user else None,
+            body.name,
+            [body.partition] if body.partition else None,
+            body.states,
+        )
+        results = []
+        if body.job_ids:
+            targets = []
+            for job_id in body.job_ids:
+                job = ctl.jobs.get(job_id)
+                if job is None:
+                    err = InvalidJobId()
+                    results.append({"job_id": job_id, "ok": False, "error": str(err), "code": err.code})
+                elif ctl.select_jobs([job_id], *filters):
+                    targets.append(job)
+        else:
+            targets = ctl.select_jobs(None, *filters)
+            if not who.admin and body.user is None:
+                targets = [j for j in targets if j.uid == who.uid]
+        for job in targets:
+            try:
+                if sig is None:
+                    actions = ctl.cancel(job, who)
+                else:
+                    actions = ctl.signal(job, who, sig, body.batch_only)
+                ctx.perform(actions)
+                results.append({"job_id": job.job_id, "ok": True})
+            except MusterError as e:
+                results.append({"job_id": job.job_id, "ok": False, "error": str(e), "code": e.code})
+        if sig is None:
+            ctx.kick()
+        return JSONResponse({"results": results})
+
+    def job_from_path(request: Request) -> Any:
+        try:
+            return ctl.get_job(int(request.path_params["job_id"]))
+        except ValueError:
+            raise InvalidJobId() from None
+
+    @handler
+    async def hold(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, HoldBody)
+        ctl.hold(job_from_path(request), who, body.admin)
+        return JSONResponse({"ok": True})
+
+    @handler
+    async def release(request: Request) -> JSONResponse:
+        who = caller(request)
+        ctl.release(job_from_path(request), who)
+        ctx.kick()
+        return JSONResponse({"ok": True})
+
+    @handler
+    async def update(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, UpdateBody)
+        ctl.update(job_from_path(request), who, body.model_dump(exclude_none=True))
+        ctx.kick()
+        return JSONResponse({"ok": True})
+
+    @handler
+    async def list_nodes(request: Request) -> JSONResponse:
+        names = query_list(request, "name")
+        jobs_on: dict[str, list[int]] = {}
+        for job in ctl.jobs.values():
+            if job.is_active:
+                for n in job.nodes:
+                    jobs_on.setdefault(n, []).append(job.job_id)
+        nodes = [
+            node_wire(n, jobs_on.get(n.name, []))
+            for n in ctl.nodes.values()
+            if not names or n.name in names
+        ]
+        return JSONResponse({"nodes": nodes, "now": ctx.clock.now()})
+
+    @handler
+    async def list_partitions(request: Request) -> JSONResponse:
+        parts = [partition_wire(ctl.config, p.name, ctl.nodes) for p in ctl.config.partitions]
+        return JSONResponse({"partitions": parts, "now": ctx.clock.now()})
+
+    @handler
+    async def config(request: Request) -> JSONResponse:
+        return JSONResponse({"settings": dict(ctl.config.settings), "now": ctx.clock.now()})
+
+    # --- agents ---------------------------------------------------------------------
+
+    @handler
+    async def agent_register(request: Request) -> JSONResponse:
+        body = await signed_body(request)
+        answer = ctl.agent_register(body)
+        ctx.kick()
+        return JSONResponse(answer)
+
+    @handler
+    async def agent_heartbeat(request: Request) -> JSONResponse:
+        body = await signed_body(request)
+        try:
+            answer = ctl.agent_heartbeat(body)
+        except MusterError as e:
+            return JSONResponse({"error": str(e), "code": "not_found"}, status_code=404)
+        return JSONResponse(answer)
+
+    @handler
+    async def agent_job_done(request: Request) -> JSONResponse:
+        body = await signed_body(request)
+        ctx.perform(ctl.job_done(body))
+        ctx.kick()
+        return JSONResponse({"ok": True})
+
+    return [
+        Route("/v1/ping", ping),
+        Route("/v1/jobs", submit, methods=["POST"]),
+        Route("/v1/jobs", list_jobs, methods=["GET"]),
+        Route("/v1/jobs/signal", signal_jobs, methods=["POST"]),
+        Route("/v1/jobs/{job_id}", get_job, methods=["GET"]),
+        Route("/v1/jobs/{job_id}/hold", hold, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/release", release, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/update", update, methods=["POST"]),
+        Route("/v1/nodes", list_nodes),
+        Route("/v1/partitions", list_partitions),
+        Route("/v1/config", config),
+        Route("/v1/agent/register", agent_register, methods=["POST"]),
+        Route("/v1/agent/heartbeat", agent_heartbeat, methods=["POST"]),
+        Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),
+    ]

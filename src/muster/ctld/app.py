@@ -1,0 +1,144 @@
+"""Wiring of musterctld: the store, the controller, the API and the background loops.
+
+Loops (all on one asyncio event loop, so controller state needs no locks):
+
+1. scheduling: runs a pass as soon as something changed (``kick``) and at least every
+   ``SchedulerInterval`` seconds (BeginTime, planned starts); passes never overlap.
+2. node health: marks nodes DOWN after SlurmdTimeout of silence.
+3. purge: forgets jobs that ended more than MinJobAge ago (the store keeps them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+
+from muster.core.clock import Clock, SystemClock
+from muster.core.config import Config
+from muster.ctld.api import build_routes
+from muster.ctld.controller import Action, Controller
+from muster.ctld.dispatch import Dispatcher
+from muster.ctld.store import Store
+from muster.ctld.view import build_snapshot
+from muster.protocol.httpd import SignedClient, Verifier
+from muster.sched import schedule
+from muster.sched.config import SchedConfig
+
+log = logging.getLogger("musterctld")
+
+
+class CtldApp:
+    def __init__(self, config: Config, key: bytes, clock: Clock | None = None, db_path: str | None = None) -> None:
+        self.config = config
+        self.key = key
+        self.clock = clock or SystemClock()
+        self.hostname = socket.gethostname().split(".")[0]
+        path = db_path or f"{config.state_save_location}/muster.db"
+        self.store = Store(path)
+        self.controller = Controller(config, self.store, self.clock)
+        self.controller.load()
+        self.sched_config = SchedConfig.from_settings(dict(config.settings))
+        self.verifier = Verifier(key, self.clock)
+        self.client: SignedClient | None = None
+        self.dispatcher: Dispatcher | None = None
+        self._kick = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._pending_actions: set[asyncio.Task[Any]] = set()
+        self.passes = 0
+        self.asgi = Starlette(routes=build_routes(self), lifespan=self._lifespan)
+
+    @asynccontextmanager
+    async def _lifespan(self, app: Any) -> Any:
+        await self.start()
+        try:
+            yield
+        finally:
+            await self.stop()
+
+    async def start(self) -> None:
+        self.client = SignedClient(self.key, self.clock, timeout=float(self.config.message_timeout))
+        self.dispatcher = Dispatcher(self.controller, self.client)
+        self._tasks = [
+            asyncio.create_task(self._schedule_loop(), name="schedule"),
+            asyncio.create_task(self._periodic(self._check_nodes, 1.0), name="nodes"),
+            asyncio.create_task(self._periodic(self.controller.purge, 30.0), name="purge"),
+        ]
+        self.kick()
+        log.info("musterctld started: %d nodes, %d jobs in memory", len(self.controller.nodes), len(self.controller.jobs))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._pending_actions:
+            await asyncio.wait(self._pending_actions, timeout=5)
+        if self.client is not None:
+            await self.client.aclose()
+        self.store.close()
+
+    def kick(self) -> None:
+        """Ask for a scheduling pass as soon as possible (coalesced)."""
+        self._kick.set()
+
+    def perform(self, actions: list[Action]) -> None:
+        """Start side effects without waiting for them (the request is already durable)."""
+        assert self.dispatcher is not None
+        for action in actions:
+            task = asyncio.create_task(self.dispatcher.run(action))
+            self._pending_actions.add(task)
+            task.add_done_callback(self._pending_actions.discard)
+
+    def run_pass(self) -> int:
+        now = self.clock.now()
+        snapshot = build_snapshot(self.controller)
+        decisions = schedule(snapshot, now, self.sched_config)
+        ctl = self.controller
+        for job_id, prio in decisions.priorities.items():
+            job = ctl.jobs.get(job_id)
+            if job is not None:
+                job.priority = prio
+        for job_id, reason in decisions.reasons.items():
+            job = ctl.jobs.get(job_id)
+            if job is not None and not job.hold:
+                job.reason = reason
+        for job in snapshot.pending:
+            plan = decisions.plans.get(job.job_id)
+            job.planned_start = plan.start_time if plan else None
+            job.planned_nodes = list(plan.nodes) if plan else []
+        self.perform(ctl.apply_starts(decisions.starts, now))
+        self.passes += 1
+        return len(decisions.starts)
+
+    async def _schedule_loop(self) -> None:
+        interval = float(self.config.get_int("SchedulerInterval", 5))
+        while True:
+            try:
+                await asyncio.wait_for(self._kick.wait(), timeout=interval)
+            except TimeoutError:
+                pass
+            self._kick.clear()
+            try:
+                self.run_pass()
+            except Exception:
+                log.exception("scheduling pass %d failed; continuing", self.passes)
+            # Let request handlers run between passes under a storm of submissions.
+            await asyncio.sleep(0)
+
+    def _check_nodes(self) -> None:
+        actions = self.controller.check_nodes()
+        if actions:
+            self.perform(actions)
+            self.kick()
+
+    async def _periodic(self, fn: Any, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                fn()
+            except Exception:
+                log.exception("periodic task %s failed", getattr(fn, "__name__", fn))

@@ -1,0 +1,592 @@
+"""The controller's state and every change to it.
+
+``Controller`` holds jobs and nodes in memory, persists each accepted change to the
+``Store`` before returning, and never performs I/O towards agents itself: methods return
+``Action`` objects (launch, terminate, signal) that ``app`` hands to ``dispatch``. This
+keeps "decide" apart from "do" and makes the controller testable on a manual clock.
+"""
+
+from __future__ import annotations
+
+import grp
+import pwd
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.core import lifecycle
+from muster.core.clock import Clock
+from muster.core.config import Config
+from muster.core.errors import (
+    InvalidJobId,
+    InvalidPartition,
+    InvalidRequest,
+    MusterError,
+    PermissionDenied,
+    Unsatisfiable,
+)
+from muster.core.job import Job, JobSpec, compute_shape
+from muster.core.lifecycle import JobEvent
+from muster.core.states import JobState, Reason
+from muster.ctld.nodes import NodeRuntime
+from muster.ctld.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who is calling, as proven by the transport (never taken from a request body)."""
+
+    uid: int
+    gid: int
+    user: str
+    group: str
+    host: str
+    admin: bool
+
+
+@dataclass(slots=True)
+class Launch:
+    job: Job
+
+
+@dataclass(slots=True)
+class Terminate:
+    job_id: int
+    attempt: int
+    nodes: list[str]
+    reason: str
+
+
+@dataclass(slots=True)
+class SignalJob:
+    job_id: int
+    nodes: list[str]
+    signal: int
+    batch_only: bool
+
+
+Action = Launch | Terminate | SignalJob
+
+SIGNALS = {
+    "HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "SEGV": 11, "USR2": 12,
+    "PIPE": 13, "ALRM": 14, "TERM": 15, "CONT": 18, "STOP": 19, "TSTP": 20,
+}
+
+
+def parse_signal(text: str | int) -> int:
+    if isinstance(text, int):
+        return text
+    t = text.strip().upper()
+    if t.isdigit():
+        return int(t)
+    t = t.removeprefix("SIG")
+    if t in SIGNALS:
+        return SIGNALS[t]
+    raise InvalidRequest(f"Invalid signal: {text}")
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+@dataclass(slots=True)
+class _LostWatch:
+    since: float
+
+
+@dataclass
+class Controller:
+    config: Config
+    store: Store
+    clock: Clock
+    jobs: dict[int, Job] = field(default_factory=dict)
+    nodes: dict[str, NodeRuntime] = field(default_factory=dict)
+    next_job_id: int = 1
+    started_at: float = 0.0
+    launching: set[int] = field(default_factory=set)
+    lost: dict[int, _LostWatch] = field(default_factory=dict)
+    # job_id -> final state, for jobs purged from memory (dependencies use it later)
+    finished: dict[int, str] = field(default_factory=dict)
+
+    # --- start-up -------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Build memory from the configuration and the store (after a crash too)."""
+        now = self.clock.now()
+        self.started_at = now
+        part_of: dict[str, list[str]] = {}
+        for p in self.config.partitions:
+            for n in p.nodes:
+                part_of.setdefault(n, []).append(p.name)
+        saved = self.store.load_nodes()
+        for i, nc in enumerate(self.config.nodes):
+            node = NodeRuntime(
+                name=nc.name,
+                index=i,
+                addr=nc.addr,
+                port=nc.port,
+                cpus=nc.cpus,
+                real_memory=nc.real_memory,
+                gpus=nc.gpus,
+                gpu_type=nc.gpu_type,
+                gres=nc.gres,
+                features=tuple(nc.features),
+                weight=nc.weight,
+                partitions=part_of.get(nc.name, []),
+            )
+            for k, v in saved.get(nc.name, {}).items():
+                setattr(node, k, v)
+            if nc.state.upper() in ("DOWN", "DRAIN") and nc.name not in saved:
+                node.admin_down = nc.state.upper() == "DOWN"
+                node.drain = nc.state.upper() == "DRAIN"
+                node.reason = nc.reason or "configured"
+            self.nodes[nc.name] = node
+        for job in self.store.load_jobs(ended_after=now - self.config.min_job_age):
+            self.jobs[job.job_id] = job
+            if job.is_active:
+                self._hold_resources(job)
+        stored_next = int(self.store.get_meta("next_job_id", "0") or 0)
+        self.next_job_id = max(self.config.first_job_id, stored_next, self.store.max_job_id() + 1)
+        # Nodes with work on them are presumed alive until SlurmdTimeout says otherwise.
+        for node in self.nodes.values():
+            if node.allocs:
+                node.last_seen = now
+                node.responding = True
+
+    def _hold_resources(self, job: Job) -> None:
+        for a in job.alloc:
+            node = self.nodes.get(a.node)
+            if node is not None:
+                node.allocs[(job.job_id, job.restart_count)] = (a.cpus, a.mem, tuple(a.gpu_ids))
+
+    def _release_resources(self, job: Job, attempt: int | None = None) -> None:
+        key = (job.job_id, job.restart_count if attempt is None else attempt)
+        for node in self.nodes.values():
+            node.allocs.pop(key, None)
+
+    # --- identity ---------------------------------------------------------------------
+
+    def identity(self, uid: int, gid: int, host: str = "localhost") -> Identity:
+        user = user_name(uid)
+        admin = uid == 0 or user == self.config.slurm_user or user in self.config.admin_users
+        return Identity(uid, gid, user, group_name(gid), host, admin)
+
+    # --- submission -------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec, who: Identity) -> Job:
+        now = self.clock.now()
+        partition = self._resolve_partition(spec)
+        candidates = [self.config.partition(p) for p in (spec.partitions or [partition])]
+        node_names = {n for p in candidates if p is not None for n in p.nodes}
+        pnodes = [self.nodes[n] for n in node_names if n in self.nodes]
+        max_cpus = max((n.cpus for n in pnodes), default=0)
+        try:
+            shape = compute_shape(spec, max_cpus, self.config.def_mem_per_cpu)
+        except ValueError as e:
+            raise InvalidRequest(str(e)) from None
+        self._check_satisfiable(spec, shape, pnodes)
+        part_conf = self.config.partition(partition)
+        assert part_conf is not None
+        time_limit = spec.time_limit
+        if time_limit is None:
+            time_limit = part_conf.default_time if part_conf.default_time is not None else part_conf.max_time
+        job = Job(
+            job_id=self.next_job_id,
+            spec=spec,
+            shape=shape,
+            user=who.user,
+            uid=who.uid,
+            group=who.group,
+            gid=who.gid,
+            submit_time=now,
+            submit_host=who.host,
+            partition=partition,
+            time_limit=time_limit,
+            eligible_time=spec.begin_time if spec.begin_time and spec.begin_time > now else now,
+        )
+        if spec.hold:
+            job.hold = "user"
+            job.reason = Reason.HELD_USER
+        self.next_job_id += 1
+        self.store.record(
+            now,
+            [(job, "submit", {"uid": who.uid, "host": who.host})],
+            meta={"next_job_id": str(self.next_job_id)},
+        )
+        self.jobs[job.job_id] = job
+        return job
+
+    def _resolve_partition(self, spec: JobSpec) -> str:
+        if not spec.partitions:
+            default = self.config.default_partition()
+            if default is None:
+                raise InvalidPartition("No partition specified or system default partition")
+            return default.name
+        for name in spec.partitions:
+            if self.config.partition(name) is None:
+                raise InvalidPartition()
+        return spec.partitions[0]
+
+    def _check_satisfiable(self, spec: JobSpec, shape: Any, pnodes: list[NodeRuntime]) -> None:
+        """Reject what can never run here; what may run later is left to pend with a reason."""
+        for name in spec.nodelist + spec.exclude:
+            if name not in self.nodes:
+                raise InvalidRequest(f"Invalid node name specified: {name}")
+        if spec.nodelist and len(spec.nodelist) > shape.nodes:
+            shape.nodes = len(spec.nodelist)
+        eligible = [n for n in pnodes if n.name not in spec.exclude]
+        if spec.nodelist:
+            eligible = [n for n in eligible if n.name in spec.nodelist]
+        if shape.mem_per_node and not any(n.real_memory >= shape.mem_per_node for n in eligible):
+            raise Unsatisfiable("Memory specification can not be satisfied")
+
+        def fits(n: NodeRuntime) -> bool:
+            return (
+                n.cpus >= shape.cpus_per_node
+                and n.gpus >= shape.gpus_per_node
+                and (shape.gpu_type is None or n.gpu_type == shape.gpu_type or shape.gpus_per_node == 0)
+            )
+
+        if not any(fits(n) for n in eligible):
+            raise Unsatisfiable()
+        if spec.gpus is not None and shape.gpus_per_node * len([n for n in eligible if fits(n)]) < spec.gpus:
+            raise Unsatisfiable()
+
+    # --- queries ------------------------------------------------------------------------
+
+    def get_job(self, job_id: int) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise InvalidJobId()
+        return job
+
+    # --- user actions on jobs ----------------------------------------------------------
+
+    def _check_owner(self, job: Job, who: Identity) -> None:
+        if not who.admin and job.uid != who.uid:
+            raise PermissionDenied()
+
+    def select_jobs(
+        self,
+        job_ids: list[int] | None,
+        users: list[str] | None = None,
+        name: str | None = None,
+        partitions: list[str] | None = None,
+        states: list[str] | None = None,
+    ) -> list[Job]:
+        """Jobs in memory matching every given filter (states by long or short name)."""
+        pool = [self.jobs[i] for i in job_ids if i in self.jobs] if job_ids else list(self.jobs.values())
+        out = []
+        for job in pool:
+            if users and job.user not in users:
+                continue
+            if name is not None and job.spec.name != name:
+                continue
+            if partitions and job.partition not in partitions:
+                continue
+            if states:
+                code = "CG" if job.completing else job.state.short
+                if code not in states and str(job.state) not in states:
+                    continue
+            out.append(job)
+        return out
+
+    def cancel(self, job: Job, who: Identity) -> list[Action]:
+        self._check_owner(job, who)
+        if job.state.is_terminal:
+            return []  # scancel of a finished job is silent success in Slurm
+        now = self.clock.now()
+        was_running = job.state is JobState.RUNNING
+        attempt = job.restart_count
+        lifecycle.end(job, JobEvent.CANCEL, now, completing=was_running)
+        job.cancelled_by = who.uid
+        self.store.record(now, [(job, "cancel", {"by": who.uid})])
+        if was_running:
+            return [Terminate(job.job_id, attempt, job.nodes, "cancel")]
+        return []
+
+    def signal(self, job: Job, who: Identity, sig: int, batch_only: bool) -> list[Action]:
+        self._check_owner(job, who)
+        if job.state is JobState.PENDING:
+            raise InvalidRequest("Job is pending execution")
+        if job.state is not JobState.RUNNING:
+            raise InvalidRequest("Job/step already completing or completed")
+        return [SignalJob(job.job_id, job.nodes, sig, batch_only)]
+
+    def hold(self, job: Job, who: Identity, admin_hold: bool) -> None:
+        self._check_owner(job, who)
+        if job.state is not JobState.PENDING:
+            raise InvalidRequest("Job is no longer pending execution")
+        kind = "admin" if (admin_hold and who.admin) else "user"
+        job.hold = kind
+        job.reason = Reason.HELD_ADMIN if kind == "admin" else Reason.HELD_USER
+        self.store.record(self.clock.now(), [(job, "hold", {"kind": kind, "by": who.uid})])
+
+    def release(self, job: Job, who: Identity) -> None:
+        self._check_owner(job, who)
+        if job.state is not JobState.PENDING:
+            raise InvalidRequest("Job is no longer pending execution")
+        if job.hold == "admin" and not who.admin:
+            raise PermissionDenied()
+        job.hold = None
+        job.reason = Reason.NONE
+        self.store.record(self.clock.now(), [(job, "release", {"by": who.uid})])
+
+    def update(self, job: Job, who: Identity, changes: dict[str, Any]) -> None:
+        self._check_owner(job, who)
+        pending = job.state is JobState.PENDING
+        applied: dict[str, Any] = {}
+        for key, value in changes.items():
+            if value is None:
+                continue
+            if key == "time_limit":
+                if not who.admin and (
+                    value is None or (job.time_limit is not None and value > job.time_limit)
+                ):
+                    raise PermissionDenied("Access/permission denied")
+                job.time_limit = value
+            elif key == "priority":
+                if not who.admin:
+                    raise PermissionDenied()
+                job.admin_priority = int(value)
+                job.priority = int(value)
+            elif key == "nice":
+                if int(value) < 0 and not who.admin:
+                    raise PermissionDenied()
+                job.spec.nice = int(value)
+            elif key == "name":
+                job.spec.name = str(value)
+            elif key == "comment":
+                job.spec.comment = str(value)
+            elif key in ("partition", "begin_time", "min_nodes"):
+                if not pending:
+                    raise InvalidRequest("Job is no longer pending execution")
+                if key == "partition":
+                    if self.config.partition(value) is None:
+                        raise InvalidPartition()
+                    job.partition = value
+                    job.spec.partitions = [value]
+                elif key == "begin_time":
+                    job.spec.begin_time = float(value)
+                    job.eligible_time = float(value)
+                else:
+                    job.spec.min_nodes = int(value)
+                    job.shape.nodes = int(value)
+            else:
+                raise InvalidRequest(f"Update of {key} is not supported")
+            applied[key] = value
+        self.store.record(self.clock.now(), [(job, "update", {"changes": applied, "by": who.uid})])
+
+    # --- scheduling -----------------------------------------------------------------------
+
+    def apply_starts(self, starts: list[Any], now: float) -> list[Action]:
+        """Record the scheduler's start decisions, then hand back launches to perform."""
+        changes = []
+        actions: list[Action] = []
+        for s in starts:
+            job = self.jobs.get(s.job_id)
+            if job is None or job.state is not JobState.PENDING:
+                continue
+            lifecycle.start(job, s.alloc, now, scheduler="Backfill" if s.backfilled else "Main")
+            job.partition = s.partition
+            self._hold_resources(job)
+            self.launching.add(job.job_id)
+            changes.append((job, "start", {"nodes": job.nodes, "attempt": job.restart_count}))
+            actions.append(Launch(job))
+        if changes:
+            self.store.record(now, changes)
+        return actions
+
+    def launch_failed(self, job_id: int, attempt: int, message: str) -> None:
+        """The agent could not be reached to start the job: put it back in the queue."""
+        self.launching.discard(job_id)
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not JobState.RUNNING or job.restart_count != attempt:
+            return
+        now = self.clock.now()
+        self._release_resources(job)
+        lifecycle.requeue(job, now)
+        self.store.record(now, [(job, "launch_failed", {"error": message})])
+
+    def launch_done(self, job_id: int) -> None:
+        self.launching.discard(job_id)
+
+    # --- agents ------------------------------------------------------------------------------
+
+    def _node(self, name: str) -> NodeRuntime:
+        node = self.nodes.get(name)
+        if node is None:
+            raise MusterError(f"unknown node {name}")
+        return node
+
+    def agent_register(self, body: dict[str, Any]) -> dict[str, Any]:
+        now = self.clock.now()
+        node = self._node(body["node"])
+        node.registered = True
+        node.responding = True
+        node.last_seen = now
+        node.addr = body.get("addr") or node.addr
+        node.port = int(body.get("port") or node.port)
+        node.agent_start_time = body.get("agent_start_time")
+        node.boot_time = body.get("boot_time")
+        node.version = body.get("version", "")
+        reported_gpus = int(body.get("gpus", node.gpus))
+        if reported_gpus < node.gpus and not node.drain:
+            node.drain = True
+            node.reason = f"gres/gpu count reported lower than configured ({reported_gpus} < {node.gpus})"
+            node.reason_time = now
+            node.reason_user = "root"
+            self.store.put_node(node.name, node.persistent())
+        if node.admin_down and node.reason == "Not responding" and self.config.return_to_service >= 1:
+            node.admin_down = False
+            node.reason = ""
+            self.store.put_node(node.name, node.persistent())
+        return {"ok": True, "kill": self._stale_jobs(node, body.get("running", []))}
+
+    def agent_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
+        now = self.clock.now()
+        node = self._node(body["node"])
+        if not node.registered:
+            raise MusterError("node must register")
+        node.responding = True
+        node.last_seen = now
+        running = body.get("running", [])
+        self._watch_lost(node, running, now)
+        return {"ok": True, "kill": self._stale_jobs(node, running)}
+
+    def _running_ids(self, running: list[Any]) -> dict[int, int | None]:
+        out: dict[int, int | None] = {}
+        for r in running:
+            if isinstance(r, list | tuple):
+                out[int(r[0])] = int(r[1])
+            else:
+                out[int(r)] = None
+        return out
+
+    def _stale_jobs(self, node: NodeRuntime, running: list[Any]) -> list[int]:
+        """Jobs an agent runs that, as far as the controller knows, should not run there."""
+        kill = []
+        for job_id, attempt in self._running_ids(running).items():
+            job = self.jobs.get(job_id)
+            if job is None:
+                kill.append(job_id)
+                continue
+            here = node.name in job.nodes
+            same_attempt = attempt is None or attempt == job.restart_count
+            if not (job.is_active and here and same_attempt):
+                if not (job.completing and here):
+                    kill.append(job_id)
+        return kill
+
+    def _watch_lost(self, node: NodeRuntime, running: list[Any], now: float) -> list[Action]:
+        """A running job whose batch host stopped reporting it (and never said it ended)."""
+        ids = self._running_ids(running)
+        for job in list(self.jobs.values()):
+            if job.state is not JobState.RUNNING or job.batch_host != node.name:
+                continue
+            if job.job_id in ids or job.job_id in self.launching:
+                self.lost.pop(job.job_id, None)
+                continue
+            watch = self.lost.setdefault(job.job_id, _LostWatch(now))
+            if now - watch.since > max(10.0, 3 * self.heartbeat_interval):
+                self.lost.pop(job.job_id, None)
+                self.node_failed_job(job, now, "job vanished from its node")
+        return []
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return max(1.0, self.config.slurmd_timeout / 5)
+
+    def job_done(self, body: dict[str, Any]) -> list[Action]:
+        now = self.clock.now()
+        job = self.jobs.get(int(body["job_id"]))
+        attempt = int(body.get("restart_count", 0))
+        if job is None:
+            return []
+        self.launching.discard(job.job_id)
+        self.lost.pop(job.job_id, None)
+        if attempt != job.restart_count:
+            # A report from an earlier attempt: only its resources need freeing.
+            self._release_resources(job, attempt)
+            return []
+        exit_code = int(body.get("exit_code", 0))
+        sig = int(body.get("signal", 0))
+        by = body.get("terminated_by")
+        others = [n for n in job.nodes if n != body.get("node")]
+        if job.state is JobState.RUNNING:
+            if by == "timeout":
+                lifecycle.end(job, JobEvent.TIMEOUT, now, completing=False)
+                lifecycle.cleaned(job, exit_code, sig)
+            else:
+                lifecycle.finish(job, exit_code, sig, now)
+            kind = str(job.state).lower()
+        elif job.completing:
+            lifecycle.cleaned(job, exit_code, sig)
+            kind = "cleaned"
+        else:
+            return []
+        self._release_resources(job)
+        self.store.record(now, [(job, kind, {"exit_code": exit_code, "signal": sig, "by": by})])
+        return [Terminate(job.job_id, attempt, others, "cleanup")] if others else []
+
+    def node_failed_job(self, job: Job, now: float, why: str) -> None:
+        attempt = job.restart_count
+        lifecycle.end(job, JobEvent.NODE_FAIL, now, completing=False)
+        self._release_resources(job, attempt)
+        changes = [(job, "node_fail", {"why": why, "nodes": job.nodes})]
+        requeue = job.spec.requeue if job.spec.requeue is not None else self.config.job_requeue
+        if requeue:
+            lifecycle.requeue(job, now)
+            changes.append((job, "requeue", {"attempt": job.restart_count}))
+        self.store.record(now, changes)
+
+    def check_nodes(self) -> list[Action]:
+        """Nodes silent for SlurmdTimeout go DOWN; their jobs end NODE_FAIL (and requeue)."""
+        now = self.clock.now()
+        timeout = self.config.slurmd_timeout
+        actions: list[Action] = []
+        for node in self.nodes.values():
+            if not node.responding or node.last_seen is None:
+                continue
+            if now - node.last_seen <= timeout:
+                continue
+            node.responding = False
+            node.reason = "Not responding"
+            node.reason_time = now
+            node.reason_user = "root"
+            if self.config.return_to_service == 0:
+                node.admin_down = True
+            self.store.put_node(node.name, node.persistent())
+            for job in list(self.jobs.values()):
+                if node.name in job.nodes and job.is_active:
+                    if job.state is JobState.RUNNING:
+                        survivors = [n for n in job.nodes if n != node.name]
+                        attempt = job.restart_count
+                        self.node_failed_job(job, now, f"node {node.name} not responding")
+                        if survivors:
+                            actions.append(Terminate(job.job_id, attempt, survivors, "node_fail"))
+                    else:
+                        lifecycle.cleaned(job)
+                        self._release_resources(job)
+                        self.store.record(now, [(job, "cleaned", {"node": node.name})])
+            node.allocs.clear()
+        return actions
+
+    def purge(self) -> None:
+        """Forget ended jobs older than MinJobAge (they stay in the store for sacct)."""
+        cutoff = self.clock.now() - self.config.min_job_age
+        for job_id in [
+            j.job_id
+            for j in self.jobs.values()
+            if j.state.is_terminal and not j.completing and (j.end_time or 0) < cutoff
+        ]:
+            self.finished[job_id] = str(self.jobs.pop(job_id).state)

@@ -1,0 +1,63 @@
+"""``musterctld``: the controller process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+from muster import VERSION_STRING
+from muster.core.config import ConfigError, parse_config
+from muster.protocol.client import default_conf_path
+from muster.protocol.signing import SignatureError, load_key
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="musterctld", description="muster's controller daemon")
+    ap.add_argument("-f", "--conf", default=None, help="config file (default: $MUSTER_CONF or /etc/muster/muster.conf)")
+    ap.add_argument("-L", "--log-file", default=None, help="log to this file instead of stderr")
+    ap.add_argument("-v", "--verbose", action="count", default=0)
+    ap.add_argument("-D", "--foreground", action="store_true", help="accepted for Slurm compatibility; always foreground")
+    ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
+    args = ap.parse_args(argv)
+
+    path = args.conf or default_conf_path()
+    try:
+        with open(path) as f:
+            config = parse_config(f.read(), path)
+        key = load_key(config.auth_key_file)
+    except OSError as e:
+        print(f"musterctld: error: {e.filename or path}: {e.strerror}", file=sys.stderr)
+        return 1
+    except (ConfigError, SignatureError) as e:
+        print(f"musterctld: error: {e}", file=sys.stderr)
+        return 1
+    logging.basicConfig(
+        filename=args.log_file,
+        level=logging.DEBUG if args.verbose > 1 else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    for w in config.warnings:
+        logging.getLogger("musterctld").warning("%s", w)
+    return asyncio.run(serve(config, key))
+
+
+async def serve(config, key) -> int:  # type: ignore[no-untyped-def]
+    from muster.ctld.app import CtldApp
+    from muster.protocol.httpd import bind_tcp, bind_unix, make_server
+
+    os.makedirs(config.state_save_location, exist_ok=True)
+    app = CtldApp(config, key)
+    sockets = [bind_tcp(config.ctld_addr, config.ctld_port), bind_unix(config.ctld_socket)]
+    server = make_server(app.asgi)  # uvicorn handles SIGTERM/SIGINT: graceful stop
+    pidfile = os.path.join(config.state_save_location, "musterctld.pid")
+    with open(pidfile, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    await server.serve(sockets=sockets)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Durable state: SQLite in WAL mode, an append-only event log plus projections.
+
+Every accepted change is written in one transaction (event row + projection row) and
+committed with ``synchronous=FULL`` before the request is answered, so a reply such as
+``Submitted batch job N`` means job N survives ``kill -9`` of the controller. On start the
+projections are loaded; the schema is versioned and migrated in ``migrate``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from muster.core.job import Job
+
+SCHEMA_VERSION = 1
+
+_MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE IF NOT EXISTS jobs (
+               job_id INTEGER PRIMARY KEY,
+               state TEXT NOT NULL,
+               user TEXT NOT NULL,
+               submit_time REAL NOT NULL,
+               end_time REAL,
+               data TEXT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state)",
+        "CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time)",
+        """CREATE TABLE IF NOT EXISTS events (
+               seq INTEGER PRIMARY KEY AUTOINCREMENT,
+               time REAL NOT NULL,
+               job_id INTEGER,
+               kind TEXT NOT NULL,
+               data TEXT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS events_job ON events(job_id)",
+        "CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL)",
+    ],
+}
+
+
+class Store:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.migrate()
+
+    def migrate(self) -> None:
+        self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        current = int(row[0]) if row else 0
+        if current > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"state database {self.path} has schema {current}, newer than this muster ({SCHEMA_VERSION})"
+            )
+        with self.transaction():
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for stmt in _MIGRATIONS[version]:
+                    self.db.execute(stmt)
+                self._set_meta("schema_version", str(version))
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self.db.execute(
+            "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (key, value),
+        )
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction():
+            self._set_meta(key, value)
+
+    # --- jobs -------------------------------------------------------------------------
+
+    def _put_job(self, job: Job) -> None:
+        self.db.execute(
+            "INSERT INTO jobs(job_id, state, user, submit_time, end_time, data) VALUES(?,?,?,?,?,?) "
+            "ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, end_time=excluded.end_time, "
+            "data=excluded.data",
+            (
+                job.job_id,
+                str(job.state),
+                job.user,
+                job.submit_time,
+                job.end_time,
+                json.dumps(job.to_dict(), separators=(",", ":")),
+            ),
+        )
+
+    def _event(self, now: float, job_id: int | None, kind: str, data: dict[str, Any]) -> None:
+        self.db.execute(
+            "INSERT INTO events(time, job_id, kind, data) VALUES(?,?,?,?)",
+            (now, job_id, kind, json.dumps(data, separators=(",", ":"))),
+        )
+
+    def record(
+        self,
+        now: float,
+        changes: Iterable[tuple[Job, str, dict[str, Any]]],
+        meta: dict[str, str] | None = None,
+    ) -> None:
+        """Persist job changes atomically: for each (job, event kind, event data) one event
+        row and the job's new projection."""
+        with self.transaction():
+            for job, kind, data in changes:
+                self._event(now, job.job_id, kind, data)
+                self._put_job(job)
+            for k, v in (meta or {}).items():
+                self._set_meta(k, v)
+
+    def load_jobs(self, *, active_only: bool = False, ended_after: float | None = None) -> list[Job]:
+        """Jobs to hold in memory: every non-terminal job, plus those that ended after
+        ``ended_after`` (for squeue's MinJobAge window)."""
+        if ended_after is None:
+            rows = self.db.execute("SELECT data FROM jobs ORDER BY job_id").fetchall()
+        else:
+            rows = self.db.execute(
+                "SELECT data FROM jobs WHERE end_time IS NULL OR end_time >= ? "
+                "OR state IN ('PENDING','RUNNING','SUSPENDED') OR data LIKE '%\"completing\":true%' "
+                "ORDER BY job_id",
+                (ended_after,),
+            ).fetchall()
+        jobs = [Job.from_dict(json.loads(r[0])) for r in rows]
+        if active_only:
+            jobs = [j for j in jobs if not j.state.is_terminal or j.completing]
+        return jobs
+
+    def get_job(self, job_id: int) -> Job | None:
+        row = self.db.execute("SELECT data FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        return Job.from_dict(json.loads(row[0])) if row else None
+
+    def max_job_id(self) -> int:
+        row = self.db.execute("SELECT MAX(job_id) FROM jobs").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def events(self, job_id: int) -> list[tuple[float, str, dict[str, Any]]]:
+        rows = self.db.execute(
+            "SELECT time, kind, data FROM events WHERE job_id=? ORDER BY seq", (job_id,)
+        ).fetchall()
+        return [(t, k, json.loads(d)) for t, k, d in rows]
+
+    # --- nodes (admin-set state that must survive restarts: drain, down, reasons) -------
+
+    def put_node(self, name: str, data: dict[str, Any]) -> None:
+        with self.transaction():
+            self.db.execute(
+                "INSERT INTO nodes(name, data) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET data=excluded.data",
+                (name, json.dumps(data)),
+            )
+
+    def load_nodes(self) -> dict[str, dict[str, Any]]:
+        return {n: json.loads(d) for n, d in self.db.execute("SELECT name, data FROM nodes")}
+
+    def close(self) -> None:
+        self.db.close()

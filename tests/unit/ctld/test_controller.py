@@ -1,0 +1,161 @@
+"""The controller's state changes on a manual clock, with a real SQLite store on disk."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from muster.core.clock import ManualClock
+from muster.core.config import parse_config
+from muster.core.errors import InvalidPartition, InvalidRequest, PermissionDenied, Unsatisfiable
+from muster.core.job import JobSpec, NodeAlloc
+from muster.core.states import JobState, Reason
+from muster.ctld.controller import Controller, Identity, Launch, Terminate
+from muster.ctld.store import Store
+
+CONF = """
+ClusterName=t
+SlurmdTimeout=10
+ReturnToService=1
+NodeName=node[1-4] CPUs=32 RealMemory=128000 Gres=gpu:8
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=node[3-4] MaxTime=60 State=UP
+"""
+
+ALICE = Identity(1001, 1001, "alice", "alice", "h", admin=False)
+BOB = Identity(1002, 1002, "bob", "bob", "h", admin=False)
+ROOT = Identity(0, 0, "root", "root", "h", admin=True)
+
+
+@pytest.fixture
+def db(tmp_path: pathlib.Path) -> str:
+    return str(tmp_path / "muster.db")
+
+
+def make(db: str, clock: ManualClock | None = None) -> Controller:
+    ctl = Controller(parse_config(CONF, "test.conf"), Store(db), clock or ManualClock(1000.0))
+    ctl.load()
+    return ctl
+
+
+def register_all(ctl: Controller) -> None:
+    for name in ctl.nodes:
+        ctl.agent_register({"node": name, "gpus": 8, "running": []})
+
+
+def start(ctl: Controller, job_id: int, nodes: list[str], gpus: int = 0) -> None:
+    class S:  # the scheduler's Start, reduced to what apply_starts reads
+        def __init__(self) -> None:
+            self.job_id, self.partition, self.backfilled = job_id, "gpu", False
+            self.alloc = [NodeAlloc(n, 1, 0, list(range(gpus))) for n in nodes]
+
+    actions = ctl.apply_starts([S()], ctl.clock.now())
+    assert [type(a) for a in actions] == [Launch]
+    ctl.launch_done(job_id)
+
+
+def test_a_submitted_job_is_durable_before_the_answer(db: str) -> None:
+    ctl = make(db)
+    job = ctl.submit(JobSpec(name="a", script="#!/bin/sh\ntrue\n", workdir="/tmp"), ALICE)
+    assert job.job_id == 1 and job.partition == "gpu" and job.state is JobState.PENDING
+    reborn = make(db)  # as after kill -9: nothing but the store survives
+    assert reborn.jobs[1].spec.name == "a"
+    assert reborn.submit(JobSpec(), ALICE).job_id == 2
+
+
+def test_running_jobs_hold_their_resources_across_a_restart(db: str) -> None:
+    ctl = make(db)
+    register_all(ctl)
+    job = ctl.submit(JobSpec(gpus_per_node=2), ALICE)
+    start(ctl, job.job_id, ["node1"], gpus=2)
+    reborn = make(db)
+    assert reborn.jobs[job.job_id].state is JobState.RUNNING
+    assert reborn.nodes["node1"].gpu_ids_alloc == {0, 1}
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        (JobSpec(partitions=["nosuch"]), InvalidPartition),
+        (JobSpec(gpus_per_node=9), Unsatisfiable),
+        (JobSpec(mem_per_node=999 * 1024 * 1024), Unsatisfiable),
+        (JobSpec(min_nodes=1, gpus=16), Unsatisfiable),
+        (JobSpec(nodelist=["node9"]), InvalidRequest),
+    ],
+)
+def test_jobs_that_can_never_run_are_refused_and_change_nothing(db: str, spec: JobSpec, error: type) -> None:
+    ctl = make(db)
+    with pytest.raises(error):
+        ctl.submit(spec, ALICE)
+    assert ctl.jobs == {} and make(db).jobs == {}
+
+
+def test_the_time_limit_defaults_to_the_partition_limit(db: str) -> None:
+    ctl = make(db)
+    assert ctl.submit(JobSpec(partitions=["debug"]), ALICE).time_limit == 3600
+    assert ctl.submit(JobSpec(), ALICE).time_limit is None
+
+
+def test_a_user_may_not_cancel_another_users_job_but_root_may(db: str) -> None:
+    ctl = make(db)
+    job = ctl.submit(JobSpec(), ALICE)
+    with pytest.raises(PermissionDenied):
+        ctl.cancel(job, BOB)
+    assert job.state is JobState.PENDING
+    ctl.cancel(job, ROOT)
+    assert job.state is JobState.CANCELLED and job.cancelled_by == 0
+
+
+def test_cancelling_a_running_job_terminates_it_and_frees_resources_when_cleaned(db: str) -> None:
+    ctl = make(db)
+    register_all(ctl)
+    job = ctl.submit(JobSpec(gpus_per_node=8), ALICE)
+    start(ctl, job.job_id, ["node2"], gpus=8)
+    actions = ctl.cancel(job, ALICE)
+    assert actions == [Terminate(job.job_id, 0, ["node2"], "cancel")]
+    assert job.completing and ctl.nodes["node2"].gpu_ids_alloc == set(range(8))
+    ctl.job_done({"node": "node2", "job_id": job.job_id, "restart_count": 0, "exit_code": 0, "signal": 15,
+                  "terminated_by": "cancel"})
+    assert job.state is JobState.CANCELLED and not job.completing
+    assert ctl.nodes["node2"].allocs == {}
+
+
+def test_hold_and_release(db: str) -> None:
+    ctl = make(db)
+    job = ctl.submit(JobSpec(hold=True), ALICE)
+    assert job.reason is Reason.HELD_USER
+    ctl.release(job, ALICE)
+    assert job.hold is None
+    ctl.hold(job, ROOT, admin_hold=True)
+    assert job.reason is Reason.HELD_ADMIN
+    with pytest.raises(PermissionDenied):
+        ctl.release(job, ALICE)
+
+
+def test_exit_reports_end_the_job_and_repeated_reports_are_harmless(db: str) -> None:
+    ctl = make(db)
+    register_all(ctl)
+    job = ctl.submit(JobSpec(), ALICE)
+    start(ctl, job.job_id, ["node1"])
+    report = {"node": "node1", "job_id": job.job_id, "restart_count": 0, "exit_code": 3, "signal": 0}
+    ctl.job_done(report)
+    ctl.job_done(report)
+    assert job.state is JobState.FAILED and job.exit_code == 3
+
+
+def test_a_silent_node_goes_down_and_its_jobs_are_requeued(db: str) -> None:
+    clock = ManualClock(1000.0)
+    ctl = make(db, clock)
+    register_all(ctl)
+    job = ctl.submit(JobSpec(min_nodes=2), ALICE)
+    start(ctl, job.job_id, ["node1", "node2"])
+    clock.advance(5)
+    ctl.agent_heartbeat({"node": "node2", "running": []})
+    clock.advance(6)  # node1 silent for 11 s > SlurmdTimeout=10
+    actions = ctl.check_nodes()
+    assert not ctl.nodes["node1"].responding and ctl.nodes["node1"].reason == "Not responding"
+    assert job.state is JobState.PENDING and job.restart_count == 1
+    assert actions == [Terminate(job.job_id, 0, ["node2"], "node_fail")]
+    kinds = [k for _, k, _ in ctl.store.events(job.job_id)]
+    assert kinds[-2:] == ["node_fail", "requeue"]
