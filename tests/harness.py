@@ -1,0 +1,103 @@
+"""Test harness for real daemons on loopback: a local cluster plus helpers that run the
+commands as a user would (through the installed console scripts, optionally as another
+uid via setpriv)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from muster.cluster.local import ClusterShape, LocalCluster
+
+BIN = os.path.dirname(sys.executable)
+
+
+class Harness:
+    def __init__(self, shape: ClusterShape, root: str | None = None) -> None:
+        self.root = root or tempfile.mkdtemp(prefix="muster-it-")
+        os.chmod(self.root, 0o755)
+        self.cluster = LocalCluster(os.path.join(self.root, "state"))
+        self.shape = shape
+        self.workdir = os.path.join(self.root, "work")
+        os.makedirs(self.workdir, exist_ok=True)
+        os.chmod(self.workdir, 0o1777)  # jobs of other test users write here too
+
+    def up(self) -> None:
+        if not self.cluster.exists:
+            self.cluster.create(self.shape)
+        self.cluster.start()
+        self.cluster.wait_ready(60)
+
+    def down(self, remove: bool = True) -> None:
+        if self.cluster.exists:
+            self.cluster.stop()
+        if remove:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["MUSTER_CONF"] = self.cluster.conf_path
+        env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
+        for k in list(env):
+            if k.startswith(("SLURM_", "SBATCH_", "SQUEUE_", "SINFO_")):
+                del env[k]
+        return env
+
+    def run(
+        self,
+        argv: list[str] | str,
+        *,
+        uid: int | None = None,
+        input: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command; ``argv`` as a string is split by the shell."""
+        if isinstance(argv, str):
+            argv = ["/bin/sh", "-c", argv]
+        if uid is not None:
+            argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv]
+        return subprocess.run(
+            argv,
+            input=input,
+            cwd=cwd or self.workdir,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def sbatch(self, *args: str, uid: int | None = None, **kw: Any) -> int:
+        out = self.run(["sbatch", "--parsable", *args], uid=uid, **kw)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.strip().split(";")[0])
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.cluster.api("GET", f"/v1/jobs/{job_id}")["job"]
+
+    def wait_job(self, job_id: int, done: Callable[[dict[str, Any]], bool] | None = None, timeout: float = 60) -> dict[str, Any]:
+        """Wait until the job has ended (and is no longer completing), or ``done`` says so."""
+        check = done or (lambda j: j["state"] not in ("PENDING", "RUNNING") and not j["completing"])
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if check(job):
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} did not reach the expected state: {job['state']}")
+            time.sleep(0.05)
+
+    def wait_state(self, job_id: int, state: str, timeout: float = 60) -> dict[str, Any]:
+        return self.wait_job(job_id, lambda j: j["state"] == state, timeout)
+
+    def read(self, path: str) -> str:
+        with open(path if os.path.isabs(path) else os.path.join(self.workdir, path)) as f:
+            return f.read()
