@@ -11,6 +11,25 @@ from muster.core.job import Job
 
 
 @dataclass(slots=True)
+class ReservationView:
+    """An advance reservation (``scontrol create reservation``) as the scheduler sees it.
+
+    ``start``/``end`` are epoch seconds of the first window. ``flags`` holds Slurm's names
+    (``MAINT``, ``IGNORE_JOBS``, ``DAILY``, ``WEEKLY``, ...); ``DAILY``/``WEEKLY`` repeat
+    the window every day/week (see ``sched.reservations.windows``). A job may use the
+    reservation when its user is in ``users`` or its account in ``accounts``.
+    """
+
+    name: str
+    start: float
+    end: float
+    nodes: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
 class NodeView:
     """One node as the scheduler sees it.
 
@@ -49,6 +68,7 @@ class PartitionView:
     allow_accounts: tuple[str, ...] | None = None
     deny_accounts: tuple[str, ...] | None = None
     allow_groups: tuple[str, ...] | None = None
+    is_default: bool = False  # Default=YES: where a job without -p goes
 
 
 @dataclass(slots=True)
@@ -59,3 +79,13 @@ class Snapshot:
     running: list[Job]  # active jobs: RUNNING, or ended but still completing
     # job_id -> terminal state, for dependencies on jobs that have left memory too
     finished: dict[int, str] = field(default_factory=dict)
+    reservations: list[ReservationView] = field(default_factory=list)
+    # Fair-share factor in [0, 1] by user name, then by account name (filled by accounting;
+    # a job whose user and account are both absent gets ``fairshare_default``).
+    fairshare: dict[str, float] = field(default_factory=dict)
+    fairshare_default: float = 0.5
+    # QOS name -> the QOS's Priority value (normalised by the largest one).
+    qos_priority: dict[str, int] = field(default_factory=dict)
+    # job_id -> priority set by an admin (``scontrol update job priority=``); fixed, not
+    # recomputed. 0 holds the job, as in Slurm.
+    priority_overrides: dict[int, int] = field(default_factory=dict)

@@ -1,0 +1,146 @@
+"""The scheduler's knobs, read from slurm.conf keys.
+
+``SchedConfig`` is a frozen value: the controller builds one when the configuration is
+(re)loaded and passes it to every pass. ``from_settings`` takes a dict of canonical
+slurm.conf key -> raw value and never raises: a value it cannot read keeps the default,
+as an unknown key does (the controller's config module reports bad syntax; the scheduler
+must keep scheduling).
+
+Defaults follow Slurm 22.05 where Slurm has one, with two documented exceptions that suit
+a GPU cluster better and that an admin can set back:
+
+* ``priority_type`` defaults to ``priority/multifactor`` with age, fair-share and partition
+  weights (Slurm: ``priority/basic``, i.e. FIFO by submission);
+* ``bf_resolution`` defaults to 1 s (Slurm: 60 s), so a planned start equals the end of the
+  job it waits for, to the second. Our profile is exact and cheap at that resolution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+__all__ = ["SchedConfig"]
+
+_DAY = 86400
+_DURATION_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedConfig:
+    """What one scheduling pass needs to know about the site's policy."""
+
+    # SchedulerType: "sched/backfill" (plan and backfill) or "sched/builtin" (strict order).
+    scheduler_type: str = "sched/backfill"
+    # SchedulerParameters
+    bf_continue: bool = False  # accepted for compatibility: a muster pass is never interrupted
+    bf_window: int = _DAY  # seconds (slurm.conf gives minutes): how far ahead plans reach
+    bf_resolution: int = 1  # seconds: planned times are rounded up to this grid
+    bf_max_job_test: int = 500  # how many pending jobs a pass examines (queue depth)
+    conservative: bool = False  # reserve every pending job, not only the first bf_max_job_test
+    # PriorityType and the multifactor weights
+    priority_type: str = "priority/multifactor"
+    weight_age: int = 1000
+    weight_fairshare: int = 10000
+    weight_job_size: int = 0
+    weight_partition: int = 1000
+    weight_qos: int = 0
+    max_age: int = 7 * _DAY  # PriorityMaxAge, seconds
+    favor_small: bool = False  # PriorityFavorSmall
+    enforce_part_limits: str = "NO"  # EnforcePartLimits: NO, ANY, ALL (YES means ALL)
+
+    @property
+    def backfill(self) -> bool:
+        return self.scheduler_type != "sched/builtin"
+
+    @property
+    def multifactor(self) -> bool:
+        return self.priority_type == "priority/multifactor"
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, str]) -> SchedConfig:
+        """Read the scheduling keys of slurm.conf; anything unknown or unreadable keeps its
+        default. Keys are matched without regard to case, as slurm.conf does."""
+        lower = {k.lower(): str(v).strip() for k, v in settings.items()}
+        default = cls()
+        changes: dict[str, object] = {}
+
+        stype = lower.get("schedulertype", "").lower()
+        if stype in ("sched/backfill", "sched/builtin"):
+            changes["scheduler_type"] = stype
+        ptype = lower.get("prioritytype", "").lower()
+        if ptype in ("priority/multifactor", "priority/basic"):
+            changes["priority_type"] = ptype
+
+        for key, name in (
+            ("priorityweightage", "weight_age"),
+            ("priorityweightfairshare", "weight_fairshare"),
+            ("priorityweightjobsize", "weight_job_size"),
+            ("priorityweightpartition", "weight_partition"),
+            ("priorityweightqos", "weight_qos"),
+        ):
+            value = _int(lower.get(key))
+            if value is not None and value >= 0:
+                changes[name] = value
+        max_age = _duration(lower.get("prioritymaxage"))
+        if max_age is not None:
+            changes["max_age"] = max_age
+        favor = lower.get("priorityfavorsmall")
+        if favor is not None and favor.upper() in ("YES", "NO"):
+            changes["favor_small"] = favor.upper() == "YES"
+        enforce = lower.get("enforcepartlimits", "").upper()
+        if enforce in ("NO", "ANY", "ALL", "YES"):
+            changes["enforce_part_limits"] = "ALL" if enforce == "YES" else enforce
+
+        for item in _split_params(lower.get("schedulerparameters", "")):
+            name, _, raw = item.partition("=")
+            name = name.strip().lower()
+            if name == "bf_continue":
+                changes["bf_continue"] = True
+            elif name in ("conservative", "bf_conservative"):
+                changes["conservative"] = True
+            elif name == "bf_window":
+                minutes = _int(raw)
+                if minutes is not None and minutes > 0:
+                    changes["bf_window"] = minutes * 60
+            elif name == "bf_resolution":
+                seconds = _int(raw)
+                if seconds is not None and seconds > 0:
+                    changes["bf_resolution"] = seconds
+            elif name == "bf_max_job_test":
+                depth = _int(raw)
+                if depth is not None and depth > 0:
+                    changes["bf_max_job_test"] = depth
+        return dataclasses.replace(default, **changes)  # type: ignore[arg-type]
+
+
+def _split_params(text: str) -> list[str]:
+    return [p for p in (s.strip() for s in text.split(",")) if p and p != "(null)"]
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _duration(text: str | None) -> int | None:
+    """Slurm's time format as PriorityMaxAge uses it: ``7-0``, ``14-0:00``, ``1:00:00``,
+    ``90`` (minutes). Returns seconds, or None when unreadable."""
+    if text is None:
+        return None
+    m = _DURATION_RE.match(text.strip())
+    if m is None:
+        return None
+    days, first, second, third = m.groups()
+    if days is not None:  # D-H[:M[:S]]
+        return int(days) * _DAY + int(first) * 3600 + int(second or 0) * 60 + int(third or 0)
+    if third is not None:  # H:M:S
+        return int(first) * 3600 + int(second) * 60 + int(third)
+    if second is not None:  # M:S
+        return int(first) * 60 + int(second)
+    return int(first) * 60  # M
