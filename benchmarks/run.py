@@ -17,7 +17,7 @@ def main() -> int:
         if not os.path.exists(path):
             continue
         print(f"\n=== {name} ===", flush=True)
-        rc |= subprocess.call([sys.executable, path, *sys.argv[1:]], cwd=HERE)
+        rc |= subprocess.call([sys.executable, path], cwd=HERE)
     return rc
 
 
