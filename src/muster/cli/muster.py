@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     keygen = sub.add_parser("keygen", help="create a cluster key file (mode 0600)")
     keygen.add_argument("path")
 
+    sub.add_parser("sim", help="replay a workload trace through the scheduler (see `muster sim --help`)")
+
     demo = sub.add_parser("demo", help="start a local cluster and run the training scenario on it")
     demo.add_argument("--state-dir", default=".muster-demo")
     demo.add_argument("--nodes", type=_positive, default=4)
@@ -51,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sim"]:
+        # The simulator owns its options (see `muster sim --help`).
+        from muster.sim.main import main as sim_main
+
+        return sim_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "keygen":
         from muster.protocol.signing import generate_key
