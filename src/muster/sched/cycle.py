@@ -1,107 +1,261 @@
-"""One scheduling pass (first cut: priority order, start what fits now)."""
+"""One scheduling pass: ``schedule(snapshot, now, config) -> Decisions``.
+
+The pass runs in numbered phases (README.md draws them); each is counted in
+``PassStats`` and, when the caller injects a ``timer`` (any callable returning seconds,
+e.g. the controller's monotonic clock), timed into ``PassStats.phase_seconds``. Nothing
+here reads a clock, does I/O or depends on set or dict order: the same snapshot, time and
+config always give the same decisions.
+
+1. profile      build each node's availability profile from running jobs' expected ends,
+                and the reservation windows on each node
+2. eligibility  set aside held jobs, jobs before their begin time and jobs whose
+                dependencies are not met, with their reasons
+3. priority     compute every pending job's priority and sort the eligible ones
+4. placement    in priority order: start the job now if it fits without taking what an
+                earlier job was promised; otherwise give it a planned start (a reservation
+                in the profile), up to the backfill depth; sched/builtin instead stops a
+                partition at its first blocked job
+5. reasons      the first blocked job of a partition waits for Resources, those behind it
+                for Priority
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from muster.core.job import Job, NodeAlloc
 from muster.core.states import Reason
+from muster.sched.backfill import earliest_start, need_on, start_now
 from muster.sched.config import SchedConfig
-from muster.sched.decisions import Decisions, Start
-from muster.sched.snapshot import NodeView, Snapshot
+from muster.sched.decisions import Decisions, Plan, Start
+from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
+from muster.sched.filters import Feasibility, Request, Verdict
+from muster.sched.priority import PriorityPolicy, order_key
+from muster.sched.profile import INF, NodeProfile
+from muster.sched.reservations import ReservationBook
+from muster.sched.snapshot import Snapshot
 
 __all__ = ["schedule"]
 
-
-class _Free:
-    __slots__ = ("view", "cpus", "mem", "gpu_ids", "running")
-
-    def __init__(self, view: NodeView) -> None:
-        self.view = view
-        self.cpus = view.free_cpus
-        self.mem = view.free_mem
-        self.gpu_ids = sorted(view.free_gpu_ids)
-        self.running = view.running_jobs
+# Recurring reservations are expanded this far beyond the backfill window, so that a
+# long job is kept off a node whose reservation comes back after the window.
+_RESERVATION_LOOKAHEAD = 60 * 86400
 
 
-def _candidates(job: Job, snapshot: Snapshot) -> list[str]:
-    return list(job.spec.partitions) or [job.partition]
+def schedule(
+    snapshot: Snapshot,
+    now: float,
+    config: SchedConfig,
+    timer: Callable[[], float] | None = None,
+) -> Decisions:
+    """Decide what starts now, what is planned when, and why the rest waits."""
+    return _Pass(snapshot, now, config, timer).run()
 
 
-def schedule(snapshot: Snapshot, now: float, config: SchedConfig) -> Decisions:
-    d = Decisions()
-    d.stats.pending_seen = len(snapshot.pending)
-    free = {n.name: _Free(n) for n in snapshot.nodes}
-    order = sorted(snapshot.pending, key=lambda j: (-j.priority, j.submit_time, j.job_id))
-    blocked = False
-    for job in order:
-        d.priorities[job.job_id] = job.priority
-        if job.hold:
-            d.reasons[job.job_id] = Reason.HELD_ADMIN if job.hold == "admin" else Reason.HELD_USER
-            continue
-        if job.spec.begin_time is not None and job.spec.begin_time > now:
-            d.reasons[job.job_id] = Reason.BEGIN_TIME
-            continue
-        d.stats.examined += 1
-        start = None
-        for pname in _candidates(job, snapshot):
-            part = snapshot.partitions.get(pname)
-            if part is None:
+class _Pass:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        now: float,
+        config: SchedConfig,
+        timer: Callable[[], float] | None,
+    ) -> None:
+        self.snap = snapshot
+        self.now = now
+        self.config = config
+        self.timer = timer
+        self.d = Decisions()
+        self._t = timer() if timer else 0.0
+
+    def _phase(self, name: str) -> None:
+        if self.timer is not None:
+            t = self.timer()
+            self.d.stats.phase_seconds[name] = t - self._t
+            self._t = t
+
+    def run(self) -> Decisions:
+        self.d.stats.pending_seen = len(self.snap.pending)
+        self._build_profile()
+        self._phase("1.profile")
+        eligible = self._eligibility()
+        self._phase("2.eligibility")
+        ordered = self._prioritise(eligible)
+        self._phase("3.priority")
+        self._place(ordered)
+        self._phase("4.placement")
+        return self.d
+
+    # -- 1. profile ---------------------------------------------------------------------
+    def _build_profile(self) -> None:
+        now, res = self.now, self.config.bf_resolution
+        pool = {v.name: NodeProfile(v, now) for v in self.snap.nodes}
+        releases: dict[str, list[tuple[float, int, int, int]]] = {}
+        for job in self.snap.running:
+            end = job.expected_end()
+            if end is None:
+                continue  # no time limit: never gives its resources back in the plan
+            if end <= now:
+                end = now + res  # past its limit: expected to go at the next step
+            elif res > 1:
+                end = -(-end // res) * res
+            for a in job.alloc:
+                releases.setdefault(a.node, []).append((end, a.cpus, a.mem, len(a.gpu_ids)))
+        for name, rel in releases.items():
+            node = pool.get(name)
+            if node is not None:
+                node.add_releases(rel)
+        until = now + self.config.bf_window + _RESERVATION_LOOKAHEAD
+        self.book = ReservationBook(self.snap.reservations, now, until)
+        for name, slots in self.book.node_windows.items():
+            node = pool.get(name)
+            if node is not None:
+                node.windows = slots
+        self.pool = pool
+        self.feas = Feasibility(self.snap.partitions, pool, self.book, now)
+
+    # -- 2. eligibility -------------------------------------------------------------------
+    def _eligibility(self) -> list[tuple[Job, list[str]]]:
+        d, now = self.d, self.now
+        deps = DependencyIndex(self.snap.pending, self.snap.running, self.snap.finished)
+        overrides = self.snap.priority_overrides
+        out: list[tuple[Job, list[str]]] = []
+        for job in self.snap.pending:
+            reason = Reason.NONE
+            if job.hold == "admin" or overrides.get(job.job_id) == 0:
+                reason = Reason.HELD_ADMIN
+            elif job.hold or job.spec.hold:
+                reason = Reason.HELD_USER
+            elif job.spec.begin_time is not None and job.spec.begin_time > now:
+                reason = Reason.BEGIN_TIME
+            elif job.spec.dependency:
+                state = deps.state(job, now)
+                if state is DepState.WAIT:
+                    reason = Reason.DEPENDENCY
+                elif state is DepState.NEVER:
+                    reason = Reason.DEPENDENCY_NEVER
+                    d.never[job.job_id] = "Dependency can never be satisfied"
+            if reason is not Reason.NONE:
+                d.reasons[job.job_id] = reason
+                d.stats.ineligible += 1
                 continue
-            alloc = _place(job, [free[n] for n in part.nodes if n in free], part.exclusive)
-            if alloc is not None:
-                start = Start(job.job_id, pname, alloc)
-                break
-        if start is None:
-            d.reasons[job.job_id] = Reason.PRIORITY if blocked else Reason.RESOURCES
-            blocked = True
-            continue
-        d.starts.append(start)
-        d.stats.started += 1
-        for a in start.alloc:
-            f = free[a.node]
-            f.cpus -= a.cpus
-            f.mem -= a.mem
-            f.gpu_ids = [g for g in f.gpu_ids if g not in a.gpu_ids]
-            f.running += 1
-    return d
+            out.append((job, list(job.spec.partitions) or [job.partition]))
+        return out
 
-
-def _place(job: Job, nodes: list[_Free], part_exclusive: bool) -> list[NodeAlloc] | None:
-    shape = job.shape
-    exclusive = shape.exclusive or part_exclusive
-    want = set(job.spec.nodelist)
-    avoid = set(job.spec.exclude)
-    fit: list[_Free] = []
-    for f in sorted(nodes, key=lambda f: f.view.index):
-        v = f.view
-        if not v.available or v.name in avoid:
-            continue
-        if shape.gpu_type and shape.gpus_per_node and v.gpu_type != shape.gpu_type:
-            continue
-        if exclusive:
-            if f.running or f.cpus < v.cpus or len(f.gpu_ids) < v.gpus:
-                continue
-        if f.cpus < shape.cpus_per_node or f.mem < shape.mem_per_node:
-            continue
-        if len(f.gpu_ids) < shape.gpus_per_node:
-            continue
-        fit.append(f)
-    chosen = [f for f in fit if f.view.name in want]
-    if len(chosen) < len(want):
-        return None
-    chosen += [f for f in fit if f.view.name not in want][: shape.nodes - len(chosen)]
-    if len(chosen) < shape.nodes:
-        return None
-    out = []
-    for f in chosen:
-        if exclusive:
-            out.append(NodeAlloc(f.view.name, f.cpus, f.mem, list(f.gpu_ids)))
-        else:
-            out.append(
-                NodeAlloc(
-                    f.view.name,
-                    shape.cpus_per_node,
-                    shape.mem_per_node,
-                    f.gpu_ids[: shape.gpus_per_node],
-                )
+    # -- 3. priority ----------------------------------------------------------------------
+    def _prioritise(self, eligible: list[tuple[Job, list[str]]]) -> list[tuple[Job, list[str]]]:
+        policy = PriorityPolicy(self.snap, self.now, self.config)
+        prio = self.d.priorities
+        for job in self.snap.pending:
+            prio[job.job_id] = policy.priority(
+                job, list(job.spec.partitions) or [job.partition]
             )
-    return out
+        keyed = [
+            (order_key(policy.tier(parts), prio[job.job_id], job), job, parts)
+            for job, parts in eligible
+        ]
+        keyed.sort(key=lambda t: t[0])
+        return [(job, parts) for _, job, parts in keyed]
+
+    # -- 4. placement ---------------------------------------------------------------------
+    def _place(self, ordered: list[tuple[Job, list[str]]]) -> None:
+        d, now, config = self.d, self.now, self.config
+        stats = d.stats
+        backfill = config.backfill
+        horizon = now + config.bf_window
+        depth = None if config.conservative else config.bf_max_job_test
+        blocked: set[str] = set()  # partitions with a blocked job
+        # Monotone memos, valid because a pass only ever takes resources: a request that
+        # did not fit now for some duration does not fit for a longer one later in the
+        # pass, and one with no start in the window never gets one.
+        no_fit: dict[tuple[object, ...], float] = {}
+        no_plan: set[tuple[object, ...]] = set()
+        singletons: set[tuple[str, str]] = set()
+        tried_plans = 0
+        for job, parts in ordered:
+            requests: list[Request] = []
+            verdicts: list[Verdict] = []
+            for pname in parts:
+                r = self.feas.request(job, pname)
+                if isinstance(r, Request):
+                    requests.append(r)
+                else:
+                    verdicts.append(r)
+            if not requests:
+                v = verdicts[0]
+                d.reasons[job.job_id] = v.reason
+                if not any(x.later for x in verdicts):
+                    d.never[job.job_id] = v.message or str(v.reason)
+                continue
+            singleton = bool(job.spec.dependency) and parse_dependency(
+                job.spec.dependency or ""
+            ).singleton
+            if singleton and (job.user, job.spec.name) in singletons:
+                d.reasons[job.job_id] = Reason.DEPENDENCY
+                continue
+            mine = {r.partition for r in requests}
+            if not backfill and mine & blocked:
+                # sched/builtin: strict order inside a partition
+                requests = [r for r in requests if r.partition not in blocked]
+                if not requests:
+                    d.reasons[job.job_id] = Reason.PRIORITY
+                    continue
+            stats.examined += 1
+            started = False
+            for req in requests:
+                floor = no_fit.get(req.key)
+                if floor is not None and req.duration >= floor:
+                    continue
+                nodes = start_now(req, now)
+                if nodes is None:
+                    no_fit[req.key] = min(req.duration, floor if floor is not None else INF)
+                    continue
+                back = bool(mine & blocked)
+                d.starts.append(Start(job.job_id, req.partition, self._take(req, nodes), back))
+                stats.started += 1
+                stats.backfilled += back
+                if singleton:
+                    singletons.add((job.user, job.spec.name))
+                started = True
+                break
+            if started:
+                continue
+            first = not (mine & blocked)
+            blocked |= mine
+            stats.blocked += 1
+            d.reasons[job.job_id] = Reason.RESOURCES if first else Reason.PRIORITY
+            if not backfill or (depth is not None and tried_plans >= depth):
+                continue
+            tried_plans += 1
+            best: tuple[float, Request, list[NodeProfile]] | None = None
+            for req in requests:
+                pkey = (req.key, req.duration)
+                if pkey in no_plan:
+                    continue
+                found = earliest_start(req, now, horizon)
+                if found is None:
+                    no_plan.add(pkey)
+                    continue
+                if best is None or found[0] < best[0]:
+                    best = (found[0], req, found[1])
+            if best is None:
+                continue
+            at, req, nodes = best
+            end = at + req.duration
+            for node in nodes:
+                c, m, g = need_on(req, node)
+                node.take(at, end, c, m, g)
+            d.plans[job.job_id] = Plan(at, [n.name for n in nodes])
+            stats.planned += 1
+            if req.reservation is not None and req.allowed and at >= req.allowed[0][0] > now:
+                d.reasons[job.job_id] = Reason.RESERVATION
+
+    def _take(self, req: Request, nodes: list[NodeProfile]) -> list[NodeAlloc]:
+        now = self.now
+        end = now + req.duration
+        allocs = []
+        for node in nodes:
+            c, m, g = need_on(req, node)
+            node.take(now, end, c, m, g)
+            node.running += 1
+            allocs.append(NodeAlloc(node.name, c, m, node.take_gpu_ids(g)))
+        return allocs

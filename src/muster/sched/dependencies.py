@@ -1,0 +1,137 @@
+"""``--dependency``: whether a pending job may be considered yet.
+
+Slurm's forms: ``after:ID[+MIN]``, ``afterany:ID``, ``afterok:ID``, ``afternotok:ID``,
+``aftercorr:ID`` (read as afterok), ``afterburstbuffer:ID`` (read as afterany) and
+``singleton``; several IDs join with ``:``; terms join with ``,`` (all must hold) or
+``?`` (any may hold). Array-task forms ``ID_TASK`` are matched on the task's job id.
+
+The answer is one of three words: ``MET``, ``WAIT`` (can resolve later) or ``NEVER``
+(e.g. ``afterok`` on a job that failed: Slurm's DependencyNeverSatisfied). A job id the
+snapshot knows nothing about has left memory and counts as met, as Slurm does once a job
+is purged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+
+from muster.core.job import Job
+
+__all__ = ["DepState", "DependencyIndex", "Dependency", "parse_dependency"]
+
+_TERM_RE = re.compile(r"^(after|afterany|afterok|afternotok|aftercorr|afterburstbuffer):(.+)$")
+_ID_RE = re.compile(r"^(\d+)(?:_(\d+))?(?:\+(\d+))?$")
+
+
+class DepState(Enum):
+    MET = "met"
+    WAIT = "wait"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class _Term:
+    kind: str  # after, afterany, afterok, afternotok, singleton
+    job_ids: tuple[tuple[int, int], ...]  # (job id, delay in seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    terms: tuple[_Term, ...]
+    any_of: bool  # "?" joined: one term suffices
+
+    @property
+    def singleton(self) -> bool:
+        return any(t.kind == "singleton" for t in self.terms)
+
+
+@lru_cache(maxsize=4096)
+def parse_dependency(text: str) -> Dependency:
+    """Parse a dependency string; raises ValueError on bad syntax."""
+    text = text.strip()
+    if "," in text and "?" in text:
+        raise ValueError(f"Invalid dependency specification: {text}")
+    any_of = "?" in text
+    terms: list[_Term] = []
+    for raw in text.split("?" if any_of else ","):
+        raw = raw.strip()
+        if raw == "singleton":
+            terms.append(_Term("singleton", ()))
+            continue
+        m = _TERM_RE.match(raw)
+        if m is None:
+            raise ValueError(f"Invalid dependency specification: {text}")
+        kind = {"aftercorr": "afterok", "afterburstbuffer": "afterany"}.get(m.group(1), m.group(1))
+        ids: list[tuple[int, int]] = []
+        for part in m.group(2).split(":"):
+            im = _ID_RE.match(part)
+            if im is None or (im.group(3) and kind != "after"):
+                raise ValueError(f"Invalid dependency specification: {text}")
+            ids.append((int(im.group(1)), int(im.group(3) or 0) * 60))
+        terms.append(_Term(kind, tuple(ids)))
+    if not terms:
+        raise ValueError(f"Invalid dependency specification: {text}")
+    return Dependency(tuple(terms), any_of)
+
+
+class DependencyIndex:
+    """What the dependency rules need to know about other jobs, indexed once per pass."""
+
+    __slots__ = ("started", "pending", "finished", "active_names")
+
+    def __init__(
+        self, pending: list[Job], running: list[Job], finished: dict[int, str]
+    ) -> None:
+        self.started = {j.job_id: (j.start_time or 0.0) for j in running}
+        self.pending = {j.job_id for j in pending}
+        self.finished = finished
+        self.active_names = {(j.user, j.spec.name) for j in running}
+
+    def state(self, job: Job, now: float) -> DepState:
+        text = job.spec.dependency
+        if not text:
+            return DepState.MET
+        try:
+            dep = parse_dependency(text)
+        except ValueError:
+            return DepState.NEVER
+        states = [self._term(job, t, now) for t in dep.terms]
+        if dep.any_of:
+            if DepState.MET in states:
+                return DepState.MET
+            return DepState.WAIT if DepState.WAIT in states else DepState.NEVER
+        if DepState.NEVER in states:
+            return DepState.NEVER
+        return DepState.WAIT if DepState.WAIT in states else DepState.MET
+
+    def _term(self, job: Job, term: _Term, now: float) -> DepState:
+        if term.kind == "singleton":
+            busy = (job.user, job.spec.name) in self.active_names
+            return DepState.WAIT if busy else DepState.MET
+        worst = DepState.MET
+        for job_id, delay in term.job_ids:
+            s = self._one(term.kind, job_id, delay, now)
+            if s is DepState.NEVER:
+                return s
+            if s is DepState.WAIT:
+                worst = s
+        return worst
+
+    def _one(self, kind: str, job_id: int, delay: int, now: float) -> DepState:
+        if job_id in self.pending:
+            return DepState.WAIT
+        started = self.started.get(job_id)
+        if started is not None:
+            if kind == "after" and started + delay <= now:
+                return DepState.MET
+            return DepState.WAIT
+        state = self.finished.get(job_id)
+        if state is None or kind in ("after", "afterany"):
+            return DepState.MET
+        ok = state == "COMPLETED"
+        if kind == "afterok":
+            return DepState.MET if ok else DepState.NEVER
+        return DepState.NEVER if ok else DepState.MET  # afternotok

@@ -1,0 +1,427 @@
+"""Feasibility: may this job run in this partition, on which nodes, and if not, why?
+
+Each check answers with a ``Verdict``: a Slurm reason for squeue and whether it can
+resolve later ("not now", e.g. PartitionDown: an admin may bring the partition up) or
+never as the cluster is configured ("never", e.g. a GPU count no node has). Checks run
+cheapest first: the per-job ones (state, access, limits) are a few comparisons; the
+per-node scan is cached by the request's static shape, so a queue of 100,000 jobs with a
+few dozen distinct shapes scans the nodes a few dozen times.
+
+``validate_submit`` applies the "never" checks at submission, so that sbatch can refuse
+a job that could never run, with Slurm's wording. Limits that an admin may still raise
+(MaxTime, MaxNodes) are refused only under ``EnforcePartLimits``; otherwise the job
+waits with PartitionTimeLimit or PartitionNodeLimit, as in Slurm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from muster.core.job import Job, JobSpec, Shape
+from muster.core.states import Reason
+from muster.sched.features import Constraint, FeatureError, parse_constraint
+from muster.sched.profile import INF, NodeProfile
+from muster.sched.reservations import ReservationBook, may_use
+from muster.sched.snapshot import NodeView, PartitionView, ReservationView
+
+__all__ = [
+    "Feasibility",
+    "Request",
+    "Verdict",
+    "check_submit",
+    "job_duration",
+    "validate_submit",
+]
+
+# Slurm's messages (what sbatch prints after "Batch job submission failed: ").
+NODE_CONFIG = "Requested node configuration is not available"
+MEMORY = "Memory specification can not be satisfied"
+BAD_PARTITION = "Invalid partition name specified"
+NO_PARTITION = "No partition specified or system default partition"
+PARTITION_UNAVAILABLE = "Required partition not available (inactive or drain)"
+BAD_ACCOUNT = "Invalid account or account/partition combination specified"
+BAD_GROUP = "User's group not permitted to use this partition"
+BAD_TIME = "Requested time limit is invalid (missing or exceeds some limit)"
+BAD_NODE_COUNT = "Node count specification invalid"
+BAD_FEATURES = "Invalid feature specification"
+BAD_NODE_NAME = "Invalid node name specified"
+BAD_GRES = "Invalid generic resource (gres) specification"
+BAD_RESERVATION = "Requested reservation is invalid"
+RESERVATION_DENIED = "Access denied to requested reservation"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Why a job cannot run (in a partition): a reason, and whether it can resolve later."""
+
+    reason: Reason
+    later: bool
+    message: str = ""
+
+
+class Request:
+    """One job asking one partition: what placement and planning need, precomputed.
+
+    ``candidates`` are the partition's available nodes that could ever hold one share of
+    the job (capacity, GPU type, features, -w/-x, reservation), in node order; ``key``
+    identifies requests that are interchangeable for placement (same candidates and
+    per-node need) so that the pass can remember that such a request did not fit.
+    """
+
+    __slots__ = (
+        "partition",
+        "nodes",
+        "need",
+        "exclusive",
+        "duration",
+        "candidates",
+        "required",
+        "reservation",
+        "allowed",
+        "key",
+    )
+
+    def __init__(
+        self,
+        partition: str,
+        nodes: int,
+        need: tuple[int, int, int],
+        exclusive: bool,
+        duration: float,
+        candidates: list[NodeProfile],
+        required: frozenset[str],
+        reservation: str | None,
+        allowed: list[tuple[float, float]],
+        key: tuple[object, ...],
+    ) -> None:
+        self.partition = partition
+        self.nodes = nodes
+        self.need = need
+        self.exclusive = exclusive
+        self.duration = duration
+        self.candidates = candidates
+        self.required = required
+        self.reservation = reservation
+        self.allowed = allowed
+        self.key = key
+
+
+def job_duration(job: Job, part: PartitionView) -> int | None:
+    """The time limit the job runs under in ``part``: its own, else the partition's
+    DefaultTime, else MaxTime; None (or 0) means no limit."""
+    limit = job.time_limit if job.time_limit is not None else job.spec.time_limit
+    if limit is None:
+        limit = part.default_time if part.default_time is not None else part.max_time
+    return limit or None
+
+
+def _group_ok(allowed: tuple[str, ...] | None, group: str) -> bool:
+    return allowed is None or "ALL" in allowed or group in allowed
+
+
+def _account_ok(part: PartitionView, account: str | None) -> bool:
+    if part.allow_accounts is not None and "ALL" not in part.allow_accounts:
+        if account is None or account not in part.allow_accounts:
+            return False
+    return not (part.deny_accounts and account is not None and account in part.deny_accounts)
+
+
+def _static_fit(
+    cap: tuple[int, int, int],
+    gpu_type: str | None,
+    features: frozenset[str],
+    need: tuple[int, int, int],
+    want_type: str | None,
+    constraint: Constraint | None,
+) -> bool:
+    if cap[0] < need[0] or cap[1] < need[1] or cap[2] < need[2]:
+        return False
+    if want_type is not None and need[2] > 0 and gpu_type != want_type:
+        return False
+    return constraint is None or constraint.matches(features)
+
+
+def _need(shape: Shape) -> tuple[int, int, int]:
+    return (shape.cpus_per_node, shape.mem_per_node, shape.gpus_per_node)
+
+
+class Feasibility:
+    """The pass's feasibility checks, with a cache of the per-node scans."""
+
+    __slots__ = ("partitions", "pool", "book", "now", "_static", "_part_nodes")
+
+    def __init__(
+        self,
+        partitions: Mapping[str, PartitionView],
+        pool: Mapping[str, NodeProfile],
+        book: ReservationBook,
+        now: float,
+    ) -> None:
+        self.partitions = partitions
+        self.pool = pool
+        self.book = book
+        self.now = now
+        self._static: dict[tuple[object, ...], tuple[list[NodeProfile], Verdict | None]] = {}
+        self._part_nodes: dict[str, list[NodeProfile]] = {}
+
+    def partition_nodes(self, name: str) -> list[NodeProfile]:
+        nodes = self._part_nodes.get(name)
+        if nodes is None:
+            part = self.partitions[name]
+            nodes = sorted(
+                (self.pool[n] for n in set(part.nodes) if n in self.pool), key=lambda p: p.index
+            )
+            self._part_nodes[name] = nodes
+        return nodes
+
+    def request(self, job: Job, pname: str) -> Request | Verdict:
+        """The job's request in partition ``pname``, or why it cannot run there."""
+        part = self.partitions.get(pname)
+        if part is None:
+            return Verdict(Reason.BAD_CONSTRAINTS, False, BAD_PARTITION)
+        # Cheapest first: partition state, then access, then the job's limits.
+        if part.state == "DOWN":
+            return Verdict(Reason.PARTITION_DOWN, True)
+        if part.state == "INACTIVE":
+            return Verdict(Reason.PARTITION_INACTIVE, True)
+        spec = job.spec
+        if not _account_ok(part, spec.account):
+            return Verdict(Reason.BAD_CONSTRAINTS, False, BAD_ACCOUNT)
+        if not _group_ok(part.allow_groups, job.group):
+            return Verdict(Reason.BAD_CONSTRAINTS, False, BAD_GROUP)
+        limit = job_duration(job, part)
+        if limit is not None and part.max_time is not None and limit > part.max_time:
+            return Verdict(Reason.PARTITION_TIME_LIMIT, True)
+        shape = job.shape
+        nodes = max(shape.nodes, len(spec.nodelist))
+        if (part.max_nodes is not None and nodes > part.max_nodes) or nodes < part.min_nodes:
+            return Verdict(Reason.PARTITION_NODE_LIMIT, True)
+        need = _need(shape)
+        exclusive = shape.exclusive or spec.exclusive or part.exclusive
+        key = (
+            pname,
+            nodes,
+            need,
+            exclusive,
+            shape.gpu_type if need[2] else None,
+            spec.constraint,
+            tuple(spec.nodelist),
+            tuple(spec.exclude),
+            spec.reservation,
+        )
+        cached = self._static.get(key)
+        if cached is None:
+            cached = self._static[key] = self._scan(part, job, nodes, need)
+        candidates, verdict = cached
+        if verdict is not None:
+            return verdict
+        allowed: list[tuple[float, float]] = []
+        if spec.reservation is not None:
+            res = self.book.by_name[spec.reservation]
+            if not may_use(res, job):
+                return Verdict(Reason.RESERVATION, True, RESERVATION_DENIED)
+            allowed = self.book.windows_by_name[spec.reservation]
+        return Request(
+            pname,
+            nodes,
+            need,
+            exclusive,
+            INF if limit is None else float(limit),
+            candidates,
+            frozenset(spec.nodelist),
+            spec.reservation,
+            allowed,
+            key,
+        )
+
+    def _scan(
+        self, part: PartitionView, job: Job, nodes: int, need: tuple[int, int, int]
+    ) -> tuple[list[NodeProfile], Verdict | None]:
+        spec = job.spec
+        constraint = None
+        if spec.constraint:
+            try:
+                constraint = parse_constraint(spec.constraint)
+            except FeatureError:
+                return [], Verdict(Reason.BAD_CONSTRAINTS, False, BAD_FEATURES)
+        held: set[str] | None = None
+        if spec.reservation is not None:
+            res = self.book.by_name.get(spec.reservation)
+            if res is None:
+                return [], Verdict(Reason.RESERVATION, False, BAD_RESERVATION)
+            if not self.book.windows_by_name[spec.reservation]:
+                return [], Verdict(Reason.RESERVATION, False, BAD_RESERVATION)
+            held = set(res.nodes)
+        members = self.partition_nodes(part.name)
+        member_names = {n.name for n in members}
+        required = set(spec.nodelist)
+        if not required <= member_names:
+            return [], Verdict(Reason.BAD_CONSTRAINTS, False, NODE_CONFIG)
+        if nodes > len(members):
+            return [], Verdict(Reason.PARTITION_NODE_LIMIT, True)
+        exclude = set(spec.exclude)
+        gtype = job.shape.gpu_type
+        configured: list[NodeProfile] = []
+        for n in members:
+            if n.name in exclude or (held is not None and n.name not in held):
+                continue
+            if _static_fit(n.cap, n.gpu_type, n.features, need, gtype, constraint):
+                configured.append(n)
+        names = {n.name for n in configured}
+        if len(configured) < nodes or not required <= names:
+            return [], Verdict(Reason.BAD_CONSTRAINTS, False, NODE_CONFIG)
+        available = [n for n in configured if n.available]
+        if len(available) < nodes or any(not self.pool[r].available for r in required):
+            return [], Verdict(Reason.REQ_NODE_NOT_AVAIL, True)
+        return available, None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a submission is refused: ``message`` follows "Batch job submission failed: ";
+    ``detail`` is the extra line Slurm prints before it, if any (e.g. for memory)."""
+
+    message: str
+    detail: str | None = None
+
+
+def check_submit(
+    spec: JobSpec,
+    shape: Shape,
+    partitions: Mapping[str, PartitionView],
+    nodes: Sequence[NodeView],
+    reservations: Sequence[ReservationView] = (),
+    *,
+    user: str = "",
+    group: str = "",
+    enforce_part_limits: str = "NO",
+) -> Rejection | None:
+    """Refuse a job that can never run here (see ``validate_submit``)."""
+    names = list(spec.partitions)
+    if not names:
+        names = [p.name for p in partitions.values() if p.is_default][:1]
+        if not names:
+            return Rejection(NO_PARTITION)
+    for name in names:
+        if name not in partitions:
+            return Rejection(BAD_PARTITION)
+    if spec.constraint:
+        try:
+            constraint: Constraint | None = parse_constraint(spec.constraint)
+        except FeatureError:
+            return Rejection(BAD_FEATURES)
+    else:
+        constraint = None
+    by_name = {n.name: n for n in nodes}
+    for n in list(spec.nodelist) + list(spec.exclude):
+        if n not in by_name:
+            return Rejection(BAD_NODE_NAME)
+    if shape.gpus_per_node and shape.gpu_type is not None:
+        if not any(n.gpu_type == shape.gpu_type for n in nodes):
+            return Rejection(BAD_GRES)
+    held: set[str] | None = None
+    if spec.reservation is not None:
+        res = next((r for r in reservations if r.name == spec.reservation), None)
+        if res is None:
+            return Rejection(BAD_RESERVATION)
+        if user not in res.users and (spec.account is None or spec.account not in res.accounts):
+            return Rejection(RESERVATION_DENIED)
+        held = set(res.nodes)
+
+    # A job naming several partitions is accepted when one of them could run it; the
+    # first partition's problem is the one reported.
+    first: Rejection | None = None
+    for name in names:
+        problem = _partition_problem(
+            partitions[name], spec, shape, by_name, constraint, held, user, group,
+            enforce_part_limits,
+        )
+        if problem is None:
+            return None
+        first = first or problem
+    return first
+
+
+def _partition_problem(
+    part: PartitionView,
+    spec: JobSpec,
+    shape: Shape,
+    by_name: Mapping[str, NodeView],
+    constraint: Constraint | None,
+    held: set[str] | None,
+    user: str,
+    group: str,
+    enforce: str,
+) -> Rejection | None:
+    if part.state in ("INACTIVE", "DRAIN"):
+        return Rejection(PARTITION_UNAVAILABLE)
+    if not _account_ok(part, spec.account):
+        return Rejection(BAD_ACCOUNT)
+    if not _group_ok(part.allow_groups, group):
+        return Rejection(BAD_GROUP)
+    nodes = max(shape.nodes, len(spec.nodelist))
+    if enforce != "NO":
+        limit = spec.time_limit
+        if limit and part.max_time is not None and limit > part.max_time:
+            return Rejection(BAD_TIME)
+        if (part.max_nodes is not None and nodes > part.max_nodes) or nodes < part.min_nodes:
+            return Rejection(BAD_NODE_COUNT)
+    members = [by_name[n] for n in part.nodes if n in by_name]
+    member_names = {n.name for n in members}
+    if not set(spec.nodelist) <= member_names:
+        return Rejection(NODE_CONFIG)
+    if nodes > len(members):
+        # More nodes than the partition has: Slurm queues it (PartitionNodeLimit) unless
+        # limits are enforced.
+        return Rejection(BAD_NODE_COUNT) if enforce != "NO" else None
+    need = _need(shape)
+    exclude = set(spec.exclude)
+    fit = fit_without_mem = 0
+    for n in members:
+        if n.name in exclude or (held is not None and n.name not in held):
+            continue
+        cap = (n.cpus, n.mem, n.gpus)
+        feats = frozenset(n.features)
+        if _static_fit(cap, n.gpu_type, feats, need, shape.gpu_type, constraint):
+            fit += 1
+        elif _static_fit(cap, n.gpu_type, feats, (need[0], 0, need[2]), shape.gpu_type, constraint):
+            fit_without_mem += 1
+    if fit >= nodes:
+        return None
+    if fit + fit_without_mem >= nodes:
+        return Rejection(NODE_CONFIG, MEMORY)
+    return Rejection(NODE_CONFIG)
+
+
+def validate_submit(
+    spec: JobSpec,
+    shape: Shape,
+    partitions: Mapping[str, PartitionView],
+    nodes: Sequence[NodeView],
+    reservations: Sequence[ReservationView] = (),
+    *,
+    user: str = "",
+    group: str = "",
+    enforce_part_limits: str = "NO",
+) -> str | None:
+    """None when the job could run here some day; otherwise the message sbatch prints
+    after "Batch job submission failed: " (``check_submit`` also gives Slurm's detail
+    line, such as "Memory specification can not be satisfied").
+
+    Checks: partitions exist (or a default does) and accept jobs (not INACTIVE/DRAIN),
+    account and group access, feature syntax, node names, GPU type, reservation name and
+    access, and that enough nodes of the partition could ever hold the job. MaxTime and
+    MaxNodes refuse only when ``enforce_part_limits`` is not "NO".
+    """
+    rejection = check_submit(
+        spec,
+        shape,
+        partitions,
+        nodes,
+        reservations,
+        user=user,
+        group=group,
+        enforce_part_limits=enforce_part_limits,
+    )
+    return None if rejection is None else rejection.message

@@ -1,0 +1,174 @@
+"""The availability profile: each node's free resources from ``now`` on.
+
+A ``NodeProfile`` is the pass's working copy of one node. Its free CPUs, memory and GPUs
+form a step function of time: ``times[i]`` is when step ``i`` begins (``times[0]`` is
+``now``) and ``cpus[i]``/``mem[i]``/``gpus[i]`` hold from then until ``times[i + 1]``
+(the last step lasts forever). It starts as the node's free resources now, rising at the
+expected end (start + time limit) of each job running on it; a running job with no time
+limit never gives its resources back in the plan, and one already past its limit is
+expected to go at the next resolution step.
+
+The pass then ``take``s from it: a job started now takes from ``now`` to its end, a
+planned job (a *reservation in the plan*) from its planned start to its end. Because every
+start and every plan is taken out of the same profile, nothing is ever given twice and no
+later job can use what an earlier one was promised.
+
+Invariants: ``times`` is strictly increasing and starts at ``now``; every value stays
+between 0 and the node's capacity; ``gpu_ids`` (the GPU indices free *now*) has exactly
+``gpus[0]`` entries.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+
+from muster.sched.reservations import Window
+from muster.sched.snapshot import NodeView
+
+__all__ = ["INF", "NodeProfile", "Need"]
+
+INF = math.inf
+
+# Per-node need: (cpus, mem, gpus).
+Need = tuple[int, int, int]
+
+
+class NodeProfile:
+    __slots__ = (
+        "view",
+        "name",
+        "index",
+        "cap",
+        "gpu_type",
+        "features",
+        "weight",
+        "available",
+        "gpu_ids",
+        "running",
+        "times",
+        "cpus",
+        "mem",
+        "gpus",
+        "dips",
+        "windows",
+        "version",
+    )
+
+    def __init__(self, view: NodeView, now: float) -> None:
+        self.view = view
+        self.name = view.name
+        self.index = view.index
+        self.cap: Need = (view.cpus, view.mem, view.gpus)
+        self.gpu_type = view.gpu_type
+        self.features = frozenset(view.features)
+        self.weight = view.weight
+        self.available = view.available
+        self.gpu_ids = sorted(view.free_gpu_ids)
+        self.running = view.running_jobs
+        self.times: list[float] = [now]
+        self.cpus = [max(0, view.free_cpus)]
+        self.mem = [max(0, view.free_mem)]
+        self.gpus = [len(self.gpu_ids)]
+        # True once something is taken from a future time: the profile may then be lower
+        # later than now, and "fits now" no longer implies "fits for the whole job".
+        self.dips = False
+        self.windows: list[Window] = []
+        self.version = 0
+
+    # -- building -------------------------------------------------------------------
+    def add_releases(self, releases: list[tuple[float, int, int, int]]) -> None:
+        """Add the ends of running jobs: (time, cpus, mem, gpus) given back at time.
+        Call once, before any ``take``."""
+        if not releases:
+            return
+        releases.sort()
+        now = self.times[0]
+        c, m, g = self.cpus[0], self.mem[0], self.gpus[0]
+        cc, cm, cg = self.cap
+        for t, dc, dm, dg in releases:
+            if t <= now:
+                continue
+            c, m, g = min(cc, c + dc), min(cm, m + dm), min(cg, g + dg)
+            if t == self.times[-1]:
+                self.cpus[-1], self.mem[-1], self.gpus[-1] = c, m, g
+            else:
+                self.times.append(t)
+                self.cpus.append(c)
+                self.mem.append(m)
+                self.gpus.append(g)
+        self.version += 1
+
+    # -- questions ------------------------------------------------------------------
+    def fits_now(self, c: int, m: int, g: int) -> bool:
+        return self.cpus[0] >= c and self.mem[0] >= m and self.gpus[0] >= g
+
+    def fits(self, start: float, end: float, c: int, m: int, g: int) -> bool:
+        """Whether (c, m, g) is free during all of [start, end)."""
+        times = self.times
+        i = bisect_right(times, start) - 1
+        if i < 0:
+            i = 0
+        n = len(times)
+        cpus, mem, gpus = self.cpus, self.mem, self.gpus
+        while True:
+            if cpus[i] < c or mem[i] < m or gpus[i] < g:
+                return False
+            i += 1
+            if i == n or times[i] >= end:
+                return True
+
+    def free_at(self, t: float) -> Need:
+        i = max(0, bisect_right(self.times, t) - 1)
+        return (self.cpus[i], self.mem[i], self.gpus[i])
+
+    def starts(self, c: int, m: int, g: int, duration: float) -> list[list[float]]:
+        """The start times at which (c, m, g) stays free for ``duration``: a list of closed
+        intervals [first, last] in time order (last may be INF)."""
+        out: list[list[float]] = []
+        times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
+        run: float | None = None
+        for i in range(len(times)):
+            if cpus[i] >= c and mem[i] >= m and gpus[i] >= g:
+                if run is None:
+                    run = times[i]
+            elif run is not None:
+                if duration != INF and times[i] - run >= duration:
+                    out.append([run, times[i] - duration])
+                run = None
+        if run is not None:
+            out.append([run, INF])
+        return out
+
+    # -- changes --------------------------------------------------------------------
+    def take(self, start: float, end: float, c: int, m: int, g: int) -> None:
+        """Subtract (c, m, g) during [start, end); the caller has checked it fits."""
+        i = self._split(start)
+        j = self._split(end) if end != INF else len(self.times)
+        cpus, mem, gpus = self.cpus, self.mem, self.gpus
+        for k in range(i, j):
+            cpus[k] -= c
+            mem[k] -= m
+            gpus[k] -= g
+        if start > self.times[0]:
+            self.dips = True
+        self.version += 1
+
+    def take_gpu_ids(self, count: int) -> list[int]:
+        """The ``count`` lowest free GPU indices now, removed from the free list."""
+        ids, self.gpu_ids = self.gpu_ids[:count], self.gpu_ids[count:]
+        return ids
+
+    def _split(self, t: float) -> int:
+        """Make ``t`` a step boundary; return the index of the step starting at ``t``."""
+        times = self.times
+        i = bisect_right(times, t)
+        if i > 0 and times[i - 1] == t:
+            return i - 1
+        if i == 0:  # before now: clamp (callers never take from the past)
+            return 0
+        times.insert(i, t)
+        self.cpus.insert(i, self.cpus[i - 1])
+        self.mem.insert(i, self.mem[i - 1])
+        self.gpus.insert(i, self.gpus[i - 1])
+        return i
