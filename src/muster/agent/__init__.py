@@ -1,0 +1,21 @@
+"""musterd, the node agent (muster's slurmd).
+
+One agent per node (several may share a host under different node names and ports). It
+owns what happens on its node and nothing else; the controller owns every job's state.
+
+* ``main``       the ``musterd`` command: flags, config, cluster key, logging.
+* ``daemon``     wiring: state directory and lock, GPUs, sockets, background loops.
+* ``app``        the HTTP API: signed requests from the controller on TCP, user
+                 credentials (SO_PEERCRED) on the node's Unix socket.
+* ``link``       register, heartbeat and deliver ``job_done`` reports, riding out a
+                 controller that is down or restarting.
+* ``supervisor`` running batch scripts: launch, watch, time limits, signals, termination,
+                 restart recovery.
+* ``launcher``   spool the script, fork, drop privileges, open outputs as the user, exec.
+* ``env``        pure: a job and a node -> the batch script's environment (Slurm's names).
+* ``outputs``    pure: Slurm's ``%j``/``%x``/... output filename patterns.
+* ``limits``     pure: time-limit deadlines, ``--signal`` specs, exit statuses.
+* ``proctree``   pure walk over a ``/proc`` snapshot: which processes belong to a job.
+* ``gpus``       GPU detection (nvidia-smi, NVML) or emulation of the configured count.
+* ``state``      atomic JSON records on disk: running jobs and pending reports.
+"""

@@ -1,0 +1,227 @@
+"""musterd's HTTP face: the signed API for the controller, the credential socket for users.
+
+One ASGI application serves both listening sockets and tells them apart by the peer
+credentials that ``protocol.httpd`` puts in the scope:
+
+* **TCP** (NodeAddr:Port): only requests signed with the cluster key. The signature covers
+  the method, the raw path *with* its query string, the body and the time/nonce headers;
+  anything else is answered 401 before any route runs.
+
+  ==========================  ==============================================================
+  ``POST /v1/launch``         ``{"job", "cluster", "ctld", "kill_wait"}`` -> ``{"ok": true}``
+                              once the script runs; otherwise 500 ``{"error", "code":
+                              "launch_failed"}``, and a ``job_done`` report (exit code 1,
+                              ``reason``) has already been saved for delivery
+  ``POST /v1/signal``         ``{"job_id", "signal", "batch_only"}`` -> ``{"ok": true}``
+  ``POST /v1/terminate``      ``{"job_id", "reason", "kill_wait", "restart_count"?}`` ->
+                              ``{"ok": true, "running": bool}``
+  ``POST /v1/update``         ``{"job_id", "time_limit"}`` (muster's addition: a new limit
+                              for a running job) -> ``{"ok": true, "running": bool}``
+  ``GET /v1/status``          ``{"node", "running": [job_id], "attempts": [[id, restarts]],
+                              "pending_reports": n, "registered": bool}``
+  ==========================  ==============================================================
+
+  ``/v1/signal`` for a job that does not run here answers 404 ``invalid_job_id``.
+
+* **Unix socket** (``<AgentSocketDir>/musterd-<node>.sock``, mode 0666): only
+  ``POST /v1/credential``, which vouches for the connecting process's uid/gid as the kernel
+  reports them (SO_PEERCRED): ``{"credential": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from muster.agent.limits import parse_signal
+from muster.agent.supervisor import LaunchError, Supervisor
+from muster.core.clock import Clock
+from muster.protocol.httpd import PEER_KEY, SignatureError, Verifier, read_body
+from muster.protocol.signing import make_credential
+
+__all__ = ["build_app"]
+
+log = logging.getLogger(__name__)
+
+ASGIApp = Callable[..., Any]
+
+
+def _error(message: str, code: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": message, "code": code}, status_code=status)
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError:
+        raise _BadRequest("request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise _BadRequest("request body must be a JSON object")
+    return body
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _job_id(body: dict[str, Any]) -> int:
+    try:
+        return int(body["job_id"])
+    except (KeyError, TypeError, ValueError):
+        raise _BadRequest("job_id must be an integer") from None
+
+
+def _handler(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    async def wrapped(request: Request) -> JSONResponse:
+        try:
+            return await fn(request)  # type: ignore[no-any-return]
+        except _BadRequest as exc:
+            return _error(str(exc), "invalid", 400)
+
+    return wrapped
+
+
+def build_routes(supervisor: Supervisor, status_extra: Callable[[], dict[str, Any]]) -> list[Route]:
+    node = supervisor.node
+
+    @_handler
+    async def launch(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        job = body.get("job")
+        if not isinstance(job, dict) or "job_id" not in job:
+            raise _BadRequest("launch needs a job object with a job_id")
+        _job_id(job)
+        kill_wait = body.get("kill_wait")
+        try:
+            await supervisor.launch(job, float(kill_wait) if kill_wait is not None else None)
+        except LaunchError as exc:
+            return _error(str(exc), "launch_failed", 500)
+        return JSONResponse({"ok": True})
+
+    @_handler
+    async def signal_job(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        job_id = _job_id(body)
+        try:
+            sig = parse_signal(body.get("signal", 15))
+        except ValueError as exc:
+            raise _BadRequest(str(exc)) from None
+        if not supervisor.signal(job_id, sig, bool(body.get("batch_only"))):
+            return _error(f"job {job_id} is not running on {node}", "invalid_job_id", 404)
+        return JSONResponse({"ok": True})
+
+    @_handler
+    async def terminate(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        job_id = _job_id(body)
+        reason = str(body.get("reason") or "cancel")
+        kill_wait = body.get("kill_wait")
+        attempt = body.get("restart_count")
+        running = supervisor.terminate(
+            job_id,
+            reason,
+            float(kill_wait) if kill_wait is not None else None,
+            int(attempt) if attempt is not None else None,
+        )
+        return JSONResponse({"ok": True, "running": running})
+
+    @_handler
+    async def update(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        job_id = _job_id(body)
+        limit = body.get("time_limit")
+        running = supervisor.update(job_id, int(limit) if limit is not None else None)
+        return JSONResponse({"ok": True, "running": running})
+
+    async def status(request: Request) -> JSONResponse:
+        return JSONResponse(
+            {
+                "node": node,
+                "running": supervisor.running(),
+                "attempts": supervisor.running_attempts(),
+                **status_extra(),
+            }
+        )
+
+    return [
+        Route("/v1/launch", launch, methods=["POST"]),
+        Route("/v1/signal", signal_job, methods=["POST"]),
+        Route("/v1/terminate", terminate, methods=["POST"]),
+        Route("/v1/update", update, methods=["POST"]),
+        Route("/v1/status", status, methods=["GET"]),
+    ]
+
+
+def credential_app(key: bytes, node: str, clock: Clock) -> Starlette:
+    async def credential(request: Request) -> JSONResponse:
+        peer = request.scope.get(PEER_KEY)
+        if not peer:
+            return _error("credentials are only issued on the local socket", "auth", 403)
+        _, uid, gid = peer
+        return JSONResponse({"credential": make_credential(key, uid, gid, node, clock.now())})
+
+    return Starlette(routes=[Route("/v1/credential", credential, methods=["POST"])])
+
+
+class _SignedOnly:
+    """Let through only requests signed with the cluster key (401 otherwise)."""
+
+    def __init__(self, app: ASGIApp, verifier: Verifier) -> None:
+        self.app = app
+        self.verifier = verifier
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body = await read_body(receive)
+        path = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string") or b""
+        target = (path + b"?" + query if query else path).decode("latin-1")
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            self.verifier.verify(scope["method"], target, body, headers)
+        except SignatureError as exc:
+            log.warning("refused an unsigned or bad request %s %s: %s", scope["method"], target, exc)
+            await _error(f"authentication failed: {exc}", "auth", 401)(scope, receive, send)
+            return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def build_app(
+    supervisor: Supervisor,
+    key: bytes,
+    clock: Clock,
+    lifespan: Any = None,
+    status_extra: Callable[[], dict[str, Any]] = dict,
+) -> ASGIApp:
+    """The ASGI app for both sockets (see the module docstring)."""
+    signed = _SignedOnly(Starlette(routes=build_routes(supervisor, status_extra)), Verifier(key, clock))
+    local = credential_app(key, supervisor.node, clock)
+    outer = Starlette(lifespan=lifespan)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await outer(scope, receive, send)
+        elif scope.get(PEER_KEY):
+            await local(scope, receive, send)
+        else:
+            await signed(scope, receive, send)
+
+    return app

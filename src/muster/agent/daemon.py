@@ -1,0 +1,241 @@
+"""Wiring of musterd: state directory, GPUs, supervisor, controller link, HTTP server.
+
+``AgentDaemon(settings).serve()`` runs until SIGTERM/SIGINT. Stopping is graceful and,
+like slurmd's, leaves the jobs running: the server stops accepting, the background loops
+are cancelled, and the job records stay on disk for the next agent to adopt or report
+(see ``supervisor``). ``muster down`` cancels jobs itself when it means to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from muster import __version__
+from muster.agent import gpus
+from muster.agent.app import build_app
+from muster.agent.env import EnvContext
+from muster.agent.link import ControllerLink
+from muster.agent.state import StateDir
+from muster.agent.supervisor import Supervisor
+from muster.core.clock import Clock, SystemClock
+from muster.core.config import Config, NodeConf
+from muster.protocol.httpd import SignedClient, bind_tcp, bind_unix, make_server
+
+__all__ = ["AgentDaemon", "AgentSettings", "StartupError", "heartbeat_interval"]
+
+log = logging.getLogger("musterd")
+
+UNIX_PATH_MAX = 107
+
+
+class StartupError(Exception):
+    """musterd cannot start; ``str()`` is what it prints after ``musterd: error:``."""
+
+
+@dataclass(slots=True)
+class AgentSettings:
+    config: Config
+    node: NodeConf
+    key: bytes
+    state_dir: str
+    conf_path: str
+    gpu_mode: str = "auto"
+
+
+def heartbeat_interval(config: Config) -> float:
+    """``HeartbeatInterval`` when set, else a fifth of SlurmdTimeout, at least 1 s."""
+    raw = config.settings.get("HeartbeatInterval") or config.get("HeartbeatInterval")
+    if raw:
+        try:
+            value = float(raw)
+            if value > 0:
+                return value
+        except ValueError:
+            log.warning("HeartbeatInterval=%r is not a number; using the default", raw)
+    return max(1.0, config.slurmd_timeout / 5)
+
+
+def socket_path(config: Config, node: str, state_dir: str) -> str:
+    return os.path.join(config.agent_socket_dir or state_dir, f"musterd-{node}.sock")
+
+
+def _over_time(config: Config) -> float:
+    """``OverTimeLimit`` (minutes past the limit before the kill; UNLIMITED is not honoured)."""
+    raw = (config.get("OverTimeLimit") or "").strip()
+    return 60.0 * int(raw) if raw.isdigit() else 0.0
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class AgentDaemon:
+    def __init__(self, settings: AgentSettings, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.config = settings.config
+        self.node = settings.node
+        self.clock = clock or SystemClock()
+        self.state = StateDir(settings.state_dir)
+        self.start_time = self.clock.now()
+        self.inventory = gpus.GpuInventory()
+        self._lock_fd: int | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._server: Any = None
+        self.stop_requested = False
+        self.client: SignedClient | None = None
+        self.link: ControllerLink | None = None
+        self.supervisor = Supervisor(
+            node=self.node.name,
+            state=self.state,
+            clock=self.clock,
+            env_ctx=EnvContext(
+                node=self.node.name,
+                cluster=self.config.cluster_name,
+                conf_path=os.path.abspath(settings.conf_path),
+                ctld_addr=self.config.ctld_addr,
+                ctld_port=self.config.ctld_port,
+                def_mem_per_cpu=self.config.def_mem_per_cpu,
+            ),
+            kill_wait=float(self.config.kill_wait),
+            over_time=_over_time(self.config),
+            notify=self._notify,
+        )
+
+    # --- startup ----------------------------------------------------------------------
+
+    def prepare(self) -> list[Any]:
+        """Everything that can fail before serving: state dir, lock, GPUs, sockets."""
+        try:
+            self.state.create()
+        except OSError as exc:
+            raise StartupError(f"cannot create the state directory {self.state.root}: {exc.strerror}") from None
+        self._lock()
+        self.inventory = gpus.detect(self.node.gpus, self.node.gpu_type, self.settings.gpu_mode)
+        with open(os.path.join(self.state.root, "musterd.pid"), "w") as f:
+            f.write(f"{os.getpid()}\n")
+        path = socket_path(self.config, self.node.name, self.state.root)
+        if len(path.encode()) > UNIX_PATH_MAX:
+            raise StartupError(f"socket path {path} is too long for a Unix socket; set AgentSocketDir")
+        try:
+            tcp = bind_tcp(self.node.addr, self.node.port)
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {self.node.addr}:{self.node.port}: {exc.strerror}") from None
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            unix = bind_unix(path)
+        except OSError as exc:
+            tcp.close()
+            raise StartupError(f"cannot listen on {path}: {exc.strerror}") from None
+        log.info(
+            "musterd %s for node %s: listening on %s:%s and %s; state in %s",
+            __version__, self.node.name, self.node.addr, self.node.port, path, self.state.root,
+        )
+        return [tcp, unix]
+
+    def _lock(self) -> None:
+        path = os.path.join(self.state.root, "musterd.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StartupError(f"another musterd uses {self.state.root}") from None
+        self._lock_fd = fd
+
+    def registration(self) -> dict[str, Any]:
+        return {
+            "node": self.node.name,
+            "addr": self.node.addr,
+            "port": self.node.port,
+            "cpus": self.node.cpus,
+            "real_memory": self.node.real_memory,
+            "gpus": self.inventory.count,
+            "gpu_type": self.inventory.gpu_type,
+            "gpu_source": self.inventory.source,
+            "gpu_list": self.inventory.describe(),
+            "running": self.supervisor.running_attempts(),
+            "agent_start_time": self.start_time,
+            "boot_time": _boot_time(),
+            "version": __version__,
+        }
+
+    def _notify(self) -> None:
+        if self.link is not None:
+            self.link.wake()
+
+    def _status_extra(self) -> dict[str, Any]:
+        return {
+            "pending_reports": len(self.state.reports()),
+            "registered": bool(self.link and self.link.registered),
+        }
+
+    # --- running ----------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def lifespan(self, app: Any) -> Any:
+        await self.start()
+        try:
+            yield
+        finally:
+            await self.stop()
+
+    async def start(self) -> None:
+        cfg = self.config
+        self.client = SignedClient(self.settings.key, self.clock, timeout=float(cfg.message_timeout))
+        self.link = ControllerLink(
+            client=self.client,
+            base_url=f"http://{cfg.ctld_addr}:{cfg.ctld_port}",
+            node=self.node.name,
+            registration=self.registration,
+            supervisor=self.supervisor,
+            state=self.state,
+            interval=heartbeat_interval(cfg),
+        )
+        self.supervisor.recover()
+        self._tasks = [
+            asyncio.create_task(self.supervisor.run_limits(), name="limits"),
+            asyncio.create_task(self.link.run(), name="heartbeat"),
+            asyncio.create_task(self.link.deliver(), name="reports"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.supervisor.aclose()
+        if self.client is not None:
+            await self.client.aclose()
+        log.info("musterd stopped; %d job(s) left running", len(self.supervisor.jobs))
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+        if self._server is not None:
+            self._server.should_exit = True
+
+    async def serve(self) -> None:
+        sockets = self.prepare()
+        app = build_app(self.supervisor, self.settings.key, self.clock, self.lifespan, self._status_extra)
+        server = self._server = make_server(app)
+        try:
+            if not self.stop_requested:
+                await server.serve(sockets=sockets)
+        finally:
+            for sock in sockets:
+                sock.close()
+            try:
+                os.unlink(socket_path(self.config, self.node.name, self.state.root))
+            except OSError:
+                pass

@@ -1,0 +1,188 @@
+"""The agent's side of the conversation with the controller: register, heartbeat, report.
+
+Two loops, both tolerant of a controller that is down or restarting (the jobs keep running
+meanwhile; nothing here ever stops one except a ``kill`` list the controller sends):
+
+* ``run`` registers, then heartbeats every ``interval`` seconds. It registers again
+  whenever a heartbeat is answered 404 (the controller does not know this node, or asks it
+  to re-register) and after the controller was unreachable (it may have restarted and lost
+  what it knew). While unreachable it retries with a backoff from 0.2 s up to ``interval``
+  (at most 5 s). Every answer's ``kill`` list is obeyed: those jobs are terminated with
+  reason ``cancel``.
+* ``deliver`` sends the saved ``job_done`` reports, oldest first, deleting each once the
+  controller acknowledged it (the controller treats a repeated report as acknowledged
+  again). A network failure, a 401 or a 5xx keeps the report and retries with backoff. A
+  report refused outright (400/404/409/422) three times is dropped with an error logged,
+  so one malformed report cannot block the others forever.
+
+``running`` lists travel as ``[[job_id, restart_count], ...]``; the controller also accepts
+bare ids, but the attempt lets it recognise a stale run of a requeued job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from muster.agent.state import StateDir
+from muster.agent.supervisor import Supervisor
+from muster.protocol.httpd import DaemonRequestError, SignedClient
+
+__all__ = ["ControllerLink"]
+
+log = logging.getLogger(__name__)
+
+MIN_BACKOFF = 0.2
+MAX_BACKOFF = 5.0
+MAX_REFUSALS = 3
+_REFUSED = frozenset({400, 404, 409, 422})
+_NETWORK_ERRORS = (httpx.HTTPError, OSError, ValueError)
+
+
+class ControllerLink:
+    def __init__(
+        self,
+        client: SignedClient,
+        base_url: str,
+        node: str,
+        registration: Callable[[], dict[str, Any]],
+        supervisor: Supervisor,
+        state: StateDir,
+        interval: float,
+    ) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.node = node
+        self.registration = registration
+        self.supervisor = supervisor
+        self.state = state
+        self.interval = interval
+        self.max_backoff = max(MIN_BACKOFF, min(MAX_BACKOFF, interval))
+        self.registered = False
+        self.reachable: bool | None = None  # None: not tried yet
+        self._reports_due = asyncio.Event()
+        self._refusals: dict[str, int] = {}
+
+    def wake(self) -> None:
+        """There is a new report to deliver."""
+        self._reports_due.set()
+
+    # --- register and heartbeat -------------------------------------------------------
+
+    async def run(self) -> None:
+        backoff = MIN_BACKOFF
+        while True:
+            delay = self.interval
+            try:
+                answer = await self.contact()
+                backoff = MIN_BACKOFF
+                self._obey(answer)
+            except DaemonRequestError as exc:
+                self._mark_reachable(True)
+                if exc.status == 404 and self.registered:
+                    log.warning("controller asks this node to register again: %s", exc)
+                    self.registered = False
+                    delay = 0.0
+                else:
+                    if exc.status == 401:
+                        log.error("controller refused our signature (same key? clocks in sync?): %s", exc)
+                    else:
+                        log.warning("controller refused %s: %s", "heartbeat" if self.registered else "registration", exc)
+                    delay, backoff = backoff, min(backoff * 2, self.max_backoff)
+            except _NETWORK_ERRORS as exc:
+                self._mark_reachable(False, exc)
+                self.registered = False
+                delay, backoff = backoff, min(backoff * 2, self.max_backoff)
+            await asyncio.sleep(delay)
+
+    async def contact(self) -> Any:
+        """One registration (when due) or one heartbeat; returns the controller's answer."""
+        if not self.registered:
+            body = self.registration()
+            answer = await self.client.post(f"{self.base_url}/v1/agent/register", body)
+            self._mark_reachable(True)
+            self.registered = True
+            log.info(
+                "registered with the controller at %s (%d running jobs)",
+                self.base_url,
+                len(body.get("running", [])),
+            )
+            self.wake()
+            return answer
+        body = {"node": self.node, "running": self.supervisor.running_attempts()}
+        answer = await self.client.post(f"{self.base_url}/v1/agent/heartbeat", body)
+        self._mark_reachable(True)
+        return answer
+
+    def _obey(self, answer: Any) -> None:
+        if not isinstance(answer, dict):
+            return
+        for job_id in answer.get("kill") or []:
+            try:
+                jid = int(job_id[0] if isinstance(job_id, list | tuple) else job_id)
+            except (TypeError, ValueError, IndexError):
+                continue
+            if jid in self.supervisor.jobs:
+                log.warning("job %s: the controller does not place it here; terminating", jid)
+                self.supervisor.terminate(jid, "cancel")
+
+    def _mark_reachable(self, ok: bool, exc: BaseException | None = None) -> None:
+        if ok and self.reachable is not True:
+            if self.reachable is False:
+                log.info("controller at %s reachable again", self.base_url)
+        elif not ok and self.reachable is not False:
+            log.warning("controller at %s unreachable (%s); retrying", self.base_url, exc)
+        self.reachable = ok
+
+    # --- reports ----------------------------------------------------------------------
+
+    async def deliver(self) -> None:
+        backoff = MIN_BACKOFF
+        while True:
+            self._reports_due.clear()
+            ok = await self.deliver_once()
+            if ok:
+                backoff = MIN_BACKOFF
+                timeout = max(self.interval, 5.0)  # a safety net: reports are woken for
+            else:
+                timeout, backoff = backoff, min(backoff * 2, self.max_backoff)
+            try:
+                await asyncio.wait_for(self._reports_due.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    async def deliver_once(self) -> bool:
+        """Try every pending report once; False when some must be retried later."""
+        all_ok = True
+        for key, report in self.state.reports():
+            try:
+                await self.client.post(f"{self.base_url}/v1/agent/job_done", report)
+            except DaemonRequestError as exc:
+                if exc.status not in _REFUSED:
+                    log.warning("job_done %s not accepted yet: %s", key, exc)
+                    return False
+                refusals = self._refusals.get(key, 0) + 1
+                self._refusals[key] = refusals
+                if refusals >= MAX_REFUSALS:
+                    log.error("job_done %s refused %d times (%s); dropping it: %r", key, refusals, exc, report)
+                    self._drop(key)
+                    continue
+                log.warning("job_done %s refused (%s); will retry", key, exc)
+                if exc.status == 404:
+                    self.registered = False
+                all_ok = False
+                continue
+            except _NETWORK_ERRORS as exc:
+                log.debug("job_done %s not delivered: %s", key, exc)
+                return False
+            log.info("job_done %s acknowledged", key)
+            self._drop(key)
+        return all_ok
+
+    def _drop(self, key: str) -> None:
+        self.state.drop_report(key)
+        self._refusals.pop(key, None)

@@ -1,0 +1,137 @@
+"""What the agent keeps on disk so that a restart (of the agent or of the controller) loses
+no job and no report.
+
+Layout under the agent's state directory::
+
+    jobs/<job_id>.json                 one record per running batch script (pid, start ticks,
+                                       the job as launched)
+    reports/<job_id>.<restarts>.json   one job_done report per ended run, until acknowledged
+    spool/job<job_id>/slurm_script     the script being run (owned by the user, 0700/0500)
+    musterd.pid, musterd.lock          the running agent
+
+Every write is atomic (temporary file, fsync, rename, fsync of the directory), so a crash
+leaves either the old file or the new one. Order matters when a job ends: the report is
+written *before* the job record is removed, so a crash in between leaves both and the restart
+sees the report and drops the record; never neither.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from typing import Any
+
+__all__ = ["StateDir"]
+
+log = logging.getLogger(__name__)
+
+
+class StateDir:
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.jobs_dir = os.path.join(self.root, "jobs")
+        self.reports_dir = os.path.join(self.root, "reports")
+        self.spool_dir = os.path.join(self.root, "spool")
+
+    def create(self) -> None:
+        """Make the directories. The root and spool are traversable (0711) so that a job's
+        user can reach its own spool directory; records and reports are 0700."""
+        for path, mode in (
+            (self.root, 0o711),
+            (self.jobs_dir, 0o700),
+            (self.reports_dir, 0o700),
+            (self.spool_dir, 0o711),
+        ):
+            os.makedirs(path, mode=mode, exist_ok=True)
+
+    # -- running jobs ------------------------------------------------------------------
+
+    def save_job(self, record: dict[str, Any]) -> None:
+        _write_json(os.path.join(self.jobs_dir, f"{int(record['job_id'])}.json"), record)
+
+    def drop_job(self, job_id: int) -> None:
+        _unlink(os.path.join(self.jobs_dir, f"{int(job_id)}.json"))
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return [record for _, record in _read_all(self.jobs_dir)]
+
+    # -- reports -----------------------------------------------------------------------
+
+    @staticmethod
+    def report_key(job_id: int, restart_count: int) -> str:
+        return f"{int(job_id)}.{int(restart_count)}"
+
+    def save_report(self, report: dict[str, Any]) -> str:
+        key = self.report_key(report["job_id"], report.get("restart_count") or 0)
+        _write_json(os.path.join(self.reports_dir, f"{key}.json"), report)
+        return key
+
+    def has_report(self, job_id: int, restart_count: int) -> bool:
+        key = self.report_key(job_id, restart_count)
+        return os.path.exists(os.path.join(self.reports_dir, f"{key}.json"))
+
+    def drop_report(self, key: str) -> None:
+        _unlink(os.path.join(self.reports_dir, f"{key}.json"))
+
+    def reports(self) -> list[tuple[str, dict[str, Any]]]:
+        """Pending reports, oldest first."""
+        return _read_all(self.reports_dir)
+
+    # -- spool -------------------------------------------------------------------------
+
+    def spool_for(self, job_id: int) -> str:
+        return os.path.join(self.spool_dir, f"job{int(job_id):05d}")
+
+    def clean_spool(self, job_id: int) -> None:
+        shutil.rmtree(self.spool_for(job_id), ignore_errors=True)
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    directory = os.path.dirname(path)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _read_all(directory: str) -> list[tuple[str, dict[str, Any]]]:
+    entries: list[tuple[float, str, dict[str, Any]]] = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        if not name.endswith(".json"):
+            continue  # leftovers of an interrupted write end in .tmp.<pid>
+        path = os.path.join(directory, name)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            mtime = os.stat(path).st_mtime
+        except (OSError, ValueError) as exc:
+            log.error("ignoring unreadable state file %s: %s", path, exc)
+            continue
+        entries.append((mtime, name[: -len(".json")], data))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    return [(key, data) for _, key, data in entries]
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

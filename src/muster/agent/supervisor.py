@@ -1,0 +1,545 @@
+"""The agent's running batch scripts: start, watch, limit, signal, stop, report.
+
+One ``Tracked`` record per running job (keyed by job id; one attempt runs at a time). Its
+life, and what is on disk at each point (see ``state``):
+
+    launch ──► record saved (pid unknown) ──► fork/exec ──► record saved (pid, start ticks)
+       │ fails: failure report saved (exit 1), record dropped, launch answers an error
+       ▼
+    running ── time limit / terminate ──► SIGTERM+SIGCONT to the job's processes,
+       │                                   SIGKILL every tick from kill_wait on
+       ▼ the script exits (seen through a pidfd, or by polling where there is none)
+    leftover processes of the job are SIGKILLed (as Slurm does when the batch step ends),
+    the report is saved, then the record dropped and the spool removed; the controller link
+    is woken to deliver the report.
+
+Signals reach "the job's processes" as ``proctree.job_members`` defines them.
+
+A restarted agent (``recover``) finds the records of the previous one:
+
+* a report already exists for that attempt: the record is stale and is dropped;
+* the script still runs (same pid *and* same start time): it is adopted and watched,
+  limited and signalled as before. Its exit status cannot be learned (it is no longer our
+  child), so its report says ``terminated_by: "node_fail"`` (or the reason it was being
+  terminated for) with ``reason: "exit status lost: musterd restarted while the job ran"``;
+* the script is gone: reported the same way at once.
+
+``node_fail`` is the conservative choice: the controller treats the run as lost and
+requeues it when the job allows, rather than calling a run whose outcome nobody saw
+COMPLETED. Keeping exit statuses across agent restarts needs a per-job monitor process
+(slurmstepd's role); that is future work.
+
+The terminate reasons the agent understands are those of the API (``cancel``, ``timeout``,
+``requeue``, ``node_fail``) plus ``cleanup`` (a node that is not the batch host) and
+``preempt``; the first reason given wins and is reported as ``terminated_by``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.agent import launcher, limits, proctree
+from muster.agent.env import EnvContext, batch_environment
+from muster.agent.launcher import LaunchError
+from muster.agent.state import StateDir
+from muster.core.clock import Clock
+from muster.core.timefmt import format_timestamp
+
+__all__ = ["LaunchError", "Supervisor", "Tracked"]
+
+log = logging.getLogger(__name__)
+
+LOST_STATUS = "exit status lost: musterd restarted while the job ran"
+TICK = 0.5  # seconds between limit checks at most
+TOMBSTONE_SECONDS = 600.0
+
+ProcReader = Callable[[list[int]], Mapping[int, proctree.ProcInfo]]
+Killer = Callable[[int, int], None]
+
+
+def _read_proc(uids: list[int]) -> Mapping[int, proctree.ProcInfo]:
+    return proctree.read_proc(tag_uids=uids)
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@dataclass(slots=True)
+class Tracked:
+    job_id: int
+    restart_count: int
+    job: dict[str, Any]
+    uid: int
+    kill_wait: float
+    started_at: float
+    pid: int | None = None
+    start_ticks: int | None = None
+    adopted: bool = False
+    terminated_by: str | None = None
+    kill_at: float | None = None  # monotonic time from which SIGKILL is sent
+    warned: bool = False
+    stderr_path: str | None = None
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "restart_count": self.restart_count,
+            "pid": self.pid,
+            "pgid": self.pid,
+            "start_ticks": self.start_ticks,
+            "uid": self.uid,
+            "kill_wait": self.kill_wait,
+            "started_at": self.started_at,
+            "terminated_by": self.terminated_by,
+            "warned": self.warned,
+            "stderr_path": self.stderr_path,
+            "job": self.job,
+        }
+
+
+class Supervisor:
+    def __init__(
+        self,
+        node: str,
+        state: StateDir,
+        clock: Clock,
+        env_ctx: EnvContext,
+        kill_wait: float,
+        over_time: float = 0.0,
+        notify: Callable[[], None] = lambda: None,
+        proc_reader: ProcReader = _read_proc,
+        kill: Killer = _kill,
+    ) -> None:
+        self.node = node
+        self.state = state
+        self.clock = clock
+        self.env_ctx = env_ctx
+        self.kill_wait = kill_wait
+        self.over_time = over_time
+        self.notify = notify
+        self.proc_reader = proc_reader
+        self.kill = kill
+        self.jobs: dict[int, Tracked] = {}
+        self._launching: set[int] = set()
+        self._tombstones: dict[tuple[int, int], float] = {}
+        self._wake = asyncio.Event()
+
+    # --- queries ----------------------------------------------------------------------
+
+    def running(self) -> list[int]:
+        return sorted(self.jobs)
+
+    def running_attempts(self) -> list[list[int]]:
+        """``[[job_id, restart_count], ...]``: what runs here, attempt included."""
+        return [[t.job_id, t.restart_count] for t in sorted(self.jobs.values(), key=lambda t: t.job_id)]
+
+    # --- launch -----------------------------------------------------------------------
+
+    async def launch(self, job: dict[str, Any], kill_wait: float | None = None) -> None:
+        """Start the batch script; return once it runs. Raises ``LaunchError`` after saving
+        a failure report (unless the request was a duplicate or conflicts)."""
+        job_id = int(job["job_id"])
+        attempt = int(job.get("restart_count") or 0)
+        current = self.jobs.get(job_id)
+        if current is not None or job_id in self._launching:
+            if current is None or current.restart_count == attempt:
+                log.info("job %s: launch repeated; it already runs here", job_id)
+                return
+            raise LaunchError(
+                f"job {job_id} attempt {current.restart_count} still runs on {self.node}"
+            )
+        if (job_id, attempt) in self._tombstones:
+            raise LaunchError(f"job {job_id} was terminated before it started on {self.node}")
+        if self.state.has_report(job_id, attempt):
+            log.info("job %s: launch repeated; it already ran here", job_id)
+            return
+
+        now = self.clock.now()
+        t = Tracked(
+            job_id=job_id,
+            restart_count=attempt,
+            job=job,
+            uid=int(job.get("uid", -1)),
+            kill_wait=float(kill_wait if kill_wait is not None else self.kill_wait),
+            started_at=now,
+        )
+        self._launching.add(job_id)
+        try:
+            self.state.save_job(t.record())
+            try:
+                try:
+                    plan = self._plan(job)
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise LaunchError(f"malformed job: {exc!r}") from None
+                t.uid, t.stderr_path = plan.uid, plan.stderr
+                t.pid = await launcher.start(plan)
+            except LaunchError as exc:
+                log.warning("job %s: launch failed: %s", job_id, exc)
+                self._save_report(t, exit_code=1, sig=0, terminated_by=None, reason=str(exc))
+                self.state.drop_job(job_id)
+                self.state.clean_spool(job_id)
+                self.notify()
+                raise
+            t.start_ticks = proctree.process_start_ticks(t.pid)
+            self.jobs[job_id] = t
+            self.state.save_job(t.record())
+        finally:
+            self._launching.discard(job_id)
+        log.info("job %s: started pid %s as uid %s", job_id, t.pid, t.uid)
+        t.task = asyncio.create_task(self._watch(t), name=f"job-{job_id}")
+        self._wake.set()
+
+    def _plan(self, job: dict[str, Any]) -> launcher.LaunchPlan:
+        entry = launcher.user_entry(job)
+        ctx = EnvContext(
+            node=self.env_ctx.node,
+            cluster=self.env_ctx.cluster,
+            conf_path=self.env_ctx.conf_path,
+            ctld_addr=self.env_ctx.ctld_addr,
+            ctld_port=self.env_ctx.ctld_port,
+            def_mem_per_cpu=self.env_ctx.def_mem_per_cpu,
+            user_home=entry.pw_dir,
+            user_shell=entry.pw_shell,
+        )
+        job = {**job, "user": job.get("user") or entry.pw_name}
+        env = batch_environment(job, ctx)
+        nodes = [a.get("node") for a in job.get("alloc") or []]
+        index = nodes.index(self.node) if self.node in nodes else 0
+        return launcher.prepare(
+            job, env, self.state.spool_for(int(job["job_id"])), self.node, index
+        )
+
+    # --- control ----------------------------------------------------------------------
+
+    def terminate(
+        self,
+        job_id: int,
+        reason: str,
+        kill_wait: float | None = None,
+        restart_count: int | None = None,
+    ) -> bool:
+        """TERM now, KILL from ``kill_wait`` on. False when the job does not run here; then,
+        for the batch host's reasons, a report is saved so the controller hears an end."""
+        t = self.jobs.get(job_id)
+        if t is None:
+            self._terminate_absent(job_id, reason, restart_count)
+            return False
+        if t.terminated_by is None:
+            t.terminated_by = reason
+        wait = float(kill_wait if kill_wait is not None else t.kill_wait)
+        mono = self.clock.monotonic()
+        if t.kill_at is None:
+            log.info("job %s: terminating (%s), SIGKILL in %.0fs", job_id, reason, wait)
+            self._write_banner(t, reason)
+            self._signal_job(t, signal.SIGTERM)
+            self._signal_job(t, signal.SIGCONT)
+            t.kill_at = mono + wait
+            self.state.save_job(t.record())
+        else:
+            t.kill_at = min(t.kill_at, mono + wait)
+        self._wake.set()
+        return True
+
+    def _terminate_absent(self, job_id: int, reason: str, restart_count: int | None) -> None:
+        if reason == "cleanup" or restart_count is None or job_id in self._launching:
+            return
+        if self.state.has_report(job_id, restart_count):
+            return  # it ended here already; its report is on its way
+        now = self.clock.now()
+        self._prune_tombstones(now)
+        self._tombstones[(job_id, restart_count)] = now
+        report = self._report_body(job_id, restart_count, 0, 0, reason, now, now)
+        report["reason"] = f"job was not running on {self.node}"
+        self.state.save_report(report)
+        self.notify()
+
+    def _prune_tombstones(self, now: float) -> None:
+        for key, when in list(self._tombstones.items()):
+            if now - when > TOMBSTONE_SECONDS:
+                del self._tombstones[key]
+
+    def signal(self, job_id: int, sig: int, batch_only: bool = False) -> bool:
+        t = self.jobs.get(job_id)
+        if t is None:
+            return False
+        if batch_only:
+            if t.pid is not None and self._leader_alive(t):
+                self.kill(t.pid, sig)
+        else:
+            self._signal_job(t, sig)
+        return True
+
+    def update(self, job_id: int, time_limit: int | None) -> bool:
+        """A new time limit (``scontrol update``) for a running job."""
+        t = self.jobs.get(job_id)
+        if t is None:
+            return False
+        t.job["time_limit"] = time_limit
+        t.warned = False
+        self.state.save_job(t.record())
+        self._wake.set()
+        return True
+
+    # --- time limits ------------------------------------------------------------------
+
+    def check_limits(self) -> float:
+        """One pass: warnings, time limits, SIGKILL escalation. Returns the seconds until
+        something may next be due (at most ``TICK``)."""
+        now = self.clock.now()
+        mono = self.clock.monotonic()
+        soonest = TICK
+        for t in list(self.jobs.values()):
+            if t.kill_at is not None:
+                if mono >= t.kill_at:
+                    self._signal_job(t, signal.SIGKILL)
+                else:
+                    soonest = min(soonest, t.kill_at - mono)
+                continue
+            end = limits.deadline(t.job, t.started_at, self.over_time)
+            if end is None:
+                continue
+            warn = self._warning(t)
+            if warn is not None and not t.warned and now >= end - warn.seconds:
+                t.warned = True
+                self._send_warning(t, warn)
+            if now >= end:
+                log.info("job %s: time limit reached", t.job_id)
+                self.terminate(t.job_id, "timeout")
+            else:
+                soonest = min(soonest, end - now)
+        return max(0.02, soonest)
+
+    async def run_limits(self) -> None:
+        while True:
+            try:
+                delay = self.check_limits()
+            except Exception:  # a surprise must not stop limit enforcement for good
+                log.exception("time limit check failed")
+                delay = TICK
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except TimeoutError:
+                pass
+
+    def _warning(self, t: Tracked) -> limits.SignalSpec | None:
+        try:
+            return limits.parse_signal_spec((t.job.get("spec") or {}).get("signal"))
+        except ValueError:
+            return None
+
+    def _send_warning(self, t: Tracked, warn: limits.SignalSpec) -> None:
+        log.info("job %s: sending signal %s %ss before the limit", t.job_id, warn.signal, warn.seconds)
+        if warn.batch_only:
+            if t.pid is not None and self._leader_alive(t):
+                self.kill(t.pid, warn.signal)
+            return
+        for pid in self._members(t) - {t.pid}:
+            self.kill(pid, warn.signal)
+
+    # --- processes --------------------------------------------------------------------
+
+    def _members(self, t: Tracked) -> set[int]:
+        if t.pid is None:
+            return set()
+        procs = self.proc_reader([t.uid])
+        members = proctree.job_members(procs, t.pid, t.job_id, t.uid, exclude={os.getpid()})
+        if t.adopted and not self._leader_alive(t, procs):
+            members.discard(t.pid)  # its pid may belong to someone else by now
+        return members
+
+    def _leader_alive(self, t: Tracked, procs: Mapping[int, proctree.ProcInfo] | None = None) -> bool:
+        if t.pid is None:
+            return False
+        if not t.adopted:
+            return True  # our child: its pid stays ours until we reap it
+        if procs is not None:
+            info = procs.get(t.pid)
+            return info is not None and info.start_ticks == t.start_ticks
+        return proctree.process_start_ticks(t.pid) == t.start_ticks
+
+    def _signal_job(self, t: Tracked, sig: int) -> None:
+        for pid in self._members(t):
+            self.kill(pid, sig)
+
+    def _write_banner(self, t: Tracked, reason: str) -> None:
+        """Tell the job's error file why it stops, without trusting its path: append only to
+        an existing regular file that the job's user owns, never following a symlink."""
+        if reason == "cleanup" or not t.stderr_path:
+            return
+        line = limits.banner(self.node, t.job_id, reason, format_timestamp(self.clock.now()))
+        try:
+            fd = os.open(t.stderr_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == t.uid:
+                os.write(fd, line.encode())
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    # --- endings ----------------------------------------------------------------------
+
+    async def _watch(self, t: Tracked) -> None:
+        try:
+            await self._wait_exit(t)
+            # The leader is a zombie (or, adopted, gone): its pid, process group and session
+            # still cannot be reused, so sweeping them now is safe.
+            for pid in self._members(t) - {t.pid}:
+                self.kill(pid, signal.SIGKILL)
+            status = None
+            if not t.adopted and t.pid is not None:
+                _, status = os.waitpid(t.pid, 0)
+            self._finish(t, status)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("job %s: watching failed", t.job_id)
+
+    async def _wait_exit(self, t: Tracked) -> None:
+        assert t.pid is not None
+        loop = asyncio.get_running_loop()
+        try:
+            fd = os.pidfd_open(t.pid)
+        except (AttributeError, OSError):
+            fd = None
+        if fd is not None:
+            if t.adopted and not self._leader_alive(t):
+                os.close(fd)
+                return
+            done: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+            try:
+                await done
+            finally:
+                loop.remove_reader(fd)
+                os.close(fd)
+            return
+        while True:  # no pidfd (old kernel): poll
+            if t.adopted:
+                if not self._leader_alive(t):
+                    return
+            else:
+                try:
+                    if os.waitid(os.P_PID, t.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                        return
+                except ChildProcessError:
+                    return
+            await asyncio.sleep(0.2)
+
+    def _finish(self, t: Tracked, status: int | None) -> None:
+        now = self.clock.now()
+        if status is None:
+            exit_code, sig = 0, 0
+            by, reason = t.terminated_by or "node_fail", LOST_STATUS
+        else:
+            exit_code, sig = limits.exit_fields(status)
+            by, reason = t.terminated_by, None
+        log.info(
+            "job %s: ended exit_code=%s signal=%s terminated_by=%s", t.job_id, exit_code, sig, by
+        )
+        self._save_report(t, exit_code, sig, by, reason, end=now)
+        self.state.drop_job(t.job_id)
+        self.state.clean_spool(t.job_id)
+        if self.jobs.get(t.job_id) is t:
+            del self.jobs[t.job_id]
+        self.notify()
+
+    def _report_body(
+        self,
+        job_id: int,
+        restart_count: int,
+        exit_code: int,
+        sig: int,
+        terminated_by: str | None,
+        start: float,
+        end: float,
+    ) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "job_id": job_id,
+            "restart_count": restart_count,
+            "exit_code": exit_code,
+            "signal": sig,
+            "terminated_by": terminated_by,
+            "start_time": start,
+            "end_time": end,
+        }
+
+    def _save_report(
+        self,
+        t: Tracked,
+        exit_code: int,
+        sig: int,
+        terminated_by: str | None,
+        reason: str | None,
+        end: float | None = None,
+    ) -> None:
+        end = self.clock.now() if end is None else end
+        report = self._report_body(
+            t.job_id, t.restart_count, exit_code, sig, terminated_by, t.started_at, end
+        )
+        if reason:
+            report["reason"] = reason
+        self.state.save_report(report)
+
+    # --- restart ----------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Adopt or report what a previous agent left running (see the module docstring)."""
+        for rec in self.state.jobs():
+            try:
+                job_id = int(rec["job_id"])
+                attempt = int(rec.get("restart_count") or 0)
+            except (KeyError, TypeError, ValueError):
+                log.error("ignoring a malformed job record: %r", rec)
+                continue
+            if self.state.has_report(job_id, attempt):
+                self.state.drop_job(job_id)
+                continue
+            t = Tracked(
+                job_id=job_id,
+                restart_count=attempt,
+                job=dict(rec.get("job") or {"job_id": job_id}),
+                uid=int(rec.get("uid", -1)),
+                kill_wait=float(rec.get("kill_wait") or self.kill_wait),
+                started_at=float(rec.get("started_at") or self.clock.now()),
+                pid=rec.get("pid"),
+                start_ticks=rec.get("start_ticks"),
+                adopted=True,
+                terminated_by=rec.get("terminated_by"),
+                warned=bool(rec.get("warned")),
+                stderr_path=rec.get("stderr_path"),
+            )
+            if t.pid is not None and t.start_ticks is not None and self._leader_alive(t):
+                log.info("job %s: still running as pid %s; adopted", job_id, t.pid)
+                self.jobs[job_id] = t
+                if t.terminated_by is not None:
+                    t.kill_at = self.clock.monotonic() + t.kill_wait
+                t.task = asyncio.create_task(self._watch(t), name=f"job-{job_id}")
+            else:
+                log.warning("job %s: gone while musterd was down; reporting it lost", job_id)
+                self._finish(t, None)
+        self._wake.set()
+
+    async def aclose(self) -> None:
+        """Stop watching (the jobs themselves keep running: records stay on disk)."""
+        tasks = [t.task for t in self.jobs.values() if t.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,54 @@
+"""The agent's records on disk: atomic, ordered, and safe to find again after a crash."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from muster.agent.state import StateDir
+
+
+def test_job_records_round_trip_and_are_private(tmp_path) -> None:
+    state = StateDir(str(tmp_path / "s"))
+    state.create()
+    state.save_job({"job_id": 7, "pid": 123, "job": {"job_id": 7}})
+    assert state.jobs() == [{"job_id": 7, "pid": 123, "job": {"job_id": 7}}]
+    assert stat.S_IMODE(os.stat(os.path.join(state.jobs_dir, "7.json")).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(state.jobs_dir).st_mode) == 0o700
+    state.drop_job(7)
+    state.drop_job(7)  # dropping twice is harmless
+    assert state.jobs() == []
+
+
+def test_reports_are_keyed_by_job_and_attempt_and_come_back_oldest_first(tmp_path) -> None:
+    state = StateDir(str(tmp_path))
+    state.create()
+    k1 = state.save_report({"job_id": 3, "restart_count": 0, "exit_code": 0})
+    k2 = state.save_report({"job_id": 1, "restart_count": 2, "exit_code": 1})
+    os.utime(os.path.join(state.reports_dir, f"{k1}.json"), (1, 1))
+    assert (k1, k2) == ("3.0", "1.2")
+    assert [key for key, _ in state.reports()] == ["3.0", "1.2"]
+    assert state.has_report(1, 2) and not state.has_report(1, 1)
+    state.drop_report(k1)
+    assert [key for key, _ in state.reports()] == ["1.2"]
+
+
+def test_leftovers_of_an_interrupted_write_and_unreadable_files_are_ignored(tmp_path) -> None:
+    state = StateDir(str(tmp_path))
+    state.create()
+    with open(os.path.join(state.jobs_dir, "9.json.tmp.123"), "w") as f:
+        f.write('{"job_id": 9')
+    with open(os.path.join(state.jobs_dir, "8.json"), "w") as f:
+        f.write("not json")
+    assert state.jobs() == []
+
+
+def test_the_spool_is_per_job_and_removable(tmp_path) -> None:
+    state = StateDir(str(tmp_path))
+    state.create()
+    spool = state.spool_for(42)
+    assert spool.endswith("spool/job00042")
+    os.makedirs(spool)
+    state.clean_spool(42)
+    assert not os.path.exists(spool)
+    assert stat.S_IMODE(os.stat(state.spool_dir).st_mode) == 0o711
