@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from muster.core.job import Job, NodeAlloc
 from muster.core.states import Reason
-from muster.sched.backfill import earliest_start, need_on, start_now
+from muster.sched.backfill import Planner, need_on, start_now
 from muster.sched.config import SchedConfig
 from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
@@ -170,7 +170,11 @@ class _Pass:
         no_fit: dict[tuple[object, ...], float] = {}
         no_plan: set[tuple[object, ...]] = set()
         singletons: set[tuple[str, str]] = set()
+        # For each request key, the candidates whose free resources now still cover one
+        # share of it; it only shrinks during the pass.
+        live: dict[tuple[object, ...], list[NodeProfile]] = {}
         tried_plans = 0
+        self.planner = planner = Planner(now, horizon)
         for job, parts in ordered:
             requests: list[Request] = []
             verdicts: list[Verdict] = []
@@ -205,7 +209,7 @@ class _Pass:
                 floor = no_fit.get(req.key)
                 if floor is not None and req.duration >= floor:
                     continue
-                nodes = start_now(req, now)
+                nodes, live[req.key] = start_now(req, now, live.get(req.key, req.candidates))
                 if nodes is None:
                     no_fit[req.key] = min(req.duration, floor if floor is not None else INF)
                     continue
@@ -231,7 +235,7 @@ class _Pass:
                 pkey = (req.key, req.duration)
                 if pkey in no_plan:
                     continue
-                found = earliest_start(req, now, horizon)
+                found = planner.earliest_start(req)
                 if found is None:
                     no_plan.add(pkey)
                     continue
@@ -244,6 +248,7 @@ class _Pass:
             for node in nodes:
                 c, m, g = need_on(req, node)
                 node.take(at, end, c, m, g)
+                planner.touched(node)
             d.plans[job.job_id] = Plan(at, [n.name for n in nodes])
             stats.planned += 1
             if req.reservation is not None and req.allowed and at >= req.allowed[0][0] > now:
@@ -256,6 +261,7 @@ class _Pass:
         for node in nodes:
             c, m, g = need_on(req, node)
             node.take(now, end, c, m, g)
+            self.planner.touched(node)
             node.running += 1
             allocs.append(NodeAlloc(node.name, c, m, node.take_gpu_ids(g)))
         return allocs

@@ -127,6 +127,12 @@ class NodeProfile:
         intervals [first, last] in time order (last may be INF)."""
         out: list[list[float]] = []
         times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
+        if not self.dips:
+            # Without dips the profile only rises: once it fits, it fits forever.
+            for i in range(len(times)):
+                if cpus[i] >= c and mem[i] >= m and gpus[i] >= g:
+                    return [[times[i], INF]]
+            return out
         run: float | None = None
         for i in range(len(times)):
             if cpus[i] >= c and mem[i] >= m and gpus[i] >= g:
