@@ -1,0 +1,9 @@
+"""The Slurm-compatible commands: sbatch, squeue, scancel, sinfo, scontrol (and ``muster``).
+
+Each command is one module with ``main(argv) -> int``. They share ``common`` (version line,
+errors, configuration, the controller connection, column formatting) and ``options`` (the
+getopt work-alike and the one table of job options used by sbatch, ``#SBATCH`` lines and
+``SBATCH_*`` variables). Commands import only cheap standard-library modules, ``muster.core``
+helpers and ``muster.protocol.client``, lazily where they can: start-up time is a feature.
+They never import ``ctld``, ``sched`` or ``agent``.
+"""

@@ -1,0 +1,443 @@
+"""What every command shares: the version line, error output, reading the configuration
+and talking to the controller.
+
+Start-up time matters here more than anywhere (a command is typed hundreds of times a day
+and scripts call them in loops), so this module imports only ``os`` and ``sys`` at load
+time and the lean HTTP client when a command first talks to the controller.
+
+Configuration: the commands need only a handful of keys (where the controller listens,
+where the node agents keep their sockets). ``client_settings`` reads just those with a
+small scanner that follows ``muster.core.config``'s grammar for global lines (case-blind
+keys, ``#`` comments, ``\\#``, quoted values, backslash continuations) and its defaults.
+Importing ``muster.core.config`` instead would validate every node and partition line and
+cost more start-up time than the whole request; a unit test checks that both agree.
+
+Connection: the controller's Unix socket when it exists on this host (the controller
+reads our uid from it); otherwise its TCP port, with a credential the local node agent
+signs for us (``POST /v1/credential`` on the agent's socket).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+SLURM_VERSION = "22.05.8"
+
+
+def version_line() -> str:
+    """What ``--version`` prints, the same for every command.
+
+    Tools that wrap Slurm read the version from ``slurm X.Y.Z``; we keep that shape,
+    name the Slurm release whose behaviour we follow, and say honestly what runs.
+    """
+    from muster import __version__
+
+    return f"slurm {SLURM_VERSION} (muster {__version__})"
+
+
+class CommandError(Exception):
+    """Stop a command: print ``message`` (as ``<prog>: error: <message>`` unless ``raw``)
+    and exit with ``rc``."""
+
+    def __init__(self, message: str, rc: int = 1, raw: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.rc = rc
+        self.raw = raw
+
+
+def die(prog: str, msg: str, rc: int = 1) -> int:
+    """Print ``<prog>: error: <msg>`` on stderr and return ``rc`` (for ``return die(...)``)."""
+    sys.stderr.write(f"{prog}: error: {msg}\n")
+    return rc
+
+
+def report(prog: str, err: CommandError) -> int:
+    if err.raw:
+        sys.stderr.write(err.message + "\n")
+    else:
+        sys.stderr.write(f"{prog}: error: {err.message}\n")
+    return err.rc
+
+
+def usage_error(prog: str, message: str, rc: int = 1) -> int:
+    """getopt's complaint plus Slurm's hint, as every Slurm command prints them."""
+    sys.stderr.write(f'{prog}: {message}\nTry "{prog} --help" for more information\n')
+    return rc
+
+
+def exit_error_code(default: int = 1) -> int:
+    """``SLURM_EXIT_ERROR`` overrides the status a command uses for a Slurm error."""
+    raw = os.environ.get("SLURM_EXIT_ERROR")
+    if raw is not None:
+        try:
+            return int(raw)
+        except ValueError:
+            pass
+    return default
+
+
+def argv_or_sys(argv: list[str] | None) -> list[str]:
+    return sys.argv[1:] if argv is None else list(argv)
+
+
+# --- configuration --------------------------------------------------------------------------
+
+# The keys the commands read, in core.config's spelling.
+_CLIENT_KEYS = {
+    key.lower(): key
+    for key in (
+        "ClusterName",
+        "SlurmctldHost",
+        "ControlMachine",
+        "ControlAddr",
+        "SlurmctldPort",
+        "StateSaveLocation",
+        "CtldSocket",
+        "AgentSocketDir",
+        "AuthKeyFile",
+        "SlurmUser",
+        "AdminUsers",
+    )
+}
+
+
+def conf_path() -> str:
+    return os.environ.get("MUSTER_CONF") or "/etc/muster/muster.conf"
+
+
+class ClientSettings:
+    """The configuration as the commands see it (defaults as in ``muster.core.config``)."""
+
+    __slots__ = ("path", "settings")
+
+    def __init__(self, path: str, settings: dict[str, str]) -> None:
+        self.path = path
+        self.settings = settings
+
+    @property
+    def cluster_name(self) -> str:
+        return self.settings.get("ClusterName", "cluster").lower()
+
+    def _host_addr(self) -> tuple[str, str]:
+        host = self.settings.get("SlurmctldHost")
+        if host:
+            name, _, rest = host.partition("(")
+            return name, rest.rstrip(")") or name
+        machine = self.settings.get("ControlMachine")
+        if machine:
+            return machine, self.settings.get("ControlAddr", machine)
+        return "localhost", "127.0.0.1"
+
+    @property
+    def ctld_host(self) -> str:
+        return self._host_addr()[0]
+
+    @property
+    def ctld_addr(self) -> str:
+        return self._host_addr()[1]
+
+    @property
+    def ctld_port(self) -> int:
+        raw = self.settings.get("SlurmctldPort", "6817").partition("-")[0]
+        return int(raw) if raw.isdigit() else 6817
+
+    @property
+    def state_save_location(self) -> str:
+        return self.settings.get("StateSaveLocation", "/var/spool/muster")
+
+    @property
+    def ctld_socket(self) -> str:
+        return self.settings.get(
+            "CtldSocket", os.path.join(self.state_save_location, "musterctld.sock")
+        )
+
+    @property
+    def agent_socket_dir(self) -> str | None:
+        return self.settings.get("AgentSocketDir")
+
+
+def parse_client_settings(text: str, path: str) -> ClientSettings:
+    """Read the global keys the commands need from slurm.conf-style text."""
+    settings: dict[str, str] = {}
+    pending = ""
+    for raw in text.split("\n"):
+        line = pending + raw
+        pending = ""
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        line = _strip_comment(line)
+        if "=" not in line:
+            continue
+        pairs = _pairs(line)
+        if not pairs:
+            continue
+        first = pairs[0][0].lower()
+        if first in (
+            "nodename",
+            "partitionname",
+            "include",
+            "downnodes",
+            "frontendname",
+            "nodeset",
+            "switchname",
+        ):
+            continue
+        for key, value in pairs:
+            canon = _CLIENT_KEYS.get(key.lower())
+            if canon is None:
+                continue
+            if canon == "SlurmctldHost":
+                settings.setdefault(canon, value)  # the first one is the primary
+            else:
+                settings[canon] = value
+    return ClientSettings(path, settings)
+
+
+def _strip_comment(line: str) -> str:
+    out = []
+    quote = False
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\" and i + 1 < len(line) and line[i + 1] == "#":
+            out.append("#")
+            i += 2
+            continue
+        if ch == '"':
+            quote = not quote
+        elif ch == "#" and not quote:
+            break
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _pairs(line: str) -> list[tuple[str, str]]:
+    """``Key=Value`` pairs of one logical line; blanks may surround ``=``."""
+    pairs: list[tuple[str, str]] = []
+    i, n = 0, len(line)
+    while i < n:
+        while i < n and line[i] in " \t\r":
+            i += 1
+        start = i
+        while i < n and line[i] not in "= \t\r":
+            i += 1
+        key = line[start:i]
+        while i < n and line[i] in " \t\r":
+            i += 1
+        if i >= n or line[i] != "=" or not key:
+            # Not a pair: skip the word (the full parser reports it; we only read).
+            while i < n and line[i] not in " \t\r":
+                i += 1
+            continue
+        i += 1
+        while i < n and line[i] in " \t\r":
+            i += 1
+        if i < n and line[i] == '"':
+            end = line.find('"', i + 1)
+            end = n if end < 0 else end
+            value = line[i + 1 : end]
+            i = end + 1
+        else:
+            start = i
+            while i < n and line[i] not in " \t\r":
+                i += 1
+            value = line[start:i]
+        pairs.append((key, value))
+    return pairs
+
+
+def load_settings(prog: str) -> ClientSettings:
+    """Read ``$MUSTER_CONF`` (default /etc/muster/muster.conf); CommandError if unreadable."""
+    path = conf_path()
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise CommandError(
+            f"Could not establish a configuration source: cannot read {path}: "
+            f"{e.strerror or e} (set MUSTER_CONF to your muster.conf)"
+        ) from None
+    return parse_client_settings(text, path)
+
+
+# --- the controller ---------------------------------------------------------------------------
+
+
+class Controller:
+    """A connection recipe for the controller: each call is one request."""
+
+    __slots__ = ("unix_path", "address", "headers", "settings", "timeout")
+
+    def __init__(
+        self,
+        settings: ClientSettings,
+        unix_path: str | None = None,
+        address: tuple[str, int] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.settings = settings
+        self.unix_path = unix_path
+        self.address = address
+        self.headers = headers
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: object = None) -> dict:
+        from muster.protocol.client import request
+
+        answer = request(
+            method,
+            path,
+            body,
+            unix_path=self.unix_path,
+            address=self.address,
+            headers=self.headers,
+            timeout=self.timeout,
+        )
+        return answer if isinstance(answer, dict) else {}
+
+    def get(self, path: str) -> dict:
+        return self.call("GET", path)
+
+    def post(self, path: str, body: object = None) -> dict:
+        return self.call("POST", path, {} if body is None else body)
+
+
+def connect(prog: str, settings: ClientSettings | None = None) -> Controller:
+    """How to reach the controller from here (no request is made yet)."""
+    if settings is None:
+        settings = load_settings(prog)
+    sock = settings.ctld_socket
+    if os.path.exists(sock):
+        return Controller(settings, unix_path=sock)
+    headers = None
+    credential = agent_credential(settings)
+    if credential:
+        headers = {"X-Muster-Credential": credential}
+    return Controller(settings, address=(settings.ctld_addr, settings.ctld_port), headers=headers)
+
+
+def agent_credential(settings: ClientSettings) -> str | None:
+    """A credential signed by a node agent on this host, or None when none answers."""
+    directory = settings.agent_socket_dir
+    if not directory:
+        return None
+    try:
+        names = sorted(
+            n for n in os.listdir(directory) if n.startswith("musterd-") and n.endswith(".sock")
+        )
+    except OSError:
+        return None
+    from muster.protocol.client import ApiError, ConnectError, request
+
+    for name in names:
+        try:
+            answer = request(
+                "POST", "/v1/credential", {}, unix_path=os.path.join(directory, name), timeout=10.0
+            )
+        except (ApiError, ConnectError, OSError, ValueError):
+            continue
+        if isinstance(answer, dict) and answer.get("credential"):
+            return str(answer["credential"])
+    return None
+
+
+# Slurm's wording for a controller that cannot be reached.
+CONNECT_FAILURE = "Unable to contact slurm controller (connect failure)"
+
+
+def connect_message(err: Exception) -> str:
+    """Slurm's text for a connection failure, plus where we tried (useful, and harmless)."""
+    detail = str(err)
+    if detail.startswith(CONNECT_FAILURE):
+        return detail
+    return f"{CONNECT_FAILURE}: {detail}" if detail else CONNECT_FAILURE
+
+
+# --- output helpers ---------------------------------------------------------------------------
+
+
+def fit(text: str, width: int, right: bool, cut: bool = True) -> str:
+    """Slurm's column rule: pad to ``width`` (right-justified with ``right``), and with
+    ``cut`` truncate longer values to ``width``; width 0 prints the value as is."""
+    if width <= 0:
+        return text
+    if cut and len(text) > width:
+        text = text[:width]
+    return text.rjust(width) if right else text.ljust(width)
+
+
+def parse_format(fmt: str) -> list[tuple[str, str | None, int, bool]]:
+    """Split a Slurm ``%`` format into (literal, field letter, width, right) pieces.
+
+    ``%.18i`` is right-justified in 18 columns, ``%-10j`` and ``%10j`` left-justified;
+    ``%%`` is a percent sign. A trailing literal is a piece with letter None. A ``#``
+    width (sinfo's ``%#P``) is reported as width -1 for the command to size.
+    """
+    pieces: list[tuple[str, str | None, int, bool]] = []
+    literal: list[str] = []
+    i, n = 0, len(fmt)
+    while i < n:
+        ch = fmt[i]
+        if ch != "%":
+            literal.append(ch)
+            i += 1
+            continue
+        if i + 1 < n and fmt[i + 1] == "%":
+            literal.append("%")
+            i += 2
+            continue
+        i += 1
+        right = False
+        width = 0
+        if i < n and fmt[i] == ".":
+            right = True
+            i += 1
+        elif i < n and fmt[i] == "-":
+            i += 1
+        if i < n and fmt[i] == "#":
+            width = -1
+            i += 1
+        else:
+            start = i
+            while i < n and fmt[i].isdigit():
+                i += 1
+            if i > start:
+                width = int(fmt[start:i])
+        if i >= n:
+            break
+        pieces.append(("".join(literal), fmt[i], width, right))
+        literal = []
+        i += 1
+    if literal:
+        pieces.append(("".join(literal), None, 0, False))
+    return pieces
+
+
+def current_user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def print_lines(lines: list[str]) -> None:
+    """Write many lines at once (one syscall-sized write beats thousands of prints)."""
+    if lines:
+        out = "\n".join(lines) + "\n"
+        try:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # `squeue | head` closed the pipe: not an error, and no traceback.
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            except OSError:
+                pass

@@ -1,0 +1,751 @@
+"""Command-line options the Slurm way, and the one table of job options.
+
+Two things live here:
+
+* ``getopt``: a small GNU ``getopt_long`` work-alike used by every command. It accepts
+  ``--opt=val``, ``--opt val``, ``-Jname``, ``-J name``, clustered flags (``-Hv``), unique
+  prefixes of long names (``--part``), ``--`` as the end of options, and either permutes
+  operands (squeue, scancel) or stops at the first one (sbatch, whose script arguments
+  follow the script). Its error texts are glibc's, which Slurm users and scripts know.
+* ``JOB_OPTIONS``: every option a job request can carry, written once. Each row says its
+  names, whether it takes a value, the ``SBATCH_*`` variable that can also set it and the
+  function that applies a value to a ``JobRequest``. sbatch reads the same rows from its
+  command line, its environment and the script's ``#SBATCH`` lines, and applies them in
+  the order script, environment, command line, so that the command line wins (Slurm's
+  precedence). srun and salloc are meant to reuse the rows with their own variables.
+
+A ``JobRequest`` ends as a plain dict with ``muster.core.job.JobSpec``'s field names
+(times in seconds, memory in MB). The commands never import ``muster.core.job``: its
+dataclasses cost start-up time that a command typed hundreds of times a day should not pay.
+
+Errors in a value raise ``OptionValueError`` whose text is what Slurm prints after
+``sbatch: error:`` and whose ``rc`` is Slurm's exit status for it (255 for a malformed
+option, 1 for a request Slurm rejects after parsing).
+"""
+
+from __future__ import annotations
+
+import os
+
+NO_ARG, REQUIRED, OPTIONAL = 0, 1, 2
+
+# Exit status Slurm's commands use for a malformed option value (``exit(-1)``).
+RC_BAD_OPTION = 255
+
+
+class OptionError(Exception):
+    """A command line that getopt rejects; ``str()`` is the text after ``<prog>: ``."""
+
+
+class OptionValueError(Exception):
+    """An option whose value is wrong; ``str()`` is the text after ``<prog>: error: ``."""
+
+    def __init__(self, message: str, rc: int = RC_BAD_OPTION) -> None:
+        super().__init__(message)
+        self.rc = rc
+
+
+class Opt:
+    """One option: long names, optional short letter, argument mode, and what it does.
+
+    ``key`` identifies the option to the command that reads the parsed list; ``env`` names
+    the input environment variables that set it (sbatch's ``SBATCH_*``); ``apply`` is a
+    function ``(request, value)`` for job options, None for a command's own options.
+    """
+
+    __slots__ = ("longs", "short", "arg", "key", "env", "apply")
+
+    def __init__(
+        self,
+        longs: str | tuple[str, ...],
+        short: str | None = None,
+        arg: int = REQUIRED,
+        key: str | None = None,
+        env: tuple[str, ...] = (),
+        apply: object = None,
+    ) -> None:
+        self.longs = (longs,) if isinstance(longs, str) else longs
+        self.short = short
+        self.arg = arg
+        self.key = key or (self.longs[0] if self.longs else short or "")
+        self.env = env
+        self.apply = apply
+
+    @property
+    def name(self) -> str:
+        """How messages name the option: ``--time``, or ``-X`` for a short-only option."""
+        return f"--{self.longs[0]}" if self.longs else f"-{self.short}"
+
+    def __repr__(self) -> str:
+        return f"Opt({self.name})"
+
+
+class OptionTable:
+    """Options indexed for getopt; build once per command (cheap: dict building only)."""
+
+    __slots__ = ("opts", "by_long", "by_short")
+
+    def __init__(self, *groups: tuple[Opt, ...]) -> None:
+        self.opts: list[Opt] = [o for group in groups for o in group]
+        self.by_long: dict[str, Opt] = {}
+        self.by_short: dict[str, Opt] = {}
+        for o in self.opts:
+            for name in o.longs:
+                self.by_long[name] = o
+            if o.short:
+                self.by_short[o.short] = o
+
+    def find_long(self, typed: str) -> tuple[Opt, str]:
+        """The option a (possibly abbreviated) long name means, and its full name."""
+        opt = self.by_long.get(typed)
+        if opt is not None:
+            return opt, typed
+        matches = [name for name in self.by_long if name.startswith(typed)]
+        if not matches:
+            raise KeyError(typed)
+        distinct = {id(self.by_long[m]) for m in matches}
+        if len(distinct) > 1:
+            listed = " ".join(f"'--{m}'" for m in matches)
+            raise OptionError(f"option '--{typed}' is ambiguous; possibilities: {listed}")
+        return self.by_long[matches[0]], matches[0]
+
+
+Parsed = list[tuple[Opt, "str | None"]]
+
+
+def getopt(
+    argv: list[str], table: OptionTable, *, permute: bool = True
+) -> tuple[Parsed, list[str]]:
+    """Split ``argv`` into (option, value) pairs and operands, like ``getopt_long``.
+
+    With ``permute`` operands may appear anywhere; without it (sbatch's ``+`` mode) the
+    first operand ends option parsing and it and everything after it are operands.
+    Raises ``OptionError`` with glibc's wording.
+    """
+    parsed: Parsed = []
+    operands: list[str] = []
+    i, n = 0, len(argv)
+    while i < n:
+        word = argv[i]
+        i += 1
+        if word == "--":
+            operands.extend(argv[i:])
+            break
+        if word.startswith("--"):
+            body = word[2:]
+            typed, eq, value = body.partition("=")
+            try:
+                opt, full = table.find_long(typed)
+            except KeyError:
+                raise OptionError(f"unrecognized option '{word}'") from None
+            if eq:
+                if opt.arg == NO_ARG:
+                    raise OptionError(f"option '--{full}' doesn't allow an argument")
+                parsed.append((opt, value))
+            elif opt.arg == REQUIRED:
+                if i >= n:
+                    raise OptionError(f"option '--{full}' requires an argument")
+                parsed.append((opt, argv[i]))
+                i += 1
+            else:
+                parsed.append((opt, None))
+            continue
+        if word.startswith("-") and len(word) > 1:
+            pos = 1
+            while pos < len(word):
+                letter = word[pos]
+                pos += 1
+                opt = table.by_short.get(letter)
+                if opt is None:
+                    raise OptionError(f"invalid option -- '{letter}'")
+                if opt.arg == NO_ARG:
+                    parsed.append((opt, None))
+                    continue
+                rest = word[pos:]
+                if rest:
+                    parsed.append((opt, rest))
+                elif opt.arg == REQUIRED:
+                    if i >= n:
+                        raise OptionError(f"option requires an argument -- '{letter}'")
+                    parsed.append((opt, argv[i]))
+                    i += 1
+                else:
+                    parsed.append((opt, None))
+                break
+            continue
+        if not permute:
+            operands.append(word)
+            operands.extend(argv[i:])
+            break
+        operands.append(word)
+    return parsed, operands
+
+
+# --- #SBATCH directives ----------------------------------------------------------------------
+
+
+def script_directives(script: str, magic: str = "#SBATCH") -> list[str]:
+    """The arguments of a batch script's ``#SBATCH`` lines, in order, as one argv.
+
+    Slurm's rules: directives must start in column one; reading stops at the first line
+    that is neither blank nor a comment (the first line, the ``#!``, is skipped); within a
+    line arguments are separated by blanks, single or double quotes group (and are
+    removed), and an unquoted ``#`` that begins an argument starts a comment.
+    """
+    args: list[str] = []
+    lines = script.split("\n")
+    for line in lines[1:]:
+        if line.startswith(magic):
+            args.extend(_directive_args(line[len(magic) :]))
+            continue
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+    return args
+
+
+def _directive_args(text: str) -> list[str]:
+    args: list[str] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i] in " \t\r":
+            i += 1
+        if i >= n or text[i] == "#":
+            return args
+        current: list[str] = []
+        quote = ""
+        while i < n:
+            ch = text[i]
+            if quote:
+                if ch == quote:
+                    quote = ""
+                else:
+                    current.append(ch)
+            elif ch in "\"'":
+                quote = ch
+            elif ch in " \t\r":
+                break
+            else:
+                current.append(ch)
+            i += 1
+        args.append("".join(current))
+
+
+# --- the job request ---------------------------------------------------------------------------
+
+
+class JobRequest:
+    """What the options asked for so far. ``spec`` holds JobSpec fields; a few values that
+    need the caller's environment (``--export``, ``--chdir``, ``--begin``) wait in their own
+    attributes until ``finish`` resolves them."""
+
+    __slots__ = ("spec", "export", "chdir", "begin", "ignored")
+
+    def __init__(self) -> None:
+        self.spec: dict[str, object] = {}
+        self.export: str | None = None
+        self.chdir: str | None = None
+        self.begin: str | None = None
+        self.ignored: list[str] = []
+
+    def finish(
+        self, environ: dict[str, str], cwd: str, now: float | None = None
+    ) -> dict[str, object]:
+        """Resolve the deferred values and return the JobSpec dict."""
+        spec = dict(self.spec)
+        workdir = cwd
+        if self.chdir:
+            workdir = os.path.normpath(os.path.join(cwd, os.path.expanduser(self.chdir)))
+        spec["workdir"] = workdir
+        spec["environment"] = export_environment(
+            self.export or environ.get("SBATCH_EXPORT") or "ALL", environ
+        )
+        if self.begin is not None:
+            from muster.core.timefmt import TimeFormatError, parse_timestamp
+
+            if now is None:
+                from muster.core.clock import SystemClock
+
+                now = SystemClock().now()
+            try:
+                spec["begin_time"] = parse_timestamp(self.begin, now)
+            except TimeFormatError:
+                raise OptionValueError("Invalid --begin specification") from None
+        return spec
+
+
+def export_environment(export: str, environ: dict[str, str]) -> dict[str, str]:
+    """The environment a job gets for ``--export``.
+
+    ``ALL`` (the default): everything; ``NONE``: nothing; ``ALL,A=1,B``: everything plus
+    the assignments; ``A=1,B``: only the named variables (``B`` copied from here) and the
+    ``SLURM_*`` ones, as Slurm does.
+    """
+    items = [item for item in _split_export(export) if item]
+    upper = [item.upper() for item in items]
+    if upper == ["NONE"]:
+        return {}
+    if "ALL" in upper:
+        env = dict(environ)
+    else:
+        env = {k: v for k, v in environ.items() if k.startswith("SLURM_")}
+    for item in items:
+        if item.upper() in ("ALL", "NONE"):
+            continue
+        name, eq, value = item.partition("=")
+        if eq:
+            env[name] = value
+        elif name in environ:
+            env[name] = environ[name]
+    return env
+
+
+def _split_export(text: str) -> list[str]:
+    """Split on commas, except inside a value's quotes (``A="x,y",B``)."""
+    out: list[str] = []
+    current: list[str] = []
+    quote = ""
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                current.append(ch)
+        elif ch in "\"'":
+            quote = ch
+        elif ch == ",":
+            out.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    out.append("".join(current).strip())
+    return out
+
+
+# --- value parsers (each names the option the way Slurm's message does) -------------------------
+
+
+def _positive_int(value: str, what: str) -> int:
+    """Slurm's rule for counts: a whole number above zero."""
+    text = value.strip()
+    if not text.lstrip("+").isdigit() or int(text) <= 0:
+        raise OptionValueError(f'Invalid numeric value "{value}" for {what}.')
+    return int(text)
+
+
+def parse_nodes(value: str) -> tuple[int, int | None]:
+    """``-N``: ``4`` or ``2-4``. A single count is both the minimum and the maximum."""
+    lo_text, dash, hi_text = value.strip().partition("-")
+    counts = []
+    for part in (lo_text, hi_text) if dash else (lo_text,):
+        if not part.isdigit() or int(part) <= 0:
+            raise OptionValueError(f'"{value}" is not a valid node count')
+        counts.append(int(part))
+    lo = counts[0]
+    hi = counts[1] if dash else lo
+    if hi < lo:
+        raise OptionValueError(f"Maximum node count {hi} is less than minimum node count {lo}")
+    return lo, hi
+
+
+def parse_time_option(value: str, option: str = "--time") -> int | None:
+    """A time limit in seconds; None for UNLIMITED and for 0 (Slurm: no limit)."""
+    from muster.core.timefmt import TimeFormatError, parse_time_limit
+
+    try:
+        seconds = parse_time_limit(value)
+    except TimeFormatError:
+        raise OptionValueError(f"Invalid {option} specification") from None
+    return seconds or None
+
+
+def _mem(value: str, option: str) -> int:
+    from muster.core.resources import parse_mem_mb
+
+    try:
+        return parse_mem_mb(value)
+    except ValueError:
+        raise OptionValueError(f"Invalid {option} specification") from None
+
+
+def _gpus(value: str, option: str) -> tuple[str | None, int]:
+    from muster.core.resources import parse_gpus
+
+    try:
+        gtype, count = parse_gpus(value)
+    except ValueError:
+        raise OptionValueError(f"Invalid {option} specification") from None
+    if count < 0:
+        raise OptionValueError(f"Invalid {option} specification")
+    return gtype, count
+
+
+def _hostnames(value: str, option: str) -> list[str]:
+    """``-w``/``-x``: a hostlist expression, or a file of names when it contains a ``/``."""
+    from muster.core.hostlist import HostlistError, expand
+
+    text = value.strip()
+    if "/" in text:
+        try:
+            with open(text) as f:
+                text = ",".join(f.read().split())
+        except OSError:
+            raise OptionValueError(f"Invalid {option} specification: cannot read {value}") from None
+    if not text:
+        return []
+    try:
+        names = expand(text)
+    except HostlistError as e:
+        raise OptionValueError(f"Invalid {option} specification: {e}") from None
+    return list(dict.fromkeys(names))
+
+
+_SIGNAL_NAMES = frozenset(
+    "HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT "
+    "STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS".split()
+)
+
+
+def parse_signal_name(text: str) -> str | None:
+    """A signal as ``USR1``/``SIGUSR1``/``10``: its name without ``SIG``, or its number as
+    text; None when it is not a signal."""
+    sig = text.strip()
+    if sig.isdigit():
+        return sig if 0 < int(sig) < 65 else None
+    name = sig.upper().removeprefix("SIG")
+    return name if name in _SIGNAL_NAMES else None
+
+
+def parse_signal_option(value: str) -> str:
+    """``--signal=[{R|B}:]SIG[@SECONDS]``; returned as written once it is known to be valid."""
+    body = value.strip()
+    flags, colon, rest = body.partition(":")
+    if colon and flags and set(flags.upper()) <= set("RB"):
+        body = rest
+    sig, at, when = body.partition("@")
+    ok = parse_signal_name(sig) is not None
+    if at and not (when.isdigit() and int(when) <= 65535):
+        ok = False
+    if not ok:
+        raise OptionValueError("Invalid --signal specification")
+    return value.strip()
+
+
+def parse_array_option(value: str) -> str:
+    """``--array=0-15``, ``1,3,5-7``, ``0-20:2``, ``...%4``; checked here, expanded by the controller."""
+    body, pct, limit = value.strip().partition("%")
+    ok = bool(body) and (not pct or limit.isdigit())
+    for part in body.split(","):
+        rng, colon, step = part.partition(":")
+        lo, dash, hi = rng.partition("-")
+        if (
+            not lo.isdigit()
+            or (dash and not hi.isdigit())
+            or (colon and not (dash and step.isdigit() and int(step) > 0))
+        ):
+            ok = False
+        elif dash and int(hi) < int(lo):
+            ok = False
+    if not ok:
+        raise OptionValueError("Invalid job array specification", rc=1)
+    return value.strip()
+
+
+# --- appliers ---------------------------------------------------------------------------------
+
+
+def _set(field: str):
+    def apply(req: JobRequest, value: str | None) -> None:
+        req.spec[field] = value
+
+    return apply
+
+
+def _flag(field: str, setting: object = True):
+    def apply(req: JobRequest, value: str | None) -> None:
+        req.spec[field] = setting
+
+    return apply
+
+
+def _count(field: str, what: str):
+    def apply(req: JobRequest, value: str | None) -> None:
+        req.spec[field] = _positive_int(value or "", what)
+
+    return apply
+
+
+def _ignored(req: JobRequest, value: str | None) -> None:
+    """Accepted so that existing scripts run; muster has no use for it (yet)."""
+
+
+def _apply_partition(req: JobRequest, value: str | None) -> None:
+    names = [p.strip() for p in (value or "").split(",") if p.strip()]
+    req.spec["partitions"] = list(dict.fromkeys(names))
+
+
+def _apply_nodes(req: JobRequest, value: str | None) -> None:
+    lo, hi = parse_nodes(value or "")
+    req.spec["min_nodes"] = lo
+    req.spec["max_nodes"] = hi
+
+
+def _apply_time(req: JobRequest, value: str | None) -> None:
+    req.spec["time_limit"] = parse_time_option(value or "", "--time")
+
+
+def _apply_time_min(req: JobRequest, value: str | None) -> None:
+    req.spec["time_min"] = parse_time_option(value or "", "--time-min")
+
+
+_MEM_FIELDS = ("mem_per_node", "mem_per_cpu", "mem_per_gpu")
+
+
+def _mem_applier(field: str, option: str):
+    def apply(req: JobRequest, value: str | None) -> None:
+        mb = _mem(value or "", option)
+        # --mem, --mem-per-cpu and --mem-per-gpu exclude one another; the last one given wins.
+        for other in _MEM_FIELDS:
+            req.spec.pop(other, None)
+        req.spec[field] = mb
+
+    return apply
+
+
+def _apply_gres(req: JobRequest, value: str | None) -> None:
+    from muster.core.resources import parse_gres
+
+    text = (value or "").strip()
+    if text.lower() == "none":
+        req.spec["gpus_per_node"] = 0
+        return
+    try:
+        requests = parse_gres(text)
+    except ValueError:
+        raise OptionValueError("Invalid generic resource (gres) specification", rc=1) from None
+    gpus = [r for r in requests if r.name == "gpu"]
+    if len(gpus) != len(requests) or not gpus:
+        # Only GPUs are scheduled; Slurm rejects a GresType it does not know the same way.
+        raise OptionValueError("Invalid generic resource (gres) specification", rc=1)
+    if len(gpus) > 1:
+        raise OptionValueError(
+            "Invalid generic resource (gres) specification: one GPU type per job", rc=1
+        )
+    req.spec["gpus_per_node"] = gpus[0].count
+    if gpus[0].type:
+        req.spec["gpu_type"] = gpus[0].type
+
+
+def _gpu_applier(field: str, option: str):
+    def apply(req: JobRequest, value: str | None) -> None:
+        gtype, count = _gpus(value or "", option)
+        req.spec[field] = count
+        if gtype:
+            req.spec["gpu_type"] = gtype
+
+    return apply
+
+
+def _apply_export(req: JobRequest, value: str | None) -> None:
+    req.export = value or "ALL"
+
+
+def _apply_chdir(req: JobRequest, value: str | None) -> None:
+    req.chdir = value
+
+
+def _apply_begin(req: JobRequest, value: str | None) -> None:
+    req.begin = value or ""
+
+
+def _apply_exclusive(req: JobRequest, value: str | None) -> None:
+    # --exclusive=user and =mcs narrow Slurm's sharing rule; muster gives whole nodes for all.
+    if value is not None and value.lower() not in ("", "user", "mcs"):
+        raise OptionValueError(f"Invalid --exclusive specification: {value}")
+    req.spec["exclusive"] = True
+
+
+def _apply_nodelist(req: JobRequest, value: str | None) -> None:
+    req.spec["nodelist"] = _hostnames(value or "", "--nodelist")
+
+
+def _apply_exclude(req: JobRequest, value: str | None) -> None:
+    req.spec["exclude"] = _hostnames(value or "", "--exclude")
+
+
+def _apply_nice(req: JobRequest, value: str | None) -> None:
+    if value is None:
+        req.spec["nice"] = 100  # Slurm's default adjustment for a bare --nice
+        return
+    text = value.strip()
+    try:
+        nice = int(text)
+    except ValueError:
+        raise OptionValueError(f"Invalid --nice value: {value}") from None
+    if abs(nice) > 2147483645:
+        raise OptionValueError("Invalid nice value, must be between -2147483645 and 2147483645")
+    req.spec["nice"] = nice
+
+
+def _apply_open_mode(req: JobRequest, value: str | None) -> None:
+    text = (value or "").strip().lower()
+    if text and "append".startswith(text):
+        req.spec["open_mode"] = "append"
+    elif text and "truncate".startswith(text):
+        req.spec["open_mode"] = "truncate"
+    else:
+        raise OptionValueError(f"Invalid --open-mode specification: {value}")
+
+
+def _apply_signal(req: JobRequest, value: str | None) -> None:
+    req.spec["signal"] = parse_signal_option(value or "")
+
+
+def _apply_array(req: JobRequest, value: str | None) -> None:
+    req.spec["array"] = parse_array_option(value or "")
+
+
+def _apply_kill_on_invalid_dep(req: JobRequest, value: str | None) -> None:
+    text = (value or "").strip().lower()
+    if text not in ("yes", "no"):
+        raise OptionValueError("Invalid --kill-on-invalid-dep specification (use yes or no)")
+    req.spec["kill_on_invalid_dep"] = text == "yes"
+
+
+def _apply_oversubscribe(req: JobRequest, value: str | None) -> None:
+    req.spec["exclusive"] = False
+
+
+# The job options, once. ``env`` lists sbatch's input variables (man sbatch, 22.05).
+JOB_OPTIONS: tuple[Opt, ...] = (
+    Opt("job-name", "J", env=("SBATCH_JOB_NAME",), apply=_set("name")),
+    Opt("partition", "p", env=("SBATCH_PARTITION",), apply=_apply_partition),
+    Opt("nodes", "N", apply=_apply_nodes),
+    Opt("ntasks", "n", apply=_count("ntasks", "--ntasks")),
+    Opt("ntasks-per-node", apply=_count("ntasks_per_node", "--ntasks-per-node")),
+    Opt("cpus-per-task", "c", apply=_count("cpus_per_task", "--cpus-per-task")),
+    Opt("mem", env=("SBATCH_MEM_PER_NODE",), apply=_mem_applier("mem_per_node", "--mem")),
+    Opt(
+        "mem-per-cpu",
+        env=("SBATCH_MEM_PER_CPU",),
+        apply=_mem_applier("mem_per_cpu", "--mem-per-cpu"),
+    ),
+    Opt(
+        "mem-per-gpu",
+        env=("SBATCH_MEM_PER_GPU",),
+        apply=_mem_applier("mem_per_gpu", "--mem-per-gpu"),
+    ),
+    Opt("gres", env=("SBATCH_GRES",), apply=_apply_gres),
+    Opt("gpus", "G", env=("SBATCH_GPUS",), apply=_gpu_applier("gpus", "--gpus")),
+    Opt(
+        "gpus-per-node",
+        env=("SBATCH_GPUS_PER_NODE",),
+        apply=_gpu_applier("gpus_per_node", "--gpus-per-node"),
+    ),
+    Opt(
+        "gpus-per-task",
+        env=("SBATCH_GPUS_PER_TASK",),
+        apply=_gpu_applier("gpus_per_task", "--gpus-per-task"),
+    ),
+    Opt("time", "t", env=("SBATCH_TIMELIMIT",), apply=_apply_time),
+    Opt("time-min", apply=_apply_time_min),
+    Opt("output", "o", env=("SBATCH_OUTPUT",), apply=_set("stdout")),
+    Opt("error", "e", env=("SBATCH_ERROR",), apply=_set("stderr")),
+    Opt("input", "i", env=("SBATCH_INPUT",), apply=_set("stdin")),
+    Opt(("chdir", "workdir"), "D", apply=_apply_chdir),
+    Opt("export", env=("SBATCH_EXPORT",), apply=_apply_export),
+    Opt("hold", "H", NO_ARG, apply=_flag("hold")),
+    Opt("requeue", None, NO_ARG, env=("SBATCH_REQUEUE",), apply=_flag("requeue", True)),
+    Opt("no-requeue", None, NO_ARG, env=("SBATCH_NO_REQUEUE",), apply=_flag("requeue", False)),
+    Opt("exclusive", None, OPTIONAL, env=("SBATCH_EXCLUSIVE",), apply=_apply_exclusive),
+    Opt(("oversubscribe", "share"), "s", NO_ARG, apply=_apply_oversubscribe),
+    Opt("nodelist", "w", apply=_apply_nodelist),
+    Opt("exclude", "x", apply=_apply_exclude),
+    Opt("begin", "b", apply=_apply_begin),
+    Opt("account", "A", env=("SBATCH_ACCOUNT",), apply=_set("account")),
+    Opt("qos", "q", env=("SBATCH_QOS",), apply=_set("qos")),
+    Opt("nice", None, OPTIONAL, apply=_apply_nice),
+    Opt("comment", apply=_set("comment")),
+    Opt("constraint", "C", env=("SBATCH_CONSTRAINT",), apply=_set("constraint")),
+    Opt("dependency", "d", apply=_set("dependency")),
+    Opt("reservation", env=("SBATCH_RESERVATION",), apply=_set("reservation")),
+    Opt("open-mode", env=("SBATCH_OPEN_MODE",), apply=_apply_open_mode),
+    Opt("signal", env=("SBATCH_SIGNAL",), apply=_apply_signal),
+    Opt("array", "a", env=("SBATCH_ARRAY_INX",), apply=_apply_array),
+    Opt("kill-on-invalid-dep", apply=_apply_kill_on_invalid_dep),
+    # Accepted for compatibility with existing scripts and tools; they change nothing here.
+    Opt("mail-type", apply=_ignored),
+    Opt("mail-user", apply=_ignored),
+    Opt("wckey", env=("SBATCH_WCKEY",), apply=_ignored),
+    Opt("distribution", "m", env=("SBATCH_DISTRIBUTION",), apply=_ignored),
+    Opt("hint", env=("SBATCH_HINT",), apply=_ignored),
+    Opt("no-kill", "k", OPTIONAL, apply=_ignored),
+    Opt("overcommit", "O", NO_ARG, apply=_ignored),
+    Opt("contiguous", None, NO_ARG, apply=_ignored),
+    Opt("mincpus", apply=_ignored),
+    Opt("tmp", apply=_ignored),
+    Opt("licenses", "L", apply=_ignored),
+    Opt("propagate", None, OPTIONAL, apply=_ignored),
+    Opt("get-user-env", None, OPTIONAL, apply=_ignored),
+    Opt("profile", apply=_ignored),
+    Opt("acctg-freq", apply=_ignored),
+    Opt("cpu-freq", apply=_ignored),
+    Opt("gpu-bind", apply=_ignored),
+    Opt("gpu-freq", apply=_ignored),
+    Opt("mem-bind", apply=_ignored),
+    Opt("network", apply=_ignored),
+    Opt("switches", apply=_ignored),
+    Opt(("clusters", "cluster"), "M", env=("SBATCH_CLUSTERS",), apply=_ignored),
+    Opt("threads-per-core", apply=_ignored),
+    Opt("cores-per-socket", apply=_ignored),
+    Opt("sockets-per-node", apply=_ignored),
+    Opt("extra-node-info", "B", apply=_ignored),
+    Opt("cpus-per-gpu", apply=_ignored),
+    Opt("ntasks-per-gpu", apply=_ignored),
+    Opt("ntasks-per-core", apply=_ignored),
+    Opt("ntasks-per-socket", apply=_ignored),
+    Opt("spread-job", None, NO_ARG, apply=_ignored),
+    Opt("use-min-nodes", None, NO_ARG, apply=_ignored),
+    Opt("wait-all-nodes", apply=_ignored),
+    Opt("delay-boot", apply=_ignored),
+    Opt("deadline", apply=_ignored),
+    Opt("reboot", None, NO_ARG, apply=_ignored),
+    Opt("priority", apply=_ignored),
+    Opt("mcs-label", apply=_ignored),
+    Opt("prefer", apply=_ignored),
+    Opt("umask", apply=_ignored),
+    Opt("ignore-pbs", None, NO_ARG, apply=_ignored),
+    Opt("container", apply=_ignored),
+)
+
+# Options whose effect on resources muster cannot honour: sbatch says so instead of
+# silently giving the job something else than it asked for.
+UNHONOURED = frozenset({"cpus-per-gpu", "ntasks-per-gpu", "mincpus", "tmp", "licenses", "priority"})
+
+
+def env_options(table: OptionTable, environ: dict[str, str]) -> Parsed:
+    """The options set by input environment variables, in table order."""
+    parsed: Parsed = []
+    for opt in table.opts:
+        for var in opt.env:
+            value = environ.get(var)
+            if value is None:
+                continue
+            if opt.arg == NO_ARG:
+                parsed.append((opt, None))
+            elif opt.arg == OPTIONAL:
+                parsed.append((opt, value or None))
+            else:
+                parsed.append((opt, value))
+            break
+    return parsed
+
+
+def apply_options(req: JobRequest, parsed: Parsed) -> None:
+    """Apply job options in the order given (later ones override earlier ones)."""
+    for opt, value in parsed:
+        if opt.apply is None:
+            continue
+        if opt.apply is _ignored:
+            req.ignored.append(opt.key)
+        opt.apply(req, value)  # type: ignore[operator]

@@ -1,0 +1,394 @@
+"""sbatch: submit a batch script, as Slurm's sbatch does.
+
+The script comes from a file (its arguments follow it), from ``--wrap`` or from stdin.
+Options come from three places and later ones win: the script's ``#SBATCH`` lines, the
+``SBATCH_*`` environment variables, then the command line. The reply is
+``Submitted batch job N`` (``N`` alone with ``--parsable``). Error texts and exit statuses
+follow Slurm 22.05: 255 for a malformed option, 1 for a script or a submission that fails.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from muster.cli.common import (
+    CommandError,
+    argv_or_sys,
+    connect,
+    connect_message,
+    exit_error_code,
+    report,
+    version_line,
+)
+from muster.cli.options import (
+    JOB_OPTIONS,
+    NO_ARG,
+    RC_BAD_OPTION,
+    UNHONOURED,
+    JobRequest,
+    Opt,
+    OptionError,
+    OptionTable,
+    OptionValueError,
+    apply_options,
+    env_options,
+    getopt,
+    script_directives,
+)
+
+PROG = "sbatch"
+
+WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
+
+# sbatch's own options (not part of the job request).
+SBATCH_OPTIONS: tuple[Opt, ...] = (
+    Opt("wrap"),
+    Opt("parsable", None, NO_ARG),
+    Opt("wait", "W", NO_ARG, env=("SBATCH_WAIT",)),
+    Opt("quiet", "Q", NO_ARG),
+    Opt("verbose", "v", NO_ARG, env=("SBATCH_DEBUG",)),
+    Opt("help", "h", NO_ARG),
+    Opt("usage", None, NO_ARG),
+    Opt("version", "V", NO_ARG),
+    Opt("test-only", None, NO_ARG),
+)
+
+NO_SHEBANG = (
+    "sbatch: error: This does not look like a batch script.  The first\n"
+    "sbatch: error: line must start with #! followed by the path to an interpreter.\n"
+    "sbatch: error: For instance: #!/bin/sh\n"
+)
+
+# States after which a job will not run again (sbatch --wait returns then).
+_ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
+
+
+def table() -> OptionTable:
+    return OptionTable(JOB_OPTIONS, SBATCH_OPTIONS)
+
+
+class Submission:
+    """Everything sbatch decided before talking to the controller."""
+
+    __slots__ = ("spec", "parsable", "wait", "quiet", "verbose", "test_only", "ignored")
+
+    def __init__(self) -> None:
+        self.spec: dict[str, object] = {}
+        self.parsable = False
+        self.wait = False
+        self.quiet = False
+        self.verbose = 0
+        self.test_only = False
+        self.ignored: list[str] = []
+
+
+def read_script(path: str | None, wrap: str | None, stdin: object = None) -> str:
+    """The script text from ``--wrap``, a file, or stdin; CommandError as Slurm words it."""
+    if wrap is not None:
+        return f"{WRAP_HEADER}{wrap}\n"
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            raise CommandError(f"Unable to open file {path}") from None
+    else:
+        stream = stdin if stdin is not None else sys.stdin
+        buffer = getattr(stream, "buffer", None)
+        data = buffer.read() if buffer is not None else stream.read()  # type: ignore[union-attr]
+        if isinstance(data, str):
+            return data
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise CommandError("Batch script is not valid UTF-8 text") from None
+
+
+def check_script(script: str) -> None:
+    """Slurm's sanity checks on a batch script's text."""
+    if not script:
+        raise CommandError("Batch script is empty!")
+    if script.strip() == "":
+        raise CommandError("Batch script contains only whitespace!")
+    if not script.startswith("#!"):
+        raise CommandError(NO_SHEBANG.rstrip("\n"), raw=True)
+    if "\r\n" in script:
+        raise CommandError(
+            "Batch script contains DOS line breaks (\\r\\n)\n"
+            "sbatch: error: instead of expected UNIX line breaks (\\n)."
+        )
+    if "\0" in script:
+        raise CommandError("The batch script contains a NUL character")
+
+
+def build(
+    argv: list[str],
+    environ: dict[str, str],
+    cwd: str,
+    stdin: object = None,
+    now: float | None = None,
+) -> Submission | int | str:
+    """Parse everything and build the request.
+
+    Returns a ``Submission``, an exit status (help and version were printed), or the
+    text ``--help``/``--usage``/``--version`` asked for. Raises CommandError for errors.
+    """
+    tbl = table()
+    try:
+        parsed, operands = getopt(argv, tbl, permute=False)
+    except OptionError as e:
+        raise CommandError(
+            f'{PROG}: {e}\nTry "{PROG} --help" for more information', RC_BAD_OPTION, raw=True
+        ) from None
+
+    keys = {opt.key for opt, _ in parsed}
+    if "help" in keys:
+        return HELP
+    if "usage" in keys:
+        return USAGE
+    if "version" in keys:
+        return version_line() + "\n"
+
+    wrap = None
+    for opt, value in parsed:
+        if opt.key == "wrap":
+            wrap = value
+    if wrap is not None and operands:
+        raise CommandError("script argument not permitted with --wrap option")
+
+    path = operands[0] if operands else None
+    script = read_script(path, wrap, stdin)
+    check_script(script)
+
+    directive_args = script_directives(script)
+    try:
+        from_script, stray = getopt(directive_args, tbl, permute=False)
+    except OptionError as e:
+        raise CommandError(
+            f'{PROG}: {e}\nTry "{PROG} --help" for more information', RC_BAD_OPTION, raw=True
+        ) from None
+    if stray:
+        raise CommandError(f"Invalid directive found in batch script: {stray[0]}", RC_BAD_OPTION)
+    # A script cannot ask for help, a version or another script.
+    from_script = [
+        (o, v) for o, v in from_script if o.key not in ("help", "usage", "version", "wrap")
+    ]
+    from_env = env_options(tbl, environ)
+
+    sub = Submission()
+    req = JobRequest()
+    layered = from_script + from_env + parsed
+    try:
+        apply_options(req, layered)
+    except OptionValueError as e:
+        raise CommandError(str(e), e.rc) from None
+    for opt, _value in layered:
+        if opt.key == "parsable":
+            sub.parsable = True
+        elif opt.key == "wait":
+            sub.wait = True
+        elif opt.key == "quiet":
+            sub.quiet = True
+        elif opt.key == "verbose":
+            sub.verbose += 1
+        elif opt.key == "test-only":
+            sub.test_only = True
+
+    try:
+        spec = req.finish(environ, cwd, now)
+    except OptionValueError as e:
+        raise CommandError(str(e), e.rc) from None
+    if "name" not in spec or not spec["name"]:
+        if wrap is not None:
+            spec["name"] = "wrap"
+        elif path is not None:
+            spec["name"] = os.path.basename(path)
+        else:
+            spec["name"] = "sbatch"
+    spec["script"] = script
+    # Slurm's argv for a batch job: the script's name, then its arguments.
+    spec["argv"] = ([path] + operands[1:]) if path is not None else []
+    sub.spec = spec
+    sub.ignored = req.ignored
+    return sub
+
+
+def submit(sub: Submission, out: object = None) -> int:
+    out = out if out is not None else sys.stdout
+    from muster.protocol.client import ApiError, ConnectError
+
+    try:
+        ctl = connect(PROG)
+        answer = ctl.post("/v1/jobs", {"spec": sub.spec})
+    except ConnectError as e:
+        raise CommandError(
+            f"Batch job submission failed: {connect_message(e)}", exit_error_code()
+        ) from None
+    except ApiError as e:
+        raise CommandError(
+            submission_error(e.code, e.message, e.data, sub.spec), exit_error_code()
+        ) from None
+    job_id = answer.get("job_id")
+    if sub.parsable:
+        out.write(f"{job_id}\n")  # type: ignore[attr-defined]
+    elif not sub.quiet:
+        out.write(f"Submitted batch job {job_id}\n")  # type: ignore[attr-defined]
+    out.flush()  # type: ignore[attr-defined]
+    if sub.wait and isinstance(job_id, int):
+        return wait_for(ctl, job_id)
+    return 0
+
+
+def submission_error(code: str, message: str, data: object, spec: dict[str, object]) -> str:
+    """The text after ``sbatch: error:`` for a rejected submission (may span lines)."""
+    lines = []
+    if code == "invalid_partition":
+        name = data.get("partition") if isinstance(data, dict) else None
+        if not name:
+            parts = spec.get("partitions") or []
+            name = ",".join(parts) if isinstance(parts, list) else str(parts)
+        if name:
+            lines.append(f"invalid partition specified: {name}")
+    detail = data.get("detail") if isinstance(data, dict) else None
+    if detail:
+        lines.append(str(detail))
+    lines.append(f"Batch job submission failed: {message}")
+    return "\nsbatch: error: ".join(lines)
+
+
+def wait_for(ctl: object, job_id: int) -> int:
+    """``--wait``: poll until the job has ended; its exit code becomes ours."""
+    import time
+
+    from muster.protocol.client import ApiError, ConnectError
+
+    delay = 0.2
+    while True:
+        try:
+            job = ctl.get(f"/v1/jobs/{job_id}").get("job") or {}  # type: ignore[attr-defined]
+        except ApiError as e:
+            raise CommandError(f"Unable to follow job {job_id}: {e.message}") from None
+        except ConnectError:
+            job = {}
+        state = job.get("state")
+        if state and state not in _ACTIVE_STATES and not job.get("completing"):
+            code = int(job.get("exit_code") or 0)
+            if state == "COMPLETED":
+                return code
+            return code or 1
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv_or_sys(argv)
+    try:
+        cwd = os.getcwd()
+    except OSError as e:
+        return report(PROG, CommandError(f"getcwd failed: {e.strerror}"))
+    try:
+        result = build(args, dict(os.environ), cwd)
+        if isinstance(result, str):
+            sys.stdout.write(result)
+            return 0
+        if isinstance(result, int):
+            return result
+        for key in result.ignored:
+            if key in UNHONOURED:
+                sys.stderr.write(
+                    f"{PROG}: warning: --{key} is not supported by muster and was ignored\n"
+                )
+        if result.verbose:
+            for key, value in sorted(result.spec.items()):
+                if key not in ("environment", "script") and value not in (None, [], False):
+                    sys.stderr.write(f"{PROG}: {key:<20}: {value}\n")
+        if result.test_only:
+            return report(PROG, CommandError("--test-only is not supported by muster"))
+        return submit(result)
+    except CommandError as e:
+        return report(PROG, e)
+    except KeyboardInterrupt:
+        return 130
+
+
+USAGE = """\
+Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
+              [-J jobname] [-o out] [-e err] [-i in] [-D dir] [-A account]
+              [-q qos] [-w hosts] [-x hosts] [-C list] [-d type:jobid] [-H]
+              [--mem=MB] [--mem-per-cpu=MB] [--mem-per-gpu=MB] [--gres=list]
+              [--gpus=n] [--gpus-per-node=n] [--gpus-per-task=n] [--exclusive]
+              [--begin=time] [--nice[=value]] [--requeue] [--no-requeue]
+              [--signal=[B:]num[@time]] [--array=indexes] [--export=names]
+              [--open-mode=append|truncate] [--parsable] [--wait] [--wrap=cmd]
+              executable [args...]
+"""
+
+HELP = """\
+Usage: sbatch [OPTIONS(0)...] [ : [OPTIONS(N)...]] script(0) [args(0)...]
+
+Parallel run options:
+  -a, --array=indexes         job array index values
+  -A, --account=name          charge job to specified account
+      --begin=time            defer job until HH:MM MM/DD/YY
+      --comment=name          arbitrary comment
+  -c, --cpus-per-task=ncpus   number of cpus required per task
+  -C, --constraint=list       specify a list of constraints
+  -d, --dependency=type:jobid defer job until condition on jobid is satisfied
+  -D, --chdir=directory       set working directory for batch script
+  -e, --error=err             file for batch script's standard error
+      --export[=names]        specify environment variables to export
+  -H, --hold                  submit job in held state
+  -i, --input=in              file for batch script's standard input
+  -J, --job-name=jobname      name of job
+      --kill-on-invalid-dep=yes|no
+                              kill the job if its dependency can never be met
+  -n, --ntasks=ntasks         number of tasks to run
+      --nice[=value]          decrease scheduling priority by value
+      --no-requeue            if set, do not permit the job to be requeued
+      --ntasks-per-node=n     number of tasks to invoke on each node
+  -N, --nodes=N               number of nodes on which to run (N = min[-max])
+  -o, --output=out            file for batch script's standard output
+      --open-mode=append|truncate
+                              how to open the output and error files
+  -p, --partition=partition   partition requested
+      --parsable              outputs only the jobid
+  -q, --qos=qos               quality of service
+  -Q, --quiet                 quiet mode (suppress informational messages)
+      --requeue               if set, permit the job to be requeued
+      --reservation=name      allocate resources from named reservation
+      --signal=[B:]num[@time] send signal when time limit within time seconds
+  -t, --time=minutes          time limit
+      --time-min=minutes      minimum time limit (if distinct)
+  -v, --verbose               verbose mode (multiple -v's increase verbosity)
+  -W, --wait                  wait for completion of submitted job
+      --wrap[=command string] wrap command string in a sh script and submit
+
+Constraint options:
+      --mem=MB                minimum amount of real memory per node
+      --mem-per-cpu=MB        maximum amount of real memory per allocated cpu
+  -w, --nodelist=hosts...     request a specific list of hosts
+  -x, --exclude=hosts...      exclude a specific list of hosts
+      --exclusive             allocate whole nodes to the job
+
+GPU scheduling options:
+  -G, --gpus=n                count of GPUs required for the job
+      --gpus-per-node=n       number of GPUs required per allocated node
+      --gpus-per-task=n       number of GPUs required per spawned task
+      --gres=list             required generic resources (gpu[:type]:count)
+      --mem-per-gpu=MB        real memory required per allocated GPU
+
+Help options:
+  -h, --help                  show this help message
+      --usage                 display brief usage message
+
+Other options:
+  -V, --version               output version information and exit
+
+muster accepts Slurm's other sbatch options (--mail-type, --wckey, --hint, ...) and
+ignores them; --cpus-per-gpu, --mincpus, --tmp and --licenses draw a warning.
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""scancel: cancel or signal jobs, as Slurm's scancel does.
+
+Jobs are named by id, or selected by filters (``-u``, ``-n``, ``-p``, ``-t``, ``--me``);
+both together cancel the named jobs that also match the filters. Slurm's quiet rules are
+kept: a job id the controller does not know is silently ignored (reported with ``-v``,
+and an error when filters were given), a job that already ended is not an error, and
+another user's job is ``Access/permission denied`` with exit status 210.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from muster.cli.common import (
+    CommandError,
+    argv_or_sys,
+    connect,
+    connect_message,
+    current_user,
+    report,
+    version_line,
+)
+from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt, parse_signal_name
+
+PROG = "scancel"
+
+# Slurm exits with its error number modulo 256: ESLURM_ACCESS_DENIED (2002) gives 210.
+RC_ACCESS_DENIED = 210
+
+OPTIONS: tuple[Opt, ...] = (
+    Opt("account", "A"),
+    Opt("batch", "b", NO_ARG),
+    Opt("full", "f", NO_ARG),
+    Opt("hurry", "H", NO_ARG),
+    Opt("interactive", "i", NO_ARG),
+    Opt(("jobname", "name"), "n"),
+    Opt("partition", "p"),
+    Opt("qos", "q"),
+    Opt("quiet", "Q", NO_ARG),
+    Opt("reservation", "R"),
+    Opt("signal", "s"),
+    Opt("state", "t"),
+    Opt("user", "u"),
+    Opt("me", None, NO_ARG),
+    Opt("nodelist", "w"),
+    Opt("wckey"),
+    Opt("verbose", "v", NO_ARG),
+    Opt("version", "V", NO_ARG),
+    Opt("clusters", "M"),
+    Opt("sibling"),
+    Opt("help", None, NO_ARG),
+    Opt("usage", None, NO_ARG),
+)
+
+_STATE_NAMES = {
+    "PD": "PENDING",
+    "PENDING": "PENDING",
+    "R": "RUNNING",
+    "RUNNING": "RUNNING",
+    "S": "SUSPENDED",
+    "SUSPENDED": "SUSPENDED",
+}
+
+
+class Cancel:
+    """What to cancel and how."""
+
+    __slots__ = (
+        "job_ids",
+        "user",
+        "name",
+        "partition",
+        "states",
+        "signal",
+        "batch",
+        "verbose",
+        "quiet",
+        "interactive",
+        "unsupported",
+    )
+
+    def __init__(self) -> None:
+        self.job_ids: list[int] = []
+        self.user: str | None = None
+        self.name: str | None = None
+        self.partition: str | None = None
+        self.states: list[str] | None = None
+        self.signal: str | None = None
+        self.batch = False
+        self.verbose = 0
+        self.quiet = False
+        self.interactive = False
+        self.unsupported: list[str] = []
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.user or self.name or self.partition or self.states)
+
+    def body(self) -> dict[str, object]:
+        body: dict[str, object] = {"job_ids": self.job_ids, "batch_only": self.batch}
+        if self.user:
+            body["user"] = self.user
+        if self.name:
+            body["name"] = self.name
+        if self.partition:
+            body["partition"] = self.partition
+        if self.states:
+            body["states"] = self.states
+        if self.signal:
+            body["signal"] = int(self.signal) if self.signal.isdigit() else self.signal
+        return body
+
+
+def parse_job_id(text: str) -> int:
+    """``123``; array tasks (``123_4``) and steps (``123.0``) are not supported yet."""
+    item = text.strip()
+    if item.isdigit() and int(item) > 0:
+        return int(item)
+    head = item.split("_", 1)[0].split(".", 1)[0]
+    if head.isdigit() and ("_" in item or "." in item):
+        what = "job array tasks" if "_" in item else "job steps"
+        raise CommandError(f"Invalid job id {text}: {what} are not supported by muster")
+    raise CommandError(f"Invalid job id {text}")
+
+
+def parse_args(argv: list[str]) -> Cancel | str:
+    try:
+        parsed, operands = getopt(argv, OptionTable(OPTIONS))
+    except OptionError as e:
+        raise CommandError(
+            f'{PROG}: {e}\nTry "{PROG} --help" for more information', 1, raw=True
+        ) from None
+    c = Cancel()
+    for opt, value in parsed:
+        key = opt.key
+        if key == "help":
+            return HELP
+        if key == "usage":
+            return USAGE
+        if key == "version":
+            return version_line() + "\n"
+        if key == "batch":
+            c.batch = True
+        elif key == "jobname":
+            c.name = value
+        elif key == "partition":
+            c.partition = value
+        elif key == "quiet":
+            c.quiet = True
+        elif key == "signal":
+            sig = parse_signal_name(value or "")
+            if sig is None:
+                raise CommandError(f"Invalid job signal: {value}")
+            c.signal = sig
+        elif key == "state":
+            states = []
+            for item in (value or "").split(","):
+                name = _STATE_NAMES.get(item.strip().upper())
+                if name is None:
+                    raise CommandError(f"Invalid job state specified: {item.strip()}")
+                states.append(name)
+            c.states = states
+        elif key == "user":
+            c.user = value
+        elif key == "me":
+            c.user = current_user()
+        elif key == "verbose":
+            c.verbose += 1
+        elif key == "interactive":
+            c.interactive = True
+        elif key in ("account", "qos", "reservation", "nodelist", "wckey"):
+            c.unsupported.append(f"--{key}")
+        # --full, --hurry, --clusters, --sibling: nothing to do in muster.
+    for word in operands:
+        for item in word.replace(",", " ").split():
+            c.job_ids.append(parse_job_id(item))
+    if c.unsupported:
+        raise CommandError(f"{', '.join(c.unsupported)}: filter not supported by muster yet")
+    if not c.job_ids and not c.filtered:
+        raise CommandError("No job identification provided")
+    return c
+
+
+def outcome(c: Cancel, results: list[dict], err: object = None) -> int:
+    """Print Slurm's messages for the controller's per-job results; return the exit status."""
+    err = err if err is not None else sys.stderr
+    rc = 0
+    for r in results:
+        job_id = r.get("job_id")
+        if r.get("ok"):
+            continue
+        code = r.get("code")
+        message = r.get("error") or "Unknown error"
+        if code == "invalid_job_id":
+            # Slurm: silent for a plain id, an error when the user filtered as well.
+            if c.filtered:
+                err.write(f"{PROG}: error: Kill job error on job id {job_id}: {message}\n")
+                rc = max(rc, 1)
+            elif c.verbose:
+                err.write(f"{PROG}: error: Kill job error on job id {job_id}: {message}\n")
+            continue
+        if not c.quiet:
+            err.write(f"{PROG}: error: Kill job error on job id {job_id}: {message}\n")
+        rc = RC_ACCESS_DENIED if code == "permission_denied" else max(rc, 1)
+    return rc
+
+
+def _confirm(job_id: int) -> bool:
+    sys.stdout.write(f"Cancel job_id={job_id} [y/n]? ")
+    sys.stdout.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return answer.startswith("y")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from muster.protocol.client import ApiError, ConnectError
+
+    try:
+        c = parse_args(argv_or_sys(argv))
+        if isinstance(c, str):
+            sys.stdout.write(c)
+            return 0
+        if c.interactive:
+            c.job_ids = [j for j in c.job_ids if _confirm(j)]
+            if not c.job_ids and not c.filtered:
+                return 0
+        if c.verbose:
+            for job_id in c.job_ids:
+                if c.signal:
+                    sys.stderr.write(f"{PROG}: Signal {c.signal} to job {job_id}\n")
+                else:
+                    sys.stderr.write(f"{PROG}: Terminating job {job_id}\n")
+        try:
+            answer = connect(PROG).post("/v1/jobs/signal", c.body())
+        except ConnectError as e:
+            raise CommandError(f"Kill job error: {connect_message(e)}") from None
+        except ApiError as e:
+            rc = RC_ACCESS_DENIED if e.code == "permission_denied" else 1
+            raise CommandError(f"Kill job error: {e.message}", rc) from None
+        results = [r for r in answer.get("results") or [] if isinstance(r, dict)]
+        if c.verbose and not c.job_ids:
+            for r in results:
+                if r.get("ok"):
+                    verb = f"Signal {c.signal} to" if c.signal else "Terminating"
+                    sys.stderr.write(f"{PROG}: {verb} job {r.get('job_id')}\n")
+        return outcome(c, results)
+    except CommandError as e:
+        return report(PROG, e)
+
+
+USAGE = """\
+Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]
+               [-p partition] [-Q] [-q qos] [--reservation=reservation]
+               [-s signal | integer] [-t PENDING | RUNNING | SUSPENDED]
+               [--usage] [-u user_name] [--hurry] [-V] [-v] [-w hosts...]
+               [--wckey=wckey] [--me] [job_id[_array_id][.step_id]]
+"""
+
+HELP = """\
+Usage: scancel [OPTIONS] [job_id[_array_id][.step_id]]
+  -A, --account=account           act only on jobs charging this account
+  -b, --batch                     signal batch shell for specified job
+  -f, --full                      signal batch shell and all steps for specified job
+  -H, --hurry                     avoid burst buffer stage out
+  -i, --interactive               require response from user for each job
+  -n, --name=job_name             act only on jobs with this name
+  -p, --partition=partition       act only on jobs in this partition
+  -Q, --quiet                     disable warnings
+  -q, --qos=qos                   act only on jobs with this quality of service
+  -R, --reservation=reservation   act only on jobs with this reservation
+  -s, --signal=name | integer     signal to send to job, default is SIGKILL
+  -t, --state=states              act only on jobs in this state.  Valid job
+                                  states are PENDING, RUNNING and SUSPENDED
+  -u, --user=user_name            act only on jobs of this user
+      --me                        act only on jobs of the current user
+  -V, --version                   output version information and exit
+  -v, --verbose                   verbosity level
+  -w, --nodelist                  act only on jobs on these nodes
+
+Help options:
+  --help                          show this help message
+  --usage                         display brief usage message
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,879 @@
+"""squeue: show the queue, as Slurm's squeue does.
+
+Rows are jobs as the controller sends them (``JobWire``, see docs/api.md); everything
+here is formatting, filtering and sorting on the client, so the output can be checked
+from dicts alone.
+
+* Columns follow Slurm's ``-o`` letters (``%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R`` by
+  default) or ``-O`` names (``JobID,Name:30,State``); values longer than a column are
+  cut to its width except node lists, as Slurm does.
+* Order: Slurm's default ``-S P,t,-p`` (partition, then state with pending first, then
+  priority, highest first), ties by job id. ``--start`` shows pending jobs by expected
+  start, unknown last.
+* Without ``-t`` and ``-j`` only jobs that are pending, running, suspended or completing
+  are shown; ``-j`` shows the named jobs in any state the controller still holds.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from muster.cli.common import (
+    CommandError,
+    argv_or_sys,
+    connect,
+    connect_message,
+    current_user,
+    fit,
+    parse_format,
+    print_lines,
+    report,
+    version_line,
+)
+from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
+
+PROG = "squeue"
+
+DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
+START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"
+DEFAULT_SORT = "P,t,-p"
+
+OPTIONS: tuple[Opt, ...] = (
+    Opt("account", "A"),
+    Opt("all", "a", NO_ARG),
+    Opt("array", "r", NO_ARG),
+    Opt("noheader", "h", NO_ARG),
+    Opt("help", None, NO_ARG),
+    Opt("usage", None, NO_ARG),
+    Opt("iterate", "i"),
+    Opt("jobs", "j"),
+    Opt("long", "l", NO_ARG),
+    Opt("me", None, NO_ARG),
+    Opt("name", "n"),
+    Opt("noconvert", None, NO_ARG),
+    Opt("format", "o"),
+    Opt("Format", "O"),
+    Opt("partition", "p"),
+    Opt("priority", "P", NO_ARG),
+    Opt("qos", "q"),
+    Opt("reservation", "R"),
+    Opt("sort", "S"),
+    Opt("start", None, NO_ARG),
+    Opt("steps", "s", OPTIONAL),
+    Opt("states", "t"),
+    Opt("user", "u"),
+    Opt("nodelist", "w"),
+    Opt("verbose", "v", NO_ARG),
+    Opt("version", "V", NO_ARG),
+    Opt("json", None, NO_ARG),
+    Opt("yaml", None, NO_ARG),
+    Opt("clusters", "M"),
+    Opt("local", None, NO_ARG),
+    Opt("federation", None, NO_ARG),
+    Opt("sibling", None, NO_ARG),
+    Opt("licenses", "L"),
+)
+
+_ACTIVE = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
+_STATE_ORDER = {
+    name: i
+    for i, name in enumerate(
+        "PENDING RUNNING SUSPENDED COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED "
+        "BOOT_FAIL DEADLINE OUT_OF_MEMORY".split()
+    )
+}
+_SHORT_TO_LONG = {
+    "PD": "PENDING",
+    "R": "RUNNING",
+    "S": "SUSPENDED",
+    "CD": "COMPLETED",
+    "CA": "CANCELLED",
+    "F": "FAILED",
+    "TO": "TIMEOUT",
+    "NF": "NODE_FAIL",
+    "PR": "PREEMPTED",
+    "OOM": "OUT_OF_MEMORY",
+    "BF": "BOOT_FAIL",
+    "DL": "DEADLINE",
+    "CG": "COMPLETING",
+}
+# Jobs whose %R shows "(reason)" rather than nodes (Slurm's rule).
+_REASON_STATES = frozenset({"PENDING", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "FAILED"})
+
+
+# --- job values ------------------------------------------------------------------------------
+
+
+def _spec(job: dict) -> dict:
+    spec = job.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def long_state(job: dict) -> str:
+    if job.get("completing") or job.get("state_code") == "CG":
+        return "COMPLETING"
+    return str(job.get("state") or "UNKNOWN")
+
+
+def state_code(job: dict) -> str:
+    return str(job.get("state_code") or "")
+
+
+def _nullable(value: object) -> str:
+    if value is None or value == "" or value == []:
+        return "(null)"
+    return str(value)
+
+
+def _dur(seconds: object) -> str:
+    from muster.core.timefmt import format_duration
+
+    return format_duration(seconds if seconds is None else int(seconds))  # type: ignore[arg-type]
+
+
+def _ts(epoch: object, none: str = "N/A") -> str:
+    from muster.core.timefmt import format_timestamp
+
+    return format_timestamp(epoch, none=none)  # type: ignore[arg-type]
+
+
+def time_left(job: dict) -> str:
+    limit = job.get("time_limit")
+    if limit is None:
+        return "UNLIMITED"
+    return _dur(max(0, int(limit) - int(job.get("run_time") or 0)))
+
+
+def start_time(job: dict) -> object:
+    """When the job started, or is expected to (``planned_start``, or its --begin time)."""
+    if job.get("start_time"):
+        return job["start_time"]
+    if job.get("state") == "PENDING":
+        return job.get("planned_start") or _spec(job).get("begin_time") or None
+    return None
+
+
+def end_time_text(job: dict) -> str:
+    if job.get("end_time"):
+        return _ts(job["end_time"])
+    start = start_time(job)
+    if start:
+        limit = job.get("time_limit")
+        return "NONE" if limit is None else _ts(float(start) + int(limit))  # type: ignore[arg-type]
+    return "N/A"
+
+
+def tres_per_node(job: dict) -> str:
+    shape = job.get("shape") or {}
+    spec = _spec(job)
+    gpus = shape.get("gpus_per_node") or spec.get("gpus_per_node") or 0
+    if not gpus:
+        return "N/A"
+    gtype = shape.get("gpu_type") or spec.get("gpu_type")
+    return f"gres:gpu:{gtype}:{gpus}" if gtype else f"gres:gpu:{gpus}"
+
+
+def reason_list(job: dict) -> str:
+    state = long_state(job)
+    if state in _REASON_STATES or (state != "COMPLETING" and not job.get("nodelist")):
+        return f"({job.get('reason') or 'None'})"
+    return str(job.get("nodelist") or "")
+
+
+def _compress(names: object) -> str:
+    if not names:
+        return ""
+    from muster.core.hostlist import compress
+
+    return compress(names)  # type: ignore[arg-type]
+
+
+def _prio_float(job: dict) -> str:
+    return f"{int(job.get('priority') or 0) / 4294967295:.8f}"
+
+
+def _mem_text(job: dict) -> str:
+    spec = _spec(job)
+    if spec.get("mem_per_cpu"):
+        return f"{spec['mem_per_cpu']}M"
+    mem = (job.get("shape") or {}).get("mem_per_node") or spec.get("mem_per_node") or 0
+    return f"{mem}M" if mem else "0"
+
+
+# letter -> (header, value function, cut to width)
+FIELDS: dict[str, tuple[str, object, bool]] = {
+    "a": ("ACCOUNT", lambda j: str(j.get("account") or ""), True),
+    "A": ("JOBID", lambda j: str(j.get("job_id")), True),
+    "b": ("TRES_PER_NODE", tres_per_node, True),
+    "B": ("EXEC_HOST", lambda j: str(j.get("batch_host") or "n/a"), True),
+    "c": ("MIN_CPUS", lambda j: str((j.get("shape") or {}).get("cpus_per_node") or 1), True),
+    "C": ("CPUS", lambda j: str(j.get("num_cpus") or 0), True),
+    "d": ("MIN_TMP_DISK", lambda j: "0", True),
+    "D": ("NODES", lambda j: str(j.get("num_nodes") or 0), True),
+    "e": ("END_TIME", end_time_text, True),
+    "E": ("DEPENDENCY", lambda j: _nullable(_spec(j).get("dependency")), True),
+    "f": ("FEATURES", lambda j: _nullable(_spec(j).get("constraint")), True),
+    "F": ("ARRAY_JOB_ID", lambda j: str(j.get("job_id")), True),
+    "g": ("GROUP", lambda j: str(j.get("group") or ""), True),
+    "G": ("GROUP", lambda j: str(j.get("gid", "")), True),
+    "h": ("OVER_SUBSCRIBE", lambda j: "NO" if _spec(j).get("exclusive") else "OK", True),
+    "H": ("SOCKETS_PER_NODE", lambda j: "*", True),
+    "i": ("JOBID", lambda j: str(j.get("job_id")), True),
+    "I": ("CORES_PER_SOCKET", lambda j: "*", True),
+    "j": ("NAME", lambda j: str(_spec(j).get("name") or ""), True),
+    "J": ("THREADS_PER_CORE", lambda j: "*", True),
+    "k": ("COMMENT", lambda j: _nullable(_spec(j).get("comment")), True),
+    "K": ("ARRAY_TASK_ID", lambda j: "N/A", True),
+    "l": ("TIME_LIMIT", lambda j: _dur(j.get("time_limit")), True),
+    "L": ("TIME_LEFT", time_left, True),
+    "m": ("MIN_MEMORY", _mem_text, True),
+    "M": ("TIME", lambda j: _dur(int(j.get("run_time") or 0)), True),
+    "n": ("REQ_NODES", lambda j: _compress(_spec(j).get("nodelist")), True),
+    "N": ("NODELIST", lambda j: str(j.get("nodelist") or ""), False),
+    "o": ("COMMAND", lambda j: _nullable((_spec(j).get("argv") or [None])[0]), True),
+    "O": ("CONTIGUOUS", lambda j: "0", True),
+    "p": ("PRIORITY", _prio_float, True),
+    "P": ("PARTITION", lambda j: str(j.get("partition") or ""), True),
+    "q": ("QOS", lambda j: str(j.get("qos") or "normal"), True),
+    "Q": ("PRIORITY", lambda j: str(int(j.get("priority") or 0)), True),
+    "r": ("REASON", lambda j: str(j.get("reason") or "None"), True),
+    "R": ("NODELIST(REASON)", reason_list, False),
+    "S": ("START_TIME", lambda j: _ts(start_time(j)), True),
+    "t": ("ST", state_code, True),
+    "T": ("STATE", long_state, True),
+    "u": ("USER", lambda j: str(j.get("user") or ""), True),
+    "U": ("UID", lambda j: str(j.get("uid", "")), True),
+    "v": ("RESERVATION", lambda j: _nullable(_spec(j).get("reservation")), True),
+    "V": ("SUBMIT_TIME", lambda j: _ts(j.get("submit_time")), True),
+    "w": ("WCKEY", lambda j: "(null)", True),
+    "x": ("EXC_NODES", lambda j: _compress(_spec(j).get("exclude")), True),
+    "y": ("NICE", lambda j: str(_spec(j).get("nice") or 0), True),
+    "Y": ("SCHEDNODES", lambda j: _nullable(j.get("sched_nodelist")), True),
+    "z": ("S:C:T", lambda j: "*:*:*", True),
+    "Z": ("WORK_DIR", lambda j: str(_spec(j).get("workdir") or ""), True),
+}
+
+# -O names (lower case) -> (% letter, header); headers follow Slurm's.
+LONG_NAMES: dict[str, str] = {
+    "account": "a",
+    "arrayjobid": "F",
+    "arraytaskid": "K",
+    "batchhost": "B",
+    "command": "o",
+    "comment": "k",
+    "dependency": "E",
+    "endtime": "e",
+    "excnodes": "x",
+    "feature": "f",
+    "groupid": "G",
+    "groupname": "g",
+    "jobarrayid": "i",
+    "jobid": "A",
+    "mincpus": "c",
+    "minmemory": "m",
+    "mintmpdisk": "d",
+    "name": "j",
+    "nice": "y",
+    "nodelist": "N",
+    "numcpus": "C",
+    "numnodes": "D",
+    "oversubscribe": "h",
+    "partition": "P",
+    "priority": "p",
+    "prioritylong": "Q",
+    "qos": "q",
+    "reason": "r",
+    "reasonlist": "R",
+    "reqnodes": "n",
+    "reservation": "v",
+    "schednodes": "Y",
+    "starttime": "S",
+    "state": "T",
+    "statecompact": "t",
+    "submittime": "V",
+    "timeleft": "L",
+    "timelimit": "l",
+    "timeused": "M",
+    "tres-per-node": "b",
+    "userid": "U",
+    "username": "u",
+    "workdir": "Z",
+    "wckey": "w",
+    "contiguous": "O",
+    "sct": "z",
+}
+# -O names with no % letter.
+EXTRA_FIELDS: dict[str, tuple[str, object]] = {
+    "numtasks": ("TASKS", lambda j: str(j.get("num_tasks") or 1)),
+    "cpus-per-task": ("CPUS_PER_TASK", lambda j: str(_spec(j).get("cpus_per_task") or 1)),
+    "tres-alloc": ("TRES_ALLOC", lambda j: str(j.get("tres") or "")),
+    "tres": ("TRES_ALLOC", lambda j: str(j.get("tres") or "")),
+    "eligibletime": ("ELIGIBLE_TIME", lambda j: _ts(j.get("eligible_time"))),
+    "restartcnt": ("RESTARTCNT", lambda j: str(j.get("restart_count") or 0)),
+    "exitcode": ("EXIT_CODE", lambda j: f"{j.get('exit_code') or 0}:{j.get('exit_signal') or 0}"),
+    "stdout": ("STDOUT", lambda j: str(j.get("stdout_path") or "")),
+    "stderr": ("STDERR", lambda j: str(j.get("stderr_path") or "")),
+    "stdin": ("STDIN", lambda j: str(_spec(j).get("stdin") or "/dev/null")),
+    "gres": ("TRES_PER_NODE", tres_per_node),
+    "cluster": ("CLUSTER", lambda j: ""),
+}
+
+
+class Column:
+    """One output column: a literal prefix, then a value fitted to a width."""
+
+    __slots__ = ("prefix", "header", "value", "width", "right", "cut", "suffix")
+
+    def __init__(
+        self,
+        prefix: str,
+        header: str,
+        value: object,
+        width: int,
+        right: bool,
+        cut: bool,
+        suffix: str = "",
+    ) -> None:
+        self.prefix = prefix
+        self.header = header
+        self.value = value
+        self.width = width
+        self.right = right
+        self.cut = cut
+        self.suffix = suffix
+
+
+def columns_from_format(fmt: str) -> list[Column]:
+    """``-o``: Slurm's ``%[.][width]letter`` fields with literal text between them."""
+    cols: list[Column] = []
+    for literal, letter, width, right in parse_format(fmt):
+        if letter is None:
+            cols.append(Column(literal, "", None, 0, False, False))
+            continue
+        field = FIELDS.get(letter)
+        if field is None:
+            raise CommandError(f"Invalid job format specification: {letter}")
+        header, value, cut = field
+        cols.append(Column(literal, header, value, max(width, 0), right, cut))
+    return cols
+
+
+def columns_from_long_format(spec: str) -> list[Column]:
+    """``-O``: ``Name[:[.]width[suffix]]`` items, 20 columns wide unless told."""
+    cols: list[Column] = []
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, colon, size = item.partition(":")
+        key = name.lower()
+        width, right, suffix = 20, False, ""
+        if colon:
+            if size.startswith("."):
+                right, size = True, size[1:]
+            digits = ""
+            while size and size[0].isdigit():
+                digits, size = digits + size[0], size[1:]
+            width = int(digits) if digits else 0
+            suffix = size
+        if key in LONG_NAMES:
+            header, value, cut = FIELDS[LONG_NAMES[key]]
+        elif key in EXTRA_FIELDS:
+            header, value = EXTRA_FIELDS[key]
+            cut = True
+        else:
+            raise CommandError(f"Invalid job format specification: {name}")
+        cols.append(Column("", header, value, width, right, cut and width > 0, suffix))
+    return cols
+
+
+def render(jobs: list[dict], cols: list[Column], header: bool = True) -> list[str]:
+    lines = []
+    if header:
+        lines.append(
+            "".join(
+                c.prefix
+                + (fit(c.header, c.width, c.right) if c.value is not None else "")
+                + c.suffix
+                for c in cols
+            )
+        )
+    for job in jobs:
+        parts = []
+        for c in cols:
+            if c.value is None:
+                parts.append(c.prefix)
+                continue
+            parts.append(c.prefix + fit(c.value(job), c.width, c.right, c.cut) + c.suffix)  # type: ignore[operator]
+        lines.append("".join(parts))
+    return lines
+
+
+# --- filtering and sorting -----------------------------------------------------------------
+
+
+def parse_states(text: str) -> set[str] | None:
+    """``-t``: short or long names, comma separated; ``all`` means every state (None)."""
+    wanted: set[str] = set()
+    for item in text.split(","):
+        up = item.strip().upper()
+        if not up:
+            continue
+        if up == "ALL":
+            return None
+        if up in _SHORT_TO_LONG:
+            wanted.add(_SHORT_TO_LONG[up])
+        elif up in _STATE_ORDER or up == "COMPLETING":
+            wanted.add(up)
+        else:
+            raise CommandError(f"Invalid job state specified: {item.strip()}")
+    return wanted
+
+
+class Filters:
+    __slots__ = (
+        "job_ids",
+        "users",
+        "names",
+        "partitions",
+        "states",
+        "accounts",
+        "qos",
+        "nodes",
+        "reservations",
+    )
+
+    def __init__(self) -> None:
+        self.job_ids: list[int] | None = None
+        self.users: list[str] | None = None
+        self.names: list[str] | None = None
+        self.partitions: list[str] | None = None
+        self.states: set[str] | None = set()  # empty: the default (active jobs); None: all
+        self.accounts: list[str] | None = None
+        self.qos: list[str] | None = None
+        self.nodes: set[str] | None = None
+        self.reservations: list[str] | None = None
+
+    def query(self) -> str:
+        """The server-side part of the filter, as the query string of GET /v1/jobs."""
+        params = []
+        if self.job_ids:
+            params.append("job_id=" + ",".join(str(i) for i in self.job_ids))
+        if self.users:
+            params.append("user=" + ",".join(self.users))
+        if self.partitions:
+            params.append("partition=" + ",".join(self.partitions))
+        if self.names and len(self.names) == 1:
+            params.append("name=" + _quote(self.names[0]))
+        return ("?" + "&".join(params)) if params else ""
+
+    def keep(self, job: dict) -> bool:
+        state = long_state(job)
+        if self.states is None:
+            pass
+        elif self.states:
+            base = str(job.get("state") or "")
+            if state not in self.states and base not in self.states:
+                return False
+        elif not self.job_ids and state != "COMPLETING" and state not in _ACTIVE:
+            return False
+        if self.job_ids and job.get("job_id") not in self.job_ids:
+            return False
+        if self.users and job.get("user") not in self.users:
+            return False
+        if self.names and _spec(job).get("name") not in self.names:
+            return False
+        if self.partitions and job.get("partition") not in self.partitions:
+            return False
+        if self.accounts and job.get("account") not in self.accounts:
+            return False
+        if self.qos and (job.get("qos") or "normal") not in self.qos:
+            return False
+        if self.reservations and _spec(job).get("reservation") not in self.reservations:
+            return False
+        if self.nodes is not None:
+            from muster.core.hostlist import expand
+
+            here = set(expand(job["nodelist"])) if job.get("nodelist") else set()
+            if not here & self.nodes:
+                return False
+        return True
+
+
+def _quote(text: str) -> str:
+    safe = []
+    for ch in text:
+        if ch.isalnum() or ch in "-_.~":
+            safe.append(ch)
+        else:
+            safe.extend(f"%{b:02X}" for b in ch.encode())
+    return "".join(safe)
+
+
+def _inf_if_none(value: object) -> float:
+    return float("inf") if value is None else float(value)  # type: ignore[arg-type]
+
+
+SORT_KEYS: dict[str, object] = {
+    "i": lambda j: int(j.get("job_id") or 0),
+    "A": lambda j: int(j.get("job_id") or 0),
+    "j": lambda j: str(_spec(j).get("name") or ""),
+    "u": lambda j: str(j.get("user") or ""),
+    "U": lambda j: int(j.get("uid") or 0),
+    "t": lambda j: _STATE_ORDER.get(str(j.get("state")), 99),
+    "T": lambda j: _STATE_ORDER.get(str(j.get("state")), 99),
+    "p": lambda j: int(j.get("priority") or 0),
+    "Q": lambda j: int(j.get("priority") or 0),
+    "P": lambda j: str(j.get("partition") or ""),
+    "M": lambda j: int(j.get("run_time") or 0),
+    "l": lambda j: _inf_if_none(j.get("time_limit")),
+    "L": lambda j: _inf_if_none(
+        None if j.get("time_limit") is None else int(j["time_limit"]) - int(j.get("run_time") or 0)
+    ),
+    "D": lambda j: int(j.get("num_nodes") or 0),
+    "C": lambda j: int(j.get("num_cpus") or 0),
+    "S": lambda j: _inf_if_none(start_time(j)),
+    "V": lambda j: float(j.get("submit_time") or 0),
+    "e": lambda j: _inf_if_none(j.get("end_time")),
+    "N": lambda j: str(j.get("nodelist") or ""),
+    "r": lambda j: str(j.get("reason") or ""),
+    "a": lambda j: str(j.get("account") or ""),
+    "q": lambda j: str(j.get("qos") or ""),
+    "g": lambda j: str(j.get("group") or ""),
+    "y": lambda j: int(_spec(j).get("nice") or 0),
+}
+
+
+def sort_jobs(jobs: list[dict], order: str = DEFAULT_SORT) -> list[dict]:
+    """Slurm's ``-S``: comma-separated letters, ``-`` for descending.
+
+    Ties fall back to the default order (``P,t,-p``) and then to the job id, so the output
+    never depends on the order the controller happened to send.
+    """
+    out = sorted(jobs, key=lambda j: int(j.get("job_id") or 0))
+    layers = [DEFAULT_SORT] if order == DEFAULT_SORT else [DEFAULT_SORT, order]
+    for layer in layers:
+        keys = [k.strip() for k in layer.split(",") if k.strip()]
+        for key in reversed(keys):
+            fn = SORT_KEYS.get(key.lstrip("+-"))
+            if fn is None:
+                raise CommandError(f"Invalid sort specification: {key}")
+            out.sort(key=fn, reverse=key.startswith("-"))  # type: ignore[arg-type]
+    return out
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+class Request:
+    __slots__ = ("filters", "cols", "header", "sort", "start", "long", "json", "iterate")
+
+    def __init__(self) -> None:
+        self.filters = Filters()
+        self.cols: list[Column] = []
+        self.header = True
+        self.sort = DEFAULT_SORT
+        self.start = False
+        self.long = False
+        self.json = False
+        self.iterate: float | None = None
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
+    """Build a Request; return text for --help/--usage/--version."""
+    try:
+        parsed, operands = getopt(argv, OptionTable(OPTIONS))
+    except OptionError as e:
+        raise CommandError(
+            f'{PROG}: {e}\nTry "{PROG} --help" for more information', 1, raw=True
+        ) from None
+    if operands:
+        raise CommandError(
+            f"{PROG}: unrecognized argument '{operands[0]}'\nTry \"{PROG} --help\" for more information",
+            1,
+            raw=True,
+        )
+    req = Request()
+    f = req.filters
+    fmt = environ.get("SQUEUE_FORMAT")
+    long_fmt = environ.get("SQUEUE_FORMAT2")
+    if environ.get("SQUEUE_SORT"):
+        req.sort = environ["SQUEUE_SORT"]
+    sort_given = bool(environ.get("SQUEUE_SORT"))
+    if environ.get("SQUEUE_STATES"):
+        f.states = parse_states(environ["SQUEUE_STATES"])
+    if environ.get("SQUEUE_USERS"):
+        f.users = _split(environ["SQUEUE_USERS"])
+    if environ.get("SQUEUE_PARTITION"):
+        f.partitions = _split(environ["SQUEUE_PARTITION"])
+    if environ.get("SQUEUE_ACCOUNT"):
+        f.accounts = _split(environ["SQUEUE_ACCOUNT"])
+    if environ.get("SQUEUE_NAMES"):
+        f.names = _split(environ["SQUEUE_NAMES"])
+    for opt, value in parsed:
+        key = opt.key
+        if key == "help":
+            return HELP
+        if key == "usage":
+            return USAGE
+        if key == "version":
+            return version_line() + "\n"
+        if key == "account":
+            f.accounts = _split(value)
+        elif key == "noheader":
+            req.header = False
+        elif key == "iterate":
+            try:
+                req.iterate = float(value or "")
+                if req.iterate <= 0:
+                    raise ValueError
+            except ValueError:
+                raise CommandError(f"Invalid --iterate value: {value}") from None
+        elif key == "jobs":
+            ids = []
+            for item in _split(value):
+                base = item.split("_", 1)[0].split(".", 1)[0]
+                if not base.isdigit():
+                    raise CommandError(f"Invalid job id: {item}")
+                ids.append(int(base))
+            f.job_ids = ids
+        elif key == "long":
+            req.long = True
+        elif key == "me":
+            f.users = [current_user()]
+        elif key == "name":
+            f.names = _split(value)
+        elif key == "format":
+            fmt, long_fmt = value, None
+        elif key == "Format":
+            long_fmt, fmt = value, None
+        elif key == "partition":
+            f.partitions = _split(value)
+        elif key == "qos":
+            f.qos = _split(value)
+        elif key == "reservation":
+            f.reservations = _split(value)
+        elif key == "sort":
+            req.sort = value or DEFAULT_SORT
+            sort_given = True
+        elif key == "start":
+            req.start = True
+        elif key == "steps":
+            raise CommandError("job steps are not tracked by muster yet (squeue --steps)")
+        elif key == "states":
+            f.states = parse_states(value or "")
+        elif key == "user":
+            f.users = _users(value)
+        elif key == "nodelist":
+            from muster.core.hostlist import HostlistError, expand
+
+            try:
+                f.nodes = set(expand(value or ""))
+            except HostlistError as e:
+                raise CommandError(str(e)) from None
+        elif key in ("json", "yaml"):
+            if key == "yaml":
+                raise CommandError("--yaml is not supported by muster; use --json")
+            req.json = True
+    if req.start:
+        if not f.states:
+            f.states = {"PENDING"}
+        if not sort_given:
+            req.sort = "S"
+    if req.json:
+        return req
+    if long_fmt:
+        req.cols = columns_from_long_format(long_fmt)
+    else:
+        if not fmt:
+            fmt = START_FORMAT if req.start else (LONG_FORMAT if req.long else DEFAULT_FORMAT)
+        req.cols = columns_from_format(fmt)
+    return req
+
+
+def _users(value: str | None) -> list[str]:
+    """``-u``: names or uids; a name this host does not know is an error, as in Slurm."""
+    import pwd
+
+    users = []
+    for item in _split(value):
+        if item.isdigit():
+            try:
+                users.append(pwd.getpwuid(int(item)).pw_name)
+            except KeyError:
+                raise CommandError(f"Invalid user: {item}") from None
+            continue
+        try:
+            pwd.getpwnam(item)
+        except KeyError:
+            raise CommandError(f"Invalid user: {item}") from None
+        users.append(item)
+    return users
+
+
+def select(jobs: list[dict], req: Request) -> list[dict]:
+    return sort_jobs([j for j in jobs if req.filters.keep(j)], req.sort)
+
+
+def long_header(now: float) -> str:
+    import time
+
+    return time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now))
+
+
+def fetch(req: Request) -> tuple[list[dict], float]:
+    """Ask the controller; CommandError with Slurm's ``slurm_load_jobs error`` texts."""
+    from muster.protocol.client import ApiError, ConnectError
+
+    try:
+        ctl = connect(PROG)
+        answer = ctl.get("/v1/jobs" + req.filters.query())
+    except ConnectError as e:
+        raise CommandError(f"slurm_load_jobs error: {connect_message(e)}", 1, raw=True) from None
+    except ApiError as e:
+        raise CommandError(f"slurm_load_jobs error: {e.message}", 1, raw=True) from None
+    jobs = answer.get("jobs") or []
+    return [j for j in jobs if isinstance(j, dict)], float(answer.get("now") or 0)
+
+
+def to_json(jobs: list[dict], now: float) -> str:
+    """``--json``: the jobs in the field names of Slurm's openapi job records most tools read."""
+    import json
+
+    from muster import __version__
+
+    out = []
+    for j in jobs:
+        spec = _spec(j)
+        limit = j.get("time_limit")
+        out.append(
+            {
+                "account": j.get("account"),
+                "batch_host": j.get("batch_host") or "",
+                "comment": spec.get("comment") or "",
+                "cpus": j.get("num_cpus"),
+                "current_working_directory": spec.get("workdir"),
+                "dependency": spec.get("dependency") or "",
+                "end_time": int(j.get("end_time") or 0),
+                "exit_code": j.get("exit_code") or 0,
+                "group_id": j.get("gid"),
+                "job_id": j.get("job_id"),
+                "job_state": long_state(j),
+                "name": spec.get("name"),
+                "node_count": j.get("num_nodes"),
+                "nodes": j.get("nodelist") or "",
+                "partition": j.get("partition"),
+                "priority": j.get("priority"),
+                "qos": j.get("qos"),
+                "restart_cnt": j.get("restart_count") or 0,
+                "standard_error": j.get("stderr_path") or "",
+                "standard_input": spec.get("stdin") or "/dev/null",
+                "standard_output": j.get("stdout_path") or "",
+                "start_time": int(j.get("start_time") or 0),
+                "state_reason": j.get("reason") or "None",
+                "submit_time": int(j.get("submit_time") or 0),
+                "tasks": j.get("num_tasks"),
+                "time_limit": None if limit is None else int(limit) // 60,
+                "tres_alloc_str": j.get("tres") or "",
+                "user_id": j.get("uid"),
+                "user_name": j.get("user"),
+            }
+        )
+    doc = {
+        "meta": {
+            "plugin": {"type": "muster", "name": f"muster {__version__}"},
+            "Slurm": {"release": "22.05.8"},
+        },
+        "errors": [],
+        "jobs": out,
+    }
+    return json.dumps(doc, indent=2)
+
+
+def run_once(req: Request) -> list[str]:
+    jobs, now = fetch(req)
+    chosen = select(jobs, req)
+    if req.json:
+        return [to_json(chosen, now)]
+    lines = render(chosen, req.cols, req.header)
+    if req.long or req.iterate is not None:
+        # The time is the controller's, so the command itself never reads the clock.
+        lines.insert(0, long_header(now))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        req = parse_args(argv_or_sys(argv), dict(os.environ))
+        if isinstance(req, str):
+            sys.stdout.write(req)
+            return 0
+        if req.iterate is None:
+            print_lines(run_once(req))
+            return 0
+        import time
+
+        while True:
+            print_lines(run_once(req) + [""])
+            time.sleep(req.iterate)
+    except CommandError as e:
+        return report(PROG, e)
+    except KeyboardInterrupt:
+        return 0
+
+
+USAGE = """\
+Usage: squeue [-A account] [--clusters names] [-i seconds] [--job jobid]
+              [-n name] [-o format] [--only-job-state] [-p partitions]
+              [--qos qos] [--reservation reservation] [--sort fields] [--start]
+              [--step step_id] [-t states] [-u user_name] [--usage]
+              [-L licenses] [-w nodes] [--federation] [--local] [--sibling]
+              [--json] [-ahjlrsv]
+"""
+
+HELP = """\
+Usage: squeue [OPTIONS]
+  -A, --account=account(s)        comma separated list of accounts
+                                  to view, default is all accounts
+  -a, --all                       display jobs in hidden partitions
+  -h, --noheader                  no headers on output
+  -i, --iterate=seconds           specify an interation period
+  -j, --job=job(s)                comma separated list of jobs IDs
+                                  to view, default is all
+      --json                      Produce JSON output
+  -l, --long                      long report
+      --me                        equivalent to --user=<current user>
+  -n, --name=job_name(s)          comma separated list of job names to view
+  -o, --format=format             format specification
+  -O, --Format=format             format specification
+  -p, --partition=partition(s)    comma separated list of partitions
+                                  to view, default is all partitions
+  -q, --qos=qos(s)                comma separated list of qos's
+                                  to view, default is all qos's
+  -R, --reservation=name          reservation to view, default is all
+  -r, --array                     display one job array element per line
+  -S, --sort=fields               comma separated list of fields to sort on
+      --start                     print expected start times of pending jobs
+  -t, --states=states             comma separated list of states to view,
+                                  default is pending and running,
+                                  '--states=all' reports all states
+  -u, --user=user_name(s)         comma separated list of users to view
+  -v, --verbose                   verbosity level
+  -V, --version                   output version information and exit
+  -w, --nodelist=hostlist         list of nodes to view, default is
+                                  all nodes
+
+Help options:
+  --help                          show this help message
+  --usage                         display a brief summary of squeue options
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())
