@@ -242,6 +242,8 @@ class _Pass:
                 if best is None or found[0] < best[0]:
                     best = (found[0], req, found[1])
             if best is None:
+                if all(r.reservation is not None for r in requests):
+                    d.reasons[job.job_id] = Reason.RESERVATION  # does not fit its window
                 continue
             at, req, nodes = best
             end = at + req.duration
