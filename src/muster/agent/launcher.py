@@ -8,11 +8,12 @@ this order, and nothing else:
    that signals reach the whole job and the agent's own signals never do;
 2. ``setgroups(getgrouplist(user))``, ``setgid``, ``setuid`` (only when the agent is root and
    the job's uid differs from the agent's); from here on it cannot regain root;
-3. ``umask`` from ``SLURM_UMASK`` when sbatch captured one;
-4. opens stdin, stdout and stderr *as the user*: the user cannot make root create or
-   truncate a file they could not write themselves;
-5. ``chdir(workdir)``, the ``dup2``s onto 0/1/2, default dispositions for the signals
-   Python ignores (SIGPIPE, SIGXFSZ) and an empty signal mask;
+3. ``umask`` from ``SLURM_UMASK`` when sbatch captured one, and ``chdir(workdir)`` (as the
+   user: a directory the user cannot enter is refused);
+4. opens stdin, stdout and stderr (absolute paths) *as the user*: the user cannot make root
+   create or truncate a file they could not write themselves;
+5. the ``dup2``s onto 0/1/2, default dispositions for the signals Python ignores (SIGPIPE,
+   SIGXFSZ) and an empty signal mask;
 6. ``execve`` of the script itself, so the kernel honours its ``#!`` line (a script without
    one is run by ``/bin/sh``, as ``execvp`` would), with ``SLURM_TASK_PID`` set to its pid.
 
@@ -30,7 +31,7 @@ import pwd
 import shutil
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from muster.agent import outputs
@@ -62,7 +63,6 @@ class LaunchPlan:
     append: bool
     umask: int | None = None
     spool: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def user_entry(job: Mapping[str, Any]) -> pwd.struct_passwd:
@@ -202,6 +202,8 @@ def _fork(plan: LaunchPlan) -> tuple[int, int]:
                 os.setuid(plan.uid)
             if plan.umask is not None:
                 os.umask(plan.umask)
+            step = f"changing to the working directory {plan.workdir}"
+            os.chdir(plan.workdir)
             step = f"opening stdin {plan.stdin}"
             fd_in = os.open(plan.stdin, os.O_RDONLY)
             flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if plan.append else os.O_TRUNC)
@@ -211,8 +213,6 @@ def _fork(plan: LaunchPlan) -> tuple[int, int]:
             if plan.stderr != plan.stdout:
                 step = f"opening the error file {plan.stderr}"
                 fd_err = os.open(plan.stderr, flags, _OPEN_MODE)
-            step = f"changing to the working directory {plan.workdir}"
-            os.chdir(plan.workdir)
             step = "setting up stdio"
             os.dup2(fd_in, 0)
             os.dup2(fd_out, 1)

@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose > 1 else logging.INFO,
         format=f"%(asctime)s musterd[{node_name}] %(name)s %(levelname)s %(message)s",
     )
+    # One line per heartbeat is noise; the link logs what matters (outages, refusals).
+    logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose > 1 else logging.WARNING)
     for warning in config.warnings:
         logging.getLogger("musterd").warning("%s", warning)
 

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 from typing import Any
 
 __all__ = ["StateDir"]
@@ -45,6 +46,12 @@ class StateDir:
             (self.spool_dir, 0o711),
         ):
             os.makedirs(path, mode=mode, exist_ok=True)
+        # A pre-existing directory keeps its mode, but jobs of other users must be able to
+        # reach their spooled script: let anyone traverse (not list) the way to it.
+        for path in (self.root, self.spool_dir):
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            if mode & 0o011 != 0o011:
+                os.chmod(path, mode | 0o011)
 
     # -- running jobs ------------------------------------------------------------------
 

@@ -52,3 +52,11 @@ def test_the_spool_is_per_job_and_removable(tmp_path) -> None:
     state.clean_spool(42)
     assert not os.path.exists(spool)
     assert stat.S_IMODE(os.stat(state.spool_dir).st_mode) == 0o711
+
+
+def test_a_private_state_dir_becomes_traversable_for_job_users(tmp_path) -> None:
+    root = tmp_path / "private"
+    root.mkdir(mode=0o700)
+    state = StateDir(str(root))
+    state.create()
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o711
