@@ -45,9 +45,16 @@ def build(n_nodes: int, n_pending: int, seed: int = 1) -> Snapshot:
     rng = random.Random(seed)
     nodes = [
         NodeView(
-            name=f"gpu{i + 1:05d}", index=i, cpus=CPUS, mem=MEM, gpus=GPUS, gpu_type="h100",
+            name=f"gpu{i + 1:05d}",
+            index=i,
+            cpus=CPUS,
+            mem=MEM,
+            gpus=GPUS,
+            gpu_type="h100",
             features=("ib",) if i % 4 else ("ib", "nvlink"),
-            free_cpus=CPUS, free_mem=MEM, free_gpu_ids=list(range(GPUS)),
+            free_cpus=CPUS,
+            free_mem=MEM,
+            free_gpu_ids=list(range(GPUS)),
         )
         for i in range(n_nodes)
     ]
@@ -85,8 +92,20 @@ def build(n_nodes: int, n_pending: int, seed: int = 1) -> Snapshot:
             v.free_mem -= mem
             v.running_jobs += 1
             alloc.append(NodeAlloc(v.name, cpus, mem, ids))
-        running.append(_job(job_id, n, g, limit, start - 60, "gpu", JobState.RUNNING,
-                            start=start, alloc=alloc, user=f"u{rng.randrange(50)}"))
+        running.append(
+            _job(
+                job_id,
+                n,
+                g,
+                limit,
+                start - 60,
+                "gpu",
+                JobState.RUNNING,
+                start=start,
+                alloc=alloc,
+                user=f"u{rng.randrange(50)}",
+            )
+        )
         used += n * g
         job_id += 1
     pending = []
@@ -94,8 +113,16 @@ def build(n_nodes: int, n_pending: int, seed: int = 1) -> Snapshot:
         n, g = _shape(rng)
         part = "debug" if (n == 1 and rng.random() < 0.1) else "gpu"
         limit = rng.choice(LIMITS[:2]) if part == "debug" else rng.choice(LIMITS)
-        j = _job(job_id, n, g, limit, NOW - rng.uniform(0, 3 * 86400), part,
-                 JobState.PENDING, user=f"u{rng.randrange(50)}")
+        j = _job(
+            job_id,
+            n,
+            g,
+            limit,
+            NOW - rng.uniform(0, 3 * 86400),
+            part,
+            JobState.PENDING,
+            user=f"u{rng.randrange(50)}",
+        )
         j.spec.nice = rng.choice([0, 0, 0, 0, 100])
         if rng.random() < 0.05:
             j.spec.dependency = f"afterok:{rng.randrange(1, job_id)}"
@@ -104,21 +131,47 @@ def build(n_nodes: int, n_pending: int, seed: int = 1) -> Snapshot:
         pending.append(j)
         job_id += 1
     return Snapshot(
-        nodes=nodes, partitions=partitions, pending=pending, running=running,
+        nodes=nodes,
+        partitions=partitions,
+        pending=pending,
+        running=running,
         fairshare={f"u{i}": rng.random() for i in range(50)},
     )
 
 
-def _job(job_id: int, n: int, g: int, limit: int, submit: float, part: str,
-         state: JobState, start: float | None = None, alloc: list[NodeAlloc] | None = None,
-         user: str = "u0") -> Job:
-    spec = JobSpec(partitions=[part], min_nodes=n, gpus_per_node=g, time_limit=limit,
-                   gpu_type="h100")
-    shape = Shape(nodes=n, cpus_per_node=8 * g, mem_per_node=60_000 * g, gpus_per_node=g,
-                  gpu_type="h100")
-    return Job(job_id=job_id, spec=spec, shape=shape, user=user, uid=1000, group=user,
-               gid=1000, submit_time=submit, partition=part, time_limit=limit, state=state,
-               start_time=start, alloc=alloc or [])
+def _job(
+    job_id: int,
+    n: int,
+    g: int,
+    limit: int,
+    submit: float,
+    part: str,
+    state: JobState,
+    start: float | None = None,
+    alloc: list[NodeAlloc] | None = None,
+    user: str = "u0",
+) -> Job:
+    spec = JobSpec(
+        partitions=[part], min_nodes=n, gpus_per_node=g, time_limit=limit, gpu_type="h100"
+    )
+    shape = Shape(
+        nodes=n, cpus_per_node=8 * g, mem_per_node=60_000 * g, gpus_per_node=g, gpu_type="h100"
+    )
+    return Job(
+        job_id=job_id,
+        spec=spec,
+        shape=shape,
+        user=user,
+        uid=1000,
+        group=user,
+        gid=1000,
+        submit_time=submit,
+        partition=part,
+        time_limit=limit,
+        state=state,
+        start_time=start,
+        alloc=alloc or [],
+    )
 
 
 def timed(snap: Snapshot, config: SchedConfig, repeat: int) -> tuple[float, dict[str, float], str]:
@@ -131,8 +184,10 @@ def timed(snap: Snapshot, config: SchedConfig, repeat: int) -> tuple[float, dict
         times.append(time.perf_counter() - t0)
         phases = d.stats.phase_seconds
         s = d.stats
-        summary = (f"examined={s.examined} started={s.started} (backfilled {s.backfilled}) "
-                   f"planned={s.planned}")
+        summary = (
+            f"examined={s.examined} started={s.started} (backfilled {s.backfilled}) "
+            f"planned={s.planned}"
+        )
     return statistics.median(times), phases, summary
 
 
@@ -141,12 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
-    grid = [(100, 1000), (1000, 10_000)] if args.quick else [
-        (n, p) for p in (1000, 10_000, 100_000) for n in (100, 1000, 4000)
-    ]
+    grid = (
+        [(100, 1000), (1000, 10_000)]
+        if args.quick
+        else [(n, p) for p in (1000, 10_000, 100_000) for n in (100, 1000, 4000)]
+    )
     config = SchedConfig()
-    print(f"one pass, default config (bf_max_job_test={config.bf_max_job_test}), "
-          f"median of {args.repeat}")
+    print(
+        f"one pass, default config (bf_max_job_test={config.bf_max_job_test}), "
+        f"median of {args.repeat}"
+    )
     print(f"{'nodes':>6} {'pending':>8} {'running':>8} {'pass s':>8}  phases")
     for nodes, pending in grid:
         snap = build(nodes, pending)

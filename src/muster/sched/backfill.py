@@ -45,9 +45,9 @@ def windows_allow(node: NodeProfile, req: Request, start: float, end: float) -> 
     return True
 
 
-def start_now(req: Request, now: float, candidates: list[NodeProfile]) -> tuple[
-    list[NodeProfile] | None, list[NodeProfile]
-]:
+def start_now(
+    req: Request, now: float, candidates: list[NodeProfile]
+) -> tuple[list[NodeProfile] | None, list[NodeProfile]]:
     """The nodes to start ``req`` on now (None when it cannot start now without taking
     what is promised to a planned job or a reservation), and the candidates whose free
     resources now still cover one share of it: the pass only ever takes, so the others
@@ -70,13 +70,9 @@ def start_now(req: Request, now: float, candidates: list[NodeProfile]) -> tuple[
         # time (``dips``); only then is the whole interval checked.
         if node.dips and not node.fits(now, end, c, m, g):
             continue
-        if (node.windows or req.reservation is not None) and not windows_allow(
-            node, req, now, end
-        ):
+        if (node.windows or req.reservation is not None) and not windows_allow(node, req, now, end):
             continue
-        fitting.append(
-            (fit_key(node, (node.cpus[0], node.mem[0], node.gpus[0]), (c, m, g)), node)
-        )
+        fitting.append((fit_key(node, (node.cpus[0], node.mem[0], node.gpus[0]), (c, m, g)), node))
     if len(fitting) < req.nodes:
         return None, still
     if required and sum(1 for _, n in fitting if n.name in required) < len(required):

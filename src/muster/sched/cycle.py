@@ -29,7 +29,7 @@ from muster.sched.backfill import Planner, need_on, start_now
 from muster.sched.config import SchedConfig
 from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
-from muster.sched.filters import Feasibility, Request, Verdict
+from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict
 from muster.sched.priority import PriorityPolicy, order_key
 from muster.sched.profile import INF, NodeProfile
 from muster.sched.reservations import ReservationBook
@@ -40,6 +40,7 @@ __all__ = ["schedule"]
 # Recurring reservations are expanded this far beyond the backfill window, so that a
 # long job is kept off a node whose reservation comes back after the window.
 _RESERVATION_LOOKAHEAD = 60 * 86400
+_NO_PARTITION = Verdict(Reason.BAD_CONSTRAINTS, False, NO_PARTITION)
 
 
 def schedule(
@@ -111,6 +112,7 @@ class _Pass:
             if node is not None:
                 node.windows = slots
         self.pool = pool
+        self._default = sorted(p.name for p in self.snap.partitions.values() if p.is_default)[:1]
         self.feas = Feasibility(self.snap.partitions, pool, self.book, now)
 
     # -- 2. eligibility -------------------------------------------------------------------
@@ -138,17 +140,24 @@ class _Pass:
                 d.reasons[job.job_id] = reason
                 d.stats.ineligible += 1
                 continue
-            out.append((job, list(job.spec.partitions) or [job.partition]))
+            out.append((job, self._partitions_of(job)))
         return out
+
+    def _partitions_of(self, job: Job) -> list[str]:
+        """Where the job may run: the partitions it named (``-p a,b``, in its order),
+        else the one the controller resolved, else the default partition."""
+        if job.spec.partitions:
+            return list(job.spec.partitions)
+        if job.partition:
+            return [job.partition]
+        return self._default
 
     # -- 3. priority ----------------------------------------------------------------------
     def _prioritise(self, eligible: list[tuple[Job, list[str]]]) -> list[tuple[Job, list[str]]]:
         policy = PriorityPolicy(self.snap, self.now, self.config)
         prio = self.d.priorities
         for job in self.snap.pending:
-            prio[job.job_id] = policy.priority(
-                job, list(job.spec.partitions) or [job.partition]
-            )
+            prio[job.job_id] = policy.priority(job, self._partitions_of(job))
         keyed = [
             (order_key(policy.tier(parts), prio[job.job_id], job), job, parts)
             for job, parts in eligible
@@ -185,14 +194,14 @@ class _Pass:
                 else:
                     verdicts.append(r)
             if not requests:
-                v = verdicts[0]
+                v = verdicts[0] if verdicts else _NO_PARTITION
                 d.reasons[job.job_id] = v.reason
                 if not any(x.later for x in verdicts):
                     d.never[job.job_id] = v.message or str(v.reason)
                 continue
-            singleton = bool(job.spec.dependency) and parse_dependency(
-                job.spec.dependency or ""
-            ).singleton
+            singleton = (
+                bool(job.spec.dependency) and parse_dependency(job.spec.dependency or "").singleton
+            )
             if singleton and (job.user, job.spec.name) in singletons:
                 d.reasons[job.job_id] = Reason.DEPENDENCY
                 continue

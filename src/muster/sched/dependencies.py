@@ -82,9 +82,7 @@ class DependencyIndex:
 
     __slots__ = ("started", "pending", "finished", "active_names")
 
-    def __init__(
-        self, pending: list[Job], running: list[Job], finished: dict[int, str]
-    ) -> None:
+    def __init__(self, pending: list[Job], running: list[Job], finished: dict[int, str]) -> None:
         self.started = {j.job_id: (j.start_time or 0.0) for j in running}
         self.pending = {j.job_id for j in pending}
         self.finished = finished

@@ -334,7 +334,14 @@ def check_submit(
     first: Rejection | None = None
     for name in names:
         problem = _partition_problem(
-            partitions[name], spec, shape, by_name, constraint, held, user, group,
+            partitions[name],
+            spec,
+            shape,
+            by_name,
+            constraint,
+            held,
+            user,
+            group,
             enforce_part_limits,
         )
         if problem is None:

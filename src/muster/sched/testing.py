@@ -391,7 +391,9 @@ def check_invariants(snap: Snapshot, d: Decisions, now: float) -> None:
         j = pending[s.job_id]
         assert s.partition in snap.partitions, f"job {s.job_id}: unknown partition"
         part = snap.partitions[s.partition]
-        assert len(s.alloc) == max(j.shape.nodes, len(j.spec.nodelist)), f"job {s.job_id}: wrong node count"
+        assert len(s.alloc) == max(j.shape.nodes, len(j.spec.nodelist)), (
+            f"job {s.job_id}: wrong node count"
+        )
         assert len({a.node for a in s.alloc}) == len(s.alloc), f"job {s.job_id}: node twice"
         for a in s.alloc:
             v = nodes[a.node]

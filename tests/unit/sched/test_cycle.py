@@ -120,6 +120,37 @@ def test_config_reads_slurm_conf_keys() -> None:
 
 def test_config_keeps_defaults_for_unknown_or_unreadable_values() -> None:
     c = SchedConfig.from_settings(
-        {"PriorityWeightAge": "lots", "SchedulerType": "sched/wiki", "Foo": "1", "PriorityMaxAge": "x"}
+        {
+            "PriorityWeightAge": "lots",
+            "SchedulerType": "sched/wiki",
+            "Foo": "1",
+            "PriorityMaxAge": "x",
+        }
     )
     assert c == SchedConfig()
+
+
+def test_a_job_without_a_partition_runs_in_the_default_one() -> None:
+    h = SchedHarness().gpu_nodes(1)
+    j = h.submit(job())
+    h.pending[j].partition = ""
+    assert h.schedule(at=0).starts[0].partition == "main"
+    k = h.submit(job())
+    h.pending[k].partition = ""
+    h.partition("main", is_default=False)
+    d = h.schedule(at=1)
+    assert d.reasons[k] is Reason.BAD_CONSTRAINTS and k in d.never
+
+
+def test_phases_are_timed_with_the_callers_timer() -> None:
+    h = SchedHarness().gpu_nodes(1)
+    h.submit(job())
+    ticks = iter(range(100))
+    d = schedule(h.snapshot(), 0.0, SchedConfig(), timer=lambda: float(next(ticks)))
+    assert list(d.stats.phase_seconds) == [
+        "1.profile",
+        "2.eligibility",
+        "3.priority",
+        "4.placement",
+    ]
+    assert all(v == 1.0 for v in d.stats.phase_seconds.values())

@@ -32,8 +32,12 @@ def test_afterok_on_a_failed_job_is_never_satisfied() -> None:
 
 @pytest.mark.parametrize(
     "kind, state, started",
-    [("afterany", "FAILED", True), ("afternotok", "FAILED", True),
-     ("afternotok", "COMPLETED", False), ("afterany", "CANCELLED", True)],
+    [
+        ("afterany", "FAILED", True),
+        ("afternotok", "FAILED", True),
+        ("afternotok", "COMPLETED", False),
+        ("afterany", "CANCELLED", True),
+    ],
 )
 def test_finished_dependencies(kind: str, state: str, started: bool) -> None:
     h = cluster()

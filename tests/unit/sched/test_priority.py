@@ -10,8 +10,9 @@ DAY = 86400
 
 
 def only(**weights: int) -> SchedConfig:
-    base = dict(weight_age=0, weight_fairshare=0, weight_job_size=0, weight_partition=0,
-                weight_qos=0)
+    base = dict(
+        weight_age=0, weight_fairshare=0, weight_job_size=0, weight_partition=0, weight_qos=0
+    )
     base.update(weights)
     return SchedConfig(**base)  # type: ignore[arg-type]
 

@@ -23,9 +23,7 @@ from muster.sched.filters import validate_submit
 from muster.sched.snapshot import ReservationView, Snapshot
 from muster.sched.testing import JobBuilder, SchedHarness, job
 
-PROPERTY = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 500.0
 
 configs = st.sampled_from(
@@ -79,11 +77,14 @@ def clusters(draw: st.DrawFn) -> SchedHarness:
     return h
 
 
-def _intervals(snap: Snapshot, d: Decisions, config: SchedConfig) -> list[tuple]:
+Interval = tuple[str, float, float, int, int, int]
+
+
+def _intervals(snap: Snapshot, d: Decisions, config: SchedConfig) -> list[Interval]:
     """(node, start, end, cpus, mem, gpus) of everything that holds resources: running
     jobs until their expected end (as the profile rounds it), starts and plans."""
     res = config.bf_resolution
-    out = []
+    out: list[Interval] = []
     by_id = {j.job_id: j for j in snap.pending}
     caps = {v.name: (v.cpus, v.mem, v.gpus) for v in snap.nodes}
     for j in snap.running:
@@ -122,8 +123,8 @@ def test_nothing_is_given_twice_now_or_in_the_plan(h: SchedHarness) -> None:
     ivs = _intervals(snap, d, h.config)
     for name, t, *_ in ivs:
         used = [0, 0, 0]
-        for other, s, e, c, m, g in ivs:
-            if other == name and s <= t < e:
+        for other, begin, end, c, m, g in ivs:
+            if other == name and begin <= t < end:
                 used[0] += c
                 used[1] += m
                 used[2] += g
@@ -131,11 +132,11 @@ def test_nothing_is_given_twice_now_or_in_the_plan(h: SchedHarness) -> None:
     # reserved nodes: only the reservation's jobs overlap its window
     for r in snap.reservations:
         users = {j.job_id for j in snap.pending if j.spec.reservation == r.name}
-        for s in d.starts:
-            lim = next(j.time_limit for j in snap.pending if j.job_id == s.job_id)
-            end = NOW + lim if lim else math.inf
-            if s.job_id not in users and any(a.node in r.nodes for a in s.alloc):
-                assert end <= r.start or NOW >= r.end
+        for start in d.starts:
+            lim = next(j.time_limit for j in snap.pending if j.job_id == start.job_id)
+            finish = NOW + lim if lim else math.inf
+            if start.job_id not in users and any(a.node in r.nodes for a in start.alloc):
+                assert finish <= r.start or NOW >= r.end
 
 
 def _order(snap: Snapshot, d: Decisions) -> list[Job]:
@@ -153,9 +154,7 @@ def _order(snap: Snapshot, d: Decisions) -> list[Job]:
 
 @PROPERTY
 @given(clusters(), st.integers(0, 24))
-def test_lower_priority_jobs_never_change_a_higher_jobs_decision(
-    h: SchedHarness, cut: int
-) -> None:
+def test_lower_priority_jobs_never_change_a_higher_jobs_decision(h: SchedHarness, cut: int) -> None:
     snap = h.snapshot()
     full = schedule(snap, NOW, h.config)
     keep = _order(snap, full)[:cut]

@@ -105,7 +105,11 @@ def test_daily_windows_repeat_every_day() -> None:
 
 def test_weekly_windows_repeat_every_week_and_one_off_windows_expire() -> None:
     r = ReservationView("weekly", 0, HOUR, ("n1",), flags=("WEEKLY",))
-    assert windows(r, 0, 15 * DAY) == [(0, HOUR), (7 * DAY, 7 * DAY + HOUR), (14 * DAY, 14 * DAY + HOUR)]
+    assert windows(r, 0, 15 * DAY) == [
+        (0, HOUR),
+        (7 * DAY, 7 * DAY + HOUR),
+        (14 * DAY, 14 * DAY + HOUR),
+    ]
     once = ReservationView("once", 0, HOUR, ("n1",))
     assert windows(once, 2 * HOUR, DAY) == []
 
