@@ -12,17 +12,18 @@ sid). Its processes are found in three ways, because each alone misses some:
    the agent kill on their behalf.
 
 ``job_members(procs, ...)`` does the walk on ``ProcInfo`` records; ``read_proc()`` fills
-them from ``/proc`` (Linux) and ``parse_stat`` reads one ``/proc/<pid>/stat`` line.
+them from ``/proc`` (Linux), ``read_tag`` reads one environment only when rule 3 needs it,
+and ``parse_stat`` reads one ``/proc/<pid>/stat`` line.
 ``start_ticks`` (field 22 of stat) tells a live process from a later one that reused its pid.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["ProcInfo", "job_members", "parse_stat", "process_start_ticks", "read_proc"]
+__all__ = ["ProcInfo", "job_members", "parse_stat", "process_start_ticks", "read_proc", "read_tag"]
 
 TAG_VAR = b"MUSTER_JOB_ID="
 
@@ -58,30 +59,42 @@ def job_members(
     job_id: int | None = None,
     uid: int | None = None,
     exclude: Iterable[int] = (),
+    tag_of: Callable[[int], str | None] | None = None,
 ) -> set[int]:
     """Pids of the job led by ``leader`` (see the module docstring); never ``exclude``
-    nor pid 1. The leader itself is included while it exists."""
-    tag = None if job_id is None else str(job_id)
-    found = {
-        p.pid
-        for p in procs.values()
-        if p.pid == leader
-        or p.sid == leader
-        or p.pgid == leader
-        or (tag is not None and p.job_tag == tag and uid is not None and p.uid == uid)
-    }
+    nor pid 1. The leader itself is included while it exists.
+
+    A process's tag is ``ProcInfo.job_tag`` when set, else asked of ``tag_of(pid)``, and only
+    for processes of ``uid`` not already found by the cheaper rules (kernel threads never).
+    """
+    found = {p.pid for p in procs.values() if leader in (p.pid, p.sid, p.pgid)}
     children: dict[int, list[int]] = {}
     for p in procs.values():
         children.setdefault(p.ppid, []).append(p.pid)
-    todo = list(found)
+    _add_descendants(found, set(found), children)
+    if job_id is not None and uid is not None:
+        tag = str(job_id)
+        tagged = set()
+        for p in procs.values():
+            if p.pid in found or p.uid != uid or p.pid == 2 or p.ppid == 2:
+                continue
+            value = p.job_tag if p.job_tag is not None else (tag_of(p.pid) if tag_of else None)
+            if value == tag:
+                tagged.add(p.pid)
+        found |= tagged
+        _add_descendants(found, tagged, children)
+    found.difference_update(exclude)
+    found.discard(1)
+    return found
+
+
+def _add_descendants(found: set[int], roots: set[int], children: Mapping[int, list[int]]) -> None:
+    todo = list(roots)
     while todo:
         for child in children.get(todo.pop(), ()):
             if child not in found:
                 found.add(child)
                 todo.append(child)
-    found.difference_update(exclude)
-    found.discard(1)
-    return found
 
 
 def process_start_ticks(pid: int, proc_root: str = "/proc") -> int | None:
@@ -94,9 +107,8 @@ def process_start_ticks(pid: int, proc_root: str = "/proc") -> int | None:
     return None if state in ("Z", "X") else ticks
 
 
-def read_proc(proc_root: str = "/proc", tag_uids: Iterable[int] = ()) -> dict[int, ProcInfo]:
-    """A snapshot of every process; environments are read only for ``tag_uids``' processes."""
-    wanted = set(tag_uids)
+def read_proc(proc_root: str = "/proc") -> dict[int, ProcInfo]:
+    """A snapshot of every process (tags are read lazily, see ``read_tag``)."""
     out: dict[int, ProcInfo] = {}
     try:
         names = os.listdir(proc_root)
@@ -112,14 +124,14 @@ def read_proc(proc_root: str = "/proc", tag_uids: Iterable[int] = ()) -> dict[in
             uid = os.stat(base).st_uid
         except (OSError, ValueError, IndexError):
             continue  # exited while we looked
-        tag = _read_tag(base) if uid in wanted else None
-        out[pid] = ProcInfo(pid, ppid, pgid, sid, uid, ticks, state, tag)
+        out[pid] = ProcInfo(pid, ppid, pgid, sid, uid, ticks, state)
     return out
 
 
-def _read_tag(base: str) -> str | None:
+def read_tag(pid: int, proc_root: str = "/proc") -> str | None:
+    """``MUSTER_JOB_ID`` from the initial environment of ``pid``, or None."""
     try:
-        with open(f"{base}/environ", "rb") as f:
+        with open(f"{proc_root}/{pid}/environ", "rb") as f:
             data = f.read()
     except OSError:
         return None

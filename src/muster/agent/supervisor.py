@@ -60,12 +60,9 @@ LOST_STATUS = "exit status lost: musterd restarted while the job ran"
 TICK = 0.5  # seconds between limit checks at most
 TOMBSTONE_SECONDS = 600.0
 
-ProcReader = Callable[[list[int]], Mapping[int, proctree.ProcInfo]]
+ProcReader = Callable[[], Mapping[int, proctree.ProcInfo]]
+TagReader = Callable[[int], str | None]
 Killer = Callable[[int, int], None]
-
-
-def _read_proc(uids: list[int]) -> Mapping[int, proctree.ProcInfo]:
-    return proctree.read_proc(tag_uids=uids)
 
 
 def _kill(pid: int, sig: int) -> None:
@@ -119,7 +116,8 @@ class Supervisor:
         kill_wait: float,
         over_time: float = 0.0,
         notify: Callable[[], None] = lambda: None,
-        proc_reader: ProcReader = _read_proc,
+        proc_reader: ProcReader = proctree.read_proc,
+        tag_reader: TagReader = proctree.read_tag,
         kill: Killer = _kill,
     ) -> None:
         self.node = node
@@ -130,6 +128,7 @@ class Supervisor:
         self.over_time = over_time
         self.notify = notify
         self.proc_reader = proc_reader
+        self.tag_reader = tag_reader
         self.kill = kill
         self.jobs: dict[int, Tracked] = {}
         self._launching: set[int] = set()
@@ -354,8 +353,10 @@ class Supervisor:
     def _members(self, t: Tracked) -> set[int]:
         if t.pid is None:
             return set()
-        procs = self.proc_reader([t.uid])
-        members = proctree.job_members(procs, t.pid, t.job_id, t.uid, exclude={os.getpid()})
+        procs = self.proc_reader()
+        members = proctree.job_members(
+            procs, t.pid, t.job_id, t.uid, exclude={os.getpid()}, tag_of=self.tag_reader
+        )
         if t.adopted and not self._leader_alive(t, procs):
             members.discard(t.pid)  # its pid may belong to someone else by now
         return members

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import os
 
-from muster.agent.proctree import ProcInfo, job_members, parse_stat, process_start_ticks, read_proc
+from muster.agent.proctree import (
+    ProcInfo,
+    job_members,
+    parse_stat,
+    process_start_ticks,
+    read_proc,
+    read_tag,
+)
 
 LEADER = 100
 
@@ -63,8 +70,32 @@ def test_stat_lines_with_awkward_command_names_parse() -> None:
 
 
 def test_the_live_proc_snapshot_contains_this_process() -> None:
-    procs = read_proc(tag_uids=[os.getuid()])
+    procs = read_proc()
     me = procs[os.getpid()]
     assert me.ppid == os.getppid() and me.pgid == os.getpgid(0) and me.sid == os.getsid(0)
     assert me.start_ticks == process_start_ticks(os.getpid())
     assert process_start_ticks(2**22 + 12345) is None
+
+
+def test_tags_are_read_lazily_and_only_for_the_jobs_user() -> None:
+    procs = _procs(
+        ProcInfo(LEADER, 1, LEADER, LEADER, uid=1000),
+        ProcInfo(101, LEADER, LEADER, LEADER, uid=1000),  # found by its group: not read
+        ProcInfo(120, 1, 120, 120, uid=1000),
+        ProcInfo(130, 1, 130, 130, uid=2000),
+        ProcInfo(140, 2, 0, 0, uid=1000),  # a kernel thread
+    )
+    asked: list[int] = []
+
+    def tag_of(pid: int) -> str | None:
+        asked.append(pid)
+        return "7" if pid == 120 else None
+
+    assert job_members(procs, LEADER, job_id=7, uid=1000, tag_of=tag_of) == {100, 101, 120}
+    assert asked == [120]
+
+
+def test_this_process_has_no_job_tag_unless_its_environment_says_so() -> None:
+    expected = os.environ.get("MUSTER_JOB_ID")
+    assert read_tag(os.getpid()) == expected
+    assert read_tag(2**22 + 12345) is None

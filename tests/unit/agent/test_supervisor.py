@@ -29,7 +29,7 @@ class World:
         }
         self.sent: list[tuple[int, int]] = []
 
-    def read(self, uids: list[int]) -> dict[int, ProcInfo]:
+    def read(self) -> dict[int, ProcInfo]:
         return dict(self.procs)
 
     def kill(self, pid: int, sig: int) -> None:
@@ -61,6 +61,7 @@ def sup(tmp_path: Any, clock: ManualClock, world: World) -> Supervisor:
         env_ctx=EnvContext(node="node1", cluster="c", conf_path="/c"),
         kill_wait=30,
         proc_reader=world.read,
+        tag_reader=lambda pid: None,
         kill=world.kill,
     )
 
