@@ -185,7 +185,7 @@ def job_record(job: dict, details: bool = False) -> list[str]:
     eligible = _ts(job.get("eligible_time"))
     exit_text = f"{int(job.get('exit_code') or 0)}:{int(job.get('exit_signal') or 0)}"
     requeue = 0 if spec.get("requeue") is False else 1
-    sched_eval = job.get("start_time") or job.get("submit_time")
+    sched_eval = job.get("last_sched_eval") or job.get("start_time") or job.get("submit_time")
     lines = [
         f"JobId={job.get('job_id')} JobName={spec.get('name') or ''}",
         f"UserId={job.get('user')}({job.get('uid')}) GroupId={job.get('group')}({job.get('gid')}) MCS_label=N/A",
@@ -267,6 +267,9 @@ def node_state(node: dict) -> str:
 
 def node_record(node: dict) -> list[str]:
     cpus = int(node.get("cpus") or 0)
+    sockets = int(node.get("sockets") or 1)
+    threads = int(node.get("threads_per_core") or 1)
+    cores = int(node.get("cores_per_socket") or max(1, cpus // (sockets * threads)))
     gpus = int(node.get("gpus") or 0)
     gres = node.get("gres") or (
         f"gpu:{node['gpu_type']}:{gpus}"
@@ -285,7 +288,7 @@ def node_record(node: dict) -> list[str]:
     if node.get("gpus_alloc"):
         alloc_parts.append(f"gres/gpu={node['gpus_alloc']}")
     lines = [
-        f"NodeName={node.get('name')} Arch=(null) CoresPerSocket={cpus} ",
+        f"NodeName={node.get('name')} Arch={node.get('arch') or '(null)'} CoresPerSocket={cores} ",
         f"CPUAlloc={int(node.get('cpus_alloc') or 0)} CPUEfctv={cpus} CPUTot={cpus} CPULoad=N/A",
         f"AvailableFeatures={features}",
         f"ActiveFeatures={features}",
@@ -293,8 +296,8 @@ def node_record(node: dict) -> list[str]:
         f"NodeAddr={node.get('addr')} NodeHostName={node.get('hostname') or node.get('addr')} "
         f"Port={node.get('port')} Version={node.get('version') or 'N/A'}",
         f"RealMemory={int(node.get('real_memory') or 0)} AllocMem={int(node.get('mem_alloc') or 0)} "
-        "FreeMem=N/A Sockets=1 Boards=1",
-        f"State={node_state(node)} ThreadsPerCore=1 TmpDisk=0 Weight={node.get('weight') or 1} "
+        f"FreeMem=N/A Sockets={sockets} Boards=1",
+        f"State={node_state(node)} ThreadsPerCore={threads} TmpDisk=0 Weight={node.get('weight') or 1} "
         "Owner=N/A MCS_label=N/A",
         f"Partitions={','.join(node.get('partitions') or [])} ",
         f"BootTime={_ts(node.get('boot_time'), 'None')} SlurmdStartTime={_ts(node.get('agent_start_time'), 'None')}",

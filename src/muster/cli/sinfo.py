@@ -33,7 +33,7 @@ PROG = "sinfo"
 DEFAULT_FORMAT = "%#P %.5a %.10l %.6D %.6t %N"
 LONG_FORMAT = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
 SUMMARY_FORMAT = "%#P %.5a %.10l %.16F %N"
-NODE_FORMAT = "%#N %.6D %#P %6t"
+NODE_FORMAT = "%#N %.6D %.#P %6t"
 NODE_LONG_FORMAT = "%#N %.6D %.#P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E"
 REASON_FORMAT = "%20E %9u %19H %N"
 REASON_LONG_FORMAT = "%20E %12U %19H %6t %N"
@@ -91,8 +91,22 @@ _LONG = {
     "UNKNOWN": "unknown",
     "FUTURE": "future",
 }
-# Slurm's node_state numbers, used by the "t" sort (-t: mixed, allocated, idle, down, unknown).
+# Slurm's node_state numbers and flag bits: the default "-t" sort orders rows by their
+# sum, highest first, so silent and drained nodes come before mixed, allocated and idle.
 _STATE_RANK = {"UNKNOWN": 0, "DOWN": 1, "IDLE": 2, "ALLOCATED": 3, "MIXED": 5, "FUTURE": 6}
+_DRAIN_FLAG = 0x200
+_NO_RESPOND_FLAG = 0x800
+
+
+def state_rank(node: dict) -> int:
+    rank = _STATE_RANK.get(_base(node), 0)
+    if node.get("drain"):
+        rank += _DRAIN_FLAG
+    if node.get("responding") is False:
+        rank += _NO_RESPOND_FLAG
+    return rank
+
+
 _BUSY = frozenset({"ALLOCATED", "MIXED"})
 
 
@@ -240,6 +254,16 @@ def _reason(node: dict) -> str:
     return str(node.get("reason") or "none")
 
 
+def _sct(node: dict) -> str:
+    """Sockets:cores:threads; a node that reports no topology is one socket of its CPUs."""
+    sockets = int(node.get("sockets") or 1)
+    threads = int(node.get("threads_per_core") or 1)
+    cores = int(
+        node.get("cores_per_socket") or max(1, int(node.get("cpus") or 1) // (sockets * threads))
+    )
+    return f"{sockets}:{cores}:{threads}"
+
+
 def _job_size(row: Row) -> str:
     if row.part is None:
         return "n/a"
@@ -309,14 +333,10 @@ FIELDS: dict[str, tuple[str, object, object]] = {
         lambda r: _same(r, lambda n: str(n.get("weight") or 1)),
         lambda n: n.get("weight"),
     ),
-    "X": ("SOCKETS", lambda r: "1", None),
-    "Y": ("CORES", lambda r: _same(r, lambda n: str(n.get("cpus") or 0)), lambda n: n.get("cpus")),
-    "Z": ("THREADS", lambda r: "1", None),
-    "z": (
-        "S:C:T",
-        lambda r: _same(r, lambda n: f"1:{n.get('cpus') or 0}:1"),
-        lambda n: n.get("cpus"),
-    ),
+    "X": ("SOCKETS", lambda r: _same(r, lambda n: _sct(n).split(":")[0]), _sct),
+    "Y": ("CORES", lambda r: _same(r, lambda n: _sct(n).split(":")[1]), _sct),
+    "Z": ("THREADS", lambda r: _same(r, lambda n: _sct(n).split(":")[2]), _sct),
+    "z": ("S:C:T", lambda r: _same(r, _sct), _sct),
 }
 
 LONG_NAMES = {
@@ -433,8 +453,8 @@ def build_rows(
             key = tuple(fn(node) for fn in splitters)  # type: ignore[operator]
             groups.setdefault(key, []).append(node)
         part_rows = [Row(part, group) for group in groups.values()]
-        # Slurm's default "-t": mixed, then allocated, idle, down (stable within a state).
-        part_rows.sort(key=lambda r: -_STATE_RANK.get(_base(r.nodes[0]), 0))
+        # Slurm's default "-t" (stable: rows of one state keep the nodes' order).
+        part_rows.sort(key=lambda r: -state_rank(r.nodes[0]))
         rows.extend(part_rows)
     return rows
 

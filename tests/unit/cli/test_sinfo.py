@@ -1,0 +1,124 @@
+"""sinfo's views, checked against Slurm 22.05's captures."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.cli import sinfo
+from muster.cli.common import CommandError
+
+NOW = 1796227645.0
+
+
+def _lines(parts: list[dict], nodes: list[dict], argv: list[str]) -> list[str]:
+    req = sinfo.parse_args(argv, {})
+    assert isinstance(req, sinfo.Request)
+    return sinfo.report_lines(parts, nodes, req, NOW)
+
+
+def test_default_view_matches_slurm(partitions, nodes, reference) -> None:
+    stdout, _ = reference("fmt_sinfo_default.txt")
+    assert _lines(partitions, nodes, []) == stdout.splitlines()
+
+
+def test_summary_matches_slurm(partitions, nodes, reference) -> None:
+    stdout, _ = reference("fmt_sinfo_s.txt")
+    assert _lines(partitions, nodes, ["-s"]) == stdout.splitlines()
+
+
+def test_gres_and_cpu_counts_match_slurm(partitions, nodes, reference) -> None:
+    stdout, _ = reference("fmt_sinfo_o_gres.txt")
+    assert _lines(partitions, nodes, ["-o", "%P %a %l %D %t %N %G %C"]) == stdout.splitlines()
+
+
+def test_node_long_view_matches_slurm(partitions, nodes, reference) -> None:
+    stdout, _ = reference("fmt_sinfo_N_l.txt")
+    got = _lines(partitions, nodes, ["-N", "-l"])
+    want = stdout.splitlines()
+    assert got[0] == "Wed Dec 02 16:07:25 2026" == want[0]
+    assert got[1:] == want[1:]
+
+
+def test_node_view_lists_a_node_once_per_partition(partitions, nodes) -> None:
+    got = _lines(partitions, nodes, ["-N"])
+    assert got[0] == "NODELIST   NODES PARTITION STATE "
+    assert got[1] == "node1          1      gpu* mix   "
+    assert [line.split()[0] for line in got[1:]].count("node5") == 2
+
+
+def test_states_and_not_responding_marks(partitions, nodes) -> None:
+    nodes[2].update(drain=True, reason="maintenance")  # node3 idle+drain
+    nodes[0].update(drain=True)  # node1 mixed+drain
+    nodes[3].update(state="DOWN", responding=False, reason="Not responding")
+    nodes[4].update(state="ALLOCATED", cpus_alloc=32)
+    got = _lines(partitions, nodes, ["-p", "gpu", "-h"])
+    # Slurm orders by state number plus flag bits, highest first.
+    assert got == [
+        "gpu*         up   infinite      1  down* node4",
+        "gpu*         up   infinite      1   drng node1",
+        "gpu*         up   infinite      1  drain node3",
+        "gpu*         up   infinite      1    mix node2",
+        "gpu*         up   infinite      1  alloc node5",
+        "gpu*         up   infinite      3   idle node[6-8]",
+    ]
+
+
+def test_cpu_counts_put_unavailable_nodes_under_other(partitions, nodes) -> None:
+    nodes[3].update(state="DOWN", responding=False)
+    got = _lines(partitions, nodes, ["-h", "-p", "gpu", "-o", "%C %F"])
+    # No per-node column in the format, so the partition is one row.
+    assert got == ["2/222/32/256 2/5/1/8"]
+
+
+def test_state_filter(partitions, nodes) -> None:
+    assert _lines(partitions, nodes, ["-h", "-t", "mix", "-o", "%P %N"]) == ["gpu* node[1-2]"]
+    with pytest.raises(CommandError, match="Invalid node state specified"):
+        sinfo.parse_args(["-t", "sleepy"], {})
+
+
+def test_node_filter_drops_partitions_without_those_nodes(partitions, nodes) -> None:
+    assert _lines(partitions, nodes, ["-h", "-n", "node[1-2]", "-o", "%R %D"]) == ["gpu 2"]
+
+
+def test_reasons_list(partitions, nodes) -> None:
+    nodes[3].update(
+        state="DOWN",
+        responding=False,
+        reason="Not responding",
+        reason_user="root",
+        reason_time=NOW - 60,
+    )
+    nodes[6].update(drain=True, reason="bad gpu", reason_user="alice", reason_time=NOW)
+    assert _lines(partitions, nodes, ["-R"]) == [
+        "REASON               USER      TIMESTAMP           NODELIST",
+        "Not responding       root      2026-12-02T16:06:25 node4",
+        "bad gpu              alice     2026-12-02T16:07:25 node7",
+    ]
+
+
+def test_long_partition_names_widen_the_column(nodes) -> None:
+    parts = [
+        {
+            "name": "a-very-long-partition",
+            "nodes": ["node1"],
+            "default": True,
+            "state": "UP",
+            "max_time": 60,
+        },
+    ]
+    got = _lines(parts, nodes, [])
+    assert got[0].startswith("PARTITION              AVAIL")
+    assert got[1].startswith("a-very-long-partition*    up       1:00 ")
+
+
+def test_format_long_names(partitions, nodes) -> None:
+    got = _lines(
+        partitions, nodes, ["-h", "-p", "debug", "-O", "partition:8,nodes:.5,statelong:10"]
+    )
+    assert got == ["debug        4 idle      "]
+
+
+def test_unknown_option(capsys, reference) -> None:
+    _, stderr = reference("fmt_err_sinfo_unknown_option.txt")
+    assert sinfo.main(["--bogus"]) == 1
+    assert capsys.readouterr().err == stderr

@@ -1,0 +1,241 @@
+"""squeue's output, filters and order, checked against Slurm 22.05's captures."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.cli import squeue
+from muster.cli.common import CommandError
+
+
+def _lines(
+    jobs: list[dict], argv: list[str], env: dict | None = None, now: float = 1796227645.0
+) -> list[str]:
+    req = squeue.parse_args(argv, env or {})
+    assert isinstance(req, squeue.Request)
+    chosen = squeue.select(jobs, req)
+    lines = squeue.render(chosen, req.cols, req.header)
+    if req.long:
+        lines.insert(0, squeue.long_header(now))
+    return lines
+
+
+def _queue(jobs: dict) -> list[dict]:
+    # The controller's order is not the display order: feed them shuffled.
+    return [jobs[8653], jobs[8656], jobs[8641], jobs[8654]]
+
+
+def _without_array_job(text: str) -> list[str]:
+    """The captures hold an array job (8655) that muster does not have yet."""
+    return [line for line in text.splitlines() if "8655" not in line]
+
+
+def test_default_output_matches_slurm(jobs, reference) -> None:
+    stdout, _ = reference("fmt_squeue_default.txt")
+    assert _lines(_queue(jobs), []) == _without_array_job(stdout)
+
+
+def test_default_format_spelled_out_is_the_same(jobs, reference) -> None:
+    stdout, _ = reference("fmt_squeue_o_default_fmt.txt")
+    assert _lines(
+        _queue(jobs), ["-o", "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"]
+    ) == _without_array_job(stdout)
+
+
+def test_long_output_matches_slurm(jobs, reference) -> None:
+    stdout, _ = reference("fmt_squeue_l.txt")
+    assert _lines(_queue(jobs), ["-l"]) == _without_array_job(stdout)
+
+
+def test_noheader_with_custom_format(jobs, reference) -> None:
+    stdout, _ = reference("fmt_squeue_h_noheader.txt")
+    assert _lines(_queue(jobs), ["-h", "-o", "%i %T"]) == _without_array_job(stdout)
+
+
+def test_custom_format_with_separators(jobs, reference) -> None:
+    stdout, _ = reference("fmt_squeue_o_custom.txt")
+    got = _lines(_queue(jobs), ["--format=%i|%j|%T|%r|%S|%e|%D|%b|%N|%P|%a|%u|%l|%L|%M|%Q"])
+    assert got == _without_array_job(stdout)
+
+
+def test_long_format_names(jobs, reference) -> None:
+    stdout, _ = reference("fmt_squeue_O.txt")
+    got = _lines(
+        _queue(jobs), ["-O", "JobID,Name,State,Reason,StartTime,NumNodes,tres-per-node,NodeList"]
+    )
+    assert got == _without_array_job(stdout)
+
+
+def test_start_shows_pending_jobs_by_expected_start(jobs, reference) -> None:
+    stdout, _ = reference("fmt_squeue_start.txt")
+    assert _lines(_queue(jobs), ["--start"]) == _without_array_job(stdout)
+
+
+def test_start_puts_known_start_times_first(jobs) -> None:
+    jobs[8656]["planned_start"] = 1796231242.0
+    got = _lines(_queue(jobs), ["--start", "-h", "-o", "%i %S"])
+    assert got == ["8656 2026-12-02T17:07:22", "8654 N/A"]
+
+
+def test_finished_jobs_are_hidden_unless_asked_for(jobs) -> None:
+    assert "8641" not in " ".join(_lines(_queue(jobs), ["-h", "-o", "%i"]))
+    assert _lines(_queue(jobs), ["-h", "-o", "%i %t", "-t", "CD"]) == ["8641 CD"]
+    assert _lines(_queue(jobs), ["-h", "-o", "%i", "-j", "8641"]) == ["8641"]
+    assert len(_lines(_queue(jobs), ["-h", "-t", "all"])) == 4
+
+
+def test_state_filter_takes_short_and_long_names(jobs) -> None:
+    assert _lines(_queue(jobs), ["-h", "-o", "%i", "-t", "running"]) == ["8653"]
+    assert _lines(_queue(jobs), ["-h", "-o", "%i", "--states=PD"]) == ["8654", "8656"]
+
+
+def test_bad_state_is_an_error() -> None:
+    with pytest.raises(CommandError, match="Invalid job state specified: XX"):
+        squeue.parse_args(["-t", "XX"], {})
+
+
+def test_completing_job_shows_cg_and_its_nodes(jobs) -> None:
+    job = jobs[8653]
+    job.update(state="CANCELLED", state_code="CG", completing=True)
+    assert _lines([job], ["-h", "-o", "%t %T %R"]) == ["CG COMPLETING node[1-2]"]
+
+
+def test_partition_filter_without_match_prints_only_the_header(jobs, reference) -> None:
+    stdout, _ = reference("fmt_err_squeue_bad_partition.txt")
+    assert _lines(_queue(jobs), ["-p", "nosuch"]) == stdout.splitlines()
+
+
+def test_sort_by_partition_then_state_then_priority(job_factory) -> None:
+    a = job_factory(1, partition="gpu", priority=5)
+    b = job_factory(2, partition="debug", priority=1)
+    c = job_factory(3, partition="gpu", priority=9)
+    d = job_factory(4, partition="gpu", state="RUNNING", state_code="R", priority=99, nodes=["n1"])
+    assert _lines([a, b, c, d], ["-h", "-o", "%i"]) == ["2", "3", "1", "4"]
+
+
+def test_explicit_sort(job_factory) -> None:
+    jobs = [job_factory(i, spec={"name": n}) for i, n in ((1, "b"), (2, "a"), (3, "c"))]
+    assert _lines(jobs, ["-h", "-o", "%j", "-S", "j"]) == ["a", "b", "c"]
+    assert _lines(jobs, ["-h", "-o", "%j", "--sort=-j"]) == ["c", "b", "a"]
+
+
+def test_width_forms(job_factory) -> None:
+    job = job_factory(7, spec={"name": "averyveryverylongname"})
+    assert _lines([job], ["-h", "-o", "[%.5j][%-5j][%5j][%j]"]) == [
+        "[avery][avery][avery][averyveryverylongname]"
+    ]
+
+
+def test_node_lists_are_never_cut(job_factory) -> None:
+    job = job_factory(7, nodes=["gpu-node-001", "gpu-node-003"], state="RUNNING", state_code="R")
+    assert _lines([job], ["-h", "-o", "%.4N"]) == ["gpu-node-[001,003]"]
+
+
+def test_percent_literal_and_trailing_text(job_factory) -> None:
+    assert _lines([job_factory(3)], ["-h", "-o", "100%% %i!"]) == ["100% 3!"]
+
+
+def test_unknown_format_letter_is_an_error() -> None:
+    with pytest.raises(CommandError, match="Invalid job format specification"):
+        squeue.parse_args(["-o", "%i %W"], {})
+
+
+def test_user_and_name_filters(job_factory) -> None:
+    jobs = [job_factory(1, user="alice"), job_factory(2, user="root", spec={"name": "x"})]
+    assert _lines(jobs, ["-h", "-o", "%i", "-u", "root"]) == ["2"]
+    assert _lines(jobs, ["-h", "-o", "%i", "-n", "x,y"]) == ["2"]
+
+
+def test_unknown_user_is_an_error() -> None:
+    with pytest.raises(CommandError, match="Invalid user: no-such-user-here"):
+        squeue.parse_args(["-u", "no-such-user-here"], {})
+
+
+def test_environment_format_and_sort(job_factory) -> None:
+    jobs = [job_factory(2), job_factory(1)]
+    assert _lines(jobs, ["-h"], {"SQUEUE_FORMAT": "%i", "SQUEUE_SORT": "-i"}) == ["2", "1"]
+
+
+def test_server_query_carries_the_filters() -> None:
+    req = squeue.parse_args(["-j", "5,6", "-u", "root", "-p", "gpu", "-n", "my job"], {})
+    assert isinstance(req, squeue.Request)
+    assert req.filters.query() == "?job_id=5,6&user=root&partition=gpu&name=my%20job"
+
+
+def test_bad_job_id_is_an_error() -> None:
+    with pytest.raises(CommandError, match="Invalid job id: abc"):
+        squeue.parse_args(["-j", "abc"], {})
+
+
+def test_unknown_option_exits_1_with_slurm_text(capsys, reference) -> None:
+    _, stderr = reference("fmt_err_squeue_unknown_option.txt")
+    assert squeue.main(["--bogus"]) == 1
+    assert capsys.readouterr().err == stderr
+
+
+class _FakeController:
+    def __init__(self, answer: object = None, error: Exception | None = None) -> None:
+        self.answer = answer
+        self.error = error
+        self.paths: list[str] = []
+
+    def get(self, path: str) -> object:
+        self.paths.append(path)
+        if self.error:
+            raise self.error
+        return self.answer
+
+
+def test_unknown_single_job_id_is_slurm_load_jobs_error(monkeypatch, capsys, reference) -> None:
+    from muster.protocol.client import ApiError
+
+    _, stderr = reference("fmt_err_squeue_bad_job.txt")
+    fake = _FakeController(error=ApiError(404, "Invalid job id specified", "invalid_job_id"))
+    monkeypatch.setattr(squeue, "connect", lambda prog: fake)
+    assert squeue.main(["-j", "999999"]) == 1
+    assert capsys.readouterr().err == stderr
+    assert fake.paths == ["/v1/jobs?job_id=999999"]
+
+
+def test_unreachable_controller(monkeypatch, capsys) -> None:
+    from muster.protocol.client import ConnectError
+
+    fake = _FakeController(
+        error=ConnectError(
+            "Unable to contact slurm controller (connect failure): /x.sock: No such file"
+        )
+    )
+    monkeypatch.setattr(squeue, "connect", lambda prog: fake)
+    assert squeue.main([]) == 1
+    assert capsys.readouterr().err.startswith(
+        "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+    )
+
+
+def test_main_prints_the_queue(monkeypatch, capsys, jobs, reference) -> None:
+    stdout, _ = reference("fmt_squeue_default.txt")
+    fake = _FakeController({"jobs": _queue(jobs), "now": 1796227645.0})
+    monkeypatch.setattr(squeue, "connect", lambda prog: fake)
+    assert squeue.main([]) == 0
+    assert capsys.readouterr().out.splitlines() == _without_array_job(stdout)
+
+
+def test_json_has_slurm_field_names(monkeypatch, capsys, jobs) -> None:
+    import json
+
+    fake = _FakeController({"jobs": [jobs[8653]], "now": 1796227645.0})
+    monkeypatch.setattr(squeue, "connect", lambda prog: fake)
+    assert squeue.main(["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    job = doc["jobs"][0]
+    assert (job["job_id"], job["job_state"], job["nodes"], job["time_limit"]) == (
+        8653,
+        "RUNNING",
+        "node[1-2]",
+        10,
+    )
+
+
+def test_version(capsys) -> None:
+    assert squeue.main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("slurm 22.05")
