@@ -567,3 +567,12 @@ def _read(w: AgentWorld, name: str) -> str:
         return w.read(name).strip()
     except OSError:
         return ""
+
+
+def test_the_job_inherits_no_ignored_signals_from_the_agent(world: AgentWorld) -> None:
+    job = world.job("#!/bin/sh\ngrep -E '^Sig(Ign|Blk)' /proc/$$/status\nyes | head -n 1 >/dev/null\n")
+    assert world.launch(job).status_code == 200
+    assert world.ctld.wait_report(job["job_id"])["exit_code"] == 0
+    text = world.read(f"slurm-{job['job_id']}.out")
+    assert "SigIgn:\t0000000000000000" in text and "SigBlk:\t0000000000000000" in text
+    assert "Broken pipe" not in text

@@ -12,8 +12,8 @@ this order, and nothing else:
    user: a directory the user cannot enter is refused);
 4. opens stdin, stdout and stderr (absolute paths) *as the user*: the user cannot make root
    create or truncate a file they could not write themselves;
-5. the ``dup2``s onto 0/1/2, default dispositions for the signals Python ignores (SIGPIPE,
-   SIGXFSZ) and an empty signal mask;
+5. the ``dup2``s onto 0/1/2, default dispositions for every signal the agent ignores
+   (SIGPIPE and SIGXFSZ by Python, SIGHUP under nohup) and an empty signal mask;
 6. ``execve`` of the script itself, so the kernel honours its ``#!`` line (a script without
    one is run by ``/bin/sh``, as ``execvp`` would), with ``SLURM_TASK_PID`` set to its pid.
 
@@ -184,8 +184,22 @@ def _parse_umask(text: str | None) -> int | None:
 # --- the fork --------------------------------------------------------------------------
 
 
+def _ignored_signals() -> list[signal.Signals]:
+    """Signals this process ignores (Python ignores SIGPIPE and SIGXFSZ; ``nohup`` adds
+    SIGHUP): an ignored disposition survives exec, and the job must not inherit it."""
+    out = []
+    for sig in signal.valid_signals():
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                out.append(sig)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def _fork(plan: LaunchPlan) -> tuple[int, int]:
     """Fork the child; return (pid, read end of its error pipe)."""
+    ignored = _ignored_signals()
     env_items = dict(plan.env)
     read_fd, write_fd = os.pipe()  # both close-on-exec
     pid = os.fork()
@@ -220,7 +234,7 @@ def _fork(plan: LaunchPlan) -> tuple[int, int]:
             for fd in {fd_in, fd_out, fd_err}:
                 if fd > 2:
                     os.close(fd)
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            for sig in ignored:
                 signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
             env_items["SLURM_TASK_PID"] = str(os.getpid())

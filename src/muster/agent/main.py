@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     # signal again; this handler covers the moments before and after (so we exit 0).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.request_stop())
+    # slurmd rereads its config on SIGHUP; musterd does not (yet), but must not die of it.
+    signal.signal(signal.SIGHUP, lambda *_: logging.getLogger("musterd").info("SIGHUP ignored: restart musterd to reread the configuration"))
     try:
         asyncio.run(daemon.serve())
     except StartupError as exc:
