@@ -14,20 +14,24 @@ Reservation windows (``reservations``) are rules on start times, applied per nod
 * a job in a reservation may start only in [window start, window end - duration] of one
   of its reservation's windows.
 
-``earliest_start`` sweeps over each candidate node's intervals of feasible start times:
-the first time at which enough nodes are feasible at once is the planned start. It costs
-O(steps of the candidates' profiles) per request, with no per-time-slot node scans.
+Everything here relies on one fact: within a pass, resources are only ever taken, never
+given back. Hence the memos (a request that did not fit now will not fit a longer or
+equal duration later in the pass; one with no start in the window never gets one) and
+the incremental planner (only nodes changed since the last question are recomputed).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 
+from muster.core.job import NodeAlloc
 from muster.sched.filters import Request
 from muster.sched.profile import INF, NodeProfile
 from muster.sched.select import FitKey, fit_key, pick
 
-__all__ = ["Planner", "need_on", "start_now", "windows_allow"]
+__all__ = ["Backfill", "need_on", "windows_allow"]
+
+Key = tuple[object, ...]
 
 
 def need_on(req: Request, node: NodeProfile) -> tuple[int, int, int]:
@@ -45,59 +49,208 @@ def windows_allow(node: NodeProfile, req: Request, start: float, end: float) -> 
     return True
 
 
-def start_now(
-    req: Request, now: float, candidates: list[NodeProfile]
-) -> tuple[list[NodeProfile] | None, list[NodeProfile]]:
-    """The nodes to start ``req`` on now (None when it cannot start now without taking
-    what is promised to a planned job or a reservation), and the candidates whose free
-    resources now still cover one share of it: the pass only ever takes, so the others
-    will not fit later in the pass either and the caller may drop them."""
-    end = now + req.duration
-    fitting: list[tuple[FitKey, NodeProfile]] = []
-    still: list[NodeProfile] = []
-    required = req.required
-    exclusive = req.exclusive
-    c, m, g = req.need
-    for node in candidates:
-        if exclusive:
-            c, m, g = node.cap
-            if node.running:
-                continue
-        if node.cpus[0] < c or node.mem[0] < m or node.gpus[0] < g:
-            continue
-        still.append(node)
+class _GpuIndex:
+    """Available nodes grouped by (weight, free GPUs now), each group a list of node
+    positions in index order. Lets a GPU request visit nodes best fit first and stop
+    as soon as a whole group of equally good nodes has been seen."""
+
+    __slots__ = ("nodes", "pos", "groups", "order")
+
+    def __init__(self, nodes: list[NodeProfile]) -> None:
+        self.nodes = sorted((n for n in nodes if n.available), key=lambda n: n.index)
+        self.pos = {n.name: i for i, n in enumerate(self.nodes)}
+        self.groups: dict[tuple[int, int], list[int]] = {}
+        for i, n in enumerate(self.nodes):
+            self.groups.setdefault((n.weight, n.gpus[0]), []).append(i)
+        self.order = sorted(self.groups)
+
+    def members(self, nodes: list[NodeProfile]) -> bytearray | None:
+        """A flag per position for ``nodes``; None when they are all the nodes."""
+        flags = bytearray(len(self.nodes))
+        for n in nodes:
+            i = self.pos.get(n.name)
+            if i is not None:
+                flags[i] = 1
+        return None if all(flags) else flags
+
+    def moved(self, node: NodeProfile, old_gpus: int) -> None:
+        i = self.pos.get(node.name)
+        if i is None or old_gpus == node.gpus[0]:
+            return
+        old = self.groups[(node.weight, old_gpus)]
+        del old[bisect_left(old, i)]
+        new = (node.weight, node.gpus[0])
+        if new not in self.groups:
+            self.groups[new] = []
+            self.order = sorted(self.groups)
+        insort(self.groups[new], i)
+
+
+class Backfill:
+    """The pass's placement engine over the profile: ``start_now``, ``earliest_start``,
+    and ``take_now``/``take_plan`` to commit a decision to the profile."""
+
+    __slots__ = (
+        "now",
+        "horizon",
+        "log",
+        "_plans",
+        "_no_plan",
+        "_no_fit",
+        "_live",
+        "_masks",
+        "_index",
+    )
+
+    def __init__(self, nodes: list[NodeProfile], now: float, horizon: float) -> None:
+        self.now = now
+        self.horizon = horizon
+        self.log: list[NodeProfile] = []  # nodes whose profile changed, in order
+        self._plans: dict[Key, _KeyPlan] = {}
+        self._no_plan: set[Key] = set()  # (request key, duration) without a start
+        self._no_fit: dict[Key, float] = {}  # request key -> shortest duration that failed
+        self._live: dict[Key, list[NodeProfile]] = {}
+        self._masks: dict[Key, bytearray | None] = {}
+        self._index = _GpuIndex(nodes)
+
+    # -- now --------------------------------------------------------------------------
+    def start_now(self, req: Request) -> list[NodeProfile] | None:
+        """The nodes to start ``req`` on now, or None when it cannot start now without
+        taking what is promised to a planned job or a reservation."""
+        floor = self._no_fit.get(req.key)
+        if floor is not None and req.duration >= floor:
+            return None
+        if req.need[2] > 0 and not req.exclusive and not req.required:
+            fitting = self._fitting_by_gpus(req)
+        else:
+            fitting = self._fitting_scan(req)
+        if len(fitting) >= req.nodes and (
+            not req.required
+            or sum(1 for _, n in fitting if n.name in req.required) == len(req.required)
+        ):
+            return pick(fitting, req.nodes, req.required)
+        self._no_fit[req.key] = req.duration if floor is None else min(floor, req.duration)
+        return None
+
+    def _fits_whole_time(self, node: NodeProfile, req: Request, c: int, m: int, g: int) -> bool:
+        end = self.now + req.duration
         # The profile never falls below "now" unless something was taken from a later
         # time (``dips``); only then is the whole interval checked.
-        if node.dips and not node.fits(now, end, c, m, g):
-            continue
-        if (node.windows or req.reservation is not None) and not windows_allow(node, req, now, end):
-            continue
-        fitting.append((fit_key(node, (node.cpus[0], node.mem[0], node.gpus[0]), (c, m, g)), node))
-    if len(fitting) < req.nodes:
-        return None, still
-    if required and sum(1 for _, n in fitting if n.name in required) < len(required):
-        return None, still
-    return pick(fitting, req.nodes, required), still
+        if node.dips and not node.fits(self.now, end, c, m, g):
+            return False
+        if node.windows or req.reservation is not None:
+            return windows_allow(node, req, self.now, end)
+        return True
+
+    def _fitting_by_gpus(self, req: Request) -> list[tuple[FitKey, NodeProfile]]:
+        """Best-fit groups first; stop after the group that completes the count, since
+        every later group fits worse (same result as scanning every candidate)."""
+        index = self._index
+        if req.key in self._masks:
+            members = self._masks[req.key]
+        else:
+            members = self._masks[req.key] = index.members(req.candidates)
+        c, m, g = req.need
+        nodes = index.nodes
+        simple = req.reservation is None
+        fitting: list[tuple[FitKey, NodeProfile]] = []
+        for group in index.order:
+            if group[1] < g:
+                continue
+            for i in index.groups[group]:
+                if members is not None and not members[i]:
+                    continue
+                node = nodes[i]
+                if node.cpus[0] < c or node.mem[0] < m:
+                    continue
+                if (simple and not node.dips and not node.windows) or self._fits_whole_time(
+                    node, req, c, m, g
+                ):
+                    free = (node.cpus[0], node.mem[0], node.gpus[0])
+                    fitting.append((fit_key(node, free, (c, m, g)), node))
+            if len(fitting) >= req.nodes:
+                break
+        return fitting
+
+    def _fitting_scan(self, req: Request) -> list[tuple[FitKey, NodeProfile]]:
+        """Every candidate whose free resources cover one share; the list of those kept
+        for the next request with the same key only shrinks."""
+        fitting: list[tuple[FitKey, NodeProfile]] = []
+        still: list[NodeProfile] = []
+        exclusive = req.exclusive
+        c, m, g = req.need
+        for node in self._live.get(req.key, req.candidates):
+            if exclusive:
+                c, m, g = node.cap
+                if node.running:
+                    continue
+            if node.cpus[0] < c or node.mem[0] < m or node.gpus[0] < g:
+                continue
+            still.append(node)
+            if self._fits_whole_time(node, req, c, m, g):
+                free = (node.cpus[0], node.mem[0], node.gpus[0])
+                fitting.append((fit_key(node, free, (c, m, g)), node))
+        self._live[req.key] = still
+        return fitting
+
+    def take_now(self, req: Request, nodes: list[NodeProfile]) -> list[NodeAlloc]:
+        """Start ``req`` on ``nodes`` now: take from the profile, hand out GPU indices."""
+        end = self.now + req.duration
+        allocs = []
+        for node in nodes:
+            c, m, g = need_on(req, node)
+            old = node.gpus[0]
+            node.take(self.now, end, c, m, g)
+            node.running += 1
+            self.log.append(node)
+            self._index.moved(node, old)
+            allocs.append(NodeAlloc(node.name, c, m, node.take_gpu_ids(g)))
+        return allocs
+
+    # -- later ------------------------------------------------------------------------
+    def earliest_start(self, req: Request) -> tuple[float, list[NodeProfile]] | None:
+        """The earliest time in [now, horizon] at which ``req`` fits, with the nodes to
+        plan it on; None when it does not fit within the horizon.
+
+        For each distinct request (key and duration) the engine keeps every candidate
+        node's feasible start intervals and their sorted open/close events; later
+        questions recompute only the nodes changed since, and the sweep stops at the
+        first time enough nodes are feasible at once."""
+        if (req.key, req.duration) in self._no_plan:
+            return None
+        kp = self._plans.get(req.plan_key)
+        if kp is None:
+            kp = self._plans[req.plan_key] = _KeyPlan(req, self.now, self.horizon)
+        else:
+            kp.refresh(req, self.log, self.now, self.horizon)
+        kp.pos = len(self.log)
+        found = kp.sweep(req)
+        if found is None:  # a pass only takes: no start in the window now, none later
+            self._no_plan.add((req.key, req.duration))
+        return found
+
+    def take_plan(self, req: Request, at: float, nodes: list[NodeProfile]) -> None:
+        """Reserve ``nodes`` for ``req`` from ``at`` in the profile."""
+        end = at + req.duration
+        for node in nodes:
+            c, m, g = need_on(req, node)
+            node.take(at, end, c, m, g)
+            self.log.append(node)
 
 
 def _feasible(node: NodeProfile, req: Request, lo: float, hi: float) -> list[list[float]]:
     """Closed intervals of start times in [lo, hi] at which ``req`` fits on ``node``."""
-    c, m, g = need_on(req, node)
+    c, m, g = node.cap if req.exclusive else req.need
     dur = req.duration
     ivs = node.starts(c, m, g, dur)
-    if node.windows:
-        for ws, we, name in node.windows:
-            if name == req.reservation:
-                continue
+    if not node.windows and req.reservation is None:
+        return [iv for iv in ivs if iv[0] <= hi]
+    for ws, we, name in node.windows:
+        if name != req.reservation:
             ivs = _remove_open(ivs, ws - dur, we)
     if req.reservation is not None:
         ivs = _intersect(ivs, [[ws, we - dur] for ws, we in req.allowed if we - dur >= ws])
-    out = []
-    for a, b in ivs:
-        if b < lo or a > hi:
-            continue
-        out.append([max(a, lo), min(b, INF)])
-    return out
+    return [[max(a, lo), b] for a, b in ivs if b >= lo and a <= hi]
 
 
 def _remove_open(ivs: list[list[float]], lo: float, hi: float) -> list[list[float]]:
@@ -124,40 +277,6 @@ def _intersect(ivs: list[list[float]], allowed: list[list[float]]) -> list[list[
     return out
 
 
-class Planner:
-    """Answers ``earliest_start`` for many requests in one pass, incrementally.
-
-    For each distinct request (its placement key and duration) it keeps every candidate
-    node's feasible start intervals and the sorted open/close events of those intervals.
-    Later requests with the same key only recompute the nodes whose profile changed since
-    (the pass reports every change through ``touched``), and the sweep stops at the first
-    time enough nodes are feasible, so a single-node request is answered in a few steps.
-    """
-
-    __slots__ = ("now", "horizon", "log", "_plans")
-
-    def __init__(self, now: float, horizon: float) -> None:
-        self.now = now
-        self.horizon = horizon
-        self.log: list[NodeProfile] = []  # nodes whose profile changed, in order
-        self._plans: dict[tuple[object, ...], _KeyPlan] = {}
-
-    def touched(self, node: NodeProfile) -> None:
-        self.log.append(node)
-
-    def earliest_start(self, req: Request) -> tuple[float, list[NodeProfile]] | None:
-        """The earliest time in [now, horizon] at which ``req`` fits, with the nodes to
-        plan it on; None when it does not fit within the horizon."""
-        pkey = (req.key, req.duration)
-        kp = self._plans.get(pkey)
-        if kp is None:
-            kp = self._plans[pkey] = _KeyPlan(req, self.now, self.horizon)
-        else:
-            kp.refresh(req, self.log, self.now, self.horizon)
-        kp.pos = len(self.log)
-        return kp.sweep(req)
-
-
 class _KeyPlan:
     __slots__ = ("nodes", "where", "ivs", "events", "pos")
 
@@ -180,7 +299,8 @@ class _KeyPlan:
     def refresh(self, req: Request, log: list[NodeProfile], now: float, horizon: float) -> None:
         if self.pos == len(log):
             return
-        changed = sorted({self.where[n.name] for n in log[self.pos :] if n.name in self.where})
+        where = self.where
+        changed = sorted({where[n.name] for n in log[self.pos :] if n.name in where})
         events = self.events
         for i in changed:
             for a, b in self.ivs[i]:
@@ -223,5 +343,6 @@ class _KeyPlan:
         fitting: list[tuple[FitKey, NodeProfile]] = []
         for j in sorted(open_):
             node = self.nodes[j]
-            fitting.append((fit_key(node, node.free_at(at), need_on(req, node)), node))
+            c, m, g = node.cap if req.exclusive else req.need
+            fitting.append((fit_key(node, node.free_at(at), (c, m, g)), node))
         return at, pick(fitting, need, required)

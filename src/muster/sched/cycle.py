@@ -23,15 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from muster.core.job import Job, NodeAlloc
+from muster.core.job import Job
 from muster.core.states import Reason
-from muster.sched.backfill import Planner, need_on, start_now
+from muster.sched.backfill import Backfill
 from muster.sched.config import SchedConfig
 from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
 from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict
 from muster.sched.priority import PriorityPolicy, order_key
-from muster.sched.profile import INF, NodeProfile
+from muster.sched.profile import NodeProfile
 from muster.sched.reservations import ReservationBook
 from muster.sched.snapshot import Snapshot
 
@@ -173,17 +173,9 @@ class _Pass:
         horizon = now + config.bf_window
         depth = None if config.conservative else config.bf_max_job_test
         blocked: set[str] = set()  # partitions with a blocked job
-        # Monotone memos, valid because a pass only ever takes resources: a request that
-        # did not fit now for some duration does not fit for a longer one later in the
-        # pass, and one with no start in the window never gets one.
-        no_fit: dict[tuple[object, ...], float] = {}
-        no_plan: set[tuple[object, ...]] = set()
         singletons: set[tuple[str, str]] = set()
-        # For each request key, the candidates whose free resources now still cover one
-        # share of it; it only shrinks during the pass.
-        live: dict[tuple[object, ...], list[NodeProfile]] = {}
         tried_plans = 0
-        self.planner = planner = Planner(now, horizon)
+        engine = Backfill(list(self.pool.values()), now, horizon)
         for job, parts in ordered:
             requests: list[Request] = []
             verdicts: list[Verdict] = []
@@ -215,15 +207,11 @@ class _Pass:
             stats.examined += 1
             started = False
             for req in requests:
-                floor = no_fit.get(req.key)
-                if floor is not None and req.duration >= floor:
-                    continue
-                nodes, live[req.key] = start_now(req, now, live.get(req.key, req.candidates))
+                nodes = engine.start_now(req)
                 if nodes is None:
-                    no_fit[req.key] = min(req.duration, floor if floor is not None else INF)
                     continue
                 back = bool(mine & blocked)
-                d.starts.append(Start(job.job_id, req.partition, self._take(req, nodes), back))
+                d.starts.append(Start(job.job_id, req.partition, engine.take_now(req, nodes), back))
                 stats.started += 1
                 stats.backfilled += back
                 if singleton:
@@ -241,38 +229,16 @@ class _Pass:
             tried_plans += 1
             best: tuple[float, Request, list[NodeProfile]] | None = None
             for req in requests:
-                pkey = (req.key, req.duration)
-                if pkey in no_plan:
-                    continue
-                found = planner.earliest_start(req)
-                if found is None:
-                    no_plan.add(pkey)
-                    continue
-                if best is None or found[0] < best[0]:
+                found = engine.earliest_start(req)
+                if found is not None and (best is None or found[0] < best[0]):
                     best = (found[0], req, found[1])
             if best is None:
                 if all(r.reservation is not None for r in requests):
                     d.reasons[job.job_id] = Reason.RESERVATION  # does not fit its window
                 continue
             at, req, nodes = best
-            end = at + req.duration
-            for node in nodes:
-                c, m, g = need_on(req, node)
-                node.take(at, end, c, m, g)
-                planner.touched(node)
+            engine.take_plan(req, at, nodes)
             d.plans[job.job_id] = Plan(at, [n.name for n in nodes])
             stats.planned += 1
             if req.reservation is not None and req.allowed and at >= req.allowed[0][0] > now:
                 d.reasons[job.job_id] = Reason.RESERVATION
-
-    def _take(self, req: Request, nodes: list[NodeProfile]) -> list[NodeAlloc]:
-        now = self.now
-        end = now + req.duration
-        allocs = []
-        for node in nodes:
-            c, m, g = need_on(req, node)
-            node.take(now, end, c, m, g)
-            self.planner.touched(node)
-            node.running += 1
-            allocs.append(NodeAlloc(node.name, c, m, node.take_gpu_ids(g)))
-        return allocs

@@ -65,8 +65,10 @@ class Request:
 
     ``candidates`` are the partition's available nodes that could ever hold one share of
     the job (capacity, GPU type, features, -w/-x, reservation), in node order; ``key``
-    identifies requests that are interchangeable for placement (same candidates and
-    per-node need) so that the pass can remember that such a request did not fit.
+    identifies requests that are interchangeable for placement (same candidates, node
+    count and per-node need) so that the pass can remember that such a request did not
+    fit; ``plan_key`` leaves out the node count and adds the duration: requests with the
+    same one have the same feasible start times on every node.
     """
 
     __slots__ = (
@@ -80,6 +82,7 @@ class Request:
         "reservation",
         "allowed",
         "key",
+        "plan_key",
     )
 
     def __init__(
@@ -105,6 +108,8 @@ class Request:
         self.reservation = reservation
         self.allowed = allowed
         self.key = key
+        # Requests that differ only in node count share their planning state.
+        self.plan_key = (key[0],) + key[2:] + (duration,)
 
 
 def job_duration(job: Job, part: PartitionView) -> int | None:

@@ -53,6 +53,8 @@ class NodeProfile:
         "dips",
         "windows",
         "version",
+        "_memo",
+        "_memo_version",
     )
 
     def __init__(self, view: NodeView, now: float) -> None:
@@ -75,6 +77,8 @@ class NodeProfile:
         self.dips = False
         self.windows: list[Window] = []
         self.version = 0
+        self._memo: dict[tuple[int, int, int, float], list[list[float]]] = {}
+        self._memo_version = 0
 
     # -- building -------------------------------------------------------------------
     def add_releases(self, releases: list[tuple[float, int, int, int]]) -> None:
@@ -124,7 +128,18 @@ class NodeProfile:
 
     def starts(self, c: int, m: int, g: int, duration: float) -> list[list[float]]:
         """The start times at which (c, m, g) stays free for ``duration``: a list of closed
-        intervals [first, last] in time order (last may be INF)."""
+        intervals [first, last] in time order (last may be INF). Remembered until the
+        profile changes; callers must not modify the answer."""
+        if self._memo_version != self.version:
+            self._memo.clear()
+            self._memo_version = self.version
+        key = (c, m, g, duration)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._starts(c, m, g, duration)
+        return found
+
+    def _starts(self, c: int, m: int, g: int, duration: float) -> list[list[float]]:
         out: list[list[float]] = []
         times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
         if not self.dips:
