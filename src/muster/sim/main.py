@@ -1,0 +1,330 @@
+"""``muster sim TRACE``: replay a workload trace through muster's scheduler.
+
+Reads the trace, builds the cluster and one scheduler configuration per policy, replays,
+then prints a table of metrics (and writes JSON and pictures when asked). Errors a user can
+fix (unreadable trace, bad option) print ``muster sim: error: ...`` and exit 1 (2 for
+command-line syntax, as argparse does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from muster.core.config import ConfigError, parse_config
+from muster.core.errors import MusterError
+from muster.sim.cluster import Cluster, ClusterError, cluster_from_config, uniform_cluster
+from muster.sim.engine import Estimate, JobOutcome, Simulation, replayable
+from muster.sim.metrics import compute, format_table, offered_load, recorded_outcomes
+from muster.sim.policies import POLICIES, build_settings, sched_config
+from muster.sim.traces import FORMATS, Trace, read_trace
+
+PROG = "muster sim"
+RECORDED = "recorded"  # the schedule the trace itself recorded (SWF wait times)
+
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class UsageError(MusterError):
+    """A command-line value that does not make sense."""
+
+
+def _duration(text: str, what: str) -> float:
+    m = _DURATION_RE.match(text.strip().lower())
+    if m is None:
+        raise UsageError(f"{what}: {text!r} is not a duration (seconds, or with s/m/h/d)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_window(text: str, what: str = "--window") -> tuple[float, float]:
+    """``START:END`` in trace seconds (``s``/``m``/``h``/``d`` suffixes; either end may be empty)."""
+    start_text, sep, end_text = text.partition(":")
+    if not sep:
+        raise UsageError(f"{what}: expected START:END, got {text!r}")
+    start = _duration(start_text, what) if start_text.strip() else 0.0
+    end = _duration(end_text, what) if end_text.strip() else math.inf
+    if end <= start:
+        raise UsageError(f"{what}: the end ({end_text}) must come after the start ({start_text})")
+    return start, end
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Replay a workload trace (SWF or a GPU job CSV) through muster's scheduler "
+        "on a virtual clock and report utilisation, waits, bounded slowdown and JCT.",
+    )
+    p.add_argument("trace", metavar="TRACE", help="trace file: .swf[.gz], .csv, or a tarball of CSVs")
+    t = p.add_argument_group("trace")
+    t.add_argument("--format", choices=FORMATS, help="trace format (default: detected from the content)")
+    t.add_argument("--cluster", metavar="NAME", help="which CSV of a tarball to read (e.g. cluster04)")
+    t.add_argument("--jobs", type=int, metavar="K", help="replay only the first K jobs (after --window)")
+    t.add_argument("--window", metavar="START:END",
+                   help="replay only jobs submitted in [START, END) trace seconds; s/m/h/d suffixes")
+    t.add_argument("--skip-bad-lines", action="store_true",
+                   help="skip malformed lines (each is reported) instead of failing")
+    c = p.add_argument_group("cluster (default: the SWF header's MaxNodes/MaxProcs)")
+    c.add_argument("--nodes", type=int, metavar="N")
+    c.add_argument("--cpus-per-node", type=int, metavar="C")
+    c.add_argument("--gpus-per-node", type=int, metavar="G", help="default 8 for GPU traces")
+    s = p.add_argument_group("scheduler")
+    s.add_argument("--conf", metavar="FILE",
+                   help="slurm.conf-syntax file: its scheduling keys (and nodes, unless --nodes)")
+    s.add_argument("--policy", choices=POLICIES, help="fcfs, easy, backfill (Slurm's, depth bf_max_job_test) or conservative (default: easy)")
+    s.add_argument("--compare", metavar="P1,P2,..",
+                   help=f"replay several policies and overlay them ({', '.join(POLICIES)}, {RECORDED})")
+    for name in ("age", "fairshare", "job-size", "partition", "qos"):
+        s.add_argument(f"--priority-weight-{name}", type=int, metavar="W",
+                       help=f"PriorityWeight{name.title().replace('-', '')} (implies priority/multifactor)")
+    s.add_argument("--priority-max-age", metavar="TIME", help="PriorityMaxAge (Slurm time format)")
+    s.add_argument("--priority-favor-small", action="store_true", help="PriorityFavorSmall=YES")
+    s.add_argument("--bf-max-job-test", type=int, metavar="N", help="backfill depth: how many blocked jobs get a planned start (bf_max_job_test; "
+                   "overrides the policy's: easy is 1)")
+    r = p.add_argument_group("replay")
+    r.add_argument("--estimate", default="requested", metavar="requested|actual|KxActual",
+                   help="runtime estimate backfill uses (the job's time limit); default requested")
+    r.add_argument("--allow-overrun", action="store_true",
+                   help="let jobs run past their time limit (default: killed at the limit)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", metavar="FILE|-", help="write every figure as JSON (- for stdout)")
+    o.add_argument("--plot", metavar="DIR", help="write PNG pictures into DIR (needs matplotlib)")
+    o.add_argument("--gantt-window", metavar="START:END",
+                   help="window of the Gantt picture in trace seconds (default: 2 days from the first submit)")
+    o.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar on stderr (default: when stderr is a terminal)")
+    return p
+
+
+# --- progress ---------------------------------------------------------------------------------
+
+
+class ProgressBar:
+    """``label [#####.....]  45%  12,345/28,481 jobs  day 123.4`` on one stderr line."""
+
+    def __init__(self, label: str, stream: TextIO, width: int = 30) -> None:
+        self.label = label
+        self.stream = stream
+        self.width = width
+        self._last = -1
+
+    def __call__(self, done: int, total: int, sim_time: float) -> None:
+        permille = 1000 * done // total if total else 1000
+        if permille == self._last:
+            return
+        self._last = permille
+        filled = self.width * permille // 1000
+        bar = "#" * filled + "." * (self.width - filled)
+        self.stream.write(
+            f"\r{self.label:>12} [{bar}] {permille / 10:5.1f}%  {done:,}/{total:,} jobs  "
+            f"day {sim_time / 86400:,.1f}"
+        )
+        if done >= total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def _knobs(args: argparse.Namespace) -> dict[str, str]:
+    knobs: dict[str, str] = {}
+    for name in ("age", "fairshare", "job_size", "partition", "qos"):
+        value = getattr(args, f"priority_weight_{name}")
+        if value is not None:
+            if value < 0:
+                raise UsageError(f"--priority-weight-{name.replace('_', '-')} must not be negative")
+            key = "PriorityWeight" + {"job_size": "JobSize", "qos": "QOS", "fairshare": "Fairshare"}.get(
+                name, name.title()
+            )
+            knobs[key] = str(value)
+    if args.priority_max_age:
+        knobs["PriorityMaxAge"] = args.priority_max_age
+    if args.priority_favor_small:
+        knobs["PriorityFavorSmall"] = "YES"
+    return knobs
+
+
+def _select(trace: Trace, args: argparse.Namespace) -> list[Any]:
+    jobs = trace.jobs
+    if args.window:
+        start, end = parse_window(args.window)
+        jobs = [j for j in jobs if start <= j.submit < end]
+    if args.jobs is not None:
+        if args.jobs <= 0:
+            raise UsageError("--jobs must be a positive number")
+        jobs = jobs[: args.jobs]
+    if not jobs:
+        raise UsageError("no job of the trace falls in the selected --window/--jobs")
+    return jobs
+
+
+def _cluster(trace: Trace, args: argparse.Namespace, conf: Any) -> Cluster:
+    if conf is not None and conf.nodes and args.nodes is None:
+        return cluster_from_config(conf)
+    return uniform_cluster(trace.unit, trace.header, args.nodes, args.cpus_per_node, args.gpus_per_node)
+
+
+def _clean(value: Any) -> Any:
+    """NaN and infinity are not JSON: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        estimate = Estimate.parse(args.estimate)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    labels = [p.strip() for p in args.compare.split(",") if p.strip()] if args.compare else []
+    for label in labels:
+        if label not in POLICIES and label != RECORDED:
+            raise UsageError(f"--compare: unknown policy {label!r} (choose from {', '.join(POLICIES)}, {RECORDED})")
+    if args.compare and args.policy:
+        raise UsageError("give either --policy or --compare, not both")
+    conf = None
+    if args.conf:
+        try:
+            with open(args.conf, encoding="utf-8") as f:
+                conf = parse_config(f.read(), args.conf)
+        except OSError as e:
+            raise UsageError(f"--conf: cannot read {args.conf}: {e.strerror or e}") from None
+        for warning in conf.warnings:
+            err.write(f"{PROG}: warning: {warning}\n")
+    if not labels:
+        labels = [args.policy or ("easy" if conf is None else "conf")]
+
+    trace = read_trace(args.trace, args.format, args.cluster, args.skip_bad_lines)
+    for line in trace.bad_lines[:20]:
+        err.write(f"{PROG}: skipped malformed line: {line}\n")
+    if len(trace.bad_lines) > 20:
+        err.write(f"{PROG}: ... and {len(trace.bad_lines) - 20} more malformed lines\n")
+    selected = _select(trace, args)
+    try:
+        cluster = _cluster(trace, args, conf)
+    except ClusterError as e:
+        raise UsageError(str(e)) from None
+    jobs, too_big = replayable(selected, trace.unit, cluster)
+    if too_big:
+        err.write(f"{PROG}: warning: {too_big} jobs need more than the cluster has; not replayed\n")
+    if not jobs:
+        raise UsageError("no job of the trace fits on this cluster")
+    capacity = cluster.capacity(trace.unit)
+    if capacity <= 0:
+        raise UsageError(f"the cluster has no {trace.unit} to run this trace on")
+    epoch = float(trace.header_int("UnixStartTime") or 0)
+    progress = args.progress if args.progress is not None else err.isatty()
+    max_limit = max(estimate.limit(j) for j in jobs)
+
+    report: dict[str, Any] = {
+        "trace": {
+            "name": trace.name,
+            "format": trace.format,
+            "unit": trace.unit,
+            "records": trace.records,
+            "skipped": dict(trace.skipped),
+            "malformed_lines": len(trace.bad_lines),
+            "selected": len(selected),
+            "too_big_for_cluster": too_big,
+            "replayed": len(jobs),
+        },
+        "cluster": cluster.describe(),
+        "capacity": capacity,
+        "offered_load": offered_load(jobs, capacity),
+        "estimate": str(estimate),
+        "allow_overrun": args.allow_overrun,
+        "runs": [],
+    }
+    runs: list[tuple[str, list[JobOutcome]]] = []
+    for label in labels:
+        if label == RECORDED:
+            outcomes = recorded_outcomes(jobs)
+            if not outcomes:
+                raise UsageError("--compare recorded: this trace records no wait times")
+            entry: dict[str, Any] = {"label": label, "settings": None}
+        else:
+            settings = build_settings(
+                None if label == "conf" else label,
+                dict(conf.settings) if conf is not None else None,
+                max_time_limit=max_limit,
+                knobs=_knobs(args),
+                bf_max_job_test=args.bf_max_job_test,
+            )
+            sim = Simulation(
+                jobs,
+                trace.unit,
+                cluster,
+                sched_config(settings),
+                estimate=estimate,
+                allow_overrun=args.allow_overrun,
+                epoch=epoch,
+                label=label,
+                progress=ProgressBar(label, err) if progress else None,
+            )
+            result = sim.run()
+            outcomes = result.outcomes
+            entry = {
+                "label": label,
+                "settings": settings,
+                "passes": result.passes,
+                "skipped_passes": result.skipped_passes,
+                "never_started": len(result.never_started),
+            }
+            if result.never_started:
+                err.write(
+                    f"{PROG}: warning: {label}: {len(result.never_started)} jobs never started "
+                    f"(first: {', '.join(result.never_started[:5])}); left out of the metrics\n"
+                )
+            cluster = _cluster(trace, args, conf)  # a fresh, idle machine for the next run
+        entry["metrics"] = compute(outcomes, capacity)
+        report["runs"].append(entry)
+        runs.append((label, outcomes))
+
+    table_out = err if args.json == "-" else out
+    table_out.write(
+        f"{trace.name}: {len(jobs):,} jobs on {cluster.description} "
+        f"({capacity:,} {trace.unit}); offered load {report['offered_load']:.3f}; "
+        f"estimate {estimate}{'; overrun allowed' if args.allow_overrun else ''}\n\n"
+    )
+    table_out.write(format_table([(e["label"], e["metrics"]) for e in report["runs"]]) + "\n")
+
+    if args.json:
+        text = json.dumps(_clean(report), indent=2) + "\n"
+        if args.json == "-":
+            out.write(text)
+        else:
+            with open(args.json, "w", encoding="utf-8") as f:
+                f.write(text)
+    if args.plot:
+        from muster.sim.plots import write_plots
+
+        window = parse_window(args.gantt_window, "--gantt-window") if args.gantt_window else None
+        paths = write_plots(runs, capacity, args.plot, unit=trace.unit, gantt_window=window)
+        table_out.write("\nwrote " + ", ".join(os.path.relpath(p) for p in paths) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    try:
+        return run(args, sys.stdout, sys.stderr)
+    except (MusterError, ConfigError) as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return 1
+    except ImportError as e:
+        sys.stderr.write(f"{PROG}: error: {e.name or e} is needed for this ({e})\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        return 130
