@@ -576,3 +576,10 @@ def test_the_job_inherits_no_ignored_signals_from_the_agent(world: AgentWorld) -
     text = world.read(f"slurm-{job['job_id']}.out")
     assert "SigIgn:\t0000000000000000" in text and "SigBlk:\t0000000000000000" in text
     assert "Broken pipe" not in text
+
+
+def test_a_malformed_launch_is_refused_without_harm(world: AgentWorld) -> None:
+    assert world.call("POST", "/v1/launch", {"job": {"spec": {}}}).status_code == 400
+    r = world.call("POST", "/v1/launch", {"job": {"job_id": 4242, "uid": None, "spec": None}})
+    assert r.status_code == 500 and r.json()["code"] == "launch_failed"
+    assert world.call("GET", "/v1/status").status_code == 200

@@ -170,7 +170,7 @@ class Supervisor:
             job_id=job_id,
             restart_count=attempt,
             job=job,
-            uid=int(job.get("uid", -1)),
+            uid=int(job["uid"]) if isinstance(job.get("uid"), int) else -1,
             kill_wait=float(kill_wait if kill_wait is not None else self.kill_wait),
             started_at=now,
         )
