@@ -43,6 +43,13 @@ _RESERVATION_LOOKAHEAD = 60 * 86400
 _NO_PARTITION = Verdict(Reason.BAD_CONSTRAINTS, False, NO_PARTITION)
 
 
+_OrderKey = tuple[int, int, float, int]
+
+
+def _first(item: tuple[_OrderKey, Job, tuple[str, ...]]) -> _OrderKey:
+    return item[0]
+
+
 def schedule(
     snapshot: Snapshot,
     now: float,
@@ -112,15 +119,17 @@ class _Pass:
             if node is not None:
                 node.windows = slots
         self.pool = pool
-        self._default = sorted(p.name for p in self.snap.partitions.values() if p.is_default)[:1]
+        self._default = tuple(
+            sorted(p.name for p in self.snap.partitions.values() if p.is_default)[:1]
+        )
         self.feas = Feasibility(self.snap.partitions, pool, self.book, now)
 
     # -- 2. eligibility -------------------------------------------------------------------
-    def _eligibility(self) -> list[tuple[Job, list[str]]]:
+    def _eligibility(self) -> list[tuple[Job, tuple[str, ...]]]:
         d, now = self.d, self.now
         deps = DependencyIndex(self.snap.pending, self.snap.running, self.snap.finished)
         overrides = self.snap.priority_overrides
-        out: list[tuple[Job, list[str]]] = []
+        out: list[tuple[Job, tuple[str, ...]]] = []
         for job in self.snap.pending:
             reason = Reason.NONE
             if job.hold == "admin" or overrides.get(job.job_id) == 0:
@@ -143,30 +152,33 @@ class _Pass:
             out.append((job, self._partitions_of(job)))
         return out
 
-    def _partitions_of(self, job: Job) -> list[str]:
+    def _partitions_of(self, job: Job) -> tuple[str, ...]:
         """Where the job may run: the partitions it named (``-p a,b``, in its order),
         else the one the controller resolved, else the default partition."""
         if job.spec.partitions:
-            return list(job.spec.partitions)
+            return tuple(job.spec.partitions)
         if job.partition:
-            return [job.partition]
+            return (job.partition,)
         return self._default
 
     # -- 3. priority ----------------------------------------------------------------------
-    def _prioritise(self, eligible: list[tuple[Job, list[str]]]) -> list[tuple[Job, list[str]]]:
+    def _prioritise(
+        self, eligible: list[tuple[Job, tuple[str, ...]]]
+    ) -> list[tuple[Job, tuple[str, ...]]]:
         policy = PriorityPolicy(self.snap, self.now, self.config)
         prio = self.d.priorities
+        parts_of = self._partitions_of
         for job in self.snap.pending:
-            prio[job.job_id] = policy.priority(job, self._partitions_of(job))
+            prio[job.job_id] = policy.priority(job, parts_of(job))
+        tier = policy.tier
         keyed = [
-            (order_key(policy.tier(parts), prio[job.job_id], job), job, parts)
-            for job, parts in eligible
+            (order_key(tier(parts), prio[job.job_id], job), job, parts) for job, parts in eligible
         ]
-        keyed.sort(key=lambda t: t[0])
+        keyed.sort(key=_first)
         return [(job, parts) for _, job, parts in keyed]
 
     # -- 4. placement ---------------------------------------------------------------------
-    def _place(self, ordered: list[tuple[Job, list[str]]]) -> None:
+    def _place(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:
         d, now, config = self.d, self.now, self.config
         stats = d.stats
         backfill = config.backfill

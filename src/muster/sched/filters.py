@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from muster.core.job import Job, JobSpec, Shape
 from muster.core.states import Reason
@@ -147,6 +148,21 @@ def _static_fit(
     return constraint is None or constraint.matches(features)
 
 
+_UNKNOWN_PARTITION = Verdict(Reason.BAD_CONSTRAINTS, False, BAD_PARTITION)
+_PARTITION_DOWN = Verdict(Reason.PARTITION_DOWN, True)
+_PARTITION_INACTIVE = Verdict(Reason.PARTITION_INACTIVE, True)
+_TIME_LIMIT = Verdict(Reason.PARTITION_TIME_LIMIT, True)
+_NODE_LIMIT = Verdict(Reason.PARTITION_NODE_LIMIT, True)
+
+
+def _access_verdict(part: PartitionView, account: str | None, group: str) -> Verdict | None:
+    if not _account_ok(part, account):
+        return Verdict(Reason.BAD_CONSTRAINTS, False, BAD_ACCOUNT)
+    if not _group_ok(part.allow_groups, group):
+        return Verdict(Reason.BAD_CONSTRAINTS, False, BAD_GROUP)
+    return None
+
+
 def _need(shape: Shape) -> tuple[int, int, int]:
     return (shape.cpus_per_node, shape.mem_per_node, shape.gpus_per_node)
 
@@ -154,7 +170,7 @@ def _need(shape: Shape) -> tuple[int, int, int]:
 class Feasibility:
     """The pass's feasibility checks, with a cache of the per-node scans."""
 
-    __slots__ = ("partitions", "pool", "book", "now", "_static", "_part_nodes")
+    __slots__ = ("partitions", "pool", "book", "now", "_static", "_part_nodes", "_access", "_made")
 
     def __init__(
         self,
@@ -168,6 +184,8 @@ class Feasibility:
         self.book = book
         self.now = now
         self._static: dict[tuple[object, ...], tuple[list[NodeProfile], Verdict | None]] = {}
+        self._access: dict[tuple[str, str | None, str], Verdict | None] = {}
+        self._made: dict[tuple[object, ...], Request | Verdict] = {}
         self._part_nodes: dict[str, list[NodeProfile]] = {}
 
     def partition_nodes(self, name: str) -> list[NodeProfile]:
@@ -181,46 +199,65 @@ class Feasibility:
         return nodes
 
     def request(self, job: Job, pname: str) -> Request | Verdict:
-        """The job's request in partition ``pname``, or why it cannot run there."""
+        """The job's request in partition ``pname``, or why it cannot run there.
+
+        Answers are shared by jobs that ask the same thing: a queue holds many copies of
+        a few shapes, and a ``Request`` is read-only once made."""
         part = self.partitions.get(pname)
         if part is None:
-            return Verdict(Reason.BAD_CONSTRAINTS, False, BAD_PARTITION)
+            return _UNKNOWN_PARTITION
         # Cheapest first: partition state, then access, then the job's limits.
         if part.state == "DOWN":
-            return Verdict(Reason.PARTITION_DOWN, True)
+            return _PARTITION_DOWN
         if part.state == "INACTIVE":
-            return Verdict(Reason.PARTITION_INACTIVE, True)
+            return _PARTITION_INACTIVE
         spec = job.spec
-        if not _account_ok(part, spec.account):
-            return Verdict(Reason.BAD_CONSTRAINTS, False, BAD_ACCOUNT)
-        if not _group_ok(part.allow_groups, job.group):
-            return Verdict(Reason.BAD_CONSTRAINTS, False, BAD_GROUP)
+        access = (pname, spec.account, job.group)
+        if access in self._access:
+            refused = self._access[access]
+        else:
+            refused = self._access[access] = _access_verdict(part, spec.account, job.group)
+        if refused is not None:
+            return refused
         limit = job_duration(job, part)
         if limit is not None and part.max_time is not None and limit > part.max_time:
-            return Verdict(Reason.PARTITION_TIME_LIMIT, True)
+            return _TIME_LIMIT
         shape = job.shape
-        nodes = max(shape.nodes, len(spec.nodelist))
+        nodes = max(shape.nodes, len(spec.nodelist)) if spec.nodelist else shape.nodes
         if (part.max_nodes is not None and nodes > part.max_nodes) or nodes < part.min_nodes:
-            return Verdict(Reason.PARTITION_NODE_LIMIT, True)
-        need = _need(shape)
-        exclusive = shape.exclusive or spec.exclusive or part.exclusive
+            return _NODE_LIMIT
+        need = (shape.cpus_per_node, shape.mem_per_node, shape.gpus_per_node)
         key = (
             pname,
             nodes,
             need,
-            exclusive,
+            shape.exclusive or spec.exclusive or part.exclusive,
             shape.gpu_type if need[2] else None,
             spec.constraint,
-            tuple(spec.nodelist),
-            tuple(spec.exclude),
+            tuple(spec.nodelist) if spec.nodelist else (),
+            tuple(spec.exclude) if spec.exclude else (),
             spec.reservation,
         )
-        cached = self._static.get(key)
+        who = (job.user, spec.account) if spec.reservation is not None else None
+        made_key = (key, limit, who)
+        made = self._made.get(made_key)
+        if made is None:
+            made = self._made[made_key] = self._make(part, job, key, limit)
+        return made
+
+    def _make(
+        self, part: PartitionView, job: Job, key: tuple[Any, ...], limit: int | None
+    ) -> Request | Verdict:
+        static_key = key
+        cached = self._static.get(static_key)
+        nodes: int = key[1]
+        need: tuple[int, int, int] = key[2]
         if cached is None:
-            cached = self._static[key] = self._scan(part, job, nodes, need)
+            cached = self._static[static_key] = self._scan(part, job, nodes, need)
         candidates, verdict = cached
         if verdict is not None:
             return verdict
+        spec = job.spec
         allowed: list[tuple[float, float]] = []
         if spec.reservation is not None:
             res = self.book.by_name[spec.reservation]
@@ -228,10 +265,10 @@ class Feasibility:
                 return Verdict(Reason.RESERVATION, True, RESERVATION_DENIED)
             allowed = self.book.windows_by_name[spec.reservation]
         return Request(
-            pname,
+            part.name,
             nodes,
             need,
-            exclusive,
+            key[3],
             INF if limit is None else float(limit),
             candidates,
             frozenset(spec.nodelist),

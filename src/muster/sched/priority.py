@@ -51,6 +51,7 @@ class PriorityPolicy:
         "fairshare",
         "fairshare_default",
         "overrides",
+        "_by_parts",
     )
 
     def __init__(self, snapshot: Snapshot, now: float, config: SchedConfig) -> None:
@@ -68,41 +69,51 @@ class PriorityPolicy:
         self.fairshare = snapshot.fairshare
         self.fairshare_default = snapshot.fairshare_default
         self.overrides = snapshot.priority_overrides
+        # partitions -> (partition term of the formula, tier): few distinct lists
+        self._by_parts: dict[tuple[str, ...], tuple[float, int]] = {}
 
-    def priority(self, job: Job, partitions: list[str]) -> int:
+    def priority(self, job: Job, partitions: tuple[str, ...]) -> int:
         """The job's priority now; ``partitions`` are the ones it may run in."""
-        override = self.overrides.get(job.job_id)
-        if override is not None:
-            return max(0, override)
+        if self.overrides:
+            override = self.overrides.get(job.job_id)
+            if override is not None:
+                return max(0, override)
         if job.hold:
             return 0
-        if not self.config.multifactor:
-            return max(1, BASIC_TOP - job.job_id - job.spec.nice)
+        spec = job.spec
         c = self.config
-        total = 0.0
+        if not c.multifactor:
+            return max(1, BASIC_TOP - job.job_id - spec.nice)
+        total = self._parts(partitions)[0]
         if c.weight_age:
             since = job.eligible_time if job.eligible_time is not None else job.submit_time
             age = self.now - since
             if c.max_age <= 0:
                 total += c.weight_age
             elif age > 0:
-                total += c.weight_age * min(1.0, age / c.max_age)
+                total += c.weight_age * (1.0 if age >= c.max_age else age / c.max_age)
         if c.weight_fairshare:
             fs = self.fairshare.get(job.user)
-            if fs is None and job.spec.account is not None:
-                fs = self.fairshare.get(job.spec.account)
+            if fs is None and spec.account is not None:
+                fs = self.fairshare.get(spec.account)
             total += c.weight_fairshare * (self.fairshare_default if fs is None else fs)
         if c.weight_job_size:
             total += c.weight_job_size * self._size_factor(job)
-        if c.weight_partition:
-            factor = max((self.part_factor.get(p, 0) for p in partitions), default=0)
-            total += c.weight_partition * factor / self.max_part_factor
-        if c.weight_qos and self.max_qos > 0 and job.spec.qos:
-            total += c.weight_qos * self.qos_priority.get(job.spec.qos, 0) / self.max_qos
-        return max(1, int(total) - job.spec.nice)
+        if c.weight_qos and self.max_qos > 0 and spec.qos:
+            total += c.weight_qos * self.qos_priority.get(spec.qos, 0) / self.max_qos
+        return max(1, int(total) - spec.nice)
 
-    def tier(self, partitions: list[str]) -> int:
-        return max((self.part_tier.get(p, 0) for p in partitions), default=0)
+    def tier(self, partitions: tuple[str, ...]) -> int:
+        return self._parts(partitions)[1]
+
+    def _parts(self, partitions: tuple[str, ...]) -> tuple[float, int]:
+        found = self._by_parts.get(partitions)
+        if found is None:
+            factor = max((self.part_factor.get(p, 0) for p in partitions), default=0)
+            term = self.config.weight_partition * factor / self.max_part_factor
+            tier = max((self.part_tier.get(p, 0) for p in partitions), default=0)
+            found = self._by_parts[partitions] = (term, tier)
+        return found
 
     def _size_factor(self, job: Job) -> float:
         shape = job.shape
