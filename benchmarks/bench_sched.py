@@ -12,6 +12,7 @@ nice values and dependencies. The clock is read here, never inside ``muster.sche
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import sys
@@ -195,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--freeze",
+        action="store_true",
+        help="gc.freeze() the snapshot first, as a controller holding a large queue may do",
+    )
     args = ap.parse_args(argv)
     grid = (
         [(100, 1000), (1000, 10_000)]
@@ -209,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'nodes':>6} {'pending':>8} {'running':>8} {'pass s':>8}  phases")
     for nodes, pending in grid:
         snap = build(nodes, pending)
+        if args.freeze:
+            gc.collect()
+            gc.freeze()
         sec, phases, summary = timed(snap, config, args.repeat)
         ph = " ".join(f"{k.split('.')[1]}={v * 1000:.0f}ms" for k, v in phases.items())
         print(f"{nodes:>6} {pending:>8} {len(snap.running):>8} {sec:8.3f}  {ph}  [{summary}]")

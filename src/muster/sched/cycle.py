@@ -29,7 +29,7 @@ from muster.sched.backfill import Backfill
 from muster.sched.config import SchedConfig
 from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
-from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict
+from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict, job_duration
 from muster.sched.priority import PriorityPolicy, order_key
 from muster.sched.profile import NodeProfile
 from muster.sched.reservations import ReservationBook
@@ -100,6 +100,10 @@ class _Pass:
         releases: dict[str, list[tuple[float, int, int, int]]] = {}
         for job in self.snap.running:
             end = job.expected_end()
+            if end is None and job.start_time is not None:
+                part = self.snap.partitions.get(job.partition)
+                limit = job_duration(job, part) if part is not None else None
+                end = None if limit is None else job.start_time + limit
             if end is None:
                 continue  # no time limit: never gives its resources back in the plan
             if end <= now:

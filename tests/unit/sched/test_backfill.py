@@ -149,3 +149,23 @@ def test_exclusive_jobs_plan_whole_nodes() -> None:
     (start,) = d.starts
     assert start.job_id == small
     assert start.alloc[0].node not in d.plans[x].nodes
+
+
+def test_a_running_job_without_its_own_limit_ends_at_the_partition_default() -> None:
+    h = seed_cluster()
+    h.partition("main", default_time=900)
+    a = h.run_job(job().nodes(4).gpus(8), at=0)
+    h.running[a].time_limit = None  # as if the controller kept only the request
+    b = h.submit(job().nodes(4).gpus(8).time("10:00"), at=1)
+    assert h.schedule(at=2).plans[b].start_time == 900
+
+
+def test_an_exclusive_partition_gives_whole_nodes_to_every_job() -> None:
+    h = seed_cluster()
+    h.partition("main", exclusive=True)
+    a = h.submit(job().gpus(1))
+    b = h.submit(job().gpus(1))
+    d = h.schedule(at=0)
+    assert h.started(d) == [a, b]
+    assert [len(s.alloc[0].gpu_ids) for s in d.starts] == [8, 8]
+    assert d.starts[0].alloc[0].node != d.starts[1].alloc[0].node

@@ -121,6 +121,7 @@ def test_nothing_is_given_twice_now_or_in_the_plan(h: SchedHarness) -> None:
     d = schedule(snap, NOW, h.config)
     caps = {v.name: (v.cpus, v.mem, v.gpus) for v in snap.nodes}
     ivs = _intervals(snap, d, h.config)
+    by_res = {j.job_id: j.spec.reservation for j in snap.pending}
     for name, t, *_ in ivs:
         used = [0, 0, 0]
         for other, begin, end, c, m, g in ivs:
@@ -129,14 +130,18 @@ def test_nothing_is_given_twice_now_or_in_the_plan(h: SchedHarness) -> None:
                 used[1] += m
                 used[2] += g
         assert all(u <= cap for u, cap in zip(used, caps[name], strict=True)), (name, t, ivs)
-    # reserved nodes: only the reservation's jobs overlap its window
+    # reserved nodes: only the reservation's jobs overlap its window, now or in the plan
+    limits = {j.job_id: j.time_limit for j in snap.pending}
     for r in snap.reservations:
-        users = {j.job_id for j in snap.pending if j.spec.reservation == r.name}
-        for start in d.starts:
-            lim = next(j.time_limit for j in snap.pending if j.job_id == start.job_id)
-            finish = NOW + lim if lim else math.inf
-            if start.job_id not in users and any(a.node in r.nodes for a in start.alloc):
-                assert finish <= r.start or NOW >= r.end
+        held = [(s.job_id, NOW, [a.node for a in s.alloc]) for s in d.starts] + [
+            (job_id, p.start_time, p.nodes) for job_id, p in d.plans.items()
+        ]
+        for job_id, begin, names in held:
+            if by_res.get(job_id) == r.name or not set(names) & set(r.nodes):
+                continue
+            lim = limits[job_id]
+            finish = begin + lim if lim else math.inf
+            assert finish <= r.start or begin >= r.end, (job_id, begin, finish, r)
 
 
 def _order(snap: Snapshot, d: Decisions) -> list[Job]:
