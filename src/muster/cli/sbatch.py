@@ -207,8 +207,8 @@ def build(
         else:
             spec["name"] = "sbatch"
     spec["script"] = script
-    # Slurm's argv for a batch job: the script's name, then its arguments.
-    spec["argv"] = ([path] + operands[1:]) if path is not None else []
+    # The script's arguments ($1, $2, ...); the agent supplies the script itself as $0.
+    spec["argv"] = operands[1:]
     sub.spec = spec
     sub.ignored = req.ignored
     return sub

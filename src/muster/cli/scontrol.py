@@ -222,7 +222,7 @@ def job_record(job: dict, details: bool = False) -> list[str]:
         f"MinCPUsNode={spec.get('cpus_per_task') or 1} {_memory_field(job)} MinTmpDiskNode=0",
         f"Features={_null(spec.get('constraint'))} DelayBoot=00:00:00",
         f"OverSubscribe={'NO' if spec.get('exclusive') else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
-        f"Command={_null((spec.get('argv') or [None])[0])}",
+        f"Command={_null(job.get('command'))}",
         f"WorkDir={spec.get('workdir') or ''}",
     ]
     if spec.get("comment"):

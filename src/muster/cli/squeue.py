@@ -232,7 +232,7 @@ FIELDS: dict[str, tuple[str, object, bool]] = {
     "M": ("TIME", lambda j: _dur(int(j.get("run_time") or 0)), True),
     "n": ("REQ_NODES", lambda j: _compress(_spec(j).get("nodelist")), True),
     "N": ("NODELIST", lambda j: str(j.get("nodelist") or ""), False),
-    "o": ("COMMAND", lambda j: _nullable((_spec(j).get("argv") or [None])[0]), True),
+    "o": ("COMMAND", lambda j: _nullable(j.get("command")), True),
     "O": ("CONTIGUOUS", lambda j: "0", True),
     "p": ("PRIORITY", _prio_float, True),
     "P": ("PARTITION", lambda j: str(j.get("partition") or ""), True),

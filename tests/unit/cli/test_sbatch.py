@@ -47,7 +47,7 @@ def test_script_file_name_arguments_and_directives(tmp_path) -> None:
     )
     sub = _build([path, "a", "--b"])
     assert sub.spec["name"] == "job.sh"
-    assert sub.spec["argv"] == [path, "a", "--b"]
+    assert sub.spec["argv"] == ["a", "--b"]
     assert (sub.spec["min_nodes"], sub.spec["gpus_per_node"], sub.spec["time_limit"]) == (2, 4, 600)
 
 
