@@ -28,6 +28,7 @@ from muster.sched.snapshot import NodeView, PartitionView, ReservationView
 
 __all__ = [
     "Feasibility",
+    "Rejection",
     "Request",
     "Verdict",
     "check_submit",
