@@ -14,9 +14,8 @@ config always give the same decisions.
 4. placement    in priority order: start the job now if it fits without taking what an
                 earlier job was promised; otherwise give it a planned start (a reservation
                 in the profile), up to the backfill depth; sched/builtin instead stops a
-                partition at its first blocked job
-5. reasons      the first blocked job of a partition waits for Resources, those behind it
-                for Priority
+                partition at its first blocked job. The first blocked job of a partition
+                waits for Resources, those behind it for Priority.
 """
 
 from __future__ import annotations
@@ -61,6 +60,18 @@ def schedule(
 
 
 class _Pass:
+    """The state of one pass; each phase method fills what the next one reads."""
+
+    # set by phase 1
+    pool: dict[str, NodeProfile]
+    book: ReservationBook
+    feas: Feasibility
+    # set by phase 4
+    engine: Backfill
+    blocked: set[str]
+    singletons: set[tuple[str, str]]
+    plans_left: int | None
+
     def __init__(
         self,
         snapshot: Snapshot,
@@ -183,78 +194,89 @@ class _Pass:
 
     # -- 4. placement ---------------------------------------------------------------------
     def _place(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:
-        d, now, config = self.d, self.now, self.config
-        stats = d.stats
-        backfill = config.backfill
-        horizon = now + config.bf_window
-        depth = None if config.conservative else config.bf_max_job_test
-        blocked: set[str] = set()  # partitions with a blocked job
-        singletons: set[tuple[str, str]] = set()
-        tried_plans = 0
-        engine = Backfill(list(self.pool.values()), now, horizon)
+        config = self.config
+        self.engine = Backfill(list(self.pool.values()), self.now, self.now + config.bf_window)
+        self.blocked = set()  # partitions with a blocked job
+        self.singletons = set()  # (user, name) of singleton jobs started this pass
+        self.plans_left = None if config.conservative else config.bf_max_job_test
         for job, parts in ordered:
-            requests: list[Request] = []
-            verdicts: list[Verdict] = []
-            for pname in parts:
-                r = self.feas.request(job, pname)
-                if isinstance(r, Request):
-                    requests.append(r)
-                else:
-                    verdicts.append(r)
+            self._consider(job, parts)
+
+    def _consider(self, job: Job, parts: tuple[str, ...]) -> None:
+        d = self.d
+        requests = self._requests(job, parts)
+        if not requests:
+            return
+        singleton = bool(job.spec.dependency) and parse_dependency(job.spec.dependency).singleton
+        if singleton and (job.user, job.spec.name) in self.singletons:
+            d.reasons[job.job_id] = Reason.DEPENDENCY
+            return
+        mine = {r.partition for r in requests}
+        behind = bool(mine & self.blocked)  # a higher-priority job of its partition waits
+        if behind and not self.config.backfill:
+            # sched/builtin: strict order inside a partition
+            requests = [r for r in requests if r.partition not in self.blocked]
             if not requests:
-                v = verdicts[0] if verdicts else _NO_PARTITION
-                d.reasons[job.job_id] = v.reason
-                if not any(x.later for x in verdicts):
-                    d.never[job.job_id] = v.message or str(v.reason)
-                continue
-            singleton = (
-                bool(job.spec.dependency) and parse_dependency(job.spec.dependency or "").singleton
-            )
-            if singleton and (job.user, job.spec.name) in singletons:
-                d.reasons[job.job_id] = Reason.DEPENDENCY
-                continue
-            mine = {r.partition for r in requests}
-            if not backfill and mine & blocked:
-                # sched/builtin: strict order inside a partition
-                requests = [r for r in requests if r.partition not in blocked]
-                if not requests:
-                    d.reasons[job.job_id] = Reason.PRIORITY
-                    continue
-            stats.examined += 1
-            started = False
-            for req in requests:
-                nodes = engine.start_now(req)
-                if nodes is None:
-                    continue
-                back = bool(mine & blocked)
-                d.starts.append(Start(job.job_id, req.partition, engine.take_now(req, nodes), back))
-                stats.started += 1
-                stats.backfilled += back
-                if singleton:
-                    singletons.add((job.user, job.spec.name))
-                started = True
-                break
-            if started:
-                continue
-            first = not (mine & blocked)
-            blocked |= mine
-            stats.blocked += 1
-            d.reasons[job.job_id] = Reason.RESOURCES if first else Reason.PRIORITY
-            if not backfill or (depth is not None and tried_plans >= depth):
-                continue
-            tried_plans += 1
-            best: tuple[float, Request, list[NodeProfile]] | None = None
-            for req in requests:
-                found = engine.earliest_start(req)
-                if found is not None and (best is None or found[0] < best[0]):
-                    best = (found[0], req, found[1])
-            if best is None:
-                if all(r.reservation is not None for r in requests):
-                    d.reasons[job.job_id] = Reason.RESERVATION  # does not fit its window
-                continue
-            at, req, nodes = best
-            engine.take_plan(req, at, nodes)
-            d.plans[job.job_id] = Plan(at, [n.name for n in nodes])
-            stats.planned += 1
-            if req.reservation is not None and req.allowed and at >= req.allowed[0][0] > now:
-                d.reasons[job.job_id] = Reason.RESERVATION
+                d.reasons[job.job_id] = Reason.PRIORITY
+                return
+        d.stats.examined += 1
+        if self._start(job, requests, behind):
+            if singleton:
+                self.singletons.add((job.user, job.spec.name))
+            return
+        self.blocked |= mine
+        d.stats.blocked += 1
+        d.reasons[job.job_id] = Reason.PRIORITY if behind else Reason.RESOURCES
+        if self.config.backfill and self.plans_left != 0:
+            if self.plans_left is not None:
+                self.plans_left -= 1
+            self._plan(job, requests)
+
+    def _requests(self, job: Job, parts: tuple[str, ...]) -> list[Request]:
+        """The job's request in each partition where it may run; when there is none, the
+        first partition's verdict becomes the job's reason."""
+        requests: list[Request] = []
+        verdicts: list[Verdict] = []
+        for pname in parts:
+            r = self.feas.request(job, pname)
+            if isinstance(r, Request):
+                requests.append(r)
+            else:
+                verdicts.append(r)
+        if not requests:
+            v = verdicts[0] if verdicts else _NO_PARTITION
+            self.d.reasons[job.job_id] = v.reason
+            if not any(x.later for x in verdicts):
+                self.d.never[job.job_id] = v.message or str(v.reason)
+        return requests
+
+    def _start(self, job: Job, requests: list[Request], behind: bool) -> bool:
+        """Start the job now in the first partition where it fits, if any."""
+        engine = self.engine
+        for req in requests:
+            nodes = engine.start_now(req)
+            if nodes is not None:
+                alloc = engine.take_now(req, nodes)
+                self.d.starts.append(Start(job.job_id, req.partition, alloc, behind))
+                self.d.stats.started += 1
+                self.d.stats.backfilled += behind
+                return True
+        return False
+
+    def _plan(self, job: Job, requests: list[Request]) -> None:
+        """Give the job its earliest start (over its partitions) and reserve it."""
+        best: tuple[float, Request, list[NodeProfile]] | None = None
+        for req in requests:
+            found = self.engine.earliest_start(req)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], req, found[1])
+        if best is None:
+            if all(r.reservation is not None for r in requests):
+                self.d.reasons[job.job_id] = Reason.RESERVATION  # does not fit its window
+            return
+        at, req, nodes = best
+        self.engine.take_plan(req, at, nodes)
+        self.d.plans[job.job_id] = Plan(at, [n.name for n in nodes])
+        self.d.stats.planned += 1
+        if req.reservation is not None and req.allowed and at >= req.allowed[0][0] > self.now:
+            self.d.reasons[job.job_id] = Reason.RESERVATION  # waits for its window to open
