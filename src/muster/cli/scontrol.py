@@ -63,16 +63,25 @@ def _null(value: object) -> str:
     return str(value)
 
 
-def _hms(seconds: object) -> str:
-    from muster.core.timefmt import format_hms
+def _timefmt():  # noqa: ANN202 - the module
+    """muster.core.timefmt, imported once on first use (``show jobs`` formats thousands)."""
+    global _TIMEFMT
+    if _TIMEFMT is None:
+        from muster.core import timefmt
 
-    return format_hms(None if seconds is None else int(seconds))  # type: ignore[arg-type]
+        _TIMEFMT = timefmt
+    return _TIMEFMT
+
+
+_TIMEFMT = None
+
+
+def _hms(seconds: object) -> str:
+    return _timefmt().format_hms(None if seconds is None else int(seconds))  # type: ignore[arg-type]
 
 
 def _ts(epoch: object, none: str = "Unknown") -> str:
-    from muster.core.timefmt import format_timestamp
-
-    return format_timestamp(epoch, none=none)  # type: ignore[arg-type]
+    return _timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
 
 
 def _mem(mb: object) -> str:

@@ -127,16 +127,25 @@ def _nullable(value: object) -> str:
     return str(value)
 
 
-def _dur(seconds: object) -> str:
-    from muster.core.timefmt import format_duration
+def _timefmt():  # noqa: ANN202 - the module
+    """muster.core.timefmt, imported on first use (commands that print no times skip it)."""
+    global _TIMEFMT
+    if _TIMEFMT is None:
+        from muster.core import timefmt
 
-    return format_duration(seconds if seconds is None else int(seconds))  # type: ignore[arg-type]
+        _TIMEFMT = timefmt
+    return _TIMEFMT
+
+
+_TIMEFMT = None
+
+
+def _dur(seconds: object) -> str:
+    return _timefmt().format_duration(seconds if seconds is None else int(seconds))  # type: ignore[arg-type]
 
 
 def _ts(epoch: object, none: str = "N/A") -> str:
-    from muster.core.timefmt import format_timestamp
-
-    return format_timestamp(epoch, none=none)  # type: ignore[arg-type]
+    return _timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
 
 
 def time_left(job: dict) -> str:
@@ -389,6 +398,23 @@ def columns_from_long_format(spec: str) -> list[Column]:
     return cols
 
 
+def _cell(c: Column):  # noqa: ANN202 - returns a job -> str function
+    """One column as a function of the job, with its width rule fixed in advance: the
+    queue can be thousands of rows and this is the inner loop."""
+    value, width, prefix, suffix = c.value, c.width, c.prefix, c.suffix
+    if value is None:
+        return lambda job: prefix
+    if width <= 0:
+        return lambda job: prefix + value(job) + suffix  # type: ignore[operator]
+    if c.right:
+        if c.cut:
+            return lambda job: prefix + value(job)[:width].rjust(width) + suffix  # type: ignore[operator]
+        return lambda job: prefix + value(job).rjust(width) + suffix  # type: ignore[operator]
+    if c.cut:
+        return lambda job: prefix + value(job)[:width].ljust(width) + suffix  # type: ignore[operator]
+    return lambda job: prefix + value(job).ljust(width) + suffix  # type: ignore[operator]
+
+
 def render(jobs: list[dict], cols: list[Column], header: bool = True) -> list[str]:
     lines = []
     if header:
@@ -400,14 +426,9 @@ def render(jobs: list[dict], cols: list[Column], header: bool = True) -> list[st
                 for c in cols
             )
         )
-    for job in jobs:
-        parts = []
-        for c in cols:
-            if c.value is None:
-                parts.append(c.prefix)
-                continue
-            parts.append(c.prefix + fit(c.value(job), c.width, c.right, c.cut) + c.suffix)  # type: ignore[operator]
-        lines.append("".join(parts))
+    cells = [_cell(c) for c in cols]
+    join = "".join
+    lines.extend(join([cell(job) for cell in cells]) for job in jobs)
     return lines
 
 
