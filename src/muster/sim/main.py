@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--json", metavar="FILE|-", help="write every figure as JSON (- for stdout)")
     o.add_argument("--plot", metavar="DIR", help="write PNG pictures into DIR (needs matplotlib)")
     o.add_argument("--gantt-window", metavar="START:END",
-                   help="window of the Gantt picture in trace seconds (default: 2 days from the first submit)")
+                   help="window of the Gantt picture in trace seconds (default: 2 days from the median submit)")
     o.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar on stderr (default: when stderr is a terminal)")
     return p

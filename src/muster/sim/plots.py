@@ -3,8 +3,8 @@
 * ``utilisation.png``: busy share of the machine and queue length over time, time-averaged
   over equal bins, one line per run (``--compare`` overlays policies);
 * ``wait_cdf.png``: the cumulative distribution of waits, one line per run;
-* ``gantt-<run>.png``: the jobs running during a window (default: the two days after the
-  first submission), one row per processor or GPU.
+* ``gantt-<run>.png``: the jobs running during a window (default: two days from the
+  median submission, a stretch of steady state), one row per processor or GPU.
 
 The series behind the pictures (``timeline``, ``binned``, ``lanes``) are plain functions, tested
 without matplotlib.
@@ -74,8 +74,9 @@ def binned(times: Sequence[float], values: Sequence[float], start: float, end: f
 def _parse_window(window: tuple[float, float] | None, outcomes: Sequence[JobOutcome]) -> tuple[float, float]:
     if window is not None:
         return window
-    first = min(o.submit for o in outcomes)
-    return first, first + 2 * DAY
+    submits = sorted(o.submit for o in outcomes)
+    middle = submits[len(submits) // 2]
+    return middle, middle + 2 * DAY
 
 
 def write_plots(
