@@ -26,7 +26,7 @@ from bisect import bisect_left, insort
 
 from muster.core.job import NodeAlloc
 from muster.sched.filters import Request
-from muster.sched.profile import INF, NodeProfile
+from muster.sched.profile import EPS, INF, NodeProfile
 from muster.sched.select import FitKey, fit_key, pick
 
 __all__ = ["Backfill", "need_on", "windows_allow"]
@@ -42,10 +42,10 @@ def need_on(req: Request, node: NodeProfile) -> tuple[int, int, int]:
 def windows_allow(node: NodeProfile, req: Request, start: float, end: float) -> bool:
     """Whether running on ``node`` during [start, end) respects reservation windows."""
     for ws, we, name in node.windows:
-        if name != req.reservation and start < we and end > ws:
+        if name != req.reservation and start < we - EPS and end > ws + EPS:
             return False
     if req.reservation is not None:
-        return any(ws <= start and end <= we for ws, we in req.allowed)
+        return any(ws <= start + EPS and end <= we + EPS for ws, we in req.allowed)
     return True
 
 

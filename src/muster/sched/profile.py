@@ -26,9 +26,12 @@ from bisect import bisect_right
 from muster.sched.reservations import Window
 from muster.sched.snapshot import NodeView
 
-__all__ = ["INF", "NodeProfile", "Need"]
+__all__ = ["EPS", "INF", "NodeProfile", "Need"]
 
 INF = math.inf
+# Times closer than this are the same time: a start computed as (end - duration) and
+# then ended at (start + duration) must land on the very step it came from.
+EPS = 1e-6
 
 # Per-node need: (cpus, mem, gpus).
 Need = tuple[int, int, int]
@@ -119,7 +122,7 @@ class NodeProfile:
             if cpus[i] < c or mem[i] < m or gpus[i] < g:
                 return False
             i += 1
-            if i == n or times[i] >= end:
+            if i == n or times[i] >= end - EPS:
                 return True
 
     def free_at(self, t: float) -> Need:
@@ -184,10 +187,12 @@ class NodeProfile:
         """Make ``t`` a step boundary; return the index of the step starting at ``t``."""
         times = self.times
         i = bisect_right(times, t)
-        if i > 0 and times[i - 1] == t:
+        if i > 0 and t - times[i - 1] < EPS:
             return i - 1
         if i == 0:  # before now: clamp (callers never take from the past)
             return 0
+        if i < len(times) and times[i] - t < EPS:
+            return i
         times.insert(i, t)
         self.cpus.insert(i, self.cpus[i - 1])
         self.mem.insert(i, self.mem[i - 1])

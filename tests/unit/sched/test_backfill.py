@@ -7,6 +7,7 @@ import pytest
 
 from muster.core.states import Reason
 from muster.sched import SchedConfig
+from muster.sched.cycle import _Pass
 from muster.sched.testing import SchedHarness, job
 
 
@@ -169,3 +170,16 @@ def test_an_exclusive_partition_gives_whole_nodes_to_every_job() -> None:
     assert h.started(d) == [a, b]
     assert [len(s.alloc[0].gpu_ids) for s in d.starts] == [8, 8]
     assert d.starts[0].alloc[0].node != d.starts[1].alloc[0].node
+
+
+def test_plans_on_fractional_times_leave_no_slivers_in_the_profile() -> None:
+    h = seed_cluster(SchedConfig(conservative=True))
+    h.run_job(job().nodes(4).gpus(4).time(7), at=0.1)
+    h.run_job(job().nodes(4).gpus(3).time(3), at=0.1)
+    ids = [h.submit(job().gpus(2 + i % 5).time(1 + i % 4), at=0.2 + i / 10) for i in range(12)]
+    run = _Pass(h.snapshot(), 0.3, h.config, None)
+    d = run.run()
+    assert all(pid in d.plans for pid in ids)
+    for node in run.pool.values():
+        assert min(node.cpus) >= 0 and min(node.gpus) >= 0, node.name
+        assert all(b - a >= 1e-6 for a, b in zip(node.times, node.times[1:], strict=False))
