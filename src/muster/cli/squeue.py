@@ -488,6 +488,15 @@ class Filters:
             params.append("partition=" + ",".join(self.partitions))
         if self.names and len(self.names) == 1:
             params.append("name=" + _quote(self.names[0]))
+        # Ask only for the states shown: the controller keeps ended jobs for MinJobAge,
+        # and thousands of them would otherwise be sent only to be dropped here.
+        if self.states:
+            wanted = sorted(self.states - {"COMPLETING"}) + (
+                ["CG"] if "COMPLETING" in self.states else []
+            )
+            params.append("state=" + ",".join(wanted))
+        elif self.states is not None and not self.job_ids:
+            params.append("state=PD,R,S,CG")
         return ("?" + "&".join(params)) if params else ""
 
     def keep(self, job: dict) -> bool:

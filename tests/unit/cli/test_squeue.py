@@ -162,6 +162,22 @@ def test_server_query_carries_the_filters() -> None:
     assert req.filters.query() == "?job_id=5,6&user=root&partition=gpu&name=my%20job"
 
 
+@pytest.mark.parametrize(
+    ("argv", "query"),
+    [
+        ([], "?state=PD,R,S,CG"),
+        (["-t", "all"], ""),
+        (["-t", "CD,CG"], "?state=COMPLETED,CG"),
+        (["-j", "7"], "?job_id=7"),
+        (["--start"], "?state=PENDING"),
+    ],
+)
+def test_server_query_asks_only_for_the_states_shown(argv, query) -> None:
+    req = squeue.parse_args(argv, {})
+    assert isinstance(req, squeue.Request)
+    assert req.filters.query() == query
+
+
 def test_bad_job_id_is_an_error() -> None:
     with pytest.raises(CommandError, match="Invalid job id: abc"):
         squeue.parse_args(["-j", "abc"], {})
