@@ -42,13 +42,6 @@ _RESERVATION_LOOKAHEAD = 60 * 86400
 _NO_PARTITION = Verdict(Reason.BAD_CONSTRAINTS, False, NO_PARTITION)
 
 
-_OrderKey = tuple[int, int, float, int]
-
-
-def _first(item: tuple[_OrderKey, Job, tuple[str, ...]]) -> _OrderKey:
-    return item[0]
-
-
 def schedule(
     snapshot: Snapshot,
     now: float,
@@ -186,11 +179,8 @@ class _Pass:
         for job in self.snap.pending:
             prio[job.job_id] = policy.priority(job, parts_of(job))
         tier = policy.tier
-        keyed = [
-            (order_key(tier(parts), prio[job.job_id], job), job, parts) for job, parts in eligible
-        ]
-        keyed.sort(key=_first)
-        return [(job, parts) for _, job, parts in keyed]
+        keys = [order_key(tier(parts), prio[job.job_id], job) for job, parts in eligible]
+        return [eligible[i] for i in sorted(range(len(eligible)), key=keys.__getitem__)]
 
     # -- 4. placement ---------------------------------------------------------------------
     def _place(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:
