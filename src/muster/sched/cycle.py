@@ -201,8 +201,9 @@ class _Pass:
         if singleton and (job.user, job.spec.name) in self.singletons:
             d.reasons[job.job_id] = Reason.DEPENDENCY
             return
-        mine = {r.partition for r in requests}
-        behind = bool(mine & self.blocked)  # a higher-priority job of its partition waits
+        blocked = self.blocked
+        # a higher-priority job of one of its partitions waits
+        behind = bool(blocked) and any(r.partition in blocked for r in requests)
         if behind and not self.config.backfill:
             # sched/builtin: strict order inside a partition
             requests = [r for r in requests if r.partition not in self.blocked]
@@ -214,7 +215,7 @@ class _Pass:
             if singleton:
                 self.singletons.add((job.user, job.spec.name))
             return
-        self.blocked |= mine
+        blocked.update(r.partition for r in requests)
         d.stats.blocked += 1
         d.reasons[job.job_id] = Reason.PRIORITY if behind else Reason.RESOURCES
         if self.config.backfill and self.plans_left != 0:
@@ -225,14 +226,16 @@ class _Pass:
     def _requests(self, job: Job, parts: tuple[str, ...]) -> list[Request]:
         """The job's request in each partition where it may run; when there is none, the
         first partition's verdict becomes the job's reason."""
-        requests: list[Request] = []
-        verdicts: list[Verdict] = []
-        for pname in parts:
-            r = self.feas.request(job, pname)
+        if len(parts) == 1:  # the common case, without the lists
+            r = self.feas.request(job, parts[0])
             if isinstance(r, Request):
-                requests.append(r)
-            else:
-                verdicts.append(r)
+                return [r]
+            verdicts = [r]
+            requests: list[Request] = []
+        else:
+            answers = [self.feas.request(job, pname) for pname in parts]
+            requests = [r for r in answers if isinstance(r, Request)]
+            verdicts = [r for r in answers if isinstance(r, Verdict)]
         if not requests:
             v = verdicts[0] if verdicts else _NO_PARTITION
             self.d.reasons[job.job_id] = v.reason
