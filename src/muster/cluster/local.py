@@ -130,9 +130,10 @@ class LocalCluster:
 
     # --- processes -----------------------------------------------------------------
 
-    def _alive(self, name: str) -> int | None:
+    def _alive(self, name: str, check_cmdline: bool = True) -> int | None:
         """The pid of daemon ``name`` if it runs, checked against its command line so that a
-        recycled pid is never mistaken for ours."""
+        recycled pid is never mistaken for ours. Right after a spawn the child may not have
+        exec'd yet (its command line is still ours): pass ``check_cmdline=False`` then."""
         try:
             with open(self._pidfile(name)) as f:
                 pid = int(f.read().strip())
@@ -140,7 +141,7 @@ class LocalCluster:
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
             return None
-        if self.conf_path not in cmdline or "muster" not in cmdline:
+        if check_cmdline and (self.conf_path not in cmdline or "muster" not in cmdline):
             return None
         # A zombie is not alive.
         try:
@@ -195,7 +196,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         last = "controller not answering"
         while time.monotonic() < deadline:
-            if self._alive("musterctld") is None:
+            if self._alive("musterctld", check_cmdline=False) is None:
                 raise RuntimeError(
                     f"musterctld exited; see {self._logfile('musterctld')}"
                 )
