@@ -103,8 +103,23 @@ _CLIENT_KEYS = {
 }
 
 
-def conf_path() -> str:
-    return os.environ.get("MUSTER_CONF") or "/etc/muster/muster.conf"
+DEFAULT_CONF = "/etc/muster/muster.conf"
+
+
+def conf_path(environ: dict[str, str] | None = None) -> str:
+    """Which configuration the commands read.
+
+    ``$MUSTER_CONF`` first (``SLURM_CONF_MUSTER`` is the client module's alias), then the
+    installed default; inside a job the agent sets ``SLURM_CONF`` to the cluster's file,
+    so that is honoured when there is no installed default (jobs that submit jobs).
+    """
+    env = os.environ if environ is None else environ
+    explicit = env.get("MUSTER_CONF") or env.get("SLURM_CONF_MUSTER")
+    if explicit:
+        return explicit
+    if not os.path.exists(DEFAULT_CONF) and env.get("SLURM_CONF"):
+        return env["SLURM_CONF"]
+    return DEFAULT_CONF
 
 
 class ClientSettings:
@@ -428,16 +443,20 @@ def current_user() -> str:
 
 
 def print_lines(lines: list[str]) -> None:
-    """Write many lines at once (one syscall-sized write beats thousands of prints)."""
+    """Write many lines at once (one write beats thousands of prints)."""
     if lines:
-        out = "\n".join(lines) + "\n"
+        write_out("\n".join(lines) + "\n")
+
+
+def write_out(text: str) -> None:
+    """Write to stdout; a reader that went away (``squeue | head``) is not an error."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush stays quiet too.
         try:
-            sys.stdout.write(out)
-            sys.stdout.flush()
-        except BrokenPipeError:
-            # `squeue | head` closed the pipe: not an error, and no traceback.
-            try:
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, sys.stdout.fileno())
-            except OSError:
-                pass
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass

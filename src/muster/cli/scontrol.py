@@ -23,6 +23,7 @@ from muster.cli.common import (
     print_lines,
     report,
     version_line,
+    write_out,
 )
 from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 
@@ -481,9 +482,7 @@ def show_jobs(target: str | None, flags: Flags) -> int:
         sys.stdout.write("No jobs in the system\n")
         return 0
     jobs.sort(key=lambda j: int(j.get("job_id") or 0))
-    sys.stdout.write(
-        "".join(format_record(job_record(j, flags.details), flags.oneliner) for j in jobs)
-    )
+    write_out("".join(format_record(job_record(j, flags.details), flags.oneliner) for j in jobs))
     return 0
 
 
@@ -513,7 +512,7 @@ def show_nodes(target: str | None, flags: Flags) -> int:
     if not nodes:
         sys.stdout.write("No nodes in the system\n")
         return 0
-    sys.stdout.write("".join(format_node(node_record(n), flags.oneliner) for n in nodes))
+    write_out("".join(format_node(node_record(n), flags.oneliner) for n in nodes))
     return 0
 
 
@@ -532,7 +531,7 @@ def show_partitions(target: str | None, flags: Flags) -> int:
     if not parts:
         sys.stdout.write("No partitions in the system\n")
         return 0
-    sys.stdout.write("".join(format_node(partition_record(p), flags.oneliner) for p in parts))
+    write_out("".join(format_node(partition_record(p), flags.oneliner) for p in parts))
     return 0
 
 
@@ -544,7 +543,7 @@ def show_config() -> int:
         answer = connect(PROG, settings).get("/v1/config")
     except (ApiError, ConnectError) as e:
         raise _load_error("ctl_conf", e) from None
-    sys.stdout.write(
+    write_out(
         config_text(
             answer.get("settings") or {},
             float(answer.get("now") or 0),

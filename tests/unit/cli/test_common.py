@@ -42,6 +42,13 @@ def test_missing_config_is_a_clear_error(monkeypatch, tmp_path) -> None:
         common.load_settings("squeue")
 
 
+def test_which_configuration(monkeypatch) -> None:
+    monkeypatch.setattr(common, "DEFAULT_CONF", "/nonexistent/muster.conf")
+    assert common.conf_path({"MUSTER_CONF": "/a", "SLURM_CONF": "/b"}) == "/a"
+    assert common.conf_path({"SLURM_CONF": "/b"}) == "/b"
+    assert common.conf_path({}) == "/nonexistent/muster.conf"
+
+
 def test_connect_prefers_the_local_socket(monkeypatch, tmp_path) -> None:
     sock = tmp_path / "ctld.sock"
     sock.write_text("")
