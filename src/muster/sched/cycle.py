@@ -142,7 +142,7 @@ class _Pass:
             reason = Reason.NONE
             if job.hold == "admin" or overrides.get(job.job_id) == 0:
                 reason = Reason.HELD_ADMIN
-            elif job.hold or job.spec.hold:
+            elif job.hold:  # the controller sets it from --hold; release clears it
                 reason = Reason.HELD_USER
             elif job.spec.begin_time is not None and job.spec.begin_time > now:
                 reason = Reason.BEGIN_TIME

@@ -144,21 +144,21 @@ class NodeProfile:
 
     def _starts(self, c: int, m: int, g: int, duration: float) -> list[list[float]]:
         out: list[list[float]] = []
-        times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
+        steps = zip(self.times, self.cpus, self.mem, self.gpus, strict=True)
         if not self.dips:
             # Without dips the profile only rises: once it fits, it fits forever.
-            for i in range(len(times)):
-                if cpus[i] >= c and mem[i] >= m and gpus[i] >= g:
-                    return [[times[i], INF]]
+            for t, ci, mi, gi in steps:
+                if ci >= c and mi >= m and gi >= g:
+                    return [[t, INF]]
             return out
         run: float | None = None
-        for i in range(len(times)):
-            if cpus[i] >= c and mem[i] >= m and gpus[i] >= g:
+        for t, ci, mi, gi in steps:
+            if ci >= c and mi >= m and gi >= g:
                 if run is None:
-                    run = times[i]
+                    run = t
             elif run is not None:
-                if duration != INF and times[i] - run >= duration:
-                    out.append([run, times[i] - duration])
+                if duration != INF and t - run >= duration:
+                    out.append([run, t - duration])
                 run = None
         if run is not None:
             out.append([run, INF])
