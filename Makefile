@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	# Commands read .pyc files even where writing bytecode is turned off: compile once here.
+	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
 test: install

@@ -50,9 +50,6 @@ def test_squeue_scontrol_and_update_agree_on_a_held_job(cluster: Harness) -> Non
     _ok(cluster.run(["scancel", str(job_id)]))
 
 
-@pytest.mark.xfail(
-    strict=True, reason="sched/cycle.py keeps a job submitted with --hold held after release"
-)
 def test_a_released_job_runs(cluster: Harness) -> None:
     job_id = cluster.sbatch("-H", "-J", "rt-release", "--wrap", "true")
     _ok(cluster.run(["scontrol", "release", str(job_id)]))
