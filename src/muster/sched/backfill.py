@@ -100,10 +100,18 @@ class Backfill:
         "_live",
         "_masks",
         "_index",
+        "maint",
     )
 
-    def __init__(self, nodes: list[NodeProfile], now: float, horizon: float) -> None:
+    def __init__(
+        self,
+        nodes: list[NodeProfile],
+        now: float,
+        horizon: float,
+        maint: frozenset[str] = frozenset(),
+    ) -> None:
         self.now = now
+        self.maint = maint  # names of MAINT reservations
         self.horizon = horizon
         self.log: list[NodeProfile] = []  # nodes whose profile changed, in order
         self._plans: dict[Key, _KeyPlan] = {}
@@ -192,6 +200,32 @@ class Backfill:
                 fitting.append((fit_key(node, free, (c, m, g)), node))
         self._live[req.key] = still
         return fitting
+
+    def held_by_maintenance(self, req: Request) -> bool:
+        """Whether a MAINT reservation is what keeps ``req`` from starting now: it would
+        fit if those windows were ignored (squeue: "ReqNodeNotAvail, Reserved for
+        maintenance"). Only asked about the first blocked job of a partition."""
+        if not self.maint:
+            return False
+        end = self.now + req.duration
+        usable = 0
+        held = False
+        for node in req.candidates:
+            c, m, g = need_on(req, node)
+            if req.exclusive and node.running:
+                continue
+            if not node.fits_now(c, m, g) or (node.dips and not node.fits(self.now, end, c, m, g)):
+                continue
+            overlapping = [
+                name
+                for ws, we, name in node.windows
+                if name != req.reservation and self.now < we - EPS and end > ws + EPS
+            ]
+            if any(name not in self.maint for name in overlapping):
+                continue
+            held = held or bool(overlapping)
+            usable += 1
+        return held and usable >= req.nodes
 
     def take_now(self, req: Request, nodes: list[NodeProfile]) -> list[NodeAlloc]:
         """Start ``req`` on ``nodes`` now: take from the profile, hand out GPU indices."""

@@ -185,7 +185,9 @@ class _Pass:
     # -- 4. placement ---------------------------------------------------------------------
     def _place(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:
         config = self.config
-        self.engine = Backfill(list(self.pool.values()), self.now, self.now + config.bf_window)
+        self.engine = Backfill(
+            list(self.pool.values()), self.now, self.now + config.bf_window, self.book.maint
+        )
         self.blocked = set()  # partitions with a blocked job
         self.singletons = set()  # (user, name) of singleton jobs started this pass
         self.plans_left = None if config.conservative else config.bf_max_job_test
@@ -217,7 +219,12 @@ class _Pass:
             return
         blocked.update(r.partition for r in requests)
         d.stats.blocked += 1
-        d.reasons[job.job_id] = Reason.PRIORITY if behind else Reason.RESOURCES
+        if behind:
+            d.reasons[job.job_id] = Reason.PRIORITY
+        elif any(self.engine.held_by_maintenance(r) for r in requests):
+            d.reasons[job.job_id] = Reason.REQ_NODE_NOT_AVAIL
+        else:
+            d.reasons[job.job_id] = Reason.RESOURCES
         if self.config.backfill and self.plans_left != 0:
             if self.plans_left is not None:
                 self.plans_left -= 1

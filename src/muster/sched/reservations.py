@@ -9,8 +9,9 @@ Rules the pass applies (see ``backfill`` and ``cycle``):
   time limit never starts on a node with a reservation ahead;
 * ``DAILY``/``WEEKLY`` repeat a window every day/week; ``windows`` expands them over the
   horizon the pass looks at, a pure function of the reservation and the times given;
-* ``MAINT`` blocks like any reservation (sinfo shows the nodes as MAINT; the scheduler's
-  rule is the same); ``IGNORE_JOBS`` only matters when the reservation is created (it
+* ``MAINT`` blocks like any reservation (sinfo shows the nodes as MAINT); a job kept out
+  by one alone waits with ReqNodeNotAvail ("Reserved for maintenance") rather than
+  Resources; ``IGNORE_JOBS`` only matters when the reservation is created (it
   may overlap running jobs), so the scheduler has nothing to do for it.
 """
 
@@ -60,12 +61,15 @@ def may_use(res: ReservationView, job: Job) -> bool:
 class ReservationBook:
     """The pass's view of reservations: by name, and the windows on each node."""
 
-    __slots__ = ("by_name", "windows_by_name", "node_windows")
+    __slots__ = ("by_name", "windows_by_name", "node_windows", "maint")
 
     def __init__(self, reservations: list[ReservationView], since: float, until: float) -> None:
         self.by_name: dict[str, ReservationView] = {}
         self.windows_by_name: dict[str, list[tuple[float, float]]] = {}
         self.node_windows: dict[str, list[Window]] = {}
+        self.maint = frozenset(
+            r.name for r in reservations if "MAINT" in (f.upper() for f in r.flags)
+        )
         for res in sorted(reservations, key=lambda r: r.name):
             self.by_name[res.name] = res
             ws = windows(res, since, until)

@@ -154,3 +154,27 @@ def test_phases_are_timed_with_the_callers_timer() -> None:
         "4.placement",
     ]
     assert all(v == 1.0 for v in d.stats.phase_seconds.values())
+
+
+def test_config_keys_are_case_insensitive_and_bf_conservative_is_accepted() -> None:
+    c = SchedConfig.from_settings(
+        {
+            "schedulerparameters": "bf_conservative,bf_window=1440",
+            "EnforcePartLimits": "YES",
+            "PriorityMaxAge": "1:00:00",
+        }
+    )
+    assert c.conservative and c.bf_window == 86400
+    assert c.enforce_part_limits == "ALL"
+    assert c.max_age == 3600
+
+
+def test_pass_stats_count_what_the_pass_did() -> None:
+    h = SchedHarness().gpu_nodes(1, gpus=8)
+    h.run_job(job().gpus(8).time("10:00"))
+    h.submit(job().gpus(8).time("10:00"), at=1)
+    h.submit(job().held(), at=2)
+    h.submit(job().gpus(1).time("5:00"), at=3)
+    s = h.schedule(at=4).stats
+    assert (s.pending_seen, s.ineligible, s.examined) == (3, 1, 2)
+    assert (s.started, s.blocked, s.planned, s.backfilled) == (0, 2, 2, 0)

@@ -63,12 +63,19 @@ def test_a_job_without_a_time_limit_never_lands_on_nodes_reserved_later() -> Non
     assert set(h.started(d)) == set(jobs[:2])
 
 
-def test_maint_reservations_block_like_any_other() -> None:
+def test_maint_reservations_block_like_any_other_with_req_node_not_avail() -> None:
     h = with_reservation(0, HOUR, flags=("MAINT", "IGNORE_JOBS"))
     j = h.submit(job().nodes(3).gpus(8).time("10:00"))
     d = h.schedule(at=0)
     assert j not in h.started(d)
     assert d.plans[j].start_time == HOUR
+    assert d.reasons[j] is Reason.REQ_NODE_NOT_AVAIL
+
+
+def test_a_job_kept_out_by_an_ordinary_reservation_waits_for_resources() -> None:
+    h = with_reservation(0, HOUR, users=("alice",))
+    j = h.submit(job().nodes(3).gpus(8).time("10:00"))
+    assert h.schedule(at=0).reasons[j] is Reason.RESOURCES
 
 
 def test_a_user_not_in_the_reservation_cannot_use_it() -> None:
