@@ -213,7 +213,7 @@ class _Pass:
                 d.reasons[job.job_id] = Reason.PRIORITY
                 return
         d.stats.examined += 1
-        if self._start(job, requests, behind):
+        if self._start(job, requests):
             if singleton:
                 self.singletons.add((job.user, job.spec.name))
             return
@@ -250,13 +250,15 @@ class _Pass:
                 self.d.never[job.job_id] = v.message or str(v.reason)
         return requests
 
-    def _start(self, job: Job, requests: list[Request], behind: bool) -> bool:
-        """Start the job now in the first partition where it fits, if any."""
+    def _start(self, job: Job, requests: list[Request]) -> bool:
+        """Start the job now in the first partition where it fits, if any; it is
+        backfilled when a higher-priority job of that partition waits."""
         engine = self.engine
         for req in requests:
             nodes = engine.start_now(req)
             if nodes is not None:
                 alloc = engine.take_now(req, nodes)
+                behind = req.partition in self.blocked
                 self.d.starts.append(Start(job.job_id, req.partition, alloc, behind))
                 self.d.stats.started += 1
                 self.d.stats.backfilled += behind
