@@ -2,15 +2,21 @@
 
 ``http.client`` costs 60-80 ms to import (it pulls in email and ssl); a command answers in
 less than that in total, so this speaks just enough HTTP: one request per connection,
-``Content-Length`` bodies, JSON in and out.
+``Content-Length`` bodies, JSON in and out. For the same reason it uses the C modules
+behind ``socket`` (whose Python layer imports ``enum`` and ``selectors``) and ``json``
+(see ``wirejson``) directly.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-from typing import Any
+import _socket
+
+from muster.protocol.wirejson import dumps, loads
+
+TYPE_CHECKING = False  # typing itself costs milliseconds to import; checkers read this name
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class ApiError(Exception):
@@ -28,7 +34,7 @@ class ConnectError(Exception):
     pass
 
 
-def _recv_all(sock: socket.socket) -> bytes:
+def _recv_all(sock: _socket.socket) -> bytes:
     chunks = []
     while True:
         chunk = sock.recv(65536)
@@ -73,14 +79,14 @@ def request(
     timeout: float = 60.0,
 ) -> Any:
     """Send one request and return the decoded JSON answer; raise ApiError on 4xx/5xx."""
-    payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+    payload = b"" if body is None else dumps(body).encode()
     try:
         if unix_path is not None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             target: Any = unix_path
             host = "localhost"
         elif address is not None:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
             target = address
             host = f"{address[0]}:{address[1]}"
         else:
@@ -103,7 +109,7 @@ def request(
     finally:
         sock.close()
     status, data = _parse_response(raw)
-    decoded = json.loads(data) if data else None
+    decoded = loads(data) if data else None
     if status >= 400:
         if isinstance(decoded, dict):
             raise ApiError(status, decoded.get("error", f"HTTP {status}"), decoded.get("code", "error"), decoded)
