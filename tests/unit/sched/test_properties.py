@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +24,12 @@ from muster.sched.filters import validate_submit
 from muster.sched.snapshot import ReservationView, Snapshot
 from muster.sched.testing import JobBuilder, SchedHarness, job
 
-PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# MUSTER_HYPOTHESIS_EXAMPLES=1000 for a deeper search than the suite's quick default.
+PROPERTY = settings(
+    max_examples=int(os.environ.get("MUSTER_HYPOTHESIS_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 NOW = 500.0
 
 configs = st.sampled_from(
@@ -208,3 +214,33 @@ def test_a_job_that_fits_an_idle_cluster_starts_in_the_first_pass(data: st.DataO
     ok = validate_submit(pending.spec, pending.shape, snap.partitions, snap.nodes)
     if ok is None and pending.spec.reservation is None:
         assert h.started(h.schedule(at=0)) == [j]
+
+
+@PROPERTY
+@given(clusters())
+def test_the_first_planned_job_starts_no_later_than_planned(h: SchedHarness) -> None:
+    """When running jobs end at their limits and nothing new arrives, the highest-priority
+    job given a plan starts by its planned time: what starts meanwhile never delays it."""
+    d = h.schedule(at=NOW)
+    if not d.plans:
+        return
+    first = min(d.plans, key=lambda j: _rank(h, d, j))
+    planned = d.plans[first].start_time
+    now = NOW
+    while first in h.pending:
+        assert now < planned, f"job {first} planned at {planned} still waits at {now}"
+        ends = [
+            j.start_time + j.time_limit
+            for j in h.running.values()
+            if j.start_time is not None and j.time_limit
+        ]
+        now = min([t for t in ends if t > now] + [planned, max([now, *ends]) + 1])
+        for j in list(h.running.values()):
+            if j.start_time is not None and j.time_limit and j.start_time + j.time_limit <= now:
+                h.finish(j.job_id)
+        h.schedule(at=now)
+
+
+def _rank(h: SchedHarness, d: Decisions, job_id: int) -> tuple[int, float, int]:
+    j = h.pending[job_id]
+    return (-d.priorities[job_id], j.submit_time, job_id)
