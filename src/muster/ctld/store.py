@@ -17,7 +17,7 @@ from typing import Any
 
 from muster.core.job import Job
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -40,6 +40,7 @@ _MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX IF NOT EXISTS events_job ON events(job_id)",
         "CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL)",
     ],
+    2: ["CREATE TABLE IF NOT EXISTS reservations (name TEXT PRIMARY KEY, data TEXT NOT NULL)"],
 }
 
 
@@ -172,6 +173,23 @@ class Store:
 
     def load_nodes(self) -> dict[str, dict[str, Any]]:
         return {n: json.loads(d) for n, d in self.db.execute("SELECT name, data FROM nodes")}
+
+    # --- reservations ----------------------------------------------------------------------
+
+    def put_reservation(self, name: str, data: dict[str, Any] | None) -> None:
+        """Create or replace a reservation; ``None`` deletes it."""
+        with self.transaction():
+            if data is None:
+                self.db.execute("DELETE FROM reservations WHERE name=?", (name,))
+            else:
+                self.db.execute(
+                    "INSERT INTO reservations(name, data) VALUES(?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET data=excluded.data",
+                    (name, json.dumps(data)),
+                )
+
+    def load_reservations(self) -> dict[str, dict[str, Any]]:
+        return {n: json.loads(d) for n, d in self.db.execute("SELECT name, data FROM reservations")}
 
     def close(self) -> None:
         self.db.close()
