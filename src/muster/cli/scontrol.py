@@ -423,9 +423,10 @@ def show(words: list[str], flags: Flags) -> int:
     if _matches(e, "steps", 2):
         sys.stdout.write("No job steps in the system\n")
         return 0
-    if _matches(e, "reservations", 3):
-        sys.stdout.write("No reservations in the system\n")
-        return 0
+    if _matches(e, "reservations", 3) or e == "reservationname":
+        from muster.cli import reservation
+
+        return reservation.show(target, flags.oneliner)
     raise CommandError(f"invalid entity:{entity} for keyword:show ", 1, raw=True)
 
 
@@ -692,7 +693,11 @@ def update(words: list[str], flags: Flags) -> int:
     if not words:
         raise CommandError("too few arguments for keyword:update", 1, raw=True)
     first = words[0].split("=", 1)[0].lower()
-    if first in ("nodename", "node", "partitionname", "partition", "reservationname", "stepid"):
+    if first in ("reservationname", "reservation"):
+        from muster.cli import reservation
+
+        return reservation.update(words)
+    if first in ("nodename", "node", "partitionname", "partition", "stepid"):
         raise CommandError(f"updating {first} records is not supported by muster yet")
     ids, body = parse_update(words)
     rc = 0
@@ -733,6 +738,10 @@ def run(words: list[str], flags: Flags) -> int:
     if cmd in ("help", "-h"):
         sys.stdout.write(HELP)
         return 0
+    if cmd in ("create", "delete") and rest and rest[0].lower().startswith("res"):
+        from muster.cli import reservation
+
+        return reservation.create(rest) if cmd == "create" else reservation.delete(rest[1:] or rest[:1])
     if cmd in (
         "requeue",
         "requeuehold",

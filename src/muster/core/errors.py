@@ -16,6 +16,8 @@ class MusterError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+        # An extra line some commands print before the message (Slurm's detail line).
+        self.detail: str | None = None
 
     def __str__(self) -> str:
         return self.message

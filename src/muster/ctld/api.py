@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError
+from muster.core.hostlist import compress
 from muster.core.job import JobSpec
 from muster.core.resources import parse_gres
 from muster.ctld.controller import Identity, parse_signal
@@ -132,8 +133,25 @@ class UpdateBody(BaseModel):
     min_nodes: int | None = Field(None, ge=1)
 
 
+class ReservationBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]+$", max_length=256)
+    start_time: float | None = None
+    end_time: float | None = None
+    duration: int | None = Field(None, ge=1)
+    nodes: list[str] | None = None
+    node_cnt: int | None = Field(None, ge=1)
+    users: list[str] | None = None
+    accounts: list[str] | None = None
+    flags: list[str] | None = None
+    partition: str | None = None
+
+
 def error_response(err: MusterError, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": str(err), "code": err.code, **extra}, status_code=err.http_status)
+    body = {"error": str(err), "code": err.code, **extra}
+    if err.detail:
+        body["detail"] = err.detail
+    return JSONResponse(body, status_code=err.http_status)
 
 
 def _validation_message(e: ValidationError) -> str:
@@ -329,6 +347,47 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def config(request: Request) -> JSONResponse:
         return JSONResponse({"settings": dict(ctl.config.settings), "now": ctx.clock.now()})
 
+    def reservation_wire(res: Any) -> dict[str, Any]:
+        now = ctx.clock.now()
+        d = res.to_dict()
+        nodes = [ctl.nodes[n] for n in res.nodes if n in ctl.nodes]
+        d.update(
+            nodelist=compress(res.nodes),
+            node_cnt=len(res.nodes),
+            core_cnt=sum(n.cpus for n in nodes),
+            gpu_cnt=sum(n.gpus for n in nodes),
+            state="ACTIVE" if res.active(now) else "INACTIVE",
+        )
+        return d
+
+    @handler
+    async def list_reservations(request: Request) -> JSONResponse:
+        out = [reservation_wire(r) for r in sorted(ctl.reservations.values(), key=lambda r: (r.start, r.name))]
+        return JSONResponse({"reservations": out, "now": ctx.clock.now()})
+
+    @handler
+    async def create_reservation(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, ReservationBody)
+        res = ctl.create_reservation(who, body.model_dump())
+        ctx.kick()
+        return JSONResponse({"name": res.name, "reservation": reservation_wire(res)})
+
+    @handler
+    async def update_reservation(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, ReservationBody)
+        res = ctl.update_reservation(who, request.path_params["name"], body.model_dump())
+        ctx.kick()
+        return JSONResponse({"name": res.name, "reservation": reservation_wire(res)})
+
+    @handler
+    async def delete_reservation(request: Request) -> JSONResponse:
+        who = caller(request)
+        ctl.delete_reservation(who, request.path_params["name"])
+        ctx.kick()
+        return JSONResponse({"ok": True})
+
     # --- agents ---------------------------------------------------------------------
 
     @handler
@@ -366,6 +425,10 @@ def build_routes(ctx: CtldApp) -> list[Route]:
         Route("/v1/nodes", list_nodes),
         Route("/v1/partitions", list_partitions),
         Route("/v1/config", config),
+        Route("/v1/reservations", list_reservations, methods=["GET"]),
+        Route("/v1/reservations", create_reservation, methods=["POST"]),
+        Route("/v1/reservations/{name}/update", update_reservation, methods=["POST"]),
+        Route("/v1/reservations/{name}/delete", delete_reservation, methods=["POST"]),
         Route("/v1/agent/register", agent_register, methods=["POST"]),
         Route("/v1/agent/heartbeat", agent_heartbeat, methods=["POST"]),
         Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),

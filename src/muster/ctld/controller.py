@@ -28,7 +28,10 @@ from muster.core.job import Job, JobSpec, compute_shape
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
 from muster.ctld.nodes import NodeRuntime
+from muster.ctld.reservations import Reservation, check_flags, check_window
 from muster.ctld.store import Store
+from muster.ctld.view import node_views, partition_views, reservation_views
+from muster.sched.filters import BAD_PARTITION, NO_PARTITION, check_submit
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,7 @@ class Controller:
     lost: dict[int, _LostWatch] = field(default_factory=dict)
     # job_id -> final state, for jobs purged from memory (dependencies use it later)
     finished: dict[int, str] = field(default_factory=dict)
+    reservations: dict[str, Reservation] = field(default_factory=dict)
 
     # --- start-up -------------------------------------------------------------------
 
@@ -154,6 +158,8 @@ class Controller:
             self.jobs[job.job_id] = job
             if job.is_active:
                 self._hold_resources(job)
+        for name, data in self.store.load_reservations().items():
+            self.reservations[name] = Reservation.from_dict(data)
         stored_next = int(self.store.get_meta("next_job_id", "0") or 0)
         self.next_job_id = max(self.config.first_job_id, stored_next, self.store.max_job_id() + 1)
         # Nodes with work on them are presumed alive until SlurmdTimeout says otherwise.
@@ -187,13 +193,31 @@ class Controller:
         partition = self._resolve_partition(spec)
         candidates = [self.config.partition(p) for p in (spec.partitions or [partition])]
         node_names = {n for p in candidates if p is not None for n in p.nodes}
-        pnodes = [self.nodes[n] for n in node_names if n in self.nodes]
-        max_cpus = max((n.cpus for n in pnodes), default=0)
+        max_cpus = max((self.nodes[n].cpus for n in node_names if n in self.nodes), default=0)
         try:
             shape = compute_shape(spec, max_cpus, self.config.def_mem_per_cpu)
         except ValueError as e:
             raise InvalidRequest(str(e)) from None
-        self._check_satisfiable(spec, shape, pnodes)
+        if spec.nodelist and len(spec.nodelist) > shape.nodes:
+            shape.nodes = len(spec.nodelist)
+        rejection = check_submit(
+            spec,
+            shape,
+            partition_views(self.config),
+            node_views(self.nodes.values()),
+            reservation_views(self.reservations.values()),
+            user=who.user,
+            group=who.group,
+            enforce_part_limits=(self.config.get("EnforcePartLimits") or "NO").upper(),
+        )
+        if rejection is not None:
+            err: MusterError
+            if rejection.message in (BAD_PARTITION, NO_PARTITION):
+                err = InvalidPartition(rejection.message)
+            else:
+                err = Unsatisfiable(rejection.message)
+            err.detail = rejection.detail
+            raise err
         part_conf = self.config.partition(partition)
         assert part_conf is not None
         time_limit = spec.time_limit
@@ -229,37 +253,12 @@ class Controller:
         if not spec.partitions:
             default = self.config.default_partition()
             if default is None:
-                raise InvalidPartition("No partition specified or system default partition")
+                raise InvalidPartition(NO_PARTITION)
             return default.name
         for name in spec.partitions:
             if self.config.partition(name) is None:
                 raise InvalidPartition()
         return spec.partitions[0]
-
-    def _check_satisfiable(self, spec: JobSpec, shape: Any, pnodes: list[NodeRuntime]) -> None:
-        """Reject what can never run here; what may run later is left to pend with a reason."""
-        for name in spec.nodelist + spec.exclude:
-            if name not in self.nodes:
-                raise InvalidRequest(f"Invalid node name specified: {name}")
-        if spec.nodelist and len(spec.nodelist) > shape.nodes:
-            shape.nodes = len(spec.nodelist)
-        eligible = [n for n in pnodes if n.name not in spec.exclude]
-        if spec.nodelist:
-            eligible = [n for n in eligible if n.name in spec.nodelist]
-        if shape.mem_per_node and not any(n.real_memory >= shape.mem_per_node for n in eligible):
-            raise Unsatisfiable("Memory specification can not be satisfied")
-
-        def fits(n: NodeRuntime) -> bool:
-            return (
-                n.cpus >= shape.cpus_per_node
-                and n.gpus >= shape.gpus_per_node
-                and (shape.gpu_type is None or n.gpu_type == shape.gpu_type or shape.gpus_per_node == 0)
-            )
-
-        if not any(fits(n) for n in eligible):
-            raise Unsatisfiable()
-        if spec.gpus is not None and shape.gpus_per_node * len([n for n in eligible if fits(n)]) < spec.gpus:
-            raise Unsatisfiable()
 
     # --- queries ------------------------------------------------------------------------
 
@@ -385,6 +384,112 @@ class Controller:
                 raise InvalidRequest(f"Update of {key} is not supported")
             applied[key] = value
         self.store.record(self.clock.now(), [(job, "update", {"changes": applied, "by": who.uid})])
+
+    # --- reservations ----------------------------------------------------------------------
+
+    def create_reservation(self, who: Identity, req: dict[str, Any]) -> Reservation:
+        """``scontrol create reservation``: administrators only."""
+        if not who.admin:
+            raise PermissionDenied()
+        now = self.clock.now()
+        name = req.get("name") or self._reservation_name(who)
+        if name in self.reservations:
+            raise InvalidRequest("Error creating the reservation: Reservation name in use")
+        flags = check_flags(req.get("flags") or [])
+        start = req.get("start_time")
+        start = now if start is None else float(start)
+        end = req.get("end_time")
+        if end is None:
+            if req.get("duration") is None:
+                raise InvalidRequest("Error creating the reservation: Duration or EndTime must be given")
+            end = start + int(req["duration"])
+        check_window(start, float(end))
+        users = list(req.get("users") or [])
+        accounts = list(req.get("accounts") or [])
+        if not users and not accounts:
+            raise InvalidRequest("Error creating the reservation: Either Users or Accounts must be specified")
+        res = Reservation(name, start, float(end), [], users, accounts, flags, req.get("partition"))
+        res.nodes = self._reservation_nodes(res, req.get("nodes"), req.get("node_cnt"))
+        self.reservations[name] = res
+        self.store.put_reservation(name, res.to_dict())
+        return res
+
+    def _reservation_name(self, who: Identity) -> str:
+        n = 1
+        while f"{who.user}_{n}" in self.reservations:
+            n += 1
+        return f"{who.user}_{n}"
+
+    def _busy_during(self, node: str, res: Reservation) -> bool:
+        """A job on ``node`` that may still run when the window opens."""
+        for job in self.jobs.values():
+            if job.is_active and node in job.nodes:
+                end = job.expected_end()
+                if end is None or end > res.start:
+                    return True
+        return False
+
+    def _reservation_nodes(self, res: Reservation, nodes: list[str] | None, count: int | None) -> list[str]:
+        ignore_jobs = "IGNORE_JOBS" in res.flags or "MAINT" in res.flags
+        others = [r for r in self.reservations.values() if r.name != res.name and r.start < res.end and res.start < r.end]
+        taken = {n for r in others for n in r.nodes}
+        pool = [n.name for n in self.nodes.values()]
+        if res.partition:
+            part = self.config.partition(res.partition)
+            if part is None:
+                raise InvalidPartition()
+            pool = [n for n in pool if n in part.nodes]
+        if nodes:
+            for n in nodes:
+                if n not in self.nodes:
+                    raise InvalidRequest(f"Error creating the reservation: Invalid node name specified: {n}")
+            if "OVERLAP" not in res.flags and any(n in taken for n in nodes):
+                raise InvalidRequest("Error creating the reservation: Requested nodes are busy")
+            if not ignore_jobs and any(self._busy_during(n, res) for n in nodes):
+                raise InvalidRequest("Error creating the reservation: Requested nodes are busy")
+            return list(nodes)
+        if not count or count < 1:
+            raise InvalidRequest("Error creating the reservation: Nodes or NodeCnt must be given")
+        free = [n for n in pool if n not in taken and (ignore_jobs or not self._busy_during(n, res))]
+        if len(free) < count:
+            raise InvalidRequest("Error creating the reservation: Requested nodes are busy")
+        return free[:count]  # node order: contiguous where possible
+
+    def update_reservation(self, who: Identity, name: str, req: dict[str, Any]) -> Reservation:
+        if not who.admin:
+            raise PermissionDenied()
+        res = self.reservations.get(name)
+        if res is None:
+            raise InvalidRequest(f"Reservation {name} not found")
+        new = Reservation.from_dict(res.to_dict())
+        if req.get("start_time") is not None:
+            new.start = float(req["start_time"])
+        if req.get("end_time") is not None:
+            new.end = float(req["end_time"])
+        elif req.get("duration") is not None:
+            new.end = new.start + int(req["duration"])
+        check_window(new.start, new.end)
+        for key in ("users", "accounts"):
+            if req.get(key) is not None:
+                setattr(new, key, list(req[key]))
+        if req.get("flags") is not None:
+            new.flags = check_flags(req["flags"])
+        if req.get("nodes") is not None or req.get("node_cnt") is not None:
+            new.nodes = self._reservation_nodes(new, req.get("nodes"), req.get("node_cnt"))
+        self.reservations[name] = new
+        self.store.put_reservation(name, new.to_dict())
+        return new
+
+    def delete_reservation(self, who: Identity, name: str) -> None:
+        if not who.admin:
+            raise PermissionDenied()
+        if name not in self.reservations:
+            raise InvalidRequest(f"Reservation {name} not found")
+        for job in self.jobs.values():
+            if job.is_active and job.spec.reservation == name:
+                raise InvalidRequest("Reservation request has jobs running: delete refused")
+        del self.reservations[name]
+        self.store.put_reservation(name, None)
 
     # --- scheduling -----------------------------------------------------------------------
 

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from muster.core.config import Config
 from muster.core.states import JobState
-from muster.ctld.controller import Controller
-from muster.sched.snapshot import NodeView, PartitionView, Snapshot
+from muster.ctld.nodes import NodeRuntime
+from muster.sched.snapshot import NodeView, PartitionView, ReservationView, Snapshot
+
+if TYPE_CHECKING:
+    from muster.ctld.controller import Controller
 
 
-def build_snapshot(ctl: Controller) -> Snapshot:
-    nodes = []
-    for node in ctl.nodes.values():
+def node_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
+    out = []
+    for node in nodes:
         used = node.gpu_ids_alloc
-        nodes.append(
+        out.append(
             NodeView(
                 name=node.name,
                 index=node.index,
@@ -28,7 +35,12 @@ def build_snapshot(ctl: Controller) -> Snapshot:
                 running_jobs=len(node.allocs),
             )
         )
-    partitions = {
+    return out
+
+
+def partition_views(config: Config) -> dict[str, PartitionView]:
+    default = config.default_partition()
+    return {
         p.name: PartitionView(
             name=p.name,
             nodes=tuple(p.nodes),
@@ -43,22 +55,44 @@ def build_snapshot(ctl: Controller) -> Snapshot:
             allow_accounts=tuple(p.allow_accounts) if p.allow_accounts is not None else None,
             deny_accounts=tuple(p.deny_accounts) if p.deny_accounts is not None else None,
             allow_groups=tuple(p.allow_groups) if p.allow_groups is not None else None,
+            is_default=default is not None and p.name == default.name,
         )
-        for p in ctl.config.partitions
+        for p in config.partitions
     }
+
+
+def build_snapshot(ctl: Controller) -> Snapshot:
     pending = []
     running = []
+    finished = dict(ctl.finished)
     for job in ctl.jobs.values():
         if job.state is JobState.PENDING:
             pending.append(job)
         elif job.is_active:
             running.append(job)
-    finished = dict(ctl.finished)
-    for job in ctl.jobs.values():
         if job.state.is_terminal:
             finished[job.job_id] = str(job.state)
-    snap = Snapshot(nodes=nodes, partitions=partitions, pending=pending, running=running, finished=finished)
-    overrides = {j.job_id: j.admin_priority for j in pending if j.admin_priority is not None}
-    if overrides and hasattr(snap, "priority_overrides"):
-        snap.priority_overrides = overrides  # type: ignore[attr-defined]
-    return snap
+    return Snapshot(
+        nodes=node_views(ctl.nodes.values()),
+        partitions=partition_views(ctl.config),
+        pending=pending,
+        running=running,
+        finished=finished,
+        reservations=reservation_views(ctl.reservations.values()),
+        priority_overrides={j.job_id: j.admin_priority for j in pending if j.admin_priority is not None},
+    )
+
+
+def reservation_views(reservations: Iterable[object]) -> list[ReservationView]:
+    return [
+        ReservationView(
+            name=r.name,  # type: ignore[attr-defined]
+            start=r.start,  # type: ignore[attr-defined]
+            end=r.end,  # type: ignore[attr-defined]
+            nodes=tuple(r.nodes),  # type: ignore[attr-defined]
+            users=tuple(r.users),  # type: ignore[attr-defined]
+            accounts=tuple(r.accounts),  # type: ignore[attr-defined]
+            flags=tuple(r.flags),  # type: ignore[attr-defined]
+        )
+        for r in reservations
+    ]

@@ -8,7 +8,7 @@ import pytest
 
 from muster.core.clock import ManualClock
 from muster.core.config import parse_config
-from muster.core.errors import InvalidPartition, InvalidRequest, PermissionDenied, Unsatisfiable
+from muster.core.errors import InvalidPartition, PermissionDenied, Unsatisfiable
 from muster.core.job import JobSpec, NodeAlloc
 from muster.core.states import JobState, Reason
 from muster.ctld.controller import Controller, Identity, Launch, Terminate
@@ -81,7 +81,7 @@ def test_running_jobs_hold_their_resources_across_a_restart(db: str) -> None:
         (JobSpec(gpus_per_node=9), Unsatisfiable),
         (JobSpec(mem_per_node=999 * 1024 * 1024), Unsatisfiable),
         (JobSpec(min_nodes=1, gpus=16), Unsatisfiable),
-        (JobSpec(nodelist=["node9"]), InvalidRequest),
+        (JobSpec(nodelist=["node9"]), Unsatisfiable),
     ],
 )
 def test_jobs_that_can_never_run_are_refused_and_change_nothing(db: str, spec: JobSpec, error: type) -> None:
@@ -159,3 +159,10 @@ def test_a_silent_node_goes_down_and_its_jobs_are_requeued(db: str) -> None:
     assert actions == [Terminate(job.job_id, 0, ["node2"], "node_fail")]
     kinds = [k for _, k, _ in ctl.store.events(job.job_id)]
     assert kinds[-2:] == ["node_fail", "requeue"]
+
+
+def test_too_much_memory_is_refused_with_slurms_detail_line(db: str) -> None:
+    with pytest.raises(Unsatisfiable) as err:
+        make(db).submit(JobSpec(mem_per_node=999 * 1024 * 1024), ALICE)
+    assert str(err.value) == "Requested node configuration is not available"
+    assert err.value.detail == "Memory specification can not be satisfied"

@@ -1,0 +1,180 @@
+"""``scontrol create|update|delete|show reservation``: holding capacity for a team.
+
+Arguments are Slurm's ``Key=Value`` words (keys case-blind): ``ReservationName``,
+``StartTime`` (``now``, ``now+1hour``, ``2026-12-24T08:00`` ...), ``EndTime``,
+``Duration`` (minutes or Slurm's time forms, ``UNLIMITED`` refused), ``Nodes``
+(a hostlist or ``ALL``), ``NodeCnt``, ``Users``, ``Accounts``, ``Flags``
+(MAINT, IGNORE_JOBS, DAILY, WEEKLY ...), ``PartitionName``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from muster.cli.common import CommandError, connect, connect_message
+
+PROG = "scontrol"
+
+_KEYS = {
+    "reservationname": "name",
+    "reservation": "name",
+    "starttime": "start_time",
+    "endtime": "end_time",
+    "duration": "duration",
+    "nodes": "nodes",
+    "nodelist": "nodes",
+    "nodecnt": "node_cnt",
+    "nodecount": "node_cnt",
+    "users": "users",
+    "user": "users",
+    "accounts": "accounts",
+    "account": "accounts",
+    "flags": "flags",
+    "partitionname": "partition",
+    "partition": "partition",
+}
+
+
+def parse_words(words: list[str], now: float) -> dict[str, object]:
+    """Turn ``Key=Value`` words into the API body; raise CommandError on bad input."""
+    from muster.core.hostlist import HostlistError, expand
+    from muster.core.timefmt import TimeFormatError, parse_time_limit, parse_timestamp
+
+    body: dict[str, object] = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        field = _KEYS.get(key.lower())
+        if not eq or field is None:
+            raise CommandError(f"Invalid input: {word}", 1)
+        try:
+            if field in ("start_time", "end_time"):
+                body[field] = parse_timestamp(value, now)
+            elif field == "duration":
+                secs = parse_time_limit(value)
+                if secs is None:
+                    raise CommandError("Duration=UNLIMITED is not supported; give an end", 1)
+                body[field] = secs
+            elif field == "node_cnt":
+                if not value.isdigit() or int(value) < 1:
+                    raise CommandError(f"Invalid node count: {value}", 1)
+                body[field] = int(value)
+            elif field == "nodes":
+                body[field] = None if value.upper() == "ALL" else expand(value)
+                if value.upper() == "ALL":
+                    body["node_cnt"] = -1
+            elif field in ("users", "accounts", "flags"):
+                body[field] = [v for v in value.split(",") if v]
+            else:
+                body[field] = value
+        except (TimeFormatError, HostlistError) as e:
+            raise CommandError(f"Invalid {key} value: {value} ({e})", 1) from None
+    return body
+
+
+def _api_error(verb: str, err: Exception) -> CommandError:
+    from muster.protocol.client import ConnectError
+
+    if isinstance(err, ConnectError):
+        return CommandError(f"slurm_{verb}_reservation error: {connect_message(err)}", 1, raw=True)
+    message = getattr(err, "message", str(err))
+    if message.startswith("Error "):
+        return CommandError(message, 1, raw=True)
+    return CommandError(f"Error {verb}ing the reservation: {message}", 1, raw=True)
+
+
+def _now() -> float:
+    from muster.core.clock import SystemClock
+
+    return SystemClock().now()
+
+
+def create(words: list[str]) -> int:
+    from muster.protocol.client import ApiError, ConnectError
+
+    if words and words[0].lower().startswith("res"):
+        words = words[1:]
+    body = parse_words(words, _now())
+    ctl = connect(PROG)
+    if body.get("node_cnt") == -1:  # Nodes=ALL
+        try:
+            body["nodes"] = [n["name"] for n in ctl.get("/v1/nodes").get("nodes", [])]
+        except (ApiError, ConnectError) as e:
+            raise _api_error("creat", e) from None
+        del body["node_cnt"]
+    try:
+        answer = ctl.post("/v1/reservations", body)
+    except (ApiError, ConnectError) as e:
+        raise _api_error("creat", e) from None
+    sys.stdout.write(f"Reservation created: {answer['name']}\n")
+    return 0
+
+
+def update(words: list[str]) -> int:
+    from muster.protocol.client import ApiError, ConnectError
+
+    body = parse_words(words, _now())
+    name = body.pop("name", None)
+    if not name:
+        raise CommandError("Reservation must be given.  No reservation update.", 1, raw=True)
+    try:
+        connect(PROG).post(f"/v1/reservations/{name}/update", body)
+    except (ApiError, ConnectError) as e:
+        raise _api_error("updat", e) from None
+    sys.stdout.write("Reservation updated.\n")
+    return 0
+
+
+def delete(words: list[str]) -> int:
+    from muster.protocol.client import ApiError, ConnectError
+
+    names = [w.partition("=")[2] if "=" in w else w for w in words]
+    if not names:
+        raise CommandError("Reservation name must be given", 1)
+    for name in names:
+        try:
+            connect(PROG).post(f"/v1/reservations/{name}/delete", {})
+        except (ApiError, ConnectError) as e:
+            raise CommandError(f"delete_reservation {name}: {getattr(e, 'message', e)}", 1, raw=True) from None
+    return 0
+
+
+def record(res: dict) -> list[str]:
+    from muster.core.timefmt import format_hms, format_timestamp
+
+    def null(v: object) -> str:
+        return ",".join(v) if isinstance(v, list) and v else (str(v) if v else "(null)")
+
+    duration = format_hms(int(res["end"] - res["start"]))
+    return [
+        f"ReservationName={res['name']} StartTime={format_timestamp(res['start'])} "
+        f"EndTime={format_timestamp(res['end'])} Duration={duration}",
+        f"Nodes={res['nodelist'] or '(null)'} NodeCnt={res['node_cnt']} CoreCnt={res['core_cnt']} "
+        f"Features=(null) PartitionName={null(res.get('partition'))} Flags={','.join(res['flags'])}",
+        f"TRES=cpu={res['core_cnt']}" + (f",gres/gpu={res['gpu_cnt']}" if res.get("gpu_cnt") else ""),
+        f"Users={null(res['users'])} Groups=(null) Accounts={null(res['accounts'])} Licenses=(null) "
+        f"State={res['state']} BurstBuffer=(null) Watts=n/a",
+        "MaxStartDelay=(null)",
+    ]
+
+
+def show(target: str | None, oneliner: bool) -> int:
+    from muster.protocol.client import ApiError, ConnectError
+
+    try:
+        items = connect(PROG).get("/v1/reservations").get("reservations") or []
+    except (ApiError, ConnectError) as e:
+        raise CommandError(f"slurm_load_reservations error: {getattr(e, 'message', e)}", 1, raw=True) from None
+    if target:
+        items = [r for r in items if r["name"] == target]
+        if not items:
+            sys.stdout.write(f"Reservation {target} not found\n")
+            return 1
+    if not items:
+        sys.stdout.write("No reservations in the system\n")
+        return 0
+    out = []
+    for res in items:
+        lines = record(res)
+        out.append(" ".join(lines) + "\n" if oneliner else lines[0] + "\n" + "".join(f"   {x}\n" for x in lines[1:]) + "\n")
+    sys.stdout.write("".join(out))
+    return 0
