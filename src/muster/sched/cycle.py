@@ -59,6 +59,8 @@ class _Pass:
     pool: dict[str, NodeProfile]
     book: ReservationBook
     feas: Feasibility
+    _default: tuple[str, ...]  # the default partition, if any
+    _single: dict[str, tuple[str]]
     # set by phase 4
     engine: Backfill
     blocked: set[str]
@@ -127,6 +129,7 @@ class _Pass:
             if node is not None:
                 node.windows = slots
         self.pool = pool
+        self._single = {}
         self._default = tuple(
             sorted(p.name for p in self.snap.partitions.values() if p.is_default)[:1]
         )
@@ -163,11 +166,16 @@ class _Pass:
     def _partitions_of(self, job: Job) -> tuple[str, ...]:
         """Where the job may run: the partitions it named (``-p a,b``, in its order),
         else the one the controller resolved, else the default partition."""
-        if job.spec.partitions:
-            return tuple(job.spec.partitions)
-        if job.partition:
-            return (job.partition,)
-        return self._default
+        names = job.spec.partitions
+        if len(names) > 1:
+            return tuple(names)
+        name = names[0] if names else job.partition
+        if not name:
+            return self._default
+        one = self._single.get(name)  # shared: no new tuple per job
+        if one is None:
+            one = self._single[name] = (name,)
+        return one
 
     # -- 3. priority ----------------------------------------------------------------------
     def _prioritise(
