@@ -580,7 +580,8 @@ def _id_list(words: list[str]) -> list[str]:
 
 
 def hold_release(op: str, words: list[str], flags: Flags) -> int:
-    """``hold``, ``uhold``/``holdu`` and ``release``; errors read ``<reason> for job <id>``."""
+    """``hold``, ``uhold``/``holdu``, ``release``, ``requeue`` and ``requeuehold``; errors
+    read ``<reason> for job <id>``."""
     from muster.protocol.client import ApiError, ConnectError
 
     ids = _id_list(words)
@@ -599,6 +600,8 @@ def hold_release(op: str, words: list[str], flags: Flags) -> int:
                 ctl = connect(PROG)
             if op == "release":
                 ctl.post(f"/v1/jobs/{item}/release")
+            elif op in ("requeue", "requeuehold"):
+                ctl.post(f"/v1/jobs/{item}/requeue", {"hold": op == "requeuehold"})
             else:
                 ctl.post(f"/v1/jobs/{item}/hold", {"admin": op == "hold"})
         except ConnectError as e:
@@ -697,7 +700,9 @@ def update(words: list[str], flags: Flags) -> int:
         from muster.cli import reservation
 
         return reservation.update(words)
-    if first in ("nodename", "node", "partitionname", "partition", "stepid"):
+    if first in ("nodename", "node"):
+        return update_nodes(words)
+    if first in ("partitionname", "partition", "stepid"):
         raise CommandError(f"updating {first} records is not supported by muster yet")
     ids, body = parse_update(words)
     rc = 0
@@ -718,6 +723,37 @@ def update(words: list[str], flags: Flags) -> int:
     return rc
 
 
+def update_nodes(words: list[str]) -> int:
+    """``scontrol update NodeName=node[1-2] State=DRAIN Reason="disk"``."""
+    from muster.core.hostlist import HostlistError, expand
+    from muster.protocol.client import ApiError, ConnectError
+
+    body: dict[str, object] = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        k = key.lower()
+        if not eq:
+            raise CommandError(f"Invalid input: {word}", 1)
+        if k in ("nodename", "node"):
+            try:
+                body["names"] = expand(value)
+            except HostlistError as e:
+                raise CommandError(str(e)) from None
+        elif k == "state":
+            body["state"] = value
+        elif k == "reason":
+            body["reason"] = value
+        else:
+            raise CommandError(f"Update of {key} is not supported by muster", 1)
+    try:
+        connect(PROG).post("/v1/nodes/update", body)
+    except ConnectError as e:
+        raise CommandError(f"slurm_update error: {connect_message(e)}", 1, raw=True) from None
+    except ApiError as e:
+        raise CommandError(f"slurm_update error: {e.message}", 1, raw=True) from None
+    return 0
+
+
 def run(words: list[str], flags: Flags) -> int:
     """One scontrol command line (after the options)."""
     if not words:
@@ -726,7 +762,7 @@ def run(words: list[str], flags: Flags) -> int:
     rest = words[1:]
     if _matches(cmd, "show", 3) or _matches(cmd, "list", 3):
         return show(rest, flags)
-    if cmd in ("hold", "uhold", "holdu", "release"):
+    if cmd in ("hold", "uhold", "holdu", "release", "requeue", "requeuehold"):
         return hold_release("uhold" if cmd == "holdu" else cmd, rest, flags)
     if _matches(cmd, "update", 1):
         return update(rest, flags)
@@ -743,8 +779,6 @@ def run(words: list[str], flags: Flags) -> int:
 
         return reservation.create(rest) if cmd == "create" else reservation.delete(rest[1:] or rest[:1])
     if cmd in (
-        "requeue",
-        "requeuehold",
         "suspend",
         "resume",
         "reconfigure",

@@ -133,6 +133,18 @@ class UpdateBody(BaseModel):
     min_nodes: int | None = Field(None, ge=1)
 
 
+class RequeueBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hold: bool = False
+
+
+class NodeUpdateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    names: list[str] = Field(min_length=1)
+    state: str | None = None
+    reason: str | None = Field(None, max_length=1024)
+
+
 class ReservationBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]+$", max_length=256)
@@ -324,6 +336,22 @@ def build_routes(ctx: CtldApp) -> list[Route]:
         return JSONResponse({"ok": True})
 
     @handler
+    async def requeue(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, RequeueBody)
+        ctx.perform(ctl.requeue_job(job_from_path(request), who, body.hold))
+        ctx.kick()
+        return JSONResponse({"ok": True})
+
+    @handler
+    async def update_nodes(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, NodeUpdateBody)
+        ctx.perform(ctl.update_nodes(who, body.names, body.state, body.reason))
+        ctx.kick()
+        return JSONResponse({"ok": True})
+
+    @handler
     async def list_nodes(request: Request) -> JSONResponse:
         names = query_list(request, "name")
         jobs_on: dict[str, list[int]] = {}
@@ -422,7 +450,9 @@ def build_routes(ctx: CtldApp) -> list[Route]:
         Route("/v1/jobs/{job_id}/hold", hold, methods=["POST"]),
         Route("/v1/jobs/{job_id}/release", release, methods=["POST"]),
         Route("/v1/jobs/{job_id}/update", update, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/requeue", requeue, methods=["POST"]),
         Route("/v1/nodes", list_nodes),
+        Route("/v1/nodes/update", update_nodes, methods=["POST"]),
         Route("/v1/partitions", list_partitions),
         Route("/v1/config", config),
         Route("/v1/reservations", list_reservations, methods=["GET"]),

@@ -385,6 +385,67 @@ class Controller:
             applied[key] = value
         self.store.record(self.clock.now(), [(job, "update", {"changes": applied, "by": who.uid})])
 
+    def requeue_job(self, job: Job, who: Identity, hold: bool = False) -> list[Action]:
+        """``scontrol requeue[hold]``: back to PENDING under the same id at once; a running
+        attempt is terminated and keeps its resources until its agent confirms."""
+        self._check_owner(job, who)
+        if job.state is JobState.PENDING:
+            raise InvalidRequest("Job is pending execution")
+        if job.state is JobState.CANCELLED or (job.state.is_terminal and job.completing):
+            raise InvalidRequest("Job/step already completing or completed")
+        now = self.clock.now()
+        attempt = job.restart_count
+        nodes = job.nodes
+        was_running = job.state is JobState.RUNNING
+        kind = ("admin" if who.admin else "user") if hold else None
+        self.launching.discard(job.job_id)
+        lifecycle.requeue(job, now, hold=kind)
+        self.store.record(now, [(job, "requeue", {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
+        return [Terminate(job.job_id, attempt, nodes, "requeue")] if was_running else []
+
+    def update_nodes(self, who: Identity, names: list[str], state: str | None, reason: str | None) -> list[Action]:
+        """``scontrol update nodename=.. state=drain|resume|undrain|down|idle reason=..``."""
+        if not who.admin:
+            raise PermissionDenied()
+        for name in names:
+            if name not in self.nodes:
+                raise InvalidRequest(f"Invalid node name specified: {name}")
+        st = (state or "").upper()
+        if st not in ("", "DRAIN", "RESUME", "UNDRAIN", "DOWN", "IDLE", "FAIL"):
+            raise InvalidRequest(f"Invalid node state specified: {state}")
+        if st in ("DRAIN", "DOWN", "FAIL") and not reason:
+            raise InvalidRequest("You must specify a reason when DOWNING or DRAINING a node. Request denied")
+        now = self.clock.now()
+        actions: list[Action] = []
+        for name in names:
+            node = self.nodes[name]
+            if st in ("DRAIN", "FAIL"):
+                node.drain = True
+            elif st == "DOWN":
+                node.admin_down = True
+                for job in list(self.jobs.values()):
+                    if job.state is JobState.RUNNING and name in job.nodes:
+                        attempt, nodes = job.restart_count, job.nodes
+                        self.node_failed_job(job, now, f"node {name} set DOWN")
+                        actions.append(Terminate(job.job_id, attempt, nodes, "node_fail"))
+            elif st in ("RESUME", "UNDRAIN", "IDLE"):
+                node.drain = False
+                if st != "UNDRAIN":
+                    node.admin_down = False
+                    if not node.responding and node.registered:
+                        node.last_seen = now  # give a silent agent a fresh SlurmdTimeout
+                        node.responding = True
+            if st in ("RESUME", "UNDRAIN", "IDLE") and not node.drain and not node.admin_down:
+                node.reason = ""
+                node.reason_time = None
+                node.reason_user = ""
+            elif reason:
+                node.reason = reason
+                node.reason_time = now
+                node.reason_user = who.user
+            self.store.put_node(name, node.persistent())
+        return actions
+
     # --- reservations ----------------------------------------------------------------------
 
     def create_reservation(self, who: Identity, req: dict[str, Any]) -> Reservation:

@@ -65,9 +65,13 @@ def build_snapshot(ctl: Controller) -> Snapshot:
     pending = []
     running = []
     finished = dict(ctl.finished)
+    # A requeued job waits until its previous attempt's processes are gone (its agent
+    # would refuse a second attempt while the first still runs there).
+    cleaning = {job_id for node in ctl.nodes.values() for (job_id, _attempt) in node.allocs}
     for job in ctl.jobs.values():
         if job.state is JobState.PENDING:
-            pending.append(job)
+            if job.job_id not in cleaning:
+                pending.append(job)
         elif job.is_active:
             running.append(job)
         if job.state.is_terminal:

@@ -166,3 +166,45 @@ def test_too_much_memory_is_refused_with_slurms_detail_line(db: str) -> None:
         make(db).submit(JobSpec(mem_per_node=999 * 1024 * 1024), ALICE)
     assert str(err.value) == "Requested node configuration is not available"
     assert err.value.detail == "Memory specification can not be satisfied"
+
+
+def test_requeue_returns_a_running_job_to_pending_at_once_and_waits_for_cleanup(db: str) -> None:
+    from muster.ctld.view import build_snapshot
+
+    ctl = make(db)
+    register_all(ctl)
+    job = ctl.submit(JobSpec(gpus_per_node=8), ALICE)
+    start(ctl, job.job_id, ["node1"], gpus=8)
+    actions = ctl.requeue_job(job, ALICE)
+    assert actions == [Terminate(job.job_id, 0, ["node1"], "requeue")]
+    assert job.state is JobState.PENDING and job.restart_count == 1
+    assert ctl.nodes["node1"].gpu_ids_alloc == set(range(8))  # attempt 0 still cleaning
+    assert job.job_id not in [j.job_id for j in build_snapshot(ctl).pending]
+    ctl.job_done({"node": "node1", "job_id": job.job_id, "restart_count": 0, "exit_code": 255,
+                  "signal": 0, "terminated_by": "requeue"})
+    assert job.state is JobState.PENDING and ctl.nodes["node1"].allocs == {}
+    assert job.job_id in [j.job_id for j in build_snapshot(ctl).pending]
+
+
+def test_draining_a_node_needs_a_reason_and_resume_clears_it(db: str) -> None:
+    ctl = make(db)
+    register_all(ctl)
+    with pytest.raises(Exception, match="must specify a reason"):
+        ctl.update_nodes(ROOT, ["node1"], "drain", None)
+    with pytest.raises(PermissionDenied):
+        ctl.update_nodes(ALICE, ["node1"], "drain", "disk")
+    ctl.update_nodes(ROOT, ["node1"], "drain", "disk")
+    assert ctl.nodes["node1"].drain and not ctl.nodes["node1"].available
+    assert make(db).nodes["node1"].reason == "disk"  # admin decisions survive restarts
+    ctl.update_nodes(ROOT, ["node1"], "resume", None)
+    assert ctl.nodes["node1"].available and ctl.nodes["node1"].reason == ""
+
+
+def test_setting_a_node_down_fails_and_requeues_its_jobs(db: str) -> None:
+    ctl = make(db)
+    register_all(ctl)
+    job = ctl.submit(JobSpec(), ALICE)
+    start(ctl, job.job_id, ["node3"])
+    actions = ctl.update_nodes(ROOT, ["node3"], "down", "maintenance")
+    assert job.state is JobState.PENDING and job.restart_count == 1
+    assert actions == [Terminate(job.job_id, 0, ["node3"], "node_fail")]
