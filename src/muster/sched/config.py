@@ -18,13 +18,13 @@ a GPU cluster better and that an admin can set back:
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
+
+from muster.core.timefmt import parse_time_limit
 
 __all__ = ["SchedConfig"]
 
 _DAY = 86400
-_DURATION_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,18 +129,11 @@ def _int(text: str | None) -> int | None:
 
 
 def _duration(text: str | None) -> int | None:
-    """Slurm's time format as PriorityMaxAge uses it: ``7-0``, ``14-0:00``, ``1:00:00``,
-    ``90`` (minutes). Returns seconds, or None when unreadable."""
+    """Slurm's time format (``7-0``, ``1:00:00``, ``90`` minutes) in seconds; None when
+    absent, unlimited or unreadable."""
     if text is None:
         return None
-    m = _DURATION_RE.match(text.strip())
-    if m is None:
+    try:
+        return parse_time_limit(text)
+    except ValueError:
         return None
-    days, first, second, third = m.groups()
-    if days is not None:  # D-H[:M[:S]]
-        return int(days) * _DAY + int(first) * 3600 + int(second or 0) * 60 + int(third or 0)
-    if third is not None:  # H:M:S
-        return int(first) * 3600 + int(second) * 60 + int(third)
-    if second is not None:  # M:S
-        return int(first) * 60 + int(second)
-    return int(first) * 60  # M

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 from muster.core.job import Job, JobSpec, NodeAlloc, Shape
 from muster.core.states import JobState
+from muster.core.timefmt import parse_time_limit
 from muster.sched.config import SchedConfig
 from muster.sched.cycle import schedule
 from muster.sched.decisions import Decisions
@@ -33,18 +34,7 @@ def _duration(text: str | int | None) -> int | None:
     """``"10:00"`` -> 600, ``"1:00:00"`` -> 3600, ``"2-0"`` -> 172800, int seconds as is."""
     if text is None or isinstance(text, int):
         return text
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-        parts = [int(p) for p in text.split(":")] + [0, 0]
-        return days * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
-    parts = [int(p) for p in text.split(":")]
-    if len(parts) == 1:
-        return parts[0] * 60
-    if len(parts) == 2:
-        return parts[0] * 60 + parts[1]
-    return parts[0] * 3600 + parts[1] * 60 + parts[2]
+    return parse_time_limit(text)
 
 
 class JobBuilder:
