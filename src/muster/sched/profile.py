@@ -46,6 +46,7 @@ class NodeProfile:
         "gpu_type",
         "features",
         "weight",
+        "switch",
         "available",
         "gpu_ids",
         "running",
@@ -68,6 +69,7 @@ class NodeProfile:
         self.gpu_type = view.gpu_type
         self.features = frozenset(view.features)
         self.weight = view.weight
+        self.switch = view.switch
         self.available = view.available
         self.gpu_ids = sorted(view.free_gpu_ids)
         self.running = view.running_jobs

@@ -7,8 +7,11 @@ Order of preference, deterministic by construction:
 3. best fit: the node left with the fewest free GPUs, then CPUs, then memory after the
    job is placed. This fills partly used nodes before idle ones, so whole nodes stay free
    for large jobs, and keeps CPU-only jobs off free GPUs (fewest fragmented GPU nodes);
-4. among equally good nodes, a run that is contiguous in node order (``NodeView.index``:
-   a stand-in for switch topology), the tightest run first, then the lowest index.
+4. among equally good nodes, the fewest leaf switches when nodes name theirs
+   (``NodeView.switch``, as in topology.conf): one switch that can hold the whole share
+   if any (the smallest such, so big switches stay whole), else the biggest switches
+   first; then a run that is contiguous in node order (``NodeView.index``, the stand-in
+   for topology when none is given), the tightest run first, then the lowest index.
 
 GPU indices are the lowest free ones on each node.
 """
@@ -54,10 +57,32 @@ def pick(
             chosen.extend(tier)
             left -= len(tier)
         else:
-            chosen.extend(_tightest_run(tier, left))
+            chosen.extend(_by_switch(tier, left))
             left = 0
         i = j
     return chosen
+
+
+def _by_switch(nodes: list[NodeProfile], count: int) -> list[NodeProfile]:
+    """``count`` of ``nodes`` (in index order) on as few leaf switches as possible."""
+    if nodes[0].switch is None and nodes[-1].switch is None:
+        return _tightest_run(nodes, count)
+    groups: dict[str, list[NodeProfile]] = {}
+    for n in nodes:
+        groups.setdefault(n.switch or "", []).append(n)
+    if len(groups) == 1:
+        return _tightest_run(nodes, count)
+    # (size, first index): deterministic whatever the names
+    fits = [g for g in groups.values() if len(g) >= count]
+    if fits:
+        best = min(fits, key=lambda g: (len(g), g[0].index))
+        return _tightest_run(best, count)
+    chosen: list[NodeProfile] = []
+    for g in sorted(groups.values(), key=lambda g: (-len(g), g[0].index)):
+        chosen.extend(g[: count - len(chosen)])
+        if len(chosen) == count:
+            break
+    return sorted(chosen, key=lambda n: n.index)
 
 
 def _tightest_run(nodes: list[NodeProfile], count: int) -> list[NodeProfile]:

@@ -51,6 +51,9 @@ class NodeView:
     free_mem: int = 0
     free_gpu_ids: list[int] = field(default_factory=list)
     running_jobs: int = 0  # number of active jobs on the node (for --exclusive)
+    # The leaf switch the node hangs from (topology.conf's SwitchName), when known:
+    # multi-node jobs then span as few leaf switches as possible.
+    switch: str | None = None
 
 
 @dataclass(slots=True)

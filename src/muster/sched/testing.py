@@ -202,6 +202,10 @@ class NodeBuilder:
         self._view.weight = w
         return self
 
+    def switch(self, name: str) -> NodeBuilder:
+        self._view.switch = name
+        return self
+
     def down(self) -> NodeBuilder:
         self._view.available = False
         return self

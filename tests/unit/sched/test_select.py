@@ -62,3 +62,22 @@ def test_memory_and_cpus_are_given_as_asked() -> None:
     d = h.schedule(at=0)
     assert h.started(d) == [a, c]
     assert d.reasons[b].value == "Resources"
+
+
+def test_a_multi_node_job_stays_under_one_leaf_switch_when_one_can_hold_it() -> None:
+    h = SchedHarness()
+    for i, sw in enumerate(["s1", "s1", "s1", "s2", "s2", "s3", "s3", "s3", "s3"]):
+        h.add_node(node(f"n{i + 1}").gpus(8).switch(sw))
+    two = h.submit(job().nodes(2).gpus(8))
+    three = h.submit(job().nodes(3).gpus(8))
+    placed_now = placed(h)
+    assert placed_now[two] == ["n4", "n5"]  # the smallest switch that holds it
+    assert placed_now[three] == ["n1", "n2", "n3"]
+
+
+def test_a_job_larger_than_any_switch_takes_the_biggest_switches_first() -> None:
+    h = SchedHarness()
+    for i, sw in enumerate(["s1", "s2", "s2", "s3", "s3", "s3"]):
+        h.add_node(node(f"n{i + 1}").gpus(8).switch(sw))
+    j = h.submit(job().nodes(5).gpus(8))
+    assert sorted(placed(h)[j]) == ["n2", "n3", "n4", "n5", "n6"]
