@@ -19,7 +19,10 @@ BIN = os.path.dirname(sys.executable)
 
 
 class Harness:
-    def __init__(self, shape: ClusterShape, root: str | None = None) -> None:
+    def __init__(
+        self, shape: ClusterShape, root: str | None = None, settings: dict[str, str] | None = None
+    ) -> None:
+        self.settings = settings
         self.root = root or tempfile.mkdtemp(prefix="muster-it-")
         os.chmod(self.root, 0o755)
         self.cluster = LocalCluster(os.path.join(self.root, "state"))
@@ -30,7 +33,7 @@ class Harness:
 
     def up(self) -> None:
         if not self.cluster.exists:
-            self.cluster.create(self.shape)
+            self.cluster.create(self.shape, self.settings)
         self.cluster.start()
         self.cluster.wait_ready(60)
 

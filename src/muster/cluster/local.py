@@ -59,7 +59,8 @@ def _loopback_alias_works(addr: str) -> bool:
         return False
 
 
-def render_config(state_dir: str, shape: ClusterShape) -> str:
+def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str] | None = None) -> str:
+    """The config of a local cluster; ``overrides`` replace or add global settings."""
     ctld_port = _free_port("127.0.0.1")
     per_node_addr = _loopback_alias_works("127.0.0.2")
     gres = ""
@@ -81,8 +82,13 @@ def render_config(state_dir: str, shape: ClusterShape) -> str:
         "KillWait=5",
         "MinJobAge=300",
         "ReturnToService=1",
-        "",
     ]
+    overrides = dict(overrides or {})
+    for i, line in enumerate(lines):
+        key = line.split("=", 1)[0]
+        if key in overrides:
+            lines[i] = f"{key}={overrides.pop(key)}"
+    lines += [f"{k}={v}" for k, v in overrides.items()] + [""]
     for i in range(1, shape.nodes + 1):
         addr = f"127.0.0.{i + 1}" if per_node_addr else "127.0.0.1"
         port = _free_port(addr)
@@ -117,7 +123,7 @@ class LocalCluster:
 
     # --- creating ------------------------------------------------------------------
 
-    def create(self, shape: ClusterShape) -> None:
+    def create(self, shape: ClusterShape, overrides: dict[str, str] | None = None) -> None:
         for sub in ("", "ctld", "log", "run", "nodes"):
             os.makedirs(os.path.join(self.state_dir, sub), exist_ok=True)
         # Jobs of ordinary users must reach the agents' credential sockets.
@@ -126,7 +132,7 @@ class LocalCluster:
         if not os.path.exists(key_path):
             generate_key(key_path)
         with open(self.conf_path, "w") as f:
-            f.write(render_config(self.state_dir, shape))
+            f.write(render_config(self.state_dir, shape, overrides))
 
     # --- processes -----------------------------------------------------------------
 

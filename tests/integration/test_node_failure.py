@@ -1,0 +1,71 @@
+"""Issue 5 with real daemons: a node that dies mid-run, and a controller killed under load."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from harness import Harness
+from muster.cluster.local import ClusterShape
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def fast_failing() -> Iterator[Harness]:
+    h = Harness(ClusterShape(nodes=4, gpus_per_node=2, cpus_per_node=4, mem_per_node=8000),
+                settings={"SlurmdTimeout": "4", "KillWait": "2"})
+    h.up()
+    try:
+        yield h
+    finally:
+        h.down()
+
+
+def test_a_dead_node_fails_its_job_which_is_requeued_and_reruns_elsewhere(fast_failing: Harness) -> None:
+    h = fast_failing
+    job_id = h.sbatch("-N2", "--requeue", "--open-mode=append", "-o", "nf-%j.out",
+                      "--wrap", 'echo "run ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST"; sleep 8')
+    job = h.wait_state(job_id, "RUNNING")
+    victim = job["alloc"][1]["node"]
+    pid = h.cluster._alive(victim)
+    assert pid is not None
+    killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    rerun = h.wait_job(job_id, lambda j: j["restart_count"] == 1 and j["state"] == "RUNNING", timeout=30)
+    assert time.monotonic() - killed < 4 + 6  # SlurmdTimeout plus a heartbeat or two
+    assert victim not in [a["node"] for a in rerun["alloc"]]
+    nodes = {n["name"]: n for n in h.cluster.api("GET", "/v1/nodes")["nodes"]}
+    assert nodes[victim]["state"] == "DOWN" and nodes[victim]["reason"] == "Not responding"
+    done = h.wait_job(job_id, timeout=30)
+    assert done["state"] == "COMPLETED" and done["restart_count"] == 1
+    lines = h.read(f"nf-{job_id}.out").splitlines()
+    assert [x.split()[1] for x in lines if x.startswith("run ")] == ["0", "1"]
+    # the agent comes back: ReturnToService=1 puts the node back in service
+    h.cluster.start()
+    h.cluster.wait_ready(30)
+
+
+def test_no_requeue_ends_the_job_node_fail(fast_failing: Harness) -> None:
+    h = fast_failing
+    job_id = h.sbatch("-N2", "--no-requeue", "--wrap", "sleep 30")
+    job = h.wait_state(job_id, "RUNNING")
+    os.kill(h.cluster._alive(job["alloc"][1]["node"]), signal.SIGKILL)
+    assert h.wait_job(job_id, timeout=30)["state"] == "NODE_FAIL"
+    h.cluster.start()
+    h.cluster.wait_ready(30)
+
+
+def test_controller_kill9_under_load_loses_no_job(fast_failing: Harness) -> None:
+    h = fast_failing
+    ids = [h.sbatch("--wrap", "sleep 0.2", "-o", "/dev/null") for _ in range(60)]
+    os.kill(h.cluster._alive("musterctld"), signal.SIGKILL)
+    time.sleep(0.2)
+    h.cluster.start()
+    h.cluster.wait_ready(30)
+    for job_id in ids:
+        assert h.wait_job(job_id, timeout=120)["state"] == "COMPLETED"
