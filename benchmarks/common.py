@@ -43,6 +43,17 @@ def local_cluster(nodes: int = 4, gpus: int = 8, cpus: int = 32) -> Iterator[Har
         h.down()
 
 
+@contextmanager
+def local_cluster_with(settings: dict[str, str], nodes: int = 4, gpus: int = 8) -> Iterator[Harness]:
+    h = Harness(ClusterShape(nodes=nodes, gpus_per_node=gpus, cpus_per_node=32, mem_per_node=128000),
+                settings=settings)
+    h.up()
+    try:
+        yield h
+    finally:
+        h.down()
+
+
 def time_calls(h: Harness, argv: list[str], n: int) -> list[float]:
     """Wall time in ms of ``n`` serial runs of a command, fork/exec included."""
     out = []
