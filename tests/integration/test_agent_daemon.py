@@ -420,7 +420,9 @@ def test_the_time_limit_sends_term_then_kill_and_reports_a_timeout(world: AgentW
     assert (report["terminated_by"], report["signal"]) == ("timeout", signal.SIGKILL)
     assert 1.5 < elapsed < 8
     text = world.read(f"slurm-{job['job_id']}.out")
-    assert f"*** JOB {job['job_id']} ON node1 CANCELLED AT " in text and "DUE TO TIME LIMIT ***" in text
+    banner = next(line for line in text.splitlines() if "CANCELLED AT" in line)
+    assert banner.startswith(f"musterd-node1: error: *** JOB {job['job_id']} ON node1 CANCELLED AT ")
+    assert banner.endswith(" DUE TO TIME LIMIT ***")
 
 
 def test_terminate_reaches_the_whole_tree_including_setsid_escapes(world: AgentWorld) -> None:
@@ -570,7 +572,7 @@ def _read(w: AgentWorld, name: str) -> str:
 
 
 def test_the_job_inherits_no_ignored_signals_from_the_agent(world: AgentWorld) -> None:
-    job = world.job("#!/bin/sh\ngrep -E '^Sig(Ign|Blk)' /proc/$$/status\nyes | head -n 1 >/dev/null\n")
+    job = world.job("#!/bin/sh\ngrep -E '^Sig(Ign|Blk)' /proc/self/status\nyes | head -n 1 >/dev/null\n")
     assert world.launch(job).status_code == 200
     assert world.ctld.wait_report(job["job_id"])["exit_code"] == 0
     text = world.read(f"slurm-{job['job_id']}.out")

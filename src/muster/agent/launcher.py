@@ -220,7 +220,9 @@ def _fork(plan: LaunchPlan) -> tuple[int, int]:
             os.chdir(plan.workdir)
             step = f"opening stdin {plan.stdin}"
             fd_in = os.open(plan.stdin, os.O_RDONLY)
-            flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if plan.append else os.O_TRUNC)
+            # Always O_APPEND (truncating first unless appending): every writer, including
+            # the agent's own "CANCELLED" line, then adds at the end instead of overwriting.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if plan.append else os.O_TRUNC)
             step = f"opening the output file {plan.stdout}"
             fd_out = os.open(plan.stdout, flags, _OPEN_MODE)
             fd_err = fd_out

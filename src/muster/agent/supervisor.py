@@ -72,6 +72,13 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 @dataclass(slots=True)
 class Tracked:
     job_id: int
@@ -119,6 +126,7 @@ class Supervisor:
         proc_reader: ProcReader = proctree.read_proc,
         tag_reader: TagReader = proctree.read_tag,
         kill: Killer = _kill,
+        killpg: Killer = _killpg,
     ) -> None:
         self.node = node
         self.state = state
@@ -130,6 +138,7 @@ class Supervisor:
         self.proc_reader = proc_reader
         self.tag_reader = tag_reader
         self.kill = kill
+        self.killpg = killpg
         self.jobs: dict[int, Tracked] = {}
         self._launching: set[int] = set()
         self._tombstones: dict[tuple[int, int], float] = {}
@@ -351,15 +360,18 @@ class Supervisor:
     # --- processes --------------------------------------------------------------------
 
     def _members(self, t: Tracked) -> set[int]:
+        return self._snapshot(t)[0]
+
+    def _snapshot(self, t: Tracked) -> tuple[set[int], Mapping[int, proctree.ProcInfo]]:
         if t.pid is None:
-            return set()
+            return set(), {}
         procs = self.proc_reader()
         members = proctree.job_members(
             procs, t.pid, t.job_id, t.uid, exclude={os.getpid()}, tag_of=self.tag_reader
         )
         if t.adopted and not self._leader_alive(t, procs):
             members.discard(t.pid)  # its pid may belong to someone else by now
-        return members
+        return members, procs
 
     def _leader_alive(self, t: Tracked, procs: Mapping[int, proctree.ProcInfo] | None = None) -> bool:
         if t.pid is None:
@@ -372,7 +384,15 @@ class Supervisor:
         return proctree.process_start_ticks(t.pid) == t.start_ticks
 
     def _signal_job(self, t: Tracked, sig: int) -> None:
-        for pid in self._members(t):
+        """Signal the job's process group at once (so that no member can react to the
+        death of another first, e.g. the batch shell to its killed child), then every other
+        member (those that left the group) one by one; nobody gets the signal twice."""
+        members, procs = self._snapshot(t)
+        grouped: set[int] = set()
+        if t.pid is not None and t.pid in members:
+            self.killpg(t.pid, sig)  # the leader lives: its group id cannot be anyone else's
+            grouped = {p for p in members if procs[p].pgid == t.pid}
+        for pid in sorted(members - grouped):
             self.kill(pid, sig)
 
     def _write_banner(self, t: Tracked, reason: str) -> None:

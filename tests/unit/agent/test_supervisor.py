@@ -15,16 +15,18 @@ from muster.agent.state import StateDir
 from muster.agent.supervisor import LOST_STATUS, Supervisor, Tracked
 from muster.core.clock import ManualClock
 
-LEADER, CHILD, OTHER = 100, 101, 500
+LEADER, CHILD, ESCAPED, OTHER = 100, 101, 102, 500
 
 
 class World:
-    """Fake processes: the job's leader and one child, plus a stranger."""
+    """Fake processes: the job's leader, a child in its group, a child that left it with
+    setsid, and a stranger."""
 
     def __init__(self) -> None:
         self.procs = {
             LEADER: ProcInfo(LEADER, 1, LEADER, LEADER, uid=1000),
             CHILD: ProcInfo(CHILD, LEADER, LEADER, LEADER, uid=1000),
+            ESCAPED: ProcInfo(ESCAPED, LEADER, ESCAPED, ESCAPED, uid=1000),  # setsid
             OTHER: ProcInfo(OTHER, 1, OTHER, OTHER, uid=1000),
         }
         self.sent: list[tuple[int, int]] = []
@@ -34,6 +36,9 @@ class World:
 
     def kill(self, pid: int, sig: int) -> None:
         self.sent.append((pid, sig))
+
+    def killpg(self, pgid: int, sig: int) -> None:
+        self.sent.append((-pgid, sig))
 
     def take(self) -> list[tuple[int, int]]:
         sent, self.sent = self.sent, []
@@ -63,6 +68,7 @@ def sup(tmp_path: Any, clock: ManualClock, world: World) -> Supervisor:
         proc_reader=world.read,
         tag_reader=lambda pid: None,
         kill=world.kill,
+        killpg=world.killpg,
     )
 
 
@@ -86,13 +92,17 @@ def test_at_the_limit_the_job_gets_term_then_kill_after_kill_wait(sup: Superviso
     clock.advance(60)
     sup.check_limits()
     assert t.terminated_by == "timeout"
-    assert world.take() == [(LEADER, signal.SIGTERM), (LEADER, signal.SIGCONT), (CHILD, signal.SIGTERM), (CHILD, signal.SIGCONT)]
+    # the group at once, then the escaped process alone
+    assert world.take() == [
+        (-LEADER, signal.SIGTERM), (-LEADER, signal.SIGCONT),
+        (ESCAPED, signal.SIGTERM), (ESCAPED, signal.SIGCONT),
+    ]
     clock.advance(29)
     sup.check_limits()
     assert world.take() == []
     clock.advance(1)
     sup.check_limits()
-    assert world.take() == [(LEADER, signal.SIGKILL), (CHILD, signal.SIGKILL)]
+    assert world.take() == [(-LEADER, signal.SIGKILL), (ESCAPED, signal.SIGKILL)]
     assert sup.state.jobs()[0]["terminated_by"] == "timeout"
 
 
@@ -104,7 +114,7 @@ def test_the_first_termination_reason_wins_and_a_shorter_grace_applies(sup: Supe
     world.take()
     clock.advance(2)
     sup.check_limits()
-    assert (LEADER, signal.SIGKILL) in world.take()
+    assert (-LEADER, signal.SIGKILL) in world.take()
 
 
 def test_a_batch_warning_goes_to_the_batch_shell_only(sup: Supervisor, clock: ManualClock, world: World) -> None:
@@ -124,7 +134,7 @@ def test_a_plain_warning_goes_to_everything_but_the_batch_shell(sup: Supervisor,
     _track(sup, clock, signal_spec="USR2@10")
     clock.advance(50)
     sup.check_limits()
-    assert world.take() == [(CHILD, signal.SIGUSR2)]
+    assert world.take() == [(CHILD, signal.SIGUSR2), (ESCAPED, signal.SIGUSR2)]
 
 
 def test_a_new_time_limit_moves_the_deadline(sup: Supervisor, clock: ManualClock, world: World) -> None:
@@ -141,7 +151,7 @@ def test_a_new_time_limit_moves_the_deadline(sup: Supervisor, clock: ManualClock
 def test_signals_reach_the_tree_or_only_the_batch_shell(sup: Supervisor, clock: ManualClock, world: World) -> None:
     _track(sup, clock)
     assert sup.signal(5, signal.SIGUSR1)
-    assert world.take() == [(LEADER, signal.SIGUSR1), (CHILD, signal.SIGUSR1)]
+    assert world.take() == [(-LEADER, signal.SIGUSR1), (ESCAPED, signal.SIGUSR1)]
     assert sup.signal(5, signal.SIGHUP, batch_only=True)
     assert world.take() == [(LEADER, signal.SIGHUP)]
     assert not sup.signal(6, signal.SIGHUP)
