@@ -152,3 +152,42 @@ def test_controller_kill9_loses_no_job(private_cluster: Harness) -> None:
     for job_id in running + queued:
         job = h.wait_job(job_id, timeout=90)
         assert job["state"] == "COMPLETED", job
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b'{"spec": {"cpus_per_task": -1}}', "cpus_per_task"),
+        (b'{"spec": {"bogus": 1}}', "bogus"),
+        (b'{"spec": {"workdir": "relative"}}', "workdir"),
+    ],
+)
+def test_a_malformed_api_body_gets_a_400_naming_the_problem(cluster: Harness, body: bytes, needle: str) -> None:
+    import socket as _socket
+
+    before = len(cluster.cluster.api("GET", "/v1/jobs")["jobs"])
+    sock = _socket.socket(_socket.AF_UNIX)
+    sock.connect(cluster.cluster.config().ctld_socket)
+    sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: "
+                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+    raw = b""
+    while chunk := sock.recv(65536):
+        raw += chunk
+    sock.close()
+    assert raw.startswith(b"HTTP/1.1 400"), raw[:100]
+    assert needle.encode() in raw
+    assert len(cluster.cluster.api("GET", "/v1/jobs")["jobs"]) == before
+
+
+def test_agent_routes_refuse_unsigned_requests(cluster: Harness) -> None:
+    from muster.protocol.client import ApiError, request
+
+    cfg = cluster.cluster.config()
+    with pytest.raises(ApiError) as err:
+        request("POST", "/v1/agent/job_done", {"node": "node1", "job_id": 1},
+                address=(cfg.ctld_addr, cfg.ctld_port))
+    assert err.value.status == 401
+    with pytest.raises(ApiError) as err:  # and users on TCP without a credential
+        request("POST", "/v1/jobs", {"spec": {}}, address=(cfg.ctld_addr, cfg.ctld_port))
+    assert err.value.status == 401
