@@ -13,7 +13,9 @@ life, and what is on disk at each point (see ``state``):
     the report is saved, then the record dropped and the spool removed; the controller link
     is woken to deliver the report.
 
-Signals reach "the job's processes" as ``proctree.job_members`` defines them.
+Signals reach "the job's processes" as ``proctree.job_members`` defines them: the batch
+shell's process group at once (``killpg``, so that no member outlives another's death by
+accident), then each member that left the group, so that nobody gets a signal twice.
 
 A restarted agent (``recover``) finds the records of the previous one:
 
