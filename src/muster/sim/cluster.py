@@ -22,7 +22,7 @@ nodes of 1 CPU, ``--nodes 100 --cpus-per-node 1``) the two models hold exactly t
 resources: no job can be fragmented, so whether a job fits now or at a time T is the same
 question. They differ in one respect: on separate nodes a planned start pins *which* nodes
 the waiting job will get, so a backfill candidate must avoid those very nodes, where in the
-pool it only has to leave enough processors. The pool is also about 30 times faster to
+pool it only has to leave enough processors. The pool is also several times faster to
 schedule (one node's availability profile instead of a hundred). docs/sim.md gives both
 results for KTH.
 
