@@ -86,6 +86,7 @@ UnkillableStepProgram UnkillableStepTimeout UsePam VSizeFactor WaitTime X11Param
 DefaultStorageHost DefaultStorageLoc DefaultStoragePass DefaultStoragePort DefaultStorageType
 DefaultStorageUser
 AdminUsers AgentSocketDir AuthKeyFile CtldSocket
+AccountingStorageURL
 """
 
 _NODE_KEYS = """

@@ -16,8 +16,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from muster.core.job import Job
+from muster.ctld import records
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -41,6 +42,7 @@ _MIGRATIONS: dict[int, list[str]] = {
         "CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL)",
     ],
     2: ["CREATE TABLE IF NOT EXISTS reservations (name TEXT PRIMARY KEY, data TEXT NOT NULL)"],
+    3: records.SCHEMA,  # accounting: one record per job attempt; associations and QOS
 }
 
 
@@ -128,6 +130,7 @@ class Store:
             for job, kind, data in changes:
                 self._event(now, job.job_id, kind, data)
                 self._put_job(job)
+                records.project(self.db, now, job, kind)
             for k, v in (meta or {}).items():
                 self._set_meta(k, v)
 
