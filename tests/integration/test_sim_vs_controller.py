@@ -31,7 +31,7 @@ from muster.sim.traces import Trace, TraceJob, read_trace
 pytestmark = pytest.mark.integration
 
 EPOCH = 1_700_000_000.0
-NODES = "NodeName=n[1-4] CPUs=4 RealMemory=1000\nPartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n"
+NODES = "DefMemPerCPU=100\nNodeName=n[1-4] CPUs=4 RealMemory=1000\nPartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n"
 
 
 def _trace_file(path: pathlib.Path, seed: int = 5, n: int = 60) -> str:

@@ -53,6 +53,7 @@ class Cluster:
     partitions: dict[str, PartitionView]
     default_partition: str
     description: str
+    def_mem_per_cpu: int = 0  # DefMemPerCPU (MB), applied to jobs as the controller does
     _fits: dict[tuple[int, int, int, int], bool] = field(default_factory=dict, repr=False)
 
     @property
@@ -88,7 +89,8 @@ class Cluster:
         able = sum(
             1
             for n in self.partition_nodes()
-            if n.cpus >= shape.cpus_per_node
+            if n.available
+            and n.cpus >= shape.cpus_per_node
             and n.gpus >= shape.gpus_per_node
             and n.mem >= shape.mem_per_node
         )
@@ -196,6 +198,9 @@ def cluster_from_config(config: Config) -> Cluster:
         _view(n.name, i, n.cpus, n.gpus, n.real_memory, n.gpu_type, tuple(n.features), n.weight)
         for i, n in enumerate(config.nodes)
     ]
+    for view, n in zip(views, config.nodes, strict=True):
+        # A node configured DOWN or DRAIN takes no work, as in the controller.
+        view.available = n.state.upper() not in ("DOWN", "DRAIN", "FAIL", "FUTURE")
     parts = {
         p.name: PartitionView(
             name=p.name,
@@ -214,7 +219,8 @@ def cluster_from_config(config: Config) -> Cluster:
     default = config.default_partition()
     assert default is not None  # partitions is not empty
     parts[default.name].is_default = True
-    return Cluster(views, parts, default.name, f"{len(views)} nodes from {config.path}")
+    return Cluster(views, parts, default.name, f"{len(views)} nodes from {config.path}",
+                   def_mem_per_cpu=config.def_mem_per_cpu)
 
 
 def spec_for(size: int, unit: str, cluster: Cluster) -> JobSpec:
@@ -228,4 +234,4 @@ def spec_for(size: int, unit: str, cluster: Cluster) -> JobSpec:
 
 
 def shape_for(spec: JobSpec, cluster: Cluster) -> Shape:
-    return compute_shape(spec, cluster.max_node_cpus)
+    return compute_shape(spec, cluster.max_node_cpus, cluster.def_mem_per_cpu)

@@ -223,6 +223,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     capacity = cluster.capacity(trace.unit)
     if capacity <= 0:
         raise UsageError(f"the cluster has no {trace.unit} to run this trace on")
+    if estimate.kind == "requested":
+        unknown = sum(j.estimate is None for j in jobs)
+        if unknown:
+            err.write(
+                f"{PROG}: note: {unknown:,} of {len(jobs):,} jobs have no requested time in the "
+                "trace; their estimate is their actual run time\n"
+            )
     epoch = float(trace.header_int("UnixStartTime") or 0)
     progress = args.progress if args.progress is not None else err.isatty()
     max_limit = max(estimate.limit(j) for j in jobs)

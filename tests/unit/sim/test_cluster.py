@@ -86,3 +86,17 @@ def test_a_cluster_can_come_from_a_slurm_conf() -> None:
     assert [n.name for n in c.nodes] == ["gpu1", "gpu2", "gpu3", "gpu4"]
     assert c.capacity("gpus") == 32 and c.default_partition == "main"
     assert c.nodes[0].free_gpu_ids == list(range(8))
+
+
+def test_a_conf_cluster_keeps_drained_nodes_out_and_applies_def_mem_per_cpu() -> None:
+    conf = parse_config(
+        "DefMemPerCPU=100\n"
+        "NodeName=c[1-2] CPUs=4 RealMemory=1000\nNodeName=c3 CPUs=4 RealMemory=1000 State=DRAIN\n"
+        "PartitionName=p Nodes=ALL Default=YES\n",
+        "sim.conf",
+    )
+    c = cluster_from_config(conf)
+    assert [n.available for n in c.nodes] == [True, True, False]
+    shape = shape_for(spec_for(6, "procs", c), c)
+    assert (shape.nodes, shape.cpus_per_node, shape.mem_per_node) == (2, 3, 300)
+    assert c.fits(shape) and not c.fits(shape_for(spec_for(12, "procs", c), c))
