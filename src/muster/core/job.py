@@ -59,6 +59,9 @@ class JobSpec:
     signal: str | None = None
     array: str | None = None
     kill_on_invalid_dep: bool = False
+    # An allocation held by srun or salloc (Slurm's BatchFlag=0): no batch script is
+    # launched; the command that holds it ends it (see muster.ctld.steps).
+    interactive: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which

@@ -75,6 +75,7 @@ class SpecModel(BaseModel):
     signal: str | None = None
     array: str | None = None
     kill_on_invalid_dep: bool = False
+    interactive: bool = False
 
     @field_validator("workdir")
     @classmethod

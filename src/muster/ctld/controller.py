@@ -565,8 +565,10 @@ class Controller:
             lifecycle.start(job, s.alloc, now, scheduler="Backfill" if s.backfilled else "Main")
             job.partition = s.partition
             self._hold_resources(job)
-            self.launching.add(job.job_id)
             changes.append((job, "start", {"nodes": job.nodes, "attempt": job.restart_count}))
+            if job.spec.interactive:
+                continue  # srun/salloc hold it: there is no batch script to launch
+            self.launching.add(job.job_id)
             actions.append(Launch(job))
         if changes:
             self.store.record(now, changes)
@@ -659,6 +661,8 @@ class Controller:
         for job in list(self.jobs.values()):
             if job.state is not JobState.RUNNING or job.batch_host != node.name:
                 continue
+            if job.spec.interactive:
+                continue  # no batch script runs for srun/salloc allocations
             if job.job_id in ids or job.job_id in self.launching:
                 self.lost.pop(job.job_id, None)
                 continue

@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from muster.core.job import Job
+from muster.core.steps import Step
 from muster.ctld import records
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -43,6 +44,24 @@ _MIGRATIONS: dict[int, list[str]] = {
     ],
     2: ["CREATE TABLE IF NOT EXISTS reservations (name TEXT PRIMARY KEY, data TEXT NOT NULL)"],
     3: records.SCHEMA,  # accounting: one record per job attempt; associations and QOS
+    # Job steps (srun), one row per step of each attempt of a job; ``data`` is
+    # ``core.steps.Step.to_dict()`` (with flat ``nodes``, ``ncpus``, ``gpus``, ``ntasks``).
+    4: [
+        """CREATE TABLE IF NOT EXISTS steps (
+               job_id INTEGER NOT NULL,
+               attempt INTEGER NOT NULL,
+               step_id INTEGER NOT NULL,
+               name TEXT NOT NULL,
+               state TEXT NOT NULL,
+               user TEXT NOT NULL,
+               start_time REAL NOT NULL,
+               end_time REAL,
+               exit_code INTEGER NOT NULL DEFAULT 0,
+               signal INTEGER NOT NULL DEFAULT 0,
+               data TEXT NOT NULL,
+               PRIMARY KEY (job_id, attempt, step_id))""",
+        "CREATE INDEX IF NOT EXISTS steps_end ON steps(end_time)",
+    ],
 }
 
 
@@ -193,6 +212,62 @@ class Store:
 
     def load_reservations(self) -> dict[str, dict[str, Any]]:
         return {n: json.loads(d) for n, d in self.db.execute("SELECT name, data FROM reservations")}
+
+    # --- job steps (srun); accounting reads the same rows --------------------------------
+
+    def _put_step(self, step: Step) -> None:
+        self.db.execute(
+            "INSERT INTO steps(job_id, attempt, step_id, name, state, user, start_time, end_time, "
+            "exit_code, signal, data) VALUES(?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT(job_id, attempt, step_id) DO UPDATE SET state=excluded.state, "
+            "end_time=excluded.end_time, exit_code=excluded.exit_code, signal=excluded.signal, "
+            "data=excluded.data",
+            (
+                step.job_id,
+                step.attempt,
+                step.step_id,
+                step.name,
+                step.state,
+                step.user,
+                step.start_time,
+                step.end_time,
+                step.exit_code,
+                step.exit_signal,
+                json.dumps(step.to_dict(), separators=(",", ":")),
+            ),
+        )
+
+    def record_steps(
+        self,
+        now: float,
+        steps: Iterable[tuple[Step, str]],
+        jobs: Iterable[tuple[Job, str, dict[str, Any]]] = (),
+    ) -> None:
+        """Persist step changes (an event row ``step_<kind>`` each) and, in the same
+        transaction, job changes exactly as ``record`` does."""
+        with self.transaction():
+            for step, kind in steps:
+                self._event(now, step.job_id, f"step_{kind}",
+                            {"step": step.step_id, "attempt": step.attempt, "state": step.state})
+                self._put_step(step)
+            for job, kind, data in jobs:
+                self._event(now, job.job_id, kind, data)
+                self._put_job(job)
+                records.project(self.db, now, job, kind)
+
+    def load_steps(self, job_ids: Iterable[int]) -> list[Step]:
+        """Every recorded step of these jobs (all attempts), by job, attempt and step."""
+        ids = sorted(set(job_ids))
+        out: list[Step] = []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self.db.execute(
+                f"SELECT data FROM steps WHERE job_id IN ({marks}) ORDER BY job_id, attempt, step_id",
+                chunk,
+            ).fetchall()
+            out.extend(Step.from_dict(json.loads(r[0])) for r in rows)
+        return out
 
     def close(self) -> None:
         self.db.close()
