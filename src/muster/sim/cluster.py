@@ -165,29 +165,30 @@ def uniform_cluster(
         c = cpus_per_node if cpus_per_node is not None else g
         how = f"{nodes} nodes x {g} GPUs ({c} CPUs each)"
     else:
-        procs = number("MaxProcs") or number("MaxNodes")
         g = gpus_per_node or 0
-        c, n = cpus_per_node, nodes
-        if c is None and n is None:
-            if procs is None:
-                raise ClusterError(
-                    "the trace header gives neither MaxProcs nor MaxNodes: "
-                    "give --nodes N (and --cpus-per-node C)"
-                )
-            c, n = procs, 1
-        elif n is None:
-            assert c is not None
-            if procs is None:
-                raise ClusterError("the trace header gives no MaxProcs: give --nodes N as well")
-            n = -(-procs // c)
-        elif c is None:
-            c = -(-procs // n) if procs else 1
+        n, c = _processor_shape(number("MaxProcs") or number("MaxNodes"), nodes, cpus_per_node)
         nodes = n
         how = (f"{n} node x {c} CPUs (processor pool)" if n == 1 and not g
                else f"{n} nodes x {c} CPUs" + (f" x {g} GPUs" if g else ""))
     views = [_view(f"n{i + 1}", i, c, g, 0) for i in range(nodes)]
     part = PartitionView(name=PARTITION, nodes=tuple(v.name for v in views), is_default=True)
     return Cluster(views, {PARTITION: part}, PARTITION, how)
+
+
+def _processor_shape(procs: int | None, nodes: int | None, cpus: int | None) -> tuple[int, int]:
+    """(nodes, CPUs per node) for a processor trace of ``procs`` processors."""
+    if nodes is not None and cpus is not None:
+        return nodes, cpus
+    if nodes is not None:
+        return nodes, -(-procs // nodes) if procs else 1
+    if procs is None:
+        raise ClusterError(
+            "the trace header gives neither MaxProcs nor MaxNodes: give --nodes N"
+            + (" as well" if cpus is not None else " (and --cpus-per-node C)")
+        )
+    if cpus is not None:
+        return -(-procs // cpus), cpus
+    return 1, procs  # the processor pool
 
 
 def cluster_from_config(config: Config) -> Cluster:
