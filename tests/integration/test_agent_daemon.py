@@ -152,6 +152,7 @@ class AgentWorld:
         self.key = generate_key(self.key_path)
         self.ctld_port = _free_port()
         self.agent_port = _free_port()
+        self.ports = {"node1": self.agent_port, "node2": _free_port()}
         self.state_dir = os.path.join(self.root, "state")
         self.conf_path = os.path.join(self.root, "muster.conf")
         with open(self.conf_path, "w") as f:
@@ -161,11 +162,13 @@ class AgentWorld:
                 f"AuthKeyFile={self.key_path}\nAgentSocketDir={self.root}/run\n"
                 "SlurmdTimeout=5\nKillWait=1\nDefMemPerCPU=100\n"
                 f"NodeName=node1 NodeAddr=127.0.0.1 Port={self.agent_port} CPUs=32 RealMemory=128000 Gres=gpu:a100:4\n"
+                f"NodeName=node2 NodeAddr=127.0.0.1 Port={self.ports['node2']} CPUs=32 RealMemory=128000 Gres=gpu:a100:4\n"
                 "PartitionName=gpu Nodes=ALL Default=YES\n"
             )
         self.ctld = FakeController(self.key, self.ctld_port)
         self.ctld.start()
         self.agent: subprocess.Popen[bytes] | None = None
+        self.neighbour: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(self.root, "musterd.log")
         self.next_job = 100
         self.http = httpx.Client(timeout=10)
@@ -173,15 +176,24 @@ class AgentWorld:
     # agent process
 
     def start_agent(self) -> None:
+        self.agent = self._spawn("node1", self.state_dir, self.log_path)
+
+    def start_neighbour(self) -> subprocess.Popen[bytes]:
+        """node2's agent, on the same host (as under `muster up`)."""
+        self.neighbour = self._spawn("node2", os.path.join(self.root, "state2"), self.log_path + ".2")
+        return self.neighbour
+
+    def _spawn(self, node: str, state_dir: str, log_path: str) -> subprocess.Popen[bytes]:
         n = len(self.ctld.registrations)
-        self.agent = subprocess.Popen(
-            [sys.executable, "-m", "muster.agent.main", "--conf", self.conf_path, "--node", "node1",
-             "--state-dir", self.state_dir, "--log-file", self.log_path, "--gpu-detect", "emulate"],
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "muster.agent.main", "--conf", self.conf_path, "--node", node,
+             "--state-dir", state_dir, "--log-file", log_path, "--gpu-detect", "emulate"],
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        wait_for(lambda: len(self.ctld.registrations) > n or self.agent.poll() is not None, 20, "registration")
-        assert self.agent.poll() is None, self.log()
+        wait_for(lambda: len(self.ctld.registrations) > n or agent.poll() is not None, 20, "registration")
+        assert agent.poll() is None, self.log()
+        return agent
 
     def stop_agent(self) -> int:
         assert self.agent is not None
@@ -198,9 +210,10 @@ class AgentWorld:
             return ""
 
     def close(self) -> None:
-        if self.agent is not None and self.agent.poll() is None:
-            self.agent.kill()
-            self.agent.wait(10)
+        for agent in (self.agent, self.neighbour):
+            if agent is not None and agent.poll() is None:
+                agent.kill()
+                agent.wait(10)
         self._kill_jobs()
         self.ctld.stop()
         self.http.close()
@@ -220,10 +233,10 @@ class AgentWorld:
 
     # requests to the agent, signed like the controller's
 
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None, sign: bool = True) -> httpx.Response:
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None, sign: bool = True, node: str = "node1") -> httpx.Response:
         payload = json.dumps(body).encode() if body is not None else b""
         headers = sign_request(self.key, method, path, payload, time.time()) if sign else {}
-        url = f"http://127.0.0.1:{self.agent_port}{path}"
+        url = f"http://127.0.0.1:{self.ports[node]}{path}"
         return self.http.request(method, url, content=payload, headers=headers)
 
     def job(self, script: str, *, uid: int = 0, time_limit: int | None = 60, **spec: Any) -> dict[str, Any]:
@@ -247,8 +260,9 @@ class AgentWorld:
             "alloc": [{"node": "node1", "cpus": 2, "mem": 200, "gpu_ids": [1, 3]}],
         }
 
-    def launch(self, job: dict[str, Any]) -> httpx.Response:
-        return self.call("POST", "/v1/launch", {"job": job, "cluster": "itest", "ctld": f"127.0.0.1:{self.ctld_port}", "kill_wait": 1})
+    def launch(self, job: dict[str, Any], node: str = "node1") -> httpx.Response:
+        body = {"job": job, "cluster": "itest", "ctld": f"127.0.0.1:{self.ctld_port}", "kill_wait": 1}
+        return self.call("POST", "/v1/launch", body, node=node)
 
     def read(self, name: str) -> str:
         with open(os.path.join(self.work, name)) as f:
@@ -585,3 +599,25 @@ def test_a_malformed_launch_is_refused_without_harm(world: AgentWorld) -> None:
     r = world.call("POST", "/v1/launch", {"job": {"job_id": 4242, "uid": None, "spec": None}})
     assert r.status_code == 500 and r.json()["code"] == "launch_failed"
     assert world.call("GET", "/v1/status").status_code == 200
+
+
+def test_a_rerun_on_a_neighbour_agent_survives_the_sweep_of_its_old_run(private_world: AgentWorld) -> None:
+    """Two agents on one host: the requeued run of a job starts on node2 while node1 still
+    sweeps the old run's processes; the sweep must not reach across."""
+    w = private_world
+    w.start_agent()
+    w.start_neighbour()
+    old = w.job("#!/bin/sh\nsetsid sh -c 'sleep 304 & echo $! > old.pid' &\nsleep 300\n")
+    assert w.launch(old).status_code == 200
+    old_daemon = int(wait_for(lambda: _read(w, "old.pid"), 5, "old run's daemon"))
+    rerun = {**old, "restart_count": 1, "alloc": [{"node": "node2", "cpus": 2, "mem": 200, "gpu_ids": [0]}]}
+    rerun["spec"] = {**old["spec"], "script": "#!/bin/sh\necho $$ > rerun.pid\nsleep 300\n", "stdout": "rerun.out"}
+    assert w.launch(rerun, node="node2").status_code == 200
+    rerun_pid = int(wait_for(lambda: _read(w, "rerun.pid"), 5, "rerun"))
+    w.call("POST", "/v1/terminate", {"job_id": old["job_id"], "reason": "node_fail", "kill_wait": 1})
+    wait_for(lambda: w.ctld.report_for(old["job_id"]), 10, "the old run's report")
+    wait_for(lambda: not _alive(old_daemon), 5, "the old run's daemon to be swept")
+    time.sleep(0.3)
+    assert _alive(rerun_pid)
+    w.call("POST", "/v1/terminate", {"job_id": old["job_id"], "reason": "cancel", "kill_wait": 1}, node="node2")
+    wait_for(lambda: not _alive(rerun_pid), 5, "the rerun to stop")

@@ -123,6 +123,7 @@ class AgentDaemon:
         except OSError as exc:
             raise StartupError(f"cannot create the state directory {self.state.root}: {exc.strerror}") from None
         self._lock()
+        self.supervisor.instance = self.state.instance_id()
         self.inventory = gpus.detect(self.node.gpus, self.node.gpu_type, self.settings.gpu_mode)
         with open(os.path.join(self.state.root, "musterd.pid"), "w") as f:
             f.write(f"{os.getpid()}\n")

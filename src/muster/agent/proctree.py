@@ -6,10 +6,13 @@ sid). Its processes are found in three ways, because each alone misses some:
 1. members of the job's session or process group (``setpgid`` keeps the session);
 2. descendants, by parent links, of anything already found (catches ``setsid`` escapes
    while their parent lives);
-3. processes of the job's user whose initial environment carries ``MUSTER_JOB_ID=<id>``
-   (catches a daemon that double-forked and ``setsid``-ed away from a parent now dead).
-   Only processes of the job's own uid are read or matched, so another user cannot make
-   the agent kill on their behalf.
+3. processes of the job's user whose initial environment carries the run's tag,
+   ``MUSTER_JOB_TAG=<agent instance>.<job id>.<restart count>`` (catches a daemon that
+   double-forked and ``setsid``-ed away from a parent now dead). The tag names the agent
+   instance and the attempt, not just the job id: several agents share a host in tests
+   and ``muster up``, and a requeued job may rerun on a neighbour while its old run is
+   being swept. Only processes of the job's own uid are read or matched, so another user
+   cannot make the agent kill on their behalf.
 
 ``job_members(procs, ...)`` does the walk on ``ProcInfo`` records; ``read_proc()`` fills
 them from ``/proc`` (Linux), ``read_tag`` reads one environment only when rule 3 needs it,
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 __all__ = ["ProcInfo", "job_members", "parse_stat", "process_start_ticks", "read_proc", "read_tag"]
 
-TAG_VAR = b"MUSTER_JOB_ID="
+TAG_VAR = b"MUSTER_JOB_TAG="
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +40,7 @@ class ProcInfo:
     uid: int = -1
     start_ticks: int = 0
     state: str = "S"
-    job_tag: str | None = None  # value of MUSTER_JOB_ID in the initial environment
+    job_tag: str | None = None  # value of MUSTER_JOB_TAG in the initial environment
 
 
 def parse_stat(text: str) -> tuple[int, str, int, int, int, int]:
@@ -56,7 +59,7 @@ def parse_stat(text: str) -> tuple[int, str, int, int, int, int]:
 def job_members(
     procs: Mapping[int, ProcInfo],
     leader: int,
-    job_id: int | None = None,
+    tag: str | None = None,
     uid: int | None = None,
     exclude: Iterable[int] = (),
     tag_of: Callable[[int], str | None] | None = None,
@@ -72,8 +75,7 @@ def job_members(
     for p in procs.values():
         children.setdefault(p.ppid, []).append(p.pid)
     _add_descendants(found, set(found), children)
-    if job_id is not None and uid is not None:
-        tag = str(job_id)
+    if tag is not None and uid is not None:
         tagged = set()
         for p in procs.values():
             if p.pid in found or p.uid != uid or p.pid == 2 or p.ppid == 2:
@@ -129,7 +131,7 @@ def read_proc(proc_root: str = "/proc") -> dict[int, ProcInfo]:
 
 
 def read_tag(pid: int, proc_root: str = "/proc") -> str | None:
-    """``MUSTER_JOB_ID`` from the initial environment of ``pid``, or None."""
+    """``MUSTER_JOB_TAG`` from the initial environment of ``pid``, or None."""
     try:
         with open(f"{proc_root}/{pid}/environ", "rb") as f:
             data = f.read()

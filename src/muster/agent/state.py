@@ -8,6 +8,7 @@ Layout under the agent's state directory::
     reports/<job_id>.<restarts>.json   one job_done report per ended run, until acknowledged
     spool/job<job_id>/slurm_script     the script being run (owned by the user, 0700/0500)
     musterd.pid, musterd.lock          the running agent
+    instance                           this state directory's random name (tags job processes)
 
 Every write is atomic (temporary file, fsync, rename, fsync of the directory), so a crash
 leaves either the old file or the new one. Order matters when a job ends: the report is
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import stat
 from typing import Any
@@ -52,6 +54,20 @@ class StateDir:
             mode = stat.S_IMODE(os.stat(path).st_mode)
             if mode & 0o011 != 0o011:
                 os.chmod(path, mode | 0o011)
+
+    def instance_id(self) -> str:
+        """A random name for this agent, kept across restarts (it tags job processes)."""
+        path = os.path.join(self.root, "instance")
+        try:
+            with open(path) as f:
+                value = f.read().strip()
+            if value:
+                return value
+        except FileNotFoundError:
+            pass
+        value = secrets.token_hex(4)
+        _write_text(path, value + "\n")
+        return value
 
     # -- running jobs ------------------------------------------------------------------
 
@@ -96,12 +112,16 @@ class StateDir:
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
+    _write_text(path, json.dumps(data, separators=(",", ":")))
+
+
+def _write_text(path: str, text: str) -> None:
     directory = os.path.dirname(path)
     tmp = f"{path}.tmp.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -129,6 +129,7 @@ class Supervisor:
         tag_reader: TagReader = proctree.read_tag,
         kill: Killer = _kill,
         killpg: Killer = _killpg,
+        instance: str | None = None,
     ) -> None:
         self.node = node
         self.state = state
@@ -145,6 +146,11 @@ class Supervisor:
         self._launching: set[int] = set()
         self._tombstones: dict[tuple[int, int], float] = {}
         self._wake = asyncio.Event()
+        self.instance = instance or "musterd"
+
+    def tag(self, t: Tracked) -> str:
+        """The value of ``MUSTER_JOB_TAG`` in this run's processes (see ``proctree``)."""
+        return f"{self.instance}.{t.job_id}.{t.restart_count}"
 
     # --- queries ----------------------------------------------------------------------
 
@@ -190,7 +196,7 @@ class Supervisor:
             self.state.save_job(t.record())
             try:
                 try:
-                    plan = self._plan(job)
+                    plan = self._plan(job, self.tag(t))
                 except (KeyError, TypeError, ValueError) as exc:
                     raise LaunchError(f"malformed job: {exc!r}") from None
                 t.uid, t.stderr_path = plan.uid, plan.stderr
@@ -211,7 +217,7 @@ class Supervisor:
         t.task = asyncio.create_task(self._watch(t), name=f"job-{job_id}")
         self._wake.set()
 
-    def _plan(self, job: dict[str, Any]) -> launcher.LaunchPlan:
+    def _plan(self, job: dict[str, Any], tag: str) -> launcher.LaunchPlan:
         entry = launcher.user_entry(job)
         ctx = EnvContext(
             node=self.env_ctx.node,
@@ -225,6 +231,7 @@ class Supervisor:
         )
         job = {**job, "user": job.get("user") or entry.pw_name}
         env = batch_environment(job, ctx)
+        env[proctree.TAG_VAR.decode().rstrip("=")] = tag
         nodes = [a.get("node") for a in job.get("alloc") or []]
         index = nodes.index(self.node) if self.node in nodes else 0
         return launcher.prepare(
@@ -369,7 +376,7 @@ class Supervisor:
             return set(), {}
         procs = self.proc_reader()
         members = proctree.job_members(
-            procs, t.pid, t.job_id, t.uid, exclude={os.getpid()}, tag_of=self.tag_reader
+            procs, t.pid, self.tag(t), t.uid, exclude={os.getpid()}, tag_of=self.tag_reader
         )
         if t.adopted and not self._leader_alive(t, procs):
             members.discard(t.pid)  # its pid may belong to someone else by now

@@ -41,13 +41,15 @@ def test_a_setsid_escape_is_found_through_its_parent() -> None:
 
 def test_an_orphaned_daemon_is_found_by_its_tag_only_for_the_jobs_user() -> None:
     procs = _procs(
-        ProcInfo(LEADER, 1, LEADER, LEADER, uid=1000, job_tag="7"),
-        ProcInfo(120, 1, 120, 120, uid=1000, job_tag="7"),
+        ProcInfo(LEADER, 1, LEADER, LEADER, uid=1000, job_tag="a.7.0"),
+        ProcInfo(120, 1, 120, 120, uid=1000, job_tag="a.7.0"),
         ProcInfo(121, 120, 120, 120, uid=1000),
-        ProcInfo(130, 1, 130, 130, uid=2000, job_tag="7"),  # another user forging the tag
-        ProcInfo(140, 1, 140, 140, uid=1000, job_tag="8"),  # another job
+        ProcInfo(130, 1, 130, 130, uid=2000, job_tag="a.7.0"),  # another user forging the tag
+        ProcInfo(140, 1, 140, 140, uid=1000, job_tag="a.8.0"),  # another job
+        ProcInfo(150, 1, 150, 150, uid=1000, job_tag="a.7.1"),  # its rerun after a requeue
+        ProcInfo(160, 1, 160, 160, uid=1000, job_tag="b.7.0"),  # another agent on this host
     )
-    assert job_members(procs, LEADER, job_id=7, uid=1000) == {100, 120, 121}
+    assert job_members(procs, LEADER, tag="a.7.0", uid=1000) == {100, 120, 121}
 
 
 def test_the_agent_and_init_are_never_members() -> None:
@@ -89,13 +91,13 @@ def test_tags_are_read_lazily_and_only_for_the_jobs_user() -> None:
 
     def tag_of(pid: int) -> str | None:
         asked.append(pid)
-        return "7" if pid == 120 else None
+        return "a.7.0" if pid == 120 else None
 
-    assert job_members(procs, LEADER, job_id=7, uid=1000, tag_of=tag_of) == {100, 101, 120}
+    assert job_members(procs, LEADER, tag="a.7.0", uid=1000, tag_of=tag_of) == {100, 101, 120}
     assert asked == [120]
 
 
 def test_this_process_has_no_job_tag_unless_its_environment_says_so() -> None:
-    expected = os.environ.get("MUSTER_JOB_ID")
+    expected = os.environ.get("MUSTER_JOB_TAG")
     assert read_tag(os.getpid()) == expected
     assert read_tag(2**22 + 12345) is None

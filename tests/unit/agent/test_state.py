@@ -60,3 +60,13 @@ def test_a_private_state_dir_becomes_traversable_for_job_users(tmp_path) -> None
     state = StateDir(str(root))
     state.create()
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o711
+
+
+def test_the_instance_name_is_random_and_kept(tmp_path) -> None:
+    state = StateDir(str(tmp_path / "a"))
+    state.create()
+    name = state.instance_id()
+    assert len(name) == 8 and state.instance_id() == name
+    other = StateDir(str(tmp_path / "b"))
+    other.create()
+    assert other.instance_id() != name
