@@ -37,8 +37,8 @@ ITP = os.path.join(TRACES, "microsoft-itp-2021-raw-traces.tar.gz")
 
 def bench(name: str, trace: Trace, cluster: Cluster, estimate: str, limit: int | None,
           profile: bool, policy: str = "easy") -> None:
-    jobs, too_big = replayable(trace.jobs[:limit] if limit else trace.jobs, trace.unit, cluster)
     est = Estimate.parse(estimate)
+    jobs, refused = replayable(trace.jobs[:limit] if limit else trace.jobs, trace.unit, cluster, est)
     settings = build_settings(policy, max_time_limit=max(est.limit(j) for j in jobs))
     sim = Simulation(jobs, trace.unit, cluster, sched_config(settings), estimate=est, label=policy)
     prof = cProfile.Profile() if profile else None
@@ -58,7 +58,7 @@ def bench(name: str, trace: Trace, cluster: Cluster, estimate: str, limit: int |
     print(
         f"{'':<44} wait mean {m['wait_mean']:,.0f} s, bsld {m['bounded_slowdown_mean']:.1f}, "
         f"utilisation {m['utilisation']:.3f}, backfilled {m['backfilled']:,}"
-        + (f", {too_big} too big" if too_big else "")
+        + (f", {sum(refused.values())} refused" if refused else "")
     )
     sys.stdout.flush()
     if prof is not None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from muster.core.config import Config
 from muster.core.job import JobSpec, Shape, compute_shape
-from muster.sched.snapshot import NodeView, PartitionView
+from muster.sched import NodeView, PartitionView
 
 __all__ = ["Cluster", "ClusterError", "shape_for", "spec_for", "uniform_cluster"]
 

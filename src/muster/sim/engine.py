@@ -43,9 +43,7 @@ from muster.core.clock import ManualClock
 from muster.core.job import Job, JobSpec, NodeAlloc
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState
-from muster.sched import SchedConfig, schedule
-from muster.sched.decisions import Decisions
-from muster.sched.snapshot import Snapshot
+from muster.sched import Decisions, SchedConfig, Snapshot, check_submit, schedule
 from muster.sim.cluster import Cluster, shape_for, spec_for
 from muster.sim.traces import TraceJob
 
@@ -130,10 +128,51 @@ class SimResult:
 ProgressFn = Callable[[int, int, float], None]
 
 
-def replayable(jobs: list[TraceJob], unit: str, cluster: Cluster) -> tuple[list[TraceJob], int]:
-    """The jobs that could run on the empty cluster, and how many could not."""
-    kept = [j for j in jobs if cluster.fits(shape_for(spec_for(j.size, unit, cluster), cluster))]
-    return kept, len(jobs) - len(kept)
+def replayable(
+    jobs: list[TraceJob],
+    unit: str,
+    cluster: Cluster,
+    estimate: Estimate,
+    enforce_part_limits: str = "NO",
+) -> tuple[list[TraceJob], Counter[str]]:
+    """The jobs the controller would accept and that could run on this machine, and why
+    the others are left out (message -> count).
+
+    Each job goes through ``sched.check_submit``, the check ``Controller.submit`` makes;
+    then through ``Cluster.fits``, which also leaves out nodes configured DOWN or DRAIN
+    (a replay never brings them back)."""
+    kept: list[TraceJob] = []
+    refused: Counter[str] = Counter()
+    access = any(
+        p.allow_accounts is not None or p.deny_accounts is not None or p.allow_groups is not None
+        for p in cluster.partitions.values()
+    )
+    memo: dict[tuple[object, ...], str | None] = {}
+    for tj in jobs:
+        spec = spec_for(tj.size, unit, cluster)
+        spec.time_limit = estimate.limit(tj)
+        shape = shape_for(spec, cluster)
+        group = "group" if tj.group is None else f"g{tj.group}"
+        key = (
+            shape.nodes, shape.cpus_per_node, shape.mem_per_node, shape.gpus_per_node,
+            spec.time_limit if enforce_part_limits != "NO" else None,
+            group if access else None,
+        )
+        if key not in memo:
+            rejection = check_submit(spec, shape, cluster.partitions, cluster.nodes,
+                                     group=group, enforce_part_limits=enforce_part_limits)
+            if rejection is not None:
+                memo[key] = rejection.message
+            elif not cluster.fits(shape):
+                memo[key] = "more nodes than the cluster has up (it would pend for ever)"
+            else:
+                memo[key] = None
+        why = memo[key]
+        if why is None:
+            kept.append(tj)
+        else:
+            refused[why] += 1
+    return kept, refused
 
 
 class Simulation:

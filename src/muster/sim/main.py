@@ -215,11 +215,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         cluster = _cluster(trace, args, conf)
     except ClusterError as e:
         raise UsageError(str(e)) from None
-    jobs, too_big = replayable(selected, trace.unit, cluster)
-    if too_big:
-        err.write(f"{PROG}: warning: {too_big} jobs need more than the cluster has; not replayed\n")
+    enforce = ((conf.get("EnforcePartLimits") if conf is not None else None) or "NO").upper()
+    jobs, refused = replayable(selected, trace.unit, cluster, estimate, enforce)
+    for why, count in refused.most_common():
+        err.write(f"{PROG}: warning: {count:,} jobs not replayed, refused at submission: {why}\n")
     if not jobs:
-        raise UsageError("no job of the trace fits on this cluster")
+        raise UsageError("no job of the trace can run on this cluster")
     capacity = cluster.capacity(trace.unit)
     if capacity <= 0:
         raise UsageError(f"the cluster has no {trace.unit} to run this trace on")
@@ -243,7 +244,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "skipped": dict(trace.skipped),
             "malformed_lines": len(trace.bad_lines),
             "selected": len(selected),
-            "too_big_for_cluster": too_big,
+            "refused_at_submit": dict(refused),
             "replayed": len(jobs),
         },
         "cluster": cluster.describe(),

@@ -78,10 +78,21 @@ def test_a_conf_file_sets_the_cluster_and_the_scheduler(
     assert report["runs"][0]["metrics"]["backfilled"] == 0
 
 
+def test_jobs_the_controller_would_refuse_are_reported(write_swf: Callable[..., str],
+                                                        write_text: Callable[[str, str], str],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    conf = write_text("sim.conf", "EnforcePartLimits=ALL\nNodeName=c[1-2] CPUs=2 RealMemory=100\n"
+                      "PartitionName=p Nodes=ALL Default=YES MaxTime=15\n")  # minutes
+    assert main([write_swf(ROWS + [(200, 2000, 1, 2000)]), "--conf", conf]) == 0
+    err = capsys.readouterr().err
+    assert "1 jobs not replayed, refused at submission: Requested time limit is invalid" in err
+
+
 def test_jobs_too_big_for_the_cluster_are_reported(write_swf: Callable[..., str],
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert main([write_swf(ROWS), "--nodes", "1", "--cpus-per-node", "2"]) == 0
-    assert "2 jobs need more than the cluster has; not replayed" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "2 jobs not replayed, refused at submission: more nodes than the cluster has up" in err
 
 
 def test_plots_are_written(write_swf: Callable[..., str], tmp_path: pathlib.Path,
