@@ -176,7 +176,10 @@ def replayable(
 
 
 class Simulation:
-    """One replay of ``jobs`` on ``cluster`` under ``config``. Call ``run`` once."""
+    """One replay of ``jobs`` on ``cluster`` under ``config``. Call ``run`` once.
+
+    The cluster's ``NodeView`` objects are updated in place during the replay (and are idle
+    again at its end); give each ``Simulation`` its own cluster."""
 
     def __init__(
         self,
@@ -201,7 +204,8 @@ class Simulation:
         self.label = label
         self.skip_idle_passes = skip_idle_passes
         self.progress = progress
-        self.trace_jobs = jobs
+        # Job ids follow submission order, as the controller numbers them (stable for ties).
+        self.trace_jobs = jobs = sorted(jobs, key=lambda j: j.submit)
         self.jobs: list[Job] = [self._make_job(i, tj) for i, tj in enumerate(jobs)]
         self._nodes = {v.name: v for v in cluster.nodes}
         self._pending: dict[int, Job] = {}
