@@ -203,6 +203,18 @@ class Job:
     planned_nodes: list[str] = field(default_factory=list)
     cancelled_by: int | None = None
     scheduler: str = ""
+    # Job arrays (see ``core.arrays``): set on every task of an array, None otherwise.
+    # The count/min/max/step describe the whole array (SLURM_ARRAY_TASK_*).
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_task_count: int | None = None
+    array_task_min: int | None = None
+    array_task_max: int | None = None
+    array_task_step: int | None = None
+    array_throttle: int = 0  # ``--array=...%N``: at most N tasks of the array run at once
+    # Dependency job ids that named no job at submission: never satisfied (Slurm 22.05
+    # accepts such a job and leaves it pending).
+    unknown_deps: list[int] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[str]:

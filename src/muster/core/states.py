@@ -84,6 +84,7 @@ class Reason(StrEnum):
     RESOURCES = "Resources"
     DEPENDENCY = "Dependency"
     DEPENDENCY_NEVER = "DependencyNeverSatisfied"
+    JOB_ARRAY_TASK_LIMIT = "JobArrayTaskLimit"  # the array's %N throttle is reached
     BEGIN_TIME = "BeginTime"
     HELD_USER = "JobHeldUser"
     HELD_ADMIN = "JobHeldAdmin"

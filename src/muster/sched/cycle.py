@@ -8,8 +8,9 @@ config always give the same decisions.
 
 1. profile      build each node's availability profile from running jobs' expected ends,
                 and the reservation windows on each node
-2. eligibility  set aside held jobs, jobs before their begin time and jobs whose
-                dependencies are not met, with their reasons
+2. eligibility  set aside held jobs, jobs before their begin time, jobs whose
+                dependencies are not met and array tasks beyond their array's ``%N``
+                throttle (JobArrayTaskLimit), with their reasons
 3. priority     compute every pending job's priority and sort the eligible ones
 4. placement    in priority order: start the job now if it fits without taking what an
                 earlier job was promised; otherwise give it a planned start (a reservation
@@ -138,8 +139,11 @@ class _Pass:
     # -- 2. eligibility -------------------------------------------------------------------
     def _eligibility(self) -> list[tuple[Job, tuple[str, ...]]]:
         d, now = self.d, self.now
-        deps = DependencyIndex(self.snap.pending, self.snap.running, self.snap.finished)
+        deps = DependencyIndex(
+            self.snap.pending, self.snap.running, self.snap.finished, self.snap.arrays
+        )
         overrides = self.snap.priority_overrides
+        room: dict[int, int] | None = None  # throttled arrays: tasks that may still start
         out: list[tuple[Job, tuple[str, ...]]] = []
         for job in self.snap.pending:
             reason = Reason.NONE
@@ -156,12 +160,30 @@ class _Pass:
                 elif state is DepState.NEVER:
                     reason = Reason.DEPENDENCY_NEVER
                     d.never[job.job_id] = "Dependency can never be satisfied"
+            if reason is Reason.NONE and job.array_throttle and job.array_job_id is not None:
+                if room is None:
+                    room = self._array_room()
+                left = room.get(job.array_job_id, job.array_throttle)
+                if left <= 0:
+                    reason = Reason.JOB_ARRAY_TASK_LIMIT
+                else:
+                    room[job.array_job_id] = left - 1
             if reason is not Reason.NONE:
                 d.reasons[job.job_id] = reason
                 d.stats.ineligible += 1
                 continue
             out.append((job, self._partitions_of(job)))
         return out
+
+    def _array_room(self) -> dict[int, int]:
+        """For each throttled array with active tasks: how many more may start. Candidates
+        count against it too, so one pass never starts more than the throttle allows."""
+        room: dict[int, int] = {}
+        for job in self.snap.running:
+            if job.array_throttle and job.array_job_id is not None:
+                key = job.array_job_id
+                room[key] = room.get(key, job.array_throttle) - 1
+        return room
 
     def _partitions_of(self, job: Job) -> tuple[str, ...]:
         """Where the job may run: the partitions it named (``-p a,b``, in its order),

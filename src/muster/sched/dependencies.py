@@ -3,12 +3,20 @@
 Slurm's forms: ``after:ID[+MIN]``, ``afterany:ID``, ``afterok:ID``, ``afternotok:ID``,
 ``aftercorr:ID`` (read as afterok), ``afterburstbuffer:ID`` (read as afterany) and
 ``singleton``; several IDs join with ``:``; terms join with ``,`` (all must hold) or
-``?`` (any may hold). Array-task forms ``ID_TASK`` are matched on the task's job id.
+``?`` (any may hold).
+
+Job arrays (``Snapshot.arrays``: array job id -> {task id: job id}): ``ID`` naming an array
+means every task of it; ``ID_TASK`` one task; ``aftercorr:ID`` makes task *i* of the
+dependent array wait for task *i* of array ``ID`` (a task with no counterpart is free), and
+reads as ``afterok`` on the whole array for a job that is not an array task. Over several
+jobs, ``afterok``/``after``/``afterany`` need every one; ``afternotok`` waits until all
+have ended and then needs one that failed.
 
 The answer is one of three words: ``MET``, ``WAIT`` (can resolve later) or ``NEVER``
 (e.g. ``afterok`` on a job that failed: Slurm's DependencyNeverSatisfied). A job id the
 snapshot knows nothing about has left memory and counts as met, as Slurm does once a job
-is purged.
+is purged; an id that named no job at all when the dependent job was submitted (the
+controller lists those in ``Job.unknown_deps``) can never be satisfied.
 """
 
 from __future__ import annotations
@@ -34,8 +42,8 @@ class DepState(Enum):
 
 @dataclass(frozen=True, slots=True)
 class _Term:
-    kind: str  # after, afterany, afterok, afternotok, singleton
-    job_ids: tuple[tuple[int, int], ...]  # (job id, delay in seconds)
+    kind: str  # after, afterany, afterok, afternotok, aftercorr, singleton
+    job_ids: tuple[tuple[int, int | None, int], ...]  # (job id, array task or None, delay s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +72,14 @@ def parse_dependency(text: str) -> Dependency:
         m = _TERM_RE.match(raw)
         if m is None:
             raise ValueError(f"Invalid dependency specification: {text}")
-        kind = {"aftercorr": "afterok", "afterburstbuffer": "afterany"}.get(m.group(1), m.group(1))
-        ids: list[tuple[int, int]] = []
+        kind = {"afterburstbuffer": "afterany"}.get(m.group(1), m.group(1))
+        ids: list[tuple[int, int | None, int]] = []
         for part in m.group(2).split(":"):
             im = _ID_RE.match(part)
             if im is None or (im.group(3) and kind != "after"):
                 raise ValueError(f"Invalid dependency specification: {text}")
-            ids.append((int(im.group(1)), int(im.group(3) or 0) * 60))
+            task = int(im.group(2)) if im.group(2) is not None else None
+            ids.append((int(im.group(1)), task, int(im.group(3) or 0) * 60))
         terms.append(_Term(kind, tuple(ids)))
     if not terms:
         raise ValueError(f"Invalid dependency specification: {text}")
@@ -80,13 +89,20 @@ def parse_dependency(text: str) -> Dependency:
 class DependencyIndex:
     """What the dependency rules need to know about other jobs, indexed once per pass."""
 
-    __slots__ = ("started", "pending", "finished", "active_names")
+    __slots__ = ("started", "pending", "finished", "active_names", "arrays")
 
-    def __init__(self, pending: list[Job], running: list[Job], finished: dict[int, str]) -> None:
+    def __init__(
+        self,
+        pending: list[Job],
+        running: list[Job],
+        finished: dict[int, str],
+        arrays: dict[int, dict[int, int]] | None = None,
+    ) -> None:
         self.started = {j.job_id: (j.start_time or 0.0) for j in running}
         self.pending = {j.job_id for j in pending}
         self.finished = finished
         self.active_names = {(j.user, j.spec.name) for j in running}
+        self.arrays = arrays or {}
 
     def state(self, job: Job, now: float) -> DepState:
         text = job.spec.dependency
@@ -110,13 +126,42 @@ class DependencyIndex:
             busy = (job.user, job.spec.name) in self.active_names
             return DepState.WAIT if busy else DepState.MET
         worst = DepState.MET
-        for job_id, delay in term.job_ids:
-            s = self._one(term.kind, job_id, delay, now)
+        for job_id, task, delay in term.job_ids:
+            if job_id in job.unknown_deps:
+                return DepState.NEVER
+            kind, targets = self._targets(job, term.kind, job_id, task)
+            s = self._all(kind, targets, delay, now)
             if s is DepState.NEVER:
                 return s
             if s is DepState.WAIT:
                 worst = s
         return worst
+
+    def _targets(self, job: Job, kind: str, job_id: int, task: int | None) -> tuple[str, list[int]]:
+        """The job ids a reference stands for, and the rule to apply to each."""
+        tasks = self.arrays.get(job_id)
+        if kind == "aftercorr":
+            kind = "afterok"
+            if tasks is not None and job.array_task_id is not None and task is None:
+                mine = tasks.get(job.array_task_id)
+                return kind, [] if mine is None else [mine]
+        if tasks is None:
+            return kind, [job_id]
+        if task is not None:
+            one = tasks.get(task)
+            return kind, [] if one is None else [one]
+        return kind, sorted(tasks.values())
+
+    def _all(self, kind: str, targets: list[int], delay: int, now: float) -> DepState:
+        states = [self._one(kind, t, delay, now) for t in targets]
+        if kind == "afternotok" and len(states) > 1:
+            # every job must have ended; one failure is enough
+            if DepState.WAIT in states:
+                return DepState.WAIT
+            return DepState.MET if DepState.MET in states else DepState.NEVER
+        if DepState.NEVER in states:
+            return DepState.NEVER
+        return DepState.WAIT if DepState.WAIT in states else DepState.MET
 
     def _one(self, kind: str, job_id: int, delay: int, now: float) -> DepState:
         if job_id in self.pending:

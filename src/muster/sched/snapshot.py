@@ -92,3 +92,6 @@ class Snapshot:
     # job_id -> priority set by an admin (``scontrol update job priority=``); fixed, not
     # recomputed. 0 holds the job, as in Slurm.
     priority_overrides: dict[int, int] = field(default_factory=dict)
+    # Job arrays: array job id -> {task id: job id}, for dependencies on arrays and their
+    # tasks (``ID``, ``ID_TASK``, ``aftercorr``); arrays that left memory may stay listed.
+    arrays: dict[int, dict[int, int]] = field(default_factory=dict)

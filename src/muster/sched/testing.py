@@ -237,6 +237,7 @@ class SchedHarness:
         self.fairshare: dict[str, float] = {}
         self.qos_priority: dict[str, int] = {}
         self.priority_overrides: dict[int, int] = {}
+        self.arrays: dict[int, dict[int, int]] = {}
         self.next_id = 1
         self.last: Decisions | None = None
         self.history: list[Decisions] = []
@@ -296,6 +297,23 @@ class SchedHarness:
         self.pending[j.job_id] = j
         return j.job_id
 
+    def submit_array(
+        self, builder: JobBuilder, indices: Iterable[int], throttle: int = 0, at: float = 0.0
+    ) -> list[int]:
+        """Submit a job array: one job per task, consecutive ids from the array job id
+        (the first task's), as the controller does."""
+        ids: list[int] = []
+        tasks = sorted(indices)
+        for index in tasks:
+            job_id = self.submit(builder, at)
+            j = self.pending[job_id]
+            j.array_job_id = ids[0] if ids else job_id
+            j.array_task_id = index
+            j.array_throttle = throttle
+            ids.append(job_id)
+        self.arrays[ids[0]] = dict(zip(tasks, ids, strict=True))
+        return ids
+
     def run_job(self, builder: JobBuilder, at: float = 0.0) -> int:
         """Submit a job and start it at ``at`` through a scheduling pass; fails if it
         does not start."""
@@ -326,6 +344,7 @@ class SchedHarness:
             fairshare=dict(self.fairshare),
             qos_priority=dict(self.qos_priority),
             priority_overrides=dict(self.priority_overrides),
+            arrays={k: dict(v) for k, v in self.arrays.items()},
         )
 
     def schedule(self, at: float) -> Decisions:

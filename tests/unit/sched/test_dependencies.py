@@ -93,3 +93,104 @@ def test_a_dependency_on_a_job_that_left_memory_is_met() -> None:
     h = cluster()
     j = h.submit(job().depends("afterok:999"))
     assert h.started(h.schedule(at=0)) == [j]
+
+
+# --- job arrays and unknown ids -------------------------------------------------------------
+
+
+def test_afterok_on_an_array_waits_for_every_task() -> None:
+    h = cluster()
+    tasks = h.submit_array(job().time("10:00"), range(3))
+    h.schedule(at=0)
+    b = h.submit(job().depends(f"afterok:{tasks[0]}"), at=1)
+    h.finish(tasks[0])
+    h.finish(tasks[1])
+    assert h.schedule(at=2).reasons[b] is Reason.DEPENDENCY
+    h.finish(tasks[2])
+    assert h.started(h.schedule(at=3)) == [b]
+
+
+def test_afterok_on_one_array_task() -> None:
+    h = cluster()
+    tasks = h.submit_array(job().time("10:00"), [4, 7])
+    h.schedule(at=0)
+    b = h.submit(job().depends(f"afterok:{tasks[0]}_7"), at=1)
+    h.finish(tasks[1])
+    assert h.started(h.schedule(at=2)) == [b]
+
+
+def test_afterok_on_an_array_with_a_failed_task_is_never_satisfied() -> None:
+    h = cluster()
+    tasks = h.submit_array(job().time("10:00"), range(2))
+    h.schedule(at=0)
+    b = h.submit(job().depends(f"afterok:{tasks[0]}"), at=1)
+    h.finish(tasks[1], "FAILED")
+    assert h.schedule(at=2).reasons[b] is Reason.DEPENDENCY_NEVER
+
+
+def test_afternotok_on_an_array_waits_for_all_then_needs_one_failure() -> None:
+    h = cluster()
+    tasks = h.submit_array(job().time("10:00"), range(2))
+    h.schedule(at=0)
+    b = h.submit(job().depends(f"afternotok:{tasks[0]}"), at=1)
+    h.finish(tasks[0], "FAILED")
+    assert h.schedule(at=2).reasons[b] is Reason.DEPENDENCY
+    h.finish(tasks[1], "COMPLETED")
+    assert h.started(h.schedule(at=3)) == [b]
+
+
+def test_aftercorr_pairs_tasks_of_two_arrays() -> None:
+    h = cluster()
+    first = h.submit_array(job().time("10:00"), range(3))
+    h.schedule(at=0)
+    second = h.submit_array(job().depends(f"aftercorr:{first[0]}"), range(3), at=1)
+    h.finish(first[1])
+    d = h.schedule(at=2)
+    assert h.started(d) == [second[1]]
+    assert d.reasons[second[0]] is Reason.DEPENDENCY
+    h.finish(first[0], "FAILED")
+    assert h.schedule(at=3).reasons[second[0]] is Reason.DEPENDENCY_NEVER
+
+
+def test_a_dependency_on_an_id_unknown_at_submission_is_never_satisfied() -> None:
+    h = cluster()
+    b = h.submit(job().depends("afterok:999999"))
+    h.pending[b].unknown_deps = [999999]
+    d = h.schedule(at=0)
+    assert d.reasons[b] is Reason.DEPENDENCY_NEVER and b in d.never
+
+
+def test_a_purged_job_counts_as_met() -> None:
+    h = cluster()
+    b = h.submit(job().depends("afterok:5"))
+    assert h.started(h.schedule(at=0)) == [b]
+
+
+def test_malformed_dependencies_are_rejected_by_the_parser() -> None:
+    from muster.sched.dependencies import parse_dependency
+
+    for text in ("afterok", "afterok:", "after:1?afterok:2,afterany:3", "bogus:1", "afterok:1+5"):
+        with pytest.raises(ValueError):
+            parse_dependency(text)
+    assert parse_dependency("aftercorr:12").terms[0].kind == "aftercorr"
+    assert parse_dependency("afterok:12_3:14").terms[0].job_ids == ((12, 3, 0), (14, None, 0))
+
+
+# --- array throttle (%N) ------------------------------------------------------------------
+
+
+def test_an_array_throttle_caps_running_tasks() -> None:
+    h = cluster()
+    tasks = h.submit_array(job().time("10:00"), range(6), throttle=2)
+    d = h.schedule(at=0)
+    assert h.started(d) == tasks[:2]
+    assert all(d.reasons[t] is Reason.JOB_ARRAY_TASK_LIMIT for t in tasks[2:])
+    assert h.started(h.schedule(at=1)) == []
+    h.finish(tasks[0])
+    assert h.started(h.schedule(at=2)) == [tasks[2]]
+
+
+def test_tasks_of_an_unthrottled_array_all_start() -> None:
+    h = cluster()
+    tasks = h.submit_array(job().time("10:00"), range(5))
+    assert h.started(h.schedule(at=0)) == tasks

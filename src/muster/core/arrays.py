@@ -1,0 +1,135 @@
+"""Job arrays: ``--array`` specifications, task-id ranges and ``A_i`` job-id expressions.
+
+A job array is submitted once and becomes one job per task. muster numbers the tasks
+with consecutive job ids from the array's first id, so the array job id (``%A``,
+``SLURM_ARRAY_JOB_ID``) is the job id of its first task, as in Slurm, and every task has a
+job id of its own (``%j``, ``SLURM_JOB_ID``).
+
+* ``parse_array("0-15:4%2", max_size)`` -> ``ArraySpec(indices=(0, 4, 8, 12), throttle=2)``;
+  raises ``ValueError`` ("Invalid job array specification") for bad syntax or an index at
+  or above ``MaxArraySize`` (Slurm's rule: every index must be below it).
+* ``format_ranges([0, 1, 2, 5])`` -> ``"0-2,5"``: how squeue and scontrol print a set of
+  task ids.
+* ``parse_job_ref("123_[1-3]")`` -> ``JobRef(123, (1, 2, 3))``: a job id as users write it
+  (``123``, ``123_7``, ``123_[1-3,5]``); ``tasks`` is None for a plain id.
+
+Pure and dependency-free: the commands import it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = [
+    "ARRAY_ERROR",
+    "ArraySpec",
+    "JobRef",
+    "format_ranges",
+    "parse_array",
+    "parse_job_ref",
+    "parse_ranges",
+]
+
+ARRAY_ERROR = "Invalid job array specification"
+
+
+@dataclass(frozen=True, slots=True)
+class ArraySpec:
+    indices: tuple[int, ...]  # sorted, distinct
+    throttle: int  # at most this many tasks run at once; 0: no limit
+
+    @property
+    def step(self) -> int:
+        """SLURM_ARRAY_TASK_STEP: the common difference of the indices when there is one,
+        else 1."""
+        if len(self.indices) < 2:
+            return 1
+        diffs = {b - a for a, b in zip(self.indices, self.indices[1:], strict=False)}
+        return diffs.pop() if len(diffs) == 1 else 1
+
+
+def parse_ranges(text: str, limit: int | None = None) -> tuple[int, ...]:
+    """``1,3,5-7`` or ``0-15:4`` -> sorted distinct indices; ValueError when malformed or
+    when an index reaches ``limit``."""
+    out: set[int] = set()
+    if not text.strip():
+        raise ValueError(ARRAY_ERROR)
+    for part in text.split(","):
+        part = part.strip()
+        rng, colon, step_text = part.partition(":")
+        lo_text, dash, hi_text = rng.partition("-")
+        if not lo_text.isdigit() or (dash and not hi_text.isdigit()):
+            raise ValueError(ARRAY_ERROR)
+        lo = int(lo_text)
+        hi = int(hi_text) if dash else lo
+        step = 1
+        if colon:
+            if not dash or not step_text.isdigit() or int(step_text) <= 0:
+                raise ValueError(ARRAY_ERROR)
+            step = int(step_text)
+        if hi < lo or (limit is not None and hi >= limit):
+            raise ValueError(ARRAY_ERROR)
+        out.update(range(lo, hi + 1, step))
+    return tuple(sorted(out))
+
+
+def parse_array(text: str, max_size: int) -> ArraySpec:
+    """``--array`` as sbatch passes it: ranges, then an optional ``%N`` throttle."""
+    body, pct, limit_text = text.strip().partition("%")
+    throttle = 0
+    if pct:
+        if not limit_text.isdigit():
+            raise ValueError(ARRAY_ERROR)
+        throttle = int(limit_text)
+    indices = parse_ranges(body, max_size)
+    return ArraySpec(indices, throttle)
+
+
+def format_ranges(ids: Iterable[int]) -> str:
+    """Sorted task ids as Slurm prints them: runs of consecutive ids as ``lo-hi``."""
+    values = sorted(set(ids))
+    parts: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        parts.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """A job id as a user writes it: ``job_id`` alone, or array tasks of ``job_id``."""
+
+    job_id: int
+    tasks: tuple[int, ...] | None = None
+
+    def __str__(self) -> str:
+        if self.tasks is None:
+            return str(self.job_id)
+        if len(self.tasks) == 1:
+            return f"{self.job_id}_{self.tasks[0]}"
+        return f"{self.job_id}_[{format_ranges(self.tasks)}]"
+
+
+def parse_job_ref(text: str) -> JobRef:
+    """``123``, ``123_7`` or ``123_[1-3,5]`` (a ``%N`` inside the brackets is ignored);
+    ValueError otherwise."""
+    item = text.strip()
+    head, underscore, tail = item.partition("_")
+    if not head.isdigit() or int(head) <= 0:
+        raise ValueError(f"Invalid job id {text}")
+    if not underscore:
+        return JobRef(int(head))
+    if tail.startswith("[") and tail.endswith("]"):
+        inner = tail[1:-1].partition("%")[0]
+        try:
+            return JobRef(int(head), parse_ranges(inner))
+        except ValueError:
+            raise ValueError(f"Invalid job id {text}") from None
+    if tail.isdigit():
+        return JobRef(int(head), (int(tail),))
+    raise ValueError(f"Invalid job id {text}")
