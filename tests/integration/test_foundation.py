@@ -191,3 +191,11 @@ def test_agent_routes_refuse_unsigned_requests(cluster: Harness) -> None:
     with pytest.raises(ApiError) as err:  # and users on TCP without a credential
         request("POST", "/v1/jobs", {"spec": {}}, address=(cfg.ctld_addr, cfg.ctld_port))
     assert err.value.status == 401
+
+
+def test_lowering_a_running_jobs_time_limit_reaches_its_node(cluster: Harness) -> None:
+    job_id = cluster.sbatch("-t", "10", "--wrap", "sleep 60")
+    cluster.wait_state(job_id, "RUNNING")
+    out = cluster.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=0:02"])
+    assert out.returncode == 0, out.stderr
+    assert cluster.wait_job(job_id, timeout=30)["state"] == "TIMEOUT"

@@ -85,7 +85,7 @@ TaskProlog TCPTimeout TmpFS TopologyParam TopologyPlugin TrackWCKey TreeWidth
 UnkillableStepProgram UnkillableStepTimeout UsePam VSizeFactor WaitTime X11Parameters
 DefaultStorageHost DefaultStorageLoc DefaultStoragePass DefaultStoragePort DefaultStorageType
 DefaultStorageUser
-AdminUsers AgentSocketDir AuthKeyFile CtldSocket
+AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInterval
 AccountingStorageURL
 """
 

@@ -21,6 +21,7 @@ from muster.core.hostlist import compress
 from muster.core.job import JobSpec
 from muster.core.resources import parse_gres
 from muster.ctld.controller import Identity, parse_signal
+from muster.ctld.stepapi import build_step_routes
 from muster.ctld.wire import job_wire, node_wire, partition_wire
 from muster.protocol.httpd import PEER_KEY, SignatureError
 from muster.protocol.signing import CRED_HEADER, verify_credential
@@ -332,7 +333,7 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def update(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, UpdateBody)
-        ctl.update(job_from_path(request), who, body.model_dump(exclude_none=True))
+        ctx.perform(ctl.update(job_from_path(request), who, body.model_dump(exclude_none=True)))
         ctx.kick()
         return JSONResponse({"ok": True})
 
@@ -463,4 +464,5 @@ def build_routes(ctx: CtldApp) -> list[Route]:
         Route("/v1/agent/register", agent_register, methods=["POST"]),
         Route("/v1/agent/heartbeat", agent_heartbeat, methods=["POST"]),
         Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),
+        *build_step_routes(ctx, caller, parse, handler),
     ]

@@ -24,14 +24,19 @@ from muster.core.errors import (
     PermissionDenied,
     Unsatisfiable,
 )
+from muster.core.arrays import JobRef
 from muster.core.job import Job, JobSpec, compute_shape
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
+from muster.ctld.arrays import ArrayIndex, array_spec, make_tasks
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.reservations import Reservation, check_flags, check_window
 from muster.ctld.store import Store
 from muster.ctld.view import node_views, partition_views, reservation_views
+from muster.sched.dependencies import parse_dependency
 from muster.sched.filters import BAD_PARTITION, NO_PARTITION, check_submit
+
+DEPENDENCY_ERROR = "Job dependency problem"  # Slurm's text for ESLURM_DEPENDENCY
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +72,16 @@ class SignalJob:
     batch_only: bool
 
 
-Action = Launch | Terminate | SignalJob
+@dataclass(slots=True)
+class NewLimit:
+    """A running job's time limit changed: its batch host enforces the new one."""
+
+    job_id: int
+    node: str
+    time_limit: int | None
+
+
+Action = Launch | Terminate | SignalJob | NewLimit
 
 SIGNALS = {
     "HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "SEGV": 11, "USR2": 12,
@@ -120,6 +134,7 @@ class Controller:
     # job_id -> final state, for jobs purged from memory (dependencies use it later)
     finished: dict[int, str] = field(default_factory=dict)
     reservations: dict[str, Reservation] = field(default_factory=dict)
+    arrays: ArrayIndex = field(default_factory=ArrayIndex)
 
     # --- start-up -------------------------------------------------------------------
 
@@ -158,6 +173,7 @@ class Controller:
             self.jobs[job.job_id] = job
             if job.is_active:
                 self._hold_resources(job)
+        self.arrays.add(self.jobs.values())
         for name, data in self.store.load_reservations().items():
             self.reservations[name] = Reservation.from_dict(data)
         stored_next = int(self.store.get_meta("next_job_id", "0") or 0)
@@ -189,7 +205,10 @@ class Controller:
     # --- submission -------------------------------------------------------------------
 
     def submit(self, spec: JobSpec, who: Identity) -> Job:
+        """Accept a job (an array: all its tasks) durably; returns the (first) job."""
         now = self.clock.now()
+        array = array_spec(spec, self.config.max_array_size)
+        unknown_deps = self._unknown_dependencies(spec)
         partition = self._resolve_partition(spec)
         candidates = [self.config.partition(p) for p in (spec.partitions or [partition])]
         node_names = {n for p in candidates if p is not None for n in p.nodes}
@@ -240,14 +259,37 @@ class Controller:
         if spec.hold:
             job.hold = "user"
             job.reason = Reason.HELD_USER
-        self.next_job_id += 1
+        job.unknown_deps = unknown_deps
+        jobs = make_tasks(job, array) if array is not None else [job]
+        self.next_job_id += len(jobs)
         self.store.record(
             now,
-            [(job, "submit", {"uid": who.uid, "host": who.host})],
+            [(j, "submit", {"uid": who.uid, "host": who.host}) for j in jobs],
             meta={"next_job_id": str(self.next_job_id)},
         )
-        self.jobs[job.job_id] = job
-        return job
+        for j in jobs:
+            self.jobs[j.job_id] = j
+        self.arrays.add(jobs)
+        return jobs[0]
+
+    def _unknown_dependencies(self, spec: JobSpec) -> list[int]:
+        """Check ``--dependency``'s syntax (Slurm's "Job dependency problem" otherwise) and
+        list the ids that name no job, in memory or in the store: Slurm 22.05 accepts such
+        a job and leaves it pending for ever (DependencyNeverSatisfied)."""
+        if not spec.dependency:
+            return []
+        try:
+            dep = parse_dependency(spec.dependency)
+        except ValueError:
+            raise InvalidRequest(DEPENDENCY_ERROR) from None
+        return [
+            job_id
+            for job_id in dep.job_ids()
+            if job_id not in self.jobs
+            and job_id not in self.finished
+            and job_id not in self.arrays.tasks
+            and self.store.get_job(job_id) is None
+        ]
 
     def _resolve_partition(self, spec: JobSpec) -> str:
         if not spec.partitions:
@@ -267,6 +309,15 @@ class Controller:
         if job is None:
             raise InvalidJobId()
         return job
+
+    def resolve(self, ref: JobRef) -> list[Job]:
+        """The jobs in memory a user's job id names: ``A`` (every task when A is an array),
+        ``A_i``, ``A_[i-j]``."""
+        return self.arrays.resolve(ref, self.jobs)
+
+    def job_ids(self, refs: list[JobRef]) -> list[int]:
+        """Job ids for references, arrays expanded to their tasks (for filters)."""
+        return list(dict.fromkeys(i for ref in refs for i in self.arrays.job_ids(ref)))
 
     # --- user actions on jobs ----------------------------------------------------------
 
@@ -313,6 +364,55 @@ class Controller:
             return [Terminate(job.job_id, attempt, job.nodes, "cancel")]
         return []
 
+    def cancel_all(self, jobs: list[Job], who: Identity) -> tuple[list[Action], list[dict[str, Any]]]:
+        """``cancel`` for many jobs (a whole array) in one transaction; per-job results as
+        the signal API answers them."""
+        now = self.clock.now()
+        actions: list[Action] = []
+        results: list[dict[str, Any]] = []
+        changes = []
+        for job in jobs:
+            try:
+                self._check_owner(job, who)
+            except MusterError as e:
+                results.append({"job_id": job.job_id, "ok": False, "error": str(e), "code": e.code})
+                continue
+            results.append({"job_id": job.job_id, "ok": True})
+            if job.state.is_terminal:
+                continue
+            was_running = job.state is JobState.RUNNING
+            attempt = job.restart_count
+            lifecycle.end(job, JobEvent.CANCEL, now, completing=was_running)
+            job.cancelled_by = who.uid
+            changes.append((job, "cancel", {"by": who.uid}))
+            if was_running:
+                actions.append(Terminate(job.job_id, attempt, job.nodes, "cancel"))
+        if changes:
+            self.store.record(now, changes)
+        return actions, results
+
+    def kill_invalid_dependencies(self, reasons: dict[int, Reason]) -> int:
+        """``--kill-on-invalid-dep=yes`` (or ``DependencyParameters=kill_invalid_depend``):
+        a pending job whose dependency can never be met is cancelled instead of waiting for
+        ever. Returns how many were cancelled."""
+        everyone = "kill_invalid_depend" in (self.config.get("DependencyParameters") or "")
+        now = self.clock.now()
+        changes = []
+        for job_id, reason in reasons.items():
+            if reason is not Reason.DEPENDENCY_NEVER:
+                continue
+            job = self.jobs.get(job_id)
+            if job is None or job.state is not JobState.PENDING:
+                continue
+            if not (job.spec.kill_on_invalid_dep or everyone):
+                continue
+            lifecycle.end(job, JobEvent.CANCEL, now, completing=False)
+            job.reason = Reason.DEPENDENCY_NEVER
+            changes.append((job, "cancel", {"by": None, "why": "invalid dependency"}))
+        if changes:
+            self.store.record(now, changes)
+        return len(changes)
+
     def signal(self, job: Job, who: Identity, sig: int, batch_only: bool) -> list[Action]:
         self._check_owner(job, who)
         if job.state is JobState.PENDING:
@@ -340,7 +440,7 @@ class Controller:
         job.reason = Reason.NONE
         self.store.record(self.clock.now(), [(job, "release", {"by": who.uid})])
 
-    def update(self, job: Job, who: Identity, changes: dict[str, Any]) -> None:
+    def update(self, job: Job, who: Identity, changes: dict[str, Any]) -> list[Action]:
         self._check_owner(job, who)
         pending = job.state is JobState.PENDING
         applied: dict[str, Any] = {}
@@ -366,6 +466,10 @@ class Controller:
                 job.spec.name = str(value)
             elif key == "comment":
                 job.spec.comment = str(value)
+            elif key == "array_throttle":
+                if job.array_job_id is None:
+                    raise InvalidRequest("Job is not a job array")
+                job.array_throttle = int(value)
             elif key in ("partition", "begin_time", "min_nodes"):
                 if not pending:
                     raise InvalidRequest("Job is no longer pending execution")
@@ -384,6 +488,9 @@ class Controller:
                 raise InvalidRequest(f"Update of {key} is not supported")
             applied[key] = value
         self.store.record(self.clock.now(), [(job, "update", {"changes": applied, "by": who.uid})])
+        if "time_limit" in applied and job.state is JobState.RUNNING and job.batch_host:
+            return [NewLimit(job.job_id, job.batch_host, job.time_limit)]
+        return []
 
     def requeue_job(self, job: Job, who: Identity, hold: bool = False) -> list[Action]:
         """``scontrol requeue[hold]``: back to PENDING under the same id at once; a running

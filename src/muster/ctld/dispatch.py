@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from muster.ctld.controller import Launch, SignalJob, Terminate
+from muster.ctld.controller import Launch, NewLimit, SignalJob, Terminate
 from muster.protocol.httpd import DaemonRequestError, SignedClient
 
 if TYPE_CHECKING:
@@ -40,6 +40,11 @@ class Dispatcher:
                         "reason": action.reason,
                         "kill_wait": self.ctl.config.kill_wait,
                     })
+            elif isinstance(action, NewLimit):
+                await self._post(action.node, "/v1/update", {
+                    "job_id": action.job_id,
+                    "time_limit": action.time_limit,
+                })
             elif isinstance(action, SignalJob):
                 for node in action.nodes:
                     await self._post(node, "/v1/signal", {
