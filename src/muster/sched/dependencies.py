@@ -55,6 +55,10 @@ class Dependency:
     def singleton(self) -> bool:
         return any(t.kind == "singleton" for t in self.terms)
 
+    def job_ids(self) -> list[int]:
+        """The job ids named (array job ids for ``ID_TASK``), in order, once each."""
+        return list(dict.fromkeys(j for t in self.terms for j, _task, _delay in t.job_ids))
+
 
 @lru_cache(maxsize=4096)
 def parse_dependency(text: str) -> Dependency:
