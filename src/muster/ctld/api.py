@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from muster.core.arrays import JobRef, parse_job_ref
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError
 from muster.core.hostlist import compress
 from muster.core.job import JobSpec
@@ -109,7 +110,7 @@ class SubmitBody(BaseModel):
 
 class SignalBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    job_ids: list[int] = []
+    job_ids: list[int | str] = []  # 123, or array forms "123_4", "123_[1-3]"
     user: str | None = None
     name: str | None = None
     partition: str | None = None
@@ -133,6 +134,7 @@ class UpdateBody(BaseModel):
     comment: str | None = None
     begin_time: float | None = None
     min_nodes: int | None = Field(None, ge=1)
+    array_throttle: int | None = Field(None, ge=0)
 
 
 class RequeueBody(BaseModel):
@@ -246,10 +248,7 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def list_jobs(request: Request) -> JSONResponse:
         now = ctx.clock.now()
         ids = query_list(request, "job_id")
-        try:
-            job_ids = [int(i) for i in ids] if ids else None
-        except ValueError:
-            raise InvalidJobId() from None
+        job_ids = ctl.job_ids([job_ref(i) for i in ids]) if ids else None
         selected = ctl.select_jobs(
             job_ids,
             query_list(request, "user"),
@@ -258,17 +257,21 @@ def build_routes(ctx: CtldApp) -> list[Route]:
             query_list(request, "state"),
         )
         out = [job_wire(job, now) for job in selected]
-        if job_ids and not out and len(job_ids) == 1:
+        if ids and not out and len(ids) == 1:
             raise InvalidJobId()
         return JSONResponse({"jobs": out, "now": now})
 
     @handler
     async def get_job(request: Request) -> JSONResponse:
-        try:
-            job_id = int(request.path_params["job_id"])
-        except ValueError:
-            raise InvalidJobId() from None
-        return JSONResponse({"job": job_wire(ctl.get_job(job_id), ctx.clock.now()), "now": ctx.clock.now()})
+        ref = job_ref(request.path_params["job_id"])
+        if ref.tasks is None:
+            job = ctl.get_job(ref.job_id)
+        else:
+            found = ctl.resolve(ref)
+            if not found:
+                raise InvalidJobId()
+            job = found[0]
+        return JSONResponse({"job": job_wire(job, ctx.clock.now()), "now": ctx.clock.now()})
 
     @handler
     async def signal_jobs(request: Request) -> JSONResponse:
@@ -281,20 +284,28 @@ def build_routes(ctx: CtldApp) -> list[Route]:
             [body.partition] if body.partition else None,
             body.states,
         )
-        results = []
+        results: list[dict[str, Any]] = []
         if body.job_ids:
             targets = []
-            for job_id in body.job_ids:
-                job = ctl.jobs.get(job_id)
-                if job is None:
+            for item in body.job_ids:
+                ref = job_ref(str(item))
+                jobs = ctl.resolve(ref)
+                if not jobs:
                     err = InvalidJobId()
-                    results.append({"job_id": job_id, "ok": False, "error": str(err), "code": err.code})
-                elif ctl.select_jobs([job_id], *filters):
-                    targets.append(job)
+                    results.append({"job_id": str(ref), "ok": False, "error": str(err), "code": err.code})
+                    continue
+                chosen = {j.job_id for j in ctl.select_jobs([j.job_id for j in jobs], *filters)}
+                targets.extend(j for j in jobs if j.job_id in chosen)
         else:
             targets = ctl.select_jobs(None, *filters)
             if not who.admin and body.user is None:
                 targets = [j for j in targets if j.uid == who.uid]
+        if sig is None:
+            # cancelling: one transaction for all (a whole array is many jobs)
+            actions, done = ctl.cancel_all(targets, who)
+            ctx.perform(actions)
+            results.extend(done)
+            targets = []
         for job in targets:
             try:
                 if sig is None:
@@ -309,23 +320,40 @@ def build_routes(ctx: CtldApp) -> list[Route]:
             ctx.kick()
         return JSONResponse({"results": results})
 
-    def job_from_path(request: Request) -> Any:
+    def job_ref(text: str) -> JobRef:
         try:
-            return ctl.get_job(int(request.path_params["job_id"]))
+            return parse_job_ref(text)
         except ValueError:
             raise InvalidJobId() from None
+
+    def each_job(request: Request, act: Any) -> None:
+        """Apply ``act`` to every job the path's id names (an array id: all its tasks).
+        An error is raised only when it failed for every one of them."""
+        jobs = ctl.resolve(job_ref(request.path_params["job_id"]))
+        if not jobs:
+            raise InvalidJobId()
+        first_error: MusterError | None = None
+        done = 0
+        for job in jobs:
+            try:
+                act(job)
+                done += 1
+            except MusterError as e:
+                first_error = first_error or e
+        if not done and first_error is not None:
+            raise first_error
 
     @handler
     async def hold(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, HoldBody)
-        ctl.hold(job_from_path(request), who, body.admin)
+        each_job(request, lambda job: ctl.hold(job, who, body.admin))
         return JSONResponse({"ok": True})
 
     @handler
     async def release(request: Request) -> JSONResponse:
         who = caller(request)
-        ctl.release(job_from_path(request), who)
+        each_job(request, lambda job: ctl.release(job, who))
         ctx.kick()
         return JSONResponse({"ok": True})
 
@@ -333,7 +361,8 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def update(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, UpdateBody)
-        ctx.perform(ctl.update(job_from_path(request), who, body.model_dump(exclude_none=True)))
+        changes = body.model_dump(exclude_none=True)
+        each_job(request, lambda job: ctx.perform(ctl.update(job, who, changes)))
         ctx.kick()
         return JSONResponse({"ok": True})
 
@@ -341,7 +370,7 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def requeue(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, RequeueBody)
-        ctx.perform(ctl.requeue_job(job_from_path(request), who, body.hold))
+        each_job(request, lambda job: ctx.perform(ctl.requeue_job(job, who, body.hold)))
         ctx.kick()
         return JSONResponse({"ok": True})
 

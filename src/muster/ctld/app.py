@@ -24,6 +24,7 @@ from muster.core.config import Config
 from muster.ctld.api import build_routes
 from muster.ctld.controller import Action, Controller
 from muster.ctld.dispatch import Dispatcher
+from muster.ctld.steps import StepBook
 from muster.ctld.store import Store
 from muster.ctld.view import build_snapshot
 from muster.protocol.httpd import SignedClient, Verifier
@@ -43,6 +44,8 @@ class CtldApp:
         self.store = Store(path)
         self.controller = Controller(config, self.store, self.clock)
         self.controller.load()
+        self.steps = StepBook(self.controller, key)  # job steps: srun, salloc
+        self.steps.load()
         # Everything loaded so far lives for the process: keep it out of the cyclic GC's
         # full collections, which would otherwise pause a scheduling pass now and then.
         gc.collect()
@@ -72,6 +75,7 @@ class CtldApp:
             asyncio.create_task(self._schedule_loop(), name="schedule"),
             asyncio.create_task(self._periodic(self._check_nodes, 1.0), name="nodes"),
             asyncio.create_task(self._periodic(self.controller.purge, 30.0), name="purge"),
+            asyncio.create_task(self._periodic(self._sweep_steps, 1.0), name="steps"),
         ]
         self.kick()
         log.info("musterctld started: %d nodes, %d jobs in memory", len(self.controller.nodes), len(self.controller.jobs))
@@ -111,11 +115,17 @@ class CtldApp:
             job = ctl.jobs.get(job_id)
             if job is not None and not job.hold:
                 job.reason = reason
+        ctl.kill_invalid_dependencies(decisions.reasons)
         for job in snapshot.pending:
             plan = decisions.plans.get(job.job_id)
             job.planned_start = plan.start_time if plan else None
             job.planned_nodes = list(plan.nodes) if plan else []
-        self.perform(ctl.apply_starts(decisions.starts, now))
+        starts = decisions.starts
+        if ctl.accounting is not None:  # association and QOS limits, start by start
+            starts = ctl.accounting.admit(starts, ctl.jobs)
+        self.perform(ctl.apply_starts(starts, now))
+        if decisions.starts:
+            self.steps.notify()  # srun and salloc wait for their allocations to start
         self.passes += 1
         return len(decisions.starts)
 
@@ -133,6 +143,12 @@ class CtldApp:
                 log.exception("scheduling pass %d failed; continuing", self.passes)
             # Let request handlers run between passes under a storm of submissions.
             await asyncio.sleep(0)
+
+    def _sweep_steps(self) -> None:
+        actions = self.steps.sweep()
+        if actions:
+            self.perform(actions)
+            self.kick()
 
     def _check_nodes(self) -> None:
         actions = self.controller.check_nodes()

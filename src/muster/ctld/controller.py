@@ -28,6 +28,7 @@ from muster.core.arrays import JobRef
 from muster.core.job import Job, JobSpec, compute_shape
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
+from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex, array_spec, make_tasks
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.reservations import Reservation, check_flags, check_window
@@ -135,6 +136,8 @@ class Controller:
     finished: dict[int, str] = field(default_factory=dict)
     reservations: dict[str, Reservation] = field(default_factory=dict)
     arrays: ArrayIndex = field(default_factory=ArrayIndex)
+    # Associations, QOS, fair-share and limits (muster.ctld.accounting); set by load().
+    accounting: Accounting | None = None
 
     # --- start-up -------------------------------------------------------------------
 
@@ -183,6 +186,7 @@ class Controller:
             if node.allocs:
                 node.last_seen = now
                 node.responding = True
+        self.accounting = Accounting.load(self.config, self.store, now)
 
     def _hold_resources(self, job: Job) -> None:
         for a in job.alloc:
@@ -239,6 +243,11 @@ class Controller:
             raise err
         part_conf = self.config.partition(partition)
         assert part_conf is not None
+        if self.accounting is not None:  # account, QOS and submit limits; may set spec's
+            self.accounting.check_submit(
+                spec, who, partition, self.jobs.values(),
+                part_conf.default_time if part_conf.default_time is not None else part_conf.max_time,
+            )
         time_limit = spec.time_limit
         if time_limit is None:
             time_limit = part_conf.default_time if part_conf.default_time is not None else part_conf.max_time

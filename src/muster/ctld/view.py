@@ -76,7 +76,7 @@ def build_snapshot(ctl: Controller) -> Snapshot:
             running.append(job)
         if job.state.is_terminal:
             finished[job.job_id] = str(job.state)
-    return Snapshot(
+    snap = Snapshot(
         nodes=node_views(ctl.nodes.values()),
         partitions=partition_views(ctl.config),
         pending=pending,
@@ -84,7 +84,13 @@ def build_snapshot(ctl: Controller) -> Snapshot:
         finished=finished,
         reservations=reservation_views(ctl.reservations.values()),
         priority_overrides={j.job_id: j.admin_priority for j in pending if j.admin_priority is not None},
+        arrays=ctl.arrays.tasks,
     )
+    if ctl.accounting is not None:
+        # Fair-share factors and QOS priorities in; jobs over an association or QOS
+        # limit out of ``pending``, with the limit as their reason (muster.ctld.accounting).
+        ctl.accounting.before_pass(ctl, snap, ctl.clock.now())
+    return snap
 
 
 def reservation_views(reservations: Iterable[object]) -> list[ReservationView]:

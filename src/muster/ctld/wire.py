@@ -39,8 +39,8 @@ def expand_pattern(pattern: str, job: Job, node: str | None = None) -> str:
         key = pattern[j]
         values = {
             "j": str(job.job_id),
-            "A": str(job.job_id),
-            "a": "4294967294",
+            "A": str(job.array_job_id if job.array_job_id is not None else job.job_id),
+            "a": str(job.array_task_id if job.array_task_id is not None else 4294967294),
             "x": job.spec.name,
             "u": job.user,
             "N": node or (job.batch_host or ""),
@@ -69,7 +69,7 @@ def job_wire(job: Job, now: float) -> dict[str, Any]:
         run_time = job.end_time - job.start_time
     else:
         run_time = 0
-    stdout = job.spec.stdout or "slurm-%j.out"
+    stdout = job.spec.stdout or ("slurm-%j.out" if job.array_job_id is None else "slurm-%A_%a.out")
     d.update(
         nodelist=compress(job.nodes),
         sched_nodelist=compress(planned),
