@@ -1,14 +1,15 @@
 """How fast ``muster sim`` replays real traces: jobs simulated per second.
 
-    python benchmarks/bench_sim.py             # KTH under EASY, then ITP cluster04 on 512 GPUs
+    python benchmarks/bench_sim.py             # KTH under EASY, then two ITP files on 512 GPUs
     python benchmarks/bench_sim.py --quick     # the first 5,000 jobs of each
     python benchmarks/bench_sim.py --profile   # and where the time goes (cProfile, top 15)
 
 Traces come from ../shared/traces (see its README). KTH SP2 (28,481 jobs, 100 processors)
 is replayed under EASY with the users' requested times as estimates, on the default
 processor pool and on 100 single-CPU nodes (``--nodes 100 --cpus-per-node 1``). The
-Microsoft ITP cluster04 file (15,802 jobs) is replayed on 64 nodes x 8 GPUs = 512 GPUs
-under EASY with the actual durations as estimates (the trace records no request).
+Microsoft ITP cluster04 file (15,802 jobs, offered load 0.97 at that size) and cluster07
+(12,699 jobs, load 0.50) are replayed on 64 nodes x 8 GPUs = 512 GPUs under EASY with the
+actual durations as estimates (the trace records no request).
 
 Wall and CPU seconds are measured here, around ``Simulation.run`` (trace reading and
 metrics excluded); the simulator itself never reads a clock. The machine is shared, so
@@ -81,9 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_nodes:
         bench("KTH SP2, EASY, requested, 100 nodes x 1 CPU", kth,
               uniform_cluster("procs", kth.header, 100, 1), "requested", limit, args.profile)
-    itp = read_trace(ITP, cluster="cluster04")
-    bench("ITP cluster04, EASY, actual, 64 x 8 GPUs", itp, uniform_cluster("gpus", nodes=64),
-          "actual", limit, args.profile)
+    for name in ("cluster04", "cluster07"):
+        itp = read_trace(ITP, cluster=name)
+        bench(f"ITP {name}, EASY, actual, 64 x 8 GPUs", itp, uniform_cluster("gpus", nodes=64),
+              "actual", limit, args.profile)
     return 0
 
 
