@@ -21,6 +21,7 @@ from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterEr
 from muster.core.hostlist import compress
 from muster.core.job import JobSpec
 from muster.core.resources import parse_gres
+from muster.ctld.acct_api import accounting_routes
 from muster.ctld.controller import Identity, parse_signal
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.wire import job_wire, node_wire, partition_wire
@@ -472,7 +473,7 @@ def build_routes(ctx: CtldApp) -> list[Route]:
         ctx.kick()
         return JSONResponse({"ok": True})
 
-    return [
+    return accounting_routes(ctx, caller, parse, handler) + [
         Route("/v1/ping", ping),
         Route("/v1/jobs", submit, methods=["POST"]),
         Route("/v1/jobs", list_jobs, methods=["GET"]),

@@ -25,7 +25,7 @@ from muster.ctld.api import build_routes
 from muster.ctld.controller import Action, Controller
 from muster.ctld.dispatch import Dispatcher
 from muster.ctld.steps import StepBook
-from muster.ctld.store import Store
+from muster.ctld.store_pg import open_store
 from muster.ctld.view import build_snapshot
 from muster.protocol.httpd import SignedClient, Verifier
 from muster.sched import schedule
@@ -41,7 +41,7 @@ class CtldApp:
         self.clock = clock or SystemClock()
         self.hostname = socket.gethostname().split(".")[0]
         path = db_path or f"{config.state_save_location}/muster.db"
-        self.store = Store(path)
+        self.store = open_store(config, path)  # SQLite, or PostgreSQL when configured
         self.controller = Controller(config, self.store, self.clock)
         self.controller.load()
         self.steps = StepBook(self.controller, key)  # job steps: srun, salloc

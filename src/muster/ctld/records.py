@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from muster.core.hostlist import compress
+from muster.core.steps import BATCH_STEP
 from muster.ctld.tres import alloc_tres, billing, format_tres, req_tres
 
 _REQUEUE_KINDS = frozenset({"node_fail", "requeue", "launch_failed"})
@@ -310,7 +311,9 @@ def record_wire(
         "ntasks": None,
         "steps": [],
     }
-    if started and spec.get("script") is not None:
+    steps = list(steps)
+    recorded_batch = any(s.get("step_id") == BATCH_STEP for s in steps)
+    if started and spec.get("script") is not None and not recorded_batch:
         first = alloc[0]
         b_state, b_exit = _batch_state(d)
         b_counts = {"cpu": int(first.get("cpus", 0)), "mem": int(first.get("mem", 0)), "node": 1,
@@ -379,5 +382,6 @@ def _step_from_table(rec: dict[str, Any], s: dict[str, Any], now: float) -> dict
     }
     code = int(s.get("exit_code") or 0)
     sig = int(s.get("signal") or s.get("exit_signal") or 0)
-    return _step(rec, str(s.get("step_id")), str(s.get("name") or ""), state, exit_text(code, sig),
+    step_id = "batch" if s.get("step_id") == BATCH_STEP else str(s.get("step_id"))
+    return _step(rec, step_id, str(s.get("name") or ""), state, exit_text(code, sig),
                  start, end, elapsed, nodes, counts, int(s.get("ntasks") or 1))

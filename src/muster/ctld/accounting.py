@@ -1,0 +1,553 @@
+"""Accounting in the controller: associations at submit, fair-share and limits around each
+scheduling pass, and the views sacct, sacctmgr, sshare, sprio and sreport ask for.
+
+Where it plugs in (everything else lives in the modules it wires together):
+
+* ``Controller.submit`` calls ``check_submit``: with ``AccountingStorageEnforce=associations``
+  a job needs an association (user, account), else it is refused with Slurm's "Invalid
+  account or account/partition combination specified"; the job's account and QOS are
+  resolved (DefaultAccount, the association's default QOS, else ``normal``); with
+  ``limits`` the submit limits (MaxSubmitJobs, GrpSubmitJobs, QOS MaxSubmitJobsPerUser) are
+  checked, and a QOS with ``Flags=DenyOnLimit`` refuses a job over its MaxWall or TRES
+  limits instead of letting it pend.
+* ``view.build_snapshot`` calls ``before_pass``: usage is charged up to now, Fair Tree
+  factors go to ``Snapshot.fairshare``, QOS priorities to ``Snapshot.qos_priority``, and,
+  with ``limits``, pending jobs that would break an association or QOS limit are taken out
+  of ``Snapshot.pending`` with the limit's reason set on the job (the scheduler has no
+  notion of associations; this is the controller-side hook the design calls for).
+* ``CtldApp.run_pass`` passes the pass's starts through ``admit``, which checks them one by
+  one against the same counters, so that jobs started together cannot overshoot a limit.
+
+``Snapshot.fairshare`` is looked up by user, then by account (``sched.priority``). A user with
+one association gets its factor under the user's name; a user with several gets none under
+the name, and each account gets the mean factor of such users in it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from muster.core.config import Config
+from muster.core.errors import InvalidRequest, MusterError
+from muster.core.job import Job, JobSpec
+from muster.core.states import JobState
+from muster.ctld import records
+from muster.ctld.assoc import Assoc, AssocDB, Change, Qos, Result, assoc_key
+from muster.ctld.fairshare import Node, Standing, Usage, fair_tree
+from muster.ctld.limits import JobLoad, Running, check
+from muster.ctld.tres import DEFAULT_USAGE_WEIGHTS, billing, parse_billing_weights
+from muster.sched.config import SchedConfig
+
+if TYPE_CHECKING:
+    from muster.ctld.controller import Controller, Identity
+    from muster.sched.snapshot import Snapshot
+
+INVALID_ACCOUNT = "Invalid account or account/partition combination specified"
+INVALID_QOS = "Invalid qos specification"
+POLICY = "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
+
+
+class InvalidAccount(MusterError):
+    code = "invalid_account"
+
+    def __init__(self, message: str = INVALID_ACCOUNT) -> None:
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class Enforce:
+    associations: bool = False
+    limits: bool = False
+    qos: bool = False
+
+    @classmethod
+    def parse(cls, text: str | None) -> Enforce:
+        words = {w.strip().lower() for w in (text or "").split(",") if w.strip()}
+        if "all" in words:
+            words |= {"associations", "limits", "qos"}
+        limits = "limits" in words or "safe" in words
+        qos = "qos" in words
+        return cls(associations="associations" in words or limits or qos, limits=limits, qos=qos)
+
+
+@dataclass(slots=True)
+class _Charge:
+    since: float
+    keys: list[str]
+    rates: dict[str, float]
+
+
+class Accounting:
+    def __init__(self, config: Config, store: Any, db: AssocDB, now: float) -> None:
+        self.config = config
+        self.store = store
+        self.db = db
+        self.enforce = Enforce.parse(config.get("AccountingStorageEnforce"))
+        half_life = config.get_seconds("PriorityDecayHalfLife", 7 * 86400)
+        self.usage = Usage(half_life, now)
+        self.max_tres = "MAX_TRES" in (config.get("PriorityFlags") or "").upper()
+        self.weights = {
+            p.name: parse_billing_weights(p.params.get("TRESBillingWeights")) for p in config.partitions
+        }
+        self.sched_config = SchedConfig.from_settings(dict(config.settings))
+        self.charging: dict[tuple[int, int], _Charge] = {}
+        self.standing: dict[str, Standing] = {}
+        self._running = Running()
+
+    @classmethod
+    def load(cls, config: Config, store: Any, now: float) -> Accounting:
+        rows = store.db.execute("SELECT kind, name, data FROM acct_objects").fetchall()
+        db = AssocDB.from_rows(config.cluster_name, rows)
+        acct = cls(config, store, db, now)
+        created = db.bootstrap()
+        if created:
+            acct._persist(now, created, {"bootstrap": True})
+        acct._usage_from_records(now)
+        acct.refresh()
+        return acct
+
+    # --- persistence ------------------------------------------------------------------------
+
+    def _persist(self, now: float, changes: list[Change], event: dict[str, Any]) -> None:
+        with self.store.transaction() as db:
+            for c in changes:
+                if c.data is None:
+                    db.execute("DELETE FROM acct_objects WHERE kind=? AND name=?", (c.kind, c.name))
+                else:
+                    db.execute(
+                        "INSERT INTO acct_objects(kind, name, data) VALUES(?,?,?) ON CONFLICT(kind, name) "
+                        "DO UPDATE SET data=excluded.data",
+                        (c.kind, c.name, json.dumps(c.data, separators=(",", ":"))),
+                    )
+            db.execute(
+                "INSERT INTO events(time, job_id, kind, data) VALUES(?,?,?,?)",
+                (now, None, "sacctmgr", json.dumps(event, separators=(",", ":"))),
+            )
+
+    def sacctmgr(self, req: dict[str, Any], who: Identity, now: float) -> Result:
+        """Apply one add/modify/delete; durable before it returns. ``dry_run`` undoes it."""
+        saved = self.db.rows()
+        result = self.db.apply(req, who.user, who.admin)
+        if req.get("dry_run"):
+            self.db._restore(saved)
+            return result
+        if result.changes:
+            try:
+                self._persist(now, result.changes, {"request": req, "by": who.uid})
+            except Exception:
+                self.db._restore(saved)
+                raise
+        self.refresh()
+        return result
+
+    # --- a job's association, QOS and TRES ----------------------------------------------------
+
+    def assoc_of(self, job: Job) -> Assoc | None:
+        account = job.spec.account or self.db.default_account(job.user)
+        return self.db.assoc(account, job.user) if account else None
+
+    def qos_of(self, job: Job) -> Qos | None:
+        return self.db.qos.get(job.spec.qos or "normal")
+
+    def tres_of(self, job: Job) -> dict[str, int]:
+        if job.alloc:
+            counts = {
+                "cpu": sum(a.cpus for a in job.alloc),
+                "mem": sum(a.mem for a in job.alloc),
+                "node": len(job.alloc),
+                "gres/gpu": sum(len(a.gpu_ids) for a in job.alloc),
+            }
+        else:
+            s = job.shape
+            counts = {"cpu": s.total_cpus, "mem": s.total_mem, "node": s.nodes, "gres/gpu": s.total_gpus}
+        counts["billing"] = int(round(billing(counts, self.weights.get(job.partition, {}), self.max_tres)))
+        return counts
+
+    def load_of(self, job: Job) -> JobLoad:
+        a = self.assoc_of(job)
+        return JobLoad(self.db.chain(a) if a else [], self.qos_of(job), job.user, self.tres_of(job),
+                       job.time_limit)
+
+    def _rates(self, counts: dict[str, int], partition: str, qos: str | None) -> dict[str, float]:
+        weights = self.weights.get(partition) or DEFAULT_USAGE_WEIGHTS
+        q = self.db.qos.get(qos or "normal")
+        factor = q.usage_factor if q is not None else 1.0
+        rates = {k: float(v) * factor for k, v in counts.items() if k != "billing"}
+        rates["billing"] = billing(counts, weights, self.max_tres) * factor
+        return rates
+
+    # --- submission ------------------------------------------------------------------------------
+
+    def check_submit(self, spec: JobSpec, who: Identity, partition: str, jobs: Iterable[Job],
+                     partition_max_time: int | None = None) -> None:
+        """Resolve the job's account and QOS and refuse what the enforced policy forbids.
+        Changes ``spec`` (account, qos, a time limit from MaxWall) only when it accepts."""
+        db = self.db
+        account = spec.account or db.default_account(who.user)
+        a = db.assoc(account, who.user) if account else None
+        if self.enforce.associations and a is None:
+            raise InvalidAccount()
+        if spec.account is not None and a is None and self.enforce.associations:
+            raise InvalidAccount()
+        qos_name = spec.qos or (db.default_qos(a) if a is not None else None)
+        if qos_name is None and "normal" in db.qos:
+            qos_name = "normal"
+        q = db.qos.get(qos_name) if qos_name else None
+        if spec.qos is not None and (self.enforce.qos or self.enforce.associations):
+            allowed = db.allowed_qos(a) if a is not None else []
+            if q is None or (allowed and spec.qos not in allowed):
+                raise InvalidRequest(INVALID_QOS)
+        time_limit = spec.time_limit
+        walls = [w for w in (q.max_wall if q else None,
+                             db.inherited(a, "max_wall") if a is not None else None) if w is not None]
+        if time_limit is None and walls:
+            cap = min(walls)
+            if partition_max_time is None or cap < partition_max_time:
+                time_limit = cap
+        if self.enforce.limits and a is not None:
+            self._check_submit_limits(spec, who.user, a, q, time_limit, jobs)
+        if a is not None:
+            spec.account = a.account
+        if q is not None:
+            spec.qos = q.name
+        spec.time_limit = time_limit
+
+    def _check_submit_limits(self, spec: JobSpec, user: str, a: Assoc, q: Qos | None,
+                             time_limit: int | None, jobs: Iterable[Job]) -> None:
+        chain = self.db.chain(a)
+        keys = {x.key for x in chain}
+        per_assoc: dict[str, int] = {}
+        qos_user = 0
+        qos_all = 0
+        for job in jobs:
+            if job.state.is_terminal:
+                continue
+            ja = self.assoc_of(job)
+            if ja is not None:
+                for x in self.db.chain(ja):
+                    if x.key in keys:
+                        per_assoc[x.key] = per_assoc.get(x.key, 0) + 1
+            if q is not None and (job.spec.qos or "normal") == q.name:
+                qos_all += 1
+                qos_user += job.user == user
+        max_submit = self.db.inherited(a, "max_submit_jobs")
+        if max_submit is not None and per_assoc.get(a.key, 0) + 1 > max_submit:
+            raise InvalidRequest(POLICY)
+        for x in chain:
+            if x.limits.grp_submit_jobs is not None and per_assoc.get(x.key, 0) + 1 > x.limits.grp_submit_jobs:
+                raise InvalidRequest(POLICY)
+        if q is None:
+            return
+        if q.max_submit_jobs_per_user is not None and qos_user + 1 > q.max_submit_jobs_per_user:
+            raise InvalidRequest(POLICY)
+        if q.grp_submit_jobs is not None and qos_all + 1 > q.grp_submit_jobs:
+            raise InvalidRequest(POLICY)
+        if "DenyOnLimit" in q.flags:
+            if q.max_wall is not None and (time_limit is None or time_limit > q.max_wall):
+                raise InvalidRequest(POLICY)
+
+    # --- scheduling passes ---------------------------------------------------------------------
+
+    def _usage_from_records(self, now: float) -> None:
+        """Charge every recorded attempt that ran (decay makes old ones count little)."""
+        rows = self.store.db.execute(
+            "SELECT data FROM acct_jobs WHERE start_time IS NOT NULL"
+        ).fetchall()
+        self.usage.decay_to(now)
+        for (raw,) in rows:
+            d = json.loads(raw)
+            alloc = d.get("alloc") or []
+            start = d.get("start_time")
+            if not alloc or start is None:
+                continue
+            user = d.get("user", "")
+            spec = d.get("spec") or {}
+            account = spec.get("account") or self.db.default_account(user)
+            a = self.db.assoc(account, user) if account else None
+            if a is None:
+                continue
+            counts = {"cpu": sum(x.get("cpus", 0) for x in alloc), "mem": sum(x.get("mem", 0) for x in alloc),
+                      "node": len(alloc), "gres/gpu": sum(len(x.get("gpu_ids") or []) for x in alloc)}
+            rates = self._rates(counts, d.get("partition", ""), spec.get("qos"))
+            keys = [x.key for x in self.db.chain(a)]
+            end = d.get("end_time")
+            if end is None and d.get("state") in ("RUNNING",):
+                self.usage.charge(keys, rates, start, now)
+                self.charging[(int(d["job_id"]), int(d.get("restart_count", 0)))] = _Charge(now, keys, rates)
+            elif end is not None:
+                self.usage.charge(keys, rates, start, end)
+
+    def charge(self, jobs: dict[int, Job], now: float) -> None:
+        """Bring usage up to ``now``: running jobs up to now, jobs ended since up to their end."""
+        self.usage.decay_to(now)
+        seen: set[tuple[int, int]] = set()
+        for job in jobs.values():
+            if not job.is_active or job.start_time is None:
+                continue
+            key = (job.job_id, job.restart_count)
+            c = self.charging.get(key)
+            if c is None:
+                a = self.assoc_of(job)
+                if a is None:
+                    continue
+                c = self.charging[key] = _Charge(
+                    job.start_time, [x.key for x in self.db.chain(a)],
+                    self._rates(self.tres_of(job), job.partition, job.spec.qos),
+                )
+            end = job.end_time if job.end_time is not None else now
+            self.usage.charge(c.keys, c.rates, c.since, end)
+            c.since = max(c.since, end)
+            seen.add(key)
+        for key in [k for k in self.charging if k not in seen]:
+            c = self.charging.pop(key)
+            job = jobs.get(key[0])
+            end = now
+            if job is not None and job.restart_count == key[1] and job.end_time is not None:
+                end = job.end_time
+            elif job is not None and job.restart_count > key[1] and job.eligible_time is not None:
+                end = min(now, job.eligible_time)  # requeued at that time
+            self.usage.charge(c.keys, c.rates, c.since, end)
+
+    def refresh(self) -> None:
+        """Recompute Fair Tree standings from the current usage."""
+        db = self.db
+
+        def children(key: str) -> list[Node]:
+            account = key.split("|", 1)[0]
+            return [Node(a.key, a.is_user, a.shares) for a in db.children(account)]
+
+        self.standing = fair_tree(assoc_key("root"), children, lambda k: self.usage.get(k))
+
+    def fairshare_map(self) -> dict[str, float]:
+        by_user: dict[str, list[tuple[str, float]]] = {}
+        for key, s in self.standing.items():
+            account, _, user = key.partition("|")
+            if user and s.factor is not None:
+                by_user.setdefault(user, []).append((account, s.factor))
+        out: dict[str, float] = {}
+        shared: dict[str, list[float]] = {}
+        for user, items in by_user.items():
+            factors = {f for _, f in items}
+            if len(factors) == 1:
+                out[user] = items[0][1]
+            else:
+                for account, f in items:
+                    shared.setdefault(account, []).append(f)
+        for account, fs in shared.items():
+            if account not in out:
+                out[account] = sum(fs) / len(fs)
+        return out
+
+    def before_pass(self, ctl: Controller, snap: Snapshot, now: float) -> None:
+        self.charge(ctl.jobs, now)
+        self.refresh()
+        snap.fairshare = self.fairshare_map()
+        snap.qos_priority = {q.name: q.priority for q in self.db.qos.values()}
+        self._running = Running()
+        if not self.enforce.limits:
+            return
+        for job in snap.running:
+            self._running.add(self.load_of(job))
+        keep: list[Job] = []
+        blocked: list[Job] = []
+        for job in snap.pending:
+            if job.hold or (job.eligible_time is not None and job.eligible_time > now):
+                keep.append(job)
+                continue
+            reason = check(self.load_of(job), self._running, self.db, self.usage.values)
+            if reason is None:
+                keep.append(job)
+            else:
+                job.reason = reason
+                job.planned_start = None
+                job.planned_nodes = []
+                blocked.append(job)
+        if blocked:
+            snap.pending = keep
+            self._prioritise(blocked, snap, now)
+
+    def _prioritise(self, jobs: list[Job], snap: Snapshot, now: float) -> None:
+        """Jobs kept out of the pass still get a priority (squeue -P, sprio)."""
+        from muster.sched.priority import PriorityPolicy
+
+        policy = PriorityPolicy(snap, now, self.sched_config)
+        for job in jobs:
+            parts = tuple(job.spec.partitions) or (job.partition,)
+            job.priority = policy.priority(job, parts)
+
+    def admit(self, starts: list[Any], jobs: dict[int, Job]) -> list[Any]:
+        """The pass's starts that keep every limit, taken in the order decided."""
+        if not self.enforce.limits or not starts:
+            return starts
+        out = []
+        for s in starts:
+            job = jobs.get(s.job_id)
+            if job is None:
+                continue
+            load = self.load_of(job)
+            reason = check(load, self._running, self.db, self.usage.values)
+            if reason is not None:
+                job.reason = reason
+                continue
+            self._running.add(load)
+            out.append(s)
+        return out
+
+    # --- views for commands --------------------------------------------------------------------
+
+    def shares(self) -> list[dict[str, Any]]:
+        """sshare's rows, depth first from root."""
+        rows = []
+        for a in self.db.tree_order():
+            s = self.standing.get(a.key)
+            depth = len(self.db.chain(a)) - 1
+            if a.key == assoc_key("root"):
+                total = self.usage.get(a.key)
+                rows.append({"account": "root", "user": "", "depth": 0, "raw_shares": None,
+                             "norm_shares": 0.0, "raw_usage": total,
+                             "effective_usage": 1.0 if total > 0 else 0.0, "fairshare": None,
+                             "level_fs": None, "grp_tres_mins": "", "tres_run_mins": ""})
+                continue
+            rows.append({
+                "account": a.account,
+                "user": a.user,
+                "depth": depth,
+                "raw_shares": a.shares,
+                "norm_shares": s.norm_shares if s else 0.0,
+                "raw_usage": self.usage.get(a.key),
+                "effective_usage": s.effective_usage if s else 0.0,
+                "fairshare": s.factor if s else None,
+                "level_fs": s.level_fs if s else None,
+                "grp_tres_mins": _tres_text(a.limits.grp_tres_mins),
+                "tres_run_mins": "",
+            })
+        return rows
+
+    def priorities(self, ctl: Controller, now: float) -> dict[str, Any]:
+        """sprio's rows: each pending job's weighted factors (the formula of
+        ``sched.priority``, term by term) and the job's priority from the last pass."""
+        c = self.sched_config
+        nodes = list(ctl.nodes.values())
+        total_nodes = max(1, len(nodes))
+        total_cpus = max(1, sum(n.cpus for n in nodes))
+        total_gpus = sum(n.gpus for n in nodes)
+        part_factor = {p.name: p.priority_job_factor for p in ctl.config.partitions}
+        max_part = max(part_factor.values(), default=1) or 1
+        qos_prio = {q.name: q.priority for q in self.db.qos.values()}
+        max_qos = max(qos_prio.values(), default=0)
+        fs_map = self.fairshare_map()
+        rows = []
+        for job in sorted(ctl.jobs.values(), key=lambda j: j.job_id):
+            if job.state is not JobState.PENDING:
+                continue
+            since = job.eligible_time if job.eligible_time is not None else job.submit_time
+            age = 1.0 if c.max_age <= 0 else min(1.0, max(0.0, now - since) / c.max_age)
+            fs = fs_map.get(job.user)
+            if fs is None and job.spec.account is not None:
+                fs = fs_map.get(job.spec.account)
+            fs = 0.5 if fs is None else fs
+            s = job.shape
+            share = min(1.0, max(s.nodes / total_nodes, s.total_cpus / total_cpus,
+                                 s.total_gpus / total_gpus if total_gpus else 0.0))
+            size = 1.0 - share if c.favor_small else share
+            parts = tuple(job.spec.partitions) or (job.partition,)
+            part = max((part_factor.get(p, 0) for p in parts), default=0) / max_part
+            qos = qos_prio.get(job.spec.qos or "normal", 0) / max_qos if max_qos > 0 else 0.0
+            for p in parts:
+                rows.append({
+                    "job_id": job.job_id, "partition": p, "user": job.user,
+                    "account": job.spec.account or job.user, "priority": job.priority,
+                    "site": 0, "age": age, "assoc": 0.0, "fairshare": fs, "jobsize": size,
+                    "partition_factor": part_factor.get(p, 0) / max_part if p in part_factor else part,
+                    "qos": qos, "qos_name": job.spec.qos or "normal", "nice": job.spec.nice,
+                    "tres": "",
+                })
+        return {
+            "multifactor": c.multifactor,
+            "priority_type": c.priority_type,
+            "weights": {"age": c.weight_age, "fairshare": c.weight_fairshare,
+                        "jobsize": c.weight_job_size, "partition": c.weight_partition,
+                        "qos": c.weight_qos, "assoc": 0, "site": 0},
+            "jobs": rows,
+        }
+
+    def usage_report(self, start: float, end: float, now: float, ctl: Controller) -> dict[str, Any]:
+        """TRES-seconds used in [start, end] per (account, user), and the cluster's capacity."""
+        rows = self.store.db.execute(
+            "SELECT data FROM acct_jobs WHERE start_time IS NOT NULL AND start_time < ? "
+            "AND (end_time IS NULL OR end_time > ?)", (end, start),
+        ).fetchall()
+        by: dict[tuple[str, str], dict[str, float]] = {}
+        total: dict[str, float] = {}
+        for (raw,) in rows:
+            d = json.loads(raw)
+            t0 = max(start, d.get("start_time") or start)
+            stop = d.get("end_time")
+            if stop is None:
+                stop = now if d.get("state") == "RUNNING" or d.get("completing") else t0
+            t1 = min(end, stop)
+            if t1 <= t0:
+                continue
+            counts = records.alloc_tres(d)
+            if not counts:
+                continue
+            counts["billing"] = billing(counts, self.weights.get(d.get("partition", ""), {}), self.max_tres)
+            key = (records.account_of(d), d.get("user", ""))
+            per = by.setdefault(key, {})
+            for name, n in counts.items():
+                per[name] = per.get(name, 0.0) + n * (t1 - t0)
+                total[name] = total.get(name, 0.0) + n * (t1 - t0)
+        span = max(0.0, min(end, now) - start)
+        nodes = list(ctl.nodes.values())
+        capacity = {
+            "cpu": sum(n.cpus for n in nodes) * span,
+            "gres/gpu": sum(n.gpus for n in nodes) * span,
+            "mem": sum(n.real_memory for n in nodes) * span,
+            "node": len(nodes) * span,
+            "billing": sum(n.cpus for n in nodes) * span,
+        }
+        return {
+            "cluster": ctl.config.cluster_name,
+            "start": start,
+            "end": end,
+            "allocated": total,
+            "capacity": capacity,
+            "down": {k: 0.0 for k in capacity},
+            "usage": [{"account": a, "user": u, "tres": t} for (a, u), t in sorted(by.items())],
+            "accounts": {a.account: {"parent": a.parent, "depth": len(self.db.chain(a)) - 1}
+                         for a in self.db.tree_order() if not a.is_user},
+            "users": {u.name: {"default_account": u.default_account} for u in self.db.users.values()},
+        }
+
+    def jobs(self, q: records.Query, now: float) -> list[dict[str, Any]]:
+        """sacct's records (with their steps), read from the store."""
+        found = records.select(self.store.db, q, now)
+        steps = _steps_by_job(self.store, [d["job_id"] for d in found]) if found else {}
+        cluster = self.config.cluster_name
+        out = []
+        for d in found:
+            job_steps = steps.get((d["job_id"], d.get("attempt", 0)), []) or (
+                steps.get((d["job_id"], None), []))
+            out.append(records.record_wire(d, now, cluster, self.weights.get(d.get("partition", "")), job_steps))
+        return out
+
+
+def _tres_text(counts: dict[str, int]) -> str:
+    from muster.ctld.tres import format_tres
+
+    return format_tres(counts) if counts else ""
+
+
+def _steps_by_job(store: Any, job_ids: list[int]) -> dict[tuple[int, int | None], list[dict[str, Any]]]:
+    """Steps (``srun`` inside jobs) as the store's steps table keeps them, by (job, attempt)."""
+    load = getattr(store, "load_steps", None)
+    if load is None:
+        return {}
+    out: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
+    for step in load(job_ids):
+        d = step.to_dict()
+        out.setdefault((int(d["job_id"]), int(d.get("attempt", 0))), []).append(d)
+    return out

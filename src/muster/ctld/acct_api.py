@@ -1,0 +1,150 @@
+"""HTTP routes for accounting: what sacct, sacctmgr, sshare, sprio and sreport ask.
+
+Reads come from the controller (records from the store, the rest from memory); commands
+never open the database. Only sacctmgr's changes need privileges (root, AdminUsers, or an
+AdminLevel of Operator or Administrator); ``build_routes`` hands in its helpers for the
+caller's identity, body validation and error answers.
+
+| method, path | query or body | answer |
+|---|---|---|
+| ``GET /v1/accounting/jobs`` | ``job_id user account partition state qos name nodelist start end duplicates`` | ``{"jobs": [record], "now"}`` |
+| ``GET /v1/accounting/objects`` | | ``{"cluster", "accounts", "users", "assocs", "qos"}`` |
+| ``POST /v1/accounting/sacctmgr`` | ``{"verb", "entity", "names", "where", "set", "dry_run"}`` | ``{"lines": [...], "changed": n, "nothing": bool}`` |
+| ``GET /v1/accounting/shares`` | | ``{"rows": [...], "now"}`` |
+| ``GET /v1/accounting/priority`` | | ``{"weights", "jobs": [...], "multifactor"}`` |
+| ``GET /v1/accounting/usage`` | ``start end`` | ``{"allocated", "capacity", "usage": [...]}`` |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from muster.core.errors import InvalidRequest
+from muster.ctld.records import Query
+
+if TYPE_CHECKING:
+    from muster.ctld.app import CtldApp
+
+_STATES = {
+    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CD": "COMPLETED", "CA": "CANCELLED",
+    "F": "FAILED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "OOM": "OUT_OF_MEMORY",
+    "BF": "BOOT_FAIL", "DL": "DEADLINE", "RQ": "REQUEUED", "RV": "REVOKED", "RS": "RESIZING",
+}
+
+
+class SacctmgrBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    verb: str
+    entity: str
+    names: list[str] = []
+    where: dict[str, list[str]] = {}
+    set: dict[str, str] = {}
+    dry_run: bool = False
+
+
+def parse_states(values: list[str]) -> list[str]:
+    out = []
+    for v in values:
+        up = v.strip().upper()
+        out.append(_STATES.get(up, up))
+    return out
+
+
+def accounting_routes(ctx: CtldApp, caller: Callable[[Request], Any], parse: Any, handler: Any) -> list[Route]:
+    ctl = ctx.controller
+
+    def acct() -> Any:
+        if ctl.accounting is None:
+            raise InvalidRequest("accounting is not available")
+        return ctl.accounting
+
+    def qlist(request: Request, key: str) -> list[str] | None:
+        v = request.query_params.get(key)
+        return [x for x in v.split(",") if x] if v else None
+
+    def qtime(request: Request, key: str) -> float | None:
+        v = request.query_params.get(key)
+        if v is None or v == "":
+            return None
+        try:
+            return float(v)
+        except ValueError:
+            raise InvalidRequest(f"invalid request: {key}: not a time") from None
+
+    @handler
+    async def jobs(request: Request) -> JSONResponse:
+        caller(request)
+        now = ctx.clock.now()
+        ids = qlist(request, "job_id")
+        try:
+            job_ids = [int(i) for i in ids] if ids else None
+        except ValueError:
+            raise InvalidRequest("invalid request: job_id: not a job id") from None
+        q = Query(
+            job_ids=job_ids,
+            users=qlist(request, "user"),
+            accounts=qlist(request, "account"),
+            partitions=qlist(request, "partition"),
+            states=parse_states(qlist(request, "state") or []) or None,
+            qos=qlist(request, "qos"),
+            names=qlist(request, "name"),
+            nodes=qlist(request, "nodelist"),
+            start=qtime(request, "start"),
+            end=qtime(request, "end"),
+            duplicates=request.query_params.get("duplicates") in ("1", "true", "yes"),
+        )
+        return JSONResponse({"jobs": acct().jobs(q, now), "now": now})
+
+    @handler
+    async def objects(request: Request) -> JSONResponse:
+        caller(request)
+        return JSONResponse({**acct().db.objects(), "now": ctx.clock.now()})
+
+    @handler
+    async def sacctmgr(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, SacctmgrBody)
+        result = acct().sacctmgr(body.model_dump(), who, ctx.clock.now())
+        if result.changes and not body.dry_run:
+            ctx.kick()  # limits and shares may let jobs start (or stop them starting)
+        return JSONResponse({"lines": result.lines, "changed": len(result.changes),
+                             "nothing": result.nothing})
+
+    @handler
+    async def shares(request: Request) -> JSONResponse:
+        caller(request)
+        a = acct()
+        a.charge(ctl.jobs, ctx.clock.now())
+        a.refresh()
+        return JSONResponse({"rows": a.shares(), "cluster": ctl.config.cluster_name,
+                             "now": ctx.clock.now()})
+
+    @handler
+    async def priority(request: Request) -> JSONResponse:
+        caller(request)
+        return JSONResponse({**acct().priorities(ctl, ctx.clock.now()), "now": ctx.clock.now()})
+
+    @handler
+    async def usage(request: Request) -> JSONResponse:
+        caller(request)
+        now = ctx.clock.now()
+        start = qtime(request, "start")
+        end = qtime(request, "end")
+        if start is None or end is None or end <= start:
+            raise InvalidRequest("invalid request: start and end must be given, start before end")
+        return JSONResponse({**acct().usage_report(start, end, now, ctl), "now": now})
+
+    return [
+        Route("/v1/accounting/jobs", jobs),
+        Route("/v1/accounting/objects", objects),
+        Route("/v1/accounting/sacctmgr", sacctmgr, methods=["POST"]),
+        Route("/v1/accounting/shares", shares),
+        Route("/v1/accounting/priority", priority),
+        Route("/v1/accounting/usage", usage),
+    ]

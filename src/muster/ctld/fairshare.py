@@ -1,0 +1,171 @@
+"""Fair-share: decayed usage per association, and Slurm's Fair Tree factor.
+
+Usage
+-----
+A running job charges every association on its path to root (its user association, its
+account, the accounts above, root) with its TRES multiplied by seconds: per TRES
+(``cpu``, ``mem``, ``node``, ``gres/gpu``) and as ``billing``, the TRES weighted by the
+partition's ``TRESBillingWeights`` (muster's default weights make GPUs dominant, see
+``muster.ctld.tres``) times the QOS ``UsageFactor``. Usage decays exponentially with
+``PriorityDecayHalfLife`` (default 7 days; 0 turns decay off): a charge made ``h`` seconds
+ago counts half. ``Usage.charge`` integrates the decay exactly over the charged interval,
+so the result does not depend on how often usage is brought up to date.
+
+Fair Tree
+---------
+muster ranks users with Fair Tree, the algorithm Slurm uses by default since 19.05 (not the
+"classic" 2^(-usage/shares) formula). For every association::
+
+    LevelFS = S / U     S = shares / sum of the shares of it and its siblings
+                        U = usage  / sum of the usage  of it and its siblings
+                        (U = 0 gives an infinite LevelFS; no shares gives 0)
+
+Then the tree is walked from root, each level's children in decreasing LevelFS; accounts
+tied on LevelFS have their children merged and walked together. Users get ranks in the
+order they are met, from N (the number of user associations) down; a user tied with the
+one met before shares its rank. A user association's fair-share factor is ``rank / N``:
+1.0 for the most under-served user, smaller for those who used more than their share.
+Two accounts with equal shares: the one with less usage has all its users ranked above
+the other's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+USAGE_NAMES = ("billing", "cpu", "mem", "node", "gres/gpu")
+
+
+class Usage:
+    """Decayed TRES-seconds per association key, valid at ``as_of``."""
+
+    def __init__(self, half_life: float | None, as_of: float) -> None:
+        self.half_life = half_life if half_life and half_life > 0 else None
+        self.as_of = as_of
+        self.values: dict[str, dict[str, float]] = {}
+
+    def decay_to(self, now: float) -> None:
+        if now <= self.as_of:
+            return
+        if self.half_life is not None:
+            factor = 2.0 ** (-(now - self.as_of) / self.half_life)
+            for per_tres in self.values.values():
+                for name in per_tres:
+                    per_tres[name] *= factor
+        self.as_of = now
+
+    def weight(self, a: float, b: float) -> float:
+        """Decayed seconds in [a, b] as seen at ``as_of`` (b <= as_of)."""
+        if b <= a:
+            return 0.0
+        if self.half_life is None:
+            return b - a
+        h = self.half_life
+        return h / math.log(2) * (2.0 ** (-(self.as_of - b) / h) - 2.0 ** (-(self.as_of - a) / h))
+
+    def charge(self, keys: Iterable[str], rates: dict[str, float], a: float, b: float) -> None:
+        """Add ``rates`` (per second) over [a, b] to each key; call ``decay_to`` first."""
+        b = min(b, self.as_of)
+        seconds = self.weight(a, b)
+        if seconds <= 0:
+            return
+        for key in keys:
+            per_tres = self.values.setdefault(key, {})
+            for name, rate in rates.items():
+                per_tres[name] = per_tres.get(name, 0.0) + rate * seconds
+
+    def get(self, key: str, name: str = "billing") -> float:
+        return self.values.get(key, {}).get(name, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One association as Fair Tree sees it."""
+
+    key: str
+    is_user: bool
+    shares: int
+
+
+@dataclass(slots=True)
+class Standing:
+    """An association's fair-share figures (what sshare prints)."""
+
+    norm_shares: float
+    raw_usage: float
+    effective_usage: float
+    level_fs: float
+    factor: float | None  # user associations only
+
+
+def fair_tree(
+    root: str,
+    children: Callable[[str], list[Node]],
+    usage: Callable[[str], float],
+) -> dict[str, Standing]:
+    """Fair Tree over the tree below ``root`` (a key); ``children(key)`` lists an account's
+    associations, ``usage(key)`` their decayed billing usage."""
+    out: dict[str, Standing] = {}
+    kids: dict[str, list[Node]] = {}
+
+    def level(key: str) -> list[Node]:
+        nodes = children(key)
+        kids[key] = nodes
+        total_shares = sum(max(0, n.shares) for n in nodes)
+        total_usage = sum(usage(n.key) for n in nodes)
+        for n in nodes:
+            s = max(0, n.shares) / total_shares if total_shares else 0.0
+            u_raw = usage(n.key)
+            u = u_raw / total_usage if total_usage > 0 else 0.0
+            if s == 0:
+                lfs = 0.0
+            elif u == 0:
+                lfs = math.inf
+            else:
+                lfs = s / u
+            out[n.key] = Standing(s, u_raw, u, lfs, None)
+            if not n.is_user:
+                level(n.key)
+        return nodes
+
+    level(root)
+    users_total = sum(1 for s_key, nodes in kids.items() for n in nodes if n.is_user)
+    ranked: list[str] = []
+    ties: list[bool] = []
+
+    def walk(nodes: list[Node]) -> None:
+        order = sorted(nodes, key=lambda n: (-out[n.key].level_fs, not n.is_user, n.key))
+        i = 0
+        while i < len(order):
+            j = i
+            lfs = out[order[i].key].level_fs
+            while j + 1 < len(order) and _same(out[order[j + 1].key].level_fs, lfs):
+                j += 1
+            group = order[i : j + 1]
+            first = True
+            for n in group:
+                if n.is_user:
+                    ranked.append(n.key)
+                    ties.append(not first)
+                    first = False
+            merged = [c for n in group if not n.is_user for c in kids.get(n.key, [])]
+            if merged:
+                walk(merged)
+            i = j + 1
+
+    walk(kids.get(root, []))
+    rank = users_total
+    for i, key in enumerate(ranked):
+        if not (ties[i] and i > 0):
+            rank = users_total - i
+        standing = out[key]
+        standing.factor = 0.0 if standing.norm_shares == 0 else (rank / users_total if users_total else 0.0)
+    return out
+
+
+def _same(a: float, b: float) -> bool:
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
