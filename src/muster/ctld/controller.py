@@ -809,6 +809,11 @@ class Controller:
         by = body.get("terminated_by")
         others = [n for n in job.nodes if n != body.get("node")]
         if job.state is JobState.RUNNING:
+            if by == "node_fail":
+                # The agent lost the job (e.g. it restarted and the exit status is gone):
+                # a node failure for this attempt, requeued unless --no-requeue.
+                self.node_failed_job(job, now, str(body.get("reason") or "lost by its node agent"))
+                return [Terminate(job.job_id, attempt, others, "cleanup")] if others else []
             if by == "timeout":
                 lifecycle.end(job, JobEvent.TIMEOUT, now, completing=False)
                 lifecycle.cleaned(job, exit_code, sig)

@@ -208,3 +208,14 @@ def test_setting_a_node_down_fails_and_requeues_its_jobs(db: str) -> None:
     actions = ctl.update_nodes(ROOT, ["node3"], "down", "maintenance")
     assert job.state is JobState.PENDING and job.restart_count == 1
     assert actions == [Terminate(job.job_id, 0, ["node3"], "node_fail")]
+
+
+def test_a_job_its_agent_lost_is_a_node_failure_and_is_requeued(db: str) -> None:
+    ctl = make(db)
+    register_all(ctl)
+    job = ctl.submit(JobSpec(), ALICE)
+    start(ctl, job.job_id, ["node1"])
+    ctl.job_done({"node": "node1", "job_id": job.job_id, "restart_count": 0, "exit_code": 0, "signal": 0,
+                  "terminated_by": "node_fail", "reason": "exit status lost"})
+    assert job.state is JobState.PENDING and job.restart_count == 1
+    assert [k for _, k, _ in ctl.store.events(job.job_id)][-2:] == ["node_fail", "requeue"]
