@@ -1,0 +1,56 @@
+"""``muster up|status|down`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+MUSTER = [sys.executable, "-m", "muster.cli.muster"]
+
+
+def muster(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MUSTER, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_up_status_restart_and_down() -> None:
+    state = tempfile.mkdtemp(prefix="muster-up-")
+    try:
+        up = muster("up", "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "4",
+                    "--mem-per-node", "4000", "--state-dir", state)
+        assert up.returncode == 0, up.stderr
+        assert f"export MUSTER_CONF={state}/muster.conf" in up.stdout
+        assert oct(os.stat(f"{state}/muster.key").st_mode & 0o777) == "0o600"
+
+        daemons = json.loads(muster("status", "--state-dir", state, "--json").stdout)
+        assert [d["name"] for d in daemons] == ["musterctld", "node1", "node2"]
+        assert all(d["running"] for d in daemons)
+        assert {d["state"] for d in daemons[1:]} == {"IDLE"}
+        addresses = {d["address"].split(":")[0] for d in daemons[1:]}
+        assert len(addresses) == 2  # each node on its own loopback address
+
+        os.kill(daemons[2]["pid"], signal.SIGKILL)
+        again = muster("up", "--state-dir", state)
+        assert again.returncode == 0, again.stderr
+        assert "started: node2" in again.stdout
+        assert all(d["running"] for d in json.loads(muster("status", "--state-dir", state, "--json").stdout))
+
+        down = muster("down", "--state-dir", state)
+        assert down.returncode == 0 and "musterctld" in down.stdout
+        after = json.loads(muster("status", "--state-dir", state, "--json").stdout)
+        assert not any(d["running"] for d in after)
+    finally:
+        muster("down", "--state-dir", state)
+
+
+def test_bad_arguments_and_missing_clusters_fail_clearly() -> None:
+    assert muster("up", "--nodes", "-1").returncode == 2
+    missing = muster("status", "--state-dir", "/nonexistent/muster")
+    assert missing.returncode == 1 and "no local cluster" in missing.stderr
