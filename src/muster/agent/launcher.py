@@ -10,8 +10,9 @@ this order, and nothing else:
    the job's uid differs from the agent's); from here on it cannot regain root;
 3. ``umask`` from ``SLURM_UMASK`` when sbatch captured one, and ``chdir(workdir)`` (as the
    user: a directory the user cannot enter is refused);
-4. opens stdin, stdout and stderr (absolute paths) *as the user*: the user cannot make root
-   create or truncate a file they could not write themselves;
+4. creates missing directories of the output files, then opens stdin, stdout and stderr
+   (absolute paths), all *as the user*: the user cannot make root create or truncate a
+   file they could not write themselves;
 5. the ``dup2``s onto 0/1/2, default dispositions for every signal the agent ignores
    (SIGPIPE and SIGXFSZ by Python, SIGHUP under nohup) and an empty signal mask;
 6. ``execve`` of the script itself, so the kernel honours its ``#!`` line (a script without
@@ -218,6 +219,11 @@ def _fork(plan: LaunchPlan) -> tuple[int, int]:
                 os.umask(plan.umask)
             step = f"changing to the working directory {plan.workdir}"
             os.chdir(plan.workdir)
+            for path in dict.fromkeys((plan.stdout, plan.stderr)):
+                # Missing directories of the output files are made, as the user (tools such
+                # as submitit and dask-jobqueue name a log folder that may not exist yet).
+                step = f"creating the directory of {path}"
+                os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
             step = f"opening stdin {plan.stdin}"
             fd_in = os.open(plan.stdin, os.O_RDONLY)
             # Always O_APPEND (truncating first unless appending): every writer, including

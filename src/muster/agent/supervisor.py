@@ -130,6 +130,7 @@ class Supervisor:
         kill: Killer = _kill,
         killpg: Killer = _killpg,
         instance: str | None = None,
+        signal_steps: Callable[[int, int], bool] = lambda job_id, sig: False,
     ) -> None:
         self.node = node
         self.state = state
@@ -139,6 +140,8 @@ class Supervisor:
         self.over_time = over_time
         self.notify = notify
         self.proc_reader = proc_reader
+        # Signals the job's steps (srun's tasks) on this node; False when it has none here.
+        self.signal_steps = signal_steps
         self.tag_reader = tag_reader
         self.kill = kill
         self.killpg = killpg
@@ -288,6 +291,8 @@ class Supervisor:
                 del self._tombstones[key]
 
     def signal(self, job_id: int, sig: int, batch_only: bool = False) -> bool:
+        """``scancel --signal``: with ``batch_only`` (``-b``) the batch shell alone; else the
+        job's tasks, never the batch shell (see ``_signal_tasks``)."""
         t = self.jobs.get(job_id)
         if t is None:
             return False
@@ -295,8 +300,19 @@ class Supervisor:
             if t.pid is not None and self._leader_alive(t):
                 self.kill(t.pid, sig)
         else:
-            self._signal_job(t, sig)
+            self._signal_tasks(t, sig)
         return True
+
+    def _signal_tasks(self, t: Tracked, sig: int) -> None:
+        """Slurm signals a job's steps and spares the batch shell (whose default action for
+        USR1/USR2 would end the job). The tasks of srun's steps here get the signal from
+        the step runner, once (not the srun processes, which would forward it again); a job
+        without steps here has its shell's other processes signalled instead, so that a
+        script that runs its program directly still gets the warning."""
+        if self.signal_steps(t.job_id, sig):
+            return
+        for pid in self._members(t) - {t.pid}:
+            self.kill(pid, sig)
 
     def update(self, job_id: int, time_limit: int | None) -> bool:
         """A new time limit (``scontrol update``) for a running job."""
@@ -363,8 +379,7 @@ class Supervisor:
             if t.pid is not None and self._leader_alive(t):
                 self.kill(t.pid, warn.signal)
             return
-        for pid in self._members(t) - {t.pid}:
-            self.kill(pid, warn.signal)
+        self._signal_tasks(t, warn.signal)
 
     # --- processes --------------------------------------------------------------------
 

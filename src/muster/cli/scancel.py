@@ -1,6 +1,7 @@
 """scancel: cancel or signal jobs, as Slurm's scancel does.
 
-Jobs are named by id, or selected by filters (``-u``, ``-n``, ``-p``, ``-t``, ``--me``);
+Jobs are named by id (array tasks as ``123_7`` or ``123_[1-3]``; an array's id alone names
+every task of it), or selected by filters (``-u``, ``-n``, ``-p``, ``-t``, ``--me``);
 both together cancel the named jobs that also match the filters. Slurm's quiet rules are
 kept: a job id the controller does not know is silently ignored (reported with ``-v``,
 and an error when filters were given), a job that already ended is not an error, and
@@ -80,7 +81,7 @@ class Cancel:
     )
 
     def __init__(self) -> None:
-        self.job_ids: list[int] = []
+        self.job_ids: list[int | str] = []  # int, or "123_7" / "123_[1-3]" for array tasks
         self.user: str | None = None
         self.name: str | None = None
         self.partition: str | None = None
@@ -111,16 +112,37 @@ class Cancel:
         return body
 
 
-def parse_job_id(text: str) -> int:
-    """``123``; array tasks (``123_4``) and steps (``123.0``) are not supported yet."""
+def parse_job_id(text: str) -> int | str:
+    """``123`` (an int), or array tasks ``123_4`` / ``123_[1-3]`` (checked, kept as text);
+    steps (``123.0``) are not supported yet."""
+    from muster.core.arrays import parse_job_ref
+
     item = text.strip()
     if item.isdigit() and int(item) > 0:
         return int(item)
     head = item.split("_", 1)[0].split(".", 1)[0]
-    if head.isdigit() and ("_" in item or "." in item):
-        what = "job array tasks" if "_" in item else "job steps"
-        raise CommandError(f"Invalid job id {text}: {what} are not supported by muster")
-    raise CommandError(f"Invalid job id {text}")
+    if head.isdigit() and "." in item:
+        raise CommandError(f"Invalid job id {text}: job steps are not supported by muster")
+    try:
+        ref = parse_job_ref(item)
+    except ValueError:
+        raise CommandError(f"Invalid job id {text}") from None
+    return str(ref)
+
+
+def _split_ids(word: str) -> list[str]:
+    """Split on commas and blanks outside brackets: ``1,2_[3,5]`` -> ``1``, ``2_[3,5]``."""
+    items, depth, current = [], 0, []
+    for ch in word:
+        if ch in ", \t" and depth == 0:
+            items.append("".join(current))
+            current = []
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        current.append(ch)
+    items.append("".join(current))
+    return [i for i in items if i.strip()]
 
 
 def parse_args(argv: list[str]) -> Cancel | str:
@@ -172,7 +194,7 @@ def parse_args(argv: list[str]) -> Cancel | str:
             c.unsupported.append(f"--{key}")
         # --full, --hurry, --clusters, --sibling: nothing to do in muster.
     for word in operands:
-        for item in word.replace(",", " ").split():
+        for item in _split_ids(word):
             c.job_ids.append(parse_job_id(item))
     if c.unsupported:
         raise CommandError(f"{', '.join(c.unsupported)}: filter not supported by muster yet")

@@ -12,6 +12,10 @@ from dicts alone.
   start, unknown last.
 * Without ``-t`` and ``-j`` only jobs that are pending, running, suspended or completing
   are shown; ``-j`` shows the named jobs in any state the controller still holds.
+* Job arrays: each task is a job of its own (``123_4`` in ``%i``); pending tasks of an
+  array that wait for the same reason are shown as one row, ``123_[5-99%10]`` (the ``%N``
+  is the array's throttle), unless ``-r`` asks for one row per task. ``-j 123`` names the
+  whole array, ``-j 123_4`` one task.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from muster.cli.common import (
     version_line,
 )
 from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
+from muster.core.arrays import JobRef, format_ranges, parse_job_ref
 
 PROG = "squeue"
 
@@ -184,6 +189,55 @@ def tres_per_node(job: dict) -> str:
     return f"gres:gpu:{gtype}:{gpus}" if gtype else f"gres:gpu:{gpus}"
 
 
+def job_id_text(job: dict) -> str:
+    """``%i``: ``123``, an array task ``123_4``, or pending tasks merged ``123_[5-9%2]``."""
+    merged = job.get("array_tasks_text")
+    if merged:
+        return f"{job.get('array_job_id')}_[{merged}]"
+    task = job.get("array_task_id")
+    if task is None:
+        return str(job.get("job_id"))
+    return f"{job.get('array_job_id')}_{task}"
+
+
+def array_job_id_text(job: dict) -> str:
+    value = job.get("array_job_id")
+    return str(value if value is not None else job.get("job_id"))
+
+
+def array_task_text(job: dict) -> str:
+    merged = job.get("array_tasks_text")
+    if merged:
+        return merged
+    task = job.get("array_task_id")
+    return "N/A" if task is None else str(task)
+
+
+def merge_array_rows(jobs: list[dict]) -> list[dict]:
+    """One row for the pending tasks of an array that wait for the same reason (Slurm keeps
+    those in a single record); the row stands where its first task would."""
+    groups: dict[tuple[object, object], list[dict]] = {}
+    for job in jobs:
+        if job.get("array_job_id") is not None and job.get("state") == "PENDING":
+            groups.setdefault((job["array_job_id"], job.get("reason")), []).append(job)
+    if not groups:
+        return jobs
+    out = []
+    for job in jobs:
+        if job.get("array_job_id") is None or job.get("state") != "PENDING":
+            out.append(job)
+            continue
+        group = groups[(job["array_job_id"], job.get("reason"))]
+        if len(group) == 1:
+            out.append(job)
+        elif group[0] is job:
+            text = format_ranges(int(j["array_task_id"]) for j in group)
+            if job.get("array_throttle"):
+                text += f"%{job['array_throttle']}"
+            out.append({**job, "array_tasks_text": text})
+    return out
+
+
 def reason_list(job: dict) -> str:
     state = long_state(job)
     if state in _REASON_STATES or (state != "COMPLETING" and not job.get("nodelist")):
@@ -224,17 +278,17 @@ FIELDS: dict[str, tuple[str, object, bool]] = {
     "e": ("END_TIME", end_time_text, True),
     "E": ("DEPENDENCY", lambda j: _nullable(_spec(j).get("dependency")), True),
     "f": ("FEATURES", lambda j: _nullable(_spec(j).get("constraint")), True),
-    "F": ("ARRAY_JOB_ID", lambda j: str(j.get("job_id")), True),
+    "F": ("ARRAY_JOB_ID", array_job_id_text, True),
     "g": ("GROUP", lambda j: str(j.get("group") or ""), True),
     "G": ("GROUP", lambda j: str(j.get("gid", "")), True),
     "h": ("OVER_SUBSCRIBE", lambda j: "NO" if _spec(j).get("exclusive") else "OK", True),
     "H": ("SOCKETS_PER_NODE", lambda j: "*", True),
-    "i": ("JOBID", lambda j: str(j.get("job_id")), True),
+    "i": ("JOBID", job_id_text, True),
     "I": ("CORES_PER_SOCKET", lambda j: "*", True),
     "j": ("NAME", lambda j: str(_spec(j).get("name") or ""), True),
     "J": ("THREADS_PER_CORE", lambda j: "*", True),
     "k": ("COMMENT", lambda j: _nullable(_spec(j).get("comment")), True),
-    "K": ("ARRAY_TASK_ID", lambda j: "N/A", True),
+    "K": ("ARRAY_TASK_ID", array_task_text, True),
     "l": ("TIME_LIMIT", lambda j: _dur(j.get("time_limit")), True),
     "L": ("TIME_LEFT", time_left, True),
     "m": ("MIN_MEMORY", _mem_text, True),
@@ -467,7 +521,7 @@ class Filters:
     )
 
     def __init__(self) -> None:
-        self.job_ids: list[int] | None = None
+        self.job_ids: list[JobRef] | None = None
         self.users: list[str] | None = None
         self.names: list[str] | None = None
         self.partitions: list[str] | None = None
@@ -481,7 +535,7 @@ class Filters:
         """The server-side part of the filter, as the query string of GET /v1/jobs."""
         params = []
         if self.job_ids:
-            params.append("job_id=" + ",".join(str(i) for i in self.job_ids))
+            params.append("job_id=" + ",".join(_query_ids(self.job_ids)))
         if self.users:
             params.append("user=" + ",".join(self.users))
         if self.partitions:
@@ -509,8 +563,10 @@ class Filters:
                 return False
         elif not self.job_ids and state != "COMPLETING" and state not in _ACTIVE:
             return False
-        if self.job_ids and job.get("job_id") not in self.job_ids:
-            return False
+        if self.job_ids:
+            ids = (job.get("job_id"), job.get("array_job_id"), job.get("array_task_id"))
+            if not any(ref.matches(*ids) for ref in self.job_ids):
+                return False
         if self.users and job.get("user") not in self.users:
             return False
         if self.names and _spec(job).get("name") not in self.names:
@@ -530,6 +586,17 @@ class Filters:
             if not here & self.nodes:
                 return False
         return True
+
+
+def _query_ids(refs: list[JobRef]) -> list[str]:
+    """Job ids for the query string: array task ranges one by one (no brackets, no commas)."""
+    out = []
+    for ref in refs:
+        if ref.tasks is None:
+            out.append(str(ref.job_id))
+        else:
+            out.extend(f"{ref.job_id}_{t}" for t in ref.tasks)
+    return out
 
 
 def _quote(text: str) -> str:
@@ -598,7 +665,7 @@ def sort_jobs(jobs: list[dict], order: str = DEFAULT_SORT) -> list[dict]:
 
 
 class Request:
-    __slots__ = ("filters", "cols", "header", "sort", "start", "long", "json", "iterate")
+    __slots__ = ("filters", "cols", "header", "sort", "start", "long", "json", "iterate", "expand")
 
     def __init__(self) -> None:
         self.filters = Filters()
@@ -609,6 +676,7 @@ class Request:
         self.long = False
         self.json = False
         self.iterate: float | None = None
+        self.expand = False  # -r: one row per array task
 
 
 def _split(value: str | None) -> list[str]:
@@ -666,15 +734,11 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
             except ValueError:
                 raise CommandError(f"Invalid --iterate value: {value}") from None
         elif key == "jobs":
-            ids = []
-            for item in _split(value):
-                base = item.split("_", 1)[0].split(".", 1)[0]
-                if not base.isdigit():
-                    raise CommandError(f"Invalid job id: {item}")
-                ids.append(int(base))
-            f.job_ids = ids
+            f.job_ids = _job_refs(value or "")
         elif key == "long":
             req.long = True
+        elif key == "array":
+            req.expand = True
         elif key == "me":
             f.users = [current_user()]
         elif key == "name":
@@ -725,6 +789,32 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
             fmt = START_FORMAT if req.start else (LONG_FORMAT if req.long else DEFAULT_FORMAT)
         req.cols = columns_from_format(fmt)
     return req
+
+
+def _job_refs(value: str) -> list[JobRef]:
+    """``-j``: ids, array tasks (``12_3``, ``12_[1-3,5]``); a step suffix (``.0``) is dropped."""
+    refs = []
+    for item in _split_ids(value):
+        try:
+            refs.append(parse_job_ref(item.split(".", 1)[0]))
+        except ValueError:
+            raise CommandError(f"Invalid job id: {item}") from None
+    return refs
+
+
+def _split_ids(value: str) -> list[str]:
+    """Split on commas outside brackets: ``1,2_[3,5]`` -> ``1``, ``2_[3,5]``."""
+    items, depth, current = [], 0, []
+    for ch in value:
+        if ch == "," and depth == 0:
+            items.append("".join(current).strip())
+            current = []
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        current.append(ch)
+    items.append("".join(current).strip())
+    return [i for i in items if i]
 
 
 def _users(value: str | None) -> list[str]:
@@ -794,6 +884,10 @@ def to_json(jobs: list[dict], now: float) -> str:
                 "exit_code": j.get("exit_code") or 0,
                 "group_id": j.get("gid"),
                 "job_id": j.get("job_id"),
+                "array_job_id": j.get("array_job_id") or 0,
+                "array_task_id": j.get("array_task_id"),
+                "array_max_tasks": j.get("array_throttle") or 0,
+                "array_task_string": j.get("array_tasks_text") or "",
                 "job_state": long_state(j),
                 "name": spec.get("name"),
                 "node_count": j.get("num_nodes"),
@@ -829,6 +923,8 @@ def to_json(jobs: list[dict], now: float) -> str:
 def run_once(req: Request) -> list[str]:
     jobs, now = fetch(req)
     chosen = select(jobs, req)
+    if not req.expand:
+        chosen = merge_array_rows(chosen)
     if req.json:
         return [to_json(chosen, now)]
     lines = render(chosen, req.cols, req.header)

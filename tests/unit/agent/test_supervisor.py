@@ -148,10 +148,11 @@ def test_a_new_time_limit_moves_the_deadline(sup: Supervisor, clock: ManualClock
     assert t.terminated_by == "timeout"
 
 
-def test_signals_reach_the_tree_or_only_the_batch_shell(sup: Supervisor, clock: ManualClock, world: World) -> None:
+def test_signals_reach_the_tasks_or_only_the_batch_shell(sup: Supervisor, clock: ManualClock, world: World) -> None:
+    # scancel --signal spares the batch shell (bash would die of USR1); -b signals it alone
     _track(sup, clock)
     assert sup.signal(5, signal.SIGUSR1)
-    assert world.take() == [(-LEADER, signal.SIGUSR1), (ESCAPED, signal.SIGUSR1)]
+    assert world.take() == [(CHILD, signal.SIGUSR1), (ESCAPED, signal.SIGUSR1)]
     assert sup.signal(5, signal.SIGHUP, batch_only=True)
     assert world.take() == [(LEADER, signal.SIGHUP)]
     assert not sup.signal(6, signal.SIGHUP)
@@ -197,3 +198,16 @@ def test_running_lists_carry_the_attempt(sup: Supervisor, clock: ManualClock) ->
     t = _track(sup, clock)
     t.restart_count = 3
     assert sup.running() == [5] and sup.running_attempts() == [[5, 3]]
+
+
+def test_a_job_with_steps_here_has_only_their_tasks_signalled(
+    sup: Supervisor, clock: ManualClock, world: World
+) -> None:
+    seen: list[tuple[int, int]] = []
+    sup.signal_steps = lambda job_id, sig: seen.append((job_id, sig)) or True
+    _track(sup, clock, signal_spec="USR2@10")
+    assert sup.signal(5, signal.SIGUSR2)
+    assert seen == [(5, signal.SIGUSR2)] and world.take() == []
+    clock.advance(51)
+    sup.check_limits()
+    assert seen[-1] == (5, signal.SIGUSR2) and world.take() == []

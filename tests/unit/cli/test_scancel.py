@@ -53,7 +53,8 @@ def test_numeric_signal_is_sent_as_a_number() -> None:
     [
         ([], "No job identification provided"),
         (["abc"], "Invalid job id abc"),
-        (["12_3"], "Invalid job id 12_3: job array tasks are not supported by muster"),
+        (["12_x"], "Invalid job id 12_x"),
+        (["12_[3-1]"], "Invalid job id 12_[3-1]"),
         (["12.0"], "Invalid job id 12.0: job steps are not supported by muster"),
         (["-s", "BOGUS", "5"], "Invalid job signal: BOGUS"),
         (["-t", "COMPLETED", "5"], "Invalid job state specified: COMPLETED"),
@@ -132,3 +133,8 @@ def test_main_verbose_names_the_job(monkeypatch, capsys, reference) -> None:
     monkeypatch.setattr(scancel, "connect", lambda prog: Fake())
     assert scancel.main(["-v", "8656"]) == 0
     assert capsys.readouterr().err == stderr
+
+
+def test_array_tasks_are_sent_as_written() -> None:
+    c = _cancel(["123", "123_7", "123_[1-3,5]", "9,10_2"])
+    assert c.job_ids == [123, "123_7", "123_[1-3,5]", 9, "10_2"]
