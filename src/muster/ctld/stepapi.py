@@ -1,0 +1,210 @@
+"""HTTP routes for job steps and interactive allocations (srun, salloc, squeue -s).
+
+Validation and authorization only, as in ``api``; ``StepBook`` decides. Two routes long-poll
+(``wait`` seconds at most, 300): a step that must wait for its job to start, or for other
+steps to free resources, is answered as soon as it is placed, and otherwise with
+``{"pending": ...}`` when the wait is over, for the command to print a note and ask again.
+
+==========================================  ==================================================
+``POST /v1/jobs/{id}/steps``                ``{"request": StepRequest, "name", "argv",
+                                            "srun_host", "srun_pid", "wait"}`` ->
+                                            ``{"step", "nodes", "grant", "sig", "kill_wait"}``
+                                            or ``{"pending": "job"|"step", "reason"}``
+``POST /v1/jobs/{id}/steps/{step}/done``    ``{"exit_code", "signal", "cancelled", "end_job"}``
+                                            -> ``{"ok": true}``
+``POST /v1/jobs/{id}/await``                ``{"wait"}`` -> ``{"job": JobWire}`` once it runs,
+                                            or ``{"pending": "job", "reason"}``
+``POST /v1/jobs/{id}/complete``             ``{"exit_code", "signal"}`` (an interactive job's
+                                            holder releases it) -> ``{"ok": true}``
+``GET /v1/steps?job_id=1,2&user=a``         ``{"steps": [StepWire], "now"}``: running steps,
+                                            each batch job's ``N.batch`` first
+==========================================  ==================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from muster.core.errors import InvalidJobId, InvalidRequest
+from muster.core.states import JobState
+from muster.core.steps import StepRejected, StepRequest, StepWait
+from muster.ctld.wire import job_wire
+
+if TYPE_CHECKING:
+    from muster.core.job import Job
+    from muster.ctld.app import CtldApp
+    from muster.ctld.controller import Identity
+
+MAX_WAIT = 300.0
+POLL = 0.5  # seconds between re-checks while waiting (a cancel is seen this fast)
+
+
+class StepRequestModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min_nodes: int | None = Field(None, ge=1)
+    ntasks: int | None = Field(None, ge=1)
+    ntasks_per_node: int | None = Field(None, ge=1)
+    cpus_per_task: int = Field(1, ge=1)
+    gpus_per_task: int | None = Field(None, ge=0)
+    gpus_per_node: int | None = Field(None, ge=0)
+    gpus: int | None = Field(None, ge=0)
+    distribution: str = Field("block", pattern="^(block|cyclic)$")
+    exclusive: bool = False
+    overlap: bool = False
+    nodelist: list[str] = []
+    exclude: list[str] = []
+    gpu_bind: str | None = Field(None, max_length=64)
+
+
+class StepBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    request: StepRequestModel = StepRequestModel()
+    name: str = Field("", max_length=1024)
+    argv: list[str] = []
+    srun_host: str = Field("", max_length=255)
+    srun_pid: int = 0
+    wait: float = Field(0.0, ge=0)
+
+
+class DoneBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    exit_code: int = Field(0, ge=0, le=255)
+    signal: int = Field(0, ge=0, le=128)
+    cancelled: bool = False
+    end_job: bool = False
+
+
+class AwaitBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    wait: float = Field(0.0, ge=0)
+
+
+class CompleteBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    exit_code: int = Field(0, ge=0, le=255)
+    signal: int = Field(0, ge=0, le=128)
+
+
+def _revoked(job: Job) -> InvalidRequest:
+    if job.start_time is None:
+        return InvalidRequest(f"Job allocation {job.job_id} has been revoked")
+    return InvalidRequest("Job/step already completing or completed")
+
+
+def build_step_routes(
+    ctx: CtldApp,
+    caller: Callable[[Request], Identity],
+    parse: Callable[[Request, type[BaseModel]], Any],
+    handler: Callable[[Any], Any],
+) -> list[Route]:
+    ctl = ctx.controller
+    book = ctx.steps
+
+    def job_of(request: Request) -> Job:
+        try:
+            return ctl.get_job(int(request.path_params["job_id"]))
+        except ValueError:
+            raise InvalidJobId() from None
+
+    @handler
+    async def create_step(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, StepBody)
+        job = job_of(request)
+        book.check_owner(job, who)
+        book.watch(job)
+        try:
+            step_request = StepRequest.from_dict(body.request.model_dump())
+        except StepRejected as e:
+            raise InvalidRequest(str(e)) from None
+        deadline = ctx.clock.monotonic() + min(body.wait, MAX_WAIT)
+        while True:
+            changed = book.changed()  # before the check: see StepBook's docstring
+            if job.state is JobState.PENDING:
+                pending = {"pending": "job", "reason": str(job.reason), "job_id": job.job_id}
+            elif job.state is JobState.RUNNING and not job.completing:
+                outcome = book.create(
+                    job, who, step_request, body.name, body.argv, body.srun_host, body.srun_pid
+                )
+                if not isinstance(outcome, StepWait):
+                    return JSONResponse(book.answer(job, outcome))
+                pending = {"pending": "step", "reason": outcome.reason, "job_id": job.job_id}
+            else:
+                raise _revoked(job)
+            left = deadline - ctx.clock.monotonic()
+            if left <= 0:
+                return JSONResponse(pending)
+            await book.wait(changed, min(left, POLL))
+            job = ctl.jobs.get(job.job_id) or job
+
+    @handler
+    async def step_done(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, DoneBody)
+        job = job_of(request)
+        try:
+            step_id = int(request.path_params["step_id"])
+        except ValueError:
+            raise InvalidRequest(f"Invalid job step id: {request.path_params['step_id']}") from None
+        actions = book.finish(
+            job, who, step_id, body.exit_code, body.signal, body.cancelled, body.end_job
+        )
+        ctx.perform(actions)
+        if body.end_job:
+            ctx.kick()
+        return JSONResponse({"ok": True})
+
+    @handler
+    async def await_job(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, AwaitBody)
+        job = job_of(request)
+        book.check_owner(job, who)
+        book.watch(job)
+        deadline = ctx.clock.monotonic() + min(body.wait, MAX_WAIT)
+        while True:
+            changed = book.changed()
+            if job.state is JobState.RUNNING and not job.completing:
+                return JSONResponse({"job": job_wire(job, ctx.clock.now())})
+            if job.state is not JobState.PENDING:
+                raise _revoked(job)
+            left = deadline - ctx.clock.monotonic()
+            if left <= 0:
+                return JSONResponse({"pending": "job", "reason": str(job.reason), "job_id": job.job_id})
+            await book.wait(changed, min(left, POLL))
+            job = ctl.jobs.get(job.job_id) or job
+
+    @handler
+    async def complete(request: Request) -> JSONResponse:
+        who = caller(request)
+        body = await parse(request, CompleteBody)
+        job = job_of(request)
+        ctx.perform(book.complete_allocation(job, who, body.exit_code, body.signal))
+        ctx.kick()
+        return JSONResponse({"ok": True})
+
+    @handler
+    async def list_steps(request: Request) -> JSONResponse:
+        ids = request.query_params.get("job_id")
+        users = request.query_params.get("user")
+        try:
+            job_ids = [int(i) for i in ids.split(",") if i] if ids else None
+        except ValueError:
+            raise InvalidJobId() from None
+        jobs = ctl.select_jobs(job_ids, [u for u in users.split(",") if u] if users else None)
+        jobs = [j for j in jobs if j.state is JobState.RUNNING]
+        return JSONResponse({"steps": book.listing(jobs), "now": ctx.clock.now()})
+
+    return [
+        Route("/v1/jobs/{job_id}/steps", create_step, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/steps/{step_id}/done", step_done, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/await", await_job, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/complete", complete, methods=["POST"]),
+        Route("/v1/steps", list_steps, methods=["GET"]),
+    ]

@@ -1,0 +1,470 @@
+"""Job steps in the controller: allocation inside a job, the step credential, endings.
+
+``StepBook`` keeps the running steps of every job in memory (``active``), places new ones
+with ``core.steps.plan_step`` against what the job's other steps hold, and persists every
+change to the store's ``steps`` table (one row per step and attempt; accounting reads it)
+before answering. It performs no I/O towards agents: like ``Controller`` it returns
+``Action`` objects for ``dispatch``.
+
+Life of a step::
+
+    srun ── POST /v1/jobs/{id}/steps ──► create ──► RUNNING (row written; grant signed)
+                                             │ StepWait: srun's request waits (long poll)
+    srun ── POST .../steps/{s}/done ──────► finish ──► COMPLETED | FAILED | CANCELLED
+    job ends first (cancel, timeout, node failure, batch script exit) ──► sweep: CANCELLED
+                                              (NODE_FAIL when the job failed with its node)
+
+Interactive allocations (``JobSpec.interactive``: the job ``srun`` creates outside an
+allocation, and ``salloc``'s) have no batch script. Their holder ends them
+(``complete_allocation``: the job takes the command's exit code), a cancel ends them as
+usual, and ``sweep`` enforces their time limit here, since no agent watches a script.
+
+Waiting is by broadcast: ``changed()`` returns the event of the current generation, which
+``notify`` sets (and replaces) whenever something a waiter might want happened (a job
+started, a step ended, a job ended). A waiter takes the event *before* checking its
+condition, so no wake-up falls between the check and the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from muster.core import lifecycle
+from muster.core.errors import InvalidRequest, PermissionDenied
+from muster.core.hostlist import compress
+from muster.core.job import Job
+from muster.core.lifecycle import JobEvent
+from muster.core.resources import format_mem
+from muster.core.states import JobState
+from muster.core.steps import (
+    BATCH_STEP,
+    NodeShare,
+    Step,
+    StepLayout,
+    StepRejected,
+    StepRequest,
+    StepState,
+    StepWait,
+    format_step_id,
+    master_port,
+    plan_step,
+)
+from muster.ctld.controller import Action, Terminate
+from muster.protocol.stepcred import GRANT_TTL, sign_grant
+
+if TYPE_CHECKING:
+    from muster.ctld.controller import Controller, Identity
+
+__all__ = ["StepBook", "step_tres", "step_wire"]
+
+log = logging.getLogger("musterctld.steps")
+
+ENDED_JOB = "Job/step already completing or completed"
+
+
+def step_tres(cpus: int, mem: int, nodes: int, gpus: int) -> str:
+    """``cpu=2,gres/gpu=4,mem=2000M,node=2``: a step's TRES in scontrol's order."""
+    parts = [f"cpu={cpus}"]
+    if gpus:
+        parts.append(f"gres/gpu={gpus}")
+    if mem:
+        parts.append(f"mem={format_mem(mem)}")
+    parts.append(f"node={nodes}")
+    return ",".join(parts)
+
+
+def step_wire(step: Step, now: float) -> dict[str, Any]:
+    """A step as commands see it (``squeue -s``, ``scontrol show step``)."""
+    layout = step.layout
+    end = step.end_time if step.end_time is not None else now
+    gpus_per_node = {len(g) for g in layout.gpus} if layout.holds_gpus else set()
+    return {
+        "id": step.id_text,
+        "job_id": step.job_id,
+        "step_id": "batch" if step.step_id == BATCH_STEP else step.step_id,
+        "attempt": step.attempt,
+        "name": step.name,
+        "user": step.user,
+        "uid": step.uid,
+        "state": step.state,
+        "partition": step.partition,
+        "start_time": step.start_time,
+        "end_time": step.end_time,
+        "run_time": int(max(0.0, end - step.start_time)),
+        "time_limit": step.time_limit,
+        "nodes": list(layout.nodes),
+        "nodelist": compress(layout.nodes),
+        "num_nodes": len(layout.nodes),
+        "num_tasks": layout.ntasks,
+        "num_cpus": step.num_cpus,
+        "num_gpus": step.num_gpus,
+        "tasks": layout.tasks,
+        "tres": step_tres(step.num_cpus, step.mem, len(layout.nodes), step.num_gpus)
+        if step.step_id != BATCH_STEP
+        else "",
+        "tres_per_node": f"gres:gpu:{gpus_per_node.pop()}" if len(gpus_per_node) == 1 else "",
+        "distribution": layout.distribution,
+        "argv": list(step.argv),
+        "srun_host": step.srun_host,
+        "srun_pid": step.srun_pid,
+        "exit_code": step.exit_code,
+        "signal": step.exit_signal,
+    }
+
+
+class StepBook:
+    def __init__(self, controller: Controller, key: bytes) -> None:
+        self.ctl = controller
+        self.store = controller.store
+        self.clock = controller.clock
+        self.key = key
+        self.active: dict[int, dict[int, Step]] = {}  # job id -> step id -> running step
+        self.next_ids: dict[tuple[int, int], int] = {}  # (job id, attempt) -> next step id
+        self.interactive: set[int] = set()  # running or pending srun/salloc allocations
+        self._changed = asyncio.Event()
+
+    # --- start-up ---------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Running steps of the jobs in memory (after a controller restart)."""
+        live = [j.job_id for j in self.ctl.jobs.values() if j.is_active]
+        for step in self.store.load_steps(live):
+            key = (step.job_id, step.attempt)
+            self.next_ids[key] = max(self.next_ids.get(key, 0), step.step_id + 1)
+            if step.active:
+                self.active.setdefault(step.job_id, {})[step.step_id] = step
+        self.interactive = {
+            j.job_id for j in self.ctl.jobs.values() if j.spec.interactive and not j.state.is_terminal
+        }
+
+    # --- waiting ----------------------------------------------------------------------
+
+    def changed(self) -> asyncio.Event:
+        return self._changed
+
+    def notify(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    @staticmethod
+    async def wait(event: asyncio.Event, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(event.wait(), max(0.0, timeout))
+        except TimeoutError:
+            pass
+
+    # --- queries ----------------------------------------------------------------------
+
+    def steps_of(self, job_id: int) -> list[Step]:
+        return sorted(self.active.get(job_id, {}).values(), key=lambda s: s.step_id)
+
+    def batch_step(self, job: Job) -> Step | None:
+        """The batch script as a step (``N.batch``), for a running batch job."""
+        if job.spec.interactive or job.state is not JobState.RUNNING or not job.alloc:
+            return None
+        first = job.alloc[0]
+        layout = StepLayout(
+            nodes=[first.node], tasks=[[0]], cpus=[first.cpus], gpus=[list(first.gpu_ids)],
+            task_gpus=[[list(first.gpu_ids)]], holds_gpus=bool(first.gpu_ids),
+        )
+        return Step(
+            job_id=job.job_id, step_id=BATCH_STEP, attempt=job.restart_count, name="batch",
+            uid=job.uid, user=job.user, state=StepState.RUNNING,
+            start_time=job.start_time or 0.0, layout=layout, partition=job.partition,
+            mem=first.mem,
+        )
+
+    def shares(self, job: Job) -> list[NodeShare]:
+        """What each node of the job offers a new step, given its running steps."""
+        cpus: dict[str, int] = {}
+        gpus: dict[str, set[int]] = {}
+        for step in self.active.get(job.job_id, {}).values():
+            for node, c, g in zip(step.layout.nodes, step.layout.cpus, step.layout.gpus, strict=True):
+                cpus[node] = cpus.get(node, 0) + c
+                if step.layout.holds_gpus:
+                    gpus.setdefault(node, set()).update(g)
+        return [
+            NodeShare(
+                a.node, a.cpus, tuple(a.gpu_ids), cpus.get(a.node, 0), frozenset(gpus.get(a.node, ()))
+            )
+            for a in job.alloc
+        ]
+
+    # --- permissions ------------------------------------------------------------------
+
+    @staticmethod
+    def check_owner(job: Job, who: Identity) -> None:
+        if not who.admin and job.uid != who.uid:
+            raise PermissionDenied()
+
+    def watch(self, job: Job) -> None:
+        """Remember an interactive job so that ``sweep`` enforces its time limit."""
+        if job.spec.interactive and not job.state.is_terminal:
+            self.interactive.add(job.job_id)
+
+    # --- creating ---------------------------------------------------------------------
+
+    def create(
+        self,
+        job: Job,
+        who: Identity,
+        request: StepRequest,
+        name: str = "",
+        argv: list[str] | None = None,
+        srun_host: str = "",
+        srun_pid: int = 0,
+    ) -> Step | StepWait:
+        """Place and record a step of a running job, or say it must wait."""
+        self.check_owner(job, who)
+        if job.state is not JobState.RUNNING or job.completing:
+            raise InvalidRequest(ENDED_JOB)
+        try:
+            outcome = plan_step(request, self.shares(job))
+        except StepRejected as e:
+            raise InvalidRequest(str(e)) from None
+        if isinstance(outcome, StepWait):
+            return outcome
+        now = self.clock.now()
+        key = (job.job_id, job.restart_count)
+        step_id = self.next_ids.get(key, 0)
+        self.next_ids[key] = step_id + 1
+        argv = list(argv or [])
+        mem_of = {a.node: a.mem for a in job.alloc}
+        step = Step(
+            job_id=job.job_id,
+            step_id=step_id,
+            attempt=job.restart_count,
+            name=name or (argv[0].rsplit("/", 1)[-1] if argv else "step"),
+            uid=job.uid,
+            user=job.user,
+            state=StepState.RUNNING,
+            start_time=now,
+            layout=outcome,
+            request=request,
+            argv=argv,
+            cpus_per_task=request.cpus_per_task,
+            srun_host=srun_host,
+            srun_pid=srun_pid,
+            partition=job.partition,
+            time_limit=job.time_limit,
+            mem=sum(mem_of.get(n, 0) for n in outcome.nodes),
+        )
+        self.store.record_steps(now, [(step, "start")])
+        self.active.setdefault(job.job_id, {})[step_id] = step
+        return step
+
+    def answer(self, job: Job, step: Step) -> dict[str, Any]:
+        """What srun needs to launch the step: the layout, the nodes' addresses, the grant."""
+        nodes = []
+        for name in step.layout.nodes:
+            node = self.ctl.nodes[name]
+            nodes.append({"name": name, "addr": node.addr, "port": node.port})
+        spec = job.spec
+        alloc = job.alloc
+        grant = {
+            "v": 1,
+            "job_id": job.job_id,
+            "attempt": job.restart_count,
+            "step_id": step.step_id,
+            "uid": job.uid,
+            "gid": job.gid,
+            "user": job.user,
+            "expires": self.clock.now() + GRANT_TTL,
+            "job": {
+                "name": spec.name,
+                "partition": job.partition,
+                "account": spec.account or job.user,
+                "qos": spec.qos or "normal",
+                "submit_host": job.submit_host,
+                "workdir": spec.workdir,
+                "time_limit": job.time_limit,
+                "start_time": job.start_time,
+                "restart_count": job.restart_count,
+                "nodes": [a.node for a in alloc],
+                "cpus": [a.cpus for a in alloc],
+                "ntasks": job.shape.ntasks,
+                "ntasks_per_node": spec.ntasks_per_node,
+                "cpus_per_task": spec.cpus_per_task,
+                "interactive": spec.interactive,
+                "array_job_id": getattr(job, "array_job_id", None),
+                "array_task_id": getattr(job, "array_task_id", None),
+            },
+            "step": {
+                "name": step.name,
+                "nodes": step.layout.nodes,
+                "addrs": [n["addr"] for n in nodes],
+                "tasks": step.layout.tasks,
+                "cpus": step.layout.cpus,
+                "gpus": step.layout.gpus,
+                "task_gpus": step.layout.task_gpus,
+                "distribution": step.layout.distribution,
+                "cpus_per_task": step.request.cpus_per_task,
+                "ntasks_per_node": step.request.ntasks_per_node,
+                "gpus_per_task": step.request.gpus_per_task,
+                "master_port": master_port(job.job_id, step.step_id),
+            },
+        }
+        text, sig = sign_grant(self.key, grant)
+        return {
+            "step": step_wire(step, self.clock.now()),
+            "nodes": nodes,
+            "grant": text,
+            "sig": sig,
+            "kill_wait": self.ctl.config.kill_wait,
+        }
+
+    # --- ending -----------------------------------------------------------------------
+
+    def finish(
+        self,
+        job: Job,
+        who: Identity,
+        step_id: int,
+        exit_code: int,
+        signal: int,
+        cancelled: bool = False,
+        end_job: bool = False,
+    ) -> list[Action]:
+        """srun reports its step's end (and, for its own allocation, the job's end)."""
+        self.check_owner(job, who)
+        now = self.clock.now()
+        steps: list[tuple[Step, str]] = []
+        step = self.active.get(job.job_id, {}).pop(step_id, None)
+        if step is not None:
+            if cancelled:
+                step.state = StepState.CANCELLED
+            elif exit_code == 0 and signal == 0:
+                step.state = StepState.COMPLETED
+            else:
+                step.state = StepState.FAILED
+            step.end_time = now
+            step.exit_code = exit_code
+            step.exit_signal = signal
+            steps.append((step, "end"))
+            if not self.active.get(job.job_id):
+                self.active.pop(job.job_id, None)
+        actions: list[Action] = []
+        jobs: list[tuple[Job, str, dict[str, Any]]] = []
+        if end_job:
+            actions, jobs, more = self._end_allocation(job, exit_code, signal, cancelled, now)
+            steps.extend(more)
+        if steps or jobs:
+            self.store.record_steps(now, steps, jobs)
+            self.notify()
+        return actions
+
+    def complete_allocation(
+        self, job: Job, who: Identity, exit_code: int, signal: int, cancelled: bool = False
+    ) -> list[Action]:
+        """salloc (or srun) releases its allocation: the job ends with the command's code."""
+        self.check_owner(job, who)
+        now = self.clock.now()
+        actions, jobs, steps = self._end_allocation(job, exit_code, signal, cancelled, now)
+        if jobs or steps:
+            self.store.record_steps(now, steps, jobs)
+            self.notify()
+        return actions
+
+    def _end_allocation(
+        self, job: Job, exit_code: int, signal: int, cancelled: bool, now: float
+    ) -> tuple[list[Action], list[tuple[Job, str, dict[str, Any]]], list[tuple[Step, str]]]:
+        if not job.spec.interactive:
+            raise InvalidRequest(f"job {job.job_id} is a batch job: it ends with its script")
+        if job.state is not JobState.RUNNING:
+            return [], [], []  # already ended (cancelled, timed out): nothing to change
+        attempt = job.restart_count
+        if cancelled:
+            lifecycle.end(job, JobEvent.CANCEL, now, completing=False)
+            lifecycle.cleaned(job, exit_code, signal)
+        else:
+            lifecycle.finish(job, exit_code, signal, now)
+        self.ctl._release_resources(job, attempt)
+        self.interactive.discard(job.job_id)
+        steps = self._end_steps(job.job_id, StepState.CANCELLED, now)
+        kind = str(job.state).lower()
+        jobs = [(job, kind, {"exit_code": exit_code, "signal": signal, "by": "srun"})]
+        # Whatever tasks are left (a step srun did not wait for) go with the allocation.
+        return [Terminate(job.job_id, attempt, list(job.nodes), "cleanup")], jobs, steps
+
+    def _end_steps(self, job_id: int, state: str, end: float) -> list[tuple[Step, str]]:
+        out = []
+        for step in self.active.pop(job_id, {}).values():
+            step.state = state
+            step.end_time = end
+            out.append((step, "end"))
+        return out
+
+    def sweep(self) -> list[Action]:
+        """End the steps of jobs that ended; time out interactive allocations. Runs every
+        second (and costs nothing when no step runs)."""
+        now = self.clock.now()
+        steps: list[tuple[Step, str]] = []
+        jobs: list[tuple[Job, str, dict[str, Any]]] = []
+        actions: list[Action] = []
+        for job_id in list(self.active):
+            job = self.ctl.jobs.get(job_id)
+            attempts = {s.attempt for s in self.active[job_id].values()}
+            if job is not None and job.state is JobState.RUNNING and attempts == {job.restart_count}:
+                continue
+            state = StepState.CANCELLED
+            if job is not None and job.state is JobState.NODE_FAIL:
+                state = StepState.NODE_FAIL
+            end = job.end_time if job is not None and job.end_time is not None else now
+            if job is not None and job.state is JobState.RUNNING:
+                # Steps of an earlier attempt (requeued while the controller was away).
+                stale = {k: s for k, s in self.active[job_id].items() if s.attempt != job.restart_count}
+                for k, s in stale.items():
+                    s.state, s.end_time = state, now
+                    steps.append((s, "end"))
+                    del self.active[job_id][k]
+                continue
+            steps.extend(self._end_steps(job_id, state, end))
+        for job_id in list(self.interactive):
+            job = self.ctl.jobs.get(job_id)
+            if job is None or job.state.is_terminal:
+                self.interactive.discard(job_id)
+                continue
+            expected = job.expected_end()
+            if job.state is JobState.RUNNING and expected is not None and now >= expected:
+                attempt = job.restart_count
+                log.info("job %s: time limit reached (interactive allocation)", job_id)
+                lifecycle.end(job, JobEvent.TIMEOUT, now, completing=True)
+                self.interactive.discard(job_id)
+                jobs.append((job, "timeout", {"by": "controller"}))
+                steps.extend(self._end_steps(job_id, StepState.CANCELLED, now))
+                actions.append(Terminate(job_id, attempt, list(job.nodes), "timeout"))
+        if steps or jobs:
+            self.store.record_steps(now, steps, jobs)
+            self.notify()
+        return actions
+
+    # --- what commands list -------------------------------------------------------------
+
+    def listing(self, jobs: list[Job]) -> list[dict[str, Any]]:
+        """Running steps of these jobs, the batch step first, as ``step_wire`` dicts."""
+        now = self.clock.now()
+        out = []
+        for job in sorted(jobs, key=lambda j: j.job_id):
+            batch = self.batch_step(job)
+            if batch is not None:
+                out.append(step_wire(batch, now))
+            for step in self.steps_of(job.job_id):
+                out.append(step_wire(step, now))
+        return out
+
+
+def parse_step_id(text: str) -> tuple[int, int | None]:
+    """``12`` or ``12.3`` or ``12.batch`` as (job id, step id or None)."""
+    job_text, dot, step_text = text.strip().partition(".")
+    try:
+        job_id = int(job_text)
+        if not dot:
+            return job_id, None
+        return job_id, BATCH_STEP if step_text == "batch" else int(step_text)
+    except ValueError:
+        raise InvalidRequest(f"Invalid job step id: {text}") from None
+
+
+__all__ += ["format_step_id", "parse_step_id"]

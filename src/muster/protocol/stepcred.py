@@ -1,0 +1,55 @@
+"""Step credentials: the controller's signed permission to run one job step.
+
+When the controller allocates a step it writes a *grant*, a JSON text naming the job, the
+step, the user the tasks run as, the nodes and the task layout, and an expiry time, and
+signs that exact text with the cluster key (HMAC-SHA256, purpose-tagged so that no other
+signed message can pass for a grant). ``srun`` cannot forge or alter it: it only carries it,
+verbatim, to each node's agent, which checks the signature and the expiry before it starts
+anything, and starts the step's tasks only as the user the grant names.
+
+A grant can be presented to every node of the step (that is its purpose) but an agent
+launches a given (job, step) once: a replayed launch is refused there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+__all__ = ["GrantError", "GRANT_TTL", "sign_grant", "verify_grant"]
+
+GRANT_TTL = 300.0  # seconds a grant may wait between the controller and the agents
+_PURPOSE = b"muster-step-grant\n"
+
+
+class GrantError(Exception):
+    """A grant that must not be honoured; ``str()`` says why."""
+
+
+def sign_grant(key: bytes, grant: dict[str, Any]) -> tuple[str, str]:
+    """The grant as text and its signature."""
+    text = json.dumps(grant, separators=(",", ":"), sort_keys=True)
+    return text, _mac(key, text)
+
+
+def verify_grant(key: bytes, text: str, sig: str, now: float) -> dict[str, Any]:
+    """The grant's content when ``sig`` signs ``text`` and it has not expired."""
+    if not isinstance(text, str) or not isinstance(sig, str):
+        raise GrantError("malformed step credential")
+    if not hmac.compare_digest(_mac(key, text), sig):
+        raise GrantError("invalid step credential signature")
+    try:
+        grant = json.loads(text)
+    except ValueError:
+        raise GrantError("malformed step credential") from None
+    if not isinstance(grant, dict):
+        raise GrantError("malformed step credential")
+    if float(grant.get("expires", 0)) < now:
+        raise GrantError("expired step credential")
+    return grant
+
+
+def _mac(key: bytes, text: str) -> str:
+    return hmac.new(key, _PURPOSE + text.encode(), hashlib.sha256).hexdigest()
