@@ -25,12 +25,13 @@ from muster.ctld.view import build_snapshot
 from muster.sched import SchedConfig, schedule
 from muster.sim.cluster import cluster_from_config, spec_for
 from muster.sim.engine import Estimate, Simulation
-from muster.sim.policies import build_settings
+from muster.sim.policies import build_settings, job_order, sjf_priority
 from muster.sim.traces import Trace, TraceJob, read_trace
 
 pytestmark = pytest.mark.integration
 
 EPOCH = 1_700_000_000.0
+ROOT = Identity(0, 0, "root", "root", "h", admin=True)
 NODES = "DefMemPerCPU=100\nNodeName=n[1-4] CPUs=4 RealMemory=1000\nPartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n"
 
 
@@ -56,7 +57,8 @@ def _config(policy: str) -> Config:
     return parse_config(text, f"{policy}.conf")
 
 
-def _through_the_controller(conf: Config, jobs: list[TraceJob], db: str) -> dict[int, tuple[float, float, str]]:
+def _through_the_controller(conf: Config, jobs: list[TraceJob], db: str,
+                            order: str = "fifo") -> dict[int, tuple[float, float, str]]:
     clock = ManualClock(EPOCH)
     ctl = Controller(conf, Store(db), clock)
     ctl.load()
@@ -81,7 +83,10 @@ def _through_the_controller(conf: Config, jobs: list[TraceJob], db: str) -> dict
                 spec = spec_for(jobs[i].size, "procs", cluster)
                 spec.time_limit = estimate.limit(jobs[i])
                 who = Identity(1000, 1000, f"u{jobs[i].user}", "g1", "h", admin=False)
-                ids[i] = ctl.submit(JobSpec.from_dict(spec.to_dict()), who).job_id
+                job = ctl.submit(JobSpec.from_dict(spec.to_dict()), who)
+                ids[i] = job.job_id
+                if order == "sjf":  # an admin sets the priority, as `scontrol update` does
+                    ctl.update(job, ROOT, {"priority": sjf_priority(job.time_limit)})
             else:
                 job = ctl.jobs[ids[i]]
                 report = {"job_id": job.job_id, "restart_count": 0, "exit_code": 0, "signal": 0,
@@ -119,23 +124,25 @@ def _through_the_controller(conf: Config, jobs: list[TraceJob], db: str) -> dict
     }
 
 
-def _through_the_simulator(conf: Config, trace: Trace) -> dict[int, tuple[float, float, str]]:
+def _through_the_simulator(conf: Config, trace: Trace,
+                           order: str = "fifo") -> dict[int, tuple[float, float, str]]:
     sim = Simulation(trace.jobs, trace.unit, cluster_from_config(conf),
-                     SchedConfig.from_settings(dict(conf.settings)), epoch=EPOCH)
+                     SchedConfig.from_settings(dict(conf.settings)), epoch=EPOCH, order=order)
     result = sim.run()
     assert not result.never_started
     states = {j.job_id: str(j.state) for j in sim.jobs}
     return {o.job_id: (o.start, o.end, states[o.job_id]) for o in result.outcomes}
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "easy", "conservative"])
+@pytest.mark.parametrize("policy", ["fcfs", "easy", "conservative", "sjf"])
 def test_the_simulator_and_the_controller_start_every_job_at_the_same_time(
     tmp_path: pathlib.Path, policy: str
 ) -> None:
     trace = read_trace(_trace_file(tmp_path / "small.swf"))
     conf = _config(policy)
-    controller = _through_the_controller(conf, trace.jobs, str(tmp_path / "muster.db"))
-    simulated = _through_the_simulator(conf, trace)
+    order = job_order(policy)
+    controller = _through_the_controller(conf, trace.jobs, str(tmp_path / "muster.db"), order)
+    simulated = _through_the_simulator(conf, trace, order)
     assert len(controller) == len(simulated) == len(trace.jobs) == 60
     assert simulated == controller
     # The trace is busy enough for the comparison to mean something.

@@ -45,6 +45,7 @@ from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState
 from muster.sched import Decisions, SchedConfig, Snapshot, check_submit, schedule
 from muster.sim.cluster import Cluster, shape_for, spec_for
+from muster.sim.policies import sjf_priority
 from muster.sim.traces import TraceJob
 
 __all__ = ["Estimate", "JobOutcome", "SimResult", "Simulation", "replayable"]
@@ -193,6 +194,7 @@ class Simulation:
         epoch: float = 0.0,
         label: str = "",
         skip_idle_passes: bool = True,
+        order: str = "fifo",
         progress: ProgressFn | None = None,
     ) -> None:
         self.unit = unit
@@ -216,6 +218,12 @@ class Simulation:
         self._pending_shapes: Counter[tuple[int, int, int, int]] = Counter()
         self._part_nodes = cluster.partition_nodes()
         self._planned: set[int] = set()
+        # order="sjf": admin priorities (``scontrol update job priority=``) by time limit,
+        # set at submission; the snapshot carries those of pending jobs, as ctld.view does.
+        if order not in ("fifo", "sjf"):
+            raise ValueError(f"unknown job order {order!r}")
+        self.order = order
+        self._overrides: dict[int, int] = {}
         self._heap: list[tuple[float, int, int, int]] = []
         self._seq = 0
         self.clock = ManualClock(epoch + (jobs[0].submit if jobs else 0.0))
@@ -298,6 +306,9 @@ class Simulation:
         return (s.cpus_per_node, s.mem_per_node, s.gpus_per_node, s.nodes)
 
     def _arrive(self, job: Job) -> None:
+        if self.order == "sjf":
+            job.admin_priority = job.priority = sjf_priority(job.time_limit)
+            self._overrides[job.job_id] = job.admin_priority
         self._pending[job.job_id] = job
         self._pending_shapes[self._shape_key(job)] += 1
 
@@ -327,6 +338,7 @@ class Simulation:
             pending=list(self._pending.values()),
             running=list(self._running.values()),
             finished=self._finished,
+            priority_overrides=self._overrides,
         )
         decisions = schedule(snapshot, now, self.config)
         self.passes += 1
@@ -379,6 +391,7 @@ class Simulation:
 
     def _hold(self, job: Job) -> None:
         del self._pending[job.job_id]
+        self._overrides.pop(job.job_id, None)
         key = self._shape_key(job)
         self._pending_shapes[key] -= 1
         if not self._pending_shapes[key]:

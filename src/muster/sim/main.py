@@ -22,7 +22,7 @@ from muster.core.errors import MusterError
 from muster.sim.cluster import Cluster, ClusterError, cluster_from_config, uniform_cluster
 from muster.sim.engine import Estimate, JobOutcome, Simulation, replayable
 from muster.sim.metrics import compute, format_table, offered_load, recorded_outcomes
-from muster.sim.policies import POLICIES, build_settings, sched_config
+from muster.sim.policies import POLICIES, build_settings, job_order, sched_config
 from muster.sim.traces import FORMATS, Trace, read_trace
 
 PROG = "muster sim"
@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = p.add_argument_group("scheduler")
     s.add_argument("--conf", metavar="FILE",
                    help="slurm.conf-syntax file: its scheduling keys (and nodes, unless --nodes)")
-    s.add_argument("--policy", choices=POLICIES, help="fcfs, easy, backfill (Slurm's, depth bf_max_job_test) or conservative (default: easy)")
+    s.add_argument("--policy", choices=POLICIES, help="fcfs, easy (default), backfill (Slurm's, depth bf_max_job_test), conservative, "
+                   "or sjf (shortest time limit first, with EASY backfilling)")
     s.add_argument("--compare", metavar="P1,P2,..",
                    help=f"replay several policies and overlay them ({', '.join(POLICIES)}, {RECORDED})")
     for name in ("age", "fairshare", "job-size", "partition", "qos"):
@@ -278,6 +279,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 allow_overrun=args.allow_overrun,
                 epoch=epoch,
                 label=label,
+                order=job_order(label),
                 progress=ProgressBar(label, err) if progress else None,
             )
             result = sim.run()

@@ -17,6 +17,13 @@ set of slurm.conf keys, turned into a ``SchedConfig`` by the same
 * ``conservative``: ``sched/backfill`` with ``conservative``: every blocked job gets a
   planned start, so a backfilled job delays no one (within ``bf_window``).
 
+* ``sjf``: shortest job first with EASY backfilling: ``easy``'s settings, and every job's
+  priority set at submission from its time limit (shorter first), the way an administrator
+  would with ``scontrol update job priority=`` (``Snapshot.priority_overrides``). The
+  shortest waiting job holds the reservation. (This is SJF-EASY; EASY-SJBF, which keeps the
+  reservation for the oldest job and only backfills shortest first, cannot be expressed
+  with the scheduler's knobs.)
+
 All presets use FIFO priority (``priority/basic``) so that they are the policies the
 literature means; priority weights given on the command line switch to
 ``priority/multifactor``. Without a ``--conf``, ``bf_window`` is widened to cover the longest
@@ -33,9 +40,20 @@ import math
 
 from muster.sched import SchedConfig
 
-__all__ = ["POLICIES", "build_settings", "merge_parameters", "sched_config"]
+__all__ = [
+    "POLICIES",
+    "SJF_TOP",
+    "build_settings",
+    "job_order",
+    "merge_parameters",
+    "sched_config",
+    "sjf_priority",
+]
 
-POLICIES = ("fcfs", "easy", "backfill", "conservative")
+# Admin priorities for ``sjf`` count down from here by time limit (seconds).
+SJF_TOP = 1_000_000_000
+
+POLICIES = ("fcfs", "easy", "backfill", "conservative", "sjf")
 
 _PRESETS: dict[str, dict[str, str]] = {
     "fcfs": {"SchedulerType": "sched/builtin", "PriorityType": "priority/basic"},
@@ -45,6 +63,11 @@ _PRESETS: dict[str, dict[str, str]] = {
         "SchedulerParameters": "bf_max_job_test=1",
     },
     "backfill": {"SchedulerType": "sched/backfill", "PriorityType": "priority/basic"},
+    "sjf": {
+        "SchedulerType": "sched/backfill",
+        "PriorityType": "priority/basic",
+        "SchedulerParameters": "bf_max_job_test=1",
+    },
     "conservative": {
         "SchedulerType": "sched/backfill",
         "PriorityType": "priority/basic",
@@ -114,3 +137,13 @@ def build_settings(
 
 def sched_config(settings: dict[str, str]) -> SchedConfig:
     return SchedConfig.from_settings(settings)
+
+
+def job_order(policy: str | None) -> str:
+    """``sjf`` for the policy that sets priorities by time limit, else ``fifo``."""
+    return "sjf" if policy == "sjf" else "fifo"
+
+
+def sjf_priority(time_limit: int | None) -> int:
+    """The admin priority ``sjf`` gives a job: higher for a shorter limit, never 0 (held)."""
+    return max(1, SJF_TOP - (time_limit or 0))

@@ -13,7 +13,7 @@ from muster.core.states import JobState
 from muster.sched import SchedConfig
 from muster.sim.cluster import Cluster, uniform_cluster
 from muster.sim.engine import Estimate, JobOutcome, Simulation
-from muster.sim.policies import POLICIES, build_settings
+from muster.sim.policies import POLICIES, build_settings, job_order, sjf_priority
 from muster.sim.traces import TraceJob
 
 
@@ -32,7 +32,8 @@ def config(policy: str) -> SchedConfig:
 
 def replay(jobs: list[TraceJob], policy: str = "easy", cluster: Cluster | None = None,
            **kw: object) -> dict[str, JobOutcome]:
-    sim = Simulation(jobs, "procs", cluster or pool(), config(policy), **kw)  # type: ignore[arg-type]
+    sim = Simulation(jobs, "procs", cluster or pool(), config(policy), order=job_order(policy),
+                     **kw)  # type: ignore[arg-type]
     result = sim.run()
     assert not result.never_started
     return {o.trace_id: o for o in result.outcomes}
@@ -62,6 +63,15 @@ def test_backfill_starts_the_short_job_that_ends_before_the_reserved_start(polic
     assert starts(out) == {"a": 0, "b": 10, "c": 2, "d": 15}
     assert out["c"].backfilled and not out["b"].backfilled
     assert out["c"].end == 7
+
+
+def test_sjf_starts_the_shortest_waiting_job_first() -> None:
+    jobs = [tj("a", 0, 10, 4, 10), tj("b", 1, 8, 4, 8), tj("c", 2, 3, 4, 3)]
+    assert starts(replay(jobs, "easy")) == {"a": 0, "b": 10, "c": 18}
+    sim = Simulation(jobs, "procs", pool(), config("sjf"), order="sjf")
+    out = {o.trace_id: o.start for o in sim.run().outcomes}
+    assert out == {"a": 0, "b": 13, "c": 10}
+    assert [j.admin_priority for j in sim.jobs] == [sjf_priority(10), sjf_priority(8), sjf_priority(3)]
 
 
 def test_a_job_outliving_its_limit_is_killed_at_the_limit() -> None:

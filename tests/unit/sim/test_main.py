@@ -114,7 +114,7 @@ def test_the_progress_bar_reaches_the_end(write_swf: Callable[..., str],
     ("args", "message"),
     [
         (["--estimate", "soon"], "invalid estimate 'soon'"),
-        (["--compare", "easy,sjf"], "--compare: unknown policy 'sjf'"),
+        (["--compare", "easy,lottery"], "--compare: unknown policy 'lottery'"),
         (["--compare", "easy", "--policy", "fcfs"], "either --policy or --compare"),
         (["--window", "10"], "--window: expected START:END"),
         (["--window", "5d:1d"], "must come after the start"),

@@ -20,7 +20,7 @@ from muster.sim.metrics import (
     recorded_outcomes,
     size_class,
 )
-from muster.sim.policies import POLICIES, build_settings
+from muster.sim.policies import POLICIES, build_settings, job_order
 from muster.sim.traces import TraceJob
 
 
@@ -143,7 +143,7 @@ def test_utilisation_never_exceeds_the_offered_load_or_one(
     assume(jobs[-1].submit > jobs[0].submit)
     cfg = SchedConfig.from_settings(build_settings(policy, max_time_limit=1000))
     result = Simulation(jobs, "procs", uniform_cluster("procs", nodes=2, cpus_per_node=4), cfg,
-                        allow_overrun=overrun).run()
+                        allow_overrun=overrun, order=job_order(policy)).run()
     m = compute(result.outcomes, 8)
     assert m["utilisation"] <= 1 + 1e-12
     assert m["utilisation"] <= offered_load(jobs, 8) + 1e-12

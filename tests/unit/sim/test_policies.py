@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from muster.sim.policies import build_settings, merge_parameters, sched_config
+from muster.sim.policies import (
+    build_settings,
+    job_order,
+    merge_parameters,
+    sched_config,
+    sjf_priority,
+)
 
 
 def test_fcfs_is_the_builtin_scheduler_in_submission_order() -> None:
@@ -51,5 +57,12 @@ def test_scheduler_parameters_merge_item_by_item() -> None:
 
 
 def test_an_unknown_policy_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown policy 'sjf'"):
-        build_settings("sjf")
+    with pytest.raises(ValueError, match="unknown policy 'lottery'"):
+        build_settings("lottery")
+
+
+def test_sjf_is_easy_with_priorities_by_time_limit() -> None:
+    assert build_settings("sjf") == build_settings("easy")
+    assert job_order("sjf") == "sjf" and job_order("easy") == "fifo"
+    assert sjf_priority(60) > sjf_priority(3600) > 0
+    assert sjf_priority(10**12) == 1  # never 0, which would hold the job
