@@ -332,6 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (MusterError, ConfigError) as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return 1
+    except OSError as e:
+        where = f" {e.filename}" if e.filename else ""
+        sys.stderr.write(f"{PROG}: error: cannot write{where}: {e.strerror or e}\n")
+        return 1
     except ImportError as e:
         sys.stderr.write(f"{PROG}: error: {e.name or e} is needed for this ({e})\n")
         return 1

@@ -144,6 +144,13 @@ def test_a_malformed_trace_fails_naming_the_line(write_swf: Callable[..., str],
     assert f"skipped malformed line: {path}:10:" in capsys.readouterr().err
 
 
+def test_an_unwritable_output_fails_clearly(write_swf: Callable[..., str], tmp_path: pathlib.Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "no" / "such" / "dir" / "r.json"
+    assert main([write_swf(ROWS), "--json", str(target)]) == 1
+    assert f"muster sim: error: cannot write {target}: No such file or directory" in capsys.readouterr().err
+
+
 def test_a_bad_conf_file_fails_naming_the_line(write_swf: Callable[..., str],
                                                write_text: Callable[[str, str], str],
                                                capsys: pytest.CaptureFixture[str]) -> None:
