@@ -187,6 +187,18 @@ def _gres_detail(job: dict) -> list[str]:
     return lines
 
 
+def _array_fields(job: dict) -> str:
+    """``ArrayJobId=.. ArrayTaskId=.. [ArrayTaskThrottle=..] `` for array tasks."""
+    if job.get("array_job_id") is None:
+        return ""
+    from muster.cli.jobarrays import array_task_text
+
+    text = f"ArrayJobId={job['array_job_id']} ArrayTaskId={array_task_text(job)} "
+    if job.get("array_throttle"):
+        text += f"ArrayTaskThrottle={job['array_throttle']} "
+    return text
+
+
 def job_record(job: dict, details: bool = False) -> list[str]:
     """``scontrol show job``'s lines for one job (without indentation)."""
     spec = _spec(job)
@@ -197,7 +209,7 @@ def job_record(job: dict, details: bool = False) -> list[str]:
     requeue = 0 if spec.get("requeue") is False else 1
     sched_eval = job.get("last_sched_eval") or job.get("start_time") or job.get("submit_time")
     lines = [
-        f"JobId={job.get('job_id')} JobName={spec.get('name') or ''}",
+        f"JobId={job.get('job_id')} {_array_fields(job)}JobName={spec.get('name') or ''}",
         f"UserId={job.get('user')}({job.get('uid')}) GroupId={job.get('group')}({job.get('gid')}) MCS_label=N/A",
         f"Priority={int(job.get('priority') or 0)} Nice={int(spec.get('nice') or 0)} "
         f"Account={job.get('account') or job.get('user')} QOS={job.get('qos') or 'normal'}",
@@ -456,13 +468,21 @@ def show_hostlist(expr: str | None) -> int:
     return 0
 
 
-def _job_id(text: str) -> int:
+def _job_id(text: str) -> str:
+    """A job id as the user wrote it (``123``, ``123_4``, ``123_[1-3]``), checked; array
+    task ranges come back one id per task for the query string."""
+    from muster.core.arrays import parse_job_ref
+
     item = text.strip()
     if item.lower().startswith(("jobid=", "job=")):
         item = item.split("=", 1)[1]
-    if not item.isdigit():
-        raise CommandError("slurm_load_jobs error: Invalid job id specified", 1, raw=True)
-    return int(item)
+    try:
+        ref = parse_job_ref(item)
+    except ValueError:
+        raise CommandError("slurm_load_jobs error: Invalid job id specified", 1, raw=True) from None
+    if ref.tasks is None:
+        return str(ref.job_id)
+    return ",".join(f"{ref.job_id}_{t}" for t in ref.tasks)
 
 
 def show_jobs(target: str | None, flags: Flags) -> int:
@@ -473,16 +493,18 @@ def show_jobs(target: str | None, flags: Flags) -> int:
         if target is None:
             jobs = ctl.get("/v1/jobs").get("jobs") or []
         else:
-            ids = [_job_id(t) for t in target.split(",") if t.strip()]
+            # an array's id names all its tasks, as in Slurm
             jobs = []
-            for job_id in ids:
-                jobs.append(ctl.get(f"/v1/jobs/{job_id}").get("job") or {})
+            for item in _split_ids(target):
+                jobs.extend(ctl.get(f"/v1/jobs?job_id={_job_id(item)}").get("jobs") or [])
     except (ApiError, ConnectError) as e:
         raise _load_error("jobs", e) from None
     if not jobs:
         sys.stdout.write("No jobs in the system\n")
         return 0
-    jobs.sort(key=lambda j: int(j.get("job_id") or 0))
+    from muster.cli.jobarrays import merge_array_rows
+
+    jobs = merge_array_rows(sorted(jobs, key=lambda j: int(j.get("job_id") or 0)))
     write_out("".join(format_record(job_record(j, flags.details), flags.oneliner) for j in jobs))
     return 0
 
@@ -575,8 +597,39 @@ def _id_list(words: list[str]) -> list[str]:
         for prefix in ("jobid=", "job="):
             if item.lower().startswith(prefix):
                 item = item[len(prefix) :]
-        out.extend(i for i in item.replace(",", " ").split() if i)
+        out.extend(_split_ids(item))
     return out
+
+
+def _split_ids(text: str) -> list[str]:
+    """Split on commas and blanks outside brackets: ``1,2_[3,5]`` -> ``1``, ``2_[3,5]``."""
+    items, depth, current = [], 0, []
+    for ch in text:
+        if ch in ", \t" and depth == 0:
+            items.append("".join(current))
+            current = []
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        current.append(ch)
+    items.append("".join(current))
+    return [i.strip() for i in items if i.strip()]
+
+
+def _path_id(item: str) -> str:
+    """A job id for a URL path (``123_[1-3]`` percent-encoded)."""
+    return item.replace("%", "%25").replace("[", "%5B").replace("]", "%5D").replace(",", "%2C")
+
+
+def _valid_id(item: str) -> bool:
+    """``123``, or array tasks ``123_4`` / ``123_[1-3]`` (the controller resolves them)."""
+    from muster.core.arrays import parse_job_ref
+
+    try:
+        parse_job_ref(item)
+    except ValueError:
+        return False
+    return True
 
 
 def hold_release(op: str, words: list[str], flags: Flags) -> int:
@@ -590,7 +643,7 @@ def hold_release(op: str, words: list[str], flags: Flags) -> int:
     rc = 0
     ctl = None
     for item in ids:
-        if not item.isdigit():
+        if not _valid_id(item):
             if not flags.quiet:
                 sys.stderr.write(f"Invalid job id specified for job {item}\n")
             rc = 1
@@ -599,11 +652,11 @@ def hold_release(op: str, words: list[str], flags: Flags) -> int:
             if ctl is None:
                 ctl = connect(PROG)
             if op == "release":
-                ctl.post(f"/v1/jobs/{item}/release")
+                ctl.post(f"/v1/jobs/{_path_id(item)}/release")
             elif op in ("requeue", "requeuehold"):
-                ctl.post(f"/v1/jobs/{item}/requeue", {"hold": op == "requeuehold"})
+                ctl.post(f"/v1/jobs/{_path_id(item)}/requeue", {"hold": op == "requeuehold"})
             else:
-                ctl.post(f"/v1/jobs/{item}/hold", {"admin": op == "hold"})
+                ctl.post(f"/v1/jobs/{_path_id(item)}/hold", {"admin": op == "hold"})
         except ConnectError as e:
             raise CommandError(f"slurm_update error: {connect_message(e)}", 1, raw=True) from None
         except ApiError as e:
@@ -627,6 +680,7 @@ _UPDATE_KEYS = {
     "numnodes": "min_nodes",
     "minnodes": "min_nodes",
     "reqnodes": "min_nodes",
+    "arraytaskthrottle": "array_throttle",
 }
 
 
@@ -640,7 +694,7 @@ def parse_update(words: list[str], now: float | None = None) -> tuple[list[str],
         if not eq:
             raise CommandError(f"Invalid input: {word}\n{PROG}: error: Request aborted")
         if k in ("jobid", "job"):
-            ids.extend(i for i in value.split(",") if i)
+            ids.extend(_split_ids(value))
             continue
         field = _UPDATE_KEYS.get(k)
         if field is None:
@@ -666,7 +720,7 @@ def _update_value(field: str, key: str, value: str, now: float | None) -> object
         if not seconds:
             raise CommandError("TimeLimit=UNLIMITED is not supported by muster's update")
         return seconds
-    if field in ("priority", "nice"):
+    if field in ("priority", "nice", "array_throttle"):
         try:
             return int(value)
         except ValueError:
@@ -708,12 +762,12 @@ def update(words: list[str], flags: Flags) -> int:
     rc = 0
     ctl = connect(PROG)
     for item in ids:
-        if not item.isdigit():
+        if not _valid_id(item):
             sys.stderr.write(f"Invalid job id specified for job {item}\n")
             rc = 1
             continue
         try:
-            ctl.post(f"/v1/jobs/{item}/update", body)
+            ctl.post(f"/v1/jobs/{_path_id(item)}/update", body)
         except ConnectError as e:
             raise CommandError(f"slurm_update error: {connect_message(e)}", 1, raw=True) from None
         except ApiError as e:

@@ -36,7 +36,8 @@ from muster.cli.common import (
     version_line,
 )
 from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
-from muster.core.arrays import JobRef, format_ranges, parse_job_ref
+from muster.cli.jobarrays import array_job_id_text, array_task_text, job_id_text, merge_array_rows
+from muster.core.arrays import JobRef, parse_job_ref
 
 PROG = "squeue"
 
@@ -187,55 +188,6 @@ def tres_per_node(job: dict) -> str:
         return "N/A"
     gtype = shape.get("gpu_type") or spec.get("gpu_type")
     return f"gres:gpu:{gtype}:{gpus}" if gtype else f"gres:gpu:{gpus}"
-
-
-def job_id_text(job: dict) -> str:
-    """``%i``: ``123``, an array task ``123_4``, or pending tasks merged ``123_[5-9%2]``."""
-    merged = job.get("array_tasks_text")
-    if merged:
-        return f"{job.get('array_job_id')}_[{merged}]"
-    task = job.get("array_task_id")
-    if task is None:
-        return str(job.get("job_id"))
-    return f"{job.get('array_job_id')}_{task}"
-
-
-def array_job_id_text(job: dict) -> str:
-    value = job.get("array_job_id")
-    return str(value if value is not None else job.get("job_id"))
-
-
-def array_task_text(job: dict) -> str:
-    merged = job.get("array_tasks_text")
-    if merged:
-        return merged
-    task = job.get("array_task_id")
-    return "N/A" if task is None else str(task)
-
-
-def merge_array_rows(jobs: list[dict]) -> list[dict]:
-    """One row for the pending tasks of an array that wait for the same reason (Slurm keeps
-    those in a single record); the row stands where its first task would."""
-    groups: dict[tuple[object, object], list[dict]] = {}
-    for job in jobs:
-        if job.get("array_job_id") is not None and job.get("state") == "PENDING":
-            groups.setdefault((job["array_job_id"], job.get("reason")), []).append(job)
-    if not groups:
-        return jobs
-    out = []
-    for job in jobs:
-        if job.get("array_job_id") is None or job.get("state") != "PENDING":
-            out.append(job)
-            continue
-        group = groups[(job["array_job_id"], job.get("reason"))]
-        if len(group) == 1:
-            out.append(job)
-        elif group[0] is job:
-            text = format_ranges(int(j["array_task_id"]) for j in group)
-            if job.get("array_throttle"):
-                text += f"%{job['array_throttle']}"
-            out.append({**job, "array_tasks_text": text})
-    return out
 
 
 def reason_list(job: dict) -> str:

@@ -201,7 +201,7 @@ def test_show_unknown_node(monkeypatch, capsys, reference) -> None:
 
 
 def test_show_job_through_main(monkeypatch, capsys, jobs) -> None:
-    fake = _Fake(answers={"/v1/jobs/8653": {"job": jobs[8653], "now": NOW}})
+    fake = _Fake(answers={"/v1/jobs?job_id=8653": {"jobs": [jobs[8653]], "now": NOW}})
     monkeypatch.setattr(scontrol, "connect", lambda *a: fake)
     assert scontrol.main(["-o", "show", "job", "8653"]) == 0
     assert capsys.readouterr().out.startswith("JobId=8653 JobName=fmt_run UserId=root(0) ")
@@ -272,3 +272,27 @@ def test_version(capsys) -> None:
     assert scontrol.main(["version"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == out[1] and out[0].startswith("slurm 22.05.8 (muster ")
+
+
+def _array_task(job: dict, job_id: int, task: int, state: str = "PENDING") -> dict:
+    return {**job, "job_id": job_id, "array_job_id": 8655, "array_task_id": task,
+            "array_throttle": 2, "state": state, "reason": "Resources"}
+
+
+def test_show_job_of_an_array_merges_its_pending_tasks(monkeypatch, capsys, jobs) -> None:
+    pending = jobs[8654]
+    tasks = [_array_task(pending, 8655 + i, i) for i in range(10)]
+    fake = _Fake(answers={"/v1/jobs?job_id=8655": {"jobs": tasks, "now": NOW}})
+    monkeypatch.setattr(scontrol, "connect", lambda *a: fake)
+    assert scontrol.main(["-o", "show", "job", "8655"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("JobId=8655 ArrayJobId=8655 ArrayTaskId=0-9%2 ArrayTaskThrottle=2 JobName=")
+    assert out.count("\n") == 1  # one record
+
+
+def test_array_task_ids_go_to_the_controller_encoded(monkeypatch) -> None:
+    fake = _Fake()
+    monkeypatch.setattr(scontrol, "connect", lambda *a: fake)
+    assert scontrol.main(["requeue", "12_3"]) == 0
+    assert scontrol.main(["hold", "12_[1-2,5]"]) == 0
+    assert [c[1] for c in fake.calls] == ["/v1/jobs/12_3/requeue", "/v1/jobs/12_%5B1-2%2C5%5D/hold"]
