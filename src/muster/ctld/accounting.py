@@ -337,7 +337,9 @@ class Accounting:
                 for account, f in items:
                     shared.setdefault(account, []).append(f)
         for account, fs in shared.items():
-            if account not in out:
+            # An account named like a user with several associations would be found under
+            # that user's name first (sched looks up the user, then the account): leave it out.
+            if account not in out and not (account in by_user and len(by_user[account]) > 1):
                 out[account] = sum(fs) / len(fs)
         return out
 
@@ -420,7 +422,7 @@ class Accounting:
                 "raw_usage": self.usage.get(a.key),
                 "effective_usage": s.effective_usage if s else 0.0,
                 "fairshare": s.factor if s else None,
-                "level_fs": s.level_fs if s else None,
+                "level_fs": _finite(s.level_fs) if s else None,
                 "grp_tres_mins": _tres_text(a.limits.grp_tres_mins),
                 "tres_run_mins": "",
             })
@@ -533,6 +535,11 @@ class Accounting:
                 steps.get((d["job_id"], None), []))
             out.append(records.record_wire(d, now, cluster, self.weights.get(d.get("partition", "")), job_steps))
         return out
+
+
+def _finite(x: float) -> float | str:
+    """JSON has no infinity: an unused association's LevelFS travels as "inf"."""
+    return "inf" if x == float("inf") else x
 
 
 def _tres_text(counts: dict[str, int]) -> str:

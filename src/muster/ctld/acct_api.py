@@ -81,13 +81,20 @@ def accounting_routes(ctx: CtldApp, caller: Callable[[Request], Any], parse: Any
     async def jobs(request: Request) -> JSONResponse:
         caller(request)
         now = ctx.clock.now()
-        ids = qlist(request, "job_id")
-        try:
-            job_ids = [int(i) for i in ids] if ids else None
-        except ValueError:
-            raise InvalidRequest("invalid request: job_id: not a job id") from None
+        job_ids: list[int] = []
+        tasks: set[tuple[int, int]] = set()
+        for text in qlist(request, "job_id") or []:
+            base, _, task = text.partition(".")[0].partition("_")
+            try:
+                if task:
+                    tasks.add((int(base), int(task)))
+                else:
+                    job_ids.append(int(base))
+            except ValueError:
+                raise InvalidRequest(f"Invalid job id: {text}") from None
         q = Query(
-            job_ids=job_ids,
+            job_ids=job_ids or None,
+            array_tasks=tasks or None,
             users=qlist(request, "user"),
             accounts=qlist(request, "account"),
             partitions=qlist(request, "partition"),

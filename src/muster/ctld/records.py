@@ -103,8 +103,8 @@ def _close_attempt(db: Any, now: float, job_id: int, attempt: int, kind: str) ->
 class Query:
     """sacct's selection. Times are epochs; ``start``/``end`` None means unbounded."""
 
-    __slots__ = ("job_ids", "users", "accounts", "partitions", "states", "qos", "names",
-                 "nodes", "start", "end", "duplicates")
+    __slots__ = ("job_ids", "array_tasks", "users", "accounts", "partitions", "states", "qos",
+                 "names", "nodes", "start", "end", "duplicates")
 
     def __init__(self, **kw: Any) -> None:
         for name in self.__slots__:
@@ -121,9 +121,11 @@ def select(db: Any, q: Query, now: float) -> list[dict[str, Any]]:
     id then attempt; without ``duplicates`` only each job's latest matching attempt."""
     where: list[str] = []
     params: list[Any] = []
-    if q.job_ids:
-        where.append(_in("job_id", q.job_ids))
-        params += list(q.job_ids)
+    wanted = set(q.job_ids or ()) | {a for a, _ in q.array_tasks or ()}
+    if wanted:
+        # An array's tasks have ids from the array's own id up; the exact match is below.
+        where.append("job_id >= ?")
+        params.append(min(wanted))
     if q.users:
         where.append(_in("user", q.users))
         params += list(q.users)
@@ -161,6 +163,11 @@ def qos_of(d: dict[str, Any]) -> str:
 
 def _matches(d: dict[str, Any], q: Query) -> bool:
     spec = d.get("spec") or {}
+    if q.job_ids or q.array_tasks:
+        ids = q.job_ids or ()
+        task = (d.get("array_job_id"), d.get("array_task_id"))
+        if d["job_id"] not in ids and task[0] not in ids and task not in (q.array_tasks or ()):
+            return False
     if q.accounts and account_of(d) not in q.accounts:
         return False
     if q.partitions and d.get("partition") not in q.partitions:

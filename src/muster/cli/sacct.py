@@ -1,0 +1,446 @@
+"""sacct: accounting records of jobs, their attempts and steps, as Slurm's sacct prints them.
+
+Records come from the controller (``GET /v1/accounting/jobs``), which reads the store; this
+module chooses the window and the filters, and formats.
+
+* Window: without ``-S`` records since midnight today; with ``-j`` and no ``-S``, all time;
+  ``-E`` defaults to now. With ``-s`` and no ``-S`` the start is *now* (Slurm's quirk: ``sacct
+  -s CA,F`` alone prints nothing), and a record matches when it was in one of the states
+  during the window.
+* Users: your own records, unless ``-a``, ``-u`` or you are root.
+* Rows: a job (its latest attempt; every attempt with ``-D``), then its steps (``.batch``,
+  ``.0``, ...) unless ``-X``.
+* Columns: ``--format``/``-o`` names (case-blind, ``Name%width``), default
+  ``JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode`` (``$SACCT_FORMAT``), ``-b``
+  brief, ``-l`` long. A field given a width is right-justified; values longer than their
+  column are cut with a ``+``. ``-p``/``-P`` print parsable rows (``--delimiter``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from muster.cli.acctfmt import Printer, call, query_string
+from muster.cli.common import (
+    CommandError,
+    argv_or_sys,
+    current_user,
+    print_lines,
+    report,
+    usage_error,
+    version_line,
+)
+from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
+
+PROG = "sacct"
+
+DEFAULT_FORMAT = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
+BRIEF_FORMAT = "JobID,State,ExitCode"
+LONG_FORMAT = (
+    "JobID,JobIDRaw,JobName,Partition,MaxVMSize,MaxVMSizeNode,MaxVMSizeTask,AveVMSize,MaxRSS,"
+    "MaxRSSNode,MaxRSSTask,AveRSS,MaxPages,MaxPagesNode,MaxPagesTask,AvePages,MinCPU,MinCPUNode,"
+    "MinCPUTask,AveCPU,NTasks,AllocCPUS,Elapsed,State,ExitCode,AveCPUFreq,ReqCPUFreqMin,"
+    "ReqCPUFreqMax,ReqCPUFreqGov,ReqMem,ConsumedEnergy,MaxDiskRead,MaxDiskReadNode,"
+    "MaxDiskReadTask,AveDiskRead,MaxDiskWrite,MaxDiskWriteNode,MaxDiskWriteTask,AveDiskWrite,"
+    "ReqTRES,AllocTRES,TRESUsageInAve,TRESUsageInMax,TRESUsageInMaxNode,TRESUsageInMaxTask,"
+    "TRESUsageInMin,TRESUsageInMinNode,TRESUsageInMinTask,TRESUsageInTot,TRESUsageOutMax,"
+    "TRESUsageOutMaxNode,TRESUsageOutMaxTask,TRESUsageOutAve,TRESUsageOutTot"
+)
+
+OPTIONS: tuple[Opt, ...] = (
+    Opt("allusers", "a", NO_ARG),
+    Opt(("accounts", "account"), "A"),
+    Opt("brief", "b", NO_ARG),
+    Opt("completion", "c", NO_ARG),
+    Opt("duplicates", "D", NO_ARG),
+    Opt("delimiter"),
+    Opt("starttime", "S"),
+    Opt("endtime", "E"),
+    Opt("helpformat", "e", NO_ARG),
+    Opt("help", "h", NO_ARG),
+    Opt("jobs", "j"),
+    Opt("long", "l", NO_ARG),
+    Opt("allocations", "X", NO_ARG),
+    Opt("noheader", "n", NO_ARG),
+    Opt("format", "o"),
+    Opt("parsable", "p", NO_ARG),
+    Opt("parsable2", "P", NO_ARG),
+    Opt("partition", "r"),
+    Opt("state", "s"),
+    Opt(("user", "uid"), "u"),
+    Opt("units"),
+    Opt("usage", None, NO_ARG),
+    Opt("verbose", "v", NO_ARG),
+    Opt("version", "V", NO_ARG),
+    Opt("name"),
+    Opt("qos", "q"),
+    Opt("nodelist", "N"),
+    Opt("truncate", "T", NO_ARG),
+    Opt("json", None, NO_ARG),
+    Opt("clusters", "M"),
+    Opt("local", "L", NO_ARG),
+    Opt("array", None, NO_ARG),
+    Opt("noconvert", None, NO_ARG),
+    Opt("group", "g"),
+)
+
+_STATE_NAMES = {
+    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CD": "COMPLETED", "CA": "CANCELLED",
+    "F": "FAILED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "OOM": "OUT_OF_MEMORY",
+    "BF": "BOOT_FAIL", "DL": "DEADLINE", "RQ": "REQUEUED", "RV": "REVOKED", "RS": "RESIZING",
+}
+_STATE_LONG = set(_STATE_NAMES.values())
+
+
+# --- values -------------------------------------------------------------------------------------
+
+
+def _ts(epoch: object, none: str = "Unknown") -> str:
+    if not epoch:
+        return none
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(float(epoch)))  # type: ignore[arg-type]
+
+
+def _hms(seconds: object) -> str:
+    if seconds is None or seconds == "":
+        return ""
+    s = int(seconds)  # type: ignore[call-overload]
+    days, rest = divmod(s, 86400)
+    h, rest = divmod(rest, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{days}-{h:02d}:{m:02d}:{sec:02d}" if days else f"{h:02d}:{m:02d}:{sec:02d}"
+
+
+def _mem(mb: object, units: str | None) -> str:
+    if mb is None or mb == "":
+        return ""
+    value = float(mb)  # type: ignore[arg-type]
+    if units:
+        factor = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}.get(units.upper()[:1], 1)
+        shown = value / factor
+        return f"{shown:.2f}{units.upper()[:1]}" if shown != int(shown) else f"{int(shown)}{units.upper()[:1]}"
+    if value and value % 1024 == 0:
+        return f"{int(value // 1024)}G"
+    return f"{int(value)}M"
+
+
+def _start(r: dict) -> str:
+    if r.get("start_none"):
+        return "None"
+    return _ts(r.get("start"))
+
+
+def _timelimit(r: dict) -> str:
+    if r.get("is_step"):
+        return ""
+    limit = r.get("time_limit")
+    return "UNLIMITED" if limit is None else _hms(limit)
+
+
+def _text(key: str) -> Callable[[dict, str | None], str]:
+    return lambda r, _u: "" if r.get(key) is None else str(r.get(key))
+
+
+def _blank(_r: dict, _u: str | None) -> str:
+    return ""
+
+
+# name -> (default width; negative: left-justified), value
+FIELDS: dict[str, tuple[str, int, Callable[[dict, str | None], str]]] = {}
+
+
+def _field(name: str, width: int, fn: Callable[[dict, str | None], str]) -> None:
+    FIELDS[name.lower()] = (name, width, fn)
+
+
+for _name, _width, _fn in (
+    ("JobID", -12, _text("job_id_text")),
+    ("JobIDRaw", -12, _text("job_id_raw")),
+    ("JobName", 10, _text("name")),
+    ("Partition", 10, _text("partition")),
+    ("Account", 10, _text("account")),
+    ("AllocCPUS", 10, _text("ncpus")),
+    ("NCPUS", 10, _text("ncpus")),
+    ("AllocNodes", 10, lambda r, u: str(r.get("nnodes") if r.get("alloc_tres") else 0)),
+    ("AllocTRES", 10, _text("alloc_tres")),
+    ("ReqTRES", 10, _text("req_tres")),
+    ("ReqCPUS", 8, _text("req_cpus")),
+    ("ReqMem", 10, lambda r, u: _mem(r.get("req_mem"), u)),
+    ("ReqNodes", 8, _text("req_nodes")),
+    ("Cluster", 10, _text("cluster")),
+    ("Comment", 15, _text("comment")),
+    ("Constraints", 19, _text("constraints")),
+    ("DerivedExitCode", 15, _text("derived_exit_code")),
+    ("Elapsed", 10, lambda r, u: _hms(r.get("elapsed"))),
+    ("ElapsedRaw", 10, _text("elapsed")),
+    ("Eligible", 19, lambda r, u: _ts(r.get("eligible"))),
+    ("End", 19, lambda r, u: _ts(r.get("end"))),
+    ("ExitCode", 8, _text("exit_code")),
+    ("GID", 6, _text("gid")),
+    ("Group", 9, _text("group")),
+    ("NNodes", 8, _text("nnodes")),
+    ("NodeList", 15, _text("nodelist")),
+    ("NTasks", 8, _text("ntasks")),
+    ("Priority", 10, _text("priority")),
+    ("QOS", 10, _text("qos")),
+    ("Reason", 20, lambda r, u: "" if r.get("is_step") else str(r.get("reason") or "None")),
+    ("Reservation", 20, _text("reservation")),
+    ("Restarts", 8, _text("restart_count")),
+    ("Start", 19, lambda r, u: _start(r)),
+    ("State", 10, _text("state_text")),
+    ("Submit", 19, lambda r, u: _ts(r.get("submit"))),
+    ("Suspended", 10, lambda r, u: "00:00:00"),
+    ("Timelimit", 10, lambda r, u: _timelimit(r)),
+    ("TimelimitRaw", 15, lambda r, u: "" if r.get("is_step") else (
+        "UNLIMITED" if r.get("time_limit") is None else str(int(r["time_limit"]) // 60))),
+    ("UID", 6, _text("uid")),
+    ("User", 9, _text("user")),
+    ("WorkDir", 15, _text("workdir")),
+    ("Attempt", 8, _text("attempt")),
+):
+    _field(_name, _width, _fn)
+
+# Statistics muster does not gather (job accounting of memory, CPU time, I/O, energy):
+# known names with empty values, in the widths sacct gives them.
+for _name, _width in (
+    ("MaxVMSize", 10), ("MaxVMSizeNode", 14), ("MaxVMSizeTask", 14), ("AveVMSize", 10),
+    ("MaxRSS", 10), ("MaxRSSNode", 10), ("MaxRSSTask", 10), ("AveRSS", 10), ("MaxPages", 8),
+    ("MaxPagesNode", 12), ("MaxPagesTask", 14), ("AvePages", 10), ("MinCPU", 10),
+    ("MinCPUNode", 10), ("MinCPUTask", 10), ("AveCPU", 10), ("AveCPUFreq", 10),
+    ("ReqCPUFreqMin", 13), ("ReqCPUFreqMax", 13), ("ReqCPUFreqGov", 13), ("ReqCPUFreq", 13),
+    ("ConsumedEnergy", 14), ("ConsumedEnergyRaw", 17), ("MaxDiskRead", 12),
+    ("MaxDiskReadNode", 15), ("MaxDiskReadTask", 15), ("AveDiskRead", 14), ("MaxDiskWrite", 12),
+    ("MaxDiskWriteNode", 16), ("MaxDiskWriteTask", 16), ("AveDiskWrite", 14),
+    ("TRESUsageInAve", 14), ("TRESUsageInMax", 14), ("TRESUsageInMaxNode", 18),
+    ("TRESUsageInMaxTask", 18), ("TRESUsageInMin", 14), ("TRESUsageInMinNode", 18),
+    ("TRESUsageInMinTask", 18), ("TRESUsageInTot", 14), ("TRESUsageOutMax", 15),
+    ("TRESUsageOutMaxNode", 19), ("TRESUsageOutMaxTask", 19), ("TRESUsageOutAve", 15),
+    ("TRESUsageOutTot", 15), ("TotalCPU", 10), ("UserCPU", 10), ("SystemCPU", 10),
+    ("CPUTime", 10), ("CPUTimeRAW", 10), ("AssocID", 10), ("WCKey", 10), ("WCKeyID", 10),
+    ("Layout", 8), ("AdminComment", 15), ("SystemComment", 15), ("McsLabel", 10),
+    ("Container", 19), ("DBIndex", 10), ("Flags", 20), ("Planned", 10), ("PlannedCPU", 10),
+    ("PlannedCPURAW", 13), ("ReservationId", 13), ("SubmitLine", 20), ("QOSRAW", 10),
+    ("TRESUsageInMaxNode", 18),
+):
+    _field(_name, _width, _blank)
+
+
+def parse_format(text: str) -> list[tuple[str, int, Callable[[dict, str | None], str]]]:
+    """``JobID,JobName%30,...`` -> columns; raises CommandError for unknown names."""
+    cols = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        name, _, width = item.partition("%")
+        found = FIELDS.get(name.lower())
+        if found is None:
+            raise CommandError(f'Invalid field requested: "{name}"')
+        canon, w, fn = found
+        if width:
+            try:
+                w = int(width)  # a width given is right-justified, as in Slurm
+            except ValueError:
+                raise CommandError(f'Invalid field requested: "{item}"') from None
+        cols.append((canon, w, fn))
+    return cols
+
+
+# --- arguments ----------------------------------------------------------------------------------
+
+
+class Request:
+    __slots__ = ("cols", "printer", "params", "allocations", "units", "json")
+
+    def __init__(self) -> None:
+        self.cols: list = []
+        self.printer = Printer()
+        self.params: dict[str, object] = {}
+        self.allocations = False
+        self.units: str | None = None
+        self.json = False
+
+
+def parse_time(text: str, now: float, end_of_day: bool = False) -> float:
+    """sacct's -S/-E: dates, date+time, ``now[-N]``, ``today``, ``midnight``; a time of day
+    alone means today (sacct looks into the past)."""
+    from muster.core.timefmt import TimeFormatError, parse_timestamp
+
+    try:
+        t = parse_timestamp(text, now)
+    except TimeFormatError:
+        raise CommandError(f"Invalid time specification: {text}") from None
+    low = text.strip().lower()
+    if t > now and not low.startswith("now") and ("-" not in low and "/" not in low):
+        t -= 86400  # "10:00" is this morning, not tomorrow's
+    return t
+
+
+def midnight(now: float) -> float:
+    lt = time.localtime(now)
+    return time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+def parse_args(argv: list[str], environ: dict[str, str], now: float) -> Request | str:
+    table = OptionTable(OPTIONS)
+    parsed, operands = getopt(argv, table)
+    opts: dict[str, str | None] = {}
+    for opt, value in parsed:
+        opts[opt.key] = value
+    if "version" in opts:
+        return version_line() + "\n"
+    if "help" in opts or "usage" in opts:
+        return HELP
+    if "helpformat" in opts:
+        names = sorted({n for n, _w, _f in FIELDS.values()})
+        rows = ["".join(f"{n:<20}" for n in names[i : i + 4]).rstrip() for i in range(0, len(names), 4)]
+        return "\n".join(rows) + "\n"
+    req = Request()
+    fmt = opts.get("format")
+    if "brief" in opts:
+        fmt = BRIEF_FORMAT
+    elif "long" in opts and fmt is None:
+        fmt = LONG_FORMAT
+    if fmt is None:
+        fmt = environ.get("SACCT_FORMAT") or DEFAULT_FORMAT
+    req.cols = parse_format(fmt)
+    parsable2 = "parsable2" in opts
+    req.printer = Printer(
+        parsable="parsable" in opts or parsable2,
+        trailing="parsable" in opts and not parsable2,
+        delimiter=opts.get("delimiter") or "|",
+        header="noheader" not in opts,
+    )
+    req.allocations = "allocations" in opts
+    req.units = opts.get("units")
+    req.json = "json" in opts
+    p = req.params
+    jobs = opts.get("jobs")
+    if jobs:
+        ids = [j.strip() for j in jobs.split(",") if j.strip()]
+        for j in ids:
+            base = j.split(".")[0].split("_")[0]
+            if not base.isdigit():
+                raise CommandError(f"Invalid job id: {j}")
+        p["job_id"] = ids
+    states = opts.get("state")
+    if states:
+        names = []
+        for s in (x.strip().upper() for x in states.split(",") if x.strip()):
+            long = _STATE_NAMES.get(s, s)
+            if long not in _STATE_LONG:
+                raise CommandError(f"Invalid state: {s}")
+            names.append(long)
+        p["state"] = names
+    start_text, end_text = opts.get("starttime"), opts.get("endtime")
+    if start_text is not None:
+        p["start"] = parse_time(start_text, now)
+    elif states:
+        p["start"] = now
+    elif not jobs:
+        p["start"] = midnight(now)
+    if end_text is not None:
+        p["end"] = parse_time(end_text, now)
+    elif not jobs or start_text is not None or states:
+        p["end"] = now
+    for key, param in (("accounts", "account"), ("partition", "partition"), ("qos", "qos"),
+                       ("name", "name"), ("nodelist", "nodelist")):
+        if opts.get(key):
+            p[param] = [x for x in str(opts[key]).split(",") if x]
+    users = opts.get("user")
+    if users:
+        p["user"] = [_user_name(u) for u in users.split(",") if u]
+    elif "allusers" not in opts and os.getuid() != 0:
+        p["user"] = [current_user()]
+    if "duplicates" in opts:
+        p["duplicates"] = 1
+    if operands:
+        raise CommandError(f"Unknown arguments: {' '.join(operands)}")
+    return req
+
+
+def _user_name(text: str) -> str:
+    if text.isdigit():
+        import pwd
+
+        try:
+            return pwd.getpwuid(int(text)).pw_name
+        except KeyError:
+            return text
+    return text
+
+
+# --- output ----------------------------------------------------------------------------------------
+
+
+def render(records: list[dict], req: Request) -> list[str]:
+    rows: list[list[str]] = []
+    for rec in records:
+        for r in [rec] + ([] if req.allocations else list(rec.get("steps") or [])):
+            row = []
+            for _name, _w, fn in req.cols:
+                row.append(fn(r, req.units))
+            rows.append(row)
+    columns = [(name, w) for name, w, _fn in req.cols]
+    return req.printer.lines(columns, rows)
+
+
+def run(req: Request) -> list[str]:
+    answer = call(PROG, "GET", "/v1/accounting/jobs" + query_string(req.params))
+    records = answer.get("jobs") or []
+    if req.json:
+        import json
+
+        return [json.dumps({"jobs": records}, indent=2)]
+    return render(records, req)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        req = parse_args(argv_or_sys(argv), dict(os.environ), time.time())
+        if isinstance(req, str):
+            sys.stdout.write(req)
+            return 0
+        print_lines(run(req))
+        return 0
+    except OptionError as e:
+        return usage_error(PROG, str(e))
+    except CommandError as e:
+        return report(PROG, e)
+    except KeyboardInterrupt:
+        return 1
+
+
+HELP = """\
+sacct [<OPTION>]
+    Valid <OPTION> values are:
+     -a, --allusers:   Display jobs for all users.
+     -A, --accounts:   Use this comma separated list of accounts to select jobs.
+     -b, --brief:      Equivalent to '--format=jobid,state,exitcode'.
+     -D, --duplicates: Also show records of earlier attempts (requeued jobs).
+         --delimiter:  The delimiter used with --parsable/--parsable2 (default '|').
+     -e, --helpformat: Print the fields that can be given to --format.
+     -E, --endtime:    Select jobs eligible before this time (default: now).
+     -j, --jobs:       Display information about these jobs (all time by default).
+     -l, --long:       Equivalent to a long list of fields.
+     -n, --noheader:   No header lines.
+     -N, --nodelist:   Display jobs that ran on any of these nodes.
+         --name:       Display jobs that have any of these names.
+     -o, --format:     Comma separated list of fields (Name%width).
+     -p, --parsable:   Output delimited by '|', with a trailing '|'.
+     -P, --parsable2:  Output delimited by '|', without a trailing '|'.
+     -q, --qos:        Only send data about jobs using these QOS.
+     -r, --partition:  Only jobs of these partitions.
+     -s, --state:      Select jobs by state during the window (CD, CA, F, TO, NF, PD, R, ...).
+     -S, --starttime:  Select jobs eligible after this time (default: midnight today).
+     -u, --user:       Use this comma separated list of users.
+         --units=[KMGTP]: Display memory in this unit.
+     -V, --version:    Print the version.
+     -X, --allocations: Only show allocations, not steps.
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

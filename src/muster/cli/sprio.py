@@ -1,0 +1,166 @@
+"""sprio: the factors of pending jobs' multifactor priority.
+
+``JOBID PARTITION PRIORITY SITE AGE FAIRSHARE JOBSIZE PARTITION QOS`` (``-l`` adds USER,
+ASSOC, NICE and TRES): each factor multiplied by its ``PriorityWeight*``; ``-n`` shows the
+factors themselves (0 to 1), ``-w`` the weights. PRIORITY is the job's priority from the
+controller's last scheduling pass; FAIRSHARE is the Fair Tree factor of the job's
+association (``sshare``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from muster.cli.acctfmt import call
+from muster.cli.common import (
+    CommandError,
+    argv_or_sys,
+    fit,
+    parse_format,
+    print_lines,
+    report,
+    usage_error,
+    version_line,
+)
+from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
+
+PROG = "sprio"
+
+DEFAULT_FORMAT = "%.15i %9r %.10Y %.10S %.10A %.10F %.10J %.10P %.10Q"
+LONG_FORMAT = "%.15i %9r %.8u %.10Y %.10S %.10A %.10B %.10F %.10J %.10P %.10Q %.11N %.20T"
+
+OPTIONS = (
+    Opt("jobs", "j"),
+    Opt("user", "u"),
+    Opt("long", "l", NO_ARG),
+    Opt("norm", "n", NO_ARG),
+    Opt("weights", "w", NO_ARG),
+    Opt("noheader", "h", NO_ARG),
+    Opt("format", "o"),
+    Opt("partition", "p"),
+    Opt("clusters", "M"),
+    Opt("sort", "S"),
+    Opt("verbose", "v", NO_ARG),
+    Opt("version", "V", NO_ARG),
+    Opt("help", None, NO_ARG),
+    Opt("usage", None, NO_ARG),
+)
+
+# letter -> (header, factor key, weight key)
+LETTERS = {
+    "i": ("JOBID", None, None),
+    "r": ("PARTITION", None, None),
+    "u": ("USER", None, None),
+    "Y": ("PRIORITY", None, None),
+    "y": ("PRIORITY", None, None),
+    "S": ("SITE", "site", "site"),
+    "A": ("AGE", "age", "age"),
+    "a": ("AGE", "age", "age"),
+    "B": ("ASSOC", "assoc", "assoc"),
+    "b": ("ASSOC", "assoc", "assoc"),
+    "F": ("FAIRSHARE", "fairshare", "fairshare"),
+    "f": ("FAIRSHARE", "fairshare", "fairshare"),
+    "J": ("JOBSIZE", "jobsize", "jobsize"),
+    "j": ("JOBSIZE", "jobsize", "jobsize"),
+    "P": ("PARTITION", "partition_factor", "partition"),
+    "p": ("PARTITION", "partition_factor", "partition"),
+    "Q": ("QOS", "qos", "qos"),
+    "q": ("QOS", "qos", "qos"),
+    "N": ("NICE", None, None),
+    "T": ("TRES", None, None),
+    "t": ("TRES", None, None),
+}
+
+
+def value(letter: str, row: dict, weights: dict, norm: bool) -> str:
+    header, factor, weight = LETTERS[letter]
+    if letter == "i":
+        return str(row["job_id"])
+    if letter == "r":
+        return str(row["partition"])
+    if letter == "u":
+        return str(row["user"])
+    if letter in "Yy":
+        return f"{row['priority'] / 4294967295:.10f}" if norm else str(row["priority"])
+    if letter == "N":
+        return str(row.get("nice", 0))
+    if letter in "Tt":
+        return str(row.get("tres") or "")
+    f = float(row.get(factor) or 0.0)  # type: ignore[arg-type]
+    if norm or letter.islower():
+        return f"{f:.7f}"
+    return str(int(round(f * float(weights.get(weight, 0)))))  # type: ignore[arg-type]
+
+
+def weight_value(letter: str, weights: dict) -> str:
+    header, factor, weight = LETTERS[letter]
+    if weight is None:
+        return "Weights" if letter == "i" else ""
+    return str(weights.get(weight, 0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        parsed, operands = getopt(argv_or_sys(argv), OptionTable(OPTIONS))
+    except OptionError as e:
+        return usage_error(PROG, str(e))
+    opts = {o.key: v for o, v in parsed}
+    if "version" in opts:
+        sys.stdout.write(version_line() + "\n")
+        return 0
+    if "help" in opts or "usage" in opts:
+        sys.stdout.write(__doc__ or "")
+        return 0
+    try:
+        answer = call(PROG, "GET", "/v1/accounting/priority")
+        if not answer.get("multifactor"):
+            raise CommandError(
+                f"You are not running a supported priority plugin\n({answer.get('priority_type')}).\n"
+                "Only 'priority/multifactor' is supported.", raw=True)
+        fmt = opts.get("format") or (LONG_FORMAT if "long" in opts else DEFAULT_FORMAT)
+        if "norm" in opts and not opts.get("format"):
+            fmt = fmt.replace("%.10Y", "%.10y")
+        pieces = parse_format(fmt)
+        for _lit, letter, _w, _r in pieces:
+            if letter is not None and letter not in LETTERS:
+                raise CommandError(f"Invalid format specification: %{letter}")
+        weights = answer.get("weights") or {}
+        rows = answer.get("jobs") or []
+        if opts.get("jobs"):
+            wanted = {j.strip() for j in str(opts["jobs"]).split(",") if j.strip()}
+            rows = [r for r in rows if str(r["job_id"]) in wanted]
+            missing = wanted - {str(r["job_id"]) for r in rows}
+            if missing and not rows:
+                raise CommandError("Unable to find jobs matching user/id(s) specified", raw=False)
+        if opts.get("user"):
+            users = {u for u in str(opts["user"]).split(",") if u}
+            rows = [r for r in rows if r["user"] in users]
+        if opts.get("partition"):
+            parts = {p for p in str(opts["partition"]).split(",") if p}
+            rows = [r for r in rows if r["partition"] in parts]
+
+        def line(get: object) -> str:
+            out = []
+            for lit, letter, width, right in pieces:
+                out.append(lit)
+                if letter is not None:
+                    text = get(letter)  # type: ignore[operator]
+                    out.append(fit(text, width, right))
+            return "".join(out)
+
+        lines = []
+        if "noheader" not in opts:
+            lines.append(line(lambda c: LETTERS[c][0]))
+        if "weights" in opts:
+            lines.append(line(lambda c: weight_value(c, weights)))
+        else:
+            norm = "norm" in opts
+            lines += [line(lambda c, r=r: value(c, r, weights, norm)) for r in rows]
+        print_lines(lines)
+        return 0
+    except CommandError as e:
+        return report(PROG, e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
