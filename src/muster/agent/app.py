@@ -22,6 +22,11 @@ credentials that ``protocol.httpd`` puts in the scope:
   ==========================  ==============================================================
 
   ``/v1/signal`` for a job that does not run here answers 404 ``invalid_job_id``.
+  ``/v1/signal`` and ``/v1/terminate`` reach the job's steps here too (``agent.steps``).
+
+  ``/v1/steps/*`` (srun launching, feeding and signalling job steps) is the one exception to
+  the signature rule: those requests carry a step credential the controller signed instead
+  (see ``muster.agent.steps``).
 
 * **Unix socket** (``<AgentSocketDir>/musterd-<node>.sock``, mode 0666): only
   ``POST /v1/credential``, which vouches for the connecting process's uid/gid as the kernel
@@ -41,6 +46,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.agent.limits import parse_signal
+from muster.agent.steps import StepRunner
 from muster.agent.supervisor import LaunchError, Supervisor
 from muster.core.clock import Clock
 from muster.protocol.httpd import PEER_KEY, SignatureError, Verifier, read_body
@@ -88,7 +94,11 @@ def _handler(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
     return wrapped
 
 
-def build_routes(supervisor: Supervisor, status_extra: Callable[[], dict[str, Any]]) -> list[Route]:
+def build_routes(
+    supervisor: Supervisor,
+    status_extra: Callable[[], dict[str, Any]],
+    steps: StepRunner | None = None,
+) -> list[Route]:
     node = supervisor.node
 
     @_handler
@@ -113,7 +123,10 @@ def build_routes(supervisor: Supervisor, status_extra: Callable[[], dict[str, An
             sig = parse_signal(body.get("signal", 15))
         except ValueError as exc:
             raise _BadRequest(str(exc)) from None
-        if not supervisor.signal(job_id, sig, bool(body.get("batch_only"))):
+        found = supervisor.signal(job_id, sig, bool(body.get("batch_only")))
+        if steps is not None and not body.get("batch_only"):
+            found = steps.signal(job_id, sig) or found
+        if not found:
             return _error(f"job {job_id} is not running on {node}", "invalid_job_id", 404)
         return JSONResponse({"ok": True})
 
@@ -130,6 +143,8 @@ def build_routes(supervisor: Supervisor, status_extra: Callable[[], dict[str, An
             float(kill_wait) if kill_wait is not None else None,
             int(attempt) if attempt is not None else None,
         )
+        if steps is not None:
+            steps.terminate(job_id, reason, float(kill_wait) if kill_wait is not None else None)
         return JSONResponse({"ok": True, "running": running})
 
     @_handler
@@ -210,9 +225,11 @@ def build_app(
     clock: Clock,
     lifespan: Any = None,
     status_extra: Callable[[], dict[str, Any]] = dict,
+    steps: StepRunner | None = None,
 ) -> ASGIApp:
     """The ASGI app for both sockets (see the module docstring)."""
-    signed = _SignedOnly(Starlette(routes=build_routes(supervisor, status_extra)), Verifier(key, clock))
+    routes = build_routes(supervisor, status_extra, steps)
+    signed = _SignedOnly(Starlette(routes=routes), Verifier(key, clock))
     local = credential_app(key, supervisor.node, clock)
     outer = Starlette(lifespan=lifespan)
 
@@ -221,6 +238,8 @@ def build_app(
             await outer(scope, receive, send)
         elif scope.get(PEER_KEY):
             await local(scope, receive, send)
+        elif steps is not None and scope["type"] == "http" and scope["path"].startswith("/v1/steps/"):
+            await steps(scope, receive, send)  # authorized by step credentials, not signatures
         else:
             await signed(scope, receive, send)
 

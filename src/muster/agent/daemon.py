@@ -22,6 +22,7 @@ from muster.agent.app import build_app
 from muster.agent.env import EnvContext
 from muster.agent.link import ControllerLink
 from muster.agent.state import StateDir
+from muster.agent.steps import StepRunner
 from muster.agent.supervisor import Supervisor
 from muster.core.clock import Clock, SystemClock
 from muster.core.config import Config, NodeConf
@@ -112,6 +113,13 @@ class AgentDaemon:
             kill_wait=float(self.config.kill_wait),
             over_time=_over_time(self.config),
             notify=self._notify,
+        )
+        self.steps = StepRunner(  # job steps (srun): launched straight from srun
+            node=self.node.name,
+            key=settings.key,
+            clock=self.clock,
+            env_ctx=self.supervisor.env_ctx,
+            kill_wait=float(self.config.kill_wait),
         )
 
     # --- startup ----------------------------------------------------------------------
@@ -228,7 +236,9 @@ class AgentDaemon:
 
     async def serve(self) -> None:
         sockets = self.prepare()
-        app = build_app(self.supervisor, self.settings.key, self.clock, self.lifespan, self._status_extra)
+        app = build_app(
+            self.supervisor, self.settings.key, self.clock, self.lifespan, self._status_extra, self.steps
+        )
         server = self._server = make_server(app)
         try:
             if not self.stop_requested:

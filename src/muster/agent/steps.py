@@ -1,0 +1,871 @@
+"""Job steps on this node: start the tasks srun asks for, stream their output back, signal
+and stop them.
+
+srun talks to the agent directly (TCP ``NodeAddr:Port``), with no cluster-key signature:
+what authorizes a launch is the *grant* the controller signed for this step
+(``protocol.stepcred``), which srun carries verbatim. The grant fixes the job, the step, the
+user, the nodes and the task layout; srun supplies the command, its environment, its
+working directory and how to connect stdio.
+
+=============================  ==================================================================
+``POST /v1/steps/launch``      ``{"grant", "sig", "argv", "env", "cwd", "umask", "torch_env",
+                               "launch_host", "srun_port", "stdin", "stdout", "stderr",
+                               "open_mode"}`` -> a stream of frames (``protocol.stream``) that
+                               ends when every task here has ended and its output is sent
+``POST /v1/steps/stdin``       ``?job=J&step=S&token=T``, a chunked body copied to the stdin of
+                               the tasks here that take it; its end closes their stdin
+``POST /v1/steps/signal``      ``{"job_id", "step_id", "token", "signal", "kill"}`` ->
+                               ``{"ok": true}``; ``kill`` stops the step (TERM, KillWait, KILL)
+=============================  ==================================================================
+
+``token`` is a random value the launch stream's first frame gives srun, so that only the
+srun that launched a step can feed or signal it.
+
+Each task is forked here and, in the child only: leads its own session, drops to the
+job's user (``setgroups``, ``setgid``, ``setuid``) when the agent is root, sets the umask,
+changes to the working directory (``/tmp`` when it cannot, as Slurm does, with a warning),
+opens any output or input *file* as the user, connects stdio, restores default signal
+dispositions and an empty mask, sets ``SLURM_TASK_PID`` and ``execvpe``s the command with
+the task's ``PATH``. A failure is written to a close-on-exec pipe; the child exits with the
+errno (Slurm's ``slurmstepd: error: execve(): cmd: No such file or directory``, code 2).
+
+A task's ``x`` frame follows all of its output. When the last task here has ended, what
+is left of the tasks' sessions is killed (as slurmstepd does), which also closes pipes
+that a leftover background process held open. If srun's connection drops while tasks
+run, the step is stopped: nobody would see its output or its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import secrets
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+from muster.agent import proctree
+from muster.agent.env import EnvContext
+from muster.agent.taskenv import task_environment
+from muster.core.clock import Clock
+from muster.core.timefmt import format_timestamp
+from muster.protocol.httpd import read_body
+from muster.protocol.stepcred import GRANT_TTL, GrantError, verify_grant
+from muster.protocol.stream import frame, json_frame
+
+__all__ = ["StepRunner", "expand_task_pattern"]
+
+log = logging.getLogger(__name__)
+
+HIGH_WATER = 4 << 20  # bytes of output queued for srun before the tasks' pipes are paused
+LOW_WATER = 1 << 20
+_REASON_WORDS = {
+    "timeout": " DUE TO TIME LIMIT",
+    "node_fail": " DUE TO NODE FAILURE",
+    "requeue": " DUE TO JOB REQUEUE",
+    "preempt": " DUE TO PREEMPTION",
+}
+
+
+class StepLaunchError(Exception):
+    def __init__(self, message: str, status: int = 400, code: str = "invalid") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def expand_task_pattern(
+    pattern: str, *, job_id: int, step_id: int, task: int, node: str, node_index: int,
+    user: str, job_name: str,
+) -> str:
+    """srun's ``-o/-e/-i`` file patterns: ``%t`` task, ``%n`` node index in the step,
+    ``%N`` node, ``%j``/``%A`` job, ``%s`` step, ``%J`` job.step, ``%u`` user, ``%x`` job name,
+    ``%%``; a number after ``%`` zero-pads numbers (``%3t`` -> ``007``)."""
+    out = []
+    i, n = 0, len(pattern)
+    values = {
+        "t": str(task), "n": str(node_index), "N": node.split(".", 1)[0], "j": str(job_id),
+        "A": str(job_id), "s": str(step_id), "J": f"{job_id}.{step_id}", "u": user,
+        "x": job_name,
+    }
+    while i < n:
+        c = pattern[i]
+        if c != "%" or i + 1 >= n:
+            out.append(c)
+            i += 1
+            continue
+        j = i + 1
+        while j < n and pattern[j].isdigit():
+            j += 1
+        if j >= n:
+            out.append(pattern[i:])
+            break
+        width, key = pattern[i + 1 : j], pattern[j]
+        if key == "%":
+            out.append("%")
+        elif key in values:
+            v = values[key]
+            out.append(v.zfill(int(width)) if width and v.isdigit() else v)
+        else:
+            out.append(pattern[i : j + 1])
+        i = j + 1
+    return "".join(out)
+
+
+@dataclass(slots=True)
+class _Stdio:
+    """Where one task's fd 0, 1 or 2 goes: a pipe to the agent, a file, or /dev/null."""
+
+    mode: str  # "pipe", "file", "null", "same" (stderr to stdout's file)
+    path: str = ""
+    flags: int = 0
+
+
+@dataclass(slots=True)
+class _Plan:
+    task: int
+    local: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    uid: int
+    gid: int
+    groups: list[int] | None
+    umask: int | None
+    stdin: _Stdio
+    stdout: _Stdio
+    stderr: _Stdio
+
+
+@dataclass(slots=True)
+class _Task:
+    task: int
+    local: int
+    pid: int = 0
+    start_ticks: int | None = None  # tells our task from a later process given its pid
+    status: tuple[int, int] | None = None  # (exit code, signal) once reaped
+    stdin_fd: int | None = None
+    read_fds: dict[int, bytes] = field(default_factory=dict)  # fd -> frame kind (o, e)
+    reported: bool = False
+
+
+@dataclass(slots=True)
+class _Step:
+    job_id: int
+    attempt: int
+    step_id: int
+    uid: int
+    node: str
+    token: str
+    kill_wait: float
+    interactive: bool = False  # the job is srun's or salloc's (no batch script)
+    tasks: list[_Task] = field(default_factory=list)
+    queue: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    buffered: int = 0
+    paused: bool = False
+    terminated: str | None = None
+    kill_handle: asyncio.TimerHandle | None = None
+    swept: bool = False
+    finished: bool = False  # every task here ended and its output is queued
+    orphaned: bool = False  # srun's stream is gone
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.job_id, self.step_id)
+
+    @property
+    def id_text(self) -> str:
+        return f"{self.job_id}.{self.step_id}"
+
+
+class StepRunner:
+    def __init__(
+        self,
+        node: str,
+        key: bytes,
+        clock: Clock,
+        env_ctx: EnvContext,
+        kill_wait: float,
+        proc_reader: Callable[[], Mapping[int, proctree.ProcInfo]] = proctree.read_proc,
+    ) -> None:
+        self.node = node
+        self.key = key
+        self.clock = clock
+        self.env_ctx = env_ctx
+        self.kill_wait = kill_wait
+        self.proc_reader = proc_reader
+        self.steps: dict[tuple[int, int], _Step] = {}
+        self._launched: dict[tuple[int, int, int], float] = {}
+
+    # --- queries ----------------------------------------------------------------------
+
+    def running_jobs(self) -> list[int]:
+        return sorted({s.job_id for s in self.steps.values()})
+
+    # --- control from the controller ----------------------------------------------------
+
+    def signal(self, job_id: int, sig: int) -> bool:
+        """``scancel --signal``: signal the tasks of the job's steps here. For a batch job
+        the batch script's supervisor signals the script's processes, srun among them, and
+        srun forwards the signal to its tasks on every node; signalling them here as well
+        would deliver it twice. So only the steps of an interactive allocation (srun's or
+        salloc's, where no batch script runs) are signalled from here."""
+        found = False
+        for step in list(self.steps.values()):
+            if step.job_id == job_id and step.interactive:
+                found = True
+                self._signal_step(step, sig)
+        return found
+
+    def terminate(self, job_id: int, reason: str, kill_wait: float | None = None) -> bool:
+        """The job ends: stop its steps here (TERM now, KILL after ``kill_wait``)."""
+        found = False
+        for step in list(self.steps.values()):
+            if step.job_id == job_id:
+                found = True
+                self._stop(step, reason, kill_wait)
+        return found
+
+    # --- the HTTP face ------------------------------------------------------------------
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """ASGI app for ``/v1/steps/*`` on the agent's TCP socket."""
+        path, method = scope["path"], scope["method"]
+        try:
+            if method != "POST":
+                raise StepLaunchError("method not allowed", 405, "invalid")
+            if path == "/v1/steps/launch":
+                await self._launch(receive, send)
+            elif path == "/v1/steps/stdin":
+                await self._stdin(scope, receive, send)
+            elif path == "/v1/steps/signal":
+                await self._signal_request(receive, send)
+            else:
+                raise StepLaunchError(f"no route {path}", 404, "not_found")
+        except StepLaunchError as e:
+            await _json(send, e.status, {"error": str(e), "code": e.code})
+
+    async def _launch(self, receive: Any, send: Any) -> None:
+        body = _parse_json(await read_body(receive))
+        step, plans = self._prepare(body)
+        self.steps[step.key] = step
+        try:
+            await self._spawn_all(step, plans)
+        except BaseException:
+            self._forget(step)
+            raise
+        await send({
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/x-muster-frames")],
+        })
+        gone = asyncio.Event()
+
+        async def watch_disconnect() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    gone.set()
+                    step.queue.put_nowait(None)
+                    return
+
+        watcher = asyncio.create_task(watch_disconnect())
+        started = [t.task for t in step.tasks]
+        first = json_frame(b"m", -1, {"started": started, "token": step.token, "node": self.node})
+        try:
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+            while True:
+                item = await step.queue.get()
+                if gone.is_set():
+                    break
+                chunks = [] if item is None else [item]
+                while not step.queue.empty():
+                    more = step.queue.get_nowait()
+                    if more is not None:
+                        chunks.append(more)
+                if chunks:
+                    data = b"".join(chunks)
+                    step.buffered -= len(data)
+                    if step.paused and step.buffered < LOW_WATER:
+                        self._resume(step)
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                if step.finished and step.queue.empty():
+                    await send({"type": "http.response.body", "body": frame(b"d", -1, b""), "more_body": False})
+                    break
+        except OSError:
+            pass
+        finally:
+            watcher.cancel()
+            if step.finished:
+                self._forget(step)
+            else:
+                log.info("step %s: srun went away; stopping the step", step.id_text)
+                step.orphaned = True
+                self._stop(step, "srun", None)
+
+    async def _stdin(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        query = parse_qs(scope.get("query_string", b"").decode())
+        try:
+            key = (int(query["job"][0]), int(query["step"][0]))
+            token = query["token"][0]
+        except (KeyError, ValueError, IndexError):
+            raise StepLaunchError("stdin needs job, step and token") from None
+        step = self.steps.get(key)
+        if step is None or not secrets.compare_digest(step.token, token):
+            raise StepLaunchError(f"no such step {key[0]}.{key[1]} here", 404, "not_found")
+        targets = [t for t in step.tasks if t.stdin_fd is not None]
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    break
+                data = message.get("body", b"")
+                for t in targets:
+                    if t.stdin_fd is not None and data:
+                        if not await _write_all(t.stdin_fd, data):
+                            _close(t.stdin_fd)
+                            t.stdin_fd = None
+                if not message.get("more_body"):
+                    break
+        finally:
+            for t in targets:
+                if t.stdin_fd is not None:
+                    _close(t.stdin_fd)
+                    t.stdin_fd = None
+        await _json(send, 200, {"ok": True})
+
+    async def _signal_request(self, receive: Any, send: Any) -> None:
+        body = _parse_json(await read_body(receive))
+        try:
+            key = (int(body["job_id"]), int(body["step_id"]))
+            sig = int(body.get("signal") or signal.SIGTERM)
+        except (KeyError, TypeError, ValueError):
+            raise StepLaunchError("signal needs job_id, step_id and signal") from None
+        step = self.steps.get(key)
+        if step is None or not secrets.compare_digest(step.token, str(body.get("token") or "")):
+            raise StepLaunchError(f"no such step {key[0]}.{key[1]} here", 404, "not_found")
+        if body.get("kill"):
+            self._stop(step, "cancel", None)
+        else:
+            self._signal_step(step, sig)
+        await _json(send, 200, {"ok": True})
+
+    # --- preparing ----------------------------------------------------------------------
+
+    def _prepare(self, body: dict[str, Any]) -> tuple[_Step, list[_Plan]]:
+        try:
+            grant = verify_grant(self.key, body.get("grant"), body.get("sig"), self.clock.now())
+        except GrantError as e:
+            raise StepLaunchError(str(e), 403, "auth") from None
+        try:
+            job_id, attempt = int(grant["job_id"]), int(grant["attempt"])
+            step_id, uid, gid = int(grant["step_id"]), int(grant["uid"]), int(grant["gid"])
+            layout = grant["step"]
+            nodes = list(layout["nodes"])
+        except (KeyError, TypeError, ValueError):
+            raise StepLaunchError("malformed step credential") from None
+        if self.node not in nodes:
+            raise StepLaunchError(f"step {job_id}.{step_id} has no tasks on {self.node}", 403, "auth")
+        self._prune_launched()
+        if (job_id, attempt, step_id) in self._launched:
+            raise StepLaunchError(f"step {job_id}.{step_id} was already launched on {self.node}", 409, "conflict")
+        me = os.geteuid()
+        if me != 0 and uid != me:
+            raise StepLaunchError(
+                f"musterd runs as uid {me} and cannot start tasks of uid {uid} (run it as root)", 500, "launch_failed"
+            )
+        groups = None
+        if me == 0:
+            try:
+                import pwd
+
+                name = pwd.getpwuid(uid).pw_name
+                groups = os.getgrouplist(name, gid)
+            except (KeyError, OSError):
+                groups = [gid]
+        argv = [str(a) for a in body.get("argv") or []]
+        if not argv:
+            raise StepLaunchError("no command to run")
+        env = {str(k): str(v) for k, v in (body.get("env") or {}).items()}
+        cwd = str(body.get("cwd") or "/")
+        umask = _parse_umask(body.get("umask"))
+        index = nodes.index(self.node)
+        job = grant.get("job") or {}
+        launch = {
+            "launch_host": body.get("launch_host"),
+            "srun_port": body.get("srun_port"),
+            "umask": body.get("umask"),
+            "torch_env": body.get("torch_env", True) is not False,
+        }
+        append = body.get("open_mode") == "append"
+        step = _Step(job_id, attempt, step_id, uid, self.node, secrets.token_hex(16),
+                     float(body.get("kill_wait") or self.kill_wait), bool(job.get("interactive")))
+        plans = []
+        for local, task in enumerate(layout["tasks"][index]):
+            def expand(pattern: str, task: int = task) -> str:
+                path = expand_task_pattern(
+                    pattern, job_id=job_id, step_id=step_id, task=task, node=self.node,
+                    node_index=index, user=str(grant.get("user") or ""),
+                    job_name=str(job.get("name") or ""),
+                )
+                return os.path.normpath(os.path.join(cwd, path))
+
+            stdout = _stdio(body.get("stdout"), task, expand, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC))
+            stderr_spec = body.get("stderr")
+            if not stderr_spec and stdout.mode == "file":
+                stderr = _Stdio("same")
+            else:
+                stderr = _stdio(stderr_spec, task, expand, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC))
+            stdin = _stdio(body.get("stdin"), task, expand, os.O_RDONLY, default="null")
+            plans.append(_Plan(
+                task=task, local=local, argv=argv,
+                env=task_environment(env, grant, self.node, local, self.env_ctx, launch),
+                cwd=cwd, uid=uid, gid=gid, groups=groups, umask=umask,
+                stdin=stdin, stdout=stdout, stderr=stderr,
+            ))
+            step.tasks.append(_Task(task, local))
+        self._launched[(job_id, attempt, step_id)] = self.clock.monotonic()
+        return step, plans
+
+    def _prune_launched(self) -> None:
+        cutoff = self.clock.monotonic() - 2 * GRANT_TTL
+        for k, when in list(self._launched.items()):
+            if when < cutoff:
+                del self._launched[k]
+
+    # --- starting -----------------------------------------------------------------------
+
+    async def _spawn_all(self, step: _Step, plans: list[_Plan]) -> None:
+        """Fork every task; a task that cannot start reports why on its stderr frame and
+        ends with the errno as its exit code, as Slurm's do. Tasks sharing an output file
+        start one after another, so that only the first truncates it."""
+        shared = _shares_files(plans)
+        pending = []
+        for plan, task in zip(plans, step.tasks, strict=True):
+            started = self._fork(step, plan, task)
+            if shared:
+                await started
+            else:
+                pending.append(started)
+        if pending:
+            await asyncio.gather(*pending)
+        log.info("step %s: started tasks %s on %s", step.id_text, [t.task for t in step.tasks], self.node)
+
+    async def _fork(self, step: _Step, plan: _Plan, task: _Task) -> None:
+        loop = asyncio.get_running_loop()
+        pipes: dict[int, tuple[int, int]] = {}
+        if plan.stdin.mode == "pipe":
+            pipes[0] = os.pipe()
+        if plan.stdout.mode == "pipe":
+            pipes[1] = os.pipe()
+        if plan.stderr.mode == "pipe":
+            pipes[2] = os.pipe()
+        err_r, err_w = os.pipe()
+        ignored = _ignored_signals()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            _child(plan, pipes, err_r, err_w, ignored)
+        os.close(err_w)
+        task.pid = pid
+        task.start_ticks = proctree.process_start_ticks(pid)
+        for fd, (r, w) in pipes.items():
+            if fd == 0:
+                os.close(r)
+                task.stdin_fd = w
+            else:
+                os.close(w)
+                os.set_blocking(r, False)
+                kind = b"o" if fd == 1 else b"e"
+                task.read_fds[r] = kind
+                loop.add_reader(r, self._readable, step, task, r, kind)
+        message = await _read_error_pipe(err_r)
+        if message:
+            # The child failed before exec: its stderr frame says why (it exits soon).
+            self._emit(step, frame(b"e", task.task, f"slurmstepd-{self.node}: error: {message}\n".encode()))
+        self._watch_exit(step, task)
+
+    def _watch_exit(self, step: _Step, task: _Task) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            pidfd = os.pidfd_open(task.pid)
+        except (AttributeError, OSError):
+            loop.create_task(self._poll_exit(step, task))
+            return
+
+        def ready() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            self._reap(step, task)
+
+        loop.add_reader(pidfd, ready)
+
+    async def _poll_exit(self, step: _Step, task: _Task) -> None:
+        while task.status is None:
+            await asyncio.sleep(0.05)
+            self._reap(step, task, block=False)
+
+    def _reap(self, step: _Step, task: _Task, block: bool = True) -> None:
+        try:
+            pid, status = os.waitpid(task.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            pid, status = task.pid, 0
+        if pid == 0:
+            return
+        if os.WIFSIGNALED(status):
+            task.status = (0, os.WTERMSIG(status))
+        else:
+            task.status = (os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0, 0)
+        self._maybe_report(step, task)
+        if all(t.status is not None for t in step.tasks) and not step.swept:
+            # The last task here ended: what is left of the tasks' sessions goes too.
+            step.swept = True
+            self._kill_leftovers(step)
+
+    # --- output ---------------------------------------------------------------------------
+
+    def _readable(self, step: _Step, task: _Task, fd: int, kind: bytes) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self._emit(step, frame(kind, task.task, data))
+            if step.buffered > HIGH_WATER and not step.paused:
+                self._pause(step)
+            return
+        asyncio.get_running_loop().remove_reader(fd)
+        _close(fd)
+        task.read_fds.pop(fd, None)
+        self._maybe_report(step, task)
+
+    def _emit(self, step: _Step, data: bytes) -> None:
+        step.buffered += len(data)
+        step.queue.put_nowait(data)
+
+    def _pause(self, step: _Step) -> None:
+        step.paused = True
+        loop = asyncio.get_running_loop()
+        for t in step.tasks:
+            for fd in t.read_fds:
+                loop.remove_reader(fd)
+
+    def _resume(self, step: _Step) -> None:
+        step.paused = False
+        loop = asyncio.get_running_loop()
+        for t in step.tasks:
+            for fd, kind in t.read_fds.items():
+                loop.add_reader(fd, self._readable, step, t, fd, kind)
+
+    def _maybe_report(self, step: _Step, task: _Task) -> None:
+        if task.reported or task.status is None or task.read_fds:
+            return
+        task.reported = True
+        code, sig = task.status
+        self._emit(step, json_frame(b"x", task.task, {"code": code, "signal": sig}))
+        if all(t.reported for t in step.tasks):
+            step.finished = True
+            if step.kill_handle is not None:
+                step.kill_handle.cancel()
+            for t in step.tasks:
+                if t.stdin_fd is not None:
+                    _close(t.stdin_fd)
+                    t.stdin_fd = None
+            step.queue.put_nowait(None)
+            log.info("step %s: all tasks ended on %s", step.id_text, self.node)
+            if step.orphaned:
+                self._forget(step)
+
+    # --- signals --------------------------------------------------------------------------
+
+    def _members(self, step: _Step) -> set[int]:
+        """The living processes of the step's tasks: each task's session and process group
+        and their descendants (see ``_task_members``)."""
+        procs = self.proc_reader()
+        children: dict[int, list[int]] = {}
+        for p in procs.values():
+            children.setdefault(p.ppid, []).append(p.pid)
+        out: set[int] = set()
+        for t in step.tasks:
+            out |= _task_members(procs, children, t)
+        out.discard(os.getpid())
+        out.discard(1)
+        return out
+
+    def _signal_step(self, step: _Step, sig: int) -> None:
+        for pid in self._members(step):
+            _kill(pid, sig)
+
+    def _stop(self, step: _Step, reason: str, kill_wait: float | None) -> None:
+        if step.finished:
+            return
+        if step.terminated is None:
+            step.terminated = reason
+            if reason not in ("cleanup", "srun"):
+                when = format_timestamp(self.clock.now())
+                line = (f"slurmstepd-{self.node}: error: *** STEP {step.id_text} ON {self.node} "
+                        f"CANCELLED AT {when}{_REASON_WORDS.get(reason, '')} ***\n")
+                first = step.tasks[0].task if step.tasks else 0
+                self._emit(step, frame(b"e", first, line.encode()))
+            self._signal_step(step, signal.SIGTERM)
+            self._signal_step(step, signal.SIGCONT)
+            wait = step.kill_wait if kill_wait is None else kill_wait
+            if reason == "cleanup":
+                wait = 0.0  # the job is over already: nothing to wait for
+            loop = asyncio.get_running_loop()
+            step.kill_handle = loop.call_later(max(0.0, wait), self._kill_now, step)
+
+    def _kill_now(self, step: _Step) -> None:
+        if step.finished:
+            return
+        self._signal_step(step, signal.SIGKILL)
+        # Keep at it until everything is gone (a fork racing the kill).
+        step.kill_handle = asyncio.get_running_loop().call_later(1.0, self._kill_now, step)
+
+    def _kill_leftovers(self, step: _Step) -> None:
+        for pid in self._members(step):
+            _kill(pid, signal.SIGKILL)
+
+    def _forget(self, step: _Step) -> None:
+        if self.steps.get(step.key) is step:
+            del self.steps[step.key]
+        loop = asyncio.get_running_loop()
+        for t in step.tasks:
+            for fd in t.read_fds:
+                loop.remove_reader(fd)
+                _close(fd)
+            t.read_fds.clear()
+            if t.stdin_fd is not None:
+                _close(t.stdin_fd)
+                t.stdin_fd = None
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _task_members(
+    procs: Mapping[int, proctree.ProcInfo], children: Mapping[int, list[int]], task: _Task
+) -> set[int]:
+    """One task's processes: its session and process group (the task leads both), and
+    their descendants. Once the task is reaped its pid is ours only while some process
+    still uses it as a session or group id (Linux reuses no such pid); a process that now
+    has that pid but another start time is a stranger, and then nothing is ours."""
+    leader = task.pid
+    if not leader:
+        return set()
+    holder = procs.get(leader)
+    if task.status is not None and holder is not None and holder.start_ticks != task.start_ticks:
+        return set()
+    found = {p.pid for p in procs.values() if p.sid == leader or p.pgid == leader}
+    if task.status is None and holder is not None:
+        found.add(leader)
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _stdio(spec: Any, task: int, expand: Callable[[str], str], flags: int, default: str = "pipe") -> _Stdio:
+    """``{"mode": "stream"|"file"|"none", "tasks": [ids] or None, "path": pattern}``."""
+    if not isinstance(spec, dict):
+        return _Stdio(default)
+    mode = spec.get("mode") or "stream"
+    tasks = spec.get("tasks")
+    if tasks is not None and task not in tasks:
+        return _Stdio("null")
+    if mode == "none":
+        return _Stdio("null")
+    if mode == "file":
+        return _Stdio("file", expand(str(spec.get("path") or "")), flags)
+    return _Stdio("pipe")
+
+
+def _shares_files(plans: list[_Plan]) -> bool:
+    seen: set[str] = set()
+    for p in plans:
+        for s in (p.stdout, p.stderr):
+            if s.mode == "file":
+                if s.path in seen:
+                    return True
+                seen.add(s.path)
+    return False
+
+
+def _parse_umask(text: Any) -> int | None:
+    try:
+        value = int(str(text), 8)
+    except (TypeError, ValueError):
+        return None
+    return value if 0 <= value <= 0o777 else None
+
+
+def _ignored_signals() -> list[signal.Signals]:
+    out = []
+    for sig in signal.valid_signals():
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                out.append(sig)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _child(plan: _Plan, pipes: dict[int, tuple[int, int]], err_r: int, err_w: int, ignored: list[Any]) -> None:
+    """In the forked child: become the task, or say why not and exit (never returns)."""
+    step = "starting"
+    code = 1
+    try:
+        os.close(err_r)
+        step = "setsid()"
+        os.setsid()
+        if plan.groups is not None and plan.uid != os.geteuid():
+            step = f"switching to uid {plan.uid}"
+            os.setgroups(plan.groups)
+            os.setgid(plan.gid)
+            os.setuid(plan.uid)
+        if plan.umask is not None:
+            os.umask(plan.umask)
+        try:
+            os.chdir(plan.cwd)
+        except OSError as e:
+            os.write(2 if 2 not in pipes else pipes[2][1],
+                     f"slurmstepd: error: couldn't chdir to `{plan.cwd}': {e.strerror}: going to /tmp instead\n".encode())
+            os.chdir("/tmp")
+        fds = {}
+        for fd, stdio in ((0, plan.stdin), (1, plan.stdout), (2, plan.stderr)):
+            if stdio.mode == "pipe":
+                fds[fd] = pipes[fd][0] if fd == 0 else pipes[fd][1]
+            elif stdio.mode == "file":
+                step = f"open(): {stdio.path}"
+                fds[fd] = os.open(stdio.path, stdio.flags, 0o644)
+            elif stdio.mode == "same":
+                fds[fd] = fds[1]
+            else:
+                fds[fd] = os.open(os.devnull, os.O_RDWR)
+        step = "dup2()"
+        for target in (0, 1, 2):
+            os.dup2(fds[target], target)
+        for r, w in pipes.values():
+            for fd in (r, w):
+                if fd > 2:
+                    os.close(fd)
+        for sig in ignored:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        env = dict(plan.env)
+        env["SLURM_TASK_PID"] = str(os.getpid())
+        step = f"execve(): {plan.argv[0]}"
+        os.execvpe(plan.argv[0], plan.argv, env)
+    except BaseException as exc:  # noqa: B036 - the child must never return to the agent
+        try:
+            if isinstance(exc, OSError):
+                code = exc.errno or 1
+                detail = exc.strerror or str(exc)
+            else:
+                detail = str(exc)
+            os.write(err_w, f"{step}: {detail}".encode(errors="replace")[:4000])
+        finally:
+            os._exit(code if 0 < code < 256 else 1)
+    os._exit(1)
+
+
+async def _read_error_pipe(fd: int) -> str:
+    """What the child wrote before exec (nothing when exec succeeded)."""
+    loop = asyncio.get_running_loop()
+    chunks: list[bytes] = []
+    closed: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            chunks.append(data)
+        elif not closed.done():
+            closed.set_result(None)
+
+    os.set_blocking(fd, False)
+    loop.add_reader(fd, readable)
+    try:
+        await closed
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+    return b"".join(chunks).decode(errors="replace")
+
+
+async def _write_all(fd: int, data: bytes) -> bool:
+    """Write to a task's stdin pipe without blocking the agent; False once it is closed."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+            view = view[n:]
+        except BlockingIOError:
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(fd, _settle, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_writer(fd)
+        except OSError as e:
+            if e.errno in (errno.EPIPE, errno.EBADF):
+                return False
+            raise
+    return True
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _parse_json(raw: bytes) -> dict[str, Any]:
+    import json
+
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise StepLaunchError("request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise StepLaunchError("request body must be a JSON object")
+    return body
+
+
+async def _json(send: Any, status: int, data: dict[str, Any]) -> None:
+    import json
+
+    payload = json.dumps(data).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+    })
+    await send({"type": "http.response.body", "body": payload})

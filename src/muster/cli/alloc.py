@@ -1,0 +1,132 @@
+"""What srun and salloc share: their option tables, and interactive allocations.
+
+An *interactive allocation* is a job with no batch script (``JobSpec.interactive``): the
+command that asked for it holds it while it runs and ends it with its own exit code.
+``request`` submits one, ``wait_running`` waits (long polls) until it runs, printing Slurm's
+notes when it has to queue, ``release`` ends it and ``revoke`` cancels it.
+
+Option tables: the job options are ``options.JOB_OPTIONS``, written once; each command reads
+them from its own input environment variables, Slurm's rule being that sbatch's
+``SBATCH_X`` is salloc's ``SALLOC_X`` and srun's ``SLURM_X`` (with a few exceptions below).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from muster.cli.common import CommandError, connect_message, exit_error_code
+from muster.cli.options import JOB_OPTIONS, Opt
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from muster.cli.common import Controller
+
+# srun's names where they are not SBATCH_X -> SLURM_X.
+_SRUN_ENV = {
+    "SBATCH_EXPORT": "SLURM_EXPORT_ENV",
+    "SBATCH_OUTPUT": "SLURM_STDOUTMODE",
+    "SBATCH_ERROR": "SLURM_STDERRMODE",
+    "SBATCH_INPUT": "SLURM_STDINMODE",
+    "SBATCH_ARRAY_INX": "",
+    "SBATCH_REQUEUE": "",
+    "SBATCH_NO_REQUEUE": "",
+    "SBATCH_MEM_PER_NODE": "",  # the batch script's own SLURM_MEM_* are outputs, not requests
+    "SBATCH_MEM_PER_CPU": "",
+    "SBATCH_MEM_PER_GPU": "",
+}
+
+
+def job_options(prefix: str, drop_short: frozenset[str] = frozenset()) -> tuple[Opt, ...]:
+    """``JOB_OPTIONS`` read from ``<prefix>_X`` instead of ``SBATCH_X``."""
+    out = []
+    for o in JOB_OPTIONS:
+        env = []
+        for var in o.env:
+            name = _SRUN_ENV.get(var, None) if prefix == "SLURM" else None
+            if name is None:
+                name = prefix + var[len("SBATCH") :]
+            if name:
+                env.append(name)
+        short = None if o.short in drop_short else o.short
+        out.append(Opt(o.longs, short, o.arg, o.key, tuple(env), o.apply))
+    return tuple(out)
+
+
+def _err(prog: str, message: str) -> None:
+    sys.stderr.write(f"{prog}: {message}\n")
+    sys.stderr.flush()
+
+
+def request(ctl: Controller, prog: str, spec: dict[str, object]) -> int:
+    """Submit an interactive allocation; its job id."""
+    from muster.protocol.client import ApiError, ConnectError
+
+    body = dict(spec)
+    body["interactive"] = True
+    body["requeue"] = False  # Slurm requeues batch jobs only
+    body.pop("script", None)
+    try:
+        answer = ctl.post("/v1/jobs", {"spec": body})
+    except ConnectError as e:
+        raise CommandError(
+            f"Unable to allocate resources: {connect_message(e)}", exit_error_code()
+        ) from None
+    except ApiError as e:
+        lines = []
+        if e.code == "invalid_partition":
+            parts = spec.get("partitions") or []
+            name = ",".join(parts) if isinstance(parts, list) else str(parts)
+            if name:
+                lines.append(f"invalid partition specified: {name}")
+        detail = e.data.get("detail") if isinstance(e.data, dict) else None
+        if detail:
+            lines.append(str(detail))
+        lines.append(f"Unable to allocate resources: {e.message}")
+        raise CommandError(f"\n{prog}: error: ".join(lines), exit_error_code()) from None
+    return int(answer["job_id"])
+
+
+def wait_running(
+    ctl: Controller, prog: str, job_id: int, quiet: bool, first_wait: float = 2.0
+) -> dict[str, object]:
+    """Wait until the allocation runs; the job as the controller shows it. A job that ends
+    before it starts (cancelled) raises CommandError."""
+    from muster.protocol.client import ApiError, ConnectError
+
+    wait = first_wait
+    queued = False
+    while True:
+        try:
+            answer = ctl.post(f"/v1/jobs/{job_id}/await", {"wait": wait})
+        except ApiError as e:
+            raise CommandError(e.message, exit_error_code()) from None
+        except ConnectError as e:
+            raise CommandError(connect_message(e), exit_error_code()) from None
+        if "job" in answer:
+            if queued and not quiet:
+                _err(prog, f"job {job_id} has been allocated resources")
+            return answer["job"]  # type: ignore[no-any-return]
+        if not queued and not quiet:
+            _err(prog, f"job {job_id} queued and waiting for resources")
+        queued = True
+        wait = 30.0
+
+
+def release(ctl: Controller, job_id: int, exit_code: int, signal: int = 0) -> None:
+    """End the allocation with the command's exit code (quietly: it may be gone already)."""
+    from muster.protocol.client import ApiError, ConnectError
+
+    try:
+        ctl.post(f"/v1/jobs/{job_id}/complete", {"exit_code": max(0, min(255, exit_code)), "signal": signal})
+    except (ApiError, ConnectError):
+        pass
+
+
+def revoke(ctl: Controller, job_id: int) -> None:
+    """Cancel the allocation (the user interrupted the command)."""
+    from muster.protocol.client import ApiError, ConnectError
+
+    try:
+        ctl.post("/v1/jobs/signal", {"job_ids": [job_id]})
+    except (ApiError, ConnectError):
+        pass

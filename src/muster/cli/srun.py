@@ -1,0 +1,447 @@
+"""srun: run a job step, as Slurm's srun does.
+
+Inside an allocation (``SLURM_JOB_ID`` set by a batch script or salloc, or ``--jobid``)
+srun asks the controller for a step of that job; without ``-n``, ``-N`` or
+``--ntasks-per-node`` on its command line the step takes the allocation's layout from
+the environment (``SLURM_NTASKS``, ``SLURM_NNODES``, ``SLURM_NTASKS_PER_NODE``; one task per
+node when only ``SLURM_JOB_ID`` is set). Outside one, srun first asks for an interactive
+allocation shaped by its options, waits for it (``srun: job N queued and waiting for
+resources`` when it must), runs step 0 in it, then ends it with the step's exit code.
+
+The controller answers a step with its layout, the nodes' addresses and a signed grant;
+srun then connects to every node's agent, which starts the tasks and streams back their
+output and their ends (``protocol.stream``). One ``select`` loop watches the nodes, srun's
+stdin (sent to the tasks, all of them unless ``-i``/``--input`` says otherwise) and its
+signals:
+
+* output is written line by line per task (``-u`` passes bytes as they come), prefixed
+  ``N: `` with ``-l``; ``-o``/``-e``/``-i`` with a file pattern (``%t %n %N %j %s``...) make
+  the nodes write (read) files instead, ``none`` discards, a task number keeps one task;
+* SIGINT is sent on to the tasks; a second within a second stops the step (TERM, KillWait,
+  KILL), a third leaves at once; ``-q`` stops at the first. SIGTERM, SIGHUP, SIGQUIT,
+  SIGUSR1, SIGUSR2, SIGCONT and SIGALRM are sent on;
+* ``-K`` stops the step when a task exits non-zero; ``-W S`` S seconds after the first
+  task ended;
+* the exit status is Slurm's: the highest task exit code, 128+N for a task killed by
+  signal N, with ``srun: error: node1: task 0: Exited with exit code 7`` for each failure.
+
+muster's own: ``--no-torch-env`` (or ``MUSTER_TORCH_ENV=0``) leaves out the PyTorch
+variables (MASTER_ADDR, RANK, ...) that tasks otherwise get.
+
+Only the standard library's cheap parts and ``muster.protocol`` are imported on the way:
+``srun true`` is a latency people feel.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from muster.cli.alloc import job_options
+from muster.cli.common import (
+    CommandError,
+    argv_or_sys,
+    connect,
+    connect_message,
+    exit_error_code,
+    report,
+    version_line,
+)
+from muster.cli.options import (
+    NO_ARG,
+    OPTIONAL,
+    RC_BAD_OPTION,
+    JobRequest,
+    Opt,
+    OptionError,
+    OptionTable,
+    OptionValueError,
+    apply_options,
+    env_options,
+    export_environment,
+    getopt,
+)
+
+PROG = "srun"
+
+SRUN_OPTIONS: tuple[Opt, ...] = (
+    Opt("label", "l", NO_ARG, env=("SLURM_LABELIO",)),
+    Opt("unbuffered", "u", NO_ARG, env=("SLURM_UNBUFFEREDIO",)),
+    Opt("kill-on-bad-exit", "K", OPTIONAL, env=("SLURM_KILL_BAD_EXIT",)),
+    Opt("wait", "W", env=("SLURM_WAIT",)),
+    Opt("jobid", env=("SLURM_JOB_ID", "SLURM_JOBID")),
+    Opt("overlap", None, NO_ARG, env=("SLURM_OVERLAP",)),
+    Opt("distribution", "m", env=("SLURM_DISTRIBUTION",)),
+    Opt("gpu-bind", env=("SLURM_GPU_BIND",)),
+    Opt("quit-on-interrupt", "q", NO_ARG),
+    Opt("no-torch-env", None, NO_ARG),
+    Opt("verbose", "v", NO_ARG),
+    Opt("quiet", "Q", NO_ARG),
+    Opt("help", "h", NO_ARG),
+    Opt("usage", None, NO_ARG),
+    Opt("version", "V", NO_ARG),
+    Opt("pty", None, OPTIONAL),
+    Opt("multi-prog", None, NO_ARG),
+    Opt("test-only", None, NO_ARG),
+    Opt("mpi"),
+    Opt("cpu-bind", env=("SLURM_CPU_BIND",)),
+    Opt("exact", None, NO_ARG),
+    Opt("disable-status", "X", NO_ARG),
+    Opt("slurmd-debug"),
+)
+
+_FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGALRM")
+
+
+def table() -> OptionTable:
+    # srun's -q is --quit-on-interrupt; --qos has no short form here. srun's -m, --gpu-bind
+    # and -W are its own (the job table ignores or lacks them).
+    own = {o.key for o in SRUN_OPTIONS}
+    job = tuple(o for o in job_options("SLURM", frozenset("qmW")) if o.key not in own)
+    return OptionTable(job, SRUN_OPTIONS)
+
+
+class Run:
+    """Everything srun decided before talking to anyone."""
+
+    def __init__(self) -> None:
+        self.spec: dict[str, object] = {}
+        self.argv: list[str] = []
+        self.job_id: int | None = None
+        self.step: dict[str, object] = {}
+        self.label = False
+        self.unbuffered = False
+        self.kill_bad_exit = False
+        self.wait: float | None = None
+        self.quit_on_interrupt = False
+        self.torch_env = True
+        self.verbose = 0
+        self.quiet = False
+        self.env: dict[str, str] = {}
+        self.cwd = "/"
+        self.stdin: dict[str, object] = {"mode": "stream"}
+        self.stdout: dict[str, object] = {"mode": "stream"}
+        self.stderr: dict[str, object] | None = None
+        self.open_mode: str | None = None
+        self.name = ""
+
+
+def _io_mode(value: str) -> dict[str, object]:
+    """``-o/-e/-i``: ``none``, ``all``, a task number, or a file pattern."""
+    text = value.strip()
+    if text.lower() == "none":
+        return {"mode": "none"}
+    if text.lower() == "all" or not text:
+        return {"mode": "stream"}
+    if text.isdigit():
+        return {"mode": "stream", "tasks": [int(text)]}
+    return {"mode": "file", "path": text}
+
+
+def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
+    tbl = table()
+    try:
+        parsed, operands = getopt(argv, tbl, permute=False)
+    except OptionError as e:
+        raise CommandError(
+            f'{PROG}: {e}\nTry "{PROG} --help" for more information', RC_BAD_OPTION, raw=True
+        ) from None
+    keys = {opt.key for opt, _ in parsed}
+    if "help" in keys:
+        return HELP
+    if "usage" in keys:
+        return USAGE
+    if "version" in keys:
+        return version_line() + "\n"
+    if "pty" in keys:
+        raise CommandError("--pty is not supported by muster (tasks get pipes, not a terminal)")
+    if "multi-prog" in keys:
+        raise CommandError("--multi-prog is not supported by muster")
+
+    from_env = env_options(tbl, environ)
+    explicit_layout = keys & {"ntasks", "nodes", "ntasks-per-node"}
+    in_job = "jobid" in keys or bool(environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"))
+    if in_job:
+        # Within an allocation SLURM_JOB_NAME is the job's, not a step name (Slurm's rule).
+        from_env = [(o, v) for o, v in from_env if o.key != "job-name"]
+    run = Run()
+    req = JobRequest()
+    layered = from_env + parsed
+    try:
+        apply_options(req, layered)
+    except OptionValueError as e:
+        raise CommandError(str(e), e.rc) from None
+    for opt, value in layered:
+        k = opt.key
+        if k == "label":
+            run.label = True
+        elif k == "unbuffered":
+            run.unbuffered = True
+        elif k == "kill-on-bad-exit":
+            run.kill_bad_exit = value is None or value.strip() not in ("0", "")
+        elif k == "wait":
+            try:
+                run.wait = float(value or "0") or None
+            except ValueError:
+                raise CommandError(f"Invalid --wait value: {value}", RC_BAD_OPTION) from None
+        elif k == "jobid":
+            try:
+                run.job_id = int(str(value).split("_")[0].split(".")[0])
+            except ValueError:
+                raise CommandError(f"Invalid job id: {value}", RC_BAD_OPTION) from None
+        elif k == "overlap":
+            run.step["overlap"] = True
+        elif k == "distribution":
+            dist = (value or "block").split(":")[0].split(",")[0].lower()
+            if dist not in ("block", "cyclic", "*"):
+                raise CommandError(f"Invalid --distribution specification: {value}", RC_BAD_OPTION)
+            run.step["distribution"] = "block" if dist == "*" else dist
+        elif k == "gpu-bind":
+            run.step["gpu_bind"] = (value or "").split(":")[0] or None
+        elif k == "quit-on-interrupt":
+            run.quit_on_interrupt = True
+        elif k == "no-torch-env":
+            run.torch_env = False
+        elif k == "verbose":
+            run.verbose += 1
+        elif k == "quiet":
+            run.quiet = True
+        elif k == "test-only":
+            raise CommandError("--test-only is not supported by muster")
+    if environ.get("MUSTER_TORCH_ENV", "1").strip().lower() in ("0", "no", "false", "off"):
+        run.torch_env = False
+    if not operands:
+        raise CommandError("No command given to execute.", 1)
+    run.argv = operands
+    try:
+        spec = req.finish(environ, cwd)
+    except OptionValueError as e:
+        raise CommandError(str(e), e.rc) from None
+    run.cwd = str(spec["workdir"])
+    run.env = export_environment(req.export or environ.get("SLURM_EXPORT_ENV") or "ALL", environ)
+    for key, target in (("stdout", "stdout"), ("stderr", "stderr"), ("stdin", "stdin")):
+        value = spec.pop(key, None)
+        if value is not None:
+            setattr(run, target, _io_mode(str(value)))
+    run.open_mode = spec.get("open_mode")  # type: ignore[assignment]
+    run.name = str(spec.get("name") or "")
+    if not run.name:
+        spec["name"] = os.path.basename(run.argv[0]) or run.argv[0]
+    spec["argv"] = list(run.argv)
+    spec["environment"] = {}
+    run.spec = spec
+
+    step = run.step
+    step["cpus_per_task"] = spec.get("cpus_per_task") or 1
+    for src, dst in (("gpus_per_task", "gpus_per_task"), ("gpus", "gpus")):
+        if spec.get(src) is not None:
+            step[dst] = spec[src]
+    if spec.get("gpus_per_node"):
+        step["gpus_per_node"] = spec["gpus_per_node"]
+    if spec.get("nodelist"):
+        step["nodelist"] = spec["nodelist"]
+    if spec.get("exclude"):
+        step["exclude"] = spec["exclude"]
+    if explicit_layout or not in_job:
+        if "nodes" in keys or (not in_job and spec.get("min_nodes")):
+            step["min_nodes"] = spec.get("min_nodes")
+        if spec.get("ntasks") is not None:
+            step["ntasks"] = spec["ntasks"]
+        if spec.get("ntasks_per_node") is not None:
+            step["ntasks_per_node"] = spec["ntasks_per_node"]
+    else:
+        step.update(_inherited_layout(environ))
+    if in_job and spec.get("exclusive"):
+        step["exclusive"] = True
+    if run.job_id is None and in_job:
+        raw = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or ""
+        try:
+            run.job_id = int(raw)
+        except ValueError:
+            raise CommandError(f"Invalid SLURM_JOB_ID: {raw}") from None
+    return run
+
+
+def _inherited_layout(environ: dict[str, str]) -> dict[str, object]:
+    """The allocation's layout, from the variables a batch script or salloc sets."""
+    out: dict[str, object] = {}
+    for var, key in (
+        ("SLURM_NNODES", "min_nodes"),
+        ("SLURM_NTASKS", "ntasks"),
+        ("SLURM_NTASKS_PER_NODE", "ntasks_per_node"),
+    ):
+        raw = environ.get(var) or (environ.get("SLURM_NPROCS") if var == "SLURM_NTASKS" else None)
+        if raw and raw.strip().isdigit() and int(raw) > 0:
+            out[key] = int(raw)
+    return out
+
+
+# --- talking to the controller -------------------------------------------------------------
+
+
+def create_step(ctl: object, run: Run, job_id: int, own: bool) -> dict[str, object]:
+    """The step, once the controller has placed it (waiting as long as it takes)."""
+    from muster.protocol.client import ApiError, ConnectError
+
+    body = {
+        "request": run.step,
+        "name": run.name or os.path.basename(run.argv[0]),
+        "argv": run.argv,
+        "srun_host": _hostname(),
+        "srun_pid": os.getpid(),
+        "wait": 2.0,
+    }
+    noted: set[str] = set()
+    while True:
+        try:
+            answer = ctl.post(f"/v1/jobs/{job_id}/steps", body)  # type: ignore[attr-defined]
+        except ConnectError as e:
+            raise CommandError(connect_message(e), exit_error_code()) from None
+        except ApiError as e:
+            if e.code == "invalid_job_id":
+                raise CommandError(
+                    f"Unable to confirm allocation for job {job_id}: {e.message}\n"
+                    f"{PROG}: Check SLURM_JOB_ID environment variable. Expired or invalid job {job_id}",
+                    exit_error_code(),
+                ) from None
+            if own:
+                raise CommandError(e.message, exit_error_code()) from None
+            raise CommandError(f"Unable to create step for job {job_id}: {e.message}", exit_error_code()) from None
+        pending = answer.get("pending")
+        if not pending:
+            if "step" in noted and not run.quiet:
+                _note(f"Step created for job {job_id}")
+            if "job" in noted and not run.quiet:
+                _note(f"job {job_id} has been allocated resources")
+            return answer
+        if pending not in noted and not run.quiet:
+            if pending == "job":
+                _note(f"job {job_id} queued and waiting for resources")
+            else:
+                _note(f"Job {job_id} step creation temporarily disabled, retrying ({answer.get('reason')})")
+        noted.add(str(pending))
+        body["wait"] = 30.0
+
+
+def _note(text: str) -> None:
+    sys.stderr.write(f"{PROG}: {text}\n")
+    sys.stderr.flush()
+
+
+def _hostname() -> str:
+    return os.uname().nodename.split(".")[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv_or_sys(argv)
+    try:
+        cwd = os.getcwd()
+    except OSError as e:
+        return report(PROG, CommandError(f"getcwd failed: {e.strerror}"))
+    ctl = None
+    own_job: int | None = None
+    try:
+        result = build(args, dict(os.environ), cwd)
+        if isinstance(result, str):
+            sys.stdout.write(result)
+            return 0
+        run = result
+        ctl = connect(PROG)
+        if run.job_id is None:
+            from muster.cli import alloc
+
+            own_job = alloc.request(ctl, PROG, run.spec)
+            job_id = own_job
+        else:
+            job_id = run.job_id
+        answer = create_step(ctl, run, job_id, own_job is not None)
+        if run.verbose:
+            s = answer["step"]
+            _note(f"jobid {job_id}: nodes({s['num_nodes']}):`{s['nodelist']}', tasks {s['num_tasks']}")
+        from muster.cli.steprun import StepRun
+
+        step = StepRun(run, job_id, answer)
+        rc, code, sig, aborted = step.run()
+        done = {"exit_code": code, "signal": sig, "cancelled": aborted, "end_job": own_job is not None}
+        try:
+            ctl.post(f"/v1/jobs/{job_id}/steps/{answer['step']['step_id']}/done", done)
+        except Exception as e:  # noqa: BLE001 - the tasks' outcome matters more than this report
+            _note(f"error: could not report the end of the step: {e}")
+        own_job = None
+        return rc
+    except CommandError as e:
+        return report(PROG, e)
+    except KeyboardInterrupt:
+        if own_job is not None and ctl is not None:
+            from muster.cli import alloc
+
+            alloc.revoke(ctl, own_job)
+            _note(f"Job allocation {own_job} has been revoked.")
+            own_job = None
+        return 130
+    finally:
+        if own_job is not None and ctl is not None:
+            from muster.cli import alloc
+
+            alloc.revoke(ctl, own_job)
+
+
+USAGE = """\
+Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
+            [-J jobname] [-o out] [-e err] [-i in] [-D dir] [-l] [-u] [-K] [-W sec]
+            [-m block|cyclic] [--gres=list] [--gpus-per-task=n] [--gpu-bind=none|closest]
+            [--exclusive] [--overlap] [--jobid=id] [--no-torch-env] executable [args...]
+"""
+
+HELP = """\
+Usage: srun [OPTIONS(0)...] executable(0) [args(0)...]
+
+Parallel run options:
+  -A, --account=name          charge job to specified account
+  -c, --cpus-per-task=ncpus   number of cpus required per task
+  -D, --chdir=path            change remote current working directory
+  -e, --error=err             location of stderr redirection (file pattern, none, task id)
+      --exclusive             whole nodes (a job), or dedicated resources (a step)
+      --export=env_vars|NONE  environment variables passed to the tasks
+  -i, --input=in              location of stdin redirection (file pattern, none, all, task id)
+  -J, --job-name=jobname      name of job (or of the step, within an allocation)
+      --jobid=id              run under already allocated job
+  -K, --kill-on-bad-exit      kill the job step if any task exits non-zero
+  -l, --label                 prepend task number to lines of stdout/err
+  -m, --distribution=type     block or cyclic distribution of tasks
+  -n, --ntasks=ntasks         number of tasks to run
+      --ntasks-per-node=n     number of tasks to invoke on each node
+  -N, --nodes=N               number of nodes on which to run
+  -o, --output=out            location of stdout redirection (file pattern, none, task id)
+      --overlap               share resources with the job's other steps
+  -p, --partition=partition   partition requested
+  -q, --quit-on-interrupt     quit on single Ctrl-C
+  -Q, --quiet                 quiet mode (suppress informational messages)
+  -t, --time=minutes          time limit
+  -u, --unbuffered            do not line-buffer stdout/err
+  -v, --verbose               verbose mode (multiple -v's increase verbosity)
+  -W, --wait=sec              seconds to wait after first task exits before killing job
+
+GPU scheduling options:
+  -G, --gpus=n                count of GPUs required for the job
+      --gpus-per-node=n       number of GPUs required per allocated node
+      --gpus-per-task=n       number of GPUs required per spawned task
+      --gres=list             required generic resources (gpu[:type]:count)
+      --gpu-bind=none|closest bind each task to its own GPUs (muster's default when the
+                              node's GPUs split evenly between its tasks) or not
+
+muster options:
+      --no-torch-env          do not set MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+                              LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK (or MUSTER_TORCH_ENV=0)
+
+Help options:
+  -h, --help                  show this help message
+      --usage                 display brief usage message
+
+Other options:
+  -V, --version               output version information and exit
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

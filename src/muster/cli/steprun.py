@@ -1,0 +1,450 @@
+"""srun's side of a running step: connect to the nodes, relay output, stdin and signals,
+collect the tasks' ends, and turn them into srun's exit status and messages.
+
+``StepRun(run, job_id, answer).run()`` returns ``(rc, exit_code, signal, aborted)``:
+srun's exit status, the step's exit code and signal for the controller's record, and
+whether the user aborted it. The rules (Slurm's) are in ``muster.cli.srun``'s docstring.
+
+Everything happens in one thread around one ``select``: node streams, srun's stdin, and a
+self-pipe that the signal handlers write to (``_signal.set_wakeup_fd``), so that a signal
+is acted on at once and never in the middle of writing output.
+"""
+
+from __future__ import annotations
+
+import _signal
+import os
+import select
+import time
+
+from muster.protocol.client import ApiError, ConnectError, request
+from muster.protocol.stream import ChunkedSender, StreamClient, StreamError
+from muster.protocol.wirejson import dumps, loads
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+PROG = "srun"
+FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGALRM")
+
+
+def _write(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            select.select([], [fd], [])
+            continue
+        except BrokenPipeError:
+            return
+        view = view[n:]
+
+
+def _note(text: str) -> None:
+    _write(2, f"{PROG}: {text}\n".encode())
+
+
+def _ranges(ids: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2,5``."""
+    ids = sorted(ids)
+    parts = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+class _Node:
+    __slots__ = ("name", "addr", "port", "tasks", "conn", "token", "stdin", "done")
+
+    def __init__(self, info: dict[str, Any], tasks: list[int]) -> None:
+        self.name = str(info["name"])
+        self.addr = str(info["addr"])
+        self.port = int(info["port"])
+        self.tasks = tasks
+        self.conn: StreamClient | None = None
+        self.token = ""
+        self.stdin: ChunkedSender | None = None
+        self.done = False
+
+
+class StepRun:
+    def __init__(self, run: Any, job_id: int, answer: dict[str, Any]) -> None:
+        self.opts = run
+        self.job_id = job_id
+        self.answer = answer
+        step = answer["step"]
+        self.step_id = int(step["step_id"])
+        self.kill_wait = float(answer.get("kill_wait") or 30)
+        self.nodes = [_Node(info, list(tasks)) for info, tasks in zip(answer["nodes"], step["tasks"], strict=True)]
+        self.node_of = {t: n.name for n in self.nodes for t in n.tasks}
+        self.ntasks = sum(len(n.tasks) for n in self.nodes)
+        self.width = len(str(max(self.ntasks - 1, 0)))
+        self.partial: dict[tuple[int, int], bytes] = {}
+        self.exits: dict[int, tuple[int, int]] = {}
+        self.aborted = False
+        self.killing = False
+        self.first_exit: float | None = None
+        self.interrupts: list[float] = []
+        self.stdin_targets: set[int] | None = None
+        self.stdin_open = False
+        self.pending_stdin: list[bytes] = []
+        self.wake_r = -1
+
+    # --- launch ---------------------------------------------------------------------------
+
+    def _launch_body(self, srun_port: int, launch_host: str) -> dict[str, Any]:
+        run = self.opts
+        umask = os.umask(0)
+        os.umask(umask)
+        return {
+            "grant": self.answer["grant"],
+            "sig": self.answer["sig"],
+            "argv": run.argv,
+            "env": run.env,
+            "cwd": run.cwd,
+            "umask": f"{umask:04o}",
+            "torch_env": run.torch_env,
+            "launch_host": launch_host,
+            "srun_port": srun_port,
+            "stdin": self._stdin_spec(),
+            "stdout": run.stdout,
+            "stderr": run.stderr,
+            "open_mode": run.open_mode,
+            "kill_wait": self.kill_wait,
+        }
+
+    def _stdin_spec(self) -> dict[str, Any]:
+        """How tasks get stdin. Streaming starts only if srun's stdin has something to give:
+        when it is at its end already (``/dev/null``, a batch script's), tasks get nothing."""
+        spec = dict(self.opts.stdin)
+        if spec.get("mode") != "stream":
+            return spec
+        try:
+            ready, _, _ = select.select([0], [], [], 0)
+        except (OSError, ValueError):
+            return {"mode": "none"}
+        if ready:
+            try:
+                data = os.read(0, 65536)
+            except OSError:
+                data = b""
+            if not data:
+                return {"mode": "none"}
+            self.pending_stdin.append(data)
+        self.stdin_open = True
+        tasks = spec.get("tasks")
+        self.stdin_targets = set(tasks) if tasks is not None else None
+        return spec
+
+    def _connect(self) -> None:
+        payload = b""
+        for node in self.nodes:
+            try:
+                conn = StreamClient.connect((node.addr, node.port), timeout=60.0)
+                if not payload:
+                    # The first connection's own address and port are the srun address the
+                    # tasks see (SLURM_SRUN_COMM_HOST/PORT, SLURM_LAUNCH_NODE_IPADDR).
+                    body = self._launch_body(conn.local_port, str(conn.local_addr))
+                    payload = dumps(body).encode()
+                conn.send("/v1/steps/launch", payload)
+            except StreamError as e:
+                self._node_failed(node, str(e))
+                continue
+            node.conn = conn
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> tuple[int, int, int, bool]:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        os.set_blocking(r, False)
+        self.wake_r = r
+        old_wakeup = _signal.set_wakeup_fd(w)
+        signums = [_signal.SIGINT] + [getattr(_signal, n) for n in FORWARDED if hasattr(_signal, n)]
+        previous = {s: _signal.signal(s, _noop) for s in signums}
+        try:
+            self._connect()
+            self._loop()
+        finally:
+            for s, h in previous.items():
+                _signal.signal(s, h)
+            _signal.set_wakeup_fd(old_wakeup)
+            os.close(r)
+            os.close(w)
+            for node in self.nodes:
+                if node.conn is not None:
+                    node.conn.close()
+                if node.stdin is not None:
+                    node.stdin.finish()
+        return self._outcome()
+
+    def _loop(self) -> None:
+        while any(not n.done for n in self.nodes):
+            watch: list[Any] = [self.wake_r]
+            by_fd: dict[int, _Node] = {}
+            for n in self.nodes:
+                if not n.done and n.conn is not None:
+                    by_fd[n.conn.fileno()] = n
+            watch.extend(by_fd)
+            if self.stdin_open and self._stdin_ready():
+                watch.append(0)
+            timeout = None
+            if self.opts.wait and self.first_exit is not None and not self.killing:
+                timeout = max(0.0, self.first_exit + self.opts.wait - time.monotonic())
+            try:
+                ready, _, _ = select.select(watch, [], [], timeout)
+            except InterruptedError:
+                continue
+            if self.wake_r in ready:
+                self._signals()
+            if 0 in ready:
+                self._read_stdin()
+            for fd in ready:
+                node = by_fd.get(fd)
+                if node is not None and not node.done:
+                    self._read_node(node)
+            if (
+                self.opts.wait
+                and self.first_exit is not None
+                and not self.killing
+                and time.monotonic() >= self.first_exit + self.opts.wait
+            ):
+                _note(f"error: First task exited {self.opts.wait:g}s ago")
+                self._kill_step()
+        for key in list(self.partial):
+            self._flush(*key)
+
+    def _read_node(self, node: _Node) -> None:
+        assert node.conn is not None
+        try:
+            frames = node.conn.read()
+        except StreamError as e:
+            self._node_failed(node, str(e))
+            return
+        failed: list[tuple[int, int, int]] = []
+        for kind, task, payload in frames:
+            if kind == b"o" or kind == b"e":
+                self._output(kind, task, payload)
+            elif kind == b"x":
+                info = loads(payload)
+                code, sig = int(info.get("code") or 0), int(info.get("signal") or 0)
+                self.exits[task] = (code, sig)
+                for stream in (1, 2):
+                    self._flush(task, stream)
+                if self.first_exit is None:
+                    self.first_exit = time.monotonic()
+                if code or sig:
+                    failed.append((task, code, sig))
+            elif kind == b"m":
+                info = loads(payload)
+                if info.get("token"):
+                    node.token = str(info["token"])
+                    if self.pending_stdin and self._targets(node):
+                        self._send_stdin(node)
+                if info.get("error"):
+                    _note(f"error: {node.name}: {info['error']}")
+            elif kind == b"d":
+                node.done = True
+        if failed:
+            self._report_failures(node.name, failed)
+            if self.opts.kill_bad_exit and not self.killing:
+                _note(f"Terminating StepId={self.job_id}.{self.step_id}")
+                self._kill_step()
+        if node.conn.eof and not node.done:
+            node.done = True
+            missing = [t for t in node.tasks if t not in self.exits]
+            if missing:
+                self._node_failed(node, "connection closed before its tasks ended")
+
+    def _node_failed(self, node: _Node, why: str) -> None:
+        node.done = True
+        missing = [t for t in node.tasks if t not in self.exits]
+        if missing:
+            _note(f"error: {node.name}: {why}")
+            for t in missing:
+                self.exits[t] = (1, 0)
+            self._report_failures(node.name, [(t, 1, 0) for t in missing])
+
+    def _report_failures(self, node: str, failed: list[tuple[int, int, int]]) -> None:
+        groups: dict[tuple[int, int], list[int]] = {}
+        for task, code, sig in failed:
+            groups.setdefault((code, sig), []).append(task)
+        for (code, sig), tasks in groups.items():
+            what = "task" if len(tasks) == 1 else "tasks"
+            if sig:
+                try:
+                    text = _signal.strsignal(sig) or f"Signal {sig}"
+                except ValueError:
+                    text = f"Signal {sig}"
+            else:
+                text = f"Exited with exit code {code}"
+            _note(f"error: {node}: {what} {_ranges(tasks)}: {text}")
+
+    # --- output -------------------------------------------------------------------------------
+
+    def _output(self, kind: bytes, task: int, data: bytes) -> None:
+        fd = 1 if kind == b"o" else 2
+        if self.opts.unbuffered and not self.opts.label:
+            _write(fd, data)
+            return
+        key = (task, fd)
+        buf = self.partial.pop(key, b"") + data
+        end = buf.rfind(b"\n")
+        if end < 0:
+            if self.opts.unbuffered:
+                _write(fd, self._labelled(task, buf))
+            else:
+                self.partial[key] = buf
+            return
+        complete, rest = buf[: end + 1], buf[end + 1 :]
+        if rest:
+            if self.opts.unbuffered:
+                complete += rest
+            else:
+                self.partial[key] = rest
+        _write(fd, self._labelled(task, complete))
+
+    def _labelled(self, task: int, data: bytes) -> bytes:
+        if not self.opts.label:
+            return data
+        prefix = f"{task:>{self.width}}: ".encode()
+        lines = data.split(b"\n")
+        tail = lines.pop() if not data.endswith(b"\n") else None
+        out = b"".join(prefix + line + b"\n" for line in (lines[:-1] if tail is None else lines))
+        if tail:
+            out += prefix + tail
+        return out
+
+    def _flush(self, task: int, fd: int) -> None:
+        buf = self.partial.pop((task, fd), b"")
+        if buf:
+            _write(fd, self._labelled(task, buf))
+
+    # --- stdin --------------------------------------------------------------------------------
+
+    def _targets(self, node: _Node) -> bool:
+        if self.stdin_targets is None:
+            return True
+        return any(t in self.stdin_targets for t in node.tasks)
+
+    def _stdin_ready(self) -> bool:
+        """Read stdin only once every node that takes it has said its token."""
+        return all(n.token or n.done for n in self.nodes if self._targets(n))
+
+    def _read_stdin(self) -> None:
+        try:
+            data = os.read(0, 65536)
+        except OSError:
+            data = b""
+        if data:
+            self.pending_stdin.append(data)
+            for node in self.nodes:
+                if not node.done and self._targets(node):
+                    self._send_stdin(node)
+            return
+        self.stdin_open = False
+        for node in self.nodes:
+            if node.stdin is not None:
+                node.stdin.finish()
+                node.stdin = None
+            elif not node.done and self._targets(node) and node.token:
+                self._open_stdin(node)
+                if node.stdin is not None:
+                    node.stdin.finish()
+                    node.stdin = None
+
+    def _open_stdin(self, node: _Node) -> None:
+        path = f"/v1/steps/stdin?job={self.job_id}&step={self.step_id}&token={node.token}"
+        try:
+            node.stdin = ChunkedSender((node.addr, node.port), path)
+        except StreamError as e:
+            _note(f"error: {node.name}: cannot forward stdin: {e}")
+
+    def _send_stdin(self, node: _Node) -> None:
+        if node.stdin is None:
+            self._open_stdin(node)
+        if node.stdin is None:
+            return
+        try:
+            for data in self.pending_stdin:
+                node.stdin.send(data)
+        except OSError:
+            node.stdin = None
+        if all(n.stdin is not None or n.done or not self._targets(n) for n in self.nodes):
+            self.pending_stdin.clear()
+
+    # --- signals ------------------------------------------------------------------------------
+
+    def _signals(self) -> None:
+        try:
+            raw = os.read(self.wake_r, 256)
+        except BlockingIOError:
+            return
+        for signum in raw:
+            if signum == _signal.SIGINT:
+                self._interrupt()
+            else:
+                self._forward(signum)
+
+    def _interrupt(self) -> None:
+        now = time.monotonic()
+        self.interrupts = [t for t in self.interrupts if now - t <= 1.0] + [now]
+        if self.opts.quit_on_interrupt or len(self.interrupts) == 2:
+            if not self.killing:
+                _note(f"Job step aborted: Waiting up to {int(self.kill_wait) + 2} seconds for job step to finish.")
+                self.aborted = True
+                self._forward(_signal.SIGINT)
+                self._kill_step()
+            return
+        if len(self.interrupts) >= 3:
+            _note("forcing job termination")
+            self.aborted = True
+            for node in self.nodes:
+                node.done = True
+                for t in node.tasks:
+                    self.exits.setdefault(t, (0, _signal.SIGKILL))
+            return
+        _note("interrupt (one more within 1 sec to abort)")
+        self._forward(_signal.SIGINT)
+
+    def _forward(self, signum: int, kill: bool = False) -> None:
+        for node in self.nodes:
+            if node.done or not node.token:
+                continue
+            body = {"job_id": self.job_id, "step_id": self.step_id, "token": node.token,
+                    "signal": signum, "kill": kill}
+            try:
+                request("POST", "/v1/steps/signal", body, address=(node.addr, node.port), timeout=10.0)
+            except (ApiError, ConnectError):
+                pass
+
+    def _kill_step(self) -> None:
+        self.killing = True
+        self._forward(_signal.SIGTERM, kill=True)
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def _outcome(self) -> tuple[int, int, int, bool]:
+        rc = code = sig = 0
+        for c, s in self.exits.values():
+            code = max(code, c)
+            if s:
+                sig = max(sig, s)
+                rc = max(rc, 128 + s)
+            rc = max(rc, c)
+        for t in range(self.ntasks):
+            if t not in self.exits:
+                rc = max(rc, 1)
+        return rc, code, sig, self.aborted
+
+
+def _noop(signum: int, frame: object) -> None:
+    """Signals are read from the wake-up pipe; the handler itself does nothing."""
+
