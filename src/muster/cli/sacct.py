@@ -288,6 +288,8 @@ def parse_args(argv: list[str], environ: dict[str, str], now: float) -> Request 
     parsed, operands = getopt(argv, table)
     opts: dict[str, str | None] = {}
     for opt, value in parsed:
+        if opt.key == "jobs" and opts.get("jobs"):
+            value = f"{opts['jobs']},{value}"  # -j A -j B: both (submitit asks so)
         opts[opt.key] = value
     if "version" in opts:
         return version_line() + "\n"
