@@ -599,6 +599,14 @@ class AssocDB:
             del self.accounts[name]
             res.changes.append(Change("account", name, None))
             res.lines.append(f"  {name}")
+        for user in list(self.users.values()):  # users left without an association go too
+            left = [a.account for a in self.assocs.values() if a.user == user.name]
+            if not left:
+                del self.users[user.name]
+                res.changes.append(Change("user", user.name, None))
+            elif user.default_account not in left:
+                user.default_account = left[0]
+                res.changes.append(Change("user", user.name, to_data(user)))
         return res
 
     def _delete_user(self, names: list[str], where: dict[str, list[str]], sets: dict[str, Any]) -> Result:
@@ -666,7 +674,8 @@ class AssocDB:
                     if q.lstrip("+-") not in self.qos:
                         raise InvalidRequest(f" Invalid qos specification: {q.lstrip('+-')}")
                 plain = [q for q in value if q[0] not in "+-"]
-                current = plain or list(a.qos) or list(self.allowed_qos(a))
+                current = plain or list(a.qos) or list(self.allowed_qos(a)) or (
+                    ["normal"] if "normal" in self.qos else [])
                 for q in value:
                     if q.startswith("+") and q[1:] not in current:
                         current.append(q[1:])

@@ -1,0 +1,189 @@
+"""Accounting in the controller on a manual clock, on SQLite and on PostgreSQL: records per
+attempt, associations at submit, limits with Slurm's reasons, fair-share in the snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from muster.core.clock import ManualClock
+from muster.core.config import parse_config
+from muster.core.errors import MusterError
+from muster.core.job import JobSpec
+from muster.core.states import JobState, Reason
+from muster.ctld.controller import Controller, Identity
+from muster.ctld.records import Query
+from muster.ctld.view import build_snapshot
+from muster.sched import schedule
+from muster.sched.config import SchedConfig
+from stores import make_store  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.integration
+
+CONF = """
+ClusterName=t
+AccountingStorageEnforce=associations,limits,qos
+PriorityType=priority/multifactor
+PriorityWeightFairshare=10000
+PriorityWeightAge=0
+PriorityDecayHalfLife=0
+NodeName=node[1-4] CPUs=32 RealMemory=128000 Gres=gpu:8
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+ROOT = Identity(0, 0, "root", "root", "h", admin=True)
+ALICE = Identity(1001, 1001, "alice", "alice", "h", admin=False)
+BOB = Identity(1002, 1002, "bob", "bob", "h", admin=False)
+
+
+def make(store: Any, clock: ManualClock | None = None) -> Controller:
+    ctl = Controller(parse_config(CONF, "t.conf"), store, clock or ManualClock(1000.0))
+    ctl.load()
+    for name in ctl.nodes:
+        ctl.agent_register({"node": name, "gpus": 8, "running": []})
+    return ctl
+
+
+def mgr(ctl: Controller, words: str, **sets: str) -> None:
+    verb, entity, *names = words.split()
+    assert ctl.accounting is not None
+    ctl.accounting.sacctmgr({"verb": verb, "entity": entity, "names": names, "set": sets}, ROOT,
+                            ctl.clock.now())
+
+
+def setup_accounts(ctl: Controller) -> None:
+    mgr(ctl, "add account A B")
+    mgr(ctl, "add user alice", Account="A")
+    mgr(ctl, "add user bob", Account="B")
+
+
+def spec(gpus: int = 1, **kw: Any) -> JobSpec:
+    return JobSpec(name="j", script="#!/bin/sh\n", workdir="/tmp", gpus_per_node=gpus, **kw)
+
+
+def one_pass(ctl: Controller) -> list[int]:
+    now = ctl.clock.now()
+    snap = build_snapshot(ctl)
+    decisions = schedule(snap, now, SchedConfig.from_settings(dict(ctl.config.settings)))
+    for job_id, prio in decisions.priorities.items():
+        ctl.jobs[job_id].priority = prio
+    for job_id, reason in decisions.reasons.items():
+        ctl.jobs[job_id].reason = reason
+    assert ctl.accounting is not None
+    starts = ctl.accounting.admit(decisions.starts, ctl.jobs)
+    ctl.apply_starts(starts, now)
+    for s in starts:
+        ctl.launch_done(s.job_id)
+    return [s.job_id for s in starts]
+
+
+def test_an_unknown_account_is_refused_with_slurms_words(make_store) -> None:  # noqa: F811
+    ctl = make(make_store())
+    setup_accounts(ctl)
+    with pytest.raises(MusterError, match="^Invalid account or account/partition combination specified$"):
+        ctl.submit(spec(account="nosuch"), ALICE)
+    with pytest.raises(MusterError, match="Invalid account"):
+        ctl.submit(spec(account="B"), ALICE)  # alice has no association with B
+    job = ctl.submit(spec(), ALICE)
+    assert (job.spec.account, job.spec.qos) == ("A", "normal")
+
+
+def test_the_ninth_gpu_of_an_account_waits_with_assoc_grp_gres(make_store) -> None:  # noqa: F811
+    ctl = make(make_store())
+    setup_accounts(ctl)
+    mgr(ctl, "modify account A", GrpTRES="gres/gpu=8")
+    ids = [ctl.submit(spec(gpus=4), ALICE).job_id for _ in range(3)]
+    started = one_pass(ctl)  # all three fit the cluster; the limit lets two start
+    assert started == ids[:2]
+    assert ctl.jobs[ids[2]].reason is Reason.ASSOC_GRP_GRES
+    one_pass(ctl)
+    assert ctl.jobs[ids[2]].state is JobState.PENDING
+    assert ctl.jobs[ids[2]].reason is Reason.ASSOC_GRP_GRES
+    other = ctl.submit(spec(gpus=4), BOB)  # B has no limit
+    assert other.job_id in one_pass(ctl)
+
+
+def test_qos_limits_hold_with_slurms_reasons_or_refuse_with_deny_on_limit(make_store) -> None:  # noqa: F811
+    ctl = make(make_store())
+    setup_accounts(ctl)
+    acct = ctl.accounting
+    assert acct is not None
+    acct.sacctmgr({"verb": "add", "entity": "qos", "names": ["short"],
+                   "set": {"MaxWall": "01:00:00", "MaxJobsPerUser": "1"}}, ROOT, 0)
+    acct.sacctmgr({"verb": "add", "entity": "qos", "names": ["strict"],
+                   "set": {"MaxWall": "01:00:00", "Flags": "DenyOnLimit"}}, ROOT, 0)
+    acct.sacctmgr({"verb": "modify", "entity": "user", "names": ["alice"],
+                   "set": {"QOS": "normal,short,strict"}}, ROOT, 0)
+    long_job = ctl.submit(spec(qos="short", time_limit=7200), ALICE)
+    first = ctl.submit(spec(qos="short", time_limit=600), ALICE)
+    second = ctl.submit(spec(qos="short", time_limit=600), ALICE)
+    assert one_pass(ctl) == [first.job_id]
+    assert long_job.reason is Reason.QOS_MAX_WALL
+    assert second.reason is Reason.QOS_MAX_JOBS_PER_USER
+    with pytest.raises(MusterError, match="Job violates accounting/QOS policy"):
+        ctl.submit(spec(qos="strict", time_limit=7200), ALICE)
+    with pytest.raises(MusterError, match="Invalid qos specification"):
+        ctl.submit(spec(qos="nosuch"), ALICE)
+    unlimited = ctl.submit(spec(qos="short"), ALICE)  # no --time: the QOS's MaxWall
+    assert unlimited.time_limit == 3600
+
+
+def test_assoc_max_jobs_and_submit_limits(make_store) -> None:  # noqa: F811
+    ctl = make(make_store())
+    setup_accounts(ctl)
+    mgr(ctl, "modify account A", MaxJobs="1", MaxSubmitJobs="3")
+    a, b, _c = (ctl.submit(spec(gpus=0), ALICE) for _ in range(3))
+    with pytest.raises(MusterError, match="Job violates accounting/QOS policy"):
+        ctl.submit(spec(gpus=0), ALICE)
+    assert one_pass(ctl) == [a.job_id]
+    assert b.reason is Reason.ASSOC_MAX_JOBS
+
+
+def test_fair_share_lets_the_quiet_account_overtake(make_store) -> None:  # noqa: F811
+    clock = ManualClock(1000.0)
+    ctl = make(make_store(), clock)
+    setup_accounts(ctl)
+    flood = [ctl.submit(spec(gpus=8), ALICE).job_id for _ in range(8)]
+    assert len(one_pass(ctl)) == 4  # the whole cluster
+    clock.advance(600)
+    late = ctl.submit(spec(gpus=8), BOB)
+    one_pass(ctl)
+    waiting = [ctl.jobs[i] for i in flood[4:]]
+    assert all(j.state is JobState.PENDING for j in waiting)
+    assert all(late.priority > j.priority for j in waiting)
+    rows = {r["job_id"]: r for r in ctl.accounting.priorities(ctl, clock.now())["jobs"]}  # type: ignore[union-attr]
+    assert rows[late.job_id]["fairshare"] > rows[flood[4]]["fairshare"]
+    shares = {(r["account"], r["user"]): r for r in ctl.accounting.shares()}  # type: ignore[union-attr]
+    assert shares[("A", "alice")]["raw_usage"] > 0 and shares[("B", "bob")]["raw_usage"] == 0
+    # the first job to end lets bob's job start before alice's queued ones
+    done = ctl.jobs[flood[0]]
+    ctl.job_done({"job_id": done.job_id, "node": done.nodes[0], "restart_count": 0, "exit_code": 0})
+    assert one_pass(ctl) == [late.job_id]
+
+
+def test_every_attempt_is_a_record_and_survives_a_restart(make_store) -> None:  # noqa: F811
+    clock = ManualClock(1000.0)
+    ctl = make(make_store(), clock)
+    setup_accounts(ctl)
+    job = ctl.submit(spec(gpus=2, requeue=True), ALICE)
+    one_pass(ctl)
+    clock.advance(30)
+    ctl.node_failed_job(job, clock.now(), "test")
+    clock.advance(5)
+    one_pass(ctl)
+    clock.advance(10)
+    ctl.job_done({"job_id": job.job_id, "node": job.nodes[0], "restart_count": 1, "exit_code": 3})
+    ctl.store.close()
+    again = make(make_store(), clock)  # a restarted controller reads the same records
+    acct = again.accounting
+    assert acct is not None
+    recs = acct.jobs(Query(job_ids=[job.job_id], duplicates=True), clock.now())
+    assert [(r["state"], r["exit_code"], r["elapsed"]) for r in recs] == [
+        ("NODE_FAIL", "0:0", 30), ("FAILED", "3:0", 10)]
+    assert recs[0]["steps"][0]["state"] == "CANCELLED"
+    assert [r["state"] for r in acct.jobs(Query(job_ids=[job.job_id]), clock.now())] == ["FAILED"]
+    assert {(a["account"], a["user"]) for a in acct.db.objects()["assocs"]} >= {("A", "alice"), ("B", "bob")}
+    report = acct.usage_report(0, clock.now(), clock.now(), again)
+    gpu_seconds = {(u["account"], u["user"]): u["tres"]["gres/gpu"] for u in report["usage"]}
+    assert gpu_seconds[("A", "alice")] == pytest.approx(2 * 30 + 2 * 10)
