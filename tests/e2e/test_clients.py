@@ -12,8 +12,11 @@ checks that they, not some Slurm installed on the machine, are the ones found.
   cancels them.
 * lightning-fabric 2.6: ``SLURMEnvironment`` inside an ``srun`` step of a 2-node job.
 
-Tests that need ``srun`` (issue 4) are skipped while it is missing; submitit's executor
-refuses to start without an ``srun`` in ``PATH`` even for jobs that do not use it.
+Tests that need ``srun`` (issue 4) are skipped while it is missing. submitit's executor
+refuses to start without an ``srun`` in ``PATH`` even for jobs that do not use it
+(``slurm_use_srun=False``): until muster has one, ``client_env`` puts a stub that fails
+loudly at the *end* of ``PATH``, so that those jobs still run and muster's own ``srun``
+wins as soon as it exists.
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ def client_env(cluster: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ha
             monkeypatch.delenv(key)
     for key, value in cluster.env.items():
         monkeypatch.setenv(key, value)
+    if not HAVE_SRUN:
+        stub_dir = os.path.join(cluster.root, "srun-stub")
+        os.makedirs(stub_dir, exist_ok=True)
+        stub = os.path.join(stub_dir, "srun")
+        with open(stub, "w") as f:
+            f.write('#!/bin/sh\necho "srun: not installed (issue 4)" >&2\nexit 1\n')
+        os.chmod(stub, 0o755)
+        monkeypatch.setenv("PATH", os.environ["PATH"] + os.pathsep + stub_dir)
     for command in ("sbatch", "squeue", "scancel", "scontrol", "sacct"):
         found = shutil.which(command)
         assert found is not None and os.path.dirname(found) == BIN, f"{command} resolves to {found}"
@@ -128,7 +139,6 @@ class Counter(submitit.helpers.Checkpointable):
 # --- submitit -----------------------------------------------------------------------------------
 
 
-@needs_srun
 def test_submitit_returns_a_function_result(client_env: Harness, folder: str) -> None:
     job = _executor(folder, use_srun=False).submit(add, 2, 3)
     assert job.result() == 5
@@ -143,7 +153,6 @@ def test_submitit_through_srun_as_configured_by_default(client_env: Harness, fol
     assert _sacct_state(job) == "COMPLETED"
 
 
-@needs_srun
 def test_submitit_map_array_with_a_throttle(client_env: Harness, folder: str) -> None:
     executor = _executor(folder, use_srun=False, slurm_array_parallelism=3)
     jobs = executor.map_array(square_with_times, range(10))
@@ -177,8 +186,7 @@ def test_submitit_multi_task_job_sees_its_ranks(client_env: Harness, folder: str
     assert all(len(r["hostnames"]) == 2 for r in results)
 
 
-@needs_srun
-@pytest.mark.parametrize("use_srun", [False, True])
+@pytest.mark.parametrize("use_srun", [False, pytest.param(True, marks=needs_srun)])
 def test_submitit_checkpointable_job_is_requeued_at_its_limit_and_resumes(
     client_env: Harness, folder: str, use_srun: bool
 ) -> None:
@@ -195,7 +203,6 @@ def test_submitit_checkpointable_job_is_requeued_at_its_limit_and_resumes(
     assert _sacct_state(job) == "COMPLETED"
 
 
-@needs_srun
 def test_submitit_cancel(client_env: Harness, folder: str) -> None:
     job = _executor(folder, use_srun=False).submit(time.sleep, 120)
     client_env.wait_state(int(job.job_id), "RUNNING")
