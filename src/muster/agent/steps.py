@@ -610,8 +610,7 @@ class StepRunner:
                 when = format_timestamp(self.clock.now())
                 line = (f"slurmstepd-{self.node}: error: *** STEP {step.id_text} ON {self.node} "
                         f"CANCELLED AT {when}{_REASON_WORDS.get(reason, '')} ***\n")
-                first = step.tasks[0].task if step.tasks else 0
-                self._emit(step, frame(b"e", first, line.encode()))
+                self._emit(step, frame(b"e", -1, line.encode()))  # the node's, no task's
             self._signal_step(step, signal.SIGTERM)
             self._signal_step(step, signal.SIGCONT)
             wait = step.kill_wait if kill_wait is None else kill_wait

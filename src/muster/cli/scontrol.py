@@ -214,7 +214,7 @@ def job_record(job: dict, details: bool = False) -> list[str]:
         f"Priority={int(job.get('priority') or 0)} Nice={int(spec.get('nice') or 0)} "
         f"Account={job.get('account') or job.get('user')} QOS={job.get('qos') or 'normal'}",
         f"JobState={job_state(job)} Reason={job.get('reason') or 'None'} Dependency={_null(spec.get('dependency'))}",
-        f"Requeue={requeue} Restarts={int(job.get('restart_count') or 0)} BatchFlag=1 Reboot=0 ExitCode={exit_text}",
+        f"Requeue={requeue} Restarts={int(job.get('restart_count') or 0)} BatchFlag={0 if spec.get('interactive') else 1} Reboot=0 ExitCode={exit_text}",
     ]
     if details:
         lines.append("DerivedExitCode=0:0")
@@ -433,8 +433,9 @@ def show(words: list[str], flags: Flags) -> int:
     if _matches(e, "config", 2):
         return show_config()
     if _matches(e, "steps", 2):
-        sys.stdout.write("No job steps in the system\n")
-        return 0
+        from muster.cli.scontrol_steps import show_steps
+
+        return show_steps(target, flags.oneliner)
     if _matches(e, "reservations", 3) or e == "reservationname":
         from muster.cli import reservation
 

@@ -711,7 +711,9 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
         elif key == "start":
             req.start = True
         elif key == "steps":
-            raise CommandError("job steps are not tracked by muster yet (squeue --steps)")
+            from muster.cli.squeue_steps import StepsQuery
+
+            return StepsQuery(parsed, environ)  # type: ignore[return-value]
         elif key == "states":
             f.states = parse_states(value or "")
         elif key == "user":
@@ -892,6 +894,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(req, str):
             sys.stdout.write(req)
             return 0
+        if not isinstance(req, Request):
+            return req.run()  # squeue -s: the steps
         if req.iterate is None:
             print_lines(run_once(req))
             return 0

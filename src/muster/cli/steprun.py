@@ -291,7 +291,7 @@ class StepRun:
 
     def _output(self, kind: bytes, task: int, data: bytes) -> None:
         fd = 1 if kind == b"o" else 2
-        if self.opts.unbuffered and not self.opts.label:
+        if task < 0 or (self.opts.unbuffered and not self.opts.label):  # task -1: the node's own words
             _write(fd, data)
             return
         key = (task, fd)

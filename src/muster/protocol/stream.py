@@ -5,7 +5,8 @@ A step's launch answers with a stream of *frames*, each ``<kind> <task> <length>
 followed by ``length`` bytes:
 
 ====  ============================================================================
-``o``  bytes the task wrote to stdout          ``e``  bytes it wrote to stderr
+``o``  bytes the task wrote to stdout          ``e``  bytes it wrote to stderr (task -1:
+       the node's own words, such as ``slurmstepd-node1: error: *** STEP 5.0 ... ***``)
 ``x``  the task ended: JSON ``{"code", "signal"}`` (sent after all of its output)
 ``m``  a JSON message about the node's part of the step (task -1): ``{"started": [tasks],
        "token"}`` first, ``{"error": text}`` when nothing could start
