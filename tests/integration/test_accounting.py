@@ -50,6 +50,11 @@ def acct_cluster(request: pytest.FixtureRequest) -> Iterator[Harness]:
         f.write(extra)
     h.up()
     try:
+        for words in ("add account A,B,C Fairshare=1", "add user root account=A,B,C",
+                      "modify account where name=C set GrpTRES=gres/gpu=8",
+                      "add qos short MaxWall=00:10:00",
+                      "add qos strict MaxWall=00:10:00 Flags=DenyOnLimit"):
+            ok(h.run(["sacctmgr", "-i", *words.split()]))
         yield h
     finally:
         h.down()
@@ -82,8 +87,8 @@ def wait_for(check, timeout: float = 30.0):  # noqa: ANN001, ANN201
 
 def test_sacctmgr_builds_the_tree_and_refuses_unknown_accounts(acct_cluster: Harness) -> None:
     h = acct_cluster
-    ok(h.run(["sacctmgr", "-i", "add", "account", "A,B", "Fairshare=1"]))
-    ok(h.run(["sacctmgr", "-i", "add", "user", "root", "account=A,B"]))
+    again = ok(h.run(["sacctmgr", "-i", "add", "account", "A"]))
+    assert again.strip() == "Nothing new added."
     tree = ok(h.run(["sacctmgr", "-n", "-P", "show", "assoc", "format=account,user,share"]))
     assert {"A||1", "A|root|1", "B||1", "B|root|1"} <= set(tree.splitlines())
     bad = h.run(["sbatch", "-A", "nosuch", "--wrap", "true"])
@@ -120,9 +125,6 @@ def test_the_quiet_account_overtakes_a_flood(acct_cluster: Harness) -> None:
 
 def test_grp_tres_holds_the_ninth_gpu_with_assoc_grp_gres(acct_cluster: Harness) -> None:
     h = acct_cluster
-    ok(h.run(["sacctmgr", "-i", "add", "account", "C"]))
-    ok(h.run(["sacctmgr", "-i", "add", "user", "root", "account=C"]))
-    ok(h.run(["sacctmgr", "-i", "modify", "account", "where", "name=C", "set", "GrpTRES=gres/gpu=8"]))
     shown = ok(h.run(["sacctmgr", "-n", "-P", "show", "assoc", "where", "account=C", "format=account,user,grptres"]))
     assert "C||gres/gpu=8" in shown.splitlines()
     ids = [h.sbatch("-A", "C", "-J", "grp", "--gres=gpu:4", "--wrap", "sleep 3") for _ in range(3)]
@@ -133,8 +135,6 @@ def test_grp_tres_holds_the_ninth_gpu_with_assoc_grp_gres(acct_cluster: Harness)
 
 def test_a_qos_max_wall_holds_or_refuses_a_long_job(acct_cluster: Harness) -> None:
     h = acct_cluster
-    ok(h.run(["sacctmgr", "-i", "add", "qos", "short", "MaxWall=00:10:00"]))
-    ok(h.run(["sacctmgr", "-i", "add", "qos", "strict", "MaxWall=00:10:00", "Flags=DenyOnLimit"]))
     long_job = h.sbatch("-A", "C", "--qos=short", "-t", "20", "--wrap", "true")
     assert wait_for(lambda: reason(h, long_job) == "QOSMaxWallDurationPerJobLimit")
     refused = h.run(["sbatch", "-A", "C", "--qos=strict", "-t", "20", "--wrap", "true"])
