@@ -36,11 +36,15 @@ _SRUN_ENV = {
 }
 
 
+# srun reads these too (sbatch has no variable for them).
+_SRUN_EXTRA = {"cpus-per-task": ("SLURM_CPUS_PER_TASK",)}
+
+
 def job_options(prefix: str, drop_short: frozenset[str] = frozenset()) -> tuple[Opt, ...]:
     """``JOB_OPTIONS`` read from ``<prefix>_X`` instead of ``SBATCH_X``."""
     out = []
     for o in JOB_OPTIONS:
-        env = []
+        env = list(_SRUN_EXTRA.get(o.key, ())) if prefix == "SLURM" else []
         for var in o.env:
             name = _SRUN_ENV.get(var, None) if prefix == "SLURM" else None
             if name is None:

@@ -1,0 +1,124 @@
+"""srun's and salloc's option handling and srun's output rules, without a cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.cli import salloc, srun
+from muster.cli.common import CommandError
+from muster.cli.steprun import StepRun, _ranges
+
+
+def build(argv: list[str], env: dict[str, str] | None = None) -> srun.Run:
+    run = srun.build(argv, env or {"PATH": "/bin"}, "/work")
+    assert isinstance(run, srun.Run)
+    return run
+
+
+def test_outside_an_allocation_the_options_shape_both_job_and_step() -> None:
+    run = build(["-N2", "-n4", "--gres=gpu:2", "-l", "python", "train.py", "--lr", "1"])
+    assert run.job_id is None
+    assert run.argv == ["python", "train.py", "--lr", "1"]  # options after the command are its own
+    assert run.spec["min_nodes"] == 2 and run.spec["ntasks"] == 4 and run.spec["name"] == "python"
+    assert run.step == {"cpus_per_task": 1, "gpus_per_node": 2, "min_nodes": 2, "ntasks": 4}
+    assert run.label
+
+
+def test_inside_a_job_the_layout_comes_from_the_environment() -> None:
+    env = {"SLURM_JOB_ID": "12", "SLURM_NNODES": "2", "SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2",
+           "SLURM_JOB_NAME": "train", "SLURM_CPUS_PER_TASK": "3"}
+    run = build(["python", "x.py"], env)
+    assert run.job_id == 12
+    assert run.step == {"cpus_per_task": 3, "min_nodes": 2, "ntasks": 4, "ntasks_per_node": 2}
+    assert run.name == ""  # SLURM_JOB_NAME is the job's, not the step's
+
+
+def test_only_slurm_job_id_means_one_task_per_node_and_explicit_options_win() -> None:
+    assert build(["hostname"], {"SLURM_JOB_ID": "7"}).step == {"cpus_per_task": 1}
+    run = build(["-n1", "hostname"], {"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "SLURM_NNODES": "2"})
+    assert run.step == {"cpus_per_task": 1, "ntasks": 1}
+    assert build(["--jobid=9", "true"]).job_id == 9
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [
+        ("none", {"mode": "none"}),
+        ("all", {"mode": "stream"}),
+        ("3", {"mode": "stream", "tasks": [3]}),
+        ("out-%j.%t", {"mode": "file", "path": "out-%j.%t"}),
+    ],
+)
+def test_io_modes(value: str, mode: dict[str, object]) -> None:
+    assert build(["-o", value, "true"]).stdout == mode
+    assert build(["--input", value, "true"]).stdin == mode
+
+
+def test_srun_specific_options() -> None:
+    run = build(["-K", "-W", "5", "-u", "-m", "cyclic", "--gpu-bind=none", "--overlap", "-q", "--no-torch-env", "true"])
+    assert run.kill_bad_exit and run.wait == 5 and run.unbuffered and run.quit_on_interrupt
+    assert not run.torch_env
+    assert run.step["distribution"] == "cyclic" and run.step["gpu_bind"] == "none" and run.step["overlap"]
+    assert not build(["true"], {"MUSTER_TORCH_ENV": "0"}).torch_env
+
+
+@pytest.mark.parametrize(
+    ("argv", "rc", "text"),
+    [
+        (["--bogus", "true"], 255, "srun: unrecognized option '--bogus'"),
+        (["--time=abc", "true"], 255, "Invalid --time specification"),
+        ([], 1, "No command given"),
+        (["--pty", "bash"], 1, "--pty is not supported"),
+    ],
+)
+def test_bad_command_lines(argv: list[str], rc: int, text: str) -> None:
+    with pytest.raises(CommandError) as e:
+        srun.build(argv, {}, "/")
+    assert e.value.rc == rc and text in e.value.message
+
+
+def step_run(label: bool = True, unbuffered: bool = False, ntasks: int = 12) -> StepRun:
+    run = srun.Run()
+    run.label, run.unbuffered = label, unbuffered
+    answer = {
+        "step": {"step_id": 0, "tasks": [list(range(ntasks))]},
+        "nodes": [{"name": "node1", "addr": "127.0.0.2", "port": 1}],
+    }
+    return StepRun(run, 5, answer)
+
+
+def test_labels_are_right_aligned_to_the_widest_task_id(capfd: pytest.CaptureFixture[str]) -> None:
+    s = step_run()
+    s._output(b"o", 3, b"one\ntwo\npart")
+    s._output(b"o", 11, b"x\n")
+    s._output(b"o", 3, b"ial\n")
+    out = capfd.readouterr().out
+    assert out == " 3: one\n 3: two\n11: x\n 3: partial\n"
+
+
+def test_unlabelled_output_is_kept_whole_per_line(capfd: pytest.CaptureFixture[str]) -> None:
+    s = step_run(label=False)
+    s._output(b"o", 0, b"hel")
+    s._output(b"o", 1, b"other\n")
+    s._output(b"o", 0, b"lo\n")
+    assert capfd.readouterr().out == "other\nhello\n"
+
+
+def test_exit_status_is_the_highest_code_and_128_plus_a_signal() -> None:
+    s = step_run(ntasks=3)
+    s.exits = {0: (0, 0), 1: (3, 0), 2: (1, 0)}
+    assert s._outcome() == (3, 3, 0, False)
+    s.exits[2] = (0, 9)
+    assert s._outcome()[0] == 137
+    assert _ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+
+
+def test_salloc_runs_the_shell_by_default_and_sets_the_allocations_variables() -> None:
+    spec, command, quiet = salloc.build(["-N2", "-n4"], {"SHELL": "/bin/zsh"}, "/w")  # type: ignore[misc]
+    assert command == ["/bin/zsh"] and spec["name"] == "zsh" and not quiet
+    job = {"job_id": 8, "nodelist": "node[1-2]", "partition": "gpu",
+           "alloc": [{"node": "node1", "cpus": 2}, {"node": "node2", "cpus": 2}], "spec": {"name": "zsh"}}
+    env = salloc.allocation_environment(job, spec, {"SLURM_STEP_ID": "3", "HOME": "/h"})
+    assert env["SLURM_JOB_ID"] == "8" and env["SLURM_NNODES"] == "2" and env["SLURM_NTASKS"] == "4"
+    assert env["SLURM_TASKS_PER_NODE"] == "2(x2)" and env["SLURM_JOB_NODELIST"] == "node[1-2]"
+    assert "SLURM_STEP_ID" not in env and env["HOME"] == "/h"
