@@ -290,6 +290,7 @@ def create_step(ctl: object, run: Run, job_id: int, own: bool) -> dict[str, obje
         "srun_host": _hostname(),
         "srun_pid": os.getpid(),
         "wait": 2.0,
+        "busy_now": True,
     }
     noted: set[str] = set()
     while True:
@@ -321,6 +322,7 @@ def create_step(ctl: object, run: Run, job_id: int, own: bool) -> dict[str, obje
                 _note(f"Job {job_id} step creation temporarily disabled, retrying ({answer.get('reason')})")
         noted.add(str(pending))
         body["wait"] = 30.0
+        body["busy_now"] = False
 
 
 def _note(text: str) -> None:

@@ -88,6 +88,7 @@ class StepRun:
         self.width = len(str(max(self.ntasks - 1, 0)))
         self.partial: dict[tuple[int, int], bytes] = {}
         self.exits: dict[int, tuple[int, int]] = {}
+        self.stopped: set[int] = set()  # tasks that ended by the kill srun itself asked for
         self.aborted = False
         self.killing = False
         self.first_exit: float | None = None
@@ -236,6 +237,8 @@ class StepRun:
                 info = loads(payload)
                 code, sig = int(info.get("code") or 0), int(info.get("signal") or 0)
                 self.exits[task] = (code, sig)
+                if self.killing and sig:
+                    self.stopped.add(task)
                 for stream in (1, 2):
                     self._flush(task, stream)
                 if self.first_exit is None:
@@ -432,16 +435,21 @@ class StepRun:
     # --- the end ------------------------------------------------------------------------------
 
     def _outcome(self) -> tuple[int, int, int, bool]:
+        """Slurm's rule: the highest exit code, 128+N for a task killed by signal N; a task
+        that srun itself had stopped (-K, -W) does not hide the code that caused it."""
         rc = code = sig = 0
-        for c, s in self.exits.values():
+        for task, (c, s) in self.exits.items():
             code = max(code, c)
             if s:
                 sig = max(sig, s)
-                rc = max(rc, 128 + s)
+                if task not in self.stopped:
+                    rc = max(rc, 128 + s)
             rc = max(rc, c)
         for t in range(self.ntasks):
             if t not in self.exits:
                 rc = max(rc, 1)
+        if self.aborted and rc == 0:
+            rc = 128 + _signal.SIGINT
         return rc, code, sig, self.aborted
 
 

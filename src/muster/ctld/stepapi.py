@@ -7,7 +7,7 @@ steps to free resources, is answered as soon as it is placed, and otherwise with
 
 ==========================================  ==================================================
 ``POST /v1/jobs/{id}/steps``                ``{"request": StepRequest, "name", "argv",
-                                            "srun_host", "srun_pid", "wait"}`` ->
+                                            "srun_host", "srun_pid", "wait", "busy_now"}`` ->
                                             ``{"step", "nodes", "grant", "sig", "kill_wait"}``
                                             or ``{"pending": "job"|"step", "reason"}``
 ``POST /v1/jobs/{id}/steps/{step}/done``    ``{"exit_code", "signal", "cancelled", "end_job"}``
@@ -70,6 +70,7 @@ class StepBody(BaseModel):
     srun_host: str = Field("", max_length=255)
     srun_pid: int = 0
     wait: float = Field(0.0, ge=0)
+    busy_now: bool = False  # answer at once when the step must wait for other steps
 
 
 class DoneBody(BaseModel):
@@ -135,6 +136,8 @@ def build_step_routes(
                 if not isinstance(outcome, StepWait):
                     return JSONResponse(book.answer(job, outcome))
                 pending = {"pending": "step", "reason": outcome.reason, "job_id": job.job_id}
+                if body.busy_now:
+                    return JSONResponse(pending)  # the caller tells its user, then asks again
             else:
                 raise _revoked(job)
             left = deadline - ctx.clock.monotonic()

@@ -1,0 +1,215 @@
+"""Issue 4 end to end: srun and salloc against real daemons on loopback (each node its own
+127.0.0.x address), as a user types them."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from harness import Harness
+
+pytestmark = pytest.mark.integration
+
+
+def lines_of(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line]
+
+
+def test_eight_ranks_on_one_node_each_see_their_own_gpu(cluster: Harness) -> None:
+    out = cluster.run("srun -N1 -n8 --gres=gpu:8 -l env | grep -E '^ ?[0-9]: (CUDA_VISIBLE_DEVICES|SLURMD_NODENAME|RANK)='")
+    assert out.returncode == 0, out.stderr
+    cuda = dict(re.findall(r"^(\d): CUDA_VISIBLE_DEVICES=(\S+)$", out.stdout, re.M))
+    assert sorted(cuda) == [str(i) for i in range(8)]
+    assert len(set(cuda.values())) == 8 and all("," not in v for v in cuda.values())
+    nodes = set(re.findall(r"SLURMD_NODENAME=(\S+)", out.stdout))
+    assert len(nodes) == 1
+    assert dict(re.findall(r"^(\d): RANK=(\d)$", out.stdout, re.M)) == {str(i): str(i) for i in range(8)}
+
+
+def test_gpus_per_task_binds_every_rank_across_two_nodes(cluster: Harness) -> None:
+    out = cluster.run(
+        "srun -N2 --ntasks-per-node=2 --gpus-per-task=1 -l "
+        "bash -c 'echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES $LOCAL_RANK $MASTER_ADDR'"
+    )
+    assert out.returncode == 0, out.stderr
+    rows = sorted(lines_of(out.stdout))
+    assert len(rows) == 4
+    per_node: dict[str, set[str]] = {}
+    masters = set()
+    for row in rows:
+        _label, node, cuda, local, master = row.split()
+        per_node.setdefault(node, set()).add(cuda)
+        assert cuda == local  # the first free GPUs of an idle node, one per local rank
+        masters.add(master)
+    assert len(per_node) == 2 and all(v == {"0", "1"} for v in per_node.values())
+    assert len(masters) == 1 and masters.pop().startswith("127.0.0.")
+
+
+def test_four_tasks_on_two_nodes_are_labelled(cluster: Harness) -> None:
+    out = cluster.run(["srun", "-N2", "-n4", "-l", "bash", "-c", "echo $SLURM_PROCID@$SLURMD_NODENAME"])
+    assert out.returncode == 0, out.stderr
+    got = sorted(lines_of(out.stdout))
+    assert [g.split(": ")[0] for g in got] == ["0", "1", "2", "3"]
+    assert all(g.split(": ")[1].startswith(g.split(": ")[0] + "@node") for g in got)
+    assert len({g.split("@")[1] for g in got}) == 2
+    assert out.stderr == ""
+
+
+def test_a_failing_rank_makes_srun_fail_with_slurms_message(cluster: Harness) -> None:
+    out = cluster.run(["srun", "-N1", "bash", "-c", "exit 7"])
+    assert out.returncode == 7
+    assert re.fullmatch(r"srun: error: node\d: task 0: Exited with exit code 7\n", out.stderr), out.stderr
+    multi = cluster.run(["srun", "-N2", "-n4", "bash", "-c", "exit $SLURM_PROCID"])
+    assert multi.returncode == 3
+    assert len(re.findall(r"srun: error: node\d: task [123]: Exited with exit code [123]", multi.stderr)) == 3
+
+
+def test_a_missing_command_and_a_killed_task(cluster: Harness) -> None:
+    out = cluster.run(["srun", "-N1", "/no/such/binary"])
+    assert out.returncode == 2
+    assert re.search(r"slurmstepd-node\d: error: execve\(\): /no/such/binary: No such file or directory", out.stderr)
+    killed = cluster.run(["srun", "bash", "-c", "kill -9 $$"])
+    assert killed.returncode == 137 and "task 0: Killed" in killed.stderr
+
+
+def test_srun_job_records_the_steps_exit(cluster: Harness) -> None:
+    out = cluster.run(["srun", "-J", "recorded", "bash", "-c", "exit 5"])
+    assert out.returncode == 5
+    jobs = cluster.cluster.api("GET", "/v1/jobs?name=recorded&all=1")["jobs"]
+    job = max(jobs, key=lambda j: j["job_id"])
+    assert job["state"] == "FAILED" and job["exit_code"] == 5 and job["spec"]["interactive"]
+
+
+def test_stdin_reaches_the_tasks_and_files_take_per_task_patterns(cluster: Harness) -> None:
+    out = cluster.run(["srun", "-n2", "-l", "cat"], input="hello\n")
+    assert out.returncode == 0, out.stderr
+    assert sorted(lines_of(out.stdout)) == ["0: hello", "1: hello"]
+    only = cluster.run(["srun", "-n2", "--input=1", "-l", "cat"], input="one\n")
+    assert lines_of(only.stdout) == ["1: one"]
+    pattern = os.path.join(cluster.workdir, "step-%j.%s.%t.out")
+    files = cluster.run(["srun", "-n3", "-o", pattern, "bash", "-c", "echo out $SLURM_PROCID; echo err >&2"])
+    assert files.returncode == 0 and files.stdout == ""
+    made = sorted(f for f in os.listdir(cluster.workdir) if re.fullmatch(r"step-\d+\.0\.[0-2]\.out", f))
+    assert len(made) == 3
+    for name in made:
+        task = name.split(".")[-2]
+        assert cluster.read(name) == f"out {task}\nerr\n"
+
+
+def test_kill_on_bad_exit_stops_the_other_ranks(cluster: Harness) -> None:
+    t0 = time.monotonic()
+    out = cluster.run(["srun", "-K", "-n2", "bash", "-c", "if [ $SLURM_PROCID = 1 ]; then exit 4; fi; sleep 60"])
+    assert time.monotonic() - t0 < 30
+    assert out.returncode == 4 and "task 1: Exited with exit code 4" in out.stderr
+
+
+def test_srun_inside_a_batch_script_inherits_the_layout(cluster: Harness) -> None:
+    script = os.path.join(cluster.workdir, "steps.sh")
+    with open(script, "w") as f:
+        f.write(
+            "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=2 --gres=gpu:2 -o steps-%j.out\n"
+            "srun -l bash -c 'echo $RANK/$WORLD_SIZE $SLURM_STEP_ID $CUDA_VISIBLE_DEVICES'\n"
+            "srun -n1 bash -c 'echo second step $SLURM_STEP_ID'\n"
+        )
+    job_id = cluster.sbatch(script)
+    job = cluster.wait_job(job_id)
+    assert job["state"] == "COMPLETED", cluster.read(f"steps-{job_id}.out")
+    text = cluster.read(f"steps-{job_id}.out")
+    ranks = sorted(re.findall(r"^(\d): (\d)/4 0 (\d)$", text, re.M))
+    assert [r[0] for r in ranks] == ["0", "1", "2", "3"] and [r[1] for r in ranks] == ["0", "1", "2", "3"]
+    assert sorted(r[2] for r in ranks) == ["0", "0", "1", "1"]  # each rank its own GPU index
+    assert "second step 1" in text
+
+
+def test_srun_works_when_only_slurm_job_id_is_set(cluster: Harness) -> None:
+    script = os.path.join(cluster.workdir, "bare.sh")
+    with open(script, "w") as f:
+        f.write(
+            "#!/bin/bash\n#SBATCH -N2 -o bare-%j.out\n"
+            "env -i PATH=$PATH MUSTER_CONF=$MUSTER_CONF SLURM_CONF=$SLURM_CONF SLURM_JOB_ID=$SLURM_JOB_ID "
+            "srun -l hostname\n"
+        )
+    job_id = cluster.sbatch(script)
+    assert cluster.wait_job(job_id)["state"] == "COMPLETED", cluster.read(f"bare-{job_id}.out")
+    assert sorted(lines_of(cluster.read(f"bare-{job_id}.out")))[:2] == ["0: " + os.uname().nodename.split(".")[0],
+                                                                     "1: " + os.uname().nodename.split(".")[0]]
+
+
+def test_a_step_waits_for_its_jobs_resources(cluster: Harness) -> None:
+    script = os.path.join(cluster.workdir, "busy.sh")
+    with open(script, "w") as f:
+        f.write(
+            "#!/bin/bash\n#SBATCH -n2 -o busy-%j.out\n"
+            "srun -n2 sleep 2 &\nsleep 0.5\nsrun -n2 echo after\nwait\n"
+        )
+    job_id = cluster.sbatch(script)
+    job = cluster.wait_job(job_id)
+    text = cluster.read(f"busy-{job_id}.out")
+    assert job["state"] == "COMPLETED", text
+    assert "step creation temporarily disabled, retrying (Requested nodes are busy)" in text
+    assert f"Step created for job {job_id}" in text and text.count("after") == 2
+
+
+def test_squeue_and_scontrol_show_running_steps(cluster: Harness) -> None:
+    proc = subprocess.Popen(
+        ["srun", "-N2", "-n2", "-J", "longstep", "sleep", "30"],
+        env=cluster.env, cwd=cluster.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            out = cluster.run(["squeue", "-s"])
+            if "longstep" in out.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert out.stdout.splitlines()[0].split() == ["STEPID", "NAME", "PARTITION", "USER", "TIME", "NODELIST"]
+        row = next(line for line in out.stdout.splitlines() if "longstep" in line).split()
+        step_id = row[0]
+        assert step_id.endswith(".0")
+        shown = cluster.run(["scontrol", "show", "step", step_id])
+        assert shown.returncode == 0
+        assert f"StepId={step_id} " in shown.stdout and "Nodes=2 CPUs=2 Tasks=2 Name=longstep" in shown.stdout
+        # Cancelling the job stops its step's tasks on every node, and srun says so.
+        cluster.run(["scancel", step_id.split(".")[0]])
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert b"CANCELLED AT" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_two_ctrl_c_within_a_second_abort_the_step(cluster: Harness) -> None:
+    proc = subprocess.Popen(
+        ["srun", "-n2", "-l", "bash", "-c", "trap 'echo got INT' INT; while true; do sleep 0.1; done"],
+        env=cluster.env, cwd=cluster.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert out.count(b"got INT") >= 2  # the first Ctrl-C reached both tasks
+        assert b"interrupt (one more within 1 sec to abort)" in err
+        assert b"Job step aborted" in err
+        assert proc.returncode != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_salloc_runs_a_command_in_its_allocation_and_releases_it(cluster: Harness) -> None:
+    out = cluster.run(["salloc", "-N2", "bash", "-c", "echo job=$SLURM_JOB_ID nodes=$SLURM_NNODES; srun -l hostname; exit 3"])
+    assert out.returncode == 3, out.stderr
+    job_id = int(re.search(r"salloc: Granted job allocation (\d+)", out.stderr).group(1))  # type: ignore[union-attr]
+    assert f"salloc: Relinquishing job allocation {job_id}" in out.stderr
+    assert f"job={job_id} nodes=2" in out.stdout
+    assert len(re.findall(r"^[01]: ", out.stdout, re.M)) == 2
+    job = cluster.wait_job(job_id)
+    assert job["state"] == "FAILED" and job["exit_code"] == 3
