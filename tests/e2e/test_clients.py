@@ -264,6 +264,7 @@ print(json.dumps({
 @needs_srun
 def test_lightning_slurm_environment_inside_an_srun_step(client_env: Harness, folder: str) -> None:
     pytest.importorskip("lightning_fabric")
+    from lightning_fabric.plugins.environments import SLURMEnvironment
     task = os.path.join(folder, "task.py")
     with open(task, "w") as f:
         f.write(LIGHTNING_TASK)
@@ -282,5 +283,7 @@ def test_lightning_slurm_environment_inside_an_srun_step(client_env: Harness, fo
     assert {r["job_id"] for r in rows} == {str(job_id)}
     # one main address and port for all ranks: the first node of the allocation
     assert len({(r["main_address"], r["main_port"]) for r in rows}) == 1
-    first_node = rows[0]["nodelist"].split(",")[0].replace("[", "").split("-")[0]
-    assert rows[0]["main_address"] in (first_node, "127.0.0.1")
+    first_node = SLURMEnvironment.resolve_root_node_address(rows[0]["nodelist"])
+    addr = {n["name"]: n["addr"] for n in client_env.cluster.api("GET", "/v1/nodes")["nodes"]}
+    # SLURMEnvironment reads MASTER_ADDR when set (muster's tasks get the node's address)
+    assert rows[0]["main_address"] in (first_node, addr[first_node])

@@ -259,3 +259,45 @@ def test_sbatch_script_on_stdin_and_environment_precedence(cluster: Harness) -> 
     job_id = cluster.sbatch("-J", "from-cli", input=script, env={"SBATCH_JOB_NAME": "from-env"})
     assert cluster.wait_job(job_id)["spec"]["name"] == "from-cli"
     assert cluster.read(f"slurm-{job_id}.out") == "from-cli\n"
+
+
+COUNT_USR2 = (
+    "import signal, time\n"
+    "got = []\n"
+    "signal.signal(signal.SIGUSR2, lambda *a: got.append(time.time()))\n"
+    "print('ready', flush=True)\n"
+    "start = time.time()\n"
+    "while time.time() - start < 40 and not (got and time.time() - got[0] > 2):\n"
+    "    time.sleep(0.1)\n"
+    "print('task got USR2 x', len(got), flush=True)\n"
+)
+
+
+@pytest.mark.parametrize("how", ["scancel", "time-limit warning"])
+def test_a_signal_reaches_an_srun_task_once_and_spares_the_batch_shell(cluster: Harness, how: str) -> None:
+    import shutil
+    import sys
+
+    if shutil.which("srun", path=os.path.dirname(sys.executable)) is None:
+        pytest.skip("needs srun (issue 4)")
+    task = os.path.join(cluster.workdir, "count_usr2.py")
+    with open(task, "w") as f:
+        f.write(COUNT_USR2)
+    script = os.path.join(cluster.workdir, "sig_step.sh")
+    with open(script, "w") as f:
+        f.write(
+            "#!/bin/bash\n"
+            "trap 'echo shell got USR2' USR2\n"
+            f"srun {sys.executable} {task}\n"
+            "echo shell done\n"
+        )
+    extra = ["--time=1", "--signal=USR2@55"] if how != "scancel" else []
+    job_id = cluster.sbatch("-o", "sigstep-%j.out", *extra, script)
+    out = os.path.join(cluster.workdir, f"sigstep-{job_id}.out")
+    _until(lambda: os.path.exists(out) and "ready" in cluster.read(out))
+    if how == "scancel":
+        result = cluster.run(["scancel", "--signal=USR2", str(job_id)])
+        assert result.returncode == 0, result.stderr
+    assert cluster.wait_job(job_id, timeout=60)["state"] == "COMPLETED"
+    lines = [x for x in cluster.read(out).splitlines() if not x.startswith("srun:")]
+    assert lines == ["ready", "task got USR2 x 1", "shell done"]

@@ -123,9 +123,12 @@ def build_routes(
             sig = parse_signal(body.get("signal", 15))
         except ValueError as exc:
             raise _BadRequest(str(exc)) from None
+        # The batch host's supervisor signals the steps' tasks itself (or, with no steps
+        # here, the batch shell's other processes); a node that only runs steps of the job
+        # signals them here. Either way each task gets the signal once.
         found = supervisor.signal(job_id, sig, bool(body.get("batch_only")))
-        if steps is not None and not body.get("batch_only"):
-            found = steps.signal(job_id, sig) or found
+        if not found and steps is not None and not body.get("batch_only"):
+            found = steps.signal(job_id, sig)
         if not found:
             return _error(f"job {job_id} is not running on {node}", "invalid_job_id", 404)
         return JSONResponse({"ok": True})

@@ -113,6 +113,8 @@ class AgentDaemon:
             kill_wait=float(self.config.kill_wait),
             over_time=_over_time(self.config),
             notify=self._notify,
+            # a job's signals reach its steps' tasks once, not its srun processes too
+            signal_steps=lambda job_id, sig: self.steps.signal(job_id, sig),
         )
         self.steps = StepRunner(  # job steps (srun): launched straight from srun
             node=self.node.name,
