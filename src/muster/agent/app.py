@@ -147,7 +147,12 @@ def build_routes(
             int(attempt) if attempt is not None else None,
         )
         if steps is not None:
-            steps.terminate(job_id, reason, float(kill_wait) if kill_wait is not None else None)
+            steps.terminate(
+                job_id,
+                reason,
+                float(kill_wait) if kill_wait is not None else None,
+                int(attempt) if attempt is not None else None,
+            )
         return JSONResponse({"ok": True, "running": running})
 
     @_handler

@@ -221,11 +221,14 @@ class StepRunner:
                 self._signal_step(step, sig)
         return found
 
-    def terminate(self, job_id: int, reason: str, kill_wait: float | None = None) -> bool:
-        """The job ends: stop its steps here (TERM now, KILL after ``kill_wait``)."""
+    def terminate(
+        self, job_id: int, reason: str, kill_wait: float | None = None, attempt: int | None = None
+    ) -> bool:
+        """The job ends: stop its steps here (TERM now, KILL after ``kill_wait``); only those
+        of ``attempt`` when it is given (a requeued job's next run is not this one)."""
         found = False
         for step in list(self.steps.values()):
-            if step.job_id == job_id:
+            if step.job_id == job_id and (attempt is None or step.attempt == attempt):
                 found = True
                 self._stop(step, reason, kill_wait)
         return found
