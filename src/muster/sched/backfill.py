@@ -14,10 +14,14 @@ Reservation windows (``reservations``) are rules on start times, applied per nod
 * a job in a reservation may start only in [window start, window end - duration] of one
   of its reservation's windows.
 
+Every question takes a ``Request`` (shared by the jobs of one shape) and the asking
+job's duration beside it.
+
 Everything here relies on one fact: within a pass, resources are only ever taken, never
 given back. Hence the memos (a request that did not fit now will not fit a longer or
 equal duration later in the pass; one with no start in the window never gets one) and
 the incremental planner (only nodes changed since the last question are recomputed).
+The memos are keyed by the ``Request`` object itself: the pass makes one per key.
 """
 
 from __future__ import annotations
@@ -114,34 +118,36 @@ class Backfill:
         self.maint = maint  # names of MAINT reservations
         self.horizon = horizon
         self.log: list[NodeProfile] = []  # nodes whose profile changed, in order
-        self._plans: dict[Key, _KeyPlan] = {}
-        self._no_plan: set[Key] = set()  # (request key, duration) without a start
-        self._no_fit: dict[Key, float] = {}  # request key -> shortest duration that failed
-        self._live: dict[Key, list[NodeProfile]] = {}
-        self._masks: dict[Key, bytearray | None] = {}
+        self._plans: dict[Key, _KeyPlan] = {}  # (plan key, duration) -> planning state
+        self._no_plan: set[tuple[Request, float]] = set()  # (request, duration) without a start
+        self._no_fit: dict[Request, float] = {}  # request -> shortest duration that failed
+        self._live: dict[Request, list[NodeProfile]] = {}
+        self._masks: dict[Request, bytearray | None] = {}
         self._index = _GpuIndex(nodes)
 
     # -- now --------------------------------------------------------------------------
-    def start_now(self, req: Request) -> list[NodeProfile] | None:
-        """The nodes to start ``req`` on now, or None when it cannot start now without
-        taking what is promised to a planned job or a reservation."""
-        floor = self._no_fit.get(req.key)
-        if floor is not None and req.duration >= floor:
+    def start_now(self, req: Request, duration: float) -> list[NodeProfile] | None:
+        """The nodes to start ``req`` on now for ``duration``, or None when it cannot start
+        now without taking what is promised to a planned job or a reservation."""
+        floor = self._no_fit.get(req)
+        if floor is not None and duration >= floor:
             return None
         if req.need[2] > 0 and not req.exclusive and not req.required:
-            fitting = self._fitting_by_gpus(req)
+            fitting = self._fitting_by_gpus(req, duration)
         else:
-            fitting = self._fitting_scan(req)
+            fitting = self._fitting_scan(req, duration)
         if len(fitting) >= req.nodes and (
             not req.required
             or sum(1 for _, n in fitting if n.name in req.required) == len(req.required)
         ):
             return pick(fitting, req.nodes, req.required)
-        self._no_fit[req.key] = req.duration if floor is None else min(floor, req.duration)
+        self._no_fit[req] = duration if floor is None else min(floor, duration)
         return None
 
-    def _fits_whole_time(self, node: NodeProfile, req: Request, c: int, m: int, g: int) -> bool:
-        end = self.now + req.duration
+    def _fits_whole_time(
+        self, node: NodeProfile, req: Request, duration: float, c: int, m: int, g: int
+    ) -> bool:
+        end = self.now + duration
         # The profile never falls below "now" unless something was taken from a later
         # time (``dips``); only then is the whole interval checked.
         if node.dips and not node.fits(self.now, end, c, m, g):
@@ -150,14 +156,14 @@ class Backfill:
             return windows_allow(node, req, self.now, end)
         return True
 
-    def _fitting_by_gpus(self, req: Request) -> list[tuple[FitKey, NodeProfile]]:
+    def _fitting_by_gpus(self, req: Request, duration: float) -> list[tuple[FitKey, NodeProfile]]:
         """Best-fit groups first; stop after the group that completes the count, since
         every later group fits worse (same result as scanning every candidate)."""
         index = self._index
-        if req.key in self._masks:
-            members = self._masks[req.key]
+        if req in self._masks:
+            members = self._masks[req]
         else:
-            members = self._masks[req.key] = index.members(req.candidates)
+            members = self._masks[req] = index.members(req.candidates)
         c, m, g = req.need
         nodes = index.nodes
         simple = req.reservation is None
@@ -172,7 +178,7 @@ class Backfill:
                 if node.cpus[0] < c or node.mem[0] < m:
                     continue
                 if (simple and not node.dips and not node.windows) or self._fits_whole_time(
-                    node, req, c, m, g
+                    node, req, duration, c, m, g
                 ):
                     free = (node.cpus[0], node.mem[0], node.gpus[0])
                     fitting.append((fit_key(node, free, (c, m, g)), node))
@@ -180,14 +186,14 @@ class Backfill:
                 break
         return fitting
 
-    def _fitting_scan(self, req: Request) -> list[tuple[FitKey, NodeProfile]]:
+    def _fitting_scan(self, req: Request, duration: float) -> list[tuple[FitKey, NodeProfile]]:
         """Every candidate whose free resources cover one share; the list of those kept
         for the next request with the same key only shrinks."""
         fitting: list[tuple[FitKey, NodeProfile]] = []
         still: list[NodeProfile] = []
         exclusive = req.exclusive
         c, m, g = req.need
-        for node in self._live.get(req.key, req.candidates):
+        for node in self._live.get(req, req.candidates):
             if exclusive:
                 c, m, g = node.cap
                 if node.running:
@@ -195,19 +201,19 @@ class Backfill:
             if node.cpus[0] < c or node.mem[0] < m or node.gpus[0] < g:
                 continue
             still.append(node)
-            if self._fits_whole_time(node, req, c, m, g):
+            if self._fits_whole_time(node, req, duration, c, m, g):
                 free = (node.cpus[0], node.mem[0], node.gpus[0])
                 fitting.append((fit_key(node, free, (c, m, g)), node))
-        self._live[req.key] = still
+        self._live[req] = still
         return fitting
 
-    def held_by_maintenance(self, req: Request) -> bool:
+    def held_by_maintenance(self, req: Request, duration: float) -> bool:
         """Whether a MAINT reservation is what keeps ``req`` from starting now: it would
         fit if those windows were ignored (squeue: "ReqNodeNotAvail, Reserved for
         maintenance"). Only asked about the first blocked job of a partition."""
         if not self.maint:
             return False
-        end = self.now + req.duration
+        end = self.now + duration
         usable = 0
         held = False
         for node in req.candidates:
@@ -227,9 +233,10 @@ class Backfill:
             usable += 1
         return held and usable >= req.nodes
 
-    def take_now(self, req: Request, nodes: list[NodeProfile]) -> list[NodeAlloc]:
-        """Start ``req`` on ``nodes`` now: take from the profile, hand out GPU indices."""
-        end = self.now + req.duration
+    def take_now(self, req: Request, duration: float, nodes: list[NodeProfile]) -> list[NodeAlloc]:
+        """Start ``req`` on ``nodes`` now for ``duration``: take from the profile, hand out
+        GPU indices."""
+        end = self.now + duration
         allocs = []
         for node in nodes:
             c, m, g = need_on(req, node)
@@ -242,40 +249,45 @@ class Backfill:
         return allocs
 
     # -- later ------------------------------------------------------------------------
-    def earliest_start(self, req: Request) -> tuple[float, list[NodeProfile]] | None:
-        """The earliest time in [now, horizon] at which ``req`` fits, with the nodes to
-        plan it on; None when it does not fit within the horizon.
+    def earliest_start(
+        self, req: Request, duration: float
+    ) -> tuple[float, list[NodeProfile]] | None:
+        """The earliest time in [now, horizon] at which ``req`` fits for ``duration``,
+        with the nodes to plan it on; None when it does not fit within the horizon.
 
         For each distinct request (key and duration) the engine keeps every candidate
         node's feasible start intervals and their sorted open/close events; later
         questions recompute only the nodes changed since, and the sweep stops at the
         first time enough nodes are feasible at once."""
-        if (req.key, req.duration) in self._no_plan:
+        if (req, duration) in self._no_plan:
             return None
-        kp = self._plans.get(req.plan_key)
+        plan_key = (req.plan_key, duration)
+        kp = self._plans.get(plan_key)
         if kp is None:
-            kp = self._plans[req.plan_key] = _KeyPlan(req, self.now, self.horizon)
+            kp = self._plans[plan_key] = _KeyPlan(req, duration, self.now, self.horizon)
         else:
-            kp.refresh(req, self.log, self.now, self.horizon)
+            kp.refresh(req, duration, self.log, self.now, self.horizon)
         kp.pos = len(self.log)
         found = kp.sweep(req)
         if found is None:  # a pass only takes: no start in the window now, none later
-            self._no_plan.add((req.key, req.duration))
+            self._no_plan.add((req, duration))
         return found
 
-    def take_plan(self, req: Request, at: float, nodes: list[NodeProfile]) -> None:
-        """Reserve ``nodes`` for ``req`` from ``at`` in the profile."""
-        end = at + req.duration
+    def take_plan(self, req: Request, duration: float, at: float, nodes: list[NodeProfile]) -> None:
+        """Reserve ``nodes`` for ``req`` from ``at`` to ``at + duration`` in the profile."""
+        end = at + duration
         for node in nodes:
             c, m, g = need_on(req, node)
             node.take(at, end, c, m, g)
             self.log.append(node)
 
 
-def _feasible(node: NodeProfile, req: Request, lo: float, hi: float) -> list[list[float]]:
-    """Closed intervals of start times in [lo, hi] at which ``req`` fits on ``node``."""
+def _feasible(
+    node: NodeProfile, req: Request, dur: float, lo: float, hi: float
+) -> list[list[float]]:
+    """Closed intervals of start times in [lo, hi] at which ``req`` fits on ``node`` for
+    ``dur``."""
     c, m, g = node.cap if req.exclusive else req.need
-    dur = req.duration
     ivs = node.starts(c, m, g, dur)
     if not node.windows and req.reservation is None:
         return [iv for iv in ivs if iv[0] <= hi]
@@ -314,13 +326,13 @@ def _intersect(ivs: list[list[float]], allowed: list[list[float]]) -> list[list[
 class _KeyPlan:
     __slots__ = ("nodes", "where", "ivs", "events", "pos")
 
-    def __init__(self, req: Request, now: float, horizon: float) -> None:
+    def __init__(self, req: Request, duration: float, now: float, horizon: float) -> None:
         self.nodes = list(req.candidates)
         self.where = {n.name: i for i, n in enumerate(self.nodes)}
         self.ivs: list[list[list[float]]] = []
         events: list[tuple[float, int, int]] = []
         for i, node in enumerate(self.nodes):
-            ivs = _feasible(node, req, now, horizon)
+            ivs = _feasible(node, req, duration, now, horizon)
             self.ivs.append(ivs)
             for a, b in ivs:
                 events.append((a, 0, i))  # opens sort before closes at the same time
@@ -330,7 +342,9 @@ class _KeyPlan:
         self.events = events
         self.pos = 0
 
-    def refresh(self, req: Request, log: list[NodeProfile], now: float, horizon: float) -> None:
+    def refresh(
+        self, req: Request, duration: float, log: list[NodeProfile], now: float, horizon: float
+    ) -> None:
         if self.pos == len(log):
             return
         where = self.where
@@ -341,7 +355,7 @@ class _KeyPlan:
                 del events[bisect_left(events, (a, 0, i))]
                 if b != INF:
                     del events[bisect_left(events, (b, 1, i))]
-            ivs = _feasible(self.nodes[i], req, now, horizon)
+            ivs = _feasible(self.nodes[i], req, duration, now, horizon)
             self.ivs[i] = ivs
             for a, b in ivs:
                 insort(events, (a, 0, i))

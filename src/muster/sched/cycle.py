@@ -21,7 +21,7 @@ config always give the same decisions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from muster.core.job import Job
 from muster.core.states import Reason
@@ -229,16 +229,19 @@ class _Pass:
         requests = self._requests(job, parts)
         if not requests:
             return
-        singleton = bool(job.spec.dependency) and parse_dependency(job.spec.dependency).singleton
-        if singleton and (job.user, job.spec.name) in self.singletons:
-            d.reasons[job.job_id] = Reason.DEPENDENCY
-            return
+        if job.spec.dependency:
+            singleton = parse_dependency(job.spec.dependency).singleton
+            if singleton and (job.user, job.spec.name) in self.singletons:
+                d.reasons[job.job_id] = Reason.DEPENDENCY
+                return
+        else:
+            singleton = False
         blocked = self.blocked
         # a higher-priority job of one of its partitions waits
-        behind = bool(blocked) and any(r.partition in blocked for r in requests)
+        behind = bool(blocked) and any(r.partition in blocked for r, _ in requests)
         if behind and not self.config.backfill:
             # sched/builtin: strict order inside a partition
-            requests = [r for r in requests if r.partition not in self.blocked]
+            requests = [rd for rd in requests if rd[0].partition not in blocked]
             if not requests:
                 d.reasons[job.job_id] = Reason.PRIORITY
                 return
@@ -247,11 +250,14 @@ class _Pass:
             if singleton:
                 self.singletons.add((job.user, job.spec.name))
             return
-        blocked.update(r.partition for r in requests)
+        for r, _ in requests:
+            blocked.add(r.partition)
         d.stats.blocked += 1
         if behind:
             d.reasons[job.job_id] = Reason.PRIORITY
-        elif any(self.engine.held_by_maintenance(r) for r in requests):
+        elif self.engine.maint and any(
+            self.engine.held_by_maintenance(r, dur) for r, dur in requests
+        ):
             d.reasons[job.job_id] = Reason.REQ_NODE_NOT_AVAIL
         else:
             d.reasons[job.job_id] = Reason.RESOURCES
@@ -260,18 +266,19 @@ class _Pass:
                 self.plans_left -= 1
             self._plan(job, requests)
 
-    def _requests(self, job: Job, parts: tuple[str, ...]) -> list[Request]:
-        """The job's request in each partition where it may run; when there is none, the
-        first partition's verdict becomes the job's reason."""
+    def _requests(self, job: Job, parts: tuple[str, ...]) -> Sequence[tuple[Request, float]]:
+        """The job's request in each partition where it may run, each with the job's time
+        limit there; when there is none, the first partition's verdict becomes the job's
+        reason."""
         if len(parts) == 1:  # the common case, without the lists
             r = self.feas.request(job, parts[0])
-            if isinstance(r, Request):
-                return [r]
+            if not isinstance(r, Verdict):
+                return (r,)
             verdicts = [r]
-            requests: list[Request] = []
+            requests: list[tuple[Request, float]] = []
         else:
             answers = [self.feas.request(job, pname) for pname in parts]
-            requests = [r for r in answers if isinstance(r, Request)]
+            requests = [r for r in answers if not isinstance(r, Verdict)]
             verdicts = [r for r in answers if isinstance(r, Verdict)]
         if not requests:
             v = verdicts[0] if verdicts else _NO_PARTITION
@@ -280,14 +287,14 @@ class _Pass:
                 self.d.never[job.job_id] = v.message or str(v.reason)
         return requests
 
-    def _start(self, job: Job, requests: list[Request]) -> bool:
+    def _start(self, job: Job, requests: Sequence[tuple[Request, float]]) -> bool:
         """Start the job now in the first partition where it fits, if any; it is
         backfilled when a higher-priority job of that partition waits."""
         engine = self.engine
-        for req in requests:
-            nodes = engine.start_now(req)
+        for req, duration in requests:
+            nodes = engine.start_now(req, duration)
             if nodes is not None:
-                alloc = engine.take_now(req, nodes)
+                alloc = engine.take_now(req, duration, nodes)
                 behind = req.partition in self.blocked
                 self.d.starts.append(Start(job.job_id, req.partition, alloc, behind))
                 self.d.stats.started += 1
@@ -295,19 +302,19 @@ class _Pass:
                 return True
         return False
 
-    def _plan(self, job: Job, requests: list[Request]) -> None:
+    def _plan(self, job: Job, requests: Sequence[tuple[Request, float]]) -> None:
         """Give the job its earliest start (over its partitions) and reserve it."""
-        best: tuple[float, Request, list[NodeProfile]] | None = None
-        for req in requests:
-            found = self.engine.earliest_start(req)
+        best: tuple[float, Request, float, list[NodeProfile]] | None = None
+        for req, duration in requests:
+            found = self.engine.earliest_start(req, duration)
             if found is not None and (best is None or found[0] < best[0]):
-                best = (found[0], req, found[1])
+                best = (found[0], req, duration, found[1])
         if best is None:
-            if all(r.reservation is not None for r in requests):
+            if all(r.reservation is not None for r, _ in requests):
                 self.d.reasons[job.job_id] = Reason.RESERVATION  # does not fit its window
             return
-        at, req, nodes = best
-        self.engine.take_plan(req, at, nodes)
+        at, req, duration, nodes = best
+        self.engine.take_plan(req, duration, at, nodes)
         self.d.plans[job.job_id] = Plan(at, [n.name for n in nodes])
         self.d.stats.planned += 1
         if req.reservation is not None and req.allowed and at >= req.allowed[0][0] > self.now:

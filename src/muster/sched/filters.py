@@ -63,14 +63,17 @@ class Verdict:
 
 
 class Request:
-    """One job asking one partition: what placement and planning need, precomputed.
+    """Jobs of one shape asking one partition: what placement and planning need,
+    precomputed once per pass.
 
-    ``candidates`` are the partition's available nodes that could ever hold one share of
-    the job (capacity, GPU type, features, -w/-x, reservation), in node order; ``key``
-    identifies requests that are interchangeable for placement (same candidates, node
-    count and per-node need) so that the pass can remember that such a request did not
-    fit; ``plan_key`` leaves out the node count and adds the duration: requests with the
-    same one have the same feasible start times on every node.
+    A request carries no duration: the jobs of a queue ask for a few shapes but for
+    almost as many time limits as there are jobs, so every job that asks the same thing
+    shares one ``Request`` and its time limit travels beside it (``Feasibility.request``
+    returns both). ``candidates`` are the partition's available nodes that could ever
+    hold one share of the job (capacity, GPU type, features, -w/-x, reservation), in node
+    order; ``key`` is what makes requests interchangeable (same candidates, node count
+    and per-node need); ``plan_key`` leaves out the node count: requests with the same
+    one and the same duration have the same feasible start times on every node.
     """
 
     __slots__ = (
@@ -78,7 +81,6 @@ class Request:
         "nodes",
         "need",
         "exclusive",
-        "duration",
         "candidates",
         "required",
         "reservation",
@@ -93,7 +95,6 @@ class Request:
         nodes: int,
         need: tuple[int, int, int],
         exclusive: bool,
-        duration: float,
         candidates: list[NodeProfile],
         required: frozenset[str],
         reservation: str | None,
@@ -104,14 +105,13 @@ class Request:
         self.nodes = nodes
         self.need = need
         self.exclusive = exclusive
-        self.duration = duration
         self.candidates = candidates
         self.required = required
         self.reservation = reservation
         self.allowed = allowed
         self.key = key
         # Requests that differ only in node count share their planning state.
-        self.plan_key = (key[0],) + key[2:] + (duration,)
+        self.plan_key = (key[0],) + key[2:]
 
 
 def job_duration(job: Job, part: PartitionView) -> int | None:
@@ -154,6 +154,7 @@ _PARTITION_DOWN = Verdict(Reason.PARTITION_DOWN, True)
 _PARTITION_INACTIVE = Verdict(Reason.PARTITION_INACTIVE, True)
 _TIME_LIMIT = Verdict(Reason.PARTITION_TIME_LIMIT, True)
 _NODE_LIMIT = Verdict(Reason.PARTITION_NODE_LIMIT, True)
+_RESERVATION_DENIED = Verdict(Reason.RESERVATION, True, RESERVATION_DENIED)
 
 
 def _access_verdict(part: PartitionView, account: str | None, group: str) -> Verdict | None:
@@ -171,7 +172,7 @@ def _need(shape: Shape) -> tuple[int, int, int]:
 class Feasibility:
     """The pass's feasibility checks, with a cache of the per-node scans."""
 
-    __slots__ = ("partitions", "pool", "book", "now", "_static", "_part_nodes", "_access", "_made")
+    __slots__ = ("partitions", "pool", "book", "now", "_part_nodes", "_access", "_made")
 
     def __init__(
         self,
@@ -184,9 +185,8 @@ class Feasibility:
         self.pool = pool
         self.book = book
         self.now = now
-        self._static: dict[tuple[object, ...], tuple[list[NodeProfile], Verdict | None]] = {}
         self._access: dict[tuple[str, str | None, str], Verdict | None] = {}
-        self._made: dict[tuple[object, ...], Request | Verdict] = {}
+        self._made: dict[tuple[object, ...], Request | Verdict] = {}  # by request key
         self._part_nodes: dict[str, list[NodeProfile]] = {}
 
     def partition_nodes(self, name: str) -> list[NodeProfile]:
@@ -199,11 +199,14 @@ class Feasibility:
             self._part_nodes[name] = nodes
         return nodes
 
-    def request(self, job: Job, pname: str) -> Request | Verdict:
-        """The job's request in partition ``pname``, or why it cannot run there.
+    def request(self, job: Job, pname: str) -> tuple[Request, float] | Verdict:
+        """The job's request in partition ``pname`` with the time limit it runs under
+        there (INF for none), or why it cannot run there.
 
-        Answers are shared by jobs that ask the same thing: a queue holds many copies of
-        a few shapes, and a ``Request`` is read-only once made."""
+        The request is shared by every job of the pass that asks the same thing, whatever
+        its time limit: a queue holds many copies of a few shapes, and a ``Request`` is
+        read-only once made. This runs for every queued job in every pass, so the cached
+        answer is found with one lookup after the per-job checks."""
         part = self.partitions.get(pname)
         if part is None:
             return _UNKNOWN_PARTITION
@@ -239,38 +242,31 @@ class Feasibility:
             tuple(spec.exclude) if spec.exclude else (),
             spec.reservation,
         )
-        who = (job.user, spec.account) if spec.reservation is not None else None
-        made_key = (key, limit, who)
-        made = self._made.get(made_key)
+        made = self._made.get(key)
         if made is None:
-            made = self._made[made_key] = self._make(part, job, key, limit)
-        return made
+            made = self._made[key] = self._make(part, job, key)
+        if isinstance(made, Verdict):
+            return made
+        # The scan has checked that the reservation exists; who may use it is per job.
+        if spec.reservation is not None and not may_use(self.book.by_name[spec.reservation], job):
+            return _RESERVATION_DENIED
+        return made, INF if limit is None else float(limit)
 
-    def _make(
-        self, part: PartitionView, job: Job, key: tuple[Any, ...], limit: int | None
-    ) -> Request | Verdict:
-        static_key = key
-        cached = self._static.get(static_key)
+    def _make(self, part: PartitionView, job: Job, key: tuple[Any, ...]) -> Request | Verdict:
         nodes: int = key[1]
         need: tuple[int, int, int] = key[2]
-        if cached is None:
-            cached = self._static[static_key] = self._scan(part, job, nodes, need)
-        candidates, verdict = cached
+        candidates, verdict = self._scan(part, job, nodes, need)
         if verdict is not None:
             return verdict
         spec = job.spec
         allowed: list[tuple[float, float]] = []
         if spec.reservation is not None:
-            res = self.book.by_name[spec.reservation]
-            if not may_use(res, job):
-                return Verdict(Reason.RESERVATION, True, RESERVATION_DENIED)
             allowed = self.book.windows_by_name[spec.reservation]
         return Request(
             part.name,
             nodes,
             need,
             key[3],
-            INF if limit is None else float(limit),
             candidates,
             frozenset(spec.nodelist),
             spec.reservation,
