@@ -96,6 +96,7 @@ class Accounting:
         self.charging: dict[tuple[int, int], _Charge] = {}
         self.standing: dict[str, Standing] = {}
         self._running = Running()
+        self._chains: dict[tuple[str | None, str], list[Assoc]] = {}
 
     @classmethod
     def load(cls, config: Config, store: Any, now: float) -> Accounting:
@@ -140,6 +141,7 @@ class Accounting:
             except Exception:
                 self.db._restore(saved)
                 raise
+        self._chains = {}
         self.refresh()
         return result
 
@@ -167,9 +169,12 @@ class Accounting:
         return counts
 
     def load_of(self, job: Job) -> JobLoad:
-        a = self.assoc_of(job)
-        return JobLoad(self.db.chain(a) if a else [], self.qos_of(job), job.user, self.tres_of(job),
-                       job.time_limit)
+        key = (job.spec.account, job.user)
+        chain = self._chains.get(key)
+        if chain is None:  # one walk up the tree per association and pass
+            a = self.assoc_of(job)
+            chain = self._chains[key] = self.db.chain(a) if a else []
+        return JobLoad(chain, self.qos_of(job), job.user, self.tres_of(job), job.time_limit)
 
     def _rates(self, counts: dict[str, int], partition: str, qos: str | None) -> dict[str, float]:
         weights = self.weights.get(partition) or DEFAULT_USAGE_WEIGHTS
@@ -280,11 +285,12 @@ class Accounting:
             elif end is not None:
                 self.usage.charge(keys, rates, start, end)
 
-    def charge(self, jobs: dict[int, Job], now: float) -> None:
-        """Bring usage up to ``now``: running jobs up to now, jobs ended since up to their end."""
+    def charge(self, jobs: dict[int, Job], now: float, active: Iterable[Job] | None = None) -> None:
+        """Bring usage up to ``now``: running jobs up to now, jobs ended since up to their end.
+        ``active``: the jobs holding resources, when the caller has them at hand."""
         self.usage.decay_to(now)
         seen: set[tuple[int, int]] = set()
-        for job in jobs.values():
+        for job in jobs.values() if active is None else active:
             if not job.is_active or job.start_time is None:
                 continue
             key = (job.job_id, job.restart_count)
@@ -344,7 +350,8 @@ class Accounting:
         return out
 
     def before_pass(self, ctl: Controller, snap: Snapshot, now: float) -> None:
-        self.charge(ctl.jobs, now)
+        self._chains = {}
+        self.charge(ctl.jobs, now, snap.running)
         self.refresh()
         snap.fairshare = self.fairshare_map()
         snap.qos_priority = {q.name: q.priority for q in self.db.qos.values()}

@@ -19,6 +19,7 @@ account with user ``root`` (Administrator) and the ``normal`` QOS.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,8 +60,8 @@ class Assoc:
     qos: list[str] = field(default_factory=list)  # allowed QOS; empty: inherited
     default_qos: str | None = None
 
-    @property
-    def key(self) -> str:
+    @functools.cached_property
+    def key(self) -> str:  # account and user never change once created
         return assoc_key(self.account, self.user)
 
     @property

@@ -83,6 +83,15 @@ class Running:
                 self.qos_user_tres[(q, load.user)][name] += n
 
 
+def _inherited(chain: list[Assoc], name: str) -> int | None:
+    """A per-user limit: the association's own, else the nearest account's above it."""
+    for a in chain:
+        value = getattr(a.limits, name)
+        if value is not None:
+            return value  # type: ignore[no-any-return]
+    return None
+
+
 def _over(held: dict[str, float], want: dict[str, int], limit: dict[str, int]) -> str | None:
     for name, cap in sorted(limit.items()):
         if cap >= 0 and held.get(name, 0) + want.get(name, 0) > cap:
@@ -106,7 +115,7 @@ def check(
         if load.time_limit is None or load.time_limit > q.max_wall:
             return Reason.QOS_MAX_WALL
     if user_assoc is not None:
-        wall = db.inherited(user_assoc, "max_wall")
+        wall = _inherited(load.chain, "max_wall")
         if wall is not None and (load.time_limit is None or load.time_limit > wall):
             return Reason.ASSOC_MAX_WALL
     # 2. job counts
@@ -114,7 +123,7 @@ def check(
         if running.qos_user_jobs.get((q.name, load.user), 0) + 1 > q.max_jobs_per_user:
             return Reason.QOS_MAX_JOBS_PER_USER
     if user_assoc is not None:
-        max_jobs = db.inherited(user_assoc, "max_jobs")
+        max_jobs = _inherited(load.chain, "max_jobs")
         if max_jobs is not None and running.assoc_jobs.get(user_assoc.key, 0) + 1 > max_jobs:
             return Reason.ASSOC_MAX_JOBS
     if q is not None and q.grp_jobs is not None and running.qos_jobs.get(q.name, 0) + 1 > q.grp_jobs:
