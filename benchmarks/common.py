@@ -19,7 +19,6 @@ from contextlib import contextmanager
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 from harness import Harness  # noqa: E402
-
 from muster.cluster.local import ClusterShape  # noqa: E402
 
 # Real Slurm 22.05 on this machine (shared/reference/slurm-22.05/README.md).

@@ -64,7 +64,7 @@ def test_scancel_kills_the_whole_process_tree(cluster: Harness) -> None:
     assert job["state"] == "CANCELLED"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        left = os.popen(f"pgrep -f 'sleep 30[012]' -a").read()
+        left = os.popen("pgrep -f 'sleep 30[012]' -a").read()
         if not any(str(job_id) in _environ_job(line) for line in left.splitlines()):
             break
         time.sleep(0.1)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core import lifecycle
+from muster.core.arrays import JobRef
 from muster.core.clock import Clock
 from muster.core.config import Config
 from muster.core.errors import (
@@ -24,7 +25,6 @@ from muster.core.errors import (
     PermissionDenied,
     Unsatisfiable,
 )
-from muster.core.arrays import JobRef
 from muster.core.job import Job, JobSpec, compute_shape
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason

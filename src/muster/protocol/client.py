@@ -9,8 +9,8 @@ behind ``socket`` (whose Python layer imports ``enum`` and ``selectors``) and ``
 
 from __future__ import annotations
 
-import os
 import _socket
+import os
 
 from muster.protocol.wirejson import dumps, loads
 
