@@ -22,7 +22,7 @@ def _env_script(cluster: Harness, name: str) -> str:
     path = os.path.join(cluster.workdir, name)
     with open(path, "w") as f:
         f.write("#!/bin/bash\n")
-        for var in ["SLURM_JOB_ID", "SLURM_JOBID", *ARRAY_ENV]:
+        for var in ["SLURM_JOB_ID", "SLURM_JOBID", "SLURM_NODELIST", "SLURM_NNODES", "SLURM_NPROCS", *ARRAY_ENV]:
             f.write(f'echo "{var}=${{{var}-unset}}"\n')
     return path
 
@@ -77,6 +77,10 @@ def test_array_variables_are_only_set_for_array_tasks(cluster: Harness) -> None:
     cluster.wait_job(job_id)
     env = _vars(cluster.read(f"plain-{job_id}.out"))
     assert all(env[v] == "unset" for v in ARRAY_ENV)
+    # the legacy names clients still read
+    job = cluster.job(job_id)
+    assert env["SLURM_JOBID"] == str(job_id) and env["SLURM_NODELIST"] == job["nodelist"]
+    assert (env["SLURM_NNODES"], env["SLURM_NPROCS"]) == ("1", "1")
 
 
 def test_default_output_of_an_array_task_and_a_list_of_indices(cluster: Harness) -> None:
