@@ -30,7 +30,7 @@ from muster.sched.config import SchedConfig
 from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
 from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict, job_duration
-from muster.sched.priority import PriorityPolicy, order_key
+from muster.sched.priority import PriorityPolicy, order_keys
 from muster.sched.profile import NodeProfile
 from muster.sched.reservations import ReservationBook
 from muster.sched.snapshot import Snapshot
@@ -62,6 +62,10 @@ class _Pass:
     feas: Feasibility
     _default: tuple[str, ...]  # the default partition, if any
     _single: dict[str, tuple[str]]
+    # set by phase 2
+    parts: list[tuple[str, ...]]  # where each pending job may run, in snapshot order
+    _deps: DependencyIndex | None
+    _room: dict[int, int] | None  # throttled arrays: tasks that may still start
     # set by phase 4
     engine: Backfill
     blocked: set[str]
@@ -80,6 +84,8 @@ class _Pass:
         self.config = config
         self.timer = timer
         self.d = Decisions()
+        self._deps = None
+        self._room = None
         self._t = timer() if timer else 0.0
 
     def _phase(self, name: str) -> None:
@@ -139,41 +145,58 @@ class _Pass:
     # -- 2. eligibility -------------------------------------------------------------------
     def _eligibility(self) -> list[tuple[Job, tuple[str, ...]]]:
         d, now = self.d, self.now
-        deps = DependencyIndex(
-            self.snap.pending, self.snap.running, self.snap.finished, self.snap.arrays
-        )
+        pending = self.snap.pending
+        parts_of = self._partitions_of
+        self.parts = [parts_of(job) for job in pending]  # phase 3 reads them too
         overrides = self.snap.priority_overrides
-        room: dict[int, int] | None = None  # throttled arrays: tasks that may still start
         out: list[tuple[Job, tuple[str, ...]]] = []
-        for job in self.snap.pending:
-            reason = Reason.NONE
-            if job.hold == "admin" or overrides.get(job.job_id) == 0:
-                reason = Reason.HELD_ADMIN
-            elif job.hold:  # the controller sets it from --hold; release clears it
-                reason = Reason.HELD_USER
-            elif job.spec.begin_time is not None and job.spec.begin_time > now:
-                reason = Reason.BEGIN_TIME
-            elif job.spec.dependency:
-                state = deps.state(job, now)
-                if state is DepState.WAIT:
-                    reason = Reason.DEPENDENCY
-                elif state is DepState.NEVER:
-                    reason = Reason.DEPENDENCY_NEVER
-                    d.never[job.job_id] = "Dependency can never be satisfied"
-            if reason is Reason.NONE and job.array_throttle and job.array_job_id is not None:
-                if room is None:
-                    room = self._array_room()
-                left = room.get(job.array_job_id, job.array_throttle)
-                if left <= 0:
-                    reason = Reason.JOB_ARRAY_TASK_LIMIT
-                else:
-                    room[job.array_job_id] = left - 1
-            if reason is not Reason.NONE:
-                d.reasons[job.job_id] = reason
-                d.stats.ineligible += 1
-                continue
-            out.append((job, self._partitions_of(job)))
+        for job, parts in zip(pending, self.parts, strict=True):
+            spec = job.spec
+            # Most queued jobs have none of the reasons to wait: one test rules them all out.
+            if (
+                job.hold
+                or spec.dependency
+                or job.array_throttle
+                or (spec.begin_time is not None and spec.begin_time > now)
+                or (overrides and overrides.get(job.job_id) == 0)
+            ):
+                reason = self._ineligible(job)
+                if reason is not Reason.NONE:
+                    d.reasons[job.job_id] = reason
+                    d.stats.ineligible += 1
+                    continue
+            out.append((job, parts))
         return out
+
+    def _ineligible(self, job: Job) -> Reason:
+        """Why the job may not be considered yet, or ``Reason.NONE``."""
+        now = self.now
+        reason = Reason.NONE
+        if job.hold == "admin" or self.snap.priority_overrides.get(job.job_id) == 0:
+            reason = Reason.HELD_ADMIN
+        elif job.hold:  # the controller sets it from --hold; release clears it
+            reason = Reason.HELD_USER
+        elif job.spec.begin_time is not None and job.spec.begin_time > now:
+            reason = Reason.BEGIN_TIME
+        elif job.spec.dependency:
+            if self._deps is None:  # indexed once per pass, and only when a job needs it
+                snap = self.snap
+                self._deps = DependencyIndex(snap.pending, snap.running, snap.finished, snap.arrays)
+            state = self._deps.state(job, now)
+            if state is DepState.WAIT:
+                reason = Reason.DEPENDENCY
+            elif state is DepState.NEVER:
+                reason = Reason.DEPENDENCY_NEVER
+                self.d.never[job.job_id] = "Dependency can never be satisfied"
+        if reason is Reason.NONE and job.array_throttle and job.array_job_id is not None:
+            if self._room is None:
+                self._room = self._array_room()
+            left = self._room.get(job.array_job_id, job.array_throttle)
+            if left <= 0:
+                reason = Reason.JOB_ARRAY_TASK_LIMIT
+            else:
+                self._room[job.array_job_id] = left - 1
+        return reason
 
     def _array_room(self) -> dict[int, int]:
         """For each throttled array with active tasks: how many more may start. Candidates
@@ -204,12 +227,20 @@ class _Pass:
         self, eligible: list[tuple[Job, tuple[str, ...]]]
     ) -> list[tuple[Job, tuple[str, ...]]]:
         policy = PriorityPolicy(self.snap, self.now, self.config)
+        pending = self.snap.pending
         prio = self.d.priorities
-        parts_of = self._partitions_of
-        for job in self.snap.pending:
-            prio[job.job_id] = policy.priority(job, parts_of(job))
-        tier = policy.tier
-        keys = [order_key(tier(parts), prio[job.job_id], job) for job, parts in eligible]
+        prio.update(
+            zip([j.job_id for j in pending], policy.priorities(pending, self.parts), strict=True)
+        )
+        jobs = [job for job, _ in eligible]
+        tiers: list[int] = []
+        last: tuple[str, ...] | None = None
+        t = 0
+        for _, parts in eligible:
+            if parts is not last:  # jobs of one partition share its tuple
+                last, t = parts, policy.tier(parts)
+            tiers.append(t)
+        keys = order_keys(tiers, [prio[j.job_id] for j in jobs], jobs)
         return [eligible[i] for i in sorted(range(len(eligible)), key=keys.__getitem__)]
 
     # -- 4. placement ---------------------------------------------------------------------

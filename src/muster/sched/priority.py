@@ -24,11 +24,13 @@ the same way on every run. Priorities above 2**48 count as 2**48 for ordering.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from muster.core.job import Job
 from muster.sched.config import SchedConfig
 from muster.sched.snapshot import Snapshot
 
-__all__ = ["BASIC_TOP", "PriorityPolicy", "order_key"]
+__all__ = ["BASIC_TOP", "PriorityPolicy", "order_key", "order_keys"]
 
 # priority/basic counts down from here by job id, as Slurm counts down by submission.
 BASIC_TOP = 0xFFFEFFFF
@@ -103,6 +105,15 @@ class PriorityPolicy:
             total += c.weight_qos * self.qos_priority.get(spec.qos, 0) / self.max_qos
         return max(1, int(total) - spec.nice)
 
+    def priorities(self, jobs: Sequence[Job], partitions: Sequence[tuple[str, ...]]) -> list[int]:
+        """``priority`` of each job, ``partitions[i]`` being where ``jobs[i]`` may run.
+
+        A pass asks this for every pending job; FIFO without admin overrides (every
+        simulator preset) is computed inline, the same formula without the calls."""
+        if self.overrides or self.config.multifactor:
+            return [self.priority(j, p) for j, p in zip(jobs, partitions, strict=True)]
+        return [0 if j.hold else max(1, BASIC_TOP - j.job_id - j.spec.nice) for j in jobs]
+
     def tier(self, partitions: tuple[str, ...]) -> int:
         return self._parts(partitions)[1]
 
@@ -144,3 +155,23 @@ def order_key(tier: int, priority: int, job: Job) -> int:
     s = min(max(int(job.submit_time * 1_000_000), 0), _TIME_MAX)
     i = min(max(job.job_id, 0), _ID_MAX)
     return (((t << 48 | p) << 64 | s) << 48) | i
+
+
+def order_keys(tiers: Sequence[int], priorities: Sequence[int], jobs: Sequence[Job]) -> list[int]:
+    """``order_key`` of each job, as one loop: values already within their fields (all
+    but absurd ones) skip the clamping calls."""
+    keys: list[int] = []
+    append = keys.append
+    for tier, prio, job in zip(tiers, priorities, jobs, strict=True):
+        s = int(job.submit_time * 1_000_000)
+        i = job.job_id
+        if (
+            0 <= tier <= _TIER_MAX
+            and 0 <= prio <= _PRIO_MAX
+            and 0 <= s <= _TIME_MAX
+            and 0 <= i <= _ID_MAX
+        ):
+            append((_TIER_MAX - tier) << 160 | (_PRIO_MAX - prio) << 112 | s << 48 | i)
+        else:
+            append(order_key(tier, prio, job))
+    return keys
