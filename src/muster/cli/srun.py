@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             _note(f"jobid {job_id}: nodes({s['num_nodes']}):`{s['nodelist']}', tasks {s['num_tasks']}")
         from muster.cli.steprun import StepRun
 
-        step = StepRun(run, job_id, answer)
+        step = StepRun(run, job_id, answer, ctl)
         rc, code, sig, aborted = step.run()
         done = {"exit_code": code, "signal": sig, "cancelled": aborted, "end_job": own_job is not None}
         try:

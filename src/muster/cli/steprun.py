@@ -75,13 +75,16 @@ class _Node:
 
 
 class StepRun:
-    def __init__(self, run: Any, job_id: int, answer: dict[str, Any]) -> None:
+    def __init__(self, run: Any, job_id: int, answer: dict[str, Any], ctl: Any = None) -> None:
         self.opts = run
+        self.ctl = ctl  # the controller, asked for its verdict when a node is lost
         self.job_id = job_id
         self.answer = answer
         step = answer["step"]
         self.step_id = int(step["step_id"])
         self.kill_wait = float(answer.get("kill_wait") or 30)
+        self.slurmd_timeout = float(answer.get("slurmd_timeout") or 300)
+        self.lost: list[_Node] = []
         self.nodes = [_Node(info, list(tasks)) for info, tasks in zip(answer["nodes"], step["tasks"], strict=True)]
         self.node_of = {t: n.name for n in self.nodes for t in n.tasks}
         self.ntasks = sum(len(n.tasks) for n in self.nodes)
@@ -173,6 +176,8 @@ class StepRun:
         try:
             self._connect()
             self._loop()
+            if self.lost and self.ctl is not None:
+                self._await_verdict()
         finally:
             for s, h in previous.items():
                 _signal.signal(s, h)
@@ -273,7 +278,49 @@ class StepRun:
             _note(f"error: {node.name}: {why}")
             for t in missing:
                 self.exits[t] = (1, 0)
-            self._report_failures(node.name, [(t, 1, 0) for t in missing])
+            if self.ctl is None:
+                self._report_failures(node.name, [(t, 1, 0) for t in missing])
+            else:
+                self.lost.append(node)  # what it means is the controller's call
+
+    def _await_verdict(self) -> None:
+        """A node's agent went silent mid-step. Whether the node failed is the controller's
+        call (after SlurmdTimeout), and when it is, the job ends NODE_FAIL and is requeued:
+        srun must not end first and let a batch script fail the job. So srun waits, at most
+        SlurmdTimeout and a little, until the node is declared down, the job ends, the
+        node's agent is back (its tasks are gone then), or srun is told to stop."""
+        names = [n.name for n in self.lost]
+        deadline = time.monotonic() + self.slurmd_timeout + 5
+        first: dict[str, Any] | None = None
+        down = False
+        while time.monotonic() < deadline:
+            try:
+                nodes = self.ctl.get("/v1/nodes?name=" + ",".join(names)).get("nodes") or []
+                job = self.ctl.get(f"/v1/jobs/{self.job_id}").get("job") or {}
+            except (ApiError, ConnectError):
+                nodes, job = [], {}
+            if job and (job.get("state") != "RUNNING" or job.get("completing")):
+                break
+            if any(not n.get("responding") or n.get("state") == "DOWN" for n in nodes):
+                down = True
+                break
+            starts = {n.get("name"): n.get("agent_start_time") for n in nodes}
+            if first is None:
+                first = starts
+            elif starts != first:
+                break  # the agent restarted: the tasks it ran are gone
+            ready, _, _ = select.select([self.wake_r], [], [], 0.5)
+            if ready:
+                try:
+                    raw = os.read(self.wake_r, 256)
+                except BlockingIOError:
+                    raw = b""
+                if any(sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP) for sig in raw):
+                    break
+        for node in self.lost:
+            if down:
+                _note(f"error: Node failure on {node.name}")
+            self._report_failures(node.name, [(t, 1, 0) for t in node.tasks if self.exits.get(t) == (1, 0)])
 
     def _report_failures(self, node: str, failed: list[tuple[int, int, int]]) -> None:
         groups: dict[tuple[int, int], list[int]] = {}

@@ -313,6 +313,7 @@ class StepBook:
             "grant": text,
             "sig": sig,
             "kill_wait": self.ctl.config.kill_wait,
+            "slurmd_timeout": self.ctl.config.slurmd_timeout,
         }
 
     # --- ending -----------------------------------------------------------------------
