@@ -305,3 +305,23 @@ def test_a_signal_reaches_an_srun_task_once_and_spares_the_batch_shell(cluster: 
     assert cluster.wait_job(job_id, timeout=60)["state"] == "COMPLETED"
     lines = [x for x in cluster.read(out).splitlines() if not x.startswith("srun:")]
     assert lines == ["ready", "task got USR2 x 1", "shell done"]
+
+
+def test_a_time_limit_warning_reaches_the_tasks_on_every_node(cluster: Harness) -> None:
+    import shutil
+    import sys
+
+    if shutil.which("srun", path=os.path.dirname(sys.executable)) is None:
+        pytest.skip("needs srun (issue 4)")
+    task = os.path.join(cluster.workdir, "count_usr2.py")
+    with open(task, "w") as f:
+        f.write(COUNT_USR2)
+    script = os.path.join(cluster.workdir, "sig_two_nodes.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/bash\nsrun {sys.executable} {task}\necho shell done\n")
+    job_id = cluster.sbatch("-N2", "--ntasks-per-node=1", "--time=1", "--signal=USR2@55",
+                            "-o", "sig2-%j.out", script)
+    job = cluster.wait_job(job_id, timeout=60)
+    assert job["state"] == "COMPLETED" and job["num_nodes"] == 2
+    lines = sorted(x for x in cluster.read(f"sig2-{job_id}.out").splitlines() if not x.startswith("srun:"))
+    assert lines == ["ready", "ready", "shell done", "task got USR2 x 1", "task got USR2 x 1"]

@@ -123,9 +123,9 @@ def build_routes(
             sig = parse_signal(body.get("signal", 15))
         except ValueError as exc:
             raise _BadRequest(str(exc)) from None
-        # The batch host's supervisor signals the steps' tasks itself (or, with no steps
-        # here, the batch shell's other processes); a node that only runs steps of the job
-        # signals them here. Either way each task gets the signal once.
+        # The batch host's supervisor signals the batch script's processes but the shell
+        # (srun forwards to its tasks on every node); otherwise the step runner signals the
+        # steps it runs without an srun to forward (an allocation's). Each task: once.
         found = supervisor.signal(job_id, sig, bool(body.get("batch_only")))
         if not found and steps is not None and not body.get("batch_only"):
             found = steps.signal(job_id, sig)

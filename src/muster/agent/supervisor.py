@@ -305,10 +305,10 @@ class Supervisor:
 
     def _signal_tasks(self, t: Tracked, sig: int) -> None:
         """Slurm signals a job's steps and spares the batch shell (whose default action for
-        USR1/USR2 would end the job). The tasks of srun's steps here get the signal from
-        the step runner, once (not the srun processes, which would forward it again); a job
-        without steps here has its shell's other processes signalled instead, so that a
-        script that runs its program directly still gets the warning."""
+        USR1/USR2 would end the job). The shell's other processes get it: a program the
+        script runs directly, and srun, which forwards it to its tasks on every node.
+        ``signal_steps`` may claim the signal first for steps the node runs without an srun
+        process of this job to forward it (it answers False for a batch job's steps)."""
         if self.signal_steps(t.job_id, sig):
             return
         for pid in self._members(t) - {t.pid}:
