@@ -213,3 +213,22 @@ def test_salloc_runs_a_command_in_its_allocation_and_releases_it(cluster: Harnes
     assert len(re.findall(r"^[01]: ", out.stdout, re.M)) == 2
     job = cluster.wait_job(job_id)
     assert job["state"] == "FAILED" and job["exit_code"] == 3
+
+
+def test_a_step_whose_srun_was_killed_ends_and_frees_its_resources(cluster: Harness) -> None:
+    script = os.path.join(cluster.workdir, "orphan.sh")
+    with open(script, "w") as f:
+        f.write(
+            "#!/bin/bash\n#SBATCH -n2 -o orphan-%j.out\n"
+            "srun -n2 sleep 100 &\nSRUN=$!\nsleep 1.5\nkill -9 $SRUN\n"
+            "srun -n2 bash -c 'echo next $SLURM_STEP_ID'\n"
+        )
+    t0 = time.monotonic()
+    job_id = cluster.sbatch(script)
+    job = cluster.wait_job(job_id, timeout=60)
+    text = cluster.read(f"orphan-{job_id}.out")
+    assert job["state"] == "COMPLETED", text
+    assert text.count("next 1") == 2, text
+    assert time.monotonic() - t0 < 30
+    steps = cluster.cluster.api("GET", f"/v1/steps?job_id={job_id}")["steps"]
+    assert steps == []  # the job is over; nothing of it is left running

@@ -215,6 +215,9 @@ class AgentDaemon:
             state=self.state,
             interval=heartbeat_interval(cfg),
         )
+        base = f"http://{cfg.ctld_addr}:{cfg.ctld_port}"
+        client = self.client
+        self.steps.report = lambda path, body: client.post(base + path, body)
         self.supervisor.recover()
         self._tasks = [
             asyncio.create_task(self.supervisor.run_limits(), name="limits"),

@@ -32,7 +32,9 @@ errno (Slurm's ``slurmstepd: error: execve(): cmd: No such file or directory``, 
 A task's ``x`` frame follows all of its output. When the last task here has ended, what
 is left of the tasks' sessions is killed (as slurmstepd does), which also closes pipes
 that a leftover background process held open. If srun's connection drops while tasks
-run, the step is stopped: nobody would see its output or its end.
+run, the step is stopped: nobody would see its output or its end; once its tasks are
+gone the agent tells the controller (``POST /v1/agent/step_gone``, signed), which ends the
+step and frees what it held.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import logging
 import os
 import secrets
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -200,6 +202,10 @@ class StepRunner:
         self.proc_reader = proc_reader
         self.steps: dict[tuple[int, int], _Step] = {}
         self._launched: dict[tuple[int, int, int], float] = {}
+        # Set by the daemon: a signed POST to the controller (path, body). Used to say that
+        # a step whose srun went away has ended here, so its resources are freed.
+        self.report: Callable[[str, dict[str, Any]], Awaitable[Any]] | None = None
+        self._reports: set[asyncio.Task[None]] = set()
 
     # --- queries ----------------------------------------------------------------------
 
@@ -583,6 +589,7 @@ class StepRunner:
             log.info("step %s: all tasks ended on %s", step.id_text, self.node)
             if step.orphaned:
                 self._forget(step)
+                self._report_gone(step)
 
     # --- signals --------------------------------------------------------------------------
 
@@ -646,6 +653,32 @@ class StepRunner:
                     _kill(pid, signal.SIGKILL)
 
         asyncio.get_running_loop().call_later(0.2, sweep)
+
+    def _report_gone(self, step: _Step) -> None:
+        if self.report is None:
+            return
+        codes = [t.status for t in step.tasks if t.status is not None]
+        body = {
+            "node": self.node, "job_id": step.job_id, "attempt": step.attempt, "step_id": step.step_id,
+            "exit_code": max((c for c, _ in codes), default=0),
+            "signal": max((sig for _, sig in codes), default=0),
+        }
+        task = asyncio.get_running_loop().create_task(self._deliver(body))
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def _deliver(self, body: dict[str, Any]) -> None:
+        """A few tries: if the controller stays away, the job's end cleans the step up."""
+        assert self.report is not None
+        delay = 0.5
+        for _ in range(5):
+            try:
+                await self.report("/v1/agent/step_gone", body)
+                return
+            except Exception as e:  # noqa: BLE001 - network, refusal: retry, then give up
+                log.info("step %s.%s: end not reported yet: %s", body["job_id"], body["step_id"], e)
+                await asyncio.sleep(delay)
+                delay *= 2
 
     def _forget(self, step: _Step) -> None:
         if self.steps.get(step.key) is step:

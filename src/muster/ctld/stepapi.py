@@ -18,6 +18,9 @@ steps to free resources, is answered as soon as it is placed, and otherwise with
                                             holder releases it) -> ``{"ok": true}``
 ``GET /v1/steps?job_id=1,2&user=a``         ``{"steps": [StepWire], "now"}``: running steps,
                                             each batch job's ``N.batch`` first
+``POST /v1/agent/step_gone`` (signed)       ``{"node", "job_id", "attempt", "step_id",
+                                            "exit_code", "signal"}``: a step whose srun went
+                                            away has ended on that node -> ``{"ok": true}``
 ==========================================  ==================================================
 """
 
@@ -31,10 +34,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from muster.core.errors import InvalidJobId, InvalidRequest
+from muster.core.errors import AuthError, InvalidJobId, InvalidRequest
 from muster.core.states import JobState
 from muster.core.steps import StepRejected, StepRequest, StepWait
 from muster.ctld.wire import job_wire
+from muster.protocol.httpd import SignatureError
 
 if TYPE_CHECKING:
     from muster.core.job import Job
@@ -90,6 +94,27 @@ class CompleteBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     exit_code: int = Field(0, ge=0, le=255)
     signal: int = Field(0, ge=0, le=128)
+
+
+class GoneBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    node: str
+    job_id: int
+    attempt: int = 0
+    step_id: int
+    exit_code: int = 0
+    signal: int = 0
+
+
+async def parse_raw(raw: bytes, model: type[BaseModel]) -> Any:
+    import json
+
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(json.loads(raw or b"{}"))
+    except (ValueError, ValidationError) as e:
+        raise InvalidRequest(f"invalid request: {e}") from None
 
 
 def _revoked(job: Job) -> InvalidRequest:
@@ -204,7 +229,23 @@ def build_step_routes(
         jobs = [j for j in jobs if j.state is JobState.RUNNING]
         return JSONResponse({"steps": book.listing(jobs), "now": ctx.clock.now()})
 
+    @handler
+    async def step_gone(request: Request) -> JSONResponse:
+        raw = await request.body()
+        path = request.scope["path"]
+        if request.scope.get("query_string"):
+            path += "?" + request.scope["query_string"].decode()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        try:
+            ctx.verifier.verify(request.method, path, raw, headers)
+        except SignatureError as e:
+            raise AuthError(f"unauthenticated daemon request: {e}") from None
+        body = await parse_raw(raw, GoneBody)
+        book.gone(body.job_id, body.attempt, body.step_id, body.node, body.exit_code, body.signal)
+        return JSONResponse({"ok": True})
+
     return [
+        Route("/v1/agent/step_gone", step_gone, methods=["POST"]),
         Route("/v1/jobs/{job_id}/steps", create_step, methods=["POST"]),
         Route("/v1/jobs/{job_id}/steps/{step_id}/done", step_done, methods=["POST"]),
         Route("/v1/jobs/{job_id}/await", await_job, methods=["POST"]),

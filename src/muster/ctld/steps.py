@@ -11,6 +11,7 @@ Life of a step::
     srun ── POST /v1/jobs/{id}/steps ──► create ──► RUNNING (row written; grant signed)
                                              │ StepWait: srun's request waits (long poll)
     srun ── POST .../steps/{s}/done ──────► finish ──► COMPLETED | FAILED | CANCELLED
+    agent ─ POST /v1/agent/step_gone ─────► gone ───► CANCELLED (srun went away)
     job ends first (cancel, timeout, node failure, batch script exit) ──► sweep: CANCELLED
                                               (NODE_FAIL when the job failed with its node)
 
@@ -355,6 +356,24 @@ class StepBook:
             self.store.record_steps(now, steps, jobs)
             self.notify()
         return actions
+
+    def gone(self, job_id: int, attempt: int, step_id: int, node: str, exit_code: int, signal: int) -> None:
+        """An agent says a step's tasks there ended after its srun went away: srun will not
+        report the step, so it ends here (CANCELLED) and frees what it held."""
+        step = self.active.get(job_id, {}).get(step_id)
+        if step is None or step.attempt != attempt or node not in step.layout.nodes:
+            return
+        log.info("step %s: srun went away (told by %s); ending the step", step.id_text, node)
+        now = self.clock.now()
+        del self.active[job_id][step_id]
+        if not self.active[job_id]:
+            del self.active[job_id]
+        step.state = StepState.CANCELLED
+        step.end_time = now
+        step.exit_code = exit_code
+        step.exit_signal = signal
+        self.store.record_steps(now, [(step, "end")])
+        self.notify()
 
     def complete_allocation(
         self, job: Job, who: Identity, exit_code: int, signal: int, cancelled: bool = False
