@@ -223,6 +223,7 @@ class AgentDaemon:
             asyncio.create_task(self.supervisor.run_limits(), name="limits"),
             asyncio.create_task(self.link.run(), name="heartbeat"),
             asyncio.create_task(self.link.deliver(), name="reports"),
+            asyncio.create_task(self.steps.stop_all_when(self._stopping), name="steps"),
         ]
 
     async def stop(self) -> None:
@@ -233,6 +234,9 @@ class AgentDaemon:
         if self.client is not None:
             await self.client.aclose()
         log.info("musterd stopped; %d job(s) left running", len(self.supervisor.jobs))
+
+    def _stopping(self) -> bool:
+        return self.stop_requested or bool(self._server is not None and self._server.should_exit)
 
     def request_stop(self) -> None:
         self.stop_requested = True

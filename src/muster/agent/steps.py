@@ -70,6 +70,7 @@ _REASON_WORDS = {
     "node_fail": " DUE TO NODE FAILURE",
     "requeue": " DUE TO JOB REQUEUE",
     "preempt": " DUE TO PREEMPTION",
+    "shutdown": " DUE TO MUSTERD SHUTDOWN",
 }
 
 
@@ -238,6 +239,16 @@ class StepRunner:
                 found = True
                 self._stop(step, reason, kill_wait)
         return found
+
+    async def stop_all_when(self, stopping: Callable[[], bool]) -> None:
+        """When the agent is being stopped, stop every step (TERM, KILL a second later) so
+        that srun's connections end and the HTTP server can close them. Unlike a batch
+        script, a step cannot be adopted by the next agent: its srun connection is gone."""
+        while not stopping():
+            await asyncio.sleep(0.2)
+        for step in list(self.steps.values()):
+            log.info("step %s: musterd is stopping; stopping the step", step.id_text)
+            self._stop(step, "shutdown", 1.0)
 
     # --- the HTTP face ------------------------------------------------------------------
 
