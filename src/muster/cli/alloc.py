@@ -116,12 +116,37 @@ def wait_running(
         wait = 30.0
 
 
+RETRY_FOR = 10.0  # seconds an end report is retried while the controller is unreachable
+
+
+def post_retrying(ctl: Controller, path: str, body: dict[str, object]) -> None:
+    """POST a report that must not be lost to a controller restart: retried for
+    ``RETRY_FOR`` seconds while the controller cannot be reached. Refusals are final."""
+    import time
+
+    from muster.protocol.client import ConnectError
+
+    deadline = time.monotonic() + RETRY_FOR
+    delay = 0.25
+    while True:
+        try:
+            ctl.post(path, body)
+            return
+        except ConnectError:
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(2.0, delay * 2)
+
+
 def release(ctl: Controller, job_id: int, exit_code: int, signal: int = 0) -> None:
     """End the allocation with the command's exit code (quietly: it may be gone already)."""
     from muster.protocol.client import ApiError, ConnectError
 
     try:
-        ctl.post(f"/v1/jobs/{job_id}/complete", {"exit_code": max(0, min(255, exit_code)), "signal": signal})
+        post_retrying(
+            ctl, f"/v1/jobs/{job_id}/complete", {"exit_code": max(0, min(255, exit_code)), "signal": signal}
+        )
     except (ApiError, ConnectError):
         pass
 

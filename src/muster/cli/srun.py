@@ -366,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         rc, code, sig, aborted = step.run()
         done = {"exit_code": code, "signal": sig, "cancelled": aborted, "end_job": own_job is not None}
         try:
-            ctl.post(f"/v1/jobs/{job_id}/steps/{answer['step']['step_id']}/done", done)
+            from muster.cli.alloc import post_retrying
+
+            post_retrying(ctl, f"/v1/jobs/{job_id}/steps/{answer['step']['step_id']}/done", done)
         except Exception as e:  # noqa: BLE001 - the tasks' outcome matters more than this report
             _note(f"error: could not report the end of the step: {e}")
         own_job = None
