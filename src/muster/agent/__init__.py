@@ -11,6 +11,9 @@ owns what happens on its node and nothing else; the controller owns every job's 
                  controller that is down or restarting.
 * ``supervisor`` running batch scripts: launch, watch, time limits, signals, termination,
                  restart recovery.
+* ``steps``      job steps launched by srun (authorized by the controller's grant): fork
+                 the tasks as the user, stream their output and ends back, stdin, signals.
+* ``taskenv``    pure: a step's grant, a node and a task -> the task's environment.
 * ``launcher``   spool the script, fork, drop privileges, open outputs as the user, exec.
 * ``env``        pure: a job and a node -> the batch script's environment (Slurm's names).
 * ``outputs``    pure: Slurm's ``%j``/``%x``/... output filename patterns.

@@ -1,4 +1,6 @@
-"""The Slurm-compatible commands: sbatch, squeue, scancel, sinfo, scontrol (and ``muster``).
+"""The Slurm-compatible commands: sbatch, srun, salloc, squeue, scancel, sinfo, scontrol,
+sacct... (and ``muster``). srun's and salloc's shared parts are in ``alloc``; srun's running
+step (nodes, stdin, signals, exit status) in ``steprun``.
 
 Each command is one module with ``main(argv) -> int``. They share ``common`` (version line,
 errors, configuration, the controller connection, column formatting) and ``options`` (the
