@@ -71,6 +71,7 @@ class _Pass:
     blocked: set[str]
     singletons: set[tuple[str, str]]
     plans_left: int | None
+    backfill: bool  # sched/backfill, else sched/builtin
 
     def __init__(
         self,
@@ -252,37 +253,45 @@ class _Pass:
         self.blocked = set()  # partitions with a blocked job
         self.singletons = set()  # (user, name) of singleton jobs started this pass
         self.plans_left = None if config.conservative else config.bf_max_job_test
+        self.backfill = config.backfill
+        consider = self._consider
         for job, parts in ordered:
-            self._consider(job, parts)
+            consider(job, parts)
 
     def _consider(self, job: Job, parts: tuple[str, ...]) -> None:
-        d = self.d
+        # Runs for every eligible job of every pass, most of them deep in a queue that
+        # cannot start: the path to "not now" is kept short.
         requests = self._requests(job, parts)
         if not requests:
             return
-        if job.spec.dependency:
-            singleton = parse_dependency(job.spec.dependency).singleton
-            if singleton and (job.user, job.spec.name) in self.singletons:
+        d = self.d
+        spec = job.spec
+        singleton = False
+        if spec.dependency:
+            singleton = parse_dependency(spec.dependency).singleton
+            if singleton and (job.user, spec.name) in self.singletons:
                 d.reasons[job.job_id] = Reason.DEPENDENCY
                 return
-        else:
-            singleton = False
         blocked = self.blocked
-        # a higher-priority job of one of its partitions waits
-        behind = bool(blocked) and any(r.partition in blocked for r, _ in requests)
-        if behind and not self.config.backfill:
-            # sched/builtin: strict order inside a partition
-            requests = [rd for rd in requests if rd[0].partition not in blocked]
-            if not requests:
-                d.reasons[job.job_id] = Reason.PRIORITY
-                return
+        behind = False  # a higher-priority job of one of its partitions waits
+        if blocked:
+            for req, _ in requests:
+                if req.partition in blocked:
+                    behind = True
+                    break
+            if behind and not self.backfill:
+                # sched/builtin: strict order inside a partition
+                requests = [rd for rd in requests if rd[0].partition not in blocked]
+                if not requests:
+                    d.reasons[job.job_id] = Reason.PRIORITY
+                    return
         d.stats.examined += 1
         if self._start(job, requests):
             if singleton:
-                self.singletons.add((job.user, job.spec.name))
+                self.singletons.add((job.user, spec.name))
             return
-        for r, _ in requests:
-            blocked.add(r.partition)
+        for req, _ in requests:
+            blocked.add(req.partition)
         d.stats.blocked += 1
         if behind:
             d.reasons[job.job_id] = Reason.PRIORITY
@@ -292,7 +301,7 @@ class _Pass:
             d.reasons[job.job_id] = Reason.REQ_NODE_NOT_AVAIL
         else:
             d.reasons[job.job_id] = Reason.RESOURCES
-        if self.config.backfill and self.plans_left != 0:
+        if self.backfill and self.plans_left != 0:
             if self.plans_left is not None:
                 self.plans_left -= 1
             self._plan(job, requests)

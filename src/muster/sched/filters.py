@@ -169,10 +169,24 @@ def _need(shape: Shape) -> tuple[int, int, int]:
     return (shape.cpus_per_node, shape.mem_per_node, shape.gpus_per_node)
 
 
+class _Answer:
+    """What ``Feasibility.request`` remembers for one ask (partition, shape, node list,
+    constraint, reservation) in a usable partition: whether the partition's access lists
+    must be checked, and what comes after the per-job checks: the request, or the
+    verdict on the node count or the nodes."""
+
+    __slots__ = ("part", "restricted", "result")
+
+    def __init__(self, part: PartitionView, restricted: bool, result: Request | Verdict) -> None:
+        self.part = part
+        self.restricted = restricted
+        self.result = result
+
+
 class Feasibility:
     """The pass's feasibility checks, with a cache of the per-node scans."""
 
-    __slots__ = ("partitions", "pool", "book", "now", "_part_nodes", "_access", "_made")
+    __slots__ = ("partitions", "pool", "book", "now", "_part_nodes", "_access", "_made", "_answers")
 
     def __init__(
         self,
@@ -187,6 +201,7 @@ class Feasibility:
         self.now = now
         self._access: dict[tuple[str, str | None, str], Verdict | None] = {}
         self._made: dict[tuple[object, ...], Request | Verdict] = {}  # by request key
+        self._answers: dict[tuple[object, ...], _Answer | Verdict] = {}  # by what jobs ask
         self._part_nodes: dict[str, list[NodeProfile]] = {}
 
     def partition_nodes(self, name: str) -> list[NodeProfile]:
@@ -205,31 +220,71 @@ class Feasibility:
 
         The request is shared by every job of the pass that asks the same thing, whatever
         its time limit: a queue holds many copies of a few shapes, and a ``Request`` is
-        read-only once made. This runs for every queued job in every pass, so the cached
-        answer is found with one lookup after the per-job checks."""
+        read-only once made. This runs for every queued job in every pass, so what does
+        not depend on the job's account, group, time limit or user is looked up with one
+        flat key and the per-job checks come after, in the same order as ever:
+        partition state, access, time limit, node count, nodes, reservation access."""
+        spec = job.spec
+        shape = job.shape
+        ask = (
+            pname,
+            shape.nodes,
+            shape.cpus_per_node,
+            shape.mem_per_node,
+            shape.gpus_per_node,
+            shape.gpu_type,
+            shape.exclusive or spec.exclusive,
+            spec.constraint,
+            spec.reservation,
+            tuple(spec.nodelist) if spec.nodelist else (),
+            tuple(spec.exclude) if spec.exclude else (),
+        )
+        answer = self._answers.get(ask)
+        if answer is None:
+            answer = self._answers[ask] = self._answer(job, pname)
+        if isinstance(answer, Verdict):  # unknown or unusable partition
+            return answer
+        part = answer.part
+        if answer.restricted:
+            access = (pname, spec.account, job.group)
+            if access in self._access:
+                refused = self._access[access]
+            else:
+                refused = self._access[access] = _access_verdict(part, spec.account, job.group)
+            if refused is not None:
+                return refused
+        limit = job_duration(job, part)
+        if limit is not None and part.max_time is not None and limit > part.max_time:
+            return _TIME_LIMIT
+        result = answer.result
+        if isinstance(result, Verdict):
+            return result
+        # The scan has checked that the reservation exists; who may use it is per job.
+        if spec.reservation is not None and not may_use(self.book.by_name[spec.reservation], job):
+            return _RESERVATION_DENIED
+        return result, INF if limit is None else float(limit)
+
+    def _answer(self, job: Job, pname: str) -> _Answer | Verdict:
+        """What ``request`` needs to know about the job's ask in ``pname`` beyond the
+        per-job checks."""
         part = self.partitions.get(pname)
         if part is None:
             return _UNKNOWN_PARTITION
-        # Cheapest first: partition state, then access, then the job's limits.
+        # Cheapest first: partition state, then (per job) access and time limit.
         if part.state == "DOWN":
             return _PARTITION_DOWN
         if part.state == "INACTIVE":
             return _PARTITION_INACTIVE
+        restricted = (
+            part.allow_accounts is not None
+            or bool(part.deny_accounts)
+            or part.allow_groups is not None
+        )
         spec = job.spec
-        access = (pname, spec.account, job.group)
-        if access in self._access:
-            refused = self._access[access]
-        else:
-            refused = self._access[access] = _access_verdict(part, spec.account, job.group)
-        if refused is not None:
-            return refused
-        limit = job_duration(job, part)
-        if limit is not None and part.max_time is not None and limit > part.max_time:
-            return _TIME_LIMIT
         shape = job.shape
         nodes = max(shape.nodes, len(spec.nodelist)) if spec.nodelist else shape.nodes
         if (part.max_nodes is not None and nodes > part.max_nodes) or nodes < part.min_nodes:
-            return _NODE_LIMIT
+            return _Answer(part, restricted, _NODE_LIMIT)
         need = (shape.cpus_per_node, shape.mem_per_node, shape.gpus_per_node)
         key = (
             pname,
@@ -245,12 +300,7 @@ class Feasibility:
         made = self._made.get(key)
         if made is None:
             made = self._made[key] = self._make(part, job, key)
-        if isinstance(made, Verdict):
-            return made
-        # The scan has checked that the reservation exists; who may use it is per job.
-        if spec.reservation is not None and not may_use(self.book.by_name[spec.reservation], job):
-            return _RESERVATION_DENIED
-        return made, INF if limit is None else float(limit)
+        return _Answer(part, restricted, made)
 
     def _make(self, part: PartitionView, job: Job, key: tuple[Any, ...]) -> Request | Verdict:
         nodes: int = key[1]
