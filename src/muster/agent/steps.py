@@ -378,7 +378,7 @@ class StepRunner:
 
     def _prepare(self, body: dict[str, Any]) -> tuple[_Step, list[_Plan]]:
         try:
-            grant = verify_grant(self.key, body.get("grant"), body.get("sig"), self.clock.now())
+            grant = verify_grant(self.key, str(body.get("grant") or ""), str(body.get("sig") or ""), self.clock.now())
         except GrantError as e:
             raise StepLaunchError(str(e), 403, "auth") from None
         try:

@@ -68,7 +68,7 @@ class StepRequestModel(BaseModel):
 
 class StepBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    request: StepRequestModel = StepRequestModel()
+    request: StepRequestModel = Field(default_factory=StepRequestModel)  # type: ignore[arg-type]
     name: str = Field("", max_length=1024)
     argv: list[str] = []
     srun_host: str = Field("", max_length=255)
