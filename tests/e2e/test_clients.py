@@ -12,11 +12,8 @@ checks that they, not some Slurm installed on the machine, are the ones found.
   cancels them.
 * lightning-fabric 2.6: ``SLURMEnvironment`` inside an ``srun`` step of a 2-node job.
 
-Tests that need ``srun`` (issue 4) are skipped while it is missing. submitit's executor
-refuses to start without an ``srun`` in ``PATH`` even for jobs that do not use it
-(``slurm_use_srun=False``): until muster has one, ``client_env`` puts a stub that fails
-loudly at the *end* of ``PATH``, so that those jobs still run and muster's own ``srun``
-wins as soon as it exists.
+submitit's executor refuses to start without an ``srun`` in ``PATH`` even for jobs that do
+not use it (``slurm_use_srun=False``); muster's own ``srun`` is the one it finds.
 """
 
 from __future__ import annotations
@@ -37,9 +34,6 @@ pytestmark = pytest.mark.e2e
 
 submitit = pytest.importorskip("submitit")
 
-HAVE_SRUN = shutil.which("srun", path=BIN) is not None
-needs_srun = pytest.mark.skipif(not HAVE_SRUN, reason="needs srun (issue 4)")
-
 # The job functions below travel by value: the job's Python cannot import this test module.
 import cloudpickle  # noqa: E402
 
@@ -55,15 +49,7 @@ def client_env(cluster: Harness, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ha
             monkeypatch.delenv(key)
     for key, value in cluster.env.items():
         monkeypatch.setenv(key, value)
-    if not HAVE_SRUN:
-        stub_dir = os.path.join(cluster.root, "srun-stub")
-        os.makedirs(stub_dir, exist_ok=True)
-        stub = os.path.join(stub_dir, "srun")
-        with open(stub, "w") as f:
-            f.write('#!/bin/sh\necho "srun: not installed (issue 4)" >&2\nexit 1\n')
-        os.chmod(stub, 0o755)
-        monkeypatch.setenv("PATH", os.environ["PATH"] + os.pathsep + stub_dir)
-    for command in ("sbatch", "squeue", "scancel", "scontrol", "sacct"):
+    for command in ("sbatch", "squeue", "scancel", "scontrol", "sacct", "srun"):
         found = shutil.which(command)
         assert found is not None and os.path.dirname(found) == BIN, f"{command} resolves to {found}"
     yield cluster
@@ -146,7 +132,6 @@ def test_submitit_returns_a_function_result(client_env: Harness, folder: str) ->
     assert client_env.job(int(job.job_id))["state"] == "COMPLETED"
 
 
-@needs_srun
 def test_submitit_through_srun_as_configured_by_default(client_env: Harness, folder: str) -> None:
     job = _executor(folder, use_srun=True).submit(add, 40, 2)
     assert job.result() == 42
@@ -174,7 +159,6 @@ def test_submitit_map_array_with_a_throttle(client_env: Harness, folder: str) ->
     assert [client_env.job(first + i)["array_task_id"] for i in range(10)] == list(range(10))
 
 
-@needs_srun
 def test_submitit_multi_task_job_sees_its_ranks(client_env: Harness, folder: str) -> None:
     executor = _executor(folder, use_srun=True, nodes=2, tasks_per_node=2)
     job = executor.submit(ranks)
@@ -186,7 +170,7 @@ def test_submitit_multi_task_job_sees_its_ranks(client_env: Harness, folder: str
     assert all(len(r["hostnames"]) == 2 for r in results)
 
 
-@pytest.mark.parametrize("use_srun", [False, pytest.param(True, marks=needs_srun)])
+@pytest.mark.parametrize("use_srun", [False, True])
 def test_submitit_checkpointable_job_is_requeued_at_its_limit_and_resumes(
     client_env: Harness, folder: str, use_srun: bool
 ) -> None:
@@ -261,7 +245,6 @@ print(json.dumps({
 """
 
 
-@needs_srun
 def test_lightning_slurm_environment_inside_an_srun_step(client_env: Harness, folder: str) -> None:
     pytest.importorskip("lightning_fabric")
     from lightning_fabric.plugins.environments import SLURMEnvironment
