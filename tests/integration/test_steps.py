@@ -232,3 +232,21 @@ def test_a_step_whose_srun_was_killed_ends_and_frees_its_resources(cluster: Harn
     assert time.monotonic() - t0 < 30
     steps = cluster.cluster.api("GET", f"/v1/steps?job_id={job_id}")["steps"]
     assert steps == []  # the job is over; nothing of it is left running
+
+
+def test_scancel_of_a_step_stops_it_and_the_job_goes_on(cluster: Harness) -> None:
+    script = os.path.join(cluster.workdir, "stepcancel.sh")
+    with open(script, "w") as f:
+        f.write(
+            "#!/bin/bash\n#SBATCH -n2 -o stepcancel-%j.out\n"
+            "srun -n1 bash -c 'trap \"echo got USR1\" USR1; for i in $(seq 300); do sleep 0.1; done' &\n"
+            "sleep 2\nscancel --signal=USR1 $SLURM_JOB_ID.0\nsleep 1\nscancel $SLURM_JOB_ID.0\n"
+            "wait\necho srun-rc=$?\nsrun -n1 echo after\n"
+        )
+    job_id = cluster.sbatch(script)
+    job = cluster.wait_job(job_id, timeout=60)
+    text = cluster.read(f"stepcancel-{job_id}.out")
+    assert job["state"] == "COMPLETED", text
+    assert "got USR1" in text and f"*** STEP {job_id}.0 ON node" in text and "after" in text
+    rows = cluster.run(["sacct", "-j", str(job_id), "--parsable2", "--noheader", "-o", "JobID,State"])
+    assert f"{job_id}.0|CANCELLED" in rows.stdout, rows.stdout

@@ -22,7 +22,9 @@ credentials that ``protocol.httpd`` puts in the scope:
   ==========================  ==============================================================
 
   ``/v1/signal`` for a job that does not run here answers 404 ``invalid_job_id``.
-  ``/v1/signal`` and ``/v1/terminate`` reach the job's steps here too (``agent.steps``).
+  ``/v1/signal`` and ``/v1/terminate`` reach the job's steps here too (``agent.steps``);
+  ``POST /v1/step_signal`` ``{"job_id", "attempt", "step_id", "signal", "kill"}`` signals or
+  stops one step (``scancel N.S``).
 
   ``/v1/steps/*`` (srun launching, feeding and signalling job steps) is the one exception to
   the signature rule: those requests carry a step credential the controller signed instead
@@ -156,6 +158,19 @@ def build_routes(
         return JSONResponse({"ok": True, "running": running})
 
     @_handler
+    async def step_signal(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        job_id = _job_id(body)
+        try:
+            attempt, step_id = int(body.get("attempt") or 0), int(body["step_id"])
+            sig = parse_signal(body.get("signal", 15))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _BadRequest(f"step_signal needs step_id, attempt and signal: {exc}") from None
+        if steps is None or not steps.signal_step(job_id, attempt, step_id, sig, bool(body.get("kill"))):
+            return _error(f"step {job_id}.{step_id} is not running on {node}", "invalid_job_id", 404)
+        return JSONResponse({"ok": True})
+
+    @_handler
     async def update(request: Request) -> JSONResponse:
         body = await _json_body(request)
         job_id = _job_id(body)
@@ -178,6 +193,7 @@ def build_routes(
         Route("/v1/signal", signal_job, methods=["POST"]),
         Route("/v1/terminate", terminate, methods=["POST"]),
         Route("/v1/update", update, methods=["POST"]),
+        Route("/v1/step_signal", step_signal, methods=["POST"]),
         Route("/v1/status", status, methods=["GET"]),
     ]
 

@@ -228,6 +228,17 @@ class StepRunner:
                 self._signal_step(step, sig)
         return found
 
+    def signal_step(self, job_id: int, attempt: int, step_id: int, sig: int, kill: bool) -> bool:
+        """The controller's ``scancel N.S``: stop the step here (``kill``) or signal it."""
+        step = self.steps.get((job_id, step_id))
+        if step is None or step.attempt != attempt:
+            return False
+        if kill:
+            self._stop(step, "cancel", None)
+        else:
+            self._signal_step(step, sig)
+        return True
+
     def terminate(
         self, job_id: int, reason: str, kill_wait: float | None = None, attempt: int | None = None
     ) -> bool:

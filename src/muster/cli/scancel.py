@@ -68,6 +68,7 @@ class Cancel:
 
     __slots__ = (
         "job_ids",
+        "steps",
         "user",
         "name",
         "partition",
@@ -82,6 +83,7 @@ class Cancel:
 
     def __init__(self) -> None:
         self.job_ids: list[int | str] = []  # int, or "123_7" / "123_[1-3]" for array tasks
+        self.steps: list[tuple[int, int]] = []  # "123.4": (job id, step id)
         self.user: str | None = None
         self.name: str | None = None
         self.partition: str | None = None
@@ -112,9 +114,17 @@ class Cancel:
         return body
 
 
+def parse_step_id(text: str) -> tuple[int, int] | None:
+    """``123.4`` as (123, 4); None for anything that is not a step of a plain job id."""
+    job, dot, step = text.strip().partition(".")
+    if dot and job.isdigit() and step.isdigit():
+        return int(job), int(step)
+    return None
+
+
 def parse_job_id(text: str) -> int | str:
     """``123`` (an int), or array tasks ``123_4`` / ``123_[1-3]`` (checked, kept as text);
-    steps (``123.0``) are not supported yet."""
+    steps (``123.0``) are taken apart by ``parse_step_id`` first."""
     from muster.core.arrays import parse_job_ref
 
     item = text.strip()
@@ -122,7 +132,7 @@ def parse_job_id(text: str) -> int | str:
         return int(item)
     head = item.split("_", 1)[0].split(".", 1)[0]
     if head.isdigit() and "." in item:
-        raise CommandError(f"Invalid job id {text}: job steps are not supported by muster")
+        raise CommandError(f"Invalid job id {text}")  # a step id that is not a number
     try:
         ref = parse_job_ref(item)
     except ValueError:
@@ -195,12 +205,39 @@ def parse_args(argv: list[str]) -> Cancel | str:
         # --full, --hurry, --clusters, --sibling: nothing to do in muster.
     for word in operands:
         for item in _split_ids(word):
-            c.job_ids.append(parse_job_id(item))
+            step = parse_step_id(item)
+            if step is not None:
+                c.steps.append(step)
+            else:
+                c.job_ids.append(parse_job_id(item))
     if c.unsupported:
         raise CommandError(f"{', '.join(c.unsupported)}: filter not supported by muster yet")
-    if not c.job_ids and not c.filtered:
+    if not c.job_ids and not c.filtered and not c.steps:
         raise CommandError("No job identification provided")
     return c
+
+
+def cancel_steps(c: Cancel, ctl: object, err: object = None) -> int:
+    """``scancel N.S``: cancel (or signal) job steps, one request each."""
+    from muster.protocol.client import ApiError, ConnectError
+
+    err = err if err is not None else sys.stderr
+    rc = 0
+    signal: object = int(c.signal) if c.signal and c.signal.isdigit() else c.signal
+    for job_id, step_id in c.steps:
+        if c.verbose:
+            verb = f"Signal {c.signal} to" if c.signal else "Terminating"
+            err.write(f"{PROG}: {verb} StepId={job_id}.{step_id}\n")  # type: ignore[attr-defined]
+        try:
+            ctl.post(f"/v1/jobs/{job_id}/steps/{step_id}/signal", {"signal": signal})  # type: ignore[attr-defined]
+        except ConnectError as e:
+            raise CommandError(f"Kill job error: {connect_message(e)}") from None
+        except ApiError as e:
+            if e.code == "invalid_job_id" and not c.verbose:
+                continue  # as for jobs: an unknown id is silent
+            err.write(f"{PROG}: error: Kill job error on job step id {job_id}.{step_id}: {e.message}\n")  # type: ignore[attr-defined]
+            rc = max(rc, RC_ACCESS_DENIED if e.code == "permission_denied" else 1)
+    return rc
 
 
 def outcome(c: Cancel, results: list[dict], err: object = None) -> int:
@@ -252,8 +289,12 @@ def main(argv: list[str] | None = None) -> int:
                     sys.stderr.write(f"{PROG}: Signal {c.signal} to job {job_id}\n")
                 else:
                     sys.stderr.write(f"{PROG}: Terminating job {job_id}\n")
+        ctl = connect(PROG)
+        step_rc = cancel_steps(c, ctl) if c.steps else 0
+        if c.steps and not c.job_ids and not c.filtered:
+            return step_rc
         try:
-            answer = connect(PROG).post("/v1/jobs/signal", c.body())
+            answer = ctl.post("/v1/jobs/signal", c.body())
         except ConnectError as e:
             raise CommandError(f"Kill job error: {connect_message(e)}") from None
         except ApiError as e:
@@ -265,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                 if r.get("ok"):
                     verb = f"Signal {c.signal} to" if c.signal else "Terminating"
                     sys.stderr.write(f"{PROG}: {verb} job {r.get('job_id')}\n")
-        return outcome(c, results)
+        return max(outcome(c, results), step_rc)
     except CommandError as e:
         return report(PROG, e)
 

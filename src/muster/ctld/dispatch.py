@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from muster.ctld.controller import Launch, NewLimit, SignalJob, Terminate
+from muster.ctld.steps import StepSignal
 from muster.protocol.httpd import DaemonRequestError, SignedClient
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ class Dispatcher:
                         "signal": action.signal,
                         "batch_only": action.batch_only,
                     })
+            elif isinstance(action, StepSignal):  # scancel N.S
+                for node in action.nodes:
+                    await self._post(node, "/v1/step_signal", action.body())
         except Exception:  # a surprise must not kill the controller's loop
             log.exception("dispatch of %r failed", action)
 

@@ -12,6 +12,8 @@ steps to free resources, is answered as soon as it is placed, and otherwise with
                                             or ``{"pending": "job"|"step", "reason"}``
 ``POST /v1/jobs/{id}/steps/{step}/done``    ``{"exit_code", "signal", "cancelled", "end_job"}``
                                             -> ``{"ok": true}``
+``POST /v1/jobs/{id}/steps/{step}/signal``  ``{"signal": name or number, or null to cancel}``
+                                            -> ``{"ok": true}`` (``scancel N.S``)
 ``POST /v1/jobs/{id}/await``                ``{"wait"}`` -> ``{"job": JobWire}`` once it runs,
                                             or ``{"pending": "job", "reason"}``
 ``POST /v1/jobs/{id}/complete``             ``{"exit_code", "signal"}`` (an interactive job's
@@ -83,6 +85,11 @@ class DoneBody(BaseModel):
     signal: int = Field(0, ge=0, le=128)
     cancelled: bool = False
     end_job: bool = False
+
+
+class StepSignalBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    signal: str | int | None = None  # None: cancel the step
 
 
 class AwaitBody(BaseModel):
@@ -189,6 +196,21 @@ def build_step_routes(
         return JSONResponse({"ok": True})
 
     @handler
+    async def signal_step(request: Request) -> JSONResponse:
+        from muster.ctld.controller import parse_signal
+
+        who = caller(request)
+        body = await parse(request, StepSignalBody)
+        job = job_of(request)
+        try:
+            step_id = int(request.path_params["step_id"])
+        except ValueError:
+            raise InvalidRequest(f"Invalid job step id: {request.path_params['step_id']}") from None
+        sig = parse_signal(body.signal) if body.signal is not None else None
+        ctx.perform(book.signal_step(job, who, step_id, sig))
+        return JSONResponse({"ok": True})
+
+    @handler
     async def await_job(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, AwaitBody)
@@ -248,6 +270,7 @@ def build_step_routes(
         Route("/v1/agent/step_gone", step_gone, methods=["POST"]),
         Route("/v1/jobs/{job_id}/steps", create_step, methods=["POST"]),
         Route("/v1/jobs/{job_id}/steps/{step_id}/done", step_done, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/steps/{step_id}/signal", signal_step, methods=["POST"]),
         Route("/v1/jobs/{job_id}/await", await_job, methods=["POST"]),
         Route("/v1/jobs/{job_id}/complete", complete, methods=["POST"]),
         Route("/v1/steps", list_steps, methods=["GET"]),

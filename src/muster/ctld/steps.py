@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from muster.core import lifecycle
@@ -58,7 +59,7 @@ from muster.protocol.stepcred import GRANT_TTL, sign_grant
 if TYPE_CHECKING:
     from muster.ctld.controller import Controller, Identity
 
-__all__ = ["StepBook", "step_tres", "step_wire"]
+__all__ = ["StepBook", "StepSignal", "step_tres", "step_wire"]
 
 log = logging.getLogger("musterctld.steps")
 
@@ -115,6 +116,22 @@ def step_wire(step: Step, now: float) -> dict[str, Any]:
     }
 
 
+@dataclass(slots=True)
+class StepSignal:
+    """An action for ``dispatch``: signal (or, with ``kill``, stop) one step on its nodes."""
+
+    job_id: int
+    attempt: int
+    step_id: int
+    nodes: list[str]
+    signal: int
+    kill: bool
+
+    def body(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "attempt": self.attempt, "step_id": self.step_id,
+                "signal": self.signal, "kill": self.kill}
+
+
 class StepBook:
     def __init__(self, controller: Controller, key: bytes) -> None:
         self.ctl = controller
@@ -124,6 +141,7 @@ class StepBook:
         self.active: dict[int, dict[int, Step]] = {}  # job id -> step id -> running step
         self.next_ids: dict[tuple[int, int], int] = {}  # (job id, attempt) -> next step id
         self.interactive: set[int] = set()  # running or pending srun/salloc allocations
+        self.cancelled: set[tuple[int, int]] = set()  # (job, step) cancelled by scancel
         self._changed = asyncio.Event()
 
     # --- start-up ---------------------------------------------------------------------
@@ -335,7 +353,8 @@ class StepBook:
         steps: list[tuple[Step, str]] = []
         step = self.active.get(job.job_id, {}).pop(step_id, None)
         if step is not None:
-            if cancelled:
+            if cancelled or (job.job_id, step_id) in self.cancelled:
+                self.cancelled.discard((job.job_id, step_id))
                 step.state = StepState.CANCELLED
             elif exit_code == 0 and signal == 0:
                 step.state = StepState.COMPLETED
@@ -356,6 +375,18 @@ class StepBook:
             self.store.record_steps(now, steps, jobs)
             self.notify()
         return actions
+
+    def signal_step(self, job: Job, who: Identity, step_id: int, sig: int | None) -> list[Action]:
+        """``scancel N.S`` (``sig`` None: cancel the step) and ``scancel --signal=X N.S``."""
+        self.check_owner(job, who)
+        step = self.active.get(job.job_id, {}).get(step_id)
+        if step is None:
+            raise InvalidRequest("Job step not found" if job.state is JobState.RUNNING else ENDED_JOB)
+        if sig is None:
+            self.cancelled.add((job.job_id, step_id))
+        action = StepSignal(job.job_id, step.attempt, step_id, list(step.layout.nodes),
+                            15 if sig is None else sig, sig is None)
+        return [action]  # type: ignore[list-item]
 
     def gone(self, job_id: int, attempt: int, step_id: int, node: str, exit_code: int, signal: int) -> None:
         """An agent says a step's tasks there ended after its srun went away: srun will not

@@ -44,6 +44,11 @@ def test_ids_and_filters_make_the_body() -> None:
     }
 
 
+def test_steps_are_told_apart_from_jobs() -> None:
+    c = _cancel(["12.3", "14", "15.0,16"])
+    assert c.steps == [(12, 3), (15, 0)] and c.job_ids == [14, 16]
+
+
 def test_numeric_signal_is_sent_as_a_number() -> None:
     assert _cancel(["--signal=9", "5"]).body()["signal"] == 9
 
@@ -55,7 +60,7 @@ def test_numeric_signal_is_sent_as_a_number() -> None:
         (["abc"], "Invalid job id abc"),
         (["12_x"], "Invalid job id 12_x"),
         (["12_[3-1]"], "Invalid job id 12_[3-1]"),
-        (["12.0"], "Invalid job id 12.0: job steps are not supported by muster"),
+        (["12.x"], "Invalid job id 12.x"),
         (["-s", "BOGUS", "5"], "Invalid job signal: BOGUS"),
         (["-t", "COMPLETED", "5"], "Invalid job state specified: COMPLETED"),
     ],
