@@ -1,0 +1,56 @@
+"""The pure parts of the agent's step runner: file patterns and which processes a task owns."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.agent.proctree import ProcInfo
+from muster.agent.steps import _Task, _task_members, expand_task_pattern
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("out-%j.%s.%t", "out-12.3.7"),
+        ("%N-%n-%3t.log", "node2-1-007.log"),
+        ("%J_%u_%x_%%", "12.3_alice_train_%"),
+        ("%A-%q", "12-%q"),  # unknown escapes stay as written
+        ("trailing%", "trailing%"),
+    ],
+)
+def test_task_file_patterns(pattern: str, expected: str) -> None:
+    got = expand_task_pattern(
+        pattern, job_id=12, step_id=3, task=7, node="node2.cluster", node_index=1, user="alice", job_name="train"
+    )
+    assert got == expected
+
+
+def procs(*rows: tuple[int, int, int, int, int]) -> dict[int, ProcInfo]:
+    """(pid, ppid, pgid, sid, start_ticks)"""
+    return {r[0]: ProcInfo(r[0], r[1], r[2], r[3], 1000, r[4]) for r in rows}
+
+
+def children_of(table: dict[int, ProcInfo]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for p in table.values():
+        out.setdefault(p.ppid, []).append(p.pid)
+    return out
+
+
+def test_a_running_task_owns_its_session_its_group_and_their_descendants() -> None:
+    table = procs(
+        (100, 1, 100, 100, 5),  # the task
+        (101, 100, 100, 100, 6),  # a child
+        (102, 101, 102, 102, 7),  # a grandchild that setsid-ed away: found by descent
+        (200, 1, 200, 200, 8),  # someone else
+    )
+    task = _Task(task=0, local=0, pid=100, start_ticks=5)
+    assert _task_members(table, children_of(table), task) == {100, 101, 102}
+
+
+def test_a_reaped_tasks_leftovers_are_found_by_session_and_a_stranger_with_its_pid_is_not() -> None:
+    task = _Task(task=0, local=0, pid=100, start_ticks=5, status=(0, 0))
+    leftovers = procs((101, 1, 100, 100, 6), (300, 1, 300, 300, 9))
+    assert _task_members(leftovers, children_of(leftovers), task) == {101}
+    reused = procs((100, 1, 100, 100, 50), (101, 100, 100, 100, 51))  # pid 100 given to another
+    assert _task_members(reused, children_of(reused), task) == set()
