@@ -232,7 +232,9 @@ class StepRun:
         try:
             frames = node.conn.read()
         except StreamError as e:
-            self._node_failed(node, str(e))
+            # An answer with an error status comes from a live agent that refused the step
+            # (an expired grant, say): nothing for the controller to judge.
+            self._node_failed(node, str(e), judge=not e.status)
             return
         failed: list[tuple[int, int, int]] = []
         for kind, task, payload in frames:
@@ -271,14 +273,14 @@ class StepRun:
             if missing:
                 self._node_failed(node, "connection closed before its tasks ended")
 
-    def _node_failed(self, node: _Node, why: str) -> None:
+    def _node_failed(self, node: _Node, why: str, judge: bool = True) -> None:
         node.done = True
         missing = [t for t in node.tasks if t not in self.exits]
         if missing:
             _note(f"error: {node.name}: {why}")
             for t in missing:
                 self.exits[t] = (1, 0)
-            if self.ctl is None:
+            if self.ctl is None or not judge:
                 self._report_failures(node.name, [(t, 1, 0) for t in missing])
             else:
                 self.lost.append(node)  # what it means is the controller's call
