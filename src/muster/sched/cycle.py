@@ -41,6 +41,7 @@ __all__ = ["schedule"]
 # long job is kept off a node whose reservation comes back after the window.
 _RESERVATION_LOOKAHEAD = 60 * 86400
 _NO_PARTITION = Verdict(Reason.BAD_CONSTRAINTS, False, NO_PARTITION)
+_PRIORITY = Reason.PRIORITY  # looked up once: most jobs of a long queue get it, every pass
 
 
 def schedule(
@@ -146,13 +147,22 @@ class _Pass:
     # -- 2. eligibility -------------------------------------------------------------------
     def _eligibility(self) -> list[tuple[Job, tuple[str, ...]]]:
         d, now = self.d, self.now
-        pending = self.snap.pending
         parts_of = self._partitions_of
-        self.parts = [parts_of(job) for job in pending]  # phase 3 reads them too
+        self.parts = all_parts = []  # phase 3 reads them too
+        # Most jobs of a queue name no partition and share the one the controller resolved.
+        last: tuple[str | None, tuple[str, ...]] = (None, ())
         overrides = self.snap.priority_overrides
         out: list[tuple[Job, tuple[str, ...]]] = []
-        for job, parts in zip(pending, self.parts, strict=True):
+        for job in self.snap.pending:
             spec = job.spec
+            if spec.partitions:
+                parts = parts_of(job)
+            elif job.partition == last[0]:
+                parts = last[1]
+            else:
+                parts = parts_of(job)
+                last = (job.partition, parts)
+            all_parts.append(parts)
             # Most queued jobs have none of the reasons to wait: one test rules them all out.
             if (
                 job.hold
@@ -229,11 +239,14 @@ class _Pass:
     ) -> list[tuple[Job, tuple[str, ...]]]:
         policy = PriorityPolicy(self.snap, self.now, self.config)
         pending = self.snap.pending
+        values = policy.priorities(pending, self.parts)
         prio = self.d.priorities
-        prio.update(
-            zip([j.job_id for j in pending], policy.priorities(pending, self.parts), strict=True)
-        )
-        jobs = [job for job, _ in eligible]
+        prio.update(zip([j.job_id for j in pending], values, strict=True))
+        if len(eligible) == len(pending):  # none set aside: the same jobs in the same order
+            jobs = pending
+        else:
+            jobs = [job for job, _ in eligible]
+            values = [prio[j.job_id] for j in jobs]
         tiers: list[int] = []
         last: tuple[str, ...] | None = None
         t = 0
@@ -241,7 +254,7 @@ class _Pass:
             if parts is not last:  # jobs of one partition share its tuple
                 last, t = parts, policy.tier(parts)
             tiers.append(t)
-        keys = order_keys(tiers, [prio[j.job_id] for j in jobs], jobs)
+        keys = order_keys(tiers, values, jobs)
         return [eligible[i] for i in sorted(range(len(eligible)), key=keys.__getitem__)]
 
     # -- 4. placement ---------------------------------------------------------------------
@@ -261,9 +274,16 @@ class _Pass:
     def _consider(self, job: Job, parts: tuple[str, ...]) -> None:
         # Runs for every eligible job of every pass, most of them deep in a queue that
         # cannot start: the path to "not now" is kept short.
-        requests = self._requests(job, parts)
-        if not requests:
-            return
+        if len(parts) == 1:  # the common case, without the lists
+            r = self.feas.request(job, parts[0])
+            if isinstance(r, Verdict):
+                self._refuse(job, [r])
+                return
+            requests: Sequence[tuple[Request, float]] = (r,)
+        else:
+            requests = self._requests(job, parts)
+            if not requests:
+                return
         d = self.d
         spec = job.spec
         singleton = False
@@ -283,21 +303,23 @@ class _Pass:
                 # sched/builtin: strict order inside a partition
                 requests = [rd for rd in requests if rd[0].partition not in blocked]
                 if not requests:
-                    d.reasons[job.job_id] = Reason.PRIORITY
+                    d.reasons[job.job_id] = _PRIORITY
                     return
         d.stats.examined += 1
-        if self._start(job, requests):
-            if singleton:
-                self.singletons.add((job.user, spec.name))
-            return
+        engine = self.engine
+        for req, duration in requests:  # start now in the first partition where it fits
+            nodes = engine.start_now(req, duration)
+            if nodes is not None:
+                self._take(job, req, duration, nodes)
+                if singleton:
+                    self.singletons.add((job.user, spec.name))
+                return
         for req, _ in requests:
             blocked.add(req.partition)
         d.stats.blocked += 1
         if behind:
-            d.reasons[job.job_id] = Reason.PRIORITY
-        elif self.engine.maint and any(
-            self.engine.held_by_maintenance(r, dur) for r, dur in requests
-        ):
+            d.reasons[job.job_id] = _PRIORITY
+        elif engine.maint and any(engine.held_by_maintenance(r, dur) for r, dur in requests):
             d.reasons[job.job_id] = Reason.REQ_NODE_NOT_AVAIL
         else:
             d.reasons[job.job_id] = Reason.RESOURCES
@@ -306,41 +328,31 @@ class _Pass:
                 self.plans_left -= 1
             self._plan(job, requests)
 
-    def _requests(self, job: Job, parts: tuple[str, ...]) -> Sequence[tuple[Request, float]]:
+    def _requests(self, job: Job, parts: tuple[str, ...]) -> list[tuple[Request, float]]:
         """The job's request in each partition where it may run, each with the job's time
         limit there; when there is none, the first partition's verdict becomes the job's
         reason."""
-        if len(parts) == 1:  # the common case, without the lists
-            r = self.feas.request(job, parts[0])
-            if not isinstance(r, Verdict):
-                return (r,)
-            verdicts = [r]
-            requests: list[tuple[Request, float]] = []
-        else:
-            answers = [self.feas.request(job, pname) for pname in parts]
-            requests = [r for r in answers if not isinstance(r, Verdict)]
-            verdicts = [r for r in answers if isinstance(r, Verdict)]
+        answers = [self.feas.request(job, pname) for pname in parts]
+        requests = [r for r in answers if not isinstance(r, Verdict)]
         if not requests:
-            v = verdicts[0] if verdicts else _NO_PARTITION
-            self.d.reasons[job.job_id] = v.reason
-            if not any(x.later for x in verdicts):
-                self.d.never[job.job_id] = v.message or str(v.reason)
+            self._refuse(job, [r for r in answers if isinstance(r, Verdict)])
         return requests
 
-    def _start(self, job: Job, requests: Sequence[tuple[Request, float]]) -> bool:
-        """Start the job now in the first partition where it fits, if any; it is
-        backfilled when a higher-priority job of that partition waits."""
-        engine = self.engine
-        for req, duration in requests:
-            nodes = engine.start_now(req, duration)
-            if nodes is not None:
-                alloc = engine.take_now(req, duration, nodes)
-                behind = req.partition in self.blocked
-                self.d.starts.append(Start(job.job_id, req.partition, alloc, behind))
-                self.d.stats.started += 1
-                self.d.stats.backfilled += behind
-                return True
-        return False
+    def _refuse(self, job: Job, verdicts: list[Verdict]) -> None:
+        """The job may run in none of its partitions: the first verdict is its reason."""
+        v = verdicts[0] if verdicts else _NO_PARTITION
+        self.d.reasons[job.job_id] = v.reason
+        if not any(x.later for x in verdicts):
+            self.d.never[job.job_id] = v.message or str(v.reason)
+
+    def _take(self, job: Job, req: Request, duration: float, nodes: list[NodeProfile]) -> None:
+        """Start the job now on ``nodes``; it is backfilled when a higher-priority job of
+        the partition waits."""
+        alloc = self.engine.take_now(req, duration, nodes)
+        behind = req.partition in self.blocked
+        self.d.starts.append(Start(job.job_id, req.partition, alloc, behind))
+        self.d.stats.started += 1
+        self.d.stats.backfilled += behind
 
     def _plan(self, job: Job, requests: Sequence[tuple[Request, float]]) -> None:
         """Give the job its earliest start (over its partitions) and reserve it."""

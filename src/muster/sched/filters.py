@@ -186,7 +186,17 @@ class _Answer:
 class Feasibility:
     """The pass's feasibility checks, with a cache of the per-node scans."""
 
-    __slots__ = ("partitions", "pool", "book", "now", "_part_nodes", "_access", "_made", "_answers")
+    __slots__ = (
+        "partitions",
+        "pool",
+        "book",
+        "now",
+        "_part_nodes",
+        "_alike",
+        "_access",
+        "_made",
+        "_answers",
+    )
 
     def __init__(
         self,
@@ -203,6 +213,7 @@ class Feasibility:
         self._made: dict[tuple[object, ...], Request | Verdict] = {}  # by request key
         self._answers: dict[tuple[object, ...], _Answer | Verdict] = {}  # by what jobs ask
         self._part_nodes: dict[str, list[NodeProfile]] = {}
+        self._alike: dict[str, bool] = {}  # partition -> its nodes share one configuration
 
     def partition_nodes(self, name: str) -> list[NodeProfile]:
         nodes = self._part_nodes.get(name)
@@ -212,6 +223,7 @@ class Feasibility:
                 (self.pool[n] for n in set(part.nodes) if n in self.pool), key=lambda p: p.index
             )
             self._part_nodes[name] = nodes
+            self._alike[name] = len({(n.cap, n.gpu_type, n.features) for n in nodes}) <= 1
         return nodes
 
     def request(self, job: Job, pname: str) -> tuple[Request, float] | Verdict:
@@ -343,22 +355,26 @@ class Feasibility:
                 return [], Verdict(Reason.RESERVATION, False, BAD_RESERVATION)
             held = set(res.nodes)
         members = self.partition_nodes(part.name)
-        member_names = {n.name for n in members}
         required = set(spec.nodelist)
-        if not required <= member_names:
+        if required and not required <= {n.name for n in members}:
             return [], Verdict(Reason.BAD_CONSTRAINTS, False, NODE_CONFIG)
         if nodes > len(members):
             return [], Verdict(Reason.PARTITION_NODE_LIMIT, True)
         exclude = set(spec.exclude)
         gtype = job.shape.gpu_type
         configured: list[NodeProfile] = []
-        for n in members:
-            if n.name in exclude or (held is not None and n.name not in held):
-                continue
+        if members and not exclude and held is None and self._alike[part.name]:
+            # One node configuration: one answer for all (a scan in every pass otherwise).
+            n = members[0]
             if _static_fit(n.cap, n.gpu_type, n.features, need, gtype, constraint):
-                configured.append(n)
-        names = {n.name for n in configured}
-        if len(configured) < nodes or not required <= names:
+                configured = members
+        else:
+            for n in members:
+                if n.name in exclude or (held is not None and n.name not in held):
+                    continue
+                if _static_fit(n.cap, n.gpu_type, n.features, need, gtype, constraint):
+                    configured.append(n)
+        if len(configured) < nodes or (required and not required <= {n.name for n in configured}):
             return [], Verdict(Reason.BAD_CONSTRAINTS, False, NODE_CONFIG)
         available = [n for n in configured if n.available]
         if len(available) < nodes or any(not self.pool[r].available for r in required):
