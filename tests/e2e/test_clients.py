@@ -182,7 +182,7 @@ def test_submitit_checkpointable_job_is_requeued_at_its_limit_and_resumes(
     assert result["done"] == 14
     assert result["attempts"] == ["0", "1"]  # the rerun started from the checkpoint
     assert result["job_id"] == job.job_id
-    record = client_env.job(int(job.job_id))
+    record = client_env.wait_job(int(job.job_id))  # the result is written before the job ends
     assert (record["state"], record["restart_count"]) == ("COMPLETED", 1)
     assert _sacct_state(job) == "COMPLETED"
 

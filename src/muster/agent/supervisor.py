@@ -253,6 +253,12 @@ class Supervisor:
         """TERM now, KILL from ``kill_wait`` on. False when the job does not run here; then,
         for the batch host's reasons, a report is saved so the controller hears an end."""
         t = self.jobs.get(job_id)
+        if t is not None and restart_count is not None and t.restart_count != restart_count:
+            # Meant for another attempt (e.g. the cleanup of a run before a requeue): the
+            # attempt running here now must not be touched.
+            log.info("job %s: terminate for attempt %s ignored; attempt %s runs here",
+                     job_id, restart_count, t.restart_count)
+            return False
         if t is None:
             self._terminate_absent(job_id, reason, restart_count)
             return False
