@@ -22,6 +22,7 @@ config always give the same decisions.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 from muster.core.job import Job
 from muster.core.states import Reason
@@ -42,6 +43,13 @@ __all__ = ["schedule"]
 _RESERVATION_LOOKAHEAD = 60 * 86400
 _NO_PARTITION = Verdict(Reason.BAD_CONSTRAINTS, False, NO_PARTITION)
 _PRIORITY = Reason.PRIORITY  # looked up once: most jobs of a long queue get it, every pass
+_JOB_ID = attrgetter("job_id")
+_HOLD = attrgetter("hold")
+_DEPENDENCY = attrgetter("spec.dependency")
+_THROTTLE = attrgetter("array_throttle")
+_BEGIN = attrgetter("spec.begin_time")
+_NAMED_PARTITIONS = attrgetter("spec.partitions")
+_PARTITION = attrgetter("partition")
 
 
 def schedule(
@@ -146,24 +154,15 @@ class _Pass:
 
     # -- 2. eligibility -------------------------------------------------------------------
     def _eligibility(self) -> list[tuple[Job, tuple[str, ...]]]:
+        pending = self.snap.pending
+        self.parts = self._where(pending)  # phase 3 reads them too
+        if not self._may_wait(pending):
+            return list(zip(pending, self.parts, strict=True))
         d, now = self.d, self.now
-        parts_of = self._partitions_of
-        self.parts = all_parts = []  # phase 3 reads them too
-        # Most jobs of a queue name no partition and share the one the controller resolved.
-        last: tuple[str | None, tuple[str, ...]] = (None, ())
         overrides = self.snap.priority_overrides
         out: list[tuple[Job, tuple[str, ...]]] = []
-        for job in self.snap.pending:
+        for job, parts in zip(pending, self.parts, strict=True):
             spec = job.spec
-            if spec.partitions:
-                parts = parts_of(job)
-            elif job.partition == last[0]:
-                parts = last[1]
-            else:
-                parts = parts_of(job)
-                last = (job.partition, parts)
-            all_parts.append(parts)
-            # Most queued jobs have none of the reasons to wait: one test rules them all out.
             if (
                 job.hold
                 or spec.dependency
@@ -178,6 +177,28 @@ class _Pass:
                     continue
             out.append((job, parts))
         return out
+
+    def _may_wait(self, pending: list[Job]) -> bool:
+        """Whether any job may be held, wait for its begin time, a dependency or its
+        array's throttle. Usually none does: the queue is screened in bulk (loops in C),
+        not job by job."""
+        if any(map(_HOLD, pending)) or any(map(_DEPENDENCY, pending)):
+            return True
+        if any(map(_THROTTLE, pending)):
+            return True
+        now = self.now
+        if any(t is not None and t > now for t in set(map(_BEGIN, pending))):
+            return True
+        overrides = self.snap.priority_overrides
+        return bool(overrides) and 0 in overrides.values()
+
+    def _where(self, pending: list[Job]) -> list[tuple[str, ...]]:
+        """Each job's partitions (``_partitions_of``); one tuple for all when no job
+        names its own and the controller resolved the same one for all."""
+        if pending and not any(map(_NAMED_PARTITIONS, pending)):
+            if len(set(map(_PARTITION, pending))) == 1:
+                return [self._partitions_of(pending[0])] * len(pending)
+        return [self._partitions_of(job) for job in pending]
 
     def _ineligible(self, job: Job) -> Reason:
         """Why the job may not be considered yet, or ``Reason.NONE``."""
@@ -241,21 +262,16 @@ class _Pass:
         pending = self.snap.pending
         values = policy.priorities(pending, self.parts)
         prio = self.d.priorities
-        prio.update(zip([j.job_id for j in pending], values, strict=True))
+        prio.update(zip(map(_JOB_ID, pending), values, strict=True))
         if len(eligible) == len(pending):  # none set aside: the same jobs in the same order
-            jobs = pending
+            jobs, parts = pending, self.parts
         else:
             jobs = [job for job, _ in eligible]
-            values = [prio[j.job_id] for j in jobs]
-        tiers: list[int] = []
-        last: tuple[str, ...] | None = None
-        t = 0
-        for _, parts in eligible:
-            if parts is not last:  # jobs of one partition share its tuple
-                last, t = parts, policy.tier(parts)
-            tiers.append(t)
-        keys = order_keys(tiers, values, jobs)
-        return [eligible[i] for i in sorted(range(len(eligible)), key=keys.__getitem__)]
+            parts = [where for _, where in eligible]
+            values = list(map(prio.__getitem__, map(_JOB_ID, jobs)))
+        tier_of = {where: policy.tier(where) for where in set(parts)}  # a few distinct ones
+        keys = order_keys(list(map(tier_of.__getitem__, parts)), values, jobs)
+        return list(map(eligible.__getitem__, sorted(range(len(eligible)), key=keys.__getitem__)))
 
     # -- 4. placement ---------------------------------------------------------------------
     def _place(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:
@@ -266,10 +282,38 @@ class _Pass:
         self.blocked = set()  # partitions with a blocked job
         self.singletons = set()  # (user, name) of singleton jobs started this pass
         self.plans_left = None if config.conservative else config.bf_max_job_test
-        self.backfill = config.backfill
-        consider = self._consider
+        self.backfill = backfill = config.backfill
+        blocked, reasons = self.blocked, self.d.reasons
+        request, start_now = self.feas.request, self.engine.start_now
+        examined = waiting = 0
         for job, parts in ordered:
-            consider(job, parts)
+            # Behind a blocked job of its only partition, with no plan left to give (EASY
+            # past its first blocked job; sched/builtin always), a job can only start now
+            # beside everything promised, or wait for Priority. Most of a long queue ends
+            # here; the path is short, and decides exactly as _consider does.
+            if (
+                len(parts) == 1
+                and parts[0] in blocked
+                and (self.plans_left == 0 or not backfill)
+                and not job.spec.dependency
+            ):
+                r = request(job, parts[0])
+                if isinstance(r, Verdict):
+                    self._refuse(job, [r])
+                elif not backfill:
+                    reasons[job.job_id] = _PRIORITY
+                else:
+                    examined += 1
+                    nodes = start_now(*r)
+                    if nodes is None:
+                        waiting += 1
+                        reasons[job.job_id] = _PRIORITY
+                    else:
+                        self._take(job, r[0], r[1], nodes)
+                continue
+            self._consider(job, parts)
+        self.d.stats.examined += examined
+        self.d.stats.blocked += waiting
 
     def _consider(self, job: Job, parts: tuple[str, ...]) -> None:
         # Runs for every eligible job of every pass, most of them deep in a queue that

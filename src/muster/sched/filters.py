@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from muster.core.job import Job, JobSpec, Shape
@@ -173,14 +174,31 @@ class _Answer:
     """What ``Feasibility.request`` remembers for one ask (partition, shape, node list,
     constraint, reservation) in a usable partition: whether the partition's access lists
     must be checked, and what comes after the per-job checks: the request, or the
-    verdict on the node count or the nodes."""
+    verdict on the node count or the nodes. ``plain`` is the request when no per-job
+    check can fail (open partition without MaxTime, no reservation)."""
 
-    __slots__ = ("part", "restricted", "result")
+    __slots__ = ("part", "restricted", "result", "plain")
 
     def __init__(self, part: PartitionView, restricted: bool, result: Request | Verdict) -> None:
         self.part = part
         self.restricted = restricted
         self.result = result
+        self.plain: Request | None = None
+        if (
+            isinstance(result, Request)
+            and not restricted
+            and part.max_time is None
+            and result.reservation is None
+        ):
+            self.plain = result
+
+
+# What a job asks, as far as feasibility goes (with its partition, node list and
+# exclusions): read in one call each, for every queued job in every pass.
+_SHAPE_ASK = attrgetter(
+    "nodes", "cpus_per_node", "mem_per_node", "gpus_per_node", "gpu_type", "exclusive"
+)
+_SPEC_ASK = attrgetter("exclusive", "constraint", "reservation")
 
 
 class Feasibility:
@@ -237,26 +255,25 @@ class Feasibility:
         flat key and the per-job checks come after, in the same order as ever:
         partition state, access, time limit, node count, nodes, reservation access."""
         spec = job.spec
-        shape = job.shape
-        ask = (
-            pname,
-            shape.nodes,
-            shape.cpus_per_node,
-            shape.mem_per_node,
-            shape.gpus_per_node,
-            shape.gpu_type,
-            shape.exclusive or spec.exclusive,
-            spec.constraint,
-            spec.reservation,
-            tuple(spec.nodelist) if spec.nodelist else (),
-            tuple(spec.exclude) if spec.exclude else (),
-        )
+        if spec.nodelist or spec.exclude:
+            ask: tuple[object, ...] = (
+                pname,
+                _SHAPE_ASK(job.shape),
+                _SPEC_ASK(spec),
+                tuple(spec.nodelist),
+                tuple(spec.exclude),
+            )
+        else:
+            ask = (pname, _SHAPE_ASK(job.shape), _SPEC_ASK(spec))
         answer = self._answers.get(ask)
         if answer is None:
             answer = self._answers[ask] = self._answer(job, pname)
         if isinstance(answer, Verdict):  # unknown or unusable partition
             return answer
         part = answer.part
+        if answer.plain is not None:  # no check left but the time limit's, which passes
+            limit = job_duration(job, part)
+            return answer.plain, INF if limit is None else float(limit)
         if answer.restricted:
             access = (pname, spec.account, job.group)
             if access in self._access:
