@@ -67,6 +67,42 @@ def usage_error(prog: str, message: str, rc: int = 1) -> int:
     return rc
 
 
+def option_error(prog: str, message: object, rc: int = 1) -> CommandError:
+    """The CommandError for getopt's complaint plus Slurm's hint (``usage_error``'s text)."""
+    return CommandError(
+        f'{prog}: {message}\nTry "{prog} --help" for more information', rc, raw=True
+    )
+
+
+def no_operands(prog: str, operands: list[str]) -> None:
+    """Refuse operands for a command that takes none, as Slurm's query commands do."""
+    if operands:
+        raise option_error(prog, f"unrecognized argument '{operands[0]}'")
+
+
+def info_text(keys: tuple[str, ...] | set[str], help_text: str, usage_text: str) -> str | None:
+    """The text --help, --usage or --version asks for (in that precedence) when one is in
+    ``keys``; None when none is."""
+    if "help" in keys:
+        return help_text
+    if "usage" in keys:
+        return usage_text
+    if "version" in keys:
+        return version_line() + "\n"
+    return None
+
+
+def parse_iterate(value: str | None) -> float:
+    """An --iterate period: a positive number of seconds."""
+    try:
+        period = float(value or "")
+    except ValueError:
+        period = 0.0
+    if period <= 0:
+        raise CommandError(f"Invalid --iterate value: {value}")
+    return period
+
+
 def exit_error_code(default: int = 1) -> int:
     """``SLURM_EXIT_ERROR`` overrides the status a command uses for a Slurm error."""
     raw = os.environ.get("SLURM_EXIT_ERROR")

@@ -18,8 +18,9 @@ from muster.cli.common import (
     connect,
     connect_message,
     current_user,
+    info_text,
+    option_error,
     report,
-    version_line,
 )
 from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt, parse_signal_name
 
@@ -159,18 +160,13 @@ def parse_args(argv: list[str]) -> Cancel | str:
     try:
         parsed, operands = getopt(argv, OptionTable(OPTIONS))
     except OptionError as e:
-        raise CommandError(
-            f'{PROG}: {e}\nTry "{PROG} --help" for more information', 1, raw=True
-        ) from None
+        raise option_error(PROG, e) from None
     c = Cancel()
     for opt, value in parsed:
         key = opt.key
-        if key == "help":
-            return HELP
-        if key == "usage":
-            return USAGE
-        if key == "version":
-            return version_line() + "\n"
+        text = info_text((key,), HELP, USAGE)
+        if text is not None:
+            return text
         if key == "batch":
             c.batch = True
         elif key == "jobname":

@@ -21,10 +21,13 @@ from muster.cli.common import (
     connect,
     connect_message,
     fit,
+    info_text,
+    no_operands,
+    option_error,
     parse_format,
+    parse_iterate,
     print_lines,
     report,
-    version_line,
 )
 from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 
@@ -534,15 +537,8 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
     try:
         parsed, operands = getopt(argv, OptionTable(OPTIONS))
     except OptionError as e:
-        raise CommandError(
-            f'{PROG}: {e}\nTry "{PROG} --help" for more information', 1, raw=True
-        ) from None
-    if operands:
-        raise CommandError(
-            f"{PROG}: unrecognized argument '{operands[0]}'\nTry \"{PROG} --help\" for more information",
-            1,
-            raw=True,
-        )
+        raise option_error(PROG, e) from None
+    no_operands(PROG, operands)
     req = Request()
     fmt = environ.get("SINFO_FORMAT")
     long_fmt = None
@@ -550,23 +546,15 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
         req.partitions = [p for p in environ["SINFO_PARTITION"].split(",") if p]
     for opt, value in parsed:
         key = opt.key
-        if key == "help":
-            return HELP
-        if key == "usage":
-            return USAGE
-        if key == "version":
-            return version_line() + "\n"
+        text = info_text((key,), HELP, USAGE)
+        if text is not None:
+            return text
         if key == "dead":
             req.dead = True
         elif key == "noheader":
             req.header = False
         elif key == "iterate":
-            try:
-                req.iterate = float(value or "")
-                if req.iterate <= 0:
-                    raise ValueError
-            except ValueError:
-                raise CommandError(f"Invalid --iterate value: {value}") from None
+            req.iterate = parse_iterate(value)
         elif key == "long":
             req.long = True
         elif key == "Node":

@@ -30,13 +30,16 @@ from muster.cli.common import (
     connect_message,
     current_user,
     fit,
+    info_text,
+    no_operands,
+    option_error,
     parse_format,
+    parse_iterate,
     print_lines,
     report,
-    version_line,
 )
-from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
 from muster.cli.jobarrays import array_job_id_text, array_task_text, job_id_text, merge_array_rows
+from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
 from muster.core.arrays import JobRef, parse_job_ref
 
 PROG = "squeue"
@@ -640,15 +643,8 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
     try:
         parsed, operands = getopt(argv, OptionTable(OPTIONS))
     except OptionError as e:
-        raise CommandError(
-            f'{PROG}: {e}\nTry "{PROG} --help" for more information', 1, raw=True
-        ) from None
-    if operands:
-        raise CommandError(
-            f"{PROG}: unrecognized argument '{operands[0]}'\nTry \"{PROG} --help\" for more information",
-            1,
-            raw=True,
-        )
+        raise option_error(PROG, e) from None
+    no_operands(PROG, operands)
     req = Request()
     f = req.filters
     fmt = environ.get("SQUEUE_FORMAT")
@@ -668,23 +664,15 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
         f.names = _split(environ["SQUEUE_NAMES"])
     for opt, value in parsed:
         key = opt.key
-        if key == "help":
-            return HELP
-        if key == "usage":
-            return USAGE
-        if key == "version":
-            return version_line() + "\n"
+        text = info_text((key,), HELP, USAGE)
+        if text is not None:
+            return text
         if key == "account":
             f.accounts = _split(value)
         elif key == "noheader":
             req.header = False
         elif key == "iterate":
-            try:
-                req.iterate = float(value or "")
-                if req.iterate <= 0:
-                    raise ValueError
-            except ValueError:
-                raise CommandError(f"Invalid --iterate value: {value}") from None
+            req.iterate = parse_iterate(value)
         elif key == "jobs":
             f.job_ids = _job_refs(value or "")
         elif key == "long":
