@@ -19,20 +19,15 @@ from __future__ import annotations
 import os
 import sys
 
-from muster.cli.alloc import job_options
-from muster.cli.common import CommandError, argv_or_sys, connect, report, version_line
+from muster.cli.alloc import apply_job_options, finish_job_request, job_getopt, job_options
+from muster.cli.common import CommandError, argv_or_sys, connect, info_text, report
 from muster.cli.options import (
     NO_ARG,
     OPTIONAL,
-    RC_BAD_OPTION,
     JobRequest,
     Opt,
-    OptionError,
     OptionTable,
-    OptionValueError,
-    apply_options,
     env_options,
-    getopt,
 )
 
 PROG = "salloc"
@@ -56,28 +51,17 @@ def table() -> OptionTable:
 
 def build(argv: list[str], environ: dict[str, str], cwd: str) -> tuple[dict[str, object], list[str], bool] | str:
     tbl = table()
-    try:
-        parsed, operands = getopt(argv, tbl, permute=False)
-    except OptionError as e:
-        raise CommandError(
-            f'{PROG}: {e}\nTry "{PROG} --help" for more information', RC_BAD_OPTION, raw=True
-        ) from None
+    parsed, operands = job_getopt(PROG, argv, tbl)
     keys = {opt.key for opt, _ in parsed}
-    if "help" in keys:
-        return HELP
-    if "usage" in keys:
-        return USAGE
-    if "version" in keys:
-        return version_line() + "\n"
+    text = info_text(keys, HELP, USAGE)
+    if text is not None:
+        return text
     if "no-shell" in keys:
         raise CommandError("--no-shell is not supported by muster")
     req = JobRequest()
     layered = env_options(tbl, environ) + parsed
-    try:
-        apply_options(req, layered)
-        spec = req.finish(environ, cwd)
-    except OptionValueError as e:
-        raise CommandError(str(e), e.rc) from None
+    apply_job_options(req, layered)
+    spec = finish_job_request(req, environ, cwd)
     quiet = "quiet" in {o.key for o, _ in layered}
     command = operands or [environ.get("SHELL") or "/bin/sh"]
     if not spec.get("name"):

@@ -12,14 +12,15 @@ from __future__ import annotations
 import os
 import sys
 
+from muster.cli.alloc import apply_job_options, finish_job_request, job_getopt
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
     connect,
     connect_message,
     exit_error_code,
+    info_text,
     report,
-    version_line,
 )
 from muster.cli.options import (
     JOB_OPTIONS,
@@ -28,12 +29,8 @@ from muster.cli.options import (
     UNHONOURED,
     JobRequest,
     Opt,
-    OptionError,
     OptionTable,
-    OptionValueError,
-    apply_options,
     env_options,
-    getopt,
     script_directives,
 )
 
@@ -135,20 +132,12 @@ def build(
     text ``--help``/``--usage``/``--version`` asked for. Raises CommandError for errors.
     """
     tbl = table()
-    try:
-        parsed, operands = getopt(argv, tbl, permute=False)
-    except OptionError as e:
-        raise CommandError(
-            f'{PROG}: {e}\nTry "{PROG} --help" for more information', RC_BAD_OPTION, raw=True
-        ) from None
+    parsed, operands = job_getopt(PROG, argv, tbl)
 
     keys = {opt.key for opt, _ in parsed}
-    if "help" in keys:
-        return HELP
-    if "usage" in keys:
-        return USAGE
-    if "version" in keys:
-        return version_line() + "\n"
+    text = info_text(keys, HELP, USAGE)
+    if text is not None:
+        return text
 
     wrap = None
     for opt, value in parsed:
@@ -162,12 +151,7 @@ def build(
     check_script(script)
 
     directive_args = script_directives(script)
-    try:
-        from_script, stray = getopt(directive_args, tbl, permute=False)
-    except OptionError as e:
-        raise CommandError(
-            f'{PROG}: {e}\nTry "{PROG} --help" for more information', RC_BAD_OPTION, raw=True
-        ) from None
+    from_script, stray = job_getopt(PROG, directive_args, tbl)
     if stray:
         raise CommandError(f"Invalid directive found in batch script: {stray[0]}", RC_BAD_OPTION)
     # A script cannot ask for help, a version or another script.
@@ -179,10 +163,7 @@ def build(
     sub = Submission()
     req = JobRequest()
     layered = from_script + from_env + parsed
-    try:
-        apply_options(req, layered)
-    except OptionValueError as e:
-        raise CommandError(str(e), e.rc) from None
+    apply_job_options(req, layered)
     for opt, _value in layered:
         if opt.key == "parsable":
             sub.parsable = True
@@ -195,10 +176,7 @@ def build(
         elif opt.key == "test-only":
             sub.test_only = True
 
-    try:
-        spec = req.finish(environ, cwd, now)
-    except OptionValueError as e:
-        raise CommandError(str(e), e.rc) from None
+    spec = finish_job_request(req, environ, cwd, now)
     if "name" not in spec or not spec["name"]:
         if wrap is not None:
             spec["name"] = "wrap"

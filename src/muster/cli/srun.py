@@ -37,15 +37,15 @@ from __future__ import annotations
 import os
 import sys
 
-from muster.cli.alloc import job_options
+from muster.cli.alloc import apply_job_options, finish_job_request, job_getopt, job_options
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
     connect,
     connect_message,
     exit_error_code,
+    info_text,
     report,
-    version_line,
 )
 from muster.cli.options import (
     NO_ARG,
@@ -53,13 +53,9 @@ from muster.cli.options import (
     RC_BAD_OPTION,
     JobRequest,
     Opt,
-    OptionError,
     OptionTable,
-    OptionValueError,
-    apply_options,
     env_options,
     export_environment,
-    getopt,
 )
 
 PROG = "srun"
@@ -140,19 +136,11 @@ def _io_mode(value: str) -> dict[str, object]:
 
 def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
     tbl = table()
-    try:
-        parsed, operands = getopt(argv, tbl, permute=False)
-    except OptionError as e:
-        raise CommandError(
-            f'{PROG}: {e}\nTry "{PROG} --help" for more information', RC_BAD_OPTION, raw=True
-        ) from None
+    parsed, operands = job_getopt(PROG, argv, tbl)
     keys = {opt.key for opt, _ in parsed}
-    if "help" in keys:
-        return HELP
-    if "usage" in keys:
-        return USAGE
-    if "version" in keys:
-        return version_line() + "\n"
+    text = info_text(keys, HELP, USAGE)
+    if text is not None:
+        return text
     if "pty" in keys:
         raise CommandError("--pty is not supported by muster (tasks get pipes, not a terminal)")
     if "multi-prog" in keys:
@@ -167,10 +155,7 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
     run = Run()
     req = JobRequest()
     layered = from_env + parsed
-    try:
-        apply_options(req, layered)
-    except OptionValueError as e:
-        raise CommandError(str(e), e.rc) from None
+    apply_job_options(req, layered)
     for opt, value in layered:
         k = opt.key
         if k == "label":
@@ -213,10 +198,7 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
     if not operands:
         raise CommandError("No command given to execute.", 1)
     run.argv = operands
-    try:
-        spec = req.finish(environ, cwd)
-    except OptionValueError as e:
-        raise CommandError(str(e), e.rc) from None
+    spec = finish_job_request(req, environ, cwd)
     run.cwd = str(spec["workdir"])
     run.env = export_environment(req.export or environ.get("SLURM_EXPORT_ENV") or "ALL", environ)
     for key, target in (("stdout", "stdout"), ("stderr", "stderr"), ("stdin", "stdin")):
