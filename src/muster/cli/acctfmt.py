@@ -8,7 +8,17 @@ followed by ``|`` (or ``--delimiter``), with ``-P`` values are only separated by
 
 from __future__ import annotations
 
-from muster.cli.common import CommandError, connect, connect_message
+import sys
+
+from muster.cli.common import (
+    CommandError,
+    argv_or_sys,
+    connect,
+    connect_message,
+    usage_error,
+    version_line,
+)
+from muster.cli.options import Opt, OptionError, OptionTable, getopt
 
 
 def cell(value: str, width: int) -> str:
@@ -45,6 +55,26 @@ class Printer:
         for row in rows:
             out.append("".join(cell(v, w) + " " for v, (_, w) in zip(row, columns, strict=False)))
         return out
+
+
+def read_options(
+    prog: str, argv: list[str] | None, options: tuple[Opt, ...], doc: str | None
+) -> dict[str, str | None] | int:
+    """sprio's or sshare's options as ``{key: value}`` (operands are ignored); instead an
+    exit status when getopt refused them or ``--version``/``--help``/``--usage`` was answered
+    (the help is ``doc``)."""
+    try:
+        parsed, _operands = getopt(argv_or_sys(argv), OptionTable(options))
+    except OptionError as e:
+        return usage_error(prog, str(e))
+    opts = {o.key: v for o, v in parsed}
+    if "version" in opts:
+        sys.stdout.write(version_line() + "\n")
+        return 0
+    if "help" in opts or "usage" in opts:
+        sys.stdout.write(doc or "")
+        return 0
+    return opts
 
 
 def call(prog: str, method: str, path: str, body: object = None) -> dict:

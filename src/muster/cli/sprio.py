@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import sys
 
-from muster.cli.acctfmt import call
+from muster.cli.acctfmt import call, read_options
 from muster.cli.common import (
     CommandError,
-    argv_or_sys,
     fit,
     parse_format,
     print_lines,
     report,
-    usage_error,
-    version_line,
 )
-from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
+from muster.cli.options import NO_ARG, Opt
 
 PROG = "sprio"
 
@@ -100,17 +97,9 @@ def weight_value(letter: str, weights: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        parsed, operands = getopt(argv_or_sys(argv), OptionTable(OPTIONS))
-    except OptionError as e:
-        return usage_error(PROG, str(e))
-    opts = {o.key: v for o, v in parsed}
-    if "version" in opts:
-        sys.stdout.write(version_line() + "\n")
-        return 0
-    if "help" in opts or "usage" in opts:
-        sys.stdout.write(__doc__ or "")
-        return 0
+    opts = read_options(PROG, argv, OPTIONS, __doc__)
+    if isinstance(opts, int):
+        return opts
     try:
         answer = call(PROG, "GET", "/v1/accounting/priority")
         if not answer.get("multifactor"):

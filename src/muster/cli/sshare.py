@@ -12,17 +12,14 @@ from __future__ import annotations
 import math
 import sys
 
-from muster.cli.acctfmt import Printer, call
+from muster.cli.acctfmt import Printer, call, read_options
 from muster.cli.common import (
     CommandError,
-    argv_or_sys,
     current_user,
     print_lines,
     report,
-    usage_error,
-    version_line,
 )
-from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
+from muster.cli.options import NO_ARG, Opt
 
 PROG = "sshare"
 
@@ -89,17 +86,9 @@ def select(rows: list[dict], users: list[str] | None, accounts: list[str] | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        parsed, operands = getopt(argv_or_sys(argv), OptionTable(OPTIONS))
-    except OptionError as e:
-        return usage_error(PROG, str(e))
-    opts = {o.key: v for o, v in parsed}
-    if "version" in opts:
-        sys.stdout.write(version_line() + "\n")
-        return 0
-    if "help" in opts or "usage" in opts:
-        sys.stdout.write(__doc__ or "")
-        return 0
+    opts = read_options(PROG, argv, OPTIONS, __doc__)
+    if isinstance(opts, int):
+        return opts
     try:
         fmt = opts.get("format") or (LONG if "long" in opts else DEFAULT)
         cols = []
