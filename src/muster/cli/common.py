@@ -469,6 +469,42 @@ def parse_format(fmt: str) -> list[tuple[str, str | None, int, bool]]:
     return pieces
 
 
+def null_text(value: object) -> str:
+    """``(null)`` for a missing value (None, empty text or list), as Slurm prints it."""
+    if value is None or value == "" or value == []:
+        return "(null)"
+    return str(value)
+
+
+_TIMEFMT = None
+
+
+def timefmt():  # noqa: ANN201 - the module
+    """muster.core.timefmt, imported on first use (commands that print no times skip it)."""
+    global _TIMEFMT
+    if _TIMEFMT is None:
+        from muster.core import timefmt as module
+
+        _TIMEFMT = module
+    return _TIMEFMT
+
+
+def split_ids(text: str) -> list[str]:
+    """Split job ids on commas and blanks outside brackets: ``1,2_[3,5]`` -> ``1``,
+    ``2_[3,5]`` (blank items dropped, the others as written)."""
+    items, depth, current = [], 0, []
+    for ch in text:
+        if ch in ", \t" and depth == 0:
+            items.append("".join(current))
+            current = []
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        current.append(ch)
+    items.append("".join(current))
+    return [i for i in items if i.strip()]
+
+
 def current_user() -> str:
     import pwd
 

@@ -21,6 +21,7 @@ from muster.cli.common import (
     info_text,
     option_error,
     report,
+    split_ids,
 )
 from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt, parse_signal_name
 
@@ -141,21 +142,6 @@ def parse_job_id(text: str) -> int | str:
     return str(ref)
 
 
-def _split_ids(word: str) -> list[str]:
-    """Split on commas and blanks outside brackets: ``1,2_[3,5]`` -> ``1``, ``2_[3,5]``."""
-    items, depth, current = [], 0, []
-    for ch in word:
-        if ch in ", \t" and depth == 0:
-            items.append("".join(current))
-            current = []
-            continue
-        depth += ch == "["
-        depth -= ch == "]"
-        current.append(ch)
-    items.append("".join(current))
-    return [i for i in items if i.strip()]
-
-
 def parse_args(argv: list[str]) -> Cancel | str:
     try:
         parsed, operands = getopt(argv, OptionTable(OPTIONS))
@@ -200,7 +186,7 @@ def parse_args(argv: list[str]) -> Cancel | str:
             c.unsupported.append(f"--{key}")
         # --full, --hurry, --clusters, --sibling: nothing to do in muster.
     for word in operands:
-        for item in _split_ids(word):
+        for item in split_ids(word):
             step = parse_step_id(item)
             if step is not None:
                 c.steps.append(step)

@@ -20,8 +20,11 @@ from muster.cli.common import (
     connect,
     connect_message,
     load_settings,
+    null_text,
     print_lines,
     report,
+    split_ids,
+    timefmt,
     version_line,
     write_out,
 )
@@ -58,31 +61,12 @@ class Flags:
 # --- small value helpers -------------------------------------------------------------------
 
 
-def _null(value: object) -> str:
-    if value is None or value == "" or value == []:
-        return "(null)"
-    return str(value)
-
-
-def _timefmt():  # noqa: ANN202 - the module
-    """muster.core.timefmt, imported once on first use (``show jobs`` formats thousands)."""
-    global _TIMEFMT
-    if _TIMEFMT is None:
-        from muster.core import timefmt
-
-        _TIMEFMT = timefmt
-    return _TIMEFMT
-
-
-_TIMEFMT = None
-
-
 def _hms(seconds: object) -> str:
-    return _timefmt().format_hms(None if seconds is None else int(seconds))  # type: ignore[arg-type]
+    return timefmt().format_hms(None if seconds is None else int(seconds))  # type: ignore[arg-type]
 
 
 def _ts(epoch: object, none: str = "Unknown") -> str:
-    return _timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
+    return timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
 
 
 def _mem(mb: object) -> str:
@@ -213,7 +197,7 @@ def job_record(job: dict, details: bool = False) -> list[str]:
         f"UserId={job.get('user')}({job.get('uid')}) GroupId={job.get('group')}({job.get('gid')}) MCS_label=N/A",
         f"Priority={int(job.get('priority') or 0)} Nice={int(spec.get('nice') or 0)} "
         f"Account={job.get('account') or job.get('user')} QOS={job.get('qos') or 'normal'}",
-        f"JobState={job_state(job)} Reason={job.get('reason') or 'None'} Dependency={_null(spec.get('dependency'))}",
+        f"JobState={job_state(job)} Reason={job.get('reason') or 'None'} Dependency={null_text(spec.get('dependency'))}",
         f"Requeue={requeue} Restarts={int(job.get('restart_count') or 0)} BatchFlag={0 if spec.get('interactive') else 1} Reboot=0 ExitCode={exit_text}",
     ]
     if details:
@@ -227,7 +211,7 @@ def job_record(job: dict, details: bool = False) -> list[str]:
         f"StartTime={start} EndTime={end} Deadline=N/A",
         f"SuspendTime=None SecsPreSuspend=0 LastSchedEval={_ts(sched_eval)} Scheduler={job.get('scheduler') or 'Main'}",
         f"Partition={job.get('partition') or ''} AllocNode:Sid={job.get('submit_host') or 'localhost'}:0",
-        f"ReqNodeList={_null(_compress(spec.get('nodelist')))} ExcNodeList={_null(_compress(spec.get('exclude')))}",
+        f"ReqNodeList={null_text(_compress(spec.get('nodelist')))} ExcNodeList={null_text(_compress(spec.get('exclude')))}",
         f"NodeList={job.get('nodelist') or ''}",
     ]
     if job.get("batch_host"):
@@ -242,9 +226,9 @@ def job_record(job: dict, details: bool = False) -> list[str]:
         lines += _gres_detail(job)
     lines += [
         f"MinCPUsNode={spec.get('cpus_per_task') or 1} {_memory_field(job)} MinTmpDiskNode=0",
-        f"Features={_null(spec.get('constraint'))} DelayBoot=00:00:00",
+        f"Features={null_text(spec.get('constraint'))} DelayBoot=00:00:00",
         f"OverSubscribe={'NO' if spec.get('exclusive') else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
-        f"Command={_null(job.get('command'))}",
+        f"Command={null_text(job.get('command'))}",
         f"WorkDir={spec.get('workdir') or ''}",
     ]
     if spec.get("comment"):
@@ -603,18 +587,8 @@ def _id_list(words: list[str]) -> list[str]:
 
 
 def _split_ids(text: str) -> list[str]:
-    """Split on commas and blanks outside brackets: ``1,2_[3,5]`` -> ``1``, ``2_[3,5]``."""
-    items, depth, current = [], 0, []
-    for ch in text:
-        if ch in ", \t" and depth == 0:
-            items.append("".join(current))
-            current = []
-            continue
-        depth += ch == "["
-        depth -= ch == "]"
-        current.append(ch)
-    items.append("".join(current))
-    return [i.strip() for i in items if i.strip()]
+    """``split_ids`` with each id stripped."""
+    return [i.strip() for i in split_ids(text)]
 
 
 def _path_id(item: str) -> str:

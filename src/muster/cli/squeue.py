@@ -32,11 +32,13 @@ from muster.cli.common import (
     fit,
     info_text,
     no_operands,
+    null_text,
     option_error,
     parse_format,
     parse_iterate,
     print_lines,
     report,
+    timefmt,
 )
 from muster.cli.jobarrays import array_job_id_text, array_task_text, job_id_text, merge_array_rows
 from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
@@ -130,31 +132,12 @@ def state_code(job: dict) -> str:
     return str(job.get("state_code") or "")
 
 
-def _nullable(value: object) -> str:
-    if value is None or value == "" or value == []:
-        return "(null)"
-    return str(value)
-
-
-def _timefmt():  # noqa: ANN202 - the module
-    """muster.core.timefmt, imported on first use (commands that print no times skip it)."""
-    global _TIMEFMT
-    if _TIMEFMT is None:
-        from muster.core import timefmt
-
-        _TIMEFMT = timefmt
-    return _TIMEFMT
-
-
-_TIMEFMT = None
-
-
 def _dur(seconds: object) -> str:
-    return _timefmt().format_duration(seconds if seconds is None else int(seconds))  # type: ignore[arg-type]
+    return timefmt().format_duration(seconds if seconds is None else int(seconds))  # type: ignore[arg-type]
 
 
 def _ts(epoch: object, none: str = "N/A") -> str:
-    return _timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
+    return timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
 
 
 def time_left(job: dict) -> str:
@@ -231,8 +214,8 @@ FIELDS: dict[str, tuple[str, object, bool]] = {
     "d": ("MIN_TMP_DISK", lambda j: "0", True),
     "D": ("NODES", lambda j: str(j.get("num_nodes") or 0), True),
     "e": ("END_TIME", end_time_text, True),
-    "E": ("DEPENDENCY", lambda j: _nullable(_spec(j).get("dependency")), True),
-    "f": ("FEATURES", lambda j: _nullable(_spec(j).get("constraint")), True),
+    "E": ("DEPENDENCY", lambda j: null_text(_spec(j).get("dependency")), True),
+    "f": ("FEATURES", lambda j: null_text(_spec(j).get("constraint")), True),
     "F": ("ARRAY_JOB_ID", array_job_id_text, True),
     "g": ("GROUP", lambda j: str(j.get("group") or ""), True),
     "G": ("GROUP", lambda j: str(j.get("gid", "")), True),
@@ -242,7 +225,7 @@ FIELDS: dict[str, tuple[str, object, bool]] = {
     "I": ("CORES_PER_SOCKET", lambda j: "*", True),
     "j": ("NAME", lambda j: str(_spec(j).get("name") or ""), True),
     "J": ("THREADS_PER_CORE", lambda j: "*", True),
-    "k": ("COMMENT", lambda j: _nullable(_spec(j).get("comment")), True),
+    "k": ("COMMENT", lambda j: null_text(_spec(j).get("comment")), True),
     "K": ("ARRAY_TASK_ID", array_task_text, True),
     "l": ("TIME_LIMIT", lambda j: _dur(j.get("time_limit")), True),
     "L": ("TIME_LEFT", time_left, True),
@@ -250,7 +233,7 @@ FIELDS: dict[str, tuple[str, object, bool]] = {
     "M": ("TIME", lambda j: _dur(int(j.get("run_time") or 0)), True),
     "n": ("REQ_NODES", lambda j: _compress(_spec(j).get("nodelist")), True),
     "N": ("NODELIST", lambda j: str(j.get("nodelist") or ""), False),
-    "o": ("COMMAND", lambda j: _nullable(j.get("command")), True),
+    "o": ("COMMAND", lambda j: null_text(j.get("command")), True),
     "O": ("CONTIGUOUS", lambda j: "0", True),
     "p": ("PRIORITY", _prio_float, True),
     "P": ("PARTITION", lambda j: str(j.get("partition") or ""), True),
@@ -263,12 +246,12 @@ FIELDS: dict[str, tuple[str, object, bool]] = {
     "T": ("STATE", long_state, True),
     "u": ("USER", lambda j: str(j.get("user") or ""), True),
     "U": ("UID", lambda j: str(j.get("uid", "")), True),
-    "v": ("RESERVATION", lambda j: _nullable(_spec(j).get("reservation")), True),
+    "v": ("RESERVATION", lambda j: null_text(_spec(j).get("reservation")), True),
     "V": ("SUBMIT_TIME", lambda j: _ts(j.get("submit_time")), True),
     "w": ("WCKEY", lambda j: "(null)", True),
     "x": ("EXC_NODES", lambda j: _compress(_spec(j).get("exclude")), True),
     "y": ("NICE", lambda j: str(_spec(j).get("nice") or 0), True),
-    "Y": ("SCHEDNODES", lambda j: _nullable(j.get("sched_nodelist")), True),
+    "Y": ("SCHEDNODES", lambda j: null_text(j.get("sched_nodelist")), True),
     "z": ("S:C:T", lambda j: "*:*:*", True),
     "Z": ("WORK_DIR", lambda j: str(_spec(j).get("workdir") or ""), True),
 }
