@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import sys
 
+from muster.core.conftext import strip_comment
+
 SLURM_VERSION = "22.05.8"
 
 
@@ -219,7 +221,7 @@ def parse_client_settings(text: str, path: str) -> ClientSettings:
         if line.endswith("\\") and not line.endswith("\\\\"):
             pending = line[:-1]
             continue
-        line = _strip_comment(line)
+        line = strip_comment(line)
         if "=" not in line:
             continue
         pairs = _pairs(line)
@@ -245,25 +247,6 @@ def parse_client_settings(text: str, path: str) -> ClientSettings:
             else:
                 settings[canon] = value
     return ClientSettings(path, settings)
-
-
-def _strip_comment(line: str) -> str:
-    out = []
-    quote = False
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\" and i + 1 < len(line) and line[i + 1] == "#":
-            out.append("#")
-            i += 2
-            continue
-        if ch == '"':
-            quote = not quote
-        elif ch == "#" and not quote:
-            break
-        out.append(ch)
-        i += 1
-    return "".join(out)
 
 
 def _pairs(line: str) -> list[tuple[str, str]]:

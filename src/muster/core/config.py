@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 
+from muster.core.conftext import strip_comment
 from muster.core.errors import MusterError
 from muster.core.hostlist import HostlistError, expand
 from muster.core.timefmt import TimeFormatError, parse_time_limit
@@ -673,33 +674,11 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
             pending.append(stripped[:-1])
             continue
         pending.append(physical)
-        out.append((start, _strip_comment("".join(pending))))
+        out.append((start, strip_comment("".join(pending))))
         pending = []
     if pending:  # a backslash on the last line continues into nothing
-        out.append((start, _strip_comment("".join(pending))))
+        out.append((start, strip_comment("".join(pending))))
     return out
-
-
-def _strip_comment(line: str) -> str:
-    """Cut at the first ``#`` outside double quotes; ``\\#`` stands for a literal ``#``."""
-    if "#" not in line:
-        return line
-    out: list[str] = []
-    quoted = False
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\" and line.startswith("#", i + 1):
-            out.append("#")
-            i += 2
-            continue
-        if ch == '"':
-            quoted = not quoted
-        elif ch == "#" and not quoted:
-            break
-        out.append(ch)
-        i += 1
-    return "".join(out)
 
 
 def _tokenize(line: str, where: str) -> list[tuple[str, str]]:
