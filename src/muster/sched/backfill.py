@@ -70,6 +70,8 @@ class _GpuIndex:
 
     def members(self, nodes: list[NodeProfile]) -> bytearray | None:
         """A flag per position for ``nodes``; None when they are all the nodes."""
+        if nodes == self.nodes:  # compared by identity, in C: the usual whole partition
+            return None
         flags = bytearray(len(self.nodes))
         for n in nodes:
             i = self.pos.get(n.name)

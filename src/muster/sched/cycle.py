@@ -31,7 +31,7 @@ from muster.sched.config import SchedConfig
 from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
 from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict, job_duration
-from muster.sched.priority import PriorityPolicy, order_keys
+from muster.sched.priority import PriorityPolicy, examination_order
 from muster.sched.profile import NodeProfile
 from muster.sched.reservations import ReservationBook
 from muster.sched.snapshot import Snapshot
@@ -134,7 +134,10 @@ class _Pass:
             elif res > 1:
                 end = -(-end // res) * res
             for a in job.alloc:
-                releases.setdefault(a.node, []).append((end, a.cpus, a.mem, len(a.gpu_ids)))
+                rel = releases.get(a.node)
+                if rel is None:
+                    rel = releases[a.node] = []
+                rel.append((end, a.cpus, a.mem, len(a.gpu_ids)))
         for name, rel in releases.items():
             node = pool.get(name)
             if node is not None:
@@ -270,8 +273,8 @@ class _Pass:
             parts = [where for _, where in eligible]
             values = list(map(prio.__getitem__, map(_JOB_ID, jobs)))
         tier_of = {where: policy.tier(where) for where in set(parts)}  # a few distinct ones
-        keys = order_keys(list(map(tier_of.__getitem__, parts)), values, jobs)
-        return list(map(eligible.__getitem__, sorted(range(len(eligible)), key=keys.__getitem__)))
+        order = examination_order(list(map(tier_of.__getitem__, parts)), values, jobs)
+        return list(map(eligible.__getitem__, order))
 
     # -- 4. placement ---------------------------------------------------------------------
     def _place(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:

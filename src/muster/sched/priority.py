@@ -31,7 +31,7 @@ from muster.core.job import Job
 from muster.sched.config import SchedConfig
 from muster.sched.snapshot import Snapshot
 
-__all__ = ["BASIC_TOP", "PriorityPolicy", "order_key", "order_keys"]
+__all__ = ["BASIC_TOP", "PriorityPolicy", "examination_order", "order_key"]
 
 # priority/basic counts down from here by job id, as Slurm counts down by submission.
 BASIC_TOP = 0xFFFEFFFF
@@ -110,14 +110,14 @@ class PriorityPolicy:
         """``priority`` of each job, ``partitions[i]`` being where ``jobs[i]`` may run.
 
         A pass asks this for every pending job, so FIFO without admin overrides (every
-        simulator preset) is computed in bulk: the same formula, with loops in C when no
-        job is held or niced."""
+        simulator preset) is computed in one comprehension, checked afterwards for the
+        rare held job or priority below 1."""
         if self.overrides or self.config.multifactor:
             return [self.priority(j, p) for j, p in zip(jobs, partitions, strict=True)]
-        ids = list(map(_JOB_ID, jobs))
-        if any(map(_HOLD, jobs)) or any(map(_NICE, jobs)) or max(ids, default=0) >= BASIC_TOP:
+        values = [BASIC_TOP - j.job_id - j.spec.nice for j in jobs]
+        if (values and min(values) < 1) or any(map(_HOLD, jobs)):
             return [0 if j.hold else max(1, BASIC_TOP - j.job_id - j.spec.nice) for j in jobs]
-        return list(map(BASIC_TOP.__sub__, ids))
+        return values
 
     def tier(self, partitions: tuple[str, ...]) -> int:
         return self._parts(partitions)[1]
@@ -142,10 +142,7 @@ class PriorityPolicy:
         return 1.0 - share if self.config.favor_small else share
 
 
-_JOB_ID = attrgetter("job_id")
 _HOLD = attrgetter("hold")
-_NICE = attrgetter("spec.nice")
-_SUBMIT = attrgetter("submit_time")
 
 _TIER_MAX = (1 << 16) - 1
 _PRIO_MAX = (1 << 48) - 1
@@ -167,27 +164,32 @@ def order_key(tier: int, priority: int, job: Job) -> int:
     return (((t << 48 | p) << 64 | s) << 48) | i
 
 
-def order_keys(tiers: Sequence[int], priorities: Sequence[int], jobs: Sequence[Job]) -> list[int]:
-    """``order_key`` of each job, in bulk: a pass asks for every eligible job. When every
-    value lies within its field (all but absurd ones) the clamping is left out, and a
-    tier shared by all jobs is shifted once."""
-    micros = [int(t * 1_000_000) for t in map(_SUBMIT, jobs)]
-    ids = list(map(_JOB_ID, jobs))
-    if not (
-        jobs
-        and 0 <= min(tiers) <= max(tiers) <= _TIER_MAX
-        and 0 <= min(priorities) <= max(priorities) <= _PRIO_MAX
-        and 0 <= min(micros) <= max(micros) <= _TIME_MAX
-        and 0 <= min(ids) <= max(ids) <= _ID_MAX
-    ):
-        return [order_key(t, p, j) for t, p, j in zip(tiers, priorities, jobs, strict=True)]
-    if min(tiers) == max(tiers):
-        top = (_TIER_MAX - tiers[0]) << 160
-        return [
-            top | (_PRIO_MAX - p) << 112 | s << 48 | i
-            for p, s, i in zip(priorities, micros, ids, strict=True)
-        ]
-    return [
-        (_TIER_MAX - t) << 160 | (_PRIO_MAX - p) << 112 | s << 48 | i
-        for t, p, s, i in zip(tiers, priorities, micros, ids, strict=True)
-    ]
+def examination_order(
+    tiers: Sequence[int], priorities: Sequence[int], jobs: Sequence[Job]
+) -> list[int]:
+    """The positions of ``jobs`` sorted by ``order_key`` (ties keep their positions),
+    without building the keys: a pass orders every eligible job, and four-field integers
+    cost more to build than to sort.
+
+    Stable sorts from the last field to the first give the same order; the submission
+    and job id sorts are left out when no two priorities are equal (they could break no
+    tie), the tier sort when all tiers are equal. Values are clamped to their fields as
+    ``order_key`` clamps them."""
+    n = len(jobs)
+    order = list(range(n))
+    prios = _clamped(priorities, _PRIO_MAX)
+    if len(set(prios)) < n:
+        ids = _clamped([job.job_id for job in jobs], _ID_MAX)
+        order.sort(key=ids.__getitem__)
+        micros = _clamped([int(job.submit_time * 1_000_000) for job in jobs], _TIME_MAX)
+        order.sort(key=micros.__getitem__)
+    order.sort(key=prios.__getitem__, reverse=True)  # reverse=True keeps ties in order
+    if n and min(tiers) != max(tiers):
+        order.sort(key=_clamped(tiers, _TIER_MAX).__getitem__, reverse=True)
+    return order
+
+
+def _clamped(values: Sequence[int], top: int) -> Sequence[int]:
+    if not values or (min(values) >= 0 and max(values) <= top):
+        return values
+    return [min(max(v, 0), top) for v in values]

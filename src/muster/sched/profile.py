@@ -92,20 +92,30 @@ class NodeProfile:
         if not releases:
             return
         releases.sort()
-        now = self.times[0]
-        c, m, g = self.cpus[0], self.mem[0], self.gpus[0]
+        times, cpus, mem, gpus = self.times, self.cpus, self.mem, self.gpus
+        now = times[0]
+        c, m, g = cpus[0], mem[0], gpus[0]
         cc, cm, cg = self.cap
+        # Every pass builds every node's profile: comparisons rather than min() calls.
         for t, dc, dm, dg in releases:
             if t <= now:
                 continue
-            c, m, g = min(cc, c + dc), min(cm, m + dm), min(cg, g + dg)
-            if t == self.times[-1]:
-                self.cpus[-1], self.mem[-1], self.gpus[-1] = c, m, g
+            c += dc
+            if c > cc:
+                c = cc
+            m += dm
+            if m > cm:
+                m = cm
+            g += dg
+            if g > cg:
+                g = cg
+            if t == times[-1]:
+                cpus[-1], mem[-1], gpus[-1] = c, m, g
             else:
-                self.times.append(t)
-                self.cpus.append(c)
-                self.mem.append(m)
-                self.gpus.append(g)
+                times.append(t)
+                cpus.append(c)
+                mem.append(m)
+                gpus.append(g)
         self.version += 1
 
     # -- questions ------------------------------------------------------------------

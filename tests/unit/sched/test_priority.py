@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from muster.sched import SchedConfig
-from muster.sched.priority import BASIC_TOP
+from muster.sched.priority import BASIC_TOP, PriorityPolicy, examination_order, order_key
+from muster.sched.snapshot import Snapshot
 from muster.sched.testing import JobBuilder, SchedHarness, job
 
 DAY = 86400
@@ -130,3 +134,50 @@ def test_equal_priorities_go_by_submit_time_then_job_id() -> None:
     assert d.reasons[early_low_id].value == "Resources"
     assert d.reasons[early_high_id].value == "Priority"
     assert d.reasons[late].value == "Priority"
+
+
+# -- the examination order in bulk, against the one-key definition --------------------
+
+_fields = st.tuples(
+    st.sampled_from([0, 1, 2, -1, (1 << 16) + 5]),  # tier, some out of range
+    st.one_of(st.integers(-5, 40), st.sampled_from([BASIC_TOP, 1 << 60])),  # priority
+    st.sampled_from([0.0, 1.0, 1.0000004, 2.5, -3.0, 1e13]),  # submit time
+    st.one_of(st.integers(-2, 30), st.just(1 << 50)),  # job id
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_fields, max_size=25), st.booleans())
+def test_examination_order_sorts_as_order_key_does(
+    rows: list[tuple[int, int, float, int]], distinct_priorities: bool
+) -> None:
+    if distinct_priorities:  # the short path: no tie on priority to break
+        rows = [(t, i, s, j) for i, (t, _, s, j) in enumerate(rows)]
+    jobs = [job().id(j).build(j, s, "batch") for _, _, s, j in rows]
+    tiers = [t for t, _, _, _ in rows]
+    prios = [p for _, p, _, _ in rows]
+    keys = [order_key(t, p, jb) for t, p, jb in zip(tiers, prios, jobs, strict=True)]
+    expected = sorted(range(len(rows)), key=keys.__getitem__)
+    assert examination_order(tiers, prios, jobs) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2**33), st.sampled_from([0, 0, 5, -3, 2**33])), max_size=20),
+    st.lists(st.booleans(), max_size=20),
+)
+def test_fifo_priorities_in_bulk_match_one_by_one(
+    ids_nice: list[tuple[int, int]], held: list[bool]
+) -> None:
+    config = SchedConfig(priority_type="priority/basic")
+    jobs = []
+    for k, (job_id, nice) in enumerate(ids_nice):
+        b = job().id(job_id).nice(nice)
+        if k < len(held) and held[k]:
+            b = b.held()
+        jobs.append(b.build(job_id, 0.0, "batch"))
+    snap = Snapshot(nodes=[], partitions={}, pending=jobs, running=[])
+    policy = PriorityPolicy(snap, 0.0, config)
+    parts = [("batch",)] * len(jobs)
+    one_by_one = [policy.priority(j, p) for j, p in zip(jobs, parts, strict=True)]
+    assert policy.priorities(jobs, parts) == one_by_one
