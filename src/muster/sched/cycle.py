@@ -44,12 +44,6 @@ _RESERVATION_LOOKAHEAD = 60 * 86400
 _NO_PARTITION = Verdict(Reason.BAD_CONSTRAINTS, False, NO_PARTITION)
 _PRIORITY = Reason.PRIORITY  # looked up once: most jobs of a long queue get it, every pass
 _JOB_ID = attrgetter("job_id")
-_HOLD = attrgetter("hold")
-_DEPENDENCY = attrgetter("spec.dependency")
-_THROTTLE = attrgetter("array_throttle")
-_BEGIN = attrgetter("spec.begin_time")
-_NAMED_PARTITIONS = attrgetter("spec.partitions")
-_PARTITION = attrgetter("partition")
 
 
 def schedule(
@@ -157,15 +151,25 @@ class _Pass:
 
     # -- 2. eligibility -------------------------------------------------------------------
     def _eligibility(self) -> list[tuple[Job, tuple[str, ...]]]:
-        pending = self.snap.pending
-        self.parts = self._where(pending)  # phase 3 reads them too
-        if not self._may_wait(pending):
-            return list(zip(pending, self.parts, strict=True))
+        # One loop, each job read once: a pass runs this over the whole queue.
         d, now = self.d, self.now
+        parts_of = self._partitions_of
         overrides = self.snap.priority_overrides
+        self.parts = all_parts = []  # phase 3 reads them too
         out: list[tuple[Job, tuple[str, ...]]] = []
-        for job, parts in zip(pending, self.parts, strict=True):
+        # Most jobs name no partition and share the one the controller resolved.
+        last_name: str | None = None
+        last: tuple[str, ...] = ()
+        for job in self.snap.pending:
             spec = job.spec
+            if spec.partitions:
+                parts = parts_of(job)
+            elif job.partition == last_name:
+                parts = last
+            else:
+                parts = last = parts_of(job)
+                last_name = job.partition
+            all_parts.append(parts)
             if (
                 job.hold
                 or spec.dependency
@@ -180,28 +184,6 @@ class _Pass:
                     continue
             out.append((job, parts))
         return out
-
-    def _may_wait(self, pending: list[Job]) -> bool:
-        """Whether any job may be held, wait for its begin time, a dependency or its
-        array's throttle. Usually none does: the queue is screened in bulk (loops in C),
-        not job by job."""
-        if any(map(_HOLD, pending)) or any(map(_DEPENDENCY, pending)):
-            return True
-        if any(map(_THROTTLE, pending)):
-            return True
-        now = self.now
-        if any(t is not None and t > now for t in set(map(_BEGIN, pending))):
-            return True
-        overrides = self.snap.priority_overrides
-        return bool(overrides) and 0 in overrides.values()
-
-    def _where(self, pending: list[Job]) -> list[tuple[str, ...]]:
-        """Each job's partitions (``_partitions_of``); one tuple for all when no job
-        names its own and the controller resolved the same one for all."""
-        if pending and not any(map(_NAMED_PARTITIONS, pending)):
-            if len(set(map(_PARTITION, pending))) == 1:
-                return [self._partitions_of(pending[0])] * len(pending)
-        return [self._partitions_of(job) for job in pending]
 
     def _ineligible(self, job: Job) -> Reason:
         """Why the job may not be considered yet, or ``Reason.NONE``."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 from muster.core.job import Job, JobSpec, Shape
@@ -172,33 +171,29 @@ def _need(shape: Shape) -> tuple[int, int, int]:
 
 class _Answer:
     """What ``Feasibility.request`` remembers for one ask (partition, shape, node list,
-    constraint, reservation) in a usable partition: whether the partition's access lists
-    must be checked, and what comes after the per-job checks: the request, or the
-    verdict on the node count or the nodes. ``plain`` is the request when no per-job
-    check can fail (open partition without MaxTime, no reservation)."""
+    constraint, reservation): the partition (None when unknown or unusable, ``result``
+    then says why), whether its access lists must be checked, and what comes after the
+    per-job checks: the request, or the verdict on the node count or the nodes.
+    ``plain`` is the request when no per-job check can fail (usable open partition
+    without MaxTime, no reservation)."""
 
     __slots__ = ("part", "restricted", "result", "plain")
 
-    def __init__(self, part: PartitionView, restricted: bool, result: Request | Verdict) -> None:
+    def __init__(
+        self, part: PartitionView | None, restricted: bool, result: Request | Verdict
+    ) -> None:
         self.part = part
         self.restricted = restricted
         self.result = result
         self.plain: Request | None = None
         if (
-            isinstance(result, Request)
+            part is not None
+            and isinstance(result, Request)
             and not restricted
             and part.max_time is None
             and result.reservation is None
         ):
             self.plain = result
-
-
-# What a job asks, as far as feasibility goes (with its partition, node list and
-# exclusions): read in one call each, for every queued job in every pass.
-_SHAPE_ASK = attrgetter(
-    "nodes", "cpus_per_node", "mem_per_node", "gpus_per_node", "gpu_type", "exclusive"
-)
-_SPEC_ASK = attrgetter("exclusive", "constraint", "reservation")
 
 
 class Feasibility:
@@ -229,7 +224,7 @@ class Feasibility:
         self.now = now
         self._access: dict[tuple[str, str | None, str], Verdict | None] = {}
         self._made: dict[tuple[object, ...], Request | Verdict] = {}  # by request key
-        self._answers: dict[tuple[object, ...], _Answer | Verdict] = {}  # by what jobs ask
+        self._answers: dict[tuple[object, ...], _Answer] = {}  # by what jobs ask
         self._part_nodes: dict[str, list[NodeProfile]] = {}
         self._alike: dict[str, bool] = {}  # partition -> its nodes share one configuration
 
@@ -255,25 +250,33 @@ class Feasibility:
         flat key and the per-job checks come after, in the same order as ever:
         partition state, access, time limit, node count, nodes, reservation access."""
         spec = job.spec
-        if spec.nodelist or spec.exclude:
-            ask: tuple[object, ...] = (
-                pname,
-                _SHAPE_ASK(job.shape),
-                _SPEC_ASK(spec),
-                tuple(spec.nodelist),
-                tuple(spec.exclude),
-            )
-        else:
-            ask = (pname, _SHAPE_ASK(job.shape), _SPEC_ASK(spec))
+        shape = job.shape
+        ask = (
+            pname,
+            shape.nodes,
+            shape.cpus_per_node,
+            shape.mem_per_node,
+            shape.gpus_per_node,
+            shape.gpu_type,
+            shape.exclusive,
+            spec.exclusive,
+            spec.constraint,
+            spec.reservation,
+            tuple(spec.nodelist) if spec.nodelist else None,
+            tuple(spec.exclude) if spec.exclude else None,
+        )
         answer = self._answers.get(ask)
         if answer is None:
             answer = self._answers[ask] = self._answer(job, pname)
-        if isinstance(answer, Verdict):  # unknown or unusable partition
-            return answer
+        plain = answer.plain
+        if plain is not None and answer.part is not None:  # only the time limit is left
+            limit = job.time_limit
+            if not limit:  # none of its own: job_duration says which applies
+                limit = job_duration(job, answer.part)
+            return plain, INF if limit is None else float(limit)
         part = answer.part
-        if answer.plain is not None:  # no check left but the time limit's, which passes
-            limit = job_duration(job, part)
-            return answer.plain, INF if limit is None else float(limit)
+        if part is None:  # unknown or unusable partition: the answer is its verdict
+            return answer.result if isinstance(answer.result, Verdict) else _UNKNOWN_PARTITION
         if answer.restricted:
             access = (pname, spec.account, job.group)
             if access in self._access:
@@ -293,17 +296,17 @@ class Feasibility:
             return _RESERVATION_DENIED
         return result, INF if limit is None else float(limit)
 
-    def _answer(self, job: Job, pname: str) -> _Answer | Verdict:
+    def _answer(self, job: Job, pname: str) -> _Answer:
         """What ``request`` needs to know about the job's ask in ``pname`` beyond the
         per-job checks."""
         part = self.partitions.get(pname)
         if part is None:
-            return _UNKNOWN_PARTITION
+            return _Answer(None, False, _UNKNOWN_PARTITION)
         # Cheapest first: partition state, then (per job) access and time limit.
         if part.state == "DOWN":
-            return _PARTITION_DOWN
+            return _Answer(None, False, _PARTITION_DOWN)
         if part.state == "INACTIVE":
-            return _PARTITION_INACTIVE
+            return _Answer(None, False, _PARTITION_INACTIVE)
         restricted = (
             part.allow_accounts is not None
             or bool(part.deny_accounts)
