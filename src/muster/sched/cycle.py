@@ -22,7 +22,6 @@ config always give the same decisions.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from operator import attrgetter
 
 from muster.core.job import Job
 from muster.core.states import Reason
@@ -43,7 +42,6 @@ __all__ = ["schedule"]
 _RESERVATION_LOOKAHEAD = 60 * 86400
 _NO_PARTITION = Verdict(Reason.BAD_CONSTRAINTS, False, NO_PARTITION)
 _PRIORITY = Reason.PRIORITY  # looked up once: most jobs of a long queue get it, every pass
-_JOB_ID = attrgetter("job_id")
 
 
 def schedule(
@@ -247,15 +245,19 @@ class _Pass:
         pending = self.snap.pending
         values = policy.priorities(pending, self.parts)
         prio = self.d.priorities
-        prio.update(zip(map(_JOB_ID, pending), values, strict=True))
+        prio.update(zip([job.job_id for job in pending], values, strict=True))
         if len(eligible) == len(pending):  # none set aside: the same jobs in the same order
             jobs, parts = pending, self.parts
         else:
             jobs = [job for job, _ in eligible]
             parts = [where for _, where in eligible]
-            values = list(map(prio.__getitem__, map(_JOB_ID, jobs)))
-        tier_of = {where: policy.tier(where) for where in set(parts)}  # a few distinct ones
-        order = examination_order(list(map(tier_of.__getitem__, parts)), values, jobs)
+            values = [prio[job.job_id] for job in jobs]
+        if parts and parts.count(parts[0]) == len(parts):  # usually one tuple for all
+            tiers = [policy.tier(parts[0])] * len(parts)
+        else:
+            tier_of = {where: policy.tier(where) for where in set(parts)}  # a few distinct
+            tiers = list(map(tier_of.__getitem__, parts))
+        order = examination_order(tiers, values, jobs)
         return list(map(eligible.__getitem__, order))
 
     # -- 4. placement ---------------------------------------------------------------------

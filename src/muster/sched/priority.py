@@ -25,7 +25,8 @@ the same way on every run. Priorities above 2**48 count as 2**48 for ordering.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
+from itertools import islice
+from operator import gt
 
 from muster.core.job import Job
 from muster.sched.config import SchedConfig
@@ -110,12 +111,12 @@ class PriorityPolicy:
         """``priority`` of each job, ``partitions[i]`` being where ``jobs[i]`` may run.
 
         A pass asks this for every pending job, so FIFO without admin overrides (every
-        simulator preset) is computed in one comprehension, checked afterwards for the
-        rare held job or priority below 1."""
+        simulator preset) is computed in one comprehension without ``max``; a value below
+        1 (a held job's 0 included) sends the whole list the careful way."""
         if self.overrides or self.config.multifactor:
             return [self.priority(j, p) for j, p in zip(jobs, partitions, strict=True)]
-        values = [BASIC_TOP - j.job_id - j.spec.nice for j in jobs]
-        if (values and min(values) < 1) or any(map(_HOLD, jobs)):
+        values = [0 if j.hold else BASIC_TOP - j.job_id - j.spec.nice for j in jobs]
+        if values and min(values) < 1:
             return [0 if j.hold else max(1, BASIC_TOP - j.job_id - j.spec.nice) for j in jobs]
         return values
 
@@ -141,8 +142,6 @@ class PriorityPolicy:
         share = min(1.0, share)
         return 1.0 - share if self.config.favor_small else share
 
-
-_HOLD = attrgetter("hold")
 
 _TIER_MAX = (1 << 16) - 1
 _PRIO_MAX = (1 << 48) - 1
@@ -174,17 +173,21 @@ def examination_order(
     Stable sorts from the last field to the first give the same order; the submission
     and job id sorts are left out when no two priorities are equal (they could break no
     tie), the tier sort when all tiers are equal. Values are clamped to their fields as
-    ``order_key`` clamps them."""
+    ``order_key`` clamps them. A FIFO queue listed in submission order usually has
+    strictly falling priorities: it is in order already."""
     n = len(jobs)
     order = list(range(n))
     prios = _clamped(priorities, _PRIO_MAX)
+    uniform = not n or min(tiers) == max(tiers)
+    if uniform and all(map(gt, prios, islice(prios, 1, None))):
+        return order
     if len(set(prios)) < n:
         ids = _clamped([job.job_id for job in jobs], _ID_MAX)
         order.sort(key=ids.__getitem__)
         micros = _clamped([int(job.submit_time * 1_000_000) for job in jobs], _TIME_MAX)
         order.sort(key=micros.__getitem__)
     order.sort(key=prios.__getitem__, reverse=True)  # reverse=True keeps ties in order
-    if n and min(tiers) != max(tiers):
+    if not uniform:
         order.sort(key=_clamped(tiers, _TIER_MAX).__getitem__, reverse=True)
     return order
 

@@ -147,12 +147,15 @@ _fields = st.tuples(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_fields, max_size=25), st.booleans())
+@given(st.lists(_fields, max_size=25), st.sampled_from(["any", "rising", "falling"]))
 def test_examination_order_sorts_as_order_key_does(
-    rows: list[tuple[int, int, float, int]], distinct_priorities: bool
+    rows: list[tuple[int, int, float, int]], priorities: str
 ) -> None:
-    if distinct_priorities:  # the short path: no tie on priority to break
+    # distinct priorities take the short paths: no tie to break, or already in order
+    if priorities == "rising":
         rows = [(t, i, s, j) for i, (t, _, s, j) in enumerate(rows)]
+    elif priorities == "falling":
+        rows = [(t, 100 - i, s, j) for i, (t, _, s, j) in enumerate(rows)]
     jobs = [job().id(j).build(j, s, "batch") for _, _, s, j in rows]
     tiers = [t for t, _, _, _ in rows]
     prios = [p for _, p, _, _ in rows]
