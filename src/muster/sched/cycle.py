@@ -114,7 +114,9 @@ class _Pass:
         pool = {v.name: NodeProfile(v, now) for v in self.snap.nodes}
         releases: dict[str, list[tuple[float, int, int, int]]] = {}
         for job in self.snap.running:
-            end = job.expected_end()
+            # Job.expected_end, inline: every pass reads every running job.
+            start, limit = job.start_time, job.time_limit
+            end = None if start is None or limit is None else start + limit
             if end is None and job.start_time is not None:
                 part = self.snap.partitions.get(job.partition)
                 limit = job_duration(job, part) if part is not None else None

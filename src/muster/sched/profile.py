@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Sequence
 
 from muster.sched.reservations import Window
 from muster.sched.snapshot import NodeView
@@ -35,6 +36,8 @@ EPS = 1e-6
 
 # Per-node need: (cpus, mem, gpus).
 Need = tuple[int, int, int]
+
+_NO_FEATURES: frozenset[str] = frozenset()
 
 
 class NodeProfile:
@@ -62,25 +65,27 @@ class NodeProfile:
     )
 
     def __init__(self, view: NodeView, now: float) -> None:
+        # Every pass builds one per node: no call that a comparison can replace.
         self.view = view
         self.name = view.name
         self.index = view.index
         self.cap: Need = (view.cpus, view.mem, view.gpus)
         self.gpu_type = view.gpu_type
-        self.features = frozenset(view.features)
+        self.features = frozenset(view.features) if view.features else _NO_FEATURES
         self.weight = view.weight
         self.switch = view.switch
         self.available = view.available
         self.gpu_ids = sorted(view.free_gpu_ids)
         self.running = view.running_jobs
         self.times: list[float] = [now]
-        self.cpus = [max(0, view.free_cpus)]
-        self.mem = [max(0, view.free_mem)]
+        free_cpus, free_mem = view.free_cpus, view.free_mem
+        self.cpus = [free_cpus if free_cpus > 0 else 0]
+        self.mem = [free_mem if free_mem > 0 else 0]
         self.gpus = [len(self.gpu_ids)]
         # True once something is taken from a future time: the profile may then be lower
         # later than now, and "fits now" no longer implies "fits for the whole job".
         self.dips = False
-        self.windows: list[Window] = []
+        self.windows: Sequence[Window] = ()  # set by the pass for nodes with reservations
         self.version = 0
         self._memo: dict[tuple[int, int, int, float], list[list[float]]] = {}
         self._memo_version = 0
