@@ -5,7 +5,8 @@ resolve later ("not now", e.g. PartitionDown: an admin may bring the partition u
 never as the cluster is configured ("never", e.g. a GPU count no node has). Checks run
 cheapest first: the per-job ones (state, access, limits) are a few comparisons; the
 per-node scan is cached by the request's static shape, so a queue of 100,000 jobs with a
-few dozen distinct shapes scans the nodes a few dozen times.
+few dozen distinct shapes scans the nodes a few dozen times and makes a few dozen
+``Request``s, whatever their time limits (a job's limit travels beside its request).
 
 ``validate_submit`` applies the "never" checks at submission, so that sbatch can refuse
 a job that could never run, with Slurm's wording. Limits that an admin may still raise
