@@ -160,7 +160,7 @@ class AgentWorld:
                 "ClusterName=itest\n"
                 f"SlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort={self.ctld_port}\n"
                 f"AuthKeyFile={self.key_path}\nAgentSocketDir={self.root}/run\n"
-                "SlurmdTimeout=5\nKillWait=1\nDefMemPerCPU=100\n"
+                "SlurmdTimeout=5\nKillWait=1\nDefMemPerCPU=100\nTaskPlugin=task/affinity\n"
                 f"NodeName=node1 NodeAddr=127.0.0.1 Port={self.agent_port} CPUs=32 RealMemory=128000 Gres=gpu:a100:4\n"
                 f"NodeName=node2 NodeAddr=127.0.0.1 Port={self.ports['node2']} CPUs=32 RealMemory=128000 Gres=gpu:a100:4\n"
                 "PartitionName=gpu Nodes=ALL Default=YES\n"
@@ -626,3 +626,17 @@ def test_a_rerun_on_a_neighbour_agent_survives_the_sweep_of_its_old_run(private_
     assert _alive(rerun_pid)
     w.call("POST", "/v1/terminate", {"job_id": old["job_id"], "reason": "cancel", "kill_wait": 1}, node="node2")
     wait_for(lambda: not _alive(rerun_pid), 5, "the rerun to stop")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_under_task_affinity_batch_scripts_are_pinned_to_cpus_of_their_own(world: AgentWorld) -> None:
+    script = "#!/bin/sh\ngrep Cpus_allowed_list /proc/self/status\nsleep 1\n"
+    jobs = [world.job(script) for _ in range(2)]
+    for job in jobs:
+        job["alloc"][0]["cpus"] = 1
+        assert world.launch(job).json() == {"ok": True}
+    for job in jobs:
+        world.ctld.wait_report(job["job_id"])
+    pinned = [world.read(f"slurm-{job['job_id']}.out").split()[-1] for job in jobs]
+    assert all(p.isdigit() for p in pinned), pinned
+    assert pinned[0] != pinned[1]

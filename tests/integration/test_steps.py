@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -250,3 +251,31 @@ def test_scancel_of_a_step_stops_it_and_the_job_goes_on(cluster: Harness) -> Non
     assert "got USR1" in text and f"*** STEP {job_id}.0 ON node" in text and "after" in text
     rows = cluster.run(["sacct", "-j", str(job_id), "--parsable2", "--noheader", "-o", "JobID,State"])
     assert f"{job_id}.0|CANCELLED" in rows.stdout, rows.stdout
+
+
+AFFINITY = "import os; print(sorted(os.sched_getaffinity(0)), os.environ.get('SLURM_CPU_BIND_LIST', '-'))"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_cpu_bind_pins_each_task_to_cpus_of_its_own(cluster: Harness) -> None:
+    out = cluster.run(["srun", "-N1", "-n2", "-c1", "--cpu-bind=verbose,cores", "-l", sys.executable, "-c", AFFINITY])
+    assert out.returncode == 0, out.stderr
+    rows = dict(line.split(": ", 1) for line in lines_of(out.stdout))
+    cpus = {task: eval(row.split("] ")[0] + "]") for task, row in rows.items()}  # noqa: S307 - our own print
+    assert sorted(cpus) == ["0", "1"] and all(len(c) == 1 for c in cpus.values())
+    assert cpus["0"] != cpus["1"]
+    masks = {row.split("] ")[1] for row in rows.values()}
+    assert len(masks) == 1 and masks.pop().count("0x") == 2  # SLURM_CPU_BIND_LIST: both tasks
+    told = re.findall(r"cpu-bind=MASK - node\d, task +(\d) +(\d) \[\d+\]: mask (0x[0-9a-f]+) set", out.stderr)
+    assert sorted(t for t, _local, _mask in told) == ["0", "1"], out.stderr
+    for task, _local, mask in told:
+        assert int(mask, 16) == 1 << cpus[task][0]
+
+
+def test_cpu_bind_none_leaves_tasks_free_and_a_bad_value_is_refused(cluster: Harness) -> None:
+    free = cluster.run(["srun", "-N1", "-n1", "--cpu-bind=none", sys.executable, "-c", AFFINITY])
+    assert free.returncode == 0, free.stderr
+    assert free.stdout.strip() == f"{sorted(os.sched_getaffinity(0))} -"
+    bad = cluster.run(["srun", "-N1", "--cpu-bind=cors", "true"])
+    assert bad.returncode != 0
+    assert 'unrecognized --cpu-bind argument "cors"' in bad.stderr

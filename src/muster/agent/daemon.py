@@ -18,6 +18,7 @@ from typing import Any
 
 from muster import __version__
 from muster.agent import gpus
+from muster.agent.affinity import CpuLedger, task_affinity
 from muster.agent.app import build_app
 from muster.agent.env import EnvContext
 from muster.agent.link import ControllerLink
@@ -98,6 +99,10 @@ class AgentDaemon:
         self.stop_requested = False
         self.client: SignedClient | None = None
         self.link: ControllerLink | None = None
+        # One ledger of the host's CPUs for batch scripts and steps alike; batch scripts
+        # and tasks are pinned by default only under TaskPlugin=task/affinity.
+        self.cpus = CpuLedger()
+        bind_by_default = task_affinity(self.config)
         self.supervisor = Supervisor(
             node=self.node.name,
             state=self.state,
@@ -115,6 +120,7 @@ class AgentDaemon:
             notify=self._notify,
             # a job's signals reach its steps' tasks once, not its srun processes too
             signal_steps=lambda job_id, sig: self.steps.signal(job_id, sig),
+            cpus=self.cpus if bind_by_default else None,
         )
         self.steps = StepRunner(  # job steps (srun): launched straight from srun
             node=self.node.name,
@@ -122,6 +128,8 @@ class AgentDaemon:
             clock=self.clock,
             env_ctx=self.supervisor.env_ctx,
             kill_wait=float(self.config.kill_wait),
+            cpus=self.cpus,
+            bind_default="task" if bind_by_default else "none",
         )
 
     # --- startup ----------------------------------------------------------------------

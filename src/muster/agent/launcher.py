@@ -14,7 +14,8 @@ this order, and nothing else:
    (absolute paths), all *as the user*: the user cannot make root create or truncate a
    file they could not write themselves;
 5. the ``dup2``s onto 0/1/2, default dispositions for every signal the agent ignores
-   (SIGPIPE and SIGXFSZ by Python, SIGHUP under nohup) and an empty signal mask;
+   (SIGPIPE and SIGXFSZ by Python, SIGHUP under nohup), an empty signal mask and, when the
+   plan names CPUs (``agent.affinity``), the pinning to them;
 6. ``execve`` of the script itself, so the kernel honours its ``#!`` line (a script without
    one is run by ``/bin/sh``, as ``execvp`` would), with ``SLURM_TASK_PID`` set to its pid.
 
@@ -35,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from muster.agent import outputs
+from muster.agent import affinity, outputs
 
 __all__ = ["LaunchError", "LaunchPlan", "prepare", "start", "start_blocking"]
 
@@ -64,6 +65,7 @@ class LaunchPlan:
     append: bool
     umask: int | None = None
     spool: str = ""
+    cpus: list[int] | None = None  # the job's CPUs on this node, when it is pinned to them
 
 
 def user_entry(job: Mapping[str, Any]) -> pwd.struct_passwd:
@@ -245,6 +247,7 @@ def _fork(plan: LaunchPlan) -> tuple[int, int]:
             for sig in ignored:
                 signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            affinity.apply(plan.cpus)
             env_items["SLURM_TASK_PID"] = str(os.getpid())
             step = f"executing {plan.exe}"
             os.execve(plan.exe, plan.argv, env_items)

@@ -10,7 +10,7 @@ working directory and how to connect stdio.
 =============================  ==================================================================
 ``POST /v1/steps/launch``      ``{"grant", "sig", "argv", "env", "cwd", "umask", "torch_env",
                                "launch_host", "srun_port", "stdin", "stdout", "stderr",
-                               "open_mode"}`` -> a stream of frames (``protocol.stream``) that
+                               "open_mode", "cpu_bind"}`` -> a stream of frames (``protocol.stream``) that
                                ends when every task here has ended and its output is sent
 ``POST /v1/steps/stdin``       ``?job=J&step=S&token=T``, a chunked body copied to the stdin of
                                the tasks here that take it; its end closes their stdin
@@ -25,8 +25,9 @@ Each task is forked here and, in the child only: leads its own session, drops to
 job's user (``setgroups``, ``setgid``, ``setuid``) when the agent is root, sets the umask,
 changes to the working directory (``/tmp`` when it cannot, as Slurm does, with a warning),
 opens any output or input *file* as the user, connects stdio, restores default signal
-dispositions and an empty mask, sets ``SLURM_TASK_PID`` and ``execvpe``s the command with
-the task's ``PATH``. A failure is written to a close-on-exec pipe; the child exits with the
+dispositions and an empty mask, sets ``SLURM_TASK_PID``, pins itself to its CPUs when the
+task is bound (``--cpu-bind``, or ``TaskPlugin=task/affinity``: see ``agent.affinity``) and
+``execvpe``s the command with the task's ``PATH``. A failure is written to a close-on-exec pipe; the child exits with the
 errno (Slurm's ``slurmstepd: error: execve(): cmd: No such file or directory``, code 2).
 
 A task's ``x`` frame follows all of its output. When the last task here has ended, what
@@ -50,10 +51,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
-from muster.agent import proctree
+from muster.agent import affinity, proctree
+from muster.agent.affinity import CpuLedger, binding_env
 from muster.agent.env import EnvContext
 from muster.agent.taskenv import task_environment
 from muster.core.clock import Clock
+from muster.core.cpubind import CpuBind, CpuBindError, mask_text, parse_cpu_bind
 from muster.core.timefmt import format_timestamp
 from muster.protocol.httpd import read_body
 from muster.protocol.stepcred import GRANT_TTL, GrantError, verify_grant
@@ -142,6 +145,9 @@ class _Plan:
     stdin: _Stdio
     stdout: _Stdio
     stderr: _Stdio
+    node: str = ""
+    cpus: tuple[int, ...] | None = None  # pinned to these (``--cpu-bind``, task/affinity)
+    bind_verbose: bool = False
 
 
 @dataclass(slots=True)
@@ -174,6 +180,7 @@ class _Step:
     kill_handle: asyncio.TimerHandle | None = None
     swept: bool = False
     finished: bool = False  # every task here ended and its output is queued
+    pinned: bool = False  # holds the job's CPUs in the ledger
     orphaned: bool = False  # srun's stream is gone
 
     @property
@@ -194,8 +201,14 @@ class StepRunner:
         env_ctx: EnvContext,
         kill_wait: float,
         proc_reader: Callable[[], Mapping[int, proctree.ProcInfo]] = proctree.read_proc,
+        cpus: CpuLedger | None = None,
+        bind_default: str = "none",
     ) -> None:
         self.node = node
+        # The host's CPUs as the jobs here hold them; tasks are pinned with --cpu-bind, or
+        # by default when bind_default is "task" (TaskPlugin=task/affinity).
+        self.cpus = cpus if cpus is not None else CpuLedger()
+        self.bind_default = bind_default
         self.key = key
         self.clock = clock
         self.env_ctx = env_ctx
@@ -424,6 +437,10 @@ class StepRunner:
         env = {str(k): str(v) for k, v in (body.get("env") or {}).items()}
         cwd = str(body.get("cwd") or "/")
         umask = _parse_umask(body.get("umask"))
+        try:
+            bind = parse_cpu_bind(body.get("cpu_bind"))
+        except CpuBindError as e:
+            raise StepLaunchError(str(e)) from None
         index = nodes.index(self.node)
         job = grant.get("job") or {}
         launch = {
@@ -456,11 +473,32 @@ class StepRunner:
                 task=task, local=local, argv=argv,
                 env=task_environment(env, grant, self.node, local, self.env_ctx, launch),
                 cwd=cwd, uid=uid, gid=gid, groups=groups, umask=umask,
-                stdin=stdin, stdout=stdout, stderr=stderr,
+                stdin=stdin, stdout=stdout, stderr=stderr, node=self.node,
             ))
             step.tasks.append(_Task(task, local))
+        self._pin(step, plans, grant, bind)
         self._launched[(job_id, attempt, step_id)] = self.clock.monotonic()
         return step, plans
+
+    def _pin(self, step: _Step, plans: list[_Plan], grant: Mapping[str, Any], bind: CpuBind) -> None:
+        """Choose each task's CPUs (when they are bound) among the job's CPUs here."""
+        if not plans or (not bind.given and self.bind_default == "none"):
+            return
+        job, layout = grant.get("job") or {}, grant["step"]
+        per_task = int(layout.get("cpus_per_task") or 1)
+        job_nodes, job_cpus = list(job.get("nodes") or []), list(job.get("cpus") or [])
+        if self.node in job_nodes and len(job_cpus) == len(job_nodes):
+            count = int(job_cpus[job_nodes.index(self.node)])
+        else:
+            count = per_task * len(plans)
+        sets = self.cpus.step_cpus(step.job_id, step.step_id, count, [per_task] * len(plans), bind, self.bind_default)
+        step.pinned = True
+        if not sets:
+            return
+        extra = binding_env(bind, sets)
+        for plan, cpus in zip(plans, sets, strict=True):
+            plan.cpus, plan.bind_verbose = cpus, bind.verbose
+            plan.env.update(extra)
 
     def _prune_launched(self) -> None:
         cutoff = self.clock.monotonic() - 2 * GRANT_TTL
@@ -705,6 +743,9 @@ class StepRunner:
     def _forget(self, step: _Step) -> None:
         if self.steps.get(step.key) is step:
             del self.steps[step.key]
+        if step.pinned:
+            step.pinned = False
+            self.cpus.release_step(step.job_id, step.step_id)
         loop = asyncio.get_running_loop()
         for t in step.tasks:
             for fd in t.read_fds:
@@ -833,6 +874,9 @@ def _child(plan: _Plan, pipes: dict[int, tuple[int, int]], err_r: int, err_w: in
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         env = dict(plan.env)
         env["SLURM_TASK_PID"] = str(os.getpid())
+        if plan.cpus and affinity.apply(plan.cpus) and plan.bind_verbose:
+            os.write(2, (f"cpu-bind=MASK - {plan.node}, task {plan.task:2d} {plan.local:2d} "
+                         f"[{os.getpid()}]: mask {mask_text(plan.cpus)} set\n").encode())
         step = f"execve(): {plan.argv[0]}"
         os.execvpe(plan.argv[0], plan.argv, env)
     except BaseException as exc:  # noqa: B036 - the child must never return to the agent

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.agent import launcher, limits, proctree
+from muster.agent.affinity import CpuLedger
 from muster.agent.env import EnvContext, batch_environment
 from muster.agent.launcher import LaunchError
 from muster.agent.state import StateDir
@@ -96,6 +97,7 @@ class Tracked:
     kill_at: float | None = None  # monotonic time from which SIGKILL is sent
     warned: bool = False
     stderr_path: str | None = None
+    pinned: bool = False  # holds CPUs in the ledger
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def record(self) -> dict[str, Any]:
@@ -131,6 +133,7 @@ class Supervisor:
         killpg: Killer = _killpg,
         instance: str | None = None,
         signal_steps: Callable[[int, int], bool] = lambda job_id, sig: False,
+        cpus: CpuLedger | None = None,
     ) -> None:
         self.node = node
         self.state = state
@@ -142,6 +145,8 @@ class Supervisor:
         self.proc_reader = proc_reader
         # Signals the job's steps (srun's tasks) on this node; False when it has none here.
         self.signal_steps = signal_steps
+        # Pins each batch script to its job's CPUs here (TaskPlugin=task/affinity); None: not
+        self.cpus = cpus
         self.tag_reader = tag_reader
         self.kill = kill
         self.killpg = killpg
@@ -203,9 +208,13 @@ class Supervisor:
                 except (KeyError, TypeError, ValueError) as exc:
                     raise LaunchError(f"malformed job: {exc!r}") from None
                 t.uid, t.stderr_path = plan.uid, plan.stderr
+                if self.cpus is not None:
+                    plan.cpus = self.cpus.job_cpus(job_id, _cpus_here(job, self.node))
+                    t.pinned = True
                 t.pid = await launcher.start(plan)
             except LaunchError as exc:
                 log.warning("job %s: launch failed: %s", job_id, exc)
+                self._unpin(t)
                 self._save_report(t, exit_code=1, sig=0, terminated_by=None, reason=str(exc))
                 self.state.drop_job(job_id)
                 self.state.clean_spool(job_id)
@@ -505,6 +514,7 @@ class Supervisor:
             "job %s: ended exit_code=%s signal=%s terminated_by=%s", t.job_id, exit_code, sig, by
         )
         self._save_report(t, exit_code, sig, by, reason, end=now)
+        self._unpin(t)
         self.state.drop_job(t.job_id)
         self.state.clean_spool(t.job_id)
         if self.jobs.get(t.job_id) is t:
@@ -580,6 +590,7 @@ class Supervisor:
             if t.pid is not None and t.start_ticks is not None and self._leader_alive(t):
                 log.info("job %s: still running as pid %s; adopted", job_id, t.pid)
                 self.jobs[job_id] = t
+                self._adopt_cpus(t)
                 if t.terminated_by is not None:
                     t.kill_at = self.clock.monotonic() + t.kill_wait
                 t.task = asyncio.create_task(self._watch(t), name=f"job-{job_id}")
@@ -588,9 +599,32 @@ class Supervisor:
                 self._finish(t, None)
         self._wake.set()
 
+    def _unpin(self, t: Tracked) -> None:
+        if t.pinned and self.cpus is not None:
+            self.cpus.release(t.job_id)
+        t.pinned = False
+
+    def _adopt_cpus(self, t: Tracked) -> None:
+        """An adopted batch script keeps holding the CPUs it is pinned to."""
+        if self.cpus is None or t.pid is None:
+            return
+        try:
+            pinned = os.sched_getaffinity(t.pid)
+        except (AttributeError, OSError):
+            return
+        t.pinned = self.cpus.adopt(t.job_id, sorted(pinned))
+
     async def aclose(self) -> None:
         """Stop watching (the jobs themselves keep running: records stay on disk)."""
         tasks = [t.task for t in self.jobs.values() if t.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _cpus_here(job: dict[str, Any], node: str) -> int:
+    """The CPUs the job was allocated on ``node`` (1 when the record does not say)."""
+    for a in job.get("alloc") or []:
+        if a.get("node") == node:
+            return int(a.get("cpus") or 1)
+    return 1

@@ -119,6 +119,7 @@ class Run:
         self.stdout: dict[str, object] = {"mode": "stream"}
         self.stderr: dict[str, object] | None = None
         self.open_mode: str | None = None
+        self.cpu_bind: str | None = None
         self.name = ""
 
 
@@ -183,6 +184,14 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
             run.step["distribution"] = "block" if dist == "*" else dist
         elif k == "gpu-bind":
             run.step["gpu_bind"] = (value or "").split(":")[0] or None
+        elif k == "cpu-bind":
+            from muster.core.cpubind import CpuBindError, parse_cpu_bind
+
+            try:
+                parse_cpu_bind(value)
+            except CpuBindError as e:
+                raise CommandError(str(e), RC_BAD_OPTION) from None
+            run.cpu_bind = value or None
         elif k == "quit-on-interrupt":
             run.quit_on_interrupt = True
         elif k == "no-torch-env":
@@ -376,6 +385,7 @@ USAGE = """\
 Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
             [-J jobname] [-o out] [-e err] [-i in] [-D dir] [-l] [-u] [-K] [-W sec]
             [-m block|cyclic] [--gres=list] [--gpus-per-task=n] [--gpu-bind=none|closest]
+            [--cpu-bind=type]
             [--exclusive] [--overlap] [--jobid=id] [--no-torch-env] executable [args...]
 """
 
@@ -385,6 +395,8 @@ Usage: srun [OPTIONS(0)...] executable(0) [args(0)...]
 Parallel run options:
   -A, --account=name          charge job to specified account
   -c, --cpus-per-task=ncpus   number of cpus required per task
+      --cpu-bind=type         pin tasks to CPUs: none, cores, threads, rank, sockets,
+                              map_cpu:<list>, mask_cpu:<list>; verbose reports it
   -D, --chdir=path            change remote current working directory
   -e, --error=err             location of stderr redirection (file pattern, none, task id)
       --exclusive             whole nodes (a job), or dedicated resources (a step)

@@ -121,6 +121,7 @@ class StepRun:
             "stdout": run.stdout,
             "stderr": run.stderr,
             "open_mode": run.open_mode,
+            "cpu_bind": run.cpu_bind,
             "kill_wait": self.kill_wait,
         }
 
