@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from muster.core.cpubind import CpuBind, CpuBindError, mask_text, parse_cpu_bind, pick_least_used, task_cpu_sets
+from muster.core.cpubind import (
+    CpuBind,
+    CpuBindError,
+    mask_text,
+    parse_cpu_bind,
+    pick_least_used,
+    task_cpu_sets,
+)
 
 
 @pytest.mark.parametrize(
