@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -57,6 +58,45 @@ def test_no_requeue_ends_the_job_node_fail(fast_failing: Harness) -> None:
     os.kill(h.cluster._alive(job["alloc"][1]["node"]), signal.SIGKILL)
     assert h.wait_job(job_id, timeout=30)["state"] == "NODE_FAIL"
     h.cluster.start()
+    h.cluster.wait_ready(30)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_restarted_agent_ends_the_step_tasks_its_killed_predecessor_left(fast_failing: Harness) -> None:
+    h = fast_failing
+    pids = os.path.join(h.workdir, "step-pids")
+    srun = subprocess.Popen(
+        ["srun", "-N1", "-n2", "-w", "node2", "sh", "-c", f"echo $$ >> {pids}; exec sleep 300"],
+        cwd=h.workdir, env=h.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (os.path.exists(pids) and len(h.read(pids).split()) == 2):
+            assert time.monotonic() < deadline and srun.poll() is None, "the tasks did not start"
+            time.sleep(0.05)
+        tasks = [int(p) for p in h.read(pids).split()]
+        os.kill(h.cluster._alive("node2"), signal.SIGKILL)
+        time.sleep(0.3)
+        assert all(_running(p) for p in tasks)  # the agent's death alone does not end them
+        h.cluster.start()  # a new agent for node2 finds and ends them
+        deadline = time.monotonic() + 15
+        while any(_running(p) for p in tasks):
+            assert time.monotonic() < deadline, "the orphaned tasks are still running"
+            time.sleep(0.05)
+        _out, err = srun.communicate(timeout=30)
+        assert srun.returncode != 0
+        assert "node2" in err
+    finally:
+        if srun.poll() is None:
+            srun.kill()
+            srun.wait()
     h.cluster.wait_ready(30)
 
 

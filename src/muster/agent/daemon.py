@@ -130,6 +130,7 @@ class AgentDaemon:
             kill_wait=float(self.config.kill_wait),
             cpus=self.cpus,
             bind_default="task" if bind_by_default else "none",
+            state=self.state,
         )
 
     # --- startup ----------------------------------------------------------------------
@@ -227,6 +228,7 @@ class AgentDaemon:
         client = self.client
         self.steps.report = lambda path, body: client.post(base + path, body)
         self.supervisor.recover()
+        self.steps.recover()  # tasks of steps a killed agent left: their srun is gone
         self._tasks = [
             asyncio.create_task(self.supervisor.run_limits(), name="limits"),
             asyncio.create_task(self.link.run(), name="heartbeat"),

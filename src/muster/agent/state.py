@@ -7,6 +7,8 @@ Layout under the agent's state directory::
                                        the job as launched)
     reports/<job_id>.<restarts>.json   one job_done report per ended run, until acknowledged
     spool/job<job_id>/slurm_script     the script being run (owned by the user, 0700/0500)
+    steps/<job>.<attempt>.<step>.json  the pids of a running step's tasks here (written without
+                                       fsync: after a crash of the machine they are gone anyway)
     musterd.pid, musterd.lock          the running agent
     instance                           this state directory's random name (tags job processes)
 
@@ -37,6 +39,7 @@ class StateDir:
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.reports_dir = os.path.join(self.root, "reports")
         self.spool_dir = os.path.join(self.root, "spool")
+        self.steps_dir = os.path.join(self.root, "steps")
 
     def create(self) -> None:
         """Make the directories. The root and spool are traversable (0711) so that a job's
@@ -46,6 +49,7 @@ class StateDir:
             (self.jobs_dir, 0o700),
             (self.reports_dir, 0o700),
             (self.spool_dir, 0o711),
+            (self.steps_dir, 0o700),
         ):
             os.makedirs(path, mode=mode, exist_ok=True)
         # A pre-existing directory keeps its mode, but jobs of other users must be able to
@@ -102,6 +106,17 @@ class StateDir:
         """Pending reports, oldest first."""
         return _read_all(self.reports_dir)
 
+    # -- running steps -----------------------------------------------------------------
+
+    def save_step(self, key: str, record: dict[str, Any]) -> None:
+        _write_text(os.path.join(self.steps_dir, f"{key}.json"), json.dumps(record, separators=(",", ":")), durable=False)
+
+    def drop_step(self, key: str) -> None:
+        _unlink(os.path.join(self.steps_dir, f"{key}.json"))
+
+    def steps(self) -> list[tuple[str, dict[str, Any]]]:
+        return _read_all(self.steps_dir)
+
     # -- spool -------------------------------------------------------------------------
 
     def spool_for(self, job_id: int) -> str:
@@ -115,19 +130,22 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
     _write_text(path, json.dumps(data, separators=(",", ":")))
 
 
-def _write_text(path: str, text: str) -> None:
+def _write_text(path: str, text: str, durable: bool = True) -> None:
     directory = os.path.dirname(path)
     tmp = f"{path}.tmp.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         _unlink(tmp)
         raise
+    if not durable:
+        return
     dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)

@@ -54,6 +54,7 @@ from urllib.parse import parse_qs
 from muster.agent import affinity, proctree
 from muster.agent.affinity import CpuLedger, binding_env
 from muster.agent.env import EnvContext
+from muster.agent.state import StateDir
 from muster.agent.taskenv import task_environment
 from muster.core.clock import Clock
 from muster.core.cpubind import CpuBind, CpuBindError, mask_text, parse_cpu_bind
@@ -181,6 +182,7 @@ class _Step:
     swept: bool = False
     finished: bool = False  # every task here ended and its output is queued
     pinned: bool = False  # holds the job's CPUs in the ledger
+    noted: bool = False  # its tasks' pids are on disk (StateDir.save_step)
     orphaned: bool = False  # srun's stream is gone
 
     @property
@@ -203,8 +205,12 @@ class StepRunner:
         proc_reader: Callable[[], Mapping[int, proctree.ProcInfo]] = proctree.read_proc,
         cpus: CpuLedger | None = None,
         bind_default: str = "none",
+        state: StateDir | None = None,
     ) -> None:
         self.node = node
+        # Where the pids of running steps are noted, so that a restarted agent can find
+        # and end the tasks its predecessor left (see ``recover``).
+        self.state = state
         # The host's CPUs as the jobs here hold them; tasks are pinned with --cpu-bind, or
         # by default when bind_default is "task" (TaskPlugin=task/affinity).
         self.cpus = cpus if cpus is not None else CpuLedger()
@@ -220,6 +226,60 @@ class StepRunner:
         # a step whose srun went away has ended here, so its resources are freed.
         self.report: Callable[[str, dict[str, Any]], Awaitable[Any]] | None = None
         self._reports: set[asyncio.Task[None]] = set()
+
+    # --- what a previous agent left ------------------------------------------------------
+
+    def _note(self, step: _Step) -> None:
+        if self.state is None or step.finished:
+            return
+        record = {
+            "job_id": step.job_id, "attempt": step.attempt, "step_id": step.step_id,
+            "tasks": [[t.task, t.pid, t.start_ticks] for t in step.tasks if t.pid],
+        }
+        try:
+            self.state.save_step(_record_key(step), record)
+            step.noted = True
+        except OSError as e:
+            log.warning("step %s: cannot note its tasks on disk: %s", step.id_text, e)
+
+    def recover(self) -> int:
+        """End the tasks of steps a previous agent ran here and tell the controller.
+
+        Their srun's connection died with that agent and cannot be taken over, so nobody
+        would see their output or their end; left alone they would hold the job's GPUs
+        and CPUs unseen. Each one's session, group and descendants are killed (a task
+        whose pid now belongs to another process is left alone) and the step is reported
+        gone, killed by SIGKILL. Returns how many steps were found."""
+        if self.state is None:
+            return 0
+        records = self.state.steps()
+        procs = self.proc_reader() if records else {}
+        children: dict[int, list[int]] = {}
+        for p in procs.values():
+            children.setdefault(p.ppid, []).append(p.pid)
+        for key, rec in records:
+            try:
+                step = _Step(int(rec["job_id"]), int(rec["attempt"]), int(rec["step_id"]), -1, self.node, "", 0.0)
+                tasks = [_Task(int(t), 0, int(pid), None if ticks is None else int(ticks)) for t, pid, ticks in rec["tasks"]]
+            except (KeyError, TypeError, ValueError):
+                log.error("ignoring a malformed step record %s: %r", key, rec)
+                self.state.drop_step(key)
+                continue
+            doomed: set[int] = set()
+            for t in tasks:
+                holder = procs.get(t.pid)
+                alive = holder is not None and holder.start_ticks == t.start_ticks
+                t.status = None if alive else (0, signal.SIGKILL)
+                doomed |= _task_members(procs, children, t)
+                t.status = (0, signal.SIGKILL)
+            doomed -= {os.getpid(), 1}
+            for pid in doomed:
+                _kill(pid, signal.SIGKILL)
+            log.warning("step %s: left by the previous agent; %d process(es) killed", step.id_text, len(doomed))
+            step.tasks = tasks
+            self.state.drop_step(key)
+            self._report_gone(step)
+        return len(records)
 
     # --- queries ----------------------------------------------------------------------
 
@@ -302,6 +362,7 @@ class StepRunner:
         except BaseException:
             self._forget(step)
             raise
+        self._note(step)
         await send({
             "type": "http.response.start",
             "status": 200,
@@ -743,6 +804,9 @@ class StepRunner:
     def _forget(self, step: _Step) -> None:
         if self.steps.get(step.key) is step:
             del self.steps[step.key]
+        if self.state is not None and step.noted:
+            step.noted = False
+            self.state.drop_step(_record_key(step))
         if step.pinned:
             step.pinned = False
             self.cpus.release_step(step.job_id, step.step_id)
@@ -783,6 +847,10 @@ def _task_members(
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def _record_key(step: _Step) -> str:
+    return f"{step.job_id}.{step.attempt}.{step.step_id}"
 
 
 def _stdio(spec: Any, task: int, expand: Callable[[str], str], flags: int, default: str = "pipe") -> _Stdio:

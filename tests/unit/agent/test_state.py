@@ -70,3 +70,14 @@ def test_the_instance_name_is_random_and_kept(tmp_path) -> None:
     other = StateDir(str(tmp_path / "b"))
     other.create()
     assert other.instance_id() != name
+
+
+def test_step_records_round_trip_and_are_private(tmp_path) -> None:
+    state = StateDir(str(tmp_path))
+    state.create()
+    state.save_step("7.0.1", {"job_id": 7, "tasks": [[0, 123, 456]]})
+    assert state.steps() == [("7.0.1", {"job_id": 7, "tasks": [[0, 123, 456]]})]
+    assert stat.S_IMODE(os.stat(state.steps_dir).st_mode) == 0o700
+    state.drop_step("7.0.1")
+    state.drop_step("7.0.1")  # twice is harmless
+    assert state.steps() == []
