@@ -129,6 +129,26 @@ def test_qos_limits_hold_with_slurms_reasons_or_refuse_with_deny_on_limit(make_s
     assert unlimited.time_limit == 3600
 
 
+def test_a_user_in_two_accounts_gets_each_associations_fair_share(make_store) -> None:  # noqa: F811
+    clock = ManualClock(1000.0)
+    ctl = make(make_store(), clock)
+    setup_accounts(ctl)
+    mgr(ctl, "add user alice", Account="B")  # both users in both accounts
+    mgr(ctl, "add user bob", Account="A")
+    flood = [ctl.submit(spec(gpus=8, account="A"), ALICE).job_id for _ in range(6)]
+    assert len(one_pass(ctl)) == 4
+    clock.advance(600)
+    under_a = ctl.submit(spec(gpus=8, account="A"), ALICE)
+    under_b = ctl.submit(spec(gpus=8, account="B"), ALICE)
+    bob_a = ctl.submit(spec(gpus=8, account="A"), BOB)
+    one_pass(ctl)
+    assert under_b.priority > under_a.priority  # B has used nothing; A the whole cluster
+    assert ctl.jobs[flood[4]].priority == under_a.priority
+    assert bob_a.priority > under_a.priority  # within A, bob has used nothing
+    rows = {r["job_id"]: r for r in ctl.accounting.priorities(ctl, clock.now())["jobs"]}  # type: ignore[union-attr]
+    assert rows[under_b.job_id]["fairshare"] > rows[under_a.job_id]["fairshare"]
+
+
 def test_assoc_max_jobs_and_submit_limits(make_store) -> None:  # noqa: F811
     ctl = make(make_store())
     setup_accounts(ctl)

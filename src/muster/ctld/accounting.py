@@ -18,9 +18,9 @@ Where it plugs in (everything else lives in the modules it wires together):
 * ``CtldApp.run_pass`` passes the pass's starts through ``admit``, which checks them one by
   one against the same counters, so that jobs started together cannot overshoot a limit.
 
-``Snapshot.fairshare`` is looked up by user, then by account (``sched.priority``). A user with
-one association gets its factor under the user's name; a user with several gets none under
-the name, and each account gets the mean factor of such users in it.
+``Snapshot.fairshare`` holds each user association's factor under ``account|user``, which is
+what a job gets (``sched.priority.fairshare_of``); the user's and the account's entries are
+fallbacks for jobs whose association is unknown.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from muster.ctld.fairshare import Node, Standing, Usage, fair_tree
 from muster.ctld.limits import JobLoad, Running, check
 from muster.ctld.tres import DEFAULT_USAGE_WEIGHTS, billing, parse_billing_weights
 from muster.sched.config import SchedConfig
+from muster.sched.priority import fairshare_of
 
 if TYPE_CHECKING:
     from muster.ctld.controller import Controller, Identity
@@ -328,12 +329,16 @@ class Accounting:
         self.standing = fair_tree(assoc_key("root"), children, lambda k: self.usage.get(k))
 
     def fairshare_map(self) -> dict[str, float]:
+        """Factors for ``sched.priority.fairshare_of``: every user association's under its
+        key (``account|user``: what a job's factor is), and for jobs whose association is
+        not known the user's (when all its associations agree) or the account's average."""
         by_user: dict[str, list[tuple[str, float]]] = {}
+        out: dict[str, float] = {}
         for key, s in self.standing.items():
             account, _, user = key.partition("|")
             if user and s.factor is not None:
                 by_user.setdefault(user, []).append((account, s.factor))
-        out: dict[str, float] = {}
+                out[key] = s.factor
         shared: dict[str, list[float]] = {}
         for user, items in by_user.items():
             factors = {f for _, f in items}
@@ -454,10 +459,7 @@ class Accounting:
                 continue
             since = job.eligible_time if job.eligible_time is not None else job.submit_time
             age = 1.0 if c.max_age <= 0 else min(1.0, max(0.0, now - since) / c.max_age)
-            fs = fs_map.get(job.user)
-            if fs is None and job.spec.account is not None:
-                fs = fs_map.get(job.spec.account)
-            fs = 0.5 if fs is None else fs
+            fs = fairshare_of(fs_map, job.user, job.spec.account, 0.5)
             s = job.shape
             share = min(1.0, max(s.nodes / total_nodes, s.total_cpus / total_cpus,
                                  s.total_gpus / total_gpus if total_gpus else 0.0))

@@ -3,7 +3,7 @@
 Multifactor, as in Slurm, sums weighted factors that each lie in [0, 1]::
 
     priority = WeightAge       * age          (time eligible / PriorityMaxAge, capped at 1)
-             + WeightFairShare * fair-share   (snapshot.fairshare: user, then account)
+             + WeightFairShare * fair-share   (snapshot.fairshare: association, user, account)
              + WeightJobSize   * job size     (share of the cluster asked for; inverted
                                                with PriorityFavorSmall=YES)
              + WeightPartition * partition    (PriorityJobFactor / the largest one)
@@ -24,7 +24,7 @@ the same way on every run. Priorities above 2**48 count as 2**48 for ordering.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import islice
 from operator import gt
 
@@ -32,7 +32,7 @@ from muster.core.job import Job
 from muster.sched.config import SchedConfig
 from muster.sched.snapshot import Snapshot
 
-__all__ = ["BASIC_TOP", "PriorityPolicy", "examination_order", "order_key"]
+__all__ = ["BASIC_TOP", "PriorityPolicy", "examination_order", "fairshare_of", "order_key"]
 
 # priority/basic counts down from here by job id, as Slurm counts down by submission.
 BASIC_TOP = 0xFFFEFFFF
@@ -97,10 +97,7 @@ class PriorityPolicy:
             elif age > 0:
                 total += c.weight_age * (1.0 if age >= c.max_age else age / c.max_age)
         if c.weight_fairshare:
-            fs = self.fairshare.get(job.user)
-            if fs is None and spec.account is not None:
-                fs = self.fairshare.get(spec.account)
-            total += c.weight_fairshare * (self.fairshare_default if fs is None else fs)
+            total += c.weight_fairshare * fairshare_of(self.fairshare, job.user, spec.account, self.fairshare_default)
         if c.weight_job_size:
             total += c.weight_job_size * self._size_factor(job)
         if c.weight_qos and self.max_qos > 0 and spec.qos:
@@ -196,3 +193,16 @@ def _clamped(values: Sequence[int], top: int) -> Sequence[int]:
     if not values or (min(values) >= 0 and max(values) <= top):
         return values
     return [min(max(v, 0), top) for v in values]
+
+
+def fairshare_of(table: Mapping[str, float], user: str, account: str | None, default: float) -> float:
+    """A job's fair-share factor: its association's (``account|user``), else its user's,
+    else its account's, else ``default``."""
+    if account is not None:
+        fs = table.get(f"{account}|{user}")
+        if fs is not None:
+            return fs
+    fs = table.get(user)
+    if fs is None and account is not None:
+        fs = table.get(account)
+    return default if fs is None else fs

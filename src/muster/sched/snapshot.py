@@ -83,8 +83,9 @@ class Snapshot:
     # job_id -> terminal state, for dependencies on jobs that have left memory too
     finished: dict[int, str] = field(default_factory=dict)
     reservations: list[ReservationView] = field(default_factory=list)
-    # Fair-share factor in [0, 1] by user name, then by account name (filled by accounting;
-    # a job whose user and account are both absent gets ``fairshare_default``).
+    # Fair-share factor in [0, 1] by association (``account|user``), user name or account
+    # name, looked up in that order (filled by accounting; a job found under none of them
+    # gets ``fairshare_default``).
     fairshare: dict[str, float] = field(default_factory=dict)
     fairshare_default: float = 0.5
     # QOS name -> the QOS's Priority value (normalised by the largest one).

@@ -46,14 +46,17 @@ def test_age_raises_priority_until_priority_max_age() -> None:
     assert priorities_at(h, 30 * DAY)[old] == 1000
 
 
-def test_fair_share_comes_from_the_hook_by_user_then_account() -> None:
+def test_fair_share_comes_from_the_hook_by_association_then_user_then_account() -> None:
     h = blocked_cluster(only(weight_fairshare=10000))
-    h.fairshare = {"alice": 0.9, "physics": 0.2}
+    h.fairshare = {"alice": 0.9, "physics": 0.2, "chem|dave": 0.7, "physics|dave": 0.1}
     a = h.submit(waiting().user("alice", "physics"))
     b = h.submit(waiting().user("bob", "physics"))
     c = h.submit(waiting().user("carol", "chem"))
+    d_chem = h.submit(waiting().user("dave", "chem"))
+    d_phys = h.submit(waiting().user("dave", "physics"))
     p = priorities_at(h, 10)
     assert (p[a], p[b], p[c]) == (9000, 2000, 5000)
+    assert (p[d_chem], p[d_phys]) == (7000, 1000)  # one user, two associations
 
 
 def test_job_size_favours_big_jobs_unless_priority_favor_small() -> None:
