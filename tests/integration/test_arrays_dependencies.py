@@ -101,6 +101,11 @@ def test_the_throttle_caps_running_tasks_and_squeue_merges_pending_ones(cluster:
         assert f"{first}_3 {first} 3 {first + 3}" in expanded
         show = cluster.run(["scontrol", "show", "job", str(first)]).stdout
         assert f"ArrayJobId={first} ArrayTaskId=2-5%2 ArrayTaskThrottle=2" in show
+        sacct = ["sacct", "-X", "-n", "-P", "-j", str(first), "-o", "JobID,State"]
+        merged = cluster.run(sacct).stdout.split()
+        assert merged == [f"{first}_0|RUNNING", f"{first}_1|RUNNING", f"{first}_[2-5%2]|PENDING"]
+        one_each = cluster.run([*sacct, "--array"]).stdout.split()
+        assert one_each[2:] == [f"{first}_{k}|PENDING" for k in range(2, 6)]
         time.sleep(1.5)  # a few passes: still only two run
         assert len(_squeue(cluster, "-j", str(first), "-t", "R")) == 2
     finally:

@@ -1,4 +1,4 @@
-"""Job arrays as the commands show them (squeue, scontrol): ``123_4`` for a task, and the
+"""Job arrays as the commands show them (squeue, scontrol, sacct): ``123_4`` for a task, and the
 pending tasks of an array that wait for the same reason merged into one row or record,
 ``123_[5-99%10]``, as Slurm keeps them in one record until they start.
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from muster.core.arrays import format_ranges
 
-__all__ = ["array_job_id_text", "array_task_text", "job_id_text", "merge_array_rows"]
+__all__ = ["array_job_id_text", "array_task_text", "job_id_text", "merge_array_records", "merge_array_rows"]
 
 
 def job_id_text(job: dict) -> str:
@@ -59,4 +59,29 @@ def merge_array_rows(jobs: list[dict]) -> list[dict]:
             if job.get("array_throttle"):
                 text += f"%{job['array_throttle']}"
             out.append({**job, "array_tasks_text": text})
+    return out
+
+
+def merge_array_records(records: list[dict]) -> list[dict]:
+    """sacct's rows: the pending tasks of an array in one record, ``123_[5-99%10]`` (Slurm's
+    database holds them as one until they start), where its first task would stand.
+
+    Records are ``ctld.records.record_wire`` dicts; the merged one is a copy of its first
+    task's with ``job_id_text`` changed."""
+    groups: dict[object, list[dict]] = {}
+    for rec in records:
+        if rec.get("array_job_id") is not None and rec.get("state") == "PENDING":
+            groups.setdefault(rec["array_job_id"], []).append(rec)
+    if not any(len(g) > 1 for g in groups.values()):
+        return records
+    out = []
+    for rec in records:
+        group = groups.get(rec.get("array_job_id")) if rec.get("state") == "PENDING" else None
+        if group is None or len(group) == 1:
+            out.append(rec)
+        elif group[0] is rec:
+            text = format_ranges(int(r["array_task_id"]) for r in group)
+            if rec.get("array_throttle"):
+                text += f"%{rec['array_throttle']}"
+            out.append({**rec, "job_id_text": f"{rec['array_job_id']}_[{text}]"})
     return out

@@ -33,6 +33,7 @@ from muster.cli.common import (
     usage_error,
     version_line,
 )
+from muster.cli.jobarrays import merge_array_records
 from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 
 PROG = "sacct"
@@ -252,13 +253,14 @@ def parse_format(text: str) -> list[tuple[str, int, Callable[[dict, str | None],
 
 
 class Request:
-    __slots__ = ("cols", "printer", "params", "allocations", "units", "json")
+    __slots__ = ("cols", "printer", "params", "allocations", "units", "json", "array")
 
     def __init__(self) -> None:
         self.cols: list = []
         self.printer = Printer()
         self.params: dict[str, object] = {}
         self.allocations = False
+        self.array = False  # --array: every pending array task on its own row
         self.units: str | None = None
         self.json = False
 
@@ -316,6 +318,7 @@ def parse_args(argv: list[str], environ: dict[str, str], now: float) -> Request 
         header="noheader" not in opts,
     )
     req.allocations = "allocations" in opts
+    req.array = "array" in opts
     req.units = opts.get("units")
     req.json = "json" in opts
     p = req.params
@@ -396,6 +399,8 @@ def run(req: Request) -> list[str]:
         import json
 
         return [json.dumps({"jobs": records}, indent=2)]
+    if not req.array:
+        records = merge_array_records(records)
     return render(records, req)
 
 
@@ -420,6 +425,8 @@ sacct [<OPTION>]
     Valid <OPTION> values are:
      -a, --allusers:   Display jobs for all users.
      -A, --accounts:   Use this comma separated list of accounts to select jobs.
+         --array:      Show each pending array task on its own line (by default they
+                       share one, 123_[5-99%10], as Slurm's database keeps them).
      -b, --brief:      Equivalent to '--format=jobid,state,exitcode'.
      -D, --duplicates: Also show records of earlier attempts (requeued jobs).
          --delimiter:  The delimiter used with --parsable/--parsable2 (default '|').
