@@ -279,3 +279,11 @@ def test_cpu_bind_none_leaves_tasks_free_and_a_bad_value_is_refused(cluster: Har
     bad = cluster.run(["srun", "-N1", "--cpu-bind=cors", "true"])
     assert bad.returncode != 0
     assert 'unrecognized --cpu-bind argument "cors"' in bad.stderr
+
+
+def test_signal_before_the_time_limit_reaches_an_srun_allocations_tasks(cluster: Harness) -> None:
+    out = cluster.run(["srun", "-N1", "-n2", "-t", "1", "--signal=USR1@58", "-l", "bash", "-c",
+                       'trap "echo got-usr1; exit 0" USR1; for i in $(seq 150); do sleep 0.1; done; echo none'],
+                      timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert sorted(lines_of(out.stdout)) == ["0: got-usr1", "1: got-usr1"]

@@ -27,6 +27,7 @@ from muster.core.errors import (
 )
 from muster.core.job import Job, JobSpec, compute_shape
 from muster.core.lifecycle import JobEvent
+from muster.core.signals import parse_signal as core_parse_signal
 from muster.core.states import JobState, Reason
 from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex, array_spec, make_tasks
@@ -84,22 +85,12 @@ class NewLimit:
 
 Action = Launch | Terminate | SignalJob | NewLimit
 
-SIGNALS = {
-    "HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "SEGV": 11, "USR2": 12,
-    "PIPE": 13, "ALRM": 14, "TERM": 15, "CONT": 18, "STOP": 19, "TSTP": 20,
-}
-
-
 def parse_signal(text: str | int) -> int:
-    if isinstance(text, int):
-        return text
-    t = text.strip().upper()
-    if t.isdigit():
-        return int(t)
-    t = t.removeprefix("SIG")
-    if t in SIGNALS:
-        return SIGNALS[t]
-    raise InvalidRequest(f"Invalid signal: {text}")
+    """A signal by name or number, as scancel and the API take it."""
+    try:
+        return core_parse_signal(text)
+    except ValueError:
+        raise InvalidRequest(f"Invalid signal: {text}") from None
 
 
 def user_name(uid: int) -> str:

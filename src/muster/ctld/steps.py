@@ -39,6 +39,7 @@ from muster.core.hostlist import compress
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
 from muster.core.resources import format_mem
+from muster.core.signals import parse_signal_spec
 from muster.core.states import JobState
 from muster.core.steps import (
     BATCH_STEP,
@@ -141,6 +142,7 @@ class StepBook:
         self.active: dict[int, dict[int, Step]] = {}  # job id -> step id -> running step
         self.next_ids: dict[tuple[int, int], int] = {}  # (job id, attempt) -> next step id
         self.interactive: set[int] = set()  # running or pending srun/salloc allocations
+        self._warned: set[tuple[int, int]] = set()  # (job, attempt) given its --signal warning
         self.cancelled: set[tuple[int, int]] = set()  # (job, step) cancelled by scancel
         self._changed = asyncio.Event()
 
@@ -478,6 +480,8 @@ class StepBook:
                 self.interactive.discard(job_id)
                 continue
             expected = job.expected_end()
+            if job.state is JobState.RUNNING and expected is not None and now < expected:
+                actions.extend(self._warn(job, expected, now))
             if job.state is JobState.RUNNING and expected is not None and now >= expected:
                 attempt = job.restart_count
                 log.info("job %s: time limit reached (interactive allocation)", job_id)
@@ -490,6 +494,24 @@ class StepBook:
             self.store.record_steps(now, steps, jobs)
             self.notify()
         return actions
+
+    def _warn(self, job: Job, expected: float, now: float) -> list[Action]:
+        """``--signal=SIG@T`` of an srun or salloc allocation: T seconds before its limit,
+        SIG to the tasks of its running steps (a batch job's agent does this itself)."""
+        key = (job.job_id, job.restart_count)
+        if key in self._warned or not job.spec.signal:
+            return []
+        try:
+            warn = parse_signal_spec(job.spec.signal)
+        except ValueError:
+            return []
+        if warn is None or now < expected - warn.seconds:
+            return []
+        self._warned = {k for k in self._warned if k[0] in self.interactive}
+        self._warned.add(key)
+        log.info("job %s: sending signal %s before its time limit", job.job_id, warn.signal)
+        return [StepSignal(job.job_id, s.attempt, s.step_id, list(s.layout.nodes), warn.signal, False)
+                for s in self.steps_of(job.job_id) if s.attempt == job.restart_count]
 
     # --- what commands list -------------------------------------------------------------
 
