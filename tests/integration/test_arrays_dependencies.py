@@ -4,6 +4,7 @@ real clients (submitit, dask-jobqueue) rely on."""
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
@@ -256,6 +257,20 @@ def test_missing_output_directories_are_created(cluster: Harness) -> None:
     assert cluster.wait_job(job_id)["state"] == "COMPLETED"
     assert cluster.read(f"new/dir/{job_id}/out.txt") == "hi\n"
     assert cluster.read(f"new/err/{job_id}.err") == "oops\n"
+
+
+def test_parsable_with_clusters_prints_the_cluster_and_an_unknown_one_is_refused(cluster: Harness) -> None:
+    out = cluster.run(["sbatch", "--parsable", "-M", "muster", "--hold", "--wrap", "true"])
+    assert out.returncode == 0, out.stderr
+    job_id, name = out.stdout.strip().split(";")
+    assert name == "muster" and cluster.job(int(job_id))["state"] == "PENDING"
+    plain = cluster.run(["sbatch", "--clusters=muster", "--hold", "--wrap", "true"])
+    assert re.fullmatch(r"Submitted batch job \d+ on cluster muster\n", plain.stdout)
+    before = len(cluster.cluster.api("GET", "/v1/jobs")["jobs"])
+    bad = cluster.run(["sbatch", "-M", "elsewhere", "--wrap", "true"])
+    assert bad.returncode == 1 and "'elsewhere' can't be reached now" in bad.stderr
+    assert len(cluster.cluster.api("GET", "/v1/jobs")["jobs"]) == before
+    cluster.run(["scancel", job_id, plain.stdout.split()[3]])
 
 
 def test_sbatch_script_on_stdin_and_environment_precedence(cluster: Harness) -> None:

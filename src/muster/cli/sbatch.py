@@ -20,6 +20,7 @@ from muster.cli.common import (
     connect_message,
     exit_error_code,
     info_text,
+    load_settings,
     report,
 )
 from muster.cli.options import (
@@ -68,7 +69,7 @@ def table() -> OptionTable:
 class Submission:
     """Everything sbatch decided before talking to the controller."""
 
-    __slots__ = ("spec", "parsable", "wait", "quiet", "verbose", "test_only", "ignored")
+    __slots__ = ("spec", "parsable", "wait", "quiet", "verbose", "test_only", "ignored", "clusters")
 
     def __init__(self) -> None:
         self.spec: dict[str, object] = {}
@@ -78,6 +79,7 @@ class Submission:
         self.verbose = 0
         self.test_only = False
         self.ignored: list[str] = []
+        self.clusters: list[str] = []  # -M/--clusters: names that must include this cluster
 
 
 def read_script(path: str | None, wrap: str | None, stdin: object = None) -> str:
@@ -164,7 +166,7 @@ def build(
     req = JobRequest()
     layered = from_script + from_env + parsed
     apply_job_options(req, layered)
-    for opt, _value in layered:
+    for opt, value in layered:
         if opt.key == "parsable":
             sub.parsable = True
         elif opt.key == "wait":
@@ -175,6 +177,8 @@ def build(
             sub.verbose += 1
         elif opt.key == "test-only":
             sub.test_only = True
+        elif opt.key == "clusters":
+            sub.clusters = [c.strip().lower() for c in (value or "").split(",") if c.strip()]
 
     spec = finish_job_request(req, environ, cwd, now)
     if "name" not in spec or not spec["name"]:
@@ -196,8 +200,16 @@ def submit(sub: Submission, out: object = None) -> int:
     out = out if out is not None else sys.stdout
     from muster.protocol.client import ApiError, ConnectError
 
+    settings = load_settings(PROG)
+    cluster = settings.cluster_name
+    unknown = [c for c in sub.clusters if c not in (cluster, "all")]
+    if unknown:
+        raise CommandError(
+            f"'{','.join(unknown)}' can't be reached now, or it is an invalid entry for --cluster."
+            "  Use 'sacctmgr list clusters' to see available clusters.", exit_error_code()
+        )
     try:
-        ctl = connect(PROG)
+        ctl = connect(PROG, settings)
         answer = ctl.post("/v1/jobs", {"spec": sub.spec})
     except ConnectError as e:
         raise CommandError(
@@ -208,10 +220,12 @@ def submit(sub: Submission, out: object = None) -> int:
             submission_error(e.code, e.message, e.data, sub.spec), exit_error_code()
         ) from None
     job_id = answer.get("job_id")
+    on = f" on cluster {cluster}" if sub.clusters else ""
     if sub.parsable:
-        out.write(f"{job_id}\n")  # type: ignore[attr-defined]
+        # With -M, Slurm's --parsable prints "N;cluster" (which cluster took the job).
+        out.write(f"{job_id};{cluster}\n" if sub.clusters else f"{job_id}\n")  # type: ignore[attr-defined]
     elif not sub.quiet:
-        out.write(f"Submitted batch job {job_id}\n")  # type: ignore[attr-defined]
+        out.write(f"Submitted batch job {job_id}{on}\n")  # type: ignore[attr-defined]
     out.flush()  # type: ignore[attr-defined]
     if sub.wait and isinstance(job_id, int):
         return wait_for(ctl, job_id)
@@ -321,6 +335,7 @@ Parallel run options:
   -J, --job-name=jobname      name of job
       --kill-on-invalid-dep=yes|no
                               kill the job if its dependency can never be met
+  -M, --clusters=names        this cluster's name (--parsable then prints N;cluster)
   -n, --ntasks=ntasks         number of tasks to run
       --nice[=value]          decrease scheduling priority by value
       --no-requeue            if set, do not permit the job to be requeued
