@@ -207,3 +207,38 @@ def test_every_attempt_is_a_record_and_survives_a_restart(make_store) -> None:  
     report = acct.usage_report(0, clock.now(), clock.now(), again)
     gpu_seconds = {(u["account"], u["user"]): u["tres"]["gres/gpu"] for u in report["usage"]}
     assert gpu_seconds[("A", "alice")] == pytest.approx(2 * 30 + 2 * 10)
+
+
+def test_node_outages_are_recorded_for_sreports_down_column(make_store) -> None:  # noqa: F811
+    clock = ManualClock(1000.0)
+    ctl = make(make_store(), clock)
+    ctl.check_nodes()
+    assert ctl.store.node_events() == []  # all four in service: nothing to record
+    ctl.update_nodes(ROOT, ["node1"], "DRAIN", "disk")
+    clock.advance(100)
+    for name in ("node1", "node3", "node4"):  # node2 falls silent
+        ctl.agent_heartbeat({"node": name, "running": []})
+    clock.advance(ctl.config.slurmd_timeout + 1)
+    for name in ("node1", "node3", "node4"):
+        ctl.agent_heartbeat({"node": name, "running": []})
+    ctl.check_nodes()  # node1 drained at 1000 (seen now), node2 DOWN at 1401
+    down_at = clock.now()
+    clock.advance(600)
+    for name in ("node1", "node3", "node4"):
+        ctl.agent_heartbeat({"node": name, "running": []})
+    ctl.agent_register({"node": "node2", "gpus": 8, "running": []})
+    ctl.check_nodes()  # ReturnToService=0: node2 stays DOWN until an admin resumes it
+    ctl.update_nodes(ROOT, ["node1", "node2"], "RESUME", None)
+    ctl.check_nodes()
+    events = [(n, d, r) for n, _t, d, r, _s in ctl.store.node_events()]
+    assert events == [("node1", True, "disk"), ("node2", True, "Not responding"),
+                      ("node1", False, ""), ("node2", False, "")]
+    acct = ctl.accounting
+    assert acct is not None
+    report = acct.usage_report(down_at - 1000, clock.now() + 1000, clock.now(), ctl)
+    # both nodes out of service from down_at to now (node1's drain is seen at down_at too)
+    assert report["down"]["cpu"] == pytest.approx(2 * 32 * 600)
+    assert report["down"]["gres/gpu"] == pytest.approx(2 * 8 * 600)
+    ctl.store.close()
+    again = make(make_store(), clock)  # a restart keeps what was recorded
+    assert again.out_of_service == {"node1": False, "node2": False}

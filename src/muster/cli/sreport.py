@@ -8,8 +8,9 @@
             [accounts=A,B] [users=U,V]
 
 The default range is yesterday (midnight to midnight), as in Slurm; TIME takes sacct's
-forms. ``-T gres/gpu -t hours`` reports GPU-hours. Utilization's Down and Planned Down
-columns are 0: muster does not keep a history of node outages yet.
+forms. ``-T gres/gpu -t hours`` reports GPU-hours. Utilization's Down is the time nodes
+spent DOWN or drained (and empty), from the controller's record of node outages; Planned
+Down and Planned are 0 (muster neither powers nodes down nor counts reserved idle time).
 """
 
 from __future__ import annotations

@@ -526,12 +526,34 @@ class Accounting:
             "end": end,
             "allocated": total,
             "capacity": capacity,
-            "down": {k: 0.0 for k in capacity},
+            "down": self._down(start, min(end, now), list(capacity)),
             "usage": [{"account": a, "user": u, "tres": t} for (a, u), t in sorted(by.items())],
             "accounts": {a.account: {"parent": a.parent, "depth": len(self.db.chain(a)) - 1}
                          for a in self.db.tree_order() if not a.is_user},
             "users": {u.name: {"default_account": u.default_account} for u in self.db.users.values()},
         }
+
+    def _down(self, start: float, end: float, names: list[str]) -> dict[str, float]:
+        """TRES-seconds of nodes out of service within [start, end] (``node_events``)."""
+        out = dict.fromkeys(names, 0.0)
+        since: dict[str, tuple[float, dict[str, Any]]] = {}
+
+        def add(t0: float, t1: float, sizes: dict[str, Any]) -> None:
+            span = min(t1, end) - max(t0, start)
+            if span > 0:
+                for name in names:
+                    per = sizes.get("cpu" if name == "billing" else name, 0)
+                    out[name] += float(per) * span
+
+        for node, when, down, _reason, sizes in self.store.node_events(until=end):
+            if down:
+                since.setdefault(node, (when, sizes))
+            elif node in since:
+                t0, was = since.pop(node)
+                add(t0, when, was)
+        for t0, sizes in since.values():
+            add(t0, end, sizes)
+        return out
 
     def jobs(self, q: records.Query, now: float) -> list[dict[str, Any]]:
         """sacct's records (with their steps), read from the store."""

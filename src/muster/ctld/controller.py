@@ -28,7 +28,7 @@ from muster.core.errors import (
 from muster.core.job import Job, JobSpec, compute_shape
 from muster.core.lifecycle import JobEvent
 from muster.core.signals import parse_signal as core_parse_signal
-from muster.core.states import JobState, Reason
+from muster.core.states import JobState, NodeState, Reason
 from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex, array_spec, make_tasks
 from muster.ctld.nodes import NodeRuntime
@@ -129,6 +129,8 @@ class Controller:
     arrays: ArrayIndex = field(default_factory=ArrayIndex)
     # Associations, QOS, fair-share and limits (muster.ctld.accounting); set by load().
     accounting: Accounting | None = None
+    # node -> out of service as last recorded in the store's node_events (sreport's Down)
+    out_of_service: dict[str, bool] = field(default_factory=dict)
 
     # --- start-up -------------------------------------------------------------------
 
@@ -178,6 +180,7 @@ class Controller:
                 node.last_seen = now
                 node.responding = True
         self.accounting = Accounting.load(self.config, self.store, now)
+        self.out_of_service = self.store.last_node_states()
 
     def _hold_resources(self, job: Job) -> None:
         for a in job.alloc:
@@ -861,7 +864,25 @@ class Controller:
                         self._release_resources(job)
                         self.store.record(now, [(job, "cleaned", {"node": node.name})])
             node.allocs.clear()
+        self.note_node_service(now)
         return actions
+
+    def note_node_service(self, now: float) -> None:
+        """Record nodes that went out of service (DOWN, or drained and empty) or came back,
+        for sreport's Down column. A node not registered since a restart keeps what was
+        recorded: nobody knows yet."""
+        changes = []
+        for node in self.nodes.values():
+            if not node.registered and not node.admin_down:
+                continue
+            down = node.base_state() is NodeState.DOWN or (node.drain and not node.allocs)
+            if down == self.out_of_service.get(node.name, False):
+                continue
+            self.out_of_service[node.name] = down
+            sizes = {"cpu": node.cpus, "mem": node.real_memory, "gres/gpu": node.gpus, "node": 1}
+            changes.append((node.name, down, node.reason if down else "", sizes))
+        if changes:
+            self.store.record_node_events(now, changes)
 
     def purge(self) -> None:
         """Forget ended jobs older than MinJobAge (they stay in the store for sacct)."""

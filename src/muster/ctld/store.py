@@ -19,7 +19,7 @@ from muster.core.job import Job
 from muster.core.steps import Step
 from muster.ctld import records
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -61,6 +61,18 @@ _MIGRATIONS: dict[int, list[str]] = {
                data TEXT NOT NULL,
                PRIMARY KEY (job_id, attempt, step_id))""",
         "CREATE INDEX IF NOT EXISTS steps_end ON steps(end_time)",
+    ],
+    # Nodes going out of service (DOWN, or drained) and back, for sreport's Down column:
+    # one row per change, with the node's size at the time.
+    5: [
+        """CREATE TABLE IF NOT EXISTS node_events (
+               seq INTEGER PRIMARY KEY AUTOINCREMENT,
+               node TEXT NOT NULL,
+               time REAL NOT NULL,
+               down INTEGER NOT NULL,
+               reason TEXT NOT NULL DEFAULT '',
+               data TEXT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS node_events_time ON node_events(time)",
     ],
 }
 
@@ -195,6 +207,31 @@ class Store:
 
     def load_nodes(self) -> dict[str, dict[str, Any]]:
         return {n: json.loads(d) for n, d in self.db.execute("SELECT name, data FROM nodes")}
+
+    # --- node outages ----------------------------------------------------------------------
+
+    def record_node_events(self, now: float, changes: list[tuple[str, bool, str, dict[str, Any]]]) -> None:
+        """``(node, down, reason, sizes)`` per node that went out of service or came back."""
+        with self.transaction():
+            for node, down, reason, sizes in changes:
+                self.db.execute(
+                    "INSERT INTO node_events(node, time, down, reason, data) VALUES(?,?,?,?,?)",
+                    (node, now, 1 if down else 0, reason, json.dumps(sizes, separators=(",", ":"))),
+                )
+
+    def node_events(self, until: float | None = None) -> list[tuple[str, float, bool, str, dict[str, Any]]]:
+        """Every change up to ``until``, oldest first: ``(node, time, down, reason, sizes)``."""
+        sql = "SELECT node, time, down, reason, data FROM node_events"
+        params: tuple[Any, ...] = ()
+        if until is not None:
+            sql += " WHERE time <= ?"
+            params = (until,)
+        rows = self.db.execute(sql + " ORDER BY seq", params).fetchall()
+        return [(n, float(t), bool(d), r, json.loads(data)) for n, t, d, r, data in rows]
+
+    def last_node_states(self) -> dict[str, bool]:
+        """Whether each node was last recorded out of service."""
+        return {node: down for node, _t, down, _r, _d in self.node_events()}
 
     # --- reservations ----------------------------------------------------------------------
 
