@@ -28,7 +28,7 @@ from muster.core.errors import (
 from muster.core.job import Job, JobSpec, compute_shape
 from muster.core.lifecycle import JobEvent
 from muster.core.signals import parse_signal as core_parse_signal
-from muster.core.states import JobState, NodeState, Reason
+from muster.core.states import JobState, Reason
 from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex, array_spec, make_tasks
 from muster.ctld.nodes import NodeRuntime
@@ -875,7 +875,8 @@ class Controller:
         for node in self.nodes.values():
             if not node.registered and not node.admin_down:
                 continue
-            down = node.base_state() is NodeState.DOWN or (node.drain and not node.allocs)
+            # DOWN as NodeRuntime.base_state says it, without counting allocations
+            down = node.admin_down or not node.responding or (node.drain and not node.allocs)
             if down == self.out_of_service.get(node.name, False):
                 continue
             self.out_of_service[node.name] = down
