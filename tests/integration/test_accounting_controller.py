@@ -242,3 +242,26 @@ def test_node_outages_are_recorded_for_sreports_down_column(make_store) -> None:
     ctl.store.close()
     again = make(make_store(), clock)  # a restart keeps what was recorded
     assert again.out_of_service == {"node1": False, "node2": False}
+
+
+def test_priority_usage_reset_period_clears_usage_at_the_periods_start(make_store) -> None:  # noqa: F811
+    clock = ManualClock(1000.0)
+    ctl = Controller(parse_config(CONF + "PriorityUsageResetPeriod=DAILY\n", "t.conf"), make_store(), clock)
+    ctl.load()
+    for name in ctl.nodes:
+        ctl.agent_register({"node": name, "gpus": 8, "running": []})
+    setup_accounts(ctl)
+    job = ctl.submit(spec(gpus=8), ALICE)
+    one_pass(ctl)
+    clock.advance(600)
+    ctl.job_done({"job_id": job.job_id, "node": job.nodes[0], "restart_count": 0, "exit_code": 0})
+    one_pass(ctl)
+
+    def raw() -> float:
+        shares = {(r["account"], r["user"]): r for r in ctl.accounting.shares()}  # type: ignore[union-attr]
+        return shares[("A", "alice")]["raw_usage"]
+
+    assert raw() > 0
+    clock.set(86400 * 2 + 10)  # past the next local midnight (whatever the time zone)
+    one_pass(ctl)
+    assert raw() == 0

@@ -36,7 +36,7 @@ from muster.core.job import Job, JobSpec
 from muster.core.states import JobState
 from muster.ctld import records
 from muster.ctld.assoc import Assoc, AssocDB, Change, Qos, Result, assoc_key
-from muster.ctld.fairshare import Node, Standing, Usage, fair_tree
+from muster.ctld.fairshare import Node, Standing, Usage, fair_tree, parse_reset_period, usage_epoch
 from muster.ctld.limits import JobLoad, Running, check
 from muster.ctld.tres import DEFAULT_USAGE_WEIGHTS, billing, parse_billing_weights
 from muster.sched.config import SchedConfig
@@ -89,6 +89,8 @@ class Accounting:
         self.enforce = Enforce.parse(config.get("AccountingStorageEnforce"))
         half_life = config.get_seconds("PriorityDecayHalfLife", 7 * 86400)
         self.usage = Usage(half_life, now)
+        self.reset_period = parse_reset_period(config.get("PriorityUsageResetPeriod"))
+        self.loaded_at = now  # PriorityUsageResetPeriod=NOW counts from here
         self.max_tres = "MAX_TRES" in (config.get("PriorityFlags") or "").upper()
         self.weights = {
             p.name: parse_billing_weights(p.params.get("TRESBillingWeights")) for p in config.partitions
@@ -263,6 +265,7 @@ class Accounting:
             "SELECT data FROM acct_jobs WHERE start_time IS NOT NULL"
         ).fetchall()
         self.usage.decay_to(now)
+        self._reset_if_due(now)
         for (raw,) in rows:
             d = json.loads(raw)
             alloc = d.get("alloc") or []
@@ -290,20 +293,15 @@ class Accounting:
         """Bring usage up to ``now``: running jobs up to now, jobs ended since up to their end.
         ``active``: the jobs holding resources, when the caller has them at hand."""
         self.usage.decay_to(now)
+        self._reset_if_due(now)
         seen: set[tuple[int, int]] = set()
         for job in jobs.values() if active is None else active:
             if not job.is_active or job.start_time is None:
                 continue
             key = (job.job_id, job.restart_count)
-            c = self.charging.get(key)
+            c = self.charging.get(key) or self.started(job)
             if c is None:
-                a = self.assoc_of(job)
-                if a is None:
-                    continue
-                c = self.charging[key] = _Charge(
-                    job.start_time, [x.key for x in self.db.chain(a)],
-                    self._rates(self.tres_of(job), job.partition, job.spec.qos),
-                )
+                continue
             end = job.end_time if job.end_time is not None else now
             self.usage.charge(c.keys, c.rates, c.since, end)
             c.since = max(c.since, end)
@@ -317,6 +315,28 @@ class Accounting:
             elif job is not None and job.restart_count > key[1] and job.eligible_time is not None:
                 end = min(now, job.eligible_time)  # requeued at that time
             self.usage.charge(c.keys, c.rates, c.since, end)
+
+    def started(self, job: Job) -> _Charge | None:
+        """Begin charging a job that just started (the controller calls this as it starts
+        one, so that a job ending before the next pass is charged too)."""
+        if job.start_time is None:
+            return None
+        key = (job.job_id, job.restart_count)
+        if key not in self.charging:
+            a = self.assoc_of(job)
+            if a is None:
+                return None
+            self.charging[key] = _Charge(
+                job.start_time, [x.key for x in self.db.chain(a)],
+                self._rates(self.tres_of(job), job.partition, job.spec.qos),
+            )
+        return self.charging[key]
+
+    def _reset_if_due(self, now: float) -> None:
+        """A new PriorityUsageResetPeriod began: usage starts again from nothing."""
+        epoch = usage_epoch(self.reset_period, now, self.loaded_at)
+        if epoch is not None and (self.usage.since is None or epoch > self.usage.since):
+            self.usage.reset(epoch)
 
     def refresh(self) -> None:
         """Recompute Fair Tree standings from the current usage."""

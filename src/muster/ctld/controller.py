@@ -675,6 +675,8 @@ class Controller:
             lifecycle.start(job, s.alloc, now, scheduler="Backfill" if s.backfilled else "Main")
             job.partition = s.partition
             self._hold_resources(job)
+            if self.accounting is not None:
+                self.accounting.started(job)  # charged from now, even if it ends before a pass
             changes.append((job, "start", {"nodes": job.nodes, "attempt": job.restart_count}))
             if job.spec.interactive:
                 continue  # srun/salloc hold it: there is no batch script to launch

@@ -10,6 +10,9 @@ partition's ``TRESBillingWeights`` (muster's default weights make GPUs dominant,
 ``PriorityDecayHalfLife`` (default 7 days; 0 turns decay off): a charge made ``h`` seconds
 ago counts half. ``Usage.charge`` integrates the decay exactly over the charged interval,
 so the result does not depend on how often usage is brought up to date.
+``PriorityUsageResetPeriod`` (DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY; NONE by default)
+clears it at each period's start, local time (weeks start on Sunday, as in Slurm): usage
+then counts only what ran since (``usage_epoch``). NOW clears it when the controller starts.
 
 Fair Tree
 ---------
@@ -34,6 +37,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from muster.core.config import ConfigError
 
 USAGE_NAMES = ("billing", "cpu", "mem", "node", "gres/gpu")
 
@@ -45,6 +51,12 @@ class Usage:
         self.half_life = half_life if half_life and half_life > 0 else None
         self.as_of = as_of
         self.values: dict[str, dict[str, float]] = {}
+        self.since: float | None = None  # nothing before this counts (a reset period)
+
+    def reset(self, since: float) -> None:
+        """Forget all usage; from now on only what ran after ``since`` is charged."""
+        self.values.clear()
+        self.since = since
 
     def decay_to(self, now: float) -> None:
         if now <= self.as_of:
@@ -67,6 +79,8 @@ class Usage:
 
     def charge(self, keys: Iterable[str], rates: dict[str, float], a: float, b: float) -> None:
         """Add ``rates`` (per second) over [a, b] to each key; call ``decay_to`` first."""
+        if self.since is not None:
+            a = max(a, self.since)
         b = min(b, self.as_of)
         seconds = self.weight(a, b)
         if seconds <= 0:
@@ -78,6 +92,36 @@ class Usage:
 
     def get(self, key: str, name: str = "billing") -> float:
         return self.values.get(key, {}).get(name, 0.0)
+
+
+RESET_PERIODS = ("NONE", "NOW", "DAILY", "WEEKLY", "MONTHLY", "QUARTERLY", "YEARLY")
+
+
+def parse_reset_period(text: str | None) -> str:
+    """``PriorityUsageResetPeriod``'s value, upper case; ConfigError for an unknown one."""
+    value = (text or "NONE").strip().upper()
+    if value not in RESET_PERIODS:
+        raise ConfigError(f"PriorityUsageResetPeriod={text!r} is not one of {', '.join(RESET_PERIODS)}")
+    return value
+
+
+def usage_epoch(period: str, now: float, started: float) -> float | None:
+    """When the current reset period began (local time), None for NONE; ``started`` (the
+    controller's start) for NOW."""
+    if period == "NONE":
+        return None
+    if period == "NOW":
+        return started
+    t = datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "WEEKLY":
+        t -= timedelta(days=(t.weekday() + 1) % 7)  # back to Sunday
+    elif period == "MONTHLY":
+        t = t.replace(day=1)
+    elif period == "QUARTERLY":
+        t = t.replace(day=1, month=(t.month - 1) // 3 * 3 + 1)
+    elif period == "YEARLY":
+        t = t.replace(day=1, month=1)
+    return t.timestamp()
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from datetime import datetime
 
 import pytest
 
-from muster.ctld.fairshare import Node, Usage, fair_tree
+from muster.core.config import ConfigError
+from muster.ctld.fairshare import Node, Usage, fair_tree, parse_reset_period, usage_epoch
 
 
 def test_usage_halves_every_half_life() -> None:
@@ -29,6 +31,43 @@ def test_a_charge_integrates_the_decay_exactly_whatever_the_update_steps() -> No
     expected = 2.0 * 3600.0 / math.log(2) * (1 - 2.0**-2)
     assert once.get("a") == pytest.approx(expected)
     assert stepped.get("a") == pytest.approx(expected)
+
+
+def _local(*args: int) -> float:
+    return datetime(*args).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("period", "expected"),
+    [
+        ("DAILY", (2026, 12, 3)),
+        ("WEEKLY", (2026, 11, 29)),  # the Sunday before Thursday 3 December
+        ("MONTHLY", (2026, 12, 1)),
+        ("QUARTERLY", (2026, 10, 1)),
+        ("YEARLY", (2026, 1, 1)),
+    ],
+)
+def test_reset_periods_start_at_local_midnight(period: str, expected: tuple[int, int, int]) -> None:
+    now = _local(2026, 12, 3, 15, 30)
+    assert usage_epoch(period, now, started=0.0) == _local(*expected)
+
+
+def test_reset_none_now_and_bad_values() -> None:
+    assert usage_epoch("NONE", 1e9, 5.0) is None
+    assert usage_epoch("NOW", 1e9, 5.0) == 5.0
+    assert parse_reset_period(None) == "NONE" and parse_reset_period(" weekly ") == "WEEKLY"
+    with pytest.raises(ConfigError, match="PriorityUsageResetPeriod='FORTNIGHTLY'"):
+        parse_reset_period("FORTNIGHTLY")
+
+
+def test_a_reset_forgets_usage_and_charges_only_what_ran_after_it() -> None:
+    u = Usage(0, as_of=0.0)
+    u.decay_to(100.0)
+    u.charge(["a"], {"billing": 1.0}, 0.0, 100.0)
+    u.reset(60.0)
+    assert u.get("a") == 0.0
+    u.charge(["a"], {"billing": 1.0}, 0.0, 100.0)  # a job running since 0: only 60..100 counts
+    assert u.get("a") == 40.0
 
 
 def test_without_decay_usage_is_plain_tres_seconds() -> None:
