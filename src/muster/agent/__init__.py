@@ -16,7 +16,7 @@ owns what happens on its node and nothing else; the controller owns every job's 
 * ``taskenv``    pure: a step's grant, a node and a task -> the task's environment.
 * ``launcher``   spool the script, fork, drop privileges, open outputs as the user, exec.
 * ``env``        pure: a job and a node -> the batch script's environment (Slurm's names).
-* ``outputs``    pure: Slurm's ``%j``/``%x``/... output filename patterns.
+* (``core.outputs``, pure: Slurm's ``%j``/``%x``/... output filename patterns, shared with the controller.)
 * ``limits``     pure: time-limit deadlines, ``--signal`` specs, exit statuses.
 * ``proctree``   pure walk over a ``/proc`` snapshot: which processes belong to a job.
 * ``gpus``       GPU detection (nvidia-smi, NVML) or emulation of the configured count.

@@ -36,7 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from muster.agent import affinity, outputs
+from muster.agent import affinity
+from muster.core import outputs
 
 __all__ = ["LaunchError", "LaunchPlan", "prepare", "start", "start_blocking"]
 

@@ -200,16 +200,17 @@ def submit(sub: Submission, out: object = None) -> int:
     out = out if out is not None else sys.stdout
     from muster.protocol.client import ApiError, ConnectError
 
-    settings = load_settings(PROG)
-    cluster = settings.cluster_name
-    unknown = [c for c in sub.clusters if c not in (cluster, "all")]
-    if unknown:
-        raise CommandError(
-            f"'{','.join(unknown)}' can't be reached now, or it is an invalid entry for --cluster."
-            "  Use 'sacctmgr list clusters' to see available clusters.", exit_error_code()
-        )
+    cluster = ""
+    if sub.clusters:  # -M: this cluster must be among those named
+        cluster = load_settings(PROG).cluster_name
+        unknown = [c for c in sub.clusters if c not in (cluster, "all")]
+        if unknown:
+            raise CommandError(
+                f"'{','.join(unknown)}' can't be reached now, or it is an invalid entry for --cluster."
+                "  Use 'sacctmgr list clusters' to see available clusters.", exit_error_code()
+            )
     try:
-        ctl = connect(PROG, settings)
+        ctl = connect(PROG)
         answer = ctl.post("/v1/jobs", {"spec": sub.spec})
     except ConnectError as e:
         raise CommandError(

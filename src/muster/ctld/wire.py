@@ -6,58 +6,25 @@ computed here once, so every command shows the same thing.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from muster.core.config import Config
 from muster.core.hostlist import compress
 from muster.core.job import Job
+from muster.core.outputs import PatternFields, resolve_paths
 from muster.core.resources import format_tres
 from muster.core.states import COMPLETING_SHORT, JobState
 from muster.ctld.nodes import NodeRuntime
 
 
-def expand_pattern(pattern: str, job: Job, node: str | None = None) -> str:
-    """Resolve ``%j %x %u %N %A %a %%`` (and ``%5j`` padding) in an output file name."""
-    out = []
-    i = 0
-    n = len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c != "%" or i + 1 >= n:
-            out.append(c)
-            i += 1
-            continue
-        j = i + 1
-        width = ""
-        while j < n and pattern[j].isdigit():
-            width += pattern[j]
-            j += 1
-        if j >= n:
-            out.append(pattern[i:])
-            break
-        key = pattern[j]
-        values = {
-            "j": str(job.job_id),
-            "A": str(job.array_job_id if job.array_job_id is not None else job.job_id),
-            "a": str(job.array_task_id if job.array_task_id is not None else 4294967294),
-            "x": job.spec.name,
-            "u": job.user,
-            "N": node or (job.batch_host or ""),
-            "n": "0",
-            "t": "0",
-            "s": "batch",
-        }
-        if key == "%":
-            out.append("%")
-        elif key in values:
-            v = values[key]
-            out.append(v.zfill(int(width)) if width and v.isdigit() else v)
-        else:
-            out.append(pattern[i : j + 1])
-        i = j + 1
-    path = "".join(out)
-    return path if os.path.isabs(path) else os.path.join(job.spec.workdir, path)
+def output_paths(job: Job) -> tuple[str, str]:
+    """Where the job's stdout and stderr go (its batch host's name for ``%N``), as the
+    agent will resolve them (``core.outputs``)."""
+    fields = PatternFields(
+        job_id=job.job_id, job_name=job.spec.name or "sbatch", user=job.user,
+        node=job.batch_host or "", array_job_id=job.array_job_id, array_task_id=job.array_task_id,
+    )
+    return resolve_paths(fields, job.spec.workdir or "/", job.spec.stdout, job.spec.stderr)
 
 
 def job_wire(job: Job, now: float) -> dict[str, Any]:
@@ -69,7 +36,7 @@ def job_wire(job: Job, now: float) -> dict[str, Any]:
         run_time = job.end_time - job.start_time
     else:
         run_time = 0
-    stdout = job.spec.stdout or ("slurm-%j.out" if job.array_job_id is None else "slurm-%A_%a.out")
+    stdout_path, stderr_path = output_paths(job)
     d.update(
         nodelist=compress(job.nodes),
         sched_nodelist=compress(planned),
@@ -79,8 +46,8 @@ def job_wire(job: Job, now: float) -> dict[str, Any]:
         num_gpus=sum(len(a.gpu_ids) for a in job.alloc) or job.shape.total_gpus,
         state_code=COMPLETING_SHORT if job.completing else job.state.short,
         run_time=int(max(0, run_time)),
-        stdout_path=expand_pattern(stdout, job),
-        stderr_path=expand_pattern(job.spec.stderr or stdout, job),
+        stdout_path=stdout_path,
+        stderr_path=stderr_path,
         tres=format_tres(
             sum(a.cpus for a in job.alloc) or job.shape.total_cpus,
             sum(a.mem for a in job.alloc) or job.shape.total_mem,

@@ -219,3 +219,18 @@ def test_a_job_its_agent_lost_is_a_node_failure_and_is_requeued(db: str) -> None
                   "terminated_by": "node_fail", "reason": "exit status lost"})
     assert job.state is JobState.PENDING and job.restart_count == 1
     assert [k for _, k, _ in ctl.store.events(job.job_id)][-2:] == ["node_fail", "requeue"]
+
+
+def test_the_output_paths_shown_are_those_the_agent_opens(db: str) -> None:
+    from muster.core.outputs import output_paths
+    from muster.ctld.wire import job_wire
+
+    ctl = make(db)
+    register_all(ctl)
+    job = ctl.submit(JobSpec(name="train", script="#!/bin/sh\n", workdir="/w", array="3-4",
+                             stdout="logs/%x-%A_%a-%N-%b.out", stderr="/abs/%u.%J.err"), ALICE)
+    start(ctl, job.job_id, ["node2"])
+    wire = job_wire(job, ctl.clock.now())
+    assert (wire["stdout_path"], wire["stderr_path"]) == output_paths(job.to_dict(), "node2")
+    assert wire["stdout_path"] == f"/w/logs/train-{job.job_id}_3-node2-3.out"
+    assert wire["stderr_path"] == f"/abs/alice.{job.job_id}.err"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from muster.agent.outputs import NO_ARRAY_TASK, PatternFields, expand_pattern, output_paths
+from muster.core.outputs import NO_ARRAY_TASK, PatternFields, expand_pattern, output_paths
 
 FIELDS = PatternFields(job_id=42, job_name="train", user="alice", node="node3.cluster", node_index=0)
 ARRAY = PatternFields(

@@ -1,4 +1,5 @@
-"""Where a batch job's stdout and stderr go: Slurm's filename patterns, resolved purely.
+"""Where a batch job's stdout and stderr go: Slurm's filename patterns, resolved purely
+(by the agent that opens the files, and by the controller that shows them).
 
 ``expand_pattern`` replaces the ``%`` escapes of ``sbatch --output/--error``:
 
@@ -29,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PatternFields", "expand_pattern", "fields_for_job", "output_paths"]
+__all__ = ["PatternFields", "expand_pattern", "fields_for_job", "output_paths", "resolve_paths"]
 
 NO_ARRAY_TASK = 4294967294  # what Slurm prints for %a outside an array
 
@@ -99,13 +100,16 @@ def fields_for_job(job: Mapping[str, Any], node: str, node_index: int = 0) -> Pa
 def output_paths(job: Mapping[str, Any], node: str, node_index: int = 0) -> tuple[str, str]:
     """Absolute (stdout, stderr) paths for the batch script; equal when stderr is unset."""
     spec = job.get("spec") or {}
-    fields = fields_for_job(job, node, node_index)
-    workdir = str(spec.get("workdir") or "/")
+    return resolve_paths(fields_for_job(job, node, node_index), str(spec.get("workdir") or "/"),
+                         spec.get("stdout"), spec.get("stderr"))
+
+
+def resolve_paths(fields: PatternFields, workdir: str, stdout: str | None, stderr: str | None) -> tuple[str, str]:
+    """(stdout, stderr) from the patterns given (None: the defaults), absolute."""
     default = "slurm-%A_%a.out" if fields.array_task_id is not None else "slurm-%j.out"
-    stdout = _resolve(expand_pattern(spec.get("stdout") or default, fields), workdir)
-    stderr_pattern = spec.get("stderr")
-    stderr = _resolve(expand_pattern(stderr_pattern, fields), workdir) if stderr_pattern else stdout
-    return stdout, stderr
+    out = _resolve(expand_pattern(stdout or default, fields), workdir)
+    err = _resolve(expand_pattern(stderr, fields), workdir) if stderr else out
+    return out, err
 
 
 def _resolve(path: str, workdir: str) -> str:
