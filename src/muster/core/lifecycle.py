@@ -86,7 +86,15 @@ def finish(job: Job, exit_code: int, signal: int, now: float) -> None:
     job.exit_signal = signal
     job.end_time = now
     job.completing = False
-    job.reason = Reason.NONE
+    job.reason = Reason.NONE if event is JobEvent.COMPLETE else (
+        Reason.RAISED_SIGNAL if signal else Reason.NON_ZERO_EXIT)
+
+
+_END_REASONS = {
+    JobEvent.TIMEOUT: Reason.TIME_LIMIT,
+    JobEvent.NODE_FAIL: Reason.NODE_DOWN,
+    JobEvent.OUT_OF_MEMORY: Reason.OUT_OF_MEMORY,
+}
 
 
 def end(job: Job, event: JobEvent, now: float, *, completing: bool) -> None:
@@ -99,8 +107,7 @@ def end(job: Job, event: JobEvent, now: float, *, completing: bool) -> None:
     job.state = next_state(job, event)
     job.end_time = now
     job.completing = completing and was_running
-    if not was_running:
-        job.reason = Reason.NONE
+    job.reason = _END_REASONS.get(event, Reason.NONE) if was_running else Reason.NONE
 
 
 def cleaned(job: Job, exit_code: int | None = None, signal: int | None = None) -> None:

@@ -94,6 +94,11 @@ class Reason(StrEnum):
     PARTITION_NODE_LIMIT = "PartitionNodeLimit"
     REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
     NODE_DOWN = "NodeDown"
+    # Why an ended job ended (scontrol's Reason=, squeue -t all), as Slurm records it.
+    NON_ZERO_EXIT = "NonZeroExitCode"
+    RAISED_SIGNAL = "RaisedSignal"
+    TIME_LIMIT = "TimeLimit"
+    OUT_OF_MEMORY = "OutOfMemory"
     RESERVATION = "Reservation"
     BAD_CONSTRAINTS = "BadConstraints"
     LAUNCH_FAILED = "launch failed requeued held"

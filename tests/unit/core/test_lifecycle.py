@@ -6,7 +6,7 @@ from muster.core import lifecycle
 from muster.core.errors import IllegalTransition
 from muster.core.job import Job, JobSpec, NodeAlloc, Shape
 from muster.core.lifecycle import TRANSITIONS, JobEvent
-from muster.core.states import JobState
+from muster.core.states import JobState, Reason
 
 
 def make_job(job_id: int = 1) -> Job:
@@ -34,6 +34,21 @@ def test_a_job_that_exits_completes_or_fails_by_its_exit_status(exit_code: int, 
     lifecycle.finish(job, exit_code, signal, now=20.0)
     assert job.state is state
     assert (job.exit_code, job.exit_signal, job.end_time) == (exit_code, signal, 20.0)
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "signal", "reason"),
+    [(0, 0, Reason.NONE), (3, 0, Reason.NON_ZERO_EXIT), (0, 9, Reason.RAISED_SIGNAL)],
+)
+def test_an_ended_job_says_why_as_slurm_does(exit_code: int, signal: int, reason: Reason) -> None:
+    job = running_job()
+    lifecycle.finish(job, exit_code, signal, 10.0)
+    assert job.reason is reason
+    for event, why in ((JobEvent.TIMEOUT, Reason.TIME_LIMIT), (JobEvent.NODE_FAIL, Reason.NODE_DOWN),
+                       (JobEvent.CANCEL, Reason.NONE)):
+        job = running_job()
+        lifecycle.end(job, event, 10.0, completing=True)
+        assert job.reason is why
 
 
 def test_cancelling_a_running_job_keeps_it_completing_until_cleaned() -> None:
