@@ -1,5 +1,6 @@
-"""Issue 2's figures: command start-up, serial submission latency, and throughput of
-1,000 trivial jobs from first submit to all done, next to real Slurm 22.05 here."""
+"""Issue 2's figures: command start-up, serial submission latency, throughput of 1,000
+trivial jobs from first submit to all done, and squeue over 1,000 pending jobs, next to
+real Slurm 22.05 here."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def main() -> None:
         report("1000 jobs submit->done (jobs/s)", rate, unit_lower_is_better=False)
         print(f"{'':<36} submit phase {submitted:.1f} s, all done after {total:.1f} s "
               f"(Slurm: {args.jobs / SLURM['1000 jobs submit->done (jobs/s)']:.1f} s)")
+        # squeue over a long queue: one held array of 1,000 tasks (squeue merges them into
+        # one row, as Slurm does; -r lists all 1,000 as Slurm's measurement did)
+        h.sbatch("--hold", "--array=0-999", "--wrap=true")
+        report("squeue, 1000 pending (ms)", median(time_calls(h, ["squeue", "-r"], 20)))
 
 
 if __name__ == "__main__":

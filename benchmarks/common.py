@@ -26,6 +26,7 @@ SLURM = {
     "sbatch --version (ms)": 6.7,
     "sbatch --wrap=true (ms)": 12.7,
     "1000 jobs submit->done (jobs/s)": 17.8,
+    "squeue, 1000 pending (ms)": 30.5,
     "srun -N1 true (ms)": 85.4,
     "srun -N2 -n4 true (ms)": 202.8,
     "backfill C after submit (s)": 23.8,

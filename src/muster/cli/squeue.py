@@ -321,6 +321,8 @@ EXTRA_FIELDS: dict[str, tuple[str, object]] = {
     "cluster": ("CLUSTER", lambda j: ""),
 }
 
+_PATH_VALUES = (EXTRA_FIELDS["stdout"][1], EXTRA_FIELDS["stderr"][1])  # need ?view=full
+
 
 class Column:
     """One output column: a literal prefix, then a value fitted to a width."""
@@ -772,13 +774,22 @@ def long_header(now: float) -> str:
     return time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now))
 
 
+def listing_query(req: Request) -> str:
+    """The query string: the filters, and ``view=brief`` (only what squeue shows, see
+    ``ctld.wire.BRIEF_FIELDS``) unless --json or an output path column needs the rest."""
+    query = req.filters.query()
+    if req.json or any(c.value in _PATH_VALUES for c in req.cols):
+        return query
+    return query + ("&" if query else "?") + "view=brief"
+
+
 def fetch(req: Request) -> tuple[list[dict], float]:
     """Ask the controller; CommandError with Slurm's ``slurm_load_jobs error`` texts."""
     from muster.protocol.client import ApiError, ConnectError
 
     try:
         ctl = connect(PROG)
-        answer = ctl.get("/v1/jobs" + req.filters.query())
+        answer = ctl.get("/v1/jobs" + listing_query(req))
     except ConnectError as e:
         raise CommandError(f"slurm_load_jobs error: {connect_message(e)}", 1, raw=True) from None
     except ApiError as e:

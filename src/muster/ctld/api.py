@@ -257,7 +257,8 @@ def build_routes(ctx: CtldApp) -> list[Route]:
             query_list(request, "partition"),
             query_list(request, "state"),
         )
-        out = [job_wire(job, now) for job in selected]
+        brief = request.query_params.get("view") == "brief"
+        out = [job_wire(job, now, brief) for job in selected]
         if ids and not out and len(ids) == 1:
             raise InvalidJobId()
         return JSONResponse({"jobs": out, "now": now})

@@ -27,8 +27,37 @@ def output_paths(job: Job) -> tuple[str, str]:
     return resolve_paths(fields, job.spec.workdir or "/", job.spec.stdout, job.spec.stderr)
 
 
-def job_wire(job: Job, now: float) -> dict[str, Any]:
-    d = job.to_dict()
+# What squeue reads of a job (``cli.squeue``: columns, filters, sorting, array merging).
+# ``?view=brief`` sends only these and the derived fields (no allocation details, no output
+# paths): under half the bytes for a long queue. A test renders every squeue column from
+# both views and compares.
+BRIEF_FIELDS = (
+    "job_id", "user", "uid", "group", "gid", "submit_time", "partition", "time_limit",
+    "priority", "eligible_time", "start_time", "end_time", "exit_code", "exit_signal",
+    "restart_count", "completing", "planned_start", "array_job_id", "array_task_id",
+    "array_throttle",
+)
+BRIEF_SPEC_KEYS = (
+    "name", "dependency", "constraint", "exclusive", "comment", "nodelist", "reservation",
+    "exclude", "nice", "workdir", "begin_time", "gpus_per_node", "gpu_type", "mem_per_cpu",
+    "mem_per_node", "cpus_per_task", "stdin",
+)
+BRIEF_SHAPE_KEYS = ("cpus_per_node", "gpus_per_node", "gpu_type", "mem_per_node")
+
+
+def job_wire(job: Job, now: float, brief: bool = False) -> dict[str, Any]:
+    """A job as commands see it; ``brief``: what squeue needs (``BRIEF_FIELDS``), without
+    empty values (squeue reads every field with a default; 0 is kept)."""
+    if brief:
+        d = {name: getattr(job, name) for name in BRIEF_FIELDS}
+        d["spec"] = {k: v for k in BRIEF_SPEC_KEYS if _sent(v := getattr(job.spec, k))}
+        d["shape"] = {k: getattr(job.shape, k) for k in BRIEF_SHAPE_KEYS}
+    else:
+        d = job.to_dict()
+        d["spec"].pop("environment", None)  # large, and private to the job's owner
+        d["spec"].pop("script", None)
+        d["stdout_path"], d["stderr_path"] = output_paths(job)
+    d["state"], d["reason"] = str(job.state), str(job.reason)
     planned = job.planned_nodes if job.state is JobState.PENDING else []
     if job.state is JobState.RUNNING:
         run_time = now - (job.start_time or now)
@@ -36,31 +65,30 @@ def job_wire(job: Job, now: float) -> dict[str, Any]:
         run_time = job.end_time - job.start_time
     else:
         run_time = 0
-    stdout_path, stderr_path = output_paths(job)
+    cpus = sum(a.cpus for a in job.alloc) or job.shape.total_cpus
+    gpus = sum(len(a.gpu_ids) for a in job.alloc) or job.shape.total_gpus
+    nodes = len(job.alloc) or job.shape.nodes
     d.update(
         nodelist=compress(job.nodes),
         sched_nodelist=compress(planned),
-        num_nodes=len(job.alloc) or job.shape.nodes,
-        num_cpus=sum(a.cpus for a in job.alloc) or job.shape.total_cpus,
+        num_nodes=nodes,
+        num_cpus=cpus,
         num_tasks=job.shape.ntasks,
-        num_gpus=sum(len(a.gpu_ids) for a in job.alloc) or job.shape.total_gpus,
+        num_gpus=gpus,
         state_code=COMPLETING_SHORT if job.completing else job.state.short,
         run_time=int(max(0, run_time)),
-        stdout_path=stdout_path,
-        stderr_path=stderr_path,
-        tres=format_tres(
-            sum(a.cpus for a in job.alloc) or job.shape.total_cpus,
-            sum(a.mem for a in job.alloc) or job.shape.total_mem,
-            len(job.alloc) or job.shape.nodes,
-            sum(len(a.gpu_ids) for a in job.alloc) or job.shape.total_gpus,
-        ),
+        tres=format_tres(cpus, sum(a.mem for a in job.alloc) or job.shape.total_mem, nodes, gpus),
         account=job.spec.account or job.user,
         qos=job.spec.qos or "normal",
         batch_host=job.batch_host,
     )
-    d["spec"].pop("environment", None)  # large, and private to the job's owner
-    d["spec"].pop("script", None)
+    if brief:
+        return {k: v for k, v in d.items() if v is not None and v is not False and v != ""}
     return d
+
+
+def _sent(value: Any) -> bool:
+    return value is not None and value is not False and value != "" and value != []
 
 
 def node_wire(node: NodeRuntime, jobs_here: list[int]) -> dict[str, Any]:

@@ -210,7 +210,7 @@ def test_unknown_single_job_id_is_slurm_load_jobs_error(monkeypatch, capsys, ref
     monkeypatch.setattr(squeue, "connect", lambda prog: fake)
     assert squeue.main(["-j", "999999"]) == 1
     assert capsys.readouterr().err == stderr
-    assert fake.paths == ["/v1/jobs?job_id=999999"]
+    assert fake.paths == ["/v1/jobs?job_id=999999&view=brief"]
 
 
 def test_unreachable_controller(monkeypatch, capsys) -> None:
