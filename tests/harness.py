@@ -18,6 +18,15 @@ from muster.cluster.local import ClusterShape, LocalCluster
 BIN = os.path.dirname(sys.executable)
 
 
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 class Harness:
     def __init__(
         self, shape: ClusterShape, root: str | None = None, settings: dict[str, str] | None = None

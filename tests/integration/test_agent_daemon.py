@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from harness import process_running
 from muster.core.clock import SystemClock
 from muster.protocol import client as lean_client
 from muster.protocol.httpd import SignatureError, Verifier
@@ -291,14 +292,6 @@ def private_world() -> Iterator[AgentWorld]:
         w.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 # --- tests ---------------------------------------------------------------------------------
 
 
@@ -448,7 +441,7 @@ def test_terminate_reaches_the_whole_tree_including_setsid_escapes(world: AgentW
     assert world.call("POST", "/v1/terminate", {"job_id": job["job_id"], "reason": "cancel", "kill_wait": 1}).json()["running"] is True
     report = world.ctld.wait_report(job["job_id"])
     assert report["terminated_by"] == "cancel" and report["signal"] == signal.SIGTERM
-    wait_for(lambda: not _alive(escaped), 5, "the setsid escape to die")
+    wait_for(lambda: not process_running(escaped), 5, "the setsid escape to die")
 
 
 def test_a_daemon_that_double_forked_away_dies_with_the_job(world: AgentWorld) -> None:
@@ -461,7 +454,7 @@ def test_a_daemon_that_double_forked_away_dies_with_the_job(world: AgentWorld) -
     assert world.launch(job).status_code == 200
     assert world.ctld.wait_report(job["job_id"])["exit_code"] == 0
     pid = int(world.read(f"daemon-{job['job_id']}.pid").strip())
-    wait_for(lambda: not _alive(pid), 5, "the orphaned daemon to be swept")
+    wait_for(lambda: not process_running(pid), 5, "the orphaned daemon to be swept")
 
 
 def test_signals_go_to_the_job_or_only_its_batch_shell(world: AgentWorld) -> None:
@@ -552,7 +545,7 @@ def test_a_stopped_agent_leaves_jobs_running_and_its_successor_adopts_them(priva
     lost_pid = int(wait_for(lambda: _read(w, f"lost-{lost['job_id']}.pid"), 5, "pid"))
     assert w.stop_agent() == 0
     time.sleep(0.3)
-    assert _alive(keep_pid) and _alive(lost_pid)
+    assert process_running(keep_pid) and process_running(lost_pid)
     os.kill(lost_pid, signal.SIGKILL)  # ends while no agent watches
     n = len(w.ctld.registrations)
     w.start_agent()
@@ -563,7 +556,7 @@ def test_a_stopped_agent_leaves_jobs_running_and_its_successor_adopts_them(priva
     assert w.call("POST", "/v1/terminate", {"job_id": keep["job_id"], "reason": "cancel", "kill_wait": 1}).status_code == 200
     report = w.ctld.wait_report(keep["job_id"])
     assert report["terminated_by"] == "cancel"
-    wait_for(lambda: not _alive(keep_pid), 5, "the adopted job to die")
+    wait_for(lambda: not process_running(keep_pid), 5, "the adopted job to die")
 
 
 def test_bad_startup_input_fails_clearly(private_world: AgentWorld) -> None:
@@ -621,11 +614,11 @@ def test_a_rerun_on_a_neighbour_agent_survives_the_sweep_of_its_old_run(private_
     rerun_pid = int(wait_for(lambda: _read(w, "rerun.pid"), 5, "rerun"))
     w.call("POST", "/v1/terminate", {"job_id": old["job_id"], "reason": "node_fail", "kill_wait": 1})
     wait_for(lambda: w.ctld.report_for(old["job_id"]), 10, "the old run's report")
-    wait_for(lambda: not _alive(old_daemon), 5, "the old run's daemon to be swept")
+    wait_for(lambda: not process_running(old_daemon), 5, "the old run's daemon to be swept")
     time.sleep(0.3)
-    assert _alive(rerun_pid)
+    assert process_running(rerun_pid)
     w.call("POST", "/v1/terminate", {"job_id": old["job_id"], "reason": "cancel", "kill_wait": 1}, node="node2")
-    wait_for(lambda: not _alive(rerun_pid), 5, "the rerun to stop")
+    wait_for(lambda: not process_running(rerun_pid), 5, "the rerun to stop")
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")

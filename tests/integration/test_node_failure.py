@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness
+from harness import Harness, process_running
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
@@ -61,14 +61,6 @@ def test_no_requeue_ends_the_job_node_fail(fast_failing: Harness) -> None:
     h.cluster.wait_ready(30)
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_a_restarted_agent_ends_the_step_tasks_its_killed_predecessor_left(fast_failing: Harness) -> None:
     h = fast_failing
     pids = os.path.join(h.workdir, "step-pids")
@@ -84,10 +76,10 @@ def test_a_restarted_agent_ends_the_step_tasks_its_killed_predecessor_left(fast_
         tasks = [int(p) for p in h.read(pids).split()]
         os.kill(h.cluster._alive("node2"), signal.SIGKILL)
         time.sleep(0.3)
-        assert all(_running(p) for p in tasks)  # the agent's death alone does not end them
+        assert all(process_running(p) for p in tasks)  # the agent's death alone does not end them
         h.cluster.start()  # a new agent for node2 finds and ends them
         deadline = time.monotonic() + 15
-        while any(_running(p) for p in tasks):
+        while any(process_running(p) for p in tasks):
             assert time.monotonic() < deadline, "the orphaned tasks are still running"
             time.sleep(0.05)
         _out, err = srun.communicate(timeout=30)
