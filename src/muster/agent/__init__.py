@@ -14,10 +14,11 @@ owns what happens on its node and nothing else; the controller owns every job's 
 * ``steps``      job steps launched by srun (authorized by the controller's grant): fork
                  the tasks as the user, stream their output and ends back, stdin, signals.
 * ``taskenv``    pure: a step's grant, a node and a task -> the task's environment.
-* ``launcher``   spool the script, fork, drop privileges, open outputs as the user, exec.
+* ``launcher``   spool the script, fork, drop privileges, open outputs as the user (their
+                 paths from ``core.outputs``), pin to the job's CPUs, exec.
 * ``env``        pure: a job and a node -> the batch script's environment (Slurm's names).
-* (``core.outputs``, pure: Slurm's ``%j``/``%x``/... output filename patterns, shared with the controller.)
 * ``limits``     pure: time-limit deadlines, ``--signal`` specs, exit statuses.
+* ``affinity``   which host CPUs each job holds (``CpuLedger``), and pinning to them.
 * ``proctree``   pure walk over a ``/proc`` snapshot: which processes belong to a job.
 * ``gpus``       GPU detection (nvidia-smi, NVML) or emulation of the configured count.
 * ``state``      atomic JSON records on disk: running jobs and pending reports.

@@ -10,8 +10,9 @@ working directory and how to connect stdio.
 =============================  ==================================================================
 ``POST /v1/steps/launch``      ``{"grant", "sig", "argv", "env", "cwd", "umask", "torch_env",
                                "launch_host", "srun_port", "stdin", "stdout", "stderr",
-                               "open_mode", "cpu_bind"}`` -> a stream of frames (``protocol.stream``) that
-                               ends when every task here has ended and its output is sent
+                               "open_mode", "cpu_bind"}`` -> a stream of frames
+                               (``protocol.stream``) that ends when every task here has
+                               ended and its output is sent
 ``POST /v1/steps/stdin``       ``?job=J&step=S&token=T``, a chunked body copied to the stdin of
                                the tasks here that take it; its end closes their stdin
 ``POST /v1/steps/signal``      ``{"job_id", "step_id", "token", "signal", "kill"}`` ->
@@ -27,8 +28,9 @@ changes to the working directory (``/tmp`` when it cannot, as Slurm does, with a
 opens any output or input *file* as the user, connects stdio, restores default signal
 dispositions and an empty mask, sets ``SLURM_TASK_PID``, pins itself to its CPUs when the
 task is bound (``--cpu-bind``, or ``TaskPlugin=task/affinity``: see ``agent.affinity``) and
-``execvpe``s the command with the task's ``PATH``. A failure is written to a close-on-exec pipe; the child exits with the
-errno (Slurm's ``slurmstepd: error: execve(): cmd: No such file or directory``, code 2).
+``execvpe``s the command with the task's ``PATH``. A failure is written to a close-on-exec
+pipe; the child exits with the errno (Slurm's ``slurmstepd: error: execve(): cmd: No such
+file or directory``, code 2).
 
 A task's ``x`` frame follows all of its output. When the last task here has ended, what
 is left of the tasks' sessions is killed (as slurmstepd does), which also closes pipes
