@@ -41,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     for w in config.warnings:
         logging.getLogger("musterctld").warning("%s", w)
-    return asyncio.run(serve(config, key))
+    try:
+        return asyncio.run(serve(config, key))
+    except ConfigError as e:  # a value read when the controller loads (accounting, scheduler)
+        where = "" if str(e).startswith(path) else f"{path}: "
+        print(f"musterctld: error: {where}{e}", file=sys.stderr)
+        return 1
 
 
 async def serve(config, key) -> int:  # type: ignore[no-untyped-def]
