@@ -539,24 +539,30 @@ def test_a_stopped_agent_leaves_jobs_running_and_its_successor_adopts_them(priva
     w.start_agent()
     keep = w.job("#!/bin/sh\necho $$ > keep-$SLURM_JOB_ID.pid\nsleep 300\n")
     lost = w.job("#!/bin/sh\necho $$ > lost-$SLURM_JOB_ID.pid\nsleep 300\n")
-    for job in (keep, lost):
+    done = w.job("#!/bin/sh\necho $$ > done-$SLURM_JOB_ID.pid\nwhile [ ! -e go-$SLURM_JOB_ID ]; do sleep 0.1; done\nexit 3\n")
+    for job in (keep, lost, done):
         assert w.launch(job).status_code == 200
     keep_pid = int(wait_for(lambda: _read(w, f"keep-{keep['job_id']}.pid"), 5, "pid"))
     lost_pid = int(wait_for(lambda: _read(w, f"lost-{lost['job_id']}.pid"), 5, "pid"))
+    done_pid = int(wait_for(lambda: _read(w, f"done-{done['job_id']}.pid"), 5, "pid"))
     assert w.stop_agent() == 0
     time.sleep(0.3)
-    assert process_running(keep_pid) and process_running(lost_pid)
-    os.kill(lost_pid, signal.SIGKILL)  # ends while no agent watches
+    assert process_running(keep_pid) and process_running(lost_pid) and process_running(done_pid)
+    os.kill(lost_pid, signal.SIGKILL)  # ends while no agent watches: its monitor keeps the status
     n = len(w.ctld.registrations)
     w.start_agent()
     reg = w.ctld.registrations[n]
-    assert reg["running"] == [[keep["job_id"], 0]]
+    assert reg["running"] == [[keep["job_id"], 0], [done["job_id"], 0]]
     report = w.ctld.wait_report(lost["job_id"])
-    assert report["terminated_by"] == "node_fail" and "restarted" in report["reason"]
+    assert (report["exit_code"], report["signal"], report["terminated_by"]) == (0, signal.SIGKILL, None)
+    open(os.path.join(w.work, f"go-{done['job_id']}"), "w").close()  # ends by itself, adopted
+    report = w.ctld.wait_report(done["job_id"])
+    assert (report["exit_code"], report["signal"], report["terminated_by"]) == (3, 0, None)
     assert w.call("POST", "/v1/terminate", {"job_id": keep["job_id"], "reason": "cancel", "kill_wait": 1}).status_code == 200
     report = w.ctld.wait_report(keep["job_id"])
     assert report["terminated_by"] == "cancel"
     wait_for(lambda: not process_running(keep_pid), 5, "the adopted job to die")
+    assert os.listdir(os.path.join(w.state_dir, "exits")) == []
 
 
 def test_bad_startup_input_fails_clearly(private_world: AgentWorld) -> None:

@@ -1,8 +1,15 @@
 """Start a batch script as its user: spool the script, fork, drop privileges, exec.
 
 ``prepare(job, ...)`` (in the agent, as root) checks the user, writes the script into the
-job's spool directory and returns a ``LaunchPlan``. ``start(plan)`` forks; the child does, in
-this order, and nothing else:
+job's spool directory and returns a ``LaunchPlan``. ``start(plan)`` forks the job's
+*monitor*, which forks the job and outlives the agent if need be (slurmstepd's role in
+Slurm): it leads a session of its own, ignores the agent's signals, holds none of its files,
+waits for the job's end without reaping it (``waitid(WNOWAIT)``), writes the raw wait status
+to the job's exit file (``StateDir.exit_path``, for an agent that restarted meanwhile) and to
+a pipe the agent reads, and reaps the job only when the agent lets it (closing the release
+pipe; an agent that died closes it too). While the agent runs, a finished job therefore stays
+a zombie until the agent has swept its leftovers, so its pid, group and session cannot be
+reused meanwhile. The job, forked by the monitor, does, in this order, and nothing else:
 
 1. ``setsid()``: the job leads its own session and process group (pid = pgid = sid), so
    that signals reach the whole job and the agent's own signals never do;
@@ -19,10 +26,10 @@ this order, and nothing else:
 6. ``execve`` of the script itself, so the kernel honours its ``#!`` line (a script without
    one is run by ``/bin/sh``, as ``execvp`` would), with ``SLURM_TASK_PID`` set to its pid.
 
-Any failure in the child is written, as one line naming the step, to a close-on-exec pipe
-and the child exits 127; the parent reads the pipe until it closes (exec succeeded: nothing
-was written) and raises ``LaunchError`` with that line. The parent waits for the child
-without blocking the event loop.
+Any failure in the job before exec is written, as one line naming the step, to a
+close-on-exec pipe and the job exits 127; the agent reads the pipe until it closes (exec
+succeeded: nothing was written) and raises ``LaunchError`` with that line. The agent waits
+without blocking its event loop (``Started.status``).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from typing import Any
 from muster.agent import affinity
 from muster.core import outputs
 
-__all__ = ["LaunchError", "LaunchPlan", "prepare", "start", "start_blocking"]
+__all__ = ["LaunchError", "LaunchPlan", "Started", "prepare", "start"]
 
 SCRIPT_NAME = "slurm_script"
 EXEC_TIMEOUT = 30.0  # a child that neither execs nor fails by then is killed
@@ -67,6 +74,7 @@ class LaunchPlan:
     umask: int | None = None
     spool: str = ""
     cpus: list[int] | None = None  # the job's CPUs on this node, when it is pinned to them
+    exit_path: str = ""  # where the monitor leaves the exit status (``StateDir.exit_path``)
 
 
 def user_entry(job: Mapping[str, Any]) -> pwd.struct_passwd:
@@ -201,86 +209,209 @@ def _ignored_signals() -> list[signal.Signals]:
     return out
 
 
-def _fork(plan: LaunchPlan) -> tuple[int, int]:
-    """Fork the child; return (pid, read end of its error pipe)."""
+class Started:
+    """A started batch script: its pid, and the monitor that holds its exit status.
+
+    The monitor (see the module docstring) is this agent's child; the script is the
+    monitor's. ``status()`` waits for the script's raw wait status (the script is then a
+    zombie: its pid, group and session are still reserved, so leftovers can be swept
+    safely); ``release()`` lets the monitor reap it and exit."""
+
+    def __init__(self, pid: int, monitor: int, status_fd: int, release_fd: int) -> None:
+        self.pid = pid
+        self.monitor = monitor
+        self._status_fd = status_fd
+        self._release_fd = release_fd
+
+    async def status(self) -> int | None:
+        """The script's raw wait status; None if the monitor died without one."""
+        data = await _read_to_eof(self._status_fd)
+        self._status_fd = -1
+        try:
+            return int(data.decode().strip())
+        except ValueError:
+            return None
+
+    def release(self) -> None:
+        """Let the monitor reap the script and exit, and reap the monitor."""
+        if self._release_fd >= 0:
+            os.close(self._release_fd)
+            self._release_fd = -1
+        if self._status_fd >= 0:
+            os.close(self._status_fd)
+            self._status_fd = -1
+        try:
+            os.waitpid(self.monitor, 0)  # it exits as soon as it has reaped the script
+        except ChildProcessError:
+            pass
+
+
+def _fork(plan: LaunchPlan) -> tuple[int, int, int, int, int]:
+    """Fork the monitor, which forks the job. Returns (job pid, monitor pid, read end of
+    the job's error pipe, read end of the monitor's status pipe, write end of the release
+    pipe)."""
     ignored = _ignored_signals()
     env_items = dict(plan.env)
-    read_fd, write_fd = os.pipe()  # both close-on-exec
-    pid = os.fork()
-    if pid == 0:  # child: never returns
-        step = "starting"
+    err_r, err_w = os.pipe()  # all close-on-exec
+    st_r, st_w = os.pipe()
+    rel_r, rel_w = os.pipe()
+    pid_r, pid_w = os.pipe()
+    monitor = os.fork()
+    if monitor == 0:  # the monitor: never returns
         try:
-            os.close(read_fd)
-            step = "creating a new session"
-            os.setsid()
-            if plan.groups is not None:
-                step = f"switching to uid {plan.uid} gid {plan.gid}"
-                os.setgroups(plan.groups)
-                os.setgid(plan.gid)
-                os.setuid(plan.uid)
-            if plan.umask is not None:
-                os.umask(plan.umask)
-            step = f"changing to the working directory {plan.workdir}"
-            os.chdir(plan.workdir)
-            for path in dict.fromkeys((plan.stdout, plan.stderr)):
-                # Missing directories of the output files are made, as the user (tools such
-                # as submitit and dask-jobqueue name a log folder that may not exist yet).
-                step = f"creating the directory of {path}"
-                os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
-            step = f"opening stdin {plan.stdin}"
-            fd_in = os.open(plan.stdin, os.O_RDONLY)
-            # Always O_APPEND (truncating first unless appending): every writer, including
-            # the agent's own "CANCELLED" line, then adds at the end instead of overwriting.
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if plan.append else os.O_TRUNC)
-            step = f"opening the output file {plan.stdout}"
-            fd_out = os.open(plan.stdout, flags, _OPEN_MODE)
-            fd_err = fd_out
-            if plan.stderr != plan.stdout:
-                step = f"opening the error file {plan.stderr}"
-                fd_err = os.open(plan.stderr, flags, _OPEN_MODE)
-            step = "setting up stdio"
-            os.dup2(fd_in, 0)
-            os.dup2(fd_out, 1)
-            os.dup2(fd_err, 2)
-            for fd in {fd_in, fd_out, fd_err}:
-                if fd > 2:
-                    os.close(fd)
-            for sig in ignored:
-                signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, [])
-            affinity.apply(plan.cpus)
-            env_items["SLURM_TASK_PID"] = str(os.getpid())
-            step = f"executing {plan.exe}"
-            os.execve(plan.exe, plan.argv, env_items)
-        except BaseException as exc:  # noqa: B036 - the child must never return to the agent
-            try:
-                detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                os.write(write_fd, f"{step}: {detail}".encode(errors="replace")[:4000])
-            finally:
-                os._exit(127)
-        os._exit(127)  # unreachable: execve does not return
-    os.close(write_fd)
-    return pid, read_fd
-
-
-def _failed(pid: int, message: str) -> LaunchError:
+            _monitor(plan, env_items, ignored, err_w, st_w, rel_r, pid_w)
+        finally:
+            os._exit(1)
+    for fd in (err_w, st_w, rel_r, pid_w):
+        os.close(fd)
+    raw = b""
+    while True:  # the monitor forks at once: the job's pid comes in microseconds
+        chunk = os.read(pid_r, 32)
+        if not chunk:
+            break
+        raw += chunk
+    os.close(pid_r)
     try:
-        os.waitpid(pid, 0)  # the child exits 127 right after writing
-    except ChildProcessError:
-        pass
-    return LaunchError(message)
+        pid = int(raw.decode())
+    except ValueError:
+        for fd in (err_r, st_r, rel_w):
+            os.close(fd)
+        os.waitpid(monitor, 0)
+        raise LaunchError("the job's monitor failed before starting it") from None
+    return pid, monitor, err_r, st_r, rel_w
 
 
-async def start(plan: LaunchPlan) -> int:
-    """Fork and exec the plan; return the pid once the script runs. Raises ``LaunchError``."""
+def _monitor(plan: LaunchPlan, env_items: dict[str, str], ignored: list[signal.Signals],
+             err_w: int, st_w: int, rel_r: int, pid_w: int) -> None:
+    """In the forked monitor: a session of its own, deaf to the agent's signals, no file
+    of the agent's open; fork the job, say its pid, wait for its end without reaping it,
+    write the status to the exit file (for an agent restarted meanwhile) and the status
+    pipe, then reap it when the agent releases it (or has gone: the pipe's end)."""
+    os.setsid()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    keep = {err_w, st_w, rel_r, pid_w}
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    for fd in range(3, _max_fd()):
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    job = os.fork()
+    if job == 0:  # the job: never returns
+        for fd in (pid_w, st_w, rel_r):  # the monitor's, not the job's
+            os.close(fd)
+        _child(plan, env_items, ignored + [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], err_w)
+    os.close(err_w)
+    os.write(pid_w, str(job).encode())
+    os.close(pid_w)
+    info = os.waitid(os.P_PID, job, os.WEXITED | os.WNOWAIT)
+    status = _raw_status(info)
+    if plan.exit_path:
+        try:
+            tmp = f"{plan.exit_path}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.write(fd, f"{status}\n".encode())
+            os.fsync(fd)
+            os.close(fd)
+            os.rename(tmp, plan.exit_path)
+        except OSError:
+            pass
+    try:
+        os.write(st_w, str(status).encode())
+    except OSError:
+        pass  # the agent is gone
+    os.close(st_w)
+    while True:
+        try:
+            if not os.read(rel_r, 64):
+                break
+        except InterruptedError:
+            continue
+    os.waitpid(job, 0)
+    os._exit(0)
+
+
+def _raw_status(info: os.waitid_result) -> int:
+    """``waitid``'s answer as the raw status ``waitpid`` would have given."""
+    if info.si_code == os.CLD_EXITED:
+        return (info.si_status & 0xFF) << 8
+    core = 0x80 if info.si_code == os.CLD_DUMPED else 0
+    return (info.si_status & 0x7F) | core
+
+
+def _max_fd() -> int:
+    try:
+        return max(int(name) for name in os.listdir("/proc/self/fd")) + 1
+    except (OSError, ValueError):
+        return 1024
+
+
+def _child(plan: LaunchPlan, env_items: dict[str, str], reset: list[signal.Signals], write_fd: int) -> None:
+    """In the forked job: become the user's script, or say why not and exit 127."""
+    step = "starting"
+    try:
+        step = "creating a new session"
+        os.setsid()
+        if plan.groups is not None:
+            step = f"switching to uid {plan.uid} gid {plan.gid}"
+            os.setgroups(plan.groups)
+            os.setgid(plan.gid)
+            os.setuid(plan.uid)
+        if plan.umask is not None:
+            os.umask(plan.umask)
+        step = f"changing to the working directory {plan.workdir}"
+        os.chdir(plan.workdir)
+        for path in dict.fromkeys((plan.stdout, plan.stderr)):
+            # Missing directories of the output files are made, as the user (tools such
+            # as submitit and dask-jobqueue name a log folder that may not exist yet).
+            step = f"creating the directory of {path}"
+            os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+        step = f"opening stdin {plan.stdin}"
+        fd_in = os.open(plan.stdin, os.O_RDONLY)
+        # Always O_APPEND (truncating first unless appending): every writer, including
+        # the agent's own "CANCELLED" line, then adds at the end instead of overwriting.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if plan.append else os.O_TRUNC)
+        step = f"opening the output file {plan.stdout}"
+        fd_out = os.open(plan.stdout, flags, _OPEN_MODE)
+        fd_err = fd_out
+        if plan.stderr != plan.stdout:
+            step = f"opening the error file {plan.stderr}"
+            fd_err = os.open(plan.stderr, flags, _OPEN_MODE)
+        step = "setting up stdio"
+        os.dup2(fd_in, 0)
+        os.dup2(fd_out, 1)
+        os.dup2(fd_err, 2)
+        for fd in {fd_in, fd_out, fd_err}:
+            if fd > 2:
+                os.close(fd)
+        for sig in reset:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        affinity.apply(plan.cpus)
+        env_items["SLURM_TASK_PID"] = str(os.getpid())
+        step = f"executing {plan.exe}"
+        os.execve(plan.exe, plan.argv, env_items)
+    except BaseException as exc:  # noqa: B036 - the child must never return to the agent
+        try:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            os.write(write_fd, f"{step}: {detail}".encode(errors="replace")[:4000])
+        finally:
+            os._exit(127)
+    os._exit(127)  # unreachable: execve does not return
+
+
+async def _read_to_eof(fd: int) -> bytes:
     loop = asyncio.get_running_loop()
-    pid, read_fd = _fork(plan)
     chunks: list[bytes] = []
     closed = loop.create_future()
 
     def readable() -> None:
         try:
-            data = os.read(read_fd, 4096)
+            data = os.read(fd, 4096)
         except BlockingIOError:
             return
         if data:
@@ -288,26 +419,37 @@ async def start(plan: LaunchPlan) -> int:
         elif not closed.done():
             closed.set_result(None)
 
-    os.set_blocking(read_fd, False)
-    loop.add_reader(read_fd, readable)
+    os.set_blocking(fd, False)
+    loop.add_reader(fd, readable)
     try:
-        await asyncio.wait_for(closed, EXEC_TIMEOUT)
+        await closed
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+    return b"".join(chunks)
+
+
+async def start(plan: LaunchPlan) -> Started:
+    """Fork the monitor and the job; return once the script runs. Raises ``LaunchError``."""
+    pid, monitor, err_r, st_r, rel_w = _fork(plan)
+    started = Started(pid, monitor, st_r, rel_w)
+    try:
+        message = await asyncio.wait_for(_read_to_eof(err_r), EXEC_TIMEOUT)
     except TimeoutError:
         os.kill(pid, signal.SIGKILL)
-        raise _failed(pid, f"the job did not start within {EXEC_TIMEOUT:.0f}s (stuck opening files?)") from None
-    finally:
-        loop.remove_reader(read_fd)
-        os.close(read_fd)
-    if chunks:
-        raise _failed(pid, b"".join(chunks).decode(errors="replace"))
-    return pid
+        started.release()
+        raise LaunchError(f"the job did not start within {EXEC_TIMEOUT:.0f}s (stuck opening files?)") from None
+    if message:
+        await started.status()  # it exits 127 right after writing
+        started.release()
+        if plan.exit_path:
+            _unlink(plan.exit_path)
+        raise LaunchError(message.decode(errors="replace"))
+    return started
 
 
-def start_blocking(plan: LaunchPlan) -> int:
-    """``start`` for callers without an event loop (tests and tools)."""
-    pid, read_fd = _fork(plan)
-    with os.fdopen(read_fd, "rb") as f:
-        data = f.read()
-    if data:
-        raise _failed(pid, data.decode(errors="replace"))
-    return pid
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

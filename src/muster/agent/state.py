@@ -7,6 +7,9 @@ Layout under the agent's state directory::
                                        the job as launched)
     reports/<job_id>.<restarts>.json   one job_done report per ended run, until acknowledged
     spool/job<job_id>/slurm_script     the script being run (owned by the user, 0700/0500)
+    exits/<job_id>.<restarts>          a batch script's raw wait status, written by its monitor
+                                       (``launcher``) when it ends, read by an agent restarted
+                                       meanwhile
     steps/<job>.<attempt>.<step>.json  the pids of a running step's tasks here (written without
                                        fsync: after a crash of the machine they are gone anyway)
     musterd.pid, musterd.lock          the running agent
@@ -40,6 +43,7 @@ class StateDir:
         self.reports_dir = os.path.join(self.root, "reports")
         self.spool_dir = os.path.join(self.root, "spool")
         self.steps_dir = os.path.join(self.root, "steps")
+        self.exits_dir = os.path.join(self.root, "exits")
 
     def create(self) -> None:
         """Make the directories. The root and spool are traversable (0711) so that a job's
@@ -50,6 +54,7 @@ class StateDir:
             (self.reports_dir, 0o700),
             (self.spool_dir, 0o711),
             (self.steps_dir, 0o700),
+            (self.exits_dir, 0o700),
         ):
             os.makedirs(path, mode=mode, exist_ok=True)
         # A pre-existing directory keeps its mode, but jobs of other users must be able to
@@ -105,6 +110,22 @@ class StateDir:
     def reports(self) -> list[tuple[str, dict[str, Any]]]:
         """Pending reports, oldest first."""
         return _read_all(self.reports_dir)
+
+    # -- exit statuses left by monitors ------------------------------------------------
+
+    def exit_path(self, job_id: int, restart_count: int) -> str:
+        return os.path.join(self.exits_dir, self.report_key(job_id, restart_count))
+
+    def exit_status(self, job_id: int, restart_count: int) -> int | None:
+        """The raw wait status the job's monitor recorded, or None (not ended, or lost)."""
+        try:
+            with open(self.exit_path(job_id, restart_count)) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def drop_exit(self, job_id: int, restart_count: int) -> None:
+        _unlink(self.exit_path(job_id, restart_count))
 
     # -- running steps -----------------------------------------------------------------
 

@@ -8,7 +8,7 @@ life, and what is on disk at each point (see ``state``):
        ▼
     running ── time limit / terminate ──► SIGTERM+SIGCONT to the job's processes,
        │                                   SIGKILL every tick from kill_wait on
-       ▼ the script exits (seen through a pidfd, or by polling where there is none)
+       ▼ the script exits (its monitor says so with the status; adopted: a pidfd, or polling)
     leftover processes of the job are SIGKILLed (as Slurm does when the batch step ends),
     the report is saved, then the record dropped and the spool removed; the controller link
     is woken to deliver the report.
@@ -21,15 +21,15 @@ A restarted agent (``recover``) finds the records of the previous one:
 
 * a report already exists for that attempt: the record is stale and is dropped;
 * the script still runs (same pid *and* same start time): it is adopted and watched,
-  limited and signalled as before. Its exit status cannot be learned (it is no longer our
-  child), so its report says ``terminated_by: "node_fail"`` (or the reason it was being
-  terminated for) with ``reason: "exit status lost: musterd restarted while the job ran"``;
-* the script is gone: reported the same way at once.
+  limited and signalled as before. When it ends, its exit status comes from the file its
+  monitor wrote (``launcher``: the monitor outlives the agent, as slurmstepd does);
+* the script is gone: reported at once, with the status its monitor recorded.
 
-``node_fail`` is the conservative choice: the controller treats the run as lost and
-requeues it when the job allows, rather than calling a run whose outcome nobody saw
-COMPLETED. Keeping exit statuses across agent restarts needs a per-job monitor process
-(slurmstepd's role); that is future work.
+Without a recorded status (a script started by an older agent, or a monitor killed too),
+the report says ``terminated_by: "node_fail"`` (or the reason it was being terminated for)
+with ``reason: "exit status lost: musterd restarted while the job ran"``: the controller
+treats the run as lost and requeues it when the job allows, rather than calling a run whose
+outcome nobody saw COMPLETED.
 
 The terminate reasons the agent understands are those of the API (``cancel``, ``timeout``,
 ``requeue``, ``node_fail``) plus ``cleanup`` (a node that is not the batch host) and
@@ -98,6 +98,8 @@ class Tracked:
     warned: bool = False
     stderr_path: str | None = None
     pinned: bool = False  # holds CPUs in the ledger
+    monitored: bool = False  # started through a monitor that records its exit status
+    started: launcher.Started | None = field(default=None, repr=False)  # this agent's launch
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def record(self) -> dict[str, Any]:
@@ -113,6 +115,7 @@ class Tracked:
             "terminated_by": self.terminated_by,
             "warned": self.warned,
             "stderr_path": self.stderr_path,
+            "monitored": self.monitored,
             "job": self.job,
         }
 
@@ -211,7 +214,9 @@ class Supervisor:
                 if self.cpus is not None:
                     plan.cpus = self.cpus.job_cpus(job_id, _cpus_here(job, self.node))
                     t.pinned = True
-                t.pid = await launcher.start(plan)
+                plan.exit_path = self.state.exit_path(job_id, attempt)
+                t.started = await launcher.start(plan)
+                t.pid, t.monitored = t.started.pid, True
             except LaunchError as exc:
                 log.warning("job %s: launch failed: %s", job_id, exc)
                 self._unpin(t)
@@ -416,7 +421,7 @@ class Supervisor:
         if t.pid is None:
             return False
         if not t.adopted:
-            return True  # our child: its pid stays ours until we reap it
+            return True  # its monitor reaps it only once we release it (launcher.Started)
         if procs is not None:
             info = procs.get(t.pid)
             return info is not None and info.start_ticks == t.start_ticks
@@ -457,19 +462,35 @@ class Supervisor:
 
     async def _watch(self, t: Tracked) -> None:
         try:
-            await self._wait_exit(t)
+            if t.started is not None:
+                status = await t.started.status()  # the script ended; its monitor has not reaped it
+            else:
+                await self._wait_exit(t)
             # The leader is a zombie (or, adopted, gone): its pid, process group and session
             # still cannot be reused, so sweeping them now is safe.
             for pid in self._members(t) - {t.pid}:
                 self.kill(pid, signal.SIGKILL)
-            status = None
-            if not t.adopted and t.pid is not None:
-                _, status = os.waitpid(t.pid, 0)
+            if t.started is not None:
+                t.started.release()
+            else:
+                status = await self._recorded_status(t)
             self._finish(t, status)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("job %s: watching failed", t.job_id)
+
+    async def _recorded_status(self, t: Tracked) -> int | None:
+        """An adopted script's exit status, from the file its monitor writes as it ends
+        (given a moment to appear); None when it was started without one, or it is lost."""
+        if not t.monitored:
+            return None
+        for _ in range(40):
+            status = self.state.exit_status(t.job_id, t.restart_count)
+            if status is not None:
+                return status
+            await asyncio.sleep(0.05)
+        return None
 
     async def _wait_exit(self, t: Tracked) -> None:
         assert t.pid is not None
@@ -490,16 +511,7 @@ class Supervisor:
                 loop.remove_reader(fd)
                 os.close(fd)
             return
-        while True:  # no pidfd (old kernel): poll
-            if t.adopted:
-                if not self._leader_alive(t):
-                    return
-            else:
-                try:
-                    if os.waitid(os.P_PID, t.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                        return
-                except ChildProcessError:
-                    return
+        while self._leader_alive(t):  # no pidfd (old kernel): poll
             await asyncio.sleep(0.2)
 
     def _finish(self, t: Tracked, status: int | None) -> None:
@@ -516,6 +528,7 @@ class Supervisor:
         self._save_report(t, exit_code, sig, by, reason, end=now)
         self._unpin(t)
         self.state.drop_job(t.job_id)
+        self.state.drop_exit(t.job_id, t.restart_count)
         self.state.clean_spool(t.job_id)
         if self.jobs.get(t.job_id) is t:
             del self.jobs[t.job_id]
@@ -586,6 +599,7 @@ class Supervisor:
                 terminated_by=rec.get("terminated_by"),
                 warned=bool(rec.get("warned")),
                 stderr_path=rec.get("stderr_path"),
+                monitored=bool(rec.get("monitored")),
             )
             if t.pid is not None and t.start_ticks is not None and self._leader_alive(t):
                 log.info("job %s: still running as pid %s; adopted", job_id, t.pid)
@@ -595,8 +609,12 @@ class Supervisor:
                     t.kill_at = self.clock.monotonic() + t.kill_wait
                 t.task = asyncio.create_task(self._watch(t), name=f"job-{job_id}")
             else:
-                log.warning("job %s: gone while musterd was down; reporting it lost", job_id)
-                self._finish(t, None)
+                status = self.state.exit_status(job_id, attempt) if t.monitored else None
+                if status is None:
+                    log.warning("job %s: gone while musterd was down; reporting it lost", job_id)
+                else:
+                    log.info("job %s: ended while musterd was down; its monitor kept the status", job_id)
+                self._finish(t, status)
         self._wake.set()
 
     def _unpin(self, t: Tracked) -> None:

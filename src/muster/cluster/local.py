@@ -244,8 +244,11 @@ class LocalCluster:
         return stopped
 
     def _kill_job_processes(self) -> None:
-        """Job processes carry SLURM_CONF=<this cluster's config> in their environment."""
+        """Job processes carry SLURM_CONF=<this cluster's config> in their environment; any
+        daemon of this cluster still alive (one whose pid file was lost, or a job's monitor,
+        a fork of its agent) has ``--conf <this config>`` on its command line."""
         marker = f"SLURM_CONF={self.conf_path}".encode()
+        ours = b"--conf\0" + self.conf_path.encode() + b"\0"
         me = os.getpid()
         for entry in os.listdir("/proc"):
             if not entry.isdigit() or int(entry) == me:
@@ -253,9 +256,11 @@ class LocalCluster:
             try:
                 with open(f"/proc/{entry}/environ", "rb") as f:
                     env = f.read().split(b"\0")
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read()
             except OSError:
                 continue
-            if marker in env:
+            if marker in env or (ours in cmdline and b"muster" in cmdline):
                 try:
                     os.kill(int(entry), signal.SIGKILL)
                 except ProcessLookupError:
