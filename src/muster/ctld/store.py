@@ -128,7 +128,7 @@ class Store:
 
     # --- jobs -------------------------------------------------------------------------
 
-    def _put_job(self, job: Job) -> None:
+    def _put_job(self, job: Job, data: str) -> None:
         self.db.execute(
             "INSERT INTO jobs(job_id, state, user, submit_time, end_time, data) VALUES(?,?,?,?,?,?) "
             "ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, end_time=excluded.end_time, "
@@ -139,9 +139,15 @@ class Store:
                 job.user,
                 job.submit_time,
                 job.end_time,
-                json.dumps(job.to_dict(), separators=(",", ":")),
+                data,
             ),
         )
+
+    def _put_and_project(self, now: float, job: Job, kind: str) -> None:
+        """The job's row and its accounting record, from one encoding of the job."""
+        data = json.dumps(job.to_dict(), separators=(",", ":"))
+        self._put_job(job, data)
+        records.project(self.db, now, job, kind, data)
 
     def _event(self, now: float, job_id: int | None, kind: str, data: dict[str, Any]) -> None:
         self.db.execute(
@@ -160,8 +166,7 @@ class Store:
         with self.transaction():
             for job, kind, data in changes:
                 self._event(now, job.job_id, kind, data)
-                self._put_job(job)
-                records.project(self.db, now, job, kind)
+                self._put_and_project(now, job, kind)
             for k, v in (meta or {}).items():
                 self._set_meta(k, v)
 
@@ -289,8 +294,7 @@ class Store:
                 self._put_step(step)
             for job, kind, data in jobs:
                 self._event(now, job.job_id, kind, data)
-                self._put_job(job)
-                records.project(self.db, now, job, kind)
+                self._put_and_project(now, job, kind)
 
     def load_steps(self, job_ids: Iterable[int]) -> list[Step]:
         """Every recorded step of these jobs (all attempts), by job, attempt and step."""
