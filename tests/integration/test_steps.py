@@ -287,3 +287,16 @@ def test_signal_before_the_time_limit_reaches_an_srun_allocations_tasks(cluster:
                       timeout=60)
     assert out.returncode == 0, out.stderr
     assert sorted(lines_of(out.stdout)) == ["0: got-usr1", "1: got-usr1"]
+
+
+def test_a_step_time_limit_inside_a_job_stops_the_step_not_the_job(cluster: Harness) -> None:
+    job_id = cluster.sbatch("-N1", "-t", "5", "-o", "limit-%j.out", "--wrap",
+                            'srun -t 0:02 sleep 60; echo "srun exited $?"; srun true && echo next-step-ran')
+    job = cluster.wait_job(job_id, timeout=60)
+    assert job["state"] == "COMPLETED"
+    out = cluster.read(f"limit-{job_id}.out")
+    assert re.search(rf"\*\*\* STEP {job_id}\.0 ON node\d CANCELLED AT \S+ DUE TO TIME LIMIT \*\*\*", out), out
+    assert re.search(r"srun exited [1-9]", out) and "next-step-ran" in out, out
+    assert int(job["run_time"]) < 30
+    rows = cluster.run(["sacct", "-j", str(job_id), "-n", "-P", "-o", "JobID,State"]).stdout.split()
+    assert f"{job_id}.0|TIMEOUT" in rows and f"{job_id}.1|COMPLETED" in rows

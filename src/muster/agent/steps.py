@@ -184,6 +184,8 @@ class _Step:
     swept: bool = False
     finished: bool = False  # every task here ended and its output is queued
     pinned: bool = False  # holds the job's CPUs in the ledger
+    time_limit: float | None = None  # ``srun -t`` inside an allocation: the step's own limit
+    limit_handle: asyncio.TimerHandle | None = None
     noted: bool = False  # its tasks' pids are on disk (StateDir.save_step)
     orphaned: bool = False  # srun's stream is gone
 
@@ -365,6 +367,9 @@ class StepRunner:
             self._forget(step)
             raise
         self._note(step)
+        if step.time_limit and not step.finished:
+            step.limit_handle = asyncio.get_running_loop().call_later(
+                step.time_limit, self._stop, step, "timeout", None)
         await send({
             "type": "http.response.start",
             "status": 200,
@@ -540,6 +545,8 @@ class StepRunner:
             ))
             step.tasks.append(_Task(task, local))
         self._pin(step, plans, grant, bind)
+        limit = layout.get("time_limit")
+        step.time_limit = float(limit) if limit else None
         self._launched[(job_id, attempt, step_id)] = self.clock.monotonic()
         return step, plans
 
@@ -812,6 +819,9 @@ class StepRunner:
         if step.pinned:
             step.pinned = False
             self.cpus.release_step(step.job_id, step.step_id)
+        if step.limit_handle is not None:
+            step.limit_handle.cancel()
+            step.limit_handle = None
         loop = asyncio.get_running_loop()
         for t in step.tasks:
             for fd in t.read_fds:

@@ -244,6 +244,8 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
         step.update(_inherited_layout(environ))
     if in_job and spec.get("exclusive"):
         step["exclusive"] = True
+    if in_job and "time" in keys and spec.get("time_limit"):
+        step["time_limit"] = spec["time_limit"]  # the step's own limit, within the job's
     if run.job_id is None and in_job:
         raw = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or ""
         try:

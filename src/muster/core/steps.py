@@ -86,8 +86,9 @@ class StepState:
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
     NODE_FAIL = "NODE_FAIL"
+    TIMEOUT = "TIMEOUT"  # stopped at its own time limit (``srun -t`` inside an allocation)
 
-    ENDED = frozenset({COMPLETED, FAILED, CANCELLED, NODE_FAIL})
+    ENDED = frozenset({COMPLETED, FAILED, CANCELLED, NODE_FAIL, TIMEOUT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ class StepRequest:
     nodelist: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     gpu_bind: str | None = None
+    time_limit: int | None = None  # seconds (``srun -t`` inside an allocation); None: the job's
 
     def __post_init__(self) -> None:
         for name in ("min_nodes", "ntasks", "ntasks_per_node"):
@@ -115,6 +117,8 @@ class StepRequest:
                 raise StepRejected(f"invalid {name.replace('_', '-')}: {value}")
         if self.cpus_per_task < 1:
             raise StepRejected(f"invalid cpus-per-task: {self.cpus_per_task}")
+        if self.time_limit is not None and self.time_limit < 1:
+            raise StepRejected(f"invalid time limit: {self.time_limit}")
         for name in ("gpus_per_task", "gpus_per_node", "gpus"):
             value = getattr(self, name)
             if value is not None and value < 0:

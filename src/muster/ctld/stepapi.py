@@ -66,6 +66,7 @@ class StepRequestModel(BaseModel):
     nodelist: list[str] = []
     exclude: list[str] = []
     gpu_bind: str | None = Field(None, max_length=64)
+    time_limit: int | None = Field(None, ge=1)
 
 
 class StepBody(BaseModel):

@@ -269,7 +269,7 @@ class StepBook:
             srun_host=srun_host,
             srun_pid=srun_pid,
             partition=job.partition,
-            time_limit=job.time_limit,
+            time_limit=request.time_limit if request.time_limit is not None else job.time_limit,
             mem=sum(mem_of.get(n, 0) for n in outcome.nodes),
         )
         self.store.record_steps(now, [(step, "start")])
@@ -324,6 +324,7 @@ class StepBook:
                 "cpus_per_task": step.request.cpus_per_task,
                 "ntasks_per_node": step.request.ntasks_per_node,
                 "gpus_per_task": step.request.gpus_per_task,
+                "time_limit": step.request.time_limit,  # the agent stops the step then
                 "master_port": master_port(job.job_id, step.step_id),
             },
         }
@@ -360,6 +361,8 @@ class StepBook:
                 step.state = StepState.CANCELLED
             elif exit_code == 0 and signal == 0:
                 step.state = StepState.COMPLETED
+            elif step.request.time_limit is not None and now >= step.start_time + step.request.time_limit:
+                step.state = StepState.TIMEOUT  # its agent stopped it at its own limit
             else:
                 step.state = StepState.FAILED
             step.end_time = now
