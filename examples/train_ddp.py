@@ -132,6 +132,10 @@ def main() -> int:
     dist.all_reduce(flat)
     same = torch.allclose(flat / world, mine, atol=1e-5)
     log(rank, f"done steps={args.steps} final_loss={loss.item():.4f} replicas_agree={same}")
+    # Everyone is done communicating before anyone tears down: a rank that destroys its
+    # process group (rank 0 also hosts the rendezvous store) while a peer is still in a
+    # collective can make gloo abort at exit ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
     return 0 if same else 1
 
