@@ -300,3 +300,21 @@ def test_a_step_time_limit_inside_a_job_stops_the_step_not_the_job(cluster: Harn
     assert int(job["run_time"]) < 30
     rows = cluster.run(["sacct", "-j", str(job_id), "-n", "-P", "-o", "JobID,State"]).stdout.split()
     assert f"{job_id}.0|TIMEOUT" in rows and f"{job_id}.1|COMPLETED" in rows
+
+
+def test_multi_prog_runs_a_program_per_task(cluster: Harness) -> None:
+    conf = os.path.join(cluster.workdir, "multi.conf")
+    with open(conf, "w") as f:
+        f.write("# rank  program\n0      echo server %t\n1-2    echo 'worker %t' offset=%o\n*      echo rest\n")
+    out = cluster.run(["srun", "-N1", "-n4", "-l", "--multi-prog", conf])
+    assert out.returncode == 0, out.stderr
+    assert sorted(lines_of(out.stdout)) == ["0: server 0", "1: worker 1 offset=0", "2: worker 2 offset=1", "3: rest"]
+    with open(conf, "w") as f:
+        f.write("0-1 echo only-two\n")
+    bad = cluster.run(["srun", "-N1", "-n3", "--multi-prog", conf])
+    assert bad.returncode == 1 and "No executable program specified for task 2" in bad.stderr
+    newest = max(cluster.cluster.api("GET", "/v1/jobs")["jobs"], key=lambda j: j["job_id"])
+    ended = cluster.wait_job(newest["job_id"], timeout=10)  # its allocation ended with it
+    assert ended["state"] == "FAILED" and ended["spec"]["interactive"]
+    missing = cluster.run(["srun", "--multi-prog", "/nonexistent.conf"])
+    assert missing.returncode == 1 and "Unable to open multi-prog config file" in missing.stderr

@@ -502,6 +502,9 @@ class StepRunner:
         argv = [str(a) for a in body.get("argv") or []]
         if not argv:
             raise StepLaunchError("no command to run")
+        task_argv = body.get("task_argv") or {}  # srun --multi-prog: a command line per task
+        if not isinstance(task_argv, dict):
+            raise StepLaunchError("malformed task_argv")
         env = {str(k): str(v) for k, v in (body.get("env") or {}).items()}
         cwd = str(body.get("cwd") or "/")
         umask = _parse_umask(body.get("umask"))
@@ -537,8 +540,11 @@ class StepRunner:
             else:
                 stderr = _stdio(stderr_spec, task, expand, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC))
             stdin = _stdio(body.get("stdin"), task, expand, os.O_RDONLY, default="null")
+            own = task_argv.get(str(task))
+            if own is not None and (not isinstance(own, list) or not own):
+                raise StepLaunchError(f"malformed command line for task {task}")
             plans.append(_Plan(
-                task=task, local=local, argv=argv,
+                task=task, local=local, argv=argv if own is None else [str(a) for a in own],
                 env=task_environment(env, grant, self.node, local, self.env_ctx, launch),
                 cwd=cwd, uid=uid, gid=gid, groups=groups, umask=umask,
                 stdin=stdin, stdout=stdout, stderr=stderr, node=self.node,

@@ -120,6 +120,7 @@ class Run:
         self.stderr: dict[str, object] | None = None
         self.open_mode: str | None = None
         self.cpu_bind: str | None = None
+        self.multi_prog = None  # --multi-prog: a cli.multiprog.MultiProg
         self.name = ""
 
 
@@ -144,8 +145,6 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
         return text
     if "pty" in keys:
         raise CommandError("--pty is not supported by muster (tasks get pipes, not a terminal)")
-    if "multi-prog" in keys:
-        raise CommandError("--multi-prog is not supported by muster")
 
     from_env = env_options(tbl, environ)
     explicit_layout = keys & {"ntasks", "nodes", "ntasks-per-node"}
@@ -207,6 +206,14 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
     if not operands:
         raise CommandError("No command given to execute.", 1)
     run.argv = operands
+    if "multi-prog" in keys:
+        from muster.cli.multiprog import parse_multi_prog
+
+        try:
+            with open(operands[0]) as f:
+                run.multi_prog = parse_multi_prog(operands[0], f.read())
+        except OSError as e:
+            raise CommandError(f"Unable to open multi-prog config file {operands[0]}: {e.strerror}", 1) from None
     spec = finish_job_request(req, environ, cwd)
     run.cwd = str(spec["workdir"])
     run.env = export_environment(req.export or environ.get("SLURM_EXPORT_ENV") or "ALL", environ)
@@ -355,7 +362,17 @@ def main(argv: list[str] | None = None) -> int:
             _note(f"jobid {job_id}: nodes({s['num_nodes']}):`{s['nodelist']}', tasks {s['num_tasks']}")
         from muster.cli.steprun import StepRun
 
-        step = StepRun(run, job_id, answer, ctl)
+        try:
+            step = StepRun(run, job_id, answer, ctl)
+        except CommandError:
+            # Nothing was launched (a --multi-prog file that leaves a task without a
+            # program): the step ends at once, and srun's own allocation with it.
+            from muster.cli.alloc import post_retrying
+
+            done = {"exit_code": 1, "signal": 0, "cancelled": False, "end_job": own_job is not None}
+            post_retrying(ctl, f"/v1/jobs/{job_id}/steps/{answer['step']['step_id']}/done", done)
+            own_job = None
+            raise
         rc, code, sig, aborted = step.run()
         done = {"exit_code": code, "signal": sig, "cancelled": aborted, "end_job": own_job is not None}
         try:
@@ -387,7 +404,7 @@ USAGE = """\
 Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
             [-J jobname] [-o out] [-e err] [-i in] [-D dir] [-l] [-u] [-K] [-W sec]
             [-m block|cyclic] [--gres=list] [--gpus-per-task=n] [--gpu-bind=none|closest]
-            [--cpu-bind=type]
+            [--cpu-bind=type] [--multi-prog]
             [--exclusive] [--overlap] [--jobid=id] [--no-torch-env] executable [args...]
 """
 
@@ -409,6 +426,8 @@ Parallel run options:
   -K, --kill-on-bad-exit      kill the job step if any task exits non-zero
   -l, --label                 prepend task number to lines of stdout/err
   -m, --distribution=type     block or cyclic distribution of tasks
+      --multi-prog            the executable is a file naming each task's program
+                              (ranks, then the command line; %t rank, %o offset)
   -n, --ntasks=ntasks         number of tasks to run
       --ntasks-per-node=n     number of tasks to invoke on each node
   -N, --nodes=N               number of nodes on which to run

@@ -88,6 +88,8 @@ class StepRun:
         self.nodes = [_Node(info, list(tasks)) for info, tasks in zip(answer["nodes"], step["tasks"], strict=True)]
         self.node_of = {t: n.name for n in self.nodes for t in n.tasks}
         self.ntasks = sum(len(n.tasks) for n in self.nodes)
+        # --multi-prog: each task's own command line (CommandError if one has none)
+        self.task_argv = run.multi_prog.argv_for(self.ntasks) if run.multi_prog is not None else None
         self.width = len(str(max(self.ntasks - 1, 0)))
         self.partial: dict[tuple[int, int], bytes] = {}
         self.exits: dict[int, tuple[int, int]] = {}
@@ -122,6 +124,7 @@ class StepRun:
             "stderr": run.stderr,
             "open_mode": run.open_mode,
             "cpu_bind": run.cpu_bind,
+            "task_argv": None if self.task_argv is None else {str(t): a for t, a in self.task_argv.items()},
             "kill_wait": self.kill_wait,
         }
 
