@@ -318,3 +318,13 @@ def test_multi_prog_runs_a_program_per_task(cluster: Harness) -> None:
     assert ended["state"] == "FAILED" and ended["spec"]["interactive"]
     missing = cluster.run(["srun", "--multi-prog", "/nonexistent.conf"])
     assert missing.returncode == 1 and "Unable to open multi-prog config file" in missing.stderr
+
+
+def test_pty_gives_task_zero_a_terminal_and_its_input(cluster: Harness) -> None:
+    out = cluster.run(["srun", "-N1", "-n2", "--pty", "sh", "-c", 'tty; echo "rank $SLURM_PROCID"'])
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.replace("\r", "").split()
+    assert lines[0].startswith("/dev/pts/") and lines[1:] == ["rank", "0"]  # task 1's output dropped
+    echo = cluster.run(["srun", "-N1", "--pty", "sh", "-c", "read line; echo got:$line"], input="hello\n")
+    assert echo.returncode == 0, echo.stderr
+    assert "got:hello" in echo.stdout.replace("\r", "")

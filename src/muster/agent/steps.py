@@ -44,10 +44,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import logging
 import os
 import secrets
 import signal
+import struct
+import termios
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,7 +132,7 @@ def expand_task_pattern(
 class _Stdio:
     """Where one task's fd 0, 1 or 2 goes: a pipe to the agent, a file, or /dev/null."""
 
-    mode: str  # "pipe", "file", "null", "same" (stderr to stdout's file)
+    mode: str  # "pipe", "file", "null", "same" (stderr to stdout's file), "pty" (srun --pty)
     path: str = ""
     flags: int = 0
 
@@ -151,6 +154,7 @@ class _Plan:
     node: str = ""
     cpus: tuple[int, ...] | None = None  # pinned to these (``--cpu-bind``, task/affinity)
     bind_verbose: bool = False
+    pty_size: tuple[int, int] | None = None  # srun --pty: the terminal's rows and columns
 
 
 @dataclass(slots=True)
@@ -162,6 +166,7 @@ class _Task:
     status: tuple[int, int] | None = None  # (exit code, signal) once reaped
     stdin_fd: int | None = None
     read_fds: dict[int, bytes] = field(default_factory=dict)  # fd -> frame kind (o, e)
+    pty: bool = False  # its stdin_fd is a terminal's master (srun --pty)
     reported: bool = False
 
 
@@ -446,6 +451,8 @@ class StepRunner:
         finally:
             for t in targets:
                 if t.stdin_fd is not None:
+                    if t.pty:  # a terminal's end of input is ^D (twice: after a partial line too)
+                        await _write_all(t.stdin_fd, b"\x04\x04")
                     _close(t.stdin_fd)
                     t.stdin_fd = None
         await _json(send, 200, {"ok": True})
@@ -540,6 +547,11 @@ class StepRunner:
             else:
                 stderr = _stdio(stderr_spec, task, expand, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC))
             stdin = _stdio(body.get("stdin"), task, expand, os.O_RDONLY, default="null")
+            if body.get("pty"):  # srun --pty: task 0 in a terminal, the others' output dropped
+                if task == 0:
+                    stdin = stdout = stderr = _Stdio("pty")
+                else:
+                    stdout, stderr = _Stdio("null"), _Stdio("same")
             own = task_argv.get(str(task))
             if own is not None and (not isinstance(own, list) or not own):
                 raise StepLaunchError(f"malformed command line for task {task}")
@@ -548,6 +560,7 @@ class StepRunner:
                 env=task_environment(env, grant, self.node, local, self.env_ctx, launch),
                 cwd=cwd, uid=uid, gid=gid, groups=groups, umask=umask,
                 stdin=stdin, stdout=stdout, stderr=stderr, node=self.node,
+                pty_size=_pty_size(body.get("pty_size")) if stdin.mode == "pty" else None,
             ))
             step.tasks.append(_Task(task, local))
         self._pin(step, plans, grant, bind)
@@ -603,6 +616,9 @@ class StepRunner:
     async def _fork(self, step: _Step, plan: _Plan, task: _Task) -> None:
         loop = asyncio.get_running_loop()
         pipes: dict[int, tuple[int, int]] = {}
+        terminal: tuple[int, int] | None = None
+        if plan.stdin.mode == "pty":
+            terminal = _open_terminal(plan)
         if plan.stdin.mode == "pipe":
             pipes[0] = os.pipe()
         if plan.stdout.mode == "pipe":
@@ -613,8 +629,15 @@ class StepRunner:
         ignored = _ignored_signals()
         pid = os.fork()
         if pid == 0:  # the child: never returns
-            _child(plan, pipes, err_r, err_w, ignored)
+            _child(plan, pipes, err_r, err_w, ignored, terminal)
         os.close(err_w)
+        if terminal is not None:  # its output is read, and its input written, at the master
+            master, slave = terminal
+            os.close(slave)
+            os.set_blocking(master, False)
+            task.read_fds[master] = b"o"
+            loop.add_reader(master, self._readable, step, task, master, b"o")
+            task.stdin_fd, task.pty = os.dup(master), True
         task.pid = pid
         task.start_ticks = proctree.process_start_ticks(pid)
         for fd, (r, w) in pipes.items():
@@ -867,6 +890,26 @@ def _task_members(
     return found
 
 
+def _pty_size(value: Any) -> tuple[int, int] | None:
+    try:
+        rows, cols = (int(v) for v in value)
+    except (TypeError, ValueError):
+        return None
+    return (rows, cols) if 0 < rows < 65536 and 0 < cols < 65536 else None
+
+
+def _open_terminal(plan: _Plan) -> tuple[int, int]:
+    """A pseudo-terminal for ``srun --pty``: (master, slave), the slave owned by the task's
+    user (as a login terminal is) and sized like srun's."""
+    master, slave = os.openpty()
+    if os.geteuid() == 0:
+        os.fchown(slave, plan.uid, plan.gid)
+    if plan.pty_size:
+        rows, cols = plan.pty_size
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    return master, slave
+
+
 def _record_key(step: _Step) -> str:
     return f"{step.job_id}.{step.attempt}.{step.step_id}"
 
@@ -916,7 +959,8 @@ def _ignored_signals() -> list[signal.Signals]:
     return out
 
 
-def _child(plan: _Plan, pipes: dict[int, tuple[int, int]], err_r: int, err_w: int, ignored: list[Any]) -> None:
+def _child(plan: _Plan, pipes: dict[int, tuple[int, int]], err_r: int, err_w: int, ignored: list[Any],
+           terminal: tuple[int, int] | None = None) -> None:
     """In the forked child: become the task, or say why not and exit (never returns)."""
     step = "starting"
     code = 1
@@ -924,6 +968,10 @@ def _child(plan: _Plan, pipes: dict[int, tuple[int, int]], err_r: int, err_w: in
         os.close(err_r)
         step = "setsid()"
         os.setsid()
+        if terminal is not None:
+            step = "taking the terminal"
+            os.close(terminal[0])
+            fcntl.ioctl(terminal[1], termios.TIOCSCTTY, 0)
         if plan.groups is not None and plan.uid != os.geteuid():
             step = f"switching to uid {plan.uid}"
             os.setgroups(plan.groups)
@@ -946,6 +994,9 @@ def _child(plan: _Plan, pipes: dict[int, tuple[int, int]], err_r: int, err_w: in
                 fds[fd] = os.open(stdio.path, stdio.flags, 0o644)
             elif stdio.mode == "same":
                 fds[fd] = fds[1]
+            elif stdio.mode == "pty":
+                assert terminal is not None
+                fds[fd] = terminal[1]
             else:
                 fds[fd] = os.open(os.devnull, os.O_RDWR)
         step = "dup2()"

@@ -121,6 +121,7 @@ class Run:
         self.open_mode: str | None = None
         self.cpu_bind: str | None = None
         self.multi_prog = None  # --multi-prog: a cli.multiprog.MultiProg
+        self.pty = False  # --pty: task 0 in a pseudo-terminal, srun's terminal raw
         self.name = ""
 
 
@@ -143,8 +144,6 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
     text = info_text(keys, HELP, USAGE)
     if text is not None:
         return text
-    if "pty" in keys:
-        raise CommandError("--pty is not supported by muster (tasks get pipes, not a terminal)")
 
     from_env = env_options(tbl, environ)
     explicit_layout = keys & {"ntasks", "nodes", "ntasks-per-node"}
@@ -222,6 +221,11 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
         if value is not None:
             setattr(run, target, _io_mode(str(value)))
     run.open_mode = spec.get("open_mode")  # type: ignore[assignment]
+    if "pty" in keys:
+        # Slurm's --pty: task 0 runs in a pseudo-terminal and gets srun's input; the other
+        # tasks' output goes nowhere. Output is passed on as it comes, unlabelled.
+        run.pty, run.unbuffered, run.label = True, True, False
+        run.stdin = {"mode": "stream", "tasks": [0]}
     run.name = str(spec.get("name") or "")
     if not run.name:
         spec["name"] = os.path.basename(run.argv[0]) or run.argv[0]
@@ -427,6 +431,7 @@ Parallel run options:
   -l, --label                 prepend task number to lines of stdout/err
   -m, --distribution=type     block or cyclic distribution of tasks
       --multi-prog            the executable is a file naming each task's program
+      --pty                   run task zero in a pseudo terminal (an interactive shell)
                               (ranks, then the command line; %t rank, %o offset)
   -n, --ntasks=ntasks         number of tasks to run
       --ntasks-per-node=n     number of tasks to invoke on each node

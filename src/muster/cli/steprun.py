@@ -124,6 +124,8 @@ class StepRun:
             "stderr": run.stderr,
             "open_mode": run.open_mode,
             "cpu_bind": run.cpu_bind,
+            "pty": run.pty,
+            "pty_size": _terminal_size() if run.pty else None,
             "task_argv": None if self.task_argv is None else {str(t): a for t, a in self.task_argv.items()},
             "kill_wait": self.kill_wait,
         }
@@ -177,12 +179,17 @@ class StepRun:
         old_wakeup = _signal.set_wakeup_fd(w)
         signums = [_signal.SIGINT] + [getattr(_signal, n) for n in FORWARDED if hasattr(_signal, n)]
         previous = {s: _signal.signal(s, _noop) for s in signums}
+        raw = _RawTerminal() if self.opts.pty else None
         try:
             self._connect()
+            if raw is not None:
+                raw.enter()  # keystrokes (Ctrl-C included) go to task 0's terminal
             self._loop()
             if self.lost and self.ctl is not None:
                 self._await_verdict()
         finally:
+            if raw is not None:
+                raw.leave()
             for s, h in previous.items():
                 _signal.signal(s, h)
             _signal.set_wakeup_fd(old_wakeup)
@@ -509,3 +516,33 @@ class StepRun:
 def _noop(signum: int, frame: object) -> None:
     """Signals are read from the wake-up pipe; the handler itself does nothing."""
 
+
+def _terminal_size() -> list[int] | None:
+    try:
+        size = os.get_terminal_size(0)
+    except OSError:
+        return None
+    return [size.lines, size.columns]
+
+
+class _RawTerminal:
+    """srun's own terminal in raw mode while a --pty step runs, restored after."""
+
+    def __init__(self) -> None:
+        self.saved: Any = None
+
+    def enter(self) -> None:
+        if not os.isatty(0):
+            return
+        import termios
+        import tty
+
+        self.saved = termios.tcgetattr(0)
+        tty.setraw(0)
+
+    def leave(self) -> None:
+        if self.saved is not None:
+            import termios
+
+            termios.tcsetattr(0, termios.TCSADRAIN, self.saved)
+            self.saved = None
