@@ -6,7 +6,9 @@ sacct's parsable rows have Slurm's shape."""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -169,3 +171,25 @@ def test_sacct_parsable2_rows_have_slurms_shape(acct_cluster: Harness) -> None:
     assert any(line.startswith("muster|root|") and "|A|gres/gpu|" in line for line in report.splitlines())
     util = ok(h.run(["sreport", "-T", "gres/gpu", "-t", "hours", "cluster", "utilization"]))
     assert "Usage reported in TRES Hours" in util
+
+
+def test_sacct_shows_what_a_batch_script_used(acct_cluster: Harness) -> None:
+    h = acct_cluster
+    script = os.path.join(h.workdir, "burn.py")
+    with open(script, "w") as f:
+        f.write("import time\n"
+                "x = bytearray(64 * 1024 * 1024)\n"
+                "for i in range(0, len(x), 4096): x[i] = 1\n"
+                "t = time.process_time()\n"
+                "while time.process_time() - t < 0.5: pass\n")
+    job_id = h.sbatch("-A", "A", "-c", "2", "--wrap", f"{sys.executable} {script}")
+    assert h.wait_job(job_id)["state"] == "COMPLETED"
+    rows = ok(h.run(["sacct", "-j", str(job_id), "-n", "-P", "-o",
+                     "JobID,MaxRSS,UserCPU,TotalCPU,CPUTimeRAW,Elapsed"])).splitlines()
+    job, batch = (r.split("|") for r in rows[:2])
+    assert batch[0] == f"{job_id}.batch" and re.fullmatch(r"\d+K", batch[1]), rows
+    assert int(batch[1][:-1]) > 64 * 1024  # the 64 MiB it touched
+    assert re.fullmatch(r"00:0\d\.\d{3}", batch[3]) and float(batch[3][3:]) >= 0.4, rows  # user + system
+    assert re.fullmatch(r"00:0\d\.\d{3}", batch[2]), rows
+    assert job[3] == batch[3] and job[1] == ""  # the job's TotalCPU is its steps'
+    assert int(job[4]) == 2 * sum(int(x) * 60 ** i for i, x in enumerate(reversed(job[5].split(":"))))

@@ -222,26 +222,34 @@ class Started:
         self.monitor = monitor
         self._status_fd = status_fd
         self._release_fd = release_fd
+        self._read = b""
+        # After release: the script's resource use (``getrusage`` of it and the children
+        # it waited for): {"max_rss_kb", "user_cpu", "system_cpu"}; None if unknown.
+        self.usage: dict[str, float] | None = None
 
     async def status(self) -> int | None:
         """The script's raw wait status; None if the monitor died without one."""
-        data = await _read_to_eof(self._status_fd)
-        self._status_fd = -1
+        self._read = await _read_line(self._status_fd)
         try:
-            return int(data.decode().strip())
+            return int(self._read.split(b"\n", 1)[0].decode())
         except ValueError:
             return None
 
     def release(self) -> None:
-        """Let the monitor reap the script and exit, and reap the monitor."""
+        """Let the monitor reap the script and exit (telling its resource use), and reap it."""
         if self._release_fd >= 0:
             os.close(self._release_fd)
             self._release_fd = -1
         if self._status_fd >= 0:
+            os.set_blocking(self._status_fd, True)
+            data = self._read
+            while chunk := _read_some(self._status_fd):  # it writes as soon as it has reaped
+                data += chunk
             os.close(self._status_fd)
             self._status_fd = -1
+            self.usage = _parse_usage(data)
         try:
-            os.waitpid(self.monitor, 0)  # it exits as soon as it has reaped the script
+            os.waitpid(self.monitor, 0)  # it exits right after
         except ChildProcessError:
             pass
 
@@ -321,17 +329,21 @@ def _monitor(plan: LaunchPlan, env_items: dict[str, str], ignored: list[signal.S
         except OSError:
             pass
     try:
-        os.write(st_w, str(status).encode())
+        os.write(st_w, f"{status}\n".encode())
     except OSError:
         pass  # the agent is gone
-    os.close(st_w)
     while True:
         try:
             if not os.read(rel_r, 64):
                 break
         except InterruptedError:
             continue
-    os.waitpid(job, 0)
+    _, _, usage = os.wait4(job, 0)  # the script and the children it waited for
+    try:
+        os.write(st_w, f"{usage.ru_maxrss} {usage.ru_utime:.3f} {usage.ru_stime:.3f}\n".encode())
+    except OSError:
+        pass
+    os.close(st_w)
     os._exit(0)
 
 
@@ -402,6 +414,49 @@ def _child(plan: LaunchPlan, env_items: dict[str, str], reset: list[signal.Signa
         finally:
             os._exit(127)
     os._exit(127)  # unreachable: execve does not return
+
+
+def _read_some(fd: int) -> bytes:
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return b""
+
+
+def _parse_usage(data: bytes) -> dict[str, float] | None:
+    lines = data.decode(errors="replace").splitlines()
+    try:
+        rss, user, system = lines[1].split()
+        return {"max_rss_kb": int(rss), "user_cpu": float(user), "system_cpu": float(system)}
+    except (IndexError, ValueError):
+        return None
+
+
+async def _read_line(fd: int) -> bytes:
+    """Read until a newline or the end (what came so far, either way)."""
+    loop = asyncio.get_running_loop()
+    chunks: list[bytes] = []
+    done = loop.create_future()
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            chunks.append(data)
+        if (not data or b"\n" in data) and not done.done():
+            done.set_result(None)
+
+    os.set_blocking(fd, False)
+    loop.add_reader(fd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+    return b"".join(chunks)
 
 
 async def _read_to_eof(fd: int) -> bytes:

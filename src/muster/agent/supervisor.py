@@ -470,11 +470,13 @@ class Supervisor:
             # still cannot be reused, so sweeping them now is safe.
             for pid in self._members(t) - {t.pid}:
                 self.kill(pid, signal.SIGKILL)
+            usage = None
             if t.started is not None:
                 t.started.release()
+                usage = t.started.usage
             else:
                 status = await self._recorded_status(t)
-            self._finish(t, status)
+            self._finish(t, status, usage)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -514,7 +516,7 @@ class Supervisor:
         while self._leader_alive(t):  # no pidfd (old kernel): poll
             await asyncio.sleep(0.2)
 
-    def _finish(self, t: Tracked, status: int | None) -> None:
+    def _finish(self, t: Tracked, status: int | None, usage: dict[str, float] | None = None) -> None:
         now = self.clock.now()
         if status is None:
             exit_code, sig = 0, 0
@@ -525,7 +527,7 @@ class Supervisor:
         log.info(
             "job %s: ended exit_code=%s signal=%s terminated_by=%s", t.job_id, exit_code, sig, by
         )
-        self._save_report(t, exit_code, sig, by, reason, end=now)
+        self._save_report(t, exit_code, sig, by, reason, end=now, usage=usage)
         self._unpin(t)
         self.state.drop_job(t.job_id)
         self.state.drop_exit(t.job_id, t.restart_count)
@@ -563,6 +565,7 @@ class Supervisor:
         terminated_by: str | None,
         reason: str | None,
         end: float | None = None,
+        usage: dict[str, float] | None = None,
     ) -> None:
         end = self.clock.now() if end is None else end
         report = self._report_body(
@@ -570,6 +573,8 @@ class Supervisor:
         )
         if reason:
             report["reason"] = reason
+        if usage:
+            report["usage"] = usage  # the batch script's max RSS and CPU seconds (sacct)
         self.state.save_report(report)
 
     # --- restart ----------------------------------------------------------------------

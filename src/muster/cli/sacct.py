@@ -115,6 +115,28 @@ def _hms(seconds: object) -> str:
     return f"{days}-{h:02d}:{m:02d}:{sec:02d}" if days else f"{h:02d}:{m:02d}:{sec:02d}"
 
 
+def _kb(kb: object, units: str | None) -> str:
+    """MaxRSS: kilobytes as Slurm prints them (``1180K``), or in ``--units``."""
+    if kb is None or kb == "":
+        return ""
+    if units:
+        return _mem(float(kb) / 1024, units)  # type: ignore[arg-type]
+    return f"{int(kb)}K"  # type: ignore[call-overload]
+
+
+def _cpu(seconds: object) -> str:
+    """UserCPU/SystemCPU/TotalCPU as Slurm prints CPU time: ``MM:SS.mmm`` under an hour,
+    ``HH:MM:SS`` under a day, ``D-HH:MM:SS`` beyond."""
+    if seconds is None or seconds == "":
+        return ""
+    total = float(seconds)  # type: ignore[arg-type]
+    if total < 3600:
+        m, sec = divmod(total, 60)
+        whole = int(sec)
+        return f"{int(m):02d}:{whole:02d}.{int(round((sec - whole) * 1000)) % 1000:03d}"
+    return _hms(int(total))
+
+
 def _mem(mb: object, units: str | None) -> str:
     if mb is None or mb == "":
         return ""
@@ -201,14 +223,27 @@ for _name, _width, _fn in (
     ("User", 9, _text("user")),
     ("WorkDir", 15, _text("workdir")),
     ("Attempt", 8, _text("attempt")),
+    # Measured by the agent (getrusage of the batch script and what it waited for), on the
+    # .batch row; the job's line totals its steps' CPU, as Slurm's does.
+    ("MaxRSS", 10, lambda r, u: _kb(r.get("max_rss_kb"), u)),
+    ("AveRSS", 10, lambda r, u: _kb(r.get("max_rss_kb"), u)),
+    ("MaxRSSNode", 10, lambda r, u: str(r.get("nodelist") or "") if r.get("max_rss_kb") is not None else ""),
+    ("MaxRSSTask", 10, lambda r, u: "0" if r.get("max_rss_kb") is not None else ""),
+    ("UserCPU", 10, lambda r, u: _cpu(r.get("user_cpu"))),
+    ("SystemCPU", 10, lambda r, u: _cpu(r.get("system_cpu"))),
+    ("TotalCPU", 10, lambda r, u: _cpu(None if r.get("user_cpu") is None else
+                                       float(r["user_cpu"]) + float(r.get("system_cpu") or 0))),
+    # Allocated CPUs times elapsed time, as Slurm defines CPUTime.
+    ("CPUTime", 10, lambda r, u: _hms(int(r.get("elapsed") or 0) * int(r.get("ncpus") or 0))),
+    ("CPUTimeRAW", 10, lambda r, u: str(int(r.get("elapsed") or 0) * int(r.get("ncpus") or 0))),
 ):
     _field(_name, _width, _fn)
 
-# Statistics muster does not gather (job accounting of memory, CPU time, I/O, energy):
+# Statistics muster does not gather (virtual memory, pages, I/O, energy, per-task minima):
 # known names with empty values, in the widths sacct gives them.
 for _name, _width in (
     ("MaxVMSize", 10), ("MaxVMSizeNode", 14), ("MaxVMSizeTask", 14), ("AveVMSize", 10),
-    ("MaxRSS", 10), ("MaxRSSNode", 10), ("MaxRSSTask", 10), ("AveRSS", 10), ("MaxPages", 8),
+    ("MaxPages", 8),
     ("MaxPagesNode", 12), ("MaxPagesTask", 14), ("AvePages", 10), ("MinCPU", 10),
     ("MinCPUNode", 10), ("MinCPUTask", 10), ("AveCPU", 10), ("AveCPUFreq", 10),
     ("ReqCPUFreqMin", 13), ("ReqCPUFreqMax", 13), ("ReqCPUFreqGov", 13), ("ReqCPUFreq", 13),
@@ -219,8 +254,7 @@ for _name, _width in (
     ("TRESUsageInMaxTask", 18), ("TRESUsageInMin", 14), ("TRESUsageInMinNode", 18),
     ("TRESUsageInMinTask", 18), ("TRESUsageInTot", 14), ("TRESUsageOutMax", 15),
     ("TRESUsageOutMaxNode", 19), ("TRESUsageOutMaxTask", 19), ("TRESUsageOutAve", 15),
-    ("TRESUsageOutTot", 15), ("TotalCPU", 10), ("UserCPU", 10), ("SystemCPU", 10),
-    ("CPUTime", 10), ("CPUTimeRAW", 10), ("AssocID", 10), ("WCKey", 10), ("WCKeyID", 10),
+    ("TRESUsageOutTot", 15), ("AssocID", 10), ("WCKey", 10), ("WCKeyID", 10),
     ("Layout", 8), ("AdminComment", 15), ("SystemComment", 15), ("McsLabel", 10),
     ("Container", 19), ("DBIndex", 10), ("Flags", 20), ("Planned", 10), ("PlannedCPU", 10),
     ("PlannedCPURAW", 13), ("ReservationId", 13), ("SubmitLine", 20), ("QOSRAW", 10),

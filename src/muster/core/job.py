@@ -215,6 +215,9 @@ class Job:
     # Dependency job ids that named no job at submission: never satisfied (Slurm 22.05
     # accepts such a job and leaves it pending).
     unknown_deps: list[int] = field(default_factory=list)
+    # What the batch script used, from its agent's report when it ended (sacct's MaxRSS,
+    # UserCPU, SystemCPU, TotalCPU): {"max_rss_kb", "user_cpu", "system_cpu"}.
+    usage: dict[str, float] | None = None
 
     @property
     def nodes(self) -> list[str]:

@@ -76,6 +76,7 @@ def start(job: Job, alloc: list[NodeAlloc], now: float, scheduler: str = "Main")
     job.scheduler = scheduler
     job.exit_code = 0
     job.exit_signal = 0
+    job.usage = None
 
 
 def finish(job: Job, exit_code: int, signal: int, now: float) -> None:

@@ -93,6 +93,17 @@ def parse_signal(text: str | int) -> int:
         raise InvalidRequest(f"Invalid signal: {text}") from None
 
 
+def _usage(value: Any) -> dict[str, float] | None:
+    """An agent's report of a script's resource use, checked: numbers, not negative."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        out = {k: float(value[k]) for k in ("max_rss_kb", "user_cpu", "system_cpu")}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return out if all(v >= 0 for v in out.values()) else None
+
+
 def user_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
@@ -803,6 +814,7 @@ class Controller:
         exit_code = int(body.get("exit_code", 0))
         sig = int(body.get("signal", 0))
         by = body.get("terminated_by")
+        job.usage = _usage(body.get("usage")) or job.usage
         others = [n for n in job.nodes if n != body.get("node")]
         if job.state is JobState.RUNNING:
             if by == "node_fail":

@@ -328,12 +328,21 @@ def record_wire(
         b_state, b_exit = _batch_state(d)
         b_counts = {"cpu": int(first.get("cpus", 0)), "mem": int(first.get("mem", 0)), "node": 1,
                     "gres/gpu": len(first.get("gpu_ids") or [])}
-        rec["steps"].append(
-            _step(rec, "batch", "batch", b_state, b_exit, start, rec["end"], elapsed,
-                  [first.get("node")], b_counts, 1)
-        )
+        batch = _step(rec, "batch", "batch", b_state, b_exit, start, rec["end"], elapsed,
+                      [first.get("node")], b_counts, 1)
+        usage = d.get("usage") or {}
+        if usage:  # what the script used, as its agent measured it (getrusage)
+            batch["max_rss_kb"] = int(usage.get("max_rss_kb", 0))
+            batch["user_cpu"] = float(usage.get("user_cpu", 0.0))
+            batch["system_cpu"] = float(usage.get("system_cpu", 0.0))
+        rec["steps"].append(batch)
     for s in steps:
         rec["steps"].append(_step_from_table(rec, s, now))
+    # The allocation's CPU time is its steps' (Slurm's TotalCPU on the job line).
+    measured = [s for s in rec["steps"] if "user_cpu" in s]
+    if measured:
+        rec["user_cpu"] = sum(s["user_cpu"] for s in measured)
+        rec["system_cpu"] = sum(s["system_cpu"] for s in measured)
     return rec
 
 

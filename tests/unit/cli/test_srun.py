@@ -68,13 +68,21 @@ def test_srun_specific_options() -> None:
         (["--bogus", "true"], 255, "srun: unrecognized option '--bogus'"),
         (["--time=abc", "true"], 255, "Invalid --time specification"),
         ([], 1, "No command given"),
-        (["--pty", "bash"], 1, "--pty is not supported"),
+        (["--multi-prog", "/nonexistent.conf"], 1, "Unable to open multi-prog config file"),
+        (["--cpu-bind=cors", "true"], 255, 'unrecognized --cpu-bind argument "cors"'),
     ],
 )
 def test_bad_command_lines(argv: list[str], rc: int, text: str) -> None:
     with pytest.raises(CommandError) as e:
         srun.build(argv, {}, "/")
     assert e.value.rc == rc and text in e.value.message
+
+
+def test_pty_sends_task_zero_the_input_and_turns_labels_off() -> None:
+    run = srun.build(["--pty", "-l", "bash"], {}, "/")
+    assert not isinstance(run, str)
+    assert run.pty and run.unbuffered and not run.label
+    assert run.stdin == {"mode": "stream", "tasks": [0]}
 
 
 def step_run(label: bool = True, unbuffered: bool = False, ntasks: int = 12) -> StepRun:
