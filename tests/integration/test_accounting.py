@@ -193,3 +193,11 @@ def test_sacct_shows_what_a_batch_script_used(acct_cluster: Harness) -> None:
     assert re.fullmatch(r"00:0\d\.\d{3}", batch[2]), rows
     assert job[3] == batch[3] and job[1] == ""  # the job's TotalCPU is its steps'
     assert int(job[4]) == 2 * sum(int(x) * 60 ** i for i, x in enumerate(reversed(job[5].split(":"))))
+    steps = h.sbatch("-A", "A", "-N2", "--ntasks-per-node=1", "--wrap", f"srun {sys.executable} {script}")
+    assert h.wait_job(steps)["state"] == "COMPLETED"
+    rows = ok(h.run(["sacct", "-j", str(steps), "-n", "-P", "-o",
+                     "JobID,MaxRSS,MaxRSSNode,MaxRSSTask,AveRSS,TotalCPU"])).splitlines()
+    by_id = {r.split("|")[0]: r.split("|") for r in rows}
+    step = by_id[f"{steps}.0"]
+    assert int(step[1][:-1]) > 64 * 1024 and step[2] in ("node1", "node2") and step[3] in ("0", "1"), rows
+    assert int(step[4][:-1]) > 64 * 1024 and float(step[5][3:]) >= 0.8, rows  # two tasks' CPU

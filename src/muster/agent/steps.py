@@ -167,6 +167,7 @@ class _Task:
     stdin_fd: int | None = None
     read_fds: dict[int, bytes] = field(default_factory=dict)  # fd -> frame kind (o, e)
     pty: bool = False  # its stdin_fd is a terminal's master (srun --pty)
+    usage: dict[str, float] | None = None  # getrusage when reaped: rss (KB), user, sys (s)
     reported: bool = False
 
 
@@ -678,11 +679,14 @@ class StepRunner:
 
     def _reap(self, step: _Step, task: _Task, block: bool = True) -> None:
         try:
-            pid, status = os.waitpid(task.pid, 0 if block else os.WNOHANG)
+            pid, status, usage = os.wait4(task.pid, 0 if block else os.WNOHANG)
         except ChildProcessError:
-            pid, status = task.pid, 0
+            pid, status, usage = task.pid, 0, None
         if pid == 0:
             return
+        if usage is not None:  # the task and the children it waited for (sacct's MaxRSS, CPU)
+            task.usage = {"rss": usage.ru_maxrss, "user": round(usage.ru_utime, 3),
+                          "sys": round(usage.ru_stime, 3)}
         if os.WIFSIGNALED(status):
             task.status = (0, os.WTERMSIG(status))
         else:
@@ -735,7 +739,7 @@ class StepRunner:
             return
         task.reported = True
         code, sig = task.status
-        self._emit(step, json_frame(b"x", task.task, {"code": code, "signal": sig}))
+        self._emit(step, json_frame(b"x", task.task, {"code": code, "signal": sig, **(task.usage or {})}))
         if all(t.reported for t in step.tasks):
             step.finished = True
             if step.kill_handle is not None:

@@ -226,9 +226,10 @@ for _name, _width, _fn in (
     # Measured by the agent (getrusage of the batch script and what it waited for), on the
     # .batch row; the job's line totals its steps' CPU, as Slurm's does.
     ("MaxRSS", 10, lambda r, u: _kb(r.get("max_rss_kb"), u)),
-    ("AveRSS", 10, lambda r, u: _kb(r.get("max_rss_kb"), u)),
-    ("MaxRSSNode", 10, lambda r, u: str(r.get("nodelist") or "") if r.get("max_rss_kb") is not None else ""),
-    ("MaxRSSTask", 10, lambda r, u: "0" if r.get("max_rss_kb") is not None else ""),
+    ("AveRSS", 10, lambda r, u: _kb(r.get("ave_rss_kb", r.get("max_rss_kb")), u)),
+    ("MaxRSSNode", 10, lambda r, u: "" if r.get("max_rss_kb") is None else str(
+        r.get("max_rss_node") or r.get("nodelist") or "")),
+    ("MaxRSSTask", 10, lambda r, u: "" if r.get("max_rss_kb") is None else str(r.get("max_rss_task", 0))),
     ("UserCPU", 10, lambda r, u: _cpu(r.get("user_cpu"))),
     ("SystemCPU", 10, lambda r, u: _cpu(r.get("system_cpu"))),
     ("TotalCPU", 10, lambda r, u: _cpu(None if r.get("user_cpu") is None else

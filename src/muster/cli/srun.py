@@ -379,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         rc, code, sig, aborted = step.run()
         done = {"exit_code": code, "signal": sig, "cancelled": aborted, "end_job": own_job is not None}
+        usage = step.usage_report()
+        if usage is not None:
+            done["usage"] = usage
         try:
             from muster.cli.alloc import post_retrying
 

@@ -93,6 +93,7 @@ class StepRun:
         self.width = len(str(max(self.ntasks - 1, 0)))
         self.partial: dict[tuple[int, int], bytes] = {}
         self.exits: dict[int, tuple[int, int]] = {}
+        self.usage: dict[int, tuple[int, float, float, str]] = {}  # task -> rss KB, user, sys, node
         self.stopped: set[int] = set()  # tasks that ended by the kill srun itself asked for
         self.aborted = False
         self.killing = False
@@ -255,6 +256,9 @@ class StepRun:
                 info = loads(payload)
                 code, sig = int(info.get("code") or 0), int(info.get("signal") or 0)
                 self.exits[task] = (code, sig)
+                if "rss" in info:
+                    self.usage[task] = (int(info["rss"]), float(info.get("user") or 0),
+                                        float(info.get("sys") or 0), node.name)
                 if self.killing and sig:
                     self.stopped.add(task)
                 for stream in (1, 2):
@@ -493,6 +497,18 @@ class StepRun:
         self._forward(_signal.SIGTERM, kill=True)
 
     # --- the end ------------------------------------------------------------------------------
+
+    def usage_report(self) -> dict[str, Any] | None:
+        """What the tasks used, for the step's record (sacct's MaxRSS, AveRSS, CPU)."""
+        if not self.usage:
+            return None
+        task, (rss, _u, _s, node) = max(self.usage.items(), key=lambda kv: (kv[1][0], -kv[0]))
+        return {
+            "max_rss_kb": rss, "max_rss_node": node, "max_rss_task": task,
+            "ave_rss_kb": round(sum(u[0] for u in self.usage.values()) / len(self.usage), 1),
+            "user_cpu": round(sum(u[1] for u in self.usage.values()), 3),
+            "system_cpu": round(sum(u[2] for u in self.usage.values()), 3),
+        }
 
     def _outcome(self) -> tuple[int, int, int, bool]:
         """Slurm's rule: the highest exit code, 128+N for a task killed by signal N; a task

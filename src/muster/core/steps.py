@@ -408,6 +408,9 @@ class Step:
     partition: str = ""
     time_limit: int | None = None
     mem: int = 0  # MB over all of the step's nodes (the job's memory on them)
+    # What its tasks used, as srun reports it (sacct): max_rss_kb, max_rss_node,
+    # max_rss_task, ave_rss_kb, user_cpu, system_cpu.
+    usage: dict[str, Any] | None = None
 
     @property
     def id_text(self) -> str:

@@ -402,5 +402,14 @@ def _step_from_table(rec: dict[str, Any], s: dict[str, Any], now: float) -> dict
     code = int(s.get("exit_code") or 0)
     sig = int(s.get("signal") or s.get("exit_signal") or 0)
     step_id = "batch" if s.get("step_id") == BATCH_STEP else str(s.get("step_id"))
-    return _step(rec, step_id, str(s.get("name") or ""), state, exit_text(code, sig),
-                 start, end, elapsed, nodes, counts, int(s.get("ntasks") or 1))
+    row = _step(rec, step_id, str(s.get("name") or ""), state, exit_text(code, sig),
+                start, end, elapsed, nodes, counts, int(s.get("ntasks") or 1))
+    usage = s.get("usage") or {}
+    if usage:  # what its tasks used, as srun reported it
+        row["max_rss_kb"] = int(usage.get("max_rss_kb", 0))
+        row["max_rss_node"] = str(usage.get("max_rss_node") or "")
+        row["max_rss_task"] = int(usage.get("max_rss_task", 0))
+        row["ave_rss_kb"] = float(usage.get("ave_rss_kb", 0))
+        row["user_cpu"] = float(usage.get("user_cpu", 0.0))
+        row["system_cpu"] = float(usage.get("system_cpu", 0.0))
+    return row

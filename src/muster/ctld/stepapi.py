@@ -80,12 +80,25 @@ class StepBody(BaseModel):
     busy_now: bool = False  # answer at once when the step must wait for other steps
 
 
+class StepUsage(BaseModel):
+    """What a step's tasks used (getrusage of each task and the children it waited for)."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_rss_kb: int = Field(ge=0)
+    max_rss_node: str = Field("", max_length=255)
+    max_rss_task: int = Field(0, ge=0)
+    ave_rss_kb: float = Field(ge=0)
+    user_cpu: float = Field(ge=0)
+    system_cpu: float = Field(ge=0)
+
+
 class DoneBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     exit_code: int = Field(0, ge=0, le=255)
     signal: int = Field(0, ge=0, le=128)
     cancelled: bool = False
     end_job: bool = False
+    usage: StepUsage | None = None
 
 
 class StepSignalBody(BaseModel):
@@ -189,7 +202,8 @@ def build_step_routes(
         except ValueError:
             raise InvalidRequest(f"Invalid job step id: {request.path_params['step_id']}") from None
         actions = book.finish(
-            job, who, step_id, body.exit_code, body.signal, body.cancelled, body.end_job
+            job, who, step_id, body.exit_code, body.signal, body.cancelled, body.end_job,
+            body.usage.model_dump() if body.usage is not None else None,
         )
         ctx.perform(actions)
         if body.end_job:

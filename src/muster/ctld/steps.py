@@ -349,6 +349,7 @@ class StepBook:
         signal: int,
         cancelled: bool = False,
         end_job: bool = False,
+        usage: dict[str, Any] | None = None,
     ) -> list[Action]:
         """srun reports its step's end (and, for its own allocation, the job's end)."""
         self.check_owner(job, who)
@@ -368,6 +369,7 @@ class StepBook:
             step.end_time = now
             step.exit_code = exit_code
             step.exit_signal = signal
+            step.usage = usage
             steps.append((step, "end"))
             if not self.active.get(job.job_id):
                 self.active.pop(job.job_id, None)
