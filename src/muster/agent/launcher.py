@@ -318,7 +318,11 @@ def _monitor(plan: LaunchPlan, env_items: dict[str, str], ignored: list[signal.S
     os.close(pid_w)
     info = os.waitid(os.P_PID, job, os.WEXITED | os.WNOWAIT)
     status = _raw_status(info)
-    if plan.exit_path:
+    try:
+        os.write(st_w, f"{status}\n".encode())  # first: the agent reports it at once
+    except OSError:
+        pass  # the agent is gone
+    if plan.exit_path:  # then durably, for an agent that restarts before it has reported
         try:
             tmp = f"{plan.exit_path}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -328,11 +332,7 @@ def _monitor(plan: LaunchPlan, env_items: dict[str, str], ignored: list[signal.S
             os.rename(tmp, plan.exit_path)
         except OSError:
             pass
-    try:
-        os.write(st_w, f"{status}\n".encode())
-    except OSError:
-        pass  # the agent is gone
-    while True:
+    while True:  # the agent releases the script once it has swept its leftovers
         try:
             if not os.read(rel_r, 64):
                 break
