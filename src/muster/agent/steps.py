@@ -619,7 +619,11 @@ class StepRunner:
         pipes: dict[int, tuple[int, int]] = {}
         terminal: tuple[int, int] | None = None
         if plan.stdin.mode == "pty":
-            terminal = _open_terminal(plan)
+            try:
+                terminal = _open_terminal(plan)
+            except OSError as e:
+                raise StepLaunchError(f"cannot open a terminal on {self.node}: {e.strerror}", 500,
+                                      "launch_failed") from None
         if plan.stdin.mode == "pipe":
             pipes[0] = os.pipe()
         if plan.stdout.mode == "pipe":
