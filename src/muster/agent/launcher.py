@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster.agent import affinity
+from muster.agent.pipes import read_pipe
 from muster.core import outputs
 
 __all__ = ["LaunchError", "LaunchPlan", "Started", "prepare", "start"]
@@ -229,7 +230,7 @@ class Started:
 
     async def status(self) -> int | None:
         """The script's raw wait status; None if the monitor died without one."""
-        self._read = await _read_line(self._status_fd)
+        self._read = await read_pipe(self._status_fd, line=True, close=False)
         try:
             return int(self._read.split(b"\n", 1)[0].decode())
         except ValueError:
@@ -432,64 +433,12 @@ def _parse_usage(data: bytes) -> dict[str, float] | None:
         return None
 
 
-async def _read_line(fd: int) -> bytes:
-    """Read until a newline or the end (what came so far, either way)."""
-    loop = asyncio.get_running_loop()
-    chunks: list[bytes] = []
-    done = loop.create_future()
-
-    def readable() -> None:
-        try:
-            data = os.read(fd, 4096)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if data:
-            chunks.append(data)
-        if (not data or b"\n" in data) and not done.done():
-            done.set_result(None)
-
-    os.set_blocking(fd, False)
-    loop.add_reader(fd, readable)
-    try:
-        await done
-    finally:
-        loop.remove_reader(fd)
-    return b"".join(chunks)
-
-
-async def _read_to_eof(fd: int) -> bytes:
-    loop = asyncio.get_running_loop()
-    chunks: list[bytes] = []
-    closed = loop.create_future()
-
-    def readable() -> None:
-        try:
-            data = os.read(fd, 4096)
-        except BlockingIOError:
-            return
-        if data:
-            chunks.append(data)
-        elif not closed.done():
-            closed.set_result(None)
-
-    os.set_blocking(fd, False)
-    loop.add_reader(fd, readable)
-    try:
-        await closed
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
-    return b"".join(chunks)
-
-
 async def start(plan: LaunchPlan) -> Started:
     """Fork the monitor and the job; return once the script runs. Raises ``LaunchError``."""
     pid, monitor, err_r, st_r, rel_w = _fork(plan)
     started = Started(pid, monitor, st_r, rel_w)
     try:
-        message = await asyncio.wait_for(_read_to_eof(err_r), EXEC_TIMEOUT)
+        message = await asyncio.wait_for(read_pipe(err_r), EXEC_TIMEOUT)
     except TimeoutError:
         os.kill(pid, signal.SIGKILL)
         started.release()

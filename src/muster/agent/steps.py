@@ -59,6 +59,7 @@ from urllib.parse import parse_qs
 from muster.agent import affinity, proctree
 from muster.agent.affinity import CpuLedger, binding_env
 from muster.agent.env import EnvContext
+from muster.agent.pipes import read_pipe
 from muster.agent.state import StateDir
 from muster.agent.taskenv import task_environment
 from muster.core.clock import Clock
@@ -655,7 +656,7 @@ class StepRunner:
                 kind = b"o" if fd == 1 else b"e"
                 task.read_fds[r] = kind
                 loop.add_reader(r, self._readable, step, task, r, kind)
-        message = await _read_error_pipe(err_r)
+        message = (await read_pipe(err_r)).decode(errors="replace")
         if message:
             # The child failed before exec: its stderr frame says why (it exits soon).
             self._emit(step, frame(b"e", task.task, f"slurmstepd-{self.node}: error: {message}\n".encode()))
@@ -1035,34 +1036,6 @@ def _child(plan: _Plan, pipes: dict[int, tuple[int, int]], err_r: int, err_w: in
         finally:
             os._exit(code if 0 < code < 256 else 1)
     os._exit(1)
-
-
-async def _read_error_pipe(fd: int) -> str:
-    """What the child wrote before exec (nothing when exec succeeded)."""
-    loop = asyncio.get_running_loop()
-    chunks: list[bytes] = []
-    closed: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        try:
-            data = os.read(fd, 4096)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if data:
-            chunks.append(data)
-        elif not closed.done():
-            closed.set_result(None)
-
-    os.set_blocking(fd, False)
-    loop.add_reader(fd, readable)
-    try:
-        await closed
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
-    return b"".join(chunks).decode(errors="replace")
 
 
 async def _write_all(fd: int, data: bytes) -> bool:
