@@ -236,29 +236,25 @@ class Started:
         except ValueError:
             return None
 
-    def release(self) -> None:
-        """Let the monitor reap the script and exit (telling its resource use), and reap it."""
+    async def release(self) -> None:
+        """Let the monitor reap the script and exit (telling its resource use), and reap it.
+        The agent's loop goes on meanwhile (the monitor may still be syncing the exit file)."""
         if self._release_fd >= 0:
             os.close(self._release_fd)
             self._release_fd = -1
         if self._status_fd >= 0:
-            os.set_blocking(self._status_fd, True)
-            data = self._read
-            while chunk := _read_some(self._status_fd):  # it writes as soon as it has reaped
-                data += chunk
-            os.close(self._status_fd)
-            self._status_fd = -1
-            self.usage = _parse_usage(data)
+            fd, self._status_fd = self._status_fd, -1
+            self.usage = _parse_usage(self._read + await read_pipe(fd))
         try:
-            os.waitpid(self.monitor, 0)  # it exits right after
+            os.waitpid(self.monitor, 0)  # it exits right after closing the pipe
         except ChildProcessError:
             pass
 
 
 def _fork(plan: LaunchPlan) -> tuple[int, int, int, int, int]:
-    """Fork the monitor, which forks the job. Returns (job pid, monitor pid, read end of
-    the job's error pipe, read end of the monitor's status pipe, write end of the release
-    pipe)."""
+    """Fork the monitor, which forks the job. Returns (monitor pid, read end of the pipe
+    that brings the job's pid, read end of the job's error pipe, read end of the monitor's
+    status pipe, write end of the release pipe)."""
     ignored = _ignored_signals()
     env_items = dict(plan.env)
     err_r, err_w = os.pipe()  # all close-on-exec
@@ -273,21 +269,7 @@ def _fork(plan: LaunchPlan) -> tuple[int, int, int, int, int]:
             os._exit(1)
     for fd in (err_w, st_w, rel_r, pid_w):
         os.close(fd)
-    raw = b""
-    while True:  # the monitor forks at once: the job's pid comes in microseconds
-        chunk = os.read(pid_r, 32)
-        if not chunk:
-            break
-        raw += chunk
-    os.close(pid_r)
-    try:
-        pid = int(raw.decode())
-    except ValueError:
-        for fd in (err_r, st_r, rel_w):
-            os.close(fd)
-        os.waitpid(monitor, 0)
-        raise LaunchError("the job's monitor failed before starting it") from None
-    return pid, monitor, err_r, st_r, rel_w
+    return monitor, pid_r, err_r, st_r, rel_w
 
 
 def _monitor(plan: LaunchPlan, env_items: dict[str, str], ignored: list[signal.Signals],
@@ -417,13 +399,6 @@ def _child(plan: LaunchPlan, env_items: dict[str, str], reset: list[signal.Signa
     os._exit(127)  # unreachable: execve does not return
 
 
-def _read_some(fd: int) -> bytes:
-    try:
-        return os.read(fd, 4096)
-    except OSError:
-        return b""
-
-
 def _parse_usage(data: bytes) -> dict[str, float] | None:
     lines = data.decode(errors="replace").splitlines()
     try:
@@ -435,17 +410,24 @@ def _parse_usage(data: bytes) -> dict[str, float] | None:
 
 async def start(plan: LaunchPlan) -> Started:
     """Fork the monitor and the job; return once the script runs. Raises ``LaunchError``."""
-    pid, monitor, err_r, st_r, rel_w = _fork(plan)
+    monitor, pid_r, err_r, st_r, rel_w = _fork(plan)
+    try:
+        pid = int((await read_pipe(pid_r)).decode())
+    except ValueError:
+        for fd in (err_r, st_r, rel_w):
+            os.close(fd)
+        os.waitpid(monitor, 0)
+        raise LaunchError("the job's monitor failed before starting it") from None
     started = Started(pid, monitor, st_r, rel_w)
     try:
         message = await asyncio.wait_for(read_pipe(err_r), EXEC_TIMEOUT)
     except TimeoutError:
         os.kill(pid, signal.SIGKILL)
-        started.release()
+        await started.release()
         raise LaunchError(f"the job did not start within {EXEC_TIMEOUT:.0f}s (stuck opening files?)") from None
     if message:
         await started.status()  # it exits 127 right after writing
-        started.release()
+        await started.release()
         if plan.exit_path:
             _unlink(plan.exit_path)
         raise LaunchError(message.decode(errors="replace"))

@@ -472,7 +472,7 @@ class Supervisor:
                 self.kill(pid, signal.SIGKILL)
             usage = None
             if t.started is not None:
-                t.started.release()
+                await t.started.release()
                 usage = t.started.usage
             else:
                 status = await self._recorded_status(t)
