@@ -35,6 +35,7 @@ without blocking its event loop (``Started.status``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import pwd
 import shutil
@@ -197,6 +198,7 @@ def _parse_umask(text: str | None) -> int | None:
 # --- the fork --------------------------------------------------------------------------
 
 
+@functools.cache
 def _ignored_signals() -> list[signal.Signals]:
     """Signals this process ignores (Python ignores SIGPIPE and SIGXFSZ; ``nohup`` adds
     SIGHUP): an ignored disposition survives exec, and the job must not inherit it."""
@@ -245,10 +247,7 @@ class Started:
         if self._status_fd >= 0:
             fd, self._status_fd = self._status_fd, -1
             self.usage = _parse_usage(self._read + await read_pipe(fd))
-        try:
-            os.waitpid(self.monitor, 0)  # it exits right after closing the pipe
-        except ChildProcessError:
-            pass
+        _reap_soon(self.monitor)  # it exits right after closing the pipe
 
 
 def _fork(plan: LaunchPlan) -> tuple[int, int, int, int, int]:
@@ -305,12 +304,11 @@ def _monitor(plan: LaunchPlan, env_items: dict[str, str], ignored: list[signal.S
         os.write(st_w, f"{status}\n".encode())  # first: the agent reports it at once
     except OSError:
         pass  # the agent is gone
-    if plan.exit_path:  # then durably, for an agent that restarts before it has reported
-        try:
+    if plan.exit_path:  # then for an agent that restarts before it has reported; no fsync:
+        try:            # it must outlive the agent, not the machine (the job would not either)
             tmp = f"{plan.exit_path}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.write(fd, f"{status}\n".encode())
-            os.fsync(fd)
             os.close(fd)
             os.rename(tmp, plan.exit_path)
         except OSError:
@@ -397,6 +395,16 @@ def _child(plan: LaunchPlan, env_items: dict[str, str], reset: list[signal.Signa
         finally:
             os._exit(127)
     os._exit(127)  # unreachable: execve does not return
+
+
+def _reap_soon(pid: int) -> None:
+    """Reap a monitor that is exiting, without waiting for it here."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return
+    except ChildProcessError:
+        return
+    asyncio.get_running_loop().call_later(0.05, _reap_soon, pid)
 
 
 def _parse_usage(data: bytes) -> dict[str, float] | None:
