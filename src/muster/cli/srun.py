@@ -411,7 +411,7 @@ USAGE = """\
 Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
             [-J jobname] [-o out] [-e err] [-i in] [-D dir] [-l] [-u] [-K] [-W sec]
             [-m block|cyclic] [--gres=list] [--gpus-per-task=n] [--gpu-bind=none|closest]
-            [--cpu-bind=type] [--multi-prog]
+            [--cpu-bind=type] [--multi-prog] [--pty]
             [--exclusive] [--overlap] [--jobid=id] [--no-torch-env] executable [args...]
 """
 
@@ -434,8 +434,8 @@ Parallel run options:
   -l, --label                 prepend task number to lines of stdout/err
   -m, --distribution=type     block or cyclic distribution of tasks
       --multi-prog            the executable is a file naming each task's program
-      --pty                   run task zero in a pseudo terminal (an interactive shell)
                               (ranks, then the command line; %t rank, %o offset)
+      --pty                   run task zero in a pseudo terminal (an interactive shell)
   -n, --ntasks=ntasks         number of tasks to run
       --ntasks-per-node=n     number of tasks to invoke on each node
   -N, --nodes=N               number of nodes on which to run
