@@ -627,7 +627,7 @@ def test_a_rerun_on_a_neighbour_agent_survives_the_sweep_of_its_old_run(private_
     wait_for(lambda: not process_running(rerun_pid), 5, "the rerun to stop")
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two jobs or tasks can only get CPUs of their own on a host with two or more (CI has two)")
 def test_under_task_affinity_batch_scripts_are_pinned_to_cpus_of_their_own(world: AgentWorld) -> None:
     script = "#!/bin/sh\ngrep Cpus_allowed_list /proc/self/status\nsleep 1\n"
     jobs = [world.job(script) for _ in range(2)]

@@ -256,7 +256,7 @@ def test_scancel_of_a_step_stops_it_and_the_job_goes_on(cluster: Harness) -> Non
 AFFINITY = "import os; print(sorted(os.sched_getaffinity(0)), os.environ.get('SLURM_CPU_BIND_LIST', '-'))"
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two jobs or tasks can only get CPUs of their own on a host with two or more (CI has two)")
 def test_cpu_bind_pins_each_task_to_cpus_of_its_own(cluster: Harness) -> None:
     out = cluster.run(["srun", "-N1", "-n2", "-c1", "--cpu-bind=verbose,cores", "-l", sys.executable, "-c", AFFINITY])
     assert out.returncode == 0, out.stderr

@@ -15,6 +15,7 @@ binding is real, only not exclusive. ``apply`` is called in the forked child bef
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Sequence
 
 from muster.core.config import Config
@@ -50,10 +51,7 @@ class CpuLedger:
         ``release(job_id)``."""
         held = self._jobs.get(job_id)
         if held is None:
-            usage: dict[int, int] = {}
-            for cpus in self._jobs.values():
-                for c in cpus:
-                    usage[c] = usage.get(c, 0) + 1
+            usage = Counter(c for cpus in self._jobs.values() for c in cpus)
             held = self._jobs[job_id] = pick_least_used(self.cpus, usage, max(1, count))
         self._holders[job_id] = self._holders.get(job_id, 0) + 1
         return list(held)
@@ -89,12 +87,7 @@ class CpuLedger:
         """Each local task's CPUs for a step (None: unbound); ``release_step`` ends it.
         Tasks of the job's other running steps count as users of their CPUs."""
         job = self.job_cpus(job_id, job_count)
-        usage: dict[int, int] = {}
-        for (jid, _), sets in self._steps.items():
-            if jid == job_id:
-                for cpus in sets:
-                    for c in cpus:
-                        usage[c] = usage.get(c, 0) + 1
+        usage = Counter(c for (jid, _), sets in self._steps.items() if jid == job_id for cpus in sets for c in cpus)
         sets = task_cpu_sets(bind, job, per_task, usage, default)
         self._steps[(job_id, step_id)] = sets or []
         return sets

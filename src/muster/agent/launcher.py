@@ -35,6 +35,7 @@ without blocking its event loop (``Started.status``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import pwd
@@ -437,13 +438,8 @@ async def start(plan: LaunchPlan) -> Started:
         await started.status()  # it exits 127 right after writing
         await started.release()
         if plan.exit_path:
-            _unlink(plan.exit_path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(plan.exit_path)
         raise LaunchError(message.decode(errors="replace"))
     return started
 
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

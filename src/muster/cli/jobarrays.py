@@ -8,6 +8,8 @@ Jobs are the controller's ``JobWire`` dicts; a merged row is a copy of its first
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from muster.core.arrays import format_ranges
 
 __all__ = ["array_job_id_text", "array_task_text", "job_id_text", "merge_array_records", "merge_array_rows"]
@@ -40,26 +42,8 @@ def array_task_text(job: dict) -> str:
 def merge_array_rows(jobs: list[dict]) -> list[dict]:
     """One row for the pending tasks of an array that wait for the same reason (Slurm keeps
     those in a single record); the row stands where its first task would."""
-    groups: dict[tuple[object, object], list[dict]] = {}
-    for job in jobs:
-        if job.get("array_job_id") is not None and job.get("state") == "PENDING":
-            groups.setdefault((job["array_job_id"], job.get("reason")), []).append(job)
-    if not groups:
-        return jobs
-    out = []
-    for job in jobs:
-        if job.get("array_job_id") is None or job.get("state") != "PENDING":
-            out.append(job)
-            continue
-        group = groups[(job["array_job_id"], job.get("reason"))]
-        if len(group) == 1:
-            out.append(job)
-        elif group[0] is job:
-            text = format_ranges(int(j["array_task_id"]) for j in group)
-            if job.get("array_throttle"):
-                text += f"%{job['array_throttle']}"
-            out.append({**job, "array_tasks_text": text})
-    return out
+    return _merge_pending(jobs, lambda j: (j["array_job_id"], j.get("reason")),
+                          lambda j, text: {**j, "array_tasks_text": text})
 
 
 def merge_array_records(records: list[dict]) -> list[dict]:
@@ -68,20 +52,32 @@ def merge_array_records(records: list[dict]) -> list[dict]:
 
     Records are ``ctld.records.record_wire`` dicts; the merged one is a copy of its first
     task's with ``job_id_text`` changed."""
+    return _merge_pending(records, lambda r: r["array_job_id"],
+                          lambda r, text: {**r, "job_id_text": f"{r['array_job_id']}_[{text}]"})
+
+
+def _merge_pending(
+    items: list[dict], key: Callable[[dict], object], merged: Callable[[dict, str], dict]
+) -> list[dict]:
+    """Pending array tasks sharing ``key`` become one item, ``merged(first, "2-5%2")``, in
+    the first one's place; a task alone in its group stays as it is."""
+    def pending(item: dict) -> bool:
+        return item.get("array_job_id") is not None and item.get("state") == "PENDING"
+
     groups: dict[object, list[dict]] = {}
-    for rec in records:
-        if rec.get("array_job_id") is not None and rec.get("state") == "PENDING":
-            groups.setdefault(rec["array_job_id"], []).append(rec)
+    for item in items:
+        if pending(item):
+            groups.setdefault(key(item), []).append(item)
     if not any(len(g) > 1 for g in groups.values()):
-        return records
+        return items
     out = []
-    for rec in records:
-        group = groups.get(rec.get("array_job_id")) if rec.get("state") == "PENDING" else None
-        if group is None or len(group) == 1:
-            out.append(rec)
-        elif group[0] is rec:
-            text = format_ranges(int(r["array_task_id"]) for r in group)
-            if rec.get("array_throttle"):
-                text += f"%{rec['array_throttle']}"
-            out.append({**rec, "job_id_text": f"{rec['array_job_id']}_[{text}]"})
+    for item in items:
+        group = groups[key(item)] if pending(item) else [item]
+        if len(group) == 1:
+            out.append(item)
+        elif group[0] is item:
+            text = format_ranges(int(t["array_task_id"]) for t in group)
+            if item.get("array_throttle"):
+                text += f"%{item['array_throttle']}"
+            out.append(merged(item, text))
     return out

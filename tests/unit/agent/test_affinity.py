@@ -64,7 +64,6 @@ def test_task_plugin_decides_the_default(plugin: str | None, expected: bool) -> 
     assert task_affinity(Config(settings=settings)) is expected
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity here")
 def test_apply_pins_a_forked_child() -> None:
     target = min(os.sched_getaffinity(0))
     r, w = os.pipe()
