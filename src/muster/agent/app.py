@@ -114,7 +114,8 @@ def build_routes(
         try:
             await supervisor.launch(job, float(kill_wait) if kill_wait is not None else None)
         except LaunchError as exc:
-            return _error(str(exc), "launch_failed", 500)
+            return JSONResponse({"error": str(exc), "code": "launch_failed", "fault": exc.fault},
+                                status_code=500)
         return JSONResponse({"ok": True})
 
     @_handler
@@ -155,6 +156,12 @@ def build_routes(
                 float(kill_wait) if kill_wait is not None else None,
                 int(attempt) if attempt is not None else None,
             )
+        job = body.get("job")
+        if not running and supervisor.hooks is not None and isinstance(job, dict) and attempt is not None:
+            # The job's end reaches a node that runs no batch script of it: its Epilog here
+            # (the batch host runs it when the script ends).
+            supervisor.spawn(supervisor.hooks.epilog_once({**job, "job_id": job_id,
+                                                           "restart_count": int(attempt)}))
         return JSONResponse({"ok": True, "running": running})
 
     @_handler

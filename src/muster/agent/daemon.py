@@ -21,6 +21,7 @@ from muster.agent import gpus
 from muster.agent.affinity import CpuLedger, task_affinity
 from muster.agent.app import build_app
 from muster.agent.env import EnvContext
+from muster.agent.hooks import Hooks
 from muster.agent.link import ControllerLink
 from muster.agent.state import StateDir
 from muster.agent.steps import StepRunner
@@ -103,6 +104,7 @@ class AgentDaemon:
         # and tasks are pinned by default only under TaskPlugin=task/affinity.
         self.cpus = CpuLedger()
         bind_by_default = task_affinity(self.config)
+        self.hooks = Hooks(self.config, self.node.name)  # Prolog, Epilog, HealthCheckProgram
         self.supervisor = Supervisor(
             node=self.node.name,
             state=self.state,
@@ -121,6 +123,7 @@ class AgentDaemon:
             # a job's signals reach its steps' tasks once, not its srun processes too
             signal_steps=lambda job_id, sig: self.steps.signal(job_id, sig),
             cpus=self.cpus if bind_by_default else None,
+            hooks=self.hooks,
         )
         self.steps = StepRunner(  # job steps (srun): launched straight from srun
             node=self.node.name,
@@ -131,6 +134,7 @@ class AgentDaemon:
             cpus=self.cpus,
             bind_default="task" if bind_by_default else "none",
             state=self.state,
+            hooks=self.hooks,
         )
 
     # --- startup ----------------------------------------------------------------------
@@ -224,6 +228,7 @@ class AgentDaemon:
             state=self.state,
             interval=heartbeat_interval(cfg),
         )
+        self.hooks.on_fault = self.link.add_fault
         base = f"http://{cfg.ctld_addr}:{cfg.ctld_port}"
         client = self.client
         self.steps.report = lambda path, body: client.post(base + path, body)
@@ -234,7 +239,23 @@ class AgentDaemon:
             asyncio.create_task(self.link.run(), name="heartbeat"),
             asyncio.create_task(self.link.deliver(), name="reports"),
             asyncio.create_task(self.steps.stop_all_when(self._stopping), name="steps"),
+            asyncio.create_task(self._health_checks(), name="health"),
         ]
+
+    async def _health_checks(self) -> None:
+        """HealthCheckProgram at start, then every HealthCheckInterval seconds (when the
+        node's state is one HealthCheckNodeState names); the verdict travels with the
+        heartbeats, and the controller drains or returns the node to service."""
+        if self.hooks.health_program is None:
+            return
+        while True:
+            if self.hooks.health_due(busy=bool(self.supervisor.jobs or self.steps.steps)):
+                result = await self.hooks.run_health_check()
+                assert self.link is not None
+                self.link.set_health(result.ok, result.reason)
+            if self.hooks.health_interval <= 0:
+                return
+            await asyncio.sleep(self.hooks.health_interval)
 
     async def stop(self) -> None:
         for task in self._tasks:

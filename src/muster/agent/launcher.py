@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import os
 import pwd
@@ -49,15 +50,32 @@ from muster.agent import affinity
 from muster.agent.pipes import read_pipe
 from muster.core import outputs
 
-__all__ = ["LaunchError", "LaunchPlan", "Started", "prepare", "start"]
+__all__ = ["JOB_FAULT", "NODE_FAULT", "PROLOG_FAULT", "STALE", "LaunchError", "LaunchPlan", "Started", "prepare", "start"]
 
 SCRIPT_NAME = "slurm_script"
 EXEC_TIMEOUT = 30.0  # a child that neither execs nor fails by then is killed
 _OPEN_MODE = 0o644  # the umask applies on top, as for any file the user creates
 
 
+NODE_FAULT = "node"  # the node cannot launch (its spool, its users, a spawn error): drain it
+JOB_FAULT = "job"  # the job's own (its directories, its files, its command): the job fails
+STALE = "stale"  # the launch conflicts with what runs here (an older attempt, a cancel)
+PROLOG_FAULT = "prolog"  # the site's Prolog failed: drain the node, requeue the job held
+
+
 class LaunchError(Exception):
-    """The batch script could not be started; ``str()`` says what and why."""
+    """The batch script could not be started; ``str()`` says what and why, ``fault`` whose
+    fault it is (``NODE_FAULT``, the default, or ``JOB_FAULT``)."""
+
+    def __init__(self, message: str, fault: str = NODE_FAULT) -> None:
+        super().__init__(message)
+        self.fault = fault
+
+
+# Errors that say the node's file system is broken, whatever path the job named: a job on
+# another node would not meet them.
+_NODE_ERRNOS = frozenset({errno.EIO, errno.ESTALE, errno.ENOTCONN, errno.EROFS, errno.ENOSPC,
+                          errno.ENOMEM, errno.EAGAIN, errno.EMFILE, errno.ENFILE})
 
 
 @dataclass(slots=True)
@@ -131,7 +149,7 @@ def prepare(
         exe = _which(user_argv[0], env.get("PATH", ""))
         argv = user_argv
     else:
-        raise LaunchError("the job has neither a batch script nor a command to run")
+        raise LaunchError("the job has neither a batch script nor a command to run", JOB_FAULT)
 
     restarts = int(job.get("restart_count") or 0)
     append = spec.get("open_mode") == "append" or restarts > 0
@@ -182,7 +200,7 @@ def _which(name: str, path: str) -> str:
         return name
     found = shutil.which(name, path=path or None)
     if found is None:
-        raise LaunchError(f"{name}: command not found")
+        raise LaunchError(f"{name}: command not found", JOB_FAULT)
     return found
 
 
@@ -345,8 +363,11 @@ def _max_fd() -> int:
 
 
 def _child(plan: LaunchPlan, env_items: dict[str, str], reset: list[signal.Signals], write_fd: int) -> None:
-    """In the forked job: become the user's script, or say why not and exit 127."""
+    """In the forked job: become the user's script, or say why not (``fault|step: error``)
+    and exit 127. The job's own paths (working directory, files, its command) are the
+    job's fault unless the error says the node's file system is broken."""
     step = "starting"
+    own = False  # whether the step works on the job's own paths
     try:
         step = "creating a new session"
         os.setsid()
@@ -357,6 +378,7 @@ def _child(plan: LaunchPlan, env_items: dict[str, str], reset: list[signal.Signa
             os.setuid(plan.uid)
         if plan.umask is not None:
             os.umask(plan.umask)
+        own = True
         step = f"changing to the working directory {plan.workdir}"
         os.chdir(plan.workdir)
         for path in dict.fromkeys((plan.stdout, plan.stderr)):
@@ -375,6 +397,7 @@ def _child(plan: LaunchPlan, env_items: dict[str, str], reset: list[signal.Signa
         if plan.stderr != plan.stdout:
             step = f"opening the error file {plan.stderr}"
             fd_err = os.open(plan.stderr, flags, _OPEN_MODE)
+        own = False
         step = "setting up stdio"
         os.dup2(fd_in, 0)
         os.dup2(fd_out, 1)
@@ -388,11 +411,14 @@ def _child(plan: LaunchPlan, env_items: dict[str, str], reset: list[signal.Signa
         affinity.apply(plan.cpus)
         env_items["SLURM_TASK_PID"] = str(os.getpid())
         step = f"executing {plan.exe}"
+        own = not (plan.spool and plan.exe.startswith(plan.spool + os.sep))  # not our script
         os.execve(plan.exe, plan.argv, env_items)
     except BaseException as exc:  # noqa: B036 - the child must never return to the agent
         try:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            os.write(write_fd, f"{step}: {detail}".encode(errors="replace")[:4000])
+            broken = isinstance(exc, OSError) and exc.errno in _NODE_ERRNOS
+            fault = JOB_FAULT if own and not broken else NODE_FAULT
+            os.write(write_fd, f"{fault}|{step}: {detail}".encode(errors="replace")[:4000])
         finally:
             os._exit(127)
     os._exit(127)  # unreachable: execve does not return
@@ -440,6 +466,7 @@ async def start(plan: LaunchPlan) -> Started:
         if plan.exit_path:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(plan.exit_path)
-        raise LaunchError(message.decode(errors="replace"))
+        fault, _, text = message.decode(errors="replace").partition("|")
+        raise LaunchError(text, fault if fault in (NODE_FAULT, JOB_FAULT) else NODE_FAULT)
     return started
 

@@ -65,11 +65,27 @@ class ControllerLink:
         self.registered = False
         self.reachable: bool | None = None  # None: not tried yet
         self._reports_due = asyncio.Event()
+        self._contact_due = asyncio.Event()
         self._refusals: dict[str, int] = {}
+        # Faults of this node to tell the controller (a failed Prolog or Epilog), carried by
+        # heartbeats until one is answered; and the last health check's verdict.
+        self.faults: list[dict[str, Any]] = []
+        self.health: dict[str, Any] | None = None
 
     def wake(self) -> None:
         """There is a new report to deliver."""
         self._reports_due.set()
+
+    def add_fault(self, fault: dict[str, Any]) -> None:
+        """Tell the controller of a fault of this node with the next heartbeat, at once."""
+        self.faults.append(fault)
+        self._contact_due.set()
+
+    def set_health(self, ok: bool, reason: str) -> None:
+        changed = self.health is None or self.health.get("ok") != ok or self.health.get("reason") != reason
+        self.health = {"ok": ok, "reason": reason}
+        if changed:
+            self._contact_due.set()
 
     # --- register and heartbeat -------------------------------------------------------
 
@@ -97,7 +113,13 @@ class ControllerLink:
                 self._mark_reachable(False, exc)
                 self.registered = False
                 delay, backoff = backoff, min(backoff * 2, self.max_backoff)
-            await asyncio.sleep(delay)
+            self._contact_due.clear()
+            if self.faults or self.health is not None and not self.health.get("ok"):
+                delay = min(delay, self.max_backoff)  # what is wrong here must be heard soon
+            try:
+                await asyncio.wait_for(self._contact_due.wait(), delay)
+            except TimeoutError:
+                pass
 
     async def contact(self) -> Any:
         """One registration (when due) or one heartbeat; returns the controller's answer."""
@@ -113,9 +135,20 @@ class ControllerLink:
             )
             self.wake()
             return answer
-        body = {"node": self.node, "running": self.supervisor.running_attempts()}
+        faults = list(self.faults)
+        body: dict[str, Any] = {
+            "node": self.node,
+            "running": self.supervisor.running_attempts(),
+            # ended here, reports on their way: the controller must not think them lost
+            "ended": self.state.ended(),
+        }
+        if faults:
+            body["faults"] = faults
+        if self.health is not None:
+            body["health"] = self.health
         answer = await self.client.post(f"{self.base_url}/v1/agent/heartbeat", body)
         self._mark_reachable(True)
+        self.faults = [f for f in self.faults if f not in faults]
         return answer
 
     def _obey(self, answer: Any) -> None:

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 class StateDir:
     def __init__(self, root: str) -> None:
+        self._unsaved: dict[str, dict[str, Any]] = {}  # reports the disk would not take
         self.root = os.path.abspath(root)
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.reports_dir = os.path.join(self.root, "reports")
@@ -96,20 +97,42 @@ class StateDir:
         return f"{int(job_id)}.{int(restart_count)}"
 
     def save_report(self, report: dict[str, Any]) -> str:
+        """Keep a report until the controller acknowledges it. On a disk that cannot take
+        it (full, read-only, failing) it is kept in memory instead, and said so in the log:
+        it is still delivered, though it would not survive a restart of the agent."""
         key = self.report_key(report["job_id"], report.get("restart_count") or 0)
-        _write_json(os.path.join(self.reports_dir, f"{key}.json"), report)
+        try:
+            _write_json(os.path.join(self.reports_dir, f"{key}.json"), report)
+        except OSError as exc:
+            log.error("cannot save the report %s under %s (%s): keeping it in memory",
+                      key, self.reports_dir, exc.strerror or exc)
+            self._unsaved[key] = report
         return key
 
     def has_report(self, job_id: int, restart_count: int) -> bool:
         key = self.report_key(job_id, restart_count)
-        return os.path.exists(os.path.join(self.reports_dir, f"{key}.json"))
+        return key in self._unsaved or os.path.exists(os.path.join(self.reports_dir, f"{key}.json"))
 
     def drop_report(self, key: str) -> None:
+        self._unsaved.pop(key, None)
         _unlink(os.path.join(self.reports_dir, f"{key}.json"))
 
     def reports(self) -> list[tuple[str, dict[str, Any]]]:
-        """Pending reports, oldest first."""
-        return _read_all(self.reports_dir)
+        """Pending reports, oldest first (those kept only in memory last)."""
+        return _read_all(self.reports_dir) + list(self._unsaved.items())
+
+    def ended(self) -> list[list[int]]:
+        """``[[job_id, restart_count], ...]`` of the pending reports (from their names)."""
+        out = []
+        try:
+            names = os.listdir(self.reports_dir)
+        except OSError:
+            names = []
+        for name in [*(n[:-5] for n in names if n.endswith(".json")), *self._unsaved]:
+            job, _, attempt = name.partition(".")
+            if job.isdigit() and attempt.isdigit():
+                out.append([int(job), int(attempt)])
+        return out
 
     # -- exit statuses left by monitors ------------------------------------------------
 
@@ -201,3 +224,5 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+    except OSError as exc:  # a read-only or failing disk: a stale file is sorted out later
+        log.error("cannot remove %s: %s", path, exc.strerror or exc)

@@ -59,6 +59,7 @@ from urllib.parse import parse_qs
 from muster.agent import affinity, proctree
 from muster.agent.affinity import CpuLedger, binding_env
 from muster.agent.env import EnvContext
+from muster.agent.hooks import Hooks
 from muster.agent.pipes import read_pipe
 from muster.agent.state import StateDir
 from muster.agent.taskenv import task_environment
@@ -195,6 +196,7 @@ class _Step:
     limit_handle: asyncio.TimerHandle | None = None
     noted: bool = False  # its tasks' pids are on disk (StateDir.save_step)
     orphaned: bool = False  # srun's stream is gone
+    job: dict[str, Any] = field(default_factory=dict)  # what the Prolog/Epilog are told
 
     @property
     def key(self) -> tuple[int, int]:
@@ -217,8 +219,10 @@ class StepRunner:
         cpus: CpuLedger | None = None,
         bind_default: str = "none",
         state: StateDir | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.node = node
+        self.hooks = hooks  # the site's Prolog runs before a job's first step here
         # Where the pids of running steps are noted, so that a restarted agent can find
         # and end the tasks its predecessor left (see ``recover``).
         self.state = state
@@ -367,6 +371,10 @@ class StepRunner:
     async def _launch(self, receive: Any, send: Any) -> None:
         body = _parse_json(await read_body(receive))
         step, plans = self._prepare(body)
+        if self.hooks is not None:  # the first of this job's launches here runs the Prolog
+            prolog = await self.hooks.ensure_prolog(step.job)
+            if not prolog.ok:
+                raise StepLaunchError(f"{prolog.reason} on {self.node}", 500, "launch_failed")
         self.steps[step.key] = step
         try:
             await self._spawn_all(step, plans)
@@ -532,6 +540,12 @@ class StepRunner:
         append = body.get("open_mode") == "append"
         step = _Step(job_id, attempt, step_id, uid, self.node, secrets.token_hex(16),
                      float(body.get("kill_wait") or self.kill_wait), bool(job.get("interactive")))
+        step.job = {
+            "job_id": job_id, "restart_count": attempt, "uid": uid, "gid": gid,
+            "user": str(grant.get("user") or ""), "partition": str(job.get("partition") or ""),
+            "spec": {"name": str(job.get("name") or ""), "workdir": cwd},
+            "alloc": [{"node": n} for n in nodes],
+        }
         plans = []
         for local, task in enumerate(layout["tasks"][index]):
             def expand(pattern: str, task: int = task) -> str:

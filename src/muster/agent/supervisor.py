@@ -50,7 +50,8 @@ from typing import Any
 from muster.agent import launcher, limits, proctree
 from muster.agent.affinity import CpuLedger
 from muster.agent.env import EnvContext, batch_environment
-from muster.agent.launcher import LaunchError
+from muster.agent.hooks import Hooks
+from muster.agent.launcher import JOB_FAULT, PROLOG_FAULT, STALE, LaunchError
 from muster.agent.state import StateDir
 from muster.core.clock import Clock
 from muster.core.timefmt import format_timestamp
@@ -137,8 +138,12 @@ class Supervisor:
         instance: str | None = None,
         signal_steps: Callable[[int, int], bool] = lambda job_id, sig: False,
         cpus: CpuLedger | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.node = node
+        # The site's Prolog and Epilog (``agent.hooks``); None: none configured
+        self.hooks = hooks
+        self._background: set[asyncio.Task[None]] = set()
         self.state = state
         self.clock = clock
         self.env_ctx = env_ctx
@@ -185,10 +190,10 @@ class Supervisor:
                 log.info("job %s: launch repeated; it already runs here", job_id)
                 return
             raise LaunchError(
-                f"job {job_id} attempt {current.restart_count} still runs on {self.node}"
+                f"job {job_id} attempt {current.restart_count} still runs on {self.node}", STALE
             )
         if (job_id, attempt) in self._tombstones:
-            raise LaunchError(f"job {job_id} was terminated before it started on {self.node}")
+            raise LaunchError(f"job {job_id} was terminated before it started on {self.node}", STALE)
         if self.state.has_report(job_id, attempt):
             log.info("job %s: launch repeated; it already ran here", job_id)
             return
@@ -204,26 +209,35 @@ class Supervisor:
         )
         self._launching.add(job_id)
         try:
-            self.state.save_job(t.record())
             try:
+                try:
+                    self.state.save_job(t.record())
+                except OSError as exc:
+                    raise LaunchError(
+                        f"cannot write the job's record under {self.state.root}: {exc.strerror or exc}"
+                    ) from None
+                if self.hooks is not None:
+                    prolog = await self.hooks.ensure_prolog(job)
+                    if not prolog.ok:
+                        raise LaunchError(prolog.reason, PROLOG_FAULT)
                 try:
                     plan = self._plan(job, self.tag(t))
                 except (KeyError, TypeError, ValueError) as exc:
-                    raise LaunchError(f"malformed job: {exc!r}") from None
+                    raise LaunchError(f"malformed job: {exc!r}", JOB_FAULT) from None
                 t.uid, t.stderr_path = plan.uid, plan.stderr
                 if self.cpus is not None:
                     plan.cpus = self.cpus.job_cpus(job_id, _cpus_here(job, self.node))
                     t.pinned = True
                 plan.exit_path = self.state.exit_path(job_id, attempt)
-                t.started = await launcher.start(plan)
+                try:
+                    t.started = await launcher.start(plan)
+                except OSError as exc:  # fork, pipe: the node is out of something
+                    raise LaunchError(f"cannot spawn the job: {exc.strerror or exc}") from None
                 t.pid, t.monitored = t.started.pid, True
             except LaunchError as exc:
-                log.warning("job %s: launch failed: %s", job_id, exc)
+                log.warning("job %s: launch failed (%s fault): %s", job_id, exc.fault, exc)
                 self._unpin(t)
-                self._save_report(t, exit_code=1, sig=0, terminated_by=None, reason=str(exc))
-                self.state.drop_job(job_id)
-                self.state.clean_spool(job_id)
-                self.notify()
+                self._launch_failed(t, exc)
                 raise
             t.start_ticks = proctree.process_start_ticks(t.pid)
             self.jobs[job_id] = t
@@ -233,6 +247,28 @@ class Supervisor:
         log.info("job %s: started pid %s as uid %s", job_id, t.pid, t.uid)
         t.task = asyncio.create_task(self._watch(t), name=f"job-{job_id}")
         self._wake.set()
+
+    def spawn(self, work: Any) -> None:
+        """Run a coroutine in the background, holding on to it until it is done."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _launch_failed(self, t: Tracked, exc: LaunchError) -> None:
+        """Leave a report of the failed launch for the controller (the launch's answer says
+        it too; whichever arrives first counts). A node that cannot even write that (its
+        state directory broken) still answers the launch, which is enough."""
+        try:
+            self._save_report(t, exit_code=1, sig=0, terminated_by=None, reason=str(exc),
+                              launch_failure=exc.fault)
+        except OSError as err:
+            log.error("job %s: cannot save the report of its failed launch: %s", t.job_id, err)
+        for cleanup in (self.state.drop_job, self.state.clean_spool):
+            try:
+                cleanup(t.job_id)
+            except OSError:
+                pass
+        self.notify()
 
     def _plan(self, job: dict[str, Any], tag: str) -> launcher.LaunchPlan:
         entry = launcher.user_entry(job)
@@ -528,6 +564,8 @@ class Supervisor:
             "job %s: ended exit_code=%s signal=%s terminated_by=%s", t.job_id, exit_code, sig, by
         )
         self._save_report(t, exit_code, sig, by, reason, end=now, usage=usage)
+        if self.hooks is not None:  # the job's end here: the site's Epilog
+            self.spawn(self.hooks.epilog_once(t.job))
         self._unpin(t)
         self.state.drop_job(t.job_id)
         self.state.drop_exit(t.job_id, t.restart_count)
@@ -566,6 +604,7 @@ class Supervisor:
         reason: str | None,
         end: float | None = None,
         usage: dict[str, float] | None = None,
+        launch_failure: str | None = None,
     ) -> None:
         end = self.clock.now() if end is None else end
         report = self._report_body(
@@ -573,6 +612,8 @@ class Supervisor:
         )
         if reason:
             report["reason"] = reason
+        if launch_failure:
+            report["launch_failure"] = launch_failure  # whose fault: "node", "job", "stale"
         if usage:
             report["usage"] = usage  # the batch script's max RSS and CPU seconds (sacct)
         self.state.save_report(report)

@@ -79,6 +79,15 @@ class NotFound(MusterError):
     code = "not_found"
 
 
+class StorageError(MusterError):
+    """The controller's state store could not commit (a full disk, an I/O error, a locked
+    or corrupt database). Nothing of the change was applied; ``str()`` is the cause in the
+    words a command prints after its own "Unable to ..." prefix."""
+
+    http_status = 503
+    code = "storage"
+
+
 ERRORS_BY_CODE: dict[str, type[MusterError]] = {
     cls.code: cls
     for cls in (
@@ -91,5 +100,6 @@ ERRORS_BY_CODE: dict[str, type[MusterError]] = {
         AuthError,
         IllegalTransition,
         NotFound,
+        StorageError,
     )
 }

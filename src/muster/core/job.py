@@ -218,6 +218,11 @@ class Job:
     # What the batch script used, from its agent's report when it ended (sacct's MaxRSS,
     # UserCPU, SystemCPU, TotalCPU): {"max_rss_kb", "user_cpu", "system_cpu"}.
     usage: dict[str, float] | None = None
+    # Launches that failed through a fault of the node (each requeues the job elsewhere;
+    # too many hold it); and what the system says of the job (scontrol's SystemComment,
+    # sacct's SystemComment): e.g. why its launch failed.
+    launch_failures: int = 0
+    system_comment: str | None = None
 
     @property
     def nodes(self) -> list[str]:
@@ -236,6 +241,12 @@ class Job:
         if self.start_time is None or self.time_limit is None:
             return None
         return self.start_time + self.time_limit
+
+    def take(self, other: Job) -> None:
+        """Become ``other`` field by field (the same job as the store last committed it),
+        keeping this object, which indexes and views refer to."""
+        for name in _JOB_FIELDS:
+            setattr(self, name, getattr(other, name))
 
     def to_dict(self) -> dict[str, Any]:
         d = {name: getattr(self, name) for name in _JOB_FIELDS}

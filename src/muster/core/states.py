@@ -101,7 +101,9 @@ class Reason(StrEnum):
     OUT_OF_MEMORY = "OutOfMemory"
     RESERVATION = "Reservation"
     BAD_CONSTRAINTS = "BadConstraints"
-    LAUNCH_FAILED = "launch failed requeued held"
+    LAUNCH_FAILED = "launch failed requeued held"  # a Prolog failed: held until released
+    HOLD_MAX_REQUEUE = "JobHoldMaxRequeue"  # its launch failed on too many nodes: held
+    LAUNCH_FAILURE = "JobLaunchFailure"  # ended: its own directories or files were unusable
     ASSOC_GRP_GRES = "AssocGrpGRES"
     ASSOC_MAX_JOBS = "AssocMaxJobsLimit"
     QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
@@ -131,3 +133,8 @@ class Reason(StrEnum):
     QOS_MAX_BILLING_PER_USER = "QOSMaxBillingPerUser"
     INVALID_ACCOUNT = "InvalidAccount"
     INVALID_QOS = "InvalidQOS"
+
+
+# A node drained by its own HealthCheckProgram has a reason that starts so; a later passing
+# check returns such a node (and only such) to service.
+HEALTH_DRAIN_PREFIX = "HealthCheck: "

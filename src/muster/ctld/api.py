@@ -9,6 +9,7 @@ State changes are delegated to ``Controller``; side effects to ``CtldApp``.
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -30,6 +31,8 @@ from muster.protocol.signing import CRED_HEADER, verify_credential
 
 if TYPE_CHECKING:
     from muster.ctld.app import CtldApp
+
+log = logging.getLogger("musterctld.api")
 
 
 class SpecModel(BaseModel):
@@ -226,6 +229,13 @@ def build_routes(ctx: CtldApp) -> list[Route]:
                 return await fn(request)
             except MusterError as e:
                 return error_response(e)
+            except Exception as e:  # a bug: one line to the caller, the traceback to the log
+                log.exception("%s %s failed", request.method, request.url.path)
+                return JSONResponse(
+                    {"error": f"Unexpected error in the controller: {type(e).__name__}: {e}",
+                     "code": "internal"},
+                    status_code=500,
+                )
 
         return wrapped
 
@@ -461,10 +471,14 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     @handler
     async def agent_heartbeat(request: Request) -> JSONResponse:
         body = await signed_body(request)
+        ctl.loop_tick()  # a stall just ended must not count as this node's silence
         try:
             answer = ctl.agent_heartbeat(body)
         except MusterError as e:
             return JSONResponse({"error": str(e), "code": "not_found"}, status_code=404)
+        if body.get("faults") or body.get("health"):
+            ctx.perform(ctl.node_faults(body))
+            ctx.kick()
         return JSONResponse(answer)
 
     @handler

@@ -21,6 +21,7 @@ from starlette.applications import Starlette
 
 from muster.core.clock import Clock, SystemClock
 from muster.core.config import Config
+from muster.core.errors import StorageError
 from muster.ctld.api import build_routes
 from muster.ctld.controller import Action, Controller
 from muster.ctld.dispatch import Dispatcher
@@ -32,6 +33,8 @@ from muster.sched import schedule
 from muster.sched.config import SchedConfig
 
 log = logging.getLogger("musterctld")
+
+TICK = 0.5  # seconds between the loop's liveness ticks (a stall is a gap of several)
 
 
 class CtldApp:
@@ -72,6 +75,7 @@ class CtldApp:
         self.client = SignedClient(self.key, self.clock, timeout=float(self.config.message_timeout))
         self.dispatcher = Dispatcher(self.controller, self.client)
         self._tasks = [
+            asyncio.create_task(self._watch_stalls(), name="stalls"),
             asyncio.create_task(self._schedule_loop(), name="schedule"),
             asyncio.create_task(self._periodic(self._check_nodes, 1.0), name="nodes"),
             asyncio.create_task(self._periodic(self.controller.purge, 30.0), name="purge"),
@@ -123,7 +127,11 @@ class CtldApp:
         starts = decisions.starts
         if ctl.accounting is not None:  # association and QOS limits, start by start
             starts = ctl.accounting.admit(starts, ctl.jobs)
-        self.perform(ctl.apply_starts(starts, now))
+        try:
+            self.perform(ctl.apply_starts(starts, now))
+        except StorageError as exc:  # nothing started; the next pass tries again
+            log.error("scheduling pass %d: starts not committed: %s", self.passes, exc)
+            return 0
         if decisions.starts:
             self.steps.notify()  # srun and salloc wait for their allocations to start
         self.passes += 1
@@ -150,7 +158,15 @@ class CtldApp:
             self.perform(actions)
             self.kick()
 
+    async def _watch_stalls(self) -> None:
+        """Note every run of the loop, so that a stall (SIGSTOP, swap, a VM migration, a
+        long pause) is seen as soon as the loop runs again: see ``Controller.loop_tick``."""
+        while True:
+            self.controller.loop_tick()
+            await asyncio.sleep(TICK)
+
     def _check_nodes(self) -> None:
+        self.controller.loop_tick()  # first: a stall just ended must not count as silence
         actions = self.controller.check_nodes()
         if actions:
             self.perform(actions)
@@ -161,5 +177,7 @@ class CtldApp:
             await asyncio.sleep(every)
             try:
                 fn()
+            except StorageError as exc:
+                log.error("periodic task %s: %s", getattr(fn, "__name__", fn), exc)
             except Exception:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))

@@ -9,7 +9,10 @@ keeps "decide" apart from "do" and makes the controller testable on a manual clo
 from __future__ import annotations
 
 import grp
+import logging
 import pwd
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +26,13 @@ from muster.core.errors import (
     InvalidRequest,
     MusterError,
     PermissionDenied,
+    StorageError,
     Unsatisfiable,
 )
 from muster.core.job import Job, JobSpec, compute_shape
 from muster.core.lifecycle import JobEvent
 from muster.core.signals import parse_signal as core_parse_signal
-from muster.core.states import JobState, Reason
+from muster.core.states import HEALTH_DRAIN_PREFIX, JobState, Reason
 from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex, array_spec, make_tasks
 from muster.ctld.nodes import NodeRuntime
@@ -39,6 +43,12 @@ from muster.sched.dependencies import parse_dependency
 from muster.sched.filters import BAD_PARTITION, NO_PARTITION, check_submit
 
 DEPENDENCY_ERROR = "Job dependency problem"  # Slurm's text for ESLURM_DEPENDENCY
+
+log = logging.getLogger("musterctld")
+
+# A gap this long between two runs of the controller's loop is a stall: the controller
+# could not hear heartbeats meanwhile, so that silence is not held against any node.
+STALL_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +142,8 @@ class Controller:
     nodes: dict[str, NodeRuntime] = field(default_factory=dict)
     next_job_id: int = 1
     started_at: float = 0.0
-    launching: set[int] = field(default_factory=set)
+    # job_id -> monotonic time its launch was handed to dispatch (until the agent answers)
+    launching: dict[int, float] = field(default_factory=dict)
     lost: dict[int, _LostWatch] = field(default_factory=dict)
     # job_id -> final state, for jobs purged from memory (dependencies use it later)
     finished: dict[int, str] = field(default_factory=dict)
@@ -142,6 +153,9 @@ class Controller:
     accounting: Accounting | None = None
     # node -> out of service as last recorded in the store's node_events (sreport's Down)
     out_of_service: dict[str, bool] = field(default_factory=dict)
+    # monotonic time of the last run of the controller's loop (``loop_tick``)
+    last_tick: float | None = None
+    stalls: int = 0
 
     # --- start-up -------------------------------------------------------------------
 
@@ -203,6 +217,95 @@ class Controller:
         key = (job.job_id, job.restart_count if attempt is None else attempt)
         for node in self.nodes.values():
             node.allocs.pop(key, None)
+
+    # --- memory follows the store ------------------------------------------------------
+
+    def _record(
+        self,
+        now: float,
+        changes: list[tuple[Job, str, dict[str, Any]]],
+        meta: dict[str, str] | None = None,
+    ) -> None:
+        """Commit job changes already made in memory; when the commit fails, memory goes
+        back to what the store holds (so a change that was not committed is not applied)
+        and the ``StorageError`` goes on to the caller."""
+        try:
+            self.store.record(now, changes, meta=meta)
+        except StorageError as exc:
+            log.error("could not commit %s of job(s) %s: %s; the change is not applied",
+                      "/".join(sorted({k for _j, k, _d in changes})),
+                      ",".join(str(j.job_id) for j, _k, _d in changes[:10]), exc)
+            self._reload_jobs(j for j, _k, _d in changes)
+            raise
+
+    @contextmanager
+    def _atomic(self, *jobs: Job) -> Iterator[None]:
+        """A change of these jobs applies whole or not at all: on any error inside (a
+        refusal found half-way, a failed commit), they are reloaded from the store."""
+        try:
+            yield
+        except BaseException:
+            self._reload_jobs(jobs)
+            raise
+
+    def _reload_jobs(self, jobs: Iterable[Job]) -> None:
+        for job in {j.job_id: j for j in jobs}.values():
+            stored = self.store.get_job(job.job_id)
+            for node in self.nodes.values() if job.alloc else ():
+                for key in [k for k in node.allocs if k[0] == job.job_id]:
+                    del node.allocs[key]
+            if stored is None:  # never committed: it does not exist
+                self.jobs.pop(job.job_id, None)
+                continue
+            job.take(stored)
+            if job.is_active:
+                self._hold_resources(job)
+            if job.state is not JobState.RUNNING:
+                self.launching.pop(job.job_id, None)
+
+    def _put_node(self, node: NodeRuntime) -> None:
+        """Commit a node's admin state (drain, down, reason); on failure it goes back to
+        what the store holds."""
+        try:
+            self.store.put_node(node.name, node.persistent())
+        except StorageError as exc:
+            log.error("could not commit the state of node %s: %s; the change is not applied",
+                      node.name, exc)
+            saved = self.store.load_nodes().get(node.name) or {
+                "admin_down": False, "drain": False, "reason": "", "reason_time": None, "reason_user": ""}
+            for k, v in saved.items():
+                setattr(node, k, v)
+            raise
+
+    # --- liveness ---------------------------------------------------------------------
+
+    def loop_tick(self) -> float:
+        """The controller's loop runs now. Returns the length of the stall just ended (0.0
+        when there was none) after making sure it costs no node its life: silence the
+        controller could not hear is not counted, and every node gets at least a couple of
+        heartbeats' time before it can be declared not responding."""
+        mono = self.clock.monotonic()
+        last, self.last_tick = self.last_tick, mono
+        if last is None or mono - last < STALL_SECONDS:
+            return 0.0
+        gap = mono - last
+        self.stalls += 1
+        now = self.clock.now()
+        grace = min(float(self.config.slurmd_timeout), max(5.0, 2 * self.heartbeat_interval))
+        floor = now - self.config.slurmd_timeout + grace
+        for node in self.nodes.values():
+            if node.last_seen is not None:
+                node.last_seen = min(now, max(node.last_seen + gap, floor))
+        for watch in self.lost.values():
+            watch.since = min(now, watch.since + gap)
+        for job_id in self.launching:
+            self.launching[job_id] += gap
+        log.warning(
+            "controller stalled for %.1f s (its loop did not run: stopped, swapped or "
+            "overloaded); no node is judged on that silence: each gets at least %.0f s more",
+            gap, grace,
+        )
+        return gap
 
     # --- identity ---------------------------------------------------------------------
 
@@ -275,12 +378,13 @@ class Controller:
             job.reason = Reason.HELD_USER
         job.unknown_deps = unknown_deps
         jobs = make_tasks(job, array) if array is not None else [job]
-        self.next_job_id += len(jobs)
-        self.store.record(
+        next_id = self.next_job_id + len(jobs)
+        self._record(
             now,
             [(j, "submit", {"uid": who.uid, "host": who.host}) for j in jobs],
-            meta={"next_job_id": str(self.next_job_id)},
+            meta={"next_job_id": str(next_id)},
         )
+        self.next_job_id = next_id
         for j in jobs:
             self.jobs[j.job_id] = j
         self.arrays.add(jobs)
@@ -373,7 +477,7 @@ class Controller:
         attempt = job.restart_count
         lifecycle.end(job, JobEvent.CANCEL, now, completing=was_running)
         job.cancelled_by = who.uid
-        self.store.record(now, [(job, "cancel", {"by": who.uid})])
+        self._record(now, [(job, "cancel", {"by": who.uid})])
         if was_running:
             return [Terminate(job.job_id, attempt, job.nodes, "cancel")]
         return []
@@ -402,7 +506,7 @@ class Controller:
             if was_running:
                 actions.append(Terminate(job.job_id, attempt, job.nodes, "cancel"))
         if changes:
-            self.store.record(now, changes)
+            self._record(now, changes)
         return actions, results
 
     def kill_invalid_dependencies(self, reasons: dict[int, Reason]) -> int:
@@ -424,7 +528,7 @@ class Controller:
             job.reason = Reason.DEPENDENCY_NEVER
             changes.append((job, "cancel", {"by": None, "why": "invalid dependency"}))
         if changes:
-            self.store.record(now, changes)
+            self._record(now, changes)
         return len(changes)
 
     def signal(self, job: Job, who: Identity, sig: int, batch_only: bool) -> list[Action]:
@@ -442,7 +546,7 @@ class Controller:
         kind = "admin" if (admin_hold and who.admin) else "user"
         job.hold = kind
         job.reason = Reason.HELD_ADMIN if kind == "admin" else Reason.HELD_USER
-        self.store.record(self.clock.now(), [(job, "hold", {"kind": kind, "by": who.uid})])
+        self._record(self.clock.now(), [(job, "hold", {"kind": kind, "by": who.uid})])
 
     def release(self, job: Job, who: Identity) -> None:
         self._check_owner(job, who)
@@ -452,10 +556,18 @@ class Controller:
             raise PermissionDenied()
         job.hold = None
         job.reason = Reason.NONE
-        self.store.record(self.clock.now(), [(job, "release", {"by": who.uid})])
+        self._record(self.clock.now(), [(job, "release", {"by": who.uid})])
 
     def update(self, job: Job, who: Identity, changes: dict[str, Any]) -> list[Action]:
         self._check_owner(job, who)
+        with self._atomic(job):  # a refusal half-way leaves the job as it was
+            applied = self._apply_update(job, who, changes)
+            self._record(self.clock.now(), [(job, "update", {"changes": applied, "by": who.uid})])
+        if "time_limit" in applied and job.state is JobState.RUNNING and job.batch_host:
+            return [NewLimit(job.job_id, job.batch_host, job.time_limit)]
+        return []
+
+    def _apply_update(self, job: Job, who: Identity, changes: dict[str, Any]) -> dict[str, Any]:
         pending = job.state is JobState.PENDING
         applied: dict[str, Any] = {}
         for key, value in changes.items():
@@ -501,10 +613,7 @@ class Controller:
             else:
                 raise InvalidRequest(f"Update of {key} is not supported")
             applied[key] = value
-        self.store.record(self.clock.now(), [(job, "update", {"changes": applied, "by": who.uid})])
-        if "time_limit" in applied and job.state is JobState.RUNNING and job.batch_host:
-            return [NewLimit(job.job_id, job.batch_host, job.time_limit)]
-        return []
+        return applied
 
     def requeue_job(self, job: Job, who: Identity, hold: bool = False) -> list[Action]:
         """``scontrol requeue[hold]``: back to PENDING under the same id at once; a running
@@ -519,9 +628,9 @@ class Controller:
         nodes = job.nodes
         was_running = job.state is JobState.RUNNING
         kind = ("admin" if who.admin else "user") if hold else None
-        self.launching.discard(job.job_id)
         lifecycle.requeue(job, now, hold=kind)
-        self.store.record(now, [(job, "requeue", {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
+        self._record(now, [(job, "requeue", {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
+        self.launching.pop(job.job_id, None)
         return [Terminate(job.job_id, attempt, nodes, "requeue")] if was_running else []
 
     def update_nodes(self, who: Identity, names: list[str], state: str | None, reason: str | None) -> list[Action]:
@@ -564,7 +673,7 @@ class Controller:
                 node.reason = reason
                 node.reason_time = now
                 node.reason_user = who.user
-            self.store.put_node(name, node.persistent())
+            self._put_node(node)
         return actions
 
     # --- reservations ----------------------------------------------------------------------
@@ -686,30 +795,122 @@ class Controller:
             lifecycle.start(job, s.alloc, now, scheduler="Backfill" if s.backfilled else "Main")
             job.partition = s.partition
             self._hold_resources(job)
+            changes.append((job, "start", {"nodes": job.nodes, "attempt": job.restart_count}))
+        if not changes:
+            return actions
+        self._record(now, changes)  # on failure: nothing started, nothing held
+        mono = self.clock.monotonic()
+        for job, _kind, _data in changes:
             if self.accounting is not None:
                 self.accounting.started(job)  # charged from now, even if it ends before a pass
-            changes.append((job, "start", {"nodes": job.nodes, "attempt": job.restart_count}))
             if job.spec.interactive:
                 continue  # srun/salloc hold it: there is no batch script to launch
-            self.launching.add(job.job_id)
+            self.launching[job.job_id] = mono
             actions.append(Launch(job))
-        if changes:
-            self.store.record(now, changes)
         return actions
 
-    def launch_failed(self, job_id: int, attempt: int, message: str) -> None:
-        """The agent could not be reached to start the job: put it back in the queue."""
-        self.launching.discard(job_id)
+    def launch_failed(
+        self, job_id: int, attempt: int, message: str, fault: str | None = None, node: str | None = None
+    ) -> list[Action]:
+        """The launch of this attempt failed; ``fault`` says whose fault it is (as the agent
+        judged it): ``None`` (the agent could not be reached) and ``"node"`` requeue the job
+        elsewhere, ``"node"`` draining the node first; ``"job"`` ends the job FAILED with
+        the reason in SystemComment; ``"stale"`` (the launch conflicted with what runs there
+        already) changes nothing; ``"prolog"`` (the site's Prolog failed on ``node``, the
+        batch host unless given) drains the node and requeues the job held, as Slurm does,
+        returning the termination of what the job runs on its other nodes. Repeated node
+        failures of one job hold it (JobHoldMaxRequeue) instead of trying node after node.
+        Reports of the same failure (the launch's answer, the agent's saved report, a
+        heartbeat) count once."""
+        self.launching.pop(job_id, None)
         job = self.jobs.get(job_id)
         if job is None or job.state is not JobState.RUNNING or job.restart_count != attempt:
-            return
+            return []
+        if fault == "stale":
+            return []
         now = self.clock.now()
-        self._release_resources(job)
-        lifecycle.requeue(job, now)
-        self.store.record(now, [(job, "launch_failed", {"error": message})])
+        host = job.batch_host if node is None else node
+        if fault == "job":
+            with self._atomic(job):
+                lifecycle.finish(job, 1, 0, now)
+                job.reason = Reason.LAUNCH_FAILURE
+                job.system_comment = f"Launch failed on {host}: {message}"
+                self._release_resources(job)
+                self._record(now, [(job, "failed", {"exit_code": 1, "signal": 0, "launch": message})])
+            log.warning("job %s: its launch on %s failed by its own fault: %s", job_id, host, message)
+            return []
+        if fault in ("node", "prolog") and host is not None:
+            self.drain(host, (message if fault == "prolog" else f"launch failed: {message}")[:1024], now)
+        others = [n for n in job.nodes if n != host]
+        limit = self.max_launch_requeue
+        with self._atomic(job):
+            self._release_resources(job)
+            job.launch_failures += 1
+            job.system_comment = f"Launch failed on {host}: {message}"
+            held = fault == "prolog" or job.launch_failures >= limit
+            lifecycle.requeue(job, now, hold="user" if held else None)
+            if held:
+                job.reason = Reason.LAUNCH_FAILED if fault == "prolog" else Reason.HOLD_MAX_REQUEUE
+            self._record(now, [(job, "launch_failed", {"error": message, "node": host, "fault": fault,
+                                                       "held": held})])
+        log.warning("job %s: launch on %s failed (%s); %s", job_id, host, message,
+                    ("held" if fault == "prolog" else f"held after {job.launch_failures} failed launches")
+                    if held else "requeued")
+        return [Terminate(job_id, attempt, others, "requeue")] if fault == "prolog" and others else []
+
+    def node_faults(self, body: dict[str, Any]) -> list[Action]:
+        """What a heartbeat says is wrong with its node: a failed Prolog (drain, requeue the
+        job held) or Epilog (drain), and the last health check (drain on failure with its
+        reason; a pass returns a node that the health check had drained)."""
+        node = self._node(body["node"])
+        actions: list[Action] = []
+        for fault in body.get("faults") or []:
+            if not isinstance(fault, dict):
+                continue
+            reason = str(fault.get("reason") or f"{fault.get('kind')} failed")[:1024]
+            if fault.get("kind") == "prolog" and fault.get("job_id") is not None:
+                actions += self.launch_failed(int(fault["job_id"]), int(fault.get("attempt") or 0),
+                                              reason, "prolog", node.name)
+            self.drain(node.name, reason)
+        health = body.get("health")
+        if isinstance(health, dict):
+            if not health.get("ok"):
+                reason = str(health.get("reason") or "")
+                if not reason.startswith(HEALTH_DRAIN_PREFIX):
+                    reason = HEALTH_DRAIN_PREFIX + (reason or "HealthCheckProgram failed")
+                self.drain(node.name, reason[:1024])
+            elif node.drain and node.reason.startswith(HEALTH_DRAIN_PREFIX):
+                node.drain = False
+                node.reason, node.reason_time, node.reason_user = "", None, ""
+                self._put_node(node)
+                log.info("node %s: its health check passes again; back in service", node.name)
+        return actions
+
+    @property
+    def max_launch_requeue(self) -> int:
+        """``SchedulerParameters=max_batch_requeue=N`` (Slurm's; default 5)."""
+        for item in (self.config.get("SchedulerParameters") or "").split(","):
+            key, _, value = item.strip().partition("=")
+            if key == "max_batch_requeue" and value.strip().isdigit():
+                return max(1, int(value))
+        return 5
+
+    def drain(self, name: str, reason: str, now: float | None = None) -> bool:
+        """Drain a node for a fault it showed (launch, Prolog, Epilog, health check); an
+        administrator's earlier reason is kept. Returns whether the node was drained now."""
+        node = self.nodes.get(name)
+        if node is None or node.drain:
+            return False
+        node.drain = True
+        node.reason = reason
+        node.reason_time = self.clock.now() if now is None else now
+        node.reason_user = self.config.slurm_user or "root"
+        self._put_node(node)
+        log.warning("node %s drained: %s", name, reason)
+        return True
 
     def launch_done(self, job_id: int) -> None:
-        self.launching.discard(job_id)
+        self.launching.pop(job_id, None)
 
     # --- agents ------------------------------------------------------------------------------
 
@@ -724,6 +925,7 @@ class Controller:
         node = self._node(body["node"])
         node.registered = True
         node.responding = True
+        node.silent = False
         node.last_seen = now
         node.addr = body.get("addr") or node.addr
         node.port = int(body.get("port") or node.port)
@@ -736,11 +938,11 @@ class Controller:
             node.reason = f"gres/gpu count reported lower than configured ({reported_gpus} < {node.gpus})"
             node.reason_time = now
             node.reason_user = "root"
-            self.store.put_node(node.name, node.persistent())
+            self._put_node(node)
         if node.admin_down and node.reason == "Not responding" and self.config.return_to_service >= 1:
             node.admin_down = False
             node.reason = ""
-            self.store.put_node(node.name, node.persistent())
+            self._put_node(node)
         return {"ok": True, "kill": self._stale_jobs(node, body.get("running", []))}
 
     def agent_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -749,9 +951,12 @@ class Controller:
         if not node.registered:
             raise MusterError("node must register")
         node.responding = True
+        node.silent = False
         node.last_seen = now
         running = body.get("running", [])
-        self._watch_lost(node, running, now)
+        # Runs that ended here and whose reports are on their way: not lost.
+        ended = self._running_ids(body.get("ended") or [])
+        self._watch_lost(node, {**ended, **self._running_ids(running)}, now)
         return {"ok": True, "kill": self._stale_jobs(node, running)}
 
     def _running_ids(self, running: list[Any]) -> dict[int, int | None]:
@@ -778,22 +983,31 @@ class Controller:
                     kill.append(job_id)
         return kill
 
-    def _watch_lost(self, node: NodeRuntime, running: list[Any], now: float) -> list[Action]:
-        """A running job whose batch host stopped reporting it (and never said it ended)."""
-        ids = self._running_ids(running)
-        for job in list(self.jobs.values()):
-            if job.state is not JobState.RUNNING or job.batch_host != node.name:
+    def _watch_lost(self, node: NodeRuntime, known: dict[int, int | None], now: float) -> None:
+        """Reconcile, while running, what the controller believes with what the node runs:
+        a batch job this node hosts that its agent neither runs nor reports as ended, for
+        longer than a few heartbeats, is lost: it ends NODE_FAIL (requeued when allowed)
+        and its resources are freed. A launch still under way is not judged, unless it has
+        been under way far longer than a launch can take."""
+        mono = self.clock.monotonic()
+        launch_grace = 2.0 * self.config.message_timeout + 40.0
+        for job_id in {key[0] for key in node.allocs}:
+            job = self.jobs.get(job_id)
+            if job is None or job.state is not JobState.RUNNING or job.batch_host != node.name:
                 continue
             if job.spec.interactive:
                 continue  # no batch script runs for srun/salloc allocations
-            if job.job_id in ids or job.job_id in self.launching:
-                self.lost.pop(job.job_id, None)
+            since = self.launching.get(job_id)
+            if job_id in known or (since is not None and mono - since < launch_grace):
+                self.lost.pop(job_id, None)
                 continue
-            watch = self.lost.setdefault(job.job_id, _LostWatch(now))
+            watch = self.lost.setdefault(job_id, _LostWatch(now))
             if now - watch.since > max(10.0, 3 * self.heartbeat_interval):
-                self.lost.pop(job.job_id, None)
+                self.lost.pop(job_id, None)
+                self.launching.pop(job_id, None)
+                log.warning("job %s: its node %s neither runs it nor reports its end; "
+                            "ending it NODE_FAIL", job_id, node.name)
                 self.node_failed_job(job, now, "job vanished from its node")
-        return []
 
     @property
     def heartbeat_interval(self) -> float:
@@ -805,7 +1019,10 @@ class Controller:
         attempt = int(body.get("restart_count", 0))
         if job is None:
             return []
-        self.launching.discard(job.job_id)
+        if body.get("launch_failure"):
+            return self.launch_failed(job.job_id, attempt, str(body.get("reason") or "launch failed"),
+                                      str(body["launch_failure"]), body.get("node"))
+        self.launching.pop(job.job_id, None)
         self.lost.pop(job.job_id, None)
         if attempt != job.restart_count:
             # A report from an earlier attempt: only its resources need freeing.
@@ -834,7 +1051,7 @@ class Controller:
         else:
             return []
         self._release_resources(job)
-        self.store.record(now, [(job, kind, {"exit_code": exit_code, "signal": sig, "by": by})])
+        self._record(now, [(job, kind, {"exit_code": exit_code, "signal": sig, "by": by})])
         return [Terminate(job.job_id, attempt, others, "cleanup")] if others else []
 
     def node_failed_job(self, job: Job, now: float, why: str) -> None:
@@ -846,39 +1063,77 @@ class Controller:
         if requeue:
             lifecycle.requeue(job, now)
             changes.append((job, "requeue", {"attempt": job.restart_count}))
-        self.store.record(now, changes)
+        self._record(now, changes)
 
     def check_nodes(self) -> list[Action]:
-        """Nodes silent for SlurmdTimeout go DOWN; their jobs end NODE_FAIL (and requeue)."""
+        """Judge silent nodes, as Slurm does: silent for a couple of heartbeats, a node is
+        flagged not responding (``*`` in sinfo); silent for SlurmdTimeout, it goes DOWN
+        and its jobs end NODE_FAIL (and requeue). Each step is logged with the node, how
+        long it was silent and why. Silence during a stall of the controller itself does
+        not count (``loop_tick``)."""
         now = self.clock.now()
         timeout = self.config.slurmd_timeout
+        flag_after = min(timeout / 2, 2 * self.heartbeat_interval + 1)
         actions: list[Action] = []
         for node in self.nodes.values():
             if not node.responding or node.last_seen is None:
                 continue
-            if now - node.last_seen <= timeout:
+            silence = now - node.last_seen
+            if silence <= flag_after:
+                node.silent = False
                 continue
-            node.responding = False
-            node.reason = "Not responding"
-            node.reason_time = now
-            node.reason_user = "root"
-            if self.config.return_to_service == 0:
-                node.admin_down = True
-            self.store.put_node(node.name, node.persistent())
-            for job in list(self.jobs.values()):
-                if node.name in job.nodes and job.is_active:
-                    if job.state is JobState.RUNNING:
-                        survivors = [n for n in job.nodes if n != node.name]
-                        attempt = job.restart_count
-                        self.node_failed_job(job, now, f"node {node.name} not responding")
-                        if survivors:
-                            actions.append(Terminate(job.job_id, attempt, survivors, "node_fail"))
-                    else:
-                        lifecycle.cleaned(job)
-                        self._release_resources(job)
-                        self.store.record(now, [(job, "cleaned", {"node": node.name})])
-            node.allocs.clear()
+            if not node.silent:
+                node.silent = True
+                log.warning("node %s not responding: no heartbeat for %.0f s; DOWN after %d s "
+                            "(SlurmdTimeout)", node.name, silence, timeout)
+            if silence <= timeout:
+                continue
+            try:
+                actions += self._node_down(node, now, silence)
+            except StorageError:
+                continue  # logged; judged again on the next check, once the store commits
         self.note_node_service(now)
+        return actions
+
+    def _node_down(self, node: NodeRuntime, now: float, silence: float) -> list[Action]:
+        timeout = self.config.slurmd_timeout
+        saved = (node.responding, node.silent, node.reason, node.reason_time, node.reason_user,
+                 node.admin_down)
+        node.responding = False
+        node.silent = False
+        node.reason = "Not responding"
+        node.reason_time = now
+        node.reason_user = "root"
+        if self.config.return_to_service == 0:
+            node.admin_down = True
+        try:
+            self._put_node(node)
+        except StorageError:
+            (node.responding, node.silent, node.reason, node.reason_time, node.reason_user,
+             node.admin_down) = saved
+            raise
+        job_ids = sorted({key[0] for key in node.allocs})
+        log.warning("node %s DOWN: no heartbeat for %.0f s (SlurmdTimeout=%d s); %d job(s) on it",
+                    node.name, silence, timeout, len(job_ids))
+        actions: list[Action] = []
+        for job_id in job_ids:
+            job = self.jobs.get(job_id)
+            if job is None or node.name not in job.nodes or not job.is_active:
+                continue
+            try:
+                if job.state is JobState.RUNNING:
+                    survivors = [n for n in job.nodes if n != node.name]
+                    attempt = job.restart_count
+                    self.node_failed_job(job, now, f"node {node.name} not responding")
+                    if survivors:
+                        actions.append(Terminate(job.job_id, attempt, survivors, "node_fail"))
+                else:
+                    lifecycle.cleaned(job)
+                    self._release_resources(job)
+                    self._record(now, [(job, "cleaned", {"node": node.name})])
+            except StorageError:
+                continue
+        node.allocs.clear()
         return actions
 
     def note_node_service(self, now: float) -> None:

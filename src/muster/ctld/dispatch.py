@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from muster.core.job import Job
 from muster.ctld.controller import Launch, NewLimit, SignalJob, Terminate
 from muster.ctld.steps import StepSignal
 from muster.protocol.httpd import DaemonRequestError, SignedClient
@@ -34,12 +35,14 @@ class Dispatcher:
             if isinstance(action, Launch):
                 await self._launch(action)
             elif isinstance(action, Terminate):
+                job = self.ctl.jobs.get(action.job_id)
                 for node in action.nodes:
                     await self._post(node, "/v1/terminate", {
                         "job_id": action.job_id,
                         "restart_count": action.attempt,
                         "reason": action.reason,
                         "kill_wait": self.ctl.config.kill_wait,
+                        **({"job": _epilog_view(job, action.nodes)} if job is not None else {}),
                     })
             elif isinstance(action, NewLimit):
                 await self._post(action.node, "/v1/update", {
@@ -79,11 +82,29 @@ class Dispatcher:
         try:
             await self.client.post(self._url(host, "/v1/launch"), body)
         except DaemonRequestError as e:
-            # The agent answered: it has already reported the job's failure itself.
+            # The agent answered why it could not start the job, and whose fault it is (it
+            # also saved a report saying so, for the case this answer is lost).
             log.warning("job %s: launch refused by %s: %s", job.job_id, host, e)
-            self.ctl.launch_done(job.job_id)
+            if e.data.get("code") == "launch_failed":
+                self.ctl.launch_failed(job.job_id, job.restart_count, e.message,
+                                       str(e.data.get("fault") or "node"))
+            else:
+                self.ctl.launch_done(job.job_id)
         except Exception as e:
             log.warning("job %s: cannot reach %s to launch: %s", job.job_id, host, e)
             self.ctl.launch_failed(job.job_id, job.restart_count, str(e))
         else:
             self.ctl.launch_done(job.job_id)
+
+
+def _epilog_view(job: Job, nodes: list[str]) -> dict[str, object]:
+    """What a node's Epilog is told of the job whose end reaches it."""
+    return {
+        "user": job.user,
+        "uid": job.uid,
+        "gid": job.gid,
+        "partition": job.partition,
+        "spec": {"name": job.spec.name, "workdir": job.spec.workdir},
+        "alloc": [{"node": a.node, "gpu_ids": list(a.gpu_ids)} for a in job.alloc]
+        or [{"node": n} for n in nodes],
+    }

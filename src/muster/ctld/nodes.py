@@ -35,6 +35,7 @@ class NodeRuntime:
     reason_time: float | None = None
     reason_user: str = ""
     last_seen: float | None = None
+    silent: bool = False  # no heartbeat for a while, not yet SlurmdTimeout: "*" in sinfo
     agent_start_time: float | None = None
     boot_time: float | None = None
     version: str = ""

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from muster.core.errors import StorageError
 from muster.core.job import Job
 from muster.core.steps import Step
 from muster.ctld import records
@@ -77,6 +78,39 @@ _MIGRATIONS: dict[int, list[str]] = {
 }
 
 
+def _is_db_error(exc: BaseException) -> bool:
+    """sqlite3's errors, and psycopg's (the PostgreSQL store), without importing psycopg."""
+    return isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg")
+
+
+def storage_cause(exc: BaseException, path: str) -> str:
+    """A database error in the words of the operating system where one applies."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    low = text.lower()
+    if "disk is full" in low or "no space" in low:
+        return "No space left on device"
+    if "readonly" in low or "read-only" in low or "read only" in low:
+        return "Read-only file system"
+    if "disk i/o error" in low:
+        return "No space left on device" if _disk_full(path) else "Input/output error"
+    if "locked" in low or "busy" in low:
+        return f"state database {path} is locked by another process"
+    if "malformed" in low or "not a database" in low or "corrupt" in low:
+        return f"state database {path} is corrupt"
+    return f"state database error: {text}"
+
+
+def _disk_full(path: str) -> bool:
+    """SQLite reports a write that hit ENOSPC in its WAL as a plain I/O error: look."""
+    if path == ":memory:" or "://" in path or "=" in path:
+        return False
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024
+
+
 class Store:
     def __init__(self, path: str) -> None:
         self.path = path
@@ -104,13 +138,28 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
+        """One atomic write. A database error (a full disk, an I/O error, a lock held by
+        someone else, a corrupt file) rolls everything back and is raised as
+        ``StorageError`` with its cause in plain words; the store stays usable, so the
+        same change can be retried once space is freed."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except Exception as exc:
+            raise self._storage_error(exc) from exc
         try:
             yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
+            self.db.execute("COMMIT")
+        except BaseException as exc:
+            try:
+                self.db.execute("ROLLBACK")
+            except Exception:  # noqa: S110 - the transaction may already be gone
+                pass
+            if isinstance(exc, Exception) and _is_db_error(exc):
+                raise self._storage_error(exc) from exc
             raise
-        self.db.execute("COMMIT")
+
+    def _storage_error(self, exc: BaseException) -> StorageError:
+        return StorageError(storage_cause(exc, self.path))
 
     def _set_meta(self, key: str, value: str) -> None:
         self.db.execute(

@@ -98,7 +98,7 @@ def node_wire(node: NodeRuntime, jobs_here: list[int]) -> dict[str, Any]:
         "port": node.port,
         "state": str(node.base_state()),
         "drain": node.drain,
-        "responding": node.responding or not node.registered,
+        "responding": (node.responding and not node.silent) or not node.registered,
         "registered": node.registered,
         "reason": node.reason,
         "reason_time": node.reason_time,

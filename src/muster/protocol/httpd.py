@@ -121,10 +121,15 @@ class SignedClient:
         headers = sign_request(self.key, "POST", path, payload, self.clock.now())
         headers["content-type"] = "application/json"
         resp = await self._client.post(url, content=payload, headers=headers)
-        data = resp.json() if resp.content else None
+        try:
+            data = resp.json() if resp.content else None
+        except ValueError:
+            if resp.status_code < 400:
+                raise
+            data = None
         if resp.status_code >= 400:
             msg = data.get("error") if isinstance(data, dict) else resp.text
-            raise DaemonRequestError(resp.status_code, str(msg))
+            raise DaemonRequestError(resp.status_code, str(msg), data)
         return data
 
     async def get(self, url: str) -> Any:
@@ -140,9 +145,13 @@ class SignedClient:
 
 
 class DaemonRequestError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    """The other daemon answered with an error; ``data`` is its JSON answer, if any."""
+
+    def __init__(self, status: int, message: str, data: Any = None) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
+        self.message = message
+        self.data = data if isinstance(data, dict) else {}
 
 
 __all__ = [
