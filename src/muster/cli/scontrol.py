@@ -233,6 +233,8 @@ def job_record(job: dict, details: bool = False) -> list[str]:
     ]
     if spec.get("comment"):
         lines.append(f"Comment={spec['comment']}")
+    if job.get("system_comment"):
+        lines.append(f"SystemComment={job['system_comment']}")
     lines += [
         f"StdErr={job.get('stderr_path') or ''}",
         f"StdIn={spec.get('stdin') or '/dev/null'}",

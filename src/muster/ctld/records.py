@@ -318,6 +318,7 @@ def record_wire(
         "constraints": spec.get("constraint") or "",
         "reservation": spec.get("reservation") or "",
         "comment": spec.get("comment") or "",
+        "system_comment": d.get("system_comment") or "",
         "ntasks": None,
         "steps": [],
     }
