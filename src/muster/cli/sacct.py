@@ -301,18 +301,15 @@ class Request:
 
 
 def parse_time(text: str, now: float, end_of_day: bool = False) -> float:
-    """sacct's -S/-E: dates, date+time, ``now[-N]``, ``today``, ``midnight``; a time of day
-    alone means today (sacct looks into the past)."""
+    """sacct's -S/-E: Slurm's time formats (``core.timefmt.parse_timestamp``); a time of day
+    or a date without a year looks back (sacct looks into the past): "10:00" is this
+    morning's, "12/24" last Christmas Eve in January."""
     from muster.core.timefmt import TimeFormatError, parse_timestamp
 
     try:
-        t = parse_timestamp(text, now)
+        return parse_timestamp(text, now, past=True)
     except TimeFormatError:
         raise CommandError(f"Invalid time specification: {text}") from None
-    low = text.strip().lower()
-    if t > now and not low.startswith("now") and ("-" not in low and "/" not in low):
-        t -= 86400  # "10:00" is this morning, not tomorrow's
-    return t
 
 
 def midnight(now: float) -> float:
