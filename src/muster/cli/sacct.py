@@ -88,12 +88,6 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("group", "g"),
 )
 
-_STATE_NAMES = {
-    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CD": "COMPLETED", "CA": "CANCELLED",
-    "F": "FAILED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "OOM": "OUT_OF_MEMORY",
-    "BF": "BOOT_FAIL", "DL": "DEADLINE", "RQ": "REQUEUED", "RV": "REVOKED", "RS": "RESIZING",
-}
-_STATE_LONG = set(_STATE_NAMES.values())
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -364,12 +358,15 @@ def parse_args(argv: list[str], environ: dict[str, str], now: float) -> Request 
         p["job_id"] = ids
     states = opts.get("state")
     if states:
+        from muster.core.states import job_state_name
+
         names = []
-        for s in (x.strip().upper() for x in states.split(",") if x.strip()):
-            long = _STATE_NAMES.get(s, s)
-            if long not in _STATE_LONG:
+        for s in (x.strip() for x in states.split(",") if x.strip()):
+            long = job_state_name(s)
+            if long is None:
                 raise CommandError(f"Invalid state: {s}")
-            names.append(long)
+            if long not in names:
+                names.append(long)
         p["state"] = names
     start_text, end_text = opts.get("starttime"), opts.get("endtime")
     if start_text is not None:

@@ -164,3 +164,12 @@ def test_a_node_failure_shows_both_attempts_with_duplicates() -> None:
         "8640|CANCELLED by 0|0:0|node[3-4]",
         "8640.batch|CANCELLED|0:15|node3",
     ]
+
+
+def test_state_takes_every_slurm_code_and_name_in_any_case() -> None:
+    req = sacct.parse_args(["-s", "cd,CF,requeued,Rh,oom,se"], {}, T0)
+    assert not isinstance(req, str)
+    assert req.params["state"] == ["COMPLETED", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD",
+                                   "OUT_OF_MEMORY", "SPECIAL_EXIT"]
+    with pytest.raises(CommandError, match="Invalid state: XX"):
+        sacct.parse_args(["-s", "XX"], {}, T0)
