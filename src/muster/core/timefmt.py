@@ -16,6 +16,7 @@ import time
 from muster.core.errors import InvalidRequest
 
 __all__ = [
+    "MAX_TIME_LIMIT",
     "TimeFormatError",
     "format_duration",
     "format_hms",
@@ -24,6 +25,10 @@ __all__ = [
     "parse_time_limit",
     "parse_timestamp",
 ]
+
+# The longest time limit Slurm can hold: its minutes in a 32-bit signed integer
+# (``--time=99999999999`` is refused: "Invalid time limit specification").
+MAX_TIME_LIMIT = (2**31 - 1) * 60
 
 _UNLIMITED_WORDS = frozenset({"unlimited", "infinite", "-1"})
 
