@@ -261,6 +261,8 @@ def test_gpu_options() -> None:
         (["-N", "99999999999"], '"99999999999" is not a valid node count', 255),
         (["-N", "\u0662"], '"\u0662" is not a valid node count', 255),
         (["--nice=99999999999999"], "Invalid nice value", 255),
+        (["--gres=gpu:99999999999"], "Invalid generic resource (gres) specification", 1),
+        (["--gres=gpu:a100:\u00b2"], "Invalid generic resource (gres) specification", 1),
     ],
 )
 def test_bad_values(argv, message, rc) -> None:
