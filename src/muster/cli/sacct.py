@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from muster.cli.acctfmt import Printer, call, query_string
 from muster.cli.common import (
+    MAX_FIELD_WIDTH,
     CommandError,
     argv_or_sys,
     current_user,
@@ -271,7 +272,7 @@ def parse_format(text: str) -> list[tuple[str, int, Callable[[dict, str | None],
         canon, w, fn = found
         if width:
             try:
-                w = int(width)  # a width given is right-justified, as in Slurm
+                w = min(int(width), MAX_FIELD_WIDTH)  # given: right-justified, as in Slurm
             except ValueError:
                 raise CommandError(f'Invalid field requested: "{item}"') from None
         cols.append((canon, w, fn))

@@ -23,7 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 from muster.cli.acctfmt import Printer, call
-from muster.cli.common import CommandError, argv_or_sys, print_lines, report, version_line
+from muster.cli.common import (
+    MAX_FIELD_WIDTH,
+    CommandError,
+    argv_or_sys,
+    print_lines,
+    report,
+    version_line,
+)
 
 PROG = "sacctmgr"
 
@@ -273,7 +280,7 @@ def _columns(table: dict[str, tuple[str, int, Getter]], fmt: str) -> list[tuple[
         header, w, fn = found
         if width:
             try:
-                w = int(width)
+                w = min(int(width), MAX_FIELD_WIDTH)
             except ValueError:
                 raise CommandError(f"Unknown field '{item}'") from None
         cols.append((header, w, fn))

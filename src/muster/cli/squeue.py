@@ -29,6 +29,7 @@ from muster.cli.common import (
     connect,
     connect_message,
     current_user,
+    field_width,
     fit,
     info_text,
     no_operands,
@@ -365,7 +366,7 @@ def columns_from_long_format(spec: str) -> list[Column]:
             digits = ""
             while size and size[0].isdigit():
                 digits, size = digits + size[0], size[1:]
-            width = int(digits) if digits else 0
+            width = field_width(digits)
             suffix = size
         if key in LONG_NAMES:
             header, value, cut = FIELDS[LONG_NAMES[key]]
