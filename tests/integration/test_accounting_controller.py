@@ -265,3 +265,13 @@ def test_priority_usage_reset_period_clears_usage_at_the_periods_start(make_stor
     clock.set(86400 * 2 + 10)  # past the next local midnight (whatever the time zone)
     one_pass(ctl)
     assert raw() == 0
+
+
+def test_a_qos_that_does_not_exist_is_refused_even_without_enforcement(make_store) -> None:  # noqa: F811
+    conf = CONF.replace("AccountingStorageEnforce=associations,limits,qos\n", "")
+    ctl = Controller(parse_config(conf, "t.conf"), make_store(), ManualClock(1000.0))
+    ctl.load()
+    with pytest.raises(MusterError, match="Invalid qos specification"):
+        ctl.submit(spec(qos="nosuch"), ALICE)
+    assert not ctl.jobs
+    assert ctl.submit(spec(qos="normal"), ALICE).spec.qos == "normal"

@@ -127,6 +127,19 @@ def test_srun_inside_a_batch_script_inherits_the_layout(cluster: Harness) -> Non
     assert "second step 1" in text
 
 
+def test_srun_output_patterns_inside_an_array_task_match_sbatchs(cluster: Harness) -> None:
+    """submitit's ``srun -o %A_%a...`` inside an array task: %A the array, %a the task."""
+    first = cluster.sbatch(
+        "--array=2-3", "-o", "arrstep-batch-%A_%a.out",
+        "--wrap", "srun -o arrstep-%A_%a_%b-%j-%J-%s-%t.out echo hi",
+    )
+    for offset, index in enumerate((2, 3)):
+        job_id = first + offset
+        job = cluster.wait_job(job_id)
+        assert job["state"] == "COMPLETED", cluster.read(f"arrstep-batch-{first}_{index}.out")
+        assert cluster.read(f"arrstep-{first}_{index}_{index}-{job_id}-{job_id}.0-0-0.out") == "hi\n"
+
+
 def test_srun_works_when_only_slurm_job_id_is_set(cluster: Harness) -> None:
     script = os.path.join(cluster.workdir, "bare.sh")
     with open(script, "w") as f:

@@ -63,6 +63,7 @@ from muster.agent.hooks import Hooks
 from muster.agent.pipes import read_pipe
 from muster.agent.state import StateDir
 from muster.agent.taskenv import task_environment
+from muster.core import outputs
 from muster.core.clock import Clock
 from muster.core.cpubind import CpuBind, CpuBindError, mask_text, parse_cpu_bind
 from muster.core.timefmt import format_timestamp
@@ -70,7 +71,7 @@ from muster.protocol.httpd import read_body
 from muster.protocol.stepcred import GRANT_TTL, GrantError, verify_grant
 from muster.protocol.stream import frame, json_frame
 
-__all__ = ["StepRunner", "expand_task_pattern"]
+__all__ = ["StepRunner"]
 
 log = logging.getLogger(__name__)
 
@@ -90,44 +91,6 @@ class StepLaunchError(Exception):
         super().__init__(message)
         self.status = status
         self.code = code
-
-
-def expand_task_pattern(
-    pattern: str, *, job_id: int, step_id: int, task: int, node: str, node_index: int,
-    user: str, job_name: str,
-) -> str:
-    """srun's ``-o/-e/-i`` file patterns: ``%t`` task, ``%n`` node index in the step,
-    ``%N`` node, ``%j``/``%A`` job, ``%s`` step, ``%J`` job.step, ``%u`` user, ``%x`` job name,
-    ``%%``; a number after ``%`` zero-pads numbers (``%3t`` -> ``007``)."""
-    out = []
-    i, n = 0, len(pattern)
-    values = {
-        "t": str(task), "n": str(node_index), "N": node.split(".", 1)[0], "j": str(job_id),
-        "A": str(job_id), "s": str(step_id), "J": f"{job_id}.{step_id}", "u": user,
-        "x": job_name,
-    }
-    while i < n:
-        c = pattern[i]
-        if c != "%" or i + 1 >= n:
-            out.append(c)
-            i += 1
-            continue
-        j = i + 1
-        while j < n and pattern[j].isdigit():
-            j += 1
-        if j >= n:
-            out.append(pattern[i:])
-            break
-        width, key = pattern[i + 1 : j], pattern[j]
-        if key == "%":
-            out.append("%")
-        elif key in values:
-            v = values[key]
-            out.append(v.zfill(int(width)) if width and v.isdigit() else v)
-        else:
-            out.append(pattern[i : j + 1])
-        i = j + 1
-    return "".join(out)
 
 
 @dataclass(slots=True)
@@ -549,12 +512,9 @@ class StepRunner:
         plans = []
         for local, task in enumerate(layout["tasks"][index]):
             def expand(pattern: str, task: int = task) -> str:
-                path = expand_task_pattern(
-                    pattern, job_id=job_id, step_id=step_id, task=task, node=self.node,
-                    node_index=index, user=str(grant.get("user") or ""),
-                    job_name=str(job.get("name") or ""),
-                )
-                return os.path.normpath(os.path.join(cwd, path))
+                # The same resolver as the batch script's output (core.outputs).
+                fields = outputs.fields_for_task(grant, self.node, index, task)
+                return os.path.normpath(os.path.join(cwd, outputs.expand_pattern(pattern, fields)))
 
             stdout = _stdio(body.get("stdout"), task, expand, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC))
             stderr_spec = body.get("stderr")

@@ -95,7 +95,11 @@ _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345678
 
 def quote(text: str) -> str:
     """Percent-encode a query value (urllib.parse costs ~30 ms of start-up)."""
-    return "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
+    # A raw byte from the command line (a surrogate) is sent as that byte, not a crash.
+    return "".join(
+        c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogateescape"))
+        for c in text
+    )
 
 
 def query_string(params: dict[str, object]) -> str:

@@ -100,7 +100,7 @@ def parse_iterate(value: str | None) -> float:
         period = float(value or "")
     except ValueError:
         period = 0.0
-    if period <= 0:
+    if not 0 < period <= 2**31 - 1:  # also refuses inf and nan, which sleep() cannot take
         raise CommandError(f"Invalid --iterate value: {value}")
     return period
 
@@ -405,6 +405,18 @@ def fit(text: str, width: int, right: bool, cut: bool = True) -> str:
     return text.rjust(width) if right else text.ljust(width)
 
 
+
+# Format widths (squeue -o %20i, sacct -o jobid%30, ...) are capped: a wider field than any
+# screen is a typo, and a 20-digit one would otherwise fail deep in str.ljust.
+MAX_FIELD_WIDTH = 4096
+
+
+def field_width(digits: str) -> int:
+    """A format field's width from its digits; 0 when there are none (or not ASCII ones)."""
+    if not (digits.isascii() and digits.isdigit()):
+        return 0
+    return min(int(digits[:8]), MAX_FIELD_WIDTH)
+
 def parse_format(fmt: str) -> list[tuple[str, str | None, int, bool]]:
     """Split a Slurm ``%`` format into (literal, field letter, width, right) pieces.
 
@@ -441,7 +453,7 @@ def parse_format(fmt: str) -> list[tuple[str, str | None, int, bool]]:
             while i < n and fmt[i].isdigit():
                 i += 1
             if i > start:
-                width = int(fmt[start:i])
+                width = field_width(fmt[start:i])
         if i >= n:
             break
         pieces.append(("".join(literal), fmt[i], width, right))

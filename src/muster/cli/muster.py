@@ -8,6 +8,9 @@ import sys
 
 from muster import VERSION_STRING
 
+# A local cluster gives node K the loopback address 127.0.0.(K+1) (cluster.local).
+MAX_LOCAL_NODES = 253
+
 
 def _positive(text: str) -> int:
     try:
@@ -68,15 +71,26 @@ def main(argv: list[str] | None = None) -> int:
         except FileExistsError:
             print(f"muster: error: {args.path} exists; refusing to overwrite a cluster key", file=sys.stderr)
             return 1
+        except OSError as e:
+            print(f"muster: error: cannot write {args.path!r}: {e.strerror or e}", file=sys.stderr)
+            return 1
         print(f"wrote cluster key {args.path} (mode 0600)")
         return 0
 
+    try:
+        return _cluster_command(args)
+    except (OSError, ValueError) as e:  # a config error (ConfigError is a ValueError), a disk
+        print(f"muster: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _cluster_command(args: argparse.Namespace) -> int:
     from muster.cluster.local import ClusterShape, LocalCluster
 
     cluster = LocalCluster(args.state_dir)
     if args.command == "up":
-        if args.nodes < 1:
-            print("muster: error: --nodes must be at least 1", file=sys.stderr)
+        if not 1 <= args.nodes <= MAX_LOCAL_NODES:
+            print(f"muster: error: --nodes must be from 1 to {MAX_LOCAL_NODES}", file=sys.stderr)
             return 2
         if not cluster.exists:
             cluster.create(ClusterShape(args.nodes, args.gpus_per_node, args.cpus_per_node,

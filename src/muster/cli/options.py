@@ -325,12 +325,25 @@ def _split_export(text: str) -> list[str]:
 # --- value parsers (each names the option the way Slurm's message does) -------------------------
 
 
+# Slurm keeps counts in 32-bit signed integers: a larger one is not a number it can hold.
+MAX_COUNT = 2**31 - 1
+
+
+def _count_value(text: str) -> int | None:
+    """A whole number from 1 to MAX_COUNT in ASCII digits; None otherwise."""
+    digits = text[1:] if text.startswith("+") else text
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 10:
+        return None
+    n = int(digits)
+    return n if 0 < n <= MAX_COUNT else None
+
+
 def _positive_int(value: str, what: str) -> int:
-    """Slurm's rule for counts: a whole number above zero."""
-    text = value.strip()
-    if not text.lstrip("+").isdigit() or int(text) <= 0:
+    """Slurm's rule for counts: a whole number above zero (and below 2**31)."""
+    n = _count_value(value.strip())
+    if n is None:
         raise OptionValueError(f'Invalid numeric value "{value}" for {what}.')
-    return int(text)
+    return n
 
 
 def parse_nodes(value: str) -> tuple[int, int | None]:
@@ -338,9 +351,10 @@ def parse_nodes(value: str) -> tuple[int, int | None]:
     lo_text, dash, hi_text = value.strip().partition("-")
     counts = []
     for part in (lo_text, hi_text) if dash else (lo_text,):
-        if not part.isdigit() or int(part) <= 0:
+        n = _count_value(part) if not part.startswith("+") else None
+        if n is None:
             raise OptionValueError(f'"{value}" is not a valid node count')
-        counts.append(int(part))
+        counts.append(n)
     lo = counts[0]
     hi = counts[1] if dash else lo
     if hi < lo:
@@ -350,12 +364,14 @@ def parse_nodes(value: str) -> tuple[int, int | None]:
 
 def parse_time_option(value: str, option: str = "--time") -> int | None:
     """A time limit in seconds; None for UNLIMITED and for 0 (Slurm: no limit)."""
-    from muster.core.timefmt import TimeFormatError, parse_time_limit
+    from muster.core.timefmt import MAX_TIME_LIMIT, TimeFormatError, parse_time_limit
 
     try:
         seconds = parse_time_limit(value)
     except TimeFormatError:
         raise OptionValueError(f"Invalid {option} specification") from None
+    if seconds is not None and seconds > MAX_TIME_LIMIT:
+        raise OptionValueError("Invalid time limit specification")
     return seconds or None
 
 

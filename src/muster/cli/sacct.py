@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from muster.cli.acctfmt import Printer, call, query_string
 from muster.cli.common import (
+    MAX_FIELD_WIDTH,
     CommandError,
     argv_or_sys,
     current_user,
@@ -88,12 +89,6 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("group", "g"),
 )
 
-_STATE_NAMES = {
-    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CD": "COMPLETED", "CA": "CANCELLED",
-    "F": "FAILED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "OOM": "OUT_OF_MEMORY",
-    "BF": "BOOT_FAIL", "DL": "DEADLINE", "RQ": "REQUEUED", "RV": "REVOKED", "RS": "RESIZING",
-}
-_STATE_LONG = set(_STATE_NAMES.values())
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -278,7 +273,7 @@ def parse_format(text: str) -> list[tuple[str, int, Callable[[dict, str | None],
         canon, w, fn = found
         if width:
             try:
-                w = int(width)  # a width given is right-justified, as in Slurm
+                w = min(int(width), MAX_FIELD_WIDTH)  # given: right-justified, as in Slurm
             except ValueError:
                 raise CommandError(f'Invalid field requested: "{item}"') from None
         cols.append((canon, w, fn))
@@ -302,18 +297,15 @@ class Request:
 
 
 def parse_time(text: str, now: float, end_of_day: bool = False) -> float:
-    """sacct's -S/-E: dates, date+time, ``now[-N]``, ``today``, ``midnight``; a time of day
-    alone means today (sacct looks into the past)."""
+    """sacct's -S/-E: Slurm's time formats (``core.timefmt.parse_timestamp``); a time of day
+    or a date without a year looks back (sacct looks into the past): "10:00" is this
+    morning's, "12/24" last Christmas Eve in January."""
     from muster.core.timefmt import TimeFormatError, parse_timestamp
 
     try:
-        t = parse_timestamp(text, now)
+        return parse_timestamp(text, now, past=True)
     except TimeFormatError:
         raise CommandError(f"Invalid time specification: {text}") from None
-    low = text.strip().lower()
-    if t > now and not low.startswith("now") and ("-" not in low and "/" not in low):
-        t -= 86400  # "10:00" is this morning, not tomorrow's
-    return t
 
 
 def midnight(now: float) -> float:
@@ -368,12 +360,15 @@ def parse_args(argv: list[str], environ: dict[str, str], now: float) -> Request 
         p["job_id"] = ids
     states = opts.get("state")
     if states:
+        from muster.core.states import job_state_name
+
         names = []
-        for s in (x.strip().upper() for x in states.split(",") if x.strip()):
-            long = _STATE_NAMES.get(s, s)
-            if long not in _STATE_LONG:
+        for s in (x.strip() for x in states.split(",") if x.strip()):
+            long = job_state_name(s)
+            if long is None:
                 raise CommandError(f"Invalid state: {s}")
-            names.append(long)
+            if long not in names:
+                names.append(long)
         p["state"] = names
     start_text, end_text = opts.get("starttime"), opts.get("endtime")
     if start_text is not None:

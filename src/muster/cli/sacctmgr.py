@@ -23,7 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 from muster.cli.acctfmt import Printer, call
-from muster.cli.common import CommandError, argv_or_sys, print_lines, report, version_line
+from muster.cli.common import (
+    MAX_FIELD_WIDTH,
+    CommandError,
+    argv_or_sys,
+    print_lines,
+    report,
+    version_line,
+)
 
 PROG = "sacctmgr"
 
@@ -195,6 +202,8 @@ _ACCOUNT_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "organization": ("Org", 20, lambda r: r.get("organization", "")),
 }
 ACCOUNT_DEFAULT = "account,descr,org"
+ACCOUNT_ASSOC_DEFAULT = ("account,descr,org,cluster,parentname,user,share,priority,grpjobs,grptres,"
+                         "maxjobs,maxtres,maxsubmit,maxwall,qos,defaultqos")
 
 _USER_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "user": ("User", 10, lambda r: r["name"]),
@@ -205,6 +214,8 @@ _USER_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "admin": ("Admin", 9, lambda r: r.get("admin_level", "None")),
 }
 USER_DEFAULT = "user,defaultaccount,adminlevel"
+USER_ASSOC_DEFAULT = ("user,defaultaccount,adminlevel,cluster,account,partition,share,priority,"
+                      "maxjobs,maxsubmit,maxwall,qos,defaultqos")
 
 _QOS_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "name": ("Name", 10, lambda r: r["name"]),
@@ -269,7 +280,7 @@ def _columns(table: dict[str, tuple[str, int, Getter]], fmt: str) -> list[tuple[
         header, w, fn = found
         if width:
             try:
-                w = int(width)
+                w = min(int(width), MAX_FIELD_WIDTH)
             except ValueError:
                 raise CommandError(f"Unknown field '{item}'") from None
         cols.append((header, w, fn))
@@ -286,13 +297,24 @@ def show(cmd: ParsedCommand, objects: dict[str, Any], printer: Printer) -> list[
     if cmd.entity == "account":
         names += where.get("account", []) + where.get("accounts", [])
         rows = [a for a in objects["accounts"] if _matches(a["name"], names)]
-        cols = _columns(_ACCOUNT_FIELDS, cmd.format or ACCOUNT_DEFAULT)
+        if cmd.withassoc:  # one row per association of each account
+            rows = _with_assocs(rows, objects, lambda r, a: a["account"] == r["name"])
+            cols = _columns({**_ASSOC_FIELDS, **_ACCOUNT_FIELDS, "account": _ASSOC_FIELDS["account"]},
+                            cmd.format or ACCOUNT_ASSOC_DEFAULT)
+        else:
+            cols = _columns(_ACCOUNT_FIELDS, cmd.format or ACCOUNT_DEFAULT)
     elif cmd.entity == "user":
         names += where.get("user", []) + where.get("users", [])
         accounts = where.get("account", []) + where.get("accounts", [])
         users_in = {a["user"] for a in objects["assocs"] if a["user"] and _matches(a["account"], accounts)}
         rows = [u for u in objects["users"] if _matches(u["name"], names) and (not accounts or u["name"] in users_in)]
-        cols = _columns(_USER_FIELDS, cmd.format or USER_DEFAULT)
+        if cmd.withassoc:  # one row per association of each user (sacctmgr -s / withassoc)
+            rows = _with_assocs(
+                rows, objects, lambda r, a: a["user"] == r["name"] and _matches(a["account"], accounts)
+            )
+            cols = _columns({**_ASSOC_FIELDS, **_USER_FIELDS}, cmd.format or USER_ASSOC_DEFAULT)
+        else:
+            cols = _columns(_USER_FIELDS, cmd.format or USER_DEFAULT)
     elif cmd.entity == "qos":
         rows = [q for q in objects["qos"] if _matches(q["name"], names)]
         cols = _columns(_QOS_FIELDS, cmd.format or QOS_DEFAULT)
@@ -318,6 +340,24 @@ def show(cmd: ParsedCommand, objects: dict[str, Any], printer: Printer) -> list[
         if cmd.tree:  # the tree reads from the left
             cols = [(h, -abs(w) if h == "Account" else w, fn) for h, w, fn in cols]
     return printer.lines([(h, w) for h, w, _ in cols], [[fn(r) for _h, _w, fn in cols] for r in rows])
+
+
+def _with_assocs(
+    rows: list[dict[str, Any]], objects: dict[str, Any], mine: Callable[[dict[str, Any], dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """Each row joined with each of its associations (``mine(row, assoc)``), in order."""
+    by_key = {f"{a['account']}|{a['user']}": a for a in objects["assocs"]}
+    out = []
+    for r in rows:
+        for a in objects["assocs"]:
+            if not mine(r, a):
+                continue
+            joined = {**r, **a}  # the association's fields win (user, account, parent, limits)
+            joined["_cluster"] = objects["cluster"]
+            joined["_account_shown"] = a["account"]
+            joined["_qos"] = _effective_qos(a, by_key)
+            out.append(joined)
+    return out
 
 
 def _effective_qos(a: dict[str, Any], by_key: dict[str, dict[str, Any]]) -> list[str]:
@@ -349,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     args = argv_or_sys(argv)
     immediate = bool(os.environ.get("SACCTMGR_IMMEDIATE"))
     header = True
-    parsable = trailing = False
+    parsable = trailing = withassoc = False
     words: list[str] = []
     for a in args:
         if a in ("-i", "--immediate"):
@@ -361,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         elif a in ("-P", "--parsable2"):
             parsable, trailing = True, False
         elif a in ("-s", "--associations"):
-            words.append("withassoc")
+            withassoc = True
         elif a in ("-Q", "--quiet", "-v", "--verbose", "-r", "--readonly"):
             continue
         elif a in ("-V", "--version"):
@@ -380,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(version_line() + "\n")
             return 0
         cmd = parse_command(words)
+        if withassoc and cmd.verb == "show":
+            cmd.withassoc = True
         printer = Printer(parsable=parsable, trailing=trailing, header=header)
         if cmd.verb == "show":
             print_lines(show(cmd, call(PROG, "GET", "/v1/accounting/objects"), printer))

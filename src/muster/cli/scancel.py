@@ -24,6 +24,7 @@ from muster.cli.common import (
     split_ids,
 )
 from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt, parse_signal_name
+from muster.core.states import job_state_name
 
 PROG = "scancel"
 
@@ -55,14 +56,8 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("usage", None, NO_ARG),
 )
 
-_STATE_NAMES = {
-    "PD": "PENDING",
-    "PENDING": "PENDING",
-    "R": "RUNNING",
-    "RUNNING": "RUNNING",
-    "S": "SUSPENDED",
-    "SUSPENDED": "SUSPENDED",
-}
+
+_CANCELLABLE = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
 
 
 class Cancel:
@@ -167,10 +162,12 @@ def parse_args(argv: list[str]) -> Cancel | str:
                 raise CommandError(f"Invalid job signal: {value}")
             c.signal = sig
         elif key == "state":
+            # Names and codes as everywhere (core.states), but, as in Slurm, only the
+            # states a job can be cancelled in.
             states = []
             for item in (value or "").split(","):
-                name = _STATE_NAMES.get(item.strip().upper())
-                if name is None:
+                name = job_state_name(item)
+                if name not in _CANCELLABLE:
                     raise CommandError(f"Invalid job state specified: {item.strip()}")
                 states.append(name)
             c.states = states

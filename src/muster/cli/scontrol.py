@@ -686,9 +686,12 @@ def parse_update(words: list[str], now: float | None = None) -> tuple[list[str],
     return ids, body
 
 
+_NICE_RANGE = 2147483645  # Slurm's NICE_OFFSET - 3
+
+
 def _update_value(field: str, key: str, value: str, now: float | None) -> object:
     if field == "time_limit":
-        from muster.core.timefmt import TimeFormatError, parse_time_limit
+        from muster.core.timefmt import MAX_TIME_LIMIT, TimeFormatError, parse_time_limit
 
         try:
             seconds = parse_time_limit(value)
@@ -696,15 +699,25 @@ def _update_value(field: str, key: str, value: str, now: float | None) -> object
             raise CommandError(f"Invalid TimeLimit value: {value}") from None
         if not seconds:
             raise CommandError("TimeLimit=UNLIMITED is not supported by muster's update")
+        if seconds > MAX_TIME_LIMIT:
+            raise CommandError("Invalid time limit specification")
         return seconds
     if field in ("priority", "nice", "array_throttle"):
-        try:
-            return int(value)
-        except ValueError:
-            raise CommandError(f"Invalid {key} value: {value}") from None
+        text = value.strip()
+        digits = text[1:] if text[:1] in "+-" else text
+        if not (digits.isascii() and digits.isdigit()):
+            raise CommandError(f"Invalid {key} value: {value}")
+        number = int(text)
+        if field == "nice" and abs(number) > _NICE_RANGE:
+            raise CommandError(f"Nice value out of range (+/- {_NICE_RANGE}). Value ignored")
+        if field == "priority" and not 0 <= number < 2**32 - 1:
+            raise CommandError(f"Invalid {key} value: {value}")
+        if field == "array_throttle" and not 0 <= number <= 2**31 - 1:
+            raise CommandError(f"Invalid {key} value: {value}")
+        return number
     if field == "min_nodes":
         lo = value.split("-", 1)[0]
-        if not lo.isdigit() or int(lo) < 1:
+        if not (lo.isascii() and lo.isdigit()) or not 1 <= int(lo) <= 2**31 - 1:
             raise CommandError(f"Invalid {key} value: {value}")
         return int(lo)
     if field == "begin_time":

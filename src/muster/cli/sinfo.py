@@ -20,6 +20,7 @@ from muster.cli.common import (
     argv_or_sys,
     connect,
     connect_message,
+    field_width,
     fit,
     info_text,
     no_operands,
@@ -414,7 +415,7 @@ def columns_from_long_format(spec: str) -> list[Column]:
             raise CommandError(f"Invalid node format specification: {name}")
         right = size.startswith(".")
         digits = size.lstrip(".")
-        width = int(digits) if digits.isdigit() else (20 if not colon else 0)
+        width = field_width(digits) if digits.isdigit() else (20 if not colon else 0)
         cols.append(Column(" " if cols else "", letter, width, right))
     return cols
 

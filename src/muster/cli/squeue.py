@@ -29,6 +29,7 @@ from muster.cli.common import (
     connect,
     connect_message,
     current_user,
+    field_width,
     fit,
     info_text,
     no_operands,
@@ -43,6 +44,7 @@ from muster.cli.common import (
 from muster.cli.jobarrays import array_job_id_text, array_task_text, job_id_text, merge_array_rows
 from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
 from muster.core.arrays import JobRef, parse_job_ref
+from muster.core.states import parse_job_states
 
 PROG = "squeue"
 
@@ -94,21 +96,6 @@ _STATE_ORDER = {
         "PENDING RUNNING SUSPENDED COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED "
         "BOOT_FAIL DEADLINE OUT_OF_MEMORY".split()
     )
-}
-_SHORT_TO_LONG = {
-    "PD": "PENDING",
-    "R": "RUNNING",
-    "S": "SUSPENDED",
-    "CD": "COMPLETED",
-    "CA": "CANCELLED",
-    "F": "FAILED",
-    "TO": "TIMEOUT",
-    "NF": "NODE_FAIL",
-    "PR": "PREEMPTED",
-    "OOM": "OUT_OF_MEMORY",
-    "BF": "BOOT_FAIL",
-    "DL": "DEADLINE",
-    "CG": "COMPLETING",
 }
 # Jobs whose %R shows "(reason)" rather than nodes (Slurm's rule).
 _REASON_STATES = frozenset({"PENDING", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "FAILED"})
@@ -379,7 +366,7 @@ def columns_from_long_format(spec: str) -> list[Column]:
             digits = ""
             while size and size[0].isdigit():
                 digits, size = digits + size[0], size[1:]
-            width = int(digits) if digits else 0
+            width = field_width(digits)
             suffix = size
         if key in LONG_NAMES:
             header, value, cut = FIELDS[LONG_NAMES[key]]
@@ -430,21 +417,12 @@ def render(jobs: list[dict], cols: list[Column], header: bool = True) -> list[st
 
 
 def parse_states(text: str) -> set[str] | None:
-    """``-t``: short or long names, comma separated; ``all`` means every state (None)."""
-    wanted: set[str] = set()
-    for item in text.split(","):
-        up = item.strip().upper()
-        if not up:
-            continue
-        if up == "ALL":
-            return None
-        if up in _SHORT_TO_LONG:
-            wanted.add(_SHORT_TO_LONG[up])
-        elif up in _STATE_ORDER or up == "COMPLETING":
-            wanted.add(up)
-        else:
-            raise CommandError(f"Invalid job state specified: {item.strip()}")
-    return wanted
+    """``-t``: short or long names (``core.states``), comma separated, any case; ``all``
+    means every state (None)."""
+    try:
+        return parse_job_states(text)
+    except ValueError as e:
+        raise CommandError(str(e)) from None
 
 
 class Filters:

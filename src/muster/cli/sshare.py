@@ -16,6 +16,7 @@ from muster.cli.acctfmt import Printer, call, read_options
 from muster.cli.common import (
     CommandError,
     current_user,
+    field_width,
     print_lines,
     report,
 )
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             if found is None:
                 raise CommandError(f"Invalid field requested: \"{name}\"")
             header, w, fn = found
-            cols.append((header, int(width) if width.isdigit() else w, fn))
+            cols.append((header, field_width(width) if width.isdigit() else w, fn))
         users: list[str] | None
         if opts.get("users"):
             users = [u for u in str(opts["users"]).split(",") if u]

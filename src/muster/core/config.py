@@ -156,6 +156,9 @@ _WORD_RE = r"\S*"
 _HOST_ADDR_RE = r"^([^()\s]+)(?:\(([^()\s]+)\))?$"
 _PORT_RANGE_RE = r"^(\d+)(?:-(\d+))?$"
 _GRES_COUNT_RE = r"(?i)^(\d+)([KMGT]?)$"
+# A GRES type: letters, digits, "_", "." or "-", not starting with a sign and not a number
+# ("a100", "1g.5gb" for MIG slices; "-2" or "1.5" is a bad count, not a type).
+_GRES_TYPE_RE = r"^(?![0-9.]+$)[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 _GRES_NAME_RE = r"^[A-Za-z0-9_]+$"
 _GRES_FACTORS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
@@ -1071,6 +1074,9 @@ def _parse_gres(text: str, where: str) -> tuple[int, str | None, dict[str, int],
             count = 1
             type_fields = fields[1:]
         gres_type = type_fields[0] if type_fields else None
+        if gres_type is not None and not re.compile(_GRES_TYPE_RE).match(gres_type):
+            # "gpu:-2", "gpu:1.5": a count that is not one, not a type name
+            raise ConfigError(f"{where}: bad Gres count in {entry!r}")
         if name != "gpu":
             others[name] = others.get(name, 0) + count
             continue

@@ -1,16 +1,19 @@
-"""Where a batch job's stdout and stderr go: Slurm's filename patterns, resolved purely
-(by the agent that opens the files, and by the controller that shows them).
+"""Where a job's or a step's stdout and stderr go: Slurm's filename patterns, resolved
+purely (by the agent that opens the files, and by the controller that shows them).
 
-``expand_pattern`` replaces the ``%`` escapes of ``sbatch --output/--error``:
+``expand_pattern`` replaces the ``%`` escapes of ``sbatch --output/--error`` and of
+``srun --output/--error/--input`` (one resolver for both: an srun inside array task 7_3,
+job id 10, sees ``%A`` 7, ``%a`` 3, ``%j`` 10, as the batch script's own output does):
 
 ====  ===========================================================================
 %%    a literal ``%``
-%j    job id                      %J   job id (the batch step has no step number)
+%j    job id                      %J   job id.step id (the batch step: job id alone)
 %x    job name                    %u   user name
-%N    short node name             %n   node index within the allocation (0 here)
+%N    short node name             %n   node index within the allocation or step
 %A    array master job id (= job id when not an array)
 %a    array task id (4294967294, Slurm's "no value", when not an array)
-%b    array task id modulo 10     %s   step ("batch")     %t   task id (0)
+%b    array task id modulo 10     %s   step id ("batch" for the batch script)
+%t    task id (0 for the batch script)
 ====  ===========================================================================
 
 A number between ``%`` and the letter zero-pads numeric fields (``%5j`` -> ``00042``);
@@ -30,7 +33,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PatternFields", "expand_pattern", "fields_for_job", "output_paths", "resolve_paths"]
+__all__ = [
+    "PatternFields",
+    "expand_pattern",
+    "fields_for_job",
+    "fields_for_task",
+    "output_paths",
+    "resolve_paths",
+]
 
 NO_ARRAY_TASK = 4294967294  # what Slurm prints for %a outside an array
 
@@ -46,6 +56,8 @@ class PatternFields:
     node_index: int = 0
     array_job_id: int | None = None
     array_task_id: int | None = None
+    step_id: int | None = None  # None: the batch script
+    task: int = 0
 
 
 def expand_pattern(pattern: str, fields: PatternFields) -> str:
@@ -61,7 +73,7 @@ def expand_pattern(pattern: str, fields: PatternFields) -> str:
         "a": array_task,
         "b": array_task % 10,
         "n": fields.node_index,
-        "t": 0,
+        "t": fields.task,
     }
     texts: dict[str, str] = {
         "x": fields.job_name,
@@ -69,6 +81,10 @@ def expand_pattern(pattern: str, fields: PatternFields) -> str:
         "N": fields.node.split(".", 1)[0],
         "s": "batch",
     }
+    if fields.step_id is not None:
+        numbers["s"] = fields.step_id
+        texts["J"] = f"{fields.job_id}.{fields.step_id}"
+        del numbers["J"]
 
     def replace(m: re.Match[str]) -> str:
         width, letter = m.group(1), m.group(2)
@@ -94,6 +110,26 @@ def fields_for_job(job: Mapping[str, Any], node: str, node_index: int = 0) -> Pa
         node_index=node_index,
         array_job_id=_opt_int(job.get("array_job_id")),
         array_task_id=_opt_int(job.get("array_task_id")),
+    )
+
+
+def fields_for_task(
+    grant: Mapping[str, Any], node: str, node_index: int, task: int
+) -> PatternFields:
+    """Pattern fields for one task of a step, from the step's grant (``ctld.steps``):
+    its ``job_id``, ``step_id``, ``user`` and ``job`` (``name``, ``array_job_id``,
+    ``array_task_id``)."""
+    job = grant.get("job") or {}
+    return PatternFields(
+        job_id=int(grant["job_id"]),
+        job_name=str(job.get("name") or ""),
+        user=str(grant.get("user") or ""),
+        node=node,
+        node_index=node_index,
+        array_job_id=_opt_int(job.get("array_job_id")),
+        array_task_id=_opt_int(job.get("array_task_id")),
+        step_id=int(grant["step_id"]),
+        task=task,
     )
 
 

@@ -55,6 +55,9 @@ class GresRequest:
         return ":".join(p for p in (self.name, self.type, str(self.count)) if p)
 
 
+_MAX_GRES_COUNT = 2**31 - 1
+
+
 def parse_gres(text: str) -> list[GresRequest]:
     """Parse ``gpu:2``, ``gpu:a100:4``, ``gpu``, ``gres/gpu:2``, comma separated lists.
 
@@ -72,13 +75,13 @@ def parse_gres(text: str) -> list[GresRequest]:
         gtype: str | None = None
         count = 1
         if len(parts) == 2:
-            if parts[1].isdigit():
+            if parts[1].isascii() and parts[1].isdigit():
                 count = int(parts[1])
             else:
                 gtype = parts[1]
         elif len(parts) == 3:
             gtype = parts[1]
-            if not parts[2].isdigit():
+            if not (parts[2].isascii() and parts[2].isdigit()):
                 raise ValueError("Invalid generic resource (gres) specification")
             count = int(parts[2])
         elif len(parts) > 3:
@@ -86,6 +89,8 @@ def parse_gres(text: str) -> list[GresRequest]:
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", name) or (
             gtype is not None and not re.fullmatch(r"[A-Za-z0-9_\-\.]+", gtype)
         ):
+            raise ValueError("Invalid generic resource (gres) specification")
+        if count > _MAX_GRES_COUNT:  # Slurm keeps the count in 32 bits: never a real request
             raise ValueError("Invalid generic resource (gres) specification")
         out.append(GresRequest(name, gtype, count))
     return out

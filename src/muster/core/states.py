@@ -51,6 +51,53 @@ COMPLETING_LONG = "COMPLETING"
 
 _JOB_STATE_ALIASES = {v: k for k, v in JOB_STATE_SHORT.items()}
 
+# Every job state name of Slurm 22.05 with its short code: the one table that squeue -t,
+# scancel -t, sacct -s and the controller's state filters read. Besides muster's own states
+# (``JobState`` and COMPLETING), it holds the states and flags Slurm shows that muster never
+# enters (CONFIGURING, REQUEUED, ...): a tool may pass them, and they then match no job.
+JOB_STATE_CODES: dict[str, str] = {
+    **{code: str(state) for state, code in JOB_STATE_SHORT.items()},
+    COMPLETING_SHORT: COMPLETING_LONG,
+    "CF": "CONFIGURING",
+    "RV": "REVOKED",
+    "SE": "SPECIAL_EXIT",
+    "RQ": "REQUEUED",
+    "RS": "RESIZING",
+    "SI": "SIGNALING",
+    "SO": "STAGE_OUT",
+    "ST": "STOPPED",
+    "RD": "RESV_DEL_HOLD",
+    "RF": "REQUEUE_FED",
+    "RH": "REQUEUE_HOLD",
+}
+JOB_STATE_NAMES: frozenset[str] = frozenset(JOB_STATE_CODES.values())
+
+
+def job_state_name(text: str) -> str | None:
+    """The long name of a state given by code or name, any case (``pd``, ``Pending``);
+    None when Slurm knows no such state."""
+    up = text.strip().upper()
+    if up in JOB_STATE_NAMES:
+        return up
+    return JOB_STATE_CODES.get(up)
+
+
+def parse_job_states(text: str) -> set[str] | None:
+    """A comma-separated list of states (``-t``/``-s``) as long names; None for ``all``.
+
+    Raises ``ValueError("Invalid job state specified: X")`` (Slurm's words) for junk."""
+    wanted: set[str] = set()
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        if item.strip().lower() == "all":
+            return None
+        name = job_state_name(item)
+        if name is None:
+            raise ValueError(f"Invalid job state specified: {item.strip()}")
+        wanted.add(name)
+    return wanted
+
 
 def parse_job_state(text: str) -> JobState | str:
     """Accept ``PD``/``pending``/``PENDING``; return ``"COMPLETING"`` for CG; raise on junk."""

@@ -16,6 +16,7 @@ import time
 from muster.core.errors import InvalidRequest
 
 __all__ = [
+    "MAX_TIME_LIMIT",
     "TimeFormatError",
     "format_duration",
     "format_hms",
@@ -24,6 +25,10 @@ __all__ = [
     "parse_time_limit",
     "parse_timestamp",
 ]
+
+# The longest time limit Slurm can hold: its minutes in a 32-bit signed integer
+# (``--time=99999999999`` is refused: "Invalid time limit specification").
+MAX_TIME_LIMIT = (2**31 - 1) * 60
 
 _UNLIMITED_WORDS = frozenset({"unlimited", "infinite", "-1"})
 
@@ -39,6 +44,9 @@ _CLOCK_RE = r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(am|pm)?$"
 _ISO_RE = r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:t(\d{1,2}):(\d{2})(?::(\d{2}))?)?$"
 _SLASH_RE = r"^(\d{1,2})([/.])(\d{1,2})(?:\2(\d{2}|\d{4}))?$"
 _MMDDYY_RE = r"^(\d{2})(\d{2})(\d{2})?$"
+# A date and a time of day in one word, joined by "T" or "-" ("1970-01-01-00:00:01",
+# "12/24-10:00", "2026-01-05T10:00"): the time is the part after the last such joint.
+_JOINED_RE = r"^(.+)[t-](\d{1,2}:\d{2}(?::\d{2})?(?:am|pm)?)$"
 # Slurm's named times of day (the last three come from at(1) folklore).
 _NAMED_TIMES = {"midnight": 0, "elevenses": 11, "noon": 12, "fika": 15, "teatime": 16}
 
@@ -110,7 +118,7 @@ def format_timestamp(epoch: float | None, none: str = "Unknown") -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
 
 
-def parse_timestamp(text: str, now: float) -> float:
+def parse_timestamp(text: str, now: float, *, past: bool = False) -> float:
     """Parse a Slurm ``--begin``-style time into an epoch, relative to ``now``.
 
     Accepted (case-insensitive): ``now``, ``now+N[unit]`` / ``now-N[unit]`` with unit one of
@@ -118,11 +126,14 @@ def parse_timestamp(text: str, now: float) -> float:
     an optional AM/PM; ``midnight``, ``elevenses``, ``noon``, ``fika``, ``teatime``;
     ``today``, ``tomorrow``; ``YYYY-MM-DD[THH:MM[:SS]]``; ``MM/DD[/YY]``, ``MM.DD[.YY]``,
     ``MMDD[YY]``. A date and a time of day may be given together, separated by a space
-    (``tomorrow 10:00``, ``teatime 12/24``).
+    (``tomorrow 10:00``, ``teatime 12/24``), or joined to a date by ``T`` or ``-``
+    (``1970-01-01T00:00:01``, ``1970-01-01-00:00:01``, ``12/24-10:00``, ``122426-10:00``).
 
     A time of day without a date means the next such moment: today, or tomorrow if it has
     passed. A date without a year means this year, or next year if that day has passed.
-    A date without a time means its midnight.
+    A date without a time means its midnight. With ``past`` (sacct's ``-S``/``-E``, which
+    look back) both rules look back instead: the last such moment, today's or yesterday's,
+    and this year or last year.
     """
     raw = text
     text = text.strip().lower()
@@ -132,7 +143,13 @@ def parse_timestamp(text: str, now: float) -> float:
     if m is not None:
         return _parse_now(m, raw, now)
 
-    words = text.split()
+    words = []
+    for word in text.split():
+        joined = re.compile(_JOINED_RE).match(word)
+        if joined is not None and joined.group(1) not in _NAMED_TIMES:
+            words += [joined.group(1), joined.group(2)]
+        else:
+            words.append(word)
     date: tuple[int, int, int] | None = None  # (year, month, day); year -1 = unspecified
     clock: tuple[int, int, int] | None = None
     if len(words) > 2:
@@ -154,7 +171,7 @@ def parse_timestamp(text: str, now: float) -> float:
             date = parsed_date
             continue
         raise TimeFormatError(f"Invalid time specification {raw!r}")
-    return _resolve(date, clock, now, raw)
+    return _resolve(date, clock, now, raw, past)
 
 
 def _split(seconds: int) -> tuple[int, int, int, int]:
@@ -226,6 +243,7 @@ def _resolve(
     clock: tuple[int, int, int] | None,
     now: float,
     raw: str,
+    past: bool = False,
 ) -> float:
     hour, minute, second = clock if clock is not None else (0, 0, 0)
     if not (0 <= hour <= 23 and 0 <= minute <= 59 and 0 <= second <= 59):
@@ -234,7 +252,11 @@ def _resolve(
     if date is None:
         # A bare time of day: the next time the clock shows it.
         when = _mktime(today.tm_year, today.tm_mon, today.tm_mday, hour, minute, second, raw)
-        if when < now:
+        if past and when > now:
+            when = _mktime(
+                today.tm_year, today.tm_mon, today.tm_mday - 1, hour, minute, second, raw
+            )
+        elif not past and when < now:
             when = _mktime(
                 today.tm_year, today.tm_mon, today.tm_mday + 1, hour, minute, second, raw
             )
@@ -244,7 +266,9 @@ def _resolve(
         raise TimeFormatError(f"Invalid time specification {raw!r}: date out of range")
     if year == -1:
         year = today.tm_year
-        if (month, day) < (today.tm_mon, today.tm_mday):
+        if past and (month, day) > (today.tm_mon, today.tm_mday):
+            year -= 1
+        elif not past and (month, day) < (today.tm_mon, today.tm_mday):
             year += 1
     _check_day_exists(year, month, day, raw)
     return _mktime(year, month, day, hour, minute, second, raw)

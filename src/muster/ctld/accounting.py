@@ -204,9 +204,11 @@ class Accounting:
         if qos_name is None and "normal" in db.qos:
             qos_name = "normal"
         q = db.qos.get(qos_name) if qos_name else None
+        if spec.qos is not None and q is None:  # a QOS that does not exist: always (Slurm)
+            raise InvalidRequest(INVALID_QOS)
         if spec.qos is not None and (self.enforce.qos or self.enforce.associations):
             allowed = db.allowed_qos(a) if a is not None else []
-            if q is None or (allowed and spec.qos not in allowed):
+            if allowed and spec.qos not in allowed:
                 raise InvalidRequest(INVALID_QOS)
         time_limit = spec.time_limit
         walls = [w for w in (q.max_wall if q else None,

@@ -26,16 +26,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.core.errors import InvalidRequest
+from muster.core.states import job_state_name
 from muster.ctld.records import Query
 
 if TYPE_CHECKING:
     from muster.ctld.app import CtldApp
 
-_STATES = {
-    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CD": "COMPLETED", "CA": "CANCELLED",
-    "F": "FAILED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "OOM": "OUT_OF_MEMORY",
-    "BF": "BOOT_FAIL", "DL": "DEADLINE", "RQ": "REQUEUED", "RV": "REVOKED", "RS": "RESIZING",
-}
 
 
 class SacctmgrBody(BaseModel):
@@ -49,10 +45,11 @@ class SacctmgrBody(BaseModel):
 
 
 def parse_states(values: list[str]) -> list[str]:
+    """State names or codes as long names (``core.states``); unknown ones kept as given,
+    upper case, so they match nothing."""
     out = []
     for v in values:
-        up = v.strip().upper()
-        out.append(_STATES.get(up, up))
+        out.append(job_state_name(v) or v.strip().upper())
     return out
 
 

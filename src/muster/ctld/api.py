@@ -22,6 +22,7 @@ from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterEr
 from muster.core.hostlist import compress
 from muster.core.job import JobSpec
 from muster.core.resources import parse_gres
+from muster.core.timefmt import MAX_TIME_LIMIT
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.controller import Identity, parse_signal
 from muster.ctld.stepapi import build_step_routes
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
     from muster.ctld.app import CtldApp
 
 log = logging.getLogger("musterctld.api")
+
+
+_COUNT = 2**31 - 1  # Slurm's counts are 32-bit; larger ones would not fit the store either
+_BIG = 2**53  # megabytes and GPU totals: any real size, and still exact as a float
 
 
 class SpecModel(BaseModel):
@@ -49,21 +54,21 @@ class SpecModel(BaseModel):
     stdin: str | None = None
     environment: dict[str, str] = {}
     partitions: list[str] = []
-    min_nodes: int | None = Field(None, ge=1)
-    max_nodes: int | None = Field(None, ge=1)
-    ntasks: int | None = Field(None, ge=1)
-    ntasks_per_node: int | None = Field(None, ge=1)
-    cpus_per_task: int = Field(1, ge=1)
-    mem_per_node: int | None = Field(None, ge=0)
-    mem_per_cpu: int | None = Field(None, ge=0)
-    mem_per_gpu: int | None = Field(None, ge=0)
-    gpus_per_node: int = Field(0, ge=0)
+    min_nodes: int | None = Field(None, ge=1, le=_COUNT)
+    max_nodes: int | None = Field(None, ge=1, le=_COUNT)
+    ntasks: int | None = Field(None, ge=1, le=_COUNT)
+    ntasks_per_node: int | None = Field(None, ge=1, le=_COUNT)
+    cpus_per_task: int = Field(1, ge=1, le=_COUNT)
+    mem_per_node: int | None = Field(None, ge=0, le=_BIG)
+    mem_per_cpu: int | None = Field(None, ge=0, le=_BIG)
+    mem_per_gpu: int | None = Field(None, ge=0, le=_BIG)
+    gpus_per_node: int = Field(0, ge=0, le=_COUNT)
     gpu_type: str | None = None
-    gpus: int | None = Field(None, ge=0)
-    gpus_per_task: int | None = Field(None, ge=0)
+    gpus: int | None = Field(None, ge=0, le=_BIG)
+    gpus_per_task: int | None = Field(None, ge=0, le=_BIG)
     gres: str | None = None
-    time_limit: int | None = Field(None, ge=1)
-    time_min: int | None = Field(None, ge=1)
+    time_limit: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT)
+    time_min: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT)
     exclusive: bool = False
     nodelist: list[str] = []
     exclude: list[str] = []
@@ -130,15 +135,15 @@ class HoldBody(BaseModel):
 
 class UpdateBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    time_limit: int | None = Field(None, ge=1)
-    priority: int | None = Field(None, ge=0)
-    nice: int | None = None
+    time_limit: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT)
+    priority: int | None = Field(None, ge=0, le=2**32 - 1)
+    nice: int | None = Field(None, ge=-2147483645, le=2147483645)
     name: str | None = None
     partition: str | None = None
     comment: str | None = None
     begin_time: float | None = None
-    min_nodes: int | None = Field(None, ge=1)
-    array_throttle: int | None = Field(None, ge=0)
+    min_nodes: int | None = Field(None, ge=1, le=_COUNT)
+    array_throttle: int | None = Field(None, ge=0, le=_COUNT)
 
 
 class RequeueBody(BaseModel):

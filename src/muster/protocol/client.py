@@ -79,7 +79,9 @@ def request(
     timeout: float = 60.0,
 ) -> Any:
     """Send one request and return the decoded JSON answer; raise ApiError on 4xx/5xx."""
-    payload = b"" if body is None else dumps(body).encode()
+    # Text that is not UTF-8 (a command-line argument of raw bytes arrives as surrogates)
+    # is sent with "?" in their place: the controller then answers "not found", not a crash.
+    payload = b"" if body is None else dumps(body).encode("utf-8", "replace")
     try:
         if unix_path is not None:
             sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -102,14 +104,17 @@ def request(
             f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n{extra}\r\n"
         )
-        sock.sendall(head.encode() + payload)
+        sock.sendall(head.encode("utf-8", "replace") + payload)
         raw = _recv_all(sock)
     except OSError as e:
         raise ConnectError(f"controller connection failed: {e}") from None
     finally:
         sock.close()
     status, data = _parse_response(raw)
-    decoded = loads(data) if data else None
+    try:
+        decoded = loads(data) if data else None
+    except (ValueError, UnicodeDecodeError):  # not JSON: a proxy's page, a crashed handler
+        raise ApiError(status if status >= 400 else 502, f"unexpected reply from the controller (HTTP {status})") from None
     if status >= 400:
         if isinstance(decoded, dict):
             raise ApiError(status, decoded.get("error", f"HTTP {status}"), decoded.get("code", "error"), decoded)

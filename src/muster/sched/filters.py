@@ -9,9 +9,11 @@ few dozen distinct shapes scans the nodes a few dozen times and makes a few doze
 ``Request``s, whatever their time limits (a job's limit travels beside its request).
 
 ``validate_submit`` applies the "never" checks at submission, so that sbatch can refuse
-a job that could never run, with Slurm's wording. Limits that an admin may still raise
-(MaxTime, MaxNodes) are refused only under ``EnforcePartLimits``; otherwise the job
-waits with PartitionTimeLimit or PartitionNodeLimit, as in Slurm.
+a job that could never run, with Slurm's wording (more nodes than its partitions have,
+e.g. ``sbatch -N 5`` on 4 nodes or ``srun -n 100000``: "Requested node configuration is
+not available"). Limits that an admin may still raise (MaxTime, MaxNodes) are refused only
+under ``EnforcePartLimits``; otherwise the job waits with PartitionTimeLimit or
+PartitionNodeLimit, as in Slurm.
 """
 
 from __future__ import annotations
@@ -505,9 +507,10 @@ def _partition_problem(
     if not set(spec.nodelist) <= member_names:
         return Rejection(NODE_CONFIG)
     if nodes > len(members):
-        # More nodes than the partition has: Slurm queues it (PartitionNodeLimit) unless
-        # limits are enforced.
-        return Rejection(BAD_NODE_COUNT) if enforce != "NO" else None
+        # More nodes than the partition has at all: it could only ever run after the
+        # partition grows, so it is refused now (a job over MaxNodes, by contrast, waits
+        # with PartitionNodeLimit unless limits are enforced: an admin may raise MaxNodes).
+        return Rejection(BAD_NODE_COUNT) if enforce != "NO" else Rejection(NODE_CONFIG)
     need = _need(shape)
     exclude = set(spec.exclude)
     fit = fit_without_mem = 0

@@ -1,28 +1,9 @@
-"""The pure parts of the agent's step runner: file patterns and which processes a task owns."""
+"""The pure parts of the agent's step runner: which processes a task owns (file patterns: core.outputs)."""
 
 from __future__ import annotations
 
-import pytest
-
 from muster.agent.proctree import ProcInfo
-from muster.agent.steps import _Task, _task_members, expand_task_pattern
-
-
-@pytest.mark.parametrize(
-    ("pattern", "expected"),
-    [
-        ("out-%j.%s.%t", "out-12.3.7"),
-        ("%N-%n-%3t.log", "node2-1-007.log"),
-        ("%J_%u_%x_%%", "12.3_alice_train_%"),
-        ("%A-%q", "12-%q"),  # unknown escapes stay as written
-        ("trailing%", "trailing%"),
-    ],
-)
-def test_task_file_patterns(pattern: str, expected: str) -> None:
-    got = expand_task_pattern(
-        pattern, job_id=12, step_id=3, task=7, node="node2.cluster", node_index=1, user="alice", job_name="train"
-    )
-    assert got == expected
+from muster.agent.steps import _Task, _task_members
 
 
 def procs(*rows: tuple[int, int, int, int, int]) -> dict[int, ProcInfo]:

@@ -253,6 +253,16 @@ def test_gpu_options() -> None:
         (["--open-mode=sideways"], "Invalid --open-mode specification: sideways", 255),
         (["--begin=whenever"], "Invalid --begin specification", 255),
         (["-w", "node[3-1]"], "Invalid --nodelist specification", 255),
+        # numbers Slurm cannot hold (32-bit counts, minutes) and digits that are not ASCII
+        (["-t", "99999999999"], "Invalid time limit specification", 255),
+        (["-n", "99999999999999999999"], 'Invalid numeric value "99999999999999999999" for --ntasks.', 255),
+        (["-n", "2147483648"], 'Invalid numeric value "2147483648" for --ntasks.', 255),
+        (["-n", "\u00b2"], 'Invalid numeric value "\u00b2" for --ntasks.', 255),
+        (["-N", "99999999999"], '"99999999999" is not a valid node count', 255),
+        (["-N", "\u0662"], '"\u0662" is not a valid node count', 255),
+        (["--nice=99999999999999"], "Invalid nice value", 255),
+        (["--gres=gpu:99999999999"], "Invalid generic resource (gres) specification", 1),
+        (["--gres=gpu:a100:\u00b2"], "Invalid generic resource (gres) specification", 1),
     ],
 )
 def test_bad_values(argv, message, rc) -> None:

@@ -122,6 +122,29 @@ def test_default_window_is_today_and_all_time_with_jobs() -> None:
     assert states.params["start"] == T0 and states.params["state"] == ["CANCELLED", "FAILED"]
 
 
+@pytest.mark.parametrize(
+    ("text", "when"),
+    [
+        ("1970-01-01-00:00:01", (1970, 1, 1, 0, 0, 1)),  # what torchx sends
+        ("1970-01-01T00:00:01", (1970, 1, 1, 0, 0, 1)),
+        ("01/02/26-03:04", (2026, 1, 2, 3, 4, 0)),
+        ("010226-03:04:05", (2026, 1, 2, 3, 4, 5)),
+    ],
+)
+def test_start_and_end_take_slurms_date_and_time_forms(text: str, when: tuple[int, ...]) -> None:
+    import time
+
+    req = sacct.parse_args(["-S", text, "-E", text], {}, T0)
+    assert not isinstance(req, str)
+    expected = time.mktime((*when, 0, 0, -1))
+    assert req.params["start"] == expected and req.params["end"] == expected
+
+
+def test_a_bad_start_time_is_one_clear_error() -> None:
+    with pytest.raises(CommandError, match="Invalid time specification: 1970-13-01"):
+        sacct.parse_args(["-S", "1970-13-01"], {}, T0)
+
+
 def test_a_node_failure_shows_both_attempts_with_duplicates() -> None:
     job = _run(_job(8640, "nf", nodes=2))
     first = job.to_dict()
@@ -141,3 +164,12 @@ def test_a_node_failure_shows_both_attempts_with_duplicates() -> None:
         "8640|CANCELLED by 0|0:0|node[3-4]",
         "8640.batch|CANCELLED|0:15|node3",
     ]
+
+
+def test_state_takes_every_slurm_code_and_name_in_any_case() -> None:
+    req = sacct.parse_args(["-s", "cd,CF,requeued,Rh,oom,se"], {}, T0)
+    assert not isinstance(req, str)
+    assert req.params["state"] == ["COMPLETED", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD",
+                                   "OUT_OF_MEMORY", "SPECIAL_EXIT"]
+    with pytest.raises(CommandError, match="Invalid state: XX"):
+        sacct.parse_args(["-s", "XX"], {}, T0)

@@ -67,3 +67,32 @@ def test_show_assoc_tree_indents_accounts_from_the_left() -> None:
     ]
     cmd = parse_command("show assoc format=account,user,grptres".split())
     assert show(cmd, objects, Printer(parsable=True))[1:] == ["root||", "a||gres/gpu=8", "a|alice|"]
+
+
+OBJECTS = {
+    "cluster": "c",
+    "accounts": [{"name": "root"}, {"name": "a"}, {"name": "b"}],
+    "users": [{"name": "alice", "default_account": "a", "admin_level": "None"},
+              {"name": "bob", "default_account": "b", "admin_level": "None"}],
+    "assocs": [
+        {"account": "root", "user": "", "parent": None, "shares": 1, "limits": {}, "qos": [], "depth": 0},
+        {"account": "a", "user": "", "parent": "root", "shares": 1, "limits": {}, "qos": [], "depth": 1},
+        {"account": "b", "user": "", "parent": "root", "shares": 1, "limits": {}, "qos": [], "depth": 1},
+        {"account": "a", "user": "alice", "parent": None, "shares": 1, "limits": {}, "qos": [], "depth": 2},
+        {"account": "b", "user": "alice", "parent": None, "shares": 1, "limits": {}, "qos": [], "depth": 2},
+        {"account": "b", "user": "bob", "parent": None, "shares": 1, "limits": {}, "qos": [], "depth": 2},
+    ],
+}
+
+
+def test_dash_s_lists_a_users_associations(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sacctmgr -n -s list user X format=account``: the accounts X may charge, one a line."""
+    from muster.cli import sacctmgr
+
+    monkeypatch.setattr(sacctmgr, "call", lambda *a, **k: OBJECTS)
+    assert sacctmgr.main(["-n", "-s", "list", "user", "alice", "format=account"]) == 0
+    assert capsys.readouterr().out.split() == ["a", "b"]
+    assert sacctmgr.main(["-P", "list", "user", "bob", "withassoc", "format=user,account,defaultaccount"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["User|Account|Def Acct", "bob|b|b"]
+    assert sacctmgr.main(["-n", "-P", "-s", "list", "account", "b", "format=account,user"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["b|", "b|alice", "b|bob"]

@@ -63,6 +63,8 @@ def test_numeric_signal_is_sent_as_a_number() -> None:
         (["12.x"], "Invalid job id 12.x"),
         (["-s", "BOGUS", "5"], "Invalid job signal: BOGUS"),
         (["-t", "COMPLETED", "5"], "Invalid job state specified: COMPLETED"),
+        (["-t", "CD", "5"], "Invalid job state specified: CD"),
+        (["-t", "nosuch", "5"], "Invalid job state specified: nosuch"),
     ],
 )
 def test_bad_input(argv, message) -> None:
@@ -143,3 +145,8 @@ def test_main_verbose_names_the_job(monkeypatch, capsys, reference) -> None:
 def test_array_tasks_are_sent_as_written() -> None:
     c = _cancel(["123", "123_7", "123_[1-3,5]", "9,10_2"])
     assert c.job_ids == [123, "123_7", "123_[1-3,5]", 9, "10_2"]
+
+
+@pytest.mark.parametrize(("text", "name"), [("pd", "PENDING"), ("R", "RUNNING"), ("Suspended", "SUSPENDED"), ("s", "SUSPENDED")])
+def test_state_takes_slurms_codes_and_names_in_any_case(text: str, name: str) -> None:
+    assert scancel.parse_args(["-t", text, "5"]).states == [name]

@@ -159,6 +159,30 @@ def test_update_rejects_unknown_keys() -> None:
         scontrol.parse_update(["TimeLimit=5"])
 
 
+@pytest.mark.parametrize(
+    ("word", "message"),
+    [
+        ("Nice=99999999999999", r"Nice value out of range \(\+/- 2147483645\). Value ignored"),
+        ("Nice=-2147483646", r"Nice value out of range"),
+        ("Nice=abc", "Invalid Nice value: abc"),
+        ("Priority=-1", "Invalid Priority value: -1"),
+        ("Priority=99999999999999999999", "Invalid Priority value"),
+        ("TimeLimit=99999999999", "Invalid time limit specification"),
+        ("NumNodes=99999999999", "Invalid NumNodes value"),
+        ("NumNodes=\u00b2", "Invalid NumNodes value"),
+        ("ArrayTaskThrottle=99999999999", "Invalid ArrayTaskThrottle value"),
+    ],
+)
+def test_update_refuses_values_slurm_cannot_hold(word: str, message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        scontrol.parse_update(["jobid=3", word.encode().decode("unicode_escape")])
+
+
+def test_update_takes_nice_in_range() -> None:
+    assert scontrol.parse_update(["jobid=3", "Nice=-2147483645"])[1] == {"nice": -2147483645}
+    assert scontrol.parse_update(["jobid=3", "nice=+10"])[1] == {"nice": 10}
+
+
 class _Fake:
     def __init__(self, error: Exception | None = None, answers: dict | None = None) -> None:
         self.error = error

@@ -89,6 +89,33 @@ def test_state_filter_takes_short_and_long_names(jobs) -> None:
     assert _lines(_queue(jobs), ["-h", "-o", "%i", "--states=PD"]) == ["8654", "8656"]
 
 
+ALL_CODES = "PD R S CG CD CA F TO NF PR BF OOM DL CF RV SE RQ RS SI SO ST RD RF RH".split()
+ALL_NAMES = (
+    "PENDING RUNNING SUSPENDED COMPLETING COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED "
+    "BOOT_FAIL OUT_OF_MEMORY DEADLINE CONFIGURING REVOKED SPECIAL_EXIT REQUEUED RESIZING "
+    "SIGNALING STAGE_OUT STOPPED RESV_DEL_HOLD REQUEUE_FED REQUEUE_HOLD"
+).split()
+
+
+@pytest.mark.parametrize("text", ALL_CODES + ALL_NAMES + [c.lower() for c in ALL_CODES + ALL_NAMES])
+def test_every_slurm_job_state_code_and_name_is_accepted(text: str) -> None:
+    f = squeue.parse_args(["-t", text], {})
+    assert not isinstance(f, str)
+
+
+def test_the_state_list_is_read_as_long_names() -> None:
+    from muster.core.states import parse_job_states
+
+    assert parse_job_states("cf,RV,se,Requeued,rh,cg") == {
+        "CONFIGURING", "REVOKED", "SPECIAL_EXIT", "REQUEUED", "REQUEUE_HOLD", "COMPLETING"}
+    assert parse_job_states("R,all") is None
+    assert squeue.parse_states(f"{','.join(ALL_CODES)}") == set(ALL_NAMES)
+
+
+def test_a_state_slurm_lacks_matches_no_job(jobs) -> None:
+    assert _lines(_queue(jobs), ["-h", "-o", "%i", "-t", "CF,RH"]) == []
+
+
 def test_bad_state_is_an_error() -> None:
     with pytest.raises(CommandError, match="Invalid job state specified: XX"):
         squeue.parse_args(["-t", "XX"], {})

@@ -226,6 +226,7 @@ def test_cpus_default_to_the_described_topology() -> None:
         ("gpu:a100:4(S:0-1),nic:2", 4, "a100", {"a100": 4}, {"nic": 2}),
         ("bandwidth:lustre:4G", 0, None, {}, {"bandwidth": 4 * 1024**3}),
         ("gpu:tesla", 1, "tesla", {"tesla": 1}, {}),
+        ("gpu:1g.5gb:7", 7, "1g.5gb", {"1g.5gb": 7}, {}),  # a MIG slice type may start with a digit
     ],
 )
 def test_gres_strings_are_counted(
@@ -373,6 +374,9 @@ def test_unknown_keys_warn_include_is_skipped_and_known_keys_are_kept() -> None:
         ("NodeName=n1\nNodeName=n[0-1]\n", "2: duplicate node 'n1' (first defined at line 1)"),
         ("NodeName=n1 State=SLEEPY\n", "1: bad node State 'SLEEPY'"),
         ("NodeName=n1 Gres=gpu:a:b\n", "1: bad Gres count in 'gpu:a:b'"),
+        ("NodeName=n1\nNodeName=n2 Gres=gpu:-2\n", "2: bad Gres count in 'gpu:-2'"),
+        ("NodeName=n1 Gres=gpu:1.5\n", "1: bad Gres count in 'gpu:1.5'"),
+        ("NodeName=n1 Gres=gpu:a100:-1\n", "1: bad Gres count in 'gpu:a100:-1'"),
         ("NodeName=n1 Gres=gpu:x:y:2\n", "1: bad Gres 'gpu:x:y:2': expected NAME[:TYPE][:COUNT]"),
         ("ClusterName=x NodeName=n1\n", "1: NodeName must be the first key on its line"),
         ("NodeName=n1\nPartitionName=p Nodes=n[1-2]\n", "2: partition 'p' names unknown node 'n2'"),

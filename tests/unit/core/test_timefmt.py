@@ -162,10 +162,36 @@ def test_missing_timestamps_say_unknown_or_the_given_word() -> None:
         ("1224", local(2026, 12, 24)),
         ("010527", local(2027, 1, 5)),
         ("teatime 12/24", local(2026, 12, 24, 16)),
+        # a date and a time joined by "T" or "-" (torchx sends "sacct -S 1970-01-01-00:00:01")
+        ("1970-01-01-00:00:01", local(1970, 1, 1, 0, 0, 1)),
+        ("1970-01-01T00:00:01", local(1970, 1, 1, 0, 0, 1)),
+        ("2027-01-15-08:30", local(2027, 1, 15, 8, 30)),
+        ("12/24-10:00", local(2026, 12, 24, 10)),
+        ("12/24/27-10:00:05", local(2027, 12, 24, 10, 0, 5)),
+        ("01.05.27-3:04", local(2027, 1, 5, 3, 4)),
+        ("1224-10:00", local(2026, 12, 24, 10)),
+        ("12/24T4:00pm", local(2026, 12, 24, 16)),
     ],
 )
 def test_begin_times_resolve_against_now(text: str, expected: float) -> None:
     assert parse_timestamp(text, NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("10:00", local(2026, 12, 2, 10)),  # this morning, not tomorrow's
+        ("16:00", local(2026, 12, 1, 16)),  # not yet today: yesterday's
+        ("midnight", local(2026, 12, 2)),
+        ("12/24", local(2025, 12, 24)),  # not yet this year: last year's
+        ("12/01", local(2026, 12, 1)),
+        ("12/24-10:00", local(2025, 12, 24, 10)),
+        ("2027-01-15", local(2027, 1, 15)),  # a full date is taken as written
+        ("now-1days", NOW - 86400),
+    ],
+)
+def test_past_times_look_back_as_sacct_does(text: str, expected: float) -> None:
+    assert parse_timestamp(text, NOW, past=True) == expected
 
 
 def test_time_of_day_rolls_over_month_and_year_ends() -> None:
@@ -190,6 +216,10 @@ def test_time_of_day_rolls_over_month_and_year_ends() -> None:
         ("today tomorrow", "Invalid time specification"),
         ("10:00 11:00", "Invalid time specification"),
         ("a b c", "Invalid time specification"),
+        ("2027-01-15-25:00", "time of day out of range"),
+        ("now-10:00", "Invalid time specification"),
+        ("x-10:00", "Invalid time specification"),
+        ("2027-01-15-08:30-09:00", "Invalid time specification"),
     ],
 )
 def test_bad_begin_times_are_rejected_with_a_reason(text: str, fragment: str) -> None:

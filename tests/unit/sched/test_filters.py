@@ -170,9 +170,11 @@ def submit(spec: JobSpec | None = None, **shape: object) -> str | None:
             {"gpus_per_node": 1, "gpu_type": "h100"},
             "Invalid generic resource (gres) specification",
         ),
-        # EnforcePartLimits=NO: these wait (PartitionTimeLimit / PartitionNodeLimit)
+        # EnforcePartLimits=NO: over MaxTime waits (PartitionTimeLimit); more nodes than the
+        # partition has can never run
         (JobSpec(partitions=["debug"], time_limit=7200), {}, None),
-        (JobSpec(), {"nodes": 9}, None),
+        (JobSpec(), {"nodes": 9}, "Requested node configuration is not available"),
+        (JobSpec(), {"nodes": 10**12}, "Requested node configuration is not available"),
         (
             JobSpec(partitions=["closed"]),
             {},

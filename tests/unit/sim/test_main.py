@@ -92,7 +92,8 @@ def test_jobs_too_big_for_the_cluster_are_reported(write_swf: Callable[..., str]
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert main([write_swf(ROWS), "--nodes", "1", "--cpus-per-node", "2"]) == 0
     err = capsys.readouterr().err
-    assert "2 jobs not replayed, refused at submission: more nodes than the cluster has up" in err
+    # as Controller.submit: more nodes than the partition has can never run
+    assert "2 jobs not replayed, refused at submission: Requested node configuration is not available" in err
 
 
 def test_plots_are_written(write_swf: Callable[..., str], tmp_path: pathlib.Path,
