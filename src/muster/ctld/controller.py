@@ -235,7 +235,7 @@ class Controller:
             log.error("could not commit %s of job(s) %s: %s; the change is not applied",
                       "/".join(sorted({k for _j, k, _d in changes})),
                       ",".join(str(j.job_id) for j, _k, _d in changes[:10]), exc)
-            self._reload_jobs(j for j, _k, _d in changes)
+            self.reload_jobs(j for j, _k, _d in changes)
             raise
 
     @contextmanager
@@ -245,10 +245,11 @@ class Controller:
         try:
             yield
         except BaseException:
-            self._reload_jobs(jobs)
+            self.reload_jobs(jobs)
             raise
 
-    def _reload_jobs(self, jobs: Iterable[Job]) -> None:
+    def reload_jobs(self, jobs: Iterable[Job]) -> None:
+        """Put these jobs (and what they hold) back as the store last committed them."""
         for job in {j.job_id: j for j in jobs}.values():
             stored = self.store.get_job(job.job_id)
             for node in self.nodes.values() if job.alloc else ():

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from muster.core import lifecycle
-from muster.core.errors import InvalidRequest, PermissionDenied
+from muster.core.errors import InvalidRequest, PermissionDenied, StorageError
 from muster.core.hostlist import compress
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
@@ -272,9 +272,30 @@ class StepBook:
             time_limit=request.time_limit if request.time_limit is not None else job.time_limit,
             mem=sum(mem_of.get(n, 0) for n in outcome.nodes),
         )
-        self.store.record_steps(now, [(step, "start")])
+        self.store.record_steps(now, [(step, "start")])  # before it exists in memory
         self.active.setdefault(job.job_id, {})[step_id] = step
         return step
+
+    def _commit(
+        self, now: float, steps: list[tuple[Step, str]], jobs: list[tuple[Job, str, dict[str, Any]]] | None = None
+    ) -> None:
+        """Commit ended steps (and the jobs they end); when the commit fails, memory goes
+        back to what the store holds: the jobs as stored, the steps running again."""
+        jobs = jobs or []
+        try:
+            self.store.record_steps(now, steps, jobs)
+        except StorageError:
+            self.ctl.reload_jobs(j for j, _k, _d in jobs)
+            for step, kind in steps:
+                if kind != "end":
+                    continue
+                step.state, step.end_time, step.exit_code, step.exit_signal = StepState.RUNNING, None, 0, 0
+                step.usage = None
+                self.active.setdefault(step.job_id, {})[step.step_id] = step
+            for job, _k, _d in jobs:
+                if job.state is JobState.RUNNING and job.spec.interactive:
+                    self.interactive.add(job.job_id)
+            raise
 
     def answer(self, job: Job, step: Step) -> dict[str, Any]:
         """What srun needs to launch the step: the layout, the nodes' addresses, the grant."""
@@ -379,7 +400,7 @@ class StepBook:
             actions, jobs, more = self._end_allocation(job, exit_code, signal, cancelled, now)
             steps.extend(more)
         if steps or jobs:
-            self.store.record_steps(now, steps, jobs)
+            self._commit(now, steps, jobs)
             self.notify()
         return actions
 
@@ -410,7 +431,7 @@ class StepBook:
         step.end_time = now
         step.exit_code = exit_code
         step.exit_signal = signal
-        self.store.record_steps(now, [(step, "end")])
+        self._commit(now, [(step, "end")])
         self.notify()
 
     def complete_allocation(
@@ -421,7 +442,7 @@ class StepBook:
         now = self.clock.now()
         actions, jobs, steps = self._end_allocation(job, exit_code, signal, cancelled, now)
         if jobs or steps:
-            self.store.record_steps(now, steps, jobs)
+            self._commit(now, steps, jobs)
             self.notify()
         return actions
 
@@ -496,7 +517,7 @@ class StepBook:
                 steps.extend(self._end_steps(job_id, StepState.CANCELLED, now))
                 actions.append(Terminate(job_id, attempt, list(job.nodes), "timeout"))
         if steps or jobs:
-            self.store.record_steps(now, steps, jobs)
+            self._commit(now, steps, jobs)
             self.notify()
         return actions
 
