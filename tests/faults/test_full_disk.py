@@ -80,6 +80,18 @@ def test_a_full_state_disk_refuses_changes_clearly_and_the_cluster_recovers_when
         one_line_error(h.run(["sbatch", "--wrap", "true"]), "sbatch: error: Batch job submission failed:")
         one_line_error(h.run(["scancel", str(queued)]), "scancel: error:")
         one_line_error(h.run(["scontrol", "release", str(queued)]), "")
+        for argv in (
+            ["scontrol", "hold", str(waiting)],
+            ["scontrol", "requeue", str(running)],
+            ["scontrol", "update", "nodename=node2", "state=drain", "reason=x"],
+            ["scontrol", "create", "reservation", "starttime=now", "duration=60", "users=root",
+             "nodecnt=1"],
+            ["sacctmgr", "-i", "add", "account", "fdacct"],
+            ["srun", "-N1", "true"],
+        ):
+            out = h.run(argv, timeout=30)
+            assert out.returncode != 0 and "Traceback" not in out.stderr + out.stdout, (argv, out)
+            assert "No space left on device" in out.stderr + out.stdout, (argv, out)
         time.sleep(6)  # the running job ends meanwhile; its end cannot be recorded yet
         listed = h.run(["squeue", "-h", "-o", "%i %T %r"])
         assert listed.returncode == 0 and "Traceback" not in listed.stderr
@@ -89,6 +101,9 @@ def test_a_full_state_disk_refuses_changes_clearly_and_the_cluster_recovers_when
         shown = h.run(["scontrol", "show", "job", str(queued)])
         assert shown.returncode == 0 and "JobState=PENDING" in shown.stdout
         assert h.run(["sinfo"]).returncode == 0
+        assert not any(n["drain"] for n in h.cluster.api("GET", "/v1/nodes")["nodes"])
+        assert h.cluster.api("GET", "/v1/reservations")["reservations"] == []
+        assert "fdacct" not in h.run(["sacctmgr", "-n", "-P", "list", "account"]).stdout
     finally:
         os.unlink(filler)
 

@@ -702,8 +702,8 @@ class Controller:
             raise InvalidRequest("Error creating the reservation: Either Users or Accounts must be specified")
         res = Reservation(name, start, float(end), [], users, accounts, flags, req.get("partition"))
         res.nodes = self._reservation_nodes(res, req.get("nodes"), req.get("node_cnt"))
+        self.store.put_reservation(name, res.to_dict())  # committed first: memory follows
         self.reservations[name] = res
-        self.store.put_reservation(name, res.to_dict())
         return res
 
     def _reservation_name(self, who: Identity) -> str:
@@ -768,8 +768,8 @@ class Controller:
             new.flags = check_flags(req["flags"])
         if req.get("nodes") is not None or req.get("node_cnt") is not None:
             new.nodes = self._reservation_nodes(new, req.get("nodes"), req.get("node_cnt"))
-        self.reservations[name] = new
         self.store.put_reservation(name, new.to_dict())
+        self.reservations[name] = new
         return new
 
     def delete_reservation(self, who: Identity, name: str) -> None:
@@ -780,8 +780,8 @@ class Controller:
         for job in self.jobs.values():
             if job.is_active and job.spec.reservation == name:
                 raise InvalidRequest("Reservation request has jobs running: delete refused")
-        del self.reservations[name]
         self.store.put_reservation(name, None)
+        del self.reservations[name]
 
     # --- scheduling -----------------------------------------------------------------------
 
