@@ -218,7 +218,9 @@ class AgentDaemon:
 
     async def start(self) -> None:
         cfg = self.config
-        self.client = SignedClient(self.settings.key, self.clock, timeout=float(cfg.message_timeout))
+        self.client = SignedClient(
+            self.settings.key, self.clock, timeout=float(cfg.message_timeout), sender=self.node.name
+        )
         self.link = ControllerLink(
             client=self.client,
             base_url=f"http://{cfg.ctld_addr}:{cfg.ctld_port}",
