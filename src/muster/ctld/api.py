@@ -24,6 +24,7 @@ from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterEr
 from muster.core.hostlist import compress
 from muster.core.job import JobSpec
 from muster.core.resources import parse_gres
+from muster.core.states import JobState
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.controller import Identity, parse_signal
 from muster.ctld.privacy import PrivateData
@@ -304,10 +305,12 @@ def build_routes(ctx: CtldApp) -> list[Route]:
             except ValueError:
                 adding = 1  # the controller says what is wrong with it
         if len(ctl.jobs) + adding > cfg.max_job_count:
-            log.warning("refused a submission by %s: MaxJobCount=%d reached", who.user, cfg.max_job_count)
+            log.warning("refused a submission of %d job(s) by %s: %d jobs in memory, MaxJobCount=%d",
+                        adding, who.user, len(ctl.jobs), cfg.max_job_count)
             raise ResourceBusy()
-        cap = cfg.max_submit_jobs_per_user
-        if cap and sum(1 for j in ctl.jobs.values() if j.uid == who.uid and j.is_active) + adding > cap:
+        cap = 0 if who.admin else cfg.max_submit_jobs_per_user  # a cap on users, not on operators
+        queued = (j for j in ctl.jobs.values() if j.uid == who.uid and (j.state is JobState.PENDING or j.is_active))
+        if cap and sum(1 for _ in queued) + adding > cap:
             log.warning("refused a submission by %s: max_submit_jobs_per_user=%d reached", who.user, cap)
             raise ResourceBusy()
 

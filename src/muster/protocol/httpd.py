@@ -96,6 +96,12 @@ def bind_unix(path: str, mode: int = 0o666) -> socket.socket:
     return sock
 
 
+def body_limit(max_script_size: int) -> int:
+    """The body limit for a site whose scripts may have ``max_script_size`` bytes (a
+    script travels JSON-escaped, inside the job's other fields)."""
+    return max(BODY_LIMIT, 2 * max_script_size + 1024 * 1024)
+
+
 def make_server(
     app: Any,
     log_level: str = "warning",
