@@ -3,9 +3,12 @@
 One ASGI application serves both listening sockets and tells them apart by the peer
 credentials that ``protocol.httpd`` puts in the scope:
 
-* **TCP** (NodeAddr:Port): only requests signed with the cluster key. The signature covers
-  the method, the raw path *with* its query string, the body and the time/nonce headers;
-  anything else is answered 401 before any route runs.
+* **TCP** (NodeAddr:Port): only requests the controller signed with the cluster key *for
+  this node*. The signature covers the method, the raw path *with* its query string, the
+  body, the time/nonce headers and the sender and receiver names; a request from anyone
+  but ``ctld``, addressed to another node, replayed (even across a restart of this agent:
+  see ``protocol.replay``) or unsigned is answered 401 before any route runs, with one
+  log line naming what was refused.
 
   ==========================  ==============================================================
   ``POST /v1/launch``         ``{"job", "cluster", "ctld", "kill_wait"}`` -> ``{"ok": true}``
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -51,8 +55,8 @@ from muster.agent.limits import parse_signal
 from muster.agent.steps import StepRunner
 from muster.agent.supervisor import LaunchError, Supervisor
 from muster.core.clock import Clock
-from muster.protocol.httpd import PEER_KEY, SignatureError, Verifier, read_body
-from muster.protocol.signing import make_credential
+from muster.protocol.httpd import PEER_KEY, SignatureError, Verifier, read_body, refusal, send_json
+from muster.protocol.signing import CTLD, make_credential
 
 __all__ = ["build_app"]
 
@@ -68,7 +72,7 @@ def _error(message: str, code: str, status: int) -> JSONResponse:
 async def _json_body(request: Request) -> dict[str, Any]:
     try:
         body = json.loads(await request.body() or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         raise _BadRequest("request body is not JSON") from None
     if not isinstance(body, dict):
         raise _BadRequest("request body must be a JSON object")
@@ -233,10 +237,17 @@ class _SignedOnly:
         target = (path + b"?" + query if query else path).decode("latin-1")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            self.verifier.verify(scope["method"], target, body, headers)
+            sender = self.verifier.verify(scope["method"], target, body, headers)
+            if sender != CTLD:
+                raise SignatureError(f"message from {sender}: agents take orders from {CTLD} only")
         except SignatureError as exc:
-            log.warning("refused an unsigned or bad request %s %s: %s", scope["method"], target, exc)
-            await _error(f"authentication failed: {exc}", "auth", 401)(scope, receive, send)
+            client = scope.get("client") or ("?", 0)
+            log.warning(
+                "refused %s %s from %s (sender %s, receiver %s) at %s: %s",
+                scope["method"], target, client[0], headers.get("x-muster-from", "-"),
+                headers.get("x-muster-to", "-"), self.verifier.name, exc,
+            )
+            await send_json(send, 401, refusal(exc))
             return
         sent = False
 
@@ -260,7 +271,11 @@ def build_app(
 ) -> ASGIApp:
     """The ASGI app for both sockets (see the module docstring)."""
     routes = build_routes(supervisor, status_extra, steps)
-    signed = _SignedOnly(Starlette(routes=routes), Verifier(key, clock))
+    # The replay floor lives in the agent's own 0700 state directory (protocol.replay).
+    verifier = Verifier(key, clock, supervisor.node, os.path.join(supervisor.state.root, "replay-floor"))
+    signed = _SignedOnly(Starlette(routes=routes), verifier)
+    if steps is not None:
+        steps.replay = verifier.guard  # a step grant is admitted once, across restarts too
     local = credential_app(key, supervisor.node, clock)
     outer = Starlette(lifespan=lifespan)
 

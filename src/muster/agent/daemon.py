@@ -28,7 +28,7 @@ from muster.agent.steps import StepRunner
 from muster.agent.supervisor import Supervisor
 from muster.core.clock import Clock, SystemClock
 from muster.core.config import Config, NodeConf
-from muster.protocol.httpd import SignedClient, bind_tcp, bind_unix, make_server
+from muster.protocol.httpd import SignedClient, bind_tcp, bind_unix, body_limit, make_server
 
 __all__ = ["AgentDaemon", "AgentSettings", "StartupError", "heartbeat_interval"]
 
@@ -218,7 +218,9 @@ class AgentDaemon:
 
     async def start(self) -> None:
         cfg = self.config
-        self.client = SignedClient(self.settings.key, self.clock, timeout=float(cfg.message_timeout))
+        self.client = SignedClient(
+            self.settings.key, self.clock, timeout=float(cfg.message_timeout), sender=self.node.name
+        )
         self.link = ControllerLink(
             client=self.client,
             base_url=f"http://{cfg.ctld_addr}:{cfg.ctld_port}",
@@ -279,7 +281,7 @@ class AgentDaemon:
         app = build_app(
             self.supervisor, self.settings.key, self.clock, self.lifespan, self._status_extra, self.steps
         )
-        server = self._server = make_server(app)
+        server = self._server = make_server(app, body_limit=body_limit(self.config.max_script_size))
         try:
             if not self.stop_requested:
                 await server.serve(sockets=sockets)

@@ -68,6 +68,7 @@ from muster.core.clock import Clock
 from muster.core.cpubind import CpuBind, CpuBindError, mask_text, parse_cpu_bind
 from muster.core.timefmt import format_timestamp
 from muster.protocol.httpd import read_body
+from muster.protocol.replay import ReplayGuard, SignatureError
 from muster.protocol.stepcred import GRANT_TTL, GrantError, verify_grant
 from muster.protocol.stream import frame, json_frame
 
@@ -200,6 +201,9 @@ class StepRunner:
         self.proc_reader = proc_reader
         self.steps: dict[tuple[int, int], _Step] = {}
         self._launched: dict[tuple[int, int, int], float] = {}
+        # Set by the app: the agent's replay guard. A grant issued before the agent's
+        # replay floor may have been launched by a previous agent here: refused.
+        self.replay: ReplayGuard | None = None
         # Set by the daemon: a signed POST to the controller (path, body). Used to say that
         # a step whose srun went away has ended here, so its resources are freed.
         self.report: Callable[[str, dict[str, Any]], Awaitable[Any]] | None = None
@@ -451,8 +455,13 @@ class StepRunner:
     def _prepare(self, body: dict[str, Any]) -> tuple[_Step, list[_Plan]]:
         try:
             grant = verify_grant(self.key, str(body.get("grant") or ""), str(body.get("sig") or ""), self.clock.now())
+            if self.replay is not None:
+                self.replay.admit(float(grant["issued"]))
         except GrantError as e:
             raise StepLaunchError(str(e), 403, "auth") from None
+        except SignatureError as e:
+            log.warning("refused a step credential at %s: %s", self.node, e)
+            raise StepLaunchError(f"step credential refused: {e}", 403, "auth") from None
         try:
             job_id, attempt = int(grant["job_id"]), int(grant["attempt"])
             step_id, uid, gid = int(grant["step_id"]), int(grant["uid"]), int(grant["gid"])

@@ -304,7 +304,7 @@ def load_settings(prog: str) -> ClientSettings:
 class Controller:
     """A connection recipe for the controller: each call is one request."""
 
-    __slots__ = ("unix_path", "address", "headers", "settings", "timeout")
+    __slots__ = ("unix_path", "address", "headers", "settings", "timeout", "calls")
 
     def __init__(
         self,
@@ -319,17 +319,24 @@ class Controller:
         self.address = address
         self.headers = headers
         self.timeout = timeout
+        self.calls = 0
 
     def call(self, method: str, path: str, body: object = None) -> dict:
         from muster.protocol.client import request
 
+        headers = self.headers
+        if self.calls and self.address is not None and headers and "X-Muster-Credential" in headers:
+            # A credential is accepted once: each further request over TCP gets a fresh one.
+            credential = agent_credential(self.settings)
+            headers = self.headers = {"X-Muster-Credential": credential} if credential else None
+        self.calls += 1
         answer = request(
             method,
             path,
             body,
             unix_path=self.unix_path,
             address=self.address,
-            headers=self.headers,
+            headers=headers,
             timeout=self.timeout,
         )
         return answer if isinstance(answer, dict) else {}

@@ -260,6 +260,9 @@ class JobRequest:
         spec["environment"] = export_environment(
             self.export or environ.get("SBATCH_EXPORT") or "ALL", environ
         )
+        # Slurm carries the submitter's umask with the job (whatever --export says); the
+        # agent applies it before it creates the job's output files.
+        spec["environment"]["SLURM_UMASK"] = environ.get("SLURM_UMASK") or current_umask()
         if self.begin is not None:
             from muster.core.timefmt import TimeFormatError, parse_timestamp
 
@@ -272,6 +275,13 @@ class JobRequest:
             except TimeFormatError:
                 raise OptionValueError("Invalid --begin specification") from None
         return spec
+
+
+def current_umask() -> str:
+    """This process's umask as Slurm writes it (``0022``)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return f"{mask:04o}"
 
 
 def export_environment(export: str, environ: dict[str, str]) -> dict[str, str]:

@@ -576,6 +576,29 @@ class Config:
         return self.get_int("MaxJobCount", 10000)
 
     @property
+    def max_script_size(self) -> int:
+        """Bytes a batch script may have (``SchedulerParameters=max_script_size=N``; 4 MB)."""
+        return self._sched_int("max_script_size", 4 * 1024 * 1024, 512 * 1024 * 1024)
+
+    @property
+    def max_submit_jobs_per_user(self) -> int:
+        """Pending and running jobs one user may have (muster's
+        ``SchedulerParameters=max_submit_jobs_per_user=N``); 0: no limit but MaxJobCount."""
+        return self._sched_int("max_submit_jobs_per_user", 0, 2**31)
+
+    def _sched_int(self, name: str, default: int, most: int) -> int:
+        raw = self.scheduler_parameters.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"SchedulerParameters: {name}={raw} is not an integer") from None
+        if not 0 <= value <= most:
+            raise ConfigError(f"SchedulerParameters: {name}={raw} is out of range (0-{most})")
+        return value
+
+    @property
     def max_array_size(self) -> int:
         return self.get_int("MaxArraySize", 1001)
 

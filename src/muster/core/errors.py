@@ -62,6 +62,16 @@ class PermissionDenied(MusterError):
         super().__init__(message)
 
 
+class ResourceBusy(MusterError):
+    """A cluster-wide or per-user cap on queued jobs is reached (Slurm: EAGAIN)."""
+
+    http_status = 503
+    code = "busy"
+
+    def __init__(self, message: str = "Resource temporarily unavailable") -> None:
+        super().__init__(message)
+
+
 class AuthError(MusterError):
     http_status = 401
     code = "auth"

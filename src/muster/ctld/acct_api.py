@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from muster.core.errors import InvalidRequest
 from muster.core.states import job_state_name
+from muster.ctld.privacy import PrivateData
 from muster.ctld.records import Query
 
 if TYPE_CHECKING:
@@ -53,8 +54,11 @@ def parse_states(values: list[str]) -> list[str]:
     return out
 
 
-def accounting_routes(ctx: CtldApp, caller: Callable[[Request], Any], parse: Any, handler: Any) -> list[Route]:
+def accounting_routes(
+    ctx: CtldApp, caller: Callable[[Request], Any], parse: Any, handler: Any, private: PrivateData | None = None
+) -> list[Route]:
     ctl = ctx.controller
+    private = private or PrivateData(ctl.config)
 
     def acct() -> Any:
         if ctl.accounting is None:
@@ -76,7 +80,7 @@ def accounting_routes(ctx: CtldApp, caller: Callable[[Request], Any], parse: Any
 
     @handler
     async def jobs(request: Request) -> JSONResponse:
-        caller(request)
+        who = caller(request)
         now = ctx.clock.now()
         job_ids: list[int] = []
         tasks: set[tuple[int, int]] = set()
@@ -103,12 +107,12 @@ def accounting_routes(ctx: CtldApp, caller: Callable[[Request], Any], parse: Any
             end=qtime(request, "end"),
             duplicates=request.query_params.get("duplicates") in ("1", "true", "yes"),
         )
-        return JSONResponse({"jobs": acct().jobs(q, now), "now": now})
+        return JSONResponse({"jobs": private.job_rows(acct().jobs(q, now), who), "now": now})
 
     @handler
     async def objects(request: Request) -> JSONResponse:
-        caller(request)
-        return JSONResponse({**acct().db.objects(), "now": ctx.clock.now()})
+        who = caller(request)
+        return JSONResponse({**private.objects(acct().db.objects(), who), "now": ctx.clock.now()})
 
     @handler
     async def sacctmgr(request: Request) -> JSONResponse:
@@ -122,11 +126,11 @@ def accounting_routes(ctx: CtldApp, caller: Callable[[Request], Any], parse: Any
 
     @handler
     async def shares(request: Request) -> JSONResponse:
-        caller(request)
+        who = caller(request)
         a = acct()
         a.charge(ctl.jobs, ctx.clock.now())
         a.refresh()
-        return JSONResponse({"rows": a.shares(), "cluster": ctl.config.cluster_name,
+        return JSONResponse({"rows": private.usage_rows(a.shares(), who), "cluster": ctl.config.cluster_name,
                              "now": ctx.clock.now()})
 
     @handler
@@ -136,13 +140,15 @@ def accounting_routes(ctx: CtldApp, caller: Callable[[Request], Any], parse: Any
 
     @handler
     async def usage(request: Request) -> JSONResponse:
-        caller(request)
+        who = caller(request)
         now = ctx.clock.now()
         start = qtime(request, "start")
         end = qtime(request, "end")
         if start is None or end is None or end <= start:
             raise InvalidRequest("invalid request: start and end must be given, start before end")
-        return JSONResponse({**acct().usage_report(start, end, now, ctl), "now": now})
+        report = acct().usage_report(start, end, now, ctl)
+        report["usage"] = private.usage_rows(report["usage"], who)
+        return JSONResponse({**report, "now": now})
 
     return [
         Route("/v1/accounting/jobs", jobs),

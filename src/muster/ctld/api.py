@@ -2,8 +2,10 @@
 
 Every request body is validated by a pydantic model (a malformed body gets a 400 naming
 the field); the caller's identity comes from the transport (SO_PEERCRED on the Unix
-socket, or an agent-signed credential on TCP); agent routes require a signed request.
-State changes are delegated to ``Controller``; side effects to ``CtldApp``.
+socket, or an agent-signed credential on TCP); agent routes require a request signed for
+``ctld`` by the node it names. Over TCP nothing is served without one or the other (401,
+one log line). ``PrivateData`` (``ctld.privacy``) decides what of other users a caller
+sees. State changes are delegated to ``Controller``; side effects to ``CtldApp``.
 """
 
 from __future__ import annotations
@@ -17,18 +19,23 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from muster.core.arrays import JobRef, parse_job_ref
-from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError
+from muster.core.arrays import JobRef, parse_array, parse_job_ref
+from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError, ResourceBusy
 from muster.core.hostlist import compress
 from muster.core.job import JobSpec
 from muster.core.resources import parse_gres
+from muster.core.states import JobState
 from muster.core.timefmt import MAX_TIME_LIMIT
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.controller import Identity, parse_signal
+from muster.ctld.privacy import PrivateData
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.wire import job_wire, node_wire, partition_wire
-from muster.protocol.httpd import PEER_KEY, SignatureError
+from muster.protocol.httpd import PEER_KEY, SignatureError, refusal
 from muster.protocol.signing import CRED_HEADER, verify_credential
+
+log = logging.getLogger("musterctld.api")
+IDENTITY_KEY = "muster.identity"  # the caller, once proven, for the rest of the request
 
 if TYPE_CHECKING:
     from muster.ctld.app import CtldApp
@@ -46,7 +53,7 @@ class SpecModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field("sbatch", max_length=1024)
-    script: str | None = Field(None, max_length=4 * 1024 * 1024)
+    script: str | None = Field(None, max_length=512 * 1024 * 1024)  # max_script_size decides
     argv: list[str] = []
     workdir: str = Field("/", min_length=1)
     stdout: str | None = None
@@ -172,6 +179,14 @@ class ReservationBody(BaseModel):
     partition: str | None = None
 
 
+class _Refused(Exception):
+    """A daemon's signed request that must be refused (answered 401, logged once)."""
+
+    def __init__(self, cause: SignatureError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 def error_response(err: MusterError, **extra: Any) -> JSONResponse:
     body = {"error": str(err), "code": err.code, **extra}
     if err.detail:
@@ -188,11 +203,13 @@ def _validation_message(e: ValidationError) -> str:
 def build_routes(ctx: CtldApp) -> list[Route]:
     ctl = ctx.controller
 
+    private = PrivateData(ctl.config)
+
     async def parse(request: Request, model: type[BaseModel]) -> Any:
         raw = await request.body()
         try:
             data = json.loads(raw or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             raise InvalidRequest("invalid request: body is not valid JSON") from None
         try:
             return model.model_validate(data)
@@ -200,19 +217,25 @@ def build_routes(ctx: CtldApp) -> list[Route]:
             raise InvalidRequest(_validation_message(e)) from None
 
     def caller(request: Request) -> Identity:
+        """Who sent the request: proven once (a credential is good for one request)."""
+        known = request.scope.get(IDENTITY_KEY)
+        if known is not None:
+            return known  # type: ignore[no-any-return]
         peer = request.scope.get(PEER_KEY)
         if peer is not None:
             _pid, uid, gid = peer
-            return ctl.identity(uid, gid, ctx.hostname)
-        cred = request.headers.get(CRED_HEADER)
-        if cred:
+            who = ctl.identity(uid, gid, ctx.hostname)
+        else:
+            cred = request.headers.get(CRED_HEADER)
+            if not cred:
+                raise AuthError("Authentication failure: no credential")
             try:
                 uid, gid = verify_credential(ctx.key, cred, ctx.clock.now(), ctx.verifier.guard)
             except SignatureError as e:
                 raise AuthError(f"Invalid credential: {e}") from None
-            host = cred.split(":")[4]
-            return ctl.identity(uid, gid, host)
-        raise AuthError("Authentication failure: no credential")
+            who = ctl.identity(uid, gid, cred.split(":")[4])
+        request.scope[IDENTITY_KEY] = who
+        return who
 
     async def signed_body(request: Request) -> dict[str, Any]:
         raw = await request.body()
@@ -220,18 +243,37 @@ def build_routes(ctx: CtldApp) -> list[Route]:
         if request.scope.get("query_string"):
             path += "?" + request.scope["query_string"].decode()
         try:
-            ctx.verifier.verify(request.method, path, raw, {k.lower(): v for k, v in request.headers.items()})
+            sender = ctx.verifier.verify(request.method, path, raw, {k.lower(): v for k, v in request.headers.items()})
         except SignatureError as e:
-            raise AuthError(f"unauthenticated daemon request: {e}") from None
+            raise _Refused(e) from None
         try:
-            return json.loads(raw or b"{}")
-        except ValueError:
+            body = json.loads(raw or b"{}")
+        except (ValueError, RecursionError):
             raise InvalidRequest("invalid request: body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise InvalidRequest("invalid request: body must be a JSON object")
+        named = body.get("node")
+        if named is not None and named != sender:  # a node speaks for itself only
+            raise _Refused(SignatureError(f"message from {sender} speaks for node {named}"))
+        return body
 
     def handler(fn: Any) -> Any:
         async def wrapped(request: Request) -> JSONResponse:
             try:
+                if request.scope.get(PEER_KEY) is None and not request.url.path.startswith("/v1/agent/"):
+                    caller(request)  # over TCP nothing is served to an unproven caller
                 return await fn(request)
+            except _Refused as e:
+                client = request.client.host if request.client else "?"
+                log.warning(
+                    "refused %s %s from %s (sender %s, receiver %s): %s", request.method, request.url.path,
+                    client, request.headers.get("x-muster-from", "-"), request.headers.get("x-muster-to", "-"), e.cause,
+                )
+                return JSONResponse(refusal(e.cause), status_code=401)
+            except AuthError as e:
+                client = request.client.host if request.client else "?"
+                log.warning("refused %s %s from %s: %s", request.method, request.url.path, client, e)
+                return error_response(e)
             except MusterError as e:
                 return error_response(e)
             except Exception as e:  # a bug: one line to the caller, the traceback to the log
@@ -252,10 +294,36 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def ping(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True, "cluster": ctl.config.cluster_name, "now": ctx.clock.now()})
 
+    def check_limits(spec: SpecModel, who: Identity) -> None:
+        """Script size, MaxJobCount and the per-user cap: before any work is done."""
+        cfg = ctl.config
+        if spec.script is not None:
+            size = len(spec.script.encode())
+            if size > cfg.max_script_size:
+                raise InvalidRequest(
+                    f"Batch script is too large ({size} bytes; max_script_size is {cfg.max_script_size})"
+                )
+        adding = 1
+        if spec.array:
+            try:
+                adding = len(parse_array(spec.array, cfg.max_array_size).indices)
+            except ValueError:
+                adding = 1  # the controller says what is wrong with it
+        if len(ctl.jobs) + adding > cfg.max_job_count:
+            log.warning("refused a submission of %d job(s) by %s: %d jobs in memory, MaxJobCount=%d",
+                        adding, who.user, len(ctl.jobs), cfg.max_job_count)
+            raise ResourceBusy()
+        cap = 0 if who.admin else cfg.max_submit_jobs_per_user  # a cap on users, not on operators
+        queued = (j for j in ctl.jobs.values() if j.uid == who.uid and (j.state is JobState.PENDING or j.is_active))
+        if cap and sum(1 for _ in queued) + adding > cap:
+            log.warning("refused a submission by %s: max_submit_jobs_per_user=%d reached", who.user, cap)
+            raise ResourceBusy()
+
     @handler
     async def submit(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, SubmitBody)
+        check_limits(body.spec, who)
         job = ctl.submit(body.spec.to_spec(), who)
         ctx.kick()
         return JSONResponse({"job_id": job.job_id})
@@ -272,6 +340,8 @@ def build_routes(ctx: CtldApp) -> list[Route]:
             query_list(request, "partition"),
             query_list(request, "state"),
         )
+        if private.hides("jobs", caller(request)):
+            selected = private.jobs(selected, caller(request))
         brief = request.query_params.get("view") == "brief"
         out = [job_wire(job, now, brief) for job in selected]
         if ids and not out and len(ids) == 1:
@@ -288,6 +358,8 @@ def build_routes(ctx: CtldApp) -> list[Route]:
             if not found:
                 raise InvalidJobId()
             job = found[0]
+        if not private.jobs([job], caller(request)):
+            raise InvalidJobId()  # PrivateData=jobs: another user's job is not there
         return JSONResponse({"job": job_wire(job, ctx.clock.now()), "now": ctx.clock.now()})
 
     @handler
@@ -493,7 +565,7 @@ def build_routes(ctx: CtldApp) -> list[Route]:
         ctx.kick()
         return JSONResponse({"ok": True})
 
-    return accounting_routes(ctx, caller, parse, handler) + [
+    return accounting_routes(ctx, caller, parse, handler, private) + [
         Route("/v1/ping", ping),
         Route("/v1/jobs", submit, methods=["POST"]),
         Route("/v1/jobs", list_jobs, methods=["GET"]),
@@ -514,5 +586,5 @@ def build_routes(ctx: CtldApp) -> list[Route]:
         Route("/v1/agent/register", agent_register, methods=["POST"]),
         Route("/v1/agent/heartbeat", agent_heartbeat, methods=["POST"]),
         Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),
-        *build_step_routes(ctx, caller, parse, handler),
+        *build_step_routes(ctx, caller, parse, handler, private),
     ]

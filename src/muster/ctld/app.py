@@ -29,6 +29,7 @@ from muster.ctld.steps import StepBook
 from muster.ctld.store_pg import open_store
 from muster.ctld.view import build_snapshot
 from muster.protocol.httpd import SignedClient, Verifier
+from muster.protocol.signing import CTLD
 from muster.sched import schedule
 from muster.sched.config import SchedConfig
 
@@ -54,7 +55,7 @@ class CtldApp:
         gc.collect()
         gc.freeze()
         self.sched_config = SchedConfig.from_settings(dict(config.settings))
-        self.verifier = Verifier(key, self.clock)
+        self.verifier = Verifier(key, self.clock, CTLD, f"{config.state_save_location}/replay-floor")
         self.client: SignedClient | None = None
         self.dispatcher: Dispatcher | None = None
         self._kick = asyncio.Event()
@@ -72,7 +73,7 @@ class CtldApp:
             await self.stop()
 
     async def start(self) -> None:
-        self.client = SignedClient(self.key, self.clock, timeout=float(self.config.message_timeout))
+        self.client = SignedClient(self.key, self.clock, timeout=float(self.config.message_timeout), sender=CTLD)
         self.dispatcher = Dispatcher(self.controller, self.client)
         self._tasks = [
             asyncio.create_task(self._watch_stalls(), name="stalls"),

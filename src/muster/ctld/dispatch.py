@@ -64,7 +64,7 @@ class Dispatcher:
 
     async def _post(self, node: str, path: str, body: dict[str, object]) -> bool:
         try:
-            await self.client.post(self._url(node, path), body)
+            await self.client.post(self._url(node, path), body, to=node)
             return True
         except (DaemonRequestError, OSError, Exception) as e:  # noqa: B014 - httpx errors too
             log.warning("node %s: %s %s failed: %s", node, path, body.get("job_id"), e)
@@ -80,7 +80,7 @@ class Dispatcher:
             "kill_wait": self.ctl.config.kill_wait,
         }
         try:
-            await self.client.post(self._url(host, "/v1/launch"), body)
+            await self.client.post(self._url(host, "/v1/launch"), body, to=host)
         except DaemonRequestError as e:
             # The agent answered why it could not start the job, and whose fault it is (it
             # also saved a report saying so, for the case this answer is lost).

@@ -51,12 +51,12 @@ def main(argv: list[str] | None = None) -> int:
 
 async def serve(config, key) -> int:  # type: ignore[no-untyped-def]
     from muster.ctld.app import CtldApp
-    from muster.protocol.httpd import bind_tcp, bind_unix, make_server
+    from muster.protocol.httpd import bind_tcp, bind_unix, body_limit, make_server
 
     os.makedirs(config.state_save_location, exist_ok=True)
     app = CtldApp(config, key)
     sockets = [bind_tcp(config.ctld_addr, config.ctld_port), bind_unix(config.ctld_socket)]
-    server = make_server(app.asgi)  # uvicorn handles SIGTERM/SIGINT: graceful stop
+    server = make_server(app.asgi, body_limit=body_limit(config.max_script_size))  # uvicorn handles SIGTERM/SIGINT: graceful stop
     pidfile = os.path.join(config.state_save_location, "musterctld.pid")
     with open(pidfile, "w") as f:
         f.write(f"{os.getpid()}\n")

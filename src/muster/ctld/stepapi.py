@@ -39,6 +39,7 @@ from starlette.routing import Route
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest
 from muster.core.states import JobState
 from muster.core.steps import StepRejected, StepRequest, StepWait
+from muster.ctld.privacy import PrivateData
 from muster.ctld.wire import job_wire
 from muster.protocol.httpd import SignatureError
 
@@ -149,6 +150,7 @@ def build_step_routes(
     caller: Callable[[Request], Identity],
     parse: Callable[[Request, type[BaseModel]], Any],
     handler: Callable[[Any], Any],
+    private: PrivateData | None = None,
 ) -> list[Route]:
     ctl = ctx.controller
     book = ctx.steps
@@ -264,6 +266,8 @@ def build_step_routes(
             raise InvalidJobId() from None
         jobs = ctl.select_jobs(job_ids, [u for u in users.split(",") if u] if users else None)
         jobs = [j for j in jobs if j.state is JobState.RUNNING]
+        if private is not None:
+            jobs = private.jobs(jobs, caller(request))
         return JSONResponse({"steps": book.listing(jobs), "now": ctx.clock.now()})
 
     @handler
@@ -274,10 +278,12 @@ def build_step_routes(
             path += "?" + request.scope["query_string"].decode()
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
-            ctx.verifier.verify(request.method, path, raw, headers)
+            sender = ctx.verifier.verify(request.method, path, raw, headers)
         except SignatureError as e:
             raise AuthError(f"unauthenticated daemon request: {e}") from None
         body = await parse_raw(raw, GoneBody)
+        if body.node != sender:
+            raise AuthError(f"unauthenticated daemon request: message from {sender} speaks for node {body.node}")
         book.gone(body.job_id, body.attempt, body.step_id, body.node, body.exit_code, body.signal)
         return JSONResponse({"ok": True})
 

@@ -313,6 +313,7 @@ class StepBook:
             "uid": job.uid,
             "gid": job.gid,
             "user": job.user,
+            "issued": self.clock.now(),
             "expires": self.clock.now() + GRANT_TTL,
             "job": {
                 "name": spec.name,

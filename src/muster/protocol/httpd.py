@@ -7,13 +7,21 @@ commands never do.
 * On a Unix socket each connection's peer uid/gid/pid (SO_PEERCRED) is placed in the ASGI
   scope as ``scope["muster.peer"] = (pid, uid, gid)``: this is how a user's identity is
   proven rather than claimed. TCP connections carry no peer credentials.
-* ``SignedClient`` is the daemons' client: every request is signed with the cluster key.
+* ``SignedClient`` is the daemons' client: every request is signed with the cluster key,
+  names its sender and its one receiver (``protocol.signing``).
+* Every request passes ``Guarded`` first (``make_server`` puts it in front of the app): a
+  body over the size limit is answered 413 after reading at most the limit (a declared
+  ``Content-Length`` over it: before reading anything), all bodies being buffered at once
+  share one memory budget (503 beyond it), and a TCP peer address whose requests keep
+  failing authentication (401) is answered 429, without reading its bodies, until its
+  budget of failures refills: a flooder slows itself, not the daemon's other clients.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import struct
@@ -23,10 +31,24 @@ import httpx
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from muster.core.clock import Clock
-from muster.protocol.signing import ReplayGuard, SignatureError, sign_request, verify_request
+from muster.core.clock import Clock, SystemClock
+from muster.protocol.signing import (
+    CTLD,
+    MAX_SKEW,
+    ReplayGuard,
+    SignatureError,
+    StaleMessage,
+    sign_request,
+    verify_request,
+)
+
+log = logging.getLogger("muster.httpd")
 
 PEER_KEY = "muster.peer"
+BODY_LIMIT = 16 * 1024 * 1024  # bytes of one request body (a 4 MB script and its job fit)
+BODY_BUDGET = 256 * 1024 * 1024  # bytes of all request bodies buffered at one time
+FAILURE_BURST = 30.0  # failed authentications a TCP address may have in a row...
+FAILURE_REFILL = 5.0  # ...and then per second
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
@@ -74,9 +96,20 @@ def bind_unix(path: str, mode: int = 0o666) -> socket.socket:
     return sock
 
 
-def make_server(app: Any, log_level: str = "warning") -> uvicorn.Server:
+def body_limit(max_script_size: int) -> int:
+    """The body limit for a site whose scripts may have ``max_script_size`` bytes (a
+    script travels JSON-escaped, inside the job's other fields)."""
+    return max(BODY_LIMIT, 2 * max_script_size + 1024 * 1024)
+
+
+def make_server(
+    app: Any,
+    log_level: str = "warning",
+    body_limit: int = BODY_LIMIT,
+    clock: Clock | None = None,
+) -> uvicorn.Server:
     config = uvicorn.Config(
-        app,
+        Guarded(app, body_limit, clock or SystemClock()),
         http=_PeerCredProtocol,
         lifespan="on",
         log_level=log_level,
@@ -95,32 +128,176 @@ async def read_body(receive: Any) -> bytes:
             return b"".join(chunks)
 
 
-class Verifier:
-    """Checks signed daemon requests (time window + nonce replay + HMAC)."""
+async def send_json(send: Any, status: int, body: dict[str, Any], close: bool = False) -> None:
+    payload = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    if close:  # the rest of the request is not read: the connection cannot be reused
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
-    def __init__(self, key: bytes, clock: Clock) -> None:
+
+class _FailureBudget:
+    """Per TCP peer address: a bucket of failed authentications that refills with time."""
+
+    def __init__(self, clock: Clock, burst: float = FAILURE_BURST, refill: float = FAILURE_REFILL) -> None:
+        self.clock = clock
+        self.burst = burst
+        self.refill = refill
+        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, when)
+
+    def _tokens(self, addr: str) -> float:
+        tokens, when = self._buckets.get(addr, (self.burst, self.clock.monotonic()))
+        return min(self.burst, tokens + (self.clock.monotonic() - when) * self.refill)
+
+    def exhausted(self, addr: str) -> bool:
+        return addr in self._buckets and self._tokens(addr) < 1.0
+
+    def failed(self, addr: str) -> None:
+        if len(self._buckets) > 4096:  # forget the addresses that have recovered
+            full = [a for a in self._buckets if self._tokens(a) >= self.burst]
+            for a in full:
+                del self._buckets[a]
+        self._buckets[addr] = (max(0.0, self._tokens(addr) - 1.0), self.clock.monotonic())
+
+
+class Guarded:
+    """Bounded request bodies and a failed-authentication rate limit (module docstring)."""
+
+    def __init__(self, app: Any, limit: int, clock: Clock, budget: int = BODY_BUDGET) -> None:
+        self.app = app
+        self.limit = limit
+        self.budget = budget
+        self.buffered = 0
+        self.failures = _FailureBudget(clock)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        client = scope.get("client")
+        addr = client[0] if client and not scope.get(PEER_KEY) else None  # TCP only
+        if addr is not None and self.failures.exhausted(addr):
+            log.warning("refused %s %s from %s: too many failed authentications", scope["method"], scope["path"], addr)
+            await send_json(send, 429, {"error": "Too many failed authentications; retry later", "code": "rate_limited"}, True)
+            return
+        declared = None
+        for name, value in scope["headers"]:
+            if name.lower() == b"content-length":
+                declared = value
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await self._too_large(scope, send, declared.decode("latin-1"))
+            return
+        chunks: list[bytes] = []
+        size = held = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.limit:
+                    await self._too_large(scope, send, f"more than {self.limit}")
+                    return
+                if self.buffered + len(chunk) > self.budget:
+                    log.warning("refused %s %s: request bodies use all %d bytes", scope["method"], scope["path"], self.budget)
+                    await send_json(send, 503, {"error": "Server busy: too much request data in flight", "code": "busy"}, True)
+                    return
+                self.buffered += len(chunk)
+                held += len(chunk)
+                chunks.append(chunk)
+                if not message.get("more_body"):
+                    break
+            body = b"".join(chunks)
+            chunks = []
+            delivered = False
+
+            async def replay() -> dict[str, Any]:
+                nonlocal delivered
+                if not delivered:
+                    delivered = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            async def watch(message: dict[str, Any]) -> None:
+                if addr is not None and message["type"] == "http.response.start" and message["status"] == 401:
+                    self.failures.failed(addr)
+                await send(message)
+
+            await self.app(scope, replay, watch)
+        finally:
+            self.buffered -= held
+
+    async def _too_large(self, scope: dict[str, Any], send: Any, size: str) -> None:
+        if not size.isdigit() and not size.startswith("more"):
+            await send_json(send, 400, {"error": "invalid Content-Length", "code": "invalid"}, True)
+            return
+        log.warning("refused %s %s: request body of %s bytes over the limit of %d", scope["method"], scope["path"], size, self.limit)
+        await send_json(
+            send, 413, {"error": f"Request body too large (limit {self.limit} bytes)", "code": "too_large"}, True
+        )
+
+
+class Verifier:
+    """Checks signed daemon requests: HMAC, receiver, time window, replay (``replay``).
+
+    ``name`` is this daemon's name as a receiver (its node name, or ``ctld``);
+    ``floor_path`` is where its replay floor persists (in its state directory)."""
+
+    def __init__(self, key: bytes, clock: Clock, name: str, floor_path: str | None = None) -> None:
         self.key = key
         self.clock = clock
-        self.guard = ReplayGuard()
+        self.name = name
+        self.guard = ReplayGuard(path=floor_path, now=clock.now())
 
-    def verify(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> None:
-        verify_request(self.key, method, path, body, headers, self.clock.now(), self.guard)
+    def verify(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> str:
+        """The sender's name; ``SignatureError`` when the request must be refused."""
+        return verify_request(self.key, method, path, body, headers, self.clock.now(), self.guard, self.name)
+
+
+def refusal(exc: SignatureError) -> dict[str, Any]:
+    """The 401 body for a refused signed request (a stale one says the floor to re-sign at)."""
+    body: dict[str, Any] = {"error": f"authentication failed: {exc}", "code": "auth"}
+    if isinstance(exc, StaleMessage):
+        body.update(code="stale", floor=exc.floor)
+    return body
 
 
 class SignedClient:
-    """An async JSON client whose requests the other daemons will accept."""
+    """An async JSON client whose requests the other daemons will accept.
 
-    def __init__(self, key: bytes, clock: Clock, timeout: float = 10.0) -> None:
+    ``sender`` is this daemon's name; ``receiver`` the default one (an agent talks to
+    ``ctld``; the controller names each node with ``to=``)."""
+
+    def __init__(
+        self, key: bytes, clock: Clock, timeout: float = 10.0, *, sender: str, receiver: str = CTLD
+    ) -> None:
         self.key = key
         self.clock = clock
+        self.sender = sender
+        self.receiver = receiver
         self._client = httpx.AsyncClient(timeout=timeout)
 
-    async def post(self, url: str, body: dict[str, Any]) -> Any:
-        payload = json.dumps(body, separators=(",", ":")).encode()
+    async def _send(self, method: str, url: str, payload: bytes, to: str | None) -> httpx.Response:
         path = httpx.URL(url).raw_path.decode()
-        headers = sign_request(self.key, "POST", path, payload, self.clock.now())
-        headers["content-type"] = "application/json"
-        resp = await self._client.post(url, content=payload, headers=headers)
+        stamp = self.clock.now()
+        for _ in range(2):
+            headers = sign_request(self.key, method, path, payload, stamp, sender=self.sender, receiver=to or self.receiver)
+            if method == "POST":
+                headers["content-type"] = "application/json"
+            resp = await self._client.request(method, url, content=payload if method == "POST" else None, headers=headers)
+            floor = _stale_floor(resp)
+            # The receiver restarted since our clock's "now": sign again at its floor,
+            # once, when that is within the window (a new message, new nonce).
+            if floor is None or not (stamp < floor < self.clock.now() + MAX_SKEW / 2):
+                return resp
+            stamp = floor + 0.001
+        return resp
+
+    async def post(self, url: str, body: dict[str, Any], to: str | None = None) -> Any:
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        resp = await self._send("POST", url, payload, to)
         try:
             data = resp.json() if resp.content else None
         except ValueError:
@@ -132,16 +309,24 @@ class SignedClient:
             raise DaemonRequestError(resp.status_code, str(msg), data)
         return data
 
-    async def get(self, url: str) -> Any:
-        path = httpx.URL(url).raw_path.decode()
-        headers = sign_request(self.key, "GET", path, b"", self.clock.now())
-        resp = await self._client.get(url, headers=headers)
+    async def get(self, url: str, to: str | None = None) -> Any:
+        resp = await self._send("GET", url, b"", to)
         if resp.status_code >= 400:
             raise DaemonRequestError(resp.status_code, resp.text)
         return resp.json()
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _stale_floor(resp: httpx.Response) -> float | None:
+    if resp.status_code != 401:
+        return None
+    try:
+        data = resp.json()
+        return float(data["floor"]) if data.get("code") == "stale" else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 class DaemonRequestError(Exception):
@@ -155,7 +340,11 @@ class DaemonRequestError(Exception):
 
 
 __all__ = [
+    "BODY_LIMIT",
+    "Guarded",
     "PEER_KEY",
+    "refusal",
+    "send_json",
     "SignatureError",
     "SignedClient",
     "DaemonRequestError",

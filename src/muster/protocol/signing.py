@@ -1,12 +1,18 @@
-"""Signed, time-stamped, replay-protected messages between daemons.
+"""Signed, time-stamped, receiver-bound, replay-protected messages between daemons.
 
 Daemons share one cluster key (a file of mode 0600 created by ``muster keygen``/``muster up``).
-A signed request carries three headers:
+A signed request carries five headers:
 
 * ``X-Muster-Time``: seconds since the epoch when it was signed,
-* ``X-Muster-Nonce``: 128 random bits, never accepted twice within the window,
-* ``X-Muster-Signature``: HMAC-SHA256 over method, path, time, nonce, acting identity and
-  the SHA-256 of the body.
+* ``X-Muster-Nonce``: 128 random bits, never accepted twice (see ``replay``),
+* ``X-Muster-From``: the sender, a node name or ``ctld`` for the controller,
+* ``X-Muster-To``: the one receiver it is meant for (a node name or ``ctld``),
+* ``X-Muster-Signature``: HMAC-SHA256 over a purpose tag, method, path (with its query),
+  time, nonce, sender, receiver and the SHA-256 of the body.
+
+A receiver refuses a message addressed to anyone else, so a message captured on its way
+to node1 is worthless at node2, and ``replay`` makes sure it is worthless at node1 after
+its first delivery, across restarts too.
 
 User credentials (the MUNGE equivalent) are signed the same way by the node agent that
 checked the caller's peer credentials on its local socket: ``uid:gid:time:nonce:node``.
@@ -20,15 +26,36 @@ import os
 import secrets
 import stat
 
+from muster.protocol.replay import MAX_SKEW, ReplayGuard, SignatureError, StaleMessage
+
 TIME_HEADER = "x-muster-time"
 NONCE_HEADER = "x-muster-nonce"
+FROM_HEADER = "x-muster-from"
+TO_HEADER = "x-muster-to"
 SIG_HEADER = "x-muster-signature"
 CRED_HEADER = "x-muster-credential"
-MAX_SKEW = 300.0  # seconds a signature stays valid; nonces are remembered this long
+CTLD = "ctld"  # the controller's name as a sender or receiver
+_REQUEST = "muster-request-v2"  # purpose tag: no other signed text can pass for a request
+
+__all__ = [
+    "CRED_HEADER",
+    "CTLD",
+    "MAX_SKEW",
+    "ReplayGuard",
+    "SignatureError",
+    "StaleMessage",
+    "WrongReceiver",
+    "generate_key",
+    "load_key",
+    "make_credential",
+    "sign_request",
+    "verify_credential",
+    "verify_request",
+]
 
 
-class SignatureError(Exception):
-    pass
+class WrongReceiver(SignatureError):
+    """A genuine message addressed to another daemon."""
 
 
 def generate_key(path: str) -> bytes:
@@ -64,29 +91,14 @@ def _mac(key: bytes, *parts: str | bytes) -> str:
     return h.hexdigest()
 
 
-def sign_request(key: bytes, method: str, path: str, body: bytes, now: float) -> dict[str, str]:
+def sign_request(
+    key: bytes, method: str, path: str, body: bytes, now: float, *, sender: str, receiver: str
+) -> dict[str, str]:
+    """The headers that make a request from ``sender`` acceptable to ``receiver`` only."""
     ts = f"{now:.3f}"
     nonce = secrets.token_hex(16)
-    sig = _mac(key, method.upper(), path, ts, nonce, hashlib.sha256(body).hexdigest())
-    return {TIME_HEADER: ts, NONCE_HEADER: nonce, SIG_HEADER: sig}
-
-
-class ReplayGuard:
-    """Remembers nonces for ``MAX_SKEW`` seconds so that a captured message cannot be resent."""
-
-    def __init__(self, window: float = MAX_SKEW) -> None:
-        self.window = window
-        self._seen: dict[str, float] = {}
-
-    def check(self, nonce: str, ts: float, now: float) -> None:
-        if abs(now - ts) > self.window:
-            raise SignatureError("message timestamp outside the allowed window (check clocks)")
-        if len(self._seen) > 10_000:
-            cutoff = now - 2 * self.window
-            self._seen = {n: t for n, t in self._seen.items() if t >= cutoff}
-        if nonce in self._seen:
-            raise SignatureError("replayed message")
-        self._seen[nonce] = now
+    sig = _mac(key, _REQUEST, method.upper(), path, ts, nonce, sender, receiver, hashlib.sha256(body).hexdigest())
+    return {TIME_HEADER: ts, NONCE_HEADER: nonce, FROM_HEADER: sender, TO_HEADER: receiver, SIG_HEADER: sig}
 
 
 def verify_request(
@@ -97,18 +109,29 @@ def verify_request(
     headers: dict[str, str],
     now: float,
     guard: ReplayGuard,
-) -> None:
+    me: str,
+) -> str:
+    """The sender of a request signed for ``me``; ``SignatureError`` when it must be refused.
+
+    The order matters: the signature first (nothing unauthenticated is believed, not even
+    its names), then the receiver, then the replay guard (which records the message)."""
     try:
         ts_text = headers[TIME_HEADER]
         nonce = headers[NONCE_HEADER]
+        sender = headers[FROM_HEADER]
+        receiver = headers[TO_HEADER]
         sig = headers[SIG_HEADER]
         ts = float(ts_text)
     except (KeyError, ValueError):
         raise SignatureError("missing or malformed signature headers") from None
-    expected = _mac(key, method.upper(), path, ts_text, nonce, hashlib.sha256(body).hexdigest())
+    body_hash = hashlib.sha256(body).hexdigest()
+    expected = _mac(key, _REQUEST, method.upper(), path, ts_text, nonce, sender, receiver, body_hash)
     if not hmac.compare_digest(expected, sig):
         raise SignatureError("bad signature")
+    if receiver != me:
+        raise WrongReceiver(f"message from {sender} addressed to {receiver}, not to {me}")
     guard.check(nonce, ts, now)
+    return sender
 
 
 def make_credential(key: bytes, uid: int, gid: int, node: str, now: float) -> str:

@@ -1,14 +1,18 @@
 """Step credentials: the controller's signed permission to run one job step.
 
 When the controller allocates a step it writes a *grant*, a JSON text naming the job, the
-step, the user the tasks run as, the nodes and the task layout, and an expiry time, and
+step, the user the tasks run as, the nodes and the task layout, when it was issued and
+when it expires, and
 signs that exact text with the cluster key (HMAC-SHA256, purpose-tagged so that no other
 signed message can pass for a grant). ``srun`` cannot forge or alter it: it only carries it,
 verbatim, to each node's agent, which checks the signature and the expiry before it starts
 anything, and starts the step's tasks only as the user the grant names.
 
 A grant can be presented to every node of the step (that is its purpose) but an agent
-launches a given (job, step) once: a replayed launch is refused there.
+launches a given (job, step) once: a replayed launch is refused there, by the agent's list
+of launched steps while it runs and, after a restart, by its replay floor (a grant issued
+before it is refused, ``protocol.replay``). A node that is not in the grant's node set
+refuses it too.
 """
 
 from __future__ import annotations
@@ -46,8 +50,14 @@ def verify_grant(key: bytes, text: str, sig: str, now: float) -> dict[str, Any]:
         raise GrantError("malformed step credential") from None
     if not isinstance(grant, dict):
         raise GrantError("malformed step credential")
-    if float(grant.get("expires", 0)) < now:
+    try:
+        expires, issued = float(grant["expires"]), float(grant["issued"])
+    except (KeyError, TypeError, ValueError):
+        raise GrantError("malformed step credential") from None
+    if expires < now:
         raise GrantError("expired step credential")
+    if issued > expires:
+        raise GrantError("malformed step credential")
     return grant
 
 

@@ -14,6 +14,7 @@ from muster.cli.options import (
     OptionTable,
     OptionValueError,
     apply_options,
+    current_umask,
     env_options,
     export_environment,
     getopt,
@@ -220,7 +221,7 @@ def test_job_options_fill_jobspec_fields() -> None:
     assert spec["nodelist"] == ["node1", "node2"] and spec["exclude"] == ["node3"]
     assert spec["nice"] == 100 and spec["open_mode"] == "append"
     assert spec["begin_time"] == 1_000_060.0
-    assert spec["environment"] == {"HOME": "/h"}
+    assert spec["environment"] == {"HOME": "/h", "SLURM_UMASK": current_umask()}  # the umask always travels
 
 
 def test_memory_options_replace_each_other() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from muster.cli import sbatch
 from muster.cli.common import CommandError
+from muster.cli.options import current_umask
 
 
 def _build(
@@ -38,7 +39,7 @@ def test_wrap_builds_slurms_script() -> None:
     assert sub.spec["name"] == "wrap"
     assert sub.spec["argv"] == []
     assert sub.spec["workdir"] == "/work"
-    assert sub.spec["environment"] == {"HOME": "/h"}
+    assert sub.spec["environment"] == {"HOME": "/h", "SLURM_UMASK": current_umask()}
 
 
 def test_script_file_name_arguments_and_directives(tmp_path) -> None:

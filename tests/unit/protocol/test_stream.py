@@ -55,7 +55,7 @@ KEY = b"k" * 32
 
 
 def test_a_grant_verifies_and_its_content_comes_back() -> None:
-    text, sig = sign_grant(KEY, {"job_id": 5, "uid": 1001, "expires": 200.0})
+    text, sig = sign_grant(KEY, {"job_id": 5, "uid": 1001, "issued": 50.0, "expires": 200.0})
     assert verify_grant(KEY, text, sig, now=100.0)["uid"] == 1001
 
 
@@ -69,14 +69,14 @@ def test_a_grant_verifies_and_its_content_comes_back() -> None:
     ],
 )
 def test_a_tampered_grant_is_refused(mutate, message) -> None:  # type: ignore[no-untyped-def]
-    text, sig = sign_grant(KEY, {"job_id": 5, "uid": 1001, "expires": 200.0})
+    text, sig = sign_grant(KEY, {"job_id": 5, "uid": 1001, "issued": 50.0, "expires": 200.0})
     bad_text, bad_sig = mutate(text, sig)
     with pytest.raises(GrantError, match=message):
         verify_grant(KEY, bad_text, bad_sig, now=100.0)
 
 
 def test_a_grant_from_another_cluster_or_too_late_is_refused() -> None:
-    text, sig = sign_grant(KEY, {"job_id": 5, "expires": 200.0})
+    text, sig = sign_grant(KEY, {"job_id": 5, "issued": 50.0, "expires": 200.0})
     with pytest.raises(GrantError, match="signature"):
         verify_grant(b"x" * 32, text, sig, now=100.0)
     with pytest.raises(GrantError, match="expired"):
