@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 STATE ?= $(CURDIR)/.muster-demo
 PYTEST_ARGS ?=
 
-.PHONY: install test test-fast demo down bench lint clean
+.PHONY: install test test-unit test-fast demo down bench lint clean
 
 install: $(STAMP)
 
@@ -24,6 +24,9 @@ $(STAMP): pyproject.toml
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+test-unit: install
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
 test-fast: install
 	$(BIN)/python -m pytest -m 'not e2e' $(PYTEST_ARGS)
 
@@ -37,7 +40,9 @@ bench: install
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python benchmarks/run.py
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/mypy
 
 clean:
 	-$(BIN)/muster down --state-dir $(STATE) 2>/dev/null

@@ -21,7 +21,7 @@ from muster.cluster.local import ClusterShape
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-TIMEOUT = 5  # SlurmdTimeout of these clusters
+TIMEOUT = 8  # SlurmdTimeout of these clusters (a loaded CI machine must not starve an agent that long)
 
 
 @pytest.fixture(scope="module")

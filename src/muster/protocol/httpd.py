@@ -218,7 +218,8 @@ class Guarded:
                 if not delivered:
                     delivered = True
                     return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
+                message: dict[str, Any] = await receive()
+                return message
 
             async def watch(message: dict[str, Any]) -> None:
                 if addr is not None and message["type"] == "http.response.start" and message["status"] == 401:

@@ -10,6 +10,12 @@ API exchanges; where ``_json`` is missing (another interpreter) it falls back to
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing itself is not imported on the commands' hot path
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any
+
+_json: ModuleType | None
 try:
     import _json
 except ImportError:  # pragma: no cover - CPython always has it
@@ -39,7 +45,8 @@ def _default(obj: object) -> object:
 
 
 if _json is not None:
-    _scan = _json.make_scanner(_ScanContext())
+    _context: Any = _ScanContext()  # duck-typed: the attributes a JSONDecoder has
+    _scan = _json.make_scanner(_context)
     _encode = _json.make_encoder(
         None, _default, _json.encode_basestring_ascii, None, ":", ",", False, False, True
     )

@@ -1,4 +1,4 @@
-"""The batch environment matches what Slurm 22.05 gave the same job (shared/reference)."""
+"""The batch environment matches what Slurm 22.05 gave the same job (tests/fixtures/slurm-22.05)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from muster.agent.env import EnvContext, batch_environment, format_counts, tasks_per_node
 
-REFERENCE = pathlib.Path(__file__).resolve().parents[4] / "shared" / "reference" / "slurm-22.05"
+REFERENCE = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "slurm-22.05"
 
 # `sbatch -N2 --ntasks-per-node=2 --gres=gpu:2 -J envprobe` as root on the reference cluster.
 ENVPROBE: dict[str, Any] = {
@@ -49,55 +49,11 @@ CTX = EnvContext(
 )
 ONLY_IN_THE_CHILD = {"SLURM_TASK_PID"}  # the launcher adds it once the pid is known
 
-# A copy of env_sbatch_batchscript.txt, for checkouts without shared/reference.
-BATCH_REFERENCE = """\
-CUDA_VISIBLE_DEVICES=0,1
-GPU_DEVICE_ORDINAL=0,1
-ROCR_VISIBLE_DEVICES=0,1
-SLURMD_NODENAME=node1
-SLURM_CLUSTER_NAME=anchor
-SLURM_CONF=/etc/slurm/slurm.conf
-SLURM_CPUS_ON_NODE=2
-SLURM_GPUS_ON_NODE=2
-SLURM_GTIDS=0
-SLURM_JOBID=50
-SLURM_JOB_ACCOUNT=root
-SLURM_JOB_CPUS_PER_NODE=2(x2)
-SLURM_JOB_GID=0
-SLURM_JOB_GPUS=0,1
-SLURM_JOB_ID=50
-SLURM_JOB_NAME=envprobe
-SLURM_JOB_NODELIST=node[1-2]
-SLURM_JOB_NUM_NODES=2
-SLURM_JOB_PARTITION=gpu
-SLURM_JOB_QOS=normal
-SLURM_JOB_UID=0
-SLURM_JOB_USER=root
-SLURM_LOCALID=0
-SLURM_MEM_PER_CPU=1000
-SLURM_NNODES=2
-SLURM_NODEID=0
-SLURM_NODELIST=node[1-2]
-SLURM_NODE_ALIASES=(null)
-SLURM_NPROCS=4
-SLURM_NTASKS=4
-SLURM_NTASKS_PER_NODE=2
-SLURM_PRIO_PROCESS=0
-SLURM_PROCID=0
-SLURM_SUBMIT_DIR=/var/lib/slurm-anchor/work
-SLURM_SUBMIT_HOST=vm
-SLURM_TASKS_PER_NODE=2(x2)
-SLURM_TASK_PID=25204
-SLURM_TOPOLOGY_ADDR=node1
-SLURM_TOPOLOGY_ADDR_PATTERN=node
-SLURM_WORKING_CLUSTER=anchor:127.0.0.1:6817:9728:109
-ZE_AFFINITY_MASK=0,1
-"""
 
 
 def _reference(name: str) -> dict[str, str]:
     path = REFERENCE / name
-    text = path.read_text() if path.exists() else BATCH_REFERENCE
+    text = path.read_text()
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 

@@ -1,4 +1,4 @@
-"""A step task's environment matches what Slurm 22.05 gave the same tasks (shared/reference),
+"""A step task's environment matches what Slurm 22.05 gave the same tasks (tests/fixtures/slurm-22.05),
 plus the PyTorch variables."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from muster.agent.env import EnvContext
 from muster.agent.taskenv import task_environment
 from muster.core.steps import NodeShare, StepLayout, StepRequest, master_port, plan_step
 
-REFERENCE = pathlib.Path(__file__).resolve().parents[4] / "shared" / "reference" / "slurm-22.05"
+REFERENCE = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "slurm-22.05"
 CTX = EnvContext(node="node1", cluster="anchor", conf_path="/etc/slurm/slurm.conf", ctld_addr="127.0.0.1", ctld_port=6817)
 # Variables the reference shows that only the child knows (its pid).
 CHILD_ONLY = {"SLURM_TASK_PID"}

@@ -1,5 +1,5 @@
 """Wire dicts shaped like docs/api.md's JobWire, NodeWire and PartitionWire, rebuilt from
-the real Slurm 22.05 captures in shared/reference (fmt_squeue_*, fmt_sinfo_*,
+the real Slurm 22.05 captures in tests/fixtures/slurm-22.05 (fmt_squeue_*, fmt_sinfo_*,
 fmt_scontrol_*): the same jobs, nodes and times, so the commands' output can be compared
 with Slurm's line for line. The captures were taken in UTC; ``utc`` pins the zone."""
 
@@ -305,16 +305,12 @@ def reference_partitions() -> list[dict[str, Any]]:
     ]
 
 
-REFERENCE = os.path.join(
-    os.path.dirname(__file__), "..", "..", "..", "..", "shared", "reference", "slurm-22.05"
-)
+REFERENCE = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm-22.05")
 
 
 def read_reference(name: str) -> tuple[str, str]:
-    """(stdout, stderr) of a capture file; skips the test when the captures are absent."""
+    """(stdout, stderr) of a capture file."""
     path = os.path.normpath(os.path.join(REFERENCE, name))
-    if not os.path.exists(path):
-        pytest.skip(f"reference capture {name} not available")
     with open(path) as f:
         text = f.read()
     out = text.split("--- stdout ---\n", 1)[1]

@@ -15,7 +15,7 @@ from muster.core.job import Job, JobSpec, NodeAlloc, Shape
 from muster.core.lifecycle import JobEvent
 from muster.ctld.records import record_wire
 
-REF = pathlib.Path(__file__).resolve().parents[4] / "shared" / "reference" / "slurm-22.05"
+REF = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "slurm-22.05"
 T0 = 1796227640.0
 
 
