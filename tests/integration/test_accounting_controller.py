@@ -41,7 +41,7 @@ def make(store: Any, clock: ManualClock | None = None) -> Controller:
     ctl = Controller(parse_config(CONF, "t.conf"), store, clock or ManualClock(1000.0))
     ctl.load()
     for name in ctl.nodes:
-        ctl.agent_register({"node": name, "gpus": 8, "running": []})
+        ctl.agents.register({"node": name, "gpus": 8, "running": []})
     return ctl
 
 
@@ -72,9 +72,9 @@ def one_pass(ctl: Controller) -> list[int]:
         ctl.jobs[job_id].reason = reason
     assert ctl.accounting is not None
     starts = ctl.accounting.admit(decisions.starts, ctl.jobs)
-    ctl.apply_starts(starts, now)
+    ctl.launches.apply_starts(starts, now)
     for s in starts:
-        ctl.launch_done(s.job_id)
+        ctl.launches.launch_done(s.job_id)
     return [s.job_id for s in starts]
 
 
@@ -82,10 +82,10 @@ def test_an_unknown_account_is_refused_with_slurms_words(make_store) -> None:  #
     ctl = make(make_store())
     setup_accounts(ctl)
     with pytest.raises(MusterError, match="^Invalid account or account/partition combination specified$"):
-        ctl.submit(spec(account="nosuch"), ALICE)
+        ctl.queue.submit(spec(account="nosuch"), ALICE)
     with pytest.raises(MusterError, match="Invalid account"):
-        ctl.submit(spec(account="B"), ALICE)  # alice has no association with B
-    job = ctl.submit(spec(), ALICE)
+        ctl.queue.submit(spec(account="B"), ALICE)  # alice has no association with B
+    job = ctl.queue.submit(spec(), ALICE)
     assert (job.spec.account, job.spec.qos) == ("A", "normal")
 
 
@@ -93,14 +93,14 @@ def test_the_ninth_gpu_of_an_account_waits_with_assoc_grp_gres(make_store) -> No
     ctl = make(make_store())
     setup_accounts(ctl)
     mgr(ctl, "modify account A", GrpTRES="gres/gpu=8")
-    ids = [ctl.submit(spec(gpus=4), ALICE).job_id for _ in range(3)]
+    ids = [ctl.queue.submit(spec(gpus=4), ALICE).job_id for _ in range(3)]
     started = one_pass(ctl)  # all three fit the cluster; the limit lets two start
     assert started == ids[:2]
     assert ctl.jobs[ids[2]].reason is Reason.ASSOC_GRP_GRES
     one_pass(ctl)
     assert ctl.jobs[ids[2]].state is JobState.PENDING
     assert ctl.jobs[ids[2]].reason is Reason.ASSOC_GRP_GRES
-    other = ctl.submit(spec(gpus=4), BOB)  # B has no limit
+    other = ctl.queue.submit(spec(gpus=4), BOB)  # B has no limit
     assert other.job_id in one_pass(ctl)
 
 
@@ -115,17 +115,17 @@ def test_qos_limits_hold_with_slurms_reasons_or_refuse_with_deny_on_limit(make_s
                    "set": {"MaxWall": "01:00:00", "Flags": "DenyOnLimit"}}, ROOT, 0)
     acct.sacctmgr({"verb": "modify", "entity": "user", "names": ["alice"],
                    "set": {"QOS": "normal,short,strict"}}, ROOT, 0)
-    long_job = ctl.submit(spec(qos="short", time_limit=7200), ALICE)
-    first = ctl.submit(spec(qos="short", time_limit=600), ALICE)
-    second = ctl.submit(spec(qos="short", time_limit=600), ALICE)
+    long_job = ctl.queue.submit(spec(qos="short", time_limit=7200), ALICE)
+    first = ctl.queue.submit(spec(qos="short", time_limit=600), ALICE)
+    second = ctl.queue.submit(spec(qos="short", time_limit=600), ALICE)
     assert one_pass(ctl) == [first.job_id]
     assert long_job.reason is Reason.QOS_MAX_WALL
     assert second.reason is Reason.QOS_MAX_JOBS_PER_USER
     with pytest.raises(MusterError, match="Job violates accounting/QOS policy"):
-        ctl.submit(spec(qos="strict", time_limit=7200), ALICE)
+        ctl.queue.submit(spec(qos="strict", time_limit=7200), ALICE)
     with pytest.raises(MusterError, match="Invalid qos specification"):
-        ctl.submit(spec(qos="nosuch"), ALICE)
-    unlimited = ctl.submit(spec(qos="short"), ALICE)  # no --time: the QOS's MaxWall
+        ctl.queue.submit(spec(qos="nosuch"), ALICE)
+    unlimited = ctl.queue.submit(spec(qos="short"), ALICE)  # no --time: the QOS's MaxWall
     assert unlimited.time_limit == 3600
 
 
@@ -135,12 +135,12 @@ def test_a_user_in_two_accounts_gets_each_associations_fair_share(make_store) ->
     setup_accounts(ctl)
     mgr(ctl, "add user alice", Account="B")  # both users in both accounts
     mgr(ctl, "add user bob", Account="A")
-    flood = [ctl.submit(spec(gpus=8, account="A"), ALICE).job_id for _ in range(6)]
+    flood = [ctl.queue.submit(spec(gpus=8, account="A"), ALICE).job_id for _ in range(6)]
     assert len(one_pass(ctl)) == 4
     clock.advance(600)
-    under_a = ctl.submit(spec(gpus=8, account="A"), ALICE)
-    under_b = ctl.submit(spec(gpus=8, account="B"), ALICE)
-    bob_a = ctl.submit(spec(gpus=8, account="A"), BOB)
+    under_a = ctl.queue.submit(spec(gpus=8, account="A"), ALICE)
+    under_b = ctl.queue.submit(spec(gpus=8, account="B"), ALICE)
+    bob_a = ctl.queue.submit(spec(gpus=8, account="A"), BOB)
     one_pass(ctl)
     assert under_b.priority > under_a.priority  # B has used nothing; A the whole cluster
     assert ctl.jobs[flood[4]].priority == under_a.priority
@@ -153,9 +153,9 @@ def test_assoc_max_jobs_and_submit_limits(make_store) -> None:  # noqa: F811
     ctl = make(make_store())
     setup_accounts(ctl)
     mgr(ctl, "modify account A", MaxJobs="1", MaxSubmitJobs="3")
-    a, b, _c = (ctl.submit(spec(gpus=0), ALICE) for _ in range(3))
+    a, b, _c = (ctl.queue.submit(spec(gpus=0), ALICE) for _ in range(3))
     with pytest.raises(MusterError, match="Job violates accounting/QOS policy"):
-        ctl.submit(spec(gpus=0), ALICE)
+        ctl.queue.submit(spec(gpus=0), ALICE)
     assert one_pass(ctl) == [a.job_id]
     assert b.reason is Reason.ASSOC_MAX_JOBS
 
@@ -164,10 +164,10 @@ def test_fair_share_lets_the_quiet_account_overtake(make_store) -> None:  # noqa
     clock = ManualClock(1000.0)
     ctl = make(make_store(), clock)
     setup_accounts(ctl)
-    flood = [ctl.submit(spec(gpus=8), ALICE).job_id for _ in range(8)]
+    flood = [ctl.queue.submit(spec(gpus=8), ALICE).job_id for _ in range(8)]
     assert len(one_pass(ctl)) == 4  # the whole cluster
     clock.advance(600)
-    late = ctl.submit(spec(gpus=8), BOB)
+    late = ctl.queue.submit(spec(gpus=8), BOB)
     one_pass(ctl)
     waiting = [ctl.jobs[i] for i in flood[4:]]
     assert all(j.state is JobState.PENDING for j in waiting)
@@ -178,7 +178,7 @@ def test_fair_share_lets_the_quiet_account_overtake(make_store) -> None:  # noqa
     assert shares[("A", "alice")]["raw_usage"] > 0 and shares[("B", "bob")]["raw_usage"] == 0
     # the first job to end lets bob's job start before alice's queued ones
     done = ctl.jobs[flood[0]]
-    ctl.job_done({"job_id": done.job_id, "node": done.nodes[0], "restart_count": 0, "exit_code": 0})
+    ctl.launches.job_done({"job_id": done.job_id, "node": done.nodes[0], "restart_count": 0, "exit_code": 0})
     assert one_pass(ctl) == [late.job_id]
 
 
@@ -186,14 +186,14 @@ def test_every_attempt_is_a_record_and_survives_a_restart(make_store) -> None:  
     clock = ManualClock(1000.0)
     ctl = make(make_store(), clock)
     setup_accounts(ctl)
-    job = ctl.submit(spec(gpus=2, requeue=True), ALICE)
+    job = ctl.queue.submit(spec(gpus=2, requeue=True), ALICE)
     one_pass(ctl)
     clock.advance(30)
     ctl.node_failed_job(job, clock.now(), "test")
     clock.advance(5)
     one_pass(ctl)
     clock.advance(10)
-    ctl.job_done({"job_id": job.job_id, "node": job.nodes[0], "restart_count": 1, "exit_code": 3})
+    ctl.launches.job_done({"job_id": job.job_id, "node": job.nodes[0], "restart_count": 1, "exit_code": 3})
     ctl.store.close()
     again = make(make_store(), clock)  # a restarted controller reads the same records
     acct = again.accounting
@@ -212,24 +212,24 @@ def test_every_attempt_is_a_record_and_survives_a_restart(make_store) -> None:  
 def test_node_outages_are_recorded_for_sreports_down_column(make_store) -> None:  # noqa: F811
     clock = ManualClock(1000.0)
     ctl = make(make_store(), clock)
-    ctl.check_nodes()
+    ctl.liveness.check_nodes()
     assert ctl.store.node_events() == []  # all four in service: nothing to record
-    ctl.update_nodes(ROOT, ["node1"], "DRAIN", "disk")
+    ctl.liveness.update_nodes(ROOT, ["node1"], "DRAIN", "disk")
     clock.advance(100)
     for name in ("node1", "node3", "node4"):  # node2 falls silent
-        ctl.agent_heartbeat({"node": name, "running": []})
+        ctl.agents.heartbeat({"node": name, "running": []})
     clock.advance(ctl.config.slurmd_timeout + 1)
     for name in ("node1", "node3", "node4"):
-        ctl.agent_heartbeat({"node": name, "running": []})
-    ctl.check_nodes()  # node1 drained at 1000 (seen now), node2 DOWN at 1401
+        ctl.agents.heartbeat({"node": name, "running": []})
+    ctl.liveness.check_nodes()  # node1 drained at 1000 (seen now), node2 DOWN at 1401
     down_at = clock.now()
     clock.advance(600)
     for name in ("node1", "node3", "node4"):
-        ctl.agent_heartbeat({"node": name, "running": []})
-    ctl.agent_register({"node": "node2", "gpus": 8, "running": []})
-    ctl.check_nodes()  # ReturnToService=0: node2 stays DOWN until an admin resumes it
-    ctl.update_nodes(ROOT, ["node1", "node2"], "RESUME", None)
-    ctl.check_nodes()
+        ctl.agents.heartbeat({"node": name, "running": []})
+    ctl.agents.register({"node": "node2", "gpus": 8, "running": []})
+    ctl.liveness.check_nodes()  # ReturnToService=0: node2 stays DOWN until an admin resumes it
+    ctl.liveness.update_nodes(ROOT, ["node1", "node2"], "RESUME", None)
+    ctl.liveness.check_nodes()
     events = [(n, d, r) for n, _t, d, r, _s in ctl.store.node_events()]
     assert events == [("node1", True, "disk"), ("node2", True, "Not responding"),
                       ("node1", False, ""), ("node2", False, "")]
@@ -249,12 +249,12 @@ def test_priority_usage_reset_period_clears_usage_at_the_periods_start(make_stor
     ctl = Controller(parse_config(CONF + "PriorityUsageResetPeriod=DAILY\n", "t.conf"), make_store(), clock)
     ctl.load()
     for name in ctl.nodes:
-        ctl.agent_register({"node": name, "gpus": 8, "running": []})
+        ctl.agents.register({"node": name, "gpus": 8, "running": []})
     setup_accounts(ctl)
-    job = ctl.submit(spec(gpus=8), ALICE)
+    job = ctl.queue.submit(spec(gpus=8), ALICE)
     one_pass(ctl)
     clock.advance(600)
-    ctl.job_done({"job_id": job.job_id, "node": job.nodes[0], "restart_count": 0, "exit_code": 0})
+    ctl.launches.job_done({"job_id": job.job_id, "node": job.nodes[0], "restart_count": 0, "exit_code": 0})
     one_pass(ctl)
 
     def raw() -> float:
@@ -272,6 +272,6 @@ def test_a_qos_that_does_not_exist_is_refused_even_without_enforcement(make_stor
     ctl = Controller(parse_config(conf, "t.conf"), make_store(), ManualClock(1000.0))
     ctl.load()
     with pytest.raises(MusterError, match="Invalid qos specification"):
-        ctl.submit(spec(qos="nosuch"), ALICE)
+        ctl.queue.submit(spec(qos="nosuch"), ALICE)
     assert not ctl.jobs
-    assert ctl.submit(spec(qos="normal"), ALICE).spec.qos == "normal"
+    assert ctl.queue.submit(spec(qos="normal"), ALICE).spec.qos == "normal"

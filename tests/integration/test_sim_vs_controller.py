@@ -20,9 +20,9 @@ from muster.core.clock import ManualClock
 from muster.core.config import Config, parse_config
 from muster.core.job import JobSpec
 from muster.ctld.controller import Controller, Identity
+from muster.ctld.loop import run_pass
 from muster.ctld.store import Store
-from muster.ctld.view import build_snapshot
-from muster.sched import SchedConfig, schedule
+from muster.sched import SchedConfig
 from muster.sim.cluster import cluster_from_config, spec_for
 from muster.sim.engine import Estimate, Simulation
 from muster.sim.policies import build_settings, job_order, sjf_priority
@@ -63,7 +63,7 @@ def _through_the_controller(conf: Config, jobs: list[TraceJob], db: str,
     ctl = Controller(conf, Store(db), clock)
     ctl.load()
     for name in ctl.nodes:
-        ctl.agent_register({"node": name, "gpus": 0, "running": []})
+        ctl.agents.register({"node": name, "gpus": 0, "running": []})
     sched_config = SchedConfig.from_settings(dict(conf.settings))
     estimate = Estimate("requested")
     cluster = cluster_from_config(conf)
@@ -83,32 +83,23 @@ def _through_the_controller(conf: Config, jobs: list[TraceJob], db: str,
                 spec = spec_for(jobs[i].size, "procs", cluster)
                 spec.time_limit = estimate.limit(jobs[i])
                 who = Identity(1000, 1000, f"u{jobs[i].user}", "g1", "h", admin=False)
-                job = ctl.submit(JobSpec.from_dict(spec.to_dict()), who)
+                job = ctl.queue.submit(JobSpec.from_dict(spec.to_dict()), who)
                 ids[i] = job.job_id
                 if order == "sjf":  # an admin sets the priority, as `scontrol update` does
-                    ctl.update(job, ROOT, {"priority": sjf_priority(job.time_limit)})
+                    ctl.queue.update(job, ROOT, {"priority": sjf_priority(job.time_limit)})
             else:
                 job = ctl.jobs[ids[i]]
                 report = {"job_id": job.job_id, "restart_count": 0, "exit_code": 0, "signal": 0,
                           "node": job.batch_host}
                 if job.job_id in killed:
                     report |= {"terminated_by": "timeout", "signal": 9}
-                ctl.job_done(report)
-        # What CtldApp.run_pass does, minus handing the launches to the dispatcher.
-        snapshot = build_snapshot(ctl)
-        decisions = schedule(snapshot, now, sched_config)
-        for job_id, prio in decisions.priorities.items():
-            ctl.jobs[job_id].priority = prio
-        for job_id, reason in decisions.reasons.items():
-            if not ctl.jobs[job_id].hold:
-                ctl.jobs[job_id].reason = reason
-        for job in snapshot.pending:
-            plan = decisions.plans.get(job.job_id)
-            job.planned_start = plan.start_time if plan else None
-            job.planned_nodes = list(plan.nodes) if plan else []
-        ctl.apply_starts(decisions.starts, now)
-        for s in decisions.starts:
-            ctl.launch_done(s.job_id)
+                ctl.launches.job_done(report)
+        # The controller's own pass (``ctld.loop``), minus handing launches to dispatch.
+        result = run_pass(ctl, sched_config, now)
+        for s in result.decisions.starts:
+            if ctl.jobs[s.job_id].start_time != now:
+                continue  # not admitted this pass
+            ctl.launches.launch_done(s.job_id)
             i = s.job_id - 1
             assert ids[i] == s.job_id
             limit = ctl.jobs[s.job_id].time_limit

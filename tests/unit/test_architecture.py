@@ -64,3 +64,50 @@ def test_only_the_clock_module_reads_wall_time() -> None:
             if pattern.search(line):
                 offenders.append(f"{rel}:{i}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def _module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _muster_imports(path: pathlib.Path, known: set[str]) -> set[str]:
+    """The muster modules ``path`` imports, wherever the import stands (a function body or
+    an ``if TYPE_CHECKING:`` block counts: a circle hidden there is still a circle)."""
+    tree = ast.parse(path.read_text(), str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        out.update(n for n in names if n in known)
+    return out
+
+
+def test_no_module_imports_itself_back_through_a_circle() -> None:
+    paths = {_module_name(p): p for p in SRC.rglob("*.py")}
+    known = set(paths)
+    graph = {m: _muster_imports(p, known) - {m} for m, p in paths.items()}
+    # A package's __init__ is not an edge: importing muster.ctld.x runs muster.ctld first.
+    circles = []
+    state: dict[str, int] = {}
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                circles.append(" -> ".join(stack[stack.index(n):] + [n]))
+            elif n not in state:
+                visit(n, stack + [n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not circles, "\n".join(circles)

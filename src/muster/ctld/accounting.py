@@ -3,7 +3,7 @@ scheduling pass, and the views sacct, sacctmgr, sshare, sprio and sreport ask fo
 
 Where it plugs in (everything else lives in the modules it wires together):
 
-* ``Controller.submit`` calls ``check_submit``: with ``AccountingStorageEnforce=associations``
+* ``jobs.JobActions.submit`` calls ``check_submit``: with ``AccountingStorageEnforce=associations``
   a job needs an association (user, account), else it is refused with Slurm's "Invalid
   account or account/partition combination specified"; the job's account and QOS are
   resolved (DefaultAccount, the association's default QOS, else ``normal``); with
@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from muster.core.config import Config
 from muster.core.errors import InvalidRequest, MusterError
@@ -37,18 +37,25 @@ from muster.core.states import JobState
 from muster.ctld import records
 from muster.ctld.assoc import Assoc, AssocDB, Change, Qos, Result, assoc_key
 from muster.ctld.fairshare import Node, Standing, Usage, fair_tree, parse_reset_period, usage_epoch
+from muster.ctld.identity import Identity
 from muster.ctld.limits import JobLoad, Running, check
+from muster.ctld.nodes import NodeRuntime
 from muster.ctld.tres import DEFAULT_USAGE_WEIGHTS, billing, parse_billing_weights
 from muster.sched.config import SchedConfig
 from muster.sched.priority import fairshare_of
-
-if TYPE_CHECKING:
-    from muster.ctld.controller import Controller, Identity
-    from muster.sched.snapshot import Snapshot
+from muster.sched.snapshot import Snapshot
 
 INVALID_ACCOUNT = "Invalid account or account/partition combination specified"
 INVALID_QOS = "Invalid qos specification"
 POLICY = "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
+
+
+class Cluster(Protocol):
+    """What accounting reads of the controller's memory (``state.ClusterState``)."""
+
+    config: Config
+    jobs: dict[int, Job]
+    nodes: dict[str, NodeRuntime]
 
 
 class InvalidAccount(MusterError):
@@ -376,7 +383,7 @@ class Accounting:
                 out[account] = sum(fs) / len(fs)
         return out
 
-    def before_pass(self, ctl: Controller, snap: Snapshot, now: float) -> None:
+    def before_pass(self, ctl: Cluster, snap: Snapshot, now: float) -> None:
         self._chains = {}
         self.charge(ctl.jobs, now, snap.running)
         self.refresh()
@@ -462,7 +469,7 @@ class Accounting:
             })
         return rows
 
-    def priorities(self, ctl: Controller, now: float) -> dict[str, Any]:
+    def priorities(self, ctl: Cluster, now: float) -> dict[str, Any]:
         """sprio's rows: each pending job's weighted factors (the formula of
         ``sched.priority``, term by term) and the job's priority from the last pass."""
         c = self.sched_config
@@ -507,7 +514,7 @@ class Accounting:
             "jobs": rows,
         }
 
-    def usage_report(self, start: float, end: float, now: float, ctl: Controller) -> dict[str, Any]:
+    def usage_report(self, start: float, end: float, now: float, ctl: Cluster) -> dict[str, Any]:
         """TRES-seconds used in [start, end] per (account, user), and the cluster's capacity."""
         rows = self.store.db.execute(
             "SELECT data FROM acct_jobs WHERE start_time IS NOT NULL AND start_time < ? "

@@ -18,7 +18,7 @@ caller's identity, body validation and error answers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
@@ -27,12 +27,9 @@ from starlette.routing import Route
 
 from muster.core.errors import InvalidRequest
 from muster.core.states import job_state_name
+from muster.ctld.context import Context
 from muster.ctld.privacy import PrivateData
 from muster.ctld.records import Query
-
-if TYPE_CHECKING:
-    from muster.ctld.app import CtldApp
-
 
 
 class SacctmgrBody(BaseModel):
@@ -55,7 +52,7 @@ def parse_states(values: list[str]) -> list[str]:
 
 
 def accounting_routes(
-    ctx: CtldApp, caller: Callable[[Request], Any], parse: Any, handler: Any, private: PrivateData | None = None
+    ctx: Context, caller: Callable[[Request], Any], parse: Any, handler: Any, private: PrivateData | None = None
 ) -> list[Route]:
     ctl = ctx.controller
     private = private or PrivateData(ctl.config)

@@ -5,14 +5,14 @@ the field); the caller's identity comes from the transport (SO_PEERCRED on the U
 socket, or an agent-signed credential on TCP); agent routes require a request signed for
 ``ctld`` by the node it names. Over TCP nothing is served without one or the other (401,
 one log line). ``PrivateData`` (``ctld.privacy``) decides what of other users a caller
-sees. State changes are delegated to ``Controller``; side effects to ``CtldApp``.
+sees. State changes are delegated to ``Controller``; side effects to the app (``context.Context``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.requests import Request
@@ -27,7 +27,9 @@ from muster.core.resources import parse_gres
 from muster.core.states import JobState
 from muster.core.timefmt import MAX_TIME_LIMIT
 from muster.ctld.acct_api import accounting_routes
-from muster.ctld.controller import Identity, parse_signal
+from muster.ctld.actions import parse_signal
+from muster.ctld.context import Context
+from muster.ctld.identity import Identity
 from muster.ctld.privacy import PrivateData
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.wire import job_wire, node_wire, partition_wire
@@ -37,10 +39,6 @@ from muster.protocol.signing import CRED_HEADER, verify_credential
 log = logging.getLogger("musterctld.api")
 IDENTITY_KEY = "muster.identity"  # the caller, once proven, for the rest of the request
 
-if TYPE_CHECKING:
-    from muster.ctld.app import CtldApp
-
-log = logging.getLogger("musterctld.api")
 
 
 _COUNT = 2**31 - 1  # Slurm's counts are 32-bit; larger ones would not fit the store either
@@ -200,7 +198,7 @@ def _validation_message(e: ValidationError) -> str:
     return f"invalid request: {where}: {first.get('msg', 'invalid value')}"
 
 
-def build_routes(ctx: CtldApp) -> list[Route]:
+def build_routes(ctx: Context) -> list[Route]:
     ctl = ctx.controller
 
     private = PrivateData(ctl.config)
@@ -324,7 +322,7 @@ def build_routes(ctx: CtldApp) -> list[Route]:
         who = caller(request)
         body = await parse(request, SubmitBody)
         check_limits(body.spec, who)
-        job = ctl.submit(body.spec.to_spec(), who)
+        job = ctl.queue.submit(body.spec.to_spec(), who)
         ctx.kick()
         return JSONResponse({"job_id": job.job_id})
 
@@ -332,8 +330,8 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def list_jobs(request: Request) -> JSONResponse:
         now = ctx.clock.now()
         ids = query_list(request, "job_id")
-        job_ids = ctl.job_ids([job_ref(i) for i in ids]) if ids else None
-        selected = ctl.select_jobs(
+        job_ids = ctl.queue.job_ids([job_ref(i) for i in ids]) if ids else None
+        selected = ctl.queue.select_jobs(
             job_ids,
             query_list(request, "user"),
             request.query_params.get("name"),
@@ -352,9 +350,9 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def get_job(request: Request) -> JSONResponse:
         ref = job_ref(request.path_params["job_id"])
         if ref.tasks is None:
-            job = ctl.get_job(ref.job_id)
+            job = ctl.queue.get_job(ref.job_id)
         else:
-            found = ctl.resolve(ref)
+            found = ctl.queue.resolve(ref)
             if not found:
                 raise InvalidJobId()
             job = found[0]
@@ -378,29 +376,29 @@ def build_routes(ctx: CtldApp) -> list[Route]:
             targets = []
             for item in body.job_ids:
                 ref = job_ref(str(item))
-                jobs = ctl.resolve(ref)
+                jobs = ctl.queue.resolve(ref)
                 if not jobs:
                     err = InvalidJobId()
                     results.append({"job_id": str(ref), "ok": False, "error": str(err), "code": err.code})
                     continue
-                chosen = {j.job_id for j in ctl.select_jobs([j.job_id for j in jobs], *filters)}
+                chosen = {j.job_id for j in ctl.queue.select_jobs([j.job_id for j in jobs], *filters)}
                 targets.extend(j for j in jobs if j.job_id in chosen)
         else:
-            targets = ctl.select_jobs(None, *filters)
+            targets = ctl.queue.select_jobs(None, *filters)
             if not who.admin and body.user is None:
                 targets = [j for j in targets if j.uid == who.uid]
         if sig is None:
             # cancelling: one transaction for all (a whole array is many jobs)
-            actions, done = ctl.cancel_all(targets, who)
+            actions, done = ctl.queue.cancel_all(targets, who)
             ctx.perform(actions)
             results.extend(done)
             targets = []
         for job in targets:
             try:
                 if sig is None:
-                    actions = ctl.cancel(job, who)
+                    actions = ctl.queue.cancel(job, who)
                 else:
-                    actions = ctl.signal(job, who, sig, body.batch_only)
+                    actions = ctl.queue.signal(job, who, sig, body.batch_only)
                 ctx.perform(actions)
                 results.append({"job_id": job.job_id, "ok": True})
             except MusterError as e:
@@ -418,7 +416,7 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     def each_job(request: Request, act: Any) -> None:
         """Apply ``act`` to every job the path's id names (an array id: all its tasks).
         An error is raised only when it failed for every one of them."""
-        jobs = ctl.resolve(job_ref(request.path_params["job_id"]))
+        jobs = ctl.queue.resolve(job_ref(request.path_params["job_id"]))
         if not jobs:
             raise InvalidJobId()
         first_error: MusterError | None = None
@@ -436,13 +434,13 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def hold(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, HoldBody)
-        each_job(request, lambda job: ctl.hold(job, who, body.admin))
+        each_job(request, lambda job: ctl.queue.hold(job, who, body.admin))
         return JSONResponse({"ok": True})
 
     @handler
     async def release(request: Request) -> JSONResponse:
         who = caller(request)
-        each_job(request, lambda job: ctl.release(job, who))
+        each_job(request, lambda job: ctl.queue.release(job, who))
         ctx.kick()
         return JSONResponse({"ok": True})
 
@@ -451,7 +449,7 @@ def build_routes(ctx: CtldApp) -> list[Route]:
         who = caller(request)
         body = await parse(request, UpdateBody)
         changes = body.model_dump(exclude_none=True)
-        each_job(request, lambda job: ctx.perform(ctl.update(job, who, changes)))
+        each_job(request, lambda job: ctx.perform(ctl.queue.update(job, who, changes)))
         ctx.kick()
         return JSONResponse({"ok": True})
 
@@ -459,7 +457,7 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def requeue(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, RequeueBody)
-        each_job(request, lambda job: ctx.perform(ctl.requeue_job(job, who, body.hold)))
+        each_job(request, lambda job: ctx.perform(ctl.queue.requeue_job(job, who, body.hold)))
         ctx.kick()
         return JSONResponse({"ok": True})
 
@@ -467,7 +465,7 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def update_nodes(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, NodeUpdateBody)
-        ctx.perform(ctl.update_nodes(who, body.names, body.state, body.reason))
+        ctx.perform(ctl.liveness.update_nodes(who, body.names, body.state, body.reason))
         ctx.kick()
         return JSONResponse({"ok": True})
 
@@ -517,7 +515,7 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def create_reservation(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, ReservationBody)
-        res = ctl.create_reservation(who, body.model_dump())
+        res = ctl.resv.create(who, body.model_dump())
         ctx.kick()
         return JSONResponse({"name": res.name, "reservation": reservation_wire(res)})
 
@@ -525,14 +523,14 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     async def update_reservation(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, ReservationBody)
-        res = ctl.update_reservation(who, request.path_params["name"], body.model_dump())
+        res = ctl.resv.update(who, request.path_params["name"], body.model_dump())
         ctx.kick()
         return JSONResponse({"name": res.name, "reservation": reservation_wire(res)})
 
     @handler
     async def delete_reservation(request: Request) -> JSONResponse:
         who = caller(request)
-        ctl.delete_reservation(who, request.path_params["name"])
+        ctl.resv.delete(who, request.path_params["name"])
         ctx.kick()
         return JSONResponse({"ok": True})
 
@@ -541,27 +539,27 @@ def build_routes(ctx: CtldApp) -> list[Route]:
     @handler
     async def agent_register(request: Request) -> JSONResponse:
         body = await signed_body(request)
-        answer = ctl.agent_register(body)
+        answer = ctl.agents.register(body)
         ctx.kick()
         return JSONResponse(answer)
 
     @handler
     async def agent_heartbeat(request: Request) -> JSONResponse:
         body = await signed_body(request)
-        ctl.loop_tick()  # a stall just ended must not count as this node's silence
+        ctl.liveness.loop_tick()  # a stall just ended must not count as this node's silence
         try:
-            answer = ctl.agent_heartbeat(body)
+            answer = ctl.agents.heartbeat(body)
         except MusterError as e:
             return JSONResponse({"error": str(e), "code": "not_found"}, status_code=404)
         if body.get("faults") or body.get("health"):
-            ctx.perform(ctl.node_faults(body))
+            ctx.perform(ctl.agents.node_faults(body))
             ctx.kick()
         return JSONResponse(answer)
 
     @handler
     async def agent_job_done(request: Request) -> JSONResponse:
         body = await signed_body(request)
-        ctx.perform(ctl.job_done(body))
+        ctx.perform(ctl.launches.job_done(body))
         ctx.kick()
         return JSONResponse({"ok": True})
 

@@ -25,12 +25,11 @@ from muster.core.errors import StorageError
 from muster.ctld.api import build_routes
 from muster.ctld.controller import Action, Controller
 from muster.ctld.dispatch import Dispatcher
+from muster.ctld.loop import run_pass
 from muster.ctld.steps import StepBook
 from muster.ctld.store_pg import open_store
-from muster.ctld.view import build_snapshot
 from muster.protocol.httpd import SignedClient, Verifier
 from muster.protocol.signing import CTLD
-from muster.sched import schedule
 from muster.sched.config import SchedConfig
 
 log = logging.getLogger("musterctld")
@@ -108,35 +107,17 @@ class CtldApp:
             task.add_done_callback(self._pending_actions.discard)
 
     def run_pass(self) -> int:
-        now = self.clock.now()
-        snapshot = build_snapshot(self.controller)
-        decisions = schedule(snapshot, now, self.sched_config)
-        ctl = self.controller
-        for job_id, prio in decisions.priorities.items():
-            job = ctl.jobs.get(job_id)
-            if job is not None:
-                job.priority = prio
-        for job_id, reason in decisions.reasons.items():
-            job = ctl.jobs.get(job_id)
-            if job is not None and not job.hold:
-                job.reason = reason
-        ctl.kill_invalid_dependencies(decisions.reasons)
-        for job in snapshot.pending:
-            plan = decisions.plans.get(job.job_id)
-            job.planned_start = plan.start_time if plan else None
-            job.planned_nodes = list(plan.nodes) if plan else []
-        starts = decisions.starts
-        if ctl.accounting is not None:  # association and QOS limits, start by start
-            starts = ctl.accounting.admit(starts, ctl.jobs)
+        """One scheduling pass (``ctld.loop.run_pass``); its launches go to dispatch."""
         try:
-            self.perform(ctl.apply_starts(starts, now))
+            result = run_pass(self.controller, self.sched_config, self.clock.now())
         except StorageError as exc:  # nothing started; the next pass tries again
             log.error("scheduling pass %d: starts not committed: %s", self.passes, exc)
             return 0
-        if decisions.starts:
+        self.perform(result.actions)
+        if result.decisions.starts:
             self.steps.notify()  # srun and salloc wait for their allocations to start
         self.passes += 1
-        return len(decisions.starts)
+        return len(result.decisions.starts)
 
     async def _schedule_loop(self) -> None:
         interval = float(self.config.get_int("SchedulerInterval", 5))
@@ -163,12 +144,12 @@ class CtldApp:
         """Note every run of the loop, so that a stall (SIGSTOP, swap, a VM migration, a
         long pause) is seen as soon as the loop runs again: see ``Controller.loop_tick``."""
         while True:
-            self.controller.loop_tick()
+            self.controller.liveness.loop_tick()
             await asyncio.sleep(TICK)
 
     def _check_nodes(self) -> None:
-        self.controller.loop_tick()  # first: a stall just ended must not count as silence
-        actions = self.controller.check_nodes()
+        self.controller.liveness.loop_tick()  # first: a stall just ended must not count as silence
+        actions = self.controller.liveness.check_nodes()
         if actions:
             self.perform(actions)
             self.kick()

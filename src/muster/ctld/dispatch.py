@@ -8,15 +8,12 @@ never waits on the network.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from muster.core.job import Job
-from muster.ctld.controller import Launch, NewLimit, SignalJob, Terminate
+from muster.ctld.actions import Action, Launch, NewLimit, SignalJob, Terminate
+from muster.ctld.controller import Controller
 from muster.ctld.steps import StepSignal
 from muster.protocol.httpd import DaemonRequestError, SignedClient
-
-if TYPE_CHECKING:
-    from muster.ctld.controller import Action, Controller
 
 log = logging.getLogger("musterctld.dispatch")
 
@@ -86,15 +83,15 @@ class Dispatcher:
             # also saved a report saying so, for the case this answer is lost).
             log.warning("job %s: launch refused by %s: %s", job.job_id, host, e)
             if e.data.get("code") == "launch_failed":
-                self.ctl.launch_failed(job.job_id, job.restart_count, e.message,
+                self.ctl.launches.launch_failed(job.job_id, job.restart_count, e.message,
                                        str(e.data.get("fault") or "node"))
             else:
-                self.ctl.launch_done(job.job_id)
+                self.ctl.launches.launch_done(job.job_id)
         except Exception as e:
             log.warning("job %s: cannot reach %s to launch: %s", job.job_id, host, e)
-            self.ctl.launch_failed(job.job_id, job.restart_count, str(e))
+            self.ctl.launches.launch_failed(job.job_id, job.restart_count, str(e))
         else:
-            self.ctl.launch_done(job.job_id)
+            self.ctl.launches.launch_done(job.job_id)
 
 
 def _epilog_view(job: Job, nodes: list[str]) -> dict[str, object]:

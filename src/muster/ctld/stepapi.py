@@ -39,14 +39,15 @@ from starlette.routing import Route
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest
 from muster.core.states import JobState
 from muster.core.steps import StepRejected, StepRequest, StepWait
+from muster.ctld.actions import parse_signal
+from muster.ctld.context import Context
+from muster.ctld.identity import Identity
 from muster.ctld.privacy import PrivateData
 from muster.ctld.wire import job_wire
 from muster.protocol.httpd import SignatureError
 
 if TYPE_CHECKING:
     from muster.core.job import Job
-    from muster.ctld.app import CtldApp
-    from muster.ctld.controller import Identity
 
 MAX_WAIT = 300.0
 POLL = 0.5  # seconds between re-checks while waiting (a cancel is seen this fast)
@@ -146,7 +147,7 @@ def _revoked(job: Job) -> InvalidRequest:
 
 
 def build_step_routes(
-    ctx: CtldApp,
+    ctx: Context,
     caller: Callable[[Request], Identity],
     parse: Callable[[Request, type[BaseModel]], Any],
     handler: Callable[[Any], Any],
@@ -157,7 +158,7 @@ def build_step_routes(
 
     def job_of(request: Request) -> Job:
         try:
-            return ctl.get_job(int(request.path_params["job_id"]))
+            return ctl.queue.get_job(int(request.path_params["job_id"]))
         except ValueError:
             raise InvalidJobId() from None
 
@@ -214,7 +215,6 @@ def build_step_routes(
 
     @handler
     async def signal_step(request: Request) -> JSONResponse:
-        from muster.ctld.controller import parse_signal
 
         who = caller(request)
         body = await parse(request, StepSignalBody)
@@ -264,7 +264,7 @@ def build_step_routes(
             job_ids = [int(i) for i in ids.split(",") if i] if ids else None
         except ValueError:
             raise InvalidJobId() from None
-        jobs = ctl.select_jobs(job_ids, [u for u in users.split(",") if u] if users else None)
+        jobs = ctl.queue.select_jobs(job_ids, [u for u in users.split(",") if u] if users else None)
         jobs = [j for j in jobs if j.state is JobState.RUNNING]
         if private is not None:
             jobs = private.jobs(jobs, caller(request))

@@ -3,7 +3,7 @@
 ``StepBook`` keeps the running steps of every job in memory (``active``), places new ones
 with ``core.steps.plan_step`` against what the job's other steps hold, and persists every
 change to the store's ``steps`` table (one row per step and attempt; accounting reads it)
-before answering. It performs no I/O towards agents: like ``Controller`` it returns
+before answering. It performs no I/O towards agents: like the controller it returns
 ``Action`` objects for ``dispatch``.
 
 Life of a step::
@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from muster.core import lifecycle
 from muster.core.errors import InvalidRequest, PermissionDenied, StorageError
@@ -54,11 +54,10 @@ from muster.core.steps import (
     master_port,
     plan_step,
 )
-from muster.ctld.controller import Action, Terminate
+from muster.ctld.actions import Action, Terminate
+from muster.ctld.identity import Identity
+from muster.ctld.state import ClusterState
 from muster.protocol.stepcred import GRANT_TTL, sign_grant
-
-if TYPE_CHECKING:
-    from muster.ctld.controller import Controller, Identity
 
 __all__ = ["StepBook", "StepSignal", "step_tres", "step_wire"]
 
@@ -134,7 +133,7 @@ class StepSignal:
 
 
 class StepBook:
-    def __init__(self, controller: Controller, key: bytes) -> None:
+    def __init__(self, controller: ClusterState, key: bytes) -> None:
         self.ctl = controller
         self.store = controller.store
         self.clock = controller.clock
@@ -460,7 +459,7 @@ class StepBook:
             lifecycle.cleaned(job, exit_code, signal)
         else:
             lifecycle.finish(job, exit_code, signal, now)
-        self.ctl._release_resources(job, attempt)
+        self.ctl.release_resources(job, attempt)
         self.interactive.discard(job.job_id)
         steps = self._end_steps(job.job_id, StepState.CANCELLED, now)
         kind = str(job.state).lower()

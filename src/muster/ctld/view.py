@@ -1,17 +1,17 @@
-"""Builds the scheduler's ``Snapshot`` from the controller's memory (never from the store)."""
+"""Builds the scheduler's ``Snapshot`` from the controller's memory (never from the store).
+
+Reading only: nothing here changes a job, a node or accounting (``ctld.loop`` does what a
+pass changes, before and after the decision)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from muster.core.config import Config
 from muster.core.states import JobState
 from muster.ctld.nodes import NodeRuntime
+from muster.ctld.state import ClusterState
 from muster.sched.snapshot import NodeView, PartitionView, ReservationView, Snapshot
-
-if TYPE_CHECKING:
-    from muster.ctld.controller import Controller
 
 
 def node_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
@@ -61,7 +61,7 @@ def partition_views(config: Config) -> dict[str, PartitionView]:
     }
 
 
-def build_snapshot(ctl: Controller) -> Snapshot:
+def build_snapshot(ctl: ClusterState) -> Snapshot:
     pending = []
     running = []
     finished = dict(ctl.finished)
@@ -86,10 +86,6 @@ def build_snapshot(ctl: Controller) -> Snapshot:
         priority_overrides={j.job_id: j.admin_priority for j in pending if j.admin_priority is not None},
         arrays=ctl.arrays.tasks,
     )
-    if ctl.accounting is not None:
-        # Fair-share factors and QOS priorities in; jobs over an association or QOS
-        # limit out of ``pending``, with the limit as their reason (muster.ctld.accounting).
-        ctl.accounting.before_pass(ctl, snap, ctl.clock.now())
     return snap
 
 

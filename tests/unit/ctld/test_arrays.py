@@ -26,7 +26,7 @@ def spec(**kw: object) -> JobSpec:
 
 def test_an_array_is_one_job_per_task_with_consecutive_ids(db: str) -> None:
     ctl = make(db)
-    first = ctl.submit(spec(array="0-15:4%2"), ALICE)
+    first = ctl.queue.submit(spec(array="0-15:4%2"), ALICE)
     tasks = [ctl.jobs[first.job_id + k] for k in range(4)]
     assert [(t.array_job_id, t.array_task_id) for t in tasks] == [(first.job_id, i) for i in (0, 4, 8, 12)]
     assert {(t.array_task_count, t.array_task_min, t.array_task_max, t.array_task_step, t.array_throttle)
@@ -34,14 +34,14 @@ def test_an_array_is_one_job_per_task_with_consecutive_ids(db: str) -> None:
     assert ctl.next_job_id == first.job_id + 4
     # durable: a restarted controller has every task and the array index
     again = make(db)
-    assert [j.array_task_id for j in again.resolve(parse_job_ref(str(first.job_id)))] == [0, 4, 8, 12]
+    assert [j.array_task_id for j in again.queue.resolve(parse_job_ref(str(first.job_id)))] == [0, 4, 8, 12]
 
 
 def test_references_name_tasks_and_whole_arrays(db: str) -> None:
     ctl = make(db)
-    a = ctl.submit(spec(array="1-5"), ALICE).job_id
-    plain = ctl.submit(spec(), ALICE).job_id
-    ids = lambda text: [j.job_id for j in ctl.resolve(parse_job_ref(text))]  # noqa: E731
+    a = ctl.queue.submit(spec(array="1-5"), ALICE).job_id
+    plain = ctl.queue.submit(spec(), ALICE).job_id
+    ids = lambda text: [j.job_id for j in ctl.queue.resolve(parse_job_ref(text))]  # noqa: E731
     assert ids(str(a)) == [a, a + 1, a + 2, a + 3, a + 4]
     assert ids(f"{a}_3") == [a + 2]
     assert ids(f"{a}_[1-2,5]") == [a, a + 1, a + 4]
@@ -53,39 +53,39 @@ def test_references_name_tasks_and_whole_arrays(db: str) -> None:
 def test_max_array_size_and_bad_dependencies_are_refused_before_anything_is_kept(db: str) -> None:
     ctl = make(db)
     with pytest.raises(InvalidRequest, match="Invalid job array specification"):
-        ctl.submit(spec(array="1-5000"), ALICE)
+        ctl.queue.submit(spec(array="1-5000"), ALICE)
     with pytest.raises(InvalidRequest, match="Job dependency problem"):
-        ctl.submit(spec(dependency="afterok"), ALICE)
+        ctl.queue.submit(spec(dependency="afterok"), ALICE)
     assert not ctl.jobs and ctl.next_job_id == 1
 
 
 def test_a_dependency_on_a_job_that_never_existed_is_recorded(db: str) -> None:
     ctl = make(db)
-    known = ctl.submit(spec(), ALICE).job_id
-    job = ctl.submit(spec(dependency=f"afterok:{known}:999999?afterany:{known}_2"), ALICE)
+    known = ctl.queue.submit(spec(), ALICE).job_id
+    job = ctl.queue.submit(spec(dependency=f"afterok:{known}:999999?afterany:{known}_2"), ALICE)
     assert job.unknown_deps == [999999]
 
 
 def test_cancel_of_a_whole_array_is_one_transaction_and_checks_owners(db: str) -> None:
     ctl = make(db)
     register_all(ctl)
-    a = ctl.submit(spec(array="0-2"), ALICE).job_id
+    a = ctl.queue.submit(spec(array="0-2"), ALICE).job_id
     start(ctl, a, ["node1"])
-    actions, results = ctl.cancel_all(ctl.resolve(parse_job_ref(str(a))), ALICE)
+    actions, results = ctl.queue.cancel_all(ctl.queue.resolve(parse_job_ref(str(a))), ALICE)
     assert [type(x) for x in actions] == [Terminate]
     assert [r["ok"] for r in results] == [True, True, True]
     assert [ctl.jobs[a + k].state for k in range(3)] == [JobState.CANCELLED] * 3
-    b = ctl.submit(spec(), ALICE).job_id
-    _, results = ctl.cancel_all([ctl.jobs[b]], BOB)
+    b = ctl.queue.submit(spec(), ALICE).job_id
+    _, results = ctl.queue.cancel_all([ctl.jobs[b]], BOB)
     assert results[0]["code"] == "permission_denied" and ctl.jobs[b].state is JobState.PENDING
 
 
 def test_kill_on_invalid_dep_cancels_only_jobs_that_asked(db: str) -> None:
     ctl = make(db)
-    killed = ctl.submit(spec(dependency="afterok:999", kill_on_invalid_dep=True), ALICE).job_id
-    kept = ctl.submit(spec(dependency="afterok:999"), ALICE).job_id
+    killed = ctl.queue.submit(spec(dependency="afterok:999", kill_on_invalid_dep=True), ALICE).job_id
+    kept = ctl.queue.submit(spec(dependency="afterok:999"), ALICE).job_id
     reasons = {killed: Reason.DEPENDENCY_NEVER, kept: Reason.DEPENDENCY_NEVER}
-    assert ctl.kill_invalid_dependencies(reasons) == 1
+    assert ctl.queue.kill_invalid_dependencies(reasons) == 1
     assert ctl.jobs[killed].state is JobState.CANCELLED
     assert ctl.jobs[killed].reason is Reason.DEPENDENCY_NEVER
     assert ctl.jobs[kept].state is JobState.PENDING
@@ -93,16 +93,16 @@ def test_kill_on_invalid_dep_cancels_only_jobs_that_asked(db: str) -> None:
 
 def test_the_snapshot_carries_the_array_index(db: str) -> None:
     ctl = make(db)
-    a = ctl.submit(spec(array="3,7"), ALICE).job_id
+    a = ctl.queue.submit(spec(array="3,7"), ALICE).job_id
     assert build_snapshot(ctl).arrays == {a: {3: a, 7: a + 1}}
 
 
 def test_array_throttle_can_be_updated(db: str) -> None:
     ctl = make(db)
-    a = ctl.submit(spec(array="0-3%1"), ALICE).job_id
-    for job in ctl.resolve(parse_job_ref(str(a))):
-        ctl.update(job, ALICE, {"array_throttle": 3})
+    a = ctl.queue.submit(spec(array="0-3%1"), ALICE).job_id
+    for job in ctl.queue.resolve(parse_job_ref(str(a))):
+        ctl.queue.update(job, ALICE, {"array_throttle": 3})
     assert {ctl.jobs[a + k].array_throttle for k in range(4)} == {3}
-    plain = ctl.submit(spec(), ALICE)
+    plain = ctl.queue.submit(spec(), ALICE)
     with pytest.raises(InvalidRequest):
-        ctl.update(plain, ALICE, {"array_throttle": 3})
+        ctl.queue.update(plain, ALICE, {"array_throttle": 3})

@@ -36,22 +36,22 @@ def make(db: str, clock: ManualClock | None = None) -> tuple[Controller, StepBoo
     ctl = Controller(parse_config(CONF, "t.conf"), Store(db), clock or ManualClock(1000.0))
     ctl.load()
     for name in ctl.nodes:
-        ctl.agent_register({"node": name, "gpus": 8, "running": []})
+        ctl.agents.register({"node": name, "gpus": 8, "running": []})
     book = StepBook(ctl, KEY)
     book.load()
     return ctl, book
 
 
 def running_job(ctl: Controller, spec: JobSpec, nodes: list[str], cpus: int = 2, gpus: int = 2) -> int:
-    job = ctl.submit(spec, ALICE)
+    job = ctl.queue.submit(spec, ALICE)
 
     class Start:
         def __init__(self) -> None:
             self.job_id, self.partition, self.backfilled = job.job_id, "gpu", False
             self.alloc = [NodeAlloc(n, cpus, 1000, list(range(gpus))) for n in nodes]
 
-    ctl.apply_starts([Start()], ctl.clock.now())
-    ctl.launch_done(job.job_id)
+    ctl.launches.apply_starts([Start()], ctl.clock.now())
+    ctl.launches.launch_done(job.job_id)
     return job.job_id
 
 
@@ -80,7 +80,7 @@ def test_only_the_owner_runs_steps_and_only_in_a_running_job(db: str) -> None:
     job_id = running_job(ctl, JobSpec(script="#!/bin/sh\n"), ["node1"])
     with pytest.raises(PermissionDenied):
         book.create(ctl.jobs[job_id], BOB, StepRequest())
-    pending = ctl.submit(JobSpec(script="#!/bin/sh\n"), ALICE)
+    pending = ctl.queue.submit(JobSpec(script="#!/bin/sh\n"), ALICE)
     with pytest.raises(InvalidRequest):
         book.create(pending, ALICE, StepRequest())
     with pytest.raises(InvalidRequest, match="More processors"):
@@ -91,7 +91,7 @@ def test_steps_of_a_job_that_ends_are_cancelled_and_their_nodes_cleaned(db: str)
     ctl, book = make(db)
     job_id = running_job(ctl, JobSpec(script="#!/bin/sh\n", min_nodes=2), ["node1", "node2"])
     book.create(ctl.jobs[job_id], ALICE, StepRequest(min_nodes=2))
-    ctl.cancel(ctl.jobs[job_id], ALICE)
+    ctl.queue.cancel(ctl.jobs[job_id], ALICE)
     book.sweep()
     assert book.steps_of(job_id) == []
     assert ctl.store.load_steps([job_id])[0].state == StepState.CANCELLED

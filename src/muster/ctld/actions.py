@@ -1,0 +1,51 @@
+"""What the controller asks of its agents: decisions become these values, ``dispatch``
+performs them. Nothing here does I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from muster.core.errors import InvalidRequest
+from muster.core.job import Job
+from muster.core.signals import parse_signal as core_parse_signal
+
+
+@dataclass(slots=True)
+class Launch:
+    job: Job
+
+
+@dataclass(slots=True)
+class Terminate:
+    job_id: int
+    attempt: int
+    nodes: list[str]
+    reason: str
+
+
+@dataclass(slots=True)
+class SignalJob:
+    job_id: int
+    nodes: list[str]
+    signal: int
+    batch_only: bool
+
+
+@dataclass(slots=True)
+class NewLimit:
+    """A running job's time limit changed: its batch host enforces the new one."""
+
+    job_id: int
+    node: str
+    time_limit: int | None
+
+
+Action = Launch | Terminate | SignalJob | NewLimit
+
+
+def parse_signal(text: str | int) -> int:
+    """A signal by name or number, as scancel and the API take it."""
+    try:
+        return core_parse_signal(text)
+    except ValueError:
+        raise InvalidRequest(f"Invalid signal: {text}") from None

@@ -1,0 +1,142 @@
+"""What agents tell the controller: registrations, heartbeats (what runs, what ended and is
+being reported, faults of the node, its health check's verdict). Heartbeats also reconcile
+memory with the nodes: a batch job its node neither runs nor reports, for a few
+heartbeats, is lost (``ClusterState.node_failed_job``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from muster.core.errors import MusterError
+from muster.core.states import HEALTH_DRAIN_PREFIX, JobState
+from muster.ctld.actions import Action
+from muster.ctld.launches import Launches
+from muster.ctld.nodes import NodeRuntime
+from muster.ctld.state import ClusterState, LostWatch
+
+log = logging.getLogger("musterctld")
+
+
+class Agents:
+    def __init__(self, state: ClusterState, launches: Launches) -> None:
+        self.state = state
+        self.launches = launches
+
+    def register(self, body: dict[str, Any]) -> dict[str, Any]:
+        now = self.state.clock.now()
+        node = self.state.node(body["node"])
+        node.registered = True
+        node.responding = True
+        node.silent = False
+        node.last_seen = now
+        node.addr = body.get("addr") or node.addr
+        node.port = int(body.get("port") or node.port)
+        node.agent_start_time = body.get("agent_start_time")
+        node.boot_time = body.get("boot_time")
+        node.version = body.get("version", "")
+        reported_gpus = int(body.get("gpus", node.gpus))
+        if reported_gpus < node.gpus and not node.drain:
+            node.drain = True
+            node.reason = f"gres/gpu count reported lower than configured ({reported_gpus} < {node.gpus})"
+            node.reason_time = now
+            node.reason_user = "root"
+            self.state.put_node(node)
+        if node.admin_down and node.reason == "Not responding" and self.state.config.return_to_service >= 1:
+            node.admin_down = False
+            node.reason = ""
+            self.state.put_node(node)
+        return {"ok": True, "kill": self._stale_jobs(node, body.get("running", []))}
+
+    def heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
+        now = self.state.clock.now()
+        node = self.state.node(body["node"])
+        if not node.registered:
+            raise MusterError("node must register")
+        node.responding = True
+        node.silent = False
+        node.last_seen = now
+        running = body.get("running", [])
+        # Runs that ended here and whose reports are on their way: not lost.
+        ended = self._running_ids(body.get("ended") or [])
+        self._watch_lost(node, {**ended, **self._running_ids(running)}, now)
+        return {"ok": True, "kill": self._stale_jobs(node, running)}
+
+    def node_faults(self, body: dict[str, Any]) -> list[Action]:
+        """What a heartbeat says is wrong with its node: a failed Prolog (drain, requeue the
+        job held) or Epilog (drain), and the last health check (drain on failure with its
+        reason; a pass returns a node that the health check had drained)."""
+        node = self.state.node(body["node"])
+        actions: list[Action] = []
+        for fault in body.get("faults") or []:
+            if not isinstance(fault, dict):
+                continue
+            reason = str(fault.get("reason") or f"{fault.get('kind')} failed")[:1024]
+            if fault.get("kind") == "prolog" and fault.get("job_id") is not None:
+                actions += self.launches.launch_failed(int(fault["job_id"]), int(fault.get("attempt") or 0),
+                                              reason, "prolog", node.name)
+            self.state.drain(node.name, reason)
+        health = body.get("health")
+        if isinstance(health, dict):
+            if not health.get("ok"):
+                reason = str(health.get("reason") or "")
+                if not reason.startswith(HEALTH_DRAIN_PREFIX):
+                    reason = HEALTH_DRAIN_PREFIX + (reason or "HealthCheckProgram failed")
+                self.state.drain(node.name, reason[:1024])
+            elif node.drain and node.reason.startswith(HEALTH_DRAIN_PREFIX):
+                node.drain = False
+                node.reason, node.reason_time, node.reason_user = "", None, ""
+                self.state.put_node(node)
+                log.info("node %s: its health check passes again; back in service", node.name)
+        return actions
+
+    def _running_ids(self, running: list[Any]) -> dict[int, int | None]:
+        out: dict[int, int | None] = {}
+        for r in running:
+            if isinstance(r, list | tuple):
+                out[int(r[0])] = int(r[1])
+            else:
+                out[int(r)] = None
+        return out
+
+    def _stale_jobs(self, node: NodeRuntime, running: list[Any]) -> list[int]:
+        """Jobs an agent runs that, as far as the controller knows, should not run there."""
+        kill = []
+        for job_id, attempt in self._running_ids(running).items():
+            job = self.state.jobs.get(job_id)
+            if job is None:
+                kill.append(job_id)
+                continue
+            here = node.name in job.nodes
+            same_attempt = attempt is None or attempt == job.restart_count
+            if not (job.is_active and here and same_attempt):
+                if not (job.completing and here):
+                    kill.append(job_id)
+        return kill
+
+    def _watch_lost(self, node: NodeRuntime, known: dict[int, int | None], now: float) -> None:
+        """Reconcile, while running, what the controller believes with what the node runs:
+        a batch job this node hosts that its agent neither runs nor reports as ended, for
+        longer than a few heartbeats, is lost: it ends NODE_FAIL (requeued when allowed)
+        and its resources are freed. A launch still under way is not judged, unless it has
+        been under way far longer than a launch can take."""
+        mono = self.state.clock.monotonic()
+        launch_grace = 2.0 * self.state.config.message_timeout + 40.0
+        for job_id in {key[0] for key in node.allocs}:
+            job = self.state.jobs.get(job_id)
+            if job is None or job.state is not JobState.RUNNING or job.batch_host != node.name:
+                continue
+            if job.spec.interactive:
+                continue  # no batch script runs for srun/salloc allocations
+            since = self.state.launching.get(job_id)
+            if job_id in known or (since is not None and mono - since < launch_grace):
+                self.state.lost.pop(job_id, None)
+                continue
+            watch = self.state.lost.setdefault(job_id, LostWatch(now))
+            if now - watch.since > max(10.0, 3 * self.state.heartbeat_interval):
+                self.state.lost.pop(job_id, None)
+                self.state.launching.pop(job_id, None)
+                log.warning("job %s: its node %s neither runs it nor reports its end; "
+                            "ending it NODE_FAIL", job_id, node.name)
+                self.state.node_failed_job(job, now, "job vanished from its node")

@@ -1,0 +1,28 @@
+"""What the HTTP routes need of the running controller, as a protocol: ``app.CtldApp``
+provides it, and the route modules (``api``, ``stepapi``, ``acct_api``) depend on this
+contract instead of on the app that imports them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from muster.core.clock import Clock
+from muster.ctld.controller import Controller
+from muster.ctld.steps import StepBook
+from muster.protocol.httpd import Verifier
+
+
+class Context(Protocol):
+    controller: Controller
+    steps: StepBook
+    key: bytes
+    clock: Clock
+    verifier: Verifier
+    hostname: str
+
+    def kick(self) -> None:
+        """Ask for a scheduling pass as soon as possible."""
+
+    def perform(self, actions: Sequence[Any]) -> None:
+        """Hand actions to dispatch without waiting for them."""

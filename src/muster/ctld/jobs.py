@@ -1,0 +1,351 @@
+"""What users do to jobs: submit, look up, cancel, signal, hold, release, update, requeue.
+
+Each change is validated, applied and committed as one (``ClusterState.record``; a refusal
+found half-way or a failed commit leaves the job as the store holds it) and returns the
+actions (terminate, signal, new limit) that ``dispatch`` performs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from muster.core import lifecycle
+from muster.core.arrays import JobRef
+from muster.core.errors import (
+    InvalidJobId,
+    InvalidPartition,
+    InvalidRequest,
+    MusterError,
+    PermissionDenied,
+    Unsatisfiable,
+)
+from muster.core.job import Job, JobSpec, compute_shape
+from muster.core.lifecycle import JobEvent
+from muster.core.states import JobState, Reason
+from muster.ctld.actions import Action, NewLimit, SignalJob, Terminate
+from muster.ctld.arrays import array_spec, make_tasks
+from muster.ctld.identity import Identity
+from muster.ctld.state import ClusterState
+from muster.ctld.view import node_views, partition_views, reservation_views
+from muster.sched.dependencies import parse_dependency
+from muster.sched.filters import BAD_PARTITION, NO_PARTITION, check_submit
+
+DEPENDENCY_ERROR = "Job dependency problem"  # Slurm's text for ESLURM_DEPENDENCY
+
+
+class JobActions:
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    def submit(self, spec: JobSpec, who: Identity) -> Job:
+        """Accept a job (an array: all its tasks) durably; returns the (first) job."""
+        now = self.state.clock.now()
+        array = array_spec(spec, self.state.config.max_array_size)
+        unknown_deps = self._unknown_dependencies(spec)
+        partition = self._resolve_partition(spec)
+        candidates = [self.state.config.partition(p) for p in (spec.partitions or [partition])]
+        node_names = {n for p in candidates if p is not None for n in p.nodes}
+        max_cpus = max((self.state.nodes[n].cpus for n in node_names if n in self.state.nodes), default=0)
+        try:
+            shape = compute_shape(spec, max_cpus, self.state.config.def_mem_per_cpu)
+        except ValueError as e:
+            raise InvalidRequest(str(e)) from None
+        if spec.nodelist and len(spec.nodelist) > shape.nodes:
+            shape.nodes = len(spec.nodelist)
+        rejection = check_submit(
+            spec,
+            shape,
+            partition_views(self.state.config),
+            node_views(self.state.nodes.values()),
+            reservation_views(self.state.reservations.values()),
+            user=who.user,
+            group=who.group,
+            enforce_part_limits=(self.state.config.get("EnforcePartLimits") or "NO").upper(),
+        )
+        if rejection is not None:
+            err: MusterError
+            if rejection.message in (BAD_PARTITION, NO_PARTITION):
+                err = InvalidPartition(rejection.message)
+            else:
+                err = Unsatisfiable(rejection.message)
+            err.detail = rejection.detail
+            raise err
+        part_conf = self.state.config.partition(partition)
+        assert part_conf is not None
+        if self.state.accounting is not None:  # account, QOS and submit limits; may set spec's
+            self.state.accounting.check_submit(
+                spec, who, partition, self.state.jobs.values(),
+                part_conf.default_time if part_conf.default_time is not None else part_conf.max_time,
+            )
+        time_limit = spec.time_limit
+        if time_limit is None:
+            time_limit = part_conf.default_time if part_conf.default_time is not None else part_conf.max_time
+        job = Job(
+            job_id=self.state.next_job_id,
+            spec=spec,
+            shape=shape,
+            user=who.user,
+            uid=who.uid,
+            group=who.group,
+            gid=who.gid,
+            submit_time=now,
+            submit_host=who.host,
+            partition=partition,
+            time_limit=time_limit,
+            eligible_time=spec.begin_time if spec.begin_time and spec.begin_time > now else now,
+        )
+        if spec.hold:
+            job.hold = "user"
+            job.reason = Reason.HELD_USER
+        job.unknown_deps = unknown_deps
+        jobs = make_tasks(job, array) if array is not None else [job]
+        next_id = self.state.next_job_id + len(jobs)
+        self.state.record(
+            now,
+            [(j, "submit", {"uid": who.uid, "host": who.host}) for j in jobs],
+            meta={"next_job_id": str(next_id)},
+        )
+        self.state.next_job_id = next_id
+        for j in jobs:
+            self.state.jobs[j.job_id] = j
+        self.state.arrays.add(jobs)
+        return jobs[0]
+
+    def _unknown_dependencies(self, spec: JobSpec) -> list[int]:
+        """Check ``--dependency``'s syntax (Slurm's "Job dependency problem" otherwise) and
+        list the ids that name no job, in memory or in the store: Slurm 22.05 accepts such
+        a job and leaves it pending for ever (DependencyNeverSatisfied)."""
+        if not spec.dependency:
+            return []
+        try:
+            dep = parse_dependency(spec.dependency)
+        except ValueError:
+            raise InvalidRequest(DEPENDENCY_ERROR) from None
+        return [
+            job_id
+            for job_id in dep.job_ids()
+            if job_id not in self.state.jobs
+            and job_id not in self.state.finished
+            and job_id not in self.state.arrays.tasks
+            and self.state.store.get_job(job_id) is None
+        ]
+
+    def _resolve_partition(self, spec: JobSpec) -> str:
+        if not spec.partitions:
+            default = self.state.config.default_partition()
+            if default is None:
+                raise InvalidPartition(NO_PARTITION)
+            return default.name
+        for name in spec.partitions:
+            if self.state.config.partition(name) is None:
+                raise InvalidPartition()
+        return spec.partitions[0]
+
+    def get_job(self, job_id: int) -> Job:
+        job = self.state.jobs.get(job_id)
+        if job is None:
+            raise InvalidJobId()
+        return job
+
+    def resolve(self, ref: JobRef) -> list[Job]:
+        """The jobs in memory a user's job id names: ``A`` (every task when A is an array),
+        ``A_i``, ``A_[i-j]``."""
+        return self.state.arrays.resolve(ref, self.state.jobs)
+
+    def job_ids(self, refs: list[JobRef]) -> list[int]:
+        """Job ids for references, arrays expanded to their tasks (for filters)."""
+        return list(dict.fromkeys(i for ref in refs for i in self.state.arrays.job_ids(ref)))
+
+    def _check_owner(self, job: Job, who: Identity) -> None:
+        if not who.admin and job.uid != who.uid:
+            raise PermissionDenied()
+
+    def select_jobs(
+        self,
+        job_ids: list[int] | None,
+        users: list[str] | None = None,
+        name: str | None = None,
+        partitions: list[str] | None = None,
+        states: list[str] | None = None,
+    ) -> list[Job]:
+        """Jobs in memory matching every given filter (states by long or short name)."""
+        pool = [self.state.jobs[i] for i in job_ids if i in self.state.jobs] if job_ids else list(self.state.jobs.values())
+        out = []
+        for job in pool:
+            if users and job.user not in users:
+                continue
+            if name is not None and job.spec.name != name:
+                continue
+            if partitions and job.partition not in partitions:
+                continue
+            if states:
+                code = "CG" if job.completing else job.state.short
+                if code not in states and str(job.state) not in states:
+                    continue
+            out.append(job)
+        return out
+
+    def cancel(self, job: Job, who: Identity) -> list[Action]:
+        self._check_owner(job, who)
+        if job.state.is_terminal:
+            return []  # scancel of a finished job is silent success in Slurm
+        now = self.state.clock.now()
+        was_running = job.state is JobState.RUNNING
+        attempt = job.restart_count
+        lifecycle.end(job, JobEvent.CANCEL, now, completing=was_running)
+        job.cancelled_by = who.uid
+        self.state.record(now, [(job, "cancel", {"by": who.uid})])
+        if was_running:
+            return [Terminate(job.job_id, attempt, job.nodes, "cancel")]
+        return []
+
+    def cancel_all(self, jobs: list[Job], who: Identity) -> tuple[list[Action], list[dict[str, Any]]]:
+        """``cancel`` for many jobs (a whole array) in one transaction; per-job results as
+        the signal API answers them."""
+        now = self.state.clock.now()
+        actions: list[Action] = []
+        results: list[dict[str, Any]] = []
+        changes = []
+        for job in jobs:
+            try:
+                self._check_owner(job, who)
+            except MusterError as e:
+                results.append({"job_id": job.job_id, "ok": False, "error": str(e), "code": e.code})
+                continue
+            results.append({"job_id": job.job_id, "ok": True})
+            if job.state.is_terminal:
+                continue
+            was_running = job.state is JobState.RUNNING
+            attempt = job.restart_count
+            lifecycle.end(job, JobEvent.CANCEL, now, completing=was_running)
+            job.cancelled_by = who.uid
+            changes.append((job, "cancel", {"by": who.uid}))
+            if was_running:
+                actions.append(Terminate(job.job_id, attempt, job.nodes, "cancel"))
+        if changes:
+            self.state.record(now, changes)
+        return actions, results
+
+    def kill_invalid_dependencies(self, reasons: dict[int, Reason]) -> int:
+        """``--kill-on-invalid-dep=yes`` (or ``DependencyParameters=kill_invalid_depend``):
+        a pending job whose dependency can never be met is cancelled instead of waiting for
+        ever. Returns how many were cancelled."""
+        everyone = "kill_invalid_depend" in (self.state.config.get("DependencyParameters") or "")
+        now = self.state.clock.now()
+        changes = []
+        for job_id, reason in reasons.items():
+            if reason is not Reason.DEPENDENCY_NEVER:
+                continue
+            job = self.state.jobs.get(job_id)
+            if job is None or job.state is not JobState.PENDING:
+                continue
+            if not (job.spec.kill_on_invalid_dep or everyone):
+                continue
+            lifecycle.end(job, JobEvent.CANCEL, now, completing=False)
+            job.reason = Reason.DEPENDENCY_NEVER
+            changes.append((job, "cancel", {"by": None, "why": "invalid dependency"}))
+        if changes:
+            self.state.record(now, changes)
+        return len(changes)
+
+    def signal(self, job: Job, who: Identity, sig: int, batch_only: bool) -> list[Action]:
+        self._check_owner(job, who)
+        if job.state is JobState.PENDING:
+            raise InvalidRequest("Job is pending execution")
+        if job.state is not JobState.RUNNING:
+            raise InvalidRequest("Job/step already completing or completed")
+        return [SignalJob(job.job_id, job.nodes, sig, batch_only)]
+
+    def hold(self, job: Job, who: Identity, admin_hold: bool) -> None:
+        self._check_owner(job, who)
+        if job.state is not JobState.PENDING:
+            raise InvalidRequest("Job is no longer pending execution")
+        kind = "admin" if (admin_hold and who.admin) else "user"
+        job.hold = kind
+        job.reason = Reason.HELD_ADMIN if kind == "admin" else Reason.HELD_USER
+        self.state.record(self.state.clock.now(), [(job, "hold", {"kind": kind, "by": who.uid})])
+
+    def release(self, job: Job, who: Identity) -> None:
+        self._check_owner(job, who)
+        if job.state is not JobState.PENDING:
+            raise InvalidRequest("Job is no longer pending execution")
+        if job.hold == "admin" and not who.admin:
+            raise PermissionDenied()
+        job.hold = None
+        job.reason = Reason.NONE
+        self.state.record(self.state.clock.now(), [(job, "release", {"by": who.uid})])
+
+    def update(self, job: Job, who: Identity, changes: dict[str, Any]) -> list[Action]:
+        self._check_owner(job, who)
+        with self.state.atomic(job):  # a refusal half-way leaves the job as it was
+            applied = self._apply_update(job, who, changes)
+            self.state.record(self.state.clock.now(), [(job, "update", {"changes": applied, "by": who.uid})])
+        if "time_limit" in applied and job.state is JobState.RUNNING and job.batch_host:
+            return [NewLimit(job.job_id, job.batch_host, job.time_limit)]
+        return []
+
+    def _apply_update(self, job: Job, who: Identity, changes: dict[str, Any]) -> dict[str, Any]:
+        pending = job.state is JobState.PENDING
+        applied: dict[str, Any] = {}
+        for key, value in changes.items():
+            if value is None:
+                continue
+            if key == "time_limit":
+                if not who.admin and (
+                    value is None or (job.time_limit is not None and value > job.time_limit)
+                ):
+                    raise PermissionDenied("Access/permission denied")
+                job.time_limit = value
+            elif key == "priority":
+                if not who.admin:
+                    raise PermissionDenied()
+                job.admin_priority = int(value)
+                job.priority = int(value)
+            elif key == "nice":
+                if int(value) < 0 and not who.admin:
+                    raise PermissionDenied()
+                job.spec.nice = int(value)
+            elif key == "name":
+                job.spec.name = str(value)
+            elif key == "comment":
+                job.spec.comment = str(value)
+            elif key == "array_throttle":
+                if job.array_job_id is None:
+                    raise InvalidRequest("Job is not a job array")
+                job.array_throttle = int(value)
+            elif key in ("partition", "begin_time", "min_nodes"):
+                if not pending:
+                    raise InvalidRequest("Job is no longer pending execution")
+                if key == "partition":
+                    if self.state.config.partition(value) is None:
+                        raise InvalidPartition()
+                    job.partition = value
+                    job.spec.partitions = [value]
+                elif key == "begin_time":
+                    job.spec.begin_time = float(value)
+                    job.eligible_time = float(value)
+                else:
+                    job.spec.min_nodes = int(value)
+                    job.shape.nodes = int(value)
+            else:
+                raise InvalidRequest(f"Update of {key} is not supported")
+            applied[key] = value
+        return applied
+
+    def requeue_job(self, job: Job, who: Identity, hold: bool = False) -> list[Action]:
+        """``scontrol requeue[hold]``: back to PENDING under the same id at once; a running
+        attempt is terminated and keeps its resources until its agent confirms."""
+        self._check_owner(job, who)
+        if job.state is JobState.PENDING:
+            raise InvalidRequest("Job is pending execution")
+        if job.state is JobState.CANCELLED or (job.state.is_terminal and job.completing):
+            raise InvalidRequest("Job/step already completing or completed")
+        now = self.state.clock.now()
+        attempt = job.restart_count
+        nodes = job.nodes
+        was_running = job.state is JobState.RUNNING
+        kind = ("admin" if who.admin else "user") if hold else None
+        lifecycle.requeue(job, now, hold=kind)
+        self.state.record(now, [(job, "requeue", {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
+        self.state.launching.pop(job.job_id, None)
+        return [Terminate(job.job_id, attempt, nodes, "requeue")] if was_running else []

@@ -1,0 +1,160 @@
+"""Runs starting and ending: the scheduler's starts committed and handed to dispatch, launches
+that failed (whose fault: the node's, the job's, a conflict, the site's Prolog), and the
+agents' reports of ended runs. See docs/faults.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from muster.core import lifecycle
+from muster.core.lifecycle import JobEvent
+from muster.core.states import JobState, Reason
+from muster.ctld.actions import Action, Launch, Terminate
+from muster.ctld.state import ClusterState
+
+log = logging.getLogger("musterctld")
+
+
+def _usage(value: Any) -> dict[str, float] | None:
+    """An agent's report of a script's resource use, checked: numbers, not negative."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        out = {k: float(value[k]) for k in ("max_rss_kb", "user_cpu", "system_cpu")}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return out if all(v >= 0 for v in out.values()) else None
+
+
+class Launches:
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    def apply_starts(self, starts: list[Any], now: float) -> list[Action]:
+        """Record the scheduler's start decisions, then hand back launches to perform."""
+        changes = []
+        actions: list[Action] = []
+        for s in starts:
+            job = self.state.jobs.get(s.job_id)
+            if job is None or job.state is not JobState.PENDING:
+                continue
+            lifecycle.start(job, s.alloc, now, scheduler="Backfill" if s.backfilled else "Main")
+            job.partition = s.partition
+            self.state.hold_resources(job)
+            changes.append((job, "start", {"nodes": job.nodes, "attempt": job.restart_count}))
+        if not changes:
+            return actions
+        self.state.record(now, changes)  # on failure: nothing started, nothing held
+        mono = self.state.clock.monotonic()
+        for job, _kind, _data in changes:
+            if self.state.accounting is not None:
+                self.state.accounting.started(job)  # charged from now, even if it ends before a pass
+            if job.spec.interactive:
+                continue  # srun/salloc hold it: there is no batch script to launch
+            self.state.launching[job.job_id] = mono
+            actions.append(Launch(job))
+        return actions
+
+    def launch_failed(
+        self, job_id: int, attempt: int, message: str, fault: str | None = None, node: str | None = None
+    ) -> list[Action]:
+        """The launch of this attempt failed; ``fault`` says whose fault it is (as the agent
+        judged it): ``None`` (the agent could not be reached) and ``"node"`` requeue the job
+        elsewhere, ``"node"`` draining the node first; ``"job"`` ends the job FAILED with
+        the reason in SystemComment; ``"stale"`` (the launch conflicted with what runs there
+        already) changes nothing; ``"prolog"`` (the site's Prolog failed on ``node``, the
+        batch host unless given) drains the node and requeues the job held, as Slurm does,
+        returning the termination of what the job runs on its other nodes. Repeated node
+        failures of one job hold it (JobHoldMaxRequeue) instead of trying node after node.
+        Reports of the same failure (the launch's answer, the agent's saved report, a
+        heartbeat) count once."""
+        self.state.launching.pop(job_id, None)
+        job = self.state.jobs.get(job_id)
+        if job is None or job.state is not JobState.RUNNING or job.restart_count != attempt:
+            return []
+        if fault == "stale":
+            return []
+        now = self.state.clock.now()
+        host = job.batch_host if node is None else node
+        if fault == "job":
+            with self.state.atomic(job):
+                lifecycle.finish(job, 1, 0, now)
+                job.reason = Reason.LAUNCH_FAILURE
+                job.system_comment = f"Launch failed on {host}: {message}"
+                self.state.release_resources(job)
+                self.state.record(now, [(job, "failed", {"exit_code": 1, "signal": 0, "launch": message})])
+            log.warning("job %s: its launch on %s failed by its own fault: %s", job_id, host, message)
+            return []
+        if fault in ("node", "prolog") and host is not None:
+            self.state.drain(host, (message if fault == "prolog" else f"launch failed: {message}")[:1024], now)
+        others = [n for n in job.nodes if n != host]
+        limit = self.max_launch_requeue
+        with self.state.atomic(job):
+            self.state.release_resources(job)
+            job.launch_failures += 1
+            job.system_comment = f"Launch failed on {host}: {message}"
+            held = fault == "prolog" or job.launch_failures >= limit
+            lifecycle.requeue(job, now, hold="user" if held else None)
+            if held:
+                job.reason = Reason.LAUNCH_FAILED if fault == "prolog" else Reason.HOLD_MAX_REQUEUE
+            self.state.record(now, [(job, "launch_failed", {"error": message, "node": host, "fault": fault,
+                                                       "held": held})])
+        log.warning("job %s: launch on %s failed (%s); %s", job_id, host, message,
+                    ("held" if fault == "prolog" else f"held after {job.launch_failures} failed launches")
+                    if held else "requeued")
+        return [Terminate(job_id, attempt, others, "requeue")] if fault == "prolog" and others else []
+
+    @property
+    def max_launch_requeue(self) -> int:
+        """``SchedulerParameters=max_batch_requeue=N`` (Slurm's; default 5)."""
+        for item in (self.state.config.get("SchedulerParameters") or "").split(","):
+            key, _, value = item.strip().partition("=")
+            if key == "max_batch_requeue" and value.strip().isdigit():
+                return max(1, int(value))
+        return 5
+
+    def launch_done(self, job_id: int) -> None:
+        self.state.launching.pop(job_id, None)
+
+    def job_done(self, body: dict[str, Any]) -> list[Action]:
+        now = self.state.clock.now()
+        job = self.state.jobs.get(int(body["job_id"]))
+        attempt = int(body.get("restart_count", 0))
+        if job is None:
+            return []
+        if body.get("launch_failure"):
+            return self.launch_failed(job.job_id, attempt, str(body.get("reason") or "launch failed"),
+                                      str(body["launch_failure"]), body.get("node"))
+        self.state.launching.pop(job.job_id, None)
+        self.state.lost.pop(job.job_id, None)
+        if attempt != job.restart_count:
+            # A report from an earlier attempt: only its resources need freeing.
+            self.state.release_resources(job, attempt)
+            return []
+        exit_code = int(body.get("exit_code", 0))
+        sig = int(body.get("signal", 0))
+        by = body.get("terminated_by")
+        job.usage = _usage(body.get("usage")) or job.usage
+        others = [n for n in job.nodes if n != body.get("node")]
+        if job.state is JobState.RUNNING:
+            if by == "node_fail":
+                # The agent lost the job (e.g. it restarted and the exit status is gone):
+                # a node failure for this attempt, requeued unless --no-requeue.
+                self.state.node_failed_job(job, now, str(body.get("reason") or "lost by its node agent"))
+                return [Terminate(job.job_id, attempt, others, "cleanup")] if others else []
+            if by == "timeout":
+                lifecycle.end(job, JobEvent.TIMEOUT, now, completing=False)
+                lifecycle.cleaned(job, exit_code, sig)
+            else:
+                lifecycle.finish(job, exit_code, sig, now)
+            kind = str(job.state).lower()
+        elif job.completing:
+            lifecycle.cleaned(job, exit_code, sig)
+            kind = "cleaned"
+        else:
+            return []
+        self.state.release_resources(job)
+        self.state.record(now, [(job, kind, {"exit_code": exit_code, "signal": sig, "by": by})])
+        return [Terminate(job.job_id, attempt, others, "cleanup")] if others else []

@@ -1,0 +1,60 @@
+"""One scheduling pass of the controller: build the snapshot from memory, let the pure
+scheduler decide, apply the decisions (``sched.apply.apply_decisions``, the same function
+the simulator applies its passes with), and hand back the actions to perform.
+
+Accounting takes part on both sides of the decision: before it, usage is charged and jobs
+over an association or QOS limit are set aside with the limit as their reason
+(``Accounting.before_pass``); after it, each start is admitted against the limits in turn
+(``Accounting.admit``). A start whose commit fails starts nothing (``StorageError`` goes
+to the caller, which tries again next pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from muster.core.job import Job
+from muster.ctld.actions import Action
+from muster.ctld.controller import Controller
+from muster.ctld.view import build_snapshot
+from muster.sched import schedule
+from muster.sched.apply import apply_decisions
+from muster.sched.config import SchedConfig
+from muster.sched.decisions import Decisions, Start
+
+__all__ = ["PassResult", "run_pass"]
+
+
+@dataclass(slots=True)
+class PassResult:
+    decisions: Decisions
+    actions: list[Action] = field(default_factory=list)
+
+
+class _ControllerBook:
+    """The controller's side of ``apply_decisions``: starts are admitted, committed and
+    turned into launches."""
+
+    def __init__(self, ctl: Controller, result: PassResult) -> None:
+        self.ctl = ctl
+        self.result = result
+        self.waiting: Mapping[int, Job] = ctl.jobs
+        self.planned = ctl.planned
+
+    def start(self, starts: list[Start], now: float) -> None:
+        ctl = self.ctl
+        if ctl.accounting is not None:  # association and QOS limits, start by start
+            starts = ctl.accounting.admit(starts, ctl.jobs)
+        self.result.actions += ctl.launches.apply_starts(starts, now)
+
+
+def run_pass(ctl: Controller, config: SchedConfig, now: float) -> PassResult:
+    snapshot = build_snapshot(ctl)
+    if ctl.accounting is not None:
+        ctl.accounting.before_pass(ctl, snapshot, now)
+    decisions = schedule(snapshot, now, config)
+    result = PassResult(decisions)
+    apply_decisions(decisions, _ControllerBook(ctl, result), now)
+    ctl.queue.kill_invalid_dependencies(decisions.reasons)
+    return result

@@ -1,0 +1,255 @@
+"""The controller's memory, and the rules that keep it equal to the store.
+
+``ClusterState`` holds jobs, nodes, reservations and accounting in memory, loads them from
+the store at start (after a crash too), and offers the few operations every part of the
+controller needs: holding and releasing a job's resources on its nodes, committing changes
+(``record``, ``put_node``: memory follows the store, a change whose commit fails is undone
+by reloading what the store holds), draining a node, failing a job's run on a node, and
+forgetting old jobs. The controller's responsibilities are built on it, each in its own
+module: ``jobs`` (what users do to jobs), ``launches`` (runs starting and ending),
+``agents`` (what agents tell), ``liveness`` (nodes alive, silent or down) and
+``reservations``; ``controller`` puts them together.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.core import lifecycle
+from muster.core.clock import Clock
+from muster.core.config import Config
+from muster.core.errors import MusterError, StorageError
+from muster.core.job import Job
+from muster.core.lifecycle import JobEvent
+from muster.core.states import JobState
+from muster.ctld.accounting import Accounting
+from muster.ctld.arrays import ArrayIndex
+from muster.ctld.identity import Identity, identify
+from muster.ctld.nodes import NodeRuntime
+from muster.ctld.reservations import Reservation
+from muster.ctld.store import Store
+
+log = logging.getLogger("musterctld")
+
+
+@dataclass(slots=True)
+class LostWatch:
+    """Since when a job's node has neither run nor reported it (``agents``)."""
+
+    since: float
+
+
+@dataclass
+class ClusterState:
+    config: Config
+    store: Store
+    clock: Clock
+    jobs: dict[int, Job] = field(default_factory=dict)
+    nodes: dict[str, NodeRuntime] = field(default_factory=dict)
+    next_job_id: int = 1
+    started_at: float = 0.0
+    # job_id -> monotonic time its launch was handed to dispatch (until the agent answers)
+    launching: dict[int, float] = field(default_factory=dict)
+    lost: dict[int, LostWatch] = field(default_factory=dict)
+    # job_id -> final state, for jobs purged from memory (dependencies use it later)
+    finished: dict[int, str] = field(default_factory=dict)
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    arrays: ArrayIndex = field(default_factory=ArrayIndex)
+    # Associations, QOS, fair-share and limits (muster.ctld.accounting); set by load().
+    accounting: Accounting | None = None
+    # node -> out of service as last recorded in the store's node_events (sreport's Down)
+    out_of_service: dict[str, bool] = field(default_factory=dict)
+    # pending jobs that carry a planned start from the last pass (``sched.apply``)
+    planned: set[int] = field(default_factory=set)
+    # monotonic time of the last run of the controller's loop (``liveness``)
+    last_tick: float | None = None
+    stalls: int = 0
+
+    # --- start-up -------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Build memory from the configuration and the store (after a crash too)."""
+        now = self.clock.now()
+        self.started_at = now
+        part_of: dict[str, list[str]] = {}
+        for p in self.config.partitions:
+            for n in p.nodes:
+                part_of.setdefault(n, []).append(p.name)
+        saved = self.store.load_nodes()
+        for i, nc in enumerate(self.config.nodes):
+            node = NodeRuntime(
+                name=nc.name,
+                index=i,
+                addr=nc.addr,
+                port=nc.port,
+                cpus=nc.cpus,
+                real_memory=nc.real_memory,
+                gpus=nc.gpus,
+                gpu_type=nc.gpu_type,
+                gres=nc.gres,
+                features=tuple(nc.features),
+                weight=nc.weight,
+                partitions=part_of.get(nc.name, []),
+            )
+            for k, v in saved.get(nc.name, {}).items():
+                setattr(node, k, v)
+            if nc.state.upper() in ("DOWN", "DRAIN") and nc.name not in saved:
+                node.admin_down = nc.state.upper() == "DOWN"
+                node.drain = nc.state.upper() == "DRAIN"
+                node.reason = nc.reason or "configured"
+            self.nodes[nc.name] = node
+        for job in self.store.load_jobs(ended_after=now - self.config.min_job_age):
+            self.jobs[job.job_id] = job
+            if job.is_active:
+                self.hold_resources(job)
+        self.arrays.add(self.jobs.values())
+        for name, data in self.store.load_reservations().items():
+            self.reservations[name] = Reservation.from_dict(data)
+        stored_next = int(self.store.get_meta("next_job_id", "0") or 0)
+        self.next_job_id = max(self.config.first_job_id, stored_next, self.store.max_job_id() + 1)
+        # Nodes with work on them are presumed alive until SlurmdTimeout says otherwise.
+        for node in self.nodes.values():
+            if node.allocs:
+                node.last_seen = now
+                node.responding = True
+        self.accounting = Accounting.load(self.config, self.store, now)
+        self.out_of_service = self.store.last_node_states()
+
+    def hold_resources(self, job: Job) -> None:
+        for a in job.alloc:
+            node = self.nodes.get(a.node)
+            if node is not None:
+                node.allocs[(job.job_id, job.restart_count)] = (a.cpus, a.mem, tuple(a.gpu_ids))
+
+    def release_resources(self, job: Job, attempt: int | None = None) -> None:
+        key = (job.job_id, job.restart_count if attempt is None else attempt)
+        for node in self.nodes.values():
+            node.allocs.pop(key, None)
+
+    def record(
+        self,
+        now: float,
+        changes: list[tuple[Job, str, dict[str, Any]]],
+        meta: dict[str, str] | None = None,
+    ) -> None:
+        """Commit job changes already made in memory; when the commit fails, memory goes
+        back to what the store holds (so a change that was not committed is not applied)
+        and the ``StorageError`` goes on to the caller."""
+        try:
+            self.store.record(now, changes, meta=meta)
+        except StorageError as exc:
+            log.error("could not commit %s of job(s) %s: %s; the change is not applied",
+                      "/".join(sorted({k for _j, k, _d in changes})),
+                      ",".join(str(j.job_id) for j, _k, _d in changes[:10]), exc)
+            self.reload_jobs(j for j, _k, _d in changes)
+            raise
+
+    @contextmanager
+    def atomic(self, *jobs: Job) -> Iterator[None]:
+        """A change of these jobs applies whole or not at all: on any error inside (a
+        refusal found half-way, a failed commit), they are reloaded from the store."""
+        try:
+            yield
+        except BaseException:
+            self.reload_jobs(jobs)
+            raise
+
+    def reload_jobs(self, jobs: Iterable[Job]) -> None:
+        """Put these jobs (and what they hold) back as the store last committed them."""
+        for job in {j.job_id: j for j in jobs}.values():
+            stored = self.store.get_job(job.job_id)
+            for node in self.nodes.values() if job.alloc else ():
+                for key in [k for k in node.allocs if k[0] == job.job_id]:
+                    del node.allocs[key]
+            if stored is None:  # never committed: it does not exist
+                self.jobs.pop(job.job_id, None)
+                continue
+            job.take(stored)
+            if job.is_active:
+                self.hold_resources(job)
+            if job.state is not JobState.RUNNING:
+                self.launching.pop(job.job_id, None)
+
+    def put_node(self, node: NodeRuntime) -> None:
+        """Commit a node's admin state (drain, down, reason); on failure it goes back to
+        what the store holds."""
+        try:
+            self.store.put_node(node.name, node.persistent())
+        except StorageError as exc:
+            log.error("could not commit the state of node %s: %s; the change is not applied",
+                      node.name, exc)
+            saved = self.store.load_nodes().get(node.name) or {
+                "admin_down": False, "drain": False, "reason": "", "reason_time": None, "reason_user": ""}
+            for k, v in saved.items():
+                setattr(node, k, v)
+            raise
+
+    def identity(self, uid: int, gid: int, host: str = "localhost") -> Identity:
+        return identify(self.config, uid, gid, host)
+
+    def node(self, name: str) -> NodeRuntime:
+        node = self.nodes.get(name)
+        if node is None:
+            raise MusterError(f"unknown node {name}")
+        return node
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return max(1.0, self.config.slurmd_timeout / 5)
+
+    def drain(self, name: str, reason: str, now: float | None = None) -> bool:
+        """Drain a node for a fault it showed (launch, Prolog, Epilog, health check); an
+        administrator's earlier reason is kept. Returns whether the node was drained now."""
+        node = self.nodes.get(name)
+        if node is None or node.drain:
+            return False
+        node.drain = True
+        node.reason = reason
+        node.reason_time = self.clock.now() if now is None else now
+        node.reason_user = self.config.slurm_user or "root"
+        self.put_node(node)
+        log.warning("node %s drained: %s", name, reason)
+        return True
+
+    def node_failed_job(self, job: Job, now: float, why: str) -> None:
+        attempt = job.restart_count
+        lifecycle.end(job, JobEvent.NODE_FAIL, now, completing=False)
+        self.release_resources(job, attempt)
+        changes = [(job, "node_fail", {"why": why, "nodes": job.nodes})]
+        requeue = job.spec.requeue if job.spec.requeue is not None else self.config.job_requeue
+        if requeue:
+            lifecycle.requeue(job, now)
+            changes.append((job, "requeue", {"attempt": job.restart_count}))
+        self.record(now, changes)
+
+    def note_node_service(self, now: float) -> None:
+        """Record nodes that went out of service (DOWN, or drained and empty) or came back,
+        for sreport's Down column. A node not registered since a restart keeps what was
+        recorded: nobody knows yet."""
+        changes = []
+        for node in self.nodes.values():
+            if not node.registered and not node.admin_down:
+                continue
+            # DOWN as NodeRuntime.base_state says it, without counting allocations
+            down = node.admin_down or not node.responding or (node.drain and not node.allocs)
+            if down == self.out_of_service.get(node.name, False):
+                continue
+            self.out_of_service[node.name] = down
+            sizes = {"cpu": node.cpus, "mem": node.real_memory, "gres/gpu": node.gpus, "node": 1}
+            changes.append((node.name, down, node.reason if down else "", sizes))
+        if changes:
+            self.store.record_node_events(now, changes)
+
+    def purge(self) -> None:
+        """Forget ended jobs older than MinJobAge (they stay in the store for sacct)."""
+        cutoff = self.clock.now() - self.config.min_job_age
+        for job_id in [
+            j.job_id
+            for j in self.jobs.values()
+            if j.state.is_terminal and not j.completing and (j.end_time or 0) < cutoff
+        ]:
+            self.finished[job_id] = str(self.jobs.pop(job_id).state)

@@ -1,0 +1,61 @@
+"""Applying a pass's ``Decisions``: the one function the controller's loop, the simulator and
+the parity test between them all call, so that what a decision means is written once.
+
+``apply_decisions`` writes what the pass found onto the waiting jobs (priority, pending
+reason unless the job is held, planned start and nodes; a plan that no longer holds is
+cleared), then hands the starts to its ``Book``, the side that owns the jobs: the
+controller commits them and launches the jobs (``ctld.loop``), the simulator books their
+ends on its virtual clock (``sim.engine``). A new kind of decision (preemption, say) is
+one more step here and one more method of ``Book``, in one place.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from muster.core.job import Job
+from muster.sched.decisions import Decisions, Start
+
+__all__ = ["Book", "apply_decisions"]
+
+
+class Book(Protocol):
+    """Who owns the jobs a pass decided about."""
+
+    # The pending jobs the pass saw, by id (jobs that left meanwhile may be missing).
+    waiting: Mapping[int, Job]
+    # Ids of the jobs that carry a planned start from an earlier pass.
+    planned: set[int]
+
+    def start(self, starts: list[Start], now: float) -> None:
+        """Take the starts: each job still pending runs on its allocation from ``now``."""
+
+
+def apply_decisions(decisions: Decisions, book: Book, now: float) -> None:
+    waiting = book.waiting
+    for job_id, prio in decisions.priorities.items():
+        job = waiting.get(job_id)
+        if job is not None:
+            job.priority = prio
+    for job_id, reason in decisions.reasons.items():
+        job = waiting.get(job_id)
+        if job is not None and not job.hold:
+            job.reason = reason
+    # Only the jobs that had a plan are revisited: time proportional to what the pass saw.
+    for job_id in book.planned - decisions.plans.keys():
+        job = waiting.get(job_id)
+        if job is not None:
+            job.planned_start = None
+            job.planned_nodes = []
+    for job_id, plan in decisions.plans.items():
+        job = waiting.get(job_id)
+        if job is not None:
+            job.planned_start = plan.start_time
+            job.planned_nodes = list(plan.nodes)
+    book.planned.clear()
+    book.planned.update(decisions.plans)
+    if decisions.starts:
+        book.start(decisions.starts, now)
