@@ -49,7 +49,7 @@ class Harness:
     def down(self, remove: bool = True) -> None:
         if self.cluster.exists:
             self.cluster.stop()
-        if remove:
+        if remove and not os.environ.get("MUSTER_KEEP_TEST_STATE"):  # kept for a post-mortem
             shutil.rmtree(self.root, ignore_errors=True)
 
     @property

@@ -7,15 +7,23 @@ never waits on the network.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
+
+import httpx
 
 from muster.core.job import Job
+from muster.core.states import JobState
 from muster.ctld.actions import Action, Launch, NewLimit, SignalJob, Terminate
 from muster.ctld.controller import Controller
 from muster.ctld.steps import StepSignal
 from muster.protocol.httpd import DaemonRequestError, SignedClient
 
 log = logging.getLogger("musterctld.dispatch")
+
+RETRIES = 3  # a request that may not have arrived is sent again this many times at most
+RETRY_DELAY = 1.0  # seconds before the first retry, growing by as much each time
 
 
 class Dispatcher:
@@ -47,49 +55,80 @@ class Dispatcher:
                     "time_limit": action.time_limit,
                 })
             elif isinstance(action, SignalJob):
-                for node in action.nodes:
-                    await self._post(node, "/v1/signal", {
+                for node in action.nodes:  # not sent twice: a signal is not idempotent
+                    await self._post(node, "/v1/signal", retry=False, body={
                         "job_id": action.job_id,
                         "signal": action.signal,
                         "batch_only": action.batch_only,
                     })
             elif isinstance(action, StepSignal):  # scancel N.S
                 for node in action.nodes:
-                    await self._post(node, "/v1/step_signal", action.body())
+                    await self._post(node, "/v1/step_signal", action.body(), retry=False)
         except Exception:  # a surprise must not kill the controller's loop
             log.exception("dispatch of %r failed", action)
 
-    async def _post(self, node: str, path: str, body: dict[str, object]) -> bool:
+    async def _send(self, node: str, path: str, body: dict[str, object], wanted: Any = None) -> Any:
+        """POST ``body`` to ``node``'s agent; an answer that says no raises
+        ``DaemonRequestError``. A request that may or may not have reached the agent (a
+        time-out, as after a stall of this controller, or a connection cut) is sent again
+        (launch, terminate and update are idempotent on the agent) while ``wanted()`` says
+        it is still wanted, at most ``RETRIES`` times; a refused connection is not."""
+        for attempt in range(RETRIES + 1):
+            try:
+                return await self.client.post(self._url(node, path), body, to=node)
+            except DaemonRequestError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - httpx's and the OS's network errors
+                if attempt == RETRIES or isinstance(exc, httpx.ConnectError | ConnectionRefusedError):
+                    raise
+                if wanted is not None and not wanted():
+                    raise
+                log.info("node %s: %s %s: no answer (%s); sending it again", node, path,
+                         body.get("job_id"), exc or type(exc).__name__)
+                await asyncio.sleep(RETRY_DELAY * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def _post(self, node: str, path: str, body: dict[str, object], retry: bool = True) -> bool:
         try:
-            await self.client.post(self._url(node, path), body, to=node)
+            if retry:
+                await self._send(node, path, body)
+            else:
+                await self.client.post(self._url(node, path), body, to=node)
             return True
-        except (DaemonRequestError, OSError, Exception) as e:  # noqa: B014 - httpx errors too
-            log.warning("node %s: %s %s failed: %s", node, path, body.get("job_id"), e)
+        except Exception as e:  # noqa: BLE001 - logged: the controller's loop goes on
+            log.warning("node %s: %s %s failed: %s", node, path, body.get("job_id"), e or type(e).__name__)
             return False
 
     async def _launch(self, action: Launch) -> None:
         job = action.job
         host = job.batch_host
+        attempt = job.restart_count
         assert host is not None
         body = {
             "job": job.to_dict(),
             "cluster": self.ctl.config.cluster_name,
             "kill_wait": self.ctl.config.kill_wait,
         }
+
+        def wanted() -> bool:  # still this attempt, still on a node that answers
+            node = self.ctl.nodes.get(host)
+            return (job.state is JobState.RUNNING and job.restart_count == attempt
+                    and node is not None and node.responding)
+
         try:
-            await self.client.post(self._url(host, "/v1/launch"), body, to=host)
+            await self._send(host, "/v1/launch", body, wanted)
         except DaemonRequestError as e:
             # The agent answered why it could not start the job, and whose fault it is (it
             # also saved a report saying so, for the case this answer is lost).
             log.warning("job %s: launch refused by %s: %s", job.job_id, host, e)
             if e.data.get("code") == "launch_failed":
-                self.ctl.launches.launch_failed(job.job_id, job.restart_count, e.message,
-                                       str(e.data.get("fault") or "node"))
+                self.ctl.launches.launch_failed(job.job_id, attempt, e.message,
+                                                str(e.data.get("fault") or "node"))
             else:
                 self.ctl.launches.launch_done(job.job_id)
-        except Exception as e:
-            log.warning("job %s: cannot reach %s to launch: %s", job.job_id, host, e)
-            self.ctl.launches.launch_failed(job.job_id, job.restart_count, str(e))
+        except Exception as e:  # noqa: BLE001 - unreachable: the job goes back to the queue
+            log.warning("job %s: cannot reach %s to launch: %s", job.job_id, host, e or type(e).__name__)
+            self.ctl.launches.launch_failed(job.job_id, attempt, str(e) or type(e).__name__)
         else:
             self.ctl.launches.launch_done(job.job_id)
 
