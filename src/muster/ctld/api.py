@@ -25,6 +25,7 @@ from muster.core.resources import parse_gres
 from muster.core.timefmt import MAX_TIME_LIMIT
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.controller import Identity, parse_signal
+from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.wire import job_wire, node_wire, partition_wire
 from muster.protocol.httpd import PEER_KEY, SignatureError
@@ -515,4 +516,5 @@ def build_routes(ctx: CtldApp) -> list[Route]:
         Route("/v1/agent/heartbeat", agent_heartbeat, methods=["POST"]),
         Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),
         *build_step_routes(ctx, caller, parse, handler),
+        *build_reconfig_routes(ctx, caller, handler),
     ]
