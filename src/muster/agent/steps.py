@@ -8,7 +8,7 @@ user, the nodes and the task layout; srun supplies the command, its environment,
 working directory and how to connect stdio.
 
 =============================  ==================================================================
-``POST /v1/steps/launch``      ``{"grant", "sig", "argv", "env", "cwd", "umask", "torch_env",
+``POST /v1/steps/launch``      ``{"grant", "sig", "argv", "env", "cwd", "umask", "torch_env", "preserve_env",
                                "launch_host", "srun_port", "stdin", "stdout", "stderr",
                                "open_mode", "cpu_bind"}`` -> a stream of frames
                                (``protocol.stream``) that ends when every task here has
@@ -501,6 +501,7 @@ class StepRunner:
             "srun_port": body.get("srun_port"),
             "umask": body.get("umask"),
             "torch_env": body.get("torch_env", True) is not False,
+            "preserve_env": body.get("preserve_env"),  # srun -E (taskenv keeps only counts)
         }
         append = body.get("open_mode") == "append"
         step = _Step(job_id, attempt, step_id, uid, self.node, secrets.token_hex(16),
@@ -783,6 +784,13 @@ class StepRunner:
             step.terminated = "srun"
         if step.kill_handle is not None:
             step.kill_handle.cancel()
+        # Each task's process group at once, as Slurm's stepd does: a shell whose child is
+        # killed first would otherwise end on its own (137), not "Killed".
+        for t in step.tasks:
+            try:
+                os.killpg(t.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         self._kill_now(step)
 
     def _kill_now(self, step: _Step) -> None:
