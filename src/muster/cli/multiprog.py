@@ -40,7 +40,9 @@ class MultiProg:
                 out[task] = [_expand(a, task, offset) for a in argv]
         missing = [t for t in range(ntasks) if t not in out]
         if missing:
-            raise CommandError(f"No executable program specified for task {missing[0]} in {self.path}")
+            # Slurm's two lines: the file is invalid, then why
+            raise CommandError(f"Configuration file {self.path} invalid\n"
+                               f"srun: error: No executable program specified for task {missing[0]} in {self.path}")
         return out
 
 

@@ -71,6 +71,7 @@ SRUN_OPTIONS: tuple[Opt, ...] = (
     Opt("gpu-bind", env=("SLURM_GPU_BIND",)),
     Opt("quit-on-interrupt", None, NO_ARG),
     Opt("preserve-env", "E", NO_ARG),
+    Opt("debugger-test", None, NO_ARG),  # Slurm's hidden check of the task table, no launch
     Opt("immediate", "I", OPTIONAL, env=("SLURM_IMMEDIATE",)),
     Opt("no-torch-env", None, NO_ARG),
     Opt("verbose", "v", NO_ARG),
@@ -124,6 +125,7 @@ class Run:
         self.cpu_bind: str | None = None
         self.multi_prog = None  # --multi-prog: a cli.multiprog.MultiProg
         self.pty = False  # --pty: task 0 in a pseudo-terminal, srun's terminal raw
+        self.debugger_test = False  # --debugger-test: print the task table, run nothing
         self.preserve_env: dict[str, str] = {}  # -E: the allocation's counts, kept
         self.immediate: int | None = None  # -I[secs]: give up when not running by then
         self.name = ""
@@ -226,6 +228,8 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
             run.cpu_bind = value or None
         elif k == "quit-on-interrupt":
             run.quit_on_interrupt = True
+        elif k == "debugger-test":
+            run.debugger_test = True
         elif k == "preserve-env":
             run.preserve_env = {
                 var: environ[var]
@@ -429,7 +433,13 @@ def main(argv: list[str] | None = None) -> int:
             post_retrying(ctl, f"/v1/jobs/{job_id}/steps/{answer['step']['step_id']}/done", done)
             own_job = None
             raise
-        rc, code, sig, aborted = step.run()
+        if run.debugger_test:
+            # What a parallel debugger would attach to (Slurm's MPIR table); no task runs.
+            for node in step.nodes:
+                for t in node.tasks:
+                    argv0 = (step.task_argv or {}).get(t, run.argv)[0]
+                    _note(f"task:{t}, host:{node.name}, pid:0, executable:{argv0}")
+        rc, code, sig, aborted = step.run() if not run.debugger_test else (0, 0, 0, False)
         done = {"exit_code": code, "signal": sig, "cancelled": aborted, "end_job": own_job is not None}
         usage = step.usage_report()
         if usage is not None:

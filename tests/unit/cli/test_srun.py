@@ -203,3 +203,12 @@ def test_salloc_immediate() -> None:
     assert not isinstance(result, str) and result[3] == 1
     result = salloc.build(["--immediate=7"], {"SHELL": "/bin/sh"}, "/w")
     assert not isinstance(result, str) and result[3] == 7
+
+
+def test_debugger_test_is_read_and_a_short_multi_prog_file_is_invalid(tmp_path) -> None:
+    from muster.cli.multiprog import parse_multi_prog
+
+    assert build(["--debugger-test", "true"]).debugger_test
+    prog = parse_multi_prog(str(tmp_path / "f"), "1-2 hostname\n0,3 date\n")
+    with pytest.raises(CommandError, match=r"Configuration file .*/f invalid"):
+        prog.argv_for(5)
