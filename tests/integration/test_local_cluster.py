@@ -54,3 +54,18 @@ def test_bad_arguments_and_missing_clusters_fail_clearly() -> None:
     assert muster("up", "--nodes", "-1").returncode == 2
     missing = muster("status", "--state-dir", "/nonexistent/muster")
     assert missing.returncode == 1 and "no local cluster" in missing.stderr
+
+
+def test_muster_up_renders_extra_settings_over_its_own(tmp_path) -> None:
+    # render_config probes free ports: a socket, so not a unit test
+    from muster.cluster.local import ClusterShape, LocalCluster
+    from muster.core.config import ConfigError
+
+    cluster = LocalCluster(str(tmp_path / "c"))
+    cluster.create(ClusterShape(2, 0, 4, 1000, None), {"SlurmdTimeout": "5", "PriorityType": "priority/basic"})
+    config = cluster.config()
+    assert config.settings["SlurmdTimeout"] == "5" and config.settings["PriorityType"] == "priority/basic"
+    bad = LocalCluster(str(tmp_path / "bad"))
+    with pytest.raises(ConfigError):
+        bad.create(ClusterShape(2, 0, 4, 1000, None), {"SlurmdTimeout": "soon"})
+    assert not bad.exists

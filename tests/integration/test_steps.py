@@ -102,6 +102,25 @@ def test_stdin_reaches_the_tasks_and_files_take_per_task_patterns(cluster: Harne
         assert cluster.read(name) == f"out {task}\nerr\n"
 
 
+def test_a_file_naming_no_task_is_one_file_srun_reads_or_writes_for_all(cluster: Harness) -> None:
+    src = os.path.join(cluster.workdir, "broadcast.in")
+    with open(src, "w") as f:
+        f.write("0123456789\n" * 500)
+    dst = os.path.join(cluster.workdir, "all-%j.out")
+    out = cluster.run(["srun", "-n4", "-N2", f"--input={src}", f"--output={dst}", "--error=/dev/null", "cat", "-"])
+    assert out.returncode == 0 and out.stdout == "", out.stderr
+    made = [f for f in os.listdir(cluster.workdir) if re.fullmatch(r"all-\d+\.out", f)]
+    assert len(made) == 1 and os.path.getsize(os.path.join(cluster.workdir, made[0])) == 4 * 5500
+
+
+def test_wait_reports_the_running_tasks_then_kills_them(cluster: Harness) -> None:
+    out = cluster.run(["srun", "-n3", "-W1", "bash", "-c", "[ $SLURM_PROCID = 1 ] && exit 0; sleep 30"])
+    assert "First task exited" in out.stderr
+    assert re.search(r"StepId=\d+\.0 tasks 0,2: running", out.stderr), out.stderr
+    assert re.search(r"StepId=\d+\.0 task 1: exited", out.stderr)
+    assert re.search(r"tasks? [0-9,-]+: Killed", out.stderr) and "exit code 137" not in out.stderr
+
+
 def test_kill_on_bad_exit_stops_the_other_ranks(cluster: Harness) -> None:
     t0 = time.monotonic()
     out = cluster.run(["srun", "-K", "-n2", "bash", "-c", "if [ $SLURM_PROCID = 1 ]; then exit 4; fi; sleep 60"])

@@ -8,7 +8,7 @@ user, the nodes and the task layout; srun supplies the command, its environment,
 working directory and how to connect stdio.
 
 =============================  ==================================================================
-``POST /v1/steps/launch``      ``{"grant", "sig", "argv", "env", "cwd", "umask", "torch_env",
+``POST /v1/steps/launch``      ``{"grant", "sig", "argv", "env", "cwd", "umask", "torch_env", "preserve_env",
                                "launch_host", "srun_port", "stdin", "stdout", "stderr",
                                "open_mode", "cpu_bind"}`` -> a stream of frames
                                (``protocol.stream``) that ends when every task here has
@@ -444,7 +444,9 @@ class StepRunner:
         step = self.steps.get(key)
         if step is None or not secrets.compare_digest(step.token, str(body.get("token") or "")):
             raise StepLaunchError(f"no such step {key[0]}.{key[1]} here", 404, "not_found")
-        if body.get("kill"):
+        if body.get("kill") and sig == signal.SIGKILL:
+            self._kill_at_once(step)  # srun's -W, --quit-on-interrupt: Slurm's SIGKILL
+        elif body.get("kill"):
             self._stop(step, "cancel", None)
         else:
             self._signal_step(step, sig)
@@ -508,6 +510,7 @@ class StepRunner:
             "srun_port": body.get("srun_port"),
             "umask": body.get("umask"),
             "torch_env": body.get("torch_env", True) is not False,
+            "preserve_env": body.get("preserve_env"),  # srun -E (taskenv keeps only counts)
         }
         append = body.get("open_mode") == "append"
         step = _Step(job_id, attempt, step_id, uid, self.node, secrets.token_hex(16),
@@ -772,6 +775,7 @@ class StepRunner:
                 line = (f"slurmstepd-{self.node}: error: *** STEP {step.id_text} ON {self.node} "
                         f"CANCELLED AT {when}{_REASON_WORDS.get(reason, '')} ***\n")
                 self._emit(step, frame(b"e", -1, line.encode()))  # the node's, no task's
+                self._emit(step, json_frame(b"m", -1, {"aborted": reason}))  # srun says so
             self._signal_step(step, signal.SIGTERM)
             self._signal_step(step, signal.SIGCONT)
             wait = step.kill_wait if kill_wait is None else kill_wait
@@ -779,6 +783,24 @@ class StepRunner:
                 wait = 0.0  # the job is over already: nothing to wait for
             loop = asyncio.get_running_loop()
             step.kill_handle = loop.call_later(max(0.0, wait), self._kill_now, step)
+
+    def _kill_at_once(self, step: _Step) -> None:
+        """srun stops its own step with SIGKILL and no grace (no CANCELLED line: srun
+        itself reports why)."""
+        if step.finished:
+            return
+        if step.terminated is None:
+            step.terminated = "srun"
+        if step.kill_handle is not None:
+            step.kill_handle.cancel()
+        # Each task's process group at once, as Slurm's stepd does: a shell whose child is
+        # killed first would otherwise end on its own (137), not "Killed".
+        for t in step.tasks:
+            try:
+                os.killpg(t.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._kill_now(step)
 
     def _kill_now(self, step: _Step) -> None:
         if step.finished:

@@ -20,6 +20,8 @@ and formats follow what Slurm 22.05 gives srun's tasks
 * node and task: ``SLURMD_NODENAME``, ``SLURM_NODEID`` (index in the step),
   ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_GTIDS``, ``SLURM_CPUS_ON_NODE``,
   ``SLURM_TOPOLOGY_ADDR``/``_PATTERN``; ``SLURM_TASK_PID`` is set in the child itself;
+* ``srun -E/--preserve-env`` (``launch["preserve_env"]``): the allocation's
+  ``SLURM_NNODES``/``SLURM_JOB_NUM_NODES``/``SLURM_NTASKS``/``SLURM_NPROCS`` stay as srun saw them;
 * GPUs, when the task sees some: ``CUDA_VISIBLE_DEVICES``, ``GPU_DEVICE_ORDINAL``,
   ``ROCR_VISIBLE_DEVICES``, ``ZE_AFFINITY_MASK`` (the task's binding, see ``core.steps``),
   ``SLURM_STEP_GPUS`` (the same), ``SLURM_GPUS_ON_NODE`` (the step's GPUs on the node),
@@ -141,10 +143,16 @@ def task_environment(
         out["SLURM_ARRAY_JOB_ID"] = str(job.get("array_job_id") or grant["job_id"])
         out["SLURM_ARRAY_TASK_ID"] = str(job["array_task_id"])
     out.update(_gpus(step, index, local))
+    preserved = launch.get("preserve_env") or {}
+    if isinstance(preserved, dict):  # srun -E: the allocation's node and task counts
+        out.update({str(k): str(v) for k, v in preserved.items() if str(k) in _PRESERVABLE})
     env.update(out)
     if launch.get("torch_env", True):
         _torch(env, step, grant, index, local, task, ntasks, len(tasks_here))
     return env
+
+
+_PRESERVABLE = frozenset({"SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS", "SLURM_NPROCS"})
 
 
 def _gpus(step: Mapping[str, Any], index: int, local: int) -> dict[str, str]:

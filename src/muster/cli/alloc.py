@@ -128,14 +128,26 @@ def request(ctl: Controller, prog: str, spec: dict[str, object]) -> int:
     return int(answer["job_id"])
 
 
+# Pending reasons that no wait will end, for -I/--immediate: the job fails at once.
+_HELD = frozenset({"JobHeldUser", "JobHeldAdmin"})
+
+
 def wait_running(
-    ctl: Controller, prog: str, job_id: int, quiet: bool, first_wait: float = 2.0
+    ctl: Controller, prog: str, job_id: int, quiet: bool, first_wait: float = 2.0,
+    immediate: float | None = None,
 ) -> dict[str, object]:
     """Wait until the allocation runs; the job as the controller shows it. A job that ends
-    before it starts (cancelled) raises CommandError."""
+    before it starts (cancelled) raises CommandError.
+
+    ``immediate`` (``-I[secs]``): give up after that many seconds, or at once when the job
+    is held, with Slurm's ``Unable to allocate resources`` and exit status 1; the caller
+    then cancels the job (it ends CANCELLED, as in Slurm)."""
+    import time
+
     from muster.protocol.client import ApiError, ConnectError
 
-    wait = first_wait
+    deadline = None if immediate is None else time.monotonic() + immediate
+    wait = first_wait if deadline is None else min(first_wait, immediate or 0.0)
     queued = False
     while True:
         try:
@@ -148,10 +160,18 @@ def wait_running(
             if queued and not quiet:
                 _err(prog, f"job {job_id} has been allocated resources")
             return answer["job"]  # type: ignore[no-any-return]
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if answer.get("reason") in _HELD:
+                raise CommandError(
+                    "Unable to allocate resources: Immediate execution impossible, "
+                    "insufficient priority", 1)
+            if left <= 0:
+                raise CommandError("Unable to allocate resources: Requested nodes are busy", 1)
         if not queued and not quiet:
             _err(prog, f"job {job_id} queued and waiting for resources")
         queued = True
-        wait = 30.0
+        wait = 30.0 if deadline is None else min(30.0, max(0.0, deadline - time.monotonic()))
 
 
 RETRY_FOR = 10.0  # seconds an end report is retried while the controller is unreachable

@@ -40,7 +40,9 @@ class MultiProg:
                 out[task] = [_expand(a, task, offset) for a in argv]
         missing = [t for t in range(ntasks) if t not in out]
         if missing:
-            raise CommandError(f"No executable program specified for task {missing[0]} in {self.path}")
+            # Slurm's two lines: the file is invalid, then why
+            raise CommandError(f"Configuration file {self.path} invalid\n"
+                               f"srun: error: No executable program specified for task {missing[0]} in {self.path}")
         return out
 
 
@@ -49,7 +51,7 @@ def parse_multi_prog(path: str, text: str) -> MultiProg:
 
     lines: list[tuple[list[int] | None, list[str]]] = []
     seen: set[int] = set()
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in _logical_lines(text):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -68,6 +70,25 @@ def parse_multi_prog(path: str, text: str) -> MultiProg:
     if not lines:
         raise CommandError(f"{path}: no program in the multi-prog file")
     return MultiProg(path, lines)
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """Lines with a trailing backslash joined to the next (Slurm's continuation), each
+    numbered by its first physical line."""
+    out: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        if pending is not None:
+            number, raw = pending[0], pending[1] + " " + raw.lstrip()
+            pending = None
+        stripped = raw.rstrip()
+        if stripped.endswith("\\") and not stripped.endswith("\\\\"):
+            pending = (number, stripped[:-1].rstrip())
+            continue
+        out.append((number, raw))
+    if pending is not None:
+        out.append(pending)
+    return out
 
 
 def _ranks(text: str, path: str, number: int) -> list[int]:

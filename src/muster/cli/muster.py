@@ -35,6 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--mem-per-node", type=_positive, default=128000, help="memory per node in MB (default 128000)")
     up.add_argument("--gpu-type", default=None, help="GPU type name, e.g. a100 (default: untyped)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for all nodes to be idle")
+    up.add_argument(
+        "--conf-extra", action="append", default=[], metavar="KEY=VALUE",
+        help="a global setting to state in the new cluster's config, replacing muster's own "
+        "(repeatable; e.g. PriorityType=priority/basic, SlurmdTimeout=5). $MUSTER_CONF_EXTRA "
+        "adds more, separated by spaces or semicolons",
+    )
 
     down = sub.add_parser("down", help="stop a local cluster's daemons and its job processes")
     down.add_argument("--state-dir", default=".muster")
@@ -84,6 +90,22 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def conf_extra(given: list[str], from_env: str) -> dict[str, str] | str:
+    """``--conf-extra KEY=VALUE`` items (then ``$MUSTER_CONF_EXTRA``'s) as settings; a
+    message when one is not ``KEY=VALUE`` or names a node or partition line."""
+    out: dict[str, str] = {}
+    items = list(given) + [w for w in from_env.replace(";", " ").split() if w]
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key or not key.isalnum() or not value.strip():
+            return f"--conf-extra wants KEY=VALUE, not {item!r}"
+        if key.lower() in ("nodename", "partitionname", "nodeset", "frontendname", "downnodes"):
+            return f"--conf-extra takes global settings only, not {key}"
+        out[key] = value.strip()
+    return out
+
+
 def _cluster_command(args: argparse.Namespace) -> int:
     from muster.cluster.local import ClusterShape, LocalCluster
 
@@ -92,9 +114,17 @@ def _cluster_command(args: argparse.Namespace) -> int:
         if not 1 <= args.nodes <= MAX_LOCAL_NODES:
             print(f"muster: error: --nodes must be from 1 to {MAX_LOCAL_NODES}", file=sys.stderr)
             return 2
+        extra = conf_extra(args.conf_extra, os.environ.get("MUSTER_CONF_EXTRA", ""))
+        if isinstance(extra, str):
+            print(f"muster: error: {extra}", file=sys.stderr)
+            return 2
         if not cluster.exists:
             cluster.create(ClusterShape(args.nodes, args.gpus_per_node, args.cpus_per_node,
-                                        args.mem_per_node, args.gpu_type))
+                                        args.mem_per_node, args.gpu_type), extra)
+        elif extra:
+            print("muster: error: --conf-extra applies to a new cluster only; "
+                  f"{cluster.state_dir} exists (muster down, then remove it)", file=sys.stderr)
+            return 2
         else:
             print(f"muster: reusing the existing cluster in {cluster.state_dir} (its config and state are kept)")
         started = cluster.start()

@@ -357,8 +357,11 @@ def _positive_int(value: str, what: str) -> int:
 
 
 def parse_nodes(value: str) -> tuple[int, int | None]:
-    """``-N``: ``4`` or ``2-4``. A single count is both the minimum and the maximum."""
+    """``-N``: ``4`` or ``2-4``. A single count is both the minimum and the maximum; an
+    empty minimum (``-N-3``, Slurm's reading of it) is one node."""
     lo_text, dash, hi_text = value.strip().partition("-")
+    if dash and not lo_text.strip() and hi_text.strip():
+        lo_text = "1"
     counts = []
     for part in (lo_text, hi_text) if dash else (lo_text,):
         n = _count_value(part) if not part.startswith("+") else None

@@ -24,6 +24,7 @@ from muster.cli.common import CommandError, argv_or_sys, connect, info_text, rep
 from muster.cli.options import (
     NO_ARG,
     OPTIONAL,
+    RC_BAD_OPTION,
     JobRequest,
     Opt,
     OptionTable,
@@ -49,7 +50,9 @@ def table() -> OptionTable:
     return OptionTable(job_options("SALLOC"), SALLOC_OPTIONS)
 
 
-def build(argv: list[str], environ: dict[str, str], cwd: str) -> tuple[dict[str, object], list[str], bool] | str:
+def build(
+    argv: list[str], environ: dict[str, str], cwd: str
+) -> tuple[dict[str, object], list[str], bool, float | None] | str:
     tbl = table()
     parsed, operands = job_getopt(PROG, argv, tbl)
     keys = {opt.key for opt, _ in parsed}
@@ -63,6 +66,14 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> tuple[dict[str,
     apply_job_options(req, layered)
     spec = finish_job_request(req, environ, cwd)
     quiet = "quiet" in {o.key for o, _ in layered}
+    immediate: float | None = None  # -I[secs]: None waits as long as it takes
+    given = [v for o, v in layered if o.key == "immediate"]
+    if given:
+        value = given[-1]
+        try:
+            immediate = max(1, int(value)) if value else 1
+        except ValueError:
+            raise CommandError(f"Invalid --immediate value: {value}", RC_BAD_OPTION) from None
     command = operands or [environ.get("SHELL") or "/bin/sh"]
     if not spec.get("name"):
         spec["name"] = os.path.basename(command[0]) or "interactive"
@@ -70,7 +81,7 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> tuple[dict[str,
     spec["environment"] = {}
     for key in ("stdout", "stderr", "stdin"):
         spec.pop(key, None)
-    return spec, command, quiet
+    return spec, command, quiet, immediate
 
 
 def allocation_environment(job: dict[str, object], spec: dict[str, object], environ: dict[str, str]) -> dict[str, str]:
@@ -198,11 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(result, str):
             sys.stdout.write(result)
             return 0
-        spec, command, quiet = result
+        spec, command, quiet, immediate = result
         ctl = connect(PROG)
         job_id = alloc.request(ctl, PROG, spec)
         try:
-            job = alloc.wait_running(ctl, PROG, job_id, quiet, first_wait=1.0)
+            job = alloc.wait_running(ctl, PROG, job_id, quiet, first_wait=1.0, immediate=immediate)
         except KeyboardInterrupt:
             alloc.revoke(ctl, job_id)
             _note(f"Job allocation {job_id} has been revoked.")
@@ -227,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
 USAGE = """\
 Usage: salloc [-N numnodes|[min nodes]-[max nodes]] [-n num-processors]
               [[-c cpus-per-node] [-p partition] [-t minutes] [-J jobname]
-              [--gres=list] [--gpus-per-task=n] [--exclusive] [executable [args...]]
+              [--gres=list] [--gpus-per-task=n] [--exclusive] [-I[secs]]
+              [command [args...]]
 """
 
 HELP = """\

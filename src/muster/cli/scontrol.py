@@ -798,6 +798,27 @@ def update_nodes(words: list[str]) -> int:
     return 0
 
 
+def reconfigure(flags: Flags) -> int:
+    """``scontrol reconfigure``: the controller re-reads its file (``ctld.reconfig``); like
+    Slurm, nothing is printed when all is well. Settings that changed are named on stderr
+    since musterctld applies them only when it restarts."""
+    from muster.protocol.client import ApiError, ConnectError
+
+    try:
+        answer = connect(PROG).post("/v1/reconfigure", {})
+    except ConnectError as e:
+        raise CommandError(f"slurm_reconfigure error: {connect_message(e)}", 1, raw=True) from None
+    except ApiError as e:
+        raise CommandError(f"slurm_reconfigure error: {e.message}", 1, raw=True) from None
+    changed = answer.get("changed") or []
+    if changed and not flags.quiet:
+        sys.stderr.write(
+            f"{PROG}: warning: changed in the configuration file, applied when musterctld "
+            f"restarts: {', '.join(changed)}\n"
+        )
+    return 0
+
+
 def run(words: list[str], flags: Flags) -> int:
     """One scontrol command line (after the options)."""
     if not words:
@@ -818,6 +839,8 @@ def run(words: list[str], flags: Flags) -> int:
     if cmd in ("help", "-h"):
         sys.stdout.write(HELP)
         return 0
+    if _matches(cmd, "reconfigure", 3):
+        return reconfigure(flags)
     if cmd in ("create", "delete") and rest and rest[0].lower().startswith("res"):
         from muster.cli import reservation
 
@@ -825,7 +848,6 @@ def run(words: list[str], flags: Flags) -> int:
     if cmd in (
         "suspend",
         "resume",
-        "reconfigure",
         "shutdown",
         "takeover",
         "create",
@@ -919,6 +941,12 @@ scontrol [<OPTION>] [<COMMAND>]
      uhold <job_list>         place a job on user hold
      release <job_list>       release a held job
      ping                     print status of slurmctld daemons
+     reconfigure              have the controller re-read the configuration
+                              file (it reports what it could not apply)
+     requeue <job_list>       requeue a batch job
+     requeuehold <job_list>   requeue a batch job and hold it
+     create reservation <SPEC>  create a reservation
+     delete reservation=<name>  delete a reservation
      show <ENTITY> [<ID>]     display state of identified entity, default
                               is all records
      update job=<id> <SPEC>   update a job: TimeLimit, Priority, Nice,

@@ -137,6 +137,17 @@ def long_state(node: dict) -> str:
     return text + ("*" if node.get("responding") is False else "")
 
 
+def complete_state(node: dict) -> str:
+    """``-O StateComplete``: the base state and every flag, ``idle+drain``, ``down+drain``."""
+    base = _base(node)
+    text = _LONG.get(base, base.lower())
+    if node.get("drain"):
+        text += "+drain"
+    if node.get("responding") is False:
+        text += "+not_responding"
+    return text
+
+
 def unavailable(node: dict) -> bool:
     """Down, drained or silent: its idle CPUs count as "other" in A/I/O/T."""
     return (
@@ -322,6 +333,8 @@ FIELDS: dict[str, tuple[str, object, object]] = {
     "S": ("ALLOCNODES", lambda r: "all", None),
     "t": ("STATE", lambda r: _same(r, short_state), short_state),
     "T": ("STATE", lambda r: _same(r, long_state), long_state),
+    # no letter in Slurm's -o: reachable by -O StateComplete only
+    "statecomplete": ("STATECOMPLETE", lambda r: _same(r, complete_state), complete_state),
     "u": (
         "USER",
         lambda r: _same(r, lambda n: str(n.get("reason_user") or "Unknown")),
@@ -370,6 +383,7 @@ LONG_NAMES = {
     "size": "s",
     "statecompact": "t",
     "statelong": "T",
+    "statecomplete": "statecomplete",
     "time": "l",
     "timestamp": "H",
     "user": "u",
@@ -506,6 +520,7 @@ class Request:
         "partitions",
         "nodes",
         "states",
+        "states_all",
         "responding",
         "dead",
         "json",
@@ -522,6 +537,7 @@ class Request:
         self.partitions: list[str] | None = None
         self.nodes: set[str] | None = None
         self.states: set[str] | None = None
+        self.states_all = False  # --states=a&b: every state named, not any
         self.responding = False
         self.dead = False
         self.json = False
@@ -580,10 +596,13 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
         elif key == "summarize":
             req.summary = True
         elif key == "states":
-            states = {s.strip().lower() for s in (value or "").split(",") if s.strip()}
+            # Slurm's list: "a,b" is either state, "a&b" both (the two do not mix)
+            text = (value or "").lower()
+            req.states_all = "&" in text
+            states = {s.strip() for s in text.replace("&", ",").split(",") if s.strip()}
             bad = sorted(states - _KNOWN_STATES - {"all"})
-            if bad:
-                raise CommandError(f"Invalid node state specified: {bad[0]}")
+            if bad or (req.states_all and "," in text):
+                raise CommandError(f"Invalid node state specified: {bad[0] if bad else value}")
             req.states = None if "all" in states else states
         elif key == "json":
             req.json = True
@@ -616,8 +635,10 @@ def select_nodes(nodes: list[dict], req: Request) -> list[dict]:
             continue
         if req.dead and not (n.get("responding") is False or _base(n) == "DOWN"):
             continue
-        if req.states is not None and req.states and not (req.states & _state_filter_names(n)):
-            continue
+        if req.states:
+            have = _state_filter_names(n)
+            if not (req.states <= have if req.states_all else req.states & have):
+                continue
         if req.reasons and not (
             n.get("reason")
             and (n.get("drain") or _base(n) == "DOWN" or n.get("responding") is False)

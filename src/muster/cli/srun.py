@@ -69,7 +69,10 @@ SRUN_OPTIONS: tuple[Opt, ...] = (
     Opt("overlap", None, NO_ARG, env=("SLURM_OVERLAP",)),
     Opt("distribution", "m", env=("SLURM_DISTRIBUTION",)),
     Opt("gpu-bind", env=("SLURM_GPU_BIND",)),
-    Opt("quit-on-interrupt", "q", NO_ARG),
+    Opt("quit-on-interrupt", None, NO_ARG),
+    Opt("preserve-env", "E", NO_ARG),
+    Opt("debugger-test", None, NO_ARG),  # Slurm's hidden check of the task table, no launch
+    Opt("immediate", "I", OPTIONAL, env=("SLURM_IMMEDIATE",)),
     Opt("no-torch-env", None, NO_ARG),
     Opt("verbose", "v", NO_ARG),
     Opt("quiet", "Q", NO_ARG),
@@ -90,10 +93,10 @@ _FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "
 
 
 def table() -> OptionTable:
-    # srun's -q is --quit-on-interrupt; --qos has no short form here. srun's -m, --gpu-bind
-    # and -W are its own (the job table ignores or lacks them).
+    # srun's -q is --qos, as in Slurm 22.05 (--quit-on-interrupt has no short form).
+    # srun's -m, --gpu-bind and -W are its own (the job table ignores or lacks them).
     own = {o.key for o in SRUN_OPTIONS}
-    job = tuple(o for o in job_options("SLURM", frozenset("qmW")) if o.key not in own)
+    job = tuple(o for o in job_options("SLURM", frozenset("mW")) if o.key not in own)
     return OptionTable(job, SRUN_OPTIONS)
 
 
@@ -122,6 +125,9 @@ class Run:
         self.cpu_bind: str | None = None
         self.multi_prog = None  # --multi-prog: a cli.multiprog.MultiProg
         self.pty = False  # --pty: task 0 in a pseudo-terminal, srun's terminal raw
+        self.debugger_test = False  # --debugger-test: print the task table, run nothing
+        self.preserve_env: dict[str, str] = {}  # -E: the allocation's counts, kept
+        self.immediate: int | None = None  # -I[secs]: give up when not running by then
         self.name = ""
 
 
@@ -135,6 +141,29 @@ def _io_mode(value: str) -> dict[str, object]:
     if text.isdigit():
         return {"mode": "stream", "tasks": [int(text)]}
     return {"mode": "file", "path": text}
+
+
+_PER_TASK_RE = None
+
+
+def local_path(spec: dict[str, object] | None, grant: dict[str, object], cwd: str) -> str | None:
+    """The file srun itself opens for an ``-i/-o/-e`` spec, or None (the terminal, ``none``,
+    one task's stream, or a pattern the nodes expand per task or node: ``%t %n %N``)."""
+    global _PER_TASK_RE
+    if not spec or spec.get("mode") != "file":
+        return None
+    pattern = str(spec["path"])
+    if _PER_TASK_RE is None:
+        import re
+
+        _PER_TASK_RE = re.compile(r"(?<!%)(?:%%)*%\d*[tnN]")
+    if "\\" not in pattern and _PER_TASK_RE.search(pattern):
+        return None
+    from muster.core.outputs import expand_pattern, fields_for_task
+
+    if "job_id" in grant and "step_id" in grant:
+        pattern = expand_pattern(pattern, fields_for_task(grant, "", 0, 0))
+    return os.path.normpath(os.path.join(cwd, pattern))
 
 
 def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
@@ -151,6 +180,13 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
     if in_job:
         # Within an allocation SLURM_JOB_NAME is the job's, not a step name (Slurm's rule).
         from_env = [(o, v) for o, v in from_env if o.key != "job-name"]
+    else:
+        # Outside one, the layout variables are requests (-n, -N), as in Slurm's srun;
+        # within one they describe the allocation (``_inherited_layout``).
+        for var, name in (("SLURM_NTASKS", "ntasks"), ("SLURM_NPROCS", "ntasks"), ("SLURM_NNODES", "nodes")):
+            value = (environ.get(var) or "").strip()
+            if value and name not in keys and not any(o.key == name for o, _ in from_env):
+                from_env.append((tbl.by_long[name], value))
     run = Run()
     req = JobRequest()
     layered = from_env + parsed
@@ -192,6 +228,19 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
             run.cpu_bind = value or None
         elif k == "quit-on-interrupt":
             run.quit_on_interrupt = True
+        elif k == "debugger-test":
+            run.debugger_test = True
+        elif k == "preserve-env":
+            run.preserve_env = {
+                var: environ[var]
+                for var in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS", "SLURM_NPROCS")
+                if environ.get(var)
+            }
+        elif k == "immediate":
+            try:
+                run.immediate = max(1, int(value)) if value else 1
+            except ValueError:
+                raise CommandError(f"Invalid --immediate value: {value}", RC_BAD_OPTION) from None
         elif k == "no-torch-env":
             run.torch_env = False
         elif k == "verbose":
@@ -216,6 +265,9 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
     spec = finish_job_request(req, environ, cwd)
     run.cwd = str(spec["workdir"])
     run.env = export_environment(req.export or environ.get("SLURM_EXPORT_ENV") or "ALL", environ)
+    if "cpus-per-task" in keys or "cpus-per-task" in {o.key for o, _ in from_env}:
+        # Slurm's srun sets it when -c is asked for, 1 included, and the tasks inherit it
+        run.env["SLURM_CPUS_PER_TASK"] = str(req.spec.get("cpus_per_task") or 1)
     for key, target in (("stdout", "stdout"), ("stderr", "stderr"), ("stdin", "stdin")):
         value = spec.pop(key, None)
         if value is not None:
@@ -358,6 +410,10 @@ def main(argv: list[str] | None = None) -> int:
 
             own_job = alloc.request(ctl, PROG, run.spec)
             job_id = own_job
+            if run.immediate is not None:
+                if run.verbose:
+                    _note(f"jobid {job_id}: submitted with --immediate={run.immediate}")
+                alloc.wait_running(ctl, PROG, job_id, run.quiet, immediate=float(run.immediate))
         else:
             job_id = run.job_id
         answer = create_step(ctl, run, job_id, own_job is not None)
@@ -377,7 +433,13 @@ def main(argv: list[str] | None = None) -> int:
             post_retrying(ctl, f"/v1/jobs/{job_id}/steps/{answer['step']['step_id']}/done", done)
             own_job = None
             raise
-        rc, code, sig, aborted = step.run()
+        if run.debugger_test:
+            # What a parallel debugger would attach to (Slurm's MPIR table); no task runs.
+            for node in step.nodes:
+                for t in node.tasks:
+                    argv0 = (step.task_argv or {}).get(t, run.argv)[0]
+                    _note(f"task:{t}, host:{node.name}, pid:0, executable:{argv0}")
+        rc, code, sig, aborted = step.run() if not run.debugger_test else (0, 0, 0, False)
         done = {"exit_code": code, "signal": sig, "cancelled": aborted, "end_job": own_job is not None}
         usage = step.usage_report()
         if usage is not None:
@@ -420,34 +482,51 @@ Usage: srun [OPTIONS(0)...] executable(0) [args(0)...]
 
 Parallel run options:
   -A, --account=name          charge job to specified account
+  -b, --begin=time            defer job until HH:MM MM/DD/YY
   -c, --cpus-per-task=ncpus   number of cpus required per task
+      --comment=name          arbitrary comment
       --cpu-bind=type         pin tasks to CPUs: none, cores, threads, rank, sockets,
                               map_cpu:<list>, mask_cpu:<list>; verbose reports it
+  -d, --dependency=type:jobid[:time] defer job until condition on jobid is satisfied
   -D, --chdir=path            change remote current working directory
   -e, --error=err             location of stderr redirection (file pattern, none, task id)
+  -E, --preserve-env          env vars for node and task counts override
+                              command-line flags
       --exclusive             whole nodes (a job), or dedicated resources (a step)
       --export=env_vars|NONE  environment variables passed to the tasks
+  -H, --hold                  submit job in held state
   -i, --input=in              location of stdin redirection (file pattern, none, all, task id)
+  -I, --immediate[=secs]      exit if resources not available in "secs"
   -J, --job-name=jobname      name of job (or of the step, within an allocation)
       --jobid=id              run under already allocated job
+  -k, --no-kill               do not kill job on node failure
   -K, --kill-on-bad-exit      kill the job step if any task exits non-zero
   -l, --label                 prepend task number to lines of stdout/err
   -m, --distribution=type     block or cyclic distribution of tasks
+      --mem=MB                minimum amount of real memory
+      --mincpus=n             minimum number of logical processors per node
       --multi-prog            the executable is a file naming each task's program
                               (ranks, then the command line; %t rank, %o offset)
-      --pty                   run task zero in a pseudo terminal (an interactive shell)
   -n, --ntasks=ntasks         number of tasks to run
+      --nice[=value]          decrease scheduling priority by value
       --ntasks-per-node=n     number of tasks to invoke on each node
-  -N, --nodes=N               number of nodes on which to run
+  -N, --nodes=N               number of nodes on which to run (N = min[-max])
   -o, --output=out            location of stdout redirection (file pattern, none, task id)
+  -O, --overcommit            overcommit resources
       --overlap               share resources with the job's other steps
   -p, --partition=partition   partition requested
-  -q, --quit-on-interrupt     quit on single Ctrl-C
+      --pty                   run task zero in a pseudo terminal (an interactive shell)
+  -q, --qos=qos               quality of service
   -Q, --quiet                 quiet mode (suppress informational messages)
+      --quit-on-interrupt     quit on single Ctrl-C
+  -s, --oversubscribe         over-subscribe resources with other jobs
   -t, --time=minutes          time limit
+      --tmp=MB                minimum amount of temporary disk
   -u, --unbuffered            do not line-buffer stdout/err
   -v, --verbose               verbose mode (multiple -v's increase verbosity)
   -W, --wait=sec              seconds to wait after first task exits before killing job
+  -w, --nodelist=hosts...     request a specific list of hosts
+  -x, --exclude=hosts...      exclude a specific list of hosts
 
 GPU scheduling options:
   -G, --gpus=n                count of GPUs required for the job

@@ -103,6 +103,11 @@ class StepRun:
         self.stdin_open = False
         self.pending_stdin: list[bytes] = []
         self.wake_r = -1
+        # srun's own ends of the tasks' stdin, stdout and stderr: its terminal, or the files
+        # it opens itself (``_local_files``)
+        self.in_fd, self.out_fd, self.err_fd = 0, 1, 2
+        self.io = {"stdin": run.stdin, "stdout": run.stdout, "stderr": run.stderr}
+        self.opened: list[int] = []
 
     # --- launch ---------------------------------------------------------------------------
 
@@ -121,8 +126,9 @@ class StepRun:
             "launch_host": launch_host,
             "srun_port": srun_port,
             "stdin": self._stdin_spec(),
-            "stdout": run.stdout,
-            "stderr": run.stderr,
+            "stdout": self.io["stdout"],
+            "stderr": self.io["stderr"],
+            "preserve_env": getattr(run, "preserve_env", None) or None,
             "open_mode": run.open_mode,
             "cpu_bind": run.cpu_bind,
             "pty": run.pty,
@@ -134,16 +140,16 @@ class StepRun:
     def _stdin_spec(self) -> dict[str, Any]:
         """How tasks get stdin. Streaming starts only if srun's stdin has something to give:
         when it is at its end already (``/dev/null``, a batch script's), tasks get nothing."""
-        spec = dict(self.opts.stdin)
+        spec = dict(self.io["stdin"] or {"mode": "stream"})
         if spec.get("mode") != "stream":
             return spec
         try:
-            ready, _, _ = select.select([0], [], [], 0)
+            ready, _, _ = select.select([self.in_fd], [], [], 0)
         except (OSError, ValueError):
             return {"mode": "none"}
         if ready:
             try:
-                data = os.read(0, 65536)
+                data = os.read(self.in_fd, 65536)
             except OSError:
                 data = b""
             if not data:
@@ -153,6 +159,38 @@ class StepRun:
         tasks = spec.get("tasks")
         self.stdin_targets = set(tasks) if tasks is not None else None
         return spec
+
+    def _local_files(self) -> None:
+        """Slurm's rule: a file pattern naming no task or node (no ``%t``, ``%n``, ``%N``) is
+        one file for the whole step, which srun itself reads (stdin, sent to every task) or
+        writes (every task's output, in the order it comes); the nodes open the per-task
+        ones. Raises ``OSError`` when srun cannot open one."""
+        from muster.cli.srun import local_path
+
+        run = self.opts
+        if run.pty:
+            return
+        grant = loads(self.answer["grant"]) if isinstance(self.answer.get("grant"), str) else {}
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if run.open_mode == "append" else os.O_TRUNC)
+        opened: dict[str, int] = {}
+        for name in ("stdin", "stdout", "stderr"):
+            path = local_path(self.io[name], grant, run.cwd)
+            if path is None:
+                continue
+            fd = opened.get(path)
+            if fd is None:
+                fd = os.open(path, os.O_RDONLY if name == "stdin" else flags, 0o666)
+                self.opened.append(fd)
+                opened[path] = fd
+            if name == "stdin":
+                self.in_fd = fd
+            elif name == "stdout":
+                self.out_fd = fd
+                if self.io["stderr"] is None:
+                    self.err_fd = fd  # stderr follows stdout, as the nodes' files do
+            else:
+                self.err_fd = fd
+            self.io[name] = {"mode": "stream"}
 
     def _connect(self) -> None:
         payload = b""
@@ -169,6 +207,9 @@ class StepRun:
                 self._node_failed(node, str(e))
                 continue
             node.conn = conn
+            if self.opts.verbose:
+                _note(f"launching StepId={self.job_id}.{self.step_id} on host {node.name}, "
+                      f"{len(node.tasks)} tasks: {_ranges(node.tasks)}")
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -182,6 +223,15 @@ class StepRun:
         previous = {s: _signal.signal(s, _noop) for s in signums}
         raw = _RawTerminal() if self.opts.pty else None
         try:
+            try:
+                self._local_files()
+            except OSError as e:
+                _note(f"error: Could not open {e.filename}: {e.strerror}")
+                for node in self.nodes:
+                    node.done = True
+                    for t in node.tasks:
+                        self.exits[t] = (1, 0)
+                return self._outcome()
             self._connect()
             if raw is not None:
                 raw.enter()  # keystrokes (Ctrl-C included) go to task 0's terminal
@@ -196,6 +246,8 @@ class StepRun:
             _signal.set_wakeup_fd(old_wakeup)
             os.close(r)
             os.close(w)
+            for fd in self.opened:
+                os.close(fd)
             for node in self.nodes:
                 if node.conn is not None:
                     node.conn.close()
@@ -212,7 +264,7 @@ class StepRun:
                     by_fd[n.conn.fileno()] = n
             watch.extend(by_fd)
             if self.stdin_open and self._stdin_ready():
-                watch.append(0)
+                watch.append(self.in_fd)
             timeout = None
             if self.opts.wait and self.first_exit is not None and not self.killing:
                 timeout = max(0.0, self.first_exit + self.opts.wait - time.monotonic())
@@ -222,7 +274,7 @@ class StepRun:
                 continue
             if self.wake_r in ready:
                 self._signals()
-            if 0 in ready:
+            if self.in_fd in ready:
                 self._read_stdin()
             for fd in ready:
                 node = by_fd.get(fd)
@@ -235,7 +287,8 @@ class StepRun:
                 and time.monotonic() >= self.first_exit + self.opts.wait
             ):
                 _note(f"error: First task exited {self.opts.wait:g}s ago")
-                self._kill_step()
+                self._task_status()
+                self._kill_step(hard=True)
         for key in list(self.partial):
             self._flush(*key)
 
@@ -261,8 +314,7 @@ class StepRun:
                                         float(info.get("sys") or 0), node.name)
                 if self.killing and sig:
                     self.stopped.add(task)
-                for stream in (1, 2):
-                    self._flush(task, stream)
+                self._flush_task(task)
                 if self.first_exit is None:
                     self.first_exit = time.monotonic()
                 if code or sig:
@@ -275,6 +327,11 @@ class StepRun:
                         self._send_stdin(node)
                 if info.get("error"):
                     _note(f"error: {node.name}: {info['error']}")
+                if info.get("aborted") and not self.aborted:
+                    # scancel, a time limit, the job's end: Slurm's srun says it this way
+                    self.aborted = True
+                    _note(f"Job step aborted: Waiting up to {int(self.kill_wait) + 2} seconds "
+                          "for job step to finish.")
             elif kind == b"d":
                 node.done = True
         if failed:
@@ -357,7 +414,7 @@ class StepRun:
     # --- output -------------------------------------------------------------------------------
 
     def _output(self, kind: bytes, task: int, data: bytes) -> None:
-        fd = 1 if kind == b"o" else 2
+        fd = self.out_fd if kind == b"o" else self.err_fd
         if task < 0 or (self.opts.unbuffered and not self.opts.label):  # task -1: the node's own words
             _write(fd, data)
             return
@@ -394,6 +451,10 @@ class StepRun:
         if buf:
             _write(fd, self._labelled(task, buf))
 
+    def _flush_task(self, task: int) -> None:
+        for fd in {self.out_fd, self.err_fd}:
+            self._flush(task, fd)
+
     # --- stdin --------------------------------------------------------------------------------
 
     def _targets(self, node: _Node) -> bool:
@@ -407,7 +468,7 @@ class StepRun:
 
     def _read_stdin(self) -> None:
         try:
-            data = os.read(0, 65536)
+            data = os.read(self.in_fd, 65536)
         except OSError:
             data = b""
         if data:
@@ -460,10 +521,32 @@ class StepRun:
             else:
                 self._forward(signum)
 
+    def _task_status(self) -> None:
+        """Slurm's status lines: which tasks still run and which have ended."""
+        groups: dict[str, list[int]] = {}
+        for t in range(self.ntasks):
+            if t not in self.exits:
+                groups.setdefault("running", []).append(t)
+            elif self.exits[t] == (0, 0):
+                groups.setdefault("exited", []).append(t)
+            else:
+                groups.setdefault("exited abnormally", []).append(t)
+        for what in ("running", "exited", "exited abnormally"):
+            tasks = groups.get(what)
+            if tasks:
+                word = "task" if len(tasks) == 1 else "tasks"
+                _note(f"StepId={self.job_id}.{self.step_id} {word} {_ranges(tasks)}: {what}")
+
     def _interrupt(self) -> None:
         now = time.monotonic()
         self.interrupts = [t for t in self.interrupts if now - t <= 1.0] + [now]
-        if self.opts.quit_on_interrupt or len(self.interrupts) == 2:
+        if self.opts.quit_on_interrupt and not self.killing:
+            # Slurm's --quit-on-interrupt: the step is killed at once (SIGKILL, no grace)
+            _note("forcing job termination")
+            self.aborted = True
+            self._kill_step(hard=True)
+            return
+        if len(self.interrupts) == 2:
             if not self.killing:
                 _note(f"Job step aborted: Waiting up to {int(self.kill_wait) + 2} seconds for job step to finish.")
                 self.aborted = True
@@ -479,6 +562,7 @@ class StepRun:
                     self.exits.setdefault(t, (0, _signal.SIGKILL))
             return
         _note("interrupt (one more within 1 sec to abort)")
+        self._task_status()
         self._forward(_signal.SIGINT)
 
     def _forward(self, signum: int, kill: bool = False) -> None:
@@ -492,9 +576,10 @@ class StepRun:
             except (ApiError, ConnectError):
                 pass
 
-    def _kill_step(self) -> None:
+    def _kill_step(self, hard: bool = False) -> None:
+        """Stop the step: TERM, KillWait, KILL; ``hard`` sends KILL at once (-W, -q)."""
         self.killing = True
-        self._forward(_signal.SIGTERM, kill=True)
+        self._forward(_signal.SIGKILL if hard else _signal.SIGTERM, kill=True)
 
     # --- the end ------------------------------------------------------------------------------
 

@@ -131,8 +131,10 @@ class LocalCluster:
         key_path = os.path.join(self.state_dir, "muster.key")
         if not os.path.exists(key_path):
             generate_key(key_path)
+        text = render_config(self.state_dir, shape, overrides)
+        parse_config(text, self.conf_path)  # extra settings that break it: ConfigError, no file
         with open(self.conf_path, "w") as f:
-            f.write(render_config(self.state_dir, shape, overrides))
+            f.write(text)
 
     # --- processes -----------------------------------------------------------------
 

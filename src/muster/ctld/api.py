@@ -31,6 +31,7 @@ from muster.ctld.actions import parse_signal
 from muster.ctld.context import Context
 from muster.ctld.identity import Identity
 from muster.ctld.privacy import PrivateData
+from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.wire import job_wire, node_wire, partition_wire
 from muster.protocol.httpd import PEER_KEY, SignatureError, refusal
@@ -585,4 +586,5 @@ def build_routes(ctx: Context) -> list[Route]:
         Route("/v1/agent/heartbeat", agent_heartbeat, methods=["POST"]),
         Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),
         *build_step_routes(ctx, caller, parse, handler, private),
+        *build_reconfig_routes(ctx, caller, handler),
     ]

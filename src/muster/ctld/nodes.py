@@ -39,6 +39,7 @@ class NodeRuntime:
     agent_start_time: float | None = None
     boot_time: float | None = None
     version: str = ""
+    hostname: str = ""  # NodeHostname (Slurm's default: the node's name)
     # allocations, kept up to date by the controller (job_id -> (cpus, mem, gpu ids))
     allocs: dict[int, tuple[int, int, tuple[int, ...]]] = field(default_factory=dict)
 

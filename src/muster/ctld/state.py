@@ -94,6 +94,7 @@ class ClusterState:
                 features=tuple(nc.features),
                 weight=nc.weight,
                 partitions=part_of.get(nc.name, []),
+                hostname=nc.hostname,
             )
             for k, v in saved.get(nc.name, {}).items():
                 setattr(node, k, v)

@@ -95,6 +95,7 @@ def node_wire(node: NodeRuntime, jobs_here: list[int]) -> dict[str, Any]:
     return {
         "name": node.name,
         "addr": node.addr,
+        "hostname": node.hostname or node.name,
         "port": node.port,
         "state": str(node.base_state()),
         "drain": node.drain,

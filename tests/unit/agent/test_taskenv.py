@@ -114,3 +114,12 @@ def test_step_variables_replace_inherited_ones_and_the_batch_tag_is_dropped() ->
     assert env["SLURM_NTASKS"] == "1" and env["SLURM_STEP_ID"] == "0"
     assert "MUSTER_JOB_TAG" not in env and env["MUSTER_JOB_ID"] == "48"
     assert env["SLURM_JOB_GPUS"] == "0,1"  # the batch script's own, inherited as in Slurm
+
+
+def test_preserve_env_keeps_the_allocations_counts_and_nothing_else() -> None:
+    grant = grant_for(StepRequest(ntasks=1), 48)
+    launch = {"preserve_env": {"SLURM_NNODES": "3", "SLURM_NTASKS": "6", "SLURM_PROCID": "9"}}
+    env = task_environment({}, grant, "node1", 0, CTX, launch)
+    assert env["SLURM_NNODES"] == "3" and env["SLURM_NTASKS"] == "6"
+    assert env["SLURM_PROCID"] == "0"  # only the counts are srun's to keep
+    assert task_environment({}, grant, "node1", 0, CTX)["SLURM_NTASKS"] == "1"

@@ -95,3 +95,14 @@ def test_parse_format() -> None:
 def test_version_line_starts_like_slurms() -> None:
     line = common.version_line()
     assert line.startswith("slurm 22.05.8 ") and "muster" in line
+
+
+def test_muster_up_conf_extra_settings() -> None:
+    from muster.cli.muster import conf_extra
+
+    assert conf_extra(["PriorityType=priority/basic"], "SlurmdTimeout=5; SelectTypeParameters=CR_CPU") == {
+        "PriorityType": "priority/basic", "SlurmdTimeout": "5", "SelectTypeParameters": "CR_CPU",
+    }
+    assert "KEY=VALUE" in str(conf_extra(["SlurmdTimeout"], ""))
+    assert "global settings only" in str(conf_extra(["NodeName=x"], ""))
+

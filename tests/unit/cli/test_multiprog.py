@@ -36,3 +36,10 @@ def test_ranks_ranges_star_and_substitutions() -> None:
 def test_bad_files_say_what_is_wrong(text: str, ntasks: int, message: str) -> None:
     with pytest.raises(CommandError, match=message):
         parse_multi_prog("f", text).argv_for(ntasks)
+
+
+def test_a_trailing_backslash_continues_the_line() -> None:
+    prog = parse_multi_prog("f", "1-2 hostname\n0,3   echo aaaa \\\ntask:%t:offset:%o bbbb\n")
+    argv = prog.argv_for(4)
+    assert argv[0] == ["echo", "aaaa", "task:0:offset:0", "bbbb"]
+    assert argv[3] == ["echo", "aaaa", "task:3:offset:1", "bbbb"] and argv[1] == ["hostname"]

@@ -125,8 +125,11 @@ def test_export_forms() -> None:
 def test_node_counts() -> None:
     assert parse_nodes("4") == (4, 4)
     assert parse_nodes("2-8") == (2, 8)
+    # an empty minimum is one node, as Slurm reads -N-3 ("at most 3")
+    assert parse_nodes("-3") == (1, 3) and parse_nodes("-1") == (1, 1)
     for bad, message in (
-        ("-1", '"-1" is not a valid node count'),
+        ("-", '"-" is not a valid node count'),
+        ("-0", '"-0" is not a valid node count'),
         ("0", '"0" is not a valid node count'),
         ("x", '"x" is not a valid node count'),
         ("4-2", "Maximum node count 2 is less than minimum node count 4"),

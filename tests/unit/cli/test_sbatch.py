@@ -139,7 +139,8 @@ def test_bad_gres_like_slurm(capsys, reference) -> None:
 
 
 def test_negative_counts_are_errors(capsys) -> None:
-    for argv in (["-N", "-1"], ["-n", "0"], ["-c", "0"]):
+    # (-N -1 is "at most one node" in Slurm: an empty minimum, see test_options)
+    for argv in (["-N", "-0"], ["-n", "0"], ["-c", "0"]):
         rc, out, err = _run([*argv, "--wrap=true"], capsys)
         assert rc == 255 and out == "" and err.startswith("sbatch: error: ")
 

@@ -76,6 +76,23 @@ def test_state_filter(partitions, nodes) -> None:
         sinfo.parse_args(["-t", "sleepy"], {})
 
 
+def test_state_lists_any_or_all_and_state_complete(partitions, nodes) -> None:
+    for i in (4, 5):
+        nodes[i].update(state="DOWN", drain=False, reason="test")
+    nodes[5].update(drain=True)  # node6: down+drain
+    nodes[6].update(state="IDLE", drain=True)  # node7: idle+drain
+    argv = ["-Nh", "-n", "node[5-8]", "-p", "gpu", "-O", "NodeList:8,StateComplete:20"]
+    assert _lines(partitions, nodes, argv + ["-t", "idle"]) == [
+        "node7    idle+drain          ", "node8    idle                ",
+    ]
+    assert [ln.split()[0] for ln in _lines(partitions, nodes, argv + ["-t", "down,drain"])] == [
+        "node5", "node6", "node7",
+    ]
+    assert _lines(partitions, nodes, argv + ["-t", "down&drain"]) == ["node6    down+drain          "]
+    with pytest.raises(CommandError, match="Invalid node state specified"):
+        sinfo.parse_args(["-t", "down&drain,idle"], {})
+
+
 def test_node_filter_drops_partitions_without_those_nodes(partitions, nodes) -> None:
     assert _lines(partitions, nodes, ["-h", "-n", "node[1-2]", "-o", "%R %D"]) == ["gpu 2"]
 

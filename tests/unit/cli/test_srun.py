@@ -55,7 +55,8 @@ def test_io_modes(value: str, mode: dict[str, object]) -> None:
 
 
 def test_srun_specific_options() -> None:
-    run = build(["-K", "-W", "5", "-u", "-m", "cyclic", "--gpu-bind=none", "--overlap", "-q", "--no-torch-env", "true"])
+    run = build(["-K", "-W", "5", "-u", "-m", "cyclic", "--gpu-bind=none", "--overlap", "--quit-on-interrupt",
+                 "--no-torch-env", "true"])
     assert run.kill_bad_exit and run.wait == 5 and run.unbuffered and run.quit_on_interrupt
     assert not run.torch_env
     assert run.step["distribution"] == "cyclic" and run.step["gpu_bind"] == "none" and run.step["overlap"]
@@ -122,7 +123,8 @@ def test_exit_status_is_the_highest_code_and_128_plus_a_signal() -> None:
 
 
 def test_salloc_runs_the_shell_by_default_and_sets_the_allocations_variables() -> None:
-    spec, command, quiet = salloc.build(["-N2", "-n4"], {"SHELL": "/bin/zsh"}, "/w")  # type: ignore[misc]
+    spec, command, quiet, immediate = salloc.build(["-N2", "-n4"], {"SHELL": "/bin/zsh"}, "/w")  # type: ignore[misc]
+    assert immediate is None
     assert command == ["/bin/zsh"] and spec["name"] == "zsh" and not quiet
     job = {"job_id": 8, "nodelist": "node[1-2]", "partition": "gpu",
            "alloc": [{"node": "node1", "cpus": 2}, {"node": "node2", "cpus": 2}], "spec": {"name": "zsh"}}
@@ -130,3 +132,83 @@ def test_salloc_runs_the_shell_by_default_and_sets_the_allocations_variables() -
     assert env["SLURM_JOB_ID"] == "8" and env["SLURM_NNODES"] == "2" and env["SLURM_NTASKS"] == "4"
     assert env["SLURM_TASKS_PER_NODE"] == "2(x2)" and env["SLURM_JOB_NODELIST"] == "node[1-2]"
     assert "SLURM_STEP_ID" not in env and env["HOME"] == "/h"
+
+
+def test_srun_q_is_qos_as_in_slurm_and_quit_on_interrupt_has_no_short_form() -> None:
+    run = build(["-q", "high", "true"])
+    assert run.spec["qos"] == "high" and not run.quit_on_interrupt
+
+
+def test_help_lists_the_options_slurm_documents() -> None:
+    text = srun.HELP
+    for line in ("-b, --begin=time", "-N, --nodes=N", "-q, --qos=qos", "--mincpus=n", "-G, --gpus=n",
+                 "-E, --preserve-env", "-I, --immediate[=secs]"):
+        assert line in text
+    import re
+
+    assert re.search(r"Usage: srun .*?OPTIONS.*?executable.*?args", text)
+
+
+def test_salloc_usage_ends_with_the_command() -> None:
+    import re
+
+    assert re.search(r"Usage: salloc(?:\s+\[{1,2}-{1,2}.*?\](?=\s+\[))+\s+\[command \[args\.\.\.\]\]$",
+                     salloc.USAGE)
+
+
+def test_layout_variables_are_requests_outside_an_allocation() -> None:
+    run = build(["true"], {"SLURM_NPROCS": "5", "SLURM_NNODES": "1"})
+    assert run.spec["ntasks"] == 5 and run.spec["min_nodes"] == 1
+
+
+def test_cpus_per_task_asked_for_is_exported_even_when_one() -> None:
+    assert build(["-c", "1", "true"]).env["SLURM_CPUS_PER_TASK"] == "1"
+    assert "SLURM_CPUS_PER_TASK" not in build(["true"]).env
+
+
+def test_preserve_env_keeps_the_allocations_counts() -> None:
+    env = {"SLURM_JOB_ID": "12", "SLURM_NNODES": "3", "SLURM_NTASKS": "6"}
+    run = build(["-E", "-n1", "-N1", "printenv"], env)
+    assert run.preserve_env == {"SLURM_NNODES": "3", "SLURM_NTASKS": "6"}
+    assert run.step["ntasks"] == 1 and run.step["min_nodes"] == 1
+    assert build(["-n1", "printenv"], env).preserve_env == {}
+
+
+def test_immediate_takes_an_optional_number_of_seconds() -> None:
+    assert build(["-I", "true"]).immediate == 1
+    assert build(["--immediate=5", "true"]).immediate == 5
+    assert build(["true"]).immediate is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"mode": "file", "path": "out.%j.%s"}, "/work/out.7.2"),
+        ({"mode": "file", "path": "/tmp/x_%A_%a"}, "/tmp/x_7_4294967294"),
+        ({"mode": "file", "path": "out.%t"}, None),  # per task: the nodes open it
+        ({"mode": "file", "path": "out.%3n"}, None),
+        ({"mode": "file", "path": "out.%N"}, None),
+        ({"mode": "file", "path": "out.%%t"}, "/work/out.%t"),  # an escaped %, then t
+        ({"mode": "stream", "tasks": [1]}, None),
+        ({"mode": "none"}, None),
+    ],
+)
+def test_srun_opens_the_files_that_name_no_task_or_node(spec: dict[str, object], expected: str | None) -> None:
+    grant = {"job_id": 7, "step_id": 2, "user": "u", "job": {"name": "j"}}
+    assert srun.local_path(spec, grant, "/work") == expected
+
+
+def test_salloc_immediate() -> None:
+    result = salloc.build(["-I", "-N1"], {"SHELL": "/bin/sh"}, "/w")
+    assert not isinstance(result, str) and result[3] == 1
+    result = salloc.build(["--immediate=7"], {"SHELL": "/bin/sh"}, "/w")
+    assert not isinstance(result, str) and result[3] == 7
+
+
+def test_debugger_test_is_read_and_a_short_multi_prog_file_is_invalid(tmp_path) -> None:
+    from muster.cli.multiprog import parse_multi_prog
+
+    assert build(["--debugger-test", "true"]).debugger_test
+    prog = parse_multi_prog(str(tmp_path / "f"), "1-2 hostname\n0,3 date\n")
+    with pytest.raises(CommandError, match=r"Configuration file .*/f invalid"):
+        prog.argv_for(5)
