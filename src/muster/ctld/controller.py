@@ -38,6 +38,7 @@ from muster.ctld.arrays import ArrayIndex, array_spec, make_tasks
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.reservations import Reservation, check_flags, check_window
 from muster.ctld.store import Store
+from muster.ctld.training import Training
 from muster.ctld.view import node_views, partition_views, reservation_views
 from muster.sched.dependencies import parse_dependency
 from muster.sched.filters import BAD_PARTITION, NO_PARTITION, check_submit
@@ -156,6 +157,11 @@ class Controller:
     # monotonic time of the last run of the controller's loop (``loop_tick``)
     last_tick: float | None = None
     stalls: int = 0
+    # GPU faults, job progress, hangs and suspect nodes (muster.ctld.training)
+    training: Training = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.training = Training(self)
 
     # --- start-up -------------------------------------------------------------------
 
@@ -869,6 +875,9 @@ class Controller:
             if not isinstance(fault, dict):
                 continue
             reason = str(fault.get("reason") or f"{fault.get('kind')} failed")[:1024]
+            if fault.get("kind") == "gpu":  # drain, and requeue the jobs on it elsewhere
+                actions += self.training.gpu_fault(node.name, reason)
+                continue
             if fault.get("kind") == "prolog" and fault.get("job_id") is not None:
                 actions += self.launch_failed(int(fault["job_id"]), int(fault.get("attempt") or 0),
                                               reason, "prolog", node.name)
@@ -958,6 +967,8 @@ class Controller:
         # Runs that ended here and whose reports are on their way: not lost.
         ended = self._running_ids(body.get("ended") or [])
         self._watch_lost(node, {**ended, **self._running_ids(running)}, now)
+        if isinstance(body.get("progress"), list):
+            self.training.progress(node.name, body["progress"])
         return {"ok": True, "kill": self._stale_jobs(node, running)}
 
     def _running_ids(self, running: list[Any]) -> dict[int, int | None]:
@@ -1094,6 +1105,7 @@ class Controller:
             except StorageError:
                 continue  # logged; judged again on the next check, once the store commits
         self.note_node_service(now)
+        actions += self.training.check_hangs()
         return actions
 
     def _node_down(self, node: NodeRuntime, now: float, silence: float) -> list[Action]:
@@ -1126,6 +1138,7 @@ class Controller:
                     survivors = [n for n in job.nodes if n != node.name]
                     attempt = job.restart_count
                     self.node_failed_job(job, now, f"node {node.name} not responding")
+                    self.training.incident(node.name, job.job_id, "node failure", now)
                     if survivors:
                         actions.append(Terminate(job.job_id, attempt, survivors, "node_fail"))
                 else:

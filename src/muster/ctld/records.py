@@ -25,7 +25,7 @@ from muster.core.hostlist import compress
 from muster.core.steps import BATCH_STEP
 from muster.ctld.tres import alloc_tres, billing, format_tres, req_tres
 
-_REQUEUE_KINDS = frozenset({"node_fail", "requeue", "launch_failed"})
+_REQUEUE_KINDS = frozenset({"node_fail", "requeue", "launch_failed", "hung"})
 _ENDED = frozenset(
     "COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED OUT_OF_MEMORY BOOT_FAIL DEADLINE "
     "REQUEUED".split()
@@ -87,6 +87,8 @@ def _close_attempt(db: Any, now: float, job_id: int, attempt: int, kind: str) ->
         return
     d = json.loads(row[1])
     d["state"] = "NODE_FAIL" if kind == "node_fail" else "REQUEUED"
+    if kind == "hung":  # its progress stopped (muster.ctld.training)
+        d["reason"] = "Hung"
     d["end_time"] = now
     d["completing"] = False
     d["exit_code"] = 0
