@@ -230,13 +230,16 @@ class GpuHealth:
         nv = self._nvml
         try:
             events = nv.nvmlEventSetCreate()
-            for i in self.indices:
-                handle = nv.nvmlDeviceGetHandleByIndex(i)
-                nv.nvmlDeviceRegisterEvents(handle, nv.nvmlEventTypeXidCriticalError, events)
-            return events
-        except Exception as exc:  # not every GPU supports events (e.g. some vGPUs)
+        except Exception as exc:
             log.info("NVML XID events unavailable: %s", exc)
             return None
+        for i in self.indices:
+            try:
+                handle = nv.nvmlDeviceGetHandleByIndex(i)
+                nv.nvmlDeviceRegisterEvents(handle, nv.nvmlEventTypeXidCriticalError, events)
+            except Exception as exc:  # a lost GPU, or one without events (some vGPUs)
+                log.info("GPU %d: no XID events from NVML: %s", i, exc)
+        return events
 
     def _from_nvml(self) -> list[GpuFault]:
         nv = self._module()
