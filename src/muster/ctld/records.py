@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from muster.core import goodput
 from muster.core.hostlist import compress
 from muster.core.steps import BATCH_STEP
 from muster.ctld.tres import alloc_tres, billing, format_tres, req_tres
@@ -240,6 +241,19 @@ def _batch_state(d: dict[str, Any]) -> tuple[str, str]:
     return "CANCELLED", "0:15"
 
 
+def _goodput(d: dict[str, Any], now: float) -> dict[str, Any]:
+    """sacct's goodput fields (muster's own; see docs/training.md): None where the job
+    reported nothing, never a guess."""
+    g = goodput.summary(d, now)
+    lost = [a["lost"] for a in g["lost_per_attempt"] if a["outcome"] not in ("COMPLETED", "RUNNING")]
+    return {
+        "gpu_seconds": int(g["gpu_seconds"]),
+        "startup": g["startup"], "lost": g["lost"], "productive": g["productive"],
+        "goodput": g["goodput"], "last_step": g["last_step"], "last_ckpt": g["last_ckpt"],
+        "lost_per_attempt": ",".join("" if x is None else str(int(x)) for x in lost),
+    }
+
+
 def record_wire(
     d: dict[str, Any],
     now: float,
@@ -324,6 +338,7 @@ def record_wire(
         "ntasks": None,
         "steps": [],
     }
+    rec.update(_goodput(d, now))
     steps = list(steps)
     recorded_batch = any(s.get("step_id") == BATCH_STEP for s in steps)
     if started and spec.get("script") is not None and not recorded_batch:

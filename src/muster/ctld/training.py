@@ -123,11 +123,19 @@ class Training:
                 attempt = int(r.get("attempt") or 0)
             except (KeyError, TypeError, ValueError):
                 continue
-            if job is None or job.state is not JobState.RUNNING or job.restart_count != attempt:
+            if job is None or job.restart_count != attempt or node not in job.nodes:
                 continue  # an earlier attempt's late report
-            if node not in job.nodes:
-                continue
-            important = self._merge(job, node, r)
+            if job.state is not JobState.RUNNING:
+                # the last words of an attempt that ended before its heartbeat came
+                closed = job.attempts[-1] if job.attempts else None
+                if closed is None or closed.get("attempt") != attempt:
+                    continue
+                self._merge(job, node, r)
+                closed.update({k: (job.progress or {}).get(k) for k in
+                               ("first", "step", "step_time", "ckpt_step", "ckpt_time")})
+                important = True
+            else:
+                important = self._merge(job, node, r)
             last = self._saved.get(job.job_id)
             if important or last is None or now - last >= SAVE_EVERY:
                 try:
