@@ -198,3 +198,21 @@ def test_a_job_that_reports_nothing_shows_allocated_time_only(ctl: Controller) -
     advance(ctl, 50)
     s = summary(job.to_dict(), now(ctl))
     assert s["gpu_seconds"] == 100 and s["goodput"] is None and s["lost"] is None
+
+
+def test_a_bad_partition_hang_timeout_is_a_config_error() -> None:
+    from muster.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="bad HangTimeout"):
+        parse_config(CONF.replace("HangTimeout=2", "HangTimeout=soon"), "t.conf")
+
+
+def test_sacct_reads_the_goodput_fields_from_the_record(ctl: Controller) -> None:
+    from muster.ctld.records import record_wire
+
+    job = run(ctl, ["node1"])
+    report(ctl, "node1", job, step=1)
+    advance(ctl, 10)
+    report(ctl, "node1", job, step=5, ckpt=5)
+    rec = record_wire(job.to_dict(), now(ctl), "t")
+    assert (rec["last_step"], rec["last_ckpt"], rec["gpu_seconds"], rec["goodput"]) == (5, 5, 20, 1.0)
