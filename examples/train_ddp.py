@@ -30,6 +30,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+try:  # muster's progress reports (hang detection, goodput); a no-op outside muster jobs
+    from muster import progress
+except ImportError:  # muster not installed where this runs
+    progress = None
+
 
 def log(rank: int, text: str) -> None:
     print(f"[rank {rank}] {text}", flush=True)
@@ -116,12 +121,16 @@ def main() -> int:
         loss = loss_fn(ddp(x), y)
         loss.backward()
         opt.step()
+        if progress is not None:
+            progress.step(step)  # every rank: a rank that stops shows on its node
         if rank == 0 and (step % 10 == 0 or step == args.steps):
             log(rank, f"step {step} loss {loss.item():.4f}")
         if args.ckpt_every and step % args.ckpt_every == 0:
             if rank == 0:
                 save(ckpt, step, model, opt)
                 log(rank, f"checkpoint at step {step}")
+                if progress is not None:
+                    progress.checkpoint(step)  # once the file is safely renamed in place
             dist.barrier()  # nobody races ahead of a checkpoint that may be needed
         if args.sleep:
             time.sleep(args.sleep)

@@ -21,8 +21,10 @@ from muster.agent import gpus
 from muster.agent.affinity import CpuLedger, task_affinity
 from muster.agent.app import build_app
 from muster.agent.env import EnvContext
+from muster.agent.gpuhealth import GpuFault, GpuHealth, default_fault_file
 from muster.agent.hooks import Hooks
 from muster.agent.link import ControllerLink
+from muster.agent.progress import ProgressWatch
 from muster.agent.state import StateDir
 from muster.agent.steps import StepRunner
 from muster.agent.supervisor import Supervisor
@@ -94,6 +96,9 @@ class AgentDaemon:
         self.state = StateDir(settings.state_dir)
         self.start_time = self.clock.now()
         self.inventory = gpus.GpuInventory()
+        self.gpu_health: GpuHealth | None = None  # set once the GPUs are known (prepare)
+        self._gpu_faults: set[GpuFault] = set()  # reported to the controller already
+        self.progress = ProgressWatch(self.state.root)  # MUSTER_PROGRESS files of jobs here
         self._lock_fd: int | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._server: Any = None
@@ -148,6 +153,9 @@ class AgentDaemon:
         self._lock()
         self.supervisor.instance = self.state.instance_id()
         self.inventory = gpus.detect(self.node.gpus, self.node.gpu_type, self.settings.gpu_mode)
+        self.gpu_health = GpuHealth(
+            self.inventory, default_fault_file(self.state.root, self.config.get("GpuFaultFile"))
+        )
         with open(os.path.join(self.state.root, "musterd.pid"), "w") as f:
             f.write(f"{os.getpid()}\n")
         path = socket_path(self.config, self.node.name, self.state.root)
@@ -231,6 +239,7 @@ class AgentDaemon:
             interval=heartbeat_interval(cfg),
         )
         self.hooks.on_fault = self.link.add_fault
+        self.link.progress_source = self._progress_reports
         base = f"http://{cfg.ctld_addr}:{cfg.ctld_port}"
         client = self.client
         self.steps.report = lambda path, body: client.post(base + path, body)
@@ -242,6 +251,7 @@ class AgentDaemon:
             asyncio.create_task(self.link.deliver(), name="reports"),
             asyncio.create_task(self.steps.stop_all_when(self._stopping), name="steps"),
             asyncio.create_task(self._health_checks(), name="health"),
+            asyncio.create_task(self._gpu_checks(), name="gpu-health"),
         ]
 
     async def _health_checks(self) -> None:
@@ -258,6 +268,38 @@ class AgentDaemon:
             if self.hooks.health_interval <= 0:
                 return
             await asyncio.sleep(self.hooks.health_interval)
+
+    def _progress_reports(self) -> list[dict[str, Any]]:
+        """What jobs here reported of their progress since the last heartbeat."""
+        active = {(j, a) for j, a in self.supervisor.running_attempts()}
+        active.update((s.job_id, s.attempt) for s in self.steps.steps.values())
+        return self.progress.poll(self.clock.now(), active)
+
+    async def _gpu_checks(self) -> None:
+        """Check the GPUs at start, then every GpuHealthCheckInterval seconds (default 60;
+        0: only at start). Each new fault goes to the controller, which drains the node
+        and requeues its jobs; a fault that clears may be reported again if it returns."""
+        if self.gpu_health is None or not self.inventory.gpus:
+            return
+        interval = float(self.config.get_int("GpuHealthCheckInterval", 60))
+        while True:
+            # nvidia-smi may take seconds: not on the event loop
+            found = await asyncio.to_thread(self.gpu_health.check)
+            self.note_gpu_faults(found)
+            if interval <= 0:
+                return
+            await asyncio.sleep(interval)
+
+    def note_gpu_faults(self, faults: list[GpuFault]) -> list[GpuFault]:
+        """One check's faults; returns those reported to the controller now (the new ones)."""
+        found = set(faults)
+        new = sorted(found - self._gpu_faults)
+        self._gpu_faults = found
+        for fault in new:
+            log.error("GPU health: %s", fault.reason)
+            if self.link is not None:
+                self.link.add_fault({"kind": "gpu", "reason": fault.reason, "gpu": fault.index})
+        return new
 
     async def stop(self) -> None:
         for task in self._tasks:

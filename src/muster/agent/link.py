@@ -71,6 +71,10 @@ class ControllerLink:
         # heartbeats until one is answered; and the last health check's verdict.
         self.faults: list[dict[str, Any]] = []
         self.health: dict[str, Any] | None = None
+        # Jobs' progress (muster.agent.progress): a source of new reports, polled at each
+        # heartbeat; reports not yet heard by the controller, latest per job attempt.
+        self.progress_source: Callable[[], list[dict[str, Any]]] | None = None
+        self._progress: dict[tuple[int, int], dict[str, Any]] = {}
 
     def wake(self) -> None:
         """There is a new report to deliver."""
@@ -146,9 +150,18 @@ class ControllerLink:
             body["faults"] = faults
         if self.health is not None:
             body["health"] = self.health
+        if self.progress_source is not None:
+            for report in self.progress_source():
+                self._progress[(int(report["job_id"]), int(report["attempt"]))] = report
+        progress = dict(self._progress)
+        if progress:
+            body["progress"] = list(progress.values())
         answer = await self.client.post(f"{self.base_url}/v1/agent/heartbeat", body)
         self._mark_reachable(True)
         self.faults = [f for f in self.faults if f not in faults]
+        for key, report in progress.items():
+            if self._progress.get(key) is report:
+                del self._progress[key]
         return answer
 
     def _obey(self, answer: Any) -> None:

@@ -61,6 +61,7 @@ from muster.agent.affinity import CpuLedger, binding_env
 from muster.agent.env import EnvContext
 from muster.agent.hooks import Hooks
 from muster.agent.pipes import read_pipe
+from muster.agent.progress import progress_env
 from muster.agent.state import StateDir
 from muster.agent.taskenv import task_environment
 from muster.core import outputs
@@ -522,6 +523,8 @@ class StepRunner:
             "alloc": [{"node": n} for n in nodes],
         }
         plans = []
+        if self.state is not None:  # MUSTER_PROGRESS: this node's file for the job attempt
+            env = {**env, **progress_env(self.state.root, step.job)}
         for local, task in enumerate(layout["tasks"][index]):
             def expand(pattern: str, task: int = task) -> str:
                 # The same resolver as the batch script's output (core.outputs).

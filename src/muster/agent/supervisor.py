@@ -52,6 +52,7 @@ from muster.agent.affinity import CpuLedger
 from muster.agent.env import EnvContext, batch_environment
 from muster.agent.hooks import Hooks
 from muster.agent.launcher import JOB_FAULT, PROLOG_FAULT, STALE, LaunchError
+from muster.agent.progress import progress_env
 from muster.agent.state import StateDir
 from muster.core.clock import Clock
 from muster.core.timefmt import format_timestamp
@@ -285,6 +286,7 @@ class Supervisor:
         job = {**job, "user": job.get("user") or entry.pw_name}
         env = batch_environment(job, ctx)
         env[proctree.TAG_VAR.decode().rstrip("=")] = tag
+        env.update(progress_env(self.state.root, job))
         nodes = [a.get("node") for a in job.get("alloc") or []]
         index = nodes.index(self.node) if self.node in nodes else 0
         return launcher.prepare(

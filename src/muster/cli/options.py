@@ -641,6 +641,12 @@ def _apply_kill_on_invalid_dep(req: JobRequest, value: str | None) -> None:
     req.spec["kill_on_invalid_dep"] = text == "yes"
 
 
+def _apply_hang_timeout(req: JobRequest, value: str | None) -> None:
+    # muster's own: minutes (or any --time format) without reported progress before the
+    # job is signalled and requeued as Hung (see docs/training.md)
+    req.spec["hang_timeout"] = parse_time_option(value or "", "--hang-timeout")
+
+
 def _apply_oversubscribe(req: JobRequest, value: str | None) -> None:
     req.spec["exclusive"] = False
 
@@ -702,6 +708,7 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("signal", env=("SBATCH_SIGNAL",), apply=_apply_signal),
     Opt("array", "a", env=("SBATCH_ARRAY_INX",), apply=_apply_array),
     Opt("kill-on-invalid-dep", apply=_apply_kill_on_invalid_dep),
+    Opt("hang-timeout", env=("SBATCH_HANG_TIMEOUT",), apply=_apply_hang_timeout),
     # Accepted for compatibility with existing scripts and tools; they change nothing here.
     Opt("mail-type", apply=_ignored),
     Opt("mail-user", apply=_ignored),

@@ -233,6 +233,17 @@ for _name, _width, _fn in (
     # Allocated CPUs times elapsed time, as Slurm defines CPUTime.
     ("CPUTime", 10, lambda r, u: _hms(int(r.get("elapsed") or 0) * int(r.get("ncpus") or 0))),
     ("CPUTimeRAW", 10, lambda r, u: str(int(r.get("elapsed") or 0) * int(r.get("ncpus") or 0))),
+    # Goodput across the job's attempts (muster's own fields; docs/training.md). Empty
+    # where the job reported no progress (only GPUTime is known then).
+    ("GPUTime", 10, lambda r, u: _hms(r.get("gpu_seconds"))),
+    ("GPUTimeRAW", 10, _text("gpu_seconds")),
+    ("StartupTime", 11, lambda r, u: _hms(r.get("startup"))),
+    ("LostTime", 10, lambda r, u: _hms(r.get("lost"))),
+    ("LostPerAttempt", 14, _text("lost_per_attempt")),
+    ("ProductiveTime", 14, lambda r, u: _hms(r.get("productive"))),
+    ("Goodput", 8, lambda r, u: "" if r.get("goodput") is None else f"{100 * float(r['goodput']):.1f}%"),
+    ("LastStep", 8, _text("last_step")),
+    ("LastCheckpoint", 14, _text("last_ckpt")),
 ):
     _field(_name, _width, _fn)
 

@@ -331,6 +331,8 @@ Parallel run options:
   -D, --chdir=directory       set working directory for batch script
   -e, --error=err             file for batch script's standard error
       --export[=names]        specify environment variables to export
+      --hang-timeout=minutes  requeue the job (reason Hung) when its reported progress
+                              stops that long (muster.progress; SIGUSR1 first)
   -H, --hold                  submit job in held state
   -i, --input=in              file for batch script's standard input
   -J, --job-name=jobname      name of job

@@ -143,29 +143,6 @@ def _io_mode(value: str) -> dict[str, object]:
     return {"mode": "file", "path": text}
 
 
-_PER_TASK_RE = None
-
-
-def local_path(spec: dict[str, object] | None, grant: dict[str, object], cwd: str) -> str | None:
-    """The file srun itself opens for an ``-i/-o/-e`` spec, or None (the terminal, ``none``,
-    one task's stream, or a pattern the nodes expand per task or node: ``%t %n %N``)."""
-    global _PER_TASK_RE
-    if not spec or spec.get("mode") != "file":
-        return None
-    pattern = str(spec["path"])
-    if _PER_TASK_RE is None:
-        import re
-
-        _PER_TASK_RE = re.compile(r"(?<!%)(?:%%)*%\d*[tnN]")
-    if "\\" not in pattern and _PER_TASK_RE.search(pattern):
-        return None
-    from muster.core.outputs import expand_pattern, fields_for_task
-
-    if "job_id" in grant and "step_id" in grant:
-        pattern = expand_pattern(pattern, fields_for_task(grant, "", 0, 0))
-    return os.path.normpath(os.path.join(cwd, pattern))
-
-
 def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
     tbl = table()
     parsed, operands = job_getopt(PROG, argv, tbl)

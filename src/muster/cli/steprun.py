@@ -165,7 +165,6 @@ class StepRun:
         one file for the whole step, which srun itself reads (stdin, sent to every task) or
         writes (every task's output, in the order it comes); the nodes open the per-task
         ones. Raises ``OSError`` when srun cannot open one."""
-        from muster.cli.srun import local_path
 
         run = self.opts
         if run.pty:
@@ -647,3 +646,26 @@ class _RawTerminal:
 
             termios.tcsetattr(0, termios.TCSADRAIN, self.saved)
             self.saved = None
+
+
+_PER_TASK_RE = None
+
+
+def local_path(spec: dict[str, object] | None, grant: dict[str, object], cwd: str) -> str | None:
+    """The file srun itself opens for an ``-i/-o/-e`` spec, or None (the terminal, ``none``,
+    one task's stream, or a pattern the nodes expand per task or node: ``%t %n %N``)."""
+    global _PER_TASK_RE
+    if not spec or spec.get("mode") != "file":
+        return None
+    pattern = str(spec["path"])
+    if _PER_TASK_RE is None:
+        import re
+
+        _PER_TASK_RE = re.compile(r"(?<!%)(?:%%)*%\d*[tnN]")
+    if "\\" not in pattern and _PER_TASK_RE.search(pattern):
+        return None
+    from muster.core.outputs import expand_pattern, fields_for_task
+
+    if "job_id" in grant and "step_id" in grant:
+        pattern = expand_pattern(pattern, fields_for_task(grant, "", 0, 0))
+    return os.path.normpath(os.path.join(cwd, pattern))

@@ -87,6 +87,7 @@ UnkillableStepProgram UnkillableStepTimeout UsePam VSizeFactor WaitTime X11Param
 DefaultStorageHost DefaultStorageLoc DefaultStoragePass DefaultStoragePort DefaultStorageType
 DefaultStorageUser
 AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInterval
+GpuFaultFile GpuHealthCheckInterval
 AccountingStorageURL
 """
 
@@ -104,6 +105,7 @@ MaxMemPerCPU MaxMemPerNode MaxNodes MaxTime MinNodes Nodes OverSubscribe OverTim
 PowerDownOnIdle PreemptMode Priority PriorityJobFactor PriorityTier QOS ReqResv
 ResumeTimeout RootOnly SelectTypeParameters State SuspendTime SuspendTimeout
 TRESBillingWeights
+HangTimeout
 """
 
 
@@ -131,7 +133,7 @@ _INT_KEYS = frozenset(
     SlurmdPort SlurmdTimeout SlurmctldTimeout KillWait MinJobAge ReturnToService JobRequeue
     FirstJobId MaxArraySize DefMemPerCPU DefMemPerGPU DefMemPerNode MaxJobCount MaxJobId
     MaxStepCount MaxTasksPerNode MessageTimeout InactiveLimit WaitTime BatchStartTimeout
-    TreeWidth TCPTimeout HealthCheckInterval CompleteWait MaxBatchRequeue
+    TreeWidth TCPTimeout HealthCheckInterval CompleteWait MaxBatchRequeue GpuHealthCheckInterval
     UnkillableStepTimeout PrologEpilogTimeout SchedulerTimeSlice ResumeTimeout SuspendTimeout
     GetEnvTimeout EioTimeout GroupUpdateTime KeepAliveTime
     PriorityWeightAge PriorityWeightAssoc PriorityWeightFairshare PriorityWeightJobSize
@@ -944,6 +946,8 @@ class _Parser:
         part.max_mem_per_node = _int_or_unlimited(
             params.get("MaxMemPerNode", "UNLIMITED"), "MaxMemPerNode", where
         )
+        if "HangTimeout" in params:  # muster's: a training job's default --hang-timeout
+            _time(params["HangTimeout"], "HangTimeout", where)
         part.params = params
         part.lineno = lineno
         self.partitions.append(part)

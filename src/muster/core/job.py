@@ -62,6 +62,9 @@ class JobSpec:
     # An allocation held by srun or salloc (Slurm's BatchFlag=0): no batch script is
     # launched; the command that holds it ends it (see muster.ctld.steps).
     interactive: bool = False
+    # Seconds without reported progress after which a job that reports progress is
+    # signalled, then requeued as Hung (``--hang-timeout``; see muster.ctld.training).
+    hang_timeout: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which
@@ -223,6 +226,11 @@ class Job:
     # sacct's SystemComment): e.g. why its launch failed.
     launch_failures: int = 0
     system_comment: str | None = None
+    # What the running attempt reported of its progress (``muster.progress``), as the
+    # controller merged it from its nodes' heartbeats; and one summary per ended attempt
+    # (``core.goodput``), so that goodput spans requeues and survives restarts.
+    progress: dict[str, Any] | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[str]:

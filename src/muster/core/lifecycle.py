@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from muster.core import goodput
 from muster.core.errors import IllegalTransition
 from muster.core.job import Job, NodeAlloc
 from muster.core.states import JobState, Reason
@@ -77,12 +78,14 @@ def start(job: Job, alloc: list[NodeAlloc], now: float, scheduler: str = "Main")
     job.exit_code = 0
     job.exit_signal = 0
     job.usage = None
+    job.progress = None  # a new attempt reports afresh
 
 
 def finish(job: Job, exit_code: int, signal: int, now: float) -> None:
     """The batch script ended by itself (or was killed by a signal nobody asked for)."""
     event = JobEvent.COMPLETE if exit_code == 0 and signal == 0 else JobEvent.FAIL
     job.state = next_state(job, event)
+    goodput.close_attempt(job, now, str(job.state))
     job.exit_code = exit_code
     job.exit_signal = signal
     job.end_time = now
@@ -106,6 +109,8 @@ def end(job: Job, event: JobEvent, now: float, *, completing: bool) -> None:
     """
     was_running = job.state is JobState.RUNNING
     job.state = next_state(job, event)
+    if was_running:
+        goodput.close_attempt(job, now, str(job.state))
     job.end_time = now
     job.completing = completing and was_running
     job.reason = _END_REASONS.get(event, Reason.NONE) if was_running else Reason.NONE
@@ -120,8 +125,10 @@ def cleaned(job: Job, exit_code: int | None = None, signal: int | None = None) -
         job.exit_signal = signal
 
 
-def requeue(job: Job, now: float, *, hold: str | None = None) -> None:
+def requeue(job: Job, now: float, *, hold: str | None = None, outcome: str | None = None) -> None:
     """Back to PENDING under the same ID, counting the restart."""
+    if job.state is JobState.RUNNING:
+        goodput.close_attempt(job, now, outcome or "REQUEUED")
     job.state = next_state(job, JobEvent.REQUEUE)
     job.restart_count += 1
     job.alloc = []

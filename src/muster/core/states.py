@@ -151,6 +151,7 @@ class Reason(StrEnum):
     LAUNCH_FAILED = "launch failed requeued held"  # a Prolog failed: held until released
     HOLD_MAX_REQUEUE = "JobHoldMaxRequeue"  # its launch failed on too many nodes: held
     LAUNCH_FAILURE = "JobLaunchFailure"  # ended: its own directories or files were unusable
+    HUNG = "Hung"  # its reported progress stopped for --hang-timeout (muster's, not Slurm's)
     ASSOC_GRP_GRES = "AssocGrpGRES"
     ASSOC_MAX_JOBS = "AssocMaxJobsLimit"
     QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"

@@ -15,14 +15,16 @@ from muster.ctld.actions import Action
 from muster.ctld.launches import Launches
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.state import ClusterState, LostWatch
+from muster.ctld.training import Training
 
 log = logging.getLogger("musterctld")
 
 
 class Agents:
-    def __init__(self, state: ClusterState, launches: Launches) -> None:
+    def __init__(self, state: ClusterState, launches: Launches, training: Training) -> None:
         self.state = state
         self.launches = launches
+        self.training = training
 
     def register(self, body: dict[str, Any]) -> dict[str, Any]:
         now = self.state.clock.now()
@@ -61,6 +63,8 @@ class Agents:
         # Runs that ended here and whose reports are on their way: not lost.
         ended = self._running_ids(body.get("ended") or [])
         self._watch_lost(node, {**ended, **self._running_ids(running)}, now)
+        if isinstance(body.get("progress"), list):
+            self.training.progress(node.name, body["progress"])
         return {"ok": True, "kill": self._stale_jobs(node, running)}
 
     def node_faults(self, body: dict[str, Any]) -> list[Action]:
@@ -73,6 +77,9 @@ class Agents:
             if not isinstance(fault, dict):
                 continue
             reason = str(fault.get("reason") or f"{fault.get('kind')} failed")[:1024]
+            if fault.get("kind") == "gpu":  # drain, and requeue the jobs on it elsewhere
+                actions += self.training.gpu_fault(node.name, reason)
+                continue
             if fault.get("kind") == "prolog" and fault.get("job_id") is not None:
                 actions += self.launches.launch_failed(int(fault["job_id"]), int(fault.get("attempt") or 0),
                                               reason, "prolog", node.name)

@@ -93,6 +93,7 @@ class SpecModel(BaseModel):
     array: str | None = None
     kill_on_invalid_dep: bool = False
     interactive: bool = False
+    hang_timeout: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT)
 
     @field_validator("workdir")
     @classmethod

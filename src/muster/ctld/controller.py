@@ -7,7 +7,8 @@ one object per responsibility, each in its own module:
 * ``launches`` (``launches.Launches``): runs starting and ending;
 * ``agents`` (``agents.Agents``): what the node agents tell;
 * ``liveness`` (``liveness.Liveness``): nodes alive, silent or down, and their admin states;
-* ``resv`` (``reservation_book.ReservationBook``): advance reservations.
+* ``resv`` (``reservation_book.ReservationBook``): advance reservations;
+* ``training`` (``training.Training``): GPU faults, job progress, hangs, suspect nodes.
 
 None of them performs I/O towards agents: they return ``actions`` that ``app`` hands to
 ``dispatch``. This keeps "decide" apart from "do" and makes the controller testable on a
@@ -26,6 +27,7 @@ from muster.ctld.launches import Launches
 from muster.ctld.liveness import Liveness
 from muster.ctld.reservation_book import ReservationBook
 from muster.ctld.state import ClusterState
+from muster.ctld.training import Training
 
 __all__ = [
     "Action", "Controller", "Identity", "Launch", "NewLimit", "SignalJob", "Terminate", "parse_signal",
@@ -39,10 +41,12 @@ class Controller(ClusterState):
     agents: Agents = field(init=False, repr=False)
     liveness: Liveness = field(init=False, repr=False)
     resv: ReservationBook = field(init=False, repr=False)
+    training: Training = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.queue = JobActions(self)
         self.launches = Launches(self)
-        self.agents = Agents(self, self.launches)
-        self.liveness = Liveness(self)
+        self.training = Training(self)
+        self.agents = Agents(self, self.launches, self.training)
+        self.liveness = Liveness(self, self.training)
         self.resv = ReservationBook(self)

@@ -20,6 +20,7 @@ from muster.ctld.actions import Action, Terminate
 from muster.ctld.identity import Identity
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.state import ClusterState
+from muster.ctld.training import Training
 
 log = logging.getLogger("musterctld")
 
@@ -29,8 +30,9 @@ STALL_SECONDS = 2.0
 
 
 class Liveness:
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, training: Training) -> None:
         self.state = state
+        self.training = training  # hangs are checked with the nodes; node failures noted
 
     def loop_tick(self) -> float:
         """The controller's loop runs now. Returns the length of the stall just ended (0.0
@@ -88,6 +90,7 @@ class Liveness:
             except StorageError:
                 continue  # logged; judged again on the next check, once the store commits
         self.state.note_node_service(now)
+        actions += self.training.check_hangs()
         return actions
 
     def _node_down(self, node: NodeRuntime, now: float, silence: float) -> list[Action]:
@@ -120,6 +123,7 @@ class Liveness:
                     survivors = [n for n in job.nodes if n != node.name]
                     attempt = job.restart_count
                     self.state.node_failed_job(job, now, f"node {node.name} not responding")
+                    self.training.incident(node.name, job.job_id, "node failure", now)
                     if survivors:
                         actions.append(Terminate(job.job_id, attempt, survivors, "node_fail"))
                 else:

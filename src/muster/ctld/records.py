@@ -21,11 +21,12 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from muster.core import goodput
 from muster.core.hostlist import compress
 from muster.core.steps import BATCH_STEP
 from muster.ctld.tres import alloc_tres, billing, format_tres, req_tres
 
-_REQUEUE_KINDS = frozenset({"node_fail", "requeue", "launch_failed"})
+_REQUEUE_KINDS = frozenset({"node_fail", "requeue", "launch_failed", "hung"})
 _ENDED = frozenset(
     "COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED OUT_OF_MEMORY BOOT_FAIL DEADLINE "
     "REQUEUED".split()
@@ -87,6 +88,8 @@ def _close_attempt(db: Any, now: float, job_id: int, attempt: int, kind: str) ->
         return
     d = json.loads(row[1])
     d["state"] = "NODE_FAIL" if kind == "node_fail" else "REQUEUED"
+    if kind == "hung":  # its progress stopped (muster.ctld.training)
+        d["reason"] = "Hung"
     d["end_time"] = now
     d["completing"] = False
     d["exit_code"] = 0
@@ -238,6 +241,19 @@ def _batch_state(d: dict[str, Any]) -> tuple[str, str]:
     return "CANCELLED", "0:15"
 
 
+def _goodput(d: dict[str, Any], now: float) -> dict[str, Any]:
+    """sacct's goodput fields (muster's own; see docs/training.md): None where the job
+    reported nothing, never a guess."""
+    g = goodput.summary(d, now)
+    lost = [a["lost"] for a in g["lost_per_attempt"] if a["outcome"] not in ("COMPLETED", "RUNNING")]
+    return {
+        "gpu_seconds": int(g["gpu_seconds"]),
+        "startup": g["startup"], "lost": g["lost"], "productive": g["productive"],
+        "goodput": g["goodput"], "last_step": g["last_step"], "last_ckpt": g["last_ckpt"],
+        "lost_per_attempt": ",".join("" if x is None else str(int(x)) for x in lost),
+    }
+
+
 def record_wire(
     d: dict[str, Any],
     now: float,
@@ -322,6 +338,7 @@ def record_wire(
         "ntasks": None,
         "steps": [],
     }
+    rec.update(_goodput(d, now))
     steps = list(steps)
     recorded_batch = any(s.get("step_id") == BATCH_STEP for s in steps)
     if started and spec.get("script") is not None and not recorded_batch:

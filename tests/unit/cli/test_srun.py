@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from muster.cli import salloc, srun
+from muster.cli import salloc, srun, steprun
 from muster.cli.common import CommandError
 from muster.cli.steprun import StepRun, _ranges
 
@@ -195,7 +195,7 @@ def test_immediate_takes_an_optional_number_of_seconds() -> None:
 )
 def test_srun_opens_the_files_that_name_no_task_or_node(spec: dict[str, object], expected: str | None) -> None:
     grant = {"job_id": 7, "step_id": 2, "user": "u", "job": {"name": "j"}}
-    assert srun.local_path(spec, grant, "/work") == expected
+    assert steprun.local_path(spec, grant, "/work") == expected
 
 
 def test_salloc_immediate() -> None:

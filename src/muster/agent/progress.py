@@ -1,0 +1,175 @@
+"""The agent's side of job progress: a file per job attempt that its processes append to
+(``muster.progress``, or ``echo "step N" >> $MUSTER_PROGRESS``), read at each heartbeat.
+
+* ``prepare(root, job_id, attempt, uid, gid)`` creates ``<state>/progress/<job>.<attempt>``
+  (the directory root's, 0711; the file the job user's, 0600) and returns its path, which
+  the batch script and every srun task get as ``MUSTER_PROGRESS``. Only the agent creates
+  files there, so a job cannot point the (root) agent at another file.
+* ``ProgressWatch.poll(now, active)`` reads what was appended since the last poll (at most
+  ``READ_LIMIT`` bytes: a flood keeps only its tail) and returns the reports that changed,
+  one dict per job attempt: ``job_id``, ``attempt``, ``first`` (time of its first step
+  here), ``step``/``step_time``, ``ckpt_step``/``ckpt_time``. Files of attempts no longer
+  ``active`` here are removed once their last report was handed out.
+
+Line grammar: ``step N [TIME]`` or ``checkpoint N [TIME]`` (``ckpt`` is accepted); TIME is
+seconds since the epoch, taken as the agent's own time of reading when absent, in the future
+or unparsable. Other lines are ignored. Steps only go forward (a restarted attempt writes to
+a new file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ENV", "ProgressWatch", "parse_lines", "prepare", "progress_dir", "progress_env"]
+
+log = logging.getLogger(__name__)
+
+READ_LIMIT = 64 * 1024
+ENV = "MUSTER_PROGRESS"  # the name muster.progress reads
+
+
+def progress_dir(root: str) -> str:
+    return os.path.join(root, "progress")
+
+
+def prepare(root: str, job_id: int, attempt: int, uid: int, gid: int) -> str:
+    """The progress file of this job attempt on this node, created for the job's user."""
+    directory = progress_dir(root)
+    os.makedirs(directory, mode=0o711, exist_ok=True)
+    path = os.path.join(directory, f"{int(job_id)}.{int(attempt)}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if os.geteuid() == 0 and uid >= 0:
+            os.fchown(fd, uid, gid if gid >= 0 else -1)
+    finally:
+        os.close(fd)
+    return path
+
+
+def progress_env(root: str, job: dict[str, Any]) -> dict[str, str]:
+    """``{"MUSTER_PROGRESS": path}`` for a batch script or task of ``job`` (a job dict with
+    ``job_id``, ``restart_count``, ``uid``, ``gid``); empty, with a warning, when the file
+    cannot be made (the job runs anyway, unwatched)."""
+    try:
+        path = prepare(root, int(job["job_id"]), int(job.get("restart_count") or 0),
+                       int(job.get("uid", -1)), int(job.get("gid", -1)))
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        log.warning("job %s: no progress file: %s", job.get("job_id"), exc)
+        return {}
+    return {ENV: path}
+
+
+@dataclass(slots=True)
+class _Latest:
+    offset: int = 0
+    first: float | None = None
+    step: int | None = None
+    step_time: float | None = None
+    ckpt_step: int | None = None
+    ckpt_time: float | None = None
+    changed: bool = False
+
+    def report(self, job_id: int, attempt: int) -> dict[str, Any]:
+        return {"job_id": job_id, "attempt": attempt, "first": self.first, "step": self.step,
+                "step_time": self.step_time, "ckpt_step": self.ckpt_step, "ckpt_time": self.ckpt_time}
+
+
+def parse_lines(text: str, now: float) -> list[tuple[str, int, float]]:
+    """``(kind, n, time)`` for each well-formed line; kind is ``step`` or ``checkpoint``."""
+    out = []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) < 2 or words[0] not in ("step", "checkpoint", "ckpt"):
+            continue
+        try:
+            n = int(words[1])
+        except ValueError:
+            continue
+        t = now
+        if len(words) > 2:
+            try:
+                t = float(words[2])
+            except ValueError:
+                t = now
+            if not (0 < t <= now):  # a clock ahead of ours, or junk: our time of reading
+                t = now
+        out.append(("step" if words[0] == "step" else "checkpoint", n, t))
+    return out
+
+
+class ProgressWatch:
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.files: dict[tuple[int, int], _Latest] = {}
+
+    def poll(self, now: float, active: set[tuple[int, int]]) -> list[dict[str, Any]]:
+        directory = progress_dir(self.root)
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            names = []
+        except OSError as exc:
+            log.warning("cannot list %s: %s", directory, exc.strerror or exc)
+            return []
+        reports = []
+        for name in names:
+            job, _, att = name.partition(".")
+            if not (job.isdigit() and att.isdigit()):
+                continue
+            key = (int(job), int(att))
+            latest = self.files.setdefault(key, _Latest())
+            self._read(os.path.join(directory, name), latest, now)
+            if latest.changed:
+                latest.changed = False
+                reports.append(latest.report(*key))
+            elif key not in active:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(directory, name))
+                del self.files[key]
+        for key in [k for k in self.files if f"{k[0]}.{k[1]}" not in names]:
+            del self.files[key]
+        return reports
+
+    @staticmethod
+    def _read(path: str, latest: _Latest, now: float) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            size = os.fstat(fd).st_size
+            if size < latest.offset:  # truncated by the job: read it again from the start
+                latest.offset = 0
+            if size == latest.offset:
+                return
+            start = max(latest.offset, size - READ_LIMIT)
+            os.lseek(fd, start, os.SEEK_SET)
+            data = os.read(fd, size - start)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        cut = 0
+        if start > latest.offset:  # skipped a flood: drop its partial first line
+            cut = data.find(b"\n") + 1
+        # only whole lines: a line being written is read next time
+        end = data.rfind(b"\n") + 1
+        if end <= cut:
+            latest.offset = start + cut if cut else latest.offset
+            return
+        latest.offset = start + end
+        data = data[cut:end]
+        for kind, n, t in parse_lines(data.decode(errors="replace"), now):
+            if kind == "step":
+                if latest.first is None:
+                    latest.first = t
+                if latest.step is None or n >= latest.step:
+                    latest.step, latest.step_time = n, t
+            elif latest.ckpt_step is None or n >= latest.ckpt_step:
+                latest.ckpt_step, latest.ckpt_time = n, t
+            latest.changed = True

@@ -1,0 +1,59 @@
+"""Job progress: muster.progress writes lines, the agent's watch reads what changed."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from muster import progress
+from muster.agent.progress import ProgressWatch, parse_lines, prepare, progress_env
+
+
+def test_lines_parse_with_or_without_a_time_and_junk_is_ignored() -> None:
+    lines = parse_lines("step 3 1000.5\ncheckpoint 2\nckpt 4 5000\nhello\nstep x\nstep 5 soon\n", 2000.0)
+    assert lines == [("step", 3, 1000.5), ("checkpoint", 2, 2000.0), ("checkpoint", 4, 2000.0),
+                     ("step", 5, 2000.0)]  # a time in the future is the reader's
+
+
+def test_the_module_writes_where_the_agent_reads(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = str(tmp_path)
+    path = prepare(root, 12, 1, -1, -1)
+    assert progress_env(root, {"job_id": 12, "restart_count": 1}) == {"MUSTER_PROGRESS": path}
+    monkeypatch.setenv("MUSTER_PROGRESS", path)
+    watch = ProgressWatch(root)
+    assert watch.poll(1e10, {(12, 1)}) == []
+    assert progress.step(1) and progress.step(2) and progress.checkpoint(2)
+    (r,) = watch.poll(1e10, {(12, 1)})
+    assert (r["job_id"], r["attempt"], r["step"], r["ckpt_step"]) == (12, 1, 2, 2)
+    assert r["first"] is not None and r["first"] <= r["step_time"]
+    assert watch.poll(1e10, {(12, 1)}) == []  # nothing new
+    with open(path, "a") as f:
+        f.write("step 3\nstep 4")  # the last line is still being written
+    (r,) = watch.poll(1e10, {(12, 1)})
+    assert r["step"] == 3
+
+
+def test_the_file_of_an_ended_attempt_is_removed_after_its_last_report(tmp_path: pathlib.Path) -> None:
+    path = prepare(str(tmp_path), 5, 0, -1, -1)
+    with open(path, "a") as f:
+        f.write("step 9\n")
+    watch = ProgressWatch(str(tmp_path))
+    assert [r["step"] for r in watch.poll(100.0, set())] == [9]  # still handed out once
+    assert watch.poll(100.0, set()) == [] and not os.path.exists(path)
+
+
+def test_outside_a_job_reports_do_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MUSTER_PROGRESS", raising=False)
+    assert progress.step(1) is False
+    assert progress.main(["step", "1"]) == 0
+    assert progress.main(["stride", "1"]) == 2
+
+
+def test_a_flood_keeps_only_its_tail(tmp_path: pathlib.Path) -> None:
+    path = prepare(str(tmp_path), 1, 0, -1, -1)
+    with open(path, "a") as f:
+        f.writelines(f"step {i}\n" for i in range(20000))
+    (r,) = ProgressWatch(str(tmp_path)).poll(100.0, {(1, 0)})
+    assert r["step"] == 19999
