@@ -5,6 +5,7 @@ completes on its next attempt, with its goodput in sacct."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterator
 
@@ -80,7 +81,7 @@ def test_a_hung_job_is_signalled_requeued_and_completes_with_its_goodput(cluster
     h = cluster
     script = os.path.join(h.workdir, "hang.sh")
     with open(script, "w") as f:
-        f.write(SCRIPT.format(work=h.workdir, python=os.path.realpath(os.sys.executable)))
+        f.write(SCRIPT.format(work=h.workdir, python=sys.executable))
     jid = h.sbatch(script)
     first = h.wait_state(jid, "RUNNING")["alloc"][0]["node"]
     job = h.wait_job(jid, timeout=90)

@@ -44,7 +44,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -56,9 +56,19 @@ from muster.agent.steps import StepRunner
 from muster.agent.supervisor import LaunchError, Supervisor
 from muster.core.clock import Clock
 from muster.protocol.httpd import PEER_KEY, SignatureError, Verifier, read_body, refusal, send_json
+from muster.protocol.messages import (
+    LaunchRequest,
+    MessageError,
+    SignalRequest,
+    TerminateRequest,
+    UpdateRequest,
+    read,
+)
 from muster.protocol.signing import CTLD, make_credential
 
 __all__ = ["build_app"]
+
+M = TypeVar("M")
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +100,14 @@ def _job_id(body: dict[str, Any]) -> int:
         raise _BadRequest("job_id must be an integer") from None
 
 
+def _message(model: type[M], body: dict[str, Any]) -> M:
+    """The controller's request as its typed model (``protocol.messages``), or a 400."""
+    try:
+        return read(model, body)
+    except MessageError as exc:
+        raise _BadRequest(str(exc)) from None
+
+
 def _handler(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
     async def wrapped(request: Request) -> JSONResponse:
         try:
@@ -109,14 +127,10 @@ def build_routes(
 
     @_handler
     async def launch(request: Request) -> JSONResponse:
-        body = await _json_body(request)
-        job = body.get("job")
-        if not isinstance(job, dict) or "job_id" not in job:
-            raise _BadRequest("launch needs a job object with a job_id")
-        _job_id(job)
-        kill_wait = body.get("kill_wait")
+        msg = _message(LaunchRequest, await _json_body(request))
+        _job_id(msg.job)
         try:
-            await supervisor.launch(job, float(kill_wait) if kill_wait is not None else None)
+            await supervisor.launch(msg.job, msg.kill_wait)
         except LaunchError as exc:
             return JSONResponse({"error": str(exc), "code": "launch_failed", "fault": exc.fault},
                                 status_code=500)
@@ -124,48 +138,33 @@ def build_routes(
 
     @_handler
     async def signal_job(request: Request) -> JSONResponse:
-        body = await _json_body(request)
-        job_id = _job_id(body)
+        msg = _message(SignalRequest, await _json_body(request))
         try:
-            sig = parse_signal(body.get("signal", 15))
+            sig = parse_signal(msg.signal)
         except ValueError as exc:
             raise _BadRequest(str(exc)) from None
         # The batch host's supervisor signals the batch script's processes but the shell
         # (srun forwards to its tasks on every node); otherwise the step runner signals the
         # steps it runs without an srun to forward (an allocation's). Each task: once.
-        found = supervisor.signal(job_id, sig, bool(body.get("batch_only")))
-        if not found and steps is not None and not body.get("batch_only"):
-            found = steps.signal(job_id, sig)
+        found = supervisor.signal(msg.job_id, sig, msg.batch_only)
+        if not found and steps is not None and not msg.batch_only:
+            found = steps.signal(msg.job_id, sig)
         if not found:
-            return _error(f"job {job_id} is not running on {node}", "invalid_job_id", 404)
+            return _error(f"job {msg.job_id} is not running on {node}", "invalid_job_id", 404)
         return JSONResponse({"ok": True})
 
     @_handler
     async def terminate(request: Request) -> JSONResponse:
-        body = await _json_body(request)
-        job_id = _job_id(body)
-        reason = str(body.get("reason") or "cancel")
-        kill_wait = body.get("kill_wait")
-        attempt = body.get("restart_count")
-        running = supervisor.terminate(
-            job_id,
-            reason,
-            float(kill_wait) if kill_wait is not None else None,
-            int(attempt) if attempt is not None else None,
-        )
+        msg = _message(TerminateRequest, await _json_body(request))
+        running = supervisor.terminate(msg.job_id, msg.reason, msg.kill_wait, msg.restart_count)
         if steps is not None:
-            steps.terminate(
-                job_id,
-                reason,
-                float(kill_wait) if kill_wait is not None else None,
-                int(attempt) if attempt is not None else None,
-            )
-        job = body.get("job")
-        if not running and supervisor.hooks is not None and isinstance(job, dict) and attempt is not None:
+            steps.terminate(msg.job_id, msg.reason, msg.kill_wait, msg.restart_count)
+        if (not running and supervisor.hooks is not None and msg.job is not None
+                and msg.restart_count is not None):
             # The job's end reaches a node that runs no batch script of it: its Epilog here
             # (the batch host runs it when the script ends).
-            supervisor.spawn(supervisor.hooks.epilog_once({**job, "job_id": job_id,
-                                                           "restart_count": int(attempt)}))
+            supervisor.spawn(supervisor.hooks.epilog_once({**msg.job, "job_id": msg.job_id,
+                                                           "restart_count": msg.restart_count}))
         return JSONResponse({"ok": True, "running": running})
 
     @_handler
@@ -183,10 +182,8 @@ def build_routes(
 
     @_handler
     async def update(request: Request) -> JSONResponse:
-        body = await _json_body(request)
-        job_id = _job_id(body)
-        limit = body.get("time_limit")
-        running = supervisor.update(job_id, int(limit) if limit is not None else None)
+        msg = _message(UpdateRequest, await _json_body(request))
+        running = supervisor.update(msg.job_id, msg.time_limit)
         return JSONResponse({"ok": True, "running": running})
 
     async def status(request: Request) -> JSONResponse:

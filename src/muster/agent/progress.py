@@ -30,6 +30,7 @@ __all__ = ["ENV", "ProgressWatch", "parse_lines", "prepare", "progress_dir", "pr
 log = logging.getLogger(__name__)
 
 READ_LIMIT = 64 * 1024
+KEEP_YOUNG = 60.0  # seconds a file of an attempt not (yet) running here is kept unread
 ENV = "MUSTER_PROGRESS"  # the name muster.progress reads
 
 
@@ -127,13 +128,21 @@ class ProgressWatch:
             if latest.changed:
                 latest.changed = False
                 reports.append(latest.report(*key))
-            elif key not in active:
+            elif key not in active and not self._young(os.path.join(directory, name), now):
+                # (a young file may belong to a launch under way: not yet among ``active``)
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(directory, name))
                 del self.files[key]
         for key in [k for k in self.files if f"{k[0]}.{k[1]}" not in names]:
             del self.files[key]
         return reports
+
+    @staticmethod
+    def _young(path: str, now: float) -> bool:
+        try:
+            return now - os.stat(path).st_mtime < KEEP_YOUNG
+        except OSError:
+            return False
 
     @staticmethod
     def _read(path: str, latest: _Latest, now: float) -> None:

@@ -7,6 +7,7 @@ heartbeats, is lost (``ClusterState.node_failed_job``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from muster.core.errors import MusterError
@@ -16,6 +17,8 @@ from muster.ctld.launches import Launches
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.state import ClusterState, LostWatch
 from muster.ctld.training import Training
+from muster.ctld.wire import message
+from muster.protocol.messages import Attempt, Heartbeat, Register
 
 log = logging.getLogger("musterctld")
 
@@ -26,19 +29,22 @@ class Agents:
         self.launches = launches
         self.training = training
 
-    def register(self, body: dict[str, Any]) -> dict[str, Any]:
+    def register(self, body: Register | Mapping[str, Any]) -> dict[str, Any]:
+        """An agent (re)registers: it answers again, with what it runs; the answer names
+        the runs it must end (``kill``)."""
+        msg = message(Register, body)
         now = self.state.clock.now()
-        node = self.state.node(body["node"])
+        node = self.state.node(msg.node)
         node.registered = True
         node.responding = True
         node.silent = False
         node.last_seen = now
-        node.addr = body.get("addr") or node.addr
-        node.port = int(body.get("port") or node.port)
-        node.agent_start_time = body.get("agent_start_time")
-        node.boot_time = body.get("boot_time")
-        node.version = body.get("version", "")
-        reported_gpus = int(body.get("gpus", node.gpus))
+        node.addr = msg.addr or node.addr
+        node.port = msg.port or node.port
+        node.agent_start_time = msg.agent_start_time
+        node.boot_time = msg.boot_time
+        node.version = msg.version
+        reported_gpus = node.gpus if msg.gpus is None else msg.gpus
         if reported_gpus < node.gpus and not node.drain:
             node.drain = True
             node.reason = f"gres/gpu count reported lower than configured ({reported_gpus} < {node.gpus})"
@@ -49,45 +55,44 @@ class Agents:
             node.admin_down = False
             node.reason = ""
             self.state.put_node(node)
-        return {"ok": True, "kill": self._stale_jobs(node, body.get("running", []))}
+        return {"ok": True, "kill": self._stale_jobs(node, msg.running)}
 
-    def heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
+    def heartbeat(self, body: Heartbeat | Mapping[str, Any]) -> dict[str, Any]:
+        msg = message(Heartbeat, body)
         now = self.state.clock.now()
-        node = self.state.node(body["node"])
+        node = self.state.node(msg.node)
         if not node.registered:
             raise MusterError("node must register")
         node.responding = True
         node.silent = False
         node.last_seen = now
-        running = body.get("running", [])
         # Runs that ended here and whose reports are on their way: not lost.
-        ended = self._running_ids(body.get("ended") or [])
-        self._watch_lost(node, {**ended, **self._running_ids(running)}, now)
-        if isinstance(body.get("progress"), list):
-            self.training.progress(node.name, body["progress"])
-        return {"ok": True, "kill": self._stale_jobs(node, running)}
+        self._watch_lost(node, dict(msg.ended) | dict(msg.running), now)
+        if msg.progress is not None:
+            self.training.progress(node.name, msg.progress)
+        return {"ok": True, "kill": self._stale_jobs(node, msg.running)}
 
-    def node_faults(self, body: dict[str, Any]) -> list[Action]:
+    def node_faults(self, body: Heartbeat | Mapping[str, Any]) -> list[Action]:
         """What a heartbeat says is wrong with its node: a failed Prolog (drain, requeue the
-        job held) or Epilog (drain), and the last health check (drain on failure with its
-        reason; a pass returns a node that the health check had drained)."""
-        node = self.state.node(body["node"])
+        job held), Epilog (drain) or GPU (drain, requeue its jobs elsewhere), and the last
+        health check (drain on failure with its reason; a pass returns a node that the
+        health check had drained)."""
+        msg = message(Heartbeat, body)
+        node = self.state.node(msg.node)
         actions: list[Action] = []
-        for fault in body.get("faults") or []:
-            if not isinstance(fault, dict):
-                continue
-            reason = str(fault.get("reason") or f"{fault.get('kind')} failed")[:1024]
-            if fault.get("kind") == "gpu":  # drain, and requeue the jobs on it elsewhere
+        for fault in msg.faults:
+            reason = (fault.reason or f"{fault.kind} failed")[:1024]
+            if fault.kind == "gpu":  # drain, and requeue the jobs on it elsewhere
                 actions += self.training.gpu_fault(node.name, reason)
                 continue
-            if fault.get("kind") == "prolog" and fault.get("job_id") is not None:
-                actions += self.launches.launch_failed(int(fault["job_id"]), int(fault.get("attempt") or 0),
-                                              reason, "prolog", node.name)
+            if fault.kind == "prolog" and fault.job_id is not None:
+                actions += self.launches.launch_failed(fault.job_id, fault.attempt or 0, reason, "prolog",
+                                                       node.name)
             self.state.drain(node.name, reason)
-        health = body.get("health")
-        if isinstance(health, dict):
-            if not health.get("ok"):
-                reason = str(health.get("reason") or "")
+        health = msg.health
+        if health is not None:
+            if not health.ok:
+                reason = health.reason
                 if not reason.startswith(HEALTH_DRAIN_PREFIX):
                     reason = HEALTH_DRAIN_PREFIX + (reason or "HealthCheckProgram failed")
                 self.state.drain(node.name, reason[:1024])
@@ -98,31 +103,21 @@ class Agents:
                 log.info("node %s: its health check passes again; back in service", node.name)
         return actions
 
-    def _running_ids(self, running: list[Any]) -> dict[int, int | None]:
-        out: dict[int, int | None] = {}
-        for r in running:
-            if isinstance(r, list | tuple):
-                out[int(r[0])] = int(r[1])
-            else:
-                out[int(r)] = None
-        return out
-
-    def _stale_jobs(self, node: NodeRuntime, running: list[Any]) -> list[int]:
+    def _stale_jobs(self, node: NodeRuntime, running: list[Attempt]) -> list[int]:
         """Jobs an agent runs that, as far as the controller knows, should not run there."""
         kill = []
-        for job_id, attempt in self._running_ids(running).items():
+        for job_id, attempt in running:
             job = self.state.jobs.get(job_id)
             if job is None:
                 kill.append(job_id)
                 continue
             here = node.name in job.nodes
-            same_attempt = attempt is None or attempt == job.restart_count
-            if not (job.is_active and here and same_attempt):
+            if not (job.is_active and here and attempt == job.restart_count):
                 if not (job.completing and here):
                     kill.append(job_id)
         return kill
 
-    def _watch_lost(self, node: NodeRuntime, known: dict[int, int | None], now: float) -> None:
+    def _watch_lost(self, node: NodeRuntime, known: dict[int, int], now: float) -> None:
         """Reconcile, while running, what the controller believes with what the node runs:
         a batch job this node hosts that its agent neither runs nor reports as ended, for
         longer than a few heartbeats, is lost: it ends NODE_FAIL (requeued when allowed)

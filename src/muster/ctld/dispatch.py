@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 import httpx
+from pydantic import BaseModel
 
 from muster.core.job import Job
 from muster.core.states import JobState
@@ -19,6 +20,7 @@ from muster.ctld.actions import Action, Launch, NewLimit, SignalJob, Terminate
 from muster.ctld.controller import Controller
 from muster.ctld.steps import StepSignal
 from muster.protocol.httpd import DaemonRequestError, SignedClient
+from muster.protocol.messages import LaunchRequest, SignalRequest, TerminateRequest, UpdateRequest
 
 log = logging.getLogger("musterctld.dispatch")
 
@@ -41,26 +43,23 @@ class Dispatcher:
                 await self._launch(action)
             elif isinstance(action, Terminate):
                 job = self.ctl.jobs.get(action.job_id)
+                request = TerminateRequest(
+                    job_id=action.job_id,
+                    restart_count=action.attempt,
+                    reason=action.reason,
+                    kill_wait=self.ctl.config.kill_wait,
+                    job=_epilog_view(job, action.nodes) if job is not None else None,
+                )
                 for node in action.nodes:
-                    await self._post(node, "/v1/terminate", {
-                        "job_id": action.job_id,
-                        "restart_count": action.attempt,
-                        "reason": action.reason,
-                        "kill_wait": self.ctl.config.kill_wait,
-                        **({"job": _epilog_view(job, action.nodes)} if job is not None else {}),
-                    })
+                    await self._post(node, "/v1/terminate", _body(request))
             elif isinstance(action, NewLimit):
-                await self._post(action.node, "/v1/update", {
-                    "job_id": action.job_id,
-                    "time_limit": action.time_limit,
-                })
+                await self._post(action.node, "/v1/update",
+                                 _body(UpdateRequest(job_id=action.job_id, time_limit=action.time_limit)))
             elif isinstance(action, SignalJob):
+                request = SignalRequest(job_id=action.job_id, signal=action.signal,
+                                        batch_only=action.batch_only)
                 for node in action.nodes:  # not sent twice: a signal is not idempotent
-                    await self._post(node, "/v1/signal", retry=False, body={
-                        "job_id": action.job_id,
-                        "signal": action.signal,
-                        "batch_only": action.batch_only,
-                    })
+                    await self._post(node, "/v1/signal", _body(request), retry=False)
             elif isinstance(action, StepSignal):  # scancel N.S
                 for node in action.nodes:
                     await self._post(node, "/v1/step_signal", action.body(), retry=False)
@@ -104,11 +103,8 @@ class Dispatcher:
         host = job.batch_host
         attempt = job.restart_count
         assert host is not None
-        body = {
-            "job": job.to_dict(),
-            "cluster": self.ctl.config.cluster_name,
-            "kill_wait": self.ctl.config.kill_wait,
-        }
+        body = _body(LaunchRequest(job=job.to_dict(), cluster=self.ctl.config.cluster_name,
+                                   kill_wait=self.ctl.config.kill_wait))
 
         def wanted() -> bool:  # still this attempt, still on a node that answers
             node = self.ctl.nodes.get(host)
@@ -133,7 +129,12 @@ class Dispatcher:
             self.ctl.launches.launch_done(job.job_id)
 
 
-def _epilog_view(job: Job, nodes: list[str]) -> dict[str, object]:
+def _body(request: BaseModel) -> dict[str, Any]:
+    """A typed request (``protocol.messages``) as the JSON body it travels as."""
+    return request.model_dump(exclude_none=True)
+
+
+def _epilog_view(job: Job, nodes: list[str]) -> dict[str, Any]:
     """What a node's Epilog is told of the job whose end reaches it."""
     return {
         "user": job.user,

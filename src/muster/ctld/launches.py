@@ -6,6 +6,7 @@ agents' reports of ended runs. See docs/faults.md.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from muster.core import lifecycle
@@ -13,19 +14,10 @@ from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
 from muster.ctld.actions import Action, Launch, Terminate
 from muster.ctld.state import ClusterState
+from muster.ctld.wire import message
+from muster.protocol.messages import JobDone
 
 log = logging.getLogger("musterctld")
-
-
-def _usage(value: Any) -> dict[str, float] | None:
-    """An agent's report of a script's resource use, checked: numbers, not negative."""
-    if not isinstance(value, dict):
-        return None
-    try:
-        out = {k: float(value[k]) for k in ("max_rss_kb", "user_cpu", "system_cpu")}
-    except (KeyError, TypeError, ValueError):
-        return None
-    return out if all(v >= 0 for v in out.values()) else None
 
 
 class Launches:
@@ -118,31 +110,34 @@ class Launches:
     def launch_done(self, job_id: int) -> None:
         self.state.launching.pop(job_id, None)
 
-    def job_done(self, body: dict[str, Any]) -> list[Action]:
+    def job_done(self, body: JobDone | Mapping[str, Any]) -> list[Action]:
+        """An agent's report of an ended run (or a launch that failed). A report of an
+        earlier attempt frees what that attempt held and changes nothing else; a report
+        repeated (the agent retries until acknowledged) changes nothing."""
+        msg = message(JobDone, body)
         now = self.state.clock.now()
-        job = self.state.jobs.get(int(body["job_id"]))
-        attempt = int(body.get("restart_count", 0))
+        job = self.state.jobs.get(msg.job_id)
+        attempt = msg.restart_count
         if job is None:
             return []
-        if body.get("launch_failure"):
-            return self.launch_failed(job.job_id, attempt, str(body.get("reason") or "launch failed"),
-                                      str(body["launch_failure"]), body.get("node"))
+        if msg.launch_failure:
+            return self.launch_failed(job.job_id, attempt, msg.reason or "launch failed",
+                                      msg.launch_failure, msg.node)
         self.state.launching.pop(job.job_id, None)
         self.state.lost.pop(job.job_id, None)
         if attempt != job.restart_count:
             # A report from an earlier attempt: only its resources need freeing.
             self.state.release_resources(job, attempt)
             return []
-        exit_code = int(body.get("exit_code", 0))
-        sig = int(body.get("signal", 0))
-        by = body.get("terminated_by")
-        job.usage = _usage(body.get("usage")) or job.usage
-        others = [n for n in job.nodes if n != body.get("node")]
+        exit_code, sig, by = msg.exit_code, msg.signal, msg.terminated_by
+        if msg.usage is not None:
+            job.usage = msg.usage.model_dump()
+        others = [n for n in job.nodes if n != msg.node]
         if job.state is JobState.RUNNING:
             if by == "node_fail":
                 # The agent lost the job (e.g. it restarted and the exit status is gone):
                 # a node failure for this attempt, requeued unless --no-requeue.
-                self.state.node_failed_job(job, now, str(body.get("reason") or "lost by its node agent"))
+                self.state.node_failed_job(job, now, msg.reason or "lost by its node agent")
                 return [Terminate(job.job_id, attempt, others, "cleanup")] if others else []
             if by == "timeout":
                 lifecycle.end(job, JobEvent.TIMEOUT, now, completing=False)

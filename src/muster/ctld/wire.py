@@ -6,15 +6,20 @@ computed here once, so every command shows the same thing.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from muster.core.config import Config
+from muster.core.errors import InvalidRequest
 from muster.core.hostlist import compress
 from muster.core.job import Job
 from muster.core.outputs import PatternFields, resolve_paths
 from muster.core.resources import format_tres
 from muster.core.states import COMPLETING_SHORT, JobState
 from muster.ctld.nodes import NodeRuntime
+from muster.protocol.messages import MessageError, read
+
+M = TypeVar("M")
 
 
 def output_paths(job: Job) -> tuple[str, str]:
@@ -148,3 +153,12 @@ def partition_wire(config: Config, name: str, nodes: dict[str, NodeRuntime]) -> 
         "total_gpus": sum(n.gpus for n in members),
         "total_mem": sum(n.real_memory for n in members),
     }
+
+
+def message(model: type[M], body: M | Mapping[str, Any]) -> M:
+    """An agent's message as its typed model (``protocol.messages``); one that does not fit
+    is refused with a 400 naming the field (``InvalidRequest``), never read with defaults."""
+    try:
+        return read(model, body)
+    except MessageError as exc:
+        raise InvalidRequest(str(exc)) from None

@@ -40,8 +40,18 @@ def test_the_file_of_an_ended_attempt_is_removed_after_its_last_report(tmp_path:
     with open(path, "a") as f:
         f.write("step 9\n")
     watch = ProgressWatch(str(tmp_path))
-    assert [r["step"] for r in watch.poll(100.0, set())] == [9]  # still handed out once
-    assert watch.poll(100.0, set()) == [] and not os.path.exists(path)
+    later = os.stat(path).st_mtime + 61
+    assert [r["step"] for r in watch.poll(later, set())] == [9]  # still handed out once
+    assert watch.poll(later, set()) == [] and not os.path.exists(path)
+
+
+def test_the_file_of_an_attempt_still_being_launched_is_kept(tmp_path: pathlib.Path) -> None:
+    path = prepare(str(tmp_path), 6, 1, -1, -1)  # created by the launch; not running yet
+    watch = ProgressWatch(str(tmp_path))
+    assert watch.poll(os.stat(path).st_mtime + 1, set()) == [] and os.path.exists(path)
+    with open(path, "a") as f:
+        f.write("step 4\n")
+    assert [r["step"] for r in watch.poll(os.stat(path).st_mtime + 1, {(6, 1)})] == [4]
 
 
 def test_outside_a_job_reports_do_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
