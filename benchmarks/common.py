@@ -44,8 +44,10 @@ def local_cluster(nodes: int = 4, gpus: int = 8, cpus: int = 32) -> Iterator[Har
 
 
 @contextmanager
-def local_cluster_with(settings: dict[str, str], nodes: int = 4, gpus: int = 8) -> Iterator[Harness]:
-    h = Harness(ClusterShape(nodes=nodes, gpus_per_node=gpus, cpus_per_node=32, mem_per_node=128000),
+def local_cluster_with(
+    settings: dict[str, str], nodes: int = 4, gpus: int = 8, cpus: int = 32
+) -> Iterator[Harness]:
+    h = Harness(ClusterShape(nodes=nodes, gpus_per_node=gpus, cpus_per_node=cpus, mem_per_node=128000),
                 settings=settings)
     h.up()
     try:

@@ -108,7 +108,7 @@ def test_jobs_of_another_user_run_as_that_user(cluster: Harness) -> None:
         (["-t", "abc", "--wrap", "true"], "sbatch: error: Invalid --time specification", 255),
         (["--gres=gpu:9", "--wrap", "true"], "Requested node configuration is not available", 1),
         (["-p", "nosuch", "--wrap", "true"], "invalid partition specified: nosuch", 1),
-        (["-N", "-1", "--wrap", "true"], "sbatch: error: \"-1\" is not a valid node count", 255),
+        (["-N", "abc", "--wrap", "true"], "sbatch: error: \"abc\" is not a valid node count", 255),
         (["/nonexistent/script.sh"], "sbatch: error: Unable to open file /nonexistent/script.sh", 1),
     ],
 )

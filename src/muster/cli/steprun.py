@@ -96,6 +96,7 @@ class StepRun:
         self.usage: dict[int, tuple[int, float, float, str]] = {}  # task -> rss KB, user, sys, node
         self.stopped: set[int] = set()  # tasks that ended by the kill srun itself asked for
         self.aborted = False
+        self.abort_noted = False
         self.killing = False
         self.first_exit: float | None = None
         self.interrupts: list[float] = []
@@ -326,9 +327,11 @@ class StepRun:
                         self._send_stdin(node)
                 if info.get("error"):
                     _note(f"error: {node.name}: {info['error']}")
-                if info.get("aborted") and not self.aborted:
-                    # scancel, a time limit, the job's end: Slurm's srun says it this way
-                    self.aborted = True
+                if info.get("aborted") and not self.abort_noted:
+                    # scancel, a time limit, the job's end: Slurm's srun says it this way; a
+                    # time limit is the step's TIMEOUT, not a cancellation
+                    self.abort_noted = True
+                    self.aborted = self.aborted or info["aborted"] != "timeout"
                     _note(f"Job step aborted: Waiting up to {int(self.kill_wait) + 2} seconds "
                           "for job step to finish.")
             elif kind == b"d":
