@@ -35,7 +35,8 @@ from muster.core.errors import InvalidRequest, MusterError
 from muster.core.job import Job, JobSpec
 from muster.core.states import JobState
 from muster.ctld import records
-from muster.ctld.assoc import Assoc, AssocDB, Change, Qos, Result, assoc_key
+from muster.ctld.acct_objects import Assoc, Qos, assoc_key
+from muster.ctld.assoc import AssocDB, Change, Result
 from muster.ctld.identity import Identity
 from muster.ctld.limits import JobLoad, Running, check
 from muster.ctld.nodes import NodeRuntime
