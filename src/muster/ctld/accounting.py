@@ -42,6 +42,7 @@ from muster.ctld.limits import JobLoad, Running, check
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.reset_period import parse_reset_period, usage_epoch
 from muster.ctld.tres import DEFAULT_USAGE_WEIGHTS, billing, parse_billing_weights
+from muster.ctld.usage_report import usage_report
 from muster.sched.config import SchedConfig
 from muster.sched.fairshare import Node, Standing, Usage, factor_table, fair_tree
 from muster.sched.priority import PriorityPolicy
@@ -484,74 +485,9 @@ class Accounting:
         }
 
     def usage_report(self, start: float, end: float, now: float, ctl: Cluster) -> dict[str, Any]:
-        """TRES-seconds used in [start, end] per (account, user), and the cluster's capacity."""
-        rows = self.store.db.execute(
-            "SELECT data FROM acct_jobs WHERE start_time IS NOT NULL AND start_time < ? "
-            "AND (end_time IS NULL OR end_time > ?)", (end, start),
-        ).fetchall()
-        by: dict[tuple[str, str], dict[str, float]] = {}
-        total: dict[str, float] = {}
-        for (raw,) in rows:
-            d = json.loads(raw)
-            t0 = max(start, d.get("start_time") or start)
-            stop = d.get("end_time")
-            if stop is None:
-                stop = now if d.get("state") == "RUNNING" or d.get("completing") else t0
-            t1 = min(end, stop)
-            if t1 <= t0:
-                continue
-            counts = records.alloc_tres(d)
-            if not counts:
-                continue
-            counts["billing"] = billing(counts, self.weights.get(d.get("partition", ""), {}), self.max_tres)
-            key = (records.account_of(d), d.get("user", ""))
-            per = by.setdefault(key, {})
-            for name, n in counts.items():
-                per[name] = per.get(name, 0.0) + n * (t1 - t0)
-                total[name] = total.get(name, 0.0) + n * (t1 - t0)
-        span = max(0.0, min(end, now) - start)
-        nodes = list(ctl.nodes.values())
-        capacity = {
-            "cpu": sum(n.cpus for n in nodes) * span,
-            "gres/gpu": sum(n.gpus for n in nodes) * span,
-            "mem": sum(n.real_memory for n in nodes) * span,
-            "node": len(nodes) * span,
-            "billing": sum(n.cpus for n in nodes) * span,
-        }
-        return {
-            "cluster": ctl.config.cluster_name,
-            "start": start,
-            "end": end,
-            "allocated": total,
-            "capacity": capacity,
-            "down": self._down(start, min(end, now), list(capacity)),
-            "usage": [{"account": a, "user": u, "tres": t} for (a, u), t in sorted(by.items())],
-            "accounts": {a.account: {"parent": a.parent, "depth": len(self.db.chain(a)) - 1}
-                         for a in self.db.tree_order() if not a.is_user},
-            "users": {u.name: {"default_account": u.default_account} for u in self.db.users.values()},
-        }
-
-    def _down(self, start: float, end: float, names: list[str]) -> dict[str, float]:
-        """TRES-seconds of nodes out of service within [start, end] (``node_events``)."""
-        out = dict.fromkeys(names, 0.0)
-        since: dict[str, tuple[float, dict[str, Any]]] = {}
-
-        def add(t0: float, t1: float, sizes: dict[str, Any]) -> None:
-            span = min(t1, end) - max(t0, start)
-            if span > 0:
-                for name in names:
-                    per = sizes.get("cpu" if name == "billing" else name, 0)
-                    out[name] += float(per) * span
-
-        for node, when, down, _reason, sizes in self.store.node_events(until=end):
-            if down:
-                since.setdefault(node, (when, sizes))
-            elif node in since:
-                t0, was = since.pop(node)
-                add(t0, when, was)
-        for t0, sizes in since.values():
-            add(t0, end, sizes)
-        return out
+        """sreport's numbers for [start, end] (``ctld.usage_report``)."""
+        return usage_report(self.store, self.db, self.weights, self.max_tres, start, end, now,
+                            list(ctl.nodes.values()), ctl.config.cluster_name)
 
     def jobs(self, q: records.Query, now: float) -> list[dict[str, Any]]:
         """sacct's records (with their steps), read from the store."""
