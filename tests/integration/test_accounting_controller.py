@@ -12,10 +12,10 @@ from muster.core.config import parse_config
 from muster.core.errors import MusterError
 from muster.core.job import JobSpec
 from muster.core.states import JobState, Reason
+from muster.ctld.actions import Launch
 from muster.ctld.controller import Controller, Identity
+from muster.ctld.loop import run_pass
 from muster.ctld.records import Query
-from muster.ctld.view import build_snapshot
-from muster.sched import schedule
 from muster.sched.config import SchedConfig
 from stores import make_store  # noqa: F401 - fixture
 
@@ -63,19 +63,14 @@ def spec(gpus: int = 1, **kw: Any) -> JobSpec:
 
 
 def one_pass(ctl: Controller) -> list[int]:
+    """One pass of the real loop (accounting before and after the decision); the jobs it
+    started, their launches taken as done."""
     now = ctl.clock.now()
-    snap = build_snapshot(ctl)
-    decisions = schedule(snap, now, SchedConfig.from_settings(dict(ctl.config.settings)))
-    for job_id, prio in decisions.priorities.items():
-        ctl.jobs[job_id].priority = prio
-    for job_id, reason in decisions.reasons.items():
-        ctl.jobs[job_id].reason = reason
-    assert ctl.accounting is not None
-    starts = ctl.accounting.admit(decisions.starts, ctl.jobs)
-    ctl.launches.apply_starts(starts, now)
-    for s in starts:
-        ctl.launches.launch_done(s.job_id)
-    return [s.job_id for s in starts]
+    result = run_pass(ctl, SchedConfig.from_settings(dict(ctl.config.settings)), now)
+    started = [a.job.job_id for a in result.actions if isinstance(a, Launch)]
+    for job_id in started:
+        ctl.launches.launch_done(job_id)
+    return started
 
 
 def test_an_unknown_account_is_refused_with_slurms_words(make_store) -> None:  # noqa: F811

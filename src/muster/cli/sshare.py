@@ -1,4 +1,4 @@
-"""sshare: fair-share standing of associations (Fair Tree, see ``muster.ctld.fairshare``).
+"""sshare: fair-share standing of associations (Fair Tree, see ``muster.sched.fairshare``).
 
 Columns as Slurm's: ``Account User RawShares NormShares RawUsage EffectvUsage FairShare``;
 ``-l`` adds ``NormUsage LevelFS GrpTRESMins TRESRunMins``. Accounts are indented by depth.

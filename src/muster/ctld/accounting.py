@@ -19,7 +19,7 @@ Where it plugs in (everything else lives in the modules it wires together):
   one against the same counters, so that jobs started together cannot overshoot a limit.
 
 ``Snapshot.fairshare`` holds each user association's factor under ``account|user``, which is
-what a job gets (``sched.priority.fairshare_of``); the user's and the account's entries are
+what a job gets (``sched.fairshare.fairshare_of``); the user's and the account's entries are
 fallbacks for jobs whose association is unknown.
 """
 
@@ -27,22 +27,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from muster.core.config import Config
+from muster.core.config import Config, PartitionConf
 from muster.core.errors import InvalidRequest, MusterError
 from muster.core.job import Job, JobSpec
 from muster.core.states import JobState
 from muster.ctld import records
-from muster.ctld.assoc import Assoc, AssocDB, Change, Qos, Result, assoc_key
-from muster.ctld.fairshare import Node, Standing, Usage, fair_tree, parse_reset_period, usage_epoch
+from muster.ctld.acct_objects import Assoc, Qos, assoc_key
+from muster.ctld.assoc import AssocDB, Change, Result
 from muster.ctld.identity import Identity
 from muster.ctld.limits import JobLoad, Running, check
 from muster.ctld.nodes import NodeRuntime
+from muster.ctld.reset_period import parse_reset_period, usage_epoch
 from muster.ctld.tres import DEFAULT_USAGE_WEIGHTS, billing, parse_billing_weights
+from muster.ctld.usage_report import usage_report
 from muster.sched.config import SchedConfig
-from muster.sched.priority import fairshare_of
+from muster.sched.fairshare import Node, Standing, Usage, factor_table, fair_tree
+from muster.sched.priority import PriorityPolicy
 from muster.sched.snapshot import Snapshot
 
 INVALID_ACCOUNT = "Invalid account or account/partition combination specified"
@@ -358,30 +361,8 @@ class Accounting:
         self.standing = fair_tree(assoc_key("root"), children, lambda k: self.usage.get(k))
 
     def fairshare_map(self) -> dict[str, float]:
-        """Factors for ``sched.priority.fairshare_of``: every user association's under its
-        key (``account|user``: what a job's factor is), and for jobs whose association is
-        not known the user's (when all its associations agree) or the account's average."""
-        by_user: dict[str, list[tuple[str, float]]] = {}
-        out: dict[str, float] = {}
-        for key, s in self.standing.items():
-            account, _, user = key.partition("|")
-            if user and s.factor is not None:
-                by_user.setdefault(user, []).append((account, s.factor))
-                out[key] = s.factor
-        shared: dict[str, list[float]] = {}
-        for user, items in by_user.items():
-            factors = {f for _, f in items}
-            if len(factors) == 1:
-                out[user] = items[0][1]
-            else:
-                for account, f in items:
-                    shared.setdefault(account, []).append(f)
-        for account, fs in shared.items():
-            # An account named like a user with several associations would be found under
-            # that user's name first (sched looks up the user, then the account): leave it out.
-            if account not in out and not (account in by_user and len(by_user[account]) > 1):
-                out[account] = sum(fs) / len(fs)
-        return out
+        """``Snapshot.fairshare`` from the current standings (``sched.fairshare.factor_table``)."""
+        return factor_table(self.standing)
 
     def before_pass(self, ctl: Cluster, snap: Snapshot, now: float) -> None:
         self._chains = {}
@@ -414,8 +395,6 @@ class Accounting:
 
     def _prioritise(self, jobs: list[Job], snap: Snapshot, now: float) -> None:
         """Jobs kept out of the pass still get a priority (squeue -P, sprio)."""
-        from muster.sched.priority import PriorityPolicy
-
         policy = PriorityPolicy(snap, now, self.sched_config)
         for job in jobs:
             parts = tuple(job.spec.partitions) or (job.partition,)
@@ -470,39 +449,30 @@ class Accounting:
         return rows
 
     def priorities(self, ctl: Cluster, now: float) -> dict[str, Any]:
-        """sprio's rows: each pending job's weighted factors (the formula of
-        ``sched.priority``, term by term) and the job's priority from the last pass."""
+        """sprio's rows: each pending job's factors, from ``sched.priority``'s formula (the
+        one the scheduler runs), and the job's priority from the last pass."""
         c = self.sched_config
-        nodes = list(ctl.nodes.values())
-        total_nodes = max(1, len(nodes))
-        total_cpus = max(1, sum(n.cpus for n in nodes))
-        total_gpus = sum(n.gpus for n in nodes)
-        part_factor = {p.name: p.priority_job_factor for p in ctl.config.partitions}
-        max_part = max(part_factor.values(), default=1) or 1
-        qos_prio = {q.name: q.priority for q in self.db.qos.values()}
-        max_qos = max(qos_prio.values(), default=0)
-        fs_map = self.fairshare_map()
+        policy = PriorityPolicy(_PriorityView(
+            nodes=list(ctl.nodes.values()),
+            partitions={p.name: p for p in ctl.config.partitions},
+            qos_priority={q.name: q.priority for q in self.db.qos.values()},
+            fairshare=self.fairshare_map(),
+        ), now, c)
         rows = []
         for job in sorted(ctl.jobs.values(), key=lambda j: j.job_id):
             if job.state is not JobState.PENDING:
                 continue
-            since = job.eligible_time if job.eligible_time is not None else job.submit_time
-            age = 1.0 if c.max_age <= 0 else min(1.0, max(0.0, now - since) / c.max_age)
-            fs = fairshare_of(fs_map, job.user, job.spec.account, 0.5)
-            s = job.shape
-            share = min(1.0, max(s.nodes / total_nodes, s.total_cpus / total_cpus,
-                                 s.total_gpus / total_gpus if total_gpus else 0.0))
-            size = 1.0 - share if c.favor_small else share
             parts = tuple(job.spec.partitions) or (job.partition,)
-            part = max((part_factor.get(p, 0) for p in parts), default=0) / max_part
-            qos = qos_prio.get(job.spec.qos or "normal", 0) / max_qos if max_qos > 0 else 0.0
+            f = policy.factors(job, parts)
             for p in parts:
+                # each row: the factor of its own partition (a job may list several)
+                part = policy.factors(job, (p,)).partition if p in policy.part_factor else f.partition
                 rows.append({
                     "job_id": job.job_id, "partition": p, "user": job.user,
                     "account": job.spec.account or job.user, "priority": job.priority,
-                    "site": 0, "age": age, "assoc": 0.0, "fairshare": fs, "jobsize": size,
-                    "partition_factor": part_factor.get(p, 0) / max_part if p in part_factor else part,
-                    "qos": qos, "qos_name": job.spec.qos or "normal", "nice": job.spec.nice,
+                    "site": 0, "age": f.age, "assoc": 0.0, "fairshare": f.fairshare, "jobsize": f.jobsize,
+                    "partition_factor": part,
+                    "qos": f.qos, "qos_name": job.spec.qos or "normal", "nice": job.spec.nice,
                     "tres": "",
                 })
         return {
@@ -515,74 +485,9 @@ class Accounting:
         }
 
     def usage_report(self, start: float, end: float, now: float, ctl: Cluster) -> dict[str, Any]:
-        """TRES-seconds used in [start, end] per (account, user), and the cluster's capacity."""
-        rows = self.store.db.execute(
-            "SELECT data FROM acct_jobs WHERE start_time IS NOT NULL AND start_time < ? "
-            "AND (end_time IS NULL OR end_time > ?)", (end, start),
-        ).fetchall()
-        by: dict[tuple[str, str], dict[str, float]] = {}
-        total: dict[str, float] = {}
-        for (raw,) in rows:
-            d = json.loads(raw)
-            t0 = max(start, d.get("start_time") or start)
-            stop = d.get("end_time")
-            if stop is None:
-                stop = now if d.get("state") == "RUNNING" or d.get("completing") else t0
-            t1 = min(end, stop)
-            if t1 <= t0:
-                continue
-            counts = records.alloc_tres(d)
-            if not counts:
-                continue
-            counts["billing"] = billing(counts, self.weights.get(d.get("partition", ""), {}), self.max_tres)
-            key = (records.account_of(d), d.get("user", ""))
-            per = by.setdefault(key, {})
-            for name, n in counts.items():
-                per[name] = per.get(name, 0.0) + n * (t1 - t0)
-                total[name] = total.get(name, 0.0) + n * (t1 - t0)
-        span = max(0.0, min(end, now) - start)
-        nodes = list(ctl.nodes.values())
-        capacity = {
-            "cpu": sum(n.cpus for n in nodes) * span,
-            "gres/gpu": sum(n.gpus for n in nodes) * span,
-            "mem": sum(n.real_memory for n in nodes) * span,
-            "node": len(nodes) * span,
-            "billing": sum(n.cpus for n in nodes) * span,
-        }
-        return {
-            "cluster": ctl.config.cluster_name,
-            "start": start,
-            "end": end,
-            "allocated": total,
-            "capacity": capacity,
-            "down": self._down(start, min(end, now), list(capacity)),
-            "usage": [{"account": a, "user": u, "tres": t} for (a, u), t in sorted(by.items())],
-            "accounts": {a.account: {"parent": a.parent, "depth": len(self.db.chain(a)) - 1}
-                         for a in self.db.tree_order() if not a.is_user},
-            "users": {u.name: {"default_account": u.default_account} for u in self.db.users.values()},
-        }
-
-    def _down(self, start: float, end: float, names: list[str]) -> dict[str, float]:
-        """TRES-seconds of nodes out of service within [start, end] (``node_events``)."""
-        out = dict.fromkeys(names, 0.0)
-        since: dict[str, tuple[float, dict[str, Any]]] = {}
-
-        def add(t0: float, t1: float, sizes: dict[str, Any]) -> None:
-            span = min(t1, end) - max(t0, start)
-            if span > 0:
-                for name in names:
-                    per = sizes.get("cpu" if name == "billing" else name, 0)
-                    out[name] += float(per) * span
-
-        for node, when, down, _reason, sizes in self.store.node_events(until=end):
-            if down:
-                since.setdefault(node, (when, sizes))
-            elif node in since:
-                t0, was = since.pop(node)
-                add(t0, when, was)
-        for t0, sizes in since.values():
-            add(t0, end, sizes)
-        return out
+        """sreport's numbers for [start, end] (``ctld.usage_report``)."""
+        return usage_report(self.store, self.db, self.weights, self.max_tres, start, end, now,
+                            list(ctl.nodes.values()), ctl.config.cluster_name)
 
     def jobs(self, q: records.Query, now: float) -> list[dict[str, Any]]:
         """sacct's records (with their steps), read from the store."""
@@ -595,6 +500,19 @@ class Accounting:
                 steps.get((d["job_id"], None), []))
             out.append(records.record_wire(d, now, cluster, self.weights.get(d.get("partition", "")), job_steps))
         return out
+
+
+@dataclass(slots=True)
+class _PriorityView:
+    """The controller's memory as the priority formula reads it
+    (``sched.priority.PriorityInputs``), for sprio between passes."""
+
+    nodes: list[NodeRuntime]
+    partitions: dict[str, PartitionConf]
+    qos_priority: dict[str, int]
+    fairshare: dict[str, float]
+    fairshare_default: float = 0.5  # as in a pass's Snapshot
+    priority_overrides: dict[int, int] = field(default_factory=dict)
 
 
 def _finite(x: float) -> float | str:

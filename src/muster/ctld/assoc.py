@@ -14,204 +14,19 @@ subtree.
 
 A fresh database holds what ``sacctmgr`` shows on a new Slurm cluster: the ``root``
 account with user ``root`` (Administrator) and the ``normal`` QOS.
+
+The objects themselves are ``ctld.acct_objects``; sacctmgr's keys and values,
+``ctld.acct_keys``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core.errors import InvalidRequest, MusterError, PermissionDenied
-from muster.core.timefmt import TimeFormatError, parse_time_limit
-from muster.ctld.tres import TresError, parse_tres
-
-ADMIN_LEVELS = {"none": "None", "operator": "Operator", "administrator": "Administrator",
-                "admin": "Administrator"}
-QOS_FLAGS = {f.lower(): f for f in (
-    "DenyOnLimit", "EnforceUsageThreshold", "NoReserve", "OverPartQOS", "PartitionMaxNodes",
-    "PartitionMinNodes", "PartitionTimeLimit", "RequiresReservation", "NoDecay", "UsageFactorSafe",
-)}
-
-
-@dataclass
-class Limits:
-    """Limits an association carries (a QOS has its own set, see ``Qos``)."""
-
-    grp_tres: dict[str, int] = field(default_factory=dict)
-    grp_tres_mins: dict[str, int] = field(default_factory=dict)
-    grp_jobs: int | None = None
-    grp_submit_jobs: int | None = None
-    max_jobs: int | None = None
-    max_submit_jobs: int | None = None
-    max_wall: int | None = None
-    max_tres_per_job: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class Assoc:
-    account: str
-    user: str = ""  # "" for the account's own node in the tree
-    parent: str | None = None  # an account association's parent account (None for root)
-    shares: int = 1
-    limits: Limits = field(default_factory=Limits)
-    qos: list[str] = field(default_factory=list)  # allowed QOS; empty: inherited
-    default_qos: str | None = None
-
-    @functools.cached_property
-    def key(self) -> str:  # account and user never change once created
-        return assoc_key(self.account, self.user)
-
-    @property
-    def is_user(self) -> bool:
-        return bool(self.user)
-
-
-def assoc_key(account: str, user: str = "") -> str:
-    return f"{account}|{user}"
-
-
-@dataclass
-class Account:
-    name: str
-    description: str = ""
-    organization: str = ""
-
-
-@dataclass
-class User:
-    name: str
-    default_account: str = ""
-    admin_level: str = "None"
-
-
-@dataclass
-class Qos:
-    name: str
-    description: str = ""
-    priority: int = 0
-    flags: list[str] = field(default_factory=list)
-    usage_factor: float = 1.0
-    max_wall: int | None = None
-    max_tres_per_user: dict[str, int] = field(default_factory=dict)
-    max_jobs_per_user: int | None = None
-    max_submit_jobs_per_user: int | None = None
-    max_tres_per_job: dict[str, int] = field(default_factory=dict)
-    grp_tres: dict[str, int] = field(default_factory=dict)
-    grp_jobs: int | None = None
-    grp_submit_jobs: int | None = None
-
-
-def to_data(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)
-
-
-def _from_data(kind: str, data: dict[str, Any]) -> Any:
-    if kind == "assoc":
-        d = dict(data)
-        d["limits"] = Limits(**d.get("limits", {}))
-        return Assoc(**d)
-    cls = {"account": Account, "user": User, "qos": Qos}[kind]
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
-
-
-# --- sacctmgr keys ---------------------------------------------------------------------------
-# key (lower case) -> canonical name. Values are parsed by ``_value``.
-
-_KEY_ALIASES = {
-    "name": "Name", "names": "Name", "account": "Account", "accounts": "Account",
-    "acct": "Account", "user": "User", "users": "User", "parent": "Parent",
-    "parentname": "Parent", "description": "Description", "descr": "Description",
-    "organization": "Organization", "org": "Organization", "fairshare": "Fairshare",
-    "shares": "Fairshare", "share": "Fairshare", "grptres": "GrpTRES",
-    "grptresmins": "GrpTRESMins", "grpjobs": "GrpJobs", "grpsubmitjobs": "GrpSubmitJobs",
-    "grpsubmit": "GrpSubmitJobs", "maxjobs": "MaxJobs", "maxsubmitjobs": "MaxSubmitJobs",
-    "maxsubmit": "MaxSubmitJobs", "maxwall": "MaxWall", "maxwalldurationperjob": "MaxWall",
-    "maxtres": "MaxTRES", "maxtresperjob": "MaxTRES", "qos": "QOS", "qoslevel": "QOS",
-    "defaultqos": "DefaultQOS", "defqos": "DefaultQOS", "defaultaccount": "DefaultAccount",
-    "defacct": "DefaultAccount", "adminlevel": "AdminLevel", "admin": "AdminLevel",
-    "priority": "Priority", "flags": "Flags", "usagefactor": "UsageFactor",
-    "maxtresperuser": "MaxTRESPerUser", "maxtrespu": "MaxTRESPerUser",
-    "maxjobsperuser": "MaxJobsPerUser", "maxjobspu": "MaxJobsPerUser",
-    "maxsubmitjobsperuser": "MaxSubmitJobsPerUser", "maxsubmitpu": "MaxSubmitJobsPerUser",
-    "maxsubmitjobspu": "MaxSubmitJobsPerUser", "cluster": "Cluster", "clusters": "Cluster",
-    "partition": "Partition",
-}
-
-_ASSOC_LIMITS = {
-    "GrpTRES": "grp_tres", "GrpTRESMins": "grp_tres_mins", "GrpJobs": "grp_jobs",
-    "GrpSubmitJobs": "grp_submit_jobs", "MaxJobs": "max_jobs", "MaxSubmitJobs": "max_submit_jobs",
-    "MaxWall": "max_wall", "MaxTRES": "max_tres_per_job",
-}
-_QOS_FIELDS = {
-    "Description": "description", "Priority": "priority", "Flags": "flags",
-    "UsageFactor": "usage_factor", "MaxWall": "max_wall", "MaxTRESPerUser": "max_tres_per_user",
-    "MaxJobsPerUser": "max_jobs_per_user", "MaxSubmitJobsPerUser": "max_submit_jobs_per_user",
-    "MaxTRES": "max_tres_per_job", "GrpTRES": "grp_tres", "GrpJobs": "grp_jobs",
-    "GrpSubmitJobs": "grp_submit_jobs",
-}
-_TRES_KEYS = {"GrpTRES", "GrpTRESMins", "MaxTRES", "MaxTRESPerUser"}
-_INT_KEYS = {"GrpJobs", "GrpSubmitJobs", "MaxJobs", "MaxSubmitJobs", "MaxJobsPerUser",
-             "MaxSubmitJobsPerUser", "Fairshare", "Priority"}
-
-
-def canonical_key(key: str) -> str:
-    name = _KEY_ALIASES.get(key.strip().lower())
-    if name is None:
-        raise InvalidRequest(f"Unknown option: {key}")
-    return name
-
-
-def _value(key: str, raw: str) -> Any:
-    """Parse one sacctmgr value; ``-1`` clears a limit (None, or -1 inside a TRES list)."""
-    raw = raw.strip()
-    try:
-        if key in _TRES_KEYS:
-            return parse_tres(raw)
-        if key in _INT_KEYS:
-            if key == "Fairshare" and raw.lower() == "parent":
-                return 0
-            value = int(raw)
-            if value < -1:
-                raise ValueError
-            return None if value == -1 and key != "Priority" else value
-        if key == "MaxWall":
-            if raw == "-1":
-                return None
-            return parse_time_limit(raw)
-        if key == "UsageFactor":
-            return float(raw)
-    except (ValueError, TresError, TimeFormatError):
-        raise InvalidRequest(f"Invalid value for {key}: {raw}") from None
-    if key == "AdminLevel":
-        level = ADMIN_LEVELS.get(raw.lower())
-        if level is None:
-            raise InvalidRequest(f"Invalid AdminLevel: {raw} (None, Operator or Administrator)")
-        return level
-    if key == "Flags":
-        flags = []
-        for f in (x for x in raw.split(",") if x and x.lower() != "-1"):
-            canon = QOS_FLAGS.get(f.lower())
-            if canon is None:
-                raise InvalidRequest(f"Invalid QOS flag: {f}")
-            flags.append(canon)
-        return flags
-    if key in ("QOS",):
-        return [q for q in raw.split(",") if q]
-    return raw
-
-
-def _merge_tres(old: dict[str, int], new: dict[str, int]) -> dict[str, int]:
-    out = dict(old)
-    for k, v in new.items():
-        if v == -1:
-            out.pop(k, None)
-        else:
-            out[k] = v
-    return out
+from muster.ctld.acct_keys import ASSOC_LIMITS, QOS_FIELDS, canonical_key, merge_tres, parse_value
+from muster.ctld.acct_objects import Account, Assoc, Qos, User, assoc_key, from_data, to_data
 
 
 class Change:
@@ -247,7 +62,7 @@ class AssocDB:
     def from_rows(cls, cluster: str, rows: list[tuple[str, str, str]]) -> AssocDB:
         db = cls(cluster)
         for kind, name, raw in rows:
-            obj = _from_data(kind, json.loads(raw))
+            obj = from_data(kind, json.loads(raw))
             {"account": db.accounts, "user": db.users, "assoc": db.assocs, "qos": db.qos}[kind][name] = obj
         return db
 
@@ -338,7 +153,7 @@ class AssocDB:
         entity = str(req.get("entity", "")).lower()
         names = [str(n) for n in req.get("names") or []]
         where = {canonical_key(k): [str(x) for x in v] for k, v in (req.get("where") or {}).items()}
-        sets = {canonical_key(k): _value(canonical_key(k), str(v))
+        sets = {canonical_key(k): parse_value(canonical_key(k), str(v))
                 for k, v in (req.get("set") or {}).items()}
         for key in ("Cluster",):
             where.pop(key, None)
@@ -378,7 +193,7 @@ class AssocDB:
         if parent not in self.accounts:
             raise InvalidRequest(f" Parent account '{parent}' doesn't exist.")
         self._check_keys(sets, {"Description", "Organization", "Fairshare", "QOS", "DefaultQOS",
-                                *_ASSOC_LIMITS})
+                                *ASSOC_LIMITS})
         new = [n for n in names if n not in self.accounts]
         if not new:
             res.nothing = True
@@ -416,7 +231,7 @@ class AssocDB:
             if acct not in self.accounts:
                 raise InvalidRequest(f" This account '{acct}' doesn't exist.\n        Contact your admin to add this account.")
         level = sets.pop("AdminLevel", None)
-        self._check_keys(sets, {"Fairshare", "QOS", "DefaultQOS", *_ASSOC_LIMITS})
+        self._check_keys(sets, {"Fairshare", "QOS", "DefaultQOS", *ASSOC_LIMITS})
         added_users, added_assocs = [], []
         for name in names:
             _check_name(name)
@@ -456,7 +271,7 @@ class AssocDB:
         res = Result()
         if not names:
             raise InvalidRequest("You need to specify a QOS name")
-        self._check_keys(sets, set(_QOS_FIELDS))
+        self._check_keys(sets, set(QOS_FIELDS))
         new = [n for n in names if n not in self.qos]
         if not new:
             res.nothing = True
@@ -484,7 +299,7 @@ class AssocDB:
         names = names + where.pop("Account", [])
         targets = [self.accounts[n] for n in names if n in self.accounts] if names else list(self.accounts.values())
         self._check_keys(sets, {"Description", "Organization", "Fairshare", "QOS", "DefaultQOS",
-                                "Parent", *_ASSOC_LIMITS})
+                                "Parent", *ASSOC_LIMITS})
         if not targets:
             res.nothing = True
             res.lines.append(" Nothing modified")
@@ -520,7 +335,7 @@ class AssocDB:
         names = names + where.pop("User", [])
         accounts = where.pop("Account", [])
         users = [self.users[n] for n in names if n in self.users] if names else list(self.users.values())
-        self._check_keys(sets, {"DefaultAccount", "AdminLevel", "Fairshare", "QOS", "DefaultQOS", *_ASSOC_LIMITS})
+        self._check_keys(sets, {"DefaultAccount", "AdminLevel", "Fairshare", "QOS", "DefaultQOS", *ASSOC_LIMITS})
         if not users:
             res.nothing = True
             res.lines.append(" Nothing modified")
@@ -556,7 +371,7 @@ class AssocDB:
     def _modify_qos(self, names: list[str], where: dict[str, list[str]], sets: dict[str, Any]) -> Result:
         res = Result()
         targets = [self.qos[n] for n in names if n in self.qos] if names else list(self.qos.values())
-        self._check_keys(sets, set(_QOS_FIELDS))
+        self._check_keys(sets, set(QOS_FIELDS))
         if not targets:
             res.nothing = True
             res.lines.append(" Nothing modified")
@@ -687,19 +502,19 @@ class AssocDB:
                 if value not in self.qos:
                     raise InvalidRequest(f" Invalid qos specification: {value}")
                 a.default_qos = value
-            elif key in _ASSOC_LIMITS:
-                attr = _ASSOC_LIMITS[key]
+            elif key in ASSOC_LIMITS:
+                attr = ASSOC_LIMITS[key]
                 if isinstance(value, dict):
-                    setattr(a.limits, attr, _merge_tres(getattr(a.limits, attr), value))
+                    setattr(a.limits, attr, merge_tres(getattr(a.limits, attr), value))
                 else:
                     setattr(a.limits, attr, value)
 
     @staticmethod
     def _set_qos(q: Qos, sets: dict[str, Any]) -> None:
         for key, value in sets.items():
-            attr = _QOS_FIELDS[key]
+            attr = QOS_FIELDS[key]
             if isinstance(value, dict):
-                setattr(q, attr, _merge_tres(getattr(q, attr), value))
+                setattr(q, attr, merge_tres(getattr(q, attr), value))
             elif key == "Priority":
                 q.priority = max(0, int(value))
             elif key == "UsageFactor":

@@ -28,7 +28,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from muster.core.states import Reason
-from muster.ctld.assoc import Assoc, AssocDB, Qos
+from muster.ctld.acct_objects import Assoc, Qos
+from muster.ctld.assoc import AssocDB
 
 _ASSOC_GRP = {"cpu": Reason.ASSOC_GRP_CPU, "mem": Reason.ASSOC_GRP_MEM, "node": Reason.ASSOC_GRP_NODE,
               "gres/gpu": Reason.ASSOC_GRP_GRES, "billing": Reason.ASSOC_GRP_BILLING}

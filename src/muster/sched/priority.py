@@ -20,6 +20,9 @@ looks at nodes or CPUs; on a GPU cluster the GPU share is what matters most).
 Jobs are examined in ``order_key`` order: partition PriorityTier first (higher first),
 then priority (higher first), then submit time, then job id, so equal priorities resolve
 the same way on every run. Priorities above 2**48 count as 2**48 for ordering.
+
+``PriorityPolicy.factors`` is the formula, written once: the scheduler's priorities and
+sprio's factors (``ctld.accounting``) both come from it.
 """
 
 from __future__ import annotations
@@ -27,15 +30,61 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import islice
 from operator import gt
+from typing import NamedTuple, Protocol
 
 from muster.core.job import Job
 from muster.sched.config import SchedConfig
-from muster.sched.snapshot import Snapshot
+from muster.sched.fairshare import fairshare_of
 
-__all__ = ["BASIC_TOP", "PriorityPolicy", "examination_order", "fairshare_of", "order_key"]
+__all__ = ["BASIC_TOP", "Factors", "PriorityInputs", "PriorityPolicy", "examination_order", "order_key"]
 
 # priority/basic counts down from here by job id, as Slurm counts down by submission.
 BASIC_TOP = 0xFFFEFFFF
+
+
+class _NodeSize(Protocol):
+    @property
+    def cpus(self) -> int: ...
+    @property
+    def gpus(self) -> int: ...
+
+
+class _PartitionWeight(Protocol):
+    @property
+    def priority_tier(self) -> int: ...
+    @property
+    def priority_job_factor(self) -> int: ...
+
+
+class PriorityInputs(Protocol):
+    """What the formula reads of the cluster. A ``Snapshot`` is one (the scheduler's
+    pass); sprio's view of the controller's memory (``ctld.accounting``) is another, so
+    that both go through ``PriorityPolicy`` and cannot disagree."""
+
+    @property
+    def nodes(self) -> Sequence[_NodeSize]: ...
+    @property
+    def partitions(self) -> Mapping[str, _PartitionWeight]: ...
+    @property
+    def qos_priority(self) -> Mapping[str, int]: ...
+    @property
+    def fairshare(self) -> Mapping[str, float]: ...
+    @property
+    def fairshare_default(self) -> float: ...
+    @property
+    def priority_overrides(self) -> Mapping[int, int]: ...
+
+
+class Factors(NamedTuple):
+    """A job's multifactor priority, factor by factor (what ``sprio -n`` prints), each in
+    [0, 1] before its weight, and ``total``: the formula's value (at least 1)."""
+
+    age: float
+    fairshare: float
+    jobsize: float
+    partition: float
+    qos: float
+    total: int
 
 
 class PriorityPolicy:
@@ -58,7 +107,7 @@ class PriorityPolicy:
         "_by_parts",
     )
 
-    def __init__(self, snapshot: Snapshot, now: float, config: SchedConfig) -> None:
+    def __init__(self, snapshot: PriorityInputs, now: float, config: SchedConfig) -> None:
         self.config = config
         self.now = now
         self.total_nodes = max(1, len(snapshot.nodes))
@@ -73,8 +122,8 @@ class PriorityPolicy:
         self.fairshare = snapshot.fairshare
         self.fairshare_default = snapshot.fairshare_default
         self.overrides = snapshot.priority_overrides
-        # partitions -> (partition term of the formula, tier): few distinct lists
-        self._by_parts: dict[tuple[str, ...], tuple[float, int]] = {}
+        # partitions -> (partition term of the formula, tier, factor): few distinct lists
+        self._by_parts: dict[tuple[str, ...], tuple[float, int, float]] = {}
 
     def priority(self, job: Job, partitions: tuple[str, ...]) -> int:
         """The job's priority now; ``partitions`` are the ones it may run in."""
@@ -84,25 +133,9 @@ class PriorityPolicy:
                 return max(0, override)
         if job.hold:
             return 0
-        spec = job.spec
-        c = self.config
-        if not c.multifactor:
-            return max(1, BASIC_TOP - job.job_id - spec.nice)
-        total = self._parts(partitions)[0]
-        if c.weight_age:
-            since = job.eligible_time if job.eligible_time is not None else job.submit_time
-            age = self.now - since
-            if c.max_age <= 0:
-                total += c.weight_age
-            elif age > 0:
-                total += c.weight_age * (1.0 if age >= c.max_age else age / c.max_age)
-        if c.weight_fairshare:
-            total += c.weight_fairshare * fairshare_of(self.fairshare, job.user, spec.account, self.fairshare_default)
-        if c.weight_job_size:
-            total += c.weight_job_size * self._size_factor(job)
-        if c.weight_qos and self.max_qos > 0 and spec.qos:
-            total += c.weight_qos * self.qos_priority.get(spec.qos, 0) / self.max_qos
-        return max(1, int(total) - spec.nice)
+        if not self.config.multifactor:
+            return max(1, BASIC_TOP - job.job_id - job.spec.nice)
+        return self.factors(job, partitions).total
 
     def priorities(self, jobs: Sequence[Job], partitions: Sequence[tuple[str, ...]]) -> list[int]:
         """``priority`` of each job, ``partitions[i]`` being where ``jobs[i]`` may run.
@@ -117,16 +150,49 @@ class PriorityPolicy:
             return [0 if j.hold else max(1, BASIC_TOP - j.job_id - j.spec.nice) for j in jobs]
         return values
 
+    def factors(self, job: Job, partitions: tuple[str, ...]) -> Factors:
+        """The formula, term by term, for a job that may run in ``partitions`` (neither an
+        admin's override nor a hold: ``priority`` applies those). The one place the
+        multifactor formula is written: the scheduler's priorities and sprio's rows are
+        both this."""
+        spec = job.spec
+        c = self.config
+        # Each weighted term is computed as weight * value / largest (not weight * factor),
+        # so the total stays what it has always been to the last bit before truncation.
+        total, _tier, partition = self._parts(partitions)
+        since = job.eligible_time if job.eligible_time is not None else job.submit_time
+        waited = self.now - since
+        if c.max_age <= 0:
+            age = 1.0
+        elif waited > 0:
+            age = 1.0 if waited >= c.max_age else waited / c.max_age
+        else:
+            age = 0.0
+        if c.weight_age:
+            total += c.weight_age * age
+        fairshare = fairshare_of(self.fairshare, job.user, spec.account, self.fairshare_default)
+        if c.weight_fairshare:
+            total += c.weight_fairshare * fairshare
+        jobsize = self._size_factor(job)
+        if c.weight_job_size:
+            total += c.weight_job_size * jobsize
+        qos_raw = self.qos_priority.get(spec.qos, 0) if spec.qos else 0
+        qos = qos_raw / self.max_qos if self.max_qos > 0 else 0.0
+        if c.weight_qos and self.max_qos > 0 and spec.qos:
+            total += c.weight_qos * qos_raw / self.max_qos
+        return Factors(age, fairshare, jobsize, partition, qos, max(1, int(total) - spec.nice))
+
     def tier(self, partitions: tuple[str, ...]) -> int:
         return self._parts(partitions)[1]
 
-    def _parts(self, partitions: tuple[str, ...]) -> tuple[float, int]:
+    def _parts(self, partitions: tuple[str, ...]) -> tuple[float, int, float]:
+        """(the partition term of the formula, the tier, the partition factor)."""
         found = self._by_parts.get(partitions)
         if found is None:
             factor = max((self.part_factor.get(p, 0) for p in partitions), default=0)
             term = self.config.weight_partition * factor / self.max_part_factor
             tier = max((self.part_tier.get(p, 0) for p in partitions), default=0)
-            found = self._by_parts[partitions] = (term, tier)
+            found = self._by_parts[partitions] = (term, tier, factor / self.max_part_factor)
         return found
 
     def _size_factor(self, job: Job) -> float:
@@ -194,15 +260,3 @@ def _clamped(values: Sequence[int], top: int) -> Sequence[int]:
         return values
     return [min(max(v, 0), top) for v in values]
 
-
-def fairshare_of(table: Mapping[str, float], user: str, account: str | None, default: float) -> float:
-    """A job's fair-share factor: its association's (``account|user``), else its user's,
-    else its account's, else ``default``."""
-    if account is not None:
-        fs = table.get(f"{account}|{user}")
-        if fs is not None:
-            return fs
-    fs = table.get(user)
-    if fs is None and account is not None:
-        fs = table.get(account)
-    return default if fs is None else fs

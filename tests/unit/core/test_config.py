@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from muster.core.config import Config, ConfigError, NodeConf, PartitionConf, parse_config
+from muster.sched.config import SchedConfig
 
 ANCHOR = Path(__file__).parent / "data" / "slurm_anchor.conf"
 
@@ -61,20 +62,19 @@ def test_anchor_config_defines_gpu_and_debug_partitions(anchor: Config) -> None:
 def test_anchor_config_global_settings(anchor: Config) -> None:
     assert anchor.cluster_name == "anchor"
     assert (anchor.ctld_host, anchor.ctld_addr, anchor.ctld_port) == ("vm", "127.0.0.1", 6817)
-    assert anchor.slurmd_port == 6818
+    assert anchor.settings["SlurmdPort"] == "6818"
     assert anchor.state_save_location == "/var/lib/slurm-anchor/ctld"
     assert anchor.ctld_socket == "/var/lib/slurm-anchor/ctld/musterctld.sock"
     assert anchor.auth_key_file == "/etc/slurm/muster.key"
     assert (anchor.slurmd_timeout, anchor.kill_wait, anchor.min_job_age) == (15, 30, 300)
     assert anchor.return_to_service == 1
-    assert anchor.gres_types == ["gpu"]
+    assert anchor.settings["GresTypes"] == "gpu"
     assert anchor.def_mem_per_cpu == 1000
     assert anchor.max_array_size == 1001
     assert anchor.max_job_count == 20000
-    assert anchor.scheduler_type == "sched/backfill"
-    assert anchor.select_type == "select/cons_tres"
-    assert anchor.select_type_parameters == ["CR_Core_Memory"]
-    assert anchor.priority_type == "priority/basic"
+    sched = SchedConfig.from_settings(anchor.settings)  # the scheduler's keys are its own to read
+    assert (sched.scheduler_type, sched.priority_type) == ("sched/backfill", "priority/basic")
+    assert anchor.settings["SelectTypeParameters"] == "CR_Core_Memory"
     assert anchor.slurm_user == "root"
     assert anchor.settings["WaitTime"] == "0"  # written Waittime: stored under Slurm's spelling
     assert anchor.settings["JobCompLoc"] == "/var/lib/slurm-anchor/log/jobcomp.txt"
@@ -105,15 +105,8 @@ def test_an_empty_config_has_slurm_and_muster_defaults() -> None:
     assert (config.slurmd_timeout, config.kill_wait, config.min_job_age) == (300, 30, 300)
     assert (config.return_to_service, config.job_requeue, config.first_job_id) == (0, True, 1)
     assert (config.max_array_size, config.def_mem_per_cpu, config.slurm_user) == (1001, 0, "root")
-    assert config.gres_types == [] and config.scheduler_parameters == {}
-    assert config.priority_weight_age == 0
-    assert config.priority_weight_fairshare == 0
-    assert config.priority_weight_job_size == 0
-    assert config.priority_weight_partition == 0
-    assert config.priority_weight_qos == 0
-    assert config.priority_max_age == 7 * 86400
-    assert config.priority_decay_half_life == 7 * 86400
-    assert config.priority_favor_small is False
+    assert config.scheduler_parameters == {}
+    assert config.get_seconds("PriorityDecayHalfLife", 7 * 86400) == 7 * 86400
 
 
 def test_typed_settings_and_muster_keys() -> None:
@@ -136,12 +129,12 @@ def test_typed_settings_and_muster_keys() -> None:
         "bf_continue": "",
         "default_queue_depth": "100",
     }
-    assert config.priority_type == "priority/multifactor"
-    assert (config.priority_weight_age, config.priority_weight_fairshare) == (1000, 10000)
-    assert (config.priority_weight_job_size, config.priority_weight_partition) == (5, 7)
-    assert config.priority_weight_qos == 3
-    assert (config.priority_max_age, config.priority_decay_half_life) == (86400, 14 * 86400)
-    assert config.priority_favor_small is True
+    sched = SchedConfig.from_settings(config.settings)  # the scheduler's keys are its own to read
+    assert sched.priority_type == "priority/multifactor"
+    assert (sched.weight_age, sched.weight_fairshare, sched.weight_job_size) == (1000, 10000, 5)
+    assert (sched.weight_partition, sched.weight_qos) == (7, 3)
+    assert (sched.max_age, sched.favor_small) == (86400, True)
+    assert config.get_seconds("PriorityDecayHalfLife", 7 * 86400) == 14 * 86400
     assert config.admin_users == ["alice", "bob"]
     assert config.ctld_socket == "/run/muster/ctld.sock"
     assert config.auth_key_file == "/etc/muster/key"

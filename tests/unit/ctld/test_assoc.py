@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from muster.core.errors import InvalidRequest, PermissionDenied
-from muster.ctld.assoc import AssocDB, assoc_key
+from muster.ctld.acct_objects import assoc_key
+from muster.ctld.assoc import AssocDB
 
 
 def _db() -> AssocDB:

@@ -6,7 +6,8 @@ import pytest
 
 from muster.core.states import Reason
 from muster.ctld.accounting import Enforce
-from muster.ctld.assoc import AssocDB, Qos
+from muster.ctld.acct_objects import Qos
+from muster.ctld.assoc import AssocDB
 from muster.ctld.limits import JobLoad, Running, check
 
 

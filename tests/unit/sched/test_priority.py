@@ -82,6 +82,25 @@ def test_partition_priority_job_factor_and_qos_weigh_in() -> None:
     assert p[high] == 1000 + 500
 
 
+def test_factors_are_the_formula_term_by_term_and_total_what_the_pass_gives() -> None:
+    config = SchedConfig(weight_age=1000, weight_fairshare=10000, weight_job_size=300,
+                         weight_partition=1000, weight_qos=500, max_age=10 * DAY)
+    h = SchedHarness(config).gpu_nodes(4, partitions=("low", "high"))
+    h.partition("high", priority_job_factor=4)
+    h.qos_priority = {"normal": 0, "urgent": 100}
+    h.fairshare = {"physics|alice": 0.25}
+    h.run_job(job().nodes(4).gpus(8).time("1:00:00"), at=0)
+    j = h.submit(job().nodes(2).gpus(8).partition("low").qos("urgent").user("alice", "physics").nice(7), at=0)
+    given = h.schedule(at=DAY).priorities[j]
+    snap = h.snapshot()
+    policy = PriorityPolicy(snap, DAY, config)
+    pending = next(x for x in snap.pending if x.job_id == j)
+    f = policy.factors(pending, ("low",))
+    assert (f.age, f.fairshare, f.jobsize, f.partition, f.qos) == (0.1, 0.25, 0.5, 0.25, 1.0)
+    assert f.total == given == int(1000 * 0.1 + 10000 * 0.25 + 300 * 0.5 + 1000 * 0.25 + 500) - 7
+    assert policy.factors(pending, ("low", "high")).partition == 1.0  # the best it may use
+
+
 def test_nice_lowers_priority_but_never_to_zero() -> None:
     h = blocked_cluster(only(weight_fairshare=100))
     nice = h.submit(waiting().nice(30))

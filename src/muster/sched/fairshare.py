@@ -1,4 +1,10 @@
-"""Fair-share: decayed usage per association, and Slurm's Fair Tree factor.
+"""Fair-share, as pure math: decayed usage per association, Slurm's Fair Tree factor, and
+the table of factors a pass reads (``Snapshot.fairshare``).
+
+Nothing here reads a clock, the store or the association database: callers pass times,
+usage and the tree (``children``) in. The controller (``ctld.accounting``) keeps the usage
+of its associations with ``Usage``, ranks them with ``fair_tree`` and gives the pass
+``factor_table``'s result; ``sched.priority`` looks a job up with ``fairshare_of``.
 
 Usage
 -----
@@ -11,8 +17,8 @@ partition's ``TRESBillingWeights`` (muster's default weights make GPUs dominant,
 ago counts half. ``Usage.charge`` integrates the decay exactly over the charged interval,
 so the result does not depend on how often usage is brought up to date.
 ``PriorityUsageResetPeriod`` (DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY; NONE by default)
-clears it at each period's start, local time (weeks start on Sunday, as in Slurm): usage
-then counts only what ran since (``usage_epoch``). NOW clears it when the controller starts.
+clears it at each period's start, local time: ``Usage.reset`` (the controller decides when,
+see ``ctld.reset_period``).
 
 Fair Tree
 ---------
@@ -35,14 +41,10 @@ the other's.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
-from muster.core.config import ConfigError
-
-USAGE_NAMES = ("billing", "cpu", "mem", "node", "gres/gpu")
-
+__all__ = ["Node", "Standing", "Usage", "factor_table", "fair_tree", "fairshare_of"]
 
 class Usage:
     """Decayed TRES-seconds per association key, valid at ``as_of``."""
@@ -92,36 +94,6 @@ class Usage:
 
     def get(self, key: str, name: str = "billing") -> float:
         return self.values.get(key, {}).get(name, 0.0)
-
-
-RESET_PERIODS = ("NONE", "NOW", "DAILY", "WEEKLY", "MONTHLY", "QUARTERLY", "YEARLY")
-
-
-def parse_reset_period(text: str | None) -> str:
-    """``PriorityUsageResetPeriod``'s value, upper case; ConfigError for an unknown one."""
-    value = (text or "NONE").strip().upper()
-    if value not in RESET_PERIODS:
-        raise ConfigError(f"PriorityUsageResetPeriod={text!r} is not one of {', '.join(RESET_PERIODS)}")
-    return value
-
-
-def usage_epoch(period: str, now: float, started: float) -> float | None:
-    """When the current reset period began (local time), None for NONE; ``started`` (the
-    controller's start) for NOW."""
-    if period == "NONE":
-        return None
-    if period == "NOW":
-        return started
-    t = datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
-    if period == "WEEKLY":
-        t -= timedelta(days=(t.weekday() + 1) % 7)  # back to Sunday
-    elif period == "MONTHLY":
-        t = t.replace(day=1)
-    elif period == "QUARTERLY":
-        t = t.replace(day=1, month=(t.month - 1) // 3 * 3 + 1)
-    elif period == "YEARLY":
-        t = t.replace(day=1, month=1)
-    return t.timestamp()
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,3 +185,44 @@ def _same(a: float, b: float) -> bool:
     if math.isinf(a) or math.isinf(b):
         return a == b
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def factor_table(standing: Mapping[str, Standing]) -> dict[str, float]:
+    """The factors ``fairshare_of`` looks a job up in: every user association's under its
+    key (``account|user``: what a job's factor is), and for jobs whose association is
+    not known the user's (when all its associations agree) or the account's average."""
+    by_user: dict[str, list[tuple[str, float]]] = {}
+    out: dict[str, float] = {}
+    for key, s in standing.items():
+        account, _, user = key.partition("|")
+        if user and s.factor is not None:
+            by_user.setdefault(user, []).append((account, s.factor))
+            out[key] = s.factor
+    shared: dict[str, list[float]] = {}
+    for user, items in by_user.items():
+        factors = {f for _, f in items}
+        if len(factors) == 1:
+            out[user] = items[0][1]
+        else:
+            for account, f in items:
+                shared.setdefault(account, []).append(f)
+    for account, fs in shared.items():
+        # An account named like a user with several associations would be found under
+        # that user's name first (``fairshare_of`` looks up the user, then the account):
+        # leave it out.
+        if account not in out and not (account in by_user and len(by_user[account]) > 1):
+            out[account] = sum(fs) / len(fs)
+    return out
+
+
+def fairshare_of(table: Mapping[str, float], user: str, account: str | None, default: float) -> float:
+    """A job's fair-share factor: its association's (``account|user``), else its user's,
+    else its account's, else ``default``."""
+    if account is not None:
+        fs = table.get(f"{account}|{user}")
+        if fs is not None:
+            return fs
+    fs = table.get(user)
+    if fs is None and account is not None:
+        fs = table.get(account)
+    return default if fs is None else fs

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime
 
 import pytest
 
-from muster.core.config import ConfigError
-from muster.ctld.fairshare import Node, Usage, fair_tree, parse_reset_period, usage_epoch
+from muster.sched.fairshare import Node, Standing, Usage, factor_table, fair_tree, fairshare_of
 
 
 def test_usage_halves_every_half_life() -> None:
@@ -31,33 +29,6 @@ def test_a_charge_integrates_the_decay_exactly_whatever_the_update_steps() -> No
     expected = 2.0 * 3600.0 / math.log(2) * (1 - 2.0**-2)
     assert once.get("a") == pytest.approx(expected)
     assert stepped.get("a") == pytest.approx(expected)
-
-
-def _local(*args: int) -> float:
-    return datetime(*args).timestamp()
-
-
-@pytest.mark.parametrize(
-    ("period", "expected"),
-    [
-        ("DAILY", (2026, 12, 3)),
-        ("WEEKLY", (2026, 11, 29)),  # the Sunday before Thursday 3 December
-        ("MONTHLY", (2026, 12, 1)),
-        ("QUARTERLY", (2026, 10, 1)),
-        ("YEARLY", (2026, 1, 1)),
-    ],
-)
-def test_reset_periods_start_at_local_midnight(period: str, expected: tuple[int, int, int]) -> None:
-    now = _local(2026, 12, 3, 15, 30)
-    assert usage_epoch(period, now, started=0.0) == _local(*expected)
-
-
-def test_reset_none_now_and_bad_values() -> None:
-    assert usage_epoch("NONE", 1e9, 5.0) is None
-    assert usage_epoch("NOW", 1e9, 5.0) == 5.0
-    assert parse_reset_period(None) == "NONE" and parse_reset_period(" weekly ") == "WEEKLY"
-    with pytest.raises(ConfigError, match="PriorityUsageResetPeriod='FORTNIGHTLY'"):
-        parse_reset_period("FORTNIGHTLY")
 
 
 def test_a_reset_forgets_usage_and_charges_only_what_ran_after_it() -> None:
@@ -107,3 +78,24 @@ def test_equal_standing_gives_equal_rank_and_no_shares_gives_zero() -> None:
     s = fair_tree("root|", children, lambda k: 0.0)
     assert s["A|u1"].factor == s["B|u2"].factor == pytest.approx(1.0)
     assert s["C|u3"].factor == 0.0 or s["C|"].norm_shares == 0.0
+
+
+def _standing(factor: float | None) -> Standing:
+    return Standing(0.5, 0.0, 0.0, 1.0, factor)
+
+
+def test_factor_table_keys_associations_then_users_that_agree_then_accounts() -> None:
+    table = factor_table({
+        "root": _standing(None),
+        "a": _standing(None),
+        "a|ann": _standing(1.0),
+        "a|bob": _standing(0.5),
+        "b|bob": _standing(0.25),
+    })
+    assert table["a|ann"] == 1.0 and table["ann"] == 1.0  # one association: the user's too
+    assert "bob" not in table  # two that disagree: no user entry...
+    assert table["b"] == 0.25 and table["a"] == 0.5  # ...the accounts' averages instead
+    assert fairshare_of(table, "bob", "b", 0.5) == 0.25
+    assert fairshare_of(table, "bob", None, 0.5) == 0.5
+    assert fairshare_of(table, "ann", "gone", 0.5) == 1.0
+    assert fairshare_of(table, "cat", "a", 0.5) == 0.5
