@@ -1,9 +1,7 @@
-"""What the accounting commands share: Slurm's ``print_fields`` output and controller reads.
-
-sacct, sacctmgr, sshare and sreport print columns the same way: each value padded to its
-width (right-justified, or left for a negative width) and cut to the width with a ``+``
-in the last place; a header and a dashed line unless ``-n``; with ``-p`` every value is
-followed by ``|`` (or ``--delimiter``), with ``-P`` values are only separated by it.
+"""What the accounting commands share besides their columns: reading sprio's and sshare's
+options, and asking the controller (one request, failures in Slurm's words; query strings
+without ``urllib``). Their columns (Slurm's ``print_fields``: ``Name%width`` lists, values
+cut with ``+``, ``-p``/``-P``) are ``muster.cli.columns``'s.
 """
 
 from __future__ import annotations
@@ -19,42 +17,6 @@ from muster.cli.common import (
     version_line,
 )
 from muster.cli.options import Opt, OptionError, OptionTable, getopt
-
-
-def cell(value: str, width: int) -> str:
-    """One fixed-width value: cut with ``+``, right-justified (left for negative width)."""
-    w = abs(width)
-    if len(value) > w:
-        value = value[: w - 1] + "+" if w > 0 else value
-    return value.ljust(w) if width < 0 else value.rjust(w)
-
-
-class Printer:
-    """Rows of columns, fixed width or parsable."""
-
-    __slots__ = ("parsable", "delimiter", "trailing", "header")
-
-    def __init__(self, parsable: bool = False, trailing: bool = False, delimiter: str = "|",
-                 header: bool = True) -> None:
-        self.parsable = parsable
-        self.trailing = trailing
-        self.delimiter = delimiter
-        self.header = header
-
-    def lines(self, columns: list[tuple[str, int]], rows: list[list[str]]) -> list[str]:
-        out: list[str] = []
-        if self.parsable:
-            end = self.delimiter if self.trailing else ""
-            if self.header:
-                out.append(self.delimiter.join(name for name, _ in columns) + end)
-            out += [self.delimiter.join(row) + end for row in rows]
-            return out
-        if self.header:
-            out.append("".join(cell(name, w) + " " for name, w in columns))
-            out.append("".join("-" * abs(w) + " " for _, w in columns))
-        for row in rows:
-            out.append("".join(cell(v, w) + " " for v, (_, w) in zip(row, columns, strict=False)))
-        return out
 
 
 def read_options(

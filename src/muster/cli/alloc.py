@@ -15,18 +15,17 @@ from __future__ import annotations
 import sys
 
 from muster.cli.common import CommandError, connect_message, exit_error_code, option_error
+from muster.cli.jobrequest import JobRequest
 from muster.cli.options import (
     JOB_OPTIONS,
-    RC_BAD_OPTION,
-    JobRequest,
     Opt,
     OptionError,
     OptionTable,
-    OptionValueError,
     Parsed,
     apply_options,
     getopt,
 )
+from muster.cli.optionvalues import RC_BAD_OPTION, OptionValueError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

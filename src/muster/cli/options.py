@@ -14,35 +14,35 @@ Two things live here:
   the order script, environment, command line, so that the command line wins (Slurm's
   precedence). srun and salloc are meant to reuse the rows with their own variables.
 
-A ``JobRequest`` ends as a plain dict with ``muster.core.job.JobSpec``'s field names
-(times in seconds, memory in MB). The commands never import ``muster.core.job``: its
-dataclasses cost start-up time that a command typed hundreds of times a day should not pay.
-
-Errors in a value raise ``OptionValueError`` whose text is what Slurm prints after
-``sbatch: error:`` and whose ``rc`` is Slurm's exit status for it (255 for a malformed
-option, 1 for a request Slurm rejects after parsing).
+A ``JobRequest`` (``muster.cli.jobrequest``) ends as a plain dict with
+``muster.core.job.JobSpec``'s field names (times in seconds, memory in MB). The commands
+never import ``muster.core.job``: its dataclasses cost start-up time that a command typed
+hundreds of times a day should not pay. Values are read by ``muster.cli.optionvalues``,
+whose ``OptionValueError`` carries Slurm's text and exit status; ``#SBATCH`` lines by
+``muster.cli.directives``.
 """
 
 from __future__ import annotations
 
-import os
+from muster.cli.jobrequest import JobRequest
+from muster.cli.optionvalues import (
+    OptionValueError,
+    parse_array_option,
+    parse_count,
+    parse_gpus_option,
+    parse_hostnames_option,
+    parse_mem_option,
+    parse_nodes,
+    parse_signal_option,
+    parse_time_option,
+)
 
 NO_ARG, REQUIRED, OPTIONAL = 0, 1, 2
 
-# Exit status Slurm's commands use for a malformed option value (``exit(-1)``).
-RC_BAD_OPTION = 255
 
 
 class OptionError(Exception):
     """A command line that getopt rejects; ``str()`` is the text after ``<prog>: ``."""
-
-
-class OptionValueError(Exception):
-    """An option whose value is wrong; ``str()`` is the text after ``<prog>: error: ``."""
-
-    def __init__(self, message: str, rc: int = RC_BAD_OPTION) -> None:
-        super().__init__(message)
-        self.rc = rc
 
 
 class Opt:
@@ -181,305 +181,6 @@ def getopt(
     return parsed, operands
 
 
-# --- #SBATCH directives ----------------------------------------------------------------------
-
-
-def script_directives(script: str, magic: str = "#SBATCH") -> list[str]:
-    """The arguments of a batch script's ``#SBATCH`` lines, in order, as one argv.
-
-    Slurm's rules: directives must start in column one; reading stops at the first line
-    that is neither blank nor a comment (the first line, the ``#!``, is skipped); within a
-    line arguments are separated by blanks, single or double quotes group (and are
-    removed), and an unquoted ``#`` that begins an argument starts a comment.
-    """
-    args: list[str] = []
-    lines = script.split("\n")
-    for line in lines[1:]:
-        if line.startswith(magic):
-            args.extend(_directive_args(line[len(magic) :]))
-            continue
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            break
-    return args
-
-
-def _directive_args(text: str) -> list[str]:
-    args: list[str] = []
-    i, n = 0, len(text)
-    while True:
-        while i < n and text[i] in " \t\r":
-            i += 1
-        if i >= n or text[i] == "#":
-            return args
-        current: list[str] = []
-        quote = ""
-        while i < n:
-            ch = text[i]
-            if quote:
-                if ch == quote:
-                    quote = ""
-                else:
-                    current.append(ch)
-            elif ch in "\"'":
-                quote = ch
-            elif ch in " \t\r":
-                break
-            else:
-                current.append(ch)
-            i += 1
-        args.append("".join(current))
-
-
-# --- the job request ---------------------------------------------------------------------------
-
-
-class JobRequest:
-    """What the options asked for so far. ``spec`` holds JobSpec fields; a few values that
-    need the caller's environment (``--export``, ``--chdir``, ``--begin``) wait in their own
-    attributes until ``finish`` resolves them."""
-
-    __slots__ = ("spec", "export", "chdir", "begin", "ignored")
-
-    def __init__(self) -> None:
-        self.spec: dict[str, object] = {}
-        self.export: str | None = None
-        self.chdir: str | None = None
-        self.begin: str | None = None
-        self.ignored: list[str] = []
-
-    def finish(
-        self, environ: dict[str, str], cwd: str, now: float | None = None
-    ) -> dict[str, object]:
-        """Resolve the deferred values and return the JobSpec dict."""
-        spec = dict(self.spec)
-        workdir = cwd
-        if self.chdir:
-            workdir = os.path.normpath(os.path.join(cwd, os.path.expanduser(self.chdir)))
-        spec["workdir"] = workdir
-        spec["environment"] = export_environment(
-            self.export or environ.get("SBATCH_EXPORT") or "ALL", environ
-        )
-        # Slurm carries the submitter's umask with the job (whatever --export says); the
-        # agent applies it before it creates the job's output files.
-        spec["environment"]["SLURM_UMASK"] = environ.get("SLURM_UMASK") or current_umask()
-        if self.begin is not None:
-            from muster.core.timefmt import TimeFormatError, parse_timestamp
-
-            if now is None:
-                from muster.core.clock import SystemClock
-
-                now = SystemClock().now()
-            try:
-                spec["begin_time"] = parse_timestamp(self.begin, now)
-            except TimeFormatError:
-                raise OptionValueError("Invalid --begin specification") from None
-        return spec
-
-
-def current_umask() -> str:
-    """This process's umask as Slurm writes it (``0022``)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return f"{mask:04o}"
-
-
-def export_environment(export: str, environ: dict[str, str]) -> dict[str, str]:
-    """The environment a job gets for ``--export``.
-
-    ``ALL`` (the default): everything; ``NONE``: nothing; ``ALL,A=1,B``: everything plus
-    the assignments; ``A=1,B``: only the named variables (``B`` copied from here) and the
-    ``SLURM_*`` ones, as Slurm does.
-    """
-    items = [item for item in _split_export(export) if item]
-    upper = [item.upper() for item in items]
-    if upper == ["NONE"]:
-        return {}
-    if "ALL" in upper:
-        env = dict(environ)
-    else:
-        env = {k: v for k, v in environ.items() if k.startswith("SLURM_")}
-    for item in items:
-        if item.upper() in ("ALL", "NONE"):
-            continue
-        name, eq, value = item.partition("=")
-        if eq:
-            env[name] = value
-        elif name in environ:
-            env[name] = environ[name]
-    return env
-
-
-def _split_export(text: str) -> list[str]:
-    """Split on commas, except inside a value's quotes (``A="x,y",B``)."""
-    out: list[str] = []
-    current: list[str] = []
-    quote = ""
-    for ch in text:
-        if quote:
-            if ch == quote:
-                quote = ""
-            else:
-                current.append(ch)
-        elif ch in "\"'":
-            quote = ch
-        elif ch == ",":
-            out.append("".join(current).strip())
-            current = []
-        else:
-            current.append(ch)
-    out.append("".join(current).strip())
-    return out
-
-
-# --- value parsers (each names the option the way Slurm's message does) -------------------------
-
-
-# Slurm keeps counts in 32-bit signed integers: a larger one is not a number it can hold.
-MAX_COUNT = 2**31 - 1
-
-
-def _count_value(text: str) -> int | None:
-    """A whole number from 1 to MAX_COUNT in ASCII digits; None otherwise."""
-    digits = text[1:] if text.startswith("+") else text
-    if not (digits.isascii() and digits.isdigit()) or len(digits) > 10:
-        return None
-    n = int(digits)
-    return n if 0 < n <= MAX_COUNT else None
-
-
-def _positive_int(value: str, what: str) -> int:
-    """Slurm's rule for counts: a whole number above zero (and below 2**31)."""
-    n = _count_value(value.strip())
-    if n is None:
-        raise OptionValueError(f'Invalid numeric value "{value}" for {what}.')
-    return n
-
-
-def parse_nodes(value: str) -> tuple[int, int | None]:
-    """``-N``: ``4`` or ``2-4``. A single count is both the minimum and the maximum; an
-    empty minimum (``-N-3``, Slurm's reading of it) is one node."""
-    lo_text, dash, hi_text = value.strip().partition("-")
-    if dash and not lo_text.strip() and hi_text.strip():
-        lo_text = "1"
-    counts = []
-    for part in (lo_text, hi_text) if dash else (lo_text,):
-        n = _count_value(part) if not part.startswith("+") else None
-        if n is None:
-            raise OptionValueError(f'"{value}" is not a valid node count')
-        counts.append(n)
-    lo = counts[0]
-    hi = counts[1] if dash else lo
-    if hi < lo:
-        raise OptionValueError(f"Maximum node count {hi} is less than minimum node count {lo}")
-    return lo, hi
-
-
-def parse_time_option(value: str, option: str = "--time") -> int | None:
-    """A time limit in seconds; None for UNLIMITED and for 0 (Slurm: no limit)."""
-    from muster.core.timefmt import MAX_TIME_LIMIT, TimeFormatError, parse_time_limit
-
-    try:
-        seconds = parse_time_limit(value)
-    except TimeFormatError:
-        raise OptionValueError(f"Invalid {option} specification") from None
-    if seconds is not None and seconds > MAX_TIME_LIMIT:
-        raise OptionValueError("Invalid time limit specification")
-    return seconds or None
-
-
-def _mem(value: str, option: str) -> int:
-    from muster.core.resources import parse_mem_mb
-
-    try:
-        return parse_mem_mb(value)
-    except ValueError:
-        raise OptionValueError(f"Invalid {option} specification") from None
-
-
-def _gpus(value: str, option: str) -> tuple[str | None, int]:
-    from muster.core.resources import parse_gpus
-
-    try:
-        gtype, count = parse_gpus(value)
-    except ValueError:
-        raise OptionValueError(f"Invalid {option} specification") from None
-    if count < 0:
-        raise OptionValueError(f"Invalid {option} specification")
-    return gtype, count
-
-
-def _hostnames(value: str, option: str) -> list[str]:
-    """``-w``/``-x``: a hostlist expression, or a file of names when it contains a ``/``."""
-    from muster.core.hostlist import HostlistError, expand
-
-    text = value.strip()
-    if "/" in text:
-        try:
-            with open(text) as f:
-                text = ",".join(f.read().split())
-        except OSError:
-            raise OptionValueError(f"Invalid {option} specification: cannot read {value}") from None
-    if not text:
-        return []
-    try:
-        names = expand(text)
-    except HostlistError as e:
-        raise OptionValueError(f"Invalid {option} specification: {e}") from None
-    return list(dict.fromkeys(names))
-
-
-_SIGNAL_NAMES = frozenset(
-    "HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT "
-    "STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS".split()
-)
-
-
-def parse_signal_name(text: str) -> str | None:
-    """A signal as ``USR1``/``SIGUSR1``/``10``: its name without ``SIG``, or its number as
-    text; None when it is not a signal."""
-    sig = text.strip()
-    if sig.isdigit():
-        return sig if 0 < int(sig) < 65 else None
-    name = sig.upper().removeprefix("SIG")
-    return name if name in _SIGNAL_NAMES else None
-
-
-def parse_signal_option(value: str) -> str:
-    """``--signal=[{R|B}:]SIG[@SECONDS]``; returned as written once it is known to be valid."""
-    body = value.strip()
-    flags, colon, rest = body.partition(":")
-    if colon and flags and set(flags.upper()) <= set("RB"):
-        body = rest
-    sig, at, when = body.partition("@")
-    ok = parse_signal_name(sig) is not None
-    if at and not (when.isdigit() and int(when) <= 65535):
-        ok = False
-    if not ok:
-        raise OptionValueError("Invalid --signal specification")
-    return value.strip()
-
-
-def parse_array_option(value: str) -> str:
-    """``--array=0-15``, ``1,3,5-7``, ``0-20:2``, ``...%4``; checked here, expanded by the controller."""
-    body, pct, limit = value.strip().partition("%")
-    ok = bool(body) and (not pct or limit.isdigit())
-    for part in body.split(","):
-        rng, colon, step = part.partition(":")
-        lo, dash, hi = rng.partition("-")
-        if (
-            not lo.isdigit()
-            or (dash and not hi.isdigit())
-            or (colon and not (dash and step.isdigit() and int(step) > 0))
-        ):
-            ok = False
-        elif dash and int(hi) < int(lo):
-            ok = False
-    if not ok:
-        raise OptionValueError("Invalid job array specification", rc=1)
-    return value.strip()
-
-
 # --- appliers ---------------------------------------------------------------------------------
 
 
@@ -499,7 +200,7 @@ def _flag(field: str, setting: object = True):
 
 def _count(field: str, what: str):
     def apply(req: JobRequest, value: str | None) -> None:
-        req.spec[field] = _positive_int(value or "", what)
+        req.spec[field] = parse_count(value or "", what)
 
     return apply
 
@@ -532,7 +233,7 @@ _MEM_FIELDS = ("mem_per_node", "mem_per_cpu", "mem_per_gpu")
 
 def _mem_applier(field: str, option: str):
     def apply(req: JobRequest, value: str | None) -> None:
-        mb = _mem(value or "", option)
+        mb = parse_mem_option(value or "", option)
         # --mem, --mem-per-cpu and --mem-per-gpu exclude one another; the last one given wins.
         for other in _MEM_FIELDS:
             req.spec.pop(other, None)
@@ -567,7 +268,7 @@ def _apply_gres(req: JobRequest, value: str | None) -> None:
 
 def _gpu_applier(field: str, option: str):
     def apply(req: JobRequest, value: str | None) -> None:
-        gtype, count = _gpus(value or "", option)
+        gtype, count = parse_gpus_option(value or "", option)
         req.spec[field] = count
         if gtype:
             req.spec["gpu_type"] = gtype
@@ -595,11 +296,11 @@ def _apply_exclusive(req: JobRequest, value: str | None) -> None:
 
 
 def _apply_nodelist(req: JobRequest, value: str | None) -> None:
-    req.spec["nodelist"] = _hostnames(value or "", "--nodelist")
+    req.spec["nodelist"] = parse_hostnames_option(value or "", "--nodelist")
 
 
 def _apply_exclude(req: JobRequest, value: str | None) -> None:
-    req.spec["exclude"] = _hostnames(value or "", "--exclude")
+    req.spec["exclude"] = parse_hostnames_option(value or "", "--exclude")
 
 
 def _apply_nice(req: JobRequest, value: str | None) -> None:

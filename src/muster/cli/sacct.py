@@ -23,9 +23,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from muster.cli.acctfmt import Printer, call, query_string
+from muster.cli.acctfmt import call, query_string
+from muster.cli.columns import Printer, field_list
 from muster.cli.common import (
-    MAX_FIELD_WIDTH,
     CommandError,
     argv_or_sys,
     current_user,
@@ -273,22 +273,7 @@ for _name, _width in (
 
 def parse_format(text: str) -> list[tuple[str, int, Callable[[dict, str | None], str]]]:
     """``JobID,JobName%30,...`` -> columns; raises CommandError for unknown names."""
-    cols = []
-    for item in (x.strip() for x in text.split(",")):
-        if not item:
-            continue
-        name, _, width = item.partition("%")
-        found = FIELDS.get(name.lower())
-        if found is None:
-            raise CommandError(f'Invalid field requested: "{name}"')
-        canon, w, fn = found
-        if width:
-            try:
-                w = min(int(width), MAX_FIELD_WIDTH)  # given: right-justified, as in Slurm
-            except ValueError:
-                raise CommandError(f'Invalid field requested: "{item}"') from None
-        cols.append((canon, w, fn))
-    return cols
+    return field_list(text, FIELDS, 'Invalid field requested: "{}"')
 
 
 # --- arguments ----------------------------------------------------------------------------------

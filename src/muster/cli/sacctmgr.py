@@ -22,9 +22,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from muster.cli.acctfmt import Printer, call
+from muster.cli.acctfmt import call
+from muster.cli.columns import Printer, field_list
 from muster.cli.common import (
-    MAX_FIELD_WIDTH,
     CommandError,
     argv_or_sys,
     print_lines,
@@ -269,22 +269,8 @@ _CLUSTER_FIELDS: dict[str, tuple[str, int, Getter]] = {
 
 
 def _columns(table: dict[str, tuple[str, int, Getter]], fmt: str) -> list[tuple[str, int, Getter]]:
-    cols = []
-    for item in (x.strip() for x in fmt.split(",")):
-        if not item:
-            continue
-        name, _, width = item.partition("%")
-        found = table.get(name.lower().replace(" ", ""))
-        if found is None:
-            raise CommandError(f"Unknown field '{name}'")
-        header, w, fn = found
-        if width:
-            try:
-                w = min(int(width), MAX_FIELD_WIDTH)
-            except ValueError:
-                raise CommandError(f"Unknown field '{item}'") from None
-        cols.append((header, w, fn))
-    return cols
+    """``format=Name[%width],...``: names case- and space-blind."""
+    return field_list(fmt, table, "Unknown field '{}'", squeeze=True)
 
 
 def _matches(value: str, wanted: list[str] | None) -> bool:

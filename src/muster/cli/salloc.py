@@ -21,15 +21,9 @@ import sys
 
 from muster.cli.alloc import apply_job_options, finish_job_request, job_getopt, job_options
 from muster.cli.common import CommandError, argv_or_sys, connect, info_text, report
-from muster.cli.options import (
-    NO_ARG,
-    OPTIONAL,
-    RC_BAD_OPTION,
-    JobRequest,
-    Opt,
-    OptionTable,
-    env_options,
-)
+from muster.cli.jobrequest import JobRequest
+from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionTable, env_options
+from muster.cli.optionvalues import RC_BAD_OPTION
 
 PROG = "salloc"
 

@@ -23,17 +23,10 @@ from muster.cli.common import (
     load_settings,
     report,
 )
-from muster.cli.options import (
-    JOB_OPTIONS,
-    NO_ARG,
-    RC_BAD_OPTION,
-    UNHONOURED,
-    JobRequest,
-    Opt,
-    OptionTable,
-    env_options,
-    script_directives,
-)
+from muster.cli.directives import script_directives
+from muster.cli.jobrequest import JobRequest
+from muster.cli.options import JOB_OPTIONS, NO_ARG, UNHONOURED, Opt, OptionTable, env_options
+from muster.cli.optionvalues import RC_BAD_OPTION
 
 PROG = "sbatch"
 

@@ -23,7 +23,8 @@ from muster.cli.common import (
     report,
     split_ids,
 )
-from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt, parse_signal_name
+from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
+from muster.cli.optionvalues import parse_signal_name
 from muster.core.states import job_state_name
 
 PROG = "scancel"

@@ -15,22 +15,32 @@ from __future__ import annotations
 import os
 import sys
 
+from muster.cli.columns import Column, render
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
     connect,
     connect_message,
-    field_width,
-    fit,
     info_text,
     no_operands,
     option_error,
-    parse_format,
     parse_iterate,
     print_lines,
     report,
 )
 from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
+from muster.cli.sinfo_fields import (
+    FIELDS,
+    Row,
+    base_state,
+    columns_from_format,
+    columns_from_long_format,
+    compress_names,
+    gres_text,
+    long_state,
+    state_filter_names,
+    state_rank,
+)
 
 PROG = "sinfo"
 
@@ -77,363 +87,6 @@ OPTIONS: tuple[Opt, ...] = (
 )
 
 
-# --- node states -----------------------------------------------------------------------------
-
-_SHORT = {
-    "IDLE": "idle",
-    "ALLOCATED": "alloc",
-    "MIXED": "mix",
-    "DOWN": "down",
-    "UNKNOWN": "unk",
-    "FUTURE": "futr",
-}
-_LONG = {
-    "IDLE": "idle",
-    "ALLOCATED": "allocated",
-    "MIXED": "mixed",
-    "DOWN": "down",
-    "UNKNOWN": "unknown",
-    "FUTURE": "future",
-}
-# Slurm's node_state numbers and flag bits: the default "-t" sort orders rows by their
-# sum, highest first, so silent and drained nodes come before mixed, allocated and idle.
-_STATE_RANK = {"UNKNOWN": 0, "DOWN": 1, "IDLE": 2, "ALLOCATED": 3, "MIXED": 5, "FUTURE": 6}
-_DRAIN_FLAG = 0x200
-_NO_RESPOND_FLAG = 0x800
-
-
-def state_rank(node: dict) -> int:
-    rank = _STATE_RANK.get(_base(node), 0)
-    if node.get("drain"):
-        rank += _DRAIN_FLAG
-    if node.get("responding") is False:
-        rank += _NO_RESPOND_FLAG
-    return rank
-
-
-_BUSY = frozenset({"ALLOCATED", "MIXED"})
-
-
-def _base(node: dict) -> str:
-    return str(node.get("state") or "UNKNOWN").upper()
-
-
-def short_state(node: dict) -> str:
-    """``idle``, ``mix``, ``alloc``, ``down``, ``drain``, ``drng``, ``unk``; ``*`` if silent."""
-    base = _base(node)
-    if node.get("drain"):
-        text = "drng" if base in _BUSY else "drain"
-    else:
-        text = _SHORT.get(base, base.lower())
-    return text + ("*" if node.get("responding") is False else "")
-
-
-def long_state(node: dict) -> str:
-    base = _base(node)
-    if node.get("drain"):
-        text = "draining" if base in _BUSY else "drained"
-    else:
-        text = _LONG.get(base, base.lower())
-    return text + ("*" if node.get("responding") is False else "")
-
-
-def complete_state(node: dict) -> str:
-    """``-O StateComplete``: the base state and every flag, ``idle+drain``, ``down+drain``."""
-    base = _base(node)
-    text = _LONG.get(base, base.lower())
-    if node.get("drain"):
-        text += "+drain"
-    if node.get("responding") is False:
-        text += "+not_responding"
-    return text
-
-
-def unavailable(node: dict) -> bool:
-    """Down, drained or silent: its idle CPUs count as "other" in A/I/O/T."""
-    return (
-        _base(node) in ("DOWN", "UNKNOWN", "FUTURE")
-        or bool(node.get("drain"))
-        or node.get("responding") is False
-    )
-
-
-def _state_filter_names(node: dict) -> set[str]:
-    base = _base(node)
-    names = {base.lower(), _SHORT.get(base, ""), _LONG.get(base, "")}
-    if node.get("drain"):
-        names |= {"drain", "drained", "draining", "drng"}
-    if node.get("responding") is False:
-        names |= {"no_respond", "not_responding"}
-    return names - {""}
-
-
-# --- rows ---------------------------------------------------------------------------------------
-
-
-class Row:
-    """One output line: a partition (or none) and the nodes it covers."""
-
-    __slots__ = ("part", "nodes")
-
-    def __init__(self, part: dict | None, nodes: list[dict]) -> None:
-        self.part = part
-        self.nodes = nodes
-
-
-def _compress(names: list[str]) -> str:
-    if not names:
-        return ""
-    from muster.core.hostlist import compress
-
-    return compress(names)
-
-
-def _limit(seconds: object) -> str:
-    from muster.core.timefmt import format_sinfo_limit
-
-    return format_sinfo_limit(None if seconds is None else int(seconds))  # type: ignore[arg-type]
-
-
-def _ts(epoch: object) -> str:
-    from muster.core.timefmt import format_timestamp
-
-    return format_timestamp(epoch, none="Unknown")  # type: ignore[arg-type]
-
-
-def _part_name(row: Row, star: bool = True) -> str:
-    if row.part is None:
-        return "n/a"
-    name = str(row.part.get("name") or "")
-    return name + "*" if star and row.part.get("default") else name
-
-
-def _avail(row: Row) -> str:
-    if row.part is None:
-        return "n/a"
-    state = str(row.part.get("state") or "UP").upper()
-    return {"UP": "up", "DOWN": "down", "DRAIN": "drain", "INACTIVE": "inact"}.get(
-        state, state.lower()
-    )
-
-
-def _cpus_aiot(row: Row) -> str:
-    alloc = idle = other = total = 0
-    for n in row.nodes:
-        cpus = int(n.get("cpus") or 0)
-        used = int(n.get("cpus_alloc") or 0)
-        total += cpus
-        alloc += used
-        if unavailable(n):
-            other += cpus - used
-        else:
-            idle += cpus - used
-    return f"{alloc}/{idle}/{other}/{total}"
-
-
-def _nodes_aiot(row: Row) -> str:
-    alloc = idle = other = 0
-    for n in row.nodes:
-        if unavailable(n):
-            other += 1
-        elif _base(n) in _BUSY:
-            alloc += 1
-        else:
-            idle += 1
-    return f"{alloc}/{idle}/{other}/{len(row.nodes)}"
-
-
-def _nodes_ai(row: Row) -> str:
-    a, i, _, _ = _nodes_aiot(row).split("/")
-    return f"{a}/{i}"
-
-
-def _same(row: Row, fn) -> str:  # noqa: ANN001 - a node -> str function
-    """A per-node value for the row: the first node's (rows group equal values)."""
-    return fn(row.nodes[0]) if row.nodes else ""
-
-
-def _gres(node: dict) -> str:
-    if node.get("gres"):
-        return str(node["gres"])
-    gpus = int(node.get("gpus") or 0)
-    if not gpus:
-        return "(null)"
-    return f"gpu:{node['gpu_type']}:{gpus}" if node.get("gpu_type") else f"gpu:{gpus}"
-
-
-def _features(node: dict) -> str:
-    return ",".join(node.get("features") or []) or "(null)"
-
-
-def _reason(node: dict) -> str:
-    return str(node.get("reason") or "none")
-
-
-def _sct(node: dict) -> str:
-    """Sockets:cores:threads; a node that reports no topology is one socket of its CPUs."""
-    sockets = int(node.get("sockets") or 1)
-    threads = int(node.get("threads_per_core") or 1)
-    cores = int(
-        node.get("cores_per_socket") or max(1, int(node.get("cpus") or 1) // (sockets * threads))
-    )
-    return f"{sockets}:{cores}:{threads}"
-
-
-def _job_size(row: Row) -> str:
-    if row.part is None:
-        return "n/a"
-    lo = max(1, int(row.part.get("min_nodes") or 0))
-    hi = row.part.get("max_nodes")
-    return f"{lo}-{'infinite' if hi is None else hi}"
-
-
-# letter -> (header, value(row), per-node key or None). Per-node fields split rows.
-FIELDS: dict[str, tuple[str, object, object]] = {
-    "a": ("AVAIL", _avail, None),
-    "A": ("NODES(A/I)", _nodes_ai, None),
-    "b": ("ACTIVE_FEATURES", lambda r: _same(r, _features), _features),
-    "c": ("CPUS", lambda r: _same(r, lambda n: str(n.get("cpus") or 0)), lambda n: n.get("cpus")),
-    "C": ("CPUS(A/I/O/T)", _cpus_aiot, None),
-    "d": ("TMP_DISK", lambda r: "0", None),
-    "D": ("NODES", lambda r: str(len(r.nodes)), None),
-    "e": ("FREE_MEM", lambda r: "N/A", None),
-    "E": ("REASON", lambda r: _same(r, _reason), _reason),
-    "f": ("AVAIL_FEATURES", lambda r: _same(r, _features), _features),
-    "F": ("NODES(A/I/O/T)", _nodes_aiot, None),
-    "g": ("GROUPS", lambda r: ",".join((r.part or {}).get("allow_groups") or []) or "all", None),
-    "G": ("GRES", lambda r: _same(r, _gres), _gres),
-    "h": ("OVERSUBSCRIBE", lambda r: str((r.part or {}).get("oversubscribe") or "NO"), None),
-    "H": (
-        "TIMESTAMP",
-        lambda r: _same(r, lambda n: _ts(n.get("reason_time"))),
-        lambda n: n.get("reason_time"),
-    ),
-    "l": ("TIMELIMIT", lambda r: _limit((r.part or {}).get("max_time")), None),
-    "L": (
-        "DEFAULTTIME",
-        lambda r: (
-            "n/a" if not (r.part or {}).get("default_time") else _limit(r.part["default_time"])
-        ),
-        None,
-    ),  # type: ignore[index]
-    "m": (
-        "MEMORY",
-        lambda r: _same(r, lambda n: str(n.get("real_memory") or 0)),
-        lambda n: n.get("real_memory"),
-    ),
-    "n": ("HOSTNAMES", lambda r: ",".join(str(n.get("name")) for n in r.nodes), None),
-    "N": ("NODELIST", lambda r: _compress([str(n.get("name")) for n in r.nodes]), None),
-    "o": ("NODE_ADDR", lambda r: ",".join(str(n.get("addr")) for n in r.nodes), None),
-    "O": ("CPU_LOAD", lambda r: "N/A", None),
-    "p": ("PRIO_TIER", lambda r: str((r.part or {}).get("priority_tier", 1)), None),
-    "P": ("PARTITION", lambda r: _part_name(r), None),
-    "r": ("ROOT", lambda r: "no", None),
-    "R": ("PARTITION", lambda r: _part_name(r, star=False), None),
-    "s": ("JOB_SIZE", _job_size, None),
-    "S": ("ALLOCNODES", lambda r: "all", None),
-    "t": ("STATE", lambda r: _same(r, short_state), short_state),
-    "T": ("STATE", lambda r: _same(r, long_state), long_state),
-    # no letter in Slurm's -o: reachable by -O StateComplete only
-    "statecomplete": ("STATECOMPLETE", lambda r: _same(r, complete_state), complete_state),
-    "u": (
-        "USER",
-        lambda r: _same(r, lambda n: str(n.get("reason_user") or "Unknown")),
-        lambda n: n.get("reason_user"),
-    ),
-    "U": (
-        "USER",
-        lambda r: _same(r, lambda n: str(n.get("reason_user") or "Unknown")),
-        lambda n: n.get("reason_user"),
-    ),
-    "w": (
-        "WEIGHT",
-        lambda r: _same(r, lambda n: str(n.get("weight") or 1)),
-        lambda n: n.get("weight"),
-    ),
-    "X": ("SOCKETS", lambda r: _same(r, lambda n: _sct(n).split(":")[0]), _sct),
-    "Y": ("CORES", lambda r: _same(r, lambda n: _sct(n).split(":")[1]), _sct),
-    "Z": ("THREADS", lambda r: _same(r, lambda n: _sct(n).split(":")[2]), _sct),
-    "z": ("S:C:T", lambda r: _same(r, _sct), _sct),
-}
-
-LONG_NAMES = {
-    "available": "a",
-    "cpus": "c",
-    "cpusstate": "C",
-    "disk": "d",
-    "freemem": "e",
-    "features": "f",
-    "features_act": "b",
-    "groups": "g",
-    "gres": "G",
-    "maxcpuspernode": "c",
-    "memory": "m",
-    "nodeaddr": "o",
-    "nodehost": "n",
-    "nodelist": "N",
-    "nodes": "D",
-    "nodeai": "A",
-    "nodeaiot": "F",
-    "oversubscribe": "h",
-    "partition": "P",
-    "partitionname": "R",
-    "prioritytier": "p",
-    "reason": "E",
-    "root": "r",
-    "size": "s",
-    "statecompact": "t",
-    "statelong": "T",
-    "statecomplete": "statecomplete",
-    "time": "l",
-    "timestamp": "H",
-    "user": "u",
-    "userlong": "U",
-    "weight": "w",
-    "defaulttime": "L",
-    "sockets": "X",
-    "cores": "Y",
-    "threads": "Z",
-    "socketcorethread": "z",
-    "cpusload": "O",
-}
-
-
-class Column:
-    __slots__ = ("prefix", "letter", "width", "right")
-
-    def __init__(self, prefix: str, letter: str | None, width: int, right: bool) -> None:
-        self.prefix = prefix
-        self.letter = letter
-        self.width = width
-        self.right = right
-
-
-def columns_from_format(fmt: str) -> list[Column]:
-    cols = []
-    for literal, letter, width, right in parse_format(fmt):
-        if letter is not None and letter not in FIELDS:
-            raise CommandError(f"Invalid node format specification: {letter}")
-        cols.append(Column(literal, letter, width, right))
-    return cols
-
-
-def columns_from_long_format(spec: str) -> list[Column]:
-    cols = []
-    for item in spec.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, colon, size = item.partition(":")
-        letter = LONG_NAMES.get(name.lower())
-        if letter is None:
-            raise CommandError(f"Invalid node format specification: {name}")
-        right = size.startswith(".")
-        digits = size.lstrip(".")
-        width = field_width(digits) if digits.isdigit() else (20 if not colon else 0)
-        cols.append(Column(" " if cols else "", letter, width, right))
-    return cols
-
-
 def _name_key(name: str) -> tuple:
     """Numeric-aware order for node names (node2 before node10)."""
     head = name.rstrip("0123456789")
@@ -446,10 +99,8 @@ def build_rows(
 ) -> list[Row]:
     """Group nodes into rows: per partition (as configured), per equal per-node values."""
     by_name = {str(n.get("name")): n for n in nodes}
-    splitters = [FIELDS[c.letter][2] for c in cols if c.letter and FIELDS[c.letter][2] is not None]
-    uses_partition = any(
-        c.letter in ("P", "R", "a", "l", "L", "s", "g", "h", "p", "S") for c in cols
-    )
+    splitters = [FIELDS[c.key][2] for c in cols if c.key and FIELDS[c.key][2] is not None]
+    uses_partition = any(c.key in ("P", "R", "a", "l", "L", "s", "g", "h", "p", "S") for c in cols)
     rows: list[Row] = []
     if node_view:
         for name in sorted(by_name, key=_name_key):
@@ -475,35 +126,6 @@ def build_rows(
         part_rows.sort(key=lambda r: -state_rank(r.nodes[0]))
         rows.extend(part_rows)
     return rows
-
-
-def render(rows: list[Row], cols: list[Column], header: bool = True) -> list[str]:
-    widths = []
-    for c in cols:
-        if c.width != -1 or c.letter is None:
-            widths.append(c.width)
-            continue
-        values = [FIELDS[c.letter][1](r) for r in rows]  # type: ignore[operator]
-        widths.append(max([MIN_NAME_FIELD] + [len(v) for v in values]))
-    lines = []
-    if header:
-        lines.append(
-            "".join(
-                c.prefix + (fit(FIELDS[c.letter][0], w, c.right) if c.letter else "")  # type: ignore[index]
-                for c, w in zip(cols, widths, strict=True)
-            )
-        )
-    for row in rows:
-        parts = []
-        for c, w in zip(cols, widths, strict=True):
-            if c.letter is None:
-                parts.append(c.prefix)
-                continue
-            value = FIELDS[c.letter][1](row)  # type: ignore[operator]
-            # Node lists are never cut (Slurm prints them whole).
-            parts.append(c.prefix + fit(value, w, c.right, cut=c.letter not in ("N", "n", "o")))
-        lines.append("".join(parts))
-    return lines
 
 
 # --- filters ------------------------------------------------------------------------------------
@@ -633,15 +255,15 @@ def select_nodes(nodes: list[dict], req: Request) -> list[dict]:
             continue
         if req.responding and n.get("responding") is False:
             continue
-        if req.dead and not (n.get("responding") is False or _base(n) == "DOWN"):
+        if req.dead and not (n.get("responding") is False or base_state(n) == "DOWN"):
             continue
         if req.states:
-            have = _state_filter_names(n)
+            have = state_filter_names(n)
             if not (req.states <= have if req.states_all else req.states & have):
                 continue
         if req.reasons and not (
             n.get("reason")
-            and (n.get("drain") or _base(n) == "DOWN" or n.get("responding") is False)
+            and (n.get("drain") or base_state(n) == "DOWN" or n.get("responding") is False)
         ):
             continue
         out.append(n)
@@ -670,7 +292,7 @@ def report_lines(parts: list[dict], nodes: list[dict], req: Request, now: float 
         rows = build_rows(parts, chosen, req.cols, req.node_view, req.summary)
         if filtered:
             rows = [r for r in rows if r.nodes]
-    lines = render(rows, req.cols, req.header)
+    lines = render(rows, req.cols, req.header, least=MIN_NAME_FIELD)
     if req.long or req.iterate is not None:
         import time
 
@@ -701,7 +323,7 @@ def to_json(parts: list[dict], nodes: list[dict]) -> str:
                 "alloc_cpus": n.get("cpus_alloc"),
                 "real_memory": n.get("real_memory"),
                 "alloc_memory": n.get("mem_alloc"),
-                "gres": _gres(n) if n.get("gpus") else "",
+                "gres": gres_text(n) if n.get("gpus") else "",
                 "features": ",".join(n.get("features") or []),
                 "partitions": n.get("partitions") or [],
                 "reason": n.get("reason") or "",
@@ -712,7 +334,7 @@ def to_json(parts: list[dict], nodes: list[dict]) -> str:
         "partitions": [
             {
                 "name": p.get("name"),
-                "nodes": p.get("nodelist") or _compress(p.get("nodes") or []),
+                "nodes": p.get("nodelist") or compress_names(p.get("nodes") or []),
                 "default": bool(p.get("default")),
                 "state": p.get("state"),
                 "max_time": None if p.get("max_time") is None else int(p["max_time"]) // 60,

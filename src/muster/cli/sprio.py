@@ -12,13 +12,8 @@ from __future__ import annotations
 import sys
 
 from muster.cli.acctfmt import call, read_options
-from muster.cli.common import (
-    CommandError,
-    fit,
-    parse_format,
-    print_lines,
-    report,
-)
+from muster.cli.columns import letter_columns, render
+from muster.cli.common import CommandError, print_lines, report
 from muster.cli.options import NO_ARG, Opt
 
 PROG = "sprio"
@@ -109,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         fmt = opts.get("format") or (LONG_FORMAT if "long" in opts else DEFAULT_FORMAT)
         if "norm" in opts and not opts.get("format"):
             fmt = fmt.replace("%.10Y", "%.10y")
-        pieces = parse_format(fmt)
-        for _lit, letter, _w, _r in pieces:
-            if letter is not None and letter not in LETTERS:
-                raise CommandError(f"Invalid format specification: %{letter}")
+        # A row is a function of the letter: a job's factors, or the weights (-w).
+        cols = letter_columns(
+            fmt,
+            lambda c: None if c not in LETTERS else (LETTERS[c][0], lambda get, c=c: get(c), True),
+            "Invalid format specification: %{}",
+        )
         weights = answer.get("weights") or {}
         rows = answer.get("jobs") or []
         if opts.get("jobs"):
@@ -128,24 +125,12 @@ def main(argv: list[str] | None = None) -> int:
             parts = {p for p in str(opts["partition"]).split(",") if p}
             rows = [r for r in rows if r["partition"] in parts]
 
-        def line(get: object) -> str:
-            out = []
-            for lit, letter, width, right in pieces:
-                out.append(lit)
-                if letter is not None:
-                    text = get(letter)  # type: ignore[operator]
-                    out.append(fit(text, width, right))
-            return "".join(out)
-
-        lines = []
-        if "noheader" not in opts:
-            lines.append(line(lambda c: LETTERS[c][0]))
         if "weights" in opts:
-            lines.append(line(lambda c: weight_value(c, weights)))
+            getters = [lambda c: weight_value(c, weights)]
         else:
             norm = "norm" in opts
-            lines += [line(lambda c, r=r: value(c, r, weights, norm)) for r in rows]
-        print_lines(lines)
+            getters = [lambda c, r=r: value(c, r, weights, norm) for r in rows]
+        print_lines(render(getters, cols, "noheader" not in opts))
         return 0
     except CommandError as e:
         return report(PROG, e)

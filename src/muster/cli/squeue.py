@@ -23,35 +23,37 @@ from __future__ import annotations
 import os
 import sys
 
+from muster.cli.columns import Column, render
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
     connect,
     connect_message,
     current_user,
-    field_width,
-    fit,
     info_text,
     no_operands,
-    null_text,
     option_error,
-    parse_format,
     parse_iterate,
     print_lines,
     report,
-    timefmt,
 )
-from muster.cli.jobarrays import array_job_id_text, array_task_text, job_id_text, merge_array_rows
+from muster.cli.jobarrays import merge_array_rows
 from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
+from muster.cli.squeue_fields import (
+    PATH_VALUES,
+    columns_from_format,
+    columns_from_long_format,
+    job_spec,
+    long_state,
+)
+from muster.cli.squeue_filters import DEFAULT_SORT, Filters, parse_states, sort_jobs
 from muster.core.arrays import JobRef, parse_job_ref
-from muster.core.states import parse_job_states
 
 PROG = "squeue"
 
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"
-DEFAULT_SORT = "P,t,-p"
 
 OPTIONS: tuple[Opt, ...] = (
     Opt("account", "A"),
@@ -88,496 +90,6 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("sibling", None, NO_ARG),
     Opt("licenses", "L"),
 )
-
-_ACTIVE = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
-_STATE_ORDER = {
-    name: i
-    for i, name in enumerate(
-        "PENDING RUNNING SUSPENDED COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED "
-        "BOOT_FAIL DEADLINE OUT_OF_MEMORY".split()
-    )
-}
-# Jobs whose %R shows "(reason)" rather than nodes (Slurm's rule).
-_REASON_STATES = frozenset({"PENDING", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "FAILED"})
-
-
-# --- job values ------------------------------------------------------------------------------
-
-
-def _spec(job: dict) -> dict:
-    spec = job.get("spec")
-    return spec if isinstance(spec, dict) else {}
-
-
-def long_state(job: dict) -> str:
-    if job.get("completing") or job.get("state_code") == "CG":
-        return "COMPLETING"
-    return str(job.get("state") or "UNKNOWN")
-
-
-def state_code(job: dict) -> str:
-    return str(job.get("state_code") or "")
-
-
-def _dur(seconds: object) -> str:
-    return timefmt().format_duration(seconds if seconds is None else int(seconds))  # type: ignore[arg-type]
-
-
-def _ts(epoch: object, none: str = "N/A") -> str:
-    return timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
-
-
-def time_left(job: dict) -> str:
-    limit = job.get("time_limit")
-    if limit is None:
-        return "UNLIMITED"
-    return _dur(max(0, int(limit) - int(job.get("run_time") or 0)))
-
-
-def start_time(job: dict) -> object:
-    """When the job started, or is expected to (``planned_start``, or its --begin time)."""
-    if job.get("start_time"):
-        return job["start_time"]
-    if job.get("state") == "PENDING":
-        return job.get("planned_start") or _spec(job).get("begin_time") or None
-    return None
-
-
-def end_time_text(job: dict) -> str:
-    if job.get("end_time"):
-        return _ts(job["end_time"])
-    start = start_time(job)
-    if start:
-        limit = job.get("time_limit")
-        return "NONE" if limit is None else _ts(float(start) + int(limit))  # type: ignore[arg-type]
-    return "N/A"
-
-
-def tres_per_node(job: dict) -> str:
-    shape = job.get("shape") or {}
-    spec = _spec(job)
-    gpus = shape.get("gpus_per_node") or spec.get("gpus_per_node") or 0
-    if not gpus:
-        return "N/A"
-    gtype = shape.get("gpu_type") or spec.get("gpu_type")
-    return f"gres:gpu:{gtype}:{gpus}" if gtype else f"gres:gpu:{gpus}"
-
-
-def reason_list(job: dict) -> str:
-    state = long_state(job)
-    if state in _REASON_STATES or (state != "COMPLETING" and not job.get("nodelist")):
-        return f"({job.get('reason') or 'None'})"
-    return str(job.get("nodelist") or "")
-
-
-def _compress(names: object) -> str:
-    if not names:
-        return ""
-    from muster.core.hostlist import compress
-
-    return compress(names)  # type: ignore[arg-type]
-
-
-def _prio_float(job: dict) -> str:
-    return f"{int(job.get('priority') or 0) / 4294967295:.8f}"
-
-
-def _mem_text(job: dict) -> str:
-    spec = _spec(job)
-    if spec.get("mem_per_cpu"):
-        return f"{spec['mem_per_cpu']}M"
-    mem = (job.get("shape") or {}).get("mem_per_node") or spec.get("mem_per_node") or 0
-    return f"{mem}M" if mem else "0"
-
-
-# letter -> (header, value function, cut to width)
-FIELDS: dict[str, tuple[str, object, bool]] = {
-    "a": ("ACCOUNT", lambda j: str(j.get("account") or ""), True),
-    "A": ("JOBID", lambda j: str(j.get("job_id")), True),
-    "b": ("TRES_PER_NODE", tres_per_node, True),
-    "B": ("EXEC_HOST", lambda j: str(j.get("batch_host") or "n/a"), True),
-    "c": ("MIN_CPUS", lambda j: str((j.get("shape") or {}).get("cpus_per_node") or 1), True),
-    "C": ("CPUS", lambda j: str(j.get("num_cpus") or 0), True),
-    "d": ("MIN_TMP_DISK", lambda j: "0", True),
-    "D": ("NODES", lambda j: str(j.get("num_nodes") or 0), True),
-    "e": ("END_TIME", end_time_text, True),
-    "E": ("DEPENDENCY", lambda j: null_text(_spec(j).get("dependency")), True),
-    "f": ("FEATURES", lambda j: null_text(_spec(j).get("constraint")), True),
-    "F": ("ARRAY_JOB_ID", array_job_id_text, True),
-    "g": ("GROUP", lambda j: str(j.get("group") or ""), True),
-    "G": ("GROUP", lambda j: str(j.get("gid", "")), True),
-    "h": ("OVER_SUBSCRIBE", lambda j: "NO" if _spec(j).get("exclusive") else "OK", True),
-    "H": ("SOCKETS_PER_NODE", lambda j: "*", True),
-    "i": ("JOBID", job_id_text, True),
-    "I": ("CORES_PER_SOCKET", lambda j: "*", True),
-    "j": ("NAME", lambda j: str(_spec(j).get("name") or ""), True),
-    "J": ("THREADS_PER_CORE", lambda j: "*", True),
-    "k": ("COMMENT", lambda j: null_text(_spec(j).get("comment")), True),
-    "K": ("ARRAY_TASK_ID", array_task_text, True),
-    "l": ("TIME_LIMIT", lambda j: _dur(j.get("time_limit")), True),
-    "L": ("TIME_LEFT", time_left, True),
-    "m": ("MIN_MEMORY", _mem_text, True),
-    "M": ("TIME", lambda j: _dur(int(j.get("run_time") or 0)), True),
-    "n": ("REQ_NODES", lambda j: _compress(_spec(j).get("nodelist")), True),
-    "N": ("NODELIST", lambda j: str(j.get("nodelist") or ""), False),
-    "o": ("COMMAND", lambda j: null_text(j.get("command")), True),
-    "O": ("CONTIGUOUS", lambda j: "0", True),
-    "p": ("PRIORITY", _prio_float, True),
-    "P": ("PARTITION", lambda j: str(j.get("partition") or ""), True),
-    "q": ("QOS", lambda j: str(j.get("qos") or "normal"), True),
-    "Q": ("PRIORITY", lambda j: str(int(j.get("priority") or 0)), True),
-    "r": ("REASON", lambda j: str(j.get("reason") or "None"), True),
-    "R": ("NODELIST(REASON)", reason_list, False),
-    "S": ("START_TIME", lambda j: _ts(start_time(j)), True),
-    "t": ("ST", state_code, True),
-    "T": ("STATE", long_state, True),
-    "u": ("USER", lambda j: str(j.get("user") or ""), True),
-    "U": ("UID", lambda j: str(j.get("uid", "")), True),
-    "v": ("RESERVATION", lambda j: null_text(_spec(j).get("reservation")), True),
-    "V": ("SUBMIT_TIME", lambda j: _ts(j.get("submit_time")), True),
-    "w": ("WCKEY", lambda j: "(null)", True),
-    "x": ("EXC_NODES", lambda j: _compress(_spec(j).get("exclude")), True),
-    "y": ("NICE", lambda j: str(_spec(j).get("nice") or 0), True),
-    "Y": ("SCHEDNODES", lambda j: null_text(j.get("sched_nodelist")), True),
-    "z": ("S:C:T", lambda j: "*:*:*", True),
-    "Z": ("WORK_DIR", lambda j: str(_spec(j).get("workdir") or ""), True),
-}
-
-# -O names (lower case) -> (% letter, header); headers follow Slurm's.
-LONG_NAMES: dict[str, str] = {
-    "account": "a",
-    "arrayjobid": "F",
-    "arraytaskid": "K",
-    "batchhost": "B",
-    "command": "o",
-    "comment": "k",
-    "dependency": "E",
-    "endtime": "e",
-    "excnodes": "x",
-    "feature": "f",
-    "groupid": "G",
-    "groupname": "g",
-    "jobarrayid": "i",
-    "jobid": "A",
-    "mincpus": "c",
-    "minmemory": "m",
-    "mintmpdisk": "d",
-    "name": "j",
-    "nice": "y",
-    "nodelist": "N",
-    "numcpus": "C",
-    "numnodes": "D",
-    "oversubscribe": "h",
-    "partition": "P",
-    "priority": "p",
-    "prioritylong": "Q",
-    "qos": "q",
-    "reason": "r",
-    "reasonlist": "R",
-    "reqnodes": "n",
-    "reservation": "v",
-    "schednodes": "Y",
-    "starttime": "S",
-    "state": "T",
-    "statecompact": "t",
-    "submittime": "V",
-    "timeleft": "L",
-    "timelimit": "l",
-    "timeused": "M",
-    "tres-per-node": "b",
-    "userid": "U",
-    "username": "u",
-    "workdir": "Z",
-    "wckey": "w",
-    "contiguous": "O",
-    "sct": "z",
-}
-# -O names with no % letter.
-EXTRA_FIELDS: dict[str, tuple[str, object]] = {
-    "numtasks": ("TASKS", lambda j: str(j.get("num_tasks") or 1)),
-    "cpus-per-task": ("CPUS_PER_TASK", lambda j: str(_spec(j).get("cpus_per_task") or 1)),
-    "tres-alloc": ("TRES_ALLOC", lambda j: str(j.get("tres") or "")),
-    "tres": ("TRES_ALLOC", lambda j: str(j.get("tres") or "")),
-    "eligibletime": ("ELIGIBLE_TIME", lambda j: _ts(j.get("eligible_time"))),
-    "restartcnt": ("RESTARTCNT", lambda j: str(j.get("restart_count") or 0)),
-    "exitcode": ("EXIT_CODE", lambda j: f"{j.get('exit_code') or 0}:{j.get('exit_signal') or 0}"),
-    "stdout": ("STDOUT", lambda j: str(j.get("stdout_path") or "")),
-    "stderr": ("STDERR", lambda j: str(j.get("stderr_path") or "")),
-    "stdin": ("STDIN", lambda j: str(_spec(j).get("stdin") or "/dev/null")),
-    "gres": ("TRES_PER_NODE", tres_per_node),
-    "cluster": ("CLUSTER", lambda j: ""),
-}
-
-_PATH_VALUES = (EXTRA_FIELDS["stdout"][1], EXTRA_FIELDS["stderr"][1])  # need ?view=full
-
-
-class Column:
-    """One output column: a literal prefix, then a value fitted to a width."""
-
-    __slots__ = ("prefix", "header", "value", "width", "right", "cut", "suffix")
-
-    def __init__(
-        self,
-        prefix: str,
-        header: str,
-        value: object,
-        width: int,
-        right: bool,
-        cut: bool,
-        suffix: str = "",
-    ) -> None:
-        self.prefix = prefix
-        self.header = header
-        self.value = value
-        self.width = width
-        self.right = right
-        self.cut = cut
-        self.suffix = suffix
-
-
-def columns_from_format(fmt: str) -> list[Column]:
-    """``-o``: Slurm's ``%[.][width]letter`` fields with literal text between them."""
-    cols: list[Column] = []
-    for literal, letter, width, right in parse_format(fmt):
-        if letter is None:
-            cols.append(Column(literal, "", None, 0, False, False))
-            continue
-        field = FIELDS.get(letter)
-        if field is None:
-            raise CommandError(f"Invalid job format specification: {letter}")
-        header, value, cut = field
-        cols.append(Column(literal, header, value, max(width, 0), right, cut))
-    return cols
-
-
-def columns_from_long_format(spec: str) -> list[Column]:
-    """``-O``: ``Name[:[.]width[suffix]]`` items, 20 columns wide unless told."""
-    cols: list[Column] = []
-    for item in spec.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, colon, size = item.partition(":")
-        key = name.lower()
-        width, right, suffix = 20, False, ""
-        if colon:
-            if size.startswith("."):
-                right, size = True, size[1:]
-            digits = ""
-            while size and size[0].isdigit():
-                digits, size = digits + size[0], size[1:]
-            width = field_width(digits)
-            suffix = size
-        if key in LONG_NAMES:
-            header, value, cut = FIELDS[LONG_NAMES[key]]
-        elif key in EXTRA_FIELDS:
-            header, value = EXTRA_FIELDS[key]
-            cut = True
-        else:
-            raise CommandError(f"Invalid job format specification: {name}")
-        cols.append(Column("", header, value, width, right, cut and width > 0, suffix))
-    return cols
-
-
-def _cell(c: Column):  # noqa: ANN202 - returns a job -> str function
-    """One column as a function of the job, with its width rule fixed in advance: the
-    queue can be thousands of rows and this is the inner loop."""
-    value, width, prefix, suffix = c.value, c.width, c.prefix, c.suffix
-    if value is None:
-        return lambda job: prefix
-    if width <= 0:
-        return lambda job: prefix + value(job) + suffix  # type: ignore[operator]
-    if c.right:
-        if c.cut:
-            return lambda job: prefix + value(job)[:width].rjust(width) + suffix  # type: ignore[operator]
-        return lambda job: prefix + value(job).rjust(width) + suffix  # type: ignore[operator]
-    if c.cut:
-        return lambda job: prefix + value(job)[:width].ljust(width) + suffix  # type: ignore[operator]
-    return lambda job: prefix + value(job).ljust(width) + suffix  # type: ignore[operator]
-
-
-def render(jobs: list[dict], cols: list[Column], header: bool = True) -> list[str]:
-    lines = []
-    if header:
-        lines.append(
-            "".join(
-                c.prefix
-                + (fit(c.header, c.width, c.right) if c.value is not None else "")
-                + c.suffix
-                for c in cols
-            )
-        )
-    cells = [_cell(c) for c in cols]
-    join = "".join
-    lines.extend(join([cell(job) for cell in cells]) for job in jobs)
-    return lines
-
-
-# --- filtering and sorting -----------------------------------------------------------------
-
-
-def parse_states(text: str) -> set[str] | None:
-    """``-t``: short or long names (``core.states``), comma separated, any case; ``all``
-    means every state (None)."""
-    try:
-        return parse_job_states(text)
-    except ValueError as e:
-        raise CommandError(str(e)) from None
-
-
-class Filters:
-    __slots__ = (
-        "job_ids",
-        "users",
-        "names",
-        "partitions",
-        "states",
-        "accounts",
-        "qos",
-        "nodes",
-        "reservations",
-    )
-
-    def __init__(self) -> None:
-        self.job_ids: list[JobRef] | None = None
-        self.users: list[str] | None = None
-        self.names: list[str] | None = None
-        self.partitions: list[str] | None = None
-        self.states: set[str] | None = set()  # empty: the default (active jobs); None: all
-        self.accounts: list[str] | None = None
-        self.qos: list[str] | None = None
-        self.nodes: set[str] | None = None
-        self.reservations: list[str] | None = None
-
-    def query(self) -> str:
-        """The server-side part of the filter, as the query string of GET /v1/jobs."""
-        params = []
-        if self.job_ids:
-            params.append("job_id=" + ",".join(_query_ids(self.job_ids)))
-        if self.users:
-            params.append("user=" + ",".join(self.users))
-        if self.partitions:
-            params.append("partition=" + ",".join(self.partitions))
-        if self.names and len(self.names) == 1:
-            params.append("name=" + _quote(self.names[0]))
-        # Ask only for the states shown: the controller keeps ended jobs for MinJobAge,
-        # and thousands of them would otherwise be sent only to be dropped here.
-        if self.states:
-            wanted = sorted(self.states - {"COMPLETING"}) + (
-                ["CG"] if "COMPLETING" in self.states else []
-            )
-            params.append("state=" + ",".join(wanted))
-        elif self.states is not None and not self.job_ids:
-            params.append("state=PD,R,S,CG")
-        return ("?" + "&".join(params)) if params else ""
-
-    def keep(self, job: dict) -> bool:
-        state = long_state(job)
-        if self.states is None:
-            pass
-        elif self.states:
-            base = str(job.get("state") or "")
-            if state not in self.states and base not in self.states:
-                return False
-        elif not self.job_ids and state != "COMPLETING" and state not in _ACTIVE:
-            return False
-        if self.job_ids:
-            ids = (job.get("job_id"), job.get("array_job_id"), job.get("array_task_id"))
-            if not any(ref.matches(*ids) for ref in self.job_ids):
-                return False
-        if self.users and job.get("user") not in self.users:
-            return False
-        if self.names and _spec(job).get("name") not in self.names:
-            return False
-        if self.partitions and job.get("partition") not in self.partitions:
-            return False
-        if self.accounts and job.get("account") not in self.accounts:
-            return False
-        if self.qos and (job.get("qos") or "normal") not in self.qos:
-            return False
-        if self.reservations and _spec(job).get("reservation") not in self.reservations:
-            return False
-        if self.nodes is not None:
-            from muster.core.hostlist import expand
-
-            here = set(expand(job["nodelist"])) if job.get("nodelist") else set()
-            if not here & self.nodes:
-                return False
-        return True
-
-
-def _query_ids(refs: list[JobRef]) -> list[str]:
-    """Job ids for the query string: array task ranges one by one (no brackets, no commas)."""
-    out = []
-    for ref in refs:
-        if ref.tasks is None:
-            out.append(str(ref.job_id))
-        else:
-            out.extend(f"{ref.job_id}_{t}" for t in ref.tasks)
-    return out
-
-
-def _quote(text: str) -> str:
-    safe = []
-    for ch in text:
-        if ch.isalnum() or ch in "-_.~":
-            safe.append(ch)
-        else:
-            safe.extend(f"%{b:02X}" for b in ch.encode())
-    return "".join(safe)
-
-
-def _inf_if_none(value: object) -> float:
-    return float("inf") if value is None else float(value)  # type: ignore[arg-type]
-
-
-SORT_KEYS: dict[str, object] = {
-    "i": lambda j: int(j.get("job_id") or 0),
-    "A": lambda j: int(j.get("job_id") or 0),
-    "j": lambda j: str(_spec(j).get("name") or ""),
-    "u": lambda j: str(j.get("user") or ""),
-    "U": lambda j: int(j.get("uid") or 0),
-    "t": lambda j: _STATE_ORDER.get(str(j.get("state")), 99),
-    "T": lambda j: _STATE_ORDER.get(str(j.get("state")), 99),
-    "p": lambda j: int(j.get("priority") or 0),
-    "Q": lambda j: int(j.get("priority") or 0),
-    "P": lambda j: str(j.get("partition") or ""),
-    "M": lambda j: int(j.get("run_time") or 0),
-    "l": lambda j: _inf_if_none(j.get("time_limit")),
-    "L": lambda j: _inf_if_none(
-        None if j.get("time_limit") is None else int(j["time_limit"]) - int(j.get("run_time") or 0)
-    ),
-    "D": lambda j: int(j.get("num_nodes") or 0),
-    "C": lambda j: int(j.get("num_cpus") or 0),
-    "S": lambda j: _inf_if_none(start_time(j)),
-    "V": lambda j: float(j.get("submit_time") or 0),
-    "e": lambda j: _inf_if_none(j.get("end_time")),
-    "N": lambda j: str(j.get("nodelist") or ""),
-    "r": lambda j: str(j.get("reason") or ""),
-    "a": lambda j: str(j.get("account") or ""),
-    "q": lambda j: str(j.get("qos") or ""),
-    "g": lambda j: str(j.get("group") or ""),
-    "y": lambda j: int(_spec(j).get("nice") or 0),
-}
-
-
-def sort_jobs(jobs: list[dict], order: str = DEFAULT_SORT) -> list[dict]:
-    """Slurm's ``-S``: comma-separated letters, ``-`` for descending.
-
-    Ties fall back to the default order (``P,t,-p``) and then to the job id, so the output
-    never depends on the order the controller happened to send.
-    """
-    out = sorted(jobs, key=lambda j: int(j.get("job_id") or 0))
-    layers = [DEFAULT_SORT] if order == DEFAULT_SORT else [DEFAULT_SORT, order]
-    for layer in layers:
-        keys = [k.strip() for k in layer.split(",") if k.strip()]
-        for key in reversed(keys):
-            fn = SORT_KEYS.get(key.lstrip("+-"))
-            if fn is None:
-                raise CommandError(f"Invalid sort specification: {key}")
-            out.sort(key=fn, reverse=key.startswith("-"))  # type: ignore[arg-type]
-    return out
-
 
 # --- the command ------------------------------------------------------------------------------
 
@@ -756,7 +268,7 @@ def listing_query(req: Request) -> str:
     """The query string: the filters, and ``view=brief`` (only what squeue shows, see
     ``ctld.wire.BRIEF_FIELDS``) unless --json or an output path column needs the rest."""
     query = req.filters.query()
-    if req.json or any(c.value in _PATH_VALUES for c in req.cols):
+    if req.json or any(c.value in PATH_VALUES for c in req.cols):
         return query
     return query + ("&" if query else "?") + "view=brief"
 
@@ -784,7 +296,7 @@ def to_json(jobs: list[dict], now: float) -> str:
 
     out = []
     for j in jobs:
-        spec = _spec(j)
+        spec = job_spec(j)
         limit = j.get("time_limit")
         out.append(
             {

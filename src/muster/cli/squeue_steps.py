@@ -10,7 +10,8 @@ optional value of ``-s`` itself (``12.0,13.batch``).
 
 from __future__ import annotations
 
-from muster.cli.common import CommandError, connect, connect_message, fit, parse_format, print_lines
+from muster.cli.columns import letter_columns, render
+from muster.cli.common import CommandError, connect, connect_message, print_lines
 
 PROG = "squeue"
 DEFAULT_FORMAT = "%.15i %.8j %.9P %.8u %.9M %N"
@@ -106,26 +107,17 @@ class StepsQuery:
             steps = [s for s in steps if s.get("partition") in self.partitions]
         if self.names:
             steps = [s for s in steps if s.get("name") in self.names]
-        pieces = parse_format(self.fmt)
-        out = []
-        if self.header:
-            out.append(_render(pieces, lambda letter: _HEADERS.get(letter, letter)))
-        for step in steps:
-            out.append(_render(pieces, lambda letter, s=step: _field(s, letter)))
-        return out
+        # Any letter is accepted: one this table does not know shows as itself, empty.
+        cols = letter_columns(
+            self.fmt,
+            lambda c: (_HEADERS.get(c, c), lambda s, c=c: _field(s, c), True),
+            "",
+        )
+        return [line.rstrip() for line in render(steps, cols, self.header)]
 
     def run(self) -> int:
         print_lines(self.lines())
         return 0
-
-
-def _render(pieces: list, value: object) -> str:
-    parts = []
-    for literal, letter, width, right in pieces:
-        parts.append(literal)
-        if letter is not None:
-            parts.append(fit(value(letter), width, right))  # type: ignore[operator]
-    return "".join(parts).rstrip()
 
 
 def _split(value: str | None) -> list[str]:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import sys
 import time
 
-from muster.cli.acctfmt import Printer, call, query_string
+from muster.cli.acctfmt import call, query_string
+from muster.cli.columns import Printer
 from muster.cli.common import CommandError, argv_or_sys, print_lines, report, version_line
 
 PROG = "sreport"

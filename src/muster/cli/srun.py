@@ -47,16 +47,9 @@ from muster.cli.common import (
     info_text,
     report,
 )
-from muster.cli.options import (
-    NO_ARG,
-    OPTIONAL,
-    RC_BAD_OPTION,
-    JobRequest,
-    Opt,
-    OptionTable,
-    env_options,
-    export_environment,
-)
+from muster.cli.jobrequest import JobRequest, export_environment
+from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionTable, env_options
+from muster.cli.optionvalues import RC_BAD_OPTION
 
 PROG = "srun"
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 import sys
 
-from muster.cli.acctfmt import Printer, call, read_options
+from muster.cli.acctfmt import call, read_options
+from muster.cli.columns import Printer, field_list
 from muster.cli.common import (
     CommandError,
     current_user,
-    field_width,
     print_lines,
     report,
 )
@@ -92,14 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return opts
     try:
         fmt = opts.get("format") or (LONG if "long" in opts else DEFAULT)
-        cols = []
-        for item in fmt.split(","):
-            name, _, width = item.strip().partition("%")
-            found = FIELDS.get(name.lower())
-            if found is None:
-                raise CommandError(f"Invalid field requested: \"{name}\"")
-            header, w, fn = found
-            cols.append((header, field_width(width) if width.isdigit() else w, fn))
+        cols = field_list(fmt, FIELDS, 'Invalid field requested: "{}"')
         users: list[str] | None
         if opts.get("users"):
             users = [u for u in str(opts["users"]).split(",") if u]

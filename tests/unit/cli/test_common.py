@@ -69,29 +69,6 @@ def test_connect_falls_back_to_tcp(monkeypatch, tmp_path) -> None:
     assert ctl.unix_path is None and ctl.address == ("10.9.9.9", 7777)
 
 
-@pytest.mark.parametrize(
-    ("text", "width", "right", "cut", "want"),
-    [
-        ("abc", 5, True, True, "  abc"),
-        ("abc", 5, False, True, "abc  "),
-        ("abcdefg", 3, True, True, "abc"),
-        ("abcdefg", 3, False, False, "abcdefg"),
-        ("abc", 0, True, True, "abc"),
-    ],
-)
-def test_fit(text, width, right, cut, want) -> None:
-    assert common.fit(text, width, right, cut) == want
-
-
-def test_parse_format() -> None:
-    assert common.parse_format("%.18i %-9P|%j%%x %#N") == [
-        ("", "i", 18, True),
-        (" ", "P", 9, False),
-        ("|", "j", 0, False),
-        ("%x ", "N", -1, False),
-    ]
-
-
 def test_version_line_starts_like_slurms() -> None:
     line = common.version_line()
     assert line.startswith("slurm 22.05.8 ") and "muster" in line

@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import pytest
 
+from muster.cli.directives import script_directives
+from muster.cli.jobrequest import JobRequest, current_umask, export_environment
 from muster.cli.options import (
     JOB_OPTIONS,
     NO_ARG,
     OPTIONAL,
-    JobRequest,
     Opt,
     OptionError,
     OptionTable,
-    OptionValueError,
     apply_options,
-    current_umask,
     env_options,
-    export_environment,
     getopt,
+)
+from muster.cli.optionvalues import (
+    OptionValueError,
     parse_array_option,
     parse_nodes,
     parse_signal_option,
-    script_directives,
 )
 
 TABLE = OptionTable(

@@ -8,7 +8,7 @@ import pytest
 
 from muster.cli import sbatch
 from muster.cli.common import CommandError
-from muster.cli.options import current_umask
+from muster.cli.jobrequest import current_umask
 
 
 def _build(

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
-from muster.cli import squeue
-from muster.cli.jobarrays import merge_array_rows
+from muster.cli import squeue, squeue_fields, squeue_filters
+from muster.cli.jobarrays import job_id_text, merge_array_rows
 from muster.core.arrays import JobRef
 from muster.core.clock import ManualClock
 from muster.core.config import parse_config
@@ -59,12 +59,12 @@ def _both(jobs: list, now: float = 1030.0) -> tuple[list[dict], list[dict]]:
 
 def test_every_column_reads_the_same_from_both_views(jobs: list) -> None:
     full, brief = _both(jobs)
-    columns = {f"%{k}": fn for k, (_h, fn, _cut) in squeue.FIELDS.items()}
-    columns |= {name: fn for name, (_h, fn) in squeue.EXTRA_FIELDS.items() if name not in ("stdout", "stderr")}
+    columns = {f"%{k}": fn for k, (_h, fn, _cut) in squeue_fields.FIELDS.items()}
+    columns |= {name: fn for name, (_h, fn) in squeue_fields.EXTRA_FIELDS.items() if name not in ("stdout", "stderr")}
     for f, b in zip(full, brief, strict=True):
         for name, fn in columns.items():
             assert fn(b) == fn(f), (name, f["job_id"])  # type: ignore[operator]
-        for key, fn in squeue.SORT_KEYS.items():
+        for key, fn in squeue_filters.SORT_KEYS.items():
             assert fn(b) == fn(f), (key, f["job_id"])  # type: ignore[operator]
     assert len(brief[0]) < len(full[0])
 
@@ -72,7 +72,7 @@ def test_every_column_reads_the_same_from_both_views(jobs: list) -> None:
 def test_filters_and_array_merging_agree(jobs: list) -> None:
     full, brief = _both(jobs)
     first = next(j["array_job_id"] for j in full if j.get("array_job_id"))
-    filters = squeue.Filters()
+    filters = squeue_filters.Filters()
     variants = {
         "default": {},
         "all": {"states": None},
@@ -85,12 +85,12 @@ def test_filters_and_array_merging_agree(jobs: list) -> None:
         "failed": {"states": {"FAILED"}},
     }
     for name, attrs in variants.items():
-        filters = squeue.Filters()
+        filters = squeue_filters.Filters()
         for k, v in attrs.items():
             setattr(filters, k, v)
         assert [filters.keep(j) for j in brief] == [filters.keep(j) for j in full], name
-    rendered = [squeue.job_id_text(j) for j in merge_array_rows(full)]
-    assert [squeue.job_id_text(j) for j in merge_array_rows(brief)] == rendered
+    rendered = [job_id_text(j) for j in merge_array_rows(full)]
+    assert [job_id_text(j) for j in merge_array_rows(brief)] == rendered
     assert f"{first}_[0-5%2]" in rendered
 
 

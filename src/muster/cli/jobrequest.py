@@ -1,0 +1,109 @@
+"""The job request a command builds from its options: JobSpec fields so far, and the
+values that need the caller's environment (``--export``, ``--chdir``, ``--begin``) until
+``JobRequest.finish`` resolves them; with ``--export``'s rules (``export_environment``)
+and the umask that always travels with a job.
+"""
+
+from __future__ import annotations
+
+import os
+
+from muster.cli.optionvalues import OptionValueError
+
+
+class JobRequest:
+    """What the options asked for so far. ``spec`` holds JobSpec fields; a few values that
+    need the caller's environment (``--export``, ``--chdir``, ``--begin``) wait in their own
+    attributes until ``finish`` resolves them."""
+
+    __slots__ = ("spec", "export", "chdir", "begin", "ignored")
+
+    def __init__(self) -> None:
+        self.spec: dict[str, object] = {}
+        self.export: str | None = None
+        self.chdir: str | None = None
+        self.begin: str | None = None
+        self.ignored: list[str] = []
+
+    def finish(
+        self, environ: dict[str, str], cwd: str, now: float | None = None
+    ) -> dict[str, object]:
+        """Resolve the deferred values and return the JobSpec dict."""
+        spec = dict(self.spec)
+        workdir = cwd
+        if self.chdir:
+            workdir = os.path.normpath(os.path.join(cwd, os.path.expanduser(self.chdir)))
+        spec["workdir"] = workdir
+        spec["environment"] = export_environment(
+            self.export or environ.get("SBATCH_EXPORT") or "ALL", environ
+        )
+        # Slurm carries the submitter's umask with the job (whatever --export says); the
+        # agent applies it before it creates the job's output files.
+        spec["environment"]["SLURM_UMASK"] = environ.get("SLURM_UMASK") or current_umask()
+        if self.begin is not None:
+            from muster.core.timefmt import TimeFormatError, parse_timestamp
+
+            if now is None:
+                from muster.core.clock import SystemClock
+
+                now = SystemClock().now()
+            try:
+                spec["begin_time"] = parse_timestamp(self.begin, now)
+            except TimeFormatError:
+                raise OptionValueError("Invalid --begin specification") from None
+        return spec
+
+
+def current_umask() -> str:
+    """This process's umask as Slurm writes it (``0022``)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return f"{mask:04o}"
+
+
+def export_environment(export: str, environ: dict[str, str]) -> dict[str, str]:
+    """The environment a job gets for ``--export``.
+
+    ``ALL`` (the default): everything; ``NONE``: nothing; ``ALL,A=1,B``: everything plus
+    the assignments; ``A=1,B``: only the named variables (``B`` copied from here) and the
+    ``SLURM_*`` ones, as Slurm does.
+    """
+    items = [item for item in _split_export(export) if item]
+    upper = [item.upper() for item in items]
+    if upper == ["NONE"]:
+        return {}
+    if "ALL" in upper:
+        env = dict(environ)
+    else:
+        env = {k: v for k, v in environ.items() if k.startswith("SLURM_")}
+    for item in items:
+        if item.upper() in ("ALL", "NONE"):
+            continue
+        name, eq, value = item.partition("=")
+        if eq:
+            env[name] = value
+        elif name in environ:
+            env[name] = environ[name]
+    return env
+
+
+def _split_export(text: str) -> list[str]:
+    """Split on commas, except inside a value's quotes (``A="x,y",B``)."""
+    out: list[str] = []
+    current: list[str] = []
+    quote = ""
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                current.append(ch)
+        elif ch in "\"'":
+            quote = ch
+        elif ch == ",":
+            out.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    out.append("".join(current).strip())
+    return out

@@ -1,0 +1,334 @@
+"""``scontrol show``'s records: jobs, nodes, partitions and the configuration in Slurm
+22.05's layout, field for field where muster knows the value.
+
+Fields muster does not track show Slurm's own "unknown" spellings (``N/A``, ``(null)``),
+never made-up numbers. Every function takes wire dicts (docs/api.md) and returns text
+(``*_record`` a list of ``Key=Value`` lines, ``format_*`` the record as printed, one line
+with ``-o``), so the layouts are tested without a controller.
+"""
+
+from __future__ import annotations
+
+from muster.cli.common import SLURM_VERSION, null_text, timefmt
+
+# --- small value helpers -------------------------------------------------------------------
+
+
+def _hms(seconds: object) -> str:
+    return timefmt().format_hms(None if seconds is None else int(seconds))  # type: ignore[arg-type]
+
+
+def _ts(epoch: object, none: str = "Unknown") -> str:
+    return timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
+
+
+def _mem(mb: object) -> str:
+    from muster.core.resources import format_mem
+
+    return format_mem(int(mb or 0))  # type: ignore[arg-type]
+
+
+def _compress(names: object) -> str:
+    if not names:
+        return ""
+    from muster.core.hostlist import compress
+
+    return compress(names)  # type: ignore[arg-type]
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2,5`` (GPU index lists)."""
+    runs: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if runs and runs[-1][1] == n - 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _spec(job: dict) -> dict:
+    spec = job.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _gres_word(count: object, gtype: object) -> str:
+    return f"gres:gpu:{gtype}:{count}" if gtype else f"gres:gpu:{count}"
+
+
+# --- jobs ----------------------------------------------------------------------------------
+
+
+def job_state(job: dict) -> str:
+    if job.get("completing") or job.get("state_code") == "CG":
+        return "COMPLETING"
+    return str(job.get("state") or "UNKNOWN")
+
+
+def _num_nodes(job: dict) -> str:
+    spec = _spec(job)
+    if job.get("state") == "PENDING" and spec.get("min_nodes") and spec.get("max_nodes"):
+        return f"{spec['min_nodes']}-{spec['max_nodes']}"
+    return str(job.get("num_nodes") or 1)
+
+
+def _start_end(job: dict) -> tuple[str, str]:
+    spec = _spec(job)
+    state = job.get("state")
+    start = job.get("start_time")
+    if state == "PENDING":
+        planned = job.get("planned_start") or spec.get("begin_time")
+        return _ts(planned), "Unknown"
+    if job.get("end_time"):
+        return _ts(start), _ts(job["end_time"])
+    limit = job.get("time_limit")
+    end = _ts(float(start) + int(limit)) if start and limit is not None else "Unknown"
+    return _ts(start), end
+
+
+def _memory_field(job: dict) -> str:
+    spec = _spec(job)
+    shape = job.get("shape") or {}
+    if spec.get("mem_per_cpu"):
+        return f"MinMemoryCPU={spec['mem_per_cpu']}M"
+    if spec.get("mem_per_node") is not None:
+        return (
+            f"MinMemoryNode={_mem(spec['mem_per_node'])}"
+            if spec["mem_per_node"]
+            else "MinMemoryNode=0"
+        )
+    per_node = int(shape.get("mem_per_node") or 0)
+    cpus = int(shape.get("cpus_per_node") or 1)
+    if spec.get("mem_per_gpu") or not per_node:
+        return "MinMemoryNode=0" if not per_node else f"MinMemoryNode={_mem(per_node)}"
+    if per_node % cpus == 0:
+        return f"MinMemoryCPU={per_node // cpus}M"
+    return f"MinMemoryNode={_mem(per_node)}"
+
+
+def _gres_detail(job: dict) -> list[str]:
+    """``-d``: the job's GPUs, then one line per group of nodes with the same allocation."""
+    alloc = [a for a in job.get("alloc") or [] if isinstance(a, dict)]
+    total = sum(len(a.get("gpu_ids") or []) for a in alloc) or int(job.get("num_gpus") or 0)
+    lines = [f"JOB_GRES=gpu:{total}" if total else "JOB_GRES=(null)"]
+    groups: dict[tuple[int, int, str], list[str]] = {}
+    for a in alloc:
+        ids = [int(i) for i in a.get("gpu_ids") or []]
+        # muster does not pin CPU ids; the count is shown as the range 0..count-1.
+        cpus = int(a.get("cpus") or 0)
+        gres = f"gpu:{len(ids)}(IDX:{_ranges(ids)})" if ids else ""
+        groups.setdefault((cpus, int(a.get("mem") or 0), gres), []).append(str(a.get("node")))
+    for (cpus, mem, gres), nodes in groups.items():
+        cpu_ids = "0" if cpus <= 1 else f"0-{cpus - 1}"
+        lines.append(f"  Nodes={_compress(nodes)} CPU_IDs={cpu_ids} Mem={mem} GRES={gres}")
+    return lines
+
+
+def _array_fields(job: dict) -> str:
+    """``ArrayJobId=.. ArrayTaskId=.. [ArrayTaskThrottle=..] `` for array tasks."""
+    if job.get("array_job_id") is None:
+        return ""
+    from muster.cli.jobarrays import array_task_text
+
+    text = f"ArrayJobId={job['array_job_id']} ArrayTaskId={array_task_text(job)} "
+    if job.get("array_throttle"):
+        text += f"ArrayTaskThrottle={job['array_throttle']} "
+    return text
+
+
+def job_record(job: dict, details: bool = False) -> list[str]:
+    """``scontrol show job``'s lines for one job (without indentation)."""
+    spec = _spec(job)
+    shape = job.get("shape") or {}
+    start, end = _start_end(job)
+    eligible = _ts(job.get("eligible_time"))
+    exit_text = f"{int(job.get('exit_code') or 0)}:{int(job.get('exit_signal') or 0)}"
+    requeue = 0 if spec.get("requeue") is False else 1
+    sched_eval = job.get("last_sched_eval") or job.get("start_time") or job.get("submit_time")
+    lines = [
+        f"JobId={job.get('job_id')} {_array_fields(job)}JobName={spec.get('name') or ''}",
+        f"UserId={job.get('user')}({job.get('uid')}) GroupId={job.get('group')}({job.get('gid')}) MCS_label=N/A",
+        f"Priority={int(job.get('priority') or 0)} Nice={int(spec.get('nice') or 0)} "
+        f"Account={job.get('account') or job.get('user')} QOS={job.get('qos') or 'normal'}",
+        f"JobState={job_state(job)} Reason={job.get('reason') or 'None'} Dependency={null_text(spec.get('dependency'))}",
+        f"Requeue={requeue} Restarts={int(job.get('restart_count') or 0)} BatchFlag={0 if spec.get('interactive') else 1} Reboot=0 ExitCode={exit_text}",
+    ]
+    if details:
+        lines.append("DerivedExitCode=0:0")
+    time_min = spec.get("time_min")
+    lines += [
+        f"RunTime={_hms(job.get('run_time') or 0)} TimeLimit={_hms(job.get('time_limit'))} "
+        f"TimeMin={'N/A' if not time_min else _hms(time_min)}",
+        f"SubmitTime={_ts(job.get('submit_time'))} EligibleTime={eligible}",
+        f"AccrueTime={eligible}",
+        f"StartTime={start} EndTime={end} Deadline=N/A",
+        f"SuspendTime=None SecsPreSuspend=0 LastSchedEval={_ts(sched_eval)} Scheduler={job.get('scheduler') or 'Main'}",
+        f"Partition={job.get('partition') or ''} AllocNode:Sid={job.get('submit_host') or 'localhost'}:0",
+        f"ReqNodeList={null_text(_compress(spec.get('nodelist')))} ExcNodeList={null_text(_compress(spec.get('exclude')))}",
+        f"NodeList={job.get('nodelist') or ''}",
+    ]
+    if job.get("batch_host"):
+        lines.append(f"BatchHost={job['batch_host']}")
+    lines += [
+        f"NumNodes={_num_nodes(job)} NumCPUs={job.get('num_cpus') or 1} NumTasks={job.get('num_tasks') or 1} "
+        f"CPUs/Task={spec.get('cpus_per_task') or 1} ReqB:S:C:T=0:0:*:*",
+        f"TRES={job.get('tres') or ''}",
+        f"Socks/Node=* NtasksPerN:B:S:C={spec.get('ntasks_per_node') or 0}:0:*:* CoreSpec=*",
+    ]
+    if details:
+        lines += _gres_detail(job)
+    lines += [
+        f"MinCPUsNode={spec.get('cpus_per_task') or 1} {_memory_field(job)} MinTmpDiskNode=0",
+        f"Features={null_text(spec.get('constraint'))} DelayBoot=00:00:00",
+        f"OverSubscribe={'NO' if spec.get('exclusive') else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
+        f"Command={null_text(job.get('command'))}",
+        f"WorkDir={spec.get('workdir') or ''}",
+    ]
+    if spec.get("comment"):
+        lines.append(f"Comment={spec['comment']}")
+    if job.get("system_comment"):
+        lines.append(f"SystemComment={job['system_comment']}")
+    lines += [
+        f"StdErr={job.get('stderr_path') or ''}",
+        f"StdIn={spec.get('stdin') or '/dev/null'}",
+        f"StdOut={job.get('stdout_path') or ''}",
+        "Power=",
+    ]
+    gtype = shape.get("gpu_type") or spec.get("gpu_type")
+    if spec.get("gpus"):
+        lines.append(f"TresPerJob={_gres_word(spec['gpus'], gtype)}")
+    if spec.get("gpus_per_node"):
+        lines.append(f"TresPerNode={_gres_word(spec['gpus_per_node'], gtype)}")
+    if spec.get("gpus_per_task"):
+        lines.append(f"TresPerTask={_gres_word(spec['gpus_per_task'], gtype)}")
+    if spec.get("mem_per_gpu"):
+        lines.append(f"MemPerTres=gres:gpu:{spec['mem_per_gpu']}")
+    return lines
+
+
+def format_record(lines: list[str], oneliner: bool) -> str:
+    """Slurm's record layout: first line flush, the rest indented by three blanks, then a
+    line of three blanks and an empty line; ``-o`` puts it all on one line."""
+    if oneliner:
+        return " ".join(lines) + " \n"
+    return lines[0] + "\n" + "".join(f"   {line}\n" for line in lines[1:]) + "   \n\n"
+
+
+# --- nodes -----------------------------------------------------------------------------------
+
+
+def node_state(node: dict) -> str:
+    state = str(node.get("state") or "UNKNOWN")
+    if node.get("drain"):
+        state += "+DRAIN"
+    if node.get("responding") is False:
+        state += "+NOT_RESPONDING"
+    return state
+
+
+def node_record(node: dict) -> list[str]:
+    cpus = int(node.get("cpus") or 0)
+    sockets = int(node.get("sockets") or 1)
+    threads = int(node.get("threads_per_core") or 1)
+    cores = int(node.get("cores_per_socket") or max(1, cpus // (sockets * threads)))
+    gpus = int(node.get("gpus") or 0)
+    gres = node.get("gres") or (
+        f"gpu:{node['gpu_type']}:{gpus}"
+        if node.get("gpu_type") and gpus
+        else (f"gpu:{gpus}" if gpus else "")
+    )
+    features = ",".join(node.get("features") or []) or "(null)"
+    cfg = f"cpu={cpus},mem={_mem(node.get('real_memory'))},billing={cpus}"
+    if gpus:
+        cfg += f",gres/gpu={gpus}"
+    alloc_parts = []
+    if node.get("cpus_alloc"):
+        alloc_parts.append(f"cpu={node['cpus_alloc']}")
+    if node.get("mem_alloc"):
+        alloc_parts.append(f"mem={_mem(node['mem_alloc'])}")
+    if node.get("gpus_alloc"):
+        alloc_parts.append(f"gres/gpu={node['gpus_alloc']}")
+    lines = [
+        f"NodeName={node.get('name')} Arch={node.get('arch') or '(null)'} CoresPerSocket={cores} ",
+        f"CPUAlloc={int(node.get('cpus_alloc') or 0)} CPUEfctv={cpus} CPUTot={cpus} CPULoad=N/A",
+        f"AvailableFeatures={features}",
+        f"ActiveFeatures={features}",
+        f"Gres={gres or '(null)'}",
+        f"NodeAddr={node.get('addr')} NodeHostName={node.get('hostname') or node.get('addr')} "
+        f"Port={node.get('port')} Version={node.get('version') or 'N/A'}",
+        f"RealMemory={int(node.get('real_memory') or 0)} AllocMem={int(node.get('mem_alloc') or 0)} "
+        f"FreeMem=N/A Sockets={sockets} Boards=1",
+        f"State={node_state(node)} ThreadsPerCore={threads} TmpDisk=0 Weight={node.get('weight') or 1} "
+        "Owner=N/A MCS_label=N/A",
+        f"Partitions={','.join(node.get('partitions') or [])} ",
+        f"BootTime={_ts(node.get('boot_time'), 'None')} SlurmdStartTime={_ts(node.get('agent_start_time'), 'None')}",
+        "LastBusyTime=Unknown",
+        f"CfgTRES={cfg}",
+        f"AllocTRES={','.join(alloc_parts)}",
+        "CapWatts=n/a",
+        "CurrentWatts=0 AveWatts=0",
+        "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",
+    ]
+    if node.get("reason"):
+        who = node.get("reason_user") or "root"
+        lines.append(f"Reason={node['reason']} [{who}@{_ts(node.get('reason_time'))}]")
+    return lines
+
+
+def format_node(lines: list[str], oneliner: bool) -> str:
+    if oneliner:
+        return " ".join(line.strip() for line in lines) + " \n"
+    return lines[0] + "\n" + "".join(f"   {line}\n" for line in lines[1:]) + "\n"
+
+
+# --- partitions ------------------------------------------------------------------------------
+
+
+def _access(values: object) -> str:
+    return ",".join(values) if values else "ALL"  # type: ignore[arg-type]
+
+
+def partition_record(part: dict) -> list[str]:
+    max_nodes = part.get("max_nodes")
+    default_time = part.get("default_time")
+    tres = (
+        f"cpu={part.get('total_cpus') or 0},mem={_mem(part.get('total_mem'))},"
+        f"node={part.get('total_nodes') or 0},billing={part.get('total_cpus') or 0}"
+    )
+    if part.get("total_gpus"):
+        tres += f",gres/gpu={part['total_gpus']}"
+    accounts = f"AllowAccounts={_access(part.get('allow_accounts'))}"
+    if part.get("deny_accounts"):
+        accounts = f"DenyAccounts={','.join(part['deny_accounts'])}"
+    return [
+        f"PartitionName={part.get('name')}",
+        f"AllowGroups={_access(part.get('allow_groups'))} {accounts} AllowQos=ALL",
+        f"AllocNodes=ALL Default={'YES' if part.get('default') else 'NO'} QoS=N/A",
+        f"DefaultTime={'NONE' if default_time is None else _hms(default_time)} DisableRootJobs=NO "
+        "ExclusiveUser=NO GraceTime=0 Hidden=NO",
+        f"MaxNodes={'UNLIMITED' if max_nodes is None else max_nodes} MaxTime={_hms(part.get('max_time'))} "
+        f"MinNodes={part.get('min_nodes') or 0} LLN=NO MaxCPUsPerNode=UNLIMITED",
+        f"Nodes={part.get('nodelist') or _compress(part.get('nodes'))}",
+        f"PriorityJobFactor={part.get('priority_job_factor', 1)} PriorityTier={part.get('priority_tier', 1)} "
+        f"RootOnly=NO ReqResv=NO OverSubscribe={part.get('oversubscribe') or 'NO'}",
+        "OverTimeLimit=NONE PreemptMode=OFF",
+        f"State={part.get('state') or 'UP'} TotalCPUs={part.get('total_cpus') or 0} "
+        f"TotalNodes={part.get('total_nodes') or 0} SelectTypeParameters=NONE",
+        "JobDefaults=(null)",
+        "DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
+        f"TRES={tres}",
+    ]
+
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+def config_text(settings: dict, now: float, ctld_host: str, conf: str) -> str:
+    values = {str(k): str(v) for k, v in settings.items()}
+    values.setdefault("SLURM_CONF", conf)
+    values["SLURM_VERSION"] = SLURM_VERSION
+    lines = [f"Configuration data as of {_ts(now)}"]
+    for key in sorted(values, key=str.lower):
+        lines.append(f"{key:<23} = {values[key]}")
+    lines += ["", f"Slurmctld(primary) at {ctld_host} is UP"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,364 @@
+"""sinfo's field table: node states as sinfo names them, the rows it prints, and what each
+``-o`` letter and ``-O`` name shows of a row.
+
+A row (``Row``) is a partition, or none, and the nodes it covers, as ``NodeWire`` and
+``PartitionWire`` dicts (docs/api.md). ``FIELDS`` maps a letter to its header, its value
+(a function of the row) and, for per-node values, the function whose result splits rows
+(nodes that differ in a column shown never share a row). The width, justification and
+cutting rules are ``muster.cli.columns``'s; node lists are never cut.
+"""
+
+from __future__ import annotations
+
+from muster.cli.columns import Column, letter_columns, named_columns
+
+# --- node states -----------------------------------------------------------------------------
+
+_SHORT = {
+    "IDLE": "idle",
+    "ALLOCATED": "alloc",
+    "MIXED": "mix",
+    "DOWN": "down",
+    "UNKNOWN": "unk",
+    "FUTURE": "futr",
+}
+_LONG = {
+    "IDLE": "idle",
+    "ALLOCATED": "allocated",
+    "MIXED": "mixed",
+    "DOWN": "down",
+    "UNKNOWN": "unknown",
+    "FUTURE": "future",
+}
+# Slurm's node_state numbers and flag bits: the default "-t" sort orders rows by their
+# sum, highest first, so silent and drained nodes come before mixed, allocated and idle.
+_STATE_RANK = {"UNKNOWN": 0, "DOWN": 1, "IDLE": 2, "ALLOCATED": 3, "MIXED": 5, "FUTURE": 6}
+_DRAIN_FLAG = 0x200
+_NO_RESPOND_FLAG = 0x800
+
+
+def state_rank(node: dict) -> int:
+    rank = _STATE_RANK.get(base_state(node), 0)
+    if node.get("drain"):
+        rank += _DRAIN_FLAG
+    if node.get("responding") is False:
+        rank += _NO_RESPOND_FLAG
+    return rank
+
+
+_BUSY = frozenset({"ALLOCATED", "MIXED"})
+
+
+def base_state(node: dict) -> str:
+    """The node's state without flags, upper case (``IDLE``, ``MIXED``, ...)."""
+    return str(node.get("state") or "UNKNOWN").upper()
+
+
+def short_state(node: dict) -> str:
+    """``idle``, ``mix``, ``alloc``, ``down``, ``drain``, ``drng``, ``unk``; ``*`` if silent."""
+    base = base_state(node)
+    if node.get("drain"):
+        text = "drng" if base in _BUSY else "drain"
+    else:
+        text = _SHORT.get(base, base.lower())
+    return text + ("*" if node.get("responding") is False else "")
+
+
+def long_state(node: dict) -> str:
+    base = base_state(node)
+    if node.get("drain"):
+        text = "draining" if base in _BUSY else "drained"
+    else:
+        text = _LONG.get(base, base.lower())
+    return text + ("*" if node.get("responding") is False else "")
+
+
+def complete_state(node: dict) -> str:
+    """``-O StateComplete``: the base state and every flag, ``idle+drain``, ``down+drain``."""
+    base = base_state(node)
+    text = _LONG.get(base, base.lower())
+    if node.get("drain"):
+        text += "+drain"
+    if node.get("responding") is False:
+        text += "+not_responding"
+    return text
+
+
+def unavailable(node: dict) -> bool:
+    """Down, drained or silent: its idle CPUs count as "other" in A/I/O/T."""
+    return (
+        base_state(node) in ("DOWN", "UNKNOWN", "FUTURE")
+        or bool(node.get("drain"))
+        or node.get("responding") is False
+    )
+
+
+def state_filter_names(node: dict) -> set[str]:
+    """Every name ``-t`` may use for this node's state (short, long, and its flags')."""
+    base = base_state(node)
+    names = {base.lower(), _SHORT.get(base, ""), _LONG.get(base, "")}
+    if node.get("drain"):
+        names |= {"drain", "drained", "draining", "drng"}
+    if node.get("responding") is False:
+        names |= {"no_respond", "not_responding"}
+    return names - {""}
+
+
+# --- rows ---------------------------------------------------------------------------------------
+
+
+class Row:
+    """One output line: a partition (or none) and the nodes it covers."""
+
+    __slots__ = ("part", "nodes")
+
+    def __init__(self, part: dict | None, nodes: list[dict]) -> None:
+        self.part = part
+        self.nodes = nodes
+
+
+def compress_names(names: list[str]) -> str:
+    """Node names as a hostlist (``gpu[01-04]``)."""
+    if not names:
+        return ""
+    from muster.core.hostlist import compress
+
+    return compress(names)
+
+
+def _limit(seconds: object) -> str:
+    from muster.core.timefmt import format_sinfo_limit
+
+    return format_sinfo_limit(None if seconds is None else int(seconds))  # type: ignore[arg-type]
+
+
+def _ts(epoch: object) -> str:
+    from muster.core.timefmt import format_timestamp
+
+    return format_timestamp(epoch, none="Unknown")  # type: ignore[arg-type]
+
+
+def _part_name(row: Row, star: bool = True) -> str:
+    if row.part is None:
+        return "n/a"
+    name = str(row.part.get("name") or "")
+    return name + "*" if star and row.part.get("default") else name
+
+
+def _avail(row: Row) -> str:
+    if row.part is None:
+        return "n/a"
+    state = str(row.part.get("state") or "UP").upper()
+    return {"UP": "up", "DOWN": "down", "DRAIN": "drain", "INACTIVE": "inact"}.get(
+        state, state.lower()
+    )
+
+
+def _cpus_aiot(row: Row) -> str:
+    alloc = idle = other = total = 0
+    for n in row.nodes:
+        cpus = int(n.get("cpus") or 0)
+        used = int(n.get("cpus_alloc") or 0)
+        total += cpus
+        alloc += used
+        if unavailable(n):
+            other += cpus - used
+        else:
+            idle += cpus - used
+    return f"{alloc}/{idle}/{other}/{total}"
+
+
+def _nodes_aiot(row: Row) -> str:
+    alloc = idle = other = 0
+    for n in row.nodes:
+        if unavailable(n):
+            other += 1
+        elif base_state(n) in _BUSY:
+            alloc += 1
+        else:
+            idle += 1
+    return f"{alloc}/{idle}/{other}/{len(row.nodes)}"
+
+
+def _nodes_ai(row: Row) -> str:
+    a, i, _, _ = _nodes_aiot(row).split("/")
+    return f"{a}/{i}"
+
+
+def _same(row: Row, fn) -> str:  # noqa: ANN001 - a node -> str function
+    """A per-node value for the row: the first node's (rows group equal values)."""
+    return fn(row.nodes[0]) if row.nodes else ""
+
+
+def gres_text(node: dict) -> str:
+    """The node's GRES as Slurm prints them (``gpu:a100:8``), ``(null)`` without any."""
+    if node.get("gres"):
+        return str(node["gres"])
+    gpus = int(node.get("gpus") or 0)
+    if not gpus:
+        return "(null)"
+    return f"gpu:{node['gpu_type']}:{gpus}" if node.get("gpu_type") else f"gpu:{gpus}"
+
+
+def _features(node: dict) -> str:
+    return ",".join(node.get("features") or []) or "(null)"
+
+
+def _reason(node: dict) -> str:
+    return str(node.get("reason") or "none")
+
+
+def _sct(node: dict) -> str:
+    """Sockets:cores:threads; a node that reports no topology is one socket of its CPUs."""
+    sockets = int(node.get("sockets") or 1)
+    threads = int(node.get("threads_per_core") or 1)
+    cores = int(
+        node.get("cores_per_socket") or max(1, int(node.get("cpus") or 1) // (sockets * threads))
+    )
+    return f"{sockets}:{cores}:{threads}"
+
+
+def _job_size(row: Row) -> str:
+    if row.part is None:
+        return "n/a"
+    lo = max(1, int(row.part.get("min_nodes") or 0))
+    hi = row.part.get("max_nodes")
+    return f"{lo}-{'infinite' if hi is None else hi}"
+
+
+# letter -> (header, value(row), per-node key or None). Per-node fields split rows.
+FIELDS: dict[str, tuple[str, object, object]] = {
+    "a": ("AVAIL", _avail, None),
+    "A": ("NODES(A/I)", _nodes_ai, None),
+    "b": ("ACTIVE_FEATURES", lambda r: _same(r, _features), _features),
+    "c": ("CPUS", lambda r: _same(r, lambda n: str(n.get("cpus") or 0)), lambda n: n.get("cpus")),
+    "C": ("CPUS(A/I/O/T)", _cpus_aiot, None),
+    "d": ("TMP_DISK", lambda r: "0", None),
+    "D": ("NODES", lambda r: str(len(r.nodes)), None),
+    "e": ("FREE_MEM", lambda r: "N/A", None),
+    "E": ("REASON", lambda r: _same(r, _reason), _reason),
+    "f": ("AVAIL_FEATURES", lambda r: _same(r, _features), _features),
+    "F": ("NODES(A/I/O/T)", _nodes_aiot, None),
+    "g": ("GROUPS", lambda r: ",".join((r.part or {}).get("allow_groups") or []) or "all", None),
+    "G": ("GRES", lambda r: _same(r, gres_text), gres_text),
+    "h": ("OVERSUBSCRIBE", lambda r: str((r.part or {}).get("oversubscribe") or "NO"), None),
+    "H": (
+        "TIMESTAMP",
+        lambda r: _same(r, lambda n: _ts(n.get("reason_time"))),
+        lambda n: n.get("reason_time"),
+    ),
+    "l": ("TIMELIMIT", lambda r: _limit((r.part or {}).get("max_time")), None),
+    "L": (
+        "DEFAULTTIME",
+        lambda r: (
+            "n/a" if not (r.part or {}).get("default_time") else _limit(r.part["default_time"])
+        ),
+        None,
+    ),  # type: ignore[index]
+    "m": (
+        "MEMORY",
+        lambda r: _same(r, lambda n: str(n.get("real_memory") or 0)),
+        lambda n: n.get("real_memory"),
+    ),
+    "n": ("HOSTNAMES", lambda r: ",".join(str(n.get("name")) for n in r.nodes), None),
+    "N": ("NODELIST", lambda r: compress_names([str(n.get("name")) for n in r.nodes]), None),
+    "o": ("NODE_ADDR", lambda r: ",".join(str(n.get("addr")) for n in r.nodes), None),
+    "O": ("CPU_LOAD", lambda r: "N/A", None),
+    "p": ("PRIO_TIER", lambda r: str((r.part or {}).get("priority_tier", 1)), None),
+    "P": ("PARTITION", lambda r: _part_name(r), None),
+    "r": ("ROOT", lambda r: "no", None),
+    "R": ("PARTITION", lambda r: _part_name(r, star=False), None),
+    "s": ("JOB_SIZE", _job_size, None),
+    "S": ("ALLOCNODES", lambda r: "all", None),
+    "t": ("STATE", lambda r: _same(r, short_state), short_state),
+    "T": ("STATE", lambda r: _same(r, long_state), long_state),
+    # no letter in Slurm's -o: reachable by -O StateComplete only
+    "statecomplete": ("STATECOMPLETE", lambda r: _same(r, complete_state), complete_state),
+    "u": (
+        "USER",
+        lambda r: _same(r, lambda n: str(n.get("reason_user") or "Unknown")),
+        lambda n: n.get("reason_user"),
+    ),
+    "U": (
+        "USER",
+        lambda r: _same(r, lambda n: str(n.get("reason_user") or "Unknown")),
+        lambda n: n.get("reason_user"),
+    ),
+    "w": (
+        "WEIGHT",
+        lambda r: _same(r, lambda n: str(n.get("weight") or 1)),
+        lambda n: n.get("weight"),
+    ),
+    "X": ("SOCKETS", lambda r: _same(r, lambda n: _sct(n).split(":")[0]), _sct),
+    "Y": ("CORES", lambda r: _same(r, lambda n: _sct(n).split(":")[1]), _sct),
+    "Z": ("THREADS", lambda r: _same(r, lambda n: _sct(n).split(":")[2]), _sct),
+    "z": ("S:C:T", lambda r: _same(r, _sct), _sct),
+}
+
+LONG_NAMES = {
+    "available": "a",
+    "cpus": "c",
+    "cpusstate": "C",
+    "disk": "d",
+    "freemem": "e",
+    "features": "f",
+    "features_act": "b",
+    "groups": "g",
+    "gres": "G",
+    "maxcpuspernode": "c",
+    "memory": "m",
+    "nodeaddr": "o",
+    "nodehost": "n",
+    "nodelist": "N",
+    "nodes": "D",
+    "nodeai": "A",
+    "nodeaiot": "F",
+    "oversubscribe": "h",
+    "partition": "P",
+    "partitionname": "R",
+    "prioritytier": "p",
+    "reason": "E",
+    "root": "r",
+    "size": "s",
+    "statecompact": "t",
+    "statelong": "T",
+    "statecomplete": "statecomplete",
+    "time": "l",
+    "timestamp": "H",
+    "user": "u",
+    "userlong": "U",
+    "weight": "w",
+    "defaulttime": "L",
+    "sockets": "X",
+    "cores": "Y",
+    "threads": "Z",
+    "socketcorethread": "z",
+    "cpusload": "O",
+}
+
+
+# Node lists are never cut (Slurm prints them whole).
+_UNCUT = frozenset("Nno")
+
+
+def _field(letter: str) -> tuple[str, object, bool] | None:
+    field = FIELDS.get(letter)
+    return None if field is None else (field[0], field[1], letter not in _UNCUT)
+
+
+def columns_from_format(fmt: str) -> list[Column]:
+    """``-o``: ``%`` letters; ``%#P`` is as wide as the longest value."""
+    return letter_columns(fmt, _field, "Invalid node format specification: {}", sized=True)
+
+
+def _named(name: str) -> tuple[str, object, bool] | None:
+    letter = LONG_NAMES.get(name)
+    return None if letter is None else _field(letter)
+
+
+def columns_from_long_format(spec: str) -> list[Column]:
+    """``-O``: ``Name[:[.]width[suffix]]`` items, 20 wide unless told, one space apart."""
+    cols = named_columns(spec, _named, "Invalid node format specification: {}", separator=" ")
+    for c in cols:
+        c.key = LONG_NAMES[c.key]  # type: ignore[index]  # rows are grouped by letters
+    return cols

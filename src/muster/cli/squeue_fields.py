@@ -1,0 +1,246 @@
+"""squeue's field table: what each ``-o`` letter and ``-O`` name shows of a job.
+
+A job is a ``JobWire`` dict (docs/api.md); every value here is computed from it alone,
+as text, the way Slurm's squeue prints it (``(null)`` for a missing string, ``N/A`` for
+an unknown time, ``NODELIST(REASON)`` as ``(Reason)`` for jobs that wait). The width,
+justification and cutting rules are ``muster.cli.columns``'s; this module only says what
+the fields are: ``FIELDS`` (letter -> header, value, cut), ``LONG_NAMES`` (``-O`` name ->
+letter) and ``EXTRA_FIELDS`` (``-O`` names with no letter).
+"""
+
+from __future__ import annotations
+
+from muster.cli.columns import Column, letter_columns, named_columns
+from muster.cli.common import null_text, timefmt
+from muster.cli.jobarrays import array_job_id_text, array_task_text, job_id_text
+
+# Jobs whose %R shows "(reason)" rather than nodes (Slurm's rule).
+_REASON_STATES = frozenset({"PENDING", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "FAILED"})
+
+
+def job_spec(job: dict) -> dict:
+    """What the job asked for (its ``spec``), empty when the controller sent none."""
+    spec = job.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def long_state(job: dict) -> str:
+    if job.get("completing") or job.get("state_code") == "CG":
+        return "COMPLETING"
+    return str(job.get("state") or "UNKNOWN")
+
+
+def state_code(job: dict) -> str:
+    return str(job.get("state_code") or "")
+
+
+def _dur(seconds: object) -> str:
+    return timefmt().format_duration(seconds if seconds is None else int(seconds))  # type: ignore[arg-type]
+
+
+def _ts(epoch: object, none: str = "N/A") -> str:
+    return timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
+
+
+def time_left(job: dict) -> str:
+    limit = job.get("time_limit")
+    if limit is None:
+        return "UNLIMITED"
+    return _dur(max(0, int(limit) - int(job.get("run_time") or 0)))
+
+
+def start_time(job: dict) -> object:
+    """When the job started, or is expected to (``planned_start``, or its --begin time)."""
+    if job.get("start_time"):
+        return job["start_time"]
+    if job.get("state") == "PENDING":
+        return job.get("planned_start") or job_spec(job).get("begin_time") or None
+    return None
+
+
+def end_time_text(job: dict) -> str:
+    if job.get("end_time"):
+        return _ts(job["end_time"])
+    start = start_time(job)
+    if start:
+        limit = job.get("time_limit")
+        return "NONE" if limit is None else _ts(float(start) + int(limit))  # type: ignore[arg-type]
+    return "N/A"
+
+
+def tres_per_node(job: dict) -> str:
+    shape = job.get("shape") or {}
+    spec = job_spec(job)
+    gpus = shape.get("gpus_per_node") or spec.get("gpus_per_node") or 0
+    if not gpus:
+        return "N/A"
+    gtype = shape.get("gpu_type") or spec.get("gpu_type")
+    return f"gres:gpu:{gtype}:{gpus}" if gtype else f"gres:gpu:{gpus}"
+
+
+def reason_list(job: dict) -> str:
+    state = long_state(job)
+    if state in _REASON_STATES or (state != "COMPLETING" and not job.get("nodelist")):
+        return f"({job.get('reason') or 'None'})"
+    return str(job.get("nodelist") or "")
+
+
+def _compress(names: object) -> str:
+    if not names:
+        return ""
+    from muster.core.hostlist import compress
+
+    return compress(names)  # type: ignore[arg-type]
+
+
+def _prio_float(job: dict) -> str:
+    return f"{int(job.get('priority') or 0) / 4294967295:.8f}"
+
+
+def _mem_text(job: dict) -> str:
+    spec = job_spec(job)
+    if spec.get("mem_per_cpu"):
+        return f"{spec['mem_per_cpu']}M"
+    mem = (job.get("shape") or {}).get("mem_per_node") or spec.get("mem_per_node") or 0
+    return f"{mem}M" if mem else "0"
+
+
+# letter -> (header, value function, cut to width)
+FIELDS: dict[str, tuple[str, object, bool]] = {
+    "a": ("ACCOUNT", lambda j: str(j.get("account") or ""), True),
+    "A": ("JOBID", lambda j: str(j.get("job_id")), True),
+    "b": ("TRES_PER_NODE", tres_per_node, True),
+    "B": ("EXEC_HOST", lambda j: str(j.get("batch_host") or "n/a"), True),
+    "c": ("MIN_CPUS", lambda j: str((j.get("shape") or {}).get("cpus_per_node") or 1), True),
+    "C": ("CPUS", lambda j: str(j.get("num_cpus") or 0), True),
+    "d": ("MIN_TMP_DISK", lambda j: "0", True),
+    "D": ("NODES", lambda j: str(j.get("num_nodes") or 0), True),
+    "e": ("END_TIME", end_time_text, True),
+    "E": ("DEPENDENCY", lambda j: null_text(job_spec(j).get("dependency")), True),
+    "f": ("FEATURES", lambda j: null_text(job_spec(j).get("constraint")), True),
+    "F": ("ARRAY_JOB_ID", array_job_id_text, True),
+    "g": ("GROUP", lambda j: str(j.get("group") or ""), True),
+    "G": ("GROUP", lambda j: str(j.get("gid", "")), True),
+    "h": ("OVER_SUBSCRIBE", lambda j: "NO" if job_spec(j).get("exclusive") else "OK", True),
+    "H": ("SOCKETS_PER_NODE", lambda j: "*", True),
+    "i": ("JOBID", job_id_text, True),
+    "I": ("CORES_PER_SOCKET", lambda j: "*", True),
+    "j": ("NAME", lambda j: str(job_spec(j).get("name") or ""), True),
+    "J": ("THREADS_PER_CORE", lambda j: "*", True),
+    "k": ("COMMENT", lambda j: null_text(job_spec(j).get("comment")), True),
+    "K": ("ARRAY_TASK_ID", array_task_text, True),
+    "l": ("TIME_LIMIT", lambda j: _dur(j.get("time_limit")), True),
+    "L": ("TIME_LEFT", time_left, True),
+    "m": ("MIN_MEMORY", _mem_text, True),
+    "M": ("TIME", lambda j: _dur(int(j.get("run_time") or 0)), True),
+    "n": ("REQ_NODES", lambda j: _compress(job_spec(j).get("nodelist")), True),
+    "N": ("NODELIST", lambda j: str(j.get("nodelist") or ""), False),
+    "o": ("COMMAND", lambda j: null_text(j.get("command")), True),
+    "O": ("CONTIGUOUS", lambda j: "0", True),
+    "p": ("PRIORITY", _prio_float, True),
+    "P": ("PARTITION", lambda j: str(j.get("partition") or ""), True),
+    "q": ("QOS", lambda j: str(j.get("qos") or "normal"), True),
+    "Q": ("PRIORITY", lambda j: str(int(j.get("priority") or 0)), True),
+    "r": ("REASON", lambda j: str(j.get("reason") or "None"), True),
+    "R": ("NODELIST(REASON)", reason_list, False),
+    "S": ("START_TIME", lambda j: _ts(start_time(j)), True),
+    "t": ("ST", state_code, True),
+    "T": ("STATE", long_state, True),
+    "u": ("USER", lambda j: str(j.get("user") or ""), True),
+    "U": ("UID", lambda j: str(j.get("uid", "")), True),
+    "v": ("RESERVATION", lambda j: null_text(job_spec(j).get("reservation")), True),
+    "V": ("SUBMIT_TIME", lambda j: _ts(j.get("submit_time")), True),
+    "w": ("WCKEY", lambda j: "(null)", True),
+    "x": ("EXC_NODES", lambda j: _compress(job_spec(j).get("exclude")), True),
+    "y": ("NICE", lambda j: str(job_spec(j).get("nice") or 0), True),
+    "Y": ("SCHEDNODES", lambda j: null_text(j.get("sched_nodelist")), True),
+    "z": ("S:C:T", lambda j: "*:*:*", True),
+    "Z": ("WORK_DIR", lambda j: str(job_spec(j).get("workdir") or ""), True),
+}
+
+# -O names (lower case) -> (% letter, header); headers follow Slurm's.
+LONG_NAMES: dict[str, str] = {
+    "account": "a",
+    "arrayjobid": "F",
+    "arraytaskid": "K",
+    "batchhost": "B",
+    "command": "o",
+    "comment": "k",
+    "dependency": "E",
+    "endtime": "e",
+    "excnodes": "x",
+    "feature": "f",
+    "groupid": "G",
+    "groupname": "g",
+    "jobarrayid": "i",
+    "jobid": "A",
+    "mincpus": "c",
+    "minmemory": "m",
+    "mintmpdisk": "d",
+    "name": "j",
+    "nice": "y",
+    "nodelist": "N",
+    "numcpus": "C",
+    "numnodes": "D",
+    "oversubscribe": "h",
+    "partition": "P",
+    "priority": "p",
+    "prioritylong": "Q",
+    "qos": "q",
+    "reason": "r",
+    "reasonlist": "R",
+    "reqnodes": "n",
+    "reservation": "v",
+    "schednodes": "Y",
+    "starttime": "S",
+    "state": "T",
+    "statecompact": "t",
+    "submittime": "V",
+    "timeleft": "L",
+    "timelimit": "l",
+    "timeused": "M",
+    "tres-per-node": "b",
+    "userid": "U",
+    "username": "u",
+    "workdir": "Z",
+    "wckey": "w",
+    "contiguous": "O",
+    "sct": "z",
+}
+# -O names with no % letter.
+EXTRA_FIELDS: dict[str, tuple[str, object]] = {
+    "numtasks": ("TASKS", lambda j: str(j.get("num_tasks") or 1)),
+    "cpus-per-task": ("CPUS_PER_TASK", lambda j: str(job_spec(j).get("cpus_per_task") or 1)),
+    "tres-alloc": ("TRES_ALLOC", lambda j: str(j.get("tres") or "")),
+    "tres": ("TRES_ALLOC", lambda j: str(j.get("tres") or "")),
+    "eligibletime": ("ELIGIBLE_TIME", lambda j: _ts(j.get("eligible_time"))),
+    "restartcnt": ("RESTARTCNT", lambda j: str(j.get("restart_count") or 0)),
+    "exitcode": ("EXIT_CODE", lambda j: f"{j.get('exit_code') or 0}:{j.get('exit_signal') or 0}"),
+    "stdout": ("STDOUT", lambda j: str(j.get("stdout_path") or "")),
+    "stderr": ("STDERR", lambda j: str(j.get("stderr_path") or "")),
+    "stdin": ("STDIN", lambda j: str(job_spec(j).get("stdin") or "/dev/null")),
+    "gres": ("TRES_PER_NODE", tres_per_node),
+    "cluster": ("CLUSTER", lambda j: ""),
+}
+
+# The output paths are not in the brief view: a column showing them asks for the full one.
+PATH_VALUES = (EXTRA_FIELDS["stdout"][1], EXTRA_FIELDS["stderr"][1])
+
+
+def _named(name: str) -> tuple[str, object, bool] | None:
+    """An ``-O`` name's field (lower case): by its letter, else one with no letter."""
+    letter = LONG_NAMES.get(name)
+    if letter is not None:
+        return FIELDS[letter]
+    extra = EXTRA_FIELDS.get(name)
+    return None if extra is None else (extra[0], extra[1], True)
+
+
+def columns_from_format(fmt: str) -> list[Column]:
+    """``-o``: Slurm's ``%[.][width]letter`` fields with literal text between them."""
+    return letter_columns(fmt, FIELDS.get, "Invalid job format specification: {}")
+
+
+def columns_from_long_format(spec: str) -> list[Column]:
+    """``-O``: ``Name[:[.]width[suffix]]`` items, 20 columns wide unless told."""
+    return named_columns(spec, _named, "Invalid job format specification: {}")
