@@ -22,15 +22,14 @@ working directory and how to connect stdio.
 ``token`` is a random value the launch stream's first frame gives srun, so that only the
 srun that launched a step can feed or signal it.
 
-Each task is forked here and, in the child only: leads its own session, drops to the
-job's user (``setgroups``, ``setgid``, ``setuid``) when the agent is root, sets the umask,
-changes to the working directory (``/tmp`` when it cannot, as Slurm does, with a warning),
-opens any output or input *file* as the user, connects stdio, restores default signal
-dispositions and an empty mask, sets ``SLURM_TASK_PID``, pins itself to its CPUs when the
-task is bound (``--cpu-bind``, or ``TaskPlugin=task/affinity``: see ``agent.affinity``) and
-``execvpe``s the command with the task's ``PATH``. A failure is written to a close-on-exec
-pipe; the child exits with the errno (Slurm's ``slurmstepd: error: execve(): cmd: No such
-file or directory``, code 2).
+Each task is forked here and becomes the user's process through ``agent.spawn`` (the one
+become-the-user sequence, shared with batch scripts) with the task's choices: stdio from
+the agent's pipes, files opened as the user, srun's terminal (``--pty``) or nothing;
+``/tmp`` when the working directory cannot be entered, as Slurm does, with a warning; CPU
+pinning when the task is bound (``--cpu-bind``, or ``TaskPlugin=task/affinity``: see
+``agent.affinity``); ``execvpe`` of the command with the task's ``PATH``. A failure is
+written to a close-on-exec pipe; the child exits with the errno (Slurm's ``slurmstepd:
+error: execve(): cmd: No such file or directory``, code 2).
 
 A task's ``x`` frame follows all of its output. When the last task here has ended, what
 is left of the tasks' sessions is killed (as slurmstepd does), which also closes pipes
@@ -56,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
-from muster.agent import affinity, proctree
+from muster.agent import proctree, spawn
 from muster.agent.affinity import CpuLedger, binding_env
 from muster.agent.env import EnvContext
 from muster.agent.hooks import Hooks
@@ -499,7 +498,7 @@ class StepRunner:
             raise StepLaunchError("malformed task_argv")
         env = {str(k): str(v) for k, v in (body.get("env") or {}).items()}
         cwd = str(body.get("cwd") or "/")
-        umask = _parse_umask(body.get("umask"))
+        umask = spawn.parse_umask(body.get("umask"))
         try:
             bind = parse_cpu_bind(body.get("cpu_bind"))
         except CpuBindError as e:
@@ -621,10 +620,10 @@ class StepRunner:
         if plan.stderr.mode == "pipe":
             pipes[2] = os.pipe()
         err_r, err_w = os.pipe()
-        ignored = _ignored_signals()
+        spec = _child_spec(plan, pipes, terminal, close_first=(err_r,))
         pid = os.fork()
         if pid == 0:  # the child: never returns
-            _child(plan, pipes, err_r, err_w, ignored, terminal)
+            spawn.become(spec, err_w)
         os.close(err_w)
         if terminal is not None:  # its output is read, and its input written, at the master
             master, slave = terminal
@@ -645,10 +644,10 @@ class StepRunner:
                 kind = b"o" if fd == 1 else b"e"
                 task.read_fds[r] = kind
                 loop.add_reader(r, self._readable, step, task, r, kind)
-        message = (await read_pipe(err_r)).decode(errors="replace")
-        if message:
+        failed = spawn.failure(await read_pipe(err_r))
+        if failed is not None:
             # The child failed before exec: its stderr frame says why (it exits soon).
-            self._emit(step, frame(b"e", task.task, f"slurmstepd-{self.node}: error: {message}\n".encode()))
+            self._emit(step, frame(b"e", task.task, f"slurmstepd-{self.node}: error: {failed[1]}\n".encode()))
         self._watch_exit(step, task)
 
     def _watch_exit(self, step: _Step, task: _Task) -> None:
@@ -957,93 +956,52 @@ def _shares_files(plans: list[_Plan]) -> bool:
     return False
 
 
-def _parse_umask(text: Any) -> int | None:
-    try:
-        value = int(str(text), 8)
-    except (TypeError, ValueError):
-        return None
-    return value if 0 <= value <= 0o777 else None
+TASK_WORDS = spawn.Wording(  # Slurm's names for the steps of a task's start
+    session="setsid()",
+    identity="switching to uid {uid}",
+    chdir="chdir(): {cwd}",
+    stdio="dup2()",
+    exec="execve(): {exe}",
+)
 
 
-def _ignored_signals() -> list[signal.Signals]:
-    out = []
-    for sig in signal.valid_signals():
-        try:
-            if signal.getsignal(sig) == signal.SIG_IGN:
-                out.append(sig)
-        except (OSError, ValueError):
-            continue
-    return out
+def _child_spec(plan: _Plan, pipes: dict[int, tuple[int, int]], terminal: tuple[int, int] | None,
+                close_first: tuple[int, ...]) -> spawn.ChildSpec:
+    """How a forked child becomes the task (``agent.spawn``): stdio from the agent's pipes,
+    files opened as the user, a terminal or nothing; ``/tmp`` when the working directory
+    cannot be entered; the errno as the exit code of a failed start."""
+    streams = []
+    for fd, stdio in ((0, plan.stdin), (1, plan.stdout), (2, plan.stderr)):
+        if stdio.mode == "pipe":
+            streams.append(spawn.Stream(fd=pipes[fd][0] if fd == 0 else pipes[fd][1]))
+        elif stdio.mode == "file":
+            streams.append(spawn.Stream(path=stdio.path, flags=stdio.flags, label=f"open(): {stdio.path}"))
+        elif stdio.mode == "same":
+            streams.append(spawn.Stream(same=True))
+        elif stdio.mode == "pty":
+            assert terminal is not None
+            streams.append(spawn.Stream(fd=terminal[1]))
+        else:
+            streams.append(spawn.Stream(path=os.devnull, flags=os.O_RDWR, label=f"open(): {os.devnull}"))
+    bind_note = None
+    if plan.bind_verbose and plan.cpus:
+        mask = mask_text(plan.cpus)
 
+        def bind_note(pid: int) -> str:
+            return f"cpu-bind=MASK - {plan.node}, task {plan.task:2d} {plan.local:2d} [{pid}]: mask {mask} set\n"
 
-def _child(plan: _Plan, pipes: dict[int, tuple[int, int]], err_r: int, err_w: int, ignored: list[Any],
-           terminal: tuple[int, int] | None = None) -> None:
-    """In the forked child: become the task, or say why not and exit (never returns)."""
-    step = "starting"
-    code = 1
-    try:
-        os.close(err_r)
-        step = "setsid()"
-        os.setsid()
-        if terminal is not None:
-            step = "taking the terminal"
-            os.close(terminal[0])
-            fcntl.ioctl(terminal[1], termios.TIOCSCTTY, 0)
-        if plan.groups is not None and plan.uid != os.geteuid():
-            step = f"switching to uid {plan.uid}"
-            os.setgroups(plan.groups)
-            os.setgid(plan.gid)
-            os.setuid(plan.uid)
-        if plan.umask is not None:
-            os.umask(plan.umask)
-        try:
-            os.chdir(plan.cwd)
-        except OSError as e:
-            os.write(2 if 2 not in pipes else pipes[2][1],
-                     f"slurmstepd: error: couldn't chdir to `{plan.cwd}': {e.strerror}: going to /tmp instead\n".encode())
-            os.chdir("/tmp")
-        fds = {}
-        for fd, stdio in ((0, plan.stdin), (1, plan.stdout), (2, plan.stderr)):
-            if stdio.mode == "pipe":
-                fds[fd] = pipes[fd][0] if fd == 0 else pipes[fd][1]
-            elif stdio.mode == "file":
-                step = f"open(): {stdio.path}"
-                fds[fd] = os.open(stdio.path, stdio.flags, 0o644)
-            elif stdio.mode == "same":
-                fds[fd] = fds[1]
-            elif stdio.mode == "pty":
-                assert terminal is not None
-                fds[fd] = terminal[1]
-            else:
-                fds[fd] = os.open(os.devnull, os.O_RDWR)
-        step = "dup2()"
-        for target in (0, 1, 2):
-            os.dup2(fds[target], target)
-        for r, w in pipes.values():
-            for fd in (r, w):
-                if fd > 2:
-                    os.close(fd)
-        for sig in ignored:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        env = dict(plan.env)
-        env["SLURM_TASK_PID"] = str(os.getpid())
-        if plan.cpus and affinity.apply(plan.cpus) and plan.bind_verbose:
-            os.write(2, (f"cpu-bind=MASK - {plan.node}, task {plan.task:2d} {plan.local:2d} "
-                         f"[{os.getpid()}]: mask {mask_text(plan.cpus)} set\n").encode())
-        step = f"execve(): {plan.argv[0]}"
-        os.execvpe(plan.argv[0], plan.argv, env)
-    except BaseException as exc:  # noqa: B036 - the child must never return to the agent
-        try:
-            if isinstance(exc, OSError):
-                code = exc.errno or 1
-                detail = exc.strerror or str(exc)
-            else:
-                detail = str(exc)
-            os.write(err_w, f"{step}: {detail}".encode(errors="replace")[:4000])
-        finally:
-            os._exit(code if 0 < code < 256 else 1)
-    os._exit(1)
+    return spawn.ChildSpec(
+        exe=plan.argv[0], argv=plan.argv, env=plan.env,
+        uid=plan.uid, gid=plan.gid, umask=plan.umask, cwd=plan.cwd,
+        groups=plan.groups if plan.uid != os.geteuid() else None,  # already the user: as is
+        stdin=streams[0], stdout=streams[1], stderr=streams[2], words=TASK_WORDS,
+        reset=spawn.ignored_signals(), cpus=plan.cpus, bind_note=bind_note,
+        cwd_fallback="/tmp", warn_fd=pipes[2][1] if 2 in pipes else 2,
+        terminal=None if terminal is None else terminal[1],
+        close_first=close_first if terminal is None else (*close_first, terminal[0]),
+        close_after=tuple(fd for pair in pipes.values() for fd in pair),
+        search_path=True, failure_exit=None,
+    )
 
 
 async def _write_all(fd: int, data: bytes) -> bool:
