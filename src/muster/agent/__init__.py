@@ -12,10 +12,15 @@ owns what happens on its node and nothing else; the controller owns every job's 
 * ``supervisor`` running batch scripts: launch, watch, time limits, signals, termination,
                  restart recovery.
 * ``steps``      job steps launched by srun (authorized by the controller's grant): fork
-                 the tasks as the user, stream their output and ends back, stdin, signals.
+                 the tasks as the user, stream their output and ends back, stdin, signals;
+                 ``stepapi`` is its HTTP face, ``stepplan`` plans each task, ``localstep``
+                 holds a running step's records.
 * ``taskenv``    pure: a step's grant, a node and a task -> the task's environment.
-* ``launcher``   spool the script, fork, drop privileges, open outputs as the user (their
-                 paths from ``core.outputs``), pin to the job's CPUs, exec.
+* ``launcher``   spool the script, fork its monitor and the script (outputs' paths from
+                 ``core.outputs``); ``jobrecord`` is the running script's record and report.
+* ``spawn``      the one become-the-user sequence in a forked child, for batch scripts and
+                 step tasks alike: session, identity, umask, directory, stdio as the user,
+                 signals, CPU pinning, exec, and whose fault a failure before exec is.
 * ``env``        pure: a job and a node -> the batch script's environment (Slurm's names).
 * ``limits``     pure: time-limit deadlines, ``--signal`` specs, exit statuses.
 * ``affinity``   which host CPUs each job holds (``CpuLedger``), and pinning to them.

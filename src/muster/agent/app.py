@@ -31,7 +31,7 @@ credentials that ``protocol.httpd`` puts in the scope:
 
   ``/v1/steps/*`` (srun launching, feeding and signalling job steps) is the one exception to
   the signature rule: those requests carry a step credential the controller signed instead
-  (see ``muster.agent.steps``).
+  (see ``muster.agent.stepapi``).
 
 * **Unix socket** (``<AgentSocketDir>/musterd-<node>.sock``, mode 0666): only
   ``POST /v1/credential``, which vouches for the connecting process's uid/gid as the kernel
@@ -52,6 +52,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.agent.limits import parse_signal
+from muster.agent.stepapi import StepApi
 from muster.agent.steps import StepRunner
 from muster.agent.supervisor import LaunchError, Supervisor
 from muster.core.clock import Clock
@@ -275,14 +276,15 @@ def build_app(
         steps.replay = verifier.guard  # a step grant is admitted once, across restarts too
     local = credential_app(key, supervisor.node, clock)
     outer = Starlette(lifespan=lifespan)
+    step_api = StepApi(steps) if steps is not None else None
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await outer(scope, receive, send)
         elif scope.get(PEER_KEY):
             await local(scope, receive, send)
-        elif steps is not None and scope["type"] == "http" and scope["path"].startswith("/v1/steps/"):
-            await steps(scope, receive, send)  # authorized by step credentials, not signatures
+        elif step_api is not None and scope["type"] == "http" and scope["path"].startswith("/v1/steps/"):
+            await step_api(scope, receive, send)  # authorized by step credentials, not signatures
         else:
             await signed(scope, receive, send)
 

@@ -38,9 +38,12 @@ from typing import Any
 
 from muster.core.hostlist import compress
 
-__all__ = ["EnvContext", "batch_environment", "format_counts", "tasks_per_node"]
+__all__ = ["GPU_VARS", "EnvContext", "batch_environment", "format_counts", "tasks_per_node", "visible_devices",
+           "working_cluster"]
 
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+# What CUDA, ROCm and oneAPI programs read to see only their GPUs (batch scripts and tasks)
+GPU_VARS = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,18 @@ class EnvContext:
     def_mem_per_cpu: int = 0
     user_home: str | None = None
     user_shell: str | None = None
+
+
+def working_cluster(ctx: EnvContext) -> str:
+    """``SLURM_WORKING_CLUSTER``: the cluster, its controller's address and port, and the
+    fixed ``9728:109`` (protocol version and plugin id) that Slurm 22.05 writes."""
+    return f"{ctx.cluster}:{ctx.ctld_addr}:{ctx.ctld_port}:9728:109"
+
+
+def visible_devices(ids: Sequence[int]) -> dict[str, str]:
+    """Each of ``GPU_VARS`` naming the GPU indices ``ids``, joined by commas."""
+    joined = ",".join(str(i) for i in ids)
+    return {name: joined for name in GPU_VARS}
 
 
 def format_counts(counts: Sequence[int]) -> str:
@@ -139,7 +154,7 @@ def batch_environment(job: Mapping[str, Any], ctx: EnvContext) -> dict[str, str]
         "SLURM_SUBMIT_DIR": str(job.get("submit_dir") or spec.get("workdir") or "/"),
         "SLURM_SUBMIT_HOST": str(job.get("submit_host") or "localhost"),
         "SLURM_CLUSTER_NAME": ctx.cluster,
-        "SLURM_WORKING_CLUSTER": f"{ctx.cluster}:{ctx.ctld_addr}:{ctx.ctld_port}:9728:109",
+        "SLURM_WORKING_CLUSTER": working_cluster(ctx),
         "SLURM_CONF": ctx.conf_path,
         "SLURM_PRIO_PROCESS": env.get("SLURM_PRIO_PROCESS", "0"),
         "SLURM_JOB_NODELIST": nodelist,
@@ -217,17 +232,9 @@ def _gpus(spec: Mapping[str, Any], here: Mapping[str, Any]) -> dict[str, str]:
         out["SLURM_GPUS_PER_TASK"] = str(spec["gpus_per_task"])
     if not ids:
         return out
-    joined = ",".join(str(i) for i in ids)
-    out.update(
-        {
-            "SLURM_JOB_GPUS": joined,
-            "SLURM_GPUS_ON_NODE": str(len(ids)),
-            "CUDA_VISIBLE_DEVICES": joined,
-            "GPU_DEVICE_ORDINAL": joined,
-            "ROCR_VISIBLE_DEVICES": joined,
-            "ZE_AFFINITY_MASK": joined,
-        }
-    )
+    out["SLURM_JOB_GPUS"] = ",".join(str(i) for i in ids)
+    out["SLURM_GPUS_ON_NODE"] = str(len(ids))
+    out.update(visible_devices(ids))
     return out
 
 

@@ -9,35 +9,28 @@ to the job's exit file (``StateDir.exit_path``, for an agent that restarted mean
 a pipe the agent reads, and reaps the job only when the agent lets it (closing the release
 pipe; an agent that died closes it too). While the agent runs, a finished job therefore stays
 a zombie until the agent has swept its leftovers, so its pid, group and session cannot be
-reused meanwhile. The job, forked by the monitor, does, in this order, and nothing else:
+reused meanwhile. The job, forked by the monitor, becomes the user's script through
+``agent.spawn`` (its one become-the-user sequence) with the batch script's choices:
 
-1. ``setsid()``: the job leads its own session and process group (pid = pgid = sid), so
-   that signals reach the whole job and the agent's own signals never do;
-2. ``setgroups(getgrouplist(user))``, ``setgid``, ``setuid`` (only when the agent is root and
-   the job's uid differs from the agent's); from here on it cannot regain root;
-3. ``umask`` from ``SLURM_UMASK`` when sbatch captured one, and ``chdir(workdir)`` (as the
-   user: a directory the user cannot enter is refused);
-4. creates missing directories of the output files, then opens stdin, stdout and stderr
-   (absolute paths), all *as the user*: the user cannot make root create or truncate a
-   file they could not write themselves;
-5. the ``dup2``s onto 0/1/2, default dispositions for every signal the agent ignores
-   (SIGPIPE and SIGXFSZ by Python, SIGHUP under nohup), an empty signal mask and, when the
-   plan names CPUs (``agent.affinity``), the pinning to them;
-6. ``execve`` of the script itself, so the kernel honours its ``#!`` line (a script without
-   one is run by ``/bin/sh``, as ``execvp`` would), with ``SLURM_TASK_PID`` set to its pid.
+* a working directory the user cannot enter is refused (the job's fault);
+* missing directories of the output files are created, as the user; stdin is a file
+  (``/dev/null`` by default), stdout and stderr files opened ``O_APPEND`` (truncated first
+  unless appending), stderr sharing stdout's descriptor when both name one file;
+* default dispositions for every signal the agent ignores and for those the monitor
+  ignores (SIGTERM, SIGINT, SIGHUP); the pinning to the plan's CPUs (``agent.affinity``);
+* ``execve`` of the script itself, so the kernel honours its ``#!`` line (a script without
+  one is run by ``/bin/sh``, as ``execvp`` would), or of the resolved ``--wrap`` command.
 
-Any failure in the job before exec is written, as one line naming the step, to a
-close-on-exec pipe and the job exits 127; the agent reads the pipe until it closes (exec
-succeeded: nothing was written) and raises ``LaunchError`` with that line. The agent waits
-without blocking its event loop (``Started.status``).
+Any failure in the job before exec is written, as one line naming the step and whose fault
+it is, to a close-on-exec pipe and the job exits 127; the agent reads the pipe until it
+closes (exec succeeded: nothing was written) and raises ``LaunchError`` with that line. The
+agent waits without blocking its event loop (``Started.status``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import functools
 import os
 import pwd
 import shutil
@@ -46,19 +39,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from muster.agent import affinity
+from muster.agent import spawn
 from muster.agent.pipes import read_pipe
+from muster.agent.spawn import JOB_FAULT, NODE_FAULT
 from muster.core import outputs
 
 __all__ = ["JOB_FAULT", "NODE_FAULT", "PROLOG_FAULT", "STALE", "LaunchError", "LaunchPlan", "Started", "prepare", "start"]
 
 SCRIPT_NAME = "slurm_script"
 EXEC_TIMEOUT = 30.0  # a child that neither execs nor fails by then is killed
-_OPEN_MODE = 0o644  # the umask applies on top, as for any file the user creates
 
-
-NODE_FAULT = "node"  # the node cannot launch (its spool, its users, a spawn error): drain it
-JOB_FAULT = "job"  # the job's own (its directories, its files, its command): the job fails
+# Whose fault a failed launch is: ``NODE_FAULT`` and ``JOB_FAULT`` (``agent.spawn`` tells
+# them apart for the child's own steps), and two outcomes decided before any fork.
 STALE = "stale"  # the launch conflicts with what runs here (an older attempt, a cancel)
 PROLOG_FAULT = "prolog"  # the site's Prolog failed: drain the node, requeue the job held
 
@@ -70,12 +62,6 @@ class LaunchError(Exception):
     def __init__(self, message: str, fault: str = NODE_FAULT) -> None:
         super().__init__(message)
         self.fault = fault
-
-
-# Errors that say the node's file system is broken, whatever path the job named: a job on
-# another node would not meet them.
-_NODE_ERRNOS = frozenset({errno.EIO, errno.ESTALE, errno.ENOTCONN, errno.EROFS, errno.ENOSPC,
-                          errno.ENOMEM, errno.EAGAIN, errno.EMFILE, errno.ENFILE})
 
 
 @dataclass(slots=True)
@@ -153,7 +139,7 @@ def prepare(
 
     restarts = int(job.get("restart_count") or 0)
     append = spec.get("open_mode") == "append" or restarts > 0
-    umask = _parse_umask(env.get("SLURM_UMASK"))
+    umask = spawn.parse_umask(env.get("SLURM_UMASK"))
     return LaunchPlan(
         job_id=int(job["job_id"]),
         uid=uid,
@@ -204,31 +190,8 @@ def _which(name: str, path: str) -> str:
     return found
 
 
-def _parse_umask(text: str | None) -> int | None:
-    if not text:
-        return None
-    try:
-        value = int(text, 8)
-    except ValueError:
-        return None
-    return value if 0 <= value <= 0o777 else None
-
 
 # --- the fork --------------------------------------------------------------------------
-
-
-@functools.cache
-def _ignored_signals() -> list[signal.Signals]:
-    """Signals this process ignores (Python ignores SIGPIPE and SIGXFSZ; ``nohup`` adds
-    SIGHUP): an ignored disposition survives exec, and the job must not inherit it."""
-    out = []
-    for sig in signal.valid_signals():
-        try:
-            if signal.getsignal(sig) == signal.SIG_IGN:
-                out.append(sig)
-        except (OSError, ValueError):
-            continue
-    return out
 
 
 class Started:
@@ -273,16 +236,15 @@ def _fork(plan: LaunchPlan) -> tuple[int, int, int, int, int]:
     """Fork the monitor, which forks the job. Returns (monitor pid, read end of the pipe
     that brings the job's pid, read end of the job's error pipe, read end of the monitor's
     status pipe, write end of the release pipe)."""
-    ignored = _ignored_signals()
-    env_items = dict(plan.env)
     err_r, err_w = os.pipe()  # all close-on-exec
     st_r, st_w = os.pipe()
     rel_r, rel_w = os.pipe()
     pid_r, pid_w = os.pipe()
+    job = _job_spec(plan, close_first=(pid_w, st_w, rel_r))  # those are the monitor's
     monitor = os.fork()
     if monitor == 0:  # the monitor: never returns
         try:
-            _monitor(plan, env_items, ignored, err_w, st_w, rel_r, pid_w)
+            _monitor(plan, job, err_w, st_w, rel_r, pid_w)
         finally:
             os._exit(1)
     for fd in (err_w, st_w, rel_r, pid_w):
@@ -290,8 +252,42 @@ def _fork(plan: LaunchPlan) -> tuple[int, int, int, int, int]:
     return monitor, pid_r, err_r, st_r, rel_w
 
 
-def _monitor(plan: LaunchPlan, env_items: dict[str, str], ignored: list[signal.Signals],
-             err_w: int, st_w: int, rel_r: int, pid_w: int) -> None:
+def _job_spec(plan: LaunchPlan, close_first: tuple[int, ...]) -> spawn.ChildSpec:
+    """How the monitor's child becomes the batch script (see the module docstring)."""
+    # Always O_APPEND (truncating first unless appending): every writer, including the
+    # agent's own "CANCELLED" line, then adds at the end instead of overwriting.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if plan.append else os.O_TRUNC)
+    stdout = spawn.Stream(path=plan.stdout, flags=flags, label=f"opening the output file {plan.stdout}")
+    if plan.stderr == plan.stdout:
+        stderr = spawn.Stream(same=True)
+    else:
+        stderr = spawn.Stream(path=plan.stderr, flags=flags, label=f"opening the error file {plan.stderr}")
+    return spawn.ChildSpec(
+        exe=plan.exe, argv=plan.argv, env=plan.env,
+        uid=plan.uid, gid=plan.gid, groups=plan.groups, umask=plan.umask, cwd=plan.workdir,
+        stdin=spawn.Stream(path=plan.stdin, flags=os.O_RDONLY, label=f"opening stdin {plan.stdin}"),
+        stdout=stdout, stderr=stderr, words=BATCH_WORDS,
+        # The monitor ignores these too (see ``_monitor``): the script must not.
+        reset=[*spawn.ignored_signals(), signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
+        cpus=plan.cpus,
+        make_dirs=tuple(dict.fromkeys((plan.stdout, plan.stderr))),
+        close_first=close_first,
+        exec_own=not (plan.spool and plan.exe.startswith(plan.spool + os.sep)),  # not our script
+        failure_exit=127,
+    )
+
+
+BATCH_WORDS = spawn.Wording(
+    session="creating a new session",
+    identity="switching to uid {uid} gid {gid}",
+    chdir="changing to the working directory {cwd}",
+    stdio="setting up stdio",
+    exec="executing {exe}",
+)
+
+
+def _monitor(plan: LaunchPlan, job_spec: spawn.ChildSpec, err_w: int, st_w: int, rel_r: int,
+             pid_w: int) -> None:
     """In the forked monitor: a session of its own, deaf to the agent's signals, no file
     of the agent's open; fork the job, say its pid, wait for its end without reaping it,
     write the status to the exit file (for an agent restarted meanwhile) and the status
@@ -311,9 +307,7 @@ def _monitor(plan: LaunchPlan, env_items: dict[str, str], ignored: list[signal.S
                 pass
     job = os.fork()
     if job == 0:  # the job: never returns
-        for fd in (pid_w, st_w, rel_r):  # the monitor's, not the job's
-            os.close(fd)
-        _child(plan, env_items, ignored + [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], err_w)
+        spawn.become(job_spec, err_w)
     os.close(err_w)
     os.write(pid_w, str(job).encode())
     os.close(pid_w)
@@ -362,68 +356,6 @@ def _max_fd() -> int:
         return 1024
 
 
-def _child(plan: LaunchPlan, env_items: dict[str, str], reset: list[signal.Signals], write_fd: int) -> None:
-    """In the forked job: become the user's script, or say why not (``fault|step: error``)
-    and exit 127. The job's own paths (working directory, files, its command) are the
-    job's fault unless the error says the node's file system is broken."""
-    step = "starting"
-    own = False  # whether the step works on the job's own paths
-    try:
-        step = "creating a new session"
-        os.setsid()
-        if plan.groups is not None:
-            step = f"switching to uid {plan.uid} gid {plan.gid}"
-            os.setgroups(plan.groups)
-            os.setgid(plan.gid)
-            os.setuid(plan.uid)
-        if plan.umask is not None:
-            os.umask(plan.umask)
-        own = True
-        step = f"changing to the working directory {plan.workdir}"
-        os.chdir(plan.workdir)
-        for path in dict.fromkeys((plan.stdout, plan.stderr)):
-            # Missing directories of the output files are made, as the user (tools such
-            # as submitit and dask-jobqueue name a log folder that may not exist yet).
-            step = f"creating the directory of {path}"
-            os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
-        step = f"opening stdin {plan.stdin}"
-        fd_in = os.open(plan.stdin, os.O_RDONLY)
-        # Always O_APPEND (truncating first unless appending): every writer, including
-        # the agent's own "CANCELLED" line, then adds at the end instead of overwriting.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if plan.append else os.O_TRUNC)
-        step = f"opening the output file {plan.stdout}"
-        fd_out = os.open(plan.stdout, flags, _OPEN_MODE)
-        fd_err = fd_out
-        if plan.stderr != plan.stdout:
-            step = f"opening the error file {plan.stderr}"
-            fd_err = os.open(plan.stderr, flags, _OPEN_MODE)
-        own = False
-        step = "setting up stdio"
-        os.dup2(fd_in, 0)
-        os.dup2(fd_out, 1)
-        os.dup2(fd_err, 2)
-        for fd in {fd_in, fd_out, fd_err}:
-            if fd > 2:
-                os.close(fd)
-        for sig in reset:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        affinity.apply(plan.cpus)
-        env_items["SLURM_TASK_PID"] = str(os.getpid())
-        step = f"executing {plan.exe}"
-        own = not (plan.spool and plan.exe.startswith(plan.spool + os.sep))  # not our script
-        os.execve(plan.exe, plan.argv, env_items)
-    except BaseException as exc:  # noqa: B036 - the child must never return to the agent
-        try:
-            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            broken = isinstance(exc, OSError) and exc.errno in _NODE_ERRNOS
-            fault = JOB_FAULT if own and not broken else NODE_FAULT
-            os.write(write_fd, f"{fault}|{step}: {detail}".encode(errors="replace")[:4000])
-        finally:
-            os._exit(127)
-    os._exit(127)  # unreachable: execve does not return
-
-
 def _reap_soon(pid: int) -> None:
     """Reap a monitor that is exiting, without waiting for it here."""
     try:
@@ -460,13 +392,14 @@ async def start(plan: LaunchPlan) -> Started:
         os.kill(pid, signal.SIGKILL)
         await started.release()
         raise LaunchError(f"the job did not start within {EXEC_TIMEOUT:.0f}s (stuck opening files?)") from None
-    if message:
+    failed = spawn.failure(message)
+    if failed is not None:
         await started.status()  # it exits 127 right after writing
         await started.release()
         if plan.exit_path:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(plan.exit_path)
-        fault, _, text = message.decode(errors="replace").partition("|")
-        raise LaunchError(text, fault if fault in (NODE_FAULT, JOB_FAULT) else NODE_FAULT)
+        fault, text = failed
+        raise LaunchError(text, fault)
     return started
 

@@ -44,13 +44,13 @@ import os
 import signal
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from muster.agent import launcher, limits, proctree
 from muster.agent.affinity import CpuLedger
 from muster.agent.env import EnvContext, batch_environment
 from muster.agent.hooks import Hooks
+from muster.agent.jobrecord import LOST_STATUS, Tracked, cpus_on, end_report, report_body
 from muster.agent.launcher import JOB_FAULT, PROLOG_FAULT, STALE, LaunchError
 from muster.agent.progress import progress_env
 from muster.agent.state import StateDir
@@ -61,7 +61,6 @@ __all__ = ["LaunchError", "Supervisor", "Tracked"]
 
 log = logging.getLogger(__name__)
 
-LOST_STATUS = "exit status lost: musterd restarted while the job ran"
 TICK = 0.5  # seconds between limit checks at most
 TOMBSTONE_SECONDS = 600.0
 
@@ -82,44 +81,6 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-@dataclass(slots=True)
-class Tracked:
-    job_id: int
-    restart_count: int
-    job: dict[str, Any]
-    uid: int
-    kill_wait: float
-    started_at: float
-    pid: int | None = None
-    start_ticks: int | None = None
-    adopted: bool = False
-    terminated_by: str | None = None
-    kill_at: float | None = None  # monotonic time from which SIGKILL is sent
-    warned: bool = False
-    stderr_path: str | None = None
-    pinned: bool = False  # holds CPUs in the ledger
-    monitored: bool = False  # started through a monitor that records its exit status
-    started: launcher.Started | None = field(default=None, repr=False)  # this agent's launch
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "restart_count": self.restart_count,
-            "pid": self.pid,
-            "pgid": self.pid,
-            "start_ticks": self.start_ticks,
-            "uid": self.uid,
-            "kill_wait": self.kill_wait,
-            "started_at": self.started_at,
-            "terminated_by": self.terminated_by,
-            "warned": self.warned,
-            "stderr_path": self.stderr_path,
-            "monitored": self.monitored,
-            "job": self.job,
-        }
 
 
 class Supervisor:
@@ -227,7 +188,7 @@ class Supervisor:
                     raise LaunchError(f"malformed job: {exc!r}", JOB_FAULT) from None
                 t.uid, t.stderr_path = plan.uid, plan.stderr
                 if self.cpus is not None:
-                    plan.cpus = self.cpus.job_cpus(job_id, _cpus_here(job, self.node))
+                    plan.cpus = self.cpus.job_cpus(job_id, cpus_on(job, self.node))
                     t.pinned = True
                 plan.exit_path = self.state.exit_path(job_id, attempt)
                 try:
@@ -260,8 +221,8 @@ class Supervisor:
         it too; whichever arrives first counts). A node that cannot even write that (its
         state directory broken) still answers the launch, which is enough."""
         try:
-            self._save_report(t, exit_code=1, sig=0, terminated_by=None, reason=str(exc),
-                              launch_failure=exc.fault)
+            self.state.save_report(end_report(self.node, t, 1, 0, None, self.clock.now(), reason=str(exc),
+                                              launch_failure=exc.fault))
         except OSError as err:
             log.error("job %s: cannot save the report of its failed launch: %s", t.job_id, err)
         for cleanup in (self.state.drop_job, self.state.clean_spool):
@@ -338,7 +299,7 @@ class Supervisor:
         now = self.clock.now()
         self._prune_tombstones(now)
         self._tombstones[(job_id, restart_count)] = now
-        report = self._report_body(job_id, restart_count, 0, 0, reason, now, now)
+        report = report_body(self.node, job_id, restart_count, 0, 0, reason, now, now)
         report["reason"] = f"job was not running on {self.node}"
         self.state.save_report(report)
         self.notify()
@@ -565,7 +526,7 @@ class Supervisor:
         log.info(
             "job %s: ended exit_code=%s signal=%s terminated_by=%s", t.job_id, exit_code, sig, by
         )
-        self._save_report(t, exit_code, sig, by, reason, end=now, usage=usage)
+        self.state.save_report(end_report(self.node, t, exit_code, sig, by, now, reason=reason, usage=usage))
         if self.hooks is not None:  # the job's end here: the site's Epilog
             self.spawn(self.hooks.epilog_once(t.job))
         self._unpin(t)
@@ -575,50 +536,6 @@ class Supervisor:
         if self.jobs.get(t.job_id) is t:
             del self.jobs[t.job_id]
         self.notify()
-
-    def _report_body(
-        self,
-        job_id: int,
-        restart_count: int,
-        exit_code: int,
-        sig: int,
-        terminated_by: str | None,
-        start: float,
-        end: float,
-    ) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "job_id": job_id,
-            "restart_count": restart_count,
-            "exit_code": exit_code,
-            "signal": sig,
-            "terminated_by": terminated_by,
-            "start_time": start,
-            "end_time": end,
-        }
-
-    def _save_report(
-        self,
-        t: Tracked,
-        exit_code: int,
-        sig: int,
-        terminated_by: str | None,
-        reason: str | None,
-        end: float | None = None,
-        usage: dict[str, float] | None = None,
-        launch_failure: str | None = None,
-    ) -> None:
-        end = self.clock.now() if end is None else end
-        report = self._report_body(
-            t.job_id, t.restart_count, exit_code, sig, terminated_by, t.started_at, end
-        )
-        if reason:
-            report["reason"] = reason
-        if launch_failure:
-            report["launch_failure"] = launch_failure  # whose fault: "node", "job", "stale"
-        if usage:
-            report["usage"] = usage  # the batch script's max RSS and CPU seconds (sacct)
-        self.state.save_report(report)
 
     # --- restart ----------------------------------------------------------------------
 
@@ -634,21 +551,7 @@ class Supervisor:
             if self.state.has_report(job_id, attempt):
                 self.state.drop_job(job_id)
                 continue
-            t = Tracked(
-                job_id=job_id,
-                restart_count=attempt,
-                job=dict(rec.get("job") or {"job_id": job_id}),
-                uid=int(rec.get("uid", -1)),
-                kill_wait=float(rec.get("kill_wait") or self.kill_wait),
-                started_at=float(rec.get("started_at") or self.clock.now()),
-                pid=rec.get("pid"),
-                start_ticks=rec.get("start_ticks"),
-                adopted=True,
-                terminated_by=rec.get("terminated_by"),
-                warned=bool(rec.get("warned")),
-                stderr_path=rec.get("stderr_path"),
-                monitored=bool(rec.get("monitored")),
-            )
+            t = Tracked.adopted_from(rec, job_id, attempt, self.kill_wait, self.clock.now())
             if t.pid is not None and t.start_ticks is not None and self._leader_alive(t):
                 log.info("job %s: still running as pid %s; adopted", job_id, t.pid)
                 self.jobs[job_id] = t
@@ -686,11 +589,3 @@ class Supervisor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _cpus_here(job: dict[str, Any], node: str) -> int:
-    """The CPUs the job was allocated on ``node`` (1 when the record does not say)."""
-    for a in job.get("alloc") or []:
-        if a.get("node") == node:
-            return int(a.get("cpus") or 1)
-    return 1

@@ -40,12 +40,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from muster.agent.env import EnvContext, format_counts
+from muster.agent.env import EnvContext, format_counts, visible_devices, working_cluster
 from muster.core.hostlist import compress
 
 __all__ = ["task_environment"]
-
-_GPU_VARS = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
 
 
 def task_environment(
@@ -99,7 +97,7 @@ def task_environment(
         "SLURM_SUBMIT_DIR": str(job.get("workdir") or "/"),
         "SLURM_SUBMIT_HOST": str(job.get("submit_host") or "localhost"),
         "SLURM_CLUSTER_NAME": ctx.cluster,
-        "SLURM_WORKING_CLUSTER": f"{ctx.cluster}:{ctx.ctld_addr}:{ctx.ctld_port}:9728:109",
+        "SLURM_WORKING_CLUSTER": working_cluster(ctx),
         "SLURM_CONF": ctx.conf_path,
         "SLURM_PRIO_PROCESS": env.get("SLURM_PRIO_PROCESS", "0"),
         "SLURM_UMASK": str(launch.get("umask") or env.get("SLURM_UMASK") or "0022"),
@@ -161,9 +159,8 @@ def _gpus(step: Mapping[str, Any], index: int, local: int) -> dict[str, str]:
         return {}
     bound = step.get("task_gpus")
     mine = [int(g) for g in bound[index][local]] if bound else node_gpus
-    joined = ",".join(str(g) for g in mine)
-    out = {name: joined for name in _GPU_VARS}
-    out["SLURM_STEP_GPUS"] = joined
+    out = visible_devices(mine)
+    out["SLURM_STEP_GPUS"] = ",".join(str(g) for g in mine)
     out["SLURM_GPUS_ON_NODE"] = str(len(node_gpus))
     if step.get("gpus_per_task"):
         out["SLURMD_TRES_BIND"] = f"gpu:per_task:{step['gpus_per_task']}"

@@ -1,9 +1,9 @@
-"""The pure parts of the agent's step runner: which processes a task owns (file patterns: core.outputs)."""
+"""The pure parts of a step as the agent runs it (agent.localstep): which processes a task owns."""
 
 from __future__ import annotations
 
+from muster.agent.localstep import Task, task_members
 from muster.agent.proctree import ProcInfo
-from muster.agent.steps import _Task, _task_members
 
 
 def procs(*rows: tuple[int, int, int, int, int]) -> dict[int, ProcInfo]:
@@ -25,13 +25,13 @@ def test_a_running_task_owns_its_session_its_group_and_their_descendants() -> No
         (102, 101, 102, 102, 7),  # a grandchild that setsid-ed away: found by descent
         (200, 1, 200, 200, 8),  # someone else
     )
-    task = _Task(task=0, local=0, pid=100, start_ticks=5)
-    assert _task_members(table, children_of(table), task) == {100, 101, 102}
+    task = Task(task=0, local=0, pid=100, start_ticks=5)
+    assert task_members(table, children_of(table), task) == {100, 101, 102}
 
 
 def test_a_reaped_tasks_leftovers_are_found_by_session_and_a_stranger_with_its_pid_is_not() -> None:
-    task = _Task(task=0, local=0, pid=100, start_ticks=5, status=(0, 0))
+    task = Task(task=0, local=0, pid=100, start_ticks=5, status=(0, 0))
     leftovers = procs((101, 1, 100, 100, 6), (300, 1, 300, 300, 9))
-    assert _task_members(leftovers, children_of(leftovers), task) == {101}
+    assert task_members(leftovers, children_of(leftovers), task) == {101}
     reused = procs((100, 1, 100, 100, 50), (101, 100, 100, 100, 51))  # pid 100 given to another
-    assert _task_members(reused, children_of(reused), task) == set()
+    assert task_members(reused, children_of(reused), task) == set()

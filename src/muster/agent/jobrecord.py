@@ -1,0 +1,134 @@
+"""A batch script the agent runs, as it keeps it in memory and on disk, and the report of
+its end.
+
+``Tracked`` is the supervisor's record of one running attempt; ``record()`` is what
+``StateDir.save_job`` writes and ``Tracked.adopted_from`` what a restarted agent reads back
+(see ``agent.supervisor``). ``report_body`` and ``end_report`` build the ``job_done`` report
+the controller link delivers (``agent.link``): the node, the attempt, its exit code and
+signal, who ended it (``terminated_by``) and, when they apply, why (``reason``), whose fault
+a failed launch was (``launch_failure``) and the script's resource use (``usage``). Pure:
+nothing here reads a clock or touches the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.agent import launcher
+
+__all__ = ["LOST_STATUS", "Tracked", "cpus_on", "end_report", "report_body"]
+
+LOST_STATUS = "exit status lost: musterd restarted while the job ran"
+
+
+@dataclass(slots=True)
+class Tracked:
+    job_id: int
+    restart_count: int
+    job: dict[str, Any]
+    uid: int
+    kill_wait: float
+    started_at: float
+    pid: int | None = None
+    start_ticks: int | None = None
+    adopted: bool = False
+    terminated_by: str | None = None
+    kill_at: float | None = None  # monotonic time from which SIGKILL is sent
+    warned: bool = False
+    stderr_path: str | None = None
+    pinned: bool = False  # holds CPUs in the ledger
+    monitored: bool = False  # started through a monitor that records its exit status
+    started: launcher.Started | None = field(default=None, repr=False)  # this agent's launch
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "restart_count": self.restart_count,
+            "pid": self.pid,
+            "pgid": self.pid,
+            "start_ticks": self.start_ticks,
+            "uid": self.uid,
+            "kill_wait": self.kill_wait,
+            "started_at": self.started_at,
+            "terminated_by": self.terminated_by,
+            "warned": self.warned,
+            "stderr_path": self.stderr_path,
+            "monitored": self.monitored,
+            "job": self.job,
+        }
+
+    @classmethod
+    def adopted_from(cls, rec: Mapping[str, Any], job_id: int, attempt: int, kill_wait: float,
+                     now: float) -> Tracked:
+        """The record a previous agent saved (``record()``), for a restarted agent."""
+        return cls(
+            job_id=job_id,
+            restart_count=attempt,
+            job=dict(rec.get("job") or {"job_id": job_id}),
+            uid=int(rec.get("uid", -1)),
+            kill_wait=float(rec.get("kill_wait") or kill_wait),
+            started_at=float(rec.get("started_at") or now),
+            pid=rec.get("pid"),
+            start_ticks=rec.get("start_ticks"),
+            adopted=True,
+            terminated_by=rec.get("terminated_by"),
+            warned=bool(rec.get("warned")),
+            stderr_path=rec.get("stderr_path"),
+            monitored=bool(rec.get("monitored")),
+        )
+
+
+def report_body(
+node: str,
+    job_id: int,
+    restart_count: int,
+    exit_code: int,
+    sig: int,
+    terminated_by: str | None,
+    start: float,
+    end: float,
+) -> dict[str, Any]:
+    return {
+        "node": node,
+        "job_id": job_id,
+        "restart_count": restart_count,
+        "exit_code": exit_code,
+        "signal": sig,
+        "terminated_by": terminated_by,
+        "start_time": start,
+        "end_time": end,
+    }
+
+
+def end_report(
+    node: str,
+    t: Tracked,
+    exit_code: int,
+    sig: int,
+    terminated_by: str | None,
+    end: float,
+    reason: str | None = None,
+    usage: dict[str, float] | None = None,
+    launch_failure: str | None = None,
+) -> dict[str, Any]:
+    """The report of ``t``'s end (or of its failed launch)."""
+    report = report_body(node, t.job_id, t.restart_count, exit_code, sig, terminated_by, t.started_at, end)
+    if reason:
+        report["reason"] = reason
+    if launch_failure:
+        report["launch_failure"] = launch_failure  # whose fault: "node", "job", "stale"
+    if usage:
+        report["usage"] = usage  # the batch script's max RSS and CPU seconds (sacct)
+    return report
+
+
+def cpus_on(job: dict[str, Any], node: str) -> int:
+    """The CPUs the job was allocated on ``node`` (1 when the record does not say)."""
+    for a in job.get("alloc") or []:
+        if a.get("node") == node:
+            return int(a.get("cpus") or 1)
+    return 1

@@ -1,0 +1,130 @@
+"""A job step as this node runs it: its tasks (pid, pipes, end), its output queue, and
+which processes are its.
+
+``Step`` and ``Task`` are the step runner's records (``agent.steps``); ``task_members``
+and ``step_members`` are pure walks over a ``/proc`` snapshot (``agent.proctree``) that
+find a task's processes without ever naming a stranger that reused a pid; ``record_key`` names a step's
+record on disk (``StateDir.save_step``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.agent import proctree
+
+__all__ = ["Step", "Task", "close_quietly", "record_key", "step_members", "task_members"]
+
+
+@dataclass(slots=True)
+class Task:
+    task: int
+    local: int
+    pid: int = 0
+    start_ticks: int | None = None  # tells our task from a later process given its pid
+    status: tuple[int, int] | None = None  # (exit code, signal) once reaped
+    stdin_fd: int | None = None
+    read_fds: dict[int, bytes] = field(default_factory=dict)  # fd -> frame kind (o, e)
+    pty: bool = False  # its stdin_fd is a terminal's master (srun --pty)
+    usage: dict[str, float] | None = None  # getrusage when reaped: rss (KB), user, sys (s)
+    reported: bool = False
+
+
+@dataclass(slots=True)
+class Step:
+    job_id: int
+    attempt: int
+    step_id: int
+    uid: int
+    node: str
+    token: str
+    kill_wait: float
+    interactive: bool = False  # the job is srun's or salloc's (no batch script)
+    tasks: list[Task] = field(default_factory=list)
+    queue: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    buffered: int = 0
+    paused: bool = False
+    terminated: str | None = None
+    kill_handle: asyncio.TimerHandle | None = None
+    swept: bool = False
+    finished: bool = False  # every task here ended and its output is queued
+    pinned: bool = False  # holds the job's CPUs in the ledger
+    time_limit: float | None = None  # ``srun -t`` inside an allocation: the step's own limit
+    limit_handle: asyncio.TimerHandle | None = None
+    noted: bool = False  # its tasks' pids are on disk (StateDir.save_step)
+    orphaned: bool = False  # srun's stream is gone
+    job: dict[str, Any] = field(default_factory=dict)  # what the Prolog/Epilog are told
+
+    def emit(self, data: bytes) -> None:
+        """Queue frames for srun (``agent.stepapi`` sends them and counts them back out)."""
+        self.buffered += len(data)
+        self.queue.put_nowait(data)
+
+    def pause(self) -> None:
+        """Stop reading the tasks' output while too much waits for srun (back-pressure)."""
+        self.paused = True
+        loop = asyncio.get_running_loop()
+        for t in self.tasks:
+            for fd in t.read_fds:
+                loop.remove_reader(fd)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.job_id, self.step_id)
+
+    @property
+    def id_text(self) -> str:
+        return f"{self.job_id}.{self.step_id}"
+
+
+def task_members(
+    procs: Mapping[int, proctree.ProcInfo], children: Mapping[int, list[int]], task: Task
+) -> set[int]:
+    """One task's processes: its session and process group (the task leads both), and
+    their descendants. Once the task is reaped its pid is ours only while some process
+    still uses it as a session or group id (Linux reuses no such pid); a process that now
+    has that pid but another start time is a stranger, and then nothing is ours."""
+    leader = task.pid
+    if not leader:
+        return set()
+    holder = procs.get(leader)
+    if task.status is not None and holder is not None and holder.start_ticks != task.start_ticks:
+        return set()
+    found = {p.pid for p in procs.values() if p.sid == leader or p.pgid == leader}
+    if task.status is None and holder is not None:
+        found.add(leader)
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def step_members(procs: Mapping[int, proctree.ProcInfo], tasks: list[Task], exclude: int = 0) -> set[int]:
+    """The processes of a step's tasks (``task_members`` of each), never pid 1 nor
+    ``exclude`` (the agent itself)."""
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    out: set[int] = set()
+    for t in tasks:
+        out |= task_members(procs, children, t)
+    out -= {exclude, 1}
+    return out
+
+
+def record_key(step: Step) -> str:
+    return f"{step.job_id}.{step.attempt}.{step.step_id}"
+
+
+def close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass

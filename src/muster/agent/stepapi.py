@@ -1,0 +1,216 @@
+"""srun's door to the node's job steps: launch, feed and signal them over HTTP.
+
+srun talks to the agent directly (TCP ``NodeAddr:Port``), with no cluster-key signature:
+what authorizes a launch is the *grant* the controller signed for this step
+(``protocol.stepcred``), which srun carries verbatim. The grant fixes the job, the step, the
+user, the nodes and the task layout; srun supplies the command, its environment, its
+working directory and how to connect stdio.
+
+=============================  ==================================================================
+``POST /v1/steps/launch``      ``{"grant", "sig", "argv", "env", "cwd", "umask", "torch_env", "preserve_env",
+                               "launch_host", "srun_port", "stdin", "stdout", "stderr",
+                               "open_mode", "cpu_bind"}`` -> a stream of frames
+                               (``protocol.stream``) that ends when every task here has
+                               ended and its output is sent
+``POST /v1/steps/stdin``       ``?job=J&step=S&token=T``, a chunked body copied to the stdin of
+                               the tasks here that take it; its end closes their stdin
+``POST /v1/steps/signal``      ``{"job_id", "step_id", "token", "signal", "kill"}`` ->
+                               ``{"ok": true}``; ``kill`` stops the step (TERM, KillWait, KILL)
+=============================  ==================================================================
+
+``token`` is a random value the launch stream's first frame gives srun, so that only the
+srun that launched a step can feed or signal it.
+
+``StepApi`` parses and answers; what a launch, an input or a signal does is the step
+runner's (``agent.steps``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+import os
+import secrets
+import signal
+from typing import Any
+from urllib.parse import parse_qs
+
+from muster.agent.localstep import close_quietly
+from muster.agent.stepplan import StepLaunchError
+from muster.agent.steps import LOW_WATER, StepRunner
+from muster.protocol.httpd import read_body
+from muster.protocol.stream import frame, json_frame
+
+__all__ = ["StepApi"]
+
+log = logging.getLogger(__name__)
+
+
+class StepApi:
+    """The ASGI app for ``/v1/steps/*`` on the agent's TCP socket, over a ``StepRunner``."""
+
+    def __init__(self, runner: StepRunner) -> None:
+        self.runner = runner
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path, method = scope["path"], scope["method"]
+        try:
+            if method != "POST":
+                raise StepLaunchError("method not allowed", 405, "invalid")
+            if path == "/v1/steps/launch":
+                await self._launch(receive, send)
+            elif path == "/v1/steps/stdin":
+                await self._stdin(scope, receive, send)
+            elif path == "/v1/steps/signal":
+                await self._signal_request(receive, send)
+            else:
+                raise StepLaunchError(f"no route {path}", 404, "not_found")
+        except StepLaunchError as e:
+            await _json(send, e.status, {"error": str(e), "code": e.code})
+
+    async def _launch(self, receive: Any, send: Any) -> None:
+        body = _parse_json(await read_body(receive))
+        step = await self.runner.launch(body)
+        await send({
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/x-muster-frames")],
+        })
+        gone = asyncio.Event()
+
+        async def watch_disconnect() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    gone.set()
+                    step.queue.put_nowait(None)
+                    return
+
+        watcher = asyncio.create_task(watch_disconnect())
+        started = [t.task for t in step.tasks]
+        first = json_frame(b"m", -1, {"started": started, "token": step.token, "node": self.runner.node})
+        try:
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+            while True:
+                item = await step.queue.get()
+                if gone.is_set():
+                    break
+                chunks = [] if item is None else [item]
+                while not step.queue.empty():
+                    more = step.queue.get_nowait()
+                    if more is not None:
+                        chunks.append(more)
+                if chunks:
+                    data = b"".join(chunks)
+                    step.buffered -= len(data)
+                    if step.paused and step.buffered < LOW_WATER:
+                        self.runner.resume(step)
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                if step.finished and step.queue.empty():
+                    await send({"type": "http.response.body", "body": frame(b"d", -1, b""), "more_body": False})
+                    break
+        except OSError:
+            pass
+        finally:
+            watcher.cancel()
+            self.runner.detach(step)
+
+    async def _stdin(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        query = parse_qs(scope.get("query_string", b"").decode())
+        try:
+            key = (int(query["job"][0]), int(query["step"][0]))
+            token = query["token"][0]
+        except (KeyError, ValueError, IndexError):
+            raise StepLaunchError("stdin needs job, step and token") from None
+        step = self.runner.steps.get(key)
+        if step is None or not secrets.compare_digest(step.token, token):
+            raise StepLaunchError(f"no such step {key[0]}.{key[1]} here", 404, "not_found")
+        targets = [t for t in step.tasks if t.stdin_fd is not None]
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    break
+                data = message.get("body", b"")
+                for t in targets:
+                    if t.stdin_fd is not None and data:
+                        if not await _write_all(t.stdin_fd, data):
+                            close_quietly(t.stdin_fd)
+                            t.stdin_fd = None
+                if not message.get("more_body"):
+                    break
+        finally:
+            for t in targets:
+                if t.stdin_fd is not None:
+                    if t.pty:  # a terminal's end of input is ^D (twice: after a partial line too)
+                        await _write_all(t.stdin_fd, b"\x04\x04")
+                    close_quietly(t.stdin_fd)
+                    t.stdin_fd = None
+        await _json(send, 200, {"ok": True})
+
+    async def _signal_request(self, receive: Any, send: Any) -> None:
+        body = _parse_json(await read_body(receive))
+        try:
+            key = (int(body["job_id"]), int(body["step_id"]))
+            sig = int(body.get("signal") or signal.SIGTERM)
+        except (KeyError, TypeError, ValueError):
+            raise StepLaunchError("signal needs job_id, step_id and signal") from None
+        step = self.runner.steps.get(key)
+        if step is None or not secrets.compare_digest(step.token, str(body.get("token") or "")):
+            raise StepLaunchError(f"no such step {key[0]}.{key[1]} here", 404, "not_found")
+        if body.get("kill") and sig == signal.SIGKILL:
+            self.runner.kill_at_once(step)  # srun's -W, --quit-on-interrupt: Slurm's SIGKILL
+        elif body.get("kill"):
+            self.runner.stop(step, "cancel", None)
+        else:
+            self.runner.signal_tasks(step, sig)
+        await _json(send, 200, {"ok": True})
+
+async def _write_all(fd: int, data: bytes) -> bool:
+    """Write to a task's stdin pipe without blocking the agent; False once it is closed."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+            view = view[n:]
+        except BlockingIOError:
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(fd, _settle, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_writer(fd)
+        except OSError as e:
+            if e.errno in (errno.EPIPE, errno.EBADF):
+                return False
+            raise
+    return True
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise StepLaunchError("request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise StepLaunchError("request body must be a JSON object")
+    return body
+
+
+async def _json(send: Any, status: int, data: dict[str, Any]) -> None:
+    payload = json.dumps(data).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+    })
+    await send({"type": "http.response.body", "body": payload})
