@@ -37,6 +37,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 
 from muster.core import lifecycle
 from muster.core.clock import ManualClock
@@ -51,6 +52,8 @@ from muster.sim.traces import TraceJob
 __all__ = ["Estimate", "JobOutcome", "SimResult", "Simulation", "replayable"]
 
 _ARRIVE, _END = 0, 1
+# How many jobs of the queue's head a strict-order pass looks at first (see ``_decide``).
+_HEAD = 16
 
 
 class Estimate:
@@ -232,6 +235,9 @@ class Simulation:
         self._killed: set[int] = set()
         self.passes = 0
         self.skipped_passes = 0
+        self.head_retries = 0
+        # fcfs: examined in the order of ``_pending`` and nothing passes a blocked job.
+        self._strict_order = not config.backfill and not config.multifactor and order == "fifo"
 
     # -- building jobs ------------------------------------------------------------------
 
@@ -331,16 +337,41 @@ class Simulation:
 
     # -- one pass, applied as the controller applies it ------------------------------------
 
+    def _decide(self, now: float) -> Decisions:
+        """One ``sched.schedule`` call over the queue, or over the head of it that decides.
+
+        Under ``sched/builtin`` with FIFO priorities (``fcfs``) the queue is examined in
+        submission order, which is the order of ``_pending``, and every job of the one
+        partition waits behind the first blocked one; a job's decision depends only on the
+        jobs before it. So a pass over the first K jobs that blocks one of them
+        (``stats.blocked``) starts exactly what a pass over the whole queue starts; when
+        none of the K blocks, the pass is run again over twice as many. A pass then costs
+        what it starts, not the length of the queue. The jobs beyond the head keep the
+        priority and reason of the last pass that saw them (both are for display)."""
+        running = list(self._running.values())
+        pending = self._pending
+        head = _HEAD if self._strict_order else len(pending)
+        while True:
+            if head >= len(pending):
+                jobs = list(pending.values())
+            else:
+                jobs = list(islice(pending.values(), head))
+            snapshot = Snapshot(
+                nodes=self.cluster.nodes,
+                partitions=self.cluster.partitions,
+                pending=jobs,
+                running=running,
+                finished=self._finished,
+                priority_overrides=self._overrides,
+            )
+            decisions = schedule(snapshot, now, self.config)
+            if len(jobs) == len(pending) or decisions.stats.blocked:
+                return decisions
+            self.head_retries += 1
+            head *= 2
+
     def _pass(self, now: float) -> None:
-        snapshot = Snapshot(
-            nodes=self.cluster.nodes,
-            partitions=self.cluster.partitions,
-            pending=list(self._pending.values()),
-            running=list(self._running.values()),
-            finished=self._finished,
-            priority_overrides=self._overrides,
-        )
-        decisions = schedule(snapshot, now, self.config)
+        decisions = self._decide(now)
         self.passes += 1
         self._annotate(decisions)
         for start in decisions.starts:
