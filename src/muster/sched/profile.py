@@ -15,7 +15,8 @@ later job can use what an earlier one was promised.
 
 Invariants: ``times`` is strictly increasing and starts at ``now``; every value stays
 between 0 and the node's capacity; ``gpu_ids`` (the GPU indices free *now*) has exactly
-``gpus[0]`` entries.
+``gpus[0]`` entries, except while a conservative hold from ``now`` (``Backfill.hold``)
+counts GPUs it has not taken an index for: then it has that many more.
 """
 
 from __future__ import annotations
@@ -193,6 +194,17 @@ class NodeProfile:
             gpus[k] -= g
         if start > self.times[0]:
             self.dips = True
+        self.version += 1
+
+    def give(self, start: float, end: float, c: int, m: int, g: int) -> None:
+        """Add back what ``take(start, end, c, m, g)`` took (a hold being released)."""
+        i = self._split(start)
+        j = self._split(end) if end != INF else len(self.times)
+        cpus, mem, gpus = self.cpus, self.mem, self.gpus
+        for k in range(i, j):
+            cpus[k] += c
+            mem[k] += m
+            gpus[k] += g
         self.version += 1
 
     def take_gpu_ids(self, count: int) -> list[int]:

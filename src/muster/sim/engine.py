@@ -14,7 +14,7 @@ planned starts onto the pending jobs, and start each decided job through
 ``core.lifecycle.start``. Ends go through ``lifecycle.finish`` (or ``lifecycle.end`` with
 TIMEOUT), as ``Controller.job_done`` does. Nothing here reads the wall clock.
 
-Two things make this fast without changing a decision:
+Three things make this fast without changing a decision:
 
 * the snapshot is kept, not rebuilt: the ``NodeView`` objects live for the whole run and
   their free resources are updated as jobs start and end; pending and running jobs are
@@ -23,7 +23,9 @@ Two things make this fast without changing a decision:
   plan: a job needs ``nodes`` nodes of its partition, each with its per-node CPUs, memory
   and GPUs free now, and the scheduler starts only jobs that fit now, so such a pass could
   not start anything. Its other outputs (priorities, reasons, plans) are for display and
-  are refreshed by the next pass that runs.
+  are refreshed by the next pass that runs. Not under conservative backfill, whose next
+  pass examines jobs in the order of the plans this one would have made;
+* under FCFS a pass is given only the head of the queue that decides it (``_decide``).
 
 What backfill believes a job will run (``Job.time_limit``) is chosen by ``Estimate``:
 the user's request from the trace, the actual run time (an oracle), or K times it.
@@ -107,6 +109,7 @@ class JobOutcome:
     killed: bool = False
     backfilled: bool = False
     nodes: tuple[str, ...] = ()
+    first_plan: float | None = None  # the first planned start a pass gave it, if any
 
     @property
     def wait(self) -> float:
@@ -207,7 +210,10 @@ class Simulation:
         self.allow_overrun = allow_overrun
         self.epoch = epoch
         self.label = label
-        self.skip_idle_passes = skip_idle_passes
+        # Under conservative backfill a pass re-places every plan, and the next pass
+        # examines jobs in the order of those plans: a pass that starts nothing still
+        # counts, so none is skipped.
+        self.skip_idle_passes = skip_idle_passes and not config.conservative
         self.progress = progress
         # Job ids follow submission order, as the controller numbers them (stable for ties).
         self.trace_jobs = jobs = sorted(jobs, key=lambda j: j.submit)
@@ -221,6 +227,7 @@ class Simulation:
         self._pending_shapes: Counter[tuple[int, int, int, int]] = Counter()
         self._part_nodes = cluster.partition_nodes()
         self._planned: set[int] = set()
+        self._first_plan: dict[int, float] = {}  # job id -> the first planned start it got
         # order="sjf": admin priorities (``scontrol update job priority=``) by time limit,
         # set at submission; the snapshot carries those of pending jobs, as ctld.view does.
         if order not in ("fifo", "sjf"):
@@ -411,11 +418,14 @@ class Simulation:
             if job is not None:
                 job.planned_start = None
                 job.planned_nodes = []
+        first = self._first_plan
         for job_id, plan in decisions.plans.items():
             job = pending.get(job_id)
             if job is not None:
                 job.planned_start = plan.start_time
                 job.planned_nodes = list(plan.nodes)
+                if job_id not in first:
+                    first[job_id] = plan.start_time
         self._planned = set(decisions.plans)
 
     # -- resources ---------------------------------------------------------------------------
@@ -460,6 +470,7 @@ class Simulation:
         self._release(job.alloc)
         self._finished[job.job_id] = str(job.state)
         assert job.start_time is not None
+        first = self._first_plan.pop(job.job_id, None)
         self.outcomes[index] = JobOutcome(
             job_id=job.job_id,
             trace_id=tj.trace_id,
@@ -471,4 +482,5 @@ class Simulation:
             killed=killed,
             backfilled=job.job_id in self._backfilled,
             nodes=tuple(job.nodes),
+            first_plan=None if first is None else first - self.epoch,
         )
