@@ -16,7 +16,10 @@ config always give the same decisions.
                 earlier job was promised; otherwise give it a planned start (a reservation
                 in the profile), up to the backfill depth; sched/builtin instead stops a
                 partition at its first blocked job. The first blocked job of a partition
-                waits for Resources, those behind it for Priority.
+                waits for Resources, those behind it for Priority. Conservative
+                backfill places the jobs holding a plan from the previous pass first,
+                by that plan's start, each plan held in the profile until its job's turn
+                (README.md, "Promises").
 """
 
 from __future__ import annotations

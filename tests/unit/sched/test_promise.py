@@ -7,6 +7,9 @@ ends; none overruns).
 * sched/backfill (the default, FIFO priority): a job's decision in every pass is what it
   would be if no job that arrived after it were queued, so a later arrival never moves
   its planned start.
+
+And the case that tells them apart: an early end opens room that a job planned into a
+hole and an older job both want.
 """
 
 from __future__ import annotations
@@ -135,3 +138,29 @@ def test_under_fifo_backfill_a_later_arrival_never_changes_an_earlier_jobs_decis
             )
 
     replay(DEFAULT_FIFO, machine, rows, before=before)
+
+
+def _hole(config: SchedConfig) -> tuple[float, float, float]:
+    """Four CPUs. a1 (2 CPUs, until 100) and a2 (2 CPUs, until 50) run; b wants all four
+    for 100 s and is planned at 100; c (2 CPUs, 50 s) arrives after b and is planned into
+    the hole [50, 100) that a2 leaves. Then a1 ends early, at 3. Returns c's first plan,
+    and b's and c's starts or plans after that pass."""
+    h = SchedHarness(config).gpu_nodes(1, gpus=0, cpus=4, mem=64_000)
+    a1 = h.run_job(job().cpus(2).time(100).mem(100), at=0)
+    h.run_job(job().cpus(2).time(50).mem(100), at=0)
+    b = h.submit(job().cpus(4).time(100).mem(100), at=1)
+    assert h.schedule(at=1).plans[b].start_time == 100
+    c = h.submit(job().cpus(2).time(50).mem(100), at=2)
+    first = h.schedule(at=2).plans[c].start_time
+    h.finish(a1)
+    d = h.schedule(at=3)
+    when = {s.job_id: 3.0 for s in d.starts} | {k: p.start_time for k, p in d.plans.items()}
+    return first, when[b], when[c]
+
+
+def test_conservative_keeps_the_hole_promised_to_a_later_job_when_an_early_end_opens_room() -> None:
+    assert _hole(CONSERVATIVE) == (50, 53, 3)  # c starts at once, b moves up to 53
+
+
+def test_fifo_backfill_re_plans_the_older_job_first_and_the_later_one_loses_its_hole() -> None:
+    assert _hole(DEFAULT_FIFO) == (50, 50, 150)  # b takes the room from 50: c slips to 150
