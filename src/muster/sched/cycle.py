@@ -330,16 +330,15 @@ class _Pass:
                 break  # planned jobs come first
             if at < now or not job.planned_nodes:
                 continue  # overdue: a running job outlived its limit; nothing to keep
-            nodes = [pool.get(name) for name in job.planned_nodes]
-            if any(n is None for n in nodes):
-                continue
+            nodes = [pool[name] for name in job.planned_nodes if name in pool]
+            if len(nodes) != len(job.planned_nodes):
+                continue  # a node left the cluster
             for pname in parts:
                 r = self.feas.request(job, pname)
                 if isinstance(r, Verdict):
                     continue
-                held = (r[0], r[1], at, nodes)
-                if engine.hold(*held):  # type: ignore[arg-type]
-                    holds[job.job_id] = held  # type: ignore[assignment]
+                if engine.hold(r[0], r[1], at, nodes):
+                    holds[job.job_id] = (r[0], r[1], at, nodes)
                 break
         return holds
 
@@ -451,12 +450,14 @@ def _replacement_order(order: list[int], jobs: Sequence[Job]) -> list[int]:
 
     Re-placed this way a job finds, at the latest, the start it was promised: the jobs
     placed before it were promised starts no later than its own and can only have moved
-    earlier, so (with interchangeable resources) they hold no more of what it needs from
-    its promised start on than they did; only a running job that outlives its time limit
-    can take it. In priority order, a job that arrived later but was planned into an
-    earlier hole would be pushed back by an older job re-planned first."""
+    earlier, so on a processor pool they hold no more of what it needs from its promised
+    start on than they did. On nodes they might move onto its nodes: the holds
+    (``_hold_plans``) keep them off. Only a running job that outlives its time limit can
+    take it. In priority order, a job that arrived later but was planned into an earlier
+    hole would be pushed back by an older job re-planned first."""
     planned = [i for i in order if jobs[i].planned_start is not None]
     if not planned:
         return order
-    planned.sort(key=lambda i: jobs[i].planned_start)  # type: ignore[arg-type, return-value]
+    starts = {i: jobs[i].planned_start or 0.0 for i in planned}
+    planned.sort(key=starts.__getitem__)
     return planned + [i for i in order if jobs[i].planned_start is None]

@@ -16,6 +16,7 @@ import pytest
 
 from muster.sim.cluster import uniform_cluster
 from muster.sim.engine import Estimate, Simulation, replayable
+from muster.sim.metrics import compute
 from muster.sim.policies import build_settings, job_order, sched_config
 from muster.sim.traces import read_trace
 
@@ -53,3 +54,11 @@ def test_a_fcfs_pass_over_the_head_of_the_queue_starts_what_a_pass_over_all_of_i
     assert _starts(head) == _starts(whole) == PINNED["fcfs"]
     assert head.passes == whole.passes
     assert head.head_retries > 0  # some passes started more than the first head held
+
+
+def test_conservative_starts_no_job_of_the_kth_cut_after_its_first_planned_start() -> None:
+    result = _simulation("conservative").run()
+    m = compute(result.outcomes, 100)
+    assert m["planned"] > 200 and m["late_vs_first_plan"] == 0
+    # the default depth re-plans in priority order: some promises break on the same trace
+    assert compute(_simulation("backfill").run().outcomes, 100)["late_vs_first_plan"] > 0
