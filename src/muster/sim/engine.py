@@ -243,7 +243,8 @@ class Simulation:
         self.passes = 0
         self.skipped_passes = 0
         self.head_retries = 0
-        # fcfs: examined in the order of ``_pending`` and nothing passes a blocked job.
+        # fcfs: examined in the order of ``_pending`` and nothing passes a blocked job of
+        # the partition, which is every job's (``_make_job``: the default partition).
         self._strict_order = not config.backfill and not config.multifactor and order == "fifo"
 
     # -- building jobs ------------------------------------------------------------------
