@@ -110,6 +110,7 @@ class JobOutcome:
     backfilled: bool = False
     nodes: tuple[str, ...] = ()
     first_plan: float | None = None  # the first planned start a pass gave it, if any
+    earliest_plan: float | None = None  # the earliest planned start any pass gave it
 
     @property
     def wait(self) -> float:
@@ -228,6 +229,7 @@ class Simulation:
         self._part_nodes = cluster.partition_nodes()
         self._planned: set[int] = set()
         self._first_plan: dict[int, float] = {}  # job id -> the first planned start it got
+        self._earliest_plan: dict[int, float] = {}  # job id -> the earliest one
         # order="sjf": admin priorities (``scontrol update job priority=``) by time limit,
         # set at submission; the snapshot carries those of pending jobs, as ctld.view does.
         if order not in ("fifo", "sjf"):
@@ -419,14 +421,16 @@ class Simulation:
             if job is not None:
                 job.planned_start = None
                 job.planned_nodes = []
-        first = self._first_plan
+        first, earliest = self._first_plan, self._earliest_plan
         for job_id, plan in decisions.plans.items():
             job = pending.get(job_id)
             if job is not None:
-                job.planned_start = plan.start_time
+                at = job.planned_start = plan.start_time
                 job.planned_nodes = list(plan.nodes)
                 if job_id not in first:
-                    first[job_id] = plan.start_time
+                    first[job_id] = earliest[job_id] = at
+                elif at < earliest[job_id]:
+                    earliest[job_id] = at
         self._planned = set(decisions.plans)
 
     # -- resources ---------------------------------------------------------------------------
@@ -472,6 +476,7 @@ class Simulation:
         self._finished[job.job_id] = str(job.state)
         assert job.start_time is not None
         first = self._first_plan.pop(job.job_id, None)
+        best = self._earliest_plan.pop(job.job_id, None)
         self.outcomes[index] = JobOutcome(
             job_id=job.job_id,
             trace_id=tj.trace_id,
@@ -484,4 +489,5 @@ class Simulation:
             backfilled=job.job_id in self._backfilled,
             nodes=tuple(job.nodes),
             first_plan=None if first is None else first - self.epoch,
+            earliest_plan=None if best is None else best - self.epoch,
         )
