@@ -88,7 +88,7 @@ class NodeProfile:
         self.dips = False
         self.windows: Sequence[Window] = ()  # set by the pass for nodes with reservations
         self.version = 0
-        self._memo: dict[tuple[int, int, int, float], list[list[float]]] = {}
+        self._memo: dict[tuple[int, int, int], list[list[float]]] = {}
         self._memo_version = 0
 
     # -- building -------------------------------------------------------------------
@@ -149,18 +149,26 @@ class NodeProfile:
 
     def starts(self, c: int, m: int, g: int, duration: float) -> list[list[float]]:
         """The start times at which (c, m, g) stays free for ``duration``: a list of closed
-        intervals [first, last] in time order (last may be INF). Remembered until the
-        profile changes; callers must not modify the answer."""
+        intervals [first, last] in time order (last may be INF). Callers must not modify
+        the answer.
+
+        Derived from the runs of steps where (c, m, g) fits, which are remembered per
+        need until the profile changes: jobs of one shape mostly differ in their time
+        limit, and a pass asks this of every candidate node for each of them."""
         if self._memo_version != self.version:
             self._memo.clear()
             self._memo_version = self.version
-        key = (c, m, g, duration)
-        found = self._memo.get(key)
-        if found is None:
-            found = self._memo[key] = self._starts(c, m, g, duration)
-        return found
+        key = (c, m, g)
+        runs = self._memo.get(key)
+        if runs is None:
+            runs = self._memo[key] = self._runs(c, m, g)
+        if duration == INF:
+            return [r for r in runs if r[1] == INF]
+        return [r if r[1] == INF else [r[0], r[1] - duration] for r in runs if r[1] - r[0] >= duration]
 
-    def _starts(self, c: int, m: int, g: int, duration: float) -> list[list[float]]:
+    def _runs(self, c: int, m: int, g: int) -> list[list[float]]:
+        """The maximal [start, end) spans of steps where (c, m, g) is free; the last may
+        end at INF."""
         out: list[list[float]] = []
         steps = zip(self.times, self.cpus, self.mem, self.gpus, strict=True)
         if not self.dips:
@@ -175,8 +183,7 @@ class NodeProfile:
                 if run is None:
                     run = t
             elif run is not None:
-                if duration != INF and t - run >= duration:
-                    out.append([run, t - duration])
+                out.append([run, t])
                 run = None
         if run is not None:
             out.append([run, INF])
