@@ -1,19 +1,24 @@
-"""How fast ``muster sim`` replays real traces: jobs simulated per second.
+"""How the cost of ``muster sim`` grows with the trace: microseconds per job, per policy,
+on the first tenth of a trace and on all of it, and the ratio of the two.
 
-    python benchmarks/bench_sim.py             # KTH under EASY, then two ITP files on 512 GPUs
-    python benchmarks/bench_sim.py --quick     # the first 5,000 jobs of each
-    python benchmarks/bench_sim.py --profile   # and where the time goes (cProfile, top 15)
+    python benchmarks/bench_sim.py                      # the bundled KTH cut (5,000 jobs)
+    python benchmarks/bench_sim.py ../shared/traces/KTH-SP2-1996-2.swf.gz     # 2,848 and 28,481
+    python benchmarks/bench_sim.py ITP.tar.gz --cluster cluster04 --nodes 64 --estimate actual
+    python benchmarks/bench_sim.py TRACE --policies fcfs --profile   # where the time goes
 
-Traces come from ../shared/traces (see its README). KTH SP2 (28,481 jobs, 100 processors)
-is replayed under EASY with the users' requested times as estimates, on the default
-processor pool and on 100 single-CPU nodes (``--nodes 100 --cpus-per-node 1``). The
-Microsoft ITP cluster04 file (15,802 jobs, offered load 0.97 at that size) and cluster07
-(12,699 jobs, load 0.50) are replayed on 64 nodes x 8 GPUs = 512 GPUs under EASY with the
-actual durations as estimates (the trace records no request).
+A replay whose passes walk the whole queue costs more per job as the trace (and so the
+queue) grows; one whose passes cost what they decide keeps its cost per job. The goal is
+a ratio under 2 for every policy as the trace grows tenfold. ``conservative`` re-places
+every waiting job in every pass, by definition: its cost per job follows the mean number
+of waiting jobs (printed as "queue", the time-averaged count: total wait / makespan),
+which is a property of the load, not of the trace's length.
 
-Wall and CPU seconds are measured here, around ``Simulation.run`` (trace reading and
-metrics excluded); the simulator itself never reads a clock. The machine is shared, so
-CPU seconds are the steadier figure.
+The default trace is ``benchmarks/traces/kth-sp2-5000.swf.gz``: the first 5,000 records
+of the KTH SP2 log (Parallel Workloads Archive; see the file's header), replayed on its
+pool of 100 processors with the users' requested times as estimates. CPU seconds of
+``Simulation.run`` are measured here (trace reading and metrics excluded; the simulator
+itself never reads a clock). The machine may be shared: CPU seconds are the steadier
+figure, and the ratio is the figure to read.
 """
 
 from __future__ import annotations
@@ -25,67 +30,85 @@ import pstats
 import sys
 import time
 
-from muster.sim.cluster import Cluster, uniform_cluster
+from muster.sim.cluster import uniform_cluster
 from muster.sim.engine import Estimate, Simulation, replayable
 from muster.sim.metrics import compute
-from muster.sim.policies import build_settings, sched_config
-from muster.sim.traces import Trace, read_trace
+from muster.sim.policies import POLICIES, build_settings, job_order, sched_config
+from muster.sim.traces import Trace, TraceJob, read_trace
 
-TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")
-KTH = os.path.join(TRACES, "KTH-SP2-1996-2.swf.gz")
-ITP = os.path.join(TRACES, "microsoft-itp-2021-raw-traces.tar.gz")
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUNDLED = os.path.join(HERE, "traces", "kth-sp2-5000.swf.gz")
 
 
-def bench(name: str, trace: Trace, cluster: Cluster, estimate: str, limit: int | None,
-          profile: bool, policy: str = "easy") -> None:
-    est = Estimate.parse(estimate)
-    jobs, refused = replayable(trace.jobs[:limit] if limit else trace.jobs, trace.unit, cluster, est)
-    settings = build_settings(policy, max_time_limit=max(est.limit(j) for j in jobs))
-    sim = Simulation(jobs, trace.unit, cluster, sched_config(settings), estimate=est, label=policy)
-    prof = cProfile.Profile() if profile else None
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    if prof is not None:
-        prof.enable()
+def replay(trace: Trace, jobs: list[TraceJob], policy: str, args: argparse.Namespace,
+           profile: cProfile.Profile | None) -> tuple[float, dict[str, float], int]:
+    """CPU seconds of one replay, its metrics, and the passes it ran."""
+    cluster = uniform_cluster(trace.unit, trace.header, args.nodes, args.cpus_per_node)
+    est = Estimate.parse(args.estimate)
+    kept, _ = replayable(jobs, trace.unit, cluster, est)
+    settings = build_settings(policy, max_time_limit=max(est.limit(j) for j in kept))
+    sim = Simulation(kept, trace.unit, cluster, sched_config(settings), estimate=est,
+                     label=policy, order=job_order(policy))
+    if profile is not None:
+        profile.enable()
+    cpu0 = time.process_time()
     result = sim.run()
-    if prof is not None:
-        prof.disable()
-    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    m = compute(result.outcomes, cluster.capacity(trace.unit))
-    print(
-        f"{name:<44} {len(jobs):>7,} jobs  {wall:7.1f} s wall  {cpu:7.1f} s CPU  "
-        f"{len(jobs) / cpu:>8,.0f} jobs/s (CPU)  passes {result.passes:,} "
-        f"(+{result.skipped_passes:,} skipped)"
-    )
-    print(
-        f"{'':<44} wait mean {m['wait_mean']:,.0f} s, bsld {m['bounded_slowdown_mean']:.1f}, "
-        f"utilisation {m['utilisation']:.3f}, backfilled {m['backfilled']:,}"
-        + (f", {sum(refused.values())} refused" if refused else "")
-    )
-    sys.stdout.flush()
-    if prof is not None:
-        pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    cpu = time.process_time() - cpu0
+    if profile is not None:
+        profile.disable()
+    return cpu, compute(result.outcomes, cluster.capacity(trace.unit)), result.passes
+
+
+def _queue(m: dict[str, float]) -> float:
+    """Time-averaged number of waiting jobs: total wait over the makespan."""
+    return m["wait_mean"] * m["jobs"] / m["makespan"] if m["makespan"] else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="the first 5,000 jobs of each trace")
-    ap.add_argument("--profile", action="store_true", help="print the top functions of each run")
-    ap.add_argument("--skip-nodes", action="store_true", help="skip KTH on 100 single-CPU nodes")
+    ap.add_argument("trace", nargs="?", default=BUNDLED,
+                    help="trace file (default: the bundled KTH cut of 5,000 jobs)")
+    ap.add_argument("--cluster", help="which CSV of a tarball (GPU traces)")
+    ap.add_argument("--nodes", type=int, help="nodes (required for GPU traces)")
+    ap.add_argument("--cpus-per-node", type=int)
+    ap.add_argument("--estimate", default="requested", help="requested, actual or KxActual")
+    ap.add_argument("--policies", default="fcfs,easy,sjf,conservative",
+                    help=f"comma-separated, from {', '.join(POLICIES)}")
+    ap.add_argument("--jobs", type=int, help="use only the first N jobs as the large size")
+    ap.add_argument("--profile", action="store_true",
+                    help="print the top functions of the large replay of each policy (cProfile)")
     args = ap.parse_args(argv)
-    limit = 5000 if args.quick else None
-    if not os.path.exists(KTH) or not os.path.exists(ITP):
-        print(f"traces not found under {os.path.abspath(TRACES)}", file=sys.stderr)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for p in policies:
+        if p not in POLICIES:
+            print(f"bench_sim: unknown policy {p!r} (choose from {', '.join(POLICIES)})", file=sys.stderr)
+            return 2
+    if not os.path.exists(args.trace):
+        print(f"bench_sim: no trace at {args.trace}", file=sys.stderr)
         return 1
-    kth = read_trace(KTH)
-    bench("KTH SP2, EASY, requested, pool of 100 CPUs", kth, uniform_cluster("procs", kth.header),
-          "requested", limit, args.profile)
-    if not args.skip_nodes:
-        bench("KTH SP2, EASY, requested, 100 nodes x 1 CPU", kth,
-              uniform_cluster("procs", kth.header, 100, 1), "requested", limit, args.profile)
-    for name in ("cluster04", "cluster07"):
-        itp = read_trace(ITP, cluster=name)
-        bench(f"ITP {name}, EASY, actual, 64 x 8 GPUs", itp, uniform_cluster("gpus", nodes=64),
-              "actual", limit, args.profile)
+    trace = read_trace(args.trace, None, args.cluster)
+    large = trace.jobs[: args.jobs] if args.jobs else trace.jobs
+    small = large[: max(1, len(large) // 10)]
+    print(f"{os.path.basename(args.trace)}: the first {len(small):,} jobs, then {len(large):,}; "
+          f"estimate {args.estimate}; CPU microseconds of Simulation.run per job")
+    print(f"{'policy':<13} {'small us/job':>13} {'large us/job':>13} {'ratio':>6}  "
+          f"{'queue small/large':>17}  {'passes (large)':>15}  large: bsld, late vs first plan")
+    sys.stdout.flush()
+    worst = 0.0
+    for policy in policies:
+        cpu_s, m_s, _ = replay(trace, small, policy, args, None)
+        prof = cProfile.Profile() if args.profile else None
+        cpu_l, m, passes = replay(trace, large, policy, args, prof)
+        per_s, per_l = 1e6 * cpu_s / len(small), 1e6 * cpu_l / len(large)
+        ratio = per_l / per_s if per_s > 0 else float("nan")
+        worst = max(worst, ratio)
+        queues = f"{_queue(m_s):,.1f} / {_queue(m):,.1f}"
+        print(f"{policy:<13} {per_s:>13,.0f} {per_l:>13,.0f} {ratio:>6.2f}  {queues:>17}  {passes:>15,}  "
+              f"{m['bounded_slowdown_mean']:.2f}, {m['late_vs_first_plan']:,}")
+        sys.stdout.flush()
+        if prof is not None:
+            pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    print(f"largest ratio: {worst:.2f} (goal: under 2 for a tenfold trace)")
     return 0
 
 

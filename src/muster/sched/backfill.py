@@ -22,6 +22,12 @@ given back. Hence the memos (a request that did not fit now will not fit a longe
 equal duration later in the pass; one with no start in the window never gets one) and
 the incremental planner (only nodes changed since the last question are recomputed).
 The memos are keyed by the ``Request`` object itself: the pass makes one per key.
+
+The one exception is conservative backfill's *holds* (``hold``/``release``): a pass first
+takes every plan of the previous pass out of the profile, at its old start on its old
+nodes, and gives each back just before its job is placed again, so that no job placed
+before it can take what it was promised. A release forgets the memos that a give-back
+can make wrong.
 """
 
 from __future__ import annotations
@@ -274,6 +280,39 @@ class Backfill:
         if found is None:  # a pass only takes: no start in the window now, none later
             self._no_plan.add((req, duration))
         return found
+
+    def hold(self, req: Request, duration: float, at: float, nodes: list[NodeProfile]) -> bool:
+        """Take a plan of an earlier pass (``at`` now or later) out of the profile, if it
+        still fits there (a running job past its expected end may be in the way). A hold
+        from now lowers what is free now but hands out no GPU index: ``gpu_ids`` keeps
+        the held ones until the release."""
+        if at < self.now:
+            return False
+        end = at + duration
+        for node in nodes:
+            c, m, g = need_on(req, node)
+            if not node.fits(at, end, c, m, g):
+                return False
+        for node in nodes:
+            c, m, g = need_on(req, node)
+            old = node.gpus[0]
+            node.take(at, end, c, m, g)
+            self.log.append(node)
+            self._index.moved(node, old)
+        return True
+
+    def release(self, req: Request, duration: float, at: float, nodes: list[NodeProfile]) -> None:
+        """Give back what ``hold`` took; the memos of failed questions no longer hold."""
+        end = at + duration
+        for node in nodes:
+            c, m, g = need_on(req, node)
+            old = node.gpus[0]
+            node.give(at, end, c, m, g)
+            self.log.append(node)
+            self._index.moved(node, old)
+        self._no_fit.clear()
+        self._no_plan.clear()
+        self._live.clear()
 
     def take_plan(self, req: Request, duration: float, at: float, nodes: list[NodeProfile]) -> None:
         """Reserve ``nodes`` for ``req`` from ``at`` to ``at + duration`` in the profile."""

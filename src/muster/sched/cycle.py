@@ -16,7 +16,10 @@ config always give the same decisions.
                 earlier job was promised; otherwise give it a planned start (a reservation
                 in the profile), up to the backfill depth; sched/builtin instead stops a
                 partition at its first blocked job. The first blocked job of a partition
-                waits for Resources, those behind it for Priority.
+                waits for Resources, those behind it for Priority. Conservative
+                backfill places the jobs holding a plan from the previous pass first,
+                by that plan's start, each plan held in the profile until its job's turn
+                (README.md, "Promises").
 """
 
 from __future__ import annotations
@@ -260,6 +263,8 @@ class _Pass:
             tier_of = {where: policy.tier(where) for where in set(parts)}  # a few distinct
             tiers = list(map(tier_of.__getitem__, parts))
         order = examination_order(tiers, values, jobs)
+        if self.config.conservative and self.config.backfill:
+            order = _replacement_order(order, jobs)
         return list(map(eligible.__getitem__, order))
 
     # -- 4. placement ---------------------------------------------------------------------
@@ -275,7 +280,12 @@ class _Pass:
         blocked, reasons = self.blocked, self.d.reasons
         request, start_now = self.feas.request, self.engine.start_now
         examined = waiting = 0
+        holds = self._hold_plans(ordered) if config.conservative and self.backfill else {}
         for job, parts in ordered:
+            if holds:
+                held = holds.pop(job.job_id, None)
+                if held is not None:
+                    self.engine.release(*held)
             # Behind a blocked job of its only partition, with no plan left to give (EASY
             # past its first blocked job; sched/builtin always), a job can only start now
             # beside everything promised, or wait for Priority. Most of a long queue ends
@@ -303,6 +313,34 @@ class _Pass:
             self._consider(job, parts)
         self.d.stats.examined += examined
         self.d.stats.blocked += waiting
+
+    def _hold_plans(
+        self, ordered: list[tuple[Job, tuple[str, ...]]]
+    ) -> dict[int, tuple[Request, float, float, list[NodeProfile]]]:
+        """Conservative backfill: take each plan of the previous pass (``planned_start``
+        and ``planned_nodes``, not yet overdue) out of the profile, in examination
+        order, i.e. by planned start (``_replacement_order``). Each is given back just
+        before its job is placed again: a job placed before it may move earlier but can
+        take nothing of what it was promised, whichever nodes it picks."""
+        holds: dict[int, tuple[Request, float, float, list[NodeProfile]]] = {}
+        pool, engine, now = self.pool, self.engine, self.now
+        for job, parts in ordered:
+            at = job.planned_start
+            if at is None:
+                break  # planned jobs come first
+            if at < now or not job.planned_nodes:
+                continue  # overdue: a running job outlived its limit; nothing to keep
+            nodes = [pool[name] for name in job.planned_nodes if name in pool]
+            if len(nodes) != len(job.planned_nodes):
+                continue  # a node left the cluster
+            for pname in parts:
+                r = self.feas.request(job, pname)
+                if isinstance(r, Verdict):
+                    continue
+                if engine.hold(r[0], r[1], at, nodes):
+                    holds[job.job_id] = (r[0], r[1], at, nodes)
+                break
+        return holds
 
     def _consider(self, job: Job, parts: tuple[str, ...]) -> None:
         # Runs for every eligible job of every pass, most of them deep in a queue that
@@ -404,3 +442,22 @@ class _Pass:
         self.d.stats.planned += 1
         if req.reservation is not None and req.allowed and at >= req.allowed[0][0] > self.now:
             self.d.reasons[job.job_id] = Reason.RESERVATION  # waits for its window to open
+
+
+def _replacement_order(order: list[int], jobs: Sequence[Job]) -> list[int]:
+    """Conservative backfill's order: the jobs that hold a planned start from an earlier
+    pass first, by that start (ties in priority order), then the others in priority order.
+
+    Re-placed this way a job finds, at the latest, the start it was promised: the jobs
+    placed before it were promised starts no later than its own and can only have moved
+    earlier, so on a processor pool they hold no more of what it needs from its promised
+    start on than they did. On nodes they might move onto its nodes: the holds
+    (``_hold_plans``) keep them off. Only a running job that outlives its time limit can
+    take it. In priority order, a job that arrived later but was planned into an earlier
+    hole would be pushed back by an older job re-planned first."""
+    planned = [i for i in order if jobs[i].planned_start is not None]
+    if not planned:
+        return order
+    starts = {i: jobs[i].planned_start or 0.0 for i in planned}
+    planned.sort(key=starts.__getitem__)
+    return planned + [i for i in order if jobs[i].planned_start is None]

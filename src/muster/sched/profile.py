@@ -15,7 +15,8 @@ later job can use what an earlier one was promised.
 
 Invariants: ``times`` is strictly increasing and starts at ``now``; every value stays
 between 0 and the node's capacity; ``gpu_ids`` (the GPU indices free *now*) has exactly
-``gpus[0]`` entries.
+``gpus[0]`` entries, except while a conservative hold from ``now`` (``Backfill.hold``)
+counts GPUs it has not taken an index for: then it has that many more.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class NodeProfile:
         self.dips = False
         self.windows: Sequence[Window] = ()  # set by the pass for nodes with reservations
         self.version = 0
-        self._memo: dict[tuple[int, int, int, float], list[list[float]]] = {}
+        self._memo: dict[tuple[int, int, int], list[list[float]]] = {}
         self._memo_version = 0
 
     # -- building -------------------------------------------------------------------
@@ -148,18 +149,26 @@ class NodeProfile:
 
     def starts(self, c: int, m: int, g: int, duration: float) -> list[list[float]]:
         """The start times at which (c, m, g) stays free for ``duration``: a list of closed
-        intervals [first, last] in time order (last may be INF). Remembered until the
-        profile changes; callers must not modify the answer."""
+        intervals [first, last] in time order (last may be INF). Callers must not modify
+        the answer.
+
+        Derived from the runs of steps where (c, m, g) fits, which are remembered per
+        need until the profile changes: jobs of one shape mostly differ in their time
+        limit, and a pass asks this of every candidate node for each of them."""
         if self._memo_version != self.version:
             self._memo.clear()
             self._memo_version = self.version
-        key = (c, m, g, duration)
-        found = self._memo.get(key)
-        if found is None:
-            found = self._memo[key] = self._starts(c, m, g, duration)
-        return found
+        key = (c, m, g)
+        runs = self._memo.get(key)
+        if runs is None:
+            runs = self._memo[key] = self._runs(c, m, g)
+        if duration == INF:
+            return [r for r in runs if r[1] == INF]
+        return [r if r[1] == INF else [r[0], r[1] - duration] for r in runs if r[1] - r[0] >= duration]
 
-    def _starts(self, c: int, m: int, g: int, duration: float) -> list[list[float]]:
+    def _runs(self, c: int, m: int, g: int) -> list[list[float]]:
+        """The maximal [start, end) spans of steps where (c, m, g) is free; the last may
+        end at INF."""
         out: list[list[float]] = []
         steps = zip(self.times, self.cpus, self.mem, self.gpus, strict=True)
         if not self.dips:
@@ -174,8 +183,7 @@ class NodeProfile:
                 if run is None:
                     run = t
             elif run is not None:
-                if duration != INF and t - run >= duration:
-                    out.append([run, t - duration])
+                out.append([run, t])
                 run = None
         if run is not None:
             out.append([run, INF])
@@ -193,6 +201,17 @@ class NodeProfile:
             gpus[k] -= g
         if start > self.times[0]:
             self.dips = True
+        self.version += 1
+
+    def give(self, start: float, end: float, c: int, m: int, g: int) -> None:
+        """Add back what ``take(start, end, c, m, g)`` took (a hold being released)."""
+        i = self._split(start)
+        j = self._split(end) if end != INF else len(self.times)
+        cpus, mem, gpus = self.cpus, self.mem, self.gpus
+        for k in range(i, j):
+            cpus[k] += c
+            mem[k] += m
+            gpus[k] += g
         self.version += 1
 
     def take_gpu_ids(self, count: int) -> list[int]:

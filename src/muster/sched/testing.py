@@ -369,9 +369,10 @@ class SchedHarness:
                 v.free_mem -= a.mem
                 v.free_gpu_ids = [g for g in v.free_gpu_ids if g not in a.gpu_ids]
                 v.running_jobs += 1
-        for job_id, plan in d.plans.items():
-            if job_id in self.pending:
-                self.pending[job_id].planned_start = plan.start_time
+        for j in self.pending.values():  # as the controller does: the pass's plans or none
+            plan = d.plans.get(j.job_id)
+            j.planned_start = plan.start_time if plan else None
+            j.planned_nodes = list(plan.nodes) if plan else []
         self.last = d
         self.history.append(d)
         return d

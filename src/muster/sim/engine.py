@@ -14,7 +14,7 @@ planned starts onto the pending jobs, and start each decided job through
 ``core.lifecycle.start``. Ends go through ``lifecycle.finish`` (or ``lifecycle.end`` with
 TIMEOUT), as ``Controller.job_done`` does. Nothing here reads the wall clock.
 
-Two things make this fast without changing a decision:
+Three things make this fast without changing a decision:
 
 * the snapshot is kept, not rebuilt: the ``NodeView`` objects live for the whole run and
   their free resources are updated as jobs start and end; pending and running jobs are
@@ -23,7 +23,9 @@ Two things make this fast without changing a decision:
   plan: a job needs ``nodes`` nodes of its partition, each with its per-node CPUs, memory
   and GPUs free now, and the scheduler starts only jobs that fit now, so such a pass could
   not start anything. Its other outputs (priorities, reasons, plans) are for display and
-  are refreshed by the next pass that runs.
+  are refreshed by the next pass that runs. Not under conservative backfill, whose next
+  pass examines jobs in the order of the plans this one would have made;
+* under FCFS a pass is given only the head of the queue that decides it (``_decide``).
 
 What backfill believes a job will run (``Job.time_limit``) is chosen by ``Estimate``:
 the user's request from the trace, the actual run time (an oracle), or K times it.
@@ -37,6 +39,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 
 from muster.core import lifecycle
 from muster.core.clock import ManualClock
@@ -51,6 +54,8 @@ from muster.sim.traces import TraceJob
 __all__ = ["Estimate", "JobOutcome", "SimResult", "Simulation", "replayable"]
 
 _ARRIVE, _END = 0, 1
+# How many jobs of the queue's head a strict-order pass looks at first (see ``_decide``).
+_HEAD = 16
 
 
 class Estimate:
@@ -104,6 +109,8 @@ class JobOutcome:
     killed: bool = False
     backfilled: bool = False
     nodes: tuple[str, ...] = ()
+    first_plan: float | None = None  # the first planned start a pass gave it, if any
+    earliest_plan: float | None = None  # the earliest planned start any pass gave it
 
     @property
     def wait(self) -> float:
@@ -204,7 +211,10 @@ class Simulation:
         self.allow_overrun = allow_overrun
         self.epoch = epoch
         self.label = label
-        self.skip_idle_passes = skip_idle_passes
+        # Under conservative backfill a pass re-places every plan, and the next pass
+        # examines jobs in the order of those plans: a pass that starts nothing still
+        # counts, so none is skipped.
+        self.skip_idle_passes = skip_idle_passes and not config.conservative
         self.progress = progress
         # Job ids follow submission order, as the controller numbers them (stable for ties).
         self.trace_jobs = jobs = sorted(jobs, key=lambda j: j.submit)
@@ -218,6 +228,8 @@ class Simulation:
         self._pending_shapes: Counter[tuple[int, int, int, int]] = Counter()
         self._part_nodes = cluster.partition_nodes()
         self._planned: set[int] = set()
+        self._first_plan: dict[int, float] = {}  # job id -> the first planned start it got
+        self._earliest_plan: dict[int, float] = {}  # job id -> the earliest one
         # order="sjf": admin priorities (``scontrol update job priority=``) by time limit,
         # set at submission; the snapshot carries those of pending jobs, as ctld.view does.
         if order not in ("fifo", "sjf"):
@@ -232,6 +244,10 @@ class Simulation:
         self._killed: set[int] = set()
         self.passes = 0
         self.skipped_passes = 0
+        self.head_retries = 0
+        # fcfs: examined in the order of ``_pending`` and nothing passes a blocked job of
+        # the partition, which is every job's (``_make_job``: the default partition).
+        self._strict_order = not config.backfill and not config.multifactor and order == "fifo"
 
     # -- building jobs ------------------------------------------------------------------
 
@@ -331,16 +347,41 @@ class Simulation:
 
     # -- one pass, applied as the controller applies it ------------------------------------
 
+    def _decide(self, now: float) -> Decisions:
+        """One ``sched.schedule`` call over the queue, or over the head of it that decides.
+
+        Under ``sched/builtin`` with FIFO priorities (``fcfs``) the queue is examined in
+        submission order, which is the order of ``_pending``, and every job of the one
+        partition waits behind the first blocked one; a job's decision depends only on the
+        jobs before it. So a pass over the first K jobs that blocks one of them
+        (``stats.blocked``) starts exactly what a pass over the whole queue starts; when
+        none of the K blocks, the pass is run again over twice as many. A pass then costs
+        what it starts, not the length of the queue. The jobs beyond the head keep the
+        priority and reason of the last pass that saw them (both are for display)."""
+        running = list(self._running.values())
+        pending = self._pending
+        head = _HEAD if self._strict_order else len(pending)
+        while True:
+            if head >= len(pending):
+                jobs = list(pending.values())
+            else:
+                jobs = list(islice(pending.values(), head))
+            snapshot = Snapshot(
+                nodes=self.cluster.nodes,
+                partitions=self.cluster.partitions,
+                pending=jobs,
+                running=running,
+                finished=self._finished,
+                priority_overrides=self._overrides,
+            )
+            decisions = schedule(snapshot, now, self.config)
+            if len(jobs) == len(pending) or decisions.stats.blocked:
+                return decisions
+            self.head_retries += 1
+            head *= 2
+
     def _pass(self, now: float) -> None:
-        snapshot = Snapshot(
-            nodes=self.cluster.nodes,
-            partitions=self.cluster.partitions,
-            pending=list(self._pending.values()),
-            running=list(self._running.values()),
-            finished=self._finished,
-            priority_overrides=self._overrides,
-        )
-        decisions = schedule(snapshot, now, self.config)
+        decisions = self._decide(now)
         self.passes += 1
         self._annotate(decisions)
         for start in decisions.starts:
@@ -380,11 +421,16 @@ class Simulation:
             if job is not None:
                 job.planned_start = None
                 job.planned_nodes = []
+        first, earliest = self._first_plan, self._earliest_plan
         for job_id, plan in decisions.plans.items():
             job = pending.get(job_id)
             if job is not None:
-                job.planned_start = plan.start_time
+                at = job.planned_start = plan.start_time
                 job.planned_nodes = list(plan.nodes)
+                if job_id not in first:
+                    first[job_id] = earliest[job_id] = at
+                elif at < earliest[job_id]:
+                    earliest[job_id] = at
         self._planned = set(decisions.plans)
 
     # -- resources ---------------------------------------------------------------------------
@@ -429,6 +475,8 @@ class Simulation:
         self._release(job.alloc)
         self._finished[job.job_id] = str(job.state)
         assert job.start_time is not None
+        first = self._first_plan.pop(job.job_id, None)
+        best = self._earliest_plan.pop(job.job_id, None)
         self.outcomes[index] = JobOutcome(
             job_id=job.job_id,
             trace_id=tj.trace_id,
@@ -440,4 +488,6 @@ class Simulation:
             killed=killed,
             backfilled=job.job_id in self._backfilled,
             nodes=tuple(job.nodes),
+            first_plan=None if first is None else first - self.epoch,
+            earliest_plan=None if best is None else best - self.epoch,
         )

@@ -27,6 +27,7 @@ from muster.sim.traces import FORMATS, Trace, read_trace
 
 PROG = "muster sim"
 RECORDED = "recorded"  # the schedule the trace itself recorded (SWF wait times)
+MAX_JOB_TEST = 1_000_000  # bf_max_job_test's range in Slurm: 1 to 1,000,000
 
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -86,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"PriorityWeight{name.title().replace('-', '')} (implies priority/multifactor)")
     s.add_argument("--priority-max-age", metavar="TIME", help="PriorityMaxAge (Slurm time format)")
     s.add_argument("--priority-favor-small", action="store_true", help="PriorityFavorSmall=YES")
-    s.add_argument("--bf-max-job-test", type=int, metavar="N", help="backfill depth: how many blocked jobs get a planned start (bf_max_job_test; "
-                   "overrides the policy's: easy is 1)")
+    s.add_argument("--bf-max-job-test", type=int, metavar="N", help="backfill depth: how many blocked jobs get a planned start, 1 to 1,000,000 "
+                   "(bf_max_job_test; overrides the policy's: easy is 1)")
     r = p.add_argument_group("replay")
     r.add_argument("--estimate", default="requested", metavar="requested|actual|KxActual",
                    help="runtime estimate backfill uses (the job's time limit); default requested")
@@ -194,6 +195,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise UsageError(f"--compare: unknown policy {label!r} (choose from {', '.join(POLICIES)}, {RECORDED})")
     if args.compare and args.policy:
         raise UsageError("give either --policy or --compare, not both")
+    depth = args.bf_max_job_test
+    if depth is not None and not 1 <= depth <= MAX_JOB_TEST:
+        # Slurm accepts 1..1,000,000 for bf_max_job_test; the scheduler would silently
+        # keep its default (500) for anything else.
+        raise UsageError(
+            f"--bf-max-job-test {depth}: must be between 1 and {MAX_JOB_TEST:,} (how many "
+            "blocked jobs get a planned start; --policy fcfs plans none and backfills nothing)"
+        )
     conf = None
     if args.conf:
         try:

@@ -19,6 +19,11 @@ or GPUs; capacity in the same unit):
   idle machine where every job fits, utilisation <= offered load.
 * backfilled = jobs whose start the scheduler marked as a backfill start; killed = jobs
   ended at their time limit.
+* planned = jobs that some pass gave a planned start (a reservation in the plan);
+  late = those that started more than a second after the *first* start planned for them
+  (a promise broken), with the mean and largest slip (start - first planned start); and
+  late vs earliest = those that started more than a second after the earliest start any
+  pass planned for them (a plan that moved later at some point, even if it came back).
 
 Jobs are also broken down by size class: powers of two (1, 2, 3-4, 5-8, 9-16, ...).
 """
@@ -35,6 +40,7 @@ from muster.sim.traces import TraceJob
 __all__ = ["TAU", "compute", "format_table", "offered_load", "percentile", "recorded_outcomes", "size_class"]
 
 TAU = 10.0
+LATE = 1.0  # a start more than this after its first planned start broke the promise
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -106,6 +112,9 @@ def compute(outcomes: Sequence[JobOutcome], capacity: int, tau: float = TAU) -> 
                 "backfilled": sum(o.backfilled for o in group),
             }
         )
+    slips = [o.start - o.first_plan for o in outcomes if o.first_plan is not None]
+    late = [x for x in slips if x > LATE]
+    late_best = sum(o.start - o.earliest_plan > LATE for o in outcomes if o.earliest_plan is not None)
     return {
         "jobs": len(outcomes),
         "utilisation": work / (capacity * span) if span > 0 and capacity else math.nan,
@@ -124,6 +133,11 @@ def compute(outcomes: Sequence[JobOutcome], capacity: int, tau: float = TAU) -> 
         "jct_mean": _mean(jcts),
         "backfilled": sum(o.backfilled for o in outcomes),
         "killed_at_limit": sum(o.killed for o in outcomes),
+        "planned": len(slips),
+        "late_vs_first_plan": len(late),
+        "slip_mean": _mean(late) if late else None,
+        "slip_max": max(late) if late else None,
+        "late_vs_earliest_plan": late_best,
         "by_size": classes,
     }
 
@@ -166,6 +180,11 @@ _ROWS = (
     ("jct_mean", "JCT mean (s)", "{:,.0f}"),
     ("backfilled", "backfilled jobs", "{:,.0f}"),
     ("killed_at_limit", "killed at time limit", "{:,.0f}"),
+    ("planned", "jobs given a planned start", "{:,.0f}"),
+    ("late_vs_first_plan", "started after first planned start", "{:,.0f}"),
+    ("slip_mean", "  mean slip of those (s)", "{:,.0f}"),
+    ("slip_max", "  largest slip (s)", "{:,.0f}"),
+    ("late_vs_earliest_plan", "started after earliest planned start", "{:,.0f}"),
 )
 
 

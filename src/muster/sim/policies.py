@@ -15,7 +15,9 @@ set of slurm.conf keys, turned into a ``SchedConfig`` by the same
 * ``backfill``: ``sched/backfill`` as muster's controller runs it by default, planned starts
   for the first ``bf_max_job_test`` (500) blocked jobs: between EASY and conservative.
 * ``conservative``: ``sched/backfill`` with ``conservative``: every blocked job gets a
-  planned start, so a backfilled job delays no one (within ``bf_window``).
+  planned start, so a backfilled job delays no one (within ``bf_window``), and each pass
+  re-places the planned jobs in the order of their previous planned starts, each held
+  until its turn, so a planned start never moves later (``sched/README.md``, "Promises").
 
 * ``sjf``: shortest job first with EASY backfilling: ``easy``'s settings, and every job's
   priority set at submission from its time limit (shorter first), the way an administrator

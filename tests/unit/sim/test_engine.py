@@ -220,3 +220,18 @@ def test_progress_is_reported_up_to_the_last_job() -> None:
                progress=lambda done, total, t: seen.append((done, total))).run()
     assert seen[-1] == (50, 50)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@pytest.mark.parametrize("shape", [(1, 16), (16, 1), (4, 4)])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_fcfs_passes_over_the_queue_head_start_what_whole_queue_passes_start(
+    shape: tuple[int, int], seed: int
+) -> None:
+    jobs = _random_trace(seed, 200)
+    runs = []
+    for strict in (True, False):
+        sim = Simulation(jobs, "procs", uniform_cluster("procs", nodes=shape[0], cpus_per_node=shape[1]),
+                         config("fcfs"))
+        sim._strict_order = strict
+        runs.append({o.trace_id: (o.start, o.nodes) for o in sim.run().outcomes})
+    assert runs[0] == runs[1]

@@ -124,6 +124,9 @@ def test_the_progress_bar_reaches_the_end(write_swf: Callable[..., str],
         (["--conf", "/nonexistent/slurm.conf"], "--conf: cannot read /nonexistent/slurm.conf"),
         (["--cluster", "c1"], "not one"),
         (["--priority-weight-age", "-1"], "must not be negative"),
+        (["--bf-max-job-test", "0"], "--bf-max-job-test 0: must be between 1 and 1,000,000"),
+        (["--bf-max-job-test", "-3"], "--bf-max-job-test -3: must be between 1"),
+        (["--bf-max-job-test", "1000001"], "must be between 1 and 1,000,000"),
     ],
 )
 def test_bad_options_fail_with_a_clear_message(
@@ -170,3 +173,10 @@ def test_python_dash_m_runs_the_simulator(write_swf: Callable[..., str]) -> None
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "wait mean (s)" in done.stdout
+
+
+def test_bf_max_job_test_sets_the_depth_the_replay_runs(write_swf: Callable[..., str],
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([write_swf(ROWS), "--policy", "backfill", "--bf-max-job-test", "7", "--json", "-"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert "bf_max_job_test=7" in run["settings"]["SchedulerParameters"]
