@@ -46,7 +46,8 @@ from muster.core.clock import ManualClock
 from muster.core.job import Job, JobSpec, NodeAlloc
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState
-from muster.sched import Decisions, SchedConfig, Snapshot, check_submit, schedule
+from muster.sched import Decisions, SchedConfig, Snapshot, Start, check_submit, schedule
+from muster.sched.apply import apply_decisions
 from muster.sim.cluster import Cluster, shape_for, spec_for
 from muster.sim.policies import sjf_priority
 from muster.sim.traces import TraceJob
@@ -227,7 +228,7 @@ class Simulation:
         # jobs: the skip test looks at these few distinct shapes, not at every job.
         self._pending_shapes: Counter[tuple[int, int, int, int]] = Counter()
         self._part_nodes = cluster.partition_nodes()
-        self._planned: set[int] = set()
+        self.planned: set[int] = set()  # jobs carrying a planned start (``sched.apply``)
         self._first_plan: dict[int, float] = {}  # job id -> the first planned start it got
         self._earliest_plan: dict[int, float] = {}  # job id -> the earliest one
         # order="sjf": admin priorities (``scontrol update job priority=``) by time limit,
@@ -383,8 +384,18 @@ class Simulation:
     def _pass(self, now: float) -> None:
         decisions = self._decide(now)
         self.passes += 1
-        self._annotate(decisions)
-        for start in decisions.starts:
+        # The engine is its own ``Book``: the same function applies the controller's passes.
+        apply_decisions(decisions, self, now)
+        self._note_plans(decisions)
+
+    @property
+    def waiting(self) -> dict[int, Job]:
+        """The pending jobs, by id (``sched.apply.Book``)."""
+        return self._pending
+
+    def start(self, starts: list[Start], now: float) -> None:
+        """Start each job still pending and book its end on the virtual clock."""
+        for start in starts:
             job = self._pending.get(start.job_id)
             if job is None or job.state is not JobState.PENDING:
                 continue
@@ -401,37 +412,15 @@ class Simulation:
                 run = limit
             self._push(now + run, _END, index)
 
-    def _annotate(self, decisions: Decisions) -> None:
-        """Priorities, reasons and planned starts onto the jobs, as the controller does.
-
-        The controller walks every pending job to clear stale plans; here only the jobs that
-        had a plan are revisited, which gives the same result in time proportional to the
-        jobs the pass examined."""
-        pending = self._pending
-        for job_id, prio in decisions.priorities.items():
-            job = pending.get(job_id)
-            if job is not None:
-                job.priority = prio
-        for job_id, reason in decisions.reasons.items():
-            job = pending.get(job_id)
-            if job is not None and not job.hold:
-                job.reason = reason
-        for job_id in self._planned - decisions.plans.keys():
-            job = pending.get(job_id)
-            if job is not None:
-                job.planned_start = None
-                job.planned_nodes = []
+    def _note_plans(self, decisions: Decisions) -> None:
+        """Each job's first and earliest planned start, for the promise metrics."""
         first, earliest = self._first_plan, self._earliest_plan
         for job_id, plan in decisions.plans.items():
-            job = pending.get(job_id)
-            if job is not None:
-                at = job.planned_start = plan.start_time
-                job.planned_nodes = list(plan.nodes)
-                if job_id not in first:
-                    first[job_id] = earliest[job_id] = at
-                elif at < earliest[job_id]:
-                    earliest[job_id] = at
-        self._planned = set(decisions.plans)
+            at = plan.start_time
+            if job_id not in first:
+                first[job_id] = earliest[job_id] = at
+            elif at < earliest[job_id]:
+                earliest[job_id] = at
 
     # -- resources ---------------------------------------------------------------------------
 
