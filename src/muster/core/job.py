@@ -13,49 +13,69 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core.states import JobState, Reason
+from muster.core.timefmt import MAX_TIME_LIMIT
+
+# Bounds a front door (the controller's API, a REST submit) checks on each field: Slurm's
+# counts are 32-bit; megabytes and GPU totals may be any real size, still exact as a float.
+COUNT = 2**31 - 1
+BIG = 2**53
+NICE = 2147483645  # Slurm's +/- NICE_OFFSET - 3
+
+
+def _check(default: Any = None, factory: Any = None, **bounds: Any) -> Any:
+    """A JobSpec field with what a front door checks of it (pydantic ``Field`` keywords:
+    ``ge``, ``le``, ``max_length``, ``pattern``...). The checks live here, once, next to
+    the field; ``ctld.api`` builds its submission schema from them."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"check": bounds})
+    return field(default=default, metadata={"check": bounds})
 
 
 @dataclass(slots=True)
 class JobSpec:
-    """A validated submission. Time values are seconds; memory values are MB."""
+    """A validated submission. Time values are seconds; memory values are MB.
 
-    name: str = "sbatch"
-    script: str | None = None
-    argv: list[str] = field(default_factory=list)
-    workdir: str = "/"
+    This is the one schema of a job request: the API's submission model is derived from
+    these fields and their checks (``ctld.api.SpecModel``), so a new option is one field
+    here plus the code that uses it (a scheduler filter, the agent)."""
+
+    name: str = _check("sbatch", max_length=1024)
+    script: str | None = _check(max_length=512 * 1024 * 1024)  # max_script_size decides
+    argv: list[str] = _check(factory=list)
+    workdir: str = _check("/", min_length=1, pattern="^/")  # absolute
     stdout: str | None = None
     stderr: str | None = None
     stdin: str | None = None
-    environment: dict[str, str] = field(default_factory=dict)
-    partitions: list[str] = field(default_factory=list)
-    min_nodes: int | None = None
-    max_nodes: int | None = None
-    ntasks: int | None = None
-    ntasks_per_node: int | None = None
-    cpus_per_task: int = 1
-    mem_per_node: int | None = None
-    mem_per_cpu: int | None = None
-    mem_per_gpu: int | None = None
-    gpus_per_node: int = 0
+    environment: dict[str, str] = _check(factory=dict)
+    partitions: list[str] = _check(factory=list)
+    min_nodes: int | None = _check(ge=1, le=COUNT)
+    max_nodes: int | None = _check(ge=1, le=COUNT)
+    ntasks: int | None = _check(ge=1, le=COUNT)
+    ntasks_per_node: int | None = _check(ge=1, le=COUNT)
+    cpus_per_task: int = _check(1, ge=1, le=COUNT)
+    mem_per_node: int | None = _check(ge=0, le=BIG)
+    mem_per_cpu: int | None = _check(ge=0, le=BIG)
+    mem_per_gpu: int | None = _check(ge=0, le=BIG)
+    gpus_per_node: int = _check(0, ge=0, le=COUNT)
     gpu_type: str | None = None
-    gpus: int | None = None
-    gpus_per_task: int | None = None
-    time_limit: int | None = None
-    time_min: int | None = None
+    gpus: int | None = _check(ge=0, le=BIG)
+    gpus_per_task: int | None = _check(ge=0, le=BIG)
+    time_limit: int | None = _check(ge=1, le=MAX_TIME_LIMIT)
+    time_min: int | None = _check(ge=1, le=MAX_TIME_LIMIT)
     exclusive: bool = False
-    nodelist: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)
+    nodelist: list[str] = _check(factory=list)
+    exclude: list[str] = _check(factory=list)
     constraint: str | None = None
     begin_time: float | None = None
     hold: bool = False
     requeue: bool | None = None
-    nice: int = 0
+    nice: int = _check(0, ge=-NICE, le=NICE)
     account: str | None = None
     qos: str | None = None
     reservation: str | None = None
     dependency: str | None = None
     comment: str | None = None
-    open_mode: str | None = None
+    open_mode: str | None = _check(pattern="^(append|truncate)$")
     signal: str | None = None
     array: str | None = None
     kill_on_invalid_dep: bool = False
@@ -64,7 +84,7 @@ class JobSpec:
     interactive: bool = False
     # Seconds without reported progress after which a job that reports progress is
     # signalled, then requeued as Hung (``--hang-timeout``; see muster.ctld.training).
-    hang_timeout: int | None = None
+    hang_timeout: int | None = _check(ge=1, le=MAX_TIME_LIMIT)
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which

@@ -10,11 +10,12 @@ sees. State changes are delegated to ``Controller``; side effects to the app (``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from typing import Any
+from typing import Any, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -22,7 +23,7 @@ from starlette.routing import Route
 from muster.core.arrays import JobRef, parse_array, parse_job_ref
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError, ResourceBusy
 from muster.core.hostlist import compress
-from muster.core.job import JobSpec
+from muster.core.job import COUNT, JobSpec
 from muster.core.resources import parse_gres
 from muster.core.states import JobState
 from muster.core.timefmt import MAX_TIME_LIMIT
@@ -42,65 +43,15 @@ IDENTITY_KEY = "muster.identity"  # the caller, once proven, for the rest of the
 
 
 
-_COUNT = 2**31 - 1  # Slurm's counts are 32-bit; larger ones would not fit the store either
-_BIG = 2**53  # megabytes and GPU totals: any real size, and still exact as a float
 
 
-class SpecModel(BaseModel):
-    """The submission body: JobSpec's fields, each checked."""
+class _SpecBase(BaseModel):
+    """What the submission schema adds to JobSpec's own fields: ``gres`` as sbatch's text
+    (turned into ``gpus_per_node``/``gpu_type``), and the conversion to a ``JobSpec``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field("sbatch", max_length=1024)
-    script: str | None = Field(None, max_length=512 * 1024 * 1024)  # max_script_size decides
-    argv: list[str] = []
-    workdir: str = Field("/", min_length=1)
-    stdout: str | None = None
-    stderr: str | None = None
-    stdin: str | None = None
-    environment: dict[str, str] = {}
-    partitions: list[str] = []
-    min_nodes: int | None = Field(None, ge=1, le=_COUNT)
-    max_nodes: int | None = Field(None, ge=1, le=_COUNT)
-    ntasks: int | None = Field(None, ge=1, le=_COUNT)
-    ntasks_per_node: int | None = Field(None, ge=1, le=_COUNT)
-    cpus_per_task: int = Field(1, ge=1, le=_COUNT)
-    mem_per_node: int | None = Field(None, ge=0, le=_BIG)
-    mem_per_cpu: int | None = Field(None, ge=0, le=_BIG)
-    mem_per_gpu: int | None = Field(None, ge=0, le=_BIG)
-    gpus_per_node: int = Field(0, ge=0, le=_COUNT)
-    gpu_type: str | None = None
-    gpus: int | None = Field(None, ge=0, le=_BIG)
-    gpus_per_task: int | None = Field(None, ge=0, le=_BIG)
     gres: str | None = None
-    time_limit: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT)
-    time_min: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT)
-    exclusive: bool = False
-    nodelist: list[str] = []
-    exclude: list[str] = []
-    constraint: str | None = None
-    begin_time: float | None = None
-    hold: bool = False
-    requeue: bool | None = None
-    nice: int = Field(0, ge=-2147483645, le=2147483645)
-    account: str | None = None
-    qos: str | None = None
-    reservation: str | None = None
-    dependency: str | None = None
-    comment: str | None = None
-    open_mode: str | None = Field(None, pattern="^(append|truncate)$")
-    signal: str | None = None
-    array: str | None = None
-    kill_on_invalid_dep: bool = False
-    interactive: bool = False
-    hang_timeout: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT)
-
-    @field_validator("workdir")
-    @classmethod
-    def _absolute(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError("workdir must be an absolute path")
-        return v
 
     def to_spec(self) -> JobSpec:
         data = self.model_dump()
@@ -117,6 +68,24 @@ class SpecModel(BaseModel):
                 if r.type:
                     data["gpu_type"] = r.type
         return JobSpec.from_dict(data)
+
+
+def _spec_fields() -> dict[str, Any]:
+    """JobSpec's fields as pydantic fields, with the checks written next to each."""
+    hints = get_type_hints(JobSpec)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(JobSpec):
+        checks = dict(f.metadata.get("check", {}))
+        if f.default_factory is not dataclasses.MISSING:
+            spec = Field(default_factory=f.default_factory, **checks)
+        else:
+            spec = Field(f.default, **checks)
+        out[f.name] = (hints[f.name], spec)
+    return out
+
+
+# The submission body: JobSpec's fields, each checked as ``core.job`` says (one schema).
+SpecModel = create_model("SpecModel", __base__=_SpecBase, **_spec_fields())
 
 
 class SubmitBody(BaseModel):
@@ -149,8 +118,8 @@ class UpdateBody(BaseModel):
     partition: str | None = None
     comment: str | None = None
     begin_time: float | None = None
-    min_nodes: int | None = Field(None, ge=1, le=_COUNT)
-    array_throttle: int | None = Field(None, ge=0, le=_COUNT)
+    min_nodes: int | None = Field(None, ge=1, le=COUNT)
+    array_throttle: int | None = Field(None, ge=0, le=COUNT)
 
 
 class RequeueBody(BaseModel):

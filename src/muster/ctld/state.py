@@ -35,6 +35,24 @@ from muster.ctld.store import Store
 
 log = logging.getLogger("musterctld")
 
+_TERMINAL = frozenset(s for s in JobState if s.is_terminal)
+# Where a job stands after each state-changing event of the log (``check_log``).
+_AFTER: dict[str, frozenset[JobState]] = {
+    "submit": frozenset({JobState.PENDING}),
+    "start": frozenset({JobState.RUNNING}),
+    "requeue": frozenset({JobState.PENDING}),
+    "launch_failed": frozenset({JobState.PENDING, JobState.FAILED}),
+    "hung": frozenset({JobState.PENDING}),
+    "node_fail": frozenset({JobState.NODE_FAIL}),  # (a requeue in the same commit comes after)
+    "cancel": frozenset({JobState.CANCELLED}),
+    "cancelled": frozenset({JobState.CANCELLED}),
+    "completed": frozenset({JobState.COMPLETED}),
+    "failed": frozenset({JobState.FAILED}),
+    "timeout": frozenset({JobState.TIMEOUT}),
+    "out_of_memory": frozenset({JobState.OUT_OF_MEMORY}),
+    "cleaned": _TERMINAL,
+}
+
 
 @dataclass(slots=True)
 class LostWatch:
@@ -107,6 +125,7 @@ class ClusterState:
             self.jobs[job.job_id] = job
             if job.is_active:
                 self.hold_resources(job)
+        self.check_log()
         self.arrays.add(self.jobs.values())
         for name, data in self.store.load_reservations().items():
             self.reservations[name] = Reservation.from_dict(data)
@@ -119,6 +138,25 @@ class ClusterState:
                 node.responding = True
         self.accounting = Accounting.load(self.config, self.store, now)
         self.out_of_service = self.store.last_node_states()
+
+    def check_log(self) -> list[str]:
+        """Check the jobs loaded against the event log (flux-core's idea: the log is the
+        history, the job rows its projection): each job must stand where its last
+        state-changing event left it. A mismatch is logged, never silently repaired; the
+        list of mismatches is returned for tests."""
+        last = self.store.last_events(_AFTER)
+        problems = []
+        for job in self.jobs.values():
+            kind = last.get(job.job_id)
+            if kind is None:
+                continue
+            allowed = _AFTER[kind]
+            if job.state not in allowed:
+                problems.append(f"job {job.job_id}: its record says {job.state} but its last "
+                                f"event is '{kind}' (expected {'/'.join(sorted(map(str, allowed)))})")
+        for problem in problems:
+            log.warning("event log check: %s", problem)
+        return problems
 
     def hold_resources(self, job: Job) -> None:
         for a in job.alloc:

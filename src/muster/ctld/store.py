@@ -236,6 +236,17 @@ class Store:
             jobs = [j for j in jobs if not j.state.is_terminal or j.completing]
         return jobs
 
+    def last_events(self, kinds: Iterable[str]) -> dict[int, str]:
+        """Each job's last event among ``kinds`` (the log's view of where it stands)."""
+        kinds = list(kinds)
+        marks = ",".join("?" * len(kinds))
+        rows = self.db.execute(
+            f"SELECT e.job_id, e.kind FROM events e JOIN (SELECT job_id, MAX(seq) AS seq FROM events "
+            f"WHERE kind IN ({marks}) AND job_id IS NOT NULL GROUP BY job_id) last ON e.seq = last.seq",
+            kinds,
+        ).fetchall()
+        return {int(job_id): str(kind) for job_id, kind in rows}
+
     def get_job(self, job_id: int) -> Job | None:
         row = self.db.execute("SELECT data FROM jobs WHERE job_id=?", (job_id,)).fetchone()
         return Job.from_dict(json.loads(row[0])) if row else None

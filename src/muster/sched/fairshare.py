@@ -77,7 +77,7 @@ class Usage:
         if self.half_life is None:
             return b - a
         h = self.half_life
-        return h / math.log(2) * (2.0 ** (-(self.as_of - b) / h) - 2.0 ** (-(self.as_of - a) / h))
+        return float(h / math.log(2) * (2.0 ** (-(self.as_of - b) / h) - 2.0 ** (-(self.as_of - a) / h)))
 
     def charge(self, keys: Iterable[str], rates: dict[str, float], a: float, b: float) -> None:
         """Add ``rates`` (per second) over [a, b] to each key; call ``decay_to`` first."""

@@ -275,3 +275,20 @@ def test_storage_errors_are_said_in_plain_words(message: str, cause: str) -> Non
     import sqlite3
 
     assert storage_cause(sqlite3.OperationalError(message), "/x/m.db") == cause
+
+
+def test_the_jobs_are_checked_against_the_event_log_at_load(ctl: Controller) -> None:
+    job = ctl.queue.submit(JobSpec(), ALICE)
+    start(ctl, job.job_id, ["node1"])
+    done = ctl.queue.submit(JobSpec(), ALICE)
+    ctl.queue.cancel(done, ALICE)
+    assert ctl.check_log() == []
+    # a record that disagrees with the history (a hand edit, a bug): said, not repaired
+    ctl.store.db.execute("INSERT INTO events(time, job_id, kind, data) VALUES(?,?,?,?)",
+                         (2000.0, job.job_id, "cancel", "{}"))
+    again = Controller(ctl.config, ctl.store, ctl.clock)
+    again.load()
+    assert again.check_log() == [
+        f"job {job.job_id}: its record says RUNNING but its last event is 'cancel' (expected CANCELLED)"
+    ]
+    assert again.jobs[job.job_id].state is JobState.RUNNING
