@@ -17,6 +17,7 @@ import os
 import select
 import time
 
+from muster.cli.stepio import RawTerminal, local_path, noop, ranges, terminal_size, write_all
 from muster.protocol.client import ApiError, ConnectError, request
 from muster.protocol.stream import ChunkedSender, StreamClient, StreamError
 from muster.protocol.wirejson import dumps, loads
@@ -29,35 +30,8 @@ PROG = "srun"
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGALRM")
 
 
-def _write(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            n = os.write(fd, view)
-        except BlockingIOError:
-            select.select([], [fd], [])
-            continue
-        except BrokenPipeError:
-            return
-        view = view[n:]
-
-
 def _note(text: str) -> None:
-    _write(2, f"{PROG}: {text}\n".encode())
-
-
-def _ranges(ids: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``0-2,5``."""
-    ids = sorted(ids)
-    parts = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(parts)
+    write_all(2, f"{PROG}: {text}\n".encode())
 
 
 class _Node:
@@ -133,7 +107,7 @@ class StepRun:
             "open_mode": run.open_mode,
             "cpu_bind": run.cpu_bind,
             "pty": run.pty,
-            "pty_size": _terminal_size() if run.pty else None,
+            "pty_size": terminal_size() if run.pty else None,
             "task_argv": None if self.task_argv is None else {str(t): a for t, a in self.task_argv.items()},
             "kill_wait": self.kill_wait,
         }
@@ -209,7 +183,7 @@ class StepRun:
             node.conn = conn
             if self.opts.verbose:
                 _note(f"launching StepId={self.job_id}.{self.step_id} on host {node.name}, "
-                      f"{len(node.tasks)} tasks: {_ranges(node.tasks)}")
+                      f"{len(node.tasks)} tasks: {ranges(node.tasks)}")
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -220,8 +194,8 @@ class StepRun:
         self.wake_r = r
         old_wakeup = _signal.set_wakeup_fd(w)
         signums = [_signal.SIGINT] + [getattr(_signal, n) for n in FORWARDED if hasattr(_signal, n)]
-        previous = {s: _signal.signal(s, _noop) for s in signums}
-        raw = _RawTerminal() if self.opts.pty else None
+        previous = {s: _signal.signal(s, noop) for s in signums}
+        raw = RawTerminal() if self.opts.pty else None
         try:
             try:
                 self._local_files()
@@ -411,21 +385,21 @@ class StepRun:
                     text = f"Signal {sig}"
             else:
                 text = f"Exited with exit code {code}"
-            _note(f"error: {node}: {what} {_ranges(tasks)}: {text}")
+            _note(f"error: {node}: {what} {ranges(tasks)}: {text}")
 
     # --- output -------------------------------------------------------------------------------
 
     def _output(self, kind: bytes, task: int, data: bytes) -> None:
         fd = self.out_fd if kind == b"o" else self.err_fd
         if task < 0 or (self.opts.unbuffered and not self.opts.label):  # task -1: the node's own words
-            _write(fd, data)
+            write_all(fd, data)
             return
         key = (task, fd)
         buf = self.partial.pop(key, b"") + data
         end = buf.rfind(b"\n")
         if end < 0:
             if self.opts.unbuffered:
-                _write(fd, self._labelled(task, buf))
+                write_all(fd, self._labelled(task, buf))
             else:
                 self.partial[key] = buf
             return
@@ -435,7 +409,7 @@ class StepRun:
                 complete += rest
             else:
                 self.partial[key] = rest
-        _write(fd, self._labelled(task, complete))
+        write_all(fd, self._labelled(task, complete))
 
     def _labelled(self, task: int, data: bytes) -> bytes:
         if not self.opts.label:
@@ -451,7 +425,7 @@ class StepRun:
     def _flush(self, task: int, fd: int) -> None:
         buf = self.partial.pop((task, fd), b"")
         if buf:
-            _write(fd, self._labelled(task, buf))
+            write_all(fd, self._labelled(task, buf))
 
     def _flush_task(self, task: int) -> None:
         for fd in {self.out_fd, self.err_fd}:
@@ -537,7 +511,7 @@ class StepRun:
             tasks = groups.get(what)
             if tasks:
                 word = "task" if len(tasks) == 1 else "tasks"
-                _note(f"StepId={self.job_id}.{self.step_id} {word} {_ranges(tasks)}: {what}")
+                _note(f"StepId={self.job_id}.{self.step_id} {word} {ranges(tasks)}: {what}")
 
     def _interrupt(self) -> None:
         now = time.monotonic()
@@ -614,61 +588,3 @@ class StepRun:
         if self.aborted and rc == 0:
             rc = 128 + _signal.SIGINT
         return rc, code, sig, self.aborted
-
-
-def _noop(signum: int, frame: object) -> None:
-    """Signals are read from the wake-up pipe; the handler itself does nothing."""
-
-
-def _terminal_size() -> list[int] | None:
-    try:
-        size = os.get_terminal_size(0)
-    except OSError:
-        return None
-    return [size.lines, size.columns]
-
-
-class _RawTerminal:
-    """srun's own terminal in raw mode while a --pty step runs, restored after."""
-
-    def __init__(self) -> None:
-        self.saved: Any = None
-
-    def enter(self) -> None:
-        if not os.isatty(0):
-            return
-        import termios
-        import tty
-
-        self.saved = termios.tcgetattr(0)
-        tty.setraw(0)
-
-    def leave(self) -> None:
-        if self.saved is not None:
-            import termios
-
-            termios.tcsetattr(0, termios.TCSADRAIN, self.saved)
-            self.saved = None
-
-
-_PER_TASK_RE = None
-
-
-def local_path(spec: dict[str, object] | None, grant: dict[str, object], cwd: str) -> str | None:
-    """The file srun itself opens for an ``-i/-o/-e`` spec, or None (the terminal, ``none``,
-    one task's stream, or a pattern the nodes expand per task or node: ``%t %n %N``)."""
-    global _PER_TASK_RE
-    if not spec or spec.get("mode") != "file":
-        return None
-    pattern = str(spec["path"])
-    if _PER_TASK_RE is None:
-        import re
-
-        _PER_TASK_RE = re.compile(r"(?<!%)(?:%%)*%\d*[tnN]")
-    if "\\" not in pattern and _PER_TASK_RE.search(pattern):
-        return None
-    from muster.core.outputs import expand_pattern, fields_for_task
-
-    if "job_id" in grant and "step_id" in grant:
-        pattern = expand_pattern(pattern, fields_for_task(grant, "", 0, 0))
-    return os.path.normpath(os.path.join(cwd, pattern))

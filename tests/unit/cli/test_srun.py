@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from muster.cli import salloc, srun, steprun
+from muster.cli import salloc, srun, stepio
 from muster.cli.common import CommandError
-from muster.cli.steprun import StepRun, _ranges
+from muster.cli.stepio import ranges
+from muster.cli.steprun import StepRun
 
 
 def build(argv: list[str], env: dict[str, str] | None = None) -> srun.Run:
@@ -119,7 +120,7 @@ def test_exit_status_is_the_highest_code_and_128_plus_a_signal() -> None:
     assert s._outcome() == (3, 3, 0, False)
     s.exits[2] = (0, 9)
     assert s._outcome()[0] == 137
-    assert _ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
 
 
 def test_salloc_runs_the_shell_by_default_and_sets_the_allocations_variables() -> None:
@@ -195,7 +196,7 @@ def test_immediate_takes_an_optional_number_of_seconds() -> None:
 )
 def test_srun_opens_the_files_that_name_no_task_or_node(spec: dict[str, object], expected: str | None) -> None:
     grant = {"job_id": 7, "step_id": 2, "user": "u", "job": {"name": "j"}}
-    assert steprun.local_path(spec, grant, "/work") == expected
+    assert stepio.local_path(spec, grant, "/work") == expected
 
 
 def test_salloc_immediate() -> None:

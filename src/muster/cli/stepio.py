@@ -1,0 +1,102 @@
+"""srun's own input and output around a step: writing to its terminal or files without
+losing bytes, the files srun opens itself (a pattern that names no task or node: one file
+for all tasks, stdin read once and sent to every task), task-id ranges as srun prints them,
+and the raw terminal of ``srun --pty``. Standard library only: srun starts fast."""
+
+from __future__ import annotations
+
+import os
+import select
+
+TYPE_CHECKING = False  # typing is not imported on the commands' hot path
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["RawTerminal", "local_path", "noop", "ranges", "terminal_size", "write_all"]
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            select.select([], [fd], [])
+            continue
+        except BrokenPipeError:
+            return
+        view = view[n:]
+
+
+
+def ranges(ids: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2,5``."""
+    ids = sorted(ids)
+    parts = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+
+def noop(signum: int, frame: object) -> None:
+    """Signals are read from the wake-up pipe; the handler itself does nothing."""
+
+
+def terminal_size() -> list[int] | None:
+    try:
+        size = os.get_terminal_size(0)
+    except OSError:
+        return None
+    return [size.lines, size.columns]
+
+
+class RawTerminal:
+    """srun's own terminal in raw mode while a --pty step runs, restored after."""
+
+    def __init__(self) -> None:
+        self.saved: Any = None
+
+    def enter(self) -> None:
+        if not os.isatty(0):
+            return
+        import termios
+        import tty
+
+        self.saved = termios.tcgetattr(0)
+        tty.setraw(0)
+
+    def leave(self) -> None:
+        if self.saved is not None:
+            import termios
+
+            termios.tcsetattr(0, termios.TCSADRAIN, self.saved)
+            self.saved = None
+
+
+_PER_TASK_RE = None
+
+
+def local_path(spec: dict[str, object] | None, grant: dict[str, object], cwd: str) -> str | None:
+    """The file srun itself opens for an ``-i/-o/-e`` spec, or None (the terminal, ``none``,
+    one task's stream, or a pattern the nodes expand per task or node: ``%t %n %N``)."""
+    global _PER_TASK_RE
+    if not spec or spec.get("mode") != "file":
+        return None
+    pattern = str(spec["path"])
+    if _PER_TASK_RE is None:
+        import re
+
+        _PER_TASK_RE = re.compile(r"(?<!%)(?:%%)*%\d*[tnN]")
+    if "\\" not in pattern and _PER_TASK_RE.search(pattern):
+        return None
+    from muster.core.outputs import expand_pattern, fields_for_task
+
+    if "job_id" in grant and "step_id" in grant:
+        pattern = expand_pattern(pattern, fields_for_task(grant, "", 0, 0))
+    return os.path.normpath(os.path.join(cwd, pattern))
