@@ -52,11 +52,14 @@ def stall() -> None:
             h.run(["scancel", str(j)])
         ended = [h.wait_job(j) for j in short + long]
         failed = sum(1 for j in ended if j["restart_count"] or j["state"] not in ("COMPLETED", "CANCELLED"))
-        reruns = sum(len(h.read(f"runs-{t}").splitlines()) - 1
-                     for t in [f"s{i}" for i in range(4)] + [f"l{i}" for i in range(8)])
-        print(f"controller stopped {2 * TIMEOUT} s (SlurmdTimeout={TIMEOUT}) with 12 jobs: "
-              f"{failed} failed or requeued, {reruns} runs repeated; "
-              f"nodes heard and ended jobs recorded {back:.2f} s after SIGCONT")
+        reruns = sum(
+            len(h.read(f"runs-{t}").splitlines()) - 1 for t in [f"s{i}" for i in range(4)] + [f"l{i}" for i in range(8)]
+        )
+        print(
+            f"controller stopped {2 * TIMEOUT} s (SlurmdTimeout={TIMEOUT}) with 12 jobs: "
+            f"{failed} failed or requeued, {reruns} runs repeated; "
+            f"nodes heard and ended jobs recorded {back:.2f} s after SIGCONT"
+        )
 
 
 def read_only_spool() -> None:
@@ -81,8 +84,10 @@ def read_only_spool() -> None:
             subprocess.run(["umount", spool], check=False)
         ok = sum(1 for j in ended if j["state"] == "COMPLETED")
         requeued = sum(1 for j in ended if j["restart_count"])
-        print(f"read-only spool on 1 of 4 nodes, 20 jobs: node drained after {drained:.2f} s, "
-              f"{ok}/20 completed ({requeued} after a failed launch there) in {done:.2f} s")
+        print(
+            f"read-only spool on 1 of 4 nodes, 20 jobs: node drained after {drained:.2f} s, "
+            f"{ok}/20 completed ({requeued} after a failed launch there) in {done:.2f} s"
+        )
 
 
 def full_disk() -> None:
@@ -92,8 +97,7 @@ def full_disk() -> None:
     from harness import Harness
     from muster.cluster.local import ClusterShape
 
-    h = Harness(ClusterShape(nodes=2, gpus_per_node=0, cpus_per_node=2, mem_per_node=4000),
-                settings={"KillWait": "2"})
+    h = Harness(ClusterShape(nodes=2, gpus_per_node=0, cpus_per_node=2, mem_per_node=4000), settings={"KillWait": "2"})
     h.cluster.create(h.shape, h.settings)
     ctld = os.path.join(h.cluster.state_dir, "ctld")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", ctld], check=True)
@@ -113,8 +117,10 @@ def full_disk() -> None:
         t0 = time.perf_counter()
         assert h.run(["scontrol", "release", str(waiting)]).returncode == 0
         h.wait_job(waiting)
-        print(f"full state disk: release refused while full: {refused}; after freeing space the "
-              f"job ran and ended {time.perf_counter() - t0:.2f} s later, no restart")
+        print(
+            f"full state disk: release refused while full: {refused}; after freeing space the "
+            f"job ran and ended {time.perf_counter() - t0:.2f} s later, no restart"
+        )
     finally:
         h.down(remove=False)
         subprocess.run(["umount", "-l", ctld], check=False)

@@ -152,12 +152,8 @@ def _job(
     alloc: list[NodeAlloc] | None = None,
     user: str = "u0",
 ) -> Job:
-    spec = JobSpec(
-        partitions=[part], min_nodes=n, gpus_per_node=g, time_limit=limit, gpu_type="h100"
-    )
-    shape = Shape(
-        nodes=n, cpus_per_node=8 * g, mem_per_node=60_000 * g, gpus_per_node=g, gpu_type="h100"
-    )
+    spec = JobSpec(partitions=[part], min_nodes=n, gpus_per_node=g, time_limit=limit, gpu_type="h100")
+    shape = Shape(nodes=n, cpus_per_node=8 * g, mem_per_node=60_000 * g, gpus_per_node=g, gpu_type="h100")
     return Job(
         job_id=job_id,
         spec=spec,
@@ -175,9 +171,7 @@ def _job(
     )
 
 
-def timed(
-    snap: Snapshot, config: SchedConfig, repeat: int
-) -> tuple[float, float, dict[str, float], str]:
+def timed(snap: Snapshot, config: SchedConfig, repeat: int) -> tuple[float, float, dict[str, float], str]:
     """Median wall and CPU seconds of ``repeat`` passes (CPU time is what the pass costs
     on a busy machine), the last pass's phase times and a summary of what it did."""
     walls, cpus = [], []
@@ -190,10 +184,7 @@ def timed(
         cpus.append(time.process_time() - c0)
         phases = d.stats.phase_seconds
         s = d.stats
-        summary = (
-            f"examined={s.examined} started={s.started} (backfilled {s.backfilled}) "
-            f"planned={s.planned}"
-        )
+        summary = f"examined={s.examined} started={s.started} (backfilled {s.backfilled}) planned={s.planned}"
     return statistics.median(walls), statistics.median(cpus), phases, summary
 
 
@@ -213,10 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         else [(n, p) for p in (1000, 10_000, 100_000) for n in (100, 1000, 4000)]
     )
     config = SchedConfig()
-    print(
-        f"one pass, default config (bf_max_job_test={config.bf_max_job_test}), "
-        f"median of {args.repeat}"
-    )
+    print(f"one pass, default config (bf_max_job_test={config.bf_max_job_test}), median of {args.repeat}")
     print(f"{'nodes':>6} {'pending':>8} {'running':>8} {'wall s':>7} {'cpu s':>7}  phases (cpu)")
     for nodes, pending in grid:
         snap = build(nodes, pending)
@@ -225,10 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             gc.freeze()
         wall, cpu, phases, summary = timed(snap, config, args.repeat)
         ph = " ".join(f"{k.split('.')[1]}={v * 1000:.0f}ms" for k, v in phases.items())
-        print(
-            f"{nodes:>6} {pending:>8} {len(snap.running):>8} {wall:7.3f} {cpu:7.3f}  {ph}"
-            f"  [{summary}]"
-        )
+        print(f"{nodes:>6} {pending:>8} {len(snap.running):>8} {wall:7.3f} {cpu:7.3f}  {ph}  [{summary}]")
         sys.stdout.flush()
     print("\ndepth sweep on 1,000 nodes, 10,000 pending (cost per examined depth)")
     snap = build(1000, 10_000)

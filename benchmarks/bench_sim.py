@@ -40,15 +40,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BUNDLED = os.path.join(HERE, "traces", "kth-sp2-5000.swf.gz")
 
 
-def replay(trace: Trace, jobs: list[TraceJob], policy: str, args: argparse.Namespace,
-           profile: cProfile.Profile | None) -> tuple[float, dict[str, float], int]:
+def replay(
+    trace: Trace, jobs: list[TraceJob], policy: str, args: argparse.Namespace, profile: cProfile.Profile | None
+) -> tuple[float, dict[str, float], int]:
     """CPU seconds of one replay, its metrics, and the passes it ran."""
     cluster = uniform_cluster(trace.unit, trace.header, args.nodes, args.cpus_per_node)
     est = Estimate.parse(args.estimate)
     kept, _ = replayable(jobs, trace.unit, cluster, est)
     settings = build_settings(policy, max_time_limit=max(est.limit(j) for j in kept))
-    sim = Simulation(kept, trace.unit, cluster, sched_config(settings), estimate=est,
-                     label=policy, order=job_order(policy))
+    sim = Simulation(
+        kept, trace.unit, cluster, sched_config(settings), estimate=est, label=policy, order=job_order(policy)
+    )
     if profile is not None:
         profile.enable()
     cpu0 = time.process_time()
@@ -66,17 +68,18 @@ def _queue(m: dict[str, float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("trace", nargs="?", default=BUNDLED,
-                    help="trace file (default: the bundled KTH cut of 5,000 jobs)")
+    ap.add_argument("trace", nargs="?", default=BUNDLED, help="trace file (default: the bundled KTH cut of 5,000 jobs)")
     ap.add_argument("--cluster", help="which CSV of a tarball (GPU traces)")
     ap.add_argument("--nodes", type=int, help="nodes (required for GPU traces)")
     ap.add_argument("--cpus-per-node", type=int)
     ap.add_argument("--estimate", default="requested", help="requested, actual or KxActual")
-    ap.add_argument("--policies", default="fcfs,easy,sjf,conservative",
-                    help=f"comma-separated, from {', '.join(POLICIES)}")
+    ap.add_argument(
+        "--policies", default="fcfs,easy,sjf,conservative", help=f"comma-separated, from {', '.join(POLICIES)}"
+    )
     ap.add_argument("--jobs", type=int, help="use only the first N jobs as the large size")
-    ap.add_argument("--profile", action="store_true",
-                    help="print the top functions of the large replay of each policy (cProfile)")
+    ap.add_argument(
+        "--profile", action="store_true", help="print the top functions of the large replay of each policy (cProfile)"
+    )
     args = ap.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for p in policies:
@@ -89,10 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     trace = read_trace(args.trace, None, args.cluster)
     large = trace.jobs[: args.jobs] if args.jobs else trace.jobs
     small = large[: max(1, len(large) // 10)]
-    print(f"{os.path.basename(args.trace)}: the first {len(small):,} jobs, then {len(large):,}; "
-          f"estimate {args.estimate}; CPU microseconds of Simulation.run per job")
-    print(f"{'policy':<13} {'small us/job':>13} {'large us/job':>13} {'ratio':>6}  "
-          f"{'queue small/large':>17}  {'passes (large)':>15}  large: bsld, late vs first plan")
+    print(
+        f"{os.path.basename(args.trace)}: the first {len(small):,} jobs, then {len(large):,}; "
+        f"estimate {args.estimate}; CPU microseconds of Simulation.run per job"
+    )
+    print(
+        f"{'policy':<13} {'small us/job':>13} {'large us/job':>13} {'ratio':>6}  "
+        f"{'queue small/large':>17}  {'passes (large)':>15}  large: bsld, late vs first plan"
+    )
     sys.stdout.flush()
     worst = 0.0
     for policy in policies:
@@ -103,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         ratio = per_l / per_s if per_s > 0 else float("nan")
         worst = max(worst, ratio)
         queues = f"{_queue(m_s):,.1f} / {_queue(m):,.1f}"
-        print(f"{policy:<13} {per_s:>13,.0f} {per_l:>13,.0f} {ratio:>6.2f}  {queues:>17}  {passes:>15,}  "
-              f"{m['bounded_slowdown_mean']:.2f}, {m['late_vs_first_plan']:,}")
+        print(
+            f"{policy:<13} {per_s:>13,.0f} {per_l:>13,.0f} {ratio:>6.2f}  {queues:>17}  {passes:>15,}  "
+            f"{m['bounded_slowdown_mean']:.2f}, {m['late_vs_first_plan']:,}"
+        )
         sys.stdout.flush()
         if prof is not None:
             pstats.Stats(prof).sort_stats("tottime").print_stats(15)

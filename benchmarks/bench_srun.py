@@ -34,7 +34,10 @@ def step_only(h: object, n: int) -> list[float]:
 
     p = subprocess.run(
         ["salloc", "-Q", "-N2", "-n4", sys.executable, "-c", loop],
-        env=h.env, cwd=h.workdir, capture_output=True, text=True,  # type: ignore[attr-defined]
+        env=h.env,
+        cwd=h.workdir,
+        capture_output=True,
+        text=True,  # type: ignore[attr-defined]
     )
     if p.returncode != 0:
         raise RuntimeError(f"salloc failed: {p.stderr}")

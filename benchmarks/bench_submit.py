@@ -34,8 +34,10 @@ def main() -> None:
         total = time.perf_counter() - t0
         rate = args.jobs / total
         report("1000 jobs submit->done (jobs/s)", rate, unit_lower_is_better=False)
-        print(f"{'':<36} submit phase {submitted:.1f} s, all done after {total:.1f} s "
-              f"(Slurm: {args.jobs / SLURM['1000 jobs submit->done (jobs/s)']:.1f} s)")
+        print(
+            f"{'':<36} submit phase {submitted:.1f} s, all done after {total:.1f} s "
+            f"(Slurm: {args.jobs / SLURM['1000 jobs submit->done (jobs/s)']:.1f} s)"
+        )
         # squeue over a long queue: one held array of 1,000 tasks (squeue merges them into
         # one row, as Slurm does; -r lists all 1,000 as Slurm's measurement did)
         h.sbatch("--hold", "--array=0-999", "--wrap=true")

@@ -44,11 +44,10 @@ def local_cluster(nodes: int = 4, gpus: int = 8, cpus: int = 32) -> Iterator[Har
 
 
 @contextmanager
-def local_cluster_with(
-    settings: dict[str, str], nodes: int = 4, gpus: int = 8, cpus: int = 32
-) -> Iterator[Harness]:
-    h = Harness(ClusterShape(nodes=nodes, gpus_per_node=gpus, cpus_per_node=cpus, mem_per_node=128000),
-                settings=settings)
+def local_cluster_with(settings: dict[str, str], nodes: int = 4, gpus: int = 8, cpus: int = 32) -> Iterator[Harness]:
+    h = Harness(
+        ClusterShape(nodes=nodes, gpus_per_node=gpus, cpus_per_node=cpus, mem_per_node=128000), settings=settings
+    )
     h.up()
     try:
         yield h
@@ -76,7 +75,9 @@ def report(name: str, ours: float, unit_lower_is_better: bool = True) -> None:
         return
     ratio = ours / ref if unit_lower_is_better else ref / ours
     verdict = "x slower than Slurm" if ratio > 1 else "x Slurm's time" if unit_lower_is_better else ""
-    print(f"{name:<36} muster {ours:10.2f}   slurm {ref:10.2f}   ratio {ratio:5.2f}{'' if not verdict else ' (' + ('muster/slurm' if unit_lower_is_better else 'slurm/muster') + ')'}")
+    print(
+        f"{name:<36} muster {ours:10.2f}   slurm {ref:10.2f}   ratio {ratio:5.2f}{'' if not verdict else ' (' + ('muster/slurm' if unit_lower_is_better else 'slurm/muster') + ')'}"
+    )
 
 
 def median(xs: list[float]) -> float:

@@ -25,16 +25,24 @@ from muster.sim.policies import build_settings, job_order, sched_config
 from muster.sim.traces import read_trace
 
 
-def starts(path: str, policy: str, *, cluster: str | None = None, nodes: int | None = None,
-           estimate: str = "requested", jobs: int | None = None) -> tuple[list[float], float]:
+def starts(
+    path: str,
+    policy: str,
+    *,
+    cluster: str | None = None,
+    nodes: int | None = None,
+    estimate: str = "requested",
+    jobs: int | None = None,
+) -> tuple[list[float], float]:
     """Every job's start in job id order (None: never started), and the CPU seconds."""
     trace = read_trace(path, None, cluster)
     machine = uniform_cluster(trace.unit, trace.header, nodes)
     est = Estimate.parse(estimate)
     kept, _ = replayable(trace.jobs[:jobs] if jobs else trace.jobs, trace.unit, machine, est)
     settings = build_settings(policy, max_time_limit=max(est.limit(j) for j in kept))
-    sim = Simulation(kept, trace.unit, machine, sched_config(settings), estimate=est,
-                     label=policy, order=job_order(policy))
+    sim = Simulation(
+        kept, trace.unit, machine, sched_config(settings), estimate=est, label=policy, order=job_order(policy)
+    )
     cpu0 = time.process_time()
     result = sim.run()
     cpu = time.process_time() - cpu0
@@ -58,15 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     record: dict[str, list[float]] = {}
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
-        record[policy], cpu = starts(args.trace, policy, cluster=args.cluster, nodes=args.nodes,
-                                     estimate=args.estimate, jobs=args.jobs)
+        record[policy], cpu = starts(
+            args.trace, policy, cluster=args.cluster, nodes=args.nodes, estimate=args.estimate, jobs=args.jobs
+        )
         n = len(record[policy])
-        print(f"{policy:<13} {n:>7,} jobs  {cpu:6.1f} s CPU  {1e6 * cpu / max(1, n):6.0f} us/job",
-              file=sys.stderr)
+        print(f"{policy:<13} {n:>7,} jobs  {cpu:6.1f} s CPU  {1e6 * cpu / max(1, n):6.0f} us/job", file=sys.stderr)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:  # one line per policy
-            f.write("{\n" + ",\n".join(f"{json.dumps(p)}: {json.dumps(v)}" for p, v in record.items())
-                    + "\n}\n")
+            f.write("{\n" + ",\n".join(f"{json.dumps(p)}: {json.dumps(v)}" for p, v in record.items()) + "\n}\n")
         return 0
     with open(args.compare, encoding="utf-8") as f:
         before = json.load(f)
@@ -83,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         moved = [i for i, (a, b) in enumerate(zip(old, now, strict=True)) if a != b]
         differ += len(moved)
-        print(f"{policy}: {len(moved)} of {len(now)} starts differ"
-              + (f" (first: job {moved[0] + 1}: {old[moved[0]]} -> {now[moved[0]]})" if moved else ""))
+        print(
+            f"{policy}: {len(moved)} of {len(now)} starts differ"
+            + (f" (first: job {moved[0] + 1}: {old[moved[0]]} -> {now[moved[0]]})" if moved else "")
+        )
     return 1 if differ else 0
 
 

@@ -72,7 +72,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=50, help="total training steps")
     ap.add_argument("--ckpt-every", type=int, default=10, help="checkpoint every N steps (0: never)")
-    ap.add_argument("--ckpt-dir", default=None, help="checkpoint directory (default: $CKPT_DIR or checkpoints/job-$SLURM_JOB_ID)")
+    ap.add_argument(
+        "--ckpt-dir", default=None, help="checkpoint directory (default: $CKPT_DIR or checkpoints/job-$SLURM_JOB_ID)"
+    )
     ap.add_argument("--sleep", type=float, default=0.0, help="seconds to sleep per step (to watch it)")
     ap.add_argument("--lr", type=float, default=0.01)
     args = ap.parse_args()
@@ -82,11 +84,14 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(local_rank)
-    log(rank, (
-        f"world={world} local_rank={local_rank} node={os.environ.get('SLURMD_NODENAME', socket.gethostname())} "
-        f"backend={backend} device={device} cuda_visible={os.environ.get('CUDA_VISIBLE_DEVICES', '')} "
-        f"master={os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-    ))
+    log(
+        rank,
+        (
+            f"world={world} local_rank={local_rank} node={os.environ.get('SLURMD_NODENAME', socket.gethostname())} "
+            f"backend={backend} device={device} cuda_visible={os.environ.get('CUDA_VISIBLE_DEVICES', '')} "
+            f"master={os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        ),
+    )
 
     # Every rank contributes its rank: the sum must be 0 + 1 + ... + (world - 1) everywhere.
     probe = torch.tensor([float(rank)], device=device)
@@ -97,8 +102,10 @@ def main() -> int:
     if not ok:
         return 1
 
-    ckpt_dir = args.ckpt_dir or os.environ.get("CKPT_DIR") or os.path.join(
-        "checkpoints", f"job-{os.environ.get('SLURM_JOB_ID', 'local')}"
+    ckpt_dir = (
+        args.ckpt_dir
+        or os.environ.get("CKPT_DIR")
+        or os.path.join("checkpoints", f"job-{os.environ.get('SLURM_JOB_ID', 'local')}")
     )
     ckpt = os.path.join(ckpt_dir, "last.pt")
     model = make_model().to(device)

@@ -28,9 +28,7 @@ def process_running(pid: int) -> bool:
 
 
 class Harness:
-    def __init__(
-        self, shape: ClusterShape, root: str | None = None, settings: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, shape: ClusterShape, root: str | None = None, settings: dict[str, str] | None = None) -> None:
         self.settings = settings
         self.root = root or tempfile.mkdtemp(prefix="muster-it-")
         os.chmod(self.root, 0o755)
@@ -95,7 +93,9 @@ class Harness:
     def job(self, job_id: int) -> dict[str, Any]:
         return self.cluster.api("GET", f"/v1/jobs/{job_id}")["job"]
 
-    def wait_job(self, job_id: int, done: Callable[[dict[str, Any]], bool] | None = None, timeout: float = 60) -> dict[str, Any]:
+    def wait_job(
+        self, job_id: int, done: Callable[[dict[str, Any]], bool] | None = None, timeout: float = 60
+    ) -> dict[str, Any]:
         """Wait until the job has ended (and is no longer completing), or ``done`` says so."""
         check = done or (lambda j: j["state"] not in ("PENDING", "RUNNING") and not j["completing"])
         deadline = time.monotonic() + timeout

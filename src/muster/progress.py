@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: muster-progress step|checkpoint N", file=sys.stderr)
         return 2
     if path() is None:
-        print(f"muster-progress: {ENV} is not set (not inside a muster job); nothing reported",
-              file=sys.stderr)
+        print(f"muster-progress: {ENV} is not set (not inside a muster job); nothing reported", file=sys.stderr)
         return 0
     if not _write(args[0], int(args[1])):
         print(f"muster-progress: cannot write to {path()}", file=sys.stderr)

@@ -248,6 +248,7 @@ print(json.dumps({
 def test_lightning_slurm_environment_inside_an_srun_step(client_env: Harness, folder: str) -> None:
     pytest.importorskip("lightning_fabric")
     from lightning_fabric.plugins.environments import SLURMEnvironment
+
     task = os.path.join(folder, "task.py")
     with open(task, "w") as f:
         f.write(LIGHTNING_TASK)
@@ -257,8 +258,11 @@ def test_lightning_slurm_environment_inside_an_srun_step(client_env: Harness, fo
         f.write(f"#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=2 -J train\nsrun {sys.executable} {task}\n")
     job_id = client_env.sbatch("-o", os.path.join(folder, "out-%j.txt"), script)
     assert client_env.wait_job(job_id, timeout=120)["state"] == "COMPLETED"
-    rows = [json.loads(line) for line in client_env.read(os.path.join(folder, f"out-{job_id}.txt")).splitlines()
-            if line.startswith("{")]
+    rows = [
+        json.loads(line)
+        for line in client_env.read(os.path.join(folder, f"out-{job_id}.txt")).splitlines()
+        if line.startswith("{")
+    ]
     assert len(rows) == 4
     assert {r["world_size"] for r in rows} == {4}
     assert sorted(r["global_rank"] for r in rows) == [0, 1, 2, 3]

@@ -26,8 +26,10 @@ TIMEOUT = 4
 
 @pytest.fixture
 def cluster4() -> Iterator[Harness]:
-    h = Harness(ClusterShape(nodes=4, gpus_per_node=2, cpus_per_node=8, mem_per_node=16000),
-                settings={"SlurmdTimeout": str(TIMEOUT), "KillWait": "2"})
+    h = Harness(
+        ClusterShape(nodes=4, gpus_per_node=2, cpus_per_node=8, mem_per_node=16000),
+        settings={"SlurmdTimeout": str(TIMEOUT), "KillWait": "2"},
+    )
     h.up()
     try:
         yield h
@@ -57,8 +59,19 @@ def test_a_ddp_job_survives_a_dead_node_and_resumes_from_its_checkpoint(cluster4
     ckpt = os.path.join(h.workdir, "resume-ckpt")
     env = {"TRAIN_SCRIPT": str(EXAMPLES / "train_ddp.py"), "PYTHON": sys.executable, "CKPT_DIR": ckpt}
     steps = 60
-    job_id = h.sbatch("-N2", "--ntasks-per-node=1", "--gres=gpu:1", str(EXAMPLES / "train.sbatch"),
-                      "--steps", str(steps), "--ckpt-every", "5", "--sleep", "0.2", env=env)
+    job_id = h.sbatch(
+        "-N2",
+        "--ntasks-per-node=1",
+        "--gres=gpu:1",
+        str(EXAMPLES / "train.sbatch"),
+        "--steps",
+        str(steps),
+        "--ckpt-every",
+        "5",
+        "--sleep",
+        "0.2",
+        env=env,
+    )
     job = h.wait_state(job_id, "RUNNING", timeout=60)
     out = os.path.join(h.workdir, f"train-{job_id}.out")
     deadline = time.monotonic() + 300  # PyTorch's start-up is slow on a loaded machine

@@ -29,9 +29,7 @@ def _torch_or_skip() -> None:
 
 
 def submit(cluster: Harness, *args: str, env: dict[str, str]) -> int:
-    return cluster.sbatch(
-        "-N2", "--ntasks-per-node=2", "--gres=gpu:2", str(EXAMPLES / "train.sbatch"), *args, env=env
-    )
+    return cluster.sbatch("-N2", "--ntasks-per-node=2", "--gres=gpu:2", str(EXAMPLES / "train.sbatch"), *args, env=env)
 
 
 def test_ddp_training_finds_its_peers_from_the_environment_and_resumes(cluster: Harness) -> None:

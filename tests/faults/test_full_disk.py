@@ -27,8 +27,10 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Harness]:
-    h = Harness(ClusterShape(nodes=2, gpus_per_node=0, cpus_per_node=2, mem_per_node=4000),
-                settings={"SlurmdTimeout": "10", "KillWait": "2"})
+    h = Harness(
+        ClusterShape(nodes=2, gpus_per_node=0, cpus_per_node=2, mem_per_node=4000),
+        settings={"SlurmdTimeout": "10", "KillWait": "2"},
+    )
     h.cluster.create(h.shape, h.settings)
     ctld = os.path.join(h.cluster.state_dir, "ctld")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", ctld], check=True)
@@ -84,8 +86,7 @@ def test_a_full_state_disk_refuses_changes_clearly_and_the_cluster_recovers_when
             ["scontrol", "hold", str(waiting)],
             ["scontrol", "requeue", str(running)],
             ["scontrol", "update", "nodename=node2", "state=drain", "reason=x"],
-            ["scontrol", "create", "reservation", "starttime=now", "duration=60", "users=root",
-             "nodecnt=1"],
+            ["scontrol", "create", "reservation", "starttime=now", "duration=60", "users=root", "nodecnt=1"],
             ["sacctmgr", "-i", "add", "account", "fdacct"],
             ["srun", "-N1", "true"],
         ):

@@ -100,8 +100,10 @@ def test_a_node_whose_spool_is_read_only_is_drained_and_every_job_completes_else
     subprocess.run(["mount", "--bind", spool, spool], check=True)
     try:
         subprocess.run(["mount", "-o", "remount,ro,bind", spool], check=True)
-        jobs = [h.sbatch("-c1", "-o", f"ro-{i}.out", "--wrap", f"echo job {i} on $(hostname) $SLURMD_NODENAME")
-                for i in range(20)]
+        jobs = [
+            h.sbatch("-c1", "-o", f"ro-{i}.out", "--wrap", f"echo job {i} on $(hostname) $SLURMD_NODENAME")
+            for i in range(20)
+        ]
         ended = [h.wait_job(j, timeout=90) for j in jobs]
     finally:
         subprocess.run(["umount", spool], check=False)

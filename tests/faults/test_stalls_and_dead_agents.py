@@ -26,8 +26,10 @@ TIMEOUT = 8  # SlurmdTimeout of these clusters (a loaded CI machine must not sta
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Harness]:
-    h = Harness(ClusterShape(nodes=4, gpus_per_node=2, cpus_per_node=4, mem_per_node=8000),
-                settings={"SlurmdTimeout": str(TIMEOUT), "KillWait": "2"})
+    h = Harness(
+        ClusterShape(nodes=4, gpus_per_node=2, cpus_per_node=4, mem_per_node=8000),
+        settings={"SlurmdTimeout": str(TIMEOUT), "KillWait": "2"},
+    )
     h.up()
     try:
         yield h
@@ -37,8 +39,9 @@ def cluster() -> Iterator[Harness]:
 
 def counting_job(h: Harness, tag: str, seconds: float, *extra: str) -> int:
     """A job that notes each of its runs in ``runs-<tag>`` and then sleeps."""
-    return h.sbatch("-c1", *extra, "-o", f"out-{tag}-%j", "--wrap",
-                    f"echo run >> {h.workdir}/runs-{tag}; sleep {seconds}")
+    return h.sbatch(
+        "-c1", *extra, "-o", f"out-{tag}-%j", "--wrap", f"echo run >> {h.workdir}/runs-{tag}; sleep {seconds}"
+    )
 
 
 def runs(h: Harness, tag: str) -> int:
@@ -80,9 +83,7 @@ def test_a_controller_stopped_for_twice_slurmdtimeout_fails_no_node_and_reruns_n
         job = h.wait_job(job_id, timeout=60)
         assert job["state"] == "COMPLETED", job
         assert job["restart_count"] == 0, job
-    for tag in [f"before{i}" for i in range(3)] + [f"during{i}" for i in range(3)] + [
-        f"long{i}" for i in range(6)
-    ]:
+    for tag in [f"before{i}" for i in range(3)] + [f"during{i}" for i in range(3)] + [f"long{i}" for i in range(6)]:
         assert runs(h, tag) == 1, tag
     nodes = h.cluster.api("GET", "/v1/nodes")["nodes"]
     assert all(n["state"] in ("IDLE", "MIXED", "ALLOCATED") and not n["drain"] for n in nodes), nodes
@@ -95,11 +96,7 @@ def test_an_agent_killed_in_a_two_node_step_downs_its_node_and_the_job_resumes_e
     cluster: Harness,
 ) -> None:
     h = cluster
-    script = (
-        "#!/bin/sh\n"
-        f"echo run >> {h.workdir}/runs-step\n"
-        "srun -N2 -n2 sleep 20\n"
-    )
+    script = f"#!/bin/sh\necho run >> {h.workdir}/runs-step\nsrun -N2 -n2 sleep 20\n"
     job_id = h.sbatch("-N2", "--requeue", "--open-mode=append", "-o", "step-%j.out", input=script)
     job = h.wait_state(job_id, "RUNNING")
     victim = job["alloc"][1]["node"]
@@ -112,8 +109,7 @@ def test_an_agent_killed_in_a_two_node_step_downs_its_node_and_the_job_resumes_e
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     try:
-        rerun = h.wait_job(job_id, lambda j: j["restart_count"] == 1 and j["state"] == "RUNNING",
-                           timeout=40)
+        rerun = h.wait_job(job_id, lambda j: j["restart_count"] == 1 and j["state"] == "RUNNING", timeout=40)
         assert victim not in [a["node"] for a in rerun["alloc"]]
         nodes = {n["name"]: n for n in h.cluster.api("GET", "/v1/nodes")["nodes"]}
         assert nodes[victim]["state"] == "DOWN" and nodes[victim]["reason"] == "Not responding"

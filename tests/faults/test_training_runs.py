@@ -90,9 +90,19 @@ def test_a_hung_job_is_signalled_requeued_and_completes_with_its_goodput(cluster
     assert "Hung" in (job["system_comment"] or "")
     assert "time.sleep" in h.read(f"stacks.{jid}") or "File" in h.read(f"stacks.{jid}")  # stacks dumped
     # the last attempt's final reports come with its node's next heartbeat
-    wait(lambda: (h.job(jid)["attempts"][-1].get("step") == 7), what="the last progress report")
-    out = h.run(["sacct", "-j", str(jid), "-X", "-n", "-P",
-                 "-o", "State,Restarts,LastStep,LastCheckpoint,Goodput,LostPerAttempt,GPUTimeRAW"])
+    wait(lambda: h.job(jid)["attempts"][-1].get("step") == 7, what="the last progress report")
+    out = h.run(
+        [
+            "sacct",
+            "-j",
+            str(jid),
+            "-X",
+            "-n",
+            "-P",
+            "-o",
+            "State,Restarts,LastStep,LastCheckpoint,Goodput,LostPerAttempt,GPUTimeRAW",
+        ]
+    )
     assert out.returncode == 0, out.stderr
     state, restarts, last, ckpt, goodput, lost, gpu = out.stdout.strip().splitlines()[-1].split("|")
     assert (state, restarts, last, ckpt) == ("COMPLETED", "1", "7", "7")

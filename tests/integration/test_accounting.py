@@ -52,10 +52,13 @@ def acct_cluster(request: pytest.FixtureRequest) -> Iterator[Harness]:
         f.write(extra)
     h.up()
     try:
-        for words in ("add account A,B,C Fairshare=1", "add user root account=A,B,C",
-                      "modify account where name=C set GrpTRES=gres/gpu=8",
-                      "add qos short MaxWall=00:10:00",
-                      "add qos strict MaxWall=00:10:00 Flags=DenyOnLimit"):
+        for words in (
+            "add account A,B,C Fairshare=1",
+            "add user root account=A,B,C",
+            "modify account where name=C set GrpTRES=gres/gpu=8",
+            "add qos short MaxWall=00:10:00",
+            "add qos strict MaxWall=00:10:00 Flags=DenyOnLimit",
+        ):
             ok(h.run(["sacctmgr", "-i", *words.split()]))
         yield h
     finally:
@@ -96,7 +99,8 @@ def test_sacctmgr_builds_the_tree_and_refuses_unknown_accounts(acct_cluster: Har
     bad = h.run(["sbatch", "-A", "nosuch", "--wrap", "true"])
     assert bad.returncode == 1
     assert bad.stderr.strip().endswith(
-        "Batch job submission failed: Invalid account or account/partition combination specified")
+        "Batch job submission failed: Invalid account or account/partition combination specified"
+    )
 
 
 def test_the_quiet_account_overtakes_a_flood(acct_cluster: Harness) -> None:
@@ -153,12 +157,19 @@ def test_sacct_parsable2_rows_have_slurms_shape(acct_cluster: Harness) -> None:
     bad = h.sbatch("-A", "B", "-J", "fmt_fail", "--wrap", "exit 3")
     for j in (good, bad):
         h.wait_job(j)
-    out = ok(h.run(["sacct", "--parsable2", "--format=JobID,JobName,State,ExitCode,Elapsed,AllocTRES",
-                    "-j", f"{good},{bad}"]))
+    out = ok(
+        h.run(
+            ["sacct", "--parsable2", "--format=JobID,JobName,State,ExitCode,Elapsed,AllocTRES", "-j", f"{good},{bad}"]
+        )
+    )
     lines = out.splitlines()
     assert lines[0] == "JobID|JobName|State|ExitCode|Elapsed|AllocTRES"
-    assert re.fullmatch(rf"{good}\|fmt_ok\|COMPLETED\|0:0\|\d\d:\d\d:\d\d\|billing=1,cpu=1,gres/gpu=2,mem=1000M,node=1", lines[1])
-    assert re.fullmatch(rf"{good}\.batch\|batch\|COMPLETED\|0:0\|\d\d:\d\d:\d\d\|cpu=1,gres/gpu=2,mem=1000M,node=1", lines[2])
+    assert re.fullmatch(
+        rf"{good}\|fmt_ok\|COMPLETED\|0:0\|\d\d:\d\d:\d\d\|billing=1,cpu=1,gres/gpu=2,mem=1000M,node=1", lines[1]
+    )
+    assert re.fullmatch(
+        rf"{good}\.batch\|batch\|COMPLETED\|0:0\|\d\d:\d\d:\d\d\|cpu=1,gres/gpu=2,mem=1000M,node=1", lines[2]
+    )
     assert re.fullmatch(rf"{bad}\|fmt_fail\|FAILED\|3:0\|\d\d:\d\d:\d\d\|billing=1,cpu=1,mem=1000M,node=1", lines[3])
     assert re.fullmatch(rf"{bad}\.batch\|batch\|FAILED\|3:0\|\d\d:\d\d:\d\d\|cpu=1,mem=1000M,node=1", lines[4])
     default = ok(h.run(["sacct", "-j", str(good)])).splitlines()
@@ -166,8 +177,23 @@ def test_sacct_parsable2_rows_have_slurms_shape(acct_cluster: Harness) -> None:
     assert default[2].split() == [str(good), "fmt_ok", "gpu", "B", "1", "COMPLETED", "0:0"]
     today = ok(h.run(["sacct", "-X", "-n", "-P", "-o", "JobID,Account"])).splitlines()
     assert f"{good}|B" in today and f"{bad}|B" in today
-    report = ok(h.run(["sreport", "-P", "-n", "-T", "gres/gpu", "-t", "seconds", "user", "topusage",
-                       "start=now-1hours", "end=now"]))
+    report = ok(
+        h.run(
+            [
+                "sreport",
+                "-P",
+                "-n",
+                "-T",
+                "gres/gpu",
+                "-t",
+                "seconds",
+                "user",
+                "topusage",
+                "start=now-1hours",
+                "end=now",
+            ]
+        )
+    )
     assert any(line.startswith("muster|root|") and "|A|gres/gpu|" in line for line in report.splitlines())
     util = ok(h.run(["sreport", "-T", "gres/gpu", "-t", "hours", "cluster", "utilization"]))
     assert "Usage reported in TRES Hours" in util
@@ -177,26 +203,30 @@ def test_sacct_shows_what_a_batch_script_used(acct_cluster: Harness) -> None:
     h = acct_cluster
     script = os.path.join(h.workdir, "burn.py")
     with open(script, "w") as f:
-        f.write("import time\n"
-                "x = bytearray(64 * 1024 * 1024)\n"
-                "for i in range(0, len(x), 4096): x[i] = 1\n"
-                "t = time.process_time()\n"
-                "while time.process_time() - t < 0.5: pass\n")
+        f.write(
+            "import time\n"
+            "x = bytearray(64 * 1024 * 1024)\n"
+            "for i in range(0, len(x), 4096): x[i] = 1\n"
+            "t = time.process_time()\n"
+            "while time.process_time() - t < 0.5: pass\n"
+        )
     job_id = h.sbatch("-A", "A", "-c", "2", "--wrap", f"{sys.executable} {script}")
     assert h.wait_job(job_id)["state"] == "COMPLETED"
-    rows = ok(h.run(["sacct", "-j", str(job_id), "-n", "-P", "-o",
-                     "JobID,MaxRSS,UserCPU,TotalCPU,CPUTimeRAW,Elapsed"])).splitlines()
+    rows = ok(
+        h.run(["sacct", "-j", str(job_id), "-n", "-P", "-o", "JobID,MaxRSS,UserCPU,TotalCPU,CPUTimeRAW,Elapsed"])
+    ).splitlines()
     job, batch = (r.split("|") for r in rows[:2])
     assert batch[0] == f"{job_id}.batch" and re.fullmatch(r"\d+K", batch[1]), rows
     assert int(batch[1][:-1]) > 64 * 1024  # the 64 MiB it touched
     assert re.fullmatch(r"00:0\d\.\d{3}", batch[3]) and float(batch[3][3:]) >= 0.4, rows  # user + system
     assert re.fullmatch(r"00:0\d\.\d{3}", batch[2]), rows
     assert job[3] == batch[3] and job[1] == ""  # the job's TotalCPU is its steps'
-    assert int(job[4]) == 2 * sum(int(x) * 60 ** i for i, x in enumerate(reversed(job[5].split(":"))))
+    assert int(job[4]) == 2 * sum(int(x) * 60**i for i, x in enumerate(reversed(job[5].split(":"))))
     steps = h.sbatch("-A", "A", "-N2", "--ntasks-per-node=1", "--wrap", f"srun {sys.executable} {script}")
     assert h.wait_job(steps)["state"] == "COMPLETED"
-    rows = ok(h.run(["sacct", "-j", str(steps), "-n", "-P", "-o",
-                     "JobID,MaxRSS,MaxRSSNode,MaxRSSTask,AveRSS,TotalCPU"])).splitlines()
+    rows = ok(
+        h.run(["sacct", "-j", str(steps), "-n", "-P", "-o", "JobID,MaxRSS,MaxRSSNode,MaxRSSTask,AveRSS,TotalCPU"])
+    ).splitlines()
     by_id = {r.split("|")[0]: r.split("|") for r in rows}
     step = by_id[f"{steps}.0"]
     assert int(step[1][:-1]) > 64 * 1024 and step[2] in ("node1", "node2") and step[3] in ("0", "1"), rows

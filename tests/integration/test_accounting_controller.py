@@ -48,8 +48,7 @@ def make(store: Any, clock: ManualClock | None = None) -> Controller:
 def mgr(ctl: Controller, words: str, **sets: str) -> None:
     verb, entity, *names = words.split()
     assert ctl.accounting is not None
-    ctl.accounting.sacctmgr({"verb": verb, "entity": entity, "names": names, "set": sets}, ROOT,
-                            ctl.clock.now())
+    ctl.accounting.sacctmgr({"verb": verb, "entity": entity, "names": names, "set": sets}, ROOT, ctl.clock.now())
 
 
 def setup_accounts(ctl: Controller) -> None:
@@ -104,12 +103,19 @@ def test_qos_limits_hold_with_slurms_reasons_or_refuse_with_deny_on_limit(make_s
     setup_accounts(ctl)
     acct = ctl.accounting
     assert acct is not None
-    acct.sacctmgr({"verb": "add", "entity": "qos", "names": ["short"],
-                   "set": {"MaxWall": "01:00:00", "MaxJobsPerUser": "1"}}, ROOT, 0)
-    acct.sacctmgr({"verb": "add", "entity": "qos", "names": ["strict"],
-                   "set": {"MaxWall": "01:00:00", "Flags": "DenyOnLimit"}}, ROOT, 0)
-    acct.sacctmgr({"verb": "modify", "entity": "user", "names": ["alice"],
-                   "set": {"QOS": "normal,short,strict"}}, ROOT, 0)
+    acct.sacctmgr(
+        {"verb": "add", "entity": "qos", "names": ["short"], "set": {"MaxWall": "01:00:00", "MaxJobsPerUser": "1"}},
+        ROOT,
+        0,
+    )
+    acct.sacctmgr(
+        {"verb": "add", "entity": "qos", "names": ["strict"], "set": {"MaxWall": "01:00:00", "Flags": "DenyOnLimit"}},
+        ROOT,
+        0,
+    )
+    acct.sacctmgr(
+        {"verb": "modify", "entity": "user", "names": ["alice"], "set": {"QOS": "normal,short,strict"}}, ROOT, 0
+    )
     long_job = ctl.queue.submit(spec(qos="short", time_limit=7200), ALICE)
     first = ctl.queue.submit(spec(qos="short", time_limit=600), ALICE)
     second = ctl.queue.submit(spec(qos="short", time_limit=600), ALICE)
@@ -195,7 +201,9 @@ def test_every_attempt_is_a_record_and_survives_a_restart(make_store) -> None:  
     assert acct is not None
     recs = acct.jobs(Query(job_ids=[job.job_id], duplicates=True), clock.now())
     assert [(r["state"], r["exit_code"], r["elapsed"]) for r in recs] == [
-        ("NODE_FAIL", "0:0", 30), ("FAILED", "3:0", 10)]
+        ("NODE_FAIL", "0:0", 30),
+        ("FAILED", "3:0", 10),
+    ]
     assert recs[0]["steps"][0]["state"] == "CANCELLED"
     assert [r["state"] for r in acct.jobs(Query(job_ids=[job.job_id]), clock.now())] == ["FAILED"]
     assert {(a["account"], a["user"]) for a in acct.db.objects()["assocs"]} >= {("A", "alice"), ("B", "bob")}
@@ -226,8 +234,12 @@ def test_node_outages_are_recorded_for_sreports_down_column(make_store) -> None:
     ctl.liveness.update_nodes(ROOT, ["node1", "node2"], "RESUME", None)
     ctl.liveness.check_nodes()
     events = [(n, d, r) for n, _t, d, r, _s in ctl.store.node_events()]
-    assert events == [("node1", True, "disk"), ("node2", True, "Not responding"),
-                      ("node1", False, ""), ("node2", False, "")]
+    assert events == [
+        ("node1", True, "disk"),
+        ("node2", True, "Not responding"),
+        ("node1", False, ""),
+        ("node2", False, ""),
+    ]
     acct = ctl.accounting
     assert acct is not None
     report = acct.usage_report(down_at - 1000, clock.now() + 1000, clock.now(), ctl)

@@ -187,8 +187,21 @@ class AgentWorld:
     def _spawn(self, node: str, state_dir: str, log_path: str) -> subprocess.Popen[bytes]:
         n = len(self.ctld.registrations)
         agent = subprocess.Popen(
-            [sys.executable, "-m", "muster.agent.main", "--conf", self.conf_path, "--node", node,
-             "--state-dir", state_dir, "--log-file", log_path, "--gpu-detect", "emulate"],
+            [
+                sys.executable,
+                "-m",
+                "muster.agent.main",
+                "--conf",
+                self.conf_path,
+                "--node",
+                node,
+                "--state-dir",
+                state_dir,
+                "--log-file",
+                log_path,
+                "--gpu-detect",
+                "emulate",
+            ],
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
@@ -234,9 +247,13 @@ class AgentWorld:
 
     # requests to the agent, signed like the controller's
 
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None, sign: bool = True, node: str = "node1") -> httpx.Response:
+    def call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, sign: bool = True, node: str = "node1"
+    ) -> httpx.Response:
         payload = json.dumps(body).encode() if body is not None else b""
-        headers = sign_request(self.key, method, path, payload, time.time(), sender="ctld", receiver=node) if sign else {}
+        headers = (
+            sign_request(self.key, method, path, payload, time.time(), sender="ctld", receiver=node) if sign else {}
+        )
         url = f"http://127.0.0.1:{self.ports[node]}{path}"
         r = self.http.request(method, url, content=payload, headers=headers)
         if sign and r.status_code == 401 and r.json().get("code") == "stale":
@@ -262,8 +279,13 @@ class AgentWorld:
             "time_limit": time_limit,
             "restart_count": spec.pop("restart_count", 0),
             "state": "RUNNING",
-            "spec": {"name": "itest", "script": script, "workdir": self.work,
-                     "environment": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, **spec},
+            "spec": {
+                "name": "itest",
+                "script": script,
+                "workdir": self.work,
+                "environment": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                **spec,
+            },
             "shape": {"nodes": 1, "cpus_per_node": 2, "mem_per_node": 200, "gpus_per_node": 2, "ntasks": 1},
             "alloc": [{"node": "node1", "cpus": 2, "mem": 200, "gpu_ids": [1, 3]}],
         }
@@ -358,8 +380,13 @@ def test_a_batch_script_runs_with_slurms_environment_and_reports_its_exit_code(w
 def test_output_patterns_stdin_and_append_mode(world: AgentWorld) -> None:
     with open(os.path.join(world.work, "input.txt"), "w") as f:
         f.write("from stdin\n")
-    job = world.job("#!/bin/sh\ncat\necho err >&2\n", stdout="out-%x-%j.txt", stderr="err-%5j.txt",
-                    stdin="input.txt", restart_count=1)
+    job = world.job(
+        "#!/bin/sh\ncat\necho err >&2\n",
+        stdout="out-%x-%j.txt",
+        stderr="err-%5j.txt",
+        stdin="input.txt",
+        restart_count=1,
+    )
     with open(os.path.join(world.work, f"out-itest-{job['job_id']}.txt"), "w") as f:
         f.write("earlier run\n")
     assert world.launch(job).status_code == 200
@@ -405,7 +432,9 @@ def test_a_user_cannot_make_root_write_where_the_user_cannot(world: AgentWorld) 
         ({"script": "#!/no/such/interpreter\n"}, "executing"),
     ],
 )
-def test_a_job_that_cannot_start_is_reported_failed_with_the_reason(world: AgentWorld, change: dict[str, Any], message: str) -> None:
+def test_a_job_that_cannot_start_is_reported_failed_with_the_reason(
+    world: AgentWorld, change: dict[str, Any], message: str
+) -> None:
     job = world.job("#!/bin/sh\ntrue\n")
     job["spec"].update(change)
     if "workdir" in change:
@@ -440,24 +469,26 @@ def test_the_time_limit_sends_term_then_kill_and_reports_a_timeout(world: AgentW
 
 
 def test_terminate_reaches_the_whole_tree_including_setsid_escapes(world: AgentWorld) -> None:
-    job = world.job("#!/bin/sh\n(sleep 300; echo late) & setsid sleep 301 & echo $! > tree-$SLURM_JOB_ID.pid\nsleep 302\n")
+    job = world.job(
+        "#!/bin/sh\n(sleep 300; echo late) & setsid sleep 301 & echo $! > tree-$SLURM_JOB_ID.pid\nsleep 302\n"
+    )
     assert world.launch(job).status_code == 200
     pid_file = os.path.join(world.work, f"tree-{job['job_id']}.pid")
     escaped = int(wait_for(lambda: os.path.exists(pid_file) and open(pid_file).read().strip(), 5, "pid file"))
     assert wait_for(lambda: job["job_id"] in world.running(), 5, "running")
-    assert world.call("POST", "/v1/terminate", {"job_id": job["job_id"], "reason": "cancel", "kill_wait": 1}).json()["running"] is True
+    assert (
+        world.call("POST", "/v1/terminate", {"job_id": job["job_id"], "reason": "cancel", "kill_wait": 1}).json()[
+            "running"
+        ]
+        is True
+    )
     report = world.ctld.wait_report(job["job_id"])
     assert report["terminated_by"] == "cancel" and report["signal"] == signal.SIGTERM
     wait_for(lambda: not process_running(escaped), 5, "the setsid escape to die")
 
 
 def test_a_daemon_that_double_forked_away_dies_with_the_job(world: AgentWorld) -> None:
-    job = world.job(
-        "#!/bin/sh\n"
-        "setsid sh -c 'sleep 303 & echo $! > daemon-'$SLURM_JOB_ID'.pid' &\n"
-        "sleep 1\n"
-        "exit 0\n"
-    )
+    job = world.job("#!/bin/sh\nsetsid sh -c 'sleep 303 & echo $! > daemon-'$SLURM_JOB_ID'.pid' &\nsleep 1\nexit 0\n")
     assert world.launch(job).status_code == 200
     assert world.ctld.wait_report(job["job_id"])["exit_code"] == 0
     pid = int(world.read(f"daemon-{job['job_id']}.pid").strip())
@@ -465,7 +496,9 @@ def test_a_daemon_that_double_forked_away_dies_with_the_job(world: AgentWorld) -
 
 
 def test_signals_go_to_the_job_or_only_its_batch_shell(world: AgentWorld) -> None:
-    job = world.job("#!/bin/bash\ntrap 'echo got USR1' USR1\ntouch ready-$SLURM_JOB_ID\nfor i in $(seq 100); do sleep 0.1; done\n")
+    job = world.job(
+        "#!/bin/bash\ntrap 'echo got USR1' USR1\ntouch ready-$SLURM_JOB_ID\nfor i in $(seq 100); do sleep 0.1; done\n"
+    )
     assert world.launch(job).status_code == 200
     wait_for(lambda: os.path.exists(os.path.join(world.work, f"ready-{job['job_id']}")), 5, "trap")
     r = world.call("POST", "/v1/signal", {"job_id": job["job_id"], "signal": int(signal.SIGUSR1), "batch_only": True})
@@ -518,7 +551,9 @@ def test_the_credential_socket_vouches_for_the_callers_uid(world: AgentWorld) ->
     )
     out = subprocess.run(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-c", code],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert out.returncode == 0, out.stderr
     assert verify_credential(world.key, out.stdout.strip(), time.time(), ReplayGuard())[0] == NOBODY
@@ -546,7 +581,9 @@ def test_a_stopped_agent_leaves_jobs_running_and_its_successor_adopts_them(priva
     w.start_agent()
     keep = w.job("#!/bin/sh\necho $$ > keep-$SLURM_JOB_ID.pid\nsleep 300\n")
     lost = w.job("#!/bin/sh\necho $$ > lost-$SLURM_JOB_ID.pid\nsleep 300\n")
-    done = w.job("#!/bin/sh\necho $$ > done-$SLURM_JOB_ID.pid\nwhile [ ! -e go-$SLURM_JOB_ID ]; do sleep 0.1; done\nexit 3\n")
+    done = w.job(
+        "#!/bin/sh\necho $$ > done-$SLURM_JOB_ID.pid\nwhile [ ! -e go-$SLURM_JOB_ID ]; do sleep 0.1; done\nexit 3\n"
+    )
     for job in (keep, lost, done):
         assert w.launch(job).status_code == 200
     keep_pid = int(wait_for(lambda: _read(w, f"keep-{keep['job_id']}.pid"), 5, "pid"))
@@ -565,7 +602,10 @@ def test_a_stopped_agent_leaves_jobs_running_and_its_successor_adopts_them(priva
     open(os.path.join(w.work, f"go-{done['job_id']}"), "w").close()  # ends by itself, adopted
     report = w.ctld.wait_report(done["job_id"])
     assert (report["exit_code"], report["signal"], report["terminated_by"]) == (3, 0, None)
-    assert w.call("POST", "/v1/terminate", {"job_id": keep["job_id"], "reason": "cancel", "kill_wait": 1}).status_code == 200
+    assert (
+        w.call("POST", "/v1/terminate", {"job_id": keep["job_id"], "reason": "cancel", "kill_wait": 1}).status_code
+        == 200
+    )
     report = w.ctld.wait_report(keep["job_id"])
     assert report["terminated_by"] == "cancel"
     wait_for(lambda: not process_running(keep_pid), 5, "the adopted job to die")
@@ -577,7 +617,9 @@ def test_bad_startup_input_fails_clearly(private_world: AgentWorld) -> None:
     run = [sys.executable, "-m", "muster.agent.main", "--conf", w.conf_path, "--state-dir", w.state_dir]
     out = subprocess.run([*run, "--node", "nosuch"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "musterd: error: node nosuch is not defined" in out.stderr
-    out = subprocess.run([*run[:3], "--conf", "/nonexistent.conf", "--node", "node1"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [*run[:3], "--conf", "/nonexistent.conf", "--node", "node1"], capture_output=True, text=True, timeout=30
+    )
     assert out.returncode == 1 and "/nonexistent.conf" in out.stderr
     os.chmod(w.key_path, 0o644)
     out = subprocess.run([*run, "--node", "node1"], capture_output=True, text=True, timeout=30)
@@ -634,7 +676,10 @@ def test_a_rerun_on_a_neighbour_agent_survives_the_sweep_of_its_old_run(private_
     wait_for(lambda: not process_running(rerun_pid), 5, "the rerun to stop")
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two jobs or tasks can only get CPUs of their own on a host with two or more (CI has two)")
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2,
+    reason="two jobs or tasks can only get CPUs of their own on a host with two or more (CI has two)",
+)
 def test_under_task_affinity_batch_scripts_are_pinned_to_cpus_of_their_own(world: AgentWorld) -> None:
     script = "#!/bin/sh\ngrep Cpus_allowed_list /proc/self/status\nsleep 1\n"
     jobs = [world.job(script) for _ in range(2)]

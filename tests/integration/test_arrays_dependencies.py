@@ -209,7 +209,7 @@ def test_singleton_runs_one_job_of_a_name_at_a_time(cluster: Harness) -> None:
 
 
 def test_aftercorr_pairs_the_tasks_of_two_arrays(cluster: Harness) -> None:
-    first = cluster.sbatch("--array=0-1", "--wrap", 'sleep $((1 + 2 * SLURM_ARRAY_TASK_ID))')
+    first = cluster.sbatch("--array=0-1", "--wrap", "sleep $((1 + 2 * SLURM_ARRAY_TASK_ID))")
     second = cluster.sbatch("--array=0-1", f"--dependency=aftercorr:{first}", "--wrap", "true")
     done0 = cluster.wait_job(second)
     assert done0["start_time"] >= cluster.job(first)["end_time"]
@@ -236,15 +236,20 @@ def test_scancel_signal_reaches_the_tasks_not_the_batch_shell(cluster: Harness) 
         f.write(
             "#!/bin/bash\n#SBATCH -o sig-%j.out\n"
             "trap 'echo shell got USR2' USR2\n"
-            "python3 -c \"import signal, sys, time\n"
+            'python3 -c "import signal, sys, time\n'
             "signal.signal(signal.SIGUSR2, lambda *a: (print('task got USR2', flush=True), sys.exit(0)))\n"
             "print('ready', flush=True)\n"
-            "time.sleep(60)\"\n"
+            'time.sleep(60)"\n'
             "echo shell done\n"
         )
     job_id = cluster.sbatch(script)
-    _until(lambda: "ready" in cluster.read(f"sig-{job_id}.out") if os.path.exists(
-        os.path.join(cluster.workdir, f"sig-{job_id}.out")) else False)
+    _until(
+        lambda: (
+            "ready" in cluster.read(f"sig-{job_id}.out")
+            if os.path.exists(os.path.join(cluster.workdir, f"sig-{job_id}.out"))
+            else False
+        )
+    )
     out = cluster.run(["scancel", str(job_id), "--signal", "USR2"])
     assert out.returncode == 0, out.stderr
     assert cluster.wait_job(job_id)["state"] == "COMPLETED"
@@ -309,12 +314,7 @@ def test_a_signal_reaches_an_srun_task_once_and_spares_the_batch_shell(cluster: 
         f.write(COUNT_USR2)
     script = os.path.join(cluster.workdir, "sig_step.sh")
     with open(script, "w") as f:
-        f.write(
-            "#!/bin/bash\n"
-            "trap 'echo shell got USR2' USR2\n"
-            f"srun {sys.executable} {task}\n"
-            "echo shell done\n"
-        )
+        f.write(f"#!/bin/bash\ntrap 'echo shell got USR2' USR2\nsrun {sys.executable} {task}\necho shell done\n")
     extra = ["--time=1", "--signal=USR2@55"] if how != "scancel" else []
     job_id = cluster.sbatch("-o", "sigstep-%j.out", *extra, script)
     out = os.path.join(cluster.workdir, f"sigstep-{job_id}.out")
@@ -339,8 +339,7 @@ def test_a_time_limit_warning_reaches_the_tasks_on_every_node(cluster: Harness) 
     script = os.path.join(cluster.workdir, "sig_two_nodes.sh")
     with open(script, "w") as f:
         f.write(f"#!/bin/bash\nsrun {sys.executable} {task}\necho shell done\n")
-    job_id = cluster.sbatch("-N2", "--ntasks-per-node=1", "--time=1", "--signal=USR2@55",
-                            "-o", "sig2-%j.out", script)
+    job_id = cluster.sbatch("-N2", "--ntasks-per-node=1", "--time=1", "--signal=USR2@55", "-o", "sig2-%j.out", script)
     job = cluster.wait_job(job_id, timeout=60)
     assert job["state"] == "COMPLETED" and job["num_nodes"] == 2
     lines = sorted(x for x in cluster.read(f"sig2-{job_id}.out").splitlines() if not x.startswith("srun:"))

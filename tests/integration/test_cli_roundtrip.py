@@ -26,9 +26,7 @@ def test_directives_environment_and_command_line_layer_like_slurm(cluster: Harne
             "#SBATCH --output=layers-%j.out  # a trailing comment\n"
             'echo "args:$1:$2 name:$SLURM_JOB_NAME"\n'
         )
-    job_id = cluster.sbatch(
-        script, "one", "two words", env={"SBATCH_JOB_NAME": "from-env", "SBATCH_TIMELIMIT": "7"}
-    )
+    job_id = cluster.sbatch(script, "one", "two words", env={"SBATCH_JOB_NAME": "from-env", "SBATCH_TIMELIMIT": "7"})
     job = cluster.wait_job(job_id)
     assert job["state"] == "COMPLETED", job
     assert job["spec"]["name"] == "from-env"

@@ -29,8 +29,10 @@ def test_sbatch_wrap_runs_and_writes_its_output_file(cluster: Harness) -> None:
 def test_a_gres_script_sees_its_own_gpus(cluster: Harness) -> None:
     script = os.path.join(cluster.workdir, "gpus.sh")
     with open(script, "w") as f:
-        f.write("#!/bin/bash\n#SBATCH --gres=gpu:2\n#SBATCH -J gpu-check\n#SBATCH -o gpus-%j.out\n"
-                "echo CUDA=$CUDA_VISIBLE_DEVICES\necho NAME=$SLURM_JOB_NAME\n")
+        f.write(
+            "#!/bin/bash\n#SBATCH --gres=gpu:2\n#SBATCH -J gpu-check\n#SBATCH -o gpus-%j.out\n"
+            "echo CUDA=$CUDA_VISIBLE_DEVICES\necho NAME=$SLURM_JOB_NAME\n"
+        )
     job_id = cluster.sbatch(script)
     job = cluster.wait_job(job_id)
     assert job["state"] == "COMPLETED"
@@ -108,11 +110,13 @@ def test_jobs_of_another_user_run_as_that_user(cluster: Harness) -> None:
         (["-t", "abc", "--wrap", "true"], "sbatch: error: Invalid --time specification", 255),
         (["--gres=gpu:9", "--wrap", "true"], "Requested node configuration is not available", 1),
         (["-p", "nosuch", "--wrap", "true"], "invalid partition specified: nosuch", 1),
-        (["-N", "abc", "--wrap", "true"], "sbatch: error: \"abc\" is not a valid node count", 255),
+        (["-N", "abc", "--wrap", "true"], 'sbatch: error: "abc" is not a valid node count', 255),
         (["/nonexistent/script.sh"], "sbatch: error: Unable to open file /nonexistent/script.sh", 1),
     ],
 )
-def test_bad_input_is_refused_clearly_and_changes_nothing(cluster: Harness, args: list[str], message: str, rc: int) -> None:
+def test_bad_input_is_refused_clearly_and_changes_nothing(
+    cluster: Harness, args: list[str], message: str, rc: int
+) -> None:
     before = cluster.cluster.api("GET", "/v1/jobs")["jobs"]
     out = cluster.run(["sbatch", *args])
     assert out.returncode == rc, (out.returncode, out.stderr)
@@ -169,8 +173,12 @@ def test_a_malformed_api_body_gets_a_400_naming_the_problem(cluster: Harness, bo
     before = len(cluster.cluster.api("GET", "/v1/jobs")["jobs"])
     sock = _socket.socket(_socket.AF_UNIX)
     sock.connect(cluster.cluster.config().ctld_socket)
-    sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: "
-                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+    sock.sendall(
+        b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
     raw = b""
     while chunk := sock.recv(65536):
         raw += chunk
@@ -185,8 +193,7 @@ def test_agent_routes_refuse_unsigned_requests(cluster: Harness) -> None:
 
     cfg = cluster.cluster.config()
     with pytest.raises(ApiError) as err:
-        request("POST", "/v1/agent/job_done", {"node": "node1", "job_id": 1},
-                address=(cfg.ctld_addr, cfg.ctld_port))
+        request("POST", "/v1/agent/job_done", {"node": "node1", "job_id": 1}, address=(cfg.ctld_addr, cfg.ctld_port))
     assert err.value.status == 401
     with pytest.raises(ApiError) as err:  # and users on TCP without a credential
         request("POST", "/v1/jobs", {"spec": {}}, address=(cfg.ctld_addr, cfg.ctld_port))

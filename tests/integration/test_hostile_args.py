@@ -177,17 +177,20 @@ TOLERATED: dict[str, list[list[str]]] = {
     "sacct": [["-o", "jobid" + WIDE]],
     "sacctmgr": [["list", "user", "format=user" + WIDE]],
 }
-for _table in (NOT_YET, {
-    "sbatch": [["-J", JUNK, "--hold", "--wrap=true"], ["--comment", LONG, "--hold", "--wrap=true"]],
-    "squeue": [["-u", JUNK], ["-n", LONG], ["-p", JUNK], ["-w", "node[1-2]"]],
-    "sinfo": [["-p", JUNK], ["-n", JUNK]],
-    "sacct": [["-S", "1970-01-01-00:00:01", "-E", "now"], ["-u", JUNK], ["-A", LONG]],
-    "scancel": [["-u", JUNK], ["-n", LONG, "-u", "root"]],
-    "sshare": [["-A", JUNK], ["-u", LONG]],
-    "sprio": [["-u", JUNK]],
-    "sreport": [["cluster", "utilization", "start=1970-01-01-00:00:01"]],
-    "sacctmgr": [["list", "user", JUNK], ["-n", "-s", "list", "user", "root", "format=account"]],
-}):
+for _table in (
+    NOT_YET,
+    {
+        "sbatch": [["-J", JUNK, "--hold", "--wrap=true"], ["--comment", LONG, "--hold", "--wrap=true"]],
+        "squeue": [["-u", JUNK], ["-n", LONG], ["-p", JUNK], ["-w", "node[1-2]"]],
+        "sinfo": [["-p", JUNK], ["-n", JUNK]],
+        "sacct": [["-S", "1970-01-01-00:00:01", "-E", "now"], ["-u", JUNK], ["-A", LONG]],
+        "scancel": [["-u", JUNK], ["-n", LONG, "-u", "root"]],
+        "sshare": [["-A", JUNK], ["-u", LONG]],
+        "sprio": [["-u", JUNK]],
+        "sreport": [["cluster", "utilization", "start=1970-01-01-00:00:01"]],
+        "sacctmgr": [["list", "user", JUNK], ["-n", "-s", "list", "user", "root", "format=account"]],
+    },
+):
     for _command, _cases_of in _table.items():
         TOLERATED.setdefault(_command, []).extend(_cases_of)
 COMMANDS = sorted(REFUSED)
@@ -221,8 +224,14 @@ def _run(h: Harness, command: str, args: list[str]) -> subprocess.CompletedProce
     env = {"MUSTER_STATE_DIR": os.path.join(h.root, "nosuch-state")}
     try:
         return subprocess.run(
-            [command, *args], input="", env={**h.env, **env}, cwd=h.workdir, capture_output=True,
-            text=True, errors="replace", timeout=60,
+            [command, *args],
+            input="",
+            env={**h.env, **env},
+            cwd=h.workdir,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=60,
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{command} hung on {_id((command, args))!r}")

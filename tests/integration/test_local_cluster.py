@@ -23,8 +23,19 @@ def muster(*args: str) -> subprocess.CompletedProcess[str]:
 def test_up_status_restart_and_down() -> None:
     state = tempfile.mkdtemp(prefix="muster-up-")
     try:
-        up = muster("up", "--nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "4",
-                    "--mem-per-node", "4000", "--state-dir", state)
+        up = muster(
+            "up",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--cpus-per-node",
+            "4",
+            "--mem-per-node",
+            "4000",
+            "--state-dir",
+            state,
+        )
         assert up.returncode == 0, up.stderr
         assert f"export MUSTER_CONF={state}/muster.conf" in up.stdout
         assert oct(os.stat(f"{state}/muster.key").st_mode & 0o777) == "0o600"

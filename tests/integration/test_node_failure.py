@@ -18,8 +18,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def fast_failing() -> Iterator[Harness]:
-    h = Harness(ClusterShape(nodes=4, gpus_per_node=2, cpus_per_node=4, mem_per_node=8000),
-                settings={"SlurmdTimeout": "4", "KillWait": "2"})
+    h = Harness(
+        ClusterShape(nodes=4, gpus_per_node=2, cpus_per_node=4, mem_per_node=8000),
+        settings={"SlurmdTimeout": "4", "KillWait": "2"},
+    )
     h.up()
     try:
         yield h
@@ -29,8 +31,15 @@ def fast_failing() -> Iterator[Harness]:
 
 def test_a_dead_node_fails_its_job_which_is_requeued_and_reruns_elsewhere(fast_failing: Harness) -> None:
     h = fast_failing
-    job_id = h.sbatch("-N2", "--requeue", "--open-mode=append", "-o", "nf-%j.out",
-                      "--wrap", 'echo "run ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST"; sleep 8')
+    job_id = h.sbatch(
+        "-N2",
+        "--requeue",
+        "--open-mode=append",
+        "-o",
+        "nf-%j.out",
+        "--wrap",
+        'echo "run ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST"; sleep 8',
+    )
     job = h.wait_state(job_id, "RUNNING")
     victim = job["alloc"][1]["node"]
     pid = h.cluster._alive(victim)
@@ -66,7 +75,11 @@ def test_a_restarted_agent_ends_the_step_tasks_its_killed_predecessor_left(fast_
     pids = os.path.join(h.workdir, "step-pids")
     srun = subprocess.Popen(
         ["srun", "-N1", "-n2", "-w", "node2", "sh", "-c", f"echo $$ >> {pids}; exec sleep 300"],
-        cwd=h.workdir, env=h.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=h.workdir,
+        env=h.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 30

@@ -55,8 +55,18 @@ def test_backfill_starts_the_short_job_in_the_pass_its_submission_triggers(four_
 
 def test_a_reservation_keeps_other_jobs_off_its_nodes(four_by_eight: Harness) -> None:
     h = four_by_eight
-    out = h.run(["scontrol", "create", "reservation", "ReservationName=bigrun", "StartTime=now",
-                 "Duration=60", "Users=root", "NodeCnt=3"])
+    out = h.run(
+        [
+            "scontrol",
+            "create",
+            "reservation",
+            "ReservationName=bigrun",
+            "StartTime=now",
+            "Duration=60",
+            "Users=root",
+            "NodeCnt=3",
+        ]
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout == "Reservation created: bigrun\n"
     show = h.run(["scontrol", "show", "reservation", "bigrun"]).stdout
@@ -71,11 +81,21 @@ def test_a_reservation_keeps_other_jobs_off_its_nodes(four_by_eight: Harness) ->
     time.sleep(0.5)
     assert h.job(blocked)["state"] == "PENDING"
 
-    other = h.run(["scontrol", "create", "reservation", "StartTime=now", "Duration=10", "Users=root",
-                   "Nodes=" + sorted(reserved)[0]])
+    other = h.run(
+        [
+            "scontrol",
+            "create",
+            "reservation",
+            "StartTime=now",
+            "Duration=10",
+            "Users=root",
+            "Nodes=" + sorted(reserved)[0],
+        ]
+    )
     assert other.returncode == 1 and "Requested nodes are busy" in other.stderr
-    denied = h.run(["scontrol", "create", "reservation", "StartTime=now", "Duration=10", "Users=nobody",
-                    "NodeCnt=1"], uid=65534)
+    denied = h.run(
+        ["scontrol", "create", "reservation", "StartTime=now", "Duration=10", "Users=nobody", "NodeCnt=1"], uid=65534
+    )
     assert denied.returncode == 1 and "Access/permission denied" in denied.stderr
 
     assert h.run(["scontrol", "delete", "ReservationName=bigrun"]).returncode == 0

@@ -57,8 +57,9 @@ def _config(policy: str) -> Config:
     return parse_config(text, f"{policy}.conf")
 
 
-def _through_the_controller(conf: Config, jobs: list[TraceJob], db: str,
-                            order: str = "fifo") -> dict[int, tuple[float, float, str]]:
+def _through_the_controller(
+    conf: Config, jobs: list[TraceJob], db: str, order: str = "fifo"
+) -> dict[int, tuple[float, float, str]]:
     clock = ManualClock(EPOCH)
     ctl = Controller(conf, Store(db), clock)
     ctl.load()
@@ -89,8 +90,7 @@ def _through_the_controller(conf: Config, jobs: list[TraceJob], db: str,
                     ctl.queue.update(job, ROOT, {"priority": sjf_priority(job.time_limit)})
             else:
                 job = ctl.jobs[ids[i]]
-                report = {"job_id": job.job_id, "restart_count": 0, "exit_code": 0, "signal": 0,
-                          "node": job.batch_host}
+                report = {"job_id": job.job_id, "restart_count": 0, "exit_code": 0, "signal": 0, "node": job.batch_host}
                 if job.job_id in killed:
                     report |= {"terminated_by": "timeout", "signal": 9}
                 ctl.launches.job_done(report)
@@ -115,10 +115,15 @@ def _through_the_controller(conf: Config, jobs: list[TraceJob], db: str,
     }
 
 
-def _through_the_simulator(conf: Config, trace: Trace,
-                           order: str = "fifo") -> dict[int, tuple[float, float, str]]:
-    sim = Simulation(trace.jobs, trace.unit, cluster_from_config(conf),
-                     SchedConfig.from_settings(dict(conf.settings)), epoch=EPOCH, order=order)
+def _through_the_simulator(conf: Config, trace: Trace, order: str = "fifo") -> dict[int, tuple[float, float, str]]:
+    sim = Simulation(
+        trace.jobs,
+        trace.unit,
+        cluster_from_config(conf),
+        SchedConfig.from_settings(dict(conf.settings)),
+        epoch=EPOCH,
+        order=order,
+    )
     result = sim.run()
     assert not result.never_started
     states = {j.job_id: str(j.state) for j in sim.jobs}
@@ -126,9 +131,7 @@ def _through_the_simulator(conf: Config, trace: Trace,
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "easy", "conservative", "sjf"])
-def test_the_simulator_and_the_controller_start_every_job_at_the_same_time(
-    tmp_path: pathlib.Path, policy: str
-) -> None:
+def test_the_simulator_and_the_controller_start_every_job_at_the_same_time(tmp_path: pathlib.Path, policy: str) -> None:
     trace = read_trace(_trace_file(tmp_path / "small.swf"))
     conf = _config(policy)
     order = job_order(policy)

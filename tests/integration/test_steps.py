@@ -22,7 +22,9 @@ def lines_of(text: str) -> list[str]:
 
 
 def test_eight_ranks_on_one_node_each_see_their_own_gpu(cluster: Harness) -> None:
-    out = cluster.run("srun -N1 -n8 --gres=gpu:8 -l env | grep -E '^ ?[0-9]: (CUDA_VISIBLE_DEVICES|SLURMD_NODENAME|RANK)='")
+    out = cluster.run(
+        "srun -N1 -n8 --gres=gpu:8 -l env | grep -E '^ ?[0-9]: (CUDA_VISIBLE_DEVICES|SLURMD_NODENAME|RANK)='"
+    )
     assert out.returncode == 0, out.stderr
     cuda = dict(re.findall(r"^(\d): CUDA_VISIBLE_DEVICES=(\S+)$", out.stdout, re.M))
     assert sorted(cuda) == [str(i) for i in range(8)]
@@ -149,8 +151,11 @@ def test_srun_inside_a_batch_script_inherits_the_layout(cluster: Harness) -> Non
 def test_srun_output_patterns_inside_an_array_task_match_sbatchs(cluster: Harness) -> None:
     """submitit's ``srun -o %A_%a...`` inside an array task: %A the array, %a the task."""
     first = cluster.sbatch(
-        "--array=2-3", "-o", "arrstep-batch-%A_%a.out",
-        "--wrap", "srun -o arrstep-%A_%a_%b-%j-%J-%s-%t.out echo hi",
+        "--array=2-3",
+        "-o",
+        "arrstep-batch-%A_%a.out",
+        "--wrap",
+        "srun -o arrstep-%A_%a_%b-%j-%J-%s-%t.out echo hi",
     )
     for offset, index in enumerate((2, 3)):
         job_id = first + offset
@@ -169,17 +174,16 @@ def test_srun_works_when_only_slurm_job_id_is_set(cluster: Harness) -> None:
         )
     job_id = cluster.sbatch(script)
     assert cluster.wait_job(job_id)["state"] == "COMPLETED", cluster.read(f"bare-{job_id}.out")
-    assert sorted(lines_of(cluster.read(f"bare-{job_id}.out")))[:2] == ["0: " + os.uname().nodename.split(".")[0],
-                                                                     "1: " + os.uname().nodename.split(".")[0]]
+    assert sorted(lines_of(cluster.read(f"bare-{job_id}.out")))[:2] == [
+        "0: " + os.uname().nodename.split(".")[0],
+        "1: " + os.uname().nodename.split(".")[0],
+    ]
 
 
 def test_a_step_waits_for_its_jobs_resources(cluster: Harness) -> None:
     script = os.path.join(cluster.workdir, "busy.sh")
     with open(script, "w") as f:
-        f.write(
-            "#!/bin/bash\n#SBATCH -n2 -o busy-%j.out\n"
-            "srun -n2 sleep 2 &\nsleep 0.5\nsrun -n2 echo after\nwait\n"
-        )
+        f.write("#!/bin/bash\n#SBATCH -n2 -o busy-%j.out\nsrun -n2 sleep 2 &\nsleep 0.5\nsrun -n2 echo after\nwait\n")
     job_id = cluster.sbatch(script)
     job = cluster.wait_job(job_id)
     text = cluster.read(f"busy-{job_id}.out")
@@ -191,7 +195,10 @@ def test_a_step_waits_for_its_jobs_resources(cluster: Harness) -> None:
 def test_squeue_and_scontrol_show_running_steps(cluster: Harness) -> None:
     proc = subprocess.Popen(
         ["srun", "-N2", "-n2", "-J", "longstep", "sleep", "30"],
-        env=cluster.env, cwd=cluster.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=cluster.env,
+        cwd=cluster.workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 20
@@ -220,7 +227,10 @@ def test_squeue_and_scontrol_show_running_steps(cluster: Harness) -> None:
 def test_two_ctrl_c_within_a_second_abort_the_step(cluster: Harness) -> None:
     proc = subprocess.Popen(
         ["srun", "-n2", "-l", "bash", "-c", "trap 'echo got INT' INT; while true; do sleep 0.1; done"],
-        env=cluster.env, cwd=cluster.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=cluster.env,
+        cwd=cluster.workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         time.sleep(2.0)
@@ -238,7 +248,9 @@ def test_two_ctrl_c_within_a_second_abort_the_step(cluster: Harness) -> None:
 
 
 def test_salloc_runs_a_command_in_its_allocation_and_releases_it(cluster: Harness) -> None:
-    out = cluster.run(["salloc", "-N2", "bash", "-c", "echo job=$SLURM_JOB_ID nodes=$SLURM_NNODES; srun -l hostname; exit 3"])
+    out = cluster.run(
+        ["salloc", "-N2", "bash", "-c", "echo job=$SLURM_JOB_ID nodes=$SLURM_NNODES; srun -l hostname; exit 3"]
+    )
     assert out.returncode == 3, out.stderr
     job_id = int(re.search(r"salloc: Granted job allocation (\d+)", out.stderr).group(1))  # type: ignore[union-attr]
     assert f"salloc: Relinquishing job allocation {job_id}" in out.stderr
@@ -288,7 +300,10 @@ def test_scancel_of_a_step_stops_it_and_the_job_goes_on(cluster: Harness) -> Non
 AFFINITY = "import os; print(sorted(os.sched_getaffinity(0)), os.environ.get('SLURM_CPU_BIND_LIST', '-'))"
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two jobs or tasks can only get CPUs of their own on a host with two or more (CI has two)")
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2,
+    reason="two jobs or tasks can only get CPUs of their own on a host with two or more (CI has two)",
+)
 def test_cpu_bind_pins_each_task_to_cpus_of_its_own(cluster: Harness) -> None:
     out = cluster.run(["srun", "-N1", "-n2", "-c1", "--cpu-bind=verbose,cores", "-l", sys.executable, "-c", AFFINITY])
     assert out.returncode == 0, out.stderr
@@ -314,16 +329,35 @@ def test_cpu_bind_none_leaves_tasks_free_and_a_bad_value_is_refused(cluster: Har
 
 
 def test_signal_before_the_time_limit_reaches_an_srun_allocations_tasks(cluster: Harness) -> None:
-    out = cluster.run(["srun", "-N1", "-n2", "-t", "1", "--signal=USR1@58", "-l", "bash", "-c",
-                       'trap "echo got-usr1; exit 0" USR1; for i in $(seq 150); do sleep 0.1; done; echo none'],
-                      timeout=60)
+    out = cluster.run(
+        [
+            "srun",
+            "-N1",
+            "-n2",
+            "-t",
+            "1",
+            "--signal=USR1@58",
+            "-l",
+            "bash",
+            "-c",
+            'trap "echo got-usr1; exit 0" USR1; for i in $(seq 150); do sleep 0.1; done; echo none',
+        ],
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert sorted(lines_of(out.stdout)) == ["0: got-usr1", "1: got-usr1"]
 
 
 def test_a_step_time_limit_inside_a_job_stops_the_step_not_the_job(cluster: Harness) -> None:
-    job_id = cluster.sbatch("-N1", "-t", "5", "-o", "limit-%j.out", "--wrap",
-                            'srun -t 0:02 sleep 60; echo "srun exited $?"; srun true && echo next-step-ran')
+    job_id = cluster.sbatch(
+        "-N1",
+        "-t",
+        "5",
+        "-o",
+        "limit-%j.out",
+        "--wrap",
+        'srun -t 0:02 sleep 60; echo "srun exited $?"; srun true && echo next-step-ran',
+    )
     job = cluster.wait_job(job_id, timeout=60)
     assert job["state"] == "COMPLETED"
     out = cluster.read(f"limit-{job_id}.out")

@@ -36,8 +36,9 @@ def _ensure_user(name: str) -> int:
         return pwd.getpwnam(name).pw_uid
     except KeyError:
         pass
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", "--user-group", name], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["useradd", "--no-create-home", "--shell", "/bin/sh", "--user-group", name], check=True, capture_output=True
+    )
     return pwd.getpwnam(name).pw_uid
 
 

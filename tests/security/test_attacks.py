@@ -26,8 +26,14 @@ pytestmark = pytest.mark.integration
 # --- raw HTTP, as an attacker speaks it -----------------------------------------------------------
 
 
-def raw(addr: tuple[str, int], method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
-        source: str | None = None) -> tuple[int, dict[str, Any]]:
+def raw(
+    addr: tuple[str, int],
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    source: str | None = None,
+) -> tuple[int, dict[str, Any]]:
     """One HTTP/1.1 request; (status, JSON body)."""
     with socket.create_connection(addr, timeout=10, source_address=(source, 0) if source else None) as s:
         head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
@@ -279,8 +285,9 @@ def _unix_post(world: Harness, path: str, body: bytes) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(10)
     sock.connect(world.cluster.config().ctld_socket)
-    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-                 + body)
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    )
     data = b""
     while chunk := sock.recv(65536):
         data += chunk

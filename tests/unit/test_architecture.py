@@ -104,7 +104,7 @@ def test_no_module_imports_itself_back_through_a_circle() -> None:
         state[m] = 1
         for n in sorted(graph.get(m, ())):
             if state.get(n) == 1:
-                circles.append(" -> ".join(stack[stack.index(n):] + [n]))
+                circles.append(" -> ".join(stack[stack.index(n) :] + [n]))
             elif n not in state:
                 visit(n, stack + [n])
         state[m] = 2
@@ -113,3 +113,15 @@ def test_no_module_imports_itself_back_through_a_circle() -> None:
         if m not in state:
             visit(m, [m])
     assert not circles, "\n".join(circles)
+
+
+MAX_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = [
+        f"{path.relative_to(SRC)}: {n} lines"
+        for path in sorted(SRC.rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    ]
+    assert not long, "split by responsibility:\n" + "\n".join(long)

@@ -133,8 +133,7 @@ def build_routes(
         try:
             await supervisor.launch(msg.job, msg.kill_wait)
         except LaunchError as exc:
-            return JSONResponse({"error": str(exc), "code": "launch_failed", "fault": exc.fault},
-                                status_code=500)
+            return JSONResponse({"error": str(exc), "code": "launch_failed", "fault": exc.fault}, status_code=500)
         return JSONResponse({"ok": True})
 
     @_handler
@@ -160,12 +159,12 @@ def build_routes(
         running = supervisor.terminate(msg.job_id, msg.reason, msg.kill_wait, msg.restart_count)
         if steps is not None:
             steps.terminate(msg.job_id, msg.reason, msg.kill_wait, msg.restart_count)
-        if (not running and supervisor.hooks is not None and msg.job is not None
-                and msg.restart_count is not None):
+        if not running and supervisor.hooks is not None and msg.job is not None and msg.restart_count is not None:
             # The job's end reaches a node that runs no batch script of it: its Epilog here
             # (the batch host runs it when the script ends).
-            supervisor.spawn(supervisor.hooks.epilog_once({**msg.job, "job_id": msg.job_id,
-                                                           "restart_count": msg.restart_count}))
+            supervisor.spawn(
+                supervisor.hooks.epilog_once({**msg.job, "job_id": msg.job_id, "restart_count": msg.restart_count})
+            )
         return JSONResponse({"ok": True, "running": running})
 
     @_handler
@@ -242,8 +241,13 @@ class _SignedOnly:
             client = scope.get("client") or ("?", 0)
             log.warning(
                 "refused %s %s from %s (sender %s, receiver %s) at %s: %s",
-                scope["method"], target, client[0], headers.get("x-muster-from", "-"),
-                headers.get("x-muster-to", "-"), self.verifier.name, exc,
+                scope["method"],
+                target,
+                client[0],
+                headers.get("x-muster-from", "-"),
+                headers.get("x-muster-to", "-"),
+                self.verifier.name,
+                exc,
             )
             await send_json(send, 401, refusal(exc))
             return

@@ -173,7 +173,12 @@ class AgentDaemon:
             raise StartupError(f"cannot listen on {path}: {exc.strerror}") from None
         log.info(
             "musterd %s for node %s: listening on %s:%s and %s; state in %s",
-            __version__, self.node.name, self.node.addr, self.node.port, path, self.state.root,
+            __version__,
+            self.node.name,
+            self.node.addr,
+            self.node.port,
+            path,
+            self.state.root,
         )
         return [tcp, unix]
 
@@ -320,9 +325,7 @@ class AgentDaemon:
 
     async def serve(self) -> None:
         sockets = self.prepare()
-        app = build_app(
-            self.supervisor, self.settings.key, self.clock, self.lifespan, self._status_extra, self.steps
-        )
+        app = build_app(self.supervisor, self.settings.key, self.clock, self.lifespan, self._status_extra, self.steps)
         server = self._server = make_server(app, body_limit=body_limit(self.config.max_script_size))
         try:
             if not self.stop_requested:

@@ -38,8 +38,15 @@ from typing import Any
 
 from muster.core.hostlist import compress
 
-__all__ = ["GPU_VARS", "EnvContext", "batch_environment", "format_counts", "tasks_per_node", "visible_devices",
-           "working_cluster"]
+__all__ = [
+    "GPU_VARS",
+    "EnvContext",
+    "batch_environment",
+    "format_counts",
+    "tasks_per_node",
+    "visible_devices",
+    "working_cluster",
+]
 
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What CUDA, ROCm and oneAPI programs read to see only their GPUs (batch scripts and tasks)
@@ -86,9 +93,7 @@ def format_counts(counts: Sequence[int]) -> str:
     return ",".join(parts)
 
 
-def tasks_per_node(
-    ntasks: int, cpus: Sequence[int], cpus_per_task: int, ntasks_per_node: int | None
-) -> list[int]:
+def tasks_per_node(ntasks: int, cpus: Sequence[int], cpus_per_task: int, ntasks_per_node: int | None) -> list[int]:
     """Block distribution: one task per node first, then fill nodes in order up to their
     capacity (``ntasks_per_node`` or the CPUs they gave divided by ``cpus_per_task``), then
     spread what is left round-robin (an overcommitted request)."""
@@ -164,9 +169,7 @@ def batch_environment(job: Mapping[str, Any], ctx: EnvContext) -> dict[str, str]
         "SLURM_NNODES": str(len(nodes)),
         "SLURM_NTASKS": str(ntasks),
         "SLURM_NPROCS": str(ntasks),
-        "SLURM_TASKS_PER_NODE": format_counts(
-            tasks_per_node(ntasks, cpus, cpus_per_task, ntasks_per_node)
-        ),
+        "SLURM_TASKS_PER_NODE": format_counts(tasks_per_node(ntasks, cpus, cpus_per_task, ntasks_per_node)),
         "SLURM_JOB_CPUS_PER_NODE": format_counts(cpus),
         "SLURM_CPUS_ON_NODE": str(here.get("cpus", cpus[node_index])),
         "SLURMD_NODENAME": ctx.node,

@@ -258,8 +258,11 @@ class GpuHealth:
                 continue
             try:
                 handle = nv.nvmlDeviceGetHandleByIndex(i)
-                ecc = _try(lambda h=handle: nv.nvmlDeviceGetTotalEccErrors(
-                    h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))
+                ecc = _try(
+                    lambda h=handle: nv.nvmlDeviceGetTotalEccErrors(
+                        h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+                    )
+                )
                 if isinstance(ecc, int) and ecc > 0:
                     faults.add(GpuFault(i, f"{ECC} ({ecc})"))
                 rows = _try(lambda h=handle: nv.nvmlDeviceGetRemappedRows(h))

@@ -57,10 +57,7 @@ class GpuInventory:
         return len(self.gpus)
 
     def describe(self) -> list[dict[str, object]]:
-        return [
-            {"index": g.index, "name": g.name, "uuid": g.uuid, "memory_mb": g.memory_mb}
-            for g in self.gpus
-        ]
+        return [{"index": g.index, "name": g.name, "uuid": g.uuid, "memory_mb": g.memory_mb} for g in self.gpus]
 
 
 def parse_nvidia_smi(text: str) -> list[GpuInfo]:
@@ -197,7 +194,11 @@ def detect(
             # may share one real GPU host. "nvidia" mode registers what was found instead.
             log.warning(
                 "GPUs: %s found %d (%s) but the configuration says %d; emulating %d",
-                source, len(found), names, configured, configured,
+                source,
+                len(found),
+                names,
+                configured,
+                configured,
             )
             return emulate(configured, gpu_type)
         if mode == "auto" and len(found) > configured:

@@ -118,8 +118,7 @@ class Hooks:
             result = await self.run_prolog(job)
             future.set_result(result)
             if not result.ok:
-                self.on_fault({"kind": "prolog", "reason": result.reason,
-                               "job_id": key[0], "attempt": key[1]})
+                self.on_fault({"kind": "prolog", "reason": result.reason, "job_id": key[0], "attempt": key[1]})
         return await asyncio.shield(future)
 
     def prolog_ran(self, job_id: int, attempt: int) -> bool:
@@ -135,8 +134,7 @@ class Hooks:
         _forget_oldest(self._epilogs, self.MEMORY)
         result = await self.run_epilog(job)
         if not result.ok:
-            self.on_fault({"kind": "epilog", "reason": result.reason,
-                           "job_id": key[0], "attempt": key[1]})
+            self.on_fault({"kind": "epilog", "reason": result.reason, "job_id": key[0], "attempt": key[1]})
 
     async def run_prolog(self, job: dict[str, Any]) -> HookResult:
         if self.prolog is None:
@@ -198,8 +196,9 @@ async def run_program(kind: str, path: str, env: dict[str, str], timeout: float)
     rc = proc.returncode
     if rc == 0:
         return HookResult(True)
-    first = next((line.strip() for line in out[:OUTPUT_LIMIT].decode(errors="replace").splitlines()
-                  if line.strip()), "")
+    first = next(
+        (line.strip() for line in out[:OUTPUT_LIMIT].decode(errors="replace").splitlines() if line.strip()), ""
+    )
     how = f"exit code {rc}" if rc is not None and rc > 0 else f"signal {-(rc or 0)}"
     if kind == "HealthCheckProgram":
         reason = first or f"{path} failed ({how})"

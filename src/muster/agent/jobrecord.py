@@ -62,8 +62,7 @@ class Tracked:
         }
 
     @classmethod
-    def adopted_from(cls, rec: Mapping[str, Any], job_id: int, attempt: int, kill_wait: float,
-                     now: float) -> Tracked:
+    def adopted_from(cls, rec: Mapping[str, Any], job_id: int, attempt: int, kill_wait: float, now: float) -> Tracked:
         """The record a previous agent saved (``record()``), for a restarted agent."""
         return cls(
             job_id=job_id,
@@ -83,7 +82,7 @@ class Tracked:
 
 
 def report_body(
-node: str,
+    node: str,
     job_id: int,
     restart_count: int,
     exit_code: int,

@@ -44,7 +44,17 @@ from muster.agent.pipes import read_pipe
 from muster.agent.spawn import JOB_FAULT, NODE_FAULT
 from muster.core import outputs
 
-__all__ = ["JOB_FAULT", "NODE_FAULT", "PROLOG_FAULT", "STALE", "LaunchError", "LaunchPlan", "Started", "prepare", "start"]
+__all__ = [
+    "JOB_FAULT",
+    "NODE_FAULT",
+    "PROLOG_FAULT",
+    "STALE",
+    "LaunchError",
+    "LaunchPlan",
+    "Started",
+    "prepare",
+    "start",
+]
 
 SCRIPT_NAME = "slurm_script"
 EXEC_TIMEOUT = 30.0  # a child that neither execs nor fails by then is killed
@@ -109,9 +119,7 @@ def prepare(
     gid = int(job.get("gid", entry.pw_gid))
     me = os.geteuid()
     if uid != me and me != 0:
-        raise LaunchError(
-            f"musterd runs as uid {me} and cannot start a job of uid {uid} (run it as root)"
-        )
+        raise LaunchError(f"musterd runs as uid {me} and cannot start a job of uid {uid} (run it as root)")
     groups: list[int] | None = None
     if me == 0:
         try:
@@ -190,7 +198,6 @@ def _which(name: str, path: str) -> str:
     return found
 
 
-
 # --- the fork --------------------------------------------------------------------------
 
 
@@ -263,10 +270,18 @@ def _job_spec(plan: LaunchPlan, close_first: tuple[int, ...]) -> spawn.ChildSpec
     else:
         stderr = spawn.Stream(path=plan.stderr, flags=flags, label=f"opening the error file {plan.stderr}")
     return spawn.ChildSpec(
-        exe=plan.exe, argv=plan.argv, env=plan.env,
-        uid=plan.uid, gid=plan.gid, groups=plan.groups, umask=plan.umask, cwd=plan.workdir,
+        exe=plan.exe,
+        argv=plan.argv,
+        env=plan.env,
+        uid=plan.uid,
+        gid=plan.gid,
+        groups=plan.groups,
+        umask=plan.umask,
+        cwd=plan.workdir,
         stdin=spawn.Stream(path=plan.stdin, flags=os.O_RDONLY, label=f"opening stdin {plan.stdin}"),
-        stdout=stdout, stderr=stderr, words=BATCH_WORDS,
+        stdout=stdout,
+        stderr=stderr,
+        words=BATCH_WORDS,
         # The monitor ignores these too (see ``_monitor``): the script must not.
         reset=[*spawn.ignored_signals(), signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
         cpus=plan.cpus,
@@ -286,8 +301,7 @@ BATCH_WORDS = spawn.Wording(
 )
 
 
-def _monitor(plan: LaunchPlan, job_spec: spawn.ChildSpec, err_w: int, st_w: int, rel_r: int,
-             pid_w: int) -> None:
+def _monitor(plan: LaunchPlan, job_spec: spawn.ChildSpec, err_w: int, st_w: int, rel_r: int, pid_w: int) -> None:
     """In the forked monitor: a session of its own, deaf to the agent's signals, no file
     of the agent's open; fork the job, say its pid, wait for its end without reaping it,
     write the status to the exit file (for an agent restarted meanwhile) and the status
@@ -318,7 +332,7 @@ def _monitor(plan: LaunchPlan, job_spec: spawn.ChildSpec, err_w: int, st_w: int,
     except OSError:
         pass  # the agent is gone
     if plan.exit_path:  # then for an agent that restarts before it has reported; no fsync:
-        try:            # it must outlive the agent, not the machine (the job would not either)
+        try:  # it must outlive the agent, not the machine (the job would not either)
             tmp = f"{plan.exit_path}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.write(fd, f"{status}\n".encode())
@@ -402,4 +416,3 @@ async def start(plan: LaunchPlan) -> Started:
         fault, text = failed
         raise LaunchError(text, fault)
     return started
-

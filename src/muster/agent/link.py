@@ -111,7 +111,9 @@ class ControllerLink:
                     if exc.status == 401:
                         log.error("controller refused our signature (same key? clocks in sync?): %s", exc)
                     else:
-                        log.warning("controller refused %s: %s", "heartbeat" if self.registered else "registration", exc)
+                        log.warning(
+                            "controller refused %s: %s", "heartbeat" if self.registered else "registration", exc
+                        )
                     delay, backoff = backoff, min(backoff * 2, self.max_backoff)
             except _NETWORK_ERRORS as exc:
                 self._mark_reachable(False, exc)

@@ -81,9 +81,7 @@ class Step:
         return f"{self.job_id}.{self.step_id}"
 
 
-def task_members(
-    procs: Mapping[int, proctree.ProcInfo], children: Mapping[int, list[int]], task: Task
-) -> set[int]:
+def task_members(procs: Mapping[int, proctree.ProcInfo], children: Mapping[int, list[int]], task: Task) -> set[int]:
     """One task's processes: its session and process group (the task leads both), and
     their descendants. Once the task is reaped its pid is ours only while some process
     still uses it as a session or group id (Linux reuses no such pid); a process that now
@@ -128,3 +126,38 @@ def close_quietly(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
+
+
+# The words of the CANCELLED line a stopped step's node writes, by why it stopped.
+REASON_WORDS = {
+    "timeout": " DUE TO TIME LIMIT",
+    "node_fail": " DUE TO NODE FAILURE",
+    "requeue": " DUE TO JOB REQUEUE",
+    "preempt": " DUE TO PREEMPTION",
+    "shutdown": " DUE TO MUSTERD SHUTDOWN",
+}
+
+
+def kill_quietly(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def step_from_record(rec: dict[str, Any], node: str) -> tuple[Step, list[Task]]:
+    """A step a previous agent noted on disk (``StateDir.save_step``), and its tasks.
+    Raises KeyError, TypeError or ValueError for a malformed record."""
+    step = Step(int(rec["job_id"]), int(rec["attempt"]), int(rec["step_id"]), -1, node, "", 0.0)
+    tasks = [Task(int(t), 0, int(pid), None if ticks is None else int(ticks)) for t, pid, ticks in rec["tasks"]]
+    return step, tasks
+
+
+def step_record(step: Step) -> dict[str, Any]:
+    """What is noted on disk of a running step, for an agent restarted after this one."""
+    return {
+        "job_id": step.job_id,
+        "attempt": step.attempt,
+        "step_id": step.step_id,
+        "tasks": [[t.task, t.pid, t.start_ticks] for t in step.tasks if t.pid],
+    }

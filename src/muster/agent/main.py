@@ -60,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("MUSTER_GPU_DETECT") or "auto",
         help="how to find GPUs: auto (detect, else emulate the configured count), nvidia, emulate",
     )
-    ap.add_argument("-D", "--foreground", action="store_true", help="accepted for Slurm compatibility; always foreground")
+    ap.add_argument(
+        "-D", "--foreground", action="store_true", help="accepted for Slurm compatibility; always foreground"
+    )
     ap.add_argument("-v", "--verbose", action="count", default=0)
     ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
     return ap
@@ -112,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.request_stop())
     # slurmd rereads its config on SIGHUP; musterd does not (yet), but must not die of it.
-    signal.signal(signal.SIGHUP, lambda *_: logging.getLogger("musterd").info("SIGHUP ignored: restart musterd to reread the configuration"))
+    signal.signal(
+        signal.SIGHUP,
+        lambda *_: logging.getLogger("musterd").info("SIGHUP ignored: restart musterd to reread the configuration"),
+    )
     try:
         asyncio.run(daemon.serve())
     except StartupError as exc:

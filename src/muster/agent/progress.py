@@ -57,8 +57,13 @@ def progress_env(root: str, job: dict[str, Any]) -> dict[str, str]:
     ``job_id``, ``restart_count``, ``uid``, ``gid``); empty, with a warning, when the file
     cannot be made (the job runs anyway, unwatched)."""
     try:
-        path = prepare(root, int(job["job_id"]), int(job.get("restart_count") or 0),
-                       int(job.get("uid", -1)), int(job.get("gid", -1)))
+        path = prepare(
+            root,
+            int(job["job_id"]),
+            int(job.get("restart_count") or 0),
+            int(job.get("uid", -1)),
+            int(job.get("gid", -1)),
+        )
     except (OSError, KeyError, TypeError, ValueError) as exc:
         log.warning("job %s: no progress file: %s", job.get("job_id"), exc)
         return {}
@@ -76,8 +81,15 @@ class _Latest:
     changed: bool = False
 
     def report(self, job_id: int, attempt: int) -> dict[str, Any]:
-        return {"job_id": job_id, "attempt": attempt, "first": self.first, "step": self.step,
-                "step_time": self.step_time, "ckpt_step": self.ckpt_step, "ckpt_time": self.ckpt_time}
+        return {
+            "job_id": job_id,
+            "attempt": attempt,
+            "first": self.first,
+            "step": self.step,
+            "step_time": self.step_time,
+            "ckpt_step": self.ckpt_step,
+            "ckpt_time": self.ckpt_time,
+        }
 
 
 def parse_lines(text: str, now: float) -> list[tuple[str, int, float]]:

@@ -45,8 +45,17 @@ from typing import NoReturn
 
 from muster.agent import affinity
 
-__all__ = ["JOB_FAULT", "NODE_FAULT", "ChildSpec", "Stream", "Wording", "become", "failure",
-           "ignored_signals", "parse_umask"]
+__all__ = [
+    "JOB_FAULT",
+    "NODE_FAULT",
+    "ChildSpec",
+    "Stream",
+    "Wording",
+    "become",
+    "failure",
+    "ignored_signals",
+    "parse_umask",
+]
 
 NODE_FAULT = "node"  # the node cannot launch (its spool, its users, a spawn error): drain it
 JOB_FAULT = "job"  # the job's own (its directories, its files, its command): the job fails
@@ -55,8 +64,19 @@ OPEN_MODE = 0o644  # the umask applies on top, as for any file the user creates
 
 # Errors that say the node's file system is broken, whatever path the job named: a job on
 # another node would not meet them.
-NODE_ERRNOS = frozenset({errno.EIO, errno.ESTALE, errno.ENOTCONN, errno.EROFS, errno.ENOSPC,
-                         errno.ENOMEM, errno.EAGAIN, errno.EMFILE, errno.ENFILE})
+NODE_ERRNOS = frozenset(
+    {
+        errno.EIO,
+        errno.ESTALE,
+        errno.ENOTCONN,
+        errno.EROFS,
+        errno.ENOSPC,
+        errno.ENOMEM,
+        errno.EAGAIN,
+        errno.EMFILE,
+        errno.ENFILE,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +193,13 @@ def become(spec: ChildSpec, report_fd: int) -> NoReturn:
         except OSError as e:
             if spec.cwd_fallback is None:
                 raise
-            os.write(spec.warn_fd, (f"slurmstepd: error: couldn't chdir to `{spec.cwd}': {e.strerror}: "
-                                    f"going to {spec.cwd_fallback} instead\n").encode())
+            os.write(
+                spec.warn_fd,
+                (
+                    f"slurmstepd: error: couldn't chdir to `{spec.cwd}': {e.strerror}: "
+                    f"going to {spec.cwd_fallback} instead\n"
+                ).encode(),
+            )
             os.chdir(spec.cwd_fallback)
         for path in spec.make_dirs:
             # Missing directories of the output files are made, as the user (tools such

@@ -104,8 +104,12 @@ class StateDir:
         try:
             _write_json(os.path.join(self.reports_dir, f"{key}.json"), report)
         except OSError as exc:
-            log.error("cannot save the report %s under %s (%s): keeping it in memory",
-                      key, self.reports_dir, exc.strerror or exc)
+            log.error(
+                "cannot save the report %s under %s (%s): keeping it in memory",
+                key,
+                self.reports_dir,
+                exc.strerror or exc,
+            )
             self._unsaved[key] = report
         return key
 
@@ -153,7 +157,9 @@ class StateDir:
     # -- running steps -----------------------------------------------------------------
 
     def save_step(self, key: str, record: dict[str, Any]) -> None:
-        _write_text(os.path.join(self.steps_dir, f"{key}.json"), json.dumps(record, separators=(",", ":")), durable=False)
+        _write_text(
+            os.path.join(self.steps_dir, f"{key}.json"), json.dumps(record, separators=(",", ":")), durable=False
+        )
 
     def drop_step(self, key: str) -> None:
         _unlink(os.path.join(self.steps_dir, f"{key}.json"))

@@ -73,11 +73,13 @@ class StepApi:
     async def _launch(self, receive: Any, send: Any) -> None:
         body = _parse_json(await read_body(receive))
         step = await self.runner.launch(body)
-        await send({
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", b"application/x-muster-frames")],
-        })
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/x-muster-frames")],
+            }
+        )
         gone = asyncio.Event()
 
         async def watch_disconnect() -> None:
@@ -168,6 +170,7 @@ class StepApi:
             self.runner.signal_tasks(step, sig)
         await _json(send, 200, {"ok": True})
 
+
 async def _write_all(fd: int, data: bytes) -> bool:
     """Write to a task's stdin pipe without blocking the agent; False once it is closed."""
     loop = asyncio.get_running_loop()
@@ -208,9 +211,11 @@ def _parse_json(raw: bytes) -> dict[str, Any]:
 
 async def _json(send: Any, status: int, data: dict[str, Any]) -> None:
     payload = json.dumps(data).encode()
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})

@@ -27,8 +27,18 @@ from muster.agent.taskenv import task_environment
 from muster.core import outputs
 from muster.core.cpubind import CpuBind, mask_text
 
-__all__ = ["StepLaunchError", "Stdio", "TaskPlan", "child_spec", "open_terminal", "pin_tasks", "pty_size",
-           "shares_files", "task_groups", "task_plans"]
+__all__ = [
+    "StepLaunchError",
+    "Stdio",
+    "TaskPlan",
+    "child_spec",
+    "open_terminal",
+    "pin_tasks",
+    "pty_size",
+    "shares_files",
+    "task_groups",
+    "task_plans",
+]
 
 
 class StepLaunchError(Exception):
@@ -96,17 +106,22 @@ def task_plans(
     append = body.get("open_mode") == "append"
     plans = []
     for local, task in enumerate(layout["tasks"][index]):
+
         def expand(pattern: str, task: int = task) -> str:
             # The same resolver as the batch script's output (core.outputs).
             fields = outputs.fields_for_task(grant, node, index, task)
             return os.path.normpath(os.path.join(cwd, outputs.expand_pattern(pattern, fields)))
 
-        stdout = stdio_for(body.get("stdout"), task, expand, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC))
+        stdout = stdio_for(
+            body.get("stdout"), task, expand, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        )
         stderr_spec = body.get("stderr")
         if not stderr_spec and stdout.mode == "file":
             stderr = Stdio("same")
         else:
-            stderr = stdio_for(stderr_spec, task, expand, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC))
+            stderr = stdio_for(
+                stderr_spec, task, expand, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+            )
         stdin = stdio_for(body.get("stdin"), task, expand, os.O_RDONLY, default="null")
         if body.get("pty"):  # srun --pty: task 0 in a terminal, the others' output dropped
             if task == 0:
@@ -116,13 +131,24 @@ def task_plans(
         own = task_argv.get(str(task))
         if own is not None and (not isinstance(own, list) or not own):
             raise StepLaunchError(f"malformed command line for task {task}")
-        plans.append(TaskPlan(
-            task=task, local=local, argv=argv if own is None else [str(a) for a in own],
-            env=task_environment(env, grant, node, local, ctx, launch),
-            cwd=cwd, uid=uid, gid=gid, groups=groups, umask=umask,
-            stdin=stdin, stdout=stdout, stderr=stderr, node=node,
-            pty_size=pty_size(body.get("pty_size")) if stdin.mode == "pty" else None,
-        ))
+        plans.append(
+            TaskPlan(
+                task=task,
+                local=local,
+                argv=argv if own is None else [str(a) for a in own],
+                env=task_environment(env, grant, node, local, ctx, launch),
+                cwd=cwd,
+                uid=uid,
+                gid=gid,
+                groups=groups,
+                umask=umask,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                node=node,
+                pty_size=pty_size(body.get("pty_size")) if stdin.mode == "pty" else None,
+            )
+        )
     return plans
 
 
@@ -138,8 +164,15 @@ def task_groups(uid: int, gid: int) -> list[int]:
         return [gid]
 
 
-def pin_tasks(ledger: CpuLedger, step: Step, plans: list[TaskPlan], grant: Mapping[str, Any], bind: CpuBind,
-              bind_default: str, node: str) -> bool:
+def pin_tasks(
+    ledger: CpuLedger,
+    step: Step,
+    plans: list[TaskPlan],
+    grant: Mapping[str, Any],
+    bind: CpuBind,
+    bind_default: str,
+    node: str,
+) -> bool:
     """Choose each task's CPUs (when they are bound) among the job's CPUs on ``node``, in
     ``ledger``; True when the step now holds CPUs there (to release at its end)."""
     if not plans or (not bind.given and bind_default == "none"):
@@ -215,8 +248,9 @@ TASK_WORDS = spawn.Wording(  # Slurm's names for the steps of a task's start
 )
 
 
-def child_spec(plan: TaskPlan, pipes: dict[int, tuple[int, int]], terminal: tuple[int, int] | None,
-                close_first: tuple[int, ...]) -> spawn.ChildSpec:
+def child_spec(
+    plan: TaskPlan, pipes: dict[int, tuple[int, int]], terminal: tuple[int, int] | None, close_first: tuple[int, ...]
+) -> spawn.ChildSpec:
     """How a forked child becomes the task (``agent.spawn``): stdio from the agent's pipes,
     files opened as the user, a terminal or nothing; ``/tmp`` when the working directory
     cannot be entered; the errno as the exit code of a failed start."""
@@ -241,14 +275,26 @@ def child_spec(plan: TaskPlan, pipes: dict[int, tuple[int, int]], terminal: tupl
             return f"cpu-bind=MASK - {plan.node}, task {plan.task:2d} {plan.local:2d} [{pid}]: mask {mask} set\n"
 
     return spawn.ChildSpec(
-        exe=plan.argv[0], argv=plan.argv, env=plan.env,
-        uid=plan.uid, gid=plan.gid, umask=plan.umask, cwd=plan.cwd,
+        exe=plan.argv[0],
+        argv=plan.argv,
+        env=plan.env,
+        uid=plan.uid,
+        gid=plan.gid,
+        umask=plan.umask,
+        cwd=plan.cwd,
         groups=plan.groups if plan.uid != os.geteuid() else None,  # already the user: as is
-        stdin=streams[0], stdout=streams[1], stderr=streams[2], words=TASK_WORDS,
-        reset=spawn.ignored_signals(), cpus=plan.cpus, bind_note=bind_note,
-        cwd_fallback="/tmp", warn_fd=pipes[2][1] if 2 in pipes else 2,
+        stdin=streams[0],
+        stdout=streams[1],
+        stderr=streams[2],
+        words=TASK_WORDS,
+        reset=spawn.ignored_signals(),
+        cpus=plan.cpus,
+        bind_note=bind_note,
+        cwd_fallback="/tmp",
+        warn_fd=pipes[2][1] if 2 in pipes else 2,
         terminal=None if terminal is None else terminal[1],
         close_first=close_first if terminal is None else (*close_first, terminal[0]),
         close_after=tuple(fd for pair in pipes.values() for fd in pair),
-        search_path=True, failure_exit=None,
+        search_path=True,
+        failure_exit=None,
     )

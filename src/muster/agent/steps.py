@@ -17,9 +17,8 @@ error: execve(): cmd: No such file or directory``, code 2).
 A task's ``x`` frame follows all of its output. When the last task here has ended, what
 is left of the tasks' sessions is killed (as slurmstepd does), which also closes pipes
 that a leftover background process held open. If srun's connection drops while tasks
-run, the step is stopped: nobody would see its output or its end; once its tasks are
-gone the agent tells the controller (``POST /v1/agent/step_gone``, signed), which ends the
-step and frees what it held.
+run, the step is stopped (nobody would see its output or its end); once its tasks are
+gone the agent tells the controller (``POST /v1/agent/step_gone``), which frees the step.
 """
 
 from __future__ import annotations
@@ -36,7 +35,17 @@ from muster.agent import proctree, spawn, stepplan
 from muster.agent.affinity import CpuLedger
 from muster.agent.env import EnvContext
 from muster.agent.hooks import Hooks
-from muster.agent.localstep import Step, Task, close_quietly, record_key, step_members
+from muster.agent.localstep import (
+    REASON_WORDS,
+    Step,
+    Task,
+    close_quietly,
+    kill_quietly,
+    record_key,
+    step_from_record,
+    step_members,
+    step_record,
+)
 from muster.agent.pipes import read_pipe
 from muster.agent.progress import progress_env
 from muster.agent.state import StateDir
@@ -54,13 +63,6 @@ log = logging.getLogger(__name__)
 
 HIGH_WATER = 4 << 20  # bytes of output queued for srun before the tasks' pipes are paused
 LOW_WATER = 1 << 20
-_REASON_WORDS = {
-    "timeout": " DUE TO TIME LIMIT",
-    "node_fail": " DUE TO NODE FAILURE",
-    "requeue": " DUE TO JOB REQUEUE",
-    "preempt": " DUE TO PREEMPTION",
-    "shutdown": " DUE TO MUSTERD SHUTDOWN",
-}
 
 
 class StepRunner:
@@ -106,12 +108,8 @@ class StepRunner:
     def _note(self, step: Step) -> None:
         if self.state is None or step.finished:
             return
-        record = {
-            "job_id": step.job_id, "attempt": step.attempt, "step_id": step.step_id,
-            "tasks": [[t.task, t.pid, t.start_ticks] for t in step.tasks if t.pid],
-        }
         try:
-            self.state.save_step(record_key(step), record)
+            self.state.save_step(record_key(step), step_record(step))
             step.noted = True
         except OSError as e:
             log.warning("step %s: cannot note its tasks on disk: %s", step.id_text, e)
@@ -130,8 +128,7 @@ class StepRunner:
         procs = self.proc_reader() if records else {}
         for key, rec in records:
             try:
-                step = Step(int(rec["job_id"]), int(rec["attempt"]), int(rec["step_id"]), -1, self.node, "", 0.0)
-                tasks = [Task(int(t), 0, int(pid), None if ticks is None else int(ticks)) for t, pid, ticks in rec["tasks"]]
+                step, tasks = step_from_record(rec, self.node)
             except (KeyError, TypeError, ValueError):
                 log.error("ignoring a malformed step record %s: %r", key, rec)
                 self.state.drop_step(key)
@@ -144,7 +141,7 @@ class StepRunner:
             for t in tasks:
                 t.status = (0, signal.SIGKILL)
             for pid in doomed:
-                _kill(pid, signal.SIGKILL)
+                kill_quietly(pid, signal.SIGKILL)
             log.warning("step %s: left by the previous agent; %d process(es) killed", step.id_text, len(doomed))
             step.tasks = tasks
             self.state.drop_step(key)
@@ -182,9 +179,7 @@ class StepRunner:
             self.signal_tasks(step, sig)
         return True
 
-    def terminate(
-        self, job_id: int, reason: str, kill_wait: float | None = None, attempt: int | None = None
-    ) -> bool:
+    def terminate(self, job_id: int, reason: str, kill_wait: float | None = None, attempt: int | None = None) -> bool:
         """The job ends: stop its steps here (TERM now, KILL after ``kill_wait``); only those
         of ``attempt`` when it is given (a requeued job's next run is not this one)."""
         found = False
@@ -223,8 +218,7 @@ class StepRunner:
             raise
         self._note(step)
         if step.time_limit and not step.finished:
-            step.limit_handle = asyncio.get_running_loop().call_later(
-                step.time_limit, self.stop, step, "timeout", None)
+            step.limit_handle = asyncio.get_running_loop().call_later(step.time_limit, self.stop, step, "timeout", None)
         return step
 
     def detach(self, step: Step) -> None:
@@ -236,7 +230,6 @@ class StepRunner:
             log.info("step %s: srun went away; stopping the step", step.id_text)
             step.orphaned = True
             self.stop(step, "srun", None)
-
 
     def _prepare(self, body: dict[str, Any]) -> tuple[Step, list[TaskPlan]]:
         try:
@@ -280,18 +273,42 @@ class StepRunner:
         except CpuBindError as e:
             raise StepLaunchError(str(e)) from None
         job = grant.get("job") or {}
-        step = Step(job_id, attempt, step_id, uid, self.node, secrets.token_hex(16),
-                     float(body.get("kill_wait") or self.kill_wait), bool(job.get("interactive")))
+        step = Step(
+            job_id,
+            attempt,
+            step_id,
+            uid,
+            self.node,
+            secrets.token_hex(16),
+            float(body.get("kill_wait") or self.kill_wait),
+            bool(job.get("interactive")),
+        )
         step.job = {
-            "job_id": job_id, "restart_count": attempt, "uid": uid, "gid": gid,
-            "user": str(grant.get("user") or ""), "partition": str(job.get("partition") or ""),
+            "job_id": job_id,
+            "restart_count": attempt,
+            "uid": uid,
+            "gid": gid,
+            "user": str(grant.get("user") or ""),
+            "partition": str(job.get("partition") or ""),
             "spec": {"name": str(job.get("name") or ""), "workdir": cwd},
             "alloc": [{"node": n} for n in nodes],
         }
         if self.state is not None:  # MUSTER_PROGRESS: this node's file for the job attempt
             env = {**env, **progress_env(self.state.root, step.job)}
-        plans = stepplan.task_plans(body, grant, self.node, argv=argv, task_argv=task_argv, env=env, cwd=cwd,
-                           uid=uid, gid=gid, groups=groups, umask=umask, ctx=self.env_ctx)
+        plans = stepplan.task_plans(
+            body,
+            grant,
+            self.node,
+            argv=argv,
+            task_argv=task_argv,
+            env=env,
+            cwd=cwd,
+            uid=uid,
+            gid=gid,
+            groups=groups,
+            umask=umask,
+            ctx=self.env_ctx,
+        )
         step.tasks = [Task(plan.task, plan.local) for plan in plans]
         step.pinned = stepplan.pin_tasks(self.cpus, step, plans, grant, bind, self.bind_default, self.node)
         limit = layout.get("time_limit")
@@ -331,8 +348,9 @@ class StepRunner:
             try:
                 terminal = stepplan.open_terminal(plan)
             except OSError as e:
-                raise StepLaunchError(f"cannot open a terminal on {self.node}: {e.strerror}", 500,
-                                      "launch_failed") from None
+                raise StepLaunchError(
+                    f"cannot open a terminal on {self.node}: {e.strerror}", 500, "launch_failed"
+                ) from None
         if plan.stdin.mode == "pipe":
             pipes[0] = os.pipe()
         if plan.stdout.mode == "pipe":
@@ -398,8 +416,7 @@ class StepRunner:
         if pid == 0:
             return
         if usage is not None:  # the task and the children it waited for (sacct's MaxRSS, CPU)
-            task.usage = {"rss": usage.ru_maxrss, "user": round(usage.ru_utime, 3),
-                          "sys": round(usage.ru_stime, 3)}
+            task.usage = {"rss": usage.ru_maxrss, "user": round(usage.ru_utime, 3), "sys": round(usage.ru_stime, 3)}
         if os.WIFSIGNALED(status):
             task.status = (0, os.WTERMSIG(status))
         else:
@@ -465,7 +482,7 @@ class StepRunner:
 
     def signal_tasks(self, step: Step, sig: int) -> None:
         for pid in self._members(step):
-            _kill(pid, sig)
+            kill_quietly(pid, sig)
 
     def stop(self, step: Step, reason: str, kill_wait: float | None) -> None:
         if step.finished:
@@ -474,8 +491,10 @@ class StepRunner:
             step.terminated = reason
             if reason not in ("cleanup", "srun"):
                 when = format_timestamp(self.clock.now())
-                line = (f"slurmstepd-{self.node}: error: *** STEP {step.id_text} ON {self.node} "
-                        f"CANCELLED AT {when}{_REASON_WORDS.get(reason, '')} ***\n")
+                line = (
+                    f"slurmstepd-{self.node}: error: *** STEP {step.id_text} ON {self.node} "
+                    f"CANCELLED AT {when}{REASON_WORDS.get(reason, '')} ***\n"
+                )
                 step.emit(frame(b"e", -1, line.encode()))  # the node's, no task's
                 step.emit(json_frame(b"m", -1, {"aborted": reason}))  # srun says so
             self.signal_tasks(step, signal.SIGTERM)
@@ -525,7 +544,7 @@ class StepRunner:
         def sweep() -> None:
             if not step.finished:
                 for pid in self._members(step):
-                    _kill(pid, signal.SIGKILL)
+                    kill_quietly(pid, signal.SIGKILL)
 
         asyncio.get_running_loop().call_later(0.2, sweep)
 
@@ -534,7 +553,10 @@ class StepRunner:
             return
         codes = [t.status for t in step.tasks if t.status is not None]
         body = {
-            "node": self.node, "job_id": step.job_id, "attempt": step.attempt, "step_id": step.step_id,
+            "node": self.node,
+            "job_id": step.job_id,
+            "attempt": step.attempt,
+            "step_id": step.step_id,
             "exit_code": max((c for c, _ in codes), default=0),
             "signal": max((sig for _, sig in codes), default=0),
         }
@@ -576,15 +598,3 @@ class StepRunner:
             if t.stdin_fd is not None:
                 close_quietly(t.stdin_fd)
                 t.stdin_fd = None
-
-
-# --- helpers ---------------------------------------------------------------------------------
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-

@@ -151,9 +151,7 @@ class Supervisor:
             if current is None or current.restart_count == attempt:
                 log.info("job %s: launch repeated; it already runs here", job_id)
                 return
-            raise LaunchError(
-                f"job {job_id} attempt {current.restart_count} still runs on {self.node}", STALE
-            )
+            raise LaunchError(f"job {job_id} attempt {current.restart_count} still runs on {self.node}", STALE)
         if (job_id, attempt) in self._tombstones:
             raise LaunchError(f"job {job_id} was terminated before it started on {self.node}", STALE)
         if self.state.has_report(job_id, attempt):
@@ -221,8 +219,9 @@ class Supervisor:
         it too; whichever arrives first counts). A node that cannot even write that (its
         state directory broken) still answers the launch, which is enough."""
         try:
-            self.state.save_report(end_report(self.node, t, 1, 0, None, self.clock.now(), reason=str(exc),
-                                              launch_failure=exc.fault))
+            self.state.save_report(
+                end_report(self.node, t, 1, 0, None, self.clock.now(), reason=str(exc), launch_failure=exc.fault)
+            )
         except OSError as err:
             log.error("job %s: cannot save the report of its failed launch: %s", t.job_id, err)
         for cleanup in (self.state.drop_job, self.state.clean_spool):
@@ -250,9 +249,7 @@ class Supervisor:
         env.update(progress_env(self.state.root, job))
         nodes = [a.get("node") for a in job.get("alloc") or []]
         index = nodes.index(self.node) if self.node in nodes else 0
-        return launcher.prepare(
-            job, env, self.state.spool_for(int(job["job_id"])), self.node, index
-        )
+        return launcher.prepare(job, env, self.state.spool_for(int(job["job_id"])), self.node, index)
 
     # --- control ----------------------------------------------------------------------
 
@@ -269,8 +266,9 @@ class Supervisor:
         if t is not None and restart_count is not None and t.restart_count != restart_count:
             # Meant for another attempt (e.g. the cleanup of a run before a requeue): the
             # attempt running here now must not be touched.
-            log.info("job %s: terminate for attempt %s ignored; attempt %s runs here",
-                     job_id, restart_count, t.restart_count)
+            log.info(
+                "job %s: terminate for attempt %s ignored; attempt %s runs here", job_id, restart_count, t.restart_count
+            )
             return False
         if t is None:
             self._terminate_absent(job_id, reason, restart_count)
@@ -409,9 +407,7 @@ class Supervisor:
         if t.pid is None:
             return set(), {}
         procs = self.proc_reader()
-        members = proctree.job_members(
-            procs, t.pid, self.tag(t), t.uid, exclude={os.getpid()}, tag_of=self.tag_reader
-        )
+        members = proctree.job_members(procs, t.pid, self.tag(t), t.uid, exclude={os.getpid()}, tag_of=self.tag_reader)
         if t.adopted and not self._leader_alive(t, procs):
             members.discard(t.pid)  # its pid may belong to someone else by now
         return members, procs
@@ -523,9 +519,7 @@ class Supervisor:
         else:
             exit_code, sig = limits.exit_fields(status)
             by, reason = t.terminated_by, None
-        log.info(
-            "job %s: ended exit_code=%s signal=%s terminated_by=%s", t.job_id, exit_code, sig, by
-        )
+        log.info("job %s: ended exit_code=%s signal=%s terminated_by=%s", t.job_id, exit_code, sig, by)
         self.state.save_report(end_report(self.node, t, exit_code, sig, by, now, reason=reason, usage=usage))
         if self.hooks is not None:  # the job's end here: the site's Epilog
             self.spawn(self.hooks.epilog_once(t.job))

@@ -59,8 +59,7 @@ def quote(text: str) -> str:
     """Percent-encode a query value (urllib.parse costs ~30 ms of start-up)."""
     # A raw byte from the command line (a surrogate) is sent as that byte, not a crash.
     return "".join(
-        c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogateescape"))
-        for c in text
+        c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogateescape")) for c in text
     )
 
 

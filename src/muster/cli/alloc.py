@@ -109,9 +109,7 @@ def request(ctl: Controller, prog: str, spec: dict[str, object]) -> int:
     try:
         answer = ctl.post("/v1/jobs", {"spec": body})
     except ConnectError as e:
-        raise CommandError(
-            f"Unable to allocate resources: {connect_message(e)}", exit_error_code()
-        ) from None
+        raise CommandError(f"Unable to allocate resources: {connect_message(e)}", exit_error_code()) from None
     except ApiError as e:
         lines = []
         if e.code == "invalid_partition":
@@ -132,7 +130,11 @@ _HELD = frozenset({"JobHeldUser", "JobHeldAdmin"})
 
 
 def wait_running(
-    ctl: Controller, prog: str, job_id: int, quiet: bool, first_wait: float = 2.0,
+    ctl: Controller,
+    prog: str,
+    job_id: int,
+    quiet: bool,
+    first_wait: float = 2.0,
     immediate: float | None = None,
 ) -> dict[str, object]:
     """Wait until the allocation runs; the job as the controller shows it. A job that ends
@@ -163,8 +165,8 @@ def wait_running(
             left = deadline - time.monotonic()
             if answer.get("reason") in _HELD:
                 raise CommandError(
-                    "Unable to allocate resources: Immediate execution impossible, "
-                    "insufficient priority", 1)
+                    "Unable to allocate resources: Immediate execution impossible, insufficient priority", 1
+                )
             if left <= 0:
                 raise CommandError("Unable to allocate resources: Requested nodes are busy", 1)
         if not queued and not quiet:

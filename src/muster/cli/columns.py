@@ -145,9 +145,7 @@ def letter_columns(fmt: str, lookup: object, unknown: str, sized: bool = False) 
         if field is None:
             raise CommandError(unknown.format(letter))
         header, value, cut = field
-        cols.append(
-            Column(literal, header, value, width if sized else max(width, 0), right, cut, key=letter)
-        )
+        cols.append(Column(literal, header, value, width if sized else max(width, 0), right, cut, key=letter))
     return cols
 
 
@@ -219,10 +217,7 @@ def render(rows: list, cols: list[Column], header: bool = True, least: int = 0) 
     if header:
         lines.append(
             "".join(
-                c.prefix
-                + (fit(c.header, c.width, c.right) if c.value is not None else "")
-                + c.suffix
-                for c in cols
+                c.prefix + (fit(c.header, c.width, c.right) if c.value is not None else "") + c.suffix for c in cols
             )
         )
     cells = [_cell(c) for c in cols]
@@ -275,8 +270,9 @@ class Printer:
 
     __slots__ = ("parsable", "delimiter", "trailing", "header")
 
-    def __init__(self, parsable: bool = False, trailing: bool = False, delimiter: str = "|",
-                 header: bool = True) -> None:
+    def __init__(
+        self, parsable: bool = False, trailing: bool = False, delimiter: str = "|", header: bool = True
+    ) -> None:
         self.parsable = parsable
         self.trailing = trailing
         self.delimiter = delimiter
@@ -296,4 +292,3 @@ class Printer:
         for row in rows:
             out.append("".join(cell(v, w) + " " for v, (_, w) in zip(row, columns, strict=False)))
         return out
-

@@ -71,9 +71,7 @@ def usage_error(prog: str, message: str, rc: int = 1) -> int:
 
 def option_error(prog: str, message: object, rc: int = 1) -> CommandError:
     """The CommandError for getopt's complaint plus Slurm's hint (``usage_error``'s text)."""
-    return CommandError(
-        f'{prog}: {message}\nTry "{prog} --help" for more information', rc, raw=True
-    )
+    return CommandError(f'{prog}: {message}\nTry "{prog} --help" for more information', rc, raw=True)
 
 
 def no_operands(prog: str, operands: list[str]) -> None:
@@ -202,9 +200,7 @@ class ClientSettings:
 
     @property
     def ctld_socket(self) -> str:
-        return self.settings.get(
-            "CtldSocket", os.path.join(self.state_save_location, "musterctld.sock")
-        )
+        return self.settings.get("CtldSocket", os.path.join(self.state_save_location, "musterctld.sock"))
 
     @property
     def agent_socket_dir(self) -> str | None:
@@ -368,18 +364,14 @@ def agent_credential(settings: ClientSettings) -> str | None:
     if not directory:
         return None
     try:
-        names = sorted(
-            n for n in os.listdir(directory) if n.startswith("musterd-") and n.endswith(".sock")
-        )
+        names = sorted(n for n in os.listdir(directory) if n.startswith("musterd-") and n.endswith(".sock"))
     except OSError:
         return None
     from muster.protocol.client import ApiError, ConnectError, request
 
     for name in names:
         try:
-            answer = request(
-                "POST", "/v1/credential", {}, unix_path=os.path.join(directory, name), timeout=10.0
-            )
+            answer = request("POST", "/v1/credential", {}, unix_path=os.path.join(directory, name), timeout=10.0)
         except (ApiError, ConnectError, OSError, ValueError):
             continue
         if isinstance(answer, dict) and answer.get("credential"):

@@ -42,8 +42,9 @@ def array_task_text(job: dict) -> str:
 def merge_array_rows(jobs: list[dict]) -> list[dict]:
     """One row for the pending tasks of an array that wait for the same reason (Slurm keeps
     those in a single record); the row stands where its first task would."""
-    return _merge_pending(jobs, lambda j: (j["array_job_id"], j.get("reason")),
-                          lambda j, text: {**j, "array_tasks_text": text})
+    return _merge_pending(
+        jobs, lambda j: (j["array_job_id"], j.get("reason")), lambda j, text: {**j, "array_tasks_text": text}
+    )
 
 
 def merge_array_records(records: list[dict]) -> list[dict]:
@@ -52,15 +53,15 @@ def merge_array_records(records: list[dict]) -> list[dict]:
 
     Records are ``ctld.records.record_wire`` dicts; the merged one is a copy of its first
     task's with ``job_id_text`` changed."""
-    return _merge_pending(records, lambda r: r["array_job_id"],
-                          lambda r, text: {**r, "job_id_text": f"{r['array_job_id']}_[{text}]"})
+    return _merge_pending(
+        records, lambda r: r["array_job_id"], lambda r, text: {**r, "job_id_text": f"{r['array_job_id']}_[{text}]"}
+    )
 
 
-def _merge_pending(
-    items: list[dict], key: Callable[[dict], object], merged: Callable[[dict, str], dict]
-) -> list[dict]:
+def _merge_pending(items: list[dict], key: Callable[[dict], object], merged: Callable[[dict, str], dict]) -> list[dict]:
     """Pending array tasks sharing ``key`` become one item, ``merged(first, "2-5%2")``, in
     the first one's place; a task alone in its group stays as it is."""
+
     def pending(item: dict) -> bool:
         return item.get("array_job_id") is not None and item.get("state") == "PENDING"
 

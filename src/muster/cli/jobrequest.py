@@ -25,18 +25,14 @@ class JobRequest:
         self.begin: str | None = None
         self.ignored: list[str] = []
 
-    def finish(
-        self, environ: dict[str, str], cwd: str, now: float | None = None
-    ) -> dict[str, object]:
+    def finish(self, environ: dict[str, str], cwd: str, now: float | None = None) -> dict[str, object]:
         """Resolve the deferred values and return the JobSpec dict."""
         spec = dict(self.spec)
         workdir = cwd
         if self.chdir:
             workdir = os.path.normpath(os.path.join(cwd, os.path.expanduser(self.chdir)))
         spec["workdir"] = workdir
-        spec["environment"] = export_environment(
-            self.export or environ.get("SBATCH_EXPORT") or "ALL", environ
-        )
+        spec["environment"] = export_environment(self.export or environ.get("SBATCH_EXPORT") or "ALL", environ)
         # Slurm carries the submitter's umask with the job (whatever --export says); the
         # agent applies it before it creates the job's output files.
         spec["environment"]["SLURM_UMASK"] = environ.get("SLURM_UMASK") or current_umask()

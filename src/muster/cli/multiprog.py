@@ -41,8 +41,10 @@ class MultiProg:
         missing = [t for t in range(ntasks) if t not in out]
         if missing:
             # Slurm's two lines: the file is invalid, then why
-            raise CommandError(f"Configuration file {self.path} invalid\n"
-                               f"srun: error: No executable program specified for task {missing[0]} in {self.path}")
+            raise CommandError(
+                f"Configuration file {self.path} invalid\n"
+                f"srun: error: No executable program specified for task {missing[0]} in {self.path}"
+            )
         return out
 
 

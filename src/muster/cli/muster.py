@@ -23,12 +23,16 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="muster", description="muster: a Slurm-compatible workload manager for AI clusters")
+    ap = argparse.ArgumentParser(
+        prog="muster", description="muster: a Slurm-compatible workload manager for AI clusters"
+    )
     ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
     sub = ap.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="start (or restart) a local cluster of emulated GPU nodes on loopback")
-    up.add_argument("--state-dir", default=".muster", help="where config, key, database and logs live (default: ./.muster)")
+    up.add_argument(
+        "--state-dir", default=".muster", help="where config, key, database and logs live (default: ./.muster)"
+    )
     up.add_argument("--nodes", type=_positive, default=4, help="number of nodes (default 4)")
     up.add_argument("--gpus-per-node", type=_positive, default=8, help="emulated GPUs per node (default 8)")
     up.add_argument("--cpus-per-node", type=_positive, default=32, help="CPUs per node (default 32)")
@@ -36,7 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--gpu-type", default=None, help="GPU type name, e.g. a100 (default: untyped)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for all nodes to be idle")
     up.add_argument(
-        "--conf-extra", action="append", default=[], metavar="KEY=VALUE",
+        "--conf-extra",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="a global setting to state in the new cluster's config, replacing muster's own "
         "(repeatable; e.g. PriorityType=priority/basic, SlurmdTimeout=5). $MUSTER_CONF_EXTRA "
         "adds more, separated by spaces or semicolons",
@@ -119,11 +126,16 @@ def _cluster_command(args: argparse.Namespace) -> int:
             print(f"muster: error: {extra}", file=sys.stderr)
             return 2
         if not cluster.exists:
-            cluster.create(ClusterShape(args.nodes, args.gpus_per_node, args.cpus_per_node,
-                                        args.mem_per_node, args.gpu_type), extra)
+            cluster.create(
+                ClusterShape(args.nodes, args.gpus_per_node, args.cpus_per_node, args.mem_per_node, args.gpu_type),
+                extra,
+            )
         elif extra:
-            print("muster: error: --conf-extra applies to a new cluster only; "
-                  f"{cluster.state_dir} exists (muster down, then remove it)", file=sys.stderr)
+            print(
+                "muster: error: --conf-extra applies to a new cluster only; "
+                f"{cluster.state_dir} exists (muster down, then remove it)",
+                file=sys.stderr,
+            )
             return 2
         else:
             print(f"muster: reusing the existing cluster in {cluster.state_dir} (its config and state are kept)")
@@ -134,8 +146,10 @@ def _cluster_command(args: argparse.Namespace) -> int:
             print(f"muster: error: {e}", file=sys.stderr)
             return 1
         n = len(cluster.config().nodes)
-        print(f"muster: cluster up in {cluster.state_dir}: controller and {n} nodes"
-              + (f" (started: {', '.join(started)})" if started else " (all already running)"))
+        print(
+            f"muster: cluster up in {cluster.state_dir}: controller and {n} nodes"
+            + (f" (started: {', '.join(started)})" if started else " (all already running)")
+        )
         print("Use it with:")
         print(f"  export MUSTER_CONF={cluster.conf_path}")
         print(f"  export PATH={os.path.dirname(sys.executable)}:$PATH")

@@ -40,7 +40,6 @@ from muster.cli.optionvalues import (
 NO_ARG, REQUIRED, OPTIONAL = 0, 1, 2
 
 
-
 class OptionError(Exception):
     """A command line that getopt rejects; ``str()`` is the text after ``<prog>: ``."""
 
@@ -113,9 +112,7 @@ class OptionTable:
 Parsed = list[tuple[Opt, "str | None"]]
 
 
-def getopt(
-    argv: list[str], table: OptionTable, *, permute: bool = True
-) -> tuple[Parsed, list[str]]:
+def getopt(argv: list[str], table: OptionTable, *, permute: bool = True) -> tuple[Parsed, list[str]]:
     """Split ``argv`` into (option, value) pairs and operands, like ``getopt_long``.
 
     With ``permute`` operands may appear anywhere; without it (sbatch's ``+`` mode) the
@@ -258,9 +255,7 @@ def _apply_gres(req: JobRequest, value: str | None) -> None:
         # Only GPUs are scheduled; Slurm rejects a GresType it does not know the same way.
         raise OptionValueError("Invalid generic resource (gres) specification", rc=1)
     if len(gpus) > 1:
-        raise OptionValueError(
-            "Invalid generic resource (gres) specification: one GPU type per job", rc=1
-        )
+        raise OptionValueError("Invalid generic resource (gres) specification: one GPU type per job", rc=1)
     req.spec["gpus_per_node"] = gpus[0].count
     if gpus[0].type:
         req.spec["gpu_type"] = gpus[0].type

@@ -175,6 +175,8 @@ def show(target: str | None, oneliner: bool) -> int:
     out = []
     for res in items:
         lines = record(res)
-        out.append(" ".join(lines) + "\n" if oneliner else lines[0] + "\n" + "".join(f"   {x}\n" for x in lines[1:]) + "\n")
+        out.append(
+            " ".join(lines) + "\n" if oneliner else lines[0] + "\n" + "".join(f"   {x}\n" for x in lines[1:]) + "\n"
+        )
     sys.stdout.write("".join(out))
     return 0

@@ -90,7 +90,6 @@ OPTIONS: tuple[Opt, ...] = (
 )
 
 
-
 # --- values -------------------------------------------------------------------------------------
 
 
@@ -213,8 +212,15 @@ for _name, _width, _fn in (
     ("Submit", 19, lambda r, u: _ts(r.get("submit"))),
     ("Suspended", 10, lambda r, u: "00:00:00"),
     ("Timelimit", 10, lambda r, u: _timelimit(r)),
-    ("TimelimitRaw", 15, lambda r, u: "" if r.get("is_step") else (
-        "UNLIMITED" if r.get("time_limit") is None else str(int(r["time_limit"]) // 60))),
+    (
+        "TimelimitRaw",
+        15,
+        lambda r, u: (
+            ""
+            if r.get("is_step")
+            else ("UNLIMITED" if r.get("time_limit") is None else str(int(r["time_limit"]) // 60))
+        ),
+    ),
     ("UID", 6, _text("uid")),
     ("User", 9, _text("user")),
     ("WorkDir", 15, _text("workdir")),
@@ -223,13 +229,21 @@ for _name, _width, _fn in (
     # .batch row; the job's line totals its steps' CPU, as Slurm's does.
     ("MaxRSS", 10, lambda r, u: _kb(r.get("max_rss_kb"), u)),
     ("AveRSS", 10, lambda r, u: _kb(r.get("ave_rss_kb", r.get("max_rss_kb")), u)),
-    ("MaxRSSNode", 10, lambda r, u: "" if r.get("max_rss_kb") is None else str(
-        r.get("max_rss_node") or r.get("nodelist") or "")),
+    (
+        "MaxRSSNode",
+        10,
+        lambda r, u: "" if r.get("max_rss_kb") is None else str(r.get("max_rss_node") or r.get("nodelist") or ""),
+    ),
     ("MaxRSSTask", 10, lambda r, u: "" if r.get("max_rss_kb") is None else str(r.get("max_rss_task", 0))),
     ("UserCPU", 10, lambda r, u: _cpu(r.get("user_cpu"))),
     ("SystemCPU", 10, lambda r, u: _cpu(r.get("system_cpu"))),
-    ("TotalCPU", 10, lambda r, u: _cpu(None if r.get("user_cpu") is None else
-                                       float(r["user_cpu"]) + float(r.get("system_cpu") or 0))),
+    (
+        "TotalCPU",
+        10,
+        lambda r, u: _cpu(
+            None if r.get("user_cpu") is None else float(r["user_cpu"]) + float(r.get("system_cpu") or 0)
+        ),
+    ),
     # Allocated CPUs times elapsed time, as Slurm defines CPUTime.
     ("CPUTime", 10, lambda r, u: _hms(int(r.get("elapsed") or 0) * int(r.get("ncpus") or 0))),
     ("CPUTimeRAW", 10, lambda r, u: str(int(r.get("elapsed") or 0) * int(r.get("ncpus") or 0))),
@@ -250,22 +264,61 @@ for _name, _width, _fn in (
 # Statistics muster does not gather (virtual memory, pages, I/O, energy, per-task minima):
 # known names with empty values, in the widths sacct gives them.
 for _name, _width in (
-    ("MaxVMSize", 10), ("MaxVMSizeNode", 14), ("MaxVMSizeTask", 14), ("AveVMSize", 10),
+    ("MaxVMSize", 10),
+    ("MaxVMSizeNode", 14),
+    ("MaxVMSizeTask", 14),
+    ("AveVMSize", 10),
     ("MaxPages", 8),
-    ("MaxPagesNode", 12), ("MaxPagesTask", 14), ("AvePages", 10), ("MinCPU", 10),
-    ("MinCPUNode", 10), ("MinCPUTask", 10), ("AveCPU", 10), ("AveCPUFreq", 10),
-    ("ReqCPUFreqMin", 13), ("ReqCPUFreqMax", 13), ("ReqCPUFreqGov", 13), ("ReqCPUFreq", 13),
-    ("ConsumedEnergy", 14), ("ConsumedEnergyRaw", 17), ("MaxDiskRead", 12),
-    ("MaxDiskReadNode", 15), ("MaxDiskReadTask", 15), ("AveDiskRead", 14), ("MaxDiskWrite", 12),
-    ("MaxDiskWriteNode", 16), ("MaxDiskWriteTask", 16), ("AveDiskWrite", 14),
-    ("TRESUsageInAve", 14), ("TRESUsageInMax", 14), ("TRESUsageInMaxNode", 18),
-    ("TRESUsageInMaxTask", 18), ("TRESUsageInMin", 14), ("TRESUsageInMinNode", 18),
-    ("TRESUsageInMinTask", 18), ("TRESUsageInTot", 14), ("TRESUsageOutMax", 15),
-    ("TRESUsageOutMaxNode", 19), ("TRESUsageOutMaxTask", 19), ("TRESUsageOutAve", 15),
-    ("TRESUsageOutTot", 15), ("AssocID", 10), ("WCKey", 10), ("WCKeyID", 10),
-    ("Layout", 8), ("AdminComment", 15), ("McsLabel", 10),
-    ("Container", 19), ("DBIndex", 10), ("Flags", 20), ("Planned", 10), ("PlannedCPU", 10),
-    ("PlannedCPURAW", 13), ("ReservationId", 13), ("SubmitLine", 20), ("QOSRAW", 10),
+    ("MaxPagesNode", 12),
+    ("MaxPagesTask", 14),
+    ("AvePages", 10),
+    ("MinCPU", 10),
+    ("MinCPUNode", 10),
+    ("MinCPUTask", 10),
+    ("AveCPU", 10),
+    ("AveCPUFreq", 10),
+    ("ReqCPUFreqMin", 13),
+    ("ReqCPUFreqMax", 13),
+    ("ReqCPUFreqGov", 13),
+    ("ReqCPUFreq", 13),
+    ("ConsumedEnergy", 14),
+    ("ConsumedEnergyRaw", 17),
+    ("MaxDiskRead", 12),
+    ("MaxDiskReadNode", 15),
+    ("MaxDiskReadTask", 15),
+    ("AveDiskRead", 14),
+    ("MaxDiskWrite", 12),
+    ("MaxDiskWriteNode", 16),
+    ("MaxDiskWriteTask", 16),
+    ("AveDiskWrite", 14),
+    ("TRESUsageInAve", 14),
+    ("TRESUsageInMax", 14),
+    ("TRESUsageInMaxNode", 18),
+    ("TRESUsageInMaxTask", 18),
+    ("TRESUsageInMin", 14),
+    ("TRESUsageInMinNode", 18),
+    ("TRESUsageInMinTask", 18),
+    ("TRESUsageInTot", 14),
+    ("TRESUsageOutMax", 15),
+    ("TRESUsageOutMaxNode", 19),
+    ("TRESUsageOutMaxTask", 19),
+    ("TRESUsageOutAve", 15),
+    ("TRESUsageOutTot", 15),
+    ("AssocID", 10),
+    ("WCKey", 10),
+    ("WCKeyID", 10),
+    ("Layout", 8),
+    ("AdminComment", 15),
+    ("McsLabel", 10),
+    ("Container", 19),
+    ("DBIndex", 10),
+    ("Flags", 20),
+    ("Planned", 10),
+    ("PlannedCPU", 10),
+    ("PlannedCPURAW", 13),
+    ("ReservationId", 13),
+    ("SubmitLine", 20),
+    ("QOSRAW", 10),
     ("TRESUsageInMaxNode", 18),
 ):
     _field(_name, _width, _blank)
@@ -377,8 +430,13 @@ def parse_args(argv: list[str], environ: dict[str, str], now: float) -> Request 
         p["end"] = parse_time(end_text, now)
     elif not jobs or start_text is not None or states:
         p["end"] = now
-    for key, param in (("accounts", "account"), ("partition", "partition"), ("qos", "qos"),
-                       ("name", "name"), ("nodelist", "nodelist")):
+    for key, param in (
+        ("accounts", "account"),
+        ("partition", "partition"),
+        ("qos", "qos"),
+        ("name", "name"),
+        ("nodelist", "nodelist"),
+    ):
         if opts.get(key):
             p[param] = [x for x in str(opts[key]).split(",") if x]
     users = opts.get("user")

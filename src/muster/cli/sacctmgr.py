@@ -34,11 +34,28 @@ from muster.cli.common import (
 
 PROG = "sacctmgr"
 
-VERBS = {"add": "add", "create": "add", "modify": "modify", "update": "modify",
-         "delete": "delete", "remove": "delete", "show": "show", "list": "show"}
-ENTITIES = {"account": "account", "accounts": "account", "user": "user", "users": "user",
-            "qos": "qos", "association": "assoc", "associations": "assoc", "assoc": "assoc",
-            "cluster": "cluster", "clusters": "cluster"}
+VERBS = {
+    "add": "add",
+    "create": "add",
+    "modify": "modify",
+    "update": "modify",
+    "delete": "delete",
+    "remove": "delete",
+    "show": "show",
+    "list": "show",
+}
+ENTITIES = {
+    "account": "account",
+    "accounts": "account",
+    "user": "user",
+    "users": "user",
+    "qos": "qos",
+    "association": "assoc",
+    "associations": "assoc",
+    "assoc": "assoc",
+    "cluster": "cluster",
+    "clusters": "cluster",
+}
 
 
 class ParsedCommand:
@@ -55,8 +72,7 @@ class ParsedCommand:
         self.withassoc = False
 
     def body(self) -> dict[str, Any]:
-        return {"verb": self.verb, "entity": self.entity, "names": self.names,
-                "where": self.where, "set": self.set}
+        return {"verb": self.verb, "entity": self.entity, "names": self.names, "where": self.where, "set": self.set}
 
 
 def _split_assignment(word: str) -> tuple[str, str, str] | None:
@@ -127,6 +143,7 @@ def parse_command(words: list[str]) -> ParsedCommand:
 
 # --- show -------------------------------------------------------------------------------------
 
+
 def _tres(d: dict[str, int] | None) -> str:
     if not d:
         return ""
@@ -189,9 +206,11 @@ _ASSOC_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "grptresrunmins": ("GrpTRESRunMins", 13, lambda r: ""),
     "parentname": ("Par Name", 10, lambda r: _opt(r.get("parent")) if not r.get("user") else ""),
 }
-ASSOC_DEFAULT = ("cluster,account,user,partition,share,priority,grpjobs,grptres,grpsubmit,grpwall,"
-                 "grptresmins,maxjobs,maxtres,maxtrespernode,maxsubmit,maxwall,maxtresmins,qos,"
-                 "defaultqos,grptresrunmins")
+ASSOC_DEFAULT = (
+    "cluster,account,user,partition,share,priority,grpjobs,grptres,grpsubmit,grpwall,"
+    "grptresmins,maxjobs,maxtres,maxtrespernode,maxsubmit,maxwall,maxtresmins,qos,"
+    "defaultqos,grptresrunmins"
+)
 
 _ACCOUNT_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "account": ("Account", 10, lambda r: r["name"]),
@@ -202,8 +221,10 @@ _ACCOUNT_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "organization": ("Org", 20, lambda r: r.get("organization", "")),
 }
 ACCOUNT_DEFAULT = "account,descr,org"
-ACCOUNT_ASSOC_DEFAULT = ("account,descr,org,cluster,parentname,user,share,priority,grpjobs,grptres,"
-                         "maxjobs,maxtres,maxsubmit,maxwall,qos,defaultqos")
+ACCOUNT_ASSOC_DEFAULT = (
+    "account,descr,org,cluster,parentname,user,share,priority,grpjobs,grptres,"
+    "maxjobs,maxtres,maxsubmit,maxwall,qos,defaultqos"
+)
 
 _USER_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "user": ("User", 10, lambda r: r["name"]),
@@ -214,8 +235,9 @@ _USER_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "admin": ("Admin", 9, lambda r: r.get("admin_level", "None")),
 }
 USER_DEFAULT = "user,defaultaccount,adminlevel"
-USER_ASSOC_DEFAULT = ("user,defaultaccount,adminlevel,cluster,account,partition,share,priority,"
-                      "maxjobs,maxsubmit,maxwall,qos,defaultqos")
+USER_ASSOC_DEFAULT = (
+    "user,defaultaccount,adminlevel,cluster,account,partition,share,priority,maxjobs,maxsubmit,maxwall,qos,defaultqos"
+)
 
 _QOS_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "name": ("Name", 10, lambda r: r["name"]),
@@ -253,10 +275,12 @@ _QOS_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "maxsubmitpa": ("MaxSubmitPA", 11, lambda r: ""),
     "mintres": ("MinTRES", 13, lambda r: ""),
 }
-QOS_DEFAULT = ("name,priority,gracetime,preempt,preemptexempttime,preemptmode,flags,usagethres,"
-               "usagefactor,grptres,grptresmins,grptresrunmins,grpjobs,grpsubmit,grpwall,maxtres,"
-               "maxtrespernode,maxtresmins,maxwall,maxtrespu,maxjobspu,maxsubmitpu,maxtrespa,"
-               "maxjobspa,maxsubmitpa,mintres")
+QOS_DEFAULT = (
+    "name,priority,gracetime,preempt,preemptexempttime,preemptmode,flags,usagethres,"
+    "usagefactor,grptres,grptresmins,grptresrunmins,grpjobs,grpsubmit,grpwall,maxtres,"
+    "maxtrespernode,maxtresmins,maxwall,maxtrespu,maxjobspu,maxsubmitpu,maxtrespa,"
+    "maxjobspa,maxsubmitpa,mintres"
+)
 
 _CLUSTER_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "cluster": ("Cluster", 10, lambda r: r["name"]),
@@ -285,8 +309,10 @@ def show(cmd: ParsedCommand, objects: dict[str, Any], printer: Printer) -> list[
         rows = [a for a in objects["accounts"] if _matches(a["name"], names)]
         if cmd.withassoc:  # one row per association of each account
             rows = _with_assocs(rows, objects, lambda r, a: a["account"] == r["name"])
-            cols = _columns({**_ASSOC_FIELDS, **_ACCOUNT_FIELDS, "account": _ASSOC_FIELDS["account"]},
-                            cmd.format or ACCOUNT_ASSOC_DEFAULT)
+            cols = _columns(
+                {**_ASSOC_FIELDS, **_ACCOUNT_FIELDS, "account": _ASSOC_FIELDS["account"]},
+                cmd.format or ACCOUNT_ASSOC_DEFAULT,
+            )
         else:
             cols = _columns(_ACCOUNT_FIELDS, cmd.format or ACCOUNT_DEFAULT)
     elif cmd.entity == "user":
@@ -295,9 +321,7 @@ def show(cmd: ParsedCommand, objects: dict[str, Any], printer: Printer) -> list[
         users_in = {a["user"] for a in objects["assocs"] if a["user"] and _matches(a["account"], accounts)}
         rows = [u for u in objects["users"] if _matches(u["name"], names) and (not accounts or u["name"] in users_in)]
         if cmd.withassoc:  # one row per association of each user (sacctmgr -s / withassoc)
-            rows = _with_assocs(
-                rows, objects, lambda r, a: a["user"] == r["name"] and _matches(a["account"], accounts)
-            )
+            rows = _with_assocs(rows, objects, lambda r, a: a["user"] == r["name"] and _matches(a["account"], accounts))
             cols = _columns({**_ASSOC_FIELDS, **_USER_FIELDS}, cmd.format or USER_ASSOC_DEFAULT)
         else:
             cols = _columns(_USER_FIELDS, cmd.format or USER_DEFAULT)
@@ -360,6 +384,7 @@ def _effective_qos(a: dict[str, Any], by_key: dict[str, dict[str, Any]]) -> list
 
 
 # --- main ------------------------------------------------------------------------------------------
+
 
 def _confirm() -> bool:
     sys.stdout.write("Would you like to commit changes? (You have 30 seconds to decide)\n(N/y): ")

@@ -107,8 +107,7 @@ def check_script(script: str) -> None:
         raise CommandError(NO_SHEBANG.rstrip("\n"), raw=True)
     if "\r\n" in script:
         raise CommandError(
-            "Batch script contains DOS line breaks (\\r\\n)\n"
-            "sbatch: error: instead of expected UNIX line breaks (\\n)."
+            "Batch script contains DOS line breaks (\\r\\n)\nsbatch: error: instead of expected UNIX line breaks (\\n)."
         )
     if "\0" in script:
         raise CommandError("The batch script contains a NUL character")
@@ -150,9 +149,7 @@ def build(
     if stray:
         raise CommandError(f"Invalid directive found in batch script: {stray[0]}", RC_BAD_OPTION)
     # A script cannot ask for help, a version or another script.
-    from_script = [
-        (o, v) for o, v in from_script if o.key not in ("help", "usage", "version", "wrap")
-    ]
+    from_script = [(o, v) for o, v in from_script if o.key not in ("help", "usage", "version", "wrap")]
     from_env = env_options(tbl, environ)
 
     sub = Submission()
@@ -200,19 +197,16 @@ def submit(sub: Submission, out: object = None) -> int:
         if unknown:
             raise CommandError(
                 f"'{','.join(unknown)}' can't be reached now, or it is an invalid entry for --cluster."
-                "  Use 'sacctmgr list clusters' to see available clusters.", exit_error_code()
+                "  Use 'sacctmgr list clusters' to see available clusters.",
+                exit_error_code(),
             )
     try:
         ctl = connect(PROG)
         answer = ctl.post("/v1/jobs", {"spec": sub.spec})
     except ConnectError as e:
-        raise CommandError(
-            f"Batch job submission failed: {connect_message(e)}", exit_error_code()
-        ) from None
+        raise CommandError(f"Batch job submission failed: {connect_message(e)}", exit_error_code()) from None
     except ApiError as e:
-        raise CommandError(
-            submission_error(e.code, e.message, e.data, sub.spec), exit_error_code()
-        ) from None
+        raise CommandError(submission_error(e.code, e.message, e.data, sub.spec), exit_error_code()) from None
     job_id = answer.get("job_id")
     on = f" on cluster {cluster}" if sub.clusters else ""
     if sub.parsable:
@@ -282,9 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             return result
         for key in result.ignored:
             if key in UNHONOURED:
-                sys.stderr.write(
-                    f"{PROG}: warning: --{key} is not supported by muster and was ignored\n"
-                )
+                sys.stderr.write(f"{PROG}: warning: --{key} is not supported by muster and was ignored\n")
         if result.verbose:
             for key, value in sorted(result.spec.items()):
                 if key not in ("environment", "script") and value not in (None, [], False):

@@ -75,9 +75,7 @@ def _matches(word: str, full: str, minimum: int) -> bool:
 def _load_error(what: str, err: Exception) -> CommandError:
     from muster.protocol.client import ConnectError
 
-    text = (
-        connect_message(err) if isinstance(err, ConnectError) else getattr(err, "message", str(err))
-    )
+    text = connect_message(err) if isinstance(err, ConnectError) else getattr(err, "message", str(err))
     return CommandError(f"slurm_load_{what} error: {text}", 1, raw=True)
 
 

@@ -92,11 +92,7 @@ def _memory_field(job: dict) -> str:
     if spec.get("mem_per_cpu"):
         return f"MinMemoryCPU={spec['mem_per_cpu']}M"
     if spec.get("mem_per_node") is not None:
-        return (
-            f"MinMemoryNode={_mem(spec['mem_per_node'])}"
-            if spec["mem_per_node"]
-            else "MinMemoryNode=0"
-        )
+        return f"MinMemoryNode={_mem(spec['mem_per_node'])}" if spec["mem_per_node"] else "MinMemoryNode=0"
     per_node = int(shape.get("mem_per_node") or 0)
     cpus = int(shape.get("cpus_per_node") or 1)
     if spec.get("mem_per_gpu") or not per_node:
@@ -233,9 +229,7 @@ def node_record(node: dict) -> list[str]:
     cores = int(node.get("cores_per_socket") or max(1, cpus // (sockets * threads)))
     gpus = int(node.get("gpus") or 0)
     gres = node.get("gres") or (
-        f"gpu:{node['gpu_type']}:{gpus}"
-        if node.get("gpu_type") and gpus
-        else (f"gpu:{gpus}" if gpus else "")
+        f"gpu:{node['gpu_type']}:{gpus}" if node.get("gpu_type") and gpus else (f"gpu:{gpus}" if gpus else "")
     )
     features = ",".join(node.get("features") or []) or "(null)"
     cfg = f"cpu={cpus},mem={_mem(node.get('real_memory'))},billing={cpus}"

@@ -52,9 +52,7 @@ def parse_update(words: list[str], now: float | None = None) -> tuple[list[str],
             continue
         field = _UPDATE_KEYS.get(k)
         if field is None:
-            raise CommandError(
-                f"Update of this parameter is not supported: {word}\n{PROG}: error: Request aborted"
-            )
+            raise CommandError(f"Update of this parameter is not supported: {word}\n{PROG}: error: Request aborted")
         body[field] = _update_value(field, key, value, now)
     if not ids:
         raise CommandError("No job ID specified\nscontrol: error: Request aborted")

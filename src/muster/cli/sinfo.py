@@ -94,9 +94,7 @@ def _name_key(name: str) -> tuple:
     return (head, int(tail) if tail else -1, name)
 
 
-def build_rows(
-    parts: list[dict], nodes: list[dict], cols: list[Column], node_view: bool, summary: bool
-) -> list[Row]:
+def build_rows(parts: list[dict], nodes: list[dict], cols: list[Column], node_view: bool, summary: bool) -> list[Row]:
     """Group nodes into rows: per partition (as configured), per equal per-node values."""
     by_name = {str(n.get("name")): n for n in nodes}
     splitters = [FIELDS[c.key][2] for c in cols if c.key and FIELDS[c.key][2] is not None]
@@ -262,8 +260,7 @@ def select_nodes(nodes: list[dict], req: Request) -> list[dict]:
             if not (req.states <= have if req.states_all else req.states & have):
                 continue
         if req.reasons and not (
-            n.get("reason")
-            and (n.get("drain") or base_state(n) == "DOWN" or n.get("responding") is False)
+            n.get("reason") and (n.get("drain") or base_state(n) == "DOWN" or n.get("responding") is False)
         ):
             continue
         out.append(n)
@@ -280,9 +277,7 @@ def report_lines(parts: list[dict], nodes: list[dict], req: Request, now: float 
         # Reasons are about nodes, not partitions: one row per reason, user and time.
         groups: dict[tuple, list[dict]] = {}
         for n in sorted(chosen, key=lambda n: _name_key(str(n.get("name")))):
-            groups.setdefault(
-                (n.get("reason"), n.get("reason_user"), n.get("reason_time")), []
-            ).append(n)
+            groups.setdefault((n.get("reason"), n.get("reason_user"), n.get("reason_time")), []).append(n)
         rows = [Row(None, group) for group in groups.values()]
     else:
         filtered = req.nodes is not None or req.states is not None or req.responding or req.dead

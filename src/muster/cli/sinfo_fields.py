@@ -87,9 +87,7 @@ def complete_state(node: dict) -> str:
 def unavailable(node: dict) -> bool:
     """Down, drained or silent: its idle CPUs count as "other" in A/I/O/T."""
     return (
-        base_state(node) in ("DOWN", "UNKNOWN", "FUTURE")
-        or bool(node.get("drain"))
-        or node.get("responding") is False
+        base_state(node) in ("DOWN", "UNKNOWN", "FUTURE") or bool(node.get("drain")) or node.get("responding") is False
     )
 
 
@@ -149,9 +147,7 @@ def _avail(row: Row) -> str:
     if row.part is None:
         return "n/a"
     state = str(row.part.get("state") or "UP").upper()
-    return {"UP": "up", "DOWN": "down", "DRAIN": "drain", "INACTIVE": "inact"}.get(
-        state, state.lower()
-    )
+    return {"UP": "up", "DOWN": "down", "DRAIN": "drain", "INACTIVE": "inact"}.get(state, state.lower())
 
 
 def _cpus_aiot(row: Row) -> str:
@@ -212,9 +208,7 @@ def _sct(node: dict) -> str:
     """Sockets:cores:threads; a node that reports no topology is one socket of its CPUs."""
     sockets = int(node.get("sockets") or 1)
     threads = int(node.get("threads_per_core") or 1)
-    cores = int(
-        node.get("cores_per_socket") or max(1, int(node.get("cpus") or 1) // (sockets * threads))
-    )
+    cores = int(node.get("cores_per_socket") or max(1, int(node.get("cpus") or 1) // (sockets * threads)))
     return f"{sockets}:{cores}:{threads}"
 
 
@@ -250,9 +244,7 @@ FIELDS: dict[str, tuple[str, object, object]] = {
     "l": ("TIMELIMIT", lambda r: _limit((r.part or {}).get("max_time")), None),
     "L": (
         "DEFAULTTIME",
-        lambda r: (
-            "n/a" if not (r.part or {}).get("default_time") else _limit(r.part["default_time"])
-        ),
+        lambda r: "n/a" if not (r.part or {}).get("default_time") else _limit(r.part["default_time"]),
         None,
     ),  # type: ignore[index]
     "m": (

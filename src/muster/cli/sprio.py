@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         if not answer.get("multifactor"):
             raise CommandError(
                 f"You are not running a supported priority plugin\n({answer.get('priority_type')}).\n"
-                "Only 'priority/multifactor' is supported.", raw=True)
+                "Only 'priority/multifactor' is supported.",
+                raw=True,
+            )
         fmt = opts.get("format") or (LONG_FORMAT if "long" in opts else DEFAULT_FORMAT)
         if "norm" in opts and not opts.get("format"):
             fmt = fmt.replace("%.10Y", "%.10y")

@@ -74,9 +74,7 @@ class Filters:
         # Ask only for the states shown: the controller keeps ended jobs for MinJobAge,
         # and thousands of them would otherwise be sent only to be dropped here.
         if self.states:
-            wanted = sorted(self.states - {"COMPLETING"}) + (
-                ["CG"] if "COMPLETING" in self.states else []
-            )
+            wanted = sorted(self.states - {"COMPLETING"}) + (["CG"] if "COMPLETING" in self.states else [])
             params.append("state=" + ",".join(wanted))
         elif self.states is not None and not self.job_ids:
             params.append("state=PD,R,S,CG")

@@ -17,8 +17,17 @@ PROG = "squeue"
 DEFAULT_FORMAT = "%.15i %.8j %.9P %.8u %.9M %N"
 
 _HEADERS = {
-    "i": "STEPID", "j": "NAME", "P": "PARTITION", "u": "USER", "U": "UID", "M": "TIME",
-    "l": "TIME_LIMIT", "N": "NODELIST", "A": "TASKS", "b": "TRES_PER_NODE", "S": "START_TIME",
+    "i": "STEPID",
+    "j": "NAME",
+    "P": "PARTITION",
+    "u": "USER",
+    "U": "UID",
+    "M": "TIME",
+    "l": "TIME_LIMIT",
+    "N": "NODELIST",
+    "A": "TASKS",
+    "b": "TRES_PER_NODE",
+    "S": "START_TIME",
 }
 
 

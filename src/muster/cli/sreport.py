@@ -24,8 +24,12 @@ from muster.cli.common import CommandError, argv_or_sys, print_lines, report, ve
 
 PROG = "sreport"
 
-_UNITS = {"minutes": ("Minutes", 60.0), "hours": ("Hours", 3600.0), "seconds": ("Seconds", 1.0),
-          "percent": ("Percent", 0.0)}
+_UNITS = {
+    "minutes": ("Minutes", 60.0),
+    "hours": ("Hours", 3600.0),
+    "seconds": ("Seconds", 1.0),
+    "percent": ("Percent", 0.0),
+}
 _RULE = "-" * 80
 
 
@@ -142,11 +146,20 @@ def utilization(report_: dict, o: Options) -> list[str]:
         row = [report_["cluster"]]
         if o.tres_given:
             row.append(t)
-        row += [_amount(alloc, o, cap), _amount(down, o, cap), _amount(0, o, cap), _amount(idle, o, cap),
-                _amount(0, o, cap), _amount(cap, o, cap)]
+        row += [
+            _amount(alloc, o, cap),
+            _amount(down, o, cap),
+            _amount(0, o, cap),
+            _amount(idle, o, cap),
+            _amount(0, o, cap),
+            _amount(cap, o, cap),
+        ]
         rows.append(row)
-    cols = [("Cluster", 9)] + ([("TRES Name", 14)] if o.tres_given else []) + [
-        ("Allocated", 10), ("Down", 8), ("PLND Dow", 8), ("Idle", 8), ("Planned", 8), ("Reported", 8)]
+    cols = (
+        [("Cluster", 9)]
+        + ([("TRES Name", 14)] if o.tres_given else [])
+        + [("Allocated", 10), ("Down", 8), ("PLND Dow", 8), ("Idle", 8), ("Planned", 8), ("Reported", 8)]
+    )
     return o.printer.lines(_widen(cols, rows), rows)
 
 
@@ -156,8 +169,11 @@ def _used(entry: dict, t: str) -> float:
 
 def topusage(report_: dict, o: Options, top: int, users: set[str], accounts: set[str]) -> list[str]:
     t = o.tres[0]
-    entries = [e for e in report_["usage"] if (not users or e["user"] in users)
-               and (not accounts or e["account"] in accounts) and _used(e, t) > 0]
+    entries = [
+        e
+        for e in report_["usage"]
+        if (not users or e["user"] in users) and (not accounts or e["account"] in accounts) and _used(e, t) > 0
+    ]
     entries.sort(key=lambda e: (-_used(e, t), e["user"], e["account"]))
     cap = float(report_["capacity"].get(t, 0.0))
     rows = []
@@ -167,8 +183,11 @@ def topusage(report_: dict, o: Options, top: int, users: set[str], accounts: set
             row.append(t)
         row += [_amount(_used(e, t), o, cap), "0"]
         rows.append(row)
-    cols = [("Cluster", 9), ("Login", 9), ("Proper Name", 15), ("Account", 15)] + (
-        [("TRES Name", 14)] if o.tres_given else []) + [("Used", 10), ("Energy", 8)]
+    cols = (
+        [("Cluster", 9), ("Login", 9), ("Proper Name", 15), ("Account", 15)]
+        + ([("TRES Name", 14)] if o.tres_given else [])
+        + [("Used", 10), ("Energy", 8)]
+    )
     return o.printer.lines(_widen(cols, rows), rows)
 
 
@@ -202,8 +221,11 @@ def by_account(report_: dict, o: Options, users_first: bool, users: set[str], ac
             if o.tres_given:
                 row.append(t)
             rows.append(row + [_amount(_used(e, t), o, cap), "0"])
-    cols = [("Cluster", 9), ("Account", -15), ("Login", 9), ("Proper Name", 15)] + (
-        [("TRES Name", 14)] if o.tres_given else []) + [("Used", 10), ("Energy", 8)]
+    cols = (
+        [("Cluster", 9), ("Account", -15), ("Login", 9), ("Proper Name", 15)]
+        + ([("TRES Name", 14)] if o.tres_given else [])
+        + [("Used", 10), ("Energy", 8)]
+    )
     del users_first
     return o.printer.lines(_widen(cols, rows), rows)
 
@@ -249,9 +271,12 @@ def main(argv: list[str] | None = None) -> int:
             raise CommandError("The end time must be after the start time")
         what = " ".join(plain)
         kinds = {
-            "cluster utilization": "util", "cluster util": "util",
-            "user topusage": "top", "user top": "top",
-            "cluster accountutilizationbyuser": "acct", "cluster accountutilization": "acct",
+            "cluster utilization": "util",
+            "cluster util": "util",
+            "user topusage": "top",
+            "user top": "top",
+            "cluster accountutilizationbyuser": "acct",
+            "cluster accountutilization": "acct",
             "cluster userutilizationbyaccount": "useracct",
         }
         kind = kinds.get(what)
@@ -264,13 +289,18 @@ def main(argv: list[str] | None = None) -> int:
             lines = _banner(f"Top {top} Users", start, end, o, secs=True) + topusage(data, o, top, users, accounts)
         elif kind == "acct":
             lines = _banner("Cluster/Account/User Utilization", start, end, o, secs=True) + by_account(
-                data, o, False, users, accounts)
+                data, o, False, users, accounts
+            )
         else:
             lines = _banner("Cluster/User/Account Utilization", start, end, o, secs=True) + topusage(
-                data, o, 1 << 30, users, accounts)
+                data, o, 1 << 30, users, accounts
+            )
         if not o.printer.header:
-            lines = [x for x in lines if x not in (_RULE,) and not x.startswith(("Cluster Utilization",
-                     "Top ", "Usage reported", "Cluster/"))]
+            lines = [
+                x
+                for x in lines
+                if x not in (_RULE,) and not x.startswith(("Cluster Utilization", "Top ", "Usage reported", "Cluster/"))
+            ]
         print_lines(lines)
         return 0
     except CommandError as e:

@@ -104,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         answer = call(PROG, "GET", "/v1/accounting/shares")
         rows = select(answer.get("rows") or [], users, accounts, "Users" in opts)
         parsable2 = "parsable2" in opts
-        printer = Printer(parsable="parsable" in opts or parsable2,
-                          trailing="parsable" in opts and not parsable2,
-                          header="noheader" not in opts)
+        printer = Printer(
+            parsable="parsable" in opts or parsable2,
+            trailing="parsable" in opts and not parsable2,
+            header="noheader" not in opts,
+        )
         print_lines(printer.lines([(h, w) for h, w, _ in cols], [[fn(r) for _h, _w, fn in cols] for r in rows]))
         return 0
     except CommandError as e:

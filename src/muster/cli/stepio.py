@@ -28,7 +28,6 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-
 def ranges(ids: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``0-2,5``."""
     ids = sorted(ids)
@@ -41,7 +40,6 @@ def ranges(ids: list[int]) -> str:
         parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
         i = j + 1
     return ",".join(parts)
-
 
 
 def noop(signum: int, frame: object) -> None:

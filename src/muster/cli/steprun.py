@@ -182,8 +182,10 @@ class StepRun:
                 continue
             node.conn = conn
             if self.opts.verbose:
-                _note(f"launching StepId={self.job_id}.{self.step_id} on host {node.name}, "
-                      f"{len(node.tasks)} tasks: {ranges(node.tasks)}")
+                _note(
+                    f"launching StepId={self.job_id}.{self.step_id} on host {node.name}, "
+                    f"{len(node.tasks)} tasks: {ranges(node.tasks)}"
+                )
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -284,8 +286,12 @@ class StepRun:
                 code, sig = int(info.get("code") or 0), int(info.get("signal") or 0)
                 self.exits[task] = (code, sig)
                 if "rss" in info:
-                    self.usage[task] = (int(info["rss"]), float(info.get("user") or 0),
-                                        float(info.get("sys") or 0), node.name)
+                    self.usage[task] = (
+                        int(info["rss"]),
+                        float(info.get("user") or 0),
+                        float(info.get("sys") or 0),
+                        node.name,
+                    )
                 if self.killing and sig:
                     self.stopped.add(task)
                 self._flush_task(task)
@@ -306,8 +312,7 @@ class StepRun:
                     # time limit is the step's TIMEOUT, not a cancellation
                     self.abort_noted = True
                     self.aborted = self.aborted or info["aborted"] != "timeout"
-                    _note(f"Job step aborted: Waiting up to {int(self.kill_wait) + 2} seconds "
-                          "for job step to finish.")
+                    _note(f"Job step aborted: Waiting up to {int(self.kill_wait) + 2} seconds for job step to finish.")
             elif kind == b"d":
                 node.done = True
         if failed:
@@ -545,8 +550,7 @@ class StepRun:
         for node in self.nodes:
             if node.done or not node.token:
                 continue
-            body = {"job_id": self.job_id, "step_id": self.step_id, "token": node.token,
-                    "signal": signum, "kill": kill}
+            body = {"job_id": self.job_id, "step_id": self.step_id, "token": node.token, "signal": signum, "kill": kill}
             try:
                 request("POST", "/v1/steps/signal", body, address=(node.addr, node.port), timeout=10.0)
             except (ApiError, ConnectError):
@@ -565,7 +569,9 @@ class StepRun:
             return None
         task, (rss, _u, _s, node) = max(self.usage.items(), key=lambda kv: (kv[1][0], -kv[0]))
         return {
-            "max_rss_kb": rss, "max_rss_node": node, "max_rss_task": task,
+            "max_rss_kb": rss,
+            "max_rss_node": node,
+            "max_rss_task": task,
             "ave_rss_kb": round(sum(u[0] for u in self.usage.values()) / len(self.usage), 1),
             "user_cpu": round(sum(u[1] for u in self.usage.values()), 3),
             "system_cpu": round(sum(u[2] for u in self.usage.values()), 3),

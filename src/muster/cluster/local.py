@@ -163,9 +163,7 @@ class LocalCluster:
     def _spawn(self, name: str, argv: list[str]) -> int:
         log = open(self._logfile(name), "ab")
         env = dict(os.environ, MUSTER_CONF=self.conf_path)
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env
-        )
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
         log.close()
         with open(self._pidfile(name), "w") as f:
             f.write(f"{proc.pid}\n")
@@ -178,8 +176,15 @@ class LocalCluster:
         if self._alive("musterctld") is None:
             self._spawn(
                 "musterctld",
-                [sys.executable, "-m", "muster.ctld.main", "--conf", self.conf_path,
-                 "--log-file", self._logfile("musterctld")],
+                [
+                    sys.executable,
+                    "-m",
+                    "muster.ctld.main",
+                    "--conf",
+                    self.conf_path,
+                    "--log-file",
+                    self._logfile("musterctld"),
+                ],
             )
             started.append("musterctld")
         for node in cfg.nodes:
@@ -188,9 +193,19 @@ class LocalCluster:
                 os.makedirs(node_dir, exist_ok=True)
                 self._spawn(
                     node.name,
-                    [sys.executable, "-m", "muster.agent.main", "--conf", self.conf_path,
-                     "--node", node.name, "--state-dir", node_dir,
-                     "--log-file", self._logfile(node.name)],
+                    [
+                        sys.executable,
+                        "-m",
+                        "muster.agent.main",
+                        "--conf",
+                        self.conf_path,
+                        "--node",
+                        node.name,
+                        "--state-dir",
+                        node_dir,
+                        "--log-file",
+                        self._logfile(node.name),
+                    ],
                 )
                 started.append(node.name)
         return started
@@ -205,9 +220,7 @@ class LocalCluster:
         last = "controller not answering"
         while time.monotonic() < deadline:
             if self._alive("musterctld", check_cmdline=False) is None:
-                raise RuntimeError(
-                    f"musterctld exited; see {self._logfile('musterctld')}"
-                )
+                raise RuntimeError(f"musterctld exited; see {self._logfile('musterctld')}")
             try:
                 nodes = self.api("GET", "/v1/nodes")["nodes"]
                 waiting = [n["name"] for n in nodes if not n["registered"] or n["state"] in ("UNKNOWN", "DOWN")]
@@ -278,8 +291,14 @@ class LocalCluster:
             except (client.ConnectError, client.ApiError, OSError):
                 nodes = {}
         out = [
-            Daemon("controller", "musterctld", ctld_pid, f"{cfg.ctld_addr}:{cfg.ctld_port}",
-                   ctld_pid is not None, "up" if ctld_pid is not None else "stopped")
+            Daemon(
+                "controller",
+                "musterctld",
+                ctld_pid,
+                f"{cfg.ctld_addr}:{cfg.ctld_port}",
+                ctld_pid is not None,
+                "up" if ctld_pid is not None else "stopped",
+            )
         ]
         for node in cfg.nodes:
             pid = self._alive(node.name)
@@ -288,8 +307,16 @@ class LocalCluster:
                 state = "unknown (controller unreachable)" if ctld_pid is None else "unknown"
             else:
                 state = n["state"] + ("+DRAIN" if n["drain"] else "")
-            out.append(Daemon("node", node.name, pid, f"{node.addr}:{node.port}", pid is not None,
-                              state if pid is not None else "stopped"))
+            out.append(
+                Daemon(
+                    "node",
+                    node.name,
+                    pid,
+                    f"{node.addr}:{node.port}",
+                    pid is not None,
+                    state if pid is not None else "stopped",
+                )
+            )
         return out
 
     def status_json(self) -> str:

@@ -190,14 +190,10 @@ class _Parser:
         elif canon == "SlurmctldPort":
             m = re.compile(PORT_RANGE_RE).match(value)
             if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-                raise ConfigError(
-                    f"{where}: bad SlurmctldPort {value!r}: expected PORT or PORT-PORT"
-                )
+                raise ConfigError(f"{where}: bad SlurmctldPort {value!r}: expected PORT or PORT-PORT")
         elif canon == "SlurmctldHost":
             if re.compile(HOST_ADDR_RE).match(value) is None:
-                raise ConfigError(
-                    f"{where}: bad SlurmctldHost {value!r}: expected HOST or HOST(ADDR)"
-                )
+                raise ConfigError(f"{where}: bad SlurmctldHost {value!r}: expected HOST or HOST(ADDR)")
             # Later lines name backup controllers; the first is the primary.
             self.ctld_hosts.append(value)
             self.settings.setdefault(canon, value)
@@ -220,9 +216,7 @@ class _Parser:
         ports = _per_node(params.get("Port"), names, "Port", where)
 
         boards = _int(params.get("Boards", "1"), "Boards", where, minimum=1)
-        sockets = _int(
-            params.get("Sockets", params.get("SocketsPerBoard", "1")), "Sockets", where, minimum=1
-        )
+        sockets = _int(params.get("Sockets", params.get("SocketsPerBoard", "1")), "Sockets", where, minimum=1)
         if "Sockets" not in params:
             sockets *= boards  # SocketsPerBoard counts per board; Sockets counts per node
         cores = _int(params.get("CoresPerSocket", "1"), "CoresPerSocket", where, minimum=1)
@@ -254,9 +248,7 @@ class _Parser:
         port_numbers = [_int(p, "Port", where, minimum=1, maximum=65535) for p in ports or ()]
         for i, name in enumerate(names):
             if name in self.node_lines:
-                raise ConfigError(
-                    f"{where}: duplicate node {name!r} (first defined at line {self.node_lines[name]})"
-                )
+                raise ConfigError(f"{where}: duplicate node {name!r} (first defined at line {self.node_lines[name]})")
             self.node_lines[name] = lineno
             hostname = hostnames[i] if hostnames else name
             self.nodes.append(
@@ -285,9 +277,7 @@ class _Parser:
             return
         for other in self.partitions:
             if other.name == name:
-                raise ConfigError(
-                    f"{where}: duplicate partition {name!r} (first defined at line {other.lineno})"
-                )
+                raise ConfigError(f"{where}: duplicate partition {name!r} (first defined at line {other.lineno})")
         params = {**self.part_defaults, **params}
         # nodes stays empty until finish(): nodes may be defined after partitions.
         part = PartitionConf(name)
@@ -295,22 +285,16 @@ class _Parser:
         part.default = _bool(params.get("Default", "NO"), "Default", where)
         part.max_time = _time(params.get("MaxTime", "UNLIMITED"), "MaxTime", where)
         default_time = params.get("DefaultTime", "NONE")
-        part.default_time = (
-            None if default_time.upper() == "NONE" else _time(default_time, "DefaultTime", where)
-        )
+        part.default_time = None if default_time.upper() == "NONE" else _time(default_time, "DefaultTime", where)
         part.max_nodes = _int_or_unlimited(params.get("MaxNodes", "UNLIMITED"), "MaxNodes", where)
         part.min_nodes = _int(params.get("MinNodes", "0"), "MinNodes", where)
         part.state = params.get("State", "UP").upper()
         if part.state not in PARTITION_STATES:
-            raise ConfigError(
-                f"{where}: bad partition State {params['State']!r}: expected UP, DOWN, DRAIN or INACTIVE"
-            )
+            raise ConfigError(f"{where}: bad partition State {params['State']!r}: expected UP, DOWN, DRAIN or INACTIVE")
         # The old single Priority= sets both the tier and the job factor.
         legacy = params.get("Priority", "1")
         part.priority_tier = _int(params.get("PriorityTier", legacy), "PriorityTier", where)
-        part.priority_job_factor = _int(
-            params.get("PriorityJobFactor", legacy), "PriorityJobFactor", where
-        )
+        part.priority_job_factor = _int(params.get("PriorityJobFactor", legacy), "PriorityJobFactor", where)
         part.allow_accounts = _access_list(params.get("AllowAccounts"))
         part.allow_groups = _access_list(params.get("AllowGroups"))
         part.allow_qos = _access_list(params.get("AllowQos"))
@@ -328,9 +312,7 @@ class _Parser:
         part.grace_time = _int(params.get("GraceTime", "0"), "GraceTime", where)
         def_mem = params.get("DefMemPerCPU")
         part.def_mem_per_cpu = None if def_mem is None else _int(def_mem, "DefMemPerCPU", where)
-        part.max_mem_per_node = _int_or_unlimited(
-            params.get("MaxMemPerNode", "UNLIMITED"), "MaxMemPerNode", where
-        )
+        part.max_mem_per_node = _int_or_unlimited(params.get("MaxMemPerNode", "UNLIMITED"), "MaxMemPerNode", where)
         if "HangTimeout" in params:  # muster's: a training job's default --hang-timeout
             _time(params["HangTimeout"], "HangTimeout", where)
         part.params = params
@@ -339,9 +321,7 @@ class _Parser:
 
     # -- shared --
 
-    def keyed(
-        self, lineno: int, pairs: list[tuple[str, str]], table: dict[str, str], kind: str
-    ) -> dict[str, str]:
+    def keyed(self, lineno: int, pairs: list[tuple[str, str]], table: dict[str, str], kind: str) -> dict[str, str]:
         params: dict[str, str] = {}
         for key, value in pairs:
             canon = table.get(key.lower())
@@ -371,16 +351,12 @@ class _Parser:
             wanted = set()
             for name in _hostlist(expr, "Nodes", where):
                 if name not in order:
-                    raise ConfigError(
-                        f"{where}: partition {part.name!r} names unknown node {name!r}"
-                    )
+                    raise ConfigError(f"{where}: partition {part.name!r} names unknown node {name!r}")
                 wanted.add(name)
             part.nodes = sorted(wanted, key=order.__getitem__)
         if defaults > 1:
             first = next(p for p in self.partitions if p.default)
-            self.warnings.append(
-                f"{self.path}: several partitions have Default=YES; {first.name!r} is the default"
-            )
+            self.warnings.append(f"{self.path}: several partitions have Default=YES; {first.name!r} is the default")
         gres_types = set(split_list(self.settings.get("GresTypes", "")))
         if gres_types:
             reported: set[tuple[int, str]] = set()  # one warning per line, not per node
@@ -390,9 +366,7 @@ class _Parser:
                     if (node.lineno, missing) not in reported:
                         reported.add((node.lineno, missing))
                         self.warn(node.lineno, f"gres {missing!r} is not listed in GresTypes")
-        return Config(
-            self.path, self.settings, self.nodes, self.partitions, self.warnings, self.ctld_hosts
-        )
+        return Config(self.path, self.settings, self.nodes, self.partitions, self.warnings, self.ctld_hosts)
 
 
 # --- value helpers ----------------------------------------------------------------------------
@@ -427,10 +401,8 @@ def _time(value: str, key: str, where: str) -> int | None:
         return parse_time_limit(value)
     except TimeFormatError:
         raise ConfigError(
-            f"{where}: bad {key} {value!r}: expected minutes, [days-]hours:minutes:seconds "
-            "or INFINITE"
+            f"{where}: bad {key} {value!r}: expected minutes, [days-]hours:minutes:seconds or INFINITE"
         ) from None
-
 
 
 def _access_list(value: str | None) -> list[str] | None:
@@ -454,9 +426,7 @@ def _per_node(value: str | None, names: list[str], key: str, where: str) -> list
     if len(values) == 1:
         return values * len(names)
     if len(values) != len(names):
-        raise ConfigError(
-            f"{where}: {key} {value!r} gives {len(values)} values for {len(names)} nodes"
-        )
+        raise ConfigError(f"{where}: {key} {value!r} gives {len(values)} values for {len(names)} nodes")
     return values
 
 

@@ -349,16 +349,12 @@ class Config:
     @property
     def ctld_socket(self) -> str:
         """Unix socket for local clients; default ``<StateSaveLocation>/musterctld.sock``."""
-        return self.settings.get(
-            "CtldSocket", os.path.join(self.state_save_location, "musterctld.sock")
-        )
+        return self.settings.get("CtldSocket", os.path.join(self.state_save_location, "musterctld.sock"))
 
     @property
     def auth_key_file(self) -> str:
         """Cluster key file; default ``muster.key`` beside the configuration file."""
-        return self.settings.get(
-            "AuthKeyFile", os.path.join(os.path.dirname(self.path), "muster.key")
-        )
+        return self.settings.get("AuthKeyFile", os.path.join(os.path.dirname(self.path), "muster.key"))
 
     @property
     def agent_socket_dir(self) -> str | None:

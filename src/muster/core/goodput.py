@@ -41,18 +41,20 @@ def close_attempt(job: Any, now: float, outcome: str) -> None:
     if job.attempts and job.attempts[-1].get("attempt") == job.restart_count:
         return
     p = job.progress or {}
-    job.attempts.append({
-        "attempt": job.restart_count,
-        "start": job.start_time,
-        "end": now,
-        "gpus": _gpus(job),
-        "outcome": outcome,
-        "first": p.get("first"),
-        "step": p.get("step"),
-        "step_time": p.get("step_time"),
-        "ckpt_step": p.get("ckpt_step"),
-        "ckpt_time": p.get("ckpt_time"),
-    })
+    job.attempts.append(
+        {
+            "attempt": job.restart_count,
+            "start": job.start_time,
+            "end": now,
+            "gpus": _gpus(job),
+            "outcome": outcome,
+            "first": p.get("first"),
+            "step": p.get("step"),
+            "step_time": p.get("step_time"),
+            "ckpt_step": p.get("ckpt_step"),
+            "ckpt_time": p.get("ckpt_time"),
+        }
+    )
 
 
 def _split(a: dict[str, Any], running: bool) -> dict[str, Any]:
@@ -72,8 +74,7 @@ def _split(a: dict[str, Any], running: bool) -> dict[str, Any]:
         step = a.get("step")
         if step is not None:
             lost_steps = max(0, int(step) - int(a.get("ckpt_step") or 0))
-    return {"elapsed": elapsed, "startup": startup, "lost": lost, "lost_steps": lost_steps,
-            "reported": True}
+    return {"elapsed": elapsed, "startup": startup, "lost": lost, "lost_steps": lost_steps, "reported": True}
 
 
 def summary(job: dict[str, Any], now: float) -> dict[str, Any]:
@@ -83,11 +84,16 @@ def summary(job: dict[str, Any], now: float) -> dict[str, Any]:
     if running and not (attempts and attempts[-1].get("attempt") == job.get("restart_count")):
         p = job.get("progress") or {}
         gpus = sum(len(a.get("gpu_ids") or []) for a in job.get("alloc") or [])
-        attempts.append({"attempt": job.get("restart_count", 0), "start": job["start_time"],
-                         "end": max(now, float(job["start_time"])), "gpus": gpus,
-                         "outcome": "RUNNING", **{k: p.get(k) for k in
-                                                  ("first", "step", "step_time", "ckpt_step",
-                                                   "ckpt_time")}})
+        attempts.append(
+            {
+                "attempt": job.get("restart_count", 0),
+                "start": job["start_time"],
+                "end": max(now, float(job["start_time"])),
+                "gpus": gpus,
+                "outcome": "RUNNING",
+                **{k: p.get(k) for k in ("first", "step", "step_time", "ckpt_step", "ckpt_time")},
+            }
+        )
     elapsed = gpu_time = startup = lost = productive = weight_all = weight_good = 0.0
     reported = False
     per_attempt = []
@@ -104,24 +110,36 @@ def summary(job: dict[str, Any], now: float) -> dict[str, Any]:
         weight_all += part["elapsed"] * w
         weight_good += good * w
         reported = reported or part["reported"]
-        per_attempt.append({"attempt": a.get("attempt"), "outcome": a.get("outcome"),
-                            "elapsed": part["elapsed"], "lost": part["lost"] if part["reported"] else None,
-                            "lost_steps": part["lost_steps"]})
+        per_attempt.append(
+            {
+                "attempt": a.get("attempt"),
+                "outcome": a.get("outcome"),
+                "elapsed": part["elapsed"],
+                "lost": part["lost"] if part["reported"] else None,
+                "lost_steps": part["lost_steps"],
+            }
+        )
     out: dict[str, Any] = {
         "attempts": len(attempts),
         "elapsed_total": elapsed,
         "gpu_seconds": gpu_time,
-        "startup": None, "lost": None, "productive": None, "goodput": None,
-        "last_step": None, "last_ckpt": None, "lost_per_attempt": per_attempt,
+        "startup": None,
+        "lost": None,
+        "productive": None,
+        "goodput": None,
+        "last_step": None,
+        "last_ckpt": None,
+        "lost_per_attempt": per_attempt,
     }
     if reported:
-        out.update({
-            "startup": startup,
-            "lost": lost,
-            "productive": productive,
-            "goodput": (weight_good / weight_all) if weight_all > 0 else None,
-            "last_step": max((a["step"] for a in attempts if a.get("step") is not None), default=None),
-            "last_ckpt": max((a["ckpt_step"] for a in attempts if a.get("ckpt_step") is not None),
-                             default=None),
-        })
+        out.update(
+            {
+                "startup": startup,
+                "lost": lost,
+                "productive": productive,
+                "goodput": (weight_good / weight_all) if weight_all > 0 else None,
+                "last_step": max((a["step"] for a in attempts if a.get("step") is not None), default=None),
+                "last_ckpt": max((a["ckpt_step"] for a in attempts if a.get("ckpt_step") is not None), default=None),
+            }
+        )
     return out

@@ -150,9 +150,7 @@ def compute_shape(spec: JobSpec, max_node_cpus: int, def_mem_per_cpu: int = 0) -
         if spec.min_nodes is None and max_node_cpus > 0:
             nodes = max(1, _ceil_div(ntasks * cpt, max_node_cpus))
         if ntasks < nodes:
-            raise ValueError(
-                f"Number of tasks ({ntasks}) is less than the number of nodes ({nodes})"
-            )
+            raise ValueError(f"Number of tasks ({ntasks}) is less than the number of nodes ({nodes})")
         tasks_per_node = _ceil_div(ntasks, nodes)
     else:
         ntasks = nodes
@@ -280,9 +278,7 @@ class Job:
         d = {name: getattr(self, name) for name in _JOB_FIELDS}
         d["spec"] = self.spec.to_dict()
         d["shape"] = {name: getattr(self.shape, name) for name in _SHAPE_FIELDS}
-        d["alloc"] = [
-            {"node": a.node, "cpus": a.cpus, "mem": a.mem, "gpu_ids": list(a.gpu_ids)} for a in self.alloc
-        ]
+        d["alloc"] = [{"node": a.node, "cpus": a.cpus, "mem": a.mem, "gpu_ids": list(a.gpu_ids)} for a in self.alloc]
         d["planned_nodes"] = list(self.planned_nodes)
         d["state"] = str(self.state)
         d["reason"] = str(self.reason)

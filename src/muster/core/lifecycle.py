@@ -57,9 +57,7 @@ def next_state(job: Job, event: JobEvent) -> JobState:
     try:
         return TRANSITIONS[(job.state, event)]
     except KeyError:
-        raise IllegalTransition(
-            f"job {job.job_id}: event '{event}' is not allowed in state {job.state}"
-        ) from None
+        raise IllegalTransition(f"job {job.job_id}: event '{event}' is not allowed in state {job.state}") from None
 
 
 def can(job: Job, event: JobEvent) -> bool:
@@ -90,8 +88,9 @@ def finish(job: Job, exit_code: int, signal: int, now: float) -> None:
     job.exit_signal = signal
     job.end_time = now
     job.completing = False
-    job.reason = Reason.NONE if event is JobEvent.COMPLETE else (
-        Reason.RAISED_SIGNAL if signal else Reason.NON_ZERO_EXIT)
+    job.reason = (
+        Reason.NONE if event is JobEvent.COMPLETE else (Reason.RAISED_SIGNAL if signal else Reason.NON_ZERO_EXIT)
+    )
 
 
 _END_REASONS = {
@@ -139,6 +138,4 @@ def requeue(job: Job, now: float, *, hold: str | None = None, outcome: str | Non
     job.exit_signal = 0
     job.eligible_time = now
     job.hold = hold
-    job.reason = Reason.HELD_ADMIN if hold == "admin" else (
-        Reason.HELD_USER if hold == "user" else Reason.NONE
-    )
+    job.reason = Reason.HELD_ADMIN if hold == "admin" else (Reason.HELD_USER if hold == "user" else Reason.NONE)

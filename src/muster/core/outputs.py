@@ -113,9 +113,7 @@ def fields_for_job(job: Mapping[str, Any], node: str, node_index: int = 0) -> Pa
     )
 
 
-def fields_for_task(
-    grant: Mapping[str, Any], node: str, node_index: int, task: int
-) -> PatternFields:
+def fields_for_task(grant: Mapping[str, Any], node: str, node_index: int, task: int) -> PatternFields:
     """Pattern fields for one task of a step, from the step's grant (``ctld.steps``):
     its ``job_id``, ``step_id``, ``user`` and ``job`` (``name``, ``array_job_id``,
     ``array_task_id``)."""
@@ -136,8 +134,9 @@ def fields_for_task(
 def output_paths(job: Mapping[str, Any], node: str, node_index: int = 0) -> tuple[str, str]:
     """Absolute (stdout, stderr) paths for the batch script; equal when stderr is unset."""
     spec = job.get("spec") or {}
-    return resolve_paths(fields_for_job(job, node, node_index), str(spec.get("workdir") or "/"),
-                         spec.get("stdout"), spec.get("stderr"))
+    return resolve_paths(
+        fields_for_job(job, node, node_index), str(spec.get("workdir") or "/"), spec.get("stdout"), spec.get("stderr")
+    )
 
 
 def resolve_paths(fields: PatternFields, workdir: str, stdout: str | None, stderr: str | None) -> tuple[str, str]:

@@ -109,9 +109,7 @@ def parse_gpus(text: str) -> tuple[str | None, int]:
     raise ValueError(f"Invalid GPU specification: {text}")
 
 
-def format_tres(
-    cpus: int, mem_mb: int, nodes: int, gpus: int = 0, billing: int | None = None
-) -> str:
+def format_tres(cpus: int, mem_mb: int, nodes: int, gpus: int = 0, billing: int | None = None) -> str:
     """``cpu=2,mem=2000M,node=2,billing=2,gres/gpu=4`` in Slurm's order."""
     parts = [f"cpu={cpus}", f"mem={format_mem(mem_mb)}", f"node={nodes}"]
     parts.append(f"billing={cpus if billing is None else billing}")

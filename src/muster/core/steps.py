@@ -199,9 +199,7 @@ def plan_step(request: StepRequest, shares: list[NodeShare]) -> StepLayout | Ste
         if name not in names:
             raise StepRejected(NODES_UNAVAILABLE)
     candidates = [
-        s
-        for s in shares
-        if s.name not in request.exclude and (not request.nodelist or s.name in request.nodelist)
+        s for s in shares if s.name not in request.exclude and (not request.nodelist or s.name in request.nodelist)
     ]
     if request.nodelist and request.min_nodes is None:
         request = dataclasses.replace(request, min_nodes=len(candidates))

@@ -70,9 +70,7 @@ def parse_time_limit(text: str) -> int | None:
         raise TimeFormatError(f"Invalid time specification {text!r}")
     days, d_hours, d_minutes, d_seconds, first, second, third = m.groups()
     if days is not None:
-        return (
-            int(days) * _DAY + int(d_hours) * 3600 + int(d_minutes or 0) * 60 + int(d_seconds or 0)
-        )
+        return int(days) * _DAY + int(d_hours) * 3600 + int(d_minutes or 0) * 60 + int(d_seconds or 0)
     if third is not None:  # H:M:S
         return int(first) * 3600 + int(second) * 60 + int(third)
     if second is not None:  # M:S
@@ -220,9 +218,7 @@ def _parse_date(word: str, now: float) -> tuple[int, int, int] | None:
         return (today.tm_year, today.tm_mon, today.tm_mday)
     if word == "tomorrow":
         # Calendar arithmetic through mktime, so a DST change cannot skip or repeat a day.
-        t = time.localtime(
-            time.mktime((today.tm_year, today.tm_mon, today.tm_mday + 1, 12, 0, 0, 0, 0, -1))
-        )
+        t = time.localtime(time.mktime((today.tm_year, today.tm_mon, today.tm_mday + 1, 12, 0, 0, 0, 0, -1)))
         return (t.tm_year, t.tm_mon, t.tm_mday)
     m = re.compile(_SLASH_RE).match(word)
     if m is not None:
@@ -253,13 +249,9 @@ def _resolve(
         # A bare time of day: the next time the clock shows it.
         when = _mktime(today.tm_year, today.tm_mon, today.tm_mday, hour, minute, second, raw)
         if past and when > now:
-            when = _mktime(
-                today.tm_year, today.tm_mon, today.tm_mday - 1, hour, minute, second, raw
-            )
+            when = _mktime(today.tm_year, today.tm_mon, today.tm_mday - 1, hour, minute, second, raw)
         elif not past and when < now:
-            when = _mktime(
-                today.tm_year, today.tm_mon, today.tm_mday + 1, hour, minute, second, raw
-            )
+            when = _mktime(today.tm_year, today.tm_mon, today.tm_mday + 1, hour, minute, second, raw)
         return when
     year, month, day = date
     if not (1 <= month <= 12 and 1 <= day <= 31):
@@ -282,9 +274,7 @@ def _check_day_exists(year: int, month: int, day: int, raw: str) -> None:
         raise TimeFormatError(f"Invalid time specification {raw!r}: no such day")
 
 
-def _mktime(
-    year: int, month: int, day: int, hour: int, minute: int, second: int, raw: str
-) -> float:
+def _mktime(year: int, month: int, day: int, hour: int, minute: int, second: int, raw: str) -> float:
     try:
         return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
     except (OverflowError, ValueError) as exc:

@@ -102,9 +102,7 @@ class Accounting:
         self.reset_period = parse_reset_period(config.get("PriorityUsageResetPeriod"))
         self.loaded_at = now  # PriorityUsageResetPeriod=NOW counts from here
         self.max_tres = "MAX_TRES" in (config.get("PriorityFlags") or "").upper()
-        self.weights = {
-            p.name: parse_billing_weights(p.params.get("TRESBillingWeights")) for p in config.partitions
-        }
+        self.weights = {p.name: parse_billing_weights(p.params.get("TRESBillingWeights")) for p in config.partitions}
         self.sched_config = SchedConfig.from_settings(dict(config.settings))
         self.charging: dict[tuple[int, int], _Charge] = {}
         self.standing: dict[str, Standing] = {}
@@ -199,8 +197,9 @@ class Accounting:
 
     # --- submission ------------------------------------------------------------------------------
 
-    def check_submit(self, spec: JobSpec, who: Identity, partition: str, jobs: Iterable[Job],
-                     partition_max_time: int | None = None) -> None:
+    def check_submit(
+        self, spec: JobSpec, who: Identity, partition: str, jobs: Iterable[Job], partition_max_time: int | None = None
+    ) -> None:
         """Resolve the job's account and QOS and refuse what the enforced policy forbids.
         Changes ``spec`` (account, qos, a time limit from MaxWall) only when it accepts."""
         db = self.db
@@ -221,8 +220,11 @@ class Accounting:
             if allowed and spec.qos not in allowed:
                 raise InvalidRequest(INVALID_QOS)
         time_limit = spec.time_limit
-        walls = [w for w in (q.max_wall if q else None,
-                             db.inherited(a, "max_wall") if a is not None else None) if w is not None]
+        walls = [
+            w
+            for w in (q.max_wall if q else None, db.inherited(a, "max_wall") if a is not None else None)
+            if w is not None
+        ]
         if time_limit is None and walls:
             cap = min(walls)
             if partition_max_time is None or cap < partition_max_time:
@@ -235,8 +237,9 @@ class Accounting:
             spec.qos = q.name
         spec.time_limit = time_limit
 
-    def _check_submit_limits(self, spec: JobSpec, user: str, a: Assoc, q: Qos | None,
-                             time_limit: int | None, jobs: Iterable[Job]) -> None:
+    def _check_submit_limits(
+        self, spec: JobSpec, user: str, a: Assoc, q: Qos | None, time_limit: int | None, jobs: Iterable[Job]
+    ) -> None:
         chain = self.db.chain(a)
         keys = {x.key for x in chain}
         per_assoc: dict[str, int] = {}
@@ -273,9 +276,7 @@ class Accounting:
 
     def _usage_from_records(self, now: float) -> None:
         """Charge every recorded attempt that ran (decay makes old ones count little)."""
-        rows = self.store.db.execute(
-            "SELECT data FROM acct_jobs WHERE start_time IS NOT NULL"
-        ).fetchall()
+        rows = self.store.db.execute("SELECT data FROM acct_jobs WHERE start_time IS NOT NULL").fetchall()
         self.usage.decay_to(now)
         self._reset_if_due(now)
         for (raw,) in rows:
@@ -290,8 +291,12 @@ class Accounting:
             a = self.db.assoc(account, user) if account else None
             if a is None:
                 continue
-            counts = {"cpu": sum(x.get("cpus", 0) for x in alloc), "mem": sum(x.get("mem", 0) for x in alloc),
-                      "node": len(alloc), "gres/gpu": sum(len(x.get("gpu_ids") or []) for x in alloc)}
+            counts = {
+                "cpu": sum(x.get("cpus", 0) for x in alloc),
+                "mem": sum(x.get("mem", 0) for x in alloc),
+                "node": len(alloc),
+                "gres/gpu": sum(len(x.get("gpu_ids") or []) for x in alloc),
+            }
             rates = self._rates(counts, d.get("partition", ""), spec.get("qos"))
             keys = [x.key for x in self.db.chain(a)]
             end = d.get("end_time")
@@ -339,7 +344,8 @@ class Accounting:
             if a is None:
                 return None
             self.charging[key] = _Charge(
-                job.start_time, [x.key for x in self.db.chain(a)],
+                job.start_time,
+                [x.key for x in self.db.chain(a)],
                 self._rates(self.tres_of(job), job.partition, job.spec.qos),
             )
         return self.charging[key]
@@ -428,36 +434,53 @@ class Accounting:
             depth = len(self.db.chain(a)) - 1
             if a.key == assoc_key("root"):
                 total = self.usage.get(a.key)
-                rows.append({"account": "root", "user": "", "depth": 0, "raw_shares": None,
-                             "norm_shares": 0.0, "raw_usage": total,
-                             "effective_usage": 1.0 if total > 0 else 0.0, "fairshare": None,
-                             "level_fs": None, "grp_tres_mins": "", "tres_run_mins": ""})
+                rows.append(
+                    {
+                        "account": "root",
+                        "user": "",
+                        "depth": 0,
+                        "raw_shares": None,
+                        "norm_shares": 0.0,
+                        "raw_usage": total,
+                        "effective_usage": 1.0 if total > 0 else 0.0,
+                        "fairshare": None,
+                        "level_fs": None,
+                        "grp_tres_mins": "",
+                        "tres_run_mins": "",
+                    }
+                )
                 continue
-            rows.append({
-                "account": a.account,
-                "user": a.user,
-                "depth": depth,
-                "raw_shares": a.shares,
-                "norm_shares": s.norm_shares if s else 0.0,
-                "raw_usage": self.usage.get(a.key),
-                "effective_usage": s.effective_usage if s else 0.0,
-                "fairshare": s.factor if s else None,
-                "level_fs": _finite(s.level_fs) if s else None,
-                "grp_tres_mins": _tres_text(a.limits.grp_tres_mins),
-                "tres_run_mins": "",
-            })
+            rows.append(
+                {
+                    "account": a.account,
+                    "user": a.user,
+                    "depth": depth,
+                    "raw_shares": a.shares,
+                    "norm_shares": s.norm_shares if s else 0.0,
+                    "raw_usage": self.usage.get(a.key),
+                    "effective_usage": s.effective_usage if s else 0.0,
+                    "fairshare": s.factor if s else None,
+                    "level_fs": _finite(s.level_fs) if s else None,
+                    "grp_tres_mins": _tres_text(a.limits.grp_tres_mins),
+                    "tres_run_mins": "",
+                }
+            )
         return rows
 
     def priorities(self, ctl: Cluster, now: float) -> dict[str, Any]:
         """sprio's rows: each pending job's factors, from ``sched.priority``'s formula (the
         one the scheduler runs), and the job's priority from the last pass."""
         c = self.sched_config
-        policy = PriorityPolicy(_PriorityView(
-            nodes=list(ctl.nodes.values()),
-            partitions={p.name: p for p in ctl.config.partitions},
-            qos_priority={q.name: q.priority for q in self.db.qos.values()},
-            fairshare=self.fairshare_map(),
-        ), now, c)
+        policy = PriorityPolicy(
+            _PriorityView(
+                nodes=list(ctl.nodes.values()),
+                partitions={p.name: p for p in ctl.config.partitions},
+                qos_priority={q.name: q.priority for q in self.db.qos.values()},
+                fairshare=self.fairshare_map(),
+            ),
+            now,
+            c,
+        )
         rows = []
         for job in sorted(ctl.jobs.values(), key=lambda j: j.job_id):
             if job.state is not JobState.PENDING:
@@ -467,27 +490,53 @@ class Accounting:
             for p in parts:
                 # each row: the factor of its own partition (a job may list several)
                 part = policy.factors(job, (p,)).partition if p in policy.part_factor else f.partition
-                rows.append({
-                    "job_id": job.job_id, "partition": p, "user": job.user,
-                    "account": job.spec.account or job.user, "priority": job.priority,
-                    "site": 0, "age": f.age, "assoc": 0.0, "fairshare": f.fairshare, "jobsize": f.jobsize,
-                    "partition_factor": part,
-                    "qos": f.qos, "qos_name": job.spec.qos or "normal", "nice": job.spec.nice,
-                    "tres": "",
-                })
+                rows.append(
+                    {
+                        "job_id": job.job_id,
+                        "partition": p,
+                        "user": job.user,
+                        "account": job.spec.account or job.user,
+                        "priority": job.priority,
+                        "site": 0,
+                        "age": f.age,
+                        "assoc": 0.0,
+                        "fairshare": f.fairshare,
+                        "jobsize": f.jobsize,
+                        "partition_factor": part,
+                        "qos": f.qos,
+                        "qos_name": job.spec.qos or "normal",
+                        "nice": job.spec.nice,
+                        "tres": "",
+                    }
+                )
         return {
             "multifactor": c.multifactor,
             "priority_type": c.priority_type,
-            "weights": {"age": c.weight_age, "fairshare": c.weight_fairshare,
-                        "jobsize": c.weight_job_size, "partition": c.weight_partition,
-                        "qos": c.weight_qos, "assoc": 0, "site": 0},
+            "weights": {
+                "age": c.weight_age,
+                "fairshare": c.weight_fairshare,
+                "jobsize": c.weight_job_size,
+                "partition": c.weight_partition,
+                "qos": c.weight_qos,
+                "assoc": 0,
+                "site": 0,
+            },
             "jobs": rows,
         }
 
     def usage_report(self, start: float, end: float, now: float, ctl: Cluster) -> dict[str, Any]:
         """sreport's numbers for [start, end] (``ctld.usage_report``)."""
-        return usage_report(self.store, self.db, self.weights, self.max_tres, start, end, now,
-                            list(ctl.nodes.values()), ctl.config.cluster_name)
+        return usage_report(
+            self.store,
+            self.db,
+            self.weights,
+            self.max_tres,
+            start,
+            end,
+            now,
+            list(ctl.nodes.values()),
+            ctl.config.cluster_name,
+        )
 
     def jobs(self, q: records.Query, now: float) -> list[dict[str, Any]]:
         """sacct's records (with their steps), read from the store."""
@@ -496,8 +545,7 @@ class Accounting:
         cluster = self.config.cluster_name
         out = []
         for d in found:
-            job_steps = steps.get((d["job_id"], d.get("attempt", 0)), []) or (
-                steps.get((d["job_id"], None), []))
+            job_steps = steps.get((d["job_id"], d.get("attempt", 0)), []) or (steps.get((d["job_id"], None), []))
             out.append(records.record_wire(d, now, cluster, self.weights.get(d.get("partition", "")), job_steps))
         return out
 

@@ -118,8 +118,7 @@ def accounting_routes(
         result = acct().sacctmgr(body.model_dump(), who, ctx.clock.now())
         if result.changes and not body.dry_run:
             ctx.kick()  # limits and shares may let jobs start (or stop them starting)
-        return JSONResponse({"lines": result.lines, "changed": len(result.changes),
-                             "nothing": result.nothing})
+        return JSONResponse({"lines": result.lines, "changed": len(result.changes), "nothing": result.nothing})
 
     @handler
     async def shares(request: Request) -> JSONResponse:
@@ -127,8 +126,9 @@ def accounting_routes(
         a = acct()
         a.charge(ctl.jobs, ctx.clock.now())
         a.refresh()
-        return JSONResponse({"rows": private.usage_rows(a.shares(), who), "cluster": ctl.config.cluster_name,
-                             "now": ctx.clock.now()})
+        return JSONResponse(
+            {"rows": private.usage_rows(a.shares(), who), "cluster": ctl.config.cluster_name, "now": ctx.clock.now()}
+        )
 
     @handler
     async def priority(request: Request) -> JSONResponse:

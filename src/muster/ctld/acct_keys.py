@@ -15,52 +15,114 @@ from muster.core.errors import InvalidRequest
 from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.ctld.tres import TresError, parse_tres
 
-ADMIN_LEVELS = {"none": "None", "operator": "Operator", "administrator": "Administrator",
-                "admin": "Administrator"}
-QOS_FLAGS = {f.lower(): f for f in (
-    "DenyOnLimit", "EnforceUsageThreshold", "NoReserve", "OverPartQOS", "PartitionMaxNodes",
-    "PartitionMinNodes", "PartitionTimeLimit", "RequiresReservation", "NoDecay", "UsageFactorSafe",
-)}
+ADMIN_LEVELS = {"none": "None", "operator": "Operator", "administrator": "Administrator", "admin": "Administrator"}
+QOS_FLAGS = {
+    f.lower(): f
+    for f in (
+        "DenyOnLimit",
+        "EnforceUsageThreshold",
+        "NoReserve",
+        "OverPartQOS",
+        "PartitionMaxNodes",
+        "PartitionMinNodes",
+        "PartitionTimeLimit",
+        "RequiresReservation",
+        "NoDecay",
+        "UsageFactorSafe",
+    )
+}
 
 
 # --- sacctmgr keys ---------------------------------------------------------------------------
 # key (lower case) -> canonical name. Values are parsed by ``parse_value``.
 
 _KEY_ALIASES = {
-    "name": "Name", "names": "Name", "account": "Account", "accounts": "Account",
-    "acct": "Account", "user": "User", "users": "User", "parent": "Parent",
-    "parentname": "Parent", "description": "Description", "descr": "Description",
-    "organization": "Organization", "org": "Organization", "fairshare": "Fairshare",
-    "shares": "Fairshare", "share": "Fairshare", "grptres": "GrpTRES",
-    "grptresmins": "GrpTRESMins", "grpjobs": "GrpJobs", "grpsubmitjobs": "GrpSubmitJobs",
-    "grpsubmit": "GrpSubmitJobs", "maxjobs": "MaxJobs", "maxsubmitjobs": "MaxSubmitJobs",
-    "maxsubmit": "MaxSubmitJobs", "maxwall": "MaxWall", "maxwalldurationperjob": "MaxWall",
-    "maxtres": "MaxTRES", "maxtresperjob": "MaxTRES", "qos": "QOS", "qoslevel": "QOS",
-    "defaultqos": "DefaultQOS", "defqos": "DefaultQOS", "defaultaccount": "DefaultAccount",
-    "defacct": "DefaultAccount", "adminlevel": "AdminLevel", "admin": "AdminLevel",
-    "priority": "Priority", "flags": "Flags", "usagefactor": "UsageFactor",
-    "maxtresperuser": "MaxTRESPerUser", "maxtrespu": "MaxTRESPerUser",
-    "maxjobsperuser": "MaxJobsPerUser", "maxjobspu": "MaxJobsPerUser",
-    "maxsubmitjobsperuser": "MaxSubmitJobsPerUser", "maxsubmitpu": "MaxSubmitJobsPerUser",
-    "maxsubmitjobspu": "MaxSubmitJobsPerUser", "cluster": "Cluster", "clusters": "Cluster",
+    "name": "Name",
+    "names": "Name",
+    "account": "Account",
+    "accounts": "Account",
+    "acct": "Account",
+    "user": "User",
+    "users": "User",
+    "parent": "Parent",
+    "parentname": "Parent",
+    "description": "Description",
+    "descr": "Description",
+    "organization": "Organization",
+    "org": "Organization",
+    "fairshare": "Fairshare",
+    "shares": "Fairshare",
+    "share": "Fairshare",
+    "grptres": "GrpTRES",
+    "grptresmins": "GrpTRESMins",
+    "grpjobs": "GrpJobs",
+    "grpsubmitjobs": "GrpSubmitJobs",
+    "grpsubmit": "GrpSubmitJobs",
+    "maxjobs": "MaxJobs",
+    "maxsubmitjobs": "MaxSubmitJobs",
+    "maxsubmit": "MaxSubmitJobs",
+    "maxwall": "MaxWall",
+    "maxwalldurationperjob": "MaxWall",
+    "maxtres": "MaxTRES",
+    "maxtresperjob": "MaxTRES",
+    "qos": "QOS",
+    "qoslevel": "QOS",
+    "defaultqos": "DefaultQOS",
+    "defqos": "DefaultQOS",
+    "defaultaccount": "DefaultAccount",
+    "defacct": "DefaultAccount",
+    "adminlevel": "AdminLevel",
+    "admin": "AdminLevel",
+    "priority": "Priority",
+    "flags": "Flags",
+    "usagefactor": "UsageFactor",
+    "maxtresperuser": "MaxTRESPerUser",
+    "maxtrespu": "MaxTRESPerUser",
+    "maxjobsperuser": "MaxJobsPerUser",
+    "maxjobspu": "MaxJobsPerUser",
+    "maxsubmitjobsperuser": "MaxSubmitJobsPerUser",
+    "maxsubmitpu": "MaxSubmitJobsPerUser",
+    "maxsubmitjobspu": "MaxSubmitJobsPerUser",
+    "cluster": "Cluster",
+    "clusters": "Cluster",
     "partition": "Partition",
 }
 
 ASSOC_LIMITS = {
-    "GrpTRES": "grp_tres", "GrpTRESMins": "grp_tres_mins", "GrpJobs": "grp_jobs",
-    "GrpSubmitJobs": "grp_submit_jobs", "MaxJobs": "max_jobs", "MaxSubmitJobs": "max_submit_jobs",
-    "MaxWall": "max_wall", "MaxTRES": "max_tres_per_job",
+    "GrpTRES": "grp_tres",
+    "GrpTRESMins": "grp_tres_mins",
+    "GrpJobs": "grp_jobs",
+    "GrpSubmitJobs": "grp_submit_jobs",
+    "MaxJobs": "max_jobs",
+    "MaxSubmitJobs": "max_submit_jobs",
+    "MaxWall": "max_wall",
+    "MaxTRES": "max_tres_per_job",
 }
 QOS_FIELDS = {
-    "Description": "description", "Priority": "priority", "Flags": "flags",
-    "UsageFactor": "usage_factor", "MaxWall": "max_wall", "MaxTRESPerUser": "max_tres_per_user",
-    "MaxJobsPerUser": "max_jobs_per_user", "MaxSubmitJobsPerUser": "max_submit_jobs_per_user",
-    "MaxTRES": "max_tres_per_job", "GrpTRES": "grp_tres", "GrpJobs": "grp_jobs",
+    "Description": "description",
+    "Priority": "priority",
+    "Flags": "flags",
+    "UsageFactor": "usage_factor",
+    "MaxWall": "max_wall",
+    "MaxTRESPerUser": "max_tres_per_user",
+    "MaxJobsPerUser": "max_jobs_per_user",
+    "MaxSubmitJobsPerUser": "max_submit_jobs_per_user",
+    "MaxTRES": "max_tres_per_job",
+    "GrpTRES": "grp_tres",
+    "GrpJobs": "grp_jobs",
     "GrpSubmitJobs": "grp_submit_jobs",
 }
 _TRES_KEYS = {"GrpTRES", "GrpTRESMins", "MaxTRES", "MaxTRESPerUser"}
-_INT_KEYS = {"GrpJobs", "GrpSubmitJobs", "MaxJobs", "MaxSubmitJobs", "MaxJobsPerUser",
-             "MaxSubmitJobsPerUser", "Fairshare", "Priority"}
+_INT_KEYS = {
+    "GrpJobs",
+    "GrpSubmitJobs",
+    "MaxJobs",
+    "MaxSubmitJobs",
+    "MaxJobsPerUser",
+    "MaxSubmitJobsPerUser",
+    "Fairshare",
+    "Priority",
+}
 
 
 def canonical_key(key: str) -> str:

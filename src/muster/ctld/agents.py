@@ -86,8 +86,7 @@ class Agents:
                 actions += self.training.gpu_fault(node.name, reason)
                 continue
             if fault.kind == "prolog" and fault.job_id is not None:
-                actions += self.launches.launch_failed(fault.job_id, fault.attempt or 0, reason, "prolog",
-                                                       node.name)
+                actions += self.launches.launch_failed(fault.job_id, fault.attempt or 0, reason, "prolog", node.name)
             self.state.drain(node.name, reason)
         health = msg.health
         if health is not None:
@@ -139,6 +138,7 @@ class Agents:
             if now - watch.since > max(10.0, 3 * self.state.heartbeat_interval):
                 self.state.lost.pop(job_id, None)
                 self.state.launching.pop(job_id, None)
-                log.warning("job %s: its node %s neither runs it nor reports its end; "
-                            "ending it NODE_FAIL", job_id, node.name)
+                log.warning(
+                    "job %s: its node %s neither runs it nor reports its end; ending it NODE_FAIL", job_id, node.name
+                )
                 self.state.node_failed_job(job, now, "job vanished from its node")

@@ -42,9 +42,6 @@ log = logging.getLogger("musterctld.api")
 IDENTITY_KEY = "muster.identity"  # the caller, once proven, for the rest of the request
 
 
-
-
-
 class _SpecBase(BaseModel):
     """What the submission schema adds to JobSpec's own fields: ``gres`` as sbatch's text
     (turned into ``gpus_per_node``/``gpu_type``), and the conversion to a ``JobSpec``."""
@@ -235,8 +232,13 @@ def build_routes(ctx: Context) -> list[Route]:
             except _Refused as e:
                 client = request.client.host if request.client else "?"
                 log.warning(
-                    "refused %s %s from %s (sender %s, receiver %s): %s", request.method, request.url.path,
-                    client, request.headers.get("x-muster-from", "-"), request.headers.get("x-muster-to", "-"), e.cause,
+                    "refused %s %s from %s (sender %s, receiver %s): %s",
+                    request.method,
+                    request.url.path,
+                    client,
+                    request.headers.get("x-muster-from", "-"),
+                    request.headers.get("x-muster-to", "-"),
+                    e.cause,
                 )
                 return JSONResponse(refusal(e.cause), status_code=401)
             except AuthError as e:
@@ -248,8 +250,7 @@ def build_routes(ctx: Context) -> list[Route]:
             except Exception as e:  # a bug: one line to the caller, the traceback to the log
                 log.exception("%s %s failed", request.method, request.url.path)
                 return JSONResponse(
-                    {"error": f"Unexpected error in the controller: {type(e).__name__}: {e}",
-                     "code": "internal"},
+                    {"error": f"Unexpected error in the controller: {type(e).__name__}: {e}", "code": "internal"},
                     status_code=500,
                 )
 
@@ -279,8 +280,13 @@ def build_routes(ctx: Context) -> list[Route]:
             except ValueError:
                 adding = 1  # the controller says what is wrong with it
         if len(ctl.jobs) + adding > cfg.max_job_count:
-            log.warning("refused a submission of %d job(s) by %s: %d jobs in memory, MaxJobCount=%d",
-                        adding, who.user, len(ctl.jobs), cfg.max_job_count)
+            log.warning(
+                "refused a submission of %d job(s) by %s: %d jobs in memory, MaxJobCount=%d",
+                adding,
+                who.user,
+                len(ctl.jobs),
+                cfg.max_job_count,
+            )
             raise ResourceBusy()
         cap = 0 if who.admin else cfg.max_submit_jobs_per_user  # a cap on users, not on operators
         queued = (j for j in ctl.jobs.values() if j.uid == who.uid and (j.state is JobState.PENDING or j.is_active))
@@ -448,11 +454,7 @@ def build_routes(ctx: Context) -> list[Route]:
             if job.is_active:
                 for n in job.nodes:
                     jobs_on.setdefault(n, []).append(job.job_id)
-        nodes = [
-            node_wire(n, jobs_on.get(n.name, []))
-            for n in ctl.nodes.values()
-            if not names or n.name in names
-        ]
+        nodes = [node_wire(n, jobs_on.get(n.name, [])) for n in ctl.nodes.values() if not names or n.name in names]
         return JSONResponse({"nodes": nodes, "now": ctx.clock.now()})
 
     @handler

@@ -82,7 +82,9 @@ class CtldApp:
             asyncio.create_task(self._periodic(self._sweep_steps, 1.0), name="steps"),
         ]
         self.kick()
-        log.info("musterctld started: %d nodes, %d jobs in memory", len(self.controller.nodes), len(self.controller.jobs))
+        log.info(
+            "musterctld started: %d nodes, %d jobs in memory", len(self.controller.nodes), len(self.controller.jobs)
+        )
 
     async def stop(self) -> None:
         for t in self._tasks:

@@ -104,10 +104,10 @@ class AssocDB:
 
     def children(self, account: str) -> list[Assoc]:
         """User associations of ``account`` (by user), then its sub-accounts (by name)."""
-        users = sorted((a for a in self.assocs.values() if a.is_user and a.account == account),
-                       key=lambda a: a.user)
-        subs = sorted((a for a in self.assocs.values() if not a.is_user and a.parent == account),
-                      key=lambda a: a.account)
+        users = sorted((a for a in self.assocs.values() if a.is_user and a.account == account), key=lambda a: a.user)
+        subs = sorted(
+            (a for a in self.assocs.values() if not a.is_user and a.parent == account), key=lambda a: a.account
+        )
         return users + subs
 
     def inherited(self, a: Assoc, name: str) -> Any:
@@ -153,8 +153,7 @@ class AssocDB:
         entity = str(req.get("entity", "")).lower()
         names = [str(n) for n in req.get("names") or []]
         where = {canonical_key(k): [str(x) for x in v] for k, v in (req.get("where") or {}).items()}
-        sets = {canonical_key(k): parse_value(canonical_key(k), str(v))
-                for k, v in (req.get("set") or {}).items()}
+        sets = {canonical_key(k): parse_value(canonical_key(k), str(v)) for k, v in (req.get("set") or {}).items()}
         for key in ("Cluster",):
             where.pop(key, None)
             sets.pop(key, None)
@@ -173,15 +172,18 @@ class AssocDB:
     def rows(self) -> list[tuple[str, str, str]]:
         """Every object as a (kind, name, JSON) row, as the store keeps them."""
         out = []
-        for kind, table in (("account", self.accounts), ("user", self.users),
-                            ("assoc", self.assocs), ("qos", self.qos)):
+        for kind, table in (
+            ("account", self.accounts),
+            ("user", self.users),
+            ("assoc", self.assocs),
+            ("qos", self.qos),
+        ):
             out += [(kind, name, json.dumps(to_data(obj))) for name, obj in table.items()]
         return out
 
     def _restore(self, rows: list[tuple[str, str, str]]) -> None:
         other = AssocDB.from_rows(self.cluster, rows)
-        self.accounts, self.users, self.assocs, self.qos = (
-            other.accounts, other.users, other.assocs, other.qos)
+        self.accounts, self.users, self.assocs, self.qos = (other.accounts, other.users, other.assocs, other.qos)
 
     # add ---------------------------------------------------------------------------------
 
@@ -192,8 +194,7 @@ class AssocDB:
         parent = sets.pop("Parent", "root")
         if parent not in self.accounts:
             raise InvalidRequest(f" Parent account '{parent}' doesn't exist.")
-        self._check_keys(sets, {"Description", "Organization", "Fairshare", "QOS", "DefaultQOS",
-                                *ASSOC_LIMITS})
+        self._check_keys(sets, {"Description", "Organization", "Fairshare", "QOS", "DefaultQOS", *ASSOC_LIMITS})
         new = [n for n in names if n not in self.accounts]
         if not new:
             res.nothing = True
@@ -202,16 +203,21 @@ class AssocDB:
         res.lines.append(" Adding Account(s)")
         for name in new:
             _check_name(name)
-            acct = Account(name, sets.get("Description", name), sets.get("Organization", parent if parent != "root" else name))
+            acct = Account(
+                name, sets.get("Description", name), sets.get("Organization", parent if parent != "root" else name)
+            )
             self.accounts[name] = acct
             a = Assoc(name, "", parent)
             self._set_assoc(a, sets)
             self.assocs[a.key] = a
             res.lines.append(f"  {name}")
             res.changes += [Change("account", name, to_data(acct)), Change("assoc", a.key, to_data(a))]
-        res.lines += [" Settings", f"  Description     = {sets.get('Description', 'Account Name')}",
-                      f"  Organization    = {sets.get('Organization', 'Parent/Account Name')}",
-                      " Associations"]
+        res.lines += [
+            " Settings",
+            f"  Description     = {sets.get('Description', 'Account Name')}",
+            f"  Organization    = {sets.get('Organization', 'Parent/Account Name')}",
+            " Associations",
+        ]
         res.lines += [f"  A = {n:<10} C = {self.cluster:<10}" for n in new]
         res.lines += [" Settings", f"  Parent        = {parent}"]
         return res
@@ -229,7 +235,9 @@ class AssocDB:
             raise InvalidRequest(" Need a default account for these users to add.")
         for acct in accounts + ([default] if default else []):
             if acct not in self.accounts:
-                raise InvalidRequest(f" This account '{acct}' doesn't exist.\n        Contact your admin to add this account.")
+                raise InvalidRequest(
+                    f" This account '{acct}' doesn't exist.\n        Contact your admin to add this account."
+                )
         level = sets.pop("AdminLevel", None)
         self._check_keys(sets, {"Fairshare", "QOS", "DefaultQOS", *ASSOC_LIMITS})
         added_users, added_assocs = [], []
@@ -298,8 +306,9 @@ class AssocDB:
         res = Result()
         names = names + where.pop("Account", [])
         targets = [self.accounts[n] for n in names if n in self.accounts] if names else list(self.accounts.values())
-        self._check_keys(sets, {"Description", "Organization", "Fairshare", "QOS", "DefaultQOS",
-                                "Parent", *ASSOC_LIMITS})
+        self._check_keys(
+            sets, {"Description", "Organization", "Fairshare", "QOS", "DefaultQOS", "Parent", *ASSOC_LIMITS}
+        )
         if not targets:
             res.nothing = True
             res.lines.append(" Nothing modified")
@@ -355,8 +364,11 @@ class AssocDB:
                 res.lines.append(f"  {u.name}")
                 res.changes.append(Change("user", u.name, to_data(u)))
         if sets:
-            touched = [a for a in self.assocs.values() if a.is_user and a.user in {u.name for u in users}
-                       and (not accounts or a.account in accounts)]
+            touched = [
+                a
+                for a in self.assocs.values()
+                if a.is_user and a.user in {u.name for u in users} and (not accounts or a.account in accounts)
+            ]
             if not touched:
                 res.nothing = True
                 res.lines.append(" Nothing modified")
@@ -490,8 +502,9 @@ class AssocDB:
                     if q.lstrip("+-") not in self.qos:
                         raise InvalidRequest(f" Invalid qos specification: {q.lstrip('+-')}")
                 plain = [q for q in value if q[0] not in "+-"]
-                current = plain or list(a.qos) or list(self.allowed_qos(a)) or (
-                    ["normal"] if "normal" in self.qos else [])
+                current = (
+                    plain or list(a.qos) or list(self.allowed_qos(a)) or (["normal"] if "normal" in self.qos else [])
+                )
                 for q in value:
                     if q.startswith("+") and q[1:] not in current:
                         current.append(q[1:])

@@ -30,7 +30,14 @@ from muster.ctld.state import ClusterState
 from muster.ctld.training import Training
 
 __all__ = [
-    "Action", "Controller", "Identity", "Launch", "NewLimit", "SignalJob", "Terminate", "parse_signal",
+    "Action",
+    "Controller",
+    "Identity",
+    "Launch",
+    "NewLimit",
+    "SignalJob",
+    "Terminate",
+    "parse_signal",
 ]
 
 

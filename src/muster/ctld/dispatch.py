@@ -53,11 +53,11 @@ class Dispatcher:
                 for node in action.nodes:
                     await self._post(node, "/v1/terminate", _body(request))
             elif isinstance(action, NewLimit):
-                await self._post(action.node, "/v1/update",
-                                 _body(UpdateRequest(job_id=action.job_id, time_limit=action.time_limit)))
+                await self._post(
+                    action.node, "/v1/update", _body(UpdateRequest(job_id=action.job_id, time_limit=action.time_limit))
+                )
             elif isinstance(action, SignalJob):
-                request = SignalRequest(job_id=action.job_id, signal=action.signal,
-                                        batch_only=action.batch_only)
+                request = SignalRequest(job_id=action.job_id, signal=action.signal, batch_only=action.batch_only)
                 for node in action.nodes:  # not sent twice: a signal is not idempotent
                     await self._post(node, "/v1/signal", _body(request), retry=False)
             elif isinstance(action, StepSignal):  # scancel N.S
@@ -82,8 +82,13 @@ class Dispatcher:
                     raise
                 if wanted is not None and not wanted():
                     raise
-                log.info("node %s: %s %s: no answer (%s); sending it again", node, path,
-                         body.get("job_id"), exc or type(exc).__name__)
+                log.info(
+                    "node %s: %s %s: no answer (%s); sending it again",
+                    node,
+                    path,
+                    body.get("job_id"),
+                    exc or type(exc).__name__,
+                )
                 await asyncio.sleep(RETRY_DELAY * (attempt + 1))
         raise AssertionError("unreachable")
 
@@ -103,13 +108,15 @@ class Dispatcher:
         host = job.batch_host
         attempt = job.restart_count
         assert host is not None
-        body = _body(LaunchRequest(job=job.to_dict(), cluster=self.ctl.config.cluster_name,
-                                   kill_wait=self.ctl.config.kill_wait))
+        body = _body(
+            LaunchRequest(job=job.to_dict(), cluster=self.ctl.config.cluster_name, kill_wait=self.ctl.config.kill_wait)
+        )
 
         def wanted() -> bool:  # still this attempt, still on a node that answers
             node = self.ctl.nodes.get(host)
-            return (job.state is JobState.RUNNING and job.restart_count == attempt
-                    and node is not None and node.responding)
+            return (
+                job.state is JobState.RUNNING and job.restart_count == attempt and node is not None and node.responding
+            )
 
         try:
             await self._send(host, "/v1/launch", body, wanted)
@@ -118,8 +125,7 @@ class Dispatcher:
             # also saved a report saying so, for the case this answer is lost).
             log.warning("job %s: launch refused by %s: %s", job.job_id, host, e)
             if e.data.get("code") == "launch_failed":
-                self.ctl.launches.launch_failed(job.job_id, attempt, e.message,
-                                                str(e.data.get("fault") or "node"))
+                self.ctl.launches.launch_failed(job.job_id, attempt, e.message, str(e.data.get("fault") or "node"))
             else:
                 self.ctl.launches.launch_done(job.job_id)
         except Exception as e:  # noqa: BLE001 - unreachable: the job goes back to the queue
@@ -142,6 +148,5 @@ def _epilog_view(job: Job, nodes: list[str]) -> dict[str, Any]:
         "gid": job.gid,
         "partition": job.partition,
         "spec": {"name": job.spec.name, "workdir": job.spec.workdir},
-        "alloc": [{"node": a.node, "gpu_ids": list(a.gpu_ids)} for a in job.alloc]
-        or [{"node": n} for n in nodes],
+        "alloc": [{"node": a.node, "gpu_ids": list(a.gpu_ids)} for a in job.alloc] or [{"node": n} for n in nodes],
     }

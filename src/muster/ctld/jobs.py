@@ -74,7 +74,10 @@ class JobActions:
         assert part_conf is not None
         if self.state.accounting is not None:  # account, QOS and submit limits; may set spec's
             self.state.accounting.check_submit(
-                spec, who, partition, self.state.jobs.values(),
+                spec,
+                who,
+                partition,
+                self.state.jobs.values(),
                 part_conf.default_time if part_conf.default_time is not None else part_conf.max_time,
             )
         time_limit = spec.time_limit
@@ -169,7 +172,9 @@ class JobActions:
         states: list[str] | None = None,
     ) -> list[Job]:
         """Jobs in memory matching every given filter (states by long or short name)."""
-        pool = [self.state.jobs[i] for i in job_ids if i in self.state.jobs] if job_ids else list(self.state.jobs.values())
+        pool = (
+            [self.state.jobs[i] for i in job_ids if i in self.state.jobs] if job_ids else list(self.state.jobs.values())
+        )
         out = []
         for job in pool:
             if users and job.user not in users:
@@ -291,9 +296,7 @@ class JobActions:
             if value is None:
                 continue
             if key == "time_limit":
-                if not who.admin and (
-                    value is None or (job.time_limit is not None and value > job.time_limit)
-                ):
+                if not who.admin and (value is None or (job.time_limit is not None and value > job.time_limit)):
                     raise PermissionDenied("Access/permission denied")
                 job.time_limit = value
             elif key == "priority":

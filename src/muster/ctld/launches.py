@@ -91,11 +91,18 @@ class Launches:
             lifecycle.requeue(job, now, hold="user" if held else None)
             if held:
                 job.reason = Reason.LAUNCH_FAILED if fault == "prolog" else Reason.HOLD_MAX_REQUEUE
-            self.state.record(now, [(job, "launch_failed", {"error": message, "node": host, "fault": fault,
-                                                       "held": held})])
-        log.warning("job %s: launch on %s failed (%s); %s", job_id, host, message,
-                    ("held" if fault == "prolog" else f"held after {job.launch_failures} failed launches")
-                    if held else "requeued")
+            self.state.record(
+                now, [(job, "launch_failed", {"error": message, "node": host, "fault": fault, "held": held})]
+            )
+        log.warning(
+            "job %s: launch on %s failed (%s); %s",
+            job_id,
+            host,
+            message,
+            ("held" if fault == "prolog" else f"held after {job.launch_failures} failed launches")
+            if held
+            else "requeued",
+        )
         return [Terminate(job_id, attempt, others, "requeue")] if fault == "prolog" and others else []
 
     @property
@@ -121,8 +128,7 @@ class Launches:
         if job is None:
             return []
         if msg.launch_failure:
-            return self.launch_failed(job.job_id, attempt, msg.reason or "launch failed",
-                                      msg.launch_failure, msg.node)
+            return self.launch_failed(job.job_id, attempt, msg.reason or "launch failed", msg.launch_failure, msg.node)
         self.state.launching.pop(job.job_id, None)
         self.state.lost.pop(job.job_id, None)
         if attempt != job.restart_count:

@@ -31,16 +31,34 @@ from muster.core.states import Reason
 from muster.ctld.acct_objects import Assoc, Qos
 from muster.ctld.assoc import AssocDB
 
-_ASSOC_GRP = {"cpu": Reason.ASSOC_GRP_CPU, "mem": Reason.ASSOC_GRP_MEM, "node": Reason.ASSOC_GRP_NODE,
-              "gres/gpu": Reason.ASSOC_GRP_GRES, "billing": Reason.ASSOC_GRP_BILLING}
-_ASSOC_GRP_MIN = {"cpu": Reason.ASSOC_GRP_CPU_MIN, "mem": Reason.ASSOC_GRP_MEM_MIN,
-                  "node": Reason.ASSOC_GRP_NODE_MIN, "gres/gpu": Reason.ASSOC_GRP_GRES_MIN,
-                  "billing": Reason.ASSOC_GRP_BILLING_MIN}
-_QOS_GRP = {"cpu": Reason.QOS_GRP_CPU, "mem": Reason.QOS_GRP_MEM, "node": Reason.QOS_GRP_NODE,
-            "gres/gpu": Reason.QOS_GRP_GRES, "billing": Reason.QOS_GRP_BILLING}
-_QOS_PER_USER = {"cpu": Reason.QOS_MAX_CPU_PER_USER, "mem": Reason.QOS_MAX_MEM_PER_USER,
-                 "node": Reason.QOS_MAX_NODE_PER_USER, "gres/gpu": Reason.QOS_MAX_GRES_PER_USER,
-                 "billing": Reason.QOS_MAX_BILLING_PER_USER}
+_ASSOC_GRP = {
+    "cpu": Reason.ASSOC_GRP_CPU,
+    "mem": Reason.ASSOC_GRP_MEM,
+    "node": Reason.ASSOC_GRP_NODE,
+    "gres/gpu": Reason.ASSOC_GRP_GRES,
+    "billing": Reason.ASSOC_GRP_BILLING,
+}
+_ASSOC_GRP_MIN = {
+    "cpu": Reason.ASSOC_GRP_CPU_MIN,
+    "mem": Reason.ASSOC_GRP_MEM_MIN,
+    "node": Reason.ASSOC_GRP_NODE_MIN,
+    "gres/gpu": Reason.ASSOC_GRP_GRES_MIN,
+    "billing": Reason.ASSOC_GRP_BILLING_MIN,
+}
+_QOS_GRP = {
+    "cpu": Reason.QOS_GRP_CPU,
+    "mem": Reason.QOS_GRP_MEM,
+    "node": Reason.QOS_GRP_NODE,
+    "gres/gpu": Reason.QOS_GRP_GRES,
+    "billing": Reason.QOS_GRP_BILLING,
+}
+_QOS_PER_USER = {
+    "cpu": Reason.QOS_MAX_CPU_PER_USER,
+    "mem": Reason.QOS_MAX_MEM_PER_USER,
+    "node": Reason.QOS_MAX_NODE_PER_USER,
+    "gres/gpu": Reason.QOS_MAX_GRES_PER_USER,
+    "billing": Reason.QOS_MAX_BILLING_PER_USER,
+}
 
 
 @dataclass(slots=True)

@@ -58,7 +58,8 @@ class Liveness:
         log.warning(
             "controller stalled for %.1f s (its loop did not run: stopped, swapped or "
             "overloaded); no node is judged on that silence: each gets at least %.0f s more",
-            gap, grace,
+            gap,
+            grace,
         )
         return gap
 
@@ -81,8 +82,12 @@ class Liveness:
                 continue
             if not node.silent:
                 node.silent = True
-                log.warning("node %s not responding: no heartbeat for %.0f s; DOWN after %d s "
-                            "(SlurmdTimeout)", node.name, silence, timeout)
+                log.warning(
+                    "node %s not responding: no heartbeat for %.0f s; DOWN after %d s (SlurmdTimeout)",
+                    node.name,
+                    silence,
+                    timeout,
+                )
             if silence <= timeout:
                 continue
             try:
@@ -95,8 +100,7 @@ class Liveness:
 
     def _node_down(self, node: NodeRuntime, now: float, silence: float) -> list[Action]:
         timeout = self.state.config.slurmd_timeout
-        saved = (node.responding, node.silent, node.reason, node.reason_time, node.reason_user,
-                 node.admin_down)
+        saved = (node.responding, node.silent, node.reason, node.reason_time, node.reason_user, node.admin_down)
         node.responding = False
         node.silent = False
         node.reason = "Not responding"
@@ -107,12 +111,16 @@ class Liveness:
         try:
             self.state.put_node(node)
         except StorageError:
-            (node.responding, node.silent, node.reason, node.reason_time, node.reason_user,
-             node.admin_down) = saved
+            (node.responding, node.silent, node.reason, node.reason_time, node.reason_user, node.admin_down) = saved
             raise
         job_ids = sorted({key[0] for key in node.allocs})
-        log.warning("node %s DOWN: no heartbeat for %.0f s (SlurmdTimeout=%d s); %d job(s) on it",
-                    node.name, silence, timeout, len(job_ids))
+        log.warning(
+            "node %s DOWN: no heartbeat for %.0f s (SlurmdTimeout=%d s); %d job(s) on it",
+            node.name,
+            silence,
+            timeout,
+            len(job_ids),
+        )
         actions: list[Action] = []
         for job_id in job_ids:
             job = self.state.jobs.get(job_id)

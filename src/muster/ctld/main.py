@@ -19,7 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-f", "--conf", default=None, help="config file (default: $MUSTER_CONF or /etc/muster/muster.conf)")
     ap.add_argument("-L", "--log-file", default=None, help="log to this file instead of stderr")
     ap.add_argument("-v", "--verbose", action="count", default=0)
-    ap.add_argument("-D", "--foreground", action="store_true", help="accepted for Slurm compatibility; always foreground")
+    ap.add_argument(
+        "-D", "--foreground", action="store_true", help="accepted for Slurm compatibility; always foreground"
+    )
     ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
     args = ap.parse_args(argv)
 
@@ -56,7 +58,9 @@ async def serve(config, key) -> int:  # type: ignore[no-untyped-def]
     os.makedirs(config.state_save_location, exist_ok=True)
     app = CtldApp(config, key)
     sockets = [bind_tcp(config.ctld_addr, config.ctld_port), bind_unix(config.ctld_socket)]
-    server = make_server(app.asgi, body_limit=body_limit(config.max_script_size))  # uvicorn handles SIGTERM/SIGINT: graceful stop
+    server = make_server(
+        app.asgi, body_limit=body_limit(config.max_script_size)
+    )  # uvicorn handles SIGTERM/SIGINT: graceful stop
     pidfile = os.path.join(config.state_save_location, "musterctld.pid")
     with open(pidfile, "w") as f:
         f.write(f"{os.getpid()}\n")

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
 
-
 def differences(running: Config, fresh: Config) -> list[str]:
     """The names of what ``fresh`` changes: settings by key, then nodes and partitions."""
     out = []

@@ -28,8 +28,7 @@ from muster.ctld.tres import alloc_tres, billing, format_tres, req_tres
 
 _REQUEUE_KINDS = frozenset({"node_fail", "requeue", "launch_failed", "hung"})
 _ENDED = frozenset(
-    "COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED OUT_OF_MEMORY BOOT_FAIL DEADLINE "
-    "REQUEUED".split()
+    "COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED OUT_OF_MEMORY BOOT_FAIL DEADLINE REQUEUED".split()
 )
 
 SCHEMA = [
@@ -72,15 +71,12 @@ def project(db: Any, now: float, job: Any, kind: str, data: str | None = None) -
         "INSERT INTO acct_jobs(job_id, attempt, user, state, submit_time, start_time, end_time, data) "
         "VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(job_id, attempt) DO UPDATE SET state=excluded.state, "
         "start_time=excluded.start_time, end_time=excluded.end_time, data=excluded.data",
-        (job.job_id, attempt, job.user, str(job.state), job.submit_time, job.start_time,
-         job.end_time, data),
+        (job.job_id, attempt, job.user, str(job.state), job.submit_time, job.start_time, job.end_time, data),
     )
 
 
 def _close_attempt(db: Any, now: float, job_id: int, attempt: int, kind: str) -> None:
-    row = db.execute(
-        "SELECT state, data FROM acct_jobs WHERE job_id=? AND attempt=?", (job_id, attempt)
-    ).fetchone()
+    row = db.execute("SELECT state, data FROM acct_jobs WHERE job_id=? AND attempt=?", (job_id, attempt)).fetchone()
     if row is None or row[0] != "RUNNING":
         return
     if kind == "launch_failed":
@@ -106,8 +102,20 @@ def _close_attempt(db: Any, now: float, job_id: int, attempt: int, kind: str) ->
 class Query:
     """sacct's selection. Times are epochs; ``start``/``end`` None means unbounded."""
 
-    __slots__ = ("job_ids", "array_tasks", "users", "accounts", "partitions", "states", "qos",
-                 "names", "nodes", "start", "end", "duplicates")
+    __slots__ = (
+        "job_ids",
+        "array_tasks",
+        "users",
+        "accounts",
+        "partitions",
+        "states",
+        "qos",
+        "names",
+        "nodes",
+        "start",
+        "end",
+        "duplicates",
+    )
 
     def __init__(self, **kw: Any) -> None:
         for name in self.__slots__:
@@ -248,8 +256,12 @@ def _goodput(d: dict[str, Any], now: float) -> dict[str, Any]:
     lost = [a["lost"] for a in g["lost_per_attempt"] if a["outcome"] not in ("COMPLETED", "RUNNING")]
     return {
         "gpu_seconds": int(g["gpu_seconds"]),
-        "startup": g["startup"], "lost": g["lost"], "productive": g["productive"],
-        "goodput": g["goodput"], "last_step": g["last_step"], "last_ckpt": g["last_ckpt"],
+        "startup": g["startup"],
+        "lost": g["lost"],
+        "productive": g["productive"],
+        "goodput": g["goodput"],
+        "last_step": g["last_step"],
+        "last_ckpt": g["last_ckpt"],
         "lost_per_attempt": ",".join("" if x is None else str(int(x)) for x in lost),
     }
 
@@ -344,10 +356,15 @@ def record_wire(
     if started and spec.get("script") is not None and not recorded_batch:
         first = alloc[0]
         b_state, b_exit = _batch_state(d)
-        b_counts = {"cpu": int(first.get("cpus", 0)), "mem": int(first.get("mem", 0)), "node": 1,
-                    "gres/gpu": len(first.get("gpu_ids") or [])}
-        batch = _step(rec, "batch", "batch", b_state, b_exit, start, rec["end"], elapsed,
-                      [first.get("node")], b_counts, 1)
+        b_counts = {
+            "cpu": int(first.get("cpus", 0)),
+            "mem": int(first.get("mem", 0)),
+            "node": 1,
+            "gres/gpu": len(first.get("gpu_ids") or []),
+        }
+        batch = _step(
+            rec, "batch", "batch", b_state, b_exit, start, rec["end"], elapsed, [first.get("node")], b_counts, 1
+        )
         usage = d.get("usage") or {}
         if usage:  # what the script used, as its agent measured it (getrusage)
             batch["max_rss_kb"] = int(usage.get("max_rss_kb", 0))
@@ -364,12 +381,24 @@ def record_wire(
     return rec
 
 
-def _step(rec: dict[str, Any], step_id: str, name: str, state: str, exit_code: str,
-          start: float | None, end: float | None, elapsed: float, nodes: list[str],
-          counts: dict[str, int], ntasks: int) -> dict[str, Any]:
+def _step(
+    rec: dict[str, Any],
+    step_id: str,
+    name: str,
+    state: str,
+    exit_code: str,
+    start: float | None,
+    end: float | None,
+    elapsed: float,
+    nodes: list[str],
+    counts: dict[str, int],
+    ntasks: int,
+) -> dict[str, Any]:
     return {
-        **{k: rec[k] for k in ("cluster", "account", "user", "uid", "group", "gid", "attempt",
-                                "submit", "eligible", "workdir")},
+        **{
+            k: rec[k]
+            for k in ("cluster", "account", "user", "uid", "group", "gid", "attempt", "submit", "eligible", "workdir")
+        },
         "job_id": rec["job_id"],
         "job_id_text": f"{rec['job_id_text']}.{step_id}",
         "job_id_raw": f"{rec['job_id_raw']}.{step_id}",
@@ -420,8 +449,19 @@ def _step_from_table(rec: dict[str, Any], s: dict[str, Any], now: float) -> dict
     code = int(s.get("exit_code") or 0)
     sig = int(s.get("signal") or s.get("exit_signal") or 0)
     step_id = "batch" if s.get("step_id") == BATCH_STEP else str(s.get("step_id"))
-    row = _step(rec, step_id, str(s.get("name") or ""), state, exit_text(code, sig),
-                start, end, elapsed, nodes, counts, int(s.get("ntasks") or 1))
+    row = _step(
+        rec,
+        step_id,
+        str(s.get("name") or ""),
+        state,
+        exit_text(code, sig),
+        start,
+        end,
+        elapsed,
+        nodes,
+        counts,
+        int(s.get("ntasks") or 1),
+    )
     usage = s.get("usage") or {}
     if usage:  # what its tasks used, as srun reported it
         row["max_rss_kb"] = int(usage.get("max_rss_kb", 0))

@@ -60,7 +60,11 @@ class ReservationBook:
 
     def _reservation_nodes(self, res: Reservation, nodes: list[str] | None, count: int | None) -> list[str]:
         ignore_jobs = "IGNORE_JOBS" in res.flags or "MAINT" in res.flags
-        others = [r for r in self.state.reservations.values() if r.name != res.name and r.start < res.end and res.start < r.end]
+        others = [
+            r
+            for r in self.state.reservations.values()
+            if r.name != res.name and r.start < res.end and res.start < r.end
+        ]
         taken = {n for r in others for n in r.nodes}
         pool = [n.name for n in self.state.nodes.values()]
         if res.partition:

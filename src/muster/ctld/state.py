@@ -152,8 +152,10 @@ class ClusterState:
                 continue
             allowed = _AFTER[kind]
             if job.state not in allowed:
-                problems.append(f"job {job.job_id}: its record says {job.state} but its last "
-                                f"event is '{kind}' (expected {'/'.join(sorted(map(str, allowed)))})")
+                problems.append(
+                    f"job {job.job_id}: its record says {job.state} but its last "
+                    f"event is '{kind}' (expected {'/'.join(sorted(map(str, allowed)))})"
+                )
         for problem in problems:
             log.warning("event log check: %s", problem)
         return problems
@@ -181,9 +183,12 @@ class ClusterState:
         try:
             self.store.record(now, changes, meta=meta)
         except StorageError as exc:
-            log.error("could not commit %s of job(s) %s: %s; the change is not applied",
-                      "/".join(sorted({k for _j, k, _d in changes})),
-                      ",".join(str(j.job_id) for j, _k, _d in changes[:10]), exc)
+            log.error(
+                "could not commit %s of job(s) %s: %s; the change is not applied",
+                "/".join(sorted({k for _j, k, _d in changes})),
+                ",".join(str(j.job_id) for j, _k, _d in changes[:10]),
+                exc,
+            )
             self.reload_jobs(j for j, _k, _d in changes)
             raise
 
@@ -219,10 +224,14 @@ class ClusterState:
         try:
             self.store.put_node(node.name, node.persistent())
         except StorageError as exc:
-            log.error("could not commit the state of node %s: %s; the change is not applied",
-                      node.name, exc)
+            log.error("could not commit the state of node %s: %s; the change is not applied", node.name, exc)
             saved = self.store.load_nodes().get(node.name) or {
-                "admin_down": False, "drain": False, "reason": "", "reason_time": None, "reason_user": ""}
+                "admin_down": False,
+                "drain": False,
+                "reason": "",
+                "reason_time": None,
+                "reason_user": "",
+            }
             for k, v in saved.items():
                 setattr(node, k, v)
             raise

@@ -179,9 +179,7 @@ def build_step_routes(
             if job.state is JobState.PENDING:
                 pending = {"pending": "job", "reason": str(job.reason), "job_id": job.job_id}
             elif job.state is JobState.RUNNING and not job.completing:
-                outcome = book.create(
-                    job, who, step_request, body.name, body.argv, body.srun_host, body.srun_pid
-                )
+                outcome = book.create(job, who, step_request, body.name, body.argv, body.srun_host, body.srun_pid)
                 if not isinstance(outcome, StepWait):
                     return JSONResponse(book.answer(job, outcome))
                 pending = {"pending": "step", "reason": outcome.reason, "job_id": job.job_id}
@@ -205,7 +203,13 @@ def build_step_routes(
         except ValueError:
             raise InvalidRequest(f"Invalid job step id: {request.path_params['step_id']}") from None
         actions = book.finish(
-            job, who, step_id, body.exit_code, body.signal, body.cancelled, body.end_job,
+            job,
+            who,
+            step_id,
+            body.exit_code,
+            body.signal,
+            body.cancelled,
+            body.end_job,
             body.usage.model_dump() if body.usage is not None else None,
         )
         ctx.perform(actions)

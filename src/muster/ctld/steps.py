@@ -128,8 +128,13 @@ class StepSignal:
     kill: bool
 
     def body(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "attempt": self.attempt, "step_id": self.step_id,
-                "signal": self.signal, "kill": self.kill}
+        return {
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "step_id": self.step_id,
+            "signal": self.signal,
+            "kill": self.kill,
+        }
 
 
 class StepBook:
@@ -155,9 +160,7 @@ class StepBook:
             self.next_ids[key] = max(self.next_ids.get(key, 0), step.step_id + 1)
             if step.active:
                 self.active.setdefault(step.job_id, {})[step.step_id] = step
-        self.interactive = {
-            j.job_id for j in self.ctl.jobs.values() if j.spec.interactive and not j.state.is_terminal
-        }
+        self.interactive = {j.job_id for j in self.ctl.jobs.values() if j.spec.interactive and not j.state.is_terminal}
 
     # --- waiting ----------------------------------------------------------------------
 
@@ -186,13 +189,24 @@ class StepBook:
             return None
         first = job.alloc[0]
         layout = StepLayout(
-            nodes=[first.node], tasks=[[0]], cpus=[first.cpus], gpus=[list(first.gpu_ids)],
-            task_gpus=[[list(first.gpu_ids)]], holds_gpus=bool(first.gpu_ids),
+            nodes=[first.node],
+            tasks=[[0]],
+            cpus=[first.cpus],
+            gpus=[list(first.gpu_ids)],
+            task_gpus=[[list(first.gpu_ids)]],
+            holds_gpus=bool(first.gpu_ids),
         )
         return Step(
-            job_id=job.job_id, step_id=BATCH_STEP, attempt=job.restart_count, name="batch",
-            uid=job.uid, user=job.user, state=StepState.RUNNING,
-            start_time=job.start_time or 0.0, layout=layout, partition=job.partition,
+            job_id=job.job_id,
+            step_id=BATCH_STEP,
+            attempt=job.restart_count,
+            name="batch",
+            uid=job.uid,
+            user=job.user,
+            state=StepState.RUNNING,
+            start_time=job.start_time or 0.0,
+            layout=layout,
+            partition=job.partition,
             mem=first.mem,
         )
 
@@ -206,9 +220,7 @@ class StepBook:
                 if step.layout.holds_gpus:
                     gpus.setdefault(node, set()).update(g)
         return [
-            NodeShare(
-                a.node, a.cpus, tuple(a.gpu_ids), cpus.get(a.node, 0), frozenset(gpus.get(a.node, ()))
-            )
+            NodeShare(a.node, a.cpus, tuple(a.gpu_ids), cpus.get(a.node, 0), frozenset(gpus.get(a.node, ())))
             for a in job.alloc
         ]
 
@@ -412,8 +424,9 @@ class StepBook:
             raise InvalidRequest("Job step not found" if job.state is JobState.RUNNING else ENDED_JOB)
         if sig is None:
             self.cancelled.add((job.job_id, step_id))
-        action = StepSignal(job.job_id, step.attempt, step_id, list(step.layout.nodes),
-                            15 if sig is None else sig, sig is None)
+        action = StepSignal(
+            job.job_id, step.attempt, step_id, list(step.layout.nodes), 15 if sig is None else sig, sig is None
+        )
         return [action]  # type: ignore[list-item]
 
     def gone(self, job_id: int, attempt: int, step_id: int, node: str, exit_code: int, signal: int) -> None:
@@ -536,8 +549,11 @@ class StepBook:
         self._warned = {k for k in self._warned if k[0] in self.interactive}
         self._warned.add(key)
         log.info("job %s: sending signal %s before its time limit", job.job_id, warn.signal)
-        return [StepSignal(job.job_id, s.attempt, s.step_id, list(s.layout.nodes), warn.signal, False)
-                for s in self.steps_of(job.job_id) if s.attempt == job.restart_count]
+        return [
+            StepSignal(job.job_id, s.attempt, s.step_id, list(s.layout.nodes), warn.signal, False)
+            for s in self.steps_of(job.job_id)
+            if s.attempt == job.restart_count
+        ]
 
     # --- what commands list -------------------------------------------------------------
 

@@ -256,9 +256,7 @@ class Store:
         return int(row[0]) if row and row[0] is not None else 0
 
     def events(self, job_id: int) -> list[tuple[float, str, dict[str, Any]]]:
-        rows = self.db.execute(
-            "SELECT time, kind, data FROM events WHERE job_id=? ORDER BY seq", (job_id,)
-        ).fetchall()
+        rows = self.db.execute("SELECT time, kind, data FROM events WHERE job_id=? ORDER BY seq", (job_id,)).fetchall()
         return [(t, k, json.loads(d)) for t, k, d in rows]
 
     # --- nodes (admin-set state that must survive restarts: drain, down, reasons) -------
@@ -349,8 +347,12 @@ class Store:
         transaction, job changes exactly as ``record`` does."""
         with self.transaction():
             for step, kind in steps:
-                self._event(now, step.job_id, f"step_{kind}",
-                            {"step": step.step_id, "attempt": step.attempt, "state": step.state})
+                self._event(
+                    now,
+                    step.job_id,
+                    f"step_{kind}",
+                    {"step": step.step_id, "attempt": step.attempt, "state": step.state},
+                )
                 self._put_step(step)
             for job, kind, data in jobs:
                 self._event(now, job.job_id, kind, data)

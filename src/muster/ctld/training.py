@@ -82,8 +82,11 @@ class Training:
         if runtime is None:
             return []
         ids = sorted({key[0] for key in runtime.allocs})
-        return [j for i in ids if (j := self.ctl.jobs.get(i)) is not None
-                and j.state is JobState.RUNNING and node in j.nodes]
+        return [
+            j
+            for i in ids
+            if (j := self.ctl.jobs.get(i)) is not None and j.state is JobState.RUNNING and node in j.nodes
+        ]
 
     def _fail_over(self, job: Job, bad: list[str], why: str, now: float) -> None:
         """End the running attempt NODE_FAIL and requeue it (when allowed) avoiding ``bad``."""
@@ -129,16 +132,18 @@ class Training:
                 if closed is None or closed.get("attempt") != attempt:
                     continue
                 self._merge(job, node, r)
-                closed.update({k: (job.progress or {}).get(k) for k in
-                               ("first", "step", "step_time", "ckpt_step", "ckpt_time")})
+                closed.update(
+                    {k: (job.progress or {}).get(k) for k in ("first", "step", "step_time", "ckpt_step", "ckpt_time")}
+                )
                 important = True
             else:
                 important = self._merge(job, node, r)
             last = self._saved.get(job.job_id)
             if important or last is None or now - last >= SAVE_EVERY:
                 try:
-                    self.ctl.record(now, [(job, "progress", {"node": node, "step": job.progress and
-                                                              job.progress.get("step")})])
+                    self.ctl.record(
+                        now, [(job, "progress", {"node": node, "step": job.progress and job.progress.get("step")})]
+                    )
                 except StorageError:
                     continue  # memory is back to the store's: the next report tries again
                 self._saved[job.job_id] = now
@@ -198,8 +203,9 @@ class Training:
             timeout = self.hang_timeout(job)
             if timeout is None:
                 continue
-            if any(not self.ctl.nodes[n].responding or self.ctl.nodes[n].silent
-                   for n in job.nodes if n in self.ctl.nodes):
+            if any(
+                not self.ctl.nodes[n].responding or self.ctl.nodes[n].silent for n in job.nodes if n in self.ctl.nodes
+            ):
                 continue  # a silent node is the node check's business, not a hang
             quiet = now - float(p["step_time"])
             signalled = p.get("hang_signalled")
@@ -211,9 +217,15 @@ class Training:
                 continue
             if signalled is None:
                 p["hang_signalled"] = now
-                log.warning("job %s: no progress for %.0f s (hang timeout %.0f s; last step %s); "
-                            "sending SIGUSR1, requeue in %.0f s", job.job_id, quiet, timeout,
-                            p.get("step"), hang_grace(timeout))
+                log.warning(
+                    "job %s: no progress for %.0f s (hang timeout %.0f s; last step %s); "
+                    "sending SIGUSR1, requeue in %.0f s",
+                    job.job_id,
+                    quiet,
+                    timeout,
+                    p.get("step"),
+                    hang_grace(timeout),
+                )
                 actions.append(SignalJob(job.job_id, job.nodes, int(HANG_SIGNAL), batch_only=False))
             elif now - float(signalled) >= hang_grace(timeout):
                 try:
@@ -237,8 +249,10 @@ class Training:
 
         attempt, nodes = job.restart_count, job.nodes
         bad = self.suspects(job)
-        why = (f"Hung: no progress for {quiet:.0f} s after step {(job.progress or {}).get('step')} "
-               f"(suspect nodes: {','.join(bad)})")
+        why = (
+            f"Hung: no progress for {quiet:.0f} s after step {(job.progress or {}).get('step')} "
+            f"(suspect nodes: {','.join(bad)})"
+        )
         with self.ctl.atomic(job):
             job.system_comment = why
             if self._may_requeue(job):

@@ -18,8 +18,16 @@ from typing import Any
 from muster.core.resources import format_mem, parse_mem_mb
 
 TRES_NAMES = ("billing", "cpu", "gres/gpu", "mem", "node")
-_ALIASES = {"gpu": "gres/gpu", "gres/gpu": "gres/gpu", "cpu": "cpu", "mem": "mem", "node": "node",
-            "billing": "billing", "nodes": "node", "cpus": "cpu"}
+_ALIASES = {
+    "gpu": "gres/gpu",
+    "gres/gpu": "gres/gpu",
+    "cpu": "cpu",
+    "mem": "mem",
+    "node": "node",
+    "billing": "billing",
+    "nodes": "node",
+    "cpus": "cpu",
+}
 
 # Fair-share charge per second and per unit when no TRESBillingWeights are set.
 DEFAULT_USAGE_WEIGHTS: dict[str, float] = {"cpu": 1.0, "gres/gpu": 64.0}

@@ -18,14 +18,22 @@ from muster.ctld.tres import billing
 
 
 def usage_report(
-    store: Any, db: AssocDB, weights: dict[str, dict[str, float]], max_tres: bool,
-    start: float, end: float, now: float, nodes: list[NodeRuntime], cluster: str,
+    store: Any,
+    db: AssocDB,
+    weights: dict[str, dict[str, float]],
+    max_tres: bool,
+    start: float,
+    end: float,
+    now: float,
+    nodes: list[NodeRuntime],
+    cluster: str,
 ) -> dict[str, Any]:
     """TRES-seconds used in [start, end] per (account, user), and the cluster's capacity.
     ``weights`` are each partition's TRESBillingWeights, ``max_tres`` PriorityFlags=MAX_TRES."""
     rows = store.db.execute(
         "SELECT data FROM acct_jobs WHERE start_time IS NOT NULL AND start_time < ? "
-        "AND (end_time IS NULL OR end_time > ?)", (end, start),
+        "AND (end_time IS NULL OR end_time > ?)",
+        (end, start),
     ).fetchall()
     by: dict[tuple[str, str], dict[str, float]] = {}
     total: dict[str, float] = {}
@@ -63,8 +71,9 @@ def usage_report(
         "capacity": capacity,
         "down": _down(store, start, min(end, now), list(capacity)),
         "usage": [{"account": a, "user": u, "tres": t} for (a, u), t in sorted(by.items())],
-        "accounts": {a.account: {"parent": a.parent, "depth": len(db.chain(a)) - 1}
-                     for a in db.tree_order() if not a.is_user},
+        "accounts": {
+            a.account: {"parent": a.parent, "depth": len(db.chain(a)) - 1} for a in db.tree_order() if not a.is_user
+        },
         "users": {u.name: {"default_account": u.default_account} for u in db.users.values()},
     }
 

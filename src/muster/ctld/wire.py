@@ -26,8 +26,12 @@ def output_paths(job: Job) -> tuple[str, str]:
     """Where the job's stdout and stderr go (its batch host's name for ``%N``), as the
     agent will resolve them (``core.outputs``)."""
     fields = PatternFields(
-        job_id=job.job_id, job_name=job.spec.name or "sbatch", user=job.user,
-        node=job.batch_host or "", array_job_id=job.array_job_id, array_task_id=job.array_task_id,
+        job_id=job.job_id,
+        job_name=job.spec.name or "sbatch",
+        user=job.user,
+        node=job.batch_host or "",
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
     )
     return resolve_paths(fields, job.spec.workdir or "/", job.spec.stdout, job.spec.stderr)
 
@@ -37,15 +41,45 @@ def output_paths(job: Job) -> tuple[str, str]:
 # paths): under half the bytes for a long queue. A test renders every squeue column from
 # both views and compares.
 BRIEF_FIELDS = (
-    "job_id", "user", "uid", "group", "gid", "submit_time", "partition", "time_limit",
-    "priority", "eligible_time", "start_time", "end_time", "exit_code", "exit_signal",
-    "restart_count", "completing", "planned_start", "array_job_id", "array_task_id",
+    "job_id",
+    "user",
+    "uid",
+    "group",
+    "gid",
+    "submit_time",
+    "partition",
+    "time_limit",
+    "priority",
+    "eligible_time",
+    "start_time",
+    "end_time",
+    "exit_code",
+    "exit_signal",
+    "restart_count",
+    "completing",
+    "planned_start",
+    "array_job_id",
+    "array_task_id",
     "array_throttle",
 )
 BRIEF_SPEC_KEYS = (
-    "name", "dependency", "constraint", "exclusive", "comment", "nodelist", "reservation",
-    "exclude", "nice", "workdir", "begin_time", "gpus_per_node", "gpu_type", "mem_per_cpu",
-    "mem_per_node", "cpus_per_task", "stdin",
+    "name",
+    "dependency",
+    "constraint",
+    "exclusive",
+    "comment",
+    "nodelist",
+    "reservation",
+    "exclude",
+    "nice",
+    "workdir",
+    "begin_time",
+    "gpus_per_node",
+    "gpu_type",
+    "mem_per_cpu",
+    "mem_per_node",
+    "cpus_per_task",
+    "stdin",
 )
 BRIEF_SHAPE_KEYS = ("cpus_per_node", "gpus_per_node", "gpu_type", "mem_per_node")
 

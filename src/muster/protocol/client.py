@@ -97,7 +97,9 @@ def request(
         sock.connect(target)
     except OSError as e:
         where = unix_path or (f"{address[0]}:{address[1]}" if address else "?")
-        raise ConnectError(f"Unable to contact slurm controller (connect failure): {where}: {e.strerror or e}") from None
+        raise ConnectError(
+            f"Unable to contact slurm controller (connect failure): {where}: {e.strerror or e}"
+        ) from None
     try:
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         head = (
@@ -114,7 +116,9 @@ def request(
     try:
         decoded = loads(data) if data else None
     except (ValueError, UnicodeDecodeError):  # not JSON: a proxy's page, a crashed handler
-        raise ApiError(status if status >= 400 else 502, f"unexpected reply from the controller (HTTP {status})") from None
+        raise ApiError(
+            status if status >= 400 else 502, f"unexpected reply from the controller (HTTP {status})"
+        ) from None
     if status >= 400:
         if isinstance(decoded, dict):
             raise ApiError(status, decoded.get("error", f"HTTP {status}"), decoded.get("code", "error"), decoded)

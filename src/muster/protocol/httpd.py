@@ -179,7 +179,9 @@ class Guarded:
         addr = client[0] if client and not scope.get(PEER_KEY) else None  # TCP only
         if addr is not None and self.failures.exhausted(addr):
             log.warning("refused %s %s from %s: too many failed authentications", scope["method"], scope["path"], addr)
-            await send_json(send, 429, {"error": "Too many failed authentications; retry later", "code": "rate_limited"}, True)
+            await send_json(
+                send, 429, {"error": "Too many failed authentications; retry later", "code": "rate_limited"}, True
+            )
             return
         declared = None
         for name, value in scope["headers"]:
@@ -201,8 +203,12 @@ class Guarded:
                     await self._too_large(scope, send, f"more than {self.limit}")
                     return
                 if self.buffered + len(chunk) > self.budget:
-                    log.warning("refused %s %s: request bodies use all %d bytes", scope["method"], scope["path"], self.budget)
-                    await send_json(send, 503, {"error": "Server busy: too much request data in flight", "code": "busy"}, True)
+                    log.warning(
+                        "refused %s %s: request bodies use all %d bytes", scope["method"], scope["path"], self.budget
+                    )
+                    await send_json(
+                        send, 503, {"error": "Server busy: too much request data in flight", "code": "busy"}, True
+                    )
                     return
                 self.buffered += len(chunk)
                 held += len(chunk)
@@ -234,7 +240,13 @@ class Guarded:
         if not size.isdigit() and not size.startswith("more"):
             await send_json(send, 400, {"error": "invalid Content-Length", "code": "invalid"}, True)
             return
-        log.warning("refused %s %s: request body of %s bytes over the limit of %d", scope["method"], scope["path"], size, self.limit)
+        log.warning(
+            "refused %s %s: request body of %s bytes over the limit of %d",
+            scope["method"],
+            scope["path"],
+            size,
+            self.limit,
+        )
         await send_json(
             send, 413, {"error": f"Request body too large (limit {self.limit} bytes)", "code": "too_large"}, True
         )
@@ -271,9 +283,7 @@ class SignedClient:
     ``sender`` is this daemon's name; ``receiver`` the default one (an agent talks to
     ``ctld``; the controller names each node with ``to=``)."""
 
-    def __init__(
-        self, key: bytes, clock: Clock, timeout: float = 10.0, *, sender: str, receiver: str = CTLD
-    ) -> None:
+    def __init__(self, key: bytes, clock: Clock, timeout: float = 10.0, *, sender: str, receiver: str = CTLD) -> None:
         self.key = key
         self.clock = clock
         self.sender = sender
@@ -284,10 +294,14 @@ class SignedClient:
         path = httpx.URL(url).raw_path.decode()
         stamp = self.clock.now()
         for _ in range(2):
-            headers = sign_request(self.key, method, path, payload, stamp, sender=self.sender, receiver=to or self.receiver)
+            headers = sign_request(
+                self.key, method, path, payload, stamp, sender=self.sender, receiver=to or self.receiver
+            )
             if method == "POST":
                 headers["content-type"] = "application/json"
-            resp = await self._client.request(method, url, content=payload if method == "POST" else None, headers=headers)
+            resp = await self._client.request(
+                method, url, content=payload if method == "POST" else None, headers=headers
+            )
             floor = _stale_floor(resp)
             # The receiver restarted since our clock's "now": sign again at its floor,
             # once, when that is within the window (a new message, new nonce).

@@ -131,8 +131,17 @@ class StreamClient:
     srun can tell the tasks the address and port its first connection got)."""
 
     __slots__ = (
-        "sock", "status", "_head", "_chunked", "_length", "_body", "frames", "eof",
-        "address", "local_addr", "local_port",
+        "sock",
+        "status",
+        "_head",
+        "_chunked",
+        "_length",
+        "_body",
+        "frames",
+        "eof",
+        "address",
+        "local_addr",
+        "local_port",
     )
 
     def __init__(self, sock: _socket.socket, address: tuple[str, int]) -> None:

@@ -47,9 +47,7 @@ def _default(obj: object) -> object:
 if _json is not None:
     _context: Any = _ScanContext()  # duck-typed: the attributes a JSONDecoder has
     _scan = _json.make_scanner(_context)
-    _encode = _json.make_encoder(
-        None, _default, _json.encode_basestring_ascii, None, ":", ",", False, False, True
-    )
+    _encode = _json.make_encoder(None, _default, _json.encode_basestring_ascii, None, ":", ",", False, False, True)
 
     def dumps(obj: object) -> str:
         return "".join(_encode(obj, 0))

@@ -145,16 +145,13 @@ class Backfill:
         else:
             fitting = self._fitting_scan(req, duration)
         if len(fitting) >= req.nodes and (
-            not req.required
-            or sum(1 for _, n in fitting if n.name in req.required) == len(req.required)
+            not req.required or sum(1 for _, n in fitting if n.name in req.required) == len(req.required)
         ):
             return pick(fitting, req.nodes, req.required)
         self._no_fit[req] = duration if floor is None else min(floor, duration)
         return None
 
-    def _fits_whole_time(
-        self, node: NodeProfile, req: Request, duration: float, c: int, m: int, g: int
-    ) -> bool:
+    def _fits_whole_time(self, node: NodeProfile, req: Request, duration: float, c: int, m: int, g: int) -> bool:
         end = self.now + duration
         # The profile never falls below "now" unless something was taken from a later
         # time (``dips``); only then is the whole interval checked.
@@ -257,9 +254,7 @@ class Backfill:
         return allocs
 
     # -- later ------------------------------------------------------------------------
-    def earliest_start(
-        self, req: Request, duration: float
-    ) -> tuple[float, list[NodeProfile]] | None:
+    def earliest_start(self, req: Request, duration: float) -> tuple[float, list[NodeProfile]] | None:
         """The earliest time in [now, horizon] at which ``req`` fits for ``duration``,
         with the nodes to plan it on; None when it does not fit within the horizon.
 
@@ -323,9 +318,7 @@ class Backfill:
             self.log.append(node)
 
 
-def _feasible(
-    node: NodeProfile, req: Request, dur: float, lo: float, hi: float
-) -> list[list[float]]:
+def _feasible(node: NodeProfile, req: Request, dur: float, lo: float, hi: float) -> list[list[float]]:
     """Closed intervals of start times in [lo, hi] at which ``req`` fits on ``node`` for
     ``dur``."""
     c, m, g = node.cap if req.exclusive else req.need
@@ -383,9 +376,7 @@ class _KeyPlan:
         self.events = events
         self.pos = 0
 
-    def refresh(
-        self, req: Request, duration: float, log: list[NodeProfile], now: float, horizon: float
-    ) -> None:
+    def refresh(self, req: Request, duration: float, log: list[NodeProfile], now: float, horizon: float) -> None:
         if self.pos == len(log):
             return
         where = self.where

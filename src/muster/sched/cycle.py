@@ -147,9 +147,7 @@ class _Pass:
                 node.windows = slots
         self.pool = pool
         self._single = {}
-        self._default = tuple(
-            sorted(p.name for p in self.snap.partitions.values() if p.is_default)[:1]
-        )
+        self._default = tuple(sorted(p.name for p in self.snap.partitions.values() if p.is_default)[:1])
         self.feas = Feasibility(self.snap.partitions, pool, self.book, now)
 
     # -- 2. eligibility -------------------------------------------------------------------
@@ -243,9 +241,7 @@ class _Pass:
         return one
 
     # -- 3. priority ----------------------------------------------------------------------
-    def _prioritise(
-        self, eligible: list[tuple[Job, tuple[str, ...]]]
-    ) -> list[tuple[Job, tuple[str, ...]]]:
+    def _prioritise(self, eligible: list[tuple[Job, tuple[str, ...]]]) -> list[tuple[Job, tuple[str, ...]]]:
         policy = PriorityPolicy(self.snap, self.now, self.config)
         pending = self.snap.pending
         values = policy.priorities(pending, self.parts)
@@ -270,9 +266,7 @@ class _Pass:
     # -- 4. placement ---------------------------------------------------------------------
     def _place(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:
         config = self.config
-        self.engine = Backfill(
-            list(self.pool.values()), self.now, self.now + config.bf_window, self.book.maint
-        )
+        self.engine = Backfill(list(self.pool.values()), self.now, self.now + config.bf_window, self.book.maint)
         self.blocked = set()  # partitions with a blocked job
         self.singletons = set()  # (user, name) of singleton jobs started this pass
         self.plans_left = None if config.conservative else config.bf_max_job_test

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 __all__ = ["Node", "Standing", "Usage", "factor_table", "fair_tree", "fairshare_of"]
 
+
 class Usage:
     """Decayed TRES-seconds per association key, valid at ``as_of``."""
 

@@ -182,9 +182,7 @@ class _Answer:
 
     __slots__ = ("part", "restricted", "result", "plain")
 
-    def __init__(
-        self, part: PartitionView | None, restricted: bool, result: Request | Verdict
-    ) -> None:
+    def __init__(self, part: PartitionView | None, restricted: bool, result: Request | Verdict) -> None:
         self.part = part
         self.restricted = restricted
         self.result = result
@@ -235,9 +233,7 @@ class Feasibility:
         nodes = self._part_nodes.get(name)
         if nodes is None:
             part = self.partitions[name]
-            nodes = sorted(
-                (self.pool[n] for n in set(part.nodes) if n in self.pool), key=lambda p: p.index
-            )
+            nodes = sorted((self.pool[n] for n in set(part.nodes) if n in self.pool), key=lambda p: p.index)
             self._part_nodes[name] = nodes
             self._alike[name] = len({(n.cap, n.gpu_type, n.features) for n in nodes}) <= 1
         return nodes
@@ -310,11 +306,7 @@ class Feasibility:
             return _Answer(None, False, _PARTITION_DOWN)
         if part.state == "INACTIVE":
             return _Answer(None, False, _PARTITION_INACTIVE)
-        restricted = (
-            part.allow_accounts is not None
-            or bool(part.deny_accounts)
-            or part.allow_groups is not None
-        )
+        restricted = part.allow_accounts is not None or bool(part.deny_accounts) or part.allow_groups is not None
         spec = job.spec
         shape = job.shape
         nodes = max(shape.nodes, len(spec.nodelist)) if spec.nodelist else shape.nodes

@@ -226,9 +226,7 @@ def order_key(tier: int, priority: int, job: Job) -> int:
     return (((t << 48 | p) << 64 | s) << 48) | i
 
 
-def examination_order(
-    tiers: Sequence[int], priorities: Sequence[int], jobs: Sequence[Job]
-) -> list[int]:
+def examination_order(tiers: Sequence[int], priorities: Sequence[int], jobs: Sequence[Job]) -> list[int]:
     """The positions of ``jobs`` sorted by ``order_key`` (ties keep their positions),
     without building the keys: a pass orders every eligible job, and four-field integers
     cost more to build than to sort.
@@ -259,4 +257,3 @@ def _clamped(values: Sequence[int], top: int) -> Sequence[int]:
     if not values or (min(values) >= 0 and max(values) <= top):
         return values
     return [min(max(v, 0), top) for v in values]
-

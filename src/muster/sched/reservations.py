@@ -67,9 +67,7 @@ class ReservationBook:
         self.by_name: dict[str, ReservationView] = {}
         self.windows_by_name: dict[str, list[tuple[float, float]]] = {}
         self.node_windows: dict[str, list[Window]] = {}
-        self.maint = frozenset(
-            r.name for r in reservations if "MAINT" in (f.upper() for f in r.flags)
-        )
+        self.maint = frozenset(r.name for r in reservations if "MAINT" in (f.upper() for f in r.flags))
         for res in sorted(reservations, key=lambda r: r.name):
             self.by_name[res.name] = res
             ws = windows(res, since, until)

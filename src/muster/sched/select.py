@@ -30,9 +30,7 @@ def fit_key(node: NodeProfile, free: tuple[int, int, int], need: tuple[int, int,
     return (node.weight, free[2] - need[2], free[0] - need[0], free[1] - need[1])
 
 
-def pick(
-    fitting: list[tuple[FitKey, NodeProfile]], count: int, required: frozenset[str]
-) -> list[NodeProfile]:
+def pick(fitting: list[tuple[FitKey, NodeProfile]], count: int, required: frozenset[str]) -> list[NodeProfile]:
     """Choose ``count`` nodes among ``fitting`` (each with its fit key); the caller has
     checked that there are enough and that all ``required`` nodes are among them."""
     chosen: list[NodeProfile] = []

@@ -249,9 +249,7 @@ class SchedHarness:
         for p in partitions:
             part = self.partitions.get(p)
             if part is None:
-                part = self.partitions[p] = PartitionView(
-                    name=p, nodes=(), is_default=not self.partitions
-                )
+                part = self.partitions[p] = PartitionView(name=p, nodes=(), is_default=not self.partitions)
             part.nodes = part.nodes + (v.name,)
         return v
 
@@ -405,9 +403,7 @@ def check_invariants(snap: Snapshot, d: Decisions, now: float) -> None:
         j = pending[s.job_id]
         assert s.partition in snap.partitions, f"job {s.job_id}: unknown partition"
         part = snap.partitions[s.partition]
-        assert len(s.alloc) == max(j.shape.nodes, len(j.spec.nodelist)), (
-            f"job {s.job_id}: wrong node count"
-        )
+        assert len(s.alloc) == max(j.shape.nodes, len(j.spec.nodelist)), f"job {s.job_id}: wrong node count"
         assert len({a.node for a in s.alloc}) == len(s.alloc), f"job {s.job_id}: node twice"
         for a in s.alloc:
             v = nodes[a.node]

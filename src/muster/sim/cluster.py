@@ -107,8 +107,16 @@ class Cluster:
         }
 
 
-def _view(name: str, index: int, cpus: int, gpus: int, mem: int, gpu_type: str | None = None,
-          features: tuple[str, ...] = (), weight: int = 1) -> NodeView:
+def _view(
+    name: str,
+    index: int,
+    cpus: int,
+    gpus: int,
+    mem: int,
+    gpu_type: str | None = None,
+    features: tuple[str, ...] = (),
+    weight: int = 1,
+) -> NodeView:
     return NodeView(
         name=name,
         index=index,
@@ -168,8 +176,11 @@ def uniform_cluster(
         g = gpus_per_node or 0
         n, c = _processor_shape(number("MaxProcs") or number("MaxNodes"), nodes, cpus_per_node)
         nodes = n
-        how = (f"{n} node x {c} CPUs (processor pool)" if n == 1 and not g
-               else f"{n} nodes x {c} CPUs" + (f" x {g} GPUs" if g else ""))
+        how = (
+            f"{n} node x {c} CPUs (processor pool)"
+            if n == 1 and not g
+            else f"{n} nodes x {c} CPUs" + (f" x {g} GPUs" if g else "")
+        )
     views = [_view(f"n{i + 1}", i, c, g, 0) for i in range(nodes)]
     part = PartitionView(name=PARTITION, nodes=tuple(v.name for v in views), is_default=True)
     return Cluster(views, {PARTITION: part}, PARTITION, how)
@@ -220,8 +231,9 @@ def cluster_from_config(config: Config) -> Cluster:
     default = config.default_partition()
     assert default is not None  # partitions is not empty
     parts[default.name].is_default = True
-    return Cluster(views, parts, default.name, f"{len(views)} nodes from {config.path}",
-                   def_mem_per_cpu=config.def_mem_per_cpu)
+    return Cluster(
+        views, parts, default.name, f"{len(views)} nodes from {config.path}", def_mem_per_cpu=config.def_mem_per_cpu
+    )
 
 
 def spec_for(size: int, unit: str, cluster: Cluster) -> JobSpec:

@@ -163,13 +163,17 @@ def replayable(
         shape = shape_for(spec, cluster)
         group = "group" if tj.group is None else f"g{tj.group}"
         key = (
-            shape.nodes, shape.cpus_per_node, shape.mem_per_node, shape.gpus_per_node,
+            shape.nodes,
+            shape.cpus_per_node,
+            shape.mem_per_node,
+            shape.gpus_per_node,
             spec.time_limit if enforce_part_limits != "NO" else None,
             group if access else None,
         )
         if key not in memo:
-            rejection = check_submit(spec, shape, cluster.partitions, cluster.nodes,
-                                     group=group, enforce_part_limits=enforce_part_limits)
+            rejection = check_submit(
+                spec, shape, cluster.partitions, cluster.nodes, group=group, enforce_part_limits=enforce_part_limits
+            )
             if rejection is not None:
                 memo[key] = rejection.message
             elif not cluster.fits(shape):

@@ -67,40 +67,73 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--format", choices=FORMATS, help="trace format (default: detected from the content)")
     t.add_argument("--cluster", metavar="NAME", help="which CSV of a tarball to read (e.g. cluster04)")
     t.add_argument("--jobs", type=int, metavar="K", help="replay only the first K jobs (after --window)")
-    t.add_argument("--window", metavar="START:END",
-                   help="replay only jobs submitted in [START, END) trace seconds; s/m/h/d suffixes")
-    t.add_argument("--skip-bad-lines", action="store_true",
-                   help="skip malformed lines (each is reported) instead of failing")
+    t.add_argument(
+        "--window",
+        metavar="START:END",
+        help="replay only jobs submitted in [START, END) trace seconds; s/m/h/d suffixes",
+    )
+    t.add_argument(
+        "--skip-bad-lines", action="store_true", help="skip malformed lines (each is reported) instead of failing"
+    )
     c = p.add_argument_group("cluster (default: the SWF header's MaxNodes/MaxProcs)")
     c.add_argument("--nodes", type=int, metavar="N")
     c.add_argument("--cpus-per-node", type=int, metavar="C")
     c.add_argument("--gpus-per-node", type=int, metavar="G", help="default 8 for GPU traces")
     s = p.add_argument_group("scheduler")
-    s.add_argument("--conf", metavar="FILE",
-                   help="slurm.conf-syntax file: its scheduling keys (and nodes, unless --nodes)")
-    s.add_argument("--policy", choices=POLICIES, help="fcfs, easy (default), backfill (Slurm's, depth bf_max_job_test), conservative, "
-                   "or sjf (shortest time limit first, with EASY backfilling)")
-    s.add_argument("--compare", metavar="P1,P2,..",
-                   help=f"replay several policies and overlay them ({', '.join(POLICIES)}, {RECORDED})")
+    s.add_argument(
+        "--conf", metavar="FILE", help="slurm.conf-syntax file: its scheduling keys (and nodes, unless --nodes)"
+    )
+    s.add_argument(
+        "--policy",
+        choices=POLICIES,
+        help="fcfs, easy (default), backfill (Slurm's, depth bf_max_job_test), conservative, "
+        "or sjf (shortest time limit first, with EASY backfilling)",
+    )
+    s.add_argument(
+        "--compare",
+        metavar="P1,P2,..",
+        help=f"replay several policies and overlay them ({', '.join(POLICIES)}, {RECORDED})",
+    )
     for name in ("age", "fairshare", "job-size", "partition", "qos"):
-        s.add_argument(f"--priority-weight-{name}", type=int, metavar="W",
-                       help=f"PriorityWeight{name.title().replace('-', '')} (implies priority/multifactor)")
+        s.add_argument(
+            f"--priority-weight-{name}",
+            type=int,
+            metavar="W",
+            help=f"PriorityWeight{name.title().replace('-', '')} (implies priority/multifactor)",
+        )
     s.add_argument("--priority-max-age", metavar="TIME", help="PriorityMaxAge (Slurm time format)")
     s.add_argument("--priority-favor-small", action="store_true", help="PriorityFavorSmall=YES")
-    s.add_argument("--bf-max-job-test", type=int, metavar="N", help="backfill depth: how many blocked jobs get a planned start, 1 to 1,000,000 "
-                   "(bf_max_job_test; overrides the policy's: easy is 1)")
+    s.add_argument(
+        "--bf-max-job-test",
+        type=int,
+        metavar="N",
+        help="backfill depth: how many blocked jobs get a planned start, 1 to 1,000,000 "
+        "(bf_max_job_test; overrides the policy's: easy is 1)",
+    )
     r = p.add_argument_group("replay")
-    r.add_argument("--estimate", default="requested", metavar="requested|actual|KxActual",
-                   help="runtime estimate backfill uses (the job's time limit); default requested")
-    r.add_argument("--allow-overrun", action="store_true",
-                   help="let jobs run past their time limit (default: killed at the limit)")
+    r.add_argument(
+        "--estimate",
+        default="requested",
+        metavar="requested|actual|KxActual",
+        help="runtime estimate backfill uses (the job's time limit); default requested",
+    )
+    r.add_argument(
+        "--allow-overrun", action="store_true", help="let jobs run past their time limit (default: killed at the limit)"
+    )
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="FILE|-", help="write every figure as JSON (- for stdout)")
     o.add_argument("--plot", metavar="DIR", help="write PNG pictures into DIR (needs matplotlib)")
-    o.add_argument("--gantt-window", metavar="START:END",
-                   help="window of the Gantt picture in trace seconds (default: 2 days from the median submit)")
-    o.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show a progress bar on stderr (default: when stderr is a terminal)")
+    o.add_argument(
+        "--gantt-window",
+        metavar="START:END",
+        help="window of the Gantt picture in trace seconds (default: 2 days from the median submit)",
+    )
+    o.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar on stderr (default: when stderr is a terminal)",
+    )
     return p
 
 
@@ -124,8 +157,7 @@ class ProgressBar:
         filled = self.width * permille // 1000
         bar = "#" * filled + "." * (self.width - filled)
         self.stream.write(
-            f"\r{self.label:>12} [{bar}] {permille / 10:5.1f}%  {done:,}/{total:,} jobs  "
-            f"day {sim_time / 86400:,.1f}"
+            f"\r{self.label:>12} [{bar}] {permille / 10:5.1f}%  {done:,}/{total:,} jobs  day {sim_time / 86400:,.1f}"
         )
         if done >= total:
             self.stream.write("\n")

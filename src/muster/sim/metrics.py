@@ -209,9 +209,7 @@ def format_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
     header = ["metric", *[label for label, _ in runs]]
     rows = [[title, *[_fmt(spec, m.get(key)) for _, m in runs]] for key, title, spec in _ROWS]
     out = [_grid(header, rows)]
-    labels = sorted(
-        {c["size"] for _, m in runs for c in m.get("by_size", [])}, key=_class_order
-    )
+    labels = sorted({c["size"] for _, m in runs for c in m.get("by_size", [])}, key=_class_order)
     if labels:
         header = ["size", *[f"{label}: jobs / wait mean / bsld" for label, _ in runs]]
         rows = []
@@ -220,8 +218,7 @@ def format_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
             for _, m in runs:
                 c = next((c for c in m.get("by_size", []) if c["size"] == size), None)
                 row.append(
-                    "-" if c is None else
-                    f"{c['jobs']:,} / {c['wait_mean']:,.0f} s / {c['bounded_slowdown_mean']:,.1f}"
+                    "-" if c is None else f"{c['jobs']:,} / {c['wait_mean']:,.0f} s / {c['bounded_slowdown_mean']:,.1f}"
                 )
             rows.append(row)
         out.append(_grid(header, rows))

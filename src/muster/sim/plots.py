@@ -45,8 +45,9 @@ def timeline(outcomes: Sequence[JobOutcome]) -> tuple[list[float], list[int], li
     return times, busy, queued
 
 
-def binned(times: Sequence[float], values: Sequence[float], start: float, end: float,
-           bins: int) -> tuple[list[float], list[float]]:
+def binned(
+    times: Sequence[float], values: Sequence[float], start: float, end: float, bins: int
+) -> tuple[list[float], list[float]]:
     """Time-weighted mean of a step function over ``bins`` equal bins of [start, end).
 
     Returns the bins' centres and means. Before the first time the function is 0."""
@@ -149,9 +150,7 @@ def lanes(outcomes: Sequence[JobOutcome], capacity: int) -> dict[int, list[int]]
     """A drawing of the machine as ``capacity`` unit rows (processors or GPUs): each job gets
     the lowest free rows when it starts (ends first at equal times). For display only: the
     scheduler's real placement is per node, and the rows a job gets need not be adjacent."""
-    events = sorted(
-        [(o.end, 0, i) for i, o in enumerate(outcomes)] + [(o.start, 1, i) for i, o in enumerate(outcomes)]
-    )
+    events = sorted([(o.end, 0, i) for i, o in enumerate(outcomes)] + [(o.start, 1, i) for i, o in enumerate(outcomes)])
     free = list(range(capacity))  # a heap: lowest row first
     out: dict[int, list[int]] = {}
     for _, kind, i in events:
@@ -165,8 +164,15 @@ def lanes(outcomes: Sequence[JobOutcome], capacity: int) -> dict[int, list[int]]
     return out
 
 
-def _gantt(plt: Any, label: str, outs: Sequence[JobOutcome], window: tuple[float, float] | None,
-           capacity: int, unit: str, out_dir: str) -> str | None:
+def _gantt(
+    plt: Any,
+    label: str,
+    outs: Sequence[JobOutcome],
+    window: tuple[float, float] | None,
+    capacity: int,
+    unit: str,
+    out_dir: str,
+) -> str | None:
     lo, hi = _parse_window(window, outs)
     rows = lanes(outs, capacity)
     shown = [o for o in outs if o.start < hi and o.end > lo and o.end > o.start]

@@ -216,9 +216,7 @@ def detect_format(text: str, name: str = "<trace>") -> str:
         if len(line.split()) == len(SWF_FIELDS):
             return "swf"
         break
-    raise TraceError(
-        f"{name}: cannot tell the trace format (neither SWF nor a GPU CSV); use --format"
-    )
+    raise TraceError(f"{name}: cannot tell the trace format (neither SWF nor a GPU CSV); use --format")
 
 
 # --- SWF ---------------------------------------------------------------------------------------
@@ -240,13 +238,9 @@ def _parse_swf_line(line: str, where: str) -> SwfRecord:
         try:
             values.append(_number(tok))
         except ValueError:
-            raise TraceError(
-                f"{where}: field {i + 1} ({SWF_FIELDS[i]}) is not a number: {tok!r}"
-            ) from None
+            raise TraceError(f"{where}: field {i + 1} ({SWF_FIELDS[i]}) is not a number: {tok!r}") from None
     ints = {0, 4, 7, 10, 11, 12, 13, 14, 15, 16}
-    kwargs = {
-        name: (int(v) if i in ints else v) for i, (name, v) in enumerate(zip(SWF_FIELDS, values, strict=True))
-    }
+    kwargs = {name: (int(v) if i in ints else v) for i, (name, v) in enumerate(zip(SWF_FIELDS, values, strict=True))}
     rec = SwfRecord(**kwargs)  # type: ignore[arg-type]
     if rec.submit_time < 0:
         raise TraceError(f"{where}: submit time is negative ({tokens[1]})")

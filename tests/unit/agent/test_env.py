@@ -50,7 +50,6 @@ CTX = EnvContext(
 ONLY_IN_THE_CHILD = {"SLURM_TASK_PID"}  # the launcher adds it once the pid is known
 
 
-
 def _reference(name: str) -> dict[str, str]:
     path = REFERENCE / name
     text = path.read_text()
@@ -120,8 +119,16 @@ def test_memory_is_named_the_way_it_was_asked_for(spec: dict[str, int], expected
 
 
 def test_array_tasks_get_the_array_variables() -> None:
-    job = {**ENVPROBE, "job_id": 61, "array_job_id": 60, "array_task_id": 1, "array_task_count": 3,
-           "array_task_min": 0, "array_task_max": 2, "array_task_step": 1}
+    job = {
+        **ENVPROBE,
+        "job_id": 61,
+        "array_job_id": 60,
+        "array_task_id": 1,
+        "array_task_count": 3,
+        "array_task_min": 0,
+        "array_task_max": 2,
+        "array_task_step": 1,
+    }
     env = batch_environment(job, CTX)
     assert (env["SLURM_ARRAY_JOB_ID"], env["SLURM_ARRAY_TASK_ID"], env["SLURM_ARRAY_TASK_COUNT"]) == ("60", "1", "3")
     assert (env["SLURM_ARRAY_TASK_MIN"], env["SLURM_ARRAY_TASK_MAX"], env["SLURM_ARRAY_TASK_STEP"]) == ("0", "2", "1")
@@ -154,5 +161,7 @@ def test_counts_use_slurms_run_length_form(counts: list[int], text: str) -> None
         (5, [1, 1], 1, None, [3, 2]),  # overcommitted: round-robin the rest
     ],
 )
-def test_tasks_are_laid_out_in_blocks(ntasks: int, cpus: list[int], cpt: int, per_node: int | None, expected: list[int]) -> None:
+def test_tasks_are_laid_out_in_blocks(
+    ntasks: int, cpus: list[int], cpt: int, per_node: int | None, expected: list[int]
+) -> None:
     assert tasks_per_node(ntasks, cpus, cpt, per_node) == expected

@@ -17,8 +17,10 @@ def inventory(source: str, n: int = 4) -> GpuInventory:
 def test_the_fault_file_names_gpus_and_causes_in_drain_reason_words() -> None:
     text = "# made to fail by a test\n3 xid 79\n1 ecc\n\n2 remap\n0 lost\nbad line\n"
     assert [f.reason for f in parse_fault_file(text)] == [
-        "GPU 0: fallen off the bus", "GPU 1: uncorrected ECC errors",
-        "GPU 2: row remapping failed", "GPU 3: XID 79 (fallen off the bus)",
+        "GPU 0: fallen off the bus",
+        "GPU 1: uncorrected ECC errors",
+        "GPU 2: row remapping failed",
+        "GPU 3: XID 79 (fallen off the bus)",
     ]
 
 
@@ -33,12 +35,13 @@ def test_emulated_gpus_fail_by_the_file_and_recover_when_it_goes(tmp_path: pathl
 
 
 def test_nvidia_smi_answers_become_faults() -> None:
-    text = ("0, 0, No\n1, 12, No\n2, 0, Yes\n"
-            "Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost\n")
+    text = "0, 0, No\n1, 12, No\n2, 0, Yes\nUnable to determine the device handle for GPU 0000:3B:00.0: GPU is lost\n"
     faults = parse_smi_health(text, [0, 1, 2, 3])
     assert [f.reason for f in faults] == [
-        "GPU 1: uncorrected ECC errors (12)", "GPU 2: row remapping failed",
-        "GPU 3: missing (not detected)"]
+        "GPU 1: uncorrected ECC errors (12)",
+        "GPU 2: row remapping failed",
+        "GPU 3: missing (not detected)",
+    ]
     assert parse_smi_health("0, [N/A], [N/A]\n", [0]) == []
 
 
@@ -109,8 +112,10 @@ def test_nvml_finds_lost_gpus_ecc_errors_and_critical_xids(tmp_path: pathlib.Pat
     fake = FakeNVML()
     health = GpuHealth(inventory("nvml"), str(tmp_path / "none"), nvml=fake)
     assert [f.reason for f in health.check()] == [
-        "GPU 0: XID 79 (fallen off the bus)", "GPU 1: uncorrected ECC errors (5)",
-        "GPU 2: XID 79 (fallen off the bus)"]  # XID 13 is the program's: not a node fault
+        "GPU 0: XID 79 (fallen off the bus)",
+        "GPU 1: uncorrected ECC errors (5)",
+        "GPU 2: XID 79 (fallen off the bus)",
+    ]  # XID 13 is the program's: not a node fault
     assert health.check() == [GpuFault(1, "uncorrected ECC errors (5)"), GpuFault(2, "XID 79 (fallen off the bus)")]
     assert fake.inits == 1
 

@@ -50,7 +50,12 @@ def test_a_name_with_a_comma_survives() -> None:
 
 @pytest.mark.parametrize(
     ("name", "gres_type"),
-    [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-80GB", "a100"), ("Tesla V100-SXM2-16GB", "v100"), ("NVIDIA H200", "h200")],
+    [
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA A100-SXM4-80GB", "a100"),
+        ("Tesla V100-SXM2-16GB", "v100"),
+        ("NVIDIA H200", "h200"),
+    ],
 )
 def test_gres_types_come_from_the_marketing_name(name: str, gres_type: str) -> None:
     assert type_from_name(name) == gres_type

@@ -6,9 +6,20 @@ from muster.agent.jobrecord import Tracked, cpus_on, end_report
 
 
 def _tracked() -> Tracked:
-    return Tracked(job_id=7, restart_count=2, job={"job_id": 7, "time_limit": 60}, uid=1000, kill_wait=5.0,
-                   started_at=100.0, pid=4242, start_ticks=99, terminated_by="timeout", warned=True,
-                   stderr_path="/tmp/err", monitored=True)
+    return Tracked(
+        job_id=7,
+        restart_count=2,
+        job={"job_id": 7, "time_limit": 60},
+        uid=1000,
+        kill_wait=5.0,
+        started_at=100.0,
+        pid=4242,
+        start_ticks=99,
+        terminated_by="timeout",
+        warned=True,
+        stderr_path="/tmp/err",
+        monitored=True,
+    )
 
 
 def test_a_restarted_agent_reads_back_what_was_saved() -> None:
@@ -26,10 +37,19 @@ def test_a_sparse_record_takes_the_agents_defaults() -> None:
 
 def test_the_end_report_names_the_attempt_and_only_the_extras_that_apply() -> None:
     report = end_report("n1", _tracked(), 0, 15, "timeout", 160.0)
-    assert report == {"node": "n1", "job_id": 7, "restart_count": 2, "exit_code": 0, "signal": 15,
-                      "terminated_by": "timeout", "start_time": 100.0, "end_time": 160.0}
-    failed = end_report("n1", _tracked(), 1, 0, None, 101.0, reason="boom", launch_failure="job",
-                        usage={"max_rss_kb": 1})
+    assert report == {
+        "node": "n1",
+        "job_id": 7,
+        "restart_count": 2,
+        "exit_code": 0,
+        "signal": 15,
+        "terminated_by": "timeout",
+        "start_time": 100.0,
+        "end_time": 160.0,
+    }
+    failed = end_report(
+        "n1", _tracked(), 1, 0, None, 101.0, reason="boom", launch_failure="job", usage={"max_rss_kb": 1}
+    )
     assert (failed["reason"], failed["launch_failure"], failed["usage"]) == ("boom", "job", {"max_rss_kb": 1})
 
 

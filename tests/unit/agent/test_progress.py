@@ -13,8 +13,12 @@ from muster.agent.progress import ProgressWatch, parse_lines, prepare, progress_
 
 def test_lines_parse_with_or_without_a_time_and_junk_is_ignored() -> None:
     lines = parse_lines("step 3 1000.5\ncheckpoint 2\nckpt 4 5000\nhello\nstep x\nstep 5 soon\n", 2000.0)
-    assert lines == [("step", 3, 1000.5), ("checkpoint", 2, 2000.0), ("checkpoint", 4, 2000.0),
-                     ("step", 5, 2000.0)]  # a time in the future is the reader's
+    assert lines == [
+        ("step", 3, 1000.5),
+        ("checkpoint", 2, 2000.0),
+        ("checkpoint", 4, 2000.0),
+        ("step", 5, 2000.0),
+    ]  # a time in the future is the reader's
 
 
 def test_the_module_writes_where_the_agent_reads(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:

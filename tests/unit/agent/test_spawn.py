@@ -31,9 +31,15 @@ def _run(spec: spawn.ChildSpec) -> tuple[int, bytes]:
 def _spec(tmp_path: Path, **kw: object) -> spawn.ChildSpec:
     out = str(tmp_path / "out.txt")
     base: dict[str, object] = dict(
-        exe="/bin/sh", argv=["/bin/sh", "-c", "echo pid=$SLURM_TASK_PID cwd=$(pwd) umask=$(umask)"],
-        env={"PATH": "/usr/bin:/bin"}, uid=os.geteuid(), gid=os.getegid(), groups=None, umask=0o027,
-        cwd=str(tmp_path), words=WORDS,
+        exe="/bin/sh",
+        argv=["/bin/sh", "-c", "echo pid=$SLURM_TASK_PID cwd=$(pwd) umask=$(umask)"],
+        env={"PATH": "/usr/bin:/bin"},
+        uid=os.geteuid(),
+        gid=os.getegid(),
+        groups=None,
+        umask=0o027,
+        cwd=str(tmp_path),
+        words=WORDS,
         stdin=spawn.Stream(path=os.devnull, label="stdin"),
         stdout=spawn.Stream(path=out, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC, label="out"),
         stderr=spawn.Stream(same=True),
@@ -59,8 +65,9 @@ def test_a_missing_working_directory_is_the_jobs_fault_and_exits_127(tmp_path: P
 
 def test_the_fallback_directory_is_used_after_slurms_warning(tmp_path: Path) -> None:
     warn_r, warn_w = os.pipe()
-    code, report = _run(_spec(tmp_path, cwd=str(tmp_path / "nope"), cwd_fallback=str(tmp_path), warn_fd=warn_w,
-                              close_after=(warn_w,)))
+    code, report = _run(
+        _spec(tmp_path, cwd=str(tmp_path / "nope"), cwd_fallback=str(tmp_path), warn_fd=warn_w, close_after=(warn_w,))
+    )
     os.close(warn_w)
     warning = os.read(warn_r, 4096).decode()
     os.close(warn_r)
@@ -70,8 +77,9 @@ def test_the_fallback_directory_is_used_after_slurms_warning(tmp_path: Path) -> 
 
 
 def test_a_command_not_found_exits_with_the_errno_when_asked(tmp_path: Path) -> None:
-    code, report = _run(_spec(tmp_path, exe="no-such-command-xyz", argv=["no-such-command-xyz"], search_path=True,
-                              failure_exit=None))
+    code, report = _run(
+        _spec(tmp_path, exe="no-such-command-xyz", argv=["no-such-command-xyz"], search_path=True, failure_exit=None)
+    )
     assert code == 2  # ENOENT, as Slurm's tasks exit
     assert spawn.failure(report) == (spawn.JOB_FAULT, "exec no-such-command-xyz: No such file or directory")
 
@@ -90,8 +98,19 @@ def test_output_directories_are_made_when_asked(tmp_path: Path) -> None:
     assert code == 0 and os.path.exists(out)
 
 
-@pytest.mark.parametrize(("text", "value"), [("0027", 0o27), ("777", 0o777), (None, None), ("", None),
-                                             ("0999", None), ("1000", None), (18, None), ("abc", None)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0027", 0o27),
+        ("777", 0o777),
+        (None, None),
+        ("", None),
+        ("0999", None),
+        ("1000", None),
+        (18, None),
+        ("abc", None),
+    ],
+)
 def test_parse_umask(text: object, value: int | None) -> None:
     assert spawn.parse_umask(text) == value
 

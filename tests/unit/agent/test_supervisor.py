@@ -73,8 +73,13 @@ def sup(tmp_path: Any, clock: ManualClock, world: World) -> Supervisor:
 
 
 def _track(sup: Supervisor, clock: ManualClock, time_limit: int | None = 60, signal_spec: str | None = None) -> Tracked:
-    job = {"job_id": 5, "uid": 1000, "start_time": clock.now(), "time_limit": time_limit,
-           "spec": {"signal": signal_spec}}
+    job = {
+        "job_id": 5,
+        "uid": 1000,
+        "start_time": clock.now(),
+        "time_limit": time_limit,
+        "spec": {"signal": signal_spec},
+    }
     t = Tracked(job_id=5, restart_count=0, job=job, uid=1000, kill_wait=30, started_at=clock.now(), pid=LEADER)
     sup.jobs[5] = t
     return t
@@ -87,15 +92,19 @@ def test_nothing_happens_before_the_time_limit(sup: Supervisor, clock: ManualClo
     assert world.take() == []
 
 
-def test_at_the_limit_the_job_gets_term_then_kill_after_kill_wait(sup: Supervisor, clock: ManualClock, world: World) -> None:
+def test_at_the_limit_the_job_gets_term_then_kill_after_kill_wait(
+    sup: Supervisor, clock: ManualClock, world: World
+) -> None:
     t = _track(sup, clock)
     clock.advance(60)
     sup.check_limits()
     assert t.terminated_by == "timeout"
     # the group at once, then the escaped process alone
     assert world.take() == [
-        (-LEADER, signal.SIGTERM), (-LEADER, signal.SIGCONT),
-        (ESCAPED, signal.SIGTERM), (ESCAPED, signal.SIGCONT),
+        (-LEADER, signal.SIGTERM),
+        (-LEADER, signal.SIGCONT),
+        (ESCAPED, signal.SIGTERM),
+        (ESCAPED, signal.SIGCONT),
     ]
     clock.advance(29)
     sup.check_limits()
@@ -106,7 +115,9 @@ def test_at_the_limit_the_job_gets_term_then_kill_after_kill_wait(sup: Superviso
     assert sup.state.jobs()[0]["terminated_by"] == "timeout"
 
 
-def test_the_first_termination_reason_wins_and_a_shorter_grace_applies(sup: Supervisor, clock: ManualClock, world: World) -> None:
+def test_the_first_termination_reason_wins_and_a_shorter_grace_applies(
+    sup: Supervisor, clock: ManualClock, world: World
+) -> None:
     t = _track(sup, clock, time_limit=None)
     assert sup.terminate(5, "cancel", kill_wait=10)
     assert sup.terminate(5, "timeout", kill_wait=2)
@@ -130,7 +141,9 @@ def test_a_batch_warning_goes_to_the_batch_shell_only(sup: Supervisor, clock: Ma
     assert world.take() == []  # once
 
 
-def test_a_plain_warning_goes_to_everything_but_the_batch_shell(sup: Supervisor, clock: ManualClock, world: World) -> None:
+def test_a_plain_warning_goes_to_everything_but_the_batch_shell(
+    sup: Supervisor, clock: ManualClock, world: World
+) -> None:
     _track(sup, clock, signal_spec="USR2@10")
     clock.advance(50)
     sup.check_limits()
@@ -180,8 +193,17 @@ def test_a_job_terminated_before_its_launch_arrived_is_not_started(sup: Supervis
 
 
 def test_a_restarted_agent_reports_jobs_that_vanished_as_node_failures(sup: Supervisor, clock: ManualClock) -> None:
-    sup.state.save_job({"job_id": 11, "restart_count": 2, "pid": 2**22 + 77, "start_ticks": 5,
-                        "uid": 1000, "started_at": 999_000.0, "job": {"job_id": 11}})
+    sup.state.save_job(
+        {
+            "job_id": 11,
+            "restart_count": 2,
+            "pid": 2**22 + 77,
+            "start_ticks": 5,
+            "uid": 1000,
+            "started_at": 999_000.0,
+            "job": {"job_id": 11},
+        }
+    )
     sup.state.save_job({"job_id": 12, "restart_count": 0, "pid": None, "job": {"job_id": 12}})
     sup.state.save_job({"job_id": 13, "restart_count": 0, "pid": 1, "start_ticks": 1, "job": {"job_id": 13}})
     sup.state.save_report({"job_id": 13, "restart_count": 0, "exit_code": 0})  # already ended

@@ -13,7 +13,9 @@ from muster.agent.taskenv import task_environment
 from muster.core.steps import NodeShare, StepLayout, StepRequest, master_port, plan_step
 
 REFERENCE = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "slurm-22.05"
-CTX = EnvContext(node="node1", cluster="anchor", conf_path="/etc/slurm/slurm.conf", ctld_addr="127.0.0.1", ctld_port=6817)
+CTX = EnvContext(
+    node="node1", cluster="anchor", conf_path="/etc/slurm/slurm.conf", ctld_addr="127.0.0.1", ctld_port=6817
+)
 # Variables the reference shows that only the child knows (its pid).
 CHILD_ONLY = {"SLURM_TASK_PID"}
 
@@ -34,17 +36,35 @@ def grant_for(request: StepRequest, job_id: int) -> dict[str, Any]:
     layout = plan_step(request, [NodeShare("node1", 2, (0, 1)), NodeShare("node2", 2, (0, 1))])
     assert isinstance(layout, StepLayout)
     return {
-        "job_id": job_id, "attempt": 0, "step_id": 0, "uid": 0, "gid": 0, "user": "root",
+        "job_id": job_id,
+        "attempt": 0,
+        "step_id": 0,
+        "uid": 0,
+        "gid": 0,
+        "user": "root",
         "job": {
-            "name": "bash", "partition": "gpu", "account": "root", "qos": "normal",
-            "submit_host": "vm", "workdir": "/var/lib/slurm-anchor/work",
-            "nodes": ["node1", "node2"], "cpus": [2, 2], "restart_count": 0,
+            "name": "bash",
+            "partition": "gpu",
+            "account": "root",
+            "qos": "normal",
+            "submit_host": "vm",
+            "workdir": "/var/lib/slurm-anchor/work",
+            "nodes": ["node1", "node2"],
+            "cpus": [2, 2],
+            "restart_count": 0,
         },
         "step": {
-            "nodes": layout.nodes, "addrs": ["127.0.0.2", "127.0.0.3"], "tasks": layout.tasks,
-            "cpus": layout.cpus, "gpus": layout.gpus, "task_gpus": layout.task_gpus,
-            "distribution": "block", "cpus_per_task": 1, "ntasks_per_node": request.ntasks_per_node,
-            "gpus_per_task": request.gpus_per_task, "master_port": master_port(job_id, 0),
+            "nodes": layout.nodes,
+            "addrs": ["127.0.0.2", "127.0.0.3"],
+            "tasks": layout.tasks,
+            "cpus": layout.cpus,
+            "gpus": layout.gpus,
+            "task_gpus": layout.task_gpus,
+            "distribution": "block",
+            "cpus_per_task": 1,
+            "ntasks_per_node": request.ntasks_per_node,
+            "gpus_per_task": request.gpus_per_task,
+            "master_port": master_port(job_id, 0),
         },
     }
 
@@ -78,8 +98,17 @@ def test_gpus_per_task_binds_each_task_like_slurm(task: int) -> None:
     grant = grant_for(StepRequest(ntasks_per_node=2, gpus_per_task=1), 49)
     ours = slurm_part(env_of(grant, task))
     assert set(ours) == set(ref) - CHILD_ONLY
-    for key in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE", "SLURMD_TRES_BIND",
-                "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GTIDS", "SLURMD_NODENAME"):
+    for key in (
+        "CUDA_VISIBLE_DEVICES",
+        "SLURM_STEP_GPUS",
+        "SLURM_GPUS_ON_NODE",
+        "SLURMD_TRES_BIND",
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+        "SLURM_NODEID",
+        "SLURM_GTIDS",
+        "SLURMD_NODENAME",
+    ):
         assert ours[key] == ref[key], key
 
 

@@ -261,11 +261,7 @@ def reference_nodes() -> list[dict[str, Any]]:
     nodes = []
     for i in range(1, 9):
         parts = ["gpu", "debug"] if i >= 5 else ["gpu"]
-        busy = (
-            {"state": "MIXED", "cpus_alloc": 1, "mem_alloc": 1000, "gpus_alloc": 2, "jobs": [8653]}
-            if i <= 2
-            else {}
-        )
+        busy = {"state": "MIXED", "cpus_alloc": 1, "mem_alloc": 1000, "gpus_alloc": 2, "jobs": [8653]} if i <= 2 else {}
         nodes.append(make_node(f"node{i}", partitions=parts, **busy))
     return nodes
 

@@ -61,9 +61,7 @@ def test_connect_prefers_the_local_socket(monkeypatch, tmp_path) -> None:
 
 def test_connect_falls_back_to_tcp(monkeypatch, tmp_path) -> None:
     conf = tmp_path / "m.conf"
-    conf.write_text(
-        f"CtldSocket={tmp_path}/none.sock\nSlurmctldHost=h(10.9.9.9)\nSlurmctldPort=7777\n"
-    )
+    conf.write_text(f"CtldSocket={tmp_path}/none.sock\nSlurmctldHost=h(10.9.9.9)\nSlurmctldPort=7777\n")
     monkeypatch.setenv("MUSTER_CONF", str(conf))
     ctl = common.connect("squeue")
     assert ctl.unix_path is None and ctl.address == ("10.9.9.9", 7777)
@@ -78,8 +76,9 @@ def test_muster_up_conf_extra_settings() -> None:
     from muster.cli.muster import conf_extra
 
     assert conf_extra(["PriorityType=priority/basic"], "SlurmdTimeout=5; SelectTypeParameters=CR_CPU") == {
-        "PriorityType": "priority/basic", "SlurmdTimeout": "5", "SelectTypeParameters": "CR_CPU",
+        "PriorityType": "priority/basic",
+        "SlurmdTimeout": "5",
+        "SelectTypeParameters": "CR_CPU",
     }
     assert "KEY=VALUE" in str(conf_extra(["SlurmdTimeout"], ""))
     assert "global settings only" in str(conf_extra(["NodeName=x"], ""))
-

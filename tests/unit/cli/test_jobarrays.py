@@ -7,9 +7,18 @@ from muster.cli.jobarrays import job_id_text, merge_array_rows
 
 
 def _task(job_id: int, task: int, state: str = "PENDING", reason: str = "Resources", throttle: int = 0) -> dict:
-    return {"job_id": job_id, "array_job_id": 10, "array_task_id": task, "array_throttle": throttle,
-            "state": state, "reason": reason, "state_code": "PD" if state == "PENDING" else "R",
-            "spec": {"name": "arr"}, "partition": "gpu", "user": "alice"}
+    return {
+        "job_id": job_id,
+        "array_job_id": 10,
+        "array_task_id": task,
+        "array_throttle": throttle,
+        "state": state,
+        "reason": reason,
+        "state_code": "PD" if state == "PENDING" else "R",
+        "spec": {"name": "arr"},
+        "partition": "gpu",
+        "user": "alice",
+    }
 
 
 def test_pending_tasks_with_one_reason_merge_and_running_ones_stay_apart() -> None:

@@ -92,9 +92,7 @@ def test_errors_use_glibc_wording(argv, message) -> None:
 
 
 def test_directives_stop_at_the_first_command() -> None:
-    script = (
-        "#!/bin/bash\n#SBATCH -J a\n\n# a comment\n#SBATCH --time=5\necho hi\n#SBATCH -p late\n"
-    )
+    script = "#!/bin/bash\n#SBATCH -J a\n\n# a comment\n#SBATCH --time=5\necho hi\n#SBATCH -p late\n"
     assert script_directives(script) == ["-J", "a", "--time=5"]
 
 

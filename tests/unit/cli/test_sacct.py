@@ -20,9 +20,18 @@ T0 = 1796227640.0
 
 
 def _job(job_id: int, name: str, nodes: int = 1, gpus: int = 0, **kw: Any) -> Job:
-    return Job(job_id=job_id, spec=JobSpec(name=name, script="#!/bin/sh\n", account="root"),
-               shape=Shape(nodes=nodes, cpus_per_node=1, mem_per_node=1000, gpus_per_node=gpus),
-               user="root", uid=0, group="root", gid=0, submit_time=T0 - 1, partition="gpu", **kw)
+    return Job(
+        job_id=job_id,
+        spec=JobSpec(name=name, script="#!/bin/sh\n", account="root"),
+        shape=Shape(nodes=nodes, cpus_per_node=1, mem_per_node=1000, gpus_per_node=gpus),
+        user="root",
+        uid=0,
+        group="root",
+        gid=0,
+        submit_time=T0 - 1,
+        partition="gpu",
+        **kw,
+    )
 
 
 def _run(job: Job, seconds: float = 0.0) -> Job:
@@ -57,14 +66,24 @@ def _records() -> list[dict[str, Any]]:
     held = _job(8656, "fmt_held", hold="user")
     lifecycle.end(held, JobEvent.CANCEL, T0 + 6, completing=False)
     held.cancelled_by = 0
-    step0 = {"job_id": 8653, "step_id": 0, "attempt": 0, "name": "sleep", "state": "CANCELLED",
-             "start_time": T0, "end_time": T0 + 4, "exit_code": 0, "signal": 15,
-             "nodes": ["node1", "node2"], "ncpus": 2, "gpus": 4, "mem": 2000, "ntasks": 2}
+    step0 = {
+        "job_id": 8653,
+        "step_id": 0,
+        "attempt": 0,
+        "name": "sleep",
+        "state": "CANCELLED",
+        "start_time": T0,
+        "end_time": T0 + 4,
+        "exit_code": 0,
+        "signal": 15,
+        "nodes": ["node1", "node2"],
+        "ncpus": 2,
+        "gpus": 4,
+        "mem": 2000,
+        "ntasks": 2,
+    }
     jobs = [ok, fail, killed, cancelled, *arr, run, big, held]
-    return [
-        record_wire(j.to_dict(), T0 + 10, "anchor", None, [step0] if j is run else [])
-        for j in jobs
-    ]
+    return [record_wire(j.to_dict(), T0 + 10, "anchor", None, [step0] if j is run else []) for j in jobs]
 
 
 def _reference(name: str) -> list[str]:
@@ -99,7 +118,8 @@ def test_wide_columns_are_right_justified_and_cut_with_a_plus() -> None:
     ours = {line.split()[0]: line for line in lines[2:]}
     assert lines[0].startswith("               JobID    JobName      State")
     assert ours["8653"].endswith(
-        "billing=2,cpu=2,gres/gpu=4,mem=2000M,no+                  billing=2,cpu=2,gres/gpu=4,mem=2000M,node=2 ")
+        "billing=2,cpu=2,gres/gpu=4,mem=2000M,no+                  billing=2,cpu=2,gres/gpu=4,mem=2000M,node=2 "
+    )
     assert ref["8653"].endswith(ours["8653"][-102:])
 
 
@@ -169,7 +189,13 @@ def test_a_node_failure_shows_both_attempts_with_duplicates() -> None:
 def test_state_takes_every_slurm_code_and_name_in_any_case() -> None:
     req = sacct.parse_args(["-s", "cd,CF,requeued,Rh,oom,se"], {}, T0)
     assert not isinstance(req, str)
-    assert req.params["state"] == ["COMPLETED", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD",
-                                   "OUT_OF_MEMORY", "SPECIAL_EXIT"]
+    assert req.params["state"] == [
+        "COMPLETED",
+        "CONFIGURING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "OUT_OF_MEMORY",
+        "SPECIAL_EXIT",
+    ]
     with pytest.raises(CommandError, match="Invalid state: XX"):
         sacct.parse_args(["-s", "XX"], {}, T0)

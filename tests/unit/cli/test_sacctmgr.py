@@ -11,20 +11,29 @@ from muster.cli.sacctmgr import parse_command, show
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        ("add account a,b Parent=root Fairshare=10",
-         ("add", "account", ["a", "b"], {}, {"Parent": "root", "Fairshare": "10"})),
-        ("create user alice Account=a DefaultAccount=a AdminLevel=Operator",
-         ("add", "user", ["alice"], {}, {"Account": "a", "DefaultAccount": "a", "AdminLevel": "Operator"})),
-        ("modify account where name=a set GrpTRES=gres/gpu=8 MaxJobs=4",
-         ("modify", "account", ["a"], {}, {"GrpTRES": "gres/gpu=8", "MaxJobs": "4"})),
-        ("update user alice where account=a set MaxSubmitJobs=10",
-         ("modify", "user", ["alice"], {"account": ["a"]}, {"MaxSubmitJobs": "10"})),
-        ("modify user alice set qos+=long,high",
-         ("modify", "user", ["alice"], {}, {"qos": "+long,+high"})),
+        (
+            "add account a,b Parent=root Fairshare=10",
+            ("add", "account", ["a", "b"], {}, {"Parent": "root", "Fairshare": "10"}),
+        ),
+        (
+            "create user alice Account=a DefaultAccount=a AdminLevel=Operator",
+            ("add", "user", ["alice"], {}, {"Account": "a", "DefaultAccount": "a", "AdminLevel": "Operator"}),
+        ),
+        (
+            "modify account where name=a set GrpTRES=gres/gpu=8 MaxJobs=4",
+            ("modify", "account", ["a"], {}, {"GrpTRES": "gres/gpu=8", "MaxJobs": "4"}),
+        ),
+        (
+            "update user alice where account=a set MaxSubmitJobs=10",
+            ("modify", "user", ["alice"], {"account": ["a"]}, {"MaxSubmitJobs": "10"}),
+        ),
+        ("modify user alice set qos+=long,high", ("modify", "user", ["alice"], {}, {"qos": "+long,+high"})),
         ("delete qos where name=long", ("delete", "qos", ["long"], {}, {})),
         ("remove user alice account=b", ("delete", "user", ["alice"], {"account": ["b"]}, {})),
-        ("add qos long MaxWall=1-0 MaxTRESPerUser=gres/gpu=16 Flags=DenyOnLimit",
-         ("add", "qos", ["long"], {}, {"MaxWall": "1-0", "MaxTRESPerUser": "gres/gpu=16", "Flags": "DenyOnLimit"})),
+        (
+            "add qos long MaxWall=1-0 MaxTRESPerUser=gres/gpu=16 Flags=DenyOnLimit",
+            ("add", "qos", ["long"], {}, {"MaxWall": "1-0", "MaxTRESPerUser": "gres/gpu=16", "Flags": "DenyOnLimit"}),
+        ),
     ],
 )
 def test_words_become_requests(words: str, expected: tuple) -> None:  # type: ignore[type-arg]
@@ -35,11 +44,17 @@ def test_words_become_requests(words: str, expected: tuple) -> None:  # type: ig
 def test_show_reads_format_and_tree() -> None:
     cmd = parse_command("show assoc where account=a format=account,user,share tree".split())
     assert (cmd.verb, cmd.entity, cmd.where, cmd.format, cmd.tree) == (
-        "show", "assoc", {"account": ["a"]}, "account,user,share", True)
+        "show",
+        "assoc",
+        {"account": ["a"]},
+        "account,user,share",
+        True,
+    )
 
 
-@pytest.mark.parametrize("words", ["", "frobnicate account a", "add", "add assoc x",
-                                   "modify account a", "delete account"])
+@pytest.mark.parametrize(
+    "words", ["", "frobnicate account a", "add", "add assoc x", "modify account a", "delete account"]
+)
 def test_malformed_commands_are_refused(words: str) -> None:
     with pytest.raises(CommandError):
         parse_command(words.split())
@@ -52,8 +67,15 @@ def test_show_assoc_tree_indents_accounts_from_the_left() -> None:
         "cluster": "c",
         "assocs": [
             {"account": "root", "user": "", "parent": None, "shares": 1, "limits": {}, "qos": [], "depth": 0},
-            {"account": "a", "user": "", "parent": "root", "shares": 1,
-             "limits": {"grp_tres": {"gres/gpu": 8}}, "qos": [], "depth": 1},
+            {
+                "account": "a",
+                "user": "",
+                "parent": "root",
+                "shares": 1,
+                "limits": {"grp_tres": {"gres/gpu": 8}},
+                "qos": [],
+                "depth": 1,
+            },
             {"account": "a", "user": "alice", "parent": None, "shares": 1, "limits": {}, "qos": [], "depth": 2},
         ],
     }
@@ -72,8 +94,10 @@ def test_show_assoc_tree_indents_accounts_from_the_left() -> None:
 OBJECTS = {
     "cluster": "c",
     "accounts": [{"name": "root"}, {"name": "a"}, {"name": "b"}],
-    "users": [{"name": "alice", "default_account": "a", "admin_level": "None"},
-              {"name": "bob", "default_account": "b", "admin_level": "None"}],
+    "users": [
+        {"name": "alice", "default_account": "a", "admin_level": "None"},
+        {"name": "bob", "default_account": "b", "admin_level": "None"},
+    ],
     "assocs": [
         {"account": "root", "user": "", "parent": None, "shares": 1, "limits": {}, "qos": [], "depth": 0},
         {"account": "a", "user": "", "parent": "root", "shares": 1, "limits": {}, "qos": [], "depth": 1},

@@ -11,9 +11,7 @@ from muster.cli.common import CommandError
 from muster.cli.jobrequest import current_umask
 
 
-def _build(
-    argv: list[str], environ: dict | None = None, stdin: str | None = None, cwd: str = "/work"
-):
+def _build(argv: list[str], environ: dict | None = None, stdin: str | None = None, cwd: str = "/work"):
     result = sbatch.build(
         argv,
         environ if environ is not None else {"HOME": "/h"},
@@ -33,9 +31,7 @@ def _script(tmp_path, text: str, name: str = "job.sh") -> str:
 
 def test_wrap_builds_slurms_script() -> None:
     sub = _build(["--wrap", "echo hi"])
-    assert (
-        sub.spec["script"] == "#!/bin/sh\n# This script was created by sbatch --wrap.\n\necho hi\n"
-    )
+    assert sub.spec["script"] == "#!/bin/sh\n# This script was created by sbatch --wrap.\n\necho hi\n"
     assert sub.spec["name"] == "wrap"
     assert sub.spec["argv"] == []
     assert sub.spec["workdir"] == "/work"
@@ -43,9 +39,7 @@ def test_wrap_builds_slurms_script() -> None:
 
 
 def test_script_file_name_arguments_and_directives(tmp_path) -> None:
-    path = _script(
-        tmp_path, "#!/bin/bash\n#SBATCH -N 2 --gres=gpu:4\n#SBATCH --time=10\nsrun hostname\n"
-    )
+    path = _script(tmp_path, "#!/bin/bash\n#SBATCH -N 2 --gres=gpu:4\n#SBATCH --time=10\nsrun hostname\n")
     sub = _build([path, "a", "--b"])
     assert sub.spec["name"] == "job.sh"
     assert sub.spec["argv"] == ["a", "--b"]
@@ -204,9 +198,7 @@ def test_unreachable_controller(monkeypatch, capsys) -> None:
     monkeypatch.setattr(
         sbatch,
         "connect",
-        lambda prog: _Fake(
-            error=ConnectError("Unable to contact slurm controller (connect failure): /s: gone")
-        ),
+        lambda prog: _Fake(error=ConnectError("Unable to contact slurm controller (connect failure): /s: gone")),
     )
     monkeypatch.setenv("SLURM_EXIT_ERROR", "3")
     rc, _, err = _run(["--wrap=true"], capsys)

@@ -147,6 +147,8 @@ def test_array_tasks_are_sent_as_written() -> None:
     assert c.job_ids == [123, "123_7", "123_[1-3,5]", 9, "10_2"]
 
 
-@pytest.mark.parametrize(("text", "name"), [("pd", "PENDING"), ("R", "RUNNING"), ("Suspended", "SUSPENDED"), ("s", "SUSPENDED")])
+@pytest.mark.parametrize(
+    ("text", "name"), [("pd", "PENDING"), ("R", "RUNNING"), ("Suspended", "SUSPENDED"), ("s", "SUSPENDED")]
+)
 def test_state_takes_slurms_codes_and_names_in_any_case(text: str, name: str) -> None:
     assert scancel.parse_args(["-t", text, "5"]).states == [name]

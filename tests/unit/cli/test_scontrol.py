@@ -217,9 +217,7 @@ def test_show_unknown_job(monkeypatch, capsys, reference) -> None:
 
 def test_show_unknown_node(monkeypatch, capsys, reference) -> None:
     stdout, _ = reference("fmt_err_scontrol_show_node_bad.txt")
-    monkeypatch.setattr(
-        scontrol, "connect", lambda *a: _Fake(answers={"/v1/nodes?name=nosuch": {"nodes": []}})
-    )
+    monkeypatch.setattr(scontrol, "connect", lambda *a: _Fake(answers={"/v1/nodes?name=nosuch": {"nodes": []}}))
     assert scontrol.main(["show", "node", "nosuch"]) == 1
     assert capsys.readouterr().out == stdout
 
@@ -299,8 +297,15 @@ def test_version(capsys) -> None:
 
 
 def _array_task(job: dict, job_id: int, task: int, state: str = "PENDING") -> dict:
-    return {**job, "job_id": job_id, "array_job_id": 8655, "array_task_id": task,
-            "array_throttle": 2, "state": state, "reason": "Resources"}
+    return {
+        **job,
+        "job_id": job_id,
+        "array_job_id": 8655,
+        "array_task_id": task,
+        "array_throttle": 2,
+        "state": state,
+        "reason": "Resources",
+    }
 
 
 def test_show_job_of_an_array_merges_its_pending_tasks(monkeypatch, capsys, jobs) -> None:

@@ -83,10 +83,13 @@ def test_state_lists_any_or_all_and_state_complete(partitions, nodes) -> None:
     nodes[6].update(state="IDLE", drain=True)  # node7: idle+drain
     argv = ["-Nh", "-n", "node[5-8]", "-p", "gpu", "-O", "NodeList:8,StateComplete:20"]
     assert _lines(partitions, nodes, argv + ["-t", "idle"]) == [
-        "node7    idle+drain          ", "node8    idle                ",
+        "node7    idle+drain          ",
+        "node8    idle                ",
     ]
     assert [ln.split()[0] for ln in _lines(partitions, nodes, argv + ["-t", "down,drain"])] == [
-        "node5", "node6", "node7",
+        "node5",
+        "node6",
+        "node7",
     ]
     assert _lines(partitions, nodes, argv + ["-t", "down&drain"]) == ["node6    down+drain          "]
     with pytest.raises(CommandError, match="Invalid node state specified"):
@@ -129,9 +132,7 @@ def test_long_partition_names_widen_the_column(nodes) -> None:
 
 
 def test_format_long_names(partitions, nodes) -> None:
-    got = _lines(
-        partitions, nodes, ["-h", "-p", "debug", "-O", "partition:8,nodes:.5,statelong:10"]
-    )
+    got = _lines(partitions, nodes, ["-h", "-p", "debug", "-O", "partition:8,nodes:.5,statelong:10"])
     assert got == ["debug        4 idle      "]
 
 

@@ -8,9 +8,7 @@ from muster.cli import squeue
 from muster.cli.common import CommandError
 
 
-def _lines(
-    jobs: list[dict], argv: list[str], env: dict | None = None, now: float = 1796227645.0
-) -> list[str]:
+def _lines(jobs: list[dict], argv: list[str], env: dict | None = None, now: float = 1796227645.0) -> list[str]:
     req = squeue.parse_args(argv, env or {})
     assert isinstance(req, squeue.Request)
     chosen = squeue.select(jobs, req)
@@ -37,9 +35,7 @@ def test_default_output_matches_slurm(jobs, reference) -> None:
 
 def test_default_format_spelled_out_is_the_same(jobs, reference) -> None:
     stdout, _ = reference("fmt_squeue_o_default_fmt.txt")
-    assert _lines(
-        _queue(jobs), ["-o", "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"]
-    ) == _without_array_job(stdout)
+    assert _lines(_queue(jobs), ["-o", "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"]) == _without_array_job(stdout)
 
 
 def test_long_output_matches_slurm(jobs, reference) -> None:
@@ -60,9 +56,7 @@ def test_custom_format_with_separators(jobs, reference) -> None:
 
 def test_long_format_names(jobs, reference) -> None:
     stdout, _ = reference("fmt_squeue_O.txt")
-    got = _lines(
-        _queue(jobs), ["-O", "JobID,Name,State,Reason,StartTime,NumNodes,tres-per-node,NodeList"]
-    )
+    got = _lines(_queue(jobs), ["-O", "JobID,Name,State,Reason,StartTime,NumNodes,tres-per-node,NodeList"])
     assert got == _without_array_job(stdout)
 
 
@@ -107,7 +101,13 @@ def test_the_state_list_is_read_as_long_names() -> None:
     from muster.core.states import parse_job_states
 
     assert parse_job_states("cf,RV,se,Requeued,rh,cg") == {
-        "CONFIGURING", "REVOKED", "SPECIAL_EXIT", "REQUEUED", "REQUEUE_HOLD", "COMPLETING"}
+        "CONFIGURING",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "COMPLETING",
+    }
     assert parse_job_states("R,all") is None
     assert squeue.parse_states(f"{','.join(ALL_CODES)}") == set(ALL_NAMES)
 
@@ -148,9 +148,7 @@ def test_explicit_sort(job_factory) -> None:
 
 def test_width_forms(job_factory) -> None:
     job = job_factory(7, spec={"name": "averyveryverylongname"})
-    assert _lines([job], ["-h", "-o", "[%.5j][%-5j][%5j][%j]"]) == [
-        "[avery][avery][avery][averyveryverylongname]"
-    ]
+    assert _lines([job], ["-h", "-o", "[%.5j][%-5j][%5j][%j]"]) == ["[avery][avery][avery][averyveryverylongname]"]
 
 
 def test_node_lists_are_never_cut(job_factory) -> None:
@@ -244,9 +242,7 @@ def test_unreachable_controller(monkeypatch, capsys) -> None:
     from muster.protocol.client import ConnectError
 
     fake = _FakeController(
-        error=ConnectError(
-            "Unable to contact slurm controller (connect failure): /x.sock: No such file"
-        )
+        error=ConnectError("Unable to contact slurm controller (connect failure): /x.sock: No such file")
     )
     monkeypatch.setattr(squeue, "connect", lambda prog: fake)
     assert squeue.main([]) == 1

@@ -26,8 +26,14 @@ def test_outside_an_allocation_the_options_shape_both_job_and_step() -> None:
 
 
 def test_inside_a_job_the_layout_comes_from_the_environment() -> None:
-    env = {"SLURM_JOB_ID": "12", "SLURM_NNODES": "2", "SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2",
-           "SLURM_JOB_NAME": "train", "SLURM_CPUS_PER_TASK": "3"}
+    env = {
+        "SLURM_JOB_ID": "12",
+        "SLURM_NNODES": "2",
+        "SLURM_NTASKS": "4",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_JOB_NAME": "train",
+        "SLURM_CPUS_PER_TASK": "3",
+    }
     run = build(["python", "x.py"], env)
     assert run.job_id == 12
     assert run.step == {"cpus_per_task": 3, "min_nodes": 2, "ntasks": 4, "ntasks_per_node": 2}
@@ -56,8 +62,21 @@ def test_io_modes(value: str, mode: dict[str, object]) -> None:
 
 
 def test_srun_specific_options() -> None:
-    run = build(["-K", "-W", "5", "-u", "-m", "cyclic", "--gpu-bind=none", "--overlap", "--quit-on-interrupt",
-                 "--no-torch-env", "true"])
+    run = build(
+        [
+            "-K",
+            "-W",
+            "5",
+            "-u",
+            "-m",
+            "cyclic",
+            "--gpu-bind=none",
+            "--overlap",
+            "--quit-on-interrupt",
+            "--no-torch-env",
+            "true",
+        ]
+    )
     assert run.kill_bad_exit and run.wait == 5 and run.unbuffered and run.quit_on_interrupt
     assert not run.torch_env
     assert run.step["distribution"] == "cyclic" and run.step["gpu_bind"] == "none" and run.step["overlap"]
@@ -127,8 +146,13 @@ def test_salloc_runs_the_shell_by_default_and_sets_the_allocations_variables() -
     spec, command, quiet, immediate = salloc.build(["-N2", "-n4"], {"SHELL": "/bin/zsh"}, "/w")  # type: ignore[misc]
     assert immediate is None
     assert command == ["/bin/zsh"] and spec["name"] == "zsh" and not quiet
-    job = {"job_id": 8, "nodelist": "node[1-2]", "partition": "gpu",
-           "alloc": [{"node": "node1", "cpus": 2}, {"node": "node2", "cpus": 2}], "spec": {"name": "zsh"}}
+    job = {
+        "job_id": 8,
+        "nodelist": "node[1-2]",
+        "partition": "gpu",
+        "alloc": [{"node": "node1", "cpus": 2}, {"node": "node2", "cpus": 2}],
+        "spec": {"name": "zsh"},
+    }
     env = salloc.allocation_environment(job, spec, {"SLURM_STEP_ID": "3", "HOME": "/h"})
     assert env["SLURM_JOB_ID"] == "8" and env["SLURM_NNODES"] == "2" and env["SLURM_NTASKS"] == "4"
     assert env["SLURM_TASKS_PER_NODE"] == "2(x2)" and env["SLURM_JOB_NODELIST"] == "node[1-2]"
@@ -142,8 +166,15 @@ def test_srun_q_is_qos_as_in_slurm_and_quit_on_interrupt_has_no_short_form() -> 
 
 def test_help_lists_the_options_slurm_documents() -> None:
     text = srun.HELP
-    for line in ("-b, --begin=time", "-N, --nodes=N", "-q, --qos=qos", "--mincpus=n", "-G, --gpus=n",
-                 "-E, --preserve-env", "-I, --immediate[=secs]"):
+    for line in (
+        "-b, --begin=time",
+        "-N, --nodes=N",
+        "-q, --qos=qos",
+        "--mincpus=n",
+        "-G, --gpus=n",
+        "-E, --preserve-env",
+        "-I, --immediate[=secs]",
+    ):
         assert line in text
     import re
 
@@ -153,8 +184,7 @@ def test_help_lists_the_options_slurm_documents() -> None:
 def test_salloc_usage_ends_with_the_command() -> None:
     import re
 
-    assert re.search(r"Usage: salloc(?:\s+\[{1,2}-{1,2}.*?\](?=\s+\[))+\s+\[command \[args\.\.\.\]\]$",
-                     salloc.USAGE)
+    assert re.search(r"Usage: salloc(?:\s+\[{1,2}-{1,2}.*?\](?=\s+\[))+\s+\[command \[args\.\.\.\]\]$", salloc.USAGE)
 
 
 def test_layout_variables_are_requests_outside_an_allocation() -> None:

@@ -287,9 +287,7 @@ def test_several_default_partitions_warn_and_the_first_wins() -> None:
     config = parse("PartitionName=a Default=YES\nPartitionName=b Default=YES\n")
     default = config.default_partition()
     assert default is not None and default.name == "a"
-    assert config.warnings == [
-        "/etc/muster/slurm.conf: several partitions have Default=YES; 'a' is the default"
-    ]
+    assert config.warnings == ["/etc/muster/slurm.conf: several partitions have Default=YES; 'a' is the default"]
 
 
 # --- syntax ---
@@ -317,11 +315,7 @@ def test_comments_quotes_and_case() -> None:
 
 def test_continuation_lines_join_and_errors_name_the_first_line() -> None:
     config = parse(
-        "ClusterName=c\n"
-        "NodeName=n[1-2] \\\n"
-        "    CPUs=16 \\\n"
-        "    RealMemory=64000\n"
-        "PartitionName=p Nodes=n[1-2]\n"
+        "ClusterName=c\nNodeName=n[1-2] \\\n    CPUs=16 \\\n    RealMemory=64000\nPartitionName=p Nodes=n[1-2]\n"
     )
     assert [(n.cpus, n.real_memory, n.lineno) for n in config.nodes] == [(16, 64000, 2)] * 2
     assert config.partitions[0].lineno == 5

@@ -44,8 +44,11 @@ def test_an_ended_job_says_why_as_slurm_does(exit_code: int, signal: int, reason
     job = running_job()
     lifecycle.finish(job, exit_code, signal, 10.0)
     assert job.reason is reason
-    for event, why in ((JobEvent.TIMEOUT, Reason.TIME_LIMIT), (JobEvent.NODE_FAIL, Reason.NODE_DOWN),
-                       (JobEvent.CANCEL, Reason.NONE)):
+    for event, why in (
+        (JobEvent.TIMEOUT, Reason.TIME_LIMIT),
+        (JobEvent.NODE_FAIL, Reason.NODE_DOWN),
+        (JobEvent.CANCEL, Reason.NONE),
+    ):
         job = running_job()
         lifecycle.end(job, event, 10.0, completing=True)
         assert job.reason is why

@@ -13,9 +13,7 @@ from muster.core.outputs import (
 )
 
 FIELDS = PatternFields(job_id=42, job_name="train", user="alice", node="node3.cluster", node_index=0)
-ARRAY = PatternFields(
-    job_id=57, job_name="sweep", user="bob", node="gpu1", array_job_id=50, array_task_id=7
-)
+ARRAY = PatternFields(job_id=57, job_name="sweep", user="bob", node="gpu1", array_job_id=50, array_task_id=7)
 
 
 @pytest.mark.parametrize(
@@ -45,9 +43,7 @@ def test_an_array_task_names_its_master_and_index() -> None:
     assert expand_pattern("%A_%a-%3a-%b.out", ARRAY) == "50_7-007-7.out"
 
 
-STEP = PatternFields(
-    job_id=12, job_name="train", user="alice", node="node2.cluster", node_index=1, step_id=3, task=7
-)
+STEP = PatternFields(job_id=12, job_name="train", user="alice", node="node2.cluster", node_index=1, step_id=3, task=7)
 
 
 @pytest.mark.parametrize(
@@ -68,15 +64,14 @@ def test_a_step_tasks_pattern_names_its_step_and_task(pattern: str, expected: st
 def test_an_srun_inside_an_array_task_sees_the_array_as_sbatch_does() -> None:
     """submitit's ``srun -o logs/%A_%a/%j`` inside array task 7_3 (job id 10), step 0."""
     grant = {
-        "job_id": 10, "step_id": 0, "user": "alice",
+        "job_id": 10,
+        "step_id": 0,
+        "user": "alice",
         "job": {"name": "submitit", "array_job_id": 7, "array_task_id": 3},
     }
     fields = fields_for_task(grant, "node4", node_index=2, task=5)
-    assert expand_pattern("%A_%a_%b/%j-%J-%s-%t-%n-%N-%x-%u", fields) == (
-        "7_3_3/10-10.0-0-5-2-node4-submitit-alice"
-    )
-    batch = PatternFields(job_id=10, job_name="submitit", user="alice", node="node4",
-                          array_job_id=7, array_task_id=3)
+    assert expand_pattern("%A_%a_%b/%j-%J-%s-%t-%n-%N-%x-%u", fields) == ("7_3_3/10-10.0-0-5-2-node4-submitit-alice")
+    batch = PatternFields(job_id=10, job_name="submitit", user="alice", node="node4", array_job_id=7, array_task_id=3)
     assert expand_pattern("%A_%a/%j", fields) == expand_pattern("%A_%a/%j", batch) == "7_3/10"
 
 

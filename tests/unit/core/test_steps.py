@@ -34,13 +34,35 @@ def place(request: StepRequest, nodes: list[NodeShare]) -> StepLayout:
     [
         pytest.param(StepRequest(), (1, 1), [[0], [1]], id="no options: one task on every node"),
         pytest.param(StepRequest(min_nodes=2, ntasks=4), (2, 2), [[0, 1], [2, 3]], id="-N2 -n4 in 2x2 CPUs: 2+2"),
-        pytest.param(StepRequest(min_nodes=2, ntasks=4), (32, 32), [[0, 1, 2], [3]], id="-N2 -n4 on big nodes: block fills the first (3+1, as Slurm)"),
-        pytest.param(StepRequest(min_nodes=2, ntasks=4, distribution="cyclic"), (32, 32), [[0, 2], [1, 3]], id="cyclic deals tasks round the nodes"),
+        pytest.param(
+            StepRequest(min_nodes=2, ntasks=4),
+            (32, 32),
+            [[0, 1, 2], [3]],
+            id="-N2 -n4 on big nodes: block fills the first (3+1, as Slurm)",
+        ),
+        pytest.param(
+            StepRequest(min_nodes=2, ntasks=4, distribution="cyclic"),
+            (32, 32),
+            [[0, 2], [1, 3]],
+            id="cyclic deals tasks round the nodes",
+        ),
         pytest.param(StepRequest(ntasks=2), (2, 2), [[0, 1]], id="-n alone packs onto the fewest nodes"),
-        pytest.param(StepRequest(ntasks_per_node=2), (2, 2, 2), [[0, 1], [2, 3], [4, 5]], id="--ntasks-per-node alone: every node"),
-        pytest.param(StepRequest(ntasks=4, ntasks_per_node=2), (8, 8, 8), [[0, 1], [2, 3]], id="-n4 --ntasks-per-node=2: two nodes"),
+        pytest.param(
+            StepRequest(ntasks_per_node=2),
+            (2, 2, 2),
+            [[0, 1], [2, 3], [4, 5]],
+            id="--ntasks-per-node alone: every node",
+        ),
+        pytest.param(
+            StepRequest(ntasks=4, ntasks_per_node=2),
+            (8, 8, 8),
+            [[0, 1], [2, 3]],
+            id="-n4 --ntasks-per-node=2: two nodes",
+        ),
         pytest.param(StepRequest(ntasks=3, cpus_per_task=2), (4, 4), [[0, 1], [2]], id="-c counts CPUs per task"),
-        pytest.param(StepRequest(min_nodes=3, ntasks=2), (4, 4, 4), [[0], [1]], id="more nodes than tasks: nodes cut to tasks"),
+        pytest.param(
+            StepRequest(min_nodes=3, ntasks=2), (4, 4, 4), [[0], [1]], id="more nodes than tasks: nodes cut to tasks"
+        ),
         pytest.param(StepRequest(nodelist=("node2",)), (1, 1), [[0]], id="--nodelist picks the nodes"),
         pytest.param(StepRequest(exclude=("node1",)), (1, 1), [[0]], id="--exclude leaves nodes out"),
     ],
@@ -155,7 +177,10 @@ def test_step_records_round_trip_with_flat_fields_for_accounting() -> None:
 )
 def test_placement_invariants(cpus, gpus, ntasks, nodes, per_node, gpt, cyclic) -> None:  # type: ignore[no-untyped-def]
     request = StepRequest(
-        min_nodes=nodes, ntasks=ntasks, ntasks_per_node=per_node, gpus_per_task=gpt,
+        min_nodes=nodes,
+        ntasks=ntasks,
+        ntasks_per_node=per_node,
+        gpus_per_task=gpt,
         distribution="cyclic" if cyclic else "block",
     )
     try:

@@ -23,9 +23,7 @@ from muster.core.timefmt import (
 )
 
 
-def local(
-    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
-) -> float:
+def local(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> float:
     return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
 
 
@@ -62,9 +60,7 @@ def test_unlimited_words_mean_no_limit(text: str) -> None:
     assert parse_time_limit(text) is None
 
 
-@pytest.mark.parametrize(
-    "text", ["", " ", "abc", "1:2:3:4", "-5", "1-", "1:", ":5", "1-2:3:4:5", "1.5", "1h", "--1"]
-)
+@pytest.mark.parametrize("text", ["", " ", "abc", "1:2:3:4", "-5", "1-", "1:", ":5", "1-2:3:4:5", "1.5", "1h", "--1"])
 def test_malformed_time_limits_are_rejected(text: str) -> None:
     with pytest.raises(TimeFormatError, match="Invalid time specification"):
         parse_time_limit(text)
@@ -93,9 +89,7 @@ def test_time_format_error_is_a_value_error() -> None:
         (-1, "INVALID", "INVALID"),
     ],
 )
-def test_durations_render_like_squeue_and_scontrol(
-    seconds: int | None, squeue: str, scontrol: str
-) -> None:
+def test_durations_render_like_squeue_and_scontrol(seconds: int | None, squeue: str, scontrol: str) -> None:
     assert format_duration(seconds) == squeue
     assert format_hms(seconds) == scontrol
 

@@ -29,8 +29,9 @@ def test_an_array_is_one_job_per_task_with_consecutive_ids(db: str) -> None:
     first = ctl.queue.submit(spec(array="0-15:4%2"), ALICE)
     tasks = [ctl.jobs[first.job_id + k] for k in range(4)]
     assert [(t.array_job_id, t.array_task_id) for t in tasks] == [(first.job_id, i) for i in (0, 4, 8, 12)]
-    assert {(t.array_task_count, t.array_task_min, t.array_task_max, t.array_task_step, t.array_throttle)
-            for t in tasks} == {(4, 0, 12, 4, 2)}
+    assert {
+        (t.array_task_count, t.array_task_min, t.array_task_max, t.array_task_step, t.array_throttle) for t in tasks
+    } == {(4, 0, 12, 4, 2)}
     assert ctl.next_job_id == first.job_id + 4
     # durable: a restarted controller has every task and the array index
     again = make(db)

@@ -16,8 +16,9 @@ def _db() -> AssocDB:
 
 
 def apply(db: AssocDB, verb: str, entity: str, names: list[str] | None = None, where=None, set=None):  # noqa: A002, ANN001, ANN201
-    return db.apply({"verb": verb, "entity": entity, "names": names or [], "where": where or {},
-                     "set": set or {}}, "root", True)
+    return db.apply(
+        {"verb": verb, "entity": entity, "names": names or [], "where": where or {}, "set": set or {}}, "root", True
+    )
 
 
 def test_a_new_database_holds_root_and_the_normal_qos() -> None:
@@ -49,8 +50,7 @@ def test_a_wrong_request_changes_nothing() -> None:
     apply(db, "add", "account", ["a"])
     before = db.rows()
     with pytest.raises(InvalidRequest):
-        apply(db, "modify", "account", where={"Name": ["a"]},
-              set={"GrpJobs": "4", "DefaultQOS": "nosuch"})
+        apply(db, "modify", "account", where={"Name": ["a"]}, set={"GrpJobs": "4", "DefaultQOS": "nosuch"})
     assert db.rows() == before
     with pytest.raises(InvalidRequest, match="doesn't exist"):
         apply(db, "add", "user", ["bob"], set={"Account": "nosuch"})
@@ -60,11 +60,20 @@ def test_a_wrong_request_changes_nothing() -> None:
 
 def test_qos_and_deletion() -> None:
     db = _db()
-    apply(db, "add", "qos", ["long"], set={"MaxWall": "2-00:00:00", "MaxJobsPerUser": "2",
-                                          "MaxTRESPerUser": "gres/gpu=16", "Flags": "DenyOnLimit"})
+    apply(
+        db,
+        "add",
+        "qos",
+        ["long"],
+        set={"MaxWall": "2-00:00:00", "MaxJobsPerUser": "2", "MaxTRESPerUser": "gres/gpu=16", "Flags": "DenyOnLimit"},
+    )
     q = db.qos["long"]
     assert (q.max_wall, q.max_jobs_per_user, q.max_tres_per_user, q.flags) == (
-        172800, 2, {"gres/gpu": 16}, ["DenyOnLimit"])
+        172800,
+        2,
+        {"gres/gpu": 16},
+        ["DenyOnLimit"],
+    )
     apply(db, "add", "account", ["a"])
     apply(db, "add", "user", ["alice"], set={"Account": "a"})
     apply(db, "modify", "user", ["alice"], set={"QOS": "+long"})

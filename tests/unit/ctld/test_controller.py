@@ -115,8 +115,16 @@ def test_cancelling_a_running_job_terminates_it_and_frees_resources_when_cleaned
     actions = ctl.queue.cancel(job, ALICE)
     assert actions == [Terminate(job.job_id, 0, ["node2"], "cancel")]
     assert job.completing and ctl.nodes["node2"].gpu_ids_alloc == set(range(8))
-    ctl.launches.job_done({"node": "node2", "job_id": job.job_id, "restart_count": 0, "exit_code": 0, "signal": 15,
-                  "terminated_by": "cancel"})
+    ctl.launches.job_done(
+        {
+            "node": "node2",
+            "job_id": job.job_id,
+            "restart_count": 0,
+            "exit_code": 0,
+            "signal": 15,
+            "terminated_by": "cancel",
+        }
+    )
     assert job.state is JobState.CANCELLED and not job.completing
     assert ctl.nodes["node2"].allocs == {}
 
@@ -180,8 +188,16 @@ def test_requeue_returns_a_running_job_to_pending_at_once_and_waits_for_cleanup(
     assert job.state is JobState.PENDING and job.restart_count == 1
     assert ctl.nodes["node1"].gpu_ids_alloc == set(range(8))  # attempt 0 still cleaning
     assert job.job_id not in [j.job_id for j in build_snapshot(ctl).pending]
-    ctl.launches.job_done({"node": "node1", "job_id": job.job_id, "restart_count": 0, "exit_code": 255,
-                  "signal": 0, "terminated_by": "requeue"})
+    ctl.launches.job_done(
+        {
+            "node": "node1",
+            "job_id": job.job_id,
+            "restart_count": 0,
+            "exit_code": 255,
+            "signal": 0,
+            "terminated_by": "requeue",
+        }
+    )
     assert job.state is JobState.PENDING and ctl.nodes["node1"].allocs == {}
     assert job.job_id in [j.job_id for j in build_snapshot(ctl).pending]
 
@@ -215,8 +231,17 @@ def test_a_job_its_agent_lost_is_a_node_failure_and_is_requeued(db: str) -> None
     register_all(ctl)
     job = ctl.queue.submit(JobSpec(), ALICE)
     start(ctl, job.job_id, ["node1"])
-    ctl.launches.job_done({"node": "node1", "job_id": job.job_id, "restart_count": 0, "exit_code": 0, "signal": 0,
-                  "terminated_by": "node_fail", "reason": "exit status lost"})
+    ctl.launches.job_done(
+        {
+            "node": "node1",
+            "job_id": job.job_id,
+            "restart_count": 0,
+            "exit_code": 0,
+            "signal": 0,
+            "terminated_by": "node_fail",
+            "reason": "exit status lost",
+        }
+    )
     assert job.state is JobState.PENDING and job.restart_count == 1
     assert [k for _, k, _ in ctl.store.events(job.job_id)][-2:] == ["node_fail", "requeue"]
 
@@ -227,8 +252,17 @@ def test_the_output_paths_shown_are_those_the_agent_opens(db: str) -> None:
 
     ctl = make(db)
     register_all(ctl)
-    job = ctl.queue.submit(JobSpec(name="train", script="#!/bin/sh\n", workdir="/w", array="3-4",
-                             stdout="logs/%x-%A_%a-%N-%b.out", stderr="/abs/%u.%J.err"), ALICE)
+    job = ctl.queue.submit(
+        JobSpec(
+            name="train",
+            script="#!/bin/sh\n",
+            workdir="/w",
+            array="3-4",
+            stdout="logs/%x-%A_%a-%N-%b.out",
+            stderr="/abs/%u.%J.err",
+        ),
+        ALICE,
+    )
     start(ctl, job.job_id, ["node2"])
     wire = job_wire(job, ctl.clock.now())
     assert (wire["stdout_path"], wire["stderr_path"]) == output_paths(job.to_dict(), "node2")

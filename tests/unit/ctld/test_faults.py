@@ -146,14 +146,24 @@ def test_a_job_its_node_neither_runs_nor_reports_is_reconciled_while_running(ctl
 def test_a_launch_the_node_cannot_perform_drains_it_and_requeues_the_job(ctl: Controller) -> None:
     job = ctl.queue.submit(JobSpec(), ALICE)
     start(ctl, job.job_id, ["node2"])
-    ctl.launches.launch_failed(job.job_id, 0, "cannot write the batch script into /spool: Read-only file system", "node")
+    ctl.launches.launch_failed(
+        job.job_id, 0, "cannot write the batch script into /spool: Read-only file system", "node"
+    )
     node = ctl.nodes["node2"]
     assert node.drain and node.reason.startswith("launch failed: cannot write the batch script")
     assert job.state is JobState.PENDING and job.restart_count == 1 and not job.hold
     assert node.allocs == {}
     # the same failure reported again (the agent's saved report) changes nothing
-    ctl.launches.job_done({"node": "node2", "job_id": job.job_id, "restart_count": 0, "exit_code": 1,
-                  "reason": "again", "launch_failure": "node"})
+    ctl.launches.job_done(
+        {
+            "node": "node2",
+            "job_id": job.job_id,
+            "restart_count": 0,
+            "exit_code": 1,
+            "reason": "again",
+            "launch_failure": "node",
+        }
+    )
     assert job.restart_count == 1 and job.launch_failures == 1
 
 
@@ -171,8 +181,16 @@ def test_a_launch_that_fails_by_the_jobs_own_fault_fails_the_job_not_the_node(ct
     job = ctl.queue.submit(JobSpec(), ALICE)
     start(ctl, job.job_id, ["node3"])
     msg = "changing to the working directory /nope: No such file or directory"
-    ctl.launches.job_done({"node": "node3", "job_id": job.job_id, "restart_count": 0, "exit_code": 1,
-                  "reason": msg, "launch_failure": "job"})
+    ctl.launches.job_done(
+        {
+            "node": "node3",
+            "job_id": job.job_id,
+            "restart_count": 0,
+            "exit_code": 1,
+            "reason": msg,
+            "launch_failure": "job",
+        }
+    )
     assert job.state is JobState.FAILED and job.exit_code == 1
     assert job.reason is Reason.LAUNCH_FAILURE and msg in (job.system_comment or "")
     assert not ctl.nodes["node3"].drain and ctl.nodes["node3"].allocs == {}
@@ -181,9 +199,19 @@ def test_a_launch_that_fails_by_the_jobs_own_fault_fails_the_job_not_the_node(ct
 def test_a_failing_prolog_drains_the_node_and_requeues_the_job_held(ctl: Controller) -> None:
     job = ctl.queue.submit(JobSpec(min_nodes=2), ALICE)
     start(ctl, job.job_id, ["node1", "node2"])
-    actions = ctl.agents.node_faults({"node": "node2", "faults": [
-        {"kind": "prolog", "reason": "Prolog error: /etc/prolog failed (exit code 1)",
-         "job_id": job.job_id, "attempt": 0}]})
+    actions = ctl.agents.node_faults(
+        {
+            "node": "node2",
+            "faults": [
+                {
+                    "kind": "prolog",
+                    "reason": "Prolog error: /etc/prolog failed (exit code 1)",
+                    "job_id": job.job_id,
+                    "attempt": 0,
+                }
+            ],
+        }
+    )
     assert ctl.nodes["node2"].drain and ctl.nodes["node2"].reason.startswith("Prolog error")
     assert job.state is JobState.PENDING and job.hold and job.reason is Reason.LAUNCH_FAILED
     assert [(type(a), a.nodes) for a in actions] == [(Terminate, ["node1"])]
@@ -284,8 +312,9 @@ def test_the_jobs_are_checked_against_the_event_log_at_load(ctl: Controller) -> 
     ctl.queue.cancel(done, ALICE)
     assert ctl.check_log() == []
     # a record that disagrees with the history (a hand edit, a bug): said, not repaired
-    ctl.store.db.execute("INSERT INTO events(time, job_id, kind, data) VALUES(?,?,?,?)",
-                         (2000.0, job.job_id, "cancel", "{}"))
+    ctl.store.db.execute(
+        "INSERT INTO events(time, job_id, kind, data) VALUES(?,?,?,?)", (2000.0, job.job_id, "cancel", "{}")
+    )
     again = Controller(ctl.config, ctl.store, ctl.clock)
     again.load()
     assert again.check_log() == [

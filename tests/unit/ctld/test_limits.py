@@ -20,12 +20,14 @@ def _db() -> AssocDB:
     return db
 
 
-def _load(db: AssocDB, user: str = "alice", gpus: int = 4, qos: Qos | None = None,
-          time_limit: int | None = 600) -> JobLoad:
+def _load(
+    db: AssocDB, user: str = "alice", gpus: int = 4, qos: Qos | None = None, time_limit: int | None = 600
+) -> JobLoad:
     a = db.assoc("A", user)
     assert a is not None
-    return JobLoad(db.chain(a), qos, user, {"cpu": 1, "mem": 1000, "node": 1, "gres/gpu": gpus, "billing": 1},
-                   time_limit)
+    return JobLoad(
+        db.chain(a), qos, user, {"cpu": 1, "mem": 1000, "node": 1, "gres/gpu": gpus, "billing": 1}, time_limit
+    )
 
 
 def _set(db: AssocDB, entity: str, name: str, **sets: str) -> None:

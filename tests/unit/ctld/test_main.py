@@ -19,5 +19,7 @@ def test_a_bad_value_read_while_loading_is_named_not_a_traceback(tmp_path: pathl
     )
     assert ctld_main.main(["--conf", str(conf)]) == 1
     err = capsys.readouterr().err
-    assert err == (f"musterctld: error: {conf}: PriorityUsageResetPeriod='FORTNIGHTLY' is not one of "
-                   "NONE, NOW, DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY\n")
+    assert err == (
+        f"musterctld: error: {conf}: PriorityUsageResetPeriod='FORTNIGHTLY' is not one of "
+        "NONE, NOW, DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY\n"
+    )

@@ -32,7 +32,9 @@ def test_a_file_as_it_was_changes_nothing(tmp_path: pathlib.Path) -> None:
 
 def test_changed_settings_nodes_and_partitions_are_named(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "muster.conf"
-    text = CONF.replace("SlurmdTimeout=10", "SlurmdTimeout=5\nMinJobAge=30").replace("CPUs=4 RealMemory", "CPUs=8 RealMemory", 1)
+    text = CONF.replace("SlurmdTimeout=10", "SlurmdTimeout=5\nMinJobAge=30").replace(
+        "CPUs=4 RealMemory", "CPUs=8 RealMemory", 1
+    )
     path.write_text(text)
     running = parse_config(CONF, str(path))
     # a partition counts its nodes' CPUs: it changes with them

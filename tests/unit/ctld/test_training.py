@@ -57,8 +57,9 @@ def run(ctl: Controller, nodes: list[str], **spec: Any) -> Any:
     return job
 
 
-def report(ctl: Controller, node: str, job: Any, step: int | None = None, ckpt: int | None = None,
-           first: float | None = None) -> None:
+def report(
+    ctl: Controller, node: str, job: Any, step: int | None = None, ckpt: int | None = None, first: float | None = None
+) -> None:
     r: dict[str, Any] = {"job_id": job.job_id, "attempt": job.restart_count, "first": first or now(ctl)}
     if step is not None:
         r.update(step=step, step_time=now(ctl))
@@ -72,8 +73,9 @@ def report(ctl: Controller, node: str, job: Any, step: int | None = None, ckpt: 
 
 def test_a_failing_gpu_drains_its_node_and_requeues_the_job_elsewhere(ctl: Controller) -> None:
     job = run(ctl, ["node2", "node3"])
-    actions = ctl.agents.node_faults({"node": "node2", "faults": [
-        {"kind": "gpu", "reason": "GPU 3: XID 79 (fallen off the bus)", "gpu": 3}]})
+    actions = ctl.agents.node_faults(
+        {"node": "node2", "faults": [{"kind": "gpu", "reason": "GPU 3: XID 79 (fallen off the bus)", "gpu": 3}]}
+    )
     node = ctl.nodes["node2"]
     assert node.drain and node.reason == "GPU 3: XID 79 (fallen off the bus)"
     assert job.state is JobState.PENDING and job.restart_count == 1
@@ -85,7 +87,9 @@ def test_a_failing_gpu_drains_its_node_and_requeues_the_job_elsewhere(ctl: Contr
 
 def test_a_gpu_fault_under_no_requeue_ends_the_job_node_fail(ctl: Controller) -> None:
     job = run(ctl, ["node1"], requeue=False)
-    ctl.agents.node_faults({"node": "node1", "faults": [{"kind": "gpu", "reason": "GPU 0: uncorrected ECC errors (4)"}]})
+    ctl.agents.node_faults(
+        {"node": "node1", "faults": [{"kind": "gpu", "reason": "GPU 0: uncorrected ECC errors (4)"}]}
+    )
     assert job.state is JobState.NODE_FAIL and job.spec.exclude == []
 
 
@@ -114,8 +118,13 @@ def test_progress_is_merged_per_job_and_survives_a_restart(ctl: Controller, tmp_
 
 def test_a_report_of_an_earlier_attempt_is_ignored(ctl: Controller) -> None:
     job = run(ctl, ["node1"])
-    ctl.agents.heartbeat({"node": "node1", "running": [], "progress": [
-        {"job_id": job.job_id, "attempt": 7, "step": 3, "step_time": now(ctl), "first": now(ctl)}]})
+    ctl.agents.heartbeat(
+        {
+            "node": "node1",
+            "running": [],
+            "progress": [{"job_id": job.job_id, "attempt": 7, "step": 3, "step_time": now(ctl), "first": now(ctl)}],
+        }
+    )
     assert job.progress is None
 
 

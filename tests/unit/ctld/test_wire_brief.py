@@ -39,14 +39,37 @@ def jobs(tmp_path: pathlib.Path) -> list:
     for name in ctl.nodes:
         ctl.agents.register({"node": name, "gpus": 8, "running": []})
     base = {"script": "#!/bin/sh\n", "workdir": "/w"}
-    running = ctl.queue.submit(JobSpec(name="train", gpus_per_node=2, gpu_type="a100", comment="c", constraint="ib",
-                                 min_nodes=2, ntasks=4, cpus_per_task=2, mem_per_cpu=500, **base), ALICE)
+    running = ctl.queue.submit(
+        JobSpec(
+            name="train",
+            gpus_per_node=2,
+            gpu_type="a100",
+            comment="c",
+            constraint="ib",
+            min_nodes=2,
+            ntasks=4,
+            cpus_per_task=2,
+            mem_per_cpu=500,
+            **base,
+        ),
+        ALICE,
+    )
     ctl.launches.apply_starts([_Start(running.job_id, ["node1", "node2"], 2)], 1000.0)
     failed = ctl.queue.submit(JobSpec(name="bad", exclusive=True, nodelist=["node3"], **base), ROOT)
     ctl.launches.apply_starts([_Start(failed.job_id, ["node3"], 0)], 1000.0)
     ctl.launches.job_done({"job_id": failed.job_id, "node": "node3", "restart_count": 0, "exit_code": 3})
-    ctl.queue.submit(JobSpec(name="arr", array="0-5%2", hold=True, nice=10, exclude=["node4"],
-                       dependency=f"afterok:{running.job_id}", **base), ALICE)
+    ctl.queue.submit(
+        JobSpec(
+            name="arr",
+            array="0-5%2",
+            hold=True,
+            nice=10,
+            exclude=["node4"],
+            dependency=f"afterok:{running.job_id}",
+            **base,
+        ),
+        ALICE,
+    )
     ctl.queue.submit(JobSpec(name="later", begin_time=5000.0, mem_per_node=2048, time_limit=600, **base), ROOT)
     gone = ctl.queue.submit(JobSpec(name="gone", **base), ALICE)
     ctl.queue.cancel(gone, ALICE)

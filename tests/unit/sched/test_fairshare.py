@@ -53,11 +53,13 @@ def _tree(edges: dict[str, list[tuple[str, bool, int]]]):  # noqa: ANN202
 
 
 def test_fair_tree_ranks_the_users_of_the_account_that_used_less_first() -> None:
-    children = _tree({
-        "root|": [("A|", False, 1), ("B|", False, 1)],
-        "A|": [("A|alice", True, 1)],
-        "B|": [("B|bob", True, 1), ("B|carol", True, 1)],
-    })
+    children = _tree(
+        {
+            "root|": [("A|", False, 1), ("B|", False, 1)],
+            "A|": [("A|alice", True, 1)],
+            "B|": [("B|bob", True, 1), ("B|carol", True, 1)],
+        }
+    )
     usage = {"A|": 900.0, "A|alice": 900.0, "B|": 100.0, "B|bob": 100.0, "B|carol": 0.0}
     s = fair_tree("root|", children, lambda k: usage.get(k, 0.0))
     # B is under-served (S/U = 0.5/0.1); inside B carol (no usage) comes before bob.
@@ -69,12 +71,14 @@ def test_fair_tree_ranks_the_users_of_the_account_that_used_less_first() -> None
 
 
 def test_equal_standing_gives_equal_rank_and_no_shares_gives_zero() -> None:
-    children = _tree({
-        "root|": [("A|", False, 1), ("B|", False, 1), ("C|", False, 0)],
-        "A|": [("A|u1", True, 1)],
-        "B|": [("B|u2", True, 1)],
-        "C|": [("C|u3", True, 1)],
-    })
+    children = _tree(
+        {
+            "root|": [("A|", False, 1), ("B|", False, 1), ("C|", False, 0)],
+            "A|": [("A|u1", True, 1)],
+            "B|": [("B|u2", True, 1)],
+            "C|": [("C|u3", True, 1)],
+        }
+    )
     s = fair_tree("root|", children, lambda k: 0.0)
     assert s["A|u1"].factor == s["B|u2"].factor == pytest.approx(1.0)
     assert s["C|u3"].factor == 0.0 or s["C|"].norm_shares == 0.0
@@ -85,13 +89,15 @@ def _standing(factor: float | None) -> Standing:
 
 
 def test_factor_table_keys_associations_then_users_that_agree_then_accounts() -> None:
-    table = factor_table({
-        "root": _standing(None),
-        "a": _standing(None),
-        "a|ann": _standing(1.0),
-        "a|bob": _standing(0.5),
-        "b|bob": _standing(0.25),
-    })
+    table = factor_table(
+        {
+            "root": _standing(None),
+            "a": _standing(None),
+            "a|ann": _standing(1.0),
+            "a|bob": _standing(0.5),
+            "b|bob": _standing(0.25),
+        }
+    )
     assert table["a|ann"] == 1.0 and table["ann"] == 1.0  # one association: the user's too
     assert "bob" not in table  # two that disagree: no user entry...
     assert table["b"] == 0.25 and table["a"] == 0.5  # ...the accounts' averages instead

@@ -137,10 +137,7 @@ def test_a_job_naming_several_partitions_is_planned_at_the_earliest_of_them() ->
 
 
 def views() -> tuple[dict[str, PartitionView], list[NodeView]]:
-    nodes = [
-        node(f"n{i}").cpus(32).mem(128_000).gpus("a100", 8).features("ib").build(i)
-        for i in range(8)
-    ]
+    nodes = [node(f"n{i}").cpus(32).mem(128_000).gpus("a100", 8).features("ib").build(i) for i in range(8)]
     parts = {
         "gpu": PartitionView("gpu", tuple(n.name for n in nodes), is_default=True),
         "debug": PartitionView("debug", tuple(n.name for n in nodes[4:]), max_time=3600),
@@ -228,6 +225,4 @@ def test_enforced_partition_limits_refuse_at_submit() -> None:
 def test_without_a_default_partition_a_job_must_name_one() -> None:
     parts, nodes = views()
     parts["gpu"].is_default = False
-    assert validate_submit(JobSpec(), Shape(), parts, nodes) == (
-        "No partition specified or system default partition"
-    )
+    assert validate_submit(JobSpec(), Shape(), parts, nodes) == ("No partition specified or system default partition")

@@ -14,9 +14,7 @@ DAY = 86400
 
 
 def only(**weights: int) -> SchedConfig:
-    base = dict(
-        weight_age=0, weight_fairshare=0, weight_job_size=0, weight_partition=0, weight_qos=0
-    )
+    base = dict(weight_age=0, weight_fairshare=0, weight_job_size=0, weight_partition=0, weight_qos=0)
     base.update(weights)
     return SchedConfig(**base)  # type: ignore[arg-type]
 
@@ -83,8 +81,14 @@ def test_partition_priority_job_factor_and_qos_weigh_in() -> None:
 
 
 def test_factors_are_the_formula_term_by_term_and_total_what_the_pass_gives() -> None:
-    config = SchedConfig(weight_age=1000, weight_fairshare=10000, weight_job_size=300,
-                         weight_partition=1000, weight_qos=500, max_age=10 * DAY)
+    config = SchedConfig(
+        weight_age=1000,
+        weight_fairshare=10000,
+        weight_job_size=300,
+        weight_partition=1000,
+        weight_qos=500,
+        max_age=10 * DAY,
+    )
     h = SchedHarness(config).gpu_nodes(4, partitions=("low", "high"))
     h.partition("high", priority_job_factor=4)
     h.qos_priority = {"normal": 0, "urgent": 100}
@@ -170,9 +174,7 @@ _fields = st.tuples(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_fields, max_size=25), st.sampled_from(["any", "rising", "falling"]))
-def test_examination_order_sorts_as_order_key_does(
-    rows: list[tuple[int, int, float, int]], priorities: str
-) -> None:
+def test_examination_order_sorts_as_order_key_does(rows: list[tuple[int, int, float, int]], priorities: str) -> None:
     # distinct priorities take the short paths: no tie to break, or already in order
     if priorities == "rising":
         rows = [(t, i, s, j) for i, (t, _, s, j) in enumerate(rows)]
@@ -191,9 +193,7 @@ def test_examination_order_sorts_as_order_key_does(
     st.lists(st.tuples(st.integers(0, 2**33), st.sampled_from([0, 0, 5, -3, 2**33])), max_size=20),
     st.lists(st.booleans(), max_size=20),
 )
-def test_fifo_priorities_in_bulk_match_one_by_one(
-    ids_nice: list[tuple[int, int]], held: list[bool]
-) -> None:
+def test_fifo_priorities_in_bulk_match_one_by_one(ids_nice: list[tuple[int, int]], held: list[bool]) -> None:
     config = SchedConfig(priority_type="priority/basic")
     jobs = []
     for k, (job_id, nice) in enumerate(ids_nice):

@@ -95,9 +95,7 @@ def replay(
 
 @PROPERTY
 @given(machines, arrivals)
-def test_conservative_never_moves_a_planned_start_later(
-    machine: tuple[int, int, int], rows: list[Arrival]
-) -> None:
+def test_conservative_never_moves_a_planned_start_later(machine: tuple[int, int, int], rows: list[Arrival]) -> None:
     first: dict[int, float] = {}
     last: dict[int, float] = {}
 
@@ -133,9 +131,7 @@ def test_under_fifo_backfill_a_later_arrival_never_changes_an_earlier_jobs_decis
             alone = dataclasses.replace(snap, pending=[j for j in snap.pending if j.job_id <= job_id])
             twin = schedule(alone, now, h.config)
             assert twin.plans.get(job_id) == d.plans.get(job_id), (job_id, twin.plans, d.plans)
-            assert [s for s in twin.starts if s.job_id == job_id] == (
-                [started[job_id]] if job_id in started else []
-            )
+            assert [s for s in twin.starts if s.job_id == job_id] == ([started[job_id]] if job_id in started else [])
 
     replay(DEFAULT_FIFO, machine, rows, before=before)
 

@@ -186,9 +186,7 @@ def _start_of(d: Decisions, job_id: int) -> object:
 
 @PROPERTY
 @given(clusters(), st.randoms(use_true_random=False))
-def test_decisions_do_not_depend_on_the_order_of_the_snapshot(
-    h: SchedHarness, rnd: random.Random
-) -> None:
+def test_decisions_do_not_depend_on_the_order_of_the_snapshot(h: SchedHarness, rnd: random.Random) -> None:
     snap = h.snapshot()
     first = schedule(snap, NOW, h.config)
     shuffled = dataclasses.replace(
@@ -232,11 +230,7 @@ def test_the_first_planned_job_starts_no_later_than_planned(h: SchedHarness) -> 
     now = NOW
     while first in h.pending:
         assert now < planned, f"job {first} planned at {planned} still waits at {now}"
-        ends = [
-            j.start_time + j.time_limit
-            for j in h.running.values()
-            if j.start_time is not None and j.time_limit
-        ]
+        ends = [j.start_time + j.time_limit for j in h.running.values() if j.start_time is not None and j.time_limit]
         now = min([t for t in ends if t > now] + [planned, max([now, *ends]) + 1])
         for j in list(h.running.values()):
             if j.start_time is not None and j.time_limit and j.start_time + j.time_limit <= now:

@@ -70,8 +70,9 @@ def test_jobs_larger_than_the_machine_do_not_fit() -> None:
         ("gpus", {}, {"nodes": 2, "gpus_per_node": 0}, "at least 1"),
     ],
 )
-def test_a_cluster_that_cannot_be_built_says_why(unit: str, header: dict[str, str],
-                                                 kw: dict[str, int], message: str) -> None:
+def test_a_cluster_that_cannot_be_built_says_why(
+    unit: str, header: dict[str, str], kw: dict[str, int], message: str
+) -> None:
     with pytest.raises(ClusterError, match=message):
         uniform_cluster(unit, header, **kw)
 

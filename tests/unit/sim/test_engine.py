@@ -17,8 +17,9 @@ from muster.sim.policies import POLICIES, build_settings, job_order, sjf_priorit
 from muster.sim.traces import TraceJob
 
 
-def tj(name: str, submit: float, run: float, size: int, estimate: float | None = None,
-       status: int | None = None) -> TraceJob:
+def tj(
+    name: str, submit: float, run: float, size: int, estimate: float | None = None, status: int | None = None
+) -> TraceJob:
     return TraceJob(trace_id=name, submit=submit, run=run, size=size, estimate=estimate, status=status)
 
 
@@ -30,10 +31,10 @@ def config(policy: str) -> SchedConfig:
     return SchedConfig.from_settings(build_settings(policy, max_time_limit=100_000))
 
 
-def replay(jobs: list[TraceJob], policy: str = "easy", cluster: Cluster | None = None,
-           **kw: object) -> dict[str, JobOutcome]:
-    sim = Simulation(jobs, "procs", cluster or pool(), config(policy), order=job_order(policy),
-                     **kw)  # type: ignore[arg-type]
+def replay(
+    jobs: list[TraceJob], policy: str = "easy", cluster: Cluster | None = None, **kw: object
+) -> dict[str, JobOutcome]:
+    sim = Simulation(jobs, "procs", cluster or pool(), config(policy), order=job_order(policy), **kw)  # type: ignore[arg-type]
     result = sim.run()
     assert not result.never_started
     return {o.trace_id: o for o in result.outcomes}
@@ -95,16 +96,16 @@ def test_a_job_that_overran_its_estimate_delays_the_planned_start() -> None:
 
 
 def test_trace_status_decides_completed_or_failed() -> None:
-    sim = Simulation([tj("ok", 0, 5, 1, 10, status=1), tj("bad", 0, 5, 1, 10, status=0)],
-                     "procs", pool(), config("easy"))
+    sim = Simulation(
+        [tj("ok", 0, 5, 1, 10, status=1), tj("bad", 0, 5, 1, 10, status=0)], "procs", pool(), config("easy")
+    )
     sim.run()
     assert [j.state for j in sim.jobs] == [JobState.COMPLETED, JobState.FAILED]
 
 
 def test_jobs_are_numbered_in_submission_order_and_keep_their_limits() -> None:
     est = Estimate.parse("2xActual")
-    sim = Simulation([tj("a", 0, 10, 1, 100), tj("b", 5, 7, 2)], "procs", pool(), config("easy"),
-                     estimate=est)
+    sim = Simulation([tj("a", 0, 10, 1, 100), tj("b", 5, 7, 2)], "procs", pool(), config("easy"), estimate=est)
     assert [(j.job_id, j.time_limit, j.shape.total_cpus) for j in sim.jobs] == [(1, 20, 1), (2, 14, 2)]
 
 
@@ -128,8 +129,7 @@ def test_bad_estimates_are_refused(text: str) -> None:
 
 def test_a_gpu_job_gets_gpu_ids_on_whole_nodes() -> None:
     cluster = uniform_cluster("gpus", nodes=3, gpus_per_node=8)
-    sim = Simulation([tj("big", 0, 10, 16, 10), tj("small", 0, 10, 4, 10)], "gpus", cluster,
-                     config("easy"))
+    sim = Simulation([tj("big", 0, 10, 16, 10), tj("small", 0, 10, 4, 10)], "gpus", cluster, config("easy"))
     out = {o.trace_id: o for o in sim.run().outcomes}
     assert len(out["big"].nodes) == 2 and len(out["small"].nodes) == 1
     assert out["small"].start == 0 and out["big"].start == 0
@@ -160,8 +160,9 @@ def _build(rows: list[tuple[int, int, int, float]]) -> list[TraceJob]:
 
 @settings(max_examples=40, deadline=None)
 @given(trace_jobs, st.sampled_from(POLICIES), st.booleans())
-def test_no_job_waits_when_the_cluster_is_idle(rows: list[tuple[int, int, int, float]],
-                                               policy: str, overrun: bool) -> None:
+def test_no_job_waits_when_the_cluster_is_idle(
+    rows: list[tuple[int, int, int, float]], policy: str, overrun: bool
+) -> None:
     # Each job arrives after everything before it has ended (even if it overran).
     jobs, t = [], 0.0
     for i, (gap, run, size, ratio) in enumerate(rows):
@@ -173,12 +174,14 @@ def test_no_job_waits_when_the_cluster_is_idle(rows: list[tuple[int, int, int, f
 
 @settings(max_examples=40, deadline=None)
 @given(trace_jobs, st.sampled_from(POLICIES), st.sampled_from([(1, 8), (4, 2), (8, 1)]))
-def test_the_machine_is_never_overcommitted(rows: list[tuple[int, int, int, float]], policy: str,
-                                            shape: tuple[int, int]) -> None:
+def test_the_machine_is_never_overcommitted(
+    rows: list[tuple[int, int, int, float]], policy: str, shape: tuple[int, int]
+) -> None:
     nodes, cpus = shape
     out = replay(_build(rows), policy, uniform_cluster("procs", nodes=nodes, cpus_per_node=cpus))
-    changes = sorted([(o.start, o.size) for o in out.values()] + [(o.end, -o.size) for o in out.values()],
-                     key=lambda c: (c[0], c[1]))
+    changes = sorted(
+        [(o.start, o.size) for o in out.values()] + [(o.end, -o.size) for o in out.values()], key=lambda c: (c[0], c[1])
+    )
     busy = 0
     for _, delta in changes:
         busy += delta
@@ -192,16 +195,13 @@ def _random_trace(seed: int, n: int = 120) -> list[TraceJob]:
     for i in range(n):
         t += rng.expovariate(1 / 30)
         run = rng.randint(1, 400)
-        jobs.append(tj(str(i), round(t), run, rng.choice([1, 1, 2, 3, 4, 6, 8, 12, 16]),
-                       run * rng.uniform(0.8, 4)))
+        jobs.append(tj(str(i), round(t), run, rng.choice([1, 1, 2, 3, 4, 6, 8, 12, 16]), run * rng.uniform(0.8, 4)))
     return jobs
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("shape", [(1, 16), (16, 1), (4, 4)])
-def test_skipping_passes_that_cannot_start_anything_changes_no_start(
-    policy: str, shape: tuple[int, int]
-) -> None:
+def test_skipping_passes_that_cannot_start_anything_changes_no_start(policy: str, shape: tuple[int, int]) -> None:
     jobs = _random_trace(7)
     cluster = lambda: uniform_cluster("procs", nodes=shape[0], cpus_per_node=shape[1])  # noqa: E731
     fast = replay(jobs, policy, cluster())
@@ -216,22 +216,26 @@ def test_the_same_replay_gives_the_same_schedule() -> None:
 
 def test_progress_is_reported_up_to_the_last_job() -> None:
     seen: list[tuple[int, int]] = []
-    Simulation(_random_trace(3, 50), "procs", pool(16), config("easy"),
-               progress=lambda done, total, t: seen.append((done, total))).run()
+    Simulation(
+        _random_trace(3, 50),
+        "procs",
+        pool(16),
+        config("easy"),
+        progress=lambda done, total, t: seen.append((done, total)),
+    ).run()
     assert seen[-1] == (50, 50)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
 @pytest.mark.parametrize("shape", [(1, 16), (16, 1), (4, 4)])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_fcfs_passes_over_the_queue_head_start_what_whole_queue_passes_start(
-    shape: tuple[int, int], seed: int
-) -> None:
+def test_fcfs_passes_over_the_queue_head_start_what_whole_queue_passes_start(shape: tuple[int, int], seed: int) -> None:
     jobs = _random_trace(seed, 200)
     runs = []
     for strict in (True, False):
-        sim = Simulation(jobs, "procs", uniform_cluster("procs", nodes=shape[0], cpus_per_node=shape[1]),
-                         config("fcfs"))
+        sim = Simulation(
+            jobs, "procs", uniform_cluster("procs", nodes=shape[0], cpus_per_node=shape[1]), config("fcfs")
+        )
         sim._strict_order = strict
         runs.append({o.trace_id: (o.start, o.nodes) for o in sim.run().outcomes})
     assert runs[0] == runs[1]

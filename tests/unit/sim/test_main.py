@@ -16,8 +16,7 @@ from muster.sim.main import main, parse_window
 ROWS = [(0, 10, 2, 10), (1, 5, 4, 5), (2, 5, 2, 5), (3, 20, 1, 20), (100, 30, 4, 20), (101, 5, 1, 5)]
 
 
-def test_a_replay_prints_the_metrics_table(write_swf: Callable[..., str],
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_replay_prints_the_metrics_table(write_swf: Callable[..., str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main([write_swf(ROWS), "--policy", "easy"]) == 0
     out = capsys.readouterr().out
     assert "6 jobs on 1 node x 4 CPUs (processor pool)" in out
@@ -50,10 +49,16 @@ def test_the_recorded_schedule_can_be_set_beside_a_policy(
     tmp_path: pathlib.Path, swf_line: Callable[..., str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "w.swf"
-    path.write_text("; MaxProcs: 4\n" + "\n".join([
-        swf_line(1, 0, 10, 4, 10, wait=0),
-        swf_line(2, 5, 10, 4, 10, wait=7),
-    ]) + "\n")
+    path.write_text(
+        "; MaxProcs: 4\n"
+        + "\n".join(
+            [
+                swf_line(1, 0, 10, 4, 10, wait=0),
+                swf_line(2, 5, 10, 4, 10, wait=7),
+            ]
+        )
+        + "\n"
+    )
     assert main([str(path), "--compare", "recorded,easy", "--json", "-"]) == 0
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert runs[0]["metrics"]["wait_mean"] == 3.5
@@ -66,11 +71,15 @@ def test_window_and_jobs_select_a_slice(write_swf: Callable[..., str], capsys: p
 
 
 def test_a_conf_file_sets_the_cluster_and_the_scheduler(
-    write_swf: Callable[..., str], write_text: Callable[[str, str], str],
+    write_swf: Callable[..., str],
+    write_text: Callable[[str, str], str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    conf = write_text("sim.conf", "SchedulerType=sched/builtin\nPriorityType=priority/basic\n"
-                      "NodeName=c[1-2] CPUs=2 RealMemory=1000\nPartitionName=p Nodes=ALL Default=YES\n")
+    conf = write_text(
+        "sim.conf",
+        "SchedulerType=sched/builtin\nPriorityType=priority/basic\n"
+        "NodeName=c[1-2] CPUs=2 RealMemory=1000\nPartitionName=p Nodes=ALL Default=YES\n",
+    )
     assert main([write_swf(ROWS), "--conf", conf, "--json", "-"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["runs"][0]["label"] == "conf"
@@ -78,35 +87,42 @@ def test_a_conf_file_sets_the_cluster_and_the_scheduler(
     assert report["runs"][0]["metrics"]["backfilled"] == 0
 
 
-def test_jobs_the_controller_would_refuse_are_reported(write_swf: Callable[..., str],
-                                                        write_text: Callable[[str, str], str],
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    conf = write_text("sim.conf", "EnforcePartLimits=ALL\nNodeName=c[1-2] CPUs=2 RealMemory=100\n"
-                      "PartitionName=p Nodes=ALL Default=YES MaxTime=15\n")  # minutes
+def test_jobs_the_controller_would_refuse_are_reported(
+    write_swf: Callable[..., str], write_text: Callable[[str, str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write_text(
+        "sim.conf",
+        "EnforcePartLimits=ALL\nNodeName=c[1-2] CPUs=2 RealMemory=100\n"
+        "PartitionName=p Nodes=ALL Default=YES MaxTime=15\n",
+    )  # minutes
     assert main([write_swf(ROWS + [(200, 2000, 1, 2000)]), "--conf", conf]) == 0
     err = capsys.readouterr().err
     assert "1 jobs not replayed, refused at submission: Requested time limit is invalid" in err
 
 
-def test_jobs_too_big_for_the_cluster_are_reported(write_swf: Callable[..., str],
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_jobs_too_big_for_the_cluster_are_reported(
+    write_swf: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main([write_swf(ROWS), "--nodes", "1", "--cpus-per-node", "2"]) == 0
     err = capsys.readouterr().err
     # as Controller.submit: more nodes than the partition has can never run
     assert "2 jobs not replayed, refused at submission: Requested node configuration is not available" in err
 
 
-def test_plots_are_written(write_swf: Callable[..., str], tmp_path: pathlib.Path,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_plots_are_written(
+    write_swf: Callable[..., str], tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("matplotlib")
     assert main([write_swf(ROWS), "--compare", "fcfs,easy", "--plot", str(tmp_path / "p")]) == 0
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
-        "gantt-easy.png", "gantt-fcfs.png", "utilisation.png", "wait_cdf.png"
+        "gantt-easy.png",
+        "gantt-fcfs.png",
+        "utilisation.png",
+        "wait_cdf.png",
     ]
 
 
-def test_the_progress_bar_reaches_the_end(write_swf: Callable[..., str],
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_progress_bar_reaches_the_end(write_swf: Callable[..., str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main([write_swf(ROWS), "--progress"]) == 0
     assert "100.0%  6/6 jobs" in capsys.readouterr().err
 
@@ -137,8 +153,9 @@ def test_bad_options_fail_with_a_clear_message(
     assert err.startswith("muster sim: error: ") and message in err
 
 
-def test_a_malformed_trace_fails_naming_the_line(write_swf: Callable[..., str],
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_malformed_trace_fails_naming_the_line(
+    write_swf: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write_swf(ROWS)
     with open(path, "a") as f:
         f.write("7 200 -1 10\n")
@@ -148,16 +165,17 @@ def test_a_malformed_trace_fails_naming_the_line(write_swf: Callable[..., str],
     assert f"skipped malformed line: {path}:10:" in capsys.readouterr().err
 
 
-def test_an_unwritable_output_fails_clearly(write_swf: Callable[..., str], tmp_path: pathlib.Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unwritable_output_fails_clearly(
+    write_swf: Callable[..., str], tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / "no" / "such" / "dir" / "r.json"
     assert main([write_swf(ROWS), "--json", str(target)]) == 1
     assert f"muster sim: error: cannot write {target}: No such file or directory" in capsys.readouterr().err
 
 
-def test_a_bad_conf_file_fails_naming_the_line(write_swf: Callable[..., str],
-                                               write_text: Callable[[str, str], str],
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_conf_file_fails_naming_the_line(
+    write_swf: Callable[..., str], write_text: Callable[[str, str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
     conf = write_text("bad.conf", "SchedulerType\n")
     assert main([write_swf(ROWS), "--conf", conf]) == 1
     assert f"{conf}:1:" in capsys.readouterr().err
@@ -169,14 +187,19 @@ def test_windows(text: str, window: tuple[float, float]) -> None:
 
 
 def test_python_dash_m_runs_the_simulator(write_swf: Callable[..., str]) -> None:
-    done = subprocess.run([sys.executable, "-m", "muster.sim", write_swf(ROWS), "--no-progress"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "muster.sim", write_swf(ROWS), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "wait mean (s)" in done.stdout
 
 
-def test_bf_max_job_test_sets_the_depth_the_replay_runs(write_swf: Callable[..., str],
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_bf_max_job_test_sets_the_depth_the_replay_runs(
+    write_swf: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main([write_swf(ROWS), "--policy", "backfill", "--bf-max-job-test", "7", "--json", "-"]) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert "bf_max_job_test=7" in run["settings"]["SchedulerParameters"]

@@ -73,11 +73,15 @@ def test_the_story_replayed_under_easy_gives_the_hand_computed_metrics() -> None
     m = compute(result.outcomes, 4)
     # The hand-made STORY carries no plans; the replay planned b at 10 (behind a) and d at
     # 15 (behind b), and both started then.
-    plans = {k: m.pop(k) for k in ("planned", "late_vs_first_plan", "slip_mean", "slip_max",
-                                   "late_vs_earliest_plan")}
+    plans = {k: m.pop(k) for k in ("planned", "late_vs_first_plan", "slip_mean", "slip_max", "late_vs_earliest_plan")}
     assert m == {k: v for k, v in compute(STORY, 4).items() if k not in plans}
-    assert plans == {"planned": 2, "late_vs_first_plan": 0, "slip_mean": None, "slip_max": None,
-                     "late_vs_earliest_plan": 0}
+    assert plans == {
+        "planned": 2,
+        "late_vs_first_plan": 0,
+        "slip_mean": None,
+        "slip_max": None,
+        "late_vs_earliest_plan": 0,
+    }
 
 
 def test_utilisation_states_its_denominator_and_the_submit_based_variant() -> None:
@@ -135,8 +139,11 @@ def test_the_table_lists_every_run_side_by_side() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.lists(st.tuples(st.integers(0, 200), st.integers(1, 300), st.integers(1, 8), st.floats(0.5, 3)),
-             min_size=2, max_size=30),
+    st.lists(
+        st.tuples(st.integers(0, 200), st.integers(1, 300), st.integers(1, 8), st.floats(0.5, 3)),
+        min_size=2,
+        max_size=30,
+    ),
     st.sampled_from(POLICIES),
     st.booleans(),
 )
@@ -149,8 +156,14 @@ def test_utilisation_never_exceeds_the_offered_load_or_one(
         jobs.append(TraceJob(str(i), t, run, size, max(1.0, run * ratio)))
     assume(jobs[-1].submit > jobs[0].submit)
     cfg = SchedConfig.from_settings(build_settings(policy, max_time_limit=1000))
-    result = Simulation(jobs, "procs", uniform_cluster("procs", nodes=2, cpus_per_node=4), cfg,
-                        allow_overrun=overrun, order=job_order(policy)).run()
+    result = Simulation(
+        jobs,
+        "procs",
+        uniform_cluster("procs", nodes=2, cpus_per_node=4),
+        cfg,
+        allow_overrun=overrun,
+        order=job_order(policy),
+    ).run()
     m = compute(result.outcomes, 8)
     assert m["utilisation"] <= 1 + 1e-12
     assert m["utilisation"] <= offered_load(jobs, 8) + 1e-12

@@ -27,7 +27,13 @@ def test_the_simulator_reads_no_wall_clock() -> None:
 
 
 def test_the_pattern_catches_what_it_should() -> None:
-    for leak in ("t = time.time()", "import time", "datetime.now()", "from time import monotonic",
-                 "clock = SystemClock()", "time.perf_counter()"):
+    for leak in (
+        "t = time.time()",
+        "import time",
+        "datetime.now()",
+        "from time import monotonic",
+        "clock = SystemClock()",
+        "time.perf_counter()",
+    ):
         assert WALL_CLOCK.search(leak), leak
     assert not WALL_CLOCK.search("self.clock.now()")

@@ -32,8 +32,7 @@ def _simulation(policy: str) -> Simulation:
     jobs, refused = replayable(trace.jobs, trace.unit, cluster, est)
     assert not refused
     settings = build_settings(policy, max_time_limit=max(est.limit(j) for j in jobs))
-    return Simulation(jobs, trace.unit, cluster, sched_config(settings), estimate=est,
-                      order=job_order(policy))
+    return Simulation(jobs, trace.unit, cluster, sched_config(settings), estimate=est, order=job_order(policy))
 
 
 def _starts(sim: Simulation) -> list[float]:

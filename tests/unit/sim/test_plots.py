@@ -43,8 +43,7 @@ def test_lanes_never_give_a_row_to_two_running_jobs() -> None:
 
 def test_pictures_are_written(tmp_path: pathlib.Path) -> None:
     pytest.importorskip("matplotlib")
-    paths = write_plots([("easy", RUN), ("fcfs", RUN)], 4, str(tmp_path / "out"),
-                        gantt_window=(0, 40))
+    paths = write_plots([("easy", RUN), ("fcfs", RUN)], 4, str(tmp_path / "out"), gantt_window=(0, 40))
     names = sorted(pathlib.Path(p).name for p in paths)
     assert names == ["gantt-easy.png", "gantt-fcfs.png", "utilisation.png", "wait_cdf.png"]
     assert all(pathlib.Path(p).stat().st_size > 1000 for p in paths)

@@ -35,8 +35,7 @@ def test_the_backfill_window_covers_the_longest_time_limit() -> None:
 
 
 def test_a_conf_file_is_kept_and_the_policy_replaces_only_its_own_keys() -> None:
-    conf = {"SchedulerParameters": "bf_window=120,conservative,bf_resolution=30",
-            "PriorityWeightAge": "5"}
+    conf = {"SchedulerParameters": "bf_window=120,conservative,bf_resolution=30", "PriorityWeightAge": "5"}
     settings = build_settings("easy", conf, max_time_limit=10**6)
     cfg = sched_config(settings)
     assert cfg.bf_window == 120 * 60 and cfg.bf_resolution == 30  # the file's window is kept

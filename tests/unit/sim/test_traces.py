@@ -32,7 +32,24 @@ def test_an_swf_record_keeps_all_eighteen_fields(write_text: Callable[[str, str]
     rec = trace.jobs[0].record
     assert rec is not None
     assert [getattr(rec, f) for f in SWF_FIELDS] == [
-        1, 0, 964980, 97225, 56, 12.5, 2048, 60, 210000, 4096, 1, 7, 3, 2, 1, 1, -1, -1
+        1,
+        0,
+        964980,
+        97225,
+        56,
+        12.5,
+        2048,
+        60,
+        210000,
+        4096,
+        1,
+        7,
+        3,
+        2,
+        1,
+        1,
+        -1,
+        -1,
     ]
     second = trace.jobs[1].record
     assert second is not None and second.preceding_job == 1 and second.think_time == 15
@@ -67,11 +84,9 @@ def test_a_gzipped_swf_reads_like_the_plain_one(tmp_path: pathlib.Path) -> None:
     ("line", "message"),
     [
         ("5 40 -1 10 4 -1 -1 4 100 -1 1 1 1 -1 -1 -1 -1", "expected 18 fields, found 17"),
-        ("5 40 -1 ten 4 -1 -1 4 100 -1 1 1 1 -1 -1 -1 -1 -1",
-         "field 4 (run_time) is not a number: 'ten'"),
+        ("5 40 -1 ten 4 -1 -1 4 100 -1 1 1 1 -1 -1 -1 -1 -1", "field 4 (run_time) is not a number: 'ten'"),
         ("5 -3 -1 10 4 -1 -1 4 100 -1 1 1 1 -1 -1 -1 -1 -1", "submit time is negative (-3)"),
-        ("5 40 -1 10 4 -1 -1 4 100 -1 1 1 1 -1 -1 -1 -1 nan",
-         "field 18 (think_time) is not a number: 'nan'"),
+        ("5 40 -1 10 4 -1 -1 4 100 -1 1 1 1 -1 -1 -1 -1 nan", "field 18 (think_time) is not a number: 'nan'"),
     ],
 )
 def test_a_malformed_swf_line_is_reported_with_its_line_number(
@@ -150,7 +165,14 @@ def _tarball(path: pathlib.Path, files: dict[str, str]) -> str:
 
 
 def test_one_cluster_is_read_out_of_a_tarball(tmp_path: pathlib.Path) -> None:
-    path = _tarball(tmp_path / "t.tar.gz", {"cluster01.csv": GPU_CSV, "cluster02.csv": "job_id,submission_time,duration,num_gpu\nz,1,2,3\n", "LICENSE": "MIT"})
+    path = _tarball(
+        tmp_path / "t.tar.gz",
+        {
+            "cluster01.csv": GPU_CSV,
+            "cluster02.csv": "job_id,submission_time,duration,num_gpu\nz,1,2,3\n",
+            "LICENSE": "MIT",
+        },
+    )
     trace = read_trace(path, cluster="cluster02")
     assert trace.name.endswith(":cluster02.csv")
     assert [j.trace_id for j in trace.jobs] == ["z"]
