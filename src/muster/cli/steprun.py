@@ -356,7 +356,8 @@ class StepRun:
                 nodes, job = [], {}
             if job and (job.get("state") != "RUNNING" or job.get("completing")):
                 break
-            if any(not n.get("responding") or n.get("state") == "DOWN" for n in nodes):
+            # DOWN, not merely not responding ("*": silent for a while, not yet judged)
+            if any(n.get("state") == "DOWN" for n in nodes):
                 down = True
                 break
             starts = {n.get("name"): n.get("agent_start_time") for n in nodes}
