@@ -25,7 +25,7 @@ from muster.cli.options import (
     apply_options,
     getopt,
 )
-from muster.cli.optionvalues import RC_BAD_OPTION, OptionValueError
+from muster.core.optionvalues import RC_BAD_OPTION, OptionValueError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

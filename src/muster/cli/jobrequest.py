@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from muster.cli.optionvalues import OptionValueError
+from muster.core.optionvalues import OptionValueError
 
 
 class JobRequest:

@@ -17,7 +17,7 @@ Two things live here:
 A ``JobRequest`` (``muster.cli.jobrequest``) ends as a plain dict with
 ``muster.core.job.JobSpec``'s field names (times in seconds, memory in MB). The commands
 never import ``muster.core.job``: its dataclasses cost start-up time that a command typed
-hundreds of times a day should not pay. Values are read by ``muster.cli.optionvalues``,
+hundreds of times a day should not pay. Values are read by ``muster.core.optionvalues``,
 whose ``OptionValueError`` carries Slurm's text and exit status; ``#SBATCH`` lines by
 ``muster.cli.directives``.
 """
@@ -25,7 +25,7 @@ whose ``OptionValueError`` carries Slurm's text and exit status; ``#SBATCH`` lin
 from __future__ import annotations
 
 from muster.cli.jobrequest import JobRequest
-from muster.cli.optionvalues import (
+from muster.core.optionvalues import (
     OptionValueError,
     parse_array_option,
     parse_count,

@@ -23,7 +23,7 @@ from muster.cli.alloc import apply_job_options, finish_job_request, job_getopt, 
 from muster.cli.common import CommandError, argv_or_sys, connect, info_text, report
 from muster.cli.jobrequest import JobRequest
 from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionTable, env_options
-from muster.cli.optionvalues import RC_BAD_OPTION
+from muster.core.optionvalues import RC_BAD_OPTION
 
 PROG = "salloc"
 

@@ -26,7 +26,7 @@ from muster.cli.common import (
 from muster.cli.directives import script_directives
 from muster.cli.jobrequest import JobRequest
 from muster.cli.options import JOB_OPTIONS, NO_ARG, UNHONOURED, Opt, OptionTable, env_options
-from muster.cli.optionvalues import RC_BAD_OPTION
+from muster.core.optionvalues import RC_BAD_OPTION
 
 PROG = "sbatch"
 

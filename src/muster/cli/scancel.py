@@ -24,7 +24,7 @@ from muster.cli.common import (
     split_ids,
 )
 from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
-from muster.cli.optionvalues import parse_signal_name
+from muster.core.optionvalues import parse_signal_name
 from muster.core.states import job_state_name
 
 PROG = "scancel"

@@ -49,7 +49,7 @@ from muster.cli.common import (
 )
 from muster.cli.jobrequest import JobRequest, export_environment
 from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionTable, env_options
-from muster.cli.optionvalues import RC_BAD_OPTION
+from muster.core.optionvalues import RC_BAD_OPTION
 
 PROG = "srun"
 

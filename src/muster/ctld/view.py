@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from muster.core.config import Config
 from muster.core.states import JobState
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.state import ClusterState
-from muster.sched.snapshot import NodeView, PartitionView, ReservationView, Snapshot
+from muster.sched.snapshot import NodeView, ReservationView, Snapshot, partition_views
 
 
 def node_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
@@ -36,29 +35,6 @@ def node_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
             )
         )
     return out
-
-
-def partition_views(config: Config) -> dict[str, PartitionView]:
-    default = config.default_partition()
-    return {
-        p.name: PartitionView(
-            name=p.name,
-            nodes=tuple(p.nodes),
-            state=p.state.upper(),
-            max_time=p.max_time,
-            default_time=p.default_time,
-            max_nodes=p.max_nodes,
-            min_nodes=p.min_nodes,
-            priority_tier=p.priority_tier,
-            priority_job_factor=p.priority_job_factor,
-            exclusive=p.exclusive,
-            allow_accounts=tuple(p.allow_accounts) if p.allow_accounts is not None else None,
-            deny_accounts=tuple(p.deny_accounts) if p.deny_accounts is not None else None,
-            allow_groups=tuple(p.allow_groups) if p.allow_groups is not None else None,
-            is_default=default is not None and p.name == default.name,
-        )
-        for p in config.partitions
-    }
 
 
 def build_snapshot(ctl: ClusterState) -> Snapshot:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from muster.core.config import Config
 from muster.core.job import Job
 
 
@@ -96,3 +97,28 @@ class Snapshot:
     # Job arrays: array job id -> {task id: job id}, for dependencies on arrays and their
     # tasks (``ID``, ``ID_TASK``, ``aftercorr``); arrays that left memory may stay listed.
     arrays: dict[int, dict[int, int]] = field(default_factory=dict)
+
+
+def partition_views(config: Config) -> dict[str, PartitionView]:
+    """The partitions as the scheduler sees them, from the configuration: the one builder
+    the controller (``ctld.view``) and the simulator (``sim.cluster``) both use."""
+    default = config.default_partition()
+    return {
+        p.name: PartitionView(
+            name=p.name,
+            nodes=tuple(p.nodes),
+            state=p.state.upper(),
+            max_time=p.max_time,
+            default_time=p.default_time,
+            max_nodes=p.max_nodes,
+            min_nodes=p.min_nodes,
+            priority_tier=p.priority_tier,
+            priority_job_factor=p.priority_job_factor,
+            exclusive=p.exclusive,
+            allow_accounts=tuple(p.allow_accounts) if p.allow_accounts is not None else None,
+            deny_accounts=tuple(p.deny_accounts) if p.deny_accounts is not None else None,
+            allow_groups=tuple(p.allow_groups) if p.allow_groups is not None else None,
+            is_default=default is not None and p.name == default.name,
+        )
+        for p in config.partitions
+    }

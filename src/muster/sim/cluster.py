@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from muster.core.config import Config
 from muster.core.job import JobSpec, Shape, compute_shape
 from muster.sched import NodeView, PartitionView
+from muster.sched.snapshot import partition_views
 
 __all__ = ["Cluster", "ClusterError", "shape_for", "spec_for", "uniform_cluster"]
 
@@ -213,24 +214,9 @@ def cluster_from_config(config: Config) -> Cluster:
     for view, n in zip(views, config.nodes, strict=True):
         # A node configured DOWN or DRAIN takes no work, as in the controller.
         view.available = n.state.upper() not in ("DOWN", "DRAIN", "FAIL", "FUTURE")
-    parts = {
-        p.name: PartitionView(
-            name=p.name,
-            nodes=tuple(p.nodes),
-            state=p.state.upper(),
-            max_time=p.max_time,
-            default_time=p.default_time,
-            max_nodes=p.max_nodes,
-            min_nodes=p.min_nodes,
-            priority_tier=p.priority_tier,
-            priority_job_factor=p.priority_job_factor,
-            exclusive=p.exclusive,
-        )
-        for p in config.partitions
-    }
+    parts = partition_views(config)  # as the controller sees them (account/group lists too)
     default = config.default_partition()
     assert default is not None  # partitions is not empty
-    parts[default.name].is_default = True
     return Cluster(
         views, parts, default.name, f"{len(views)} nodes from {config.path}", def_mem_per_cpu=config.def_mem_per_cpu
     )

@@ -17,7 +17,7 @@ from muster.cli.options import (
     env_options,
     getopt,
 )
-from muster.cli.optionvalues import (
+from muster.core.optionvalues import (
     OptionValueError,
     parse_array_option,
     parse_nodes,

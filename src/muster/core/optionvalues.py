@@ -6,6 +6,10 @@ Each parser takes the text as given and returns the value in the units a JobSpec
 ``<prog>: error:`` and whose ``rc`` is Slurm's exit status for it (255, ``RC_BAD_OPTION``,
 for a malformed value; 1 for one Slurm rejects after parsing). Parsers name the option
 the way Slurm's message does.
+
+The one home of these rules for every front door: the commands (``cli.options``) and any
+other (a REST submit) read option text through here. Standard library only at import
+time (the commands start fast); ``core`` modules are imported where a parser needs them.
 """
 
 from __future__ import annotations
