@@ -94,7 +94,7 @@ def full_disk() -> None:
     if os.geteuid() != 0:
         print("full state disk: skipped (needs root for a tmpfs)")
         return
-    from harness import Harness
+    from harness import Harness, fill_disk
     from muster.cluster.local import ClusterShape
 
     h = Harness(ClusterShape(nodes=2, gpus_per_node=0, cpus_per_node=2, mem_per_node=4000), settings={"KillWait": "2"})
@@ -105,13 +105,7 @@ def full_disk() -> None:
         h.up()
         waiting = h.sbatch("--hold", "--wrap", "true")
         filler = os.path.join(ctld, "filler")
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        fill_disk(filler)
         refused = h.run(["scontrol", "release", str(waiting)]).returncode != 0
         os.unlink(filler)
         t0 = time.perf_counter()

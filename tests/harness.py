@@ -27,6 +27,21 @@ def process_running(pid: int) -> bool:
         return False
 
 
+def fill_disk(path: str) -> None:
+    """Write zeros into ``path`` until its file system says ENOSPC (a full-disk fault)."""
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+        try:
+            os.fsync(f.fileno())
+        except OSError:
+            pass
+
+
 class Harness:
     def __init__(self, shape: ClusterShape, root: str | None = None, settings: dict[str, str] | None = None) -> None:
         self.settings = settings

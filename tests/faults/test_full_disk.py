@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness
+from harness import Harness, fill_disk
 from muster.cluster.local import ClusterShape
 
 pytestmark = [
@@ -43,21 +43,6 @@ def cluster() -> Iterator[Harness]:
         h.down()
 
 
-def fill(path: str) -> None:
-    """Write zeros into ``path`` until the file system says ENOSPC."""
-    with open(path, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
-        try:
-            os.fsync(f.fileno())
-        except OSError:
-            pass
-
-
 def one_line_error(out: subprocess.CompletedProcess[str], prefix: str) -> None:
     assert out.returncode != 0, out
     assert "Traceback" not in out.stderr + out.stdout
@@ -77,7 +62,7 @@ def test_a_full_state_disk_refuses_changes_clearly_and_the_cluster_recovers_when
     h.wait_state(running, "RUNNING")
     acknowledged = {running, waiting, queued}
     filler = os.path.join(ctld, "filler")
-    fill(filler)
+    fill_disk(filler)
     try:
         one_line_error(h.run(["sbatch", "--wrap", "true"]), "sbatch: error: Batch job submission failed:")
         one_line_error(h.run(["scancel", str(queued)]), "scancel: error:")
