@@ -26,6 +26,7 @@ from muster.cli.common import (
 )
 from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 from muster.cli.scontrol_records import (
+    _ts,
     config_text,
     format_node,
     format_record,
@@ -233,14 +234,13 @@ def show_config() -> int:
         answer = connect(PROG, settings).get("/v1/config")
     except (ApiError, ConnectError) as e:
         raise _load_error("ctl_conf", e) from None
-    write_out(
-        config_text(
-            answer.get("settings") or {},
-            float(answer.get("now") or 0),
-            settings.ctld_host,
-            settings.path,
-        )
-    )
+    conf = answer.get("settings") or {}
+    computed = {"MaxNodeCount": str(answer.get("node_count", "")), "NEXT_JOB_ID": str(answer.get("next_job_id", ""))}
+    if answer.get("boot_time"):
+        computed["BOOT_TIME"] = _ts(float(answer["boot_time"]))
+    host = next((v for k, v in conf.items() if k.lower() == "slurmctldhost"), None)
+    computed["SlurmctldHost[0]"] = str(host or settings.ctld_host)
+    write_out(config_text(conf, float(answer.get("now") or 0), settings.ctld_host, settings.path, computed))
     return 0
 
 

@@ -317,12 +317,11 @@ def partition_record(part: dict) -> list[str]:
 # --- configuration ----------------------------------------------------------------------------
 
 
-def config_text(settings: dict, now: float, ctld_host: str, conf: str) -> str:
-    values = {str(k): str(v) for k, v in settings.items()}
-    values.setdefault("SLURM_CONF", conf)
-    values["SLURM_VERSION"] = SLURM_VERSION
-    lines = [f"Configuration data as of {_ts(now)}"]
-    for key in sorted(values, key=str.lower):
-        lines.append(f"{key:<23} = {values[key]}")
+def config_text(settings: dict, now: float, ctld_host: str, conf: str, computed: dict | None = None) -> str:
+    """``scontrol show config`` (``cli.showconfig``): every parameter, Slurm's order and units."""
+    from muster.cli.showconfig import config_lines
+
+    run = {"SLURM_CONF": conf, "SLURM_VERSION": SLURM_VERSION, **(computed or {})}
+    lines = [f"Configuration data as of {_ts(now)}", *config_lines(settings, run)]
     lines += ["", f"Slurmctld(primary) at {ctld_host} is UP"]
     return "\n".join(lines) + "\n"

@@ -464,7 +464,14 @@ def build_routes(ctx: Context) -> list[Route]:
 
     @handler
     async def config(request: Request) -> JSONResponse:
-        return JSONResponse({"settings": dict(ctl.config.settings), "now": ctx.clock.now()})
+        return JSONResponse(
+            {
+                "settings": dict(ctl.config.settings),
+                "now": ctx.clock.now(),
+                "boot_time": ctl.started_at,
+                "node_count": len(ctl.nodes),
+            }
+        )
 
     def reservation_wire(res: Any) -> dict[str, Any]:
         now = ctx.clock.now()

@@ -107,17 +107,36 @@ def test_show_partition_matches_slurm(partitions, reference) -> None:
     assert text == stdout
 
 
-def test_show_config_layout() -> None:
+def test_show_config_lists_every_parameter_in_slurms_order_and_units(reference) -> None:
+    stdout, _ = reference("fmt_scontrol_show_config.txt")
+    slurm = [line.split("=", 1)[0].strip() for line in stdout.splitlines()[1:] if " = " in line]
     text = scontrol.config_text(
-        {"ClusterName": "muster", "AccountingStorageBackupHost": "(null)"},
+        {
+            "ClusterName": "muster",
+            "MinJobAge": "300",
+            "SlurmdTimeout": "15",
+            "DefMemPerCPU": "1000",
+            "CtldSocket": "/run/muster.sock",
+        },
         NOW,
         "vm",
         "/etc/muster/muster.conf",
+        {"BOOT_TIME": "2026-12-02T15:33:15", "MaxNodeCount": "4", "SlurmctldHost[0]": "vm(127.0.0.1)"},
     )
     lines = text.splitlines()
     assert lines[0] == "Configuration data as of 2026-12-02T16:07:25"
-    assert lines[1] == "AccountingStorageBackupHost = (null)"
-    assert lines[2] == "ClusterName             = muster"
+    ours = [line.split("=", 1)[0].strip() for line in lines[1:] if " = " in line]
+    # Slurm's keys in Slurm's order (those Slurm prints only for its own plugins aside),
+    # then muster's own
+    assert [k for k in ours if k in slurm] == [k for k in slurm if k in ours]
+    assert [k for k in slurm if k not in ours] == []
+    assert "MinJobAge               = 300 sec" in lines
+    assert "SlurmdTimeout           = 15 sec" in lines
+    assert "MaxArraySize            = 1001" in lines
+    assert "KillWait                = 30 sec" in lines  # a default, with its unit
+    assert "ClusterName             = muster" in lines
+    assert "SlurmctldHost[0]        = vm(127.0.0.1)" in lines
+    assert lines[-3] == "CtldSocket              = /run/muster.sock"
     assert lines[-1] == "Slurmctld(primary) at vm is UP"
 
 
