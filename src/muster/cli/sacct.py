@@ -481,9 +481,9 @@ def run(req: Request) -> list[str]:
     answer = call(PROG, "GET", "/v1/accounting/jobs" + query_string(req.params))
     records = answer.get("jobs") or []
     if req.json:
-        import json
+        from muster.cli.slurmjson import sacct_document
 
-        return [json.dumps({"jobs": records}, indent=2)]
+        return [sacct_document(records, ["sacct", "--json"])]
     if not req.array:
         records = merge_array_records(records)
     return render(records, req)
@@ -518,6 +518,8 @@ sacct [<OPTION>]
      -e, --helpformat: Print the fields that can be given to --format.
      -E, --endtime:    Select jobs eligible before this time (default: now).
      -j, --jobs:       Display information about these jobs (all time by default).
+         --json:       Print the records as JSON, in the layout of Slurm's
+                       data_parser v0.0.40 (Slurm 23.11/24.05).
      -l, --long:       Equivalent to a long list of fields.
      -n, --noheader:   No header lines.
      -N, --nodelist:   Display jobs that ran on any of these nodes.

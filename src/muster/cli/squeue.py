@@ -43,7 +43,6 @@ from muster.cli.squeue_fields import (
     PATH_VALUES,
     columns_from_format,
     columns_from_long_format,
-    job_spec,
     long_state,
 )
 from muster.cli.squeue_filters import DEFAULT_SORT, Filters, parse_states, sort_jobs
@@ -289,61 +288,10 @@ def fetch(req: Request) -> tuple[list[dict], float]:
 
 
 def to_json(jobs: list[dict], now: float) -> str:
-    """``--json``: the jobs in the field names of Slurm's openapi job records most tools read."""
-    import json
+    """``--json``: the jobs in the layout of Slurm's data_parser v0.0.40 (``cli.slurmjson``)."""
+    from muster.cli.slurmjson import document, squeue_job
 
-    from muster import __version__
-
-    out = []
-    for j in jobs:
-        spec = job_spec(j)
-        limit = j.get("time_limit")
-        out.append(
-            {
-                "account": j.get("account"),
-                "batch_host": j.get("batch_host") or "",
-                "comment": spec.get("comment") or "",
-                "cpus": j.get("num_cpus"),
-                "current_working_directory": spec.get("workdir"),
-                "dependency": spec.get("dependency") or "",
-                "end_time": int(j.get("end_time") or 0),
-                "exit_code": j.get("exit_code") or 0,
-                "group_id": j.get("gid"),
-                "job_id": j.get("job_id"),
-                "array_job_id": j.get("array_job_id") or 0,
-                "array_task_id": j.get("array_task_id"),
-                "array_max_tasks": j.get("array_throttle") or 0,
-                "array_task_string": j.get("array_tasks_text") or "",
-                "job_state": long_state(j),
-                "name": spec.get("name"),
-                "node_count": j.get("num_nodes"),
-                "nodes": j.get("nodelist") or "",
-                "partition": j.get("partition"),
-                "priority": j.get("priority"),
-                "qos": j.get("qos"),
-                "restart_cnt": j.get("restart_count") or 0,
-                "standard_error": j.get("stderr_path") or "",
-                "standard_input": spec.get("stdin") or "/dev/null",
-                "standard_output": j.get("stdout_path") or "",
-                "start_time": int(j.get("start_time") or 0),
-                "state_reason": j.get("reason") or "None",
-                "submit_time": int(j.get("submit_time") or 0),
-                "tasks": j.get("num_tasks"),
-                "time_limit": None if limit is None else int(limit) // 60,
-                "tres_alloc_str": j.get("tres") or "",
-                "user_id": j.get("uid"),
-                "user_name": j.get("user"),
-            }
-        )
-    doc = {
-        "meta": {
-            "plugin": {"type": "muster", "name": f"muster {__version__}"},
-            "Slurm": {"release": "22.05.8"},
-        },
-        "errors": [],
-        "jobs": out,
-    }
-    return json.dumps(doc, indent=2)
+    return document(["squeue", "--json"], [squeue_job(j, long_state(j)) for j in jobs])
 
 
 def run_once(req: Request) -> list[str]:
@@ -400,7 +348,8 @@ Usage: squeue [OPTIONS]
   -i, --iterate=seconds           specify an interation period
   -j, --job=job(s)                comma separated list of jobs IDs
                                   to view, default is all
-      --json                      Produce JSON output
+      --json                      Produce JSON output (Slurm's data_parser
+                                  v0.0.40 layout)
   -l, --long                      long report
       --me                        equivalent to --user=<current user>
   -n, --name=job_name(s)          comma separated list of job names to view

@@ -199,3 +199,67 @@ def test_state_takes_every_slurm_code_and_name_in_any_case() -> None:
     ]
     with pytest.raises(CommandError, match="Invalid state: XX"):
         sacct.parse_args(["-s", "XX"], {}, T0)
+
+
+def _json_doc(records: list[dict[str, Any]]) -> dict[str, Any]:
+    import json
+
+    from muster.cli.slurmjson import sacct_document
+
+    doc = json.loads(sacct_document(records, ["sacct", "--json"]))
+    assert doc["meta"]["plugin"]["data_parser"] == "data_parser/v0.0.40"
+    assert (doc["errors"], doc["warnings"]) == ([], [])
+    return doc
+
+
+def test_json_jobs_in_data_parser_v0040_layout() -> None:
+    jobs = {j["job_id"]: j for j in _json_doc(_records())["jobs"]}
+    ok = jobs[8641]
+    assert (ok["name"], ok["user"], ok["account"], ok["partition"], ok["nodes"]) == (
+        "ok",
+        "root",
+        "root",
+        "gpu",
+        "node1",
+    )
+    assert ok["state"] == {"current": ["COMPLETED"], "reason": "None"}
+    assert ok["exit_code"]["status"] == ["SUCCESS"]
+    assert ok["exit_code"]["return_code"] == {"set": True, "infinite": False, "number": 0}
+    assert (ok["time"]["submission"], ok["time"]["start"], ok["time"]["end"]) == (T0 - 1, T0, T0)
+    assert ok["time"]["limit"] == {"set": True, "infinite": True, "number": 0}
+    assert ok["restart_cnt"] == 0
+    assert ok["array"]["job_id"] == 0 and ok["array"]["task_id"]["set"] is False
+    batch = ok["steps"][0]
+    assert batch["step"] == {"id": "8641.batch", "name": "batch"}
+    assert batch["state"] == ["COMPLETED"] and batch["exit_code"]["status"] == ["SUCCESS"]
+    fail = jobs[8642]
+    assert fail["state"]["current"] == ["FAILED"]
+    assert fail["exit_code"]["status"] == ["ERROR"] and fail["exit_code"]["return_code"]["number"] == 3
+    killed = jobs[8643]["steps"][0]["exit_code"]
+    assert killed["status"] == ["SIGNALED"]
+    assert killed["signal"] == {"id": {"set": True, "infinite": False, "number": 9}, "name": "KILL"}
+    task = jobs[8647]
+    assert task["array"]["job_id"] == 8645
+    assert task["array"]["task_id"] == {"set": True, "infinite": False, "number": 1}
+    run = jobs[8653]
+    assert [s["step"]["id"] for s in run["steps"]] == ["8653.batch", "8653.0"]
+    assert run["steps"][1]["step"]["name"] == "sleep" and run["steps"][1]["time"]["elapsed"] == 4
+    assert run["time"]["elapsed"] == 4
+
+
+def test_json_time_limit_is_minutes() -> None:
+    job = _run(_job(8700, "limited", time_limit=600))
+    lifecycle.finish(job, 0, 0, T0 + 30)
+    (rec,) = _json_doc([record_wire(job.to_dict(), T0 + 40, "anchor")])["jobs"]
+    assert rec["time"]["limit"] == {"set": True, "infinite": False, "number": 10}
+    assert rec["time"]["elapsed"] == 30
+
+
+def test_json_option_prints_the_v0040_document(monkeypatch, capsys) -> None:
+    import json
+
+    monkeypatch.setattr(sacct, "call", lambda prog, method, path: {"jobs": _records()[:1]})
+    assert sacct.main(["--json", "-j", "8641"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [j["job_id"] for j in doc["jobs"]] == [8641]
+    assert doc["jobs"][0]["state"]["current"] == ["COMPLETED"]

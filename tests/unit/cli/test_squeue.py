@@ -259,20 +259,39 @@ def test_main_prints_the_queue(monkeypatch, capsys, jobs, reference) -> None:
     assert capsys.readouterr().out.splitlines() == _without_array_job(stdout)
 
 
-def test_json_has_slurm_field_names(monkeypatch, capsys, jobs) -> None:
+def test_json_is_data_parser_v0040(monkeypatch, capsys, jobs) -> None:
     import json
 
-    fake = _FakeController({"jobs": [jobs[8653]], "now": 1796227645.0})
+    fake = _FakeController({"jobs": [jobs[8653], jobs[8654]], "now": 1796227645.0})
     monkeypatch.setattr(squeue, "connect", lambda prog: fake)
     assert squeue.main(["--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    job = doc["jobs"][0]
-    assert (job["job_id"], job["job_state"], job["nodes"], job["time_limit"]) == (
-        8653,
-        "RUNNING",
-        "node[1-2]",
-        10,
-    )
+    assert doc["meta"]["plugin"]["data_parser"] == "data_parser/v0.0.40"
+    assert (doc["errors"], doc["warnings"]) == ([], [])
+    by_id = {j["job_id"]: j for j in doc["jobs"]}
+    run, big = by_id[8653], by_id[8654]
+    assert (run["job_id"], run["name"], run["user_name"], run["partition"]) == (8653, "fmt_run", "root", "gpu")
+    assert (run["job_state"], run["state_reason"], run["nodes"]) == (["RUNNING"], "None", "node[1-2]")
+    assert run["time_limit"] == {"set": True, "infinite": False, "number": 10}
+    assert run["start_time"] == {"set": True, "infinite": False, "number": 1796227642}
+    assert run["end_time"] == {"set": False, "infinite": False, "number": 0}
+    assert run["array_job_id"]["number"] == 0 and run["array_task_id"]["set"] is False
+    assert [n["nodename"] for n in run["job_resources"]["allocated_nodes"]] == ["node1", "node2"]
+    assert (big["job_state"], big["state_reason"], big["nodes"]) == (["PENDING"], "Resources", "")
+    assert big["start_time"]["set"] is False
+
+
+def test_json_time_limit_unlimited_and_array_task(monkeypatch, capsys, job_factory) -> None:
+    import json
+
+    task = job_factory(20, state="RUNNING", state_code="R", array_job_id=19, array_task_id=1, nodes=["node3"])
+    fake = _FakeController({"jobs": [task], "now": 1796227645.0})
+    monkeypatch.setattr(squeue, "connect", lambda prog: fake)
+    assert squeue.main(["--json", "-j", "19_1"]) == 0
+    job = json.loads(capsys.readouterr().out)["jobs"][0]
+    assert job["time_limit"] == {"set": True, "infinite": True, "number": 0}
+    assert job["array_job_id"] == {"set": True, "infinite": False, "number": 19}
+    assert job["array_task_id"] == {"set": True, "infinite": False, "number": 1}
 
 
 def test_version(capsys) -> None:

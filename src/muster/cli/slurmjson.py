@@ -1,0 +1,283 @@
+"""``sacct --json`` and ``squeue --json`` in the layout of Slurm's data_parser v0.0.40
+(the one Slurm 23.11 and 24.05 print), which clients such as torchx parse.
+
+The layout in brief (docs/clients.md lists the fields):
+
+* The document is ``{"meta": ..., "errors": [], "warnings": [], "jobs": [...]}``.
+* A number that may be unset or unlimited is an object ``{"set": bool, "infinite": bool,
+  "number": N}``; times are epochs, time limits minutes.
+* States are lists of flags (``["RUNNING"]``); an exit code is ``{"status": [...],
+  "return_code": <number>, "signal": {"id": <number>, "name": "KILL"}}`` where the status
+  is ``SUCCESS``, ``ERROR`` (a non-zero exit) or ``SIGNALED``.
+
+Only the standard library's cheap parts: the output goes through
+``muster.protocol.wirejson`` so that the ``json`` package is never imported.
+"""
+
+from __future__ import annotations
+
+from muster.protocol.wirejson import dumps
+
+DATA_PARSER = "data_parser/v0.0.40"
+
+# Signal names as Slurm prints them (without "SIG"); numbers are Linux's.
+_SIGNALS = {
+    1: "HUP",
+    2: "INT",
+    3: "QUIT",
+    4: "ILL",
+    6: "ABRT",
+    7: "BUS",
+    8: "FPE",
+    9: "KILL",
+    10: "USR1",
+    11: "SEGV",
+    12: "USR2",
+    13: "PIPE",
+    14: "ALRM",
+    15: "TERM",
+    17: "CHLD",
+    18: "CONT",
+    19: "STOP",
+    20: "TSTP",
+}
+
+
+def number(value: object, infinite_when_none: bool = False) -> dict:
+    """A v0.0.40 optional number: unset (or unlimited) when ``value`` is None."""
+    if value is None or value == "":
+        return {"set": infinite_when_none, "infinite": infinite_when_none, "number": 0}
+    return {"set": True, "infinite": False, "number": int(value)}  # type: ignore[call-overload]
+
+
+def epoch(value: object) -> dict:
+    """A time: set when known, else unset with number 0."""
+    return number(int(float(value)) if value else None)  # type: ignore[arg-type]
+
+
+def minutes(limit_seconds: object) -> dict:
+    """A time limit kept in seconds, as minutes; no limit is infinite."""
+    if limit_seconds is None or limit_seconds == "":
+        return {"set": True, "infinite": True, "number": 0}
+    return number(int(float(limit_seconds)) // 60)  # type: ignore[arg-type]
+
+
+def exit_code(code: int, signal: int) -> dict:
+    """A process's end: its return code and the signal that ended it, if one did."""
+    if signal:
+        status = ["SIGNALED"]
+    elif code:
+        status = ["ERROR"]
+    else:
+        status = ["SUCCESS"]
+    return {
+        "status": status,
+        "return_code": number(code),
+        "signal": {"id": number(signal if signal else None), "name": _SIGNALS.get(signal, "") if signal else ""},
+    }
+
+
+def parse_exit_text(text: object) -> tuple[int, int]:
+    """sacct's ``code:signal`` (``"3:0"``) -> (3, 0); anything else is (0, 0)."""
+    code, _, sig = str(text or "0:0").partition(":")
+    try:
+        return int(code or 0), int(sig or 0)
+    except ValueError:
+        return 0, 0
+
+
+def meta(command: list[str]) -> dict:
+    from muster import __version__
+
+    return {
+        "plugin": {"type": "", "name": "", "data_parser": DATA_PARSER, "accounting_storage": ""},
+        "client": {"source": "", "user": "", "group": ""},
+        "command": command,
+        "slurm": {"version": {"major": "23", "minor": "11", "micro": "0"}, "release": "23.11.0", "cluster": ""},
+        "muster": {"version": __version__},
+    }
+
+
+def document(command: list[str], jobs: list[dict]) -> str:
+    return dumps({"meta": meta(command), "errors": [], "warnings": [], "jobs": jobs})
+
+
+# --- sacct -----------------------------------------------------------------------------------------
+
+
+def _tres_list(text: object) -> list[dict]:
+    """``cpu=2,mem=2000M,gres/gpu=4`` -> v0.0.40 TRES entries (``type``, ``name``, ``count``)."""
+    out = []
+    for item in str(text or "").split(","):
+        key, _, value = item.partition("=")
+        if not key or not value:
+            continue
+        kind, _, name = key.partition("/")
+        count = value
+        if kind == "mem":
+            mult = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}.get(value[-1:].upper(), 0)
+            count = str(int(float(value[:-1]) * mult)) if mult else value
+        try:
+            n = int(count)
+        except ValueError:
+            continue
+        out.append({"type": kind, "name": name, "id": 0, "count": n})
+    return out
+
+
+def _sacct_time(r: dict) -> dict:
+    elapsed = int(r.get("elapsed") or 0)
+    return {
+        "elapsed": elapsed,
+        "eligible": int(float(r.get("eligible") or 0)),
+        "end": int(float(r.get("end") or 0)),
+        "start": 0 if r.get("start_none") else int(float(r.get("start") or 0)),
+        "submission": int(float(r.get("submit") or 0)),
+        "suspended": 0,
+        "limit": minutes(r.get("time_limit")),
+        "system": {"seconds": int(float(r.get("system_cpu") or 0)), "microseconds": 0},
+        "user": {"seconds": int(float(r.get("user_cpu") or 0)), "microseconds": 0},
+        "total": {
+            "seconds": int(float(r.get("user_cpu") or 0) + float(r.get("system_cpu") or 0)),
+            "microseconds": 0,
+        },
+    }
+
+
+def _sacct_step(s: dict) -> dict:
+    code, sig = parse_exit_text(s.get("exit_code"))
+    step_name = str(s.get("job_id_raw") or "").partition(".")[2]
+    time_ = _sacct_time(s)
+    del time_["limit"], time_["eligible"], time_["submission"]
+    return {
+        "step": {"id": str(s.get("job_id_raw") or ""), "name": str(s.get("name") or step_name)},
+        "state": [str(s.get("state") or "UNKNOWN")],
+        "exit_code": exit_code(code, sig),
+        "time": time_,
+        "nodes": {"count": int(s.get("nnodes") or 0), "range": str(s.get("nodelist") or "")},
+        "tasks": {"count": int(s.get("ntasks") or 0)},
+        "tres": {"allocated": _tres_list(s.get("alloc_tres")), "requested": {"max": [], "min": [], "average": []}},
+    }
+
+
+def sacct_job(r: dict) -> dict:
+    """One accounting record (``ctld.records.record_wire``) in the v0.0.40 layout."""
+    code, sig = parse_exit_text(r.get("exit_code"))
+    dcode, dsig = parse_exit_text(r.get("derived_exit_code"))
+    array_job, array_task = r.get("array_job_id"), r.get("array_task_id")
+    state = str(r.get("state") or "UNKNOWN")
+    return {
+        "job_id": int(r.get("job_id") or 0),
+        "name": str(r.get("name") or ""),
+        "user": str(r.get("user") or ""),
+        "group": str(r.get("group") or ""),
+        "account": str(r.get("account") or ""),
+        "partition": str(r.get("partition") or ""),
+        "qos": str(r.get("qos") or ""),
+        "cluster": str(r.get("cluster") or ""),
+        "nodes": str(r.get("nodelist") or ""),
+        "working_directory": str(r.get("workdir") or ""),
+        "comment": {
+            "job": str(r.get("comment") or ""),
+            "system": str(r.get("system_comment") or ""),
+            "administrator": "",
+        },
+        "constraints": str(r.get("constraints") or ""),
+        "reservation": {"id": 0, "name": str(r.get("reservation") or "")},
+        "priority": number(r.get("priority") if r.get("priority") != "" else None),
+        "restart_cnt": int(r.get("restart_count") or 0),
+        "state": {"current": [state], "reason": str(r.get("reason") or "None")},
+        "exit_code": exit_code(code, sig),
+        "derived_exit_code": exit_code(dcode, dsig),
+        "time": _sacct_time(r),
+        "array": {
+            "job_id": int(array_job or 0),
+            "task_id": number(array_task),
+            "task": "",
+            "limits": {"max": {"running": {"tasks": int(r.get("array_throttle") or 0)}}},
+        },
+        "allocation_nodes": int(r.get("nnodes") or 0),
+        "required": {"CPUs": int(r.get("req_cpus") or 0), "memory_per_node": number(r.get("req_mem"))},
+        "tres": {"allocated": _tres_list(r.get("alloc_tres")), "requested": _tres_list(r.get("req_tres"))},
+        "steps": [_sacct_step(s) for s in r.get("steps") or []],
+    }
+
+
+def sacct_document(records: list[dict], command: list[str]) -> str:
+    return document(command, [sacct_job(r) for r in records])
+
+
+# --- squeue ----------------------------------------------------------------------------------------
+
+
+def _allocated_nodes(j: dict) -> list[dict]:
+    return [
+        {
+            "nodename": str(a.get("node") or ""),
+            "cpus_used": int(a.get("cpus") or 0),
+            "memory_used": int(a.get("mem") or 0),
+            "memory_allocated": int(a.get("mem") or 0),
+        }
+        for a in j.get("alloc") or []
+        if isinstance(a, dict)
+    ]
+
+
+def squeue_job(j: dict, state: str) -> dict:
+    """One controller job (``JobWire``) in the v0.0.40 layout; ``state`` is its long state."""
+    spec = j.get("spec") if isinstance(j.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    code, sig = int(j.get("exit_code") or 0), int(j.get("exit_signal") or 0)
+    ended = state not in ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
+    array_job = j.get("array_job_id")
+    planned = j.get("planned_nodes") or []
+    alloc = _allocated_nodes(j)
+    argv = spec.get("argv") or []
+    return {
+        "job_id": int(j.get("job_id") or 0),
+        "name": str(spec.get("name") or ""),
+        "user_name": str(j.get("user") or ""),
+        "user_id": j.get("uid"),
+        "group_name": str(j.get("group") or ""),
+        "group_id": j.get("gid"),
+        "account": str(j.get("account") or ""),
+        "partition": str(j.get("partition") or ""),
+        "qos": str(j.get("qos") or ""),
+        "job_state": [state],
+        "state_reason": str(j.get("reason") or "None"),
+        "nodes": str(j.get("nodelist") or ""),
+        "batch_host": str(j.get("batch_host") or ""),
+        "node_count": number(j.get("num_nodes")),
+        "cpus": number(j.get("num_cpus")),
+        "tasks": number(j.get("num_tasks")),
+        "priority": number(j.get("priority")),
+        "submit_time": epoch(j.get("submit_time")),
+        "eligible_time": epoch(j.get("eligible_time")),
+        "start_time": epoch(j.get("start_time") or j.get("planned_start")),
+        "end_time": epoch(j.get("end_time")),
+        "time_limit": minutes(j.get("time_limit")),
+        "array_job_id": number(array_job or 0),
+        "array_task_id": number(j.get("array_task_id")),
+        "array_max_tasks": number(j.get("array_throttle") or 0),
+        "array_task_string": str(j.get("array_tasks_text") or ""),
+        "het_job_id": number(0),
+        "het_job_offset": number(None),
+        "restart_cnt": int(j.get("restart_count") or 0),
+        "exit_code": exit_code(code, sig) if ended else exit_code(0, 0),
+        "command": " ".join(str(a) for a in argv) if argv else "",
+        "current_working_directory": str(spec.get("workdir") or ""),
+        "standard_output": str(j.get("stdout_path") or ""),
+        "standard_error": str(j.get("stderr_path") or ""),
+        "standard_input": str(spec.get("stdin") or "/dev/null"),
+        "comment": str(spec.get("comment") or ""),
+        "dependency": str(spec.get("dependency") or ""),
+        "tres_alloc_str": str(j.get("tres") or ""),
+        "job_resources": {
+            "nodes": str(j.get("nodelist") or ""),
+            "scheduled_nodes": ",".join(str(n) for n in planned),
+            "allocated_cores": sum(a["cpus_used"] for a in alloc),
+            "allocated_cpus": sum(a["cpus_used"] for a in alloc),
+            "allocated_hosts": len(alloc),
+            "allocated_nodes": alloc,
+        },
+    }
