@@ -186,7 +186,9 @@ def sacct_job(r: dict) -> dict:
         "reservation": {"id": 0, "name": str(r.get("reservation") or "")},
         "priority": number(r.get("priority") if r.get("priority") != "" else None),
         "restart_cnt": int(r.get("restart_count") or 0),
-        "state": {"current": [state], "reason": str(r.get("reason") or "None")},
+        # A string, as Slurm <= 23.02 printed it: torchx (0.7, the release on PyPI) looks the
+        # state up as ``SLURM_STATES[job["state"]["current"]]``; v0.0.40 makes it a list.
+        "state": {"current": state, "reason": str(r.get("reason") or "None")},
         "exit_code": exit_code(code, sig),
         "derived_exit_code": exit_code(dcode, dsig),
         "time": _sacct_time(r),

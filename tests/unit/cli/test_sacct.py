@@ -222,7 +222,7 @@ def test_json_jobs_in_data_parser_v0040_layout() -> None:
         "gpu",
         "node1",
     )
-    assert ok["state"] == {"current": ["COMPLETED"], "reason": "None"}
+    assert ok["state"] == {"current": "COMPLETED", "reason": "None"}  # torchx reads a string
     assert ok["exit_code"]["status"] == ["SUCCESS"]
     assert ok["exit_code"]["return_code"] == {"set": True, "infinite": False, "number": 0}
     assert (ok["time"]["submission"], ok["time"]["start"], ok["time"]["end"]) == (T0 - 1, T0, T0)
@@ -233,7 +233,7 @@ def test_json_jobs_in_data_parser_v0040_layout() -> None:
     assert batch["step"] == {"id": "8641.batch", "name": "batch"}
     assert batch["state"] == ["COMPLETED"] and batch["exit_code"]["status"] == ["SUCCESS"]
     fail = jobs[8642]
-    assert fail["state"]["current"] == ["FAILED"]
+    assert fail["state"]["current"] == "FAILED"
     assert fail["exit_code"]["status"] == ["ERROR"] and fail["exit_code"]["return_code"]["number"] == 3
     killed = jobs[8643]["steps"][0]["exit_code"]
     assert killed["status"] == ["SIGNALED"]
@@ -262,4 +262,4 @@ def test_json_option_prints_the_v0040_document(monkeypatch, capsys) -> None:
     assert sacct.main(["--json", "-j", "8641"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [j["job_id"] for j in doc["jobs"]] == [8641]
-    assert doc["jobs"][0]["state"]["current"] == ["COMPLETED"]
+    assert doc["jobs"][0]["state"]["current"] == "COMPLETED"
