@@ -57,10 +57,12 @@ def test_a_full_state_disk_refuses_changes_clearly_and_the_cluster_recovers_when
     h = cluster
     ctld = os.path.join(h.cluster.state_dir, "ctld")
     running = h.sbatch("-o", "fd-run.out", "--wrap", "sleep 4; echo finished")
+    long = h.sbatch("-o", "fd-long.out", "--wrap", "sleep 25; echo long")
     waiting = h.sbatch("-c2", "-w", "node1", "-o", "fd-wait.out", "--wrap", "echo waited")
     queued = h.sbatch("--hold", "--wrap", "true")
     h.wait_state(running, "RUNNING")
-    acknowledged = {running, waiting, queued}
+    h.wait_state(long, "RUNNING")
+    acknowledged = {running, waiting, queued, long}
     filler = os.path.join(ctld, "filler")
     fill_disk(filler)
     try:
@@ -78,7 +80,9 @@ def test_a_full_state_disk_refuses_changes_clearly_and_the_cluster_recovers_when
             out = h.run(argv, timeout=30)
             assert out.returncode != 0 and "Traceback" not in out.stderr + out.stdout, (argv, out)
             assert "No space left on device" in out.stderr + out.stdout, (argv, out)
-        time.sleep(6)  # the running job ends meanwhile; its end cannot be recorded yet
+        # Longer than SlurmdTimeout: the daemons keep hearing each other (a full disk must
+        # not cost a node its life); the short job ends meanwhile, unrecorded yet.
+        time.sleep(12)
         listed = h.run(["squeue", "-h", "-o", "%i %T %r"])
         assert listed.returncode == 0 and "Traceback" not in listed.stderr
         states = dict(line.split(" ", 1) for line in listed.stdout.strip().splitlines())
@@ -96,6 +100,9 @@ def test_a_full_state_disk_refuses_changes_clearly_and_the_cluster_recovers_when
     # Space is back: no restart, the cluster runs on.
     assert h.wait_job(running, timeout=30)["state"] == "COMPLETED"
     assert h.wait_job(waiting, timeout=30)["state"] == "COMPLETED"
+    done = h.wait_job(long, timeout=40)
+    assert (done["state"], done["restart_count"]) == ("COMPLETED", 0) and h.read("fd-long.out") == "long\n"
+    assert all(n["state"] != "DOWN" for n in h.cluster.api("GET", "/v1/nodes")["nodes"])
     assert h.read("fd-run.out") == "finished\n" and h.read("fd-wait.out") == "waited\n"
     assert h.run(["scancel", str(queued)]).returncode == 0
     assert h.wait_job(queued)["state"] == "CANCELLED"

@@ -22,13 +22,18 @@ seconds after a restart during which honest senders' messages, signed before the
 are refused with a ``StaleMessage`` that names the floor: the senders re-sign at the floor
 (``httpd.SignedClient`` does so once) and are accepted.
 
-A missing or unreadable state file (the first start, or a wiped state directory) gives
-``floor`` = the receiver's clock at start: messages signed before it are refused.
+The floor at start is never below the receiver's own clock at start: messages signed
+before it are refused, also when the state file is missing, unreadable, or could not be
+written lately (a full or read-only disk: then messages are still accepted, once each,
+and the failure is logged, so that a full disk never cuts the daemons off from each other).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+
+log = logging.getLogger(__name__)
 
 MAX_SKEW = 300.0  # seconds a signature stays valid; nonces are remembered this long
 FLOOR_STEP = 2.0  # how far ahead of the newest accepted message the persisted limit runs
@@ -69,9 +74,13 @@ class ReplayGuard:
         self._seen: dict[str, float] = {}
         self.floor = 0.0
         if path is not None:
+            # Never below the receiver's own clock at start: a message signed before this
+            # incarnation began is refused even if the last limit could not be written (a
+            # full or read-only disk); the stored limit covers a clock set back meanwhile.
             stored = _read_floor(path)
-            self.floor = stored if stored is not None else float(now or 0.0)
+            self.floor = max(stored if stored is not None else 0.0, float(now or 0.0))
         self.limit = self.floor
+        self._write_failed_at: float | None = None
 
     def check(self, nonce: str, ts: float, now: float) -> None:
         """Accept (and remember) a message, or raise ``SignatureError`` saying why not."""
@@ -101,8 +110,19 @@ class ReplayGuard:
         new = ts + self.step
         try:
             _write_floor(self.path, new)
-        except OSError as e:  # cannot prove the message new after a restart: refuse it
-            raise SignatureError(f"cannot record the replay floor in {self.path}: {e.strerror or e}") from None
+        except OSError as e:
+            # A full or read-only disk must not cut the daemons off from each other (a
+            # controller that refused every heartbeat would soon call every node dead).
+            # The message is new to this incarnation (the nonce cache), and a restart
+            # starts the floor at its own clock; so it is accepted, and said so.
+            if self._write_failed_at is None or ts - self._write_failed_at > 60:
+                log.error(
+                    "cannot record the replay floor in %s (%s); relying on the clock at the next start",
+                    self.path,
+                    e.strerror or e,
+                )
+                self._write_failed_at = ts
+            return
         self.limit = new
 
 

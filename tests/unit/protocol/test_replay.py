@@ -52,3 +52,14 @@ def test_the_names_are_signed() -> None:
     headers["x-muster-to"] = "node2"
     with pytest.raises(SignatureError, match="bad signature"):
         verify_request(KEY, "GET", "/v1/status", b"", headers, 100.0, ReplayGuard(), "node2")
+
+
+def test_a_floor_that_cannot_be_written_refuses_nothing_new_and_a_restart_starts_at_the_clock(tmp_path) -> None:
+    path = tmp_path / "sub" / "replay-floor"  # its directory is missing: every write fails
+    guard = ReplayGuard(path=str(path), now=100.0)
+    guard.check("a", 100.5, 100.5)  # accepted: a full disk must not cut the daemons off
+    with pytest.raises(SignatureError, match="replayed"):
+        guard.check("a", 100.5, 100.6)
+    again = ReplayGuard(path=str(path), now=101.0)  # restarted, nothing was persisted
+    with pytest.raises(StaleMessage):
+        again.check("a", 100.5, 101.0)  # still refused: signed before the restart
