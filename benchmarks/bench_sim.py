@@ -2,7 +2,7 @@
 on the first tenth of a trace and on all of it, and the ratio of the two.
 
     python benchmarks/bench_sim.py                      # the bundled KTH cut (5,000 jobs)
-    python benchmarks/bench_sim.py ../shared/traces/KTH-SP2-1996-2.swf.gz     # 2,848 and 28,481
+    python benchmarks/bench_sim.py KTH-SP2-1996-2.swf.gz    # any SWF trace you have: 2,848 and 28,481
     python benchmarks/bench_sim.py ITP.tar.gz --cluster cluster04 --nodes 64 --estimate actual
     python benchmarks/bench_sim.py TRACE --policies fcfs --profile   # where the time goes
 

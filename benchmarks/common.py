@@ -1,8 +1,8 @@
 """Shared helpers for the benchmarks: a throwaway local cluster and timing utilities.
 
 Benchmarks print figures and ratios; they never assert wall-clock bounds (the machines are
-shared and noisy). Reference figures for real Slurm 22.05 come from
-``../shared/reference/slurm-22.05/README.md`` (measured on this kind of machine) unless the
+shared and noisy). The reference figures for real Slurm 22.05 below were measured on this
+kind of machine and are copied here (no file outside the checkout is read), unless the
 benchmark measured Slurm itself in the same run.
 """
 
@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from harness import Harness  # noqa: E402
 from muster.cluster.local import ClusterShape  # noqa: E402
 
-# Real Slurm 22.05 on this machine (shared/reference/slurm-22.05/README.md).
+# Real Slurm 22.05 on this kind of machine (the workplace's reference measurements).
 SLURM = {
     "sbatch --version (ms)": 6.7,
     "sbatch --wrap=true (ms)": 12.7,

@@ -1,7 +1,7 @@
 """srun's own input and output around a step: writing to its terminal or files without
 losing bytes, the files srun opens itself (a pattern that names no task or node: one file
-for all tasks, stdin read once and sent to every task), task-id ranges as srun prints them,
-and the raw terminal of ``srun --pty``. Standard library only: srun starts fast."""
+for all tasks, stdin read once and sent to every task), and the raw terminal of ``srun
+--pty``. Standard library only: srun starts fast."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ TYPE_CHECKING = False  # typing is not imported on the commands' hot path
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["RawTerminal", "local_path", "noop", "ranges", "terminal_size", "write_all"]
+__all__ = ["RawTerminal", "local_path", "noop", "terminal_size", "write_all"]
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -26,20 +26,6 @@ def write_all(fd: int, data: bytes) -> None:
         except BrokenPipeError:
             return
         view = view[n:]
-
-
-def ranges(ids: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``0-2,5``."""
-    ids = sorted(ids)
-    parts = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(parts)
 
 
 def noop(signum: int, frame: object) -> None:

@@ -17,7 +17,8 @@ import os
 import select
 import time
 
-from muster.cli.stepio import RawTerminal, local_path, noop, ranges, terminal_size, write_all
+from muster.cli.stepio import RawTerminal, local_path, noop, terminal_size, write_all
+from muster.core.arrays import format_ranges
 from muster.protocol.client import ApiError, ConnectError, request
 from muster.protocol.stream import ChunkedSender, StreamClient, StreamError
 from muster.protocol.wirejson import dumps, loads
@@ -184,7 +185,7 @@ class StepRun:
             if self.opts.verbose:
                 _note(
                     f"launching StepId={self.job_id}.{self.step_id} on host {node.name}, "
-                    f"{len(node.tasks)} tasks: {ranges(node.tasks)}"
+                    f"{len(node.tasks)} tasks: {format_ranges(node.tasks)}"
                 )
 
     # --- the loop ---------------------------------------------------------------------------
@@ -391,7 +392,7 @@ class StepRun:
                     text = f"Signal {sig}"
             else:
                 text = f"Exited with exit code {code}"
-            _note(f"error: {node}: {what} {ranges(tasks)}: {text}")
+            _note(f"error: {node}: {what} {format_ranges(tasks)}: {text}")
 
     # --- output -------------------------------------------------------------------------------
 
@@ -517,7 +518,7 @@ class StepRun:
             tasks = groups.get(what)
             if tasks:
                 word = "task" if len(tasks) == 1 else "tasks"
-                _note(f"StepId={self.job_id}.{self.step_id} {word} {ranges(tasks)}: {what}")
+                _note(f"StepId={self.job_id}.{self.step_id} {word} {format_ranges(tasks)}: {what}")
 
     def _interrupt(self) -> None:
         now = time.monotonic()

@@ -34,8 +34,9 @@ from muster.ctld.identity import Identity
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
-from muster.ctld.wire import job_wire, node_wire, partition_wire
+from muster.ctld.wire import job_wire, message, node_wire, partition_wire
 from muster.protocol.httpd import PEER_KEY, SignatureError, refusal
+from muster.protocol.messages import Heartbeat
 from muster.protocol.signing import CRED_HEADER, verify_credential
 
 log = logging.getLogger("musterctld.api")
@@ -525,14 +526,14 @@ def build_routes(ctx: Context) -> list[Route]:
 
     @handler
     async def agent_heartbeat(request: Request) -> JSONResponse:
-        body = await signed_body(request)
+        msg = message(Heartbeat, await signed_body(request))  # read once; a misfit is a 400
         ctl.liveness.loop_tick()  # a stall just ended must not count as this node's silence
         try:
-            answer = ctl.agents.heartbeat(body)
+            answer = ctl.agents.heartbeat(msg)
         except MusterError as e:
             return JSONResponse({"error": str(e), "code": "not_found"}, status_code=404)
-        if body.get("faults") or body.get("health"):
-            ctx.perform(ctl.agents.node_faults(body))
+        if msg.faults or msg.health is not None:
+            ctx.perform(ctl.agents.node_faults(msg))
             ctx.kick()
         return JSONResponse(answer)
 

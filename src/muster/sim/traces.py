@@ -5,7 +5,7 @@ what the file says about the machine. A ``TraceJob`` is the simulator's view of 
 when it arrived, how long it really ran, how much of the machine it held (processors for
 SWF, GPUs for a GPU trace), and the user's runtime estimate when the trace has one.
 
-Conventions (those of the Parallel Workloads Archive, see ../shared/traces/README.md):
+Conventions (those of the Parallel Workloads Archive):
 
 * SWF lines hold 18 whitespace-separated numbers; ``-1`` means unknown; lines starting
   with ``;`` are header comments (``; MaxProcs: 100``), kept in ``Trace.header``.

@@ -6,8 +6,8 @@ import pytest
 
 from muster.cli import salloc, srun, stepio
 from muster.cli.common import CommandError
-from muster.cli.stepio import ranges
 from muster.cli.steprun import StepRun
+from muster.core.arrays import format_ranges
 
 
 def build(argv: list[str], env: dict[str, str] | None = None) -> srun.Run:
@@ -139,7 +139,7 @@ def test_exit_status_is_the_highest_code_and_128_plus_a_signal() -> None:
     assert s._outcome() == (3, 3, 0, False)
     s.exits[2] = (0, 9)
     assert s._outcome()[0] == 137
-    assert ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert format_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
 
 
 def test_salloc_runs_the_shell_by_default_and_sets_the_allocations_variables() -> None:
