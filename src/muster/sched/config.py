@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from muster.core.timefmt import parse_time_limit
 
-__all__ = ["SchedConfig"]
+__all__ = ["PREEMPT_MODES", "SchedConfig", "preempt_mode"]
 
 _DAY = 86400
 
@@ -49,6 +49,12 @@ class SchedConfig:
     max_age: int = 7 * _DAY  # PriorityMaxAge, seconds
     favor_small: bool = False  # PriorityFavorSmall
     enforce_part_limits: str = "NO"  # EnforcePartLimits: NO, ANY, ALL (YES means ALL)
+    # Preemption (sched.preempt, docs/preemption.md): PreemptType preempt/none, preempt/qos
+    # or preempt/partition_prio; the cluster's PreemptMode (OFF, REQUEUE, CANCEL); and
+    # PreemptExemptTime, seconds a job runs before it may be preempted.
+    preempt_type: str = "preempt/none"
+    preempt_mode: str = "OFF"
+    preempt_exempt_time: int = 0
 
     @property
     def backfill(self) -> bool:
@@ -93,6 +99,16 @@ class SchedConfig:
         if enforce in ("NO", "ANY", "ALL", "YES"):
             changes["enforce_part_limits"] = "ALL" if enforce == "YES" else enforce
 
+        pretype = lower.get("preempttype", "").lower()
+        if pretype in ("preempt/none", "preempt/qos", "preempt/partition_prio"):
+            changes["preempt_type"] = pretype
+        mode = preempt_mode(lower.get("preemptmode"))
+        if mode is not None:
+            changes["preempt_mode"] = mode
+        exempt = _duration(lower.get("preemptexempttime"))
+        if exempt is not None:
+            changes["preempt_exempt_time"] = exempt
+
         for item in _split_params(lower.get("schedulerparameters", "")):
             name, _, raw = item.partition("=")
             name = name.strip().lower()
@@ -113,6 +129,21 @@ class SchedConfig:
                 if depth is not None and depth > 0:
                     changes["bf_max_job_test"] = depth
         return dataclasses.replace(default, **changes)  # type: ignore[arg-type]
+
+
+PREEMPT_MODES = ("OFF", "CANCEL", "REQUEUE")
+
+
+def preempt_mode(text: str | None) -> str | None:
+    """A PreemptMode value as muster applies it (``OFF``, ``CANCEL``, ``REQUEUE``), without
+    the ``GANG`` flag (accepted, meaningless here); None when absent or not one of those
+    (the configuration's reader refuses such values with a message, see core.config)."""
+    if not text:
+        return None
+    modes = [m.strip().upper() for m in text.split(",") if m.strip() and m.strip().upper() != "GANG"]
+    if not modes:
+        return "OFF"
+    return modes[0] if len(modes) == 1 and modes[0] in PREEMPT_MODES else None
 
 
 def _split_params(text: str) -> list[str]:
