@@ -258,6 +258,7 @@ class Job:
     # (nobody else starts on them meanwhile). ``expedited``: first in the queue.
     preempted_by: int | None = None
     preempt_deadline: float | None = None
+    preempt_mode: str | None = None  # REQUEUE or CANCEL, what happens at the deadline
     held_nodes: list[str] = field(default_factory=list)
     hold_until: float | None = None
     expedited: bool = False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from muster.core.confkeys import preempt_mode
 from muster.core.errors import InvalidRequest
 from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.ctld.tres import TresError, parse_tres
@@ -83,6 +84,10 @@ _KEY_ALIASES = {
     "maxsubmitjobsperuser": "MaxSubmitJobsPerUser",
     "maxsubmitpu": "MaxSubmitJobsPerUser",
     "maxsubmitjobspu": "MaxSubmitJobsPerUser",
+    "preempt": "Preempt",
+    "preemptmode": "PreemptMode",
+    "gracetime": "GraceTime",
+    "preemptexempttime": "PreemptExemptTime",
     "cluster": "Cluster",
     "clusters": "Cluster",
     "partition": "Partition",
@@ -111,6 +116,10 @@ QOS_FIELDS = {
     "GrpTRES": "grp_tres",
     "GrpJobs": "grp_jobs",
     "GrpSubmitJobs": "grp_submit_jobs",
+    "Preempt": "preempt",
+    "PreemptMode": "preempt_mode",
+    "GraceTime": "grace_time",
+    "PreemptExemptTime": "preempt_exempt_time",
 }
 _TRES_KEYS = {"GrpTRES", "GrpTRESMins", "MaxTRES", "MaxTRESPerUser"}
 _INT_KEYS = {
@@ -145,10 +154,15 @@ def parse_value(key: str, raw: str) -> Any:
             if value < -1:
                 raise ValueError
             return None if value == -1 and key != "Priority" else value
-        if key == "MaxWall":
+        if key in ("MaxWall", "PreemptExemptTime"):
             if raw == "-1":
                 return None
             return parse_time_limit(raw)
+        if key == "GraceTime":  # seconds, as sacctmgr takes it
+            value = int(raw)
+            if value < -1:
+                raise ValueError
+            return max(0, value)
         if key == "UsageFactor":
             return float(raw)
     except (ValueError, TresError, TimeFormatError):
@@ -166,8 +180,15 @@ def parse_value(key: str, raw: str) -> Any:
                 raise InvalidRequest(f"Invalid QOS flag: {f}")
             flags.append(canon)
         return flags
-    if key in ("QOS",):
-        return [q for q in raw.split(",") if q]
+    if key in ("QOS", "Preempt"):
+        return [q for q in raw.split(",") if q and q not in ("''", '""', "-1")]
+    if key == "PreemptMode":
+        if raw.lower() == "cluster":
+            return None
+        try:
+            return preempt_mode(raw)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
     return raw
 
 

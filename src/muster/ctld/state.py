@@ -26,6 +26,7 @@ from muster.core.errors import MusterError, StorageError
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState
+from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex
 from muster.ctld.identity import Identity, identify
@@ -43,6 +44,7 @@ _AFTER: dict[str, frozenset[JobState]] = {
     "requeue": frozenset({JobState.PENDING}),
     "launch_failed": frozenset({JobState.PENDING, JobState.FAILED}),
     "hung": frozenset({JobState.PENDING}),
+    "preempted": frozenset({JobState.PENDING, JobState.PREEMPTED}),
     "node_fail": frozenset({JobState.NODE_FAIL}),  # (a requeue in the same commit comes after)
     "cancel": frozenset({JobState.CANCELLED}),
     "cancelled": frozenset({JobState.CANCELLED}),
@@ -270,9 +272,37 @@ class ClusterState:
         changes = [(job, "node_fail", {"why": why, "nodes": job.nodes})]
         requeue = job.spec.requeue if job.spec.requeue is not None else self.config.job_requeue
         if requeue:
+            # --requeue=expedite: first in the queue, its surviving nodes held for it
+            survivors = [n for n in job.nodes if (node := self.nodes.get(n)) is not None and node.available]
             lifecycle.requeue(job, now)
-            changes.append((job, "requeue", {"attempt": job.restart_count}))
+            data: dict[str, Any] = {"attempt": job.restart_count}
+            if self.expedite(job):
+                job.expedited = True
+                job.held_nodes = survivors
+                job.hold_until = now + self.expedite_hold_time
+                data.update(expedite=True, held=survivors)
+                log.warning("job %s: expedited requeue, holding %s", job.job_id, ",".join(survivors) or "no node")
+            changes.append((job, "requeue", data))
         self.record(now, changes)
+
+    def expedite(self, job: Job) -> bool:
+        """Whether a node failure requeues ``job`` expedited: ``--requeue=expedite``, or its
+        partition's ``ExpediteRequeue=YES``."""
+        if job.spec.expedite:
+            return True
+        conf = self.config.partition(job.partition)
+        return conf is not None and conf.params.get("ExpediteRequeue", "NO").lower() in ("yes", "true", "1", "on")
+
+    @property
+    def expedite_hold_time(self) -> float:
+        """``ExpediteHoldTime`` (Slurm time format; default 5 minutes): how long an expedited
+        job's surviving nodes wait for it."""
+        raw = self.config.settings.get("ExpediteHoldTime")
+        try:
+            seconds = parse_time_limit(raw) if raw else None
+        except TimeFormatError:
+            seconds = None
+        return float(seconds) if seconds is not None else 300.0
 
     def note_node_service(self, now: float) -> None:
         """Record nodes that went out of service (DOWN, or drained and empty) or came back,

@@ -20,9 +20,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from muster.core import confkeys
 from muster.core.timefmt import parse_time_limit
 
-__all__ = ["PREEMPT_MODES", "SchedConfig", "preempt_mode"]
+__all__ = ["SchedConfig", "preempt_mode"]
 
 _DAY = 86400
 
@@ -131,19 +132,15 @@ class SchedConfig:
         return dataclasses.replace(default, **changes)  # type: ignore[arg-type]
 
 
-PREEMPT_MODES = ("OFF", "CANCEL", "REQUEUE")
-
-
 def preempt_mode(text: str | None) -> str | None:
-    """A PreemptMode value as muster applies it (``OFF``, ``CANCEL``, ``REQUEUE``), without
-    the ``GANG`` flag (accepted, meaningless here); None when absent or not one of those
-    (the configuration's reader refuses such values with a message, see core.config)."""
+    """A PreemptMode value as muster applies it (``OFF``, ``CANCEL``, ``REQUEUE``); None when
+    absent or refused (the configuration's reader refuses such values with a message)."""
     if not text:
         return None
-    modes = [m.strip().upper() for m in text.split(",") if m.strip() and m.strip().upper() != "GANG"]
-    if not modes:
-        return "OFF"
-    return modes[0] if len(modes) == 1 and modes[0] in PREEMPT_MODES else None
+    try:
+        return confkeys.preempt_mode(text)
+    except ValueError:
+        return None
 
 
 def _split_params(text: str) -> list[str]:

@@ -48,13 +48,15 @@ from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState
 from muster.sched import Decisions, SchedConfig, Snapshot, Start, check_submit, schedule
 from muster.sched.apply import apply_decisions
+from muster.sched.decisions import Preemption
+from muster.sched.preempt import lost_work
 from muster.sim.cluster import Cluster, shape_for, spec_for
 from muster.sim.policies import sjf_priority
 from muster.sim.traces import TraceJob
 
 __all__ = ["Estimate", "JobOutcome", "SimResult", "Simulation", "replayable"]
 
-_ARRIVE, _END = 0, 1
+_ARRIVE, _END, _PREEMPT = 0, 1, 2
 # How many jobs of the queue's head a strict-order pass looks at first (see ``_decide``).
 _HEAD = 16
 
@@ -132,6 +134,11 @@ class SimResult:
     skipped_passes: int = 0
     never_started: list[str] = field(default_factory=list)
     settings: dict[str, str] = field(default_factory=dict)
+    # Preemption (when configured): runs preempted, and the work they lost in unit-hours
+    # (node- or GPU-hours of the trace's unit): since the last checkpoint the job reported
+    # (``Job.progress["ckpt_time"]``), else the whole run, since traces model none.
+    preemptions: int = 0
+    preempted_lost_hours: float = 0.0
 
 
 ProgressFn = Callable[[int, int, float], None]
@@ -219,7 +226,8 @@ class Simulation:
         # Under conservative backfill a pass re-places every plan, and the next pass
         # examines jobs in the order of those plans: a pass that starts nothing still
         # counts, so none is skipped.
-        self.skip_idle_passes = skip_idle_passes and not config.conservative
+        # Preemption starts jobs no idle resources could hold: no pass is skipped either.
+        self.skip_idle_passes = skip_idle_passes and not config.conservative and config.preempt_type == "preempt/none"
         self.progress = progress
         # Job ids follow submission order, as the controller numbers them (stable for ties).
         self.trace_jobs = jobs = sorted(jobs, key=lambda j: j.submit)
@@ -249,6 +257,10 @@ class Simulation:
         self._killed: set[int] = set()
         self.passes = 0
         self.skipped_passes = 0
+        self._end_at: dict[int, float] = {}  # job id -> when its current run's end is booked
+        self._victims: dict[int, str] = {}  # job id -> PreemptMode, while in its grace time
+        self.preemptions = 0
+        self.preempted_lost_hours = 0.0
         self.head_retries = 0
         # fcfs: examined in the order of ``_pending`` and nothing passes a blocked job of
         # the partition, which is every job's (``_make_job``: the default partition).
@@ -298,6 +310,10 @@ class Simulation:
                 _, _, kind, index = heapq.heappop(heap)
                 if kind == _ARRIVE:
                     self._arrive(self.jobs[index])
+                elif kind == _PREEMPT:
+                    done += self._preempted(index, now)
+                elif self._end_at.get(index + 1) != now:
+                    continue  # the end of a run that was preempted
                 else:
                     self._end(index, now)
                     done += 1
@@ -319,6 +335,8 @@ class Simulation:
             passes=self.passes,
             skipped_passes=self.skipped_passes,
             never_started=never,
+            preemptions=self.preemptions,
+            preempted_lost_hours=self.preempted_lost_hours,
         )
 
     @staticmethod
@@ -415,6 +433,46 @@ class Simulation:
                 self._killed.add(job.job_id)
                 run = limit
             self._push(now + run, _END, index)
+            self._end_at[job.job_id] = now + run
+
+    def preempt(self, preemptions: list[Preemption], holds: dict[int, list[str]], now: float) -> None:
+        """Victims end when their grace time is over (``_preempted``); each preemptor holds
+        its nodes meanwhile, as ``ctld.preemption`` does."""
+        grace: dict[int, float] = {}
+        for p in preemptions:
+            victim = self._running.get(p.job_id)
+            if victim is None or p.job_id in self._victims:
+                continue
+            self._victims[p.job_id] = p.mode
+            victim.preempted_by, victim.preempt_deadline = p.preemptor, now + p.grace_time
+            grace[p.preemptor] = max(grace.get(p.preemptor, 0.0), float(p.grace_time))
+            self._push(now + p.grace_time, _PREEMPT, p.job_id - 1)
+        for job_id, nodes in holds.items():
+            job = self._pending.get(job_id)
+            if job is not None and job_id in grace:
+                job.held_nodes, job.hold_until = list(nodes), now + grace[job_id] + 1
+
+    def _preempted(self, index: int, now: float) -> int:
+        """A victim's grace time is over: requeued (its run starts over, from its last
+        checkpoint if it reported one) or cancelled. Returns 1 when the job is done."""
+        job = self.jobs[index]
+        mode = self._victims.pop(job.job_id, None)
+        if mode is None or job.job_id not in self._running:
+            return 0
+        lost, _ = lost_work(job, now)
+        self.preemptions += 1
+        self.preempted_lost_hours += lost * self.trace_jobs[index].size / 3600.0
+        del self._running[job.job_id]
+        self._release(job.alloc)
+        self._end_at.pop(job.job_id, None)
+        if mode == "REQUEUE":
+            lifecycle.requeue(job, now, outcome="PREEMPTED")
+            self._arrive(job)
+            return 0
+        lifecycle.end(job, JobEvent.PREEMPT, now, completing=False)
+        self._finished[job.job_id] = str(job.state)
+        self._record(index, job, now, killed=True)
+        return 1
 
     def _note_plans(self, decisions: Decisions) -> None:
         """Each job's first and earliest planned start, for the promise metrics."""
@@ -466,7 +524,12 @@ class Simulation:
             lifecycle.finish(job, 1 if failed else 0, 0, now)
         del self._running[job.job_id]
         self._release(job.alloc)
+        self._end_at.pop(job.job_id, None)
         self._finished[job.job_id] = str(job.state)
+        self._record(index, job, now, killed=killed)
+
+    def _record(self, index: int, job: Job, now: float, killed: bool) -> None:
+        tj = self.trace_jobs[index]
         assert job.start_time is not None
         first = self._first_plan.pop(job.job_id, None)
         best = self._earliest_plan.pop(job.job_id, None)
