@@ -28,7 +28,7 @@ from muster.ctld.actions import Action, SignalJob, Terminate
 from muster.ctld.state import ClusterState
 from muster.sched.decisions import Preemption
 
-__all__ = ["HOLD_SLACK", "Preemptions"]
+__all__ = ["HOLD_SLACK", "Preemptions", "end_victim"]
 
 log = logging.getLogger("musterctld")
 
@@ -99,19 +99,26 @@ class Preemptions:
         return actions
 
     def _end(self, job: Job, now: float) -> list[Action]:
-        ctl = self.ctl
-        attempt, nodes, by = job.restart_count, job.nodes, job.preempted_by
-        requeue = job.preempt_mode == "REQUEUE"
-        with ctl.atomic(job):
-            if requeue:
-                lifecycle.requeue(job, now, outcome="PREEMPTED")
-            else:
-                lifecycle.end(job, JobEvent.PREEMPT, now, completing=True)
-                job.preempted_by = job.preempt_deadline = job.preempt_mode = None
-            ctl.record(now, [(job, "preempted", {"by": by, "nodes": nodes, "attempt": job.restart_count})])
-        ctl.launching.pop(job.job_id, None)
-        log.warning("job %s: preempted by job %s, %s", job.job_id, by, "requeued" if requeue else "cancelled")
+        attempt, nodes = job.restart_count, job.nodes
+        end_victim(self.ctl, job, now)
         return [Terminate(job.job_id, attempt, nodes, "preempt")]
+
+
+def end_victim(ctl: ClusterState, job: Job, now: float) -> None:
+    """Requeue (REQUEUE) or end PREEMPTED (CANCEL) a victim: at its deadline, or when it
+    ended by itself in its grace time (a script that checkpoints and exits on SIGTERM is
+    preempted all the same, as in Slurm)."""
+    nodes, by = job.nodes, job.preempted_by
+    requeue = job.preempt_mode == "REQUEUE"
+    with ctl.atomic(job):
+        if requeue:
+            lifecycle.requeue(job, now, outcome="PREEMPTED")
+        else:
+            lifecycle.end(job, JobEvent.PREEMPT, now, completing=True)
+            job.preempted_by = job.preempt_deadline = job.preempt_mode = None
+        ctl.record(now, [(job, "preempted", {"by": by, "nodes": nodes, "attempt": job.restart_count})])
+    ctl.launching.pop(job.job_id, None)
+    log.warning("job %s: preempted by job %s, %s", job.job_id, by, "requeued" if requeue else "cancelled")
 
 
 def _signal_of(job: Job) -> tuple[int, bool]:
