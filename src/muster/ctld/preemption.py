@@ -3,8 +3,8 @@ when their grace time is over.
 
 * ``apply``: each victim is committed with its preemptor, its mode and its deadline (now +
   GraceTime), its SystemComment says why (``Preempted by job 12 (last checkpoint 40 s
-  ago)``), and its tasks get SIGTERM, or the signal of its ``--signal``, so that they can
-  write a checkpoint. Each preemptor holds the nodes it will start on until its victims are
+  ago)``), and its batch shell and tasks get SIGTERM, or the signal of its ``--signal``,
+  so that they can write a checkpoint. Each preemptor holds the nodes it will start on until its victims are
   gone (plus ``HOLD_SLACK`` seconds), so nobody else takes them meanwhile.
 * ``expire`` (each pass): a victim past its deadline is killed and requeued under the same
   id with its restart count + 1 (PreemptMode=REQUEUE; its previous attempt shows PREEMPTED
@@ -69,8 +69,7 @@ class Preemptions:
                 p.grace_time,
                 p.lost,
             )
-            sig, batch_only = _signal_of(victim)
-            actions.append(SignalJob(victim.job_id, victim.nodes, sig, batch_only))
+            actions += [SignalJob(victim.job_id, victim.nodes, sig, batch) for sig, batch in _signals_of(victim)]
         for job_id, nodes in holds.items():
             job = ctl.jobs.get(job_id)
             if job is None or job.state is not JobState.PENDING or job_id not in grace_of:
@@ -121,14 +120,15 @@ def end_victim(ctl: ClusterState, job: Job, now: float) -> None:
     log.warning("job %s: preempted by job %s, %s", job.job_id, by, "requeued" if requeue else "cancelled")
 
 
-def _signal_of(job: Job) -> tuple[int, bool]:
-    """The signal that warns a victim: its ``--signal`` (and whether only the batch shell
-    gets it, ``B:``), else SIGTERM to all its tasks."""
+def _signals_of(job: Job) -> list[tuple[int, bool]]:
+    """How a victim is warned, as (signal, batch shell only): its ``--signal`` as it was
+    given (``B:`` the batch shell, else its tasks), else SIGTERM to the batch shell and to
+    every task, as a time limit ends a job."""
     if job.spec.signal:
         try:
             spec = parse_signal_spec(job.spec.signal)
         except ValueError:
             pass
         else:
-            return spec.signal, spec.batch_only
-    return int(signal.SIGTERM), False
+            return [(spec.signal, spec.batch_only)]
+    return [(int(signal.SIGTERM), True), (int(signal.SIGTERM), False)]
