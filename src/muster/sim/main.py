@@ -331,7 +331,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "passes": result.passes,
                 "skipped_passes": result.skipped_passes,
                 "never_started": len(result.never_started),
+                "preemptions": result.preemptions,
+                "preempted_lost_hours": round(result.preempted_lost_hours, 3),
             }
+            if result.preemptions:
+                err.write(
+                    f"{PROG}: {label}: {result.preemptions} runs preempted, "
+                    f"{result.preempted_lost_hours:,.1f} {trace.unit}-hours of work lost\n"
+                )
             if result.never_started:
                 err.write(
                     f"{PROG}: warning: {label}: {len(result.never_started)} jobs never started "
