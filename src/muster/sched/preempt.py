@@ -112,15 +112,24 @@ class Preempting:
         self.claimed: set[int] = set()  # victims chosen in this pass
         self.on_node: dict[str, list[Job]] = {}
         self._lost: dict[int, tuple[float, float | None]] = {}
+        self._lowest_tier: int | None = None
+        # (request key, preemptor's QOS or partition[, duration]) that found no victims: a
+        # later job asking the same finds none either (a pass only claims more)
+        self._failed: set[tuple[object, ...]] = set()
         if not self.enabled:  # every pass builds one: nothing more to index
             return
         for job in snap.pending:
             if hold_active(job, now, self.waiting):
                 self.held.update(job.held_nodes)
+        tiers = []
         for job in snap.running:
             self._lost[job.job_id] = lost_work(job, now)
             for a in job.alloc:
                 self.on_node.setdefault(a.node, []).append(job)
+            part = snap.partitions.get(job.partition)
+            if part is not None:
+                tiers.append(part.priority_tier)
+        self._lowest_tier = min(tiers, default=None)  # partition_prio: no lower tier, no victim
 
     # -- who may preempt whom ---------------------------------------------------------
     def _qos(self, job: Job) -> QosPreempt:
@@ -132,7 +141,10 @@ class Preempting:
             return False
         if self.config.preempt_type == "preempt/qos":
             return bool(self._qos(job).preempt)
-        return True
+        low = self._lowest_tier
+        parts = self.snap.partitions
+        names = job.spec.partitions or [job.partition]
+        return low is not None and any((p := parts.get(n)) is not None and p.priority_tier > low for n in names)
 
     def mode_of(self, victim: Job) -> tuple[str, int]:
         """(PreemptMode, GraceTime) that apply to ``victim``."""
@@ -166,6 +178,20 @@ class Preempting:
     # -- planning -----------------------------------------------------------------------
     def plan(self, job: Job, req: Request, duration: float) -> tuple[list[str], list[Job]] | None:
         """The nodes the job would start on and the victims to evict, or None."""
+        memo: tuple[object, ...] = (
+            req.key,
+            job.spec.qos if self.config.preempt_type == "preempt/qos" else req.partition,
+        )
+        if self.snap.reservations:  # windows depend on the job's duration
+            memo += (duration,)
+        if memo in self._failed:
+            return None
+        found = self._plan(job, req, duration)
+        if found is None:
+            self._failed.add(memo)
+        return found
+
+    def _plan(self, job: Job, req: Request, duration: float) -> tuple[list[str], list[Job]] | None:
         allowed = {
             v.job_id: v
             for node in req.candidates
