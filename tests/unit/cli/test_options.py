@@ -302,3 +302,12 @@ def test_ignored_options_are_accepted() -> None:
     req = JobRequest()
     apply_options(req, parsed)
     assert req.ignored == ["mail-type", "wckey", "cpus-per-gpu"]
+
+
+def test_requeue_takes_expedite_and_refuses_other_values() -> None:
+    assert _request(["--requeue"])["requeue"] is True and not _request(["--requeue"]).get("expedite")
+    spec = _request(["--requeue=expedite"])
+    assert spec["requeue"] is True and spec["expedite"] is True
+    assert _request([], {"SBATCH_REQUEUE": "1"})["requeue"] is True
+    with pytest.raises(OptionValueError, match="Invalid --requeue specification: sometimes"):
+        _request(["--requeue=sometimes"])

@@ -160,3 +160,32 @@ def test_held_nodes_are_given_to_nobody_else_until_the_hold_ends() -> None:
 
 def _fields(c: SchedConfig) -> dict[str, object]:
     return {f: getattr(c, f) for f in c.__slots__}  # type: ignore[attr-defined]
+
+
+def test_two_preemptors_in_one_pass_take_different_victims_and_nodes() -> None:
+    h = cluster(nodes=4)
+    for i in range(4):
+        scavenger(h, at=i)
+    a = h.submit(job().gpus(8).time("1:00:00").qos("high"), at=10)
+    b = h.submit(job().gpus(8).time("1:00:00").qos("high"), at=11)
+    d = h.schedule(at=20)
+    assert {p.preemptor for p in d.preemptions} == {a, b} and len({p.job_id for p in d.preemptions}) == 2
+    assert set(d.holds[a]).isdisjoint(d.holds[b])
+
+
+def test_an_exclusive_preemptor_evicts_every_job_of_a_node() -> None:
+    h = cluster(nodes=2)
+    for i in range(4):
+        scavenger(h, gpus=4, at=i)
+    h.running[1].priority = 99  # gpu1's pair is dearer than gpu2's
+    h.submit(job().gpus(1).exclusive().time("1:00:00").qos("high"), at=10)
+    h.schedule(at=10)
+    assert victims(h) == [3, 4]
+
+
+def test_a_required_node_is_where_the_victims_are_taken() -> None:
+    h = cluster(nodes=2)
+    first, second = scavenger(h, at=0, priority=1), scavenger(h, at=1, priority=50)
+    h.submit(job().gpus(8).time("1:00:00").qos("high").nodelist(h.running[second].alloc[0].node), at=10)
+    h.schedule(at=10)
+    assert victims(h) == [second] and first in h.running
