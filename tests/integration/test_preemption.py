@@ -18,6 +18,8 @@ from muster.cluster.local import ClusterShape
 pytestmark = pytest.mark.integration
 
 SCAVENGER = """#!/bin/bash
+echo "step 1" >> "$MUSTER_PROGRESS"
+if [ -n "$CKPT" ]; then sleep 2; echo "checkpoint 1" >> "$MUSTER_PROGRESS"; fi
 if [ -f ckpt-$SLURM_JOB_ID ]; then echo "resumed from $(cat ckpt-$SLURM_JOB_ID)"; else echo fresh; fi
 trap 'echo "step 7 of run ${SLURM_RESTART_COUNT:-0}" > ckpt-$SLURM_JOB_ID; exit 0' TERM
 sleep 300 &
@@ -40,6 +42,7 @@ def cluster() -> Iterator[Harness]:
             "SlurmdTimeout": "4",
             "KillWait": "2",
             "SchedulerInterval": "1",
+            "PriorityWeightAge": "0",  # equal priorities: the checkpoints decide
         },
     )
     h.up()
@@ -59,24 +62,36 @@ def test_a_two_node_job_preempts_two_scavengers_which_checkpoint_requeue_and_res
         f.write(SCAVENGER)
     scav = [
         h.sbatch(
-            "--qos=scavenger", "--gpus-per-node=2", "--requeue", "--open-mode=append", "-o", "scav-%j.out", "scav.sh"
+            "--qos=scavenger",
+            "--gpus-per-node=2",
+            "--requeue",
+            "--open-mode=append",
+            "-o",
+            "scav-%j.out",
+            "scav.sh",
+            env={"CKPT": "1"} if i in (0, 2) else {},
         )
-        for _ in range(4)
+        for i in range(4)
     ]
     for j in scav:
         h.wait_state(j, "RUNNING")
-    time.sleep(1)
+    deadline = time.monotonic() + 20  # the checkpoints reach the controller with a heartbeat
+    while time.monotonic() < deadline and not all((h.job(j).get("progress") or {}).get("ckpt_time") for j in scav[::2]):
+        time.sleep(0.2)
+    time.sleep(2)
     big = h.sbatch("-N2", "--gpus-per-node=2", "--qos=high", "--wrap", "echo $SLURM_JOB_NODELIST; sleep 3")
     asked = time.monotonic()
     done = h.wait_job(big, timeout=60)
     assert done["state"] == "COMPLETED"
     victims = [j for j in scav if h.job(j)["restart_count"] == 1]
-    assert len(victims) == 2  # the fewest: two whole nodes
+    # the fewest (two whole nodes), and among equals those that lose the least work: the two
+    # that wrote a checkpoint lately
+    assert victims == [scav[0], scav[2]]
     assert time.monotonic() - asked < 10 + 3 + 10  # within GraceTime (they exit on SIGTERM)
     for j in victims:
         assert h.read(f"ckpt-{j}") == "step 7 of run 0\n"  # the trap ran: SIGTERM, then grace
         record = h.job(j)
-        assert record["system_comment"].startswith(f"Preempted by job {big}")
+        assert record["system_comment"].startswith(f"Preempted by job {big} (last checkpoint ")
     for j in set(scav) - set(victims):
         assert h.job(j)["restart_count"] == 0 and h.job(j)["state"] == "RUNNING"
     # the victims restart once the preemptor is done, and resume from their checkpoint

@@ -69,7 +69,8 @@ class Preemptions:
                 p.grace_time,
                 p.lost,
             )
-            actions += [SignalJob(victim.job_id, victim.nodes, sig, batch) for sig, batch in _signals_of(victim)]
+            sig, batch, whole = _signal_of(victim)
+            actions.append(SignalJob(victim.job_id, victim.nodes, sig, batch, whole))
         for job_id, nodes in holds.items():
             job = ctl.jobs.get(job_id)
             if job is None or job.state is not JobState.PENDING or job_id not in grace_of:
@@ -120,15 +121,15 @@ def end_victim(ctl: ClusterState, job: Job, now: float) -> None:
     log.warning("job %s: preempted by job %s, %s", job.job_id, by, "requeued" if requeue else "cancelled")
 
 
-def _signals_of(job: Job) -> list[tuple[int, bool]]:
-    """How a victim is warned, as (signal, batch shell only): its ``--signal`` as it was
-    given (``B:`` the batch shell, else its tasks), else SIGTERM to the batch shell and to
-    every task, as a time limit ends a job."""
+def _signal_of(job: Job) -> tuple[int, bool, bool]:
+    """How a victim is warned, as (signal, batch shell only, whole job): its ``--signal`` as
+    it was given (``B:`` the batch shell, else its tasks), else SIGTERM to the batch shell
+    and every task at once, as Slurm warns a preempted job."""
     if job.spec.signal:
         try:
             spec = parse_signal_spec(job.spec.signal)
         except ValueError:
             pass
         else:
-            return [(spec.signal, spec.batch_only)]
-    return [(int(signal.SIGTERM), True), (int(signal.SIGTERM), False)]
+            return spec.signal, spec.batch_only, False
+    return int(signal.SIGTERM), False, True

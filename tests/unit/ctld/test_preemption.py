@@ -77,7 +77,7 @@ def test_a_victim_gets_sigterm_its_grace_time_then_is_requeued_as_preempted(ctl:
     big = submit(ctl, partitions=["high"], min_nodes=2)
     actions = schedule(ctl)
     signals = [a for a in actions if isinstance(a, SignalJob)]
-    assert len(signals) == 4 and all(s.signal == signal.SIGTERM for s in signals)  # shell and tasks
+    assert len(signals) == 2 and all(s.signal == signal.SIGTERM and s.whole_job for s in signals)
     victims = sorted({s.job_id for s in signals})
     v = ctl.jobs[victims[0]]
     assert v.state is JobState.RUNNING and v.preempted_by == big and v.preempt_deadline == 1130.0
