@@ -335,7 +335,7 @@ class _Pass:
         blocks: dict[int, list[NodeProfile]] = {}
         waiting = self.preempting.waiting
         for job, _ in ordered:
-            if hold_active(job, self.now, waiting):
+            if job.held_nodes and hold_active(job, self.now, waiting):
                 nodes = [self.pool[n] for n in job.held_nodes if n in self.pool]
                 blocks[job.job_id] = nodes
                 self._blocked[job.job_id] = self.engine.block(nodes, INF)

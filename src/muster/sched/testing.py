@@ -442,6 +442,15 @@ def check_invariants(snap: Snapshot, d: Decisions, now: float) -> None:
     for job_id in d.plans:
         assert job_id in pending, f"plan for job {job_id}, which is not pending"
         assert job_id not in seen, f"job {job_id} both started and planned"
+    running = {j.job_id for j in snap.running}
+    victims = [p.job_id for p in d.preemptions]
+    assert len(set(victims)) == len(victims), "a job preempted twice"
+    for p in d.preemptions:
+        assert p.job_id in running, f"preemption of job {p.job_id}, which is not running"
+        assert p.preemptor in pending and p.preemptor not in seen, f"job {p.preemptor} preempts but is not waiting"
+        assert p.preemptor in d.holds, f"job {p.preemptor} preempts but holds no node"
+    for job_id, held in d.holds.items():
+        assert held and all(n in nodes for n in held), f"job {job_id} holds unknown nodes"
     for job_id in seen:
         assert job_id not in d.reasons or d.reasons[job_id].value == "None", (
             f"started job {job_id} has a pending reason"

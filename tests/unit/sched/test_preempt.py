@@ -3,6 +3,9 @@ lost among equals, never for a job that could not run, and holds until the victi
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from muster.core.states import Reason
 from muster.sched import SchedConfig
 from muster.sched.snapshot import QosPreempt
@@ -189,3 +192,36 @@ def test_a_required_node_is_where_the_victims_are_taken() -> None:
     h.submit(job().gpus(8).time("1:00:00").qos("high").nodelist(h.running[second].alloc[0].node), at=10)
     h.schedule(at=10)
     assert victims(h) == [second] and first in h.running
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scav=st.lists(st.integers(1, 8), min_size=1, max_size=10),
+    nodes=st.integers(1, 3),
+    gpus=st.integers(1, 8),
+)
+def test_a_preemptor_fits_on_its_held_nodes_once_its_victims_are_gone(scav: list[int], nodes: int, gpus: int) -> None:
+    h = cluster(nodes=4)
+    for i, g in enumerate(scav):
+        j = h.submit(job().gpus(g).time("10:00:00").qos("scavenger"), at=i)
+        h.schedule(at=i)
+        if j in h.running:
+            h.running[j].priority = 10
+    big = h.submit(job().nodes(nodes).gpus(gpus).time("1:00:00").qos("high"), at=100)
+    d = h.schedule(at=100)
+    if big in h.started(d):
+        return
+    free = {v.name: len(v.free_gpu_ids) for v in h.nodes}
+    for v in h.running.values():
+        for a in v.alloc:
+            free[a.node] += len(a.gpu_ids)  # everything preemptable gone
+    possible = sum(1 for f in free.values() if f >= gpus) >= nodes
+    assert bool(d.preemptions) == possible
+    if d.preemptions:
+        held = d.holds[big]
+        assert len(held) == nodes
+        left = {v.name: len(v.free_gpu_ids) for v in h.nodes}
+        for p in h.history[-1].preemptions:
+            for a in h.running[p.job_id].alloc:
+                left[a.node] += len(a.gpu_ids)
+        assert all(left[n] >= gpus for n in held)
