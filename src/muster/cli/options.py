@@ -343,6 +343,11 @@ def _apply_hang_timeout(req: JobRequest, value: str | None) -> None:
     req.spec["hang_timeout"] = parse_time_option(value or "", "--hang-timeout")
 
 
+def _apply_tmp(req: JobRequest, value: str | None) -> None:
+    # --tmp takes --mem's units (MB by default)
+    req.spec["tmp_disk"] = parse_mem_option(value or "", "--tmp")
+
+
 def _apply_oversubscribe(req: JobRequest, value: str | None) -> None:
     req.spec["exclusive"] = False
 
@@ -412,10 +417,10 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("distribution", "m", env=("SBATCH_DISTRIBUTION",), apply=_ignored),
     Opt("hint", env=("SBATCH_HINT",), apply=_ignored),
     Opt("no-kill", "k", OPTIONAL, apply=_ignored),
-    Opt("overcommit", "O", NO_ARG, apply=_ignored),
     Opt("contiguous", None, NO_ARG, apply=_ignored),
-    Opt("mincpus", apply=_ignored),
-    Opt("tmp", apply=_ignored),
+    Opt("mincpus", apply=_count("min_cpus", "--mincpus")),
+    Opt("overcommit", "O", NO_ARG, apply=_flag("overcommit")),
+    Opt("tmp", apply=_apply_tmp),
     Opt("licenses", "L", apply=_ignored),
     Opt("propagate", None, OPTIONAL, apply=_ignored),
     Opt("get-user-env", None, OPTIONAL, apply=_ignored),
@@ -452,7 +457,7 @@ JOB_OPTIONS: tuple[Opt, ...] = (
 
 # Options whose effect on resources muster cannot honour: sbatch says so instead of
 # silently giving the job something else than it asked for.
-UNHONOURED = frozenset({"cpus-per-gpu", "ntasks-per-gpu", "mincpus", "tmp", "licenses", "priority"})
+UNHONOURED = frozenset({"cpus-per-gpu", "ntasks-per-gpu", "licenses", "priority"})
 
 
 def env_options(table: OptionTable, environ: dict[str, str]) -> Parsed:

@@ -367,7 +367,7 @@ Other options:
   -V, --version               output version information and exit
 
 muster accepts Slurm's other sbatch options (--mail-type, --wckey, --hint, ...) and
-ignores them; --cpus-per-gpu, --mincpus, --tmp and --licenses draw a warning.
+ignores them; --cpus-per-gpu and --licenses draw a warning.
 """
 
 

@@ -174,7 +174,8 @@ def job_record(job: dict, details: bool = False) -> list[str]:
     if details:
         lines += _gres_detail(job)
     lines += [
-        f"MinCPUsNode={spec.get('cpus_per_task') or 1} {_memory_field(job)} MinTmpDiskNode=0",
+        f"MinCPUsNode={spec.get('min_cpus') or spec.get('cpus_per_task') or 1} {_memory_field(job)} "
+        f"MinTmpDiskNode={spec.get('tmp_disk') or 0}",
         f"Features={null_text(spec.get('constraint'))} DelayBoot=00:00:00",
         f"OverSubscribe={'NO' if spec.get('exclusive') else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
         f"Command={null_text(job.get('command'))}",

@@ -27,6 +27,7 @@ class NodeRuntime:
     features: tuple[str, ...]
     weight: int
     partitions: list[str] = field(default_factory=list)
+    tmp_disk: int = 0  # TmpDisk, MB: what --tmp asks for
     registered: bool = False
     responding: bool = False
     admin_down: bool = False

@@ -112,6 +112,7 @@ class ClusterState:
                 features=tuple(nc.features),
                 weight=nc.weight,
                 partitions=part_of.get(nc.name, []),
+                tmp_disk=nc.tmp_disk,
                 hostname=nc.hostname,
             )
             for k, v in saved.get(nc.name, {}).items():
