@@ -283,6 +283,10 @@ def _apply_begin(req: JobRequest, value: str | None) -> None:
     req.begin = value or ""
 
 
+def _apply_deadline(req: JobRequest, value: str | None) -> None:
+    req.deadline = value or ""
+
+
 def _apply_exclusive(req: JobRequest, value: str | None) -> None:
     # --exclusive=user and =mcs narrow Slurm's sharing rule; muster gives whole nodes for all.
     if value is not None and value.lower() not in ("", "user", "mcs"):
@@ -398,6 +402,7 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("nodelist", "w", apply=_apply_nodelist),
     Opt("exclude", "x", apply=_apply_exclude),
     Opt("begin", "b", apply=_apply_begin),
+    Opt("deadline", apply=_apply_deadline),
     Opt("account", "A", env=("SBATCH_ACCOUNT",), apply=_set("account")),
     Opt("qos", "q", env=("SBATCH_QOS",), apply=_set("qos")),
     Opt("nice", None, OPTIONAL, apply=_apply_nice),
@@ -445,7 +450,6 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("use-min-nodes", None, NO_ARG, apply=_ignored),
     Opt("wait-all-nodes", apply=_ignored),
     Opt("delay-boot", apply=_ignored),
-    Opt("deadline", apply=_ignored),
     Opt("reboot", None, NO_ARG, apply=_ignored),
     Opt("priority", apply=_ignored),
     Opt("mcs-label", apply=_ignored),

@@ -157,7 +157,7 @@ def job_record(job: dict, details: bool = False) -> list[str]:
         f"TimeMin={'N/A' if not time_min else _hms(time_min)}",
         f"SubmitTime={_ts(job.get('submit_time'))} EligibleTime={eligible}",
         f"AccrueTime={eligible}",
-        f"StartTime={start} EndTime={end} Deadline=N/A",
+        f"StartTime={start} EndTime={end} Deadline={_ts(spec.get('deadline')) if spec.get('deadline') else 'N/A'}",
         f"SuspendTime=None SecsPreSuspend=0 LastSchedEval={_ts(sched_eval)} Scheduler={job.get('scheduler') or 'Main'}",
         f"Partition={job.get('partition') or ''} AllocNode:Sid={job.get('submit_host') or 'localhost'}:0",
         f"ReqNodeList={null_text(_compress(spec.get('nodelist')))} ExcNodeList={null_text(_compress(spec.get('exclude')))}",

@@ -91,6 +91,8 @@ class JobSpec:
     tmp_disk: int | None = _check(ge=0, le=BIG)
     # -O/--overcommit: CPUs are allocated as for one task per node, whatever -n says.
     overcommit: bool = False
+    # --deadline (epoch seconds): a pending job that can no longer end by then ends DEADLINE.
+    deadline: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which

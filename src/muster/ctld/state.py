@@ -50,6 +50,7 @@ _AFTER: dict[str, frozenset[JobState]] = {
     "failed": frozenset({JobState.FAILED}),
     "timeout": frozenset({JobState.TIMEOUT}),
     "out_of_memory": frozenset({JobState.OUT_OF_MEMORY}),
+    "deadline": frozenset({JobState.DEADLINE}),
     "cleaned": _TERMINAL,
 }
 
