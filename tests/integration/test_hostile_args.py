@@ -139,6 +139,9 @@ REFUSED: dict[str, list[list[str]]] = {
         ["cluster", "utilization", "start=2026-13-45"],
         ["cluster", "utilization", "start=" + HUGE],
         ["cluster", "bogus"],
+        ["user", "top", "TopCount=" + HUGE],
+        ["user", "top", "TopCount=abc"],
+        ["job", "goodput", "group=nosuch"],
     ],
     "muster": [
         ["bogus"],
@@ -167,7 +170,6 @@ NOT_YET: dict[str, list[list[str]]] = {
     "sprio": [["-w", "-o", "bogus"]],
     "squeue": [["-j", ""], ["-j", "1."], ["-t", ""]],
     "sinfo": [["-S", JUNK]],
-    "sreport": [["user", "top", "TopCount=" + HUGE]],
 }
 WIDE = "%" + HUGE
 TOLERATED: dict[str, list[list[str]]] = {
