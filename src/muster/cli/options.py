@@ -276,6 +276,8 @@ def _apply_export(req: JobRequest, value: str | None) -> None:
 
 
 def _apply_chdir(req: JobRequest, value: str | None) -> None:
+    if not (value or "").strip():
+        raise OptionValueError("Invalid --chdir specification: an empty path")
     req.chdir = value
 
 

@@ -97,7 +97,18 @@ def test_the_sweep_finds_an_interval_near_youngs() -> None:
 
 
 def test_the_command_reports_goodput_and_refuses_bad_values() -> None:
-    argv = [FIXTURE, "--jobs", "200", "--nodes", "100", "--cpus-per-node", "1", "--failures", "50/1000", "--no-progress"]
+    argv = [
+        FIXTURE,
+        "--jobs",
+        "200",
+        "--nodes",
+        "100",
+        "--cpus-per-node",
+        "1",
+        "--failures",
+        "50/1000",
+        "--no-progress",
+    ]
     out, err = io.StringIO(), io.StringIO()
     assert run(build_parser().parse_args(argv), out, err) == 0
     text = out.getvalue()
