@@ -61,6 +61,13 @@ def test_reconfigure_refuses_a_bad_file_whole_and_applies_a_good_one_live(two_no
     assert views(h) == before
     assert "4321" not in h.run(["sprio", "-w"]).stdout
 
+    # Only administrators may ask.
+    with open(h.cluster.conf_path, "w") as f:
+        f.write(original + "PriorityWeightPartition=4321\n")
+    denied = h.run(["scontrol", "reconfigure"], uid=65534)
+    assert denied.returncode == 1 and denied.stderr == "slurm_reconfigure error: Access/permission denied\n"
+    assert views(h) == before
+
     # A good file: nothing printed, exit 0, live at once.
     held = h.sbatch("-H", "-p", "gpu", "--wrap", "true")
     rc, out, err = reconfigure(
