@@ -4,6 +4,7 @@ needs a restart refuses the whole file."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +33,10 @@ def views(h: Harness) -> dict[str, str]:
         # (the first line of show config is the time it was asked)
         out[" ".join(argv)] = run.stdout.split("\n", 1)[1] if argv[-1] == "config" else run.stdout
     return out
+
+
+def priority(h: Harness, job: int) -> int:
+    return int(h.run(["squeue", "-h", "-j", str(job), "-o", "%Q"]).stdout.strip())
 
 
 def reconfigure(h: Harness, text: str) -> tuple[int, str, str]:
@@ -70,6 +75,9 @@ def test_reconfigure_refuses_a_bad_file_whole_and_applies_a_good_one_live(two_no
 
     # A good file: nothing printed, exit 0, live at once.
     held = h.sbatch("-H", "-p", "gpu", "--wrap", "true")
+    later = h.sbatch("--begin=now+1hour", "-p", "gpu", "--wrap", "true")
+    h.wait_job(later, lambda j: j["priority"] > 0)
+    ranked_before = priority(h, later)
     rc, out, err = reconfigure(
         h, original + "PriorityWeightPartition=4321\nPartitionName=debug Nodes=node1 MaxTime=30\n"
     )
@@ -82,6 +90,11 @@ def test_reconfigure_refuses_a_bad_file_whole_and_applies_a_good_one_live(two_no
     assert "4321" in h.run(["sprio", "-w"]).stdout
     row = h.run(["sprio", "-h", "-j", str(held), "-o", "%i %P"]).stdout.split()
     assert row == [str(held), "4321"]  # its partition factor (1.0) times the new weight
+    # the scheduling pass the reconfigure asked for ranked the queue with the new weight
+    deadline = time.monotonic() + 10
+    while priority(h, later) < ranked_before + 4321 - 1000 - 1:  # partition weight 1000 -> 4321
+        assert time.monotonic() < deadline, "the next pass did not use the new weight"
+        time.sleep(0.2)
 
     job = h.sbatch("-p", "debug", "--wrap", "hostname")
     done = h.wait_job(job)
@@ -90,4 +103,4 @@ def test_reconfigure_refuses_a_bad_file_whole_and_applies_a_good_one_live(two_no
     log = h.read(h.cluster._logfile("musterctld"))
     assert "reconfigure: PriorityWeightPartition (null) -> 4321" in log
     assert "reconfigure: PartitionName=debug added" in log
-    h.run(["scancel", str(held)])
+    h.run(["scancel", str(held), str(later)])
