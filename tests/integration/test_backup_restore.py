@@ -20,7 +20,7 @@ MUSTER = [sys.executable, "-m", "muster.cli.muster"]
 
 
 @pytest.fixture
-def cluster() -> Iterator[Harness]:
+def small_cluster() -> Iterator[Harness]:
     h = Harness(ClusterShape(nodes=2, gpus_per_node=0, cpus_per_node=2, mem_per_node=2000))
     h.up()
     try:
@@ -49,8 +49,8 @@ def observe(h: Harness) -> dict[str, str]:
     }
 
 
-def test_a_restore_loses_nothing(cluster: Harness) -> None:
-    h = cluster
+def test_a_restore_loses_nothing(small_cluster: Harness) -> None:
+    h = small_cluster
     for words in ("add account physics Fairshare=5", "add user root account=physics"):
         ok(h.run(["sacctmgr", "-i", *words.split()]))
     done = h.sbatch("-A", "physics", "-J", "finished", "--wrap", "true")
