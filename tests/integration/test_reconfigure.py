@@ -4,6 +4,7 @@ needs a restart refuses the whole file."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 
@@ -104,3 +105,32 @@ def test_reconfigure_refuses_a_bad_file_whole_and_applies_a_good_one_live(two_no
     assert "reconfigure: PriorityWeightPartition (null) -> 4321" in log
     assert "reconfigure: PartitionName=debug added" in log
     h.run(["scancel", str(held), str(later)])
+
+
+def test_nodes_change_live_and_a_node_added_runs_jobs_once_its_agent_starts(two_nodes: Harness) -> None:
+    h = two_nodes
+    with open(h.cluster.conf_path) as f:
+        original = f.read()
+    node2 = next(line for line in original.splitlines() if line.startswith("NodeName=node2 "))
+    addr = node2.split("NodeAddr=")[1].split()[0].replace(".3", ".4") if "127.0.0.3" in node2 else "127.0.0.1"
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        port = s.getsockname()[1]
+    node3 = node2.replace("node2", "node3").replace(node2.split("NodeAddr=")[1].split()[0], addr)
+    node3 = node3.replace(node2.split("Port=")[1].split()[0], str(port))
+    text = original.replace(node2, f"{node2} Features=nvlink State=DRAIN Reason=cabling\n{node3}")
+
+    rc, out, err = reconfigure(h, text)
+    assert (rc, out, err) == (0, "", "")
+    nodes = h.run(["sinfo", "-h", "-N", "-o", "%N %f %T %E"]).stdout.splitlines()
+    assert "node2 nvlink drained cabling" in nodes
+    assert nodes[-1].startswith("node3 ") and "unknown" in nodes[-1]
+
+    assert h.cluster.start() == ["node3"]  # muster up starts the agent the file now names
+    h.cluster.wait_ready(60)
+    job = h.sbatch("-w", "node3", "--wrap", "hostname")
+    assert h.wait_job(job)["state"] == "COMPLETED"
+
+    rc, _out, _err = reconfigure(h, original.replace(node2, f"{node2}\n{node3}"))  # the file lifts its drain
+    assert rc == 0
+    assert "node2 idle" in h.run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout.splitlines()
