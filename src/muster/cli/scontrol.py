@@ -521,7 +521,7 @@ scontrol [<OPTION>] [<COMMAND>]
      release <job_list>       release a held job
      ping                     print status of slurmctld daemons
      reconfigure              have the controller re-read and apply the configuration
-                              file (it reports what it could not apply)
+                              file, whole or not at all (a refusal says why)
      requeue <job_list>       requeue a batch job
      requeuehold <job_list>   requeue a batch job and hold it
      create reservation <SPEC>  create a reservation

@@ -217,6 +217,8 @@ def reconfigure(ctl: ClusterState) -> Plan:
             log.error("reconfigure refused: node states not committed: %s", exc)
             raise
     _swap(ctl, p, staged)
+    for warning in p.fresh.warnings:
+        log.warning("%s", warning)
     for line in p.diff:
         log.info("%s", line)
     if p.node_side:

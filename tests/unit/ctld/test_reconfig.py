@@ -259,3 +259,19 @@ def test_a_node_with_a_running_job_is_kept(ctl: Controller) -> None:
     with pytest.raises(InvalidRequest, match=f"node node1 cannot be removed: it runs job\\(s\\) {job.job_id}"):
         reconfigure(ctl)
     assert "node1" in ctl.nodes
+
+
+def test_the_app_schedules_with_the_applied_configuration(tmp_path: pathlib.Path) -> None:
+    from muster.ctld.app import CtldApp
+
+    path = tmp_path / "muster.conf"
+    path.write_text(CONF + f"StateSaveLocation={tmp_path}\n")
+    app = CtldApp(conf(path.read_text(), str(path)), b"k" * 32, ManualClock(1000.0))
+    assert app.sched_config.weight_age == 1000 and app.sched_config.backfill
+    path.write_text(
+        path.read_text().replace("PriorityWeightAge=1000", "PriorityWeightAge=7") + "SchedulerType=sched/builtin\n"
+    )
+    app.use_config(reconfigure(app.controller).fresh)
+    assert app.sched_config.weight_age == 7 and not app.sched_config.backfill
+    assert app.config is app.controller.config
+    app.store.close()
