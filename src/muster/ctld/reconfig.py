@@ -81,7 +81,8 @@ def in_use(ctl: ClusterState) -> InUse:
             continue
         for name in {job.partition, *job.spec.partitions} - {""}:
             parts.setdefault(name, []).append(job.job_id)
-    nodes = {name: tuple(sorted({k[0] for k in node.allocs})) for name, node in ctl.nodes.items() if node.allocs}
+    # allocs are keyed by (job id, attempt) (``ClusterState.hold_resources``)
+    nodes = {name: tuple(sorted({k[0] for k in node.allocs})) for name, node in ctl.nodes.items() if node.allocs}  # type: ignore[index]
     resv = {r.name: (r.partition, tuple(r.nodes)) for r in ctl.reservations.values()}
     return InUse({k: tuple(sorted(v)) for k, v in parts.items()}, nodes, resv)
 
@@ -109,7 +110,7 @@ def _stage(ctl: ClusterState, p: Plan, now: float) -> _Staged:
     saved = ctl.store.load_nodes() if p.added_nodes else {}
     staged = _Staged(nodes={})
     for nc in fresh.nodes:
-        values = {
+        values: dict[str, Any] = {
             "addr": nc.addr,
             "port": nc.port,
             "cpus": nc.cpus,

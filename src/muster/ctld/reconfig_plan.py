@@ -25,8 +25,9 @@ The rules, in short (docs/operations.md says them for administrators):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 from muster.core.config import Config, ConfigError, NodeConf, PartitionConf
 from muster.core.hostlist import compress
@@ -118,12 +119,13 @@ def validate(config: Config) -> list[str]:
     message per problem; empty when the configuration is good. musterctld runs the same
     checks when it starts, so reconfigure accepts exactly what a restart would."""
     problems: list[str] = []
-    for check in (
+    checks: list[Callable[[], object]] = [
         lambda: parse_reset_period(config.get("PriorityUsageResetPeriod")),
         lambda: config.max_script_size,
         lambda: config.max_submit_jobs_per_user,
-        *[(lambda k=k: config.get_int(k, 0)) for k in _UNTYPED_INTS],
-    ):
+        *[partial(config.get_int, key, 0) for key in _UNTYPED_INTS],
+    ]
+    for check in checks:
         try:
             check()
         except ConfigError as exc:
