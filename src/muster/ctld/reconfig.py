@@ -133,7 +133,9 @@ def _stage(ctl: ClusterState, p: Plan, now: float) -> _Staged:
             staged.node_values[nc.name] = values
         staged.nodes[nc.name] = node
         if nc.name in p.restated_nodes or (nc.name in p.added_nodes and nc.name not in saved):
-            admin = _configured_admin(node, nc.state, nc.reason, ctl.config.slurm_user or "root", now)
+            before = ctl.config.node(nc.name)
+            was = before.state if before is not None else "UNKNOWN"
+            admin = _configured_admin(node, was, nc.state, nc.reason, ctl.config.slurm_user or "root", now)
             if admin is not None:
                 staged.admin[nc.name] = admin
     staged.accounting = {
@@ -150,13 +152,13 @@ def _stage(ctl: ClusterState, p: Plan, now: float) -> _Staged:
 
 
 def _configured_admin(
-    node: NodeRuntime, state: str, reason: str | None, user: str, now: float
+    node: NodeRuntime, was: str, state: str, reason: str | None, user: str, now: float
 ) -> dict[str, Any] | None:
-    """The admin state a node takes from its configured State: DOWN or DRAIN set it; any
-    other state lifts what the file set before (an administrator's own drain, given
-    with scontrol, is lifted only by scontrol). None when nothing changes."""
-    words = set(state.upper().split("+"))
-    current = node.persistent()
+    """The admin state a node takes when its configured State goes from ``was`` to
+    ``state``: DOWN or DRAIN set it; another state lifts a DOWN or DRAIN the file itself
+    set before (an administrator's own drain, given with scontrol while the file said
+    nothing of it, is lifted only by scontrol). None when nothing changes."""
+    words, before = set(state.upper().split("+")), set(was.upper().split("+"))
     if words & {"DOWN", "DRAIN"}:
         wanted = {
             "admin_down": "DOWN" in words,
@@ -165,10 +167,11 @@ def _configured_admin(
             "reason_time": now,
             "reason_user": user,
         }
-    elif node.admin_down or node.drain:
+    elif before & {"DOWN", "DRAIN"} and (node.admin_down or node.drain):
         wanted = {"admin_down": False, "drain": False, "reason": "", "reason_time": None, "reason_user": ""}
     else:
         return None
+    current = node.persistent()
     same = all(current[k] == wanted[k] for k in ("admin_down", "drain", "reason"))
     return None if same else wanted
 

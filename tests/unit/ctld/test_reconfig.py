@@ -28,6 +28,7 @@ PartitionName=p Nodes=ALL Default=YES State=UP MaxTime=60
 """
 
 ALICE = Identity(1001, 1001, "alice", "alice", "h", admin=False)
+ROOT = Identity(0, 0, "root", "root", "h", admin=True)
 IDLE = InUse()
 
 
@@ -275,3 +276,10 @@ def test_the_app_schedules_with_the_applied_configuration(tmp_path: pathlib.Path
     assert app.sched_config.weight_age == 7 and not app.sched_config.backfill
     assert app.config is app.controller.config
     app.store.close()
+
+
+def test_an_administrators_own_drain_is_not_lifted_by_the_file(ctl: Controller) -> None:
+    ctl.liveness.update_nodes(ROOT, ["node3"], "drain", "bad fan")
+    rewrite(ctl, CONF.replace("Features=a", "Features=a State=IDLE"))
+    reconfigure(ctl)
+    assert ctl.nodes["node3"].drain and ctl.nodes["node3"].reason == "bad fan"
