@@ -36,7 +36,7 @@ from muster.core.errors import InvalidRequest, PermissionDenied, StorageError
 from muster.ctld.accounting import Enforce
 from muster.ctld.context import Context
 from muster.ctld.identity import Identity
-from muster.ctld.nodes import NodeRuntime
+from muster.ctld.nodes import NodeRuntime, configured_fields
 from muster.ctld.reconfig_plan import InUse, Plan, plan, validate
 from muster.ctld.reset_period import parse_reset_period
 from muster.ctld.state import ClusterState
@@ -110,19 +110,7 @@ def _stage(ctl: ClusterState, p: Plan, now: float) -> _Staged:
     saved = ctl.store.load_nodes() if p.added_nodes else {}
     staged = _Staged(nodes={})
     for nc in fresh.nodes:
-        values: dict[str, Any] = {
-            "addr": nc.addr,
-            "port": nc.port,
-            "cpus": nc.cpus,
-            "real_memory": nc.real_memory,
-            "gpus": nc.gpus,
-            "gpu_type": nc.gpu_type,
-            "gres": nc.gres,
-            "features": tuple(nc.features),
-            "weight": nc.weight,
-            "partitions": part_of.get(nc.name, []),
-            "hostname": nc.hostname,
-        }
+        values = configured_fields(nc, part_of.get(nc.name, []))
         node = ctl.nodes.get(nc.name)
         if node is None:  # added: unknown until its agent registers
             node = NodeRuntime(name=nc.name, index=next_index, **values)

@@ -239,12 +239,13 @@ def test_a_commit_that_fails_applies_nothing(ctl: Controller, monkeypatch: pytes
 
 def test_nodes_added_resized_and_removed_when_idle(ctl: Controller) -> None:
     text = CONF.replace("node[1-2] NodeAddr=127.0.0.[2-3] CPUs=4", "node2 NodeAddr=127.0.0.3 CPUs=8").replace(
-        "PartitionName", "NodeName=node4 CPUs=2 RealMemory=500\nPartitionName"
+        "PartitionName", "NodeName=node4 CPUs=2 RealMemory=500 TmpDisk=100\nPartitionName"
     )
     rewrite(ctl, text)
     reconfigure(ctl)
     assert sorted(ctl.nodes) == ["node2", "node3", "node4"]
     assert ctl.nodes["node2"].cpus == 8 and not ctl.nodes["node4"].registered
+    assert ctl.nodes["node4"].tmp_disk == 100 and ctl.nodes["node4"].real_memory == 500
     assert ctl.nodes["node4"].index == 3 and ctl.nodes["node4"].partitions == ["p"]
 
 
