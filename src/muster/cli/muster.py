@@ -61,6 +61,14 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("sim", help="replay a workload trace through the scheduler (see `muster sim --help`)")
 
+    dash = sub.add_parser("dashboard", help="print a one-time link that signs you in to the controller's web dashboard")
+    dash.add_argument(
+        "--base-url",
+        default=None,
+        help="where your browser reaches the controller, e.g. http://localhost:6817 through an ssh "
+        "tunnel (default: the controller's address and port from the config)",
+    )
+
     demo = sub.add_parser("demo", help="start a local cluster and run the training scenario on it")
     demo.add_argument("--state-dir", default=".muster-demo")
     demo.add_argument("--nodes", type=_positive, default=4)
@@ -90,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote cluster key {args.path} (mode 0600)")
         return 0
 
+    if args.command == "dashboard":
+        from muster.cli.dashboard import run
+
+        return run(args.base_url)
     try:
         return _cluster_command(args)
     except (OSError, ValueError) as e:  # a config error (ConfigError is a ValueError), a disk
