@@ -68,6 +68,8 @@ def dash() -> Iterator[Harness]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
+        if os.environ.get("MUSTER_TEST_REQUIRE_CHROMIUM"):  # CI installed it (.ci/chromium.sh)
+            pytest.fail(f"no Chromium at {CHROMIUM} and {CHROMEDRIVER}, though CI requires it")
         pytest.skip(f"no Chromium here ({CHROMIUM}, {CHROMEDRIVER}): apt-get install chromium chromium-driver")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
