@@ -148,6 +148,14 @@ def until(check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
         time.sleep(0.1)
 
 
+def texts(driver: Any, selector: str) -> list[str]:
+    """The text of every element ``selector`` matches, read at one instant (the page
+    redraws every 2 s: an element found earlier may be gone by the time it is read)."""
+    return driver.execute_script(  # type: ignore[no-any-return]
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.textContent);", selector
+    )
+
+
 def severe(driver: Any) -> list[dict[str, Any]]:
     return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
 
@@ -177,8 +185,8 @@ def test_the_dashboard_follows_a_job_from_pending_to_completed_without_a_reload(
     driver.execute_script("location.hash = '#queue';")
     row = f"#queue tr[data-job='{job_id}']"
     until(lambda: driver.find_element(By.CSS_SELECTOR, row).get_attribute("data-state") == "PENDING", "it pending")
-    assert "JobHeldUser" in driver.find_element(By.CSS_SELECTOR, row).text
-    assert "dashjob" in driver.find_element(By.CSS_SELECTOR, row).text
+    cells = texts(driver, f"{row} td")
+    assert cells[1] == "dashjob" and cells[5:7] == ["PENDING", "JobHeldUser"], cells
 
     # Released: it starts, and the page says so by itself.
     out = dash.run(["scontrol", "release", str(job_id)], uid=user)
@@ -189,12 +197,12 @@ def test_the_dashboard_follows_a_job_from_pending_to_completed_without_a_reload(
     driver.find_element(By.CSS_SELECTOR, f"{row} a").click()
     until(lambda: driver.find_element(By.ID, "job-id").text == str(job_id), "the job's page")
     until(lambda: driver.find_element(By.ID, "job-state").text == "RUNNING", "the job running")
-    gpu_rows = until(lambda: driver.find_elements(By.CSS_SELECTOR, "#job-gpus tbody tr"), "its GPUs")
-    assert gpu_rows[0].text.split()[0].startswith("node")
+    gpu_rows = until(lambda: texts(driver, "#job-gpus tbody td"), "its GPUs")
+    assert gpu_rows[0].startswith("node") and gpu_rows[1].isdigit()  # the node, the GPU's index
     until(lambda: driver.find_element(By.ID, "job-state").text == "COMPLETED", "the job completed", timeout=40)
-    output = driver.find_element(By.CSS_SELECTOR, "#job-fields dd[data-field='Output']").text
-    assert output == os.path.join(dash.workdir, f"dash-{job_id}.out")
-    events = driver.find_element(By.ID, "job-timeline").text
+    output = texts(driver, "#job-fields dd[data-field='Output']")
+    assert output == [os.path.join(dash.workdir, f"dash-{job_id}.out")]
+    events = " ".join(texts(driver, "#job-timeline li"))
     for event in ("submit", "release", "start", "completed"):
         assert event in events, events
 
@@ -215,14 +223,23 @@ def test_a_user_sees_only_what_squeue_shows_them(dash: Harness, browser: Any, us
         pytest.skip("needs root, to act as a second user")
     from selenium.webdriver.common.by import By
 
-    root_job = dash.sbatch("-J", "rootjob", "-G", "1", "--wrap", "sleep 60")
+    root_job = dash.sbatch("-J", "rootjob", "-G", "1", "-t", "2", "--wrap", "sleep 60")
+    waiting = None
     try:
         dash.wait_state(root_job, "RUNNING")
+        # The user's job needs every GPU: it waits for root's, and is planned to start when it ends.
+        waiting = dash.sbatch("-J", "bigjob", "-N", "2", "--gpus-per-node", "2", "-t", "1", "--wrap", "true", uid=user)
         url = sign_in_link(dash, user)
         cookie = session(url)
         status, state = api(url, "/dash/api/state", cookie)
         assert status == 200 and state["me"] == {"user": USER, "uid": user, "admin": False}
         assert [j for j in state["queue"] if j["job_id"] == root_job] == []
+        mine = until(
+            lambda: [j for j in api(url, "/dash/api/state", cookie)[1]["queue"] if j.get("planned_start")],
+            "a planned start",
+        )
+        assert [(j["job_id"], j["state"], j["reason"]) for j in mine] == [(waiting, "PENDING", "Resources")]
+        assert mine[0]["planned_start"] >= dash.job(root_job)["start_time"] + 120 - 1
         cells = [g for n in state["nodes"] for g in n["gpus"] if g["state"] == "alloc"]
         assert cells and all("job_id" not in g for g in cells)  # in use, but not named
         status, body = api(url, f"/dash/api/jobs/{root_job}", cookie)
@@ -239,8 +256,17 @@ def test_a_user_sees_only_what_squeue_shows_them(dash: Harness, browser: Any, us
         driver = browser
         driver.get(url.split("/dash/")[0] + f"/dash/#job/{root_job}")
         until(lambda: driver.find_element(By.ID, "job-missing").is_displayed(), "no such job")
+        driver.execute_script("location.hash = '#queue';")
+        cells = until(lambda: texts(driver, f"#queue tr[data-job='{waiting}'] td"), "the big job")
+        assert cells[5:7] == ["PENDING", "Resources"] and cells[9].startswith("20"), cells  # its planned start
+        assert not driver.find_elements(By.CSS_SELECTOR, f"#queue tr[data-job='{root_job}']")
+        # The browser logs the 404s of root's job page; nothing else went wrong.
+        expected = f"/dash/api/jobs/{root_job} - Failed to load resource: the server responded with a status of 404"
+        assert [e for e in severe(driver) if expected not in e["message"]] == []
     finally:
         dash.run(["scancel", str(root_job)])
+        if waiting is not None:
+            dash.run(["scancel", str(waiting)])
 
 
 def test_a_sign_in_link_works_once_and_nothing_changes_state(dash: Harness) -> None:
