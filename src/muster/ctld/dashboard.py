@@ -31,7 +31,7 @@ from muster.core.arrays import parse_job_ref
 from muster.core.errors import AuthError, InvalidJobId, MusterError
 from muster.ctld import dashauth
 from muster.ctld.context import Context
-from muster.ctld.dashview import job_detail, node_view, queue_order, queue_row
+from muster.ctld.dashview import job_detail, node_view, queue
 from muster.ctld.identity import Identity
 from muster.ctld.privacy import PrivateData
 from muster.protocol.httpd import PEER_KEY
@@ -156,6 +156,7 @@ def build_dashboard_routes(ctx: Context, caller: Any, handler: Any, private: Pri
 
     def api(fn: Any) -> Any:
         async def wrapped(request: Request) -> Response:
+            body: Response
             try:
                 body = fn(request, viewer(request))
             except MusterError as e:
@@ -181,7 +182,6 @@ def build_dashboard_routes(ctx: Context, caller: Any, handler: Any, private: Pri
         mine = private.jobs(jobs, who)
         visible = None if len(mine) == len(jobs) else {j.job_id for j in mine}
         nodes = [node_view(n, visible) for n in ctl.nodes.values()]
-        queue = [queue_row(j, now) for j in sorted(mine, key=queue_order)]
         sample = ctx.samples.current(ctl.nodes.values(), jobs, now)
         return JSONResponse(
             {
@@ -190,7 +190,8 @@ def build_dashboard_routes(ctx: Context, caller: Any, handler: Any, private: Pri
                 "now": now,
                 "nodes": nodes,
                 "partitions": [{"name": p.name, "nodes": list(p.nodes)} for p in ctl.config.partitions],
-                "queue": queue,
+                "queue": queue(mine, now),
+                "queue_total": len(mine),
                 "totals": sample,
                 "samples": ctx.samples.since(since),
                 "sample_every": ctx.samples.every,

@@ -12,6 +12,7 @@ every ``SAMPLE_EVERY`` seconds (``SAMPLES_KEPT`` of them: a day), for the charts
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -24,6 +25,7 @@ from muster.ctld.wire import job_wire
 SAMPLE_EVERY = 10.0
 SAMPLES_KEPT = 8640
 TIMELINE_KEPT = 200  # the last events of a job's timeline (progress reports left out)
+QUEUE_SHOWN = 1000  # rows of the queue a poll sends (the first in ``queue_order``); the count is exact
 
 # A job's row in the queue: what squeue's default columns and the detail link need.
 QUEUE_FIELDS = (
@@ -110,13 +112,18 @@ class Samples:
         return out
 
 
+def _job_of(key: Any) -> int:
+    """The job of a node's allocation, keyed (job id, attempt) (``ClusterState``)."""
+    return int(key[0])
+
+
 def gpu_cells(node: NodeRuntime, visible: set[int] | None) -> list[dict[str, Any]]:
     """Each GPU of a node: ``alloc`` (with its job, when the caller may see it), ``idle``,
     ``down`` or ``drain``; a draining node's allocated GPUs stay ``alloc`` until freed."""
     owner: dict[int, int] = {}
-    for (job_id, _attempt), (_cpus, _mem, gpu_ids) in node.allocs.items():
+    for key, (_cpus, _mem, gpu_ids) in node.allocs.items():
         for g in gpu_ids:
-            owner[g] = job_id
+            owner[g] = _job_of(key)
     down = node.base_state() in (NodeState.DOWN, NodeState.UNKNOWN)
     cells = []
     for i in range(node.gpus):
@@ -140,7 +147,7 @@ def node_view(node: NodeRuntime, visible: set[int] | None) -> dict[str, Any]:
     shown = str(state)
     if node.drain:
         shown = "DRAINING" if node.allocs else "DRAINED"
-    jobs = sorted({j for j, _attempt in node.allocs if visible is None or j in visible})
+    jobs = sorted({j for j in map(_job_of, node.allocs) if visible is None or j in visible})
     return {
         "name": node.name,
         "state": shown,
@@ -161,11 +168,18 @@ def node_view(node: NodeRuntime, visible: set[int] | None) -> dict[str, Any]:
 
 
 def queue_row(job: Job, now: float) -> dict[str, Any]:
-    d = job_wire(job, now)
+    d = job_wire(job, now, brief=True)  # squeue's view: none of the allocation's details
     row = {k: d.get(k) for k in QUEUE_FIELDS}
     row["id"] = display_id(job)
     row["name"] = job.spec.name or ""
     return row
+
+
+def queue(jobs: list[Job], now: float, shown: int = QUEUE_SHOWN) -> list[dict[str, Any]]:
+    """The first ``shown`` jobs in ``queue_order`` as rows: a poll of a queue of a hundred
+    thousand jobs stays a few milliseconds of the controller's loop, not a second."""
+    first = heapq.nsmallest(shown, jobs, key=queue_order) if len(jobs) > shown else sorted(jobs, key=queue_order)
+    return [queue_row(j, now) for j in first]
 
 
 def queue_order(job: Job) -> tuple[Any, ...]:

@@ -73,3 +73,25 @@ def test_the_timeline_leaves_out_progress_reports_and_flattens_details() -> None
         {"time": 2.0, "event": "start", "details": {"nodes": "node1,node2", "attempt": 0}},
         {"time": 4.0, "event": "completed", "details": {"exit_code": 0}},
     ]
+
+
+def test_the_queue_sends_running_jobs_then_pending_by_priority_and_at_most_its_cap(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from muster.core.clock import ManualClock
+    from muster.core.config import parse_config
+    from muster.core.job import JobSpec
+    from muster.core.states import JobState
+    from muster.ctld.controller import Controller, Identity
+    from muster.ctld.dashview import queue
+    from muster.ctld.store import Store
+
+    conf = "ClusterName=t\nNodeName=node1 CPUs=8 RealMemory=16000 Gres=gpu:4\nPartitionName=p Nodes=ALL Default=YES\n"
+    ctl = Controller(parse_config(conf, "t.conf"), Store(str(tmp_path / "db")), ManualClock(1000.0))
+    ctl.load()
+    who = Identity(1001, 1001, "alice", "alice", "h", admin=False)
+    jobs = [ctl.queue.submit(JobSpec(name=f"j{i}", script="#!/bin/sh\n", workdir="/w"), who) for i in range(5)]
+    jobs[3].priority = 50
+    jobs[4].state, jobs[4].start_time = JobState.RUNNING, 1000.0
+    rows = queue(jobs, 1001.0, shown=3)
+    assert [(r["id"], r["state"]) for r in rows] == [("5", "RUNNING"), ("4", "PENDING"), ("1", "PENDING")]
+    assert rows[1]["name"] == "j3" and rows[1]["user"] == "alice" and rows[1]["reason"]
+    assert len(queue(jobs, 1001.0)) == 5

@@ -194,7 +194,7 @@
 
   // --- the queue ---------------------------------------------------------------------
 
-  function drawQueue(jobs) {
+  function drawQueue(jobs, total) {
     const rows = jobs.map(function (j) {
       const state = el("span", j.completing ? "COMPLETING" : j.state, "state state-" + j.state.toLowerCase());
       const start = j.state === "PENDING" ? (j.planned_start ? when(j.planned_start) : "N/A") : when(j.start_time);
@@ -207,6 +207,9 @@
     });
     fill($("queue").tBodies[0], rows);
     $("queue-empty").hidden = jobs.length > 0;
+    const more = $("queue-more");
+    more.hidden = total <= jobs.length;
+    more.textContent = "Showing the first " + jobs.length + " of " + total + " jobs (running, then pending by priority).";
   }
 
   // --- fair share --------------------------------------------------------------------
@@ -305,7 +308,7 @@
       drawTotals(d.totals);
       drawNodes(d.nodes);
       drawCharts(d.totals);
-      drawQueue(d.queue);
+      drawQueue(d.queue, d.queue_total);
       if (r.view === "shares" && Date.now() - lastShares > SHARES_MS) {
         const sh = await get("/dash/api/shares");
         if (sh.status === 200) {
