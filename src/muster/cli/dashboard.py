@@ -31,6 +31,9 @@ def base_url(settings: object, given: str | None) -> str:
 def run(base: str | None) -> int:
     from muster.protocol.client import ApiError, ConnectError
 
+    if base is not None and not base.startswith(("http://", "https://")):
+        print(f"{PROG}: error: --base-url must start with http:// or https://, not {base!r}", file=sys.stderr)
+        return 2
     try:
         settings = load_settings(PROG)
         ctl = connect(PROG, settings)
