@@ -39,6 +39,8 @@ from muster.protocol.replay import SignatureError
 
 log = logging.getLogger("musterctld.dashboard")
 
+CACHE_TTL = 1.0  # seconds one build of the cluster's view serves every page that polls
+
 STATIC = Path(__file__).parent / "static" / "dash"
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -172,30 +174,41 @@ def build_dashboard_routes(ctx: Context, caller: Any, handler: Any, private: Pri
     def me(who: Identity) -> dict[str, Any]:
         return {"user": who.user, "uid": who.uid, "admin": who.admin}
 
+    # The cluster as one viewer sees it, kept CACHE_TTL seconds for every viewer who sees the
+    # same (administrators and, without PrivateData=jobs, everyone; else each user): many
+    # open pages cost the controller's loop one build per second, not one each.
+    views: dict[int | None, tuple[float, dict[str, Any]]] = {}
+
+    def cluster_view(who: Identity, now: float) -> dict[str, Any]:
+        key = who.uid if private.hides("jobs", who) else None
+        hit = views.get(key)
+        if hit is not None and 0 <= now - hit[0] < CACHE_TTL:
+            return hit[1]
+        jobs = list(ctl.jobs.values())
+        mine = private.jobs(jobs, who)
+        visible = None if key is None else {j.job_id for j in mine}
+        view = {
+            "cluster": ctl.config.cluster_name,
+            "now": now,
+            "nodes": [node_view(n, visible) for n in ctl.nodes.values()],
+            "partitions": [{"name": p.name, "nodes": list(p.nodes)} for p in ctl.config.partitions],
+            "queue": queue(mine, now),
+            "queue_total": len(mine),
+            "totals": ctx.samples.current(ctl.nodes.values(), jobs, now),
+        }
+        if len(views) > 1000:
+            views.clear()
+        views[key] = (now, view)
+        return view
+
     def state(request: Request, who: Identity) -> JSONResponse:
-        now = ctx.clock.now()
         try:
             since = float(request.query_params.get("since", "0"))
         except ValueError:
             since = 0.0
-        jobs = list(ctl.jobs.values())
-        mine = private.jobs(jobs, who)
-        visible = None if len(mine) == len(jobs) else {j.job_id for j in mine}
-        nodes = [node_view(n, visible) for n in ctl.nodes.values()]
-        sample = ctx.samples.current(ctl.nodes.values(), jobs, now)
+        view = cluster_view(who, ctx.clock.now())
         return JSONResponse(
-            {
-                "me": me(who),
-                "cluster": ctl.config.cluster_name,
-                "now": now,
-                "nodes": nodes,
-                "partitions": [{"name": p.name, "nodes": list(p.nodes)} for p in ctl.config.partitions],
-                "queue": queue(mine, now),
-                "queue_total": len(mine),
-                "totals": sample,
-                "samples": ctx.samples.since(since),
-                "sample_every": ctx.samples.every,
-            }
+            {"me": me(who), **view, "samples": ctx.samples.since(since), "sample_every": ctx.samples.every}
         )
 
     def job(request: Request, who: Identity) -> JSONResponse:
