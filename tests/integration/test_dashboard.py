@@ -212,6 +212,21 @@ def test_the_dashboard_follows_a_job_from_pending_to_completed_without_a_reload(
         lambda: all("idle" in c.get_attribute("class") for c in driver.find_elements(By.CSS_SELECTOR, "#nodes .gpu")),
         "the GPUs idle again",
     )
+    # An administrator drains a node: its GPUs show drained, with the reason.
+    out = dash.run(["scontrol", "update", "nodename=node2", "state=drain", "reason=fan failure"])
+    assert out.returncode == 0, out.stderr
+    try:
+        drained = "#nodes .node[data-node='node2']"
+        until(lambda: texts(driver, f"{drained} .node-state") == ["DRAINED"], "node2 drained")
+        classes = driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.className);", f"{drained} .gpu"
+        )
+        assert classes == ["gpu drain", "gpu drain"]
+        assert texts(driver, f"{drained} .reason") == ["Reason: fan failure [root]"]
+        assert "fan failure" in driver.find_element(By.CSS_SELECTOR, f"{drained} .gpu").get_attribute("title")
+    finally:
+        dash.run(["scontrol", "update", "nodename=node2", "state=resume"])
+    until(lambda: texts(driver, f"{drained} .node-state") == ["IDLE"], "node2 back")
     assert driver.execute_script("return window.__notReloaded;") == 42
     driver.execute_script("location.hash = '#shares';")
     until(lambda: driver.find_elements(By.CSS_SELECTOR, "#shares tbody tr"), "the fair-share tree")
@@ -282,6 +297,7 @@ def test_a_sign_in_link_works_once_and_nothing_changes_state(dash: Harness) -> N
     assert fetch(forged).status == 401
     base = url.split("/dash/")[0]
     assert fetch(base, "/dash/api/state").status == 401  # no session
+    assert fetch(base, "/v1/dashboard/token", method="POST").status == 401  # over TCP: a credential first
     assert fetch(base, "/dash/api/state", cookie="v1.0.0.1.0.00.00").status == 401
     assert api(base, "/dash/api/state", cookie)[0] == 200
     for path in ("/dash/api/state", "/dash/api/jobs/1", "/dash/api/shares", "/dash/"):
