@@ -288,7 +288,7 @@
 
   function header(me, cluster) {
     $("me").textContent = me.user + (me.admin ? " (admin)" : "");
-    if (cluster !== undefined) $("cluster").textContent = cluster;
+    if (cluster !== undefined) $("cluster").textContent = "· " + cluster;
     $("updated").textContent = "updated " + when(Date.now() / 1000).slice(11);
   }
 
