@@ -1,7 +1,7 @@
 """The web dashboard (issue 16, item 3) in a real headless Chromium, against real daemons.
 
 A user signs in with the link ``muster dashboard`` prints, watches a job of theirs go from
-pending to running to completed without reloading the page, and sees only what squeue would
+pending to running, requeued, running again and completed without reloading the page, and sees only what squeue would
 show them (``PrivateData=jobs,usage``). The sign-in link works once; no dashboard route
 changes anything. Chromium and chromedriver come from Debian's packages (``.ci/chromium.sh``
 installs them in CI); without them only the browser tests skip.
@@ -199,11 +199,16 @@ def test_the_dashboard_follows_a_job_from_pending_to_completed_without_a_reload(
     until(lambda: driver.find_element(By.ID, "job-state").text == "RUNNING", "the job running")
     gpu_rows = until(lambda: texts(driver, "#job-gpus tbody td"), "its GPUs")
     assert gpu_rows[0].startswith("node") and gpu_rows[1].isdigit()  # the node, the GPU's index
-    until(lambda: driver.find_element(By.ID, "job-state").text == "COMPLETED", "the job completed", timeout=40)
+    # Requeued by its user: the page counts the restart, and the job runs again to the end.
+    out = dash.run(["scontrol", "requeue", str(job_id)], uid=user)
+    assert out.returncode == 0, out.stderr
+    restarts = "#job-fields dd[data-field='Restarts (requeues)']"
+    until(lambda: texts(driver, restarts) == ["1"], "one restart")
+    until(lambda: driver.find_element(By.ID, "job-state").text == "COMPLETED", "the job completed", timeout=60)
     output = texts(driver, "#job-fields dd[data-field='Output']")
     assert output == [os.path.join(dash.workdir, f"dash-{job_id}.out")]
     events = " ".join(texts(driver, "#job-timeline li"))
-    for event in ("submit", "release", "start", "completed"):
+    for event in ("submit", "release", "start", "requeue", "completed"):
         assert event in events, events
 
     # Back to the overview: the GPU it used is idle again; the page was never reloaded.
