@@ -165,6 +165,7 @@ def _cluster_command(args: argparse.Namespace) -> int:
         print("Use it with:")
         print(f"  export MUSTER_CONF={cluster.conf_path}")
         print(f"  export PATH={os.path.dirname(sys.executable)}:$PATH")
+        print("  muster dashboard    # a sign-in link to the web dashboard")
         return 0
     if not cluster.exists and args.command in ("down", "status"):
         print(f"muster: error: no local cluster in {cluster.state_dir}", file=sys.stderr)
