@@ -55,6 +55,7 @@ class _ControllerBook:
 
 
 def run_pass(ctl: Controller, config: SchedConfig, now: float) -> PassResult:
+    ctl.queue.expire_deadlines(now)
     expired = ctl.preemption.expire(now)  # victims whose grace time is over leave first
     snapshot = build_snapshot(ctl)
     if ctl.accounting is not None:

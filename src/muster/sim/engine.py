@@ -49,14 +49,16 @@ from muster.core.states import JobState
 from muster.sched import Decisions, SchedConfig, Snapshot, Start, check_submit, schedule
 from muster.sched.apply import apply_decisions
 from muster.sched.decisions import Preemption
-from muster.sched.preempt import lost_work
 from muster.sim.cluster import Cluster, shape_for, spec_for
+from muster.sim.failures import FailureModel, JobWork, NodeFailures
 from muster.sim.policies import sjf_priority
+from muster.sim.preemption import SimPreemptions
 from muster.sim.traces import TraceJob
 
 __all__ = ["Estimate", "JobOutcome", "SimResult", "Simulation", "replayable"]
 
-_ARRIVE, _END, _PREEMPT = 0, 1, 2
+_ARRIVE, _END, _FAIL, _REPAIR, _PREEMPT = 0, 1, 2, 3, 4
+_TOP = 1 << 40  # an expedited requeue's priority: ahead of every job (``--expedite``)
 # How many jobs of the queue's head a strict-order pass looks at first (see ``_decide``).
 _HEAD = 16
 
@@ -114,6 +116,7 @@ class JobOutcome:
     nodes: tuple[str, ...] = ()
     first_plan: float | None = None  # the first planned start a pass gave it, if any
     earliest_plan: float | None = None  # the earliest planned start any pass gave it
+    restarts: int = 0  # attempts ended by a node failure (``failures``)
 
     @property
     def wait(self) -> float:
@@ -134,9 +137,7 @@ class SimResult:
     skipped_passes: int = 0
     never_started: list[str] = field(default_factory=list)
     settings: dict[str, str] = field(default_factory=dict)
-    # Preemption (when configured): runs preempted, and the work they lost in unit-hours
-    # (node- or GPU-hours of the trace's unit): since the last checkpoint the job reported
-    # (``Job.progress["ckpt_time"]``), else the whole run, since traces model none.
+    # Preemption (when configured): runs preempted, and work lost in unit-hours (sim.preemption)
     preemptions: int = 0
     preempted_lost_hours: float = 0.0
 
@@ -215,6 +216,7 @@ class Simulation:
         skip_idle_passes: bool = True,
         order: str = "fifo",
         progress: ProgressFn | None = None,
+        failures: FailureModel | None = None,
     ) -> None:
         self.unit = unit
         self.cluster = cluster
@@ -225,8 +227,7 @@ class Simulation:
         self.label = label
         # Under conservative backfill a pass re-places every plan, and the next pass
         # examines jobs in the order of those plans: a pass that starts nothing still
-        # counts, so none is skipped.
-        # Preemption starts jobs no idle resources could hold: no pass is skipped either.
+        # counts, so none is skipped. Nor under preemption, which starts jobs idle resources could not hold.
         self.skip_idle_passes = skip_idle_passes and not config.conservative and config.preempt_type == "preempt/none"
         self.progress = progress
         # Job ids follow submission order, as the controller numbers them (stable for ties).
@@ -257,14 +258,20 @@ class Simulation:
         self._killed: set[int] = set()
         self.passes = 0
         self.skipped_passes = 0
-        self._end_at: dict[int, float] = {}  # job id -> when its current run's end is booked
-        self._victims: dict[int, str] = {}  # job id -> PreemptMode, while in its grace time
-        self.preemptions = 0
-        self.preempted_lost_hours = 0.0
+        self._preemption = SimPreemptions()
         self.head_retries = 0
         # fcfs: examined in the order of ``_pending`` and nothing passes a blocked job of
         # the partition, which is every job's (``_make_job``: the default partition).
         self._strict_order = not config.backfill and not config.multifactor and order == "fifo"
+        # Failures (``sim.failures``): nodes fail and come back; interrupted jobs requeue,
+        # which puts older jobs behind newer ones in ``_pending``: no head-only passes.
+        self.failures = failures
+        self.work = [JobWork(tj.run, tj.size) for tj in jobs] if failures else []
+        self.node_failures = NodeFailures(failures) if failures else None
+        self._ends: dict[int, float] = {}  # job index -> when its running attempt ends
+        self._arrivals_left = len(jobs)
+        if failures:
+            self._strict_order = False
 
     # -- building jobs ------------------------------------------------------------------
 
@@ -299,26 +306,35 @@ class Simulation:
     def run(self) -> SimResult:
         for i, job in enumerate(self.jobs):
             self._push(job.submit_time, _ARRIVE, i)
+        if self.node_failures is not None:
+            for i in range(len(self.cluster.nodes)):
+                self._push(self.clock.now() + self.node_failures.next_gap(), _FAIL, i)
         total = len(self.jobs)
         done = 0
         step = max(1, total // 200)
         heap = self._heap
-        while heap:
+        while heap and self._open():
             now = heap[0][0]
             self.clock.set(now)
             while heap and heap[0][0] == now:
                 _, _, kind, index = heapq.heappop(heap)
                 if kind == _ARRIVE:
+                    self._arrivals_left -= 1
                     self._arrive(self.jobs[index])
-                elif kind == _PREEMPT:
-                    done += self._preempted(index, now)
-                elif self._end_at.get(index + 1) != now:
-                    continue  # the end of a run that was preempted
-                else:
-                    self._end(index, now)
+                elif kind == _END:
+                    if not self._end(index, now):
+                        continue  # the end of an attempt a node failure or a preemption cut short
                     done += 1
                     if self.progress is not None and done % step == 0:
                         self.progress(done, total, now - self.epoch)
+                elif kind == _FAIL:
+                    self._fail(index, now)
+                elif kind == _PREEMPT:
+                    done += self._preempted(index, now)
+                else:
+                    self.cluster.nodes[index].available = True
+                    assert self.node_failures is not None
+                    self._push(now + self.node_failures.next_gap(), _FAIL, index)
             if self._pending:
                 if not self.skip_idle_passes or self._something_fits():
                     self._pass(now)
@@ -335,9 +351,43 @@ class Simulation:
             passes=self.passes,
             skipped_passes=self.skipped_passes,
             never_started=never,
-            preemptions=self.preemptions,
-            preempted_lost_hours=self.preempted_lost_hours,
+            preemptions=self._preemption.count,
+            preempted_lost_hours=self._preemption.lost_hours,
         )
+
+    def _open(self) -> bool:
+        """Whether the replay goes on. Without failures: while events are left. With them
+        (whose stream never ends): while jobs are to arrive or run, or wait for a node that
+        is down."""
+        if self.node_failures is None:
+            return True
+        if self._arrivals_left or self._running:
+            return True
+        return bool(self._pending) and not all(v.available for v in self.cluster.nodes)
+
+    def _fail(self, index: int, now: float) -> None:
+        """Node ``index`` fails: out of service for the repair time; the attempts of the
+        jobs on it end NODE_FAIL and requeue, keeping what their checkpoints saved."""
+        view = self.cluster.nodes[index]
+        model, stream = self.failures, self.node_failures
+        assert model is not None and stream is not None
+        stream.cause()
+        view.available = False
+        for job in [j for j in self._running.values() if view.name in j.nodes]:
+            i = job.job_id - 1
+            assert job.start_time is not None
+            self.work[i].interrupt(now - job.start_time)
+            self._ends.pop(i, None)
+            self._killed.discard(job.job_id)
+            lifecycle.end(job, JobEvent.NODE_FAIL, now, completing=False)
+            del self._running[job.job_id]
+            self._release(job.alloc)
+            lifecycle.requeue(job, now, outcome="NODE_FAIL")
+            if model.expedite:
+                job.admin_priority = job.priority = _TOP
+                self._overrides[job.job_id] = _TOP
+            self._arrive(job)
+        self._push(now + model.repair, _REPAIR, index)
 
     @staticmethod
     def _shape_key(job: Job) -> tuple[int, int, int, int]:
@@ -345,7 +395,7 @@ class Simulation:
         return (s.cpus_per_node, s.mem_per_node, s.gpus_per_node, s.nodes)
 
     def _arrive(self, job: Job) -> None:
-        if self.order == "sjf":
+        if self.order == "sjf" and job.job_id not in self._overrides:
             job.admin_priority = job.priority = sjf_priority(job.time_limit)
             self._overrides[job.job_id] = job.admin_priority
         self._pending[job.job_id] = job
@@ -362,7 +412,7 @@ class Simulation:
         for (c, m, g), n in fewest.items():
             able = 0
             for v in nodes:
-                if v.free_cpus >= c and v.free_mem >= m and len(v.free_gpu_ids) >= g:
+                if v.available and v.free_cpus >= c and v.free_mem >= m and len(v.free_gpu_ids) >= g:
                     able += 1
                     if able >= n:
                         return True
@@ -429,42 +479,34 @@ class Simulation:
             index = job.job_id - 1
             run = self.trace_jobs[index].run
             limit = job.time_limit
-            if not self.allow_overrun and limit is not None and run > limit:
+            killed = not self.allow_overrun and limit is not None and run > limit
+            if self.failures is not None:
+                # The attempt's wall time: the work left and the overheads of checkpoints and
+                # restarts, which the model does not count against the time limit.
+                run = self.work[index].begin(self.failures)
+            if killed:
+                assert limit is not None
                 self._killed.add(job.job_id)
-                run = limit
+                run = min(run, limit)
+            self._ends[index] = now + run
             self._push(now + run, _END, index)
-            self._end_at[job.job_id] = now + run
 
     def preempt(self, preemptions: list[Preemption], holds: dict[int, list[str]], now: float) -> None:
-        """Victims end when their grace time is over (``_preempted``); each preemptor holds
-        its nodes meanwhile, as ``ctld.preemption`` does."""
-        grace: dict[int, float] = {}
-        for p in preemptions:
-            victim = self._running.get(p.job_id)
-            if victim is None or p.job_id in self._victims:
-                continue
-            self._victims[p.job_id] = p.mode
-            victim.preempted_by, victim.preempt_deadline = p.preemptor, now + p.grace_time
-            grace[p.preemptor] = max(grace.get(p.preemptor, 0.0), float(p.grace_time))
-            self._push(now + p.grace_time, _PREEMPT, p.job_id - 1)
-        for job_id, nodes in holds.items():
-            job = self._pending.get(job_id)
-            if job is not None and job_id in grace:
-                job.held_nodes, job.hold_until = list(nodes), now + grace[job_id] + 1
+        """Victims end when their grace time is over (``_preempted``, ``sim.preemption``)."""
+        at = self._push
+        self._preemption.book(preemptions, holds, self._running, self._pending, now, lambda t, i: at(t, _PREEMPT, i))
 
     def _preempted(self, index: int, now: float) -> int:
-        """A victim's grace time is over: requeued (its run starts over, from its last
-        checkpoint if it reported one) or cancelled. Returns 1 when the job is done."""
+        """A victim's grace time is over: requeued or cancelled; 1 when the job is done."""
         job = self.jobs[index]
-        mode = self._victims.pop(job.job_id, None)
-        if mode is None or job.job_id not in self._running:
+        work = self.work[index] if self.failures is not None else None
+        mode = self._preemption.end(job, now, self.trace_jobs[index].size, work)
+        if mode is None:
             return 0
-        lost, _ = lost_work(job, now)
-        self.preemptions += 1
-        self.preempted_lost_hours += lost * self.trace_jobs[index].size / 3600.0
+        self._ends.pop(index, None)
+        self._killed.discard(job.job_id)
         del self._running[job.job_id]
         self._release(job.alloc)
-        self._end_at.pop(job.job_id, None)
         if mode == "REQUEUE":
             lifecycle.requeue(job, now, outcome="PREEMPTED")
             self._arrive(job)
@@ -512,9 +554,17 @@ class Simulation:
                 view.free_gpu_ids = sorted(view.free_gpu_ids + list(a.gpu_ids))
             view.running_jobs -= 1
 
-    def _end(self, index: int, now: float) -> None:
+    def _end(self, index: int, now: float) -> bool:
+        """The job's attempt ends as booked; False for an end event of an attempt that a
+        node failure cut short (nothing happens)."""
+        if self._ends.get(index) != now:
+            return False
+        del self._ends[index]
         job = self.jobs[index]
         tj = self.trace_jobs[index]
+        if self.failures is not None:
+            assert job.start_time is not None
+            self.work[index].finish(now - job.start_time)
         killed = job.job_id in self._killed
         if killed:
             lifecycle.end(job, JobEvent.TIMEOUT, now, completing=False)
@@ -524,9 +574,9 @@ class Simulation:
             lifecycle.finish(job, 1 if failed else 0, 0, now)
         del self._running[job.job_id]
         self._release(job.alloc)
-        self._end_at.pop(job.job_id, None)
         self._finished[job.job_id] = str(job.state)
         self._record(index, job, now, killed=killed)
+        return True
 
     def _record(self, index: int, job: Job, now: float, killed: bool) -> None:
         tj = self.trace_jobs[index]
@@ -546,4 +596,5 @@ class Simulation:
             nodes=tuple(job.nodes),
             first_plan=None if first is None else first - self.epoch,
             earliest_plan=None if best is None else best - self.epoch,
+            restarts=job.restart_count,
         )
