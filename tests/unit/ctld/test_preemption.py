@@ -188,3 +188,18 @@ def test_unsupported_preemption_settings_are_refused_at_config_load(line: str, m
 
     with pytest.raises(ConfigError, match=message):
         parse_config(f"NodeName=n1 CPUs=2\n{line}\n", "t.conf")
+
+
+def test_a_restarted_controller_keeps_the_grace_times_and_the_holds(ctl: Controller, tmp_path: pathlib.Path) -> None:
+    for _ in range(4):
+        submit(ctl, partitions=["low"])
+    schedule(ctl)
+    advance(ctl, 100)
+    big = submit(ctl, partitions=["high"])
+    victim = next(a.job_id for a in schedule(ctl) if isinstance(a, SignalJob))
+    again = Controller(ctl.config, Store(str(tmp_path / "m.db")), ManualClock(1110.0))
+    again.load()
+    v, p = again.jobs[victim], again.jobs[big]
+    assert (v.preempted_by, v.preempt_deadline, v.preempt_mode) == (big, 1130.0, "REQUEUE")
+    assert p.held_nodes == ctl.jobs[big].held_nodes and p.hold_until == ctl.jobs[big].hold_until
+    assert again.store.last_events(["preempt"])[victim] == "preempt"
