@@ -58,7 +58,7 @@ from muster.sim.traces import TraceJob
 __all__ = ["Estimate", "JobOutcome", "SimResult", "Simulation", "replayable"]
 
 _ARRIVE, _END, _FAIL, _REPAIR, _PREEMPT = 0, 1, 2, 3, 4
-_TOP = 1 << 40  # an expedited requeue's priority: ahead of every job (``--expedite``)
+_EXPEDITE_HOLD = 300.0  # s an expedited job's surviving nodes wait for it (ExpediteHoldTime)
 # How many jobs of the queue's head a strict-order pass looks at first (see ``_decide``).
 _HEAD = 16
 
@@ -382,10 +382,10 @@ class Simulation:
             lifecycle.end(job, JobEvent.NODE_FAIL, now, completing=False)
             del self._running[job.job_id]
             self._release(job.alloc)
+            held = [a.node for a in job.alloc if a.node != view.name]
             lifecycle.requeue(job, now, outcome="NODE_FAIL")
-            if model.expedite:
-                job.admin_priority = job.priority = _TOP
-                self._overrides[job.job_id] = _TOP
+            if model.expedite:  # first in the queue, its surviving nodes held (sched.preempt), as ctld does
+                job.expedited, job.held_nodes, job.hold_until = True, held, now + _EXPEDITE_HOLD
             self._arrive(job)
         self._push(now + model.repair, _REPAIR, index)
 
@@ -492,8 +492,7 @@ class Simulation:
             self._push(now + run, _END, index)
 
     def preempt(self, preemptions: list[Preemption], holds: dict[int, list[str]], now: float) -> None:
-        """Victims end when their grace time is over (``_preempted``, ``sim.preemption``)."""
-        at = self._push
+        at = self._push  # victims end when their grace time is over (``_preempted``, ``sim.preemption``)
         self._preemption.book(preemptions, holds, self._running, self._pending, now, lambda t, i: at(t, _PREEMPT, i))
 
     def _preempted(self, index: int, now: float) -> int:

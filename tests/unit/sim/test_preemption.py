@@ -45,3 +45,30 @@ def test_a_cancelled_victim_ends_at_its_grace_time() -> None:
     out = {o.trace_id: o for o in result.outcomes}
     assert out["scav"].end == 45 and out["scav"].killed
     assert out["urgent"].start == 45
+
+
+@pytest.mark.parametrize("expedite", [True, False])
+def test_an_expedited_job_restarts_first_on_its_surviving_node_plus_one(expedite: bool) -> None:
+    from muster.sim.engine import _FAIL
+    from muster.sim.failures import FailureModel
+    from muster.sim.policies import build_settings
+
+    cluster = uniform_cluster("procs", {}, 4, 2, None)
+    jobs = [
+        TraceJob(trace_id="train", submit=0, run=1000, size=4),  # two nodes
+        TraceJob(trace_id="busy", submit=1, run=5000, size=2),
+        TraceJob(trace_id="other", submit=2, run=1000, size=4),  # waits: one node is free
+    ]
+    config = SchedConfig.from_settings(build_settings("easy", max_time_limit=10**7))
+    model = FailureModel(rate=1e-12, repair=10**6, interval=0, expedite=expedite)
+    sim = Simulation(jobs, "procs", cluster, config, failures=model, allow_overrun=True)
+    sim.jobs[0].spec.nice = 5000  # lower priority than `other`: only expedite puts it first
+    sim._push(100.0, _FAIL, 1)  # the train job's second node dies at t=100
+    out = {o.trace_id: o for o in sim.run().outcomes}
+    first_nodes = {v.name for v in cluster.nodes[:2]}
+    if expedite:
+        assert out["train"].start == 100 and out["train"].restarts == 1
+        assert cluster.nodes[0].name in out["train"].nodes and cluster.nodes[1].name not in out["train"].nodes
+        assert out["other"].start > 100
+    else:
+        assert out["other"].start == 100 and set(out["other"].nodes) & first_nodes
