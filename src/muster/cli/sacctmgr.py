@@ -248,6 +248,7 @@ _QOS_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "preempt": ("Preempt", 10, lambda r: ",".join(r.get("preempt") or [])),
     "preemptexempttime": ("PreemptExemptTime", 19, lambda r: _wall(r.get("preempt_exempt_time"))),
     "preemptmode": ("PreemptMode", 11, lambda r: r.get("preempt_mode") or "cluster"),
+    "expediterequeue": ("ExpediteRequeue", 15, lambda r: "Yes" if r.get("expedite_requeue") else "No"),
     "flags": ("Flags", 20, lambda r: ",".join(r.get("flags") or [])),
     "usagethres": ("UsageThres", 10, lambda r: ""),
     "usagefactor": ("UsageFactor", 11, lambda r: f"{float(r.get('usage_factor', 1.0)):.6f}"),

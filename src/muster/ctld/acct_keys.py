@@ -88,6 +88,7 @@ _KEY_ALIASES = {
     "preemptmode": "PreemptMode",
     "gracetime": "GraceTime",
     "preemptexempttime": "PreemptExemptTime",
+    "expediterequeue": "ExpediteRequeue",
     "cluster": "Cluster",
     "clusters": "Cluster",
     "partition": "Partition",
@@ -120,6 +121,7 @@ QOS_FIELDS = {
     "PreemptMode": "preempt_mode",
     "GraceTime": "grace_time",
     "PreemptExemptTime": "preempt_exempt_time",
+    "ExpediteRequeue": "expedite_requeue",
 }
 _TRES_KEYS = {"GrpTRES", "GrpTRESMins", "MaxTRES", "MaxTRESPerUser"}
 _INT_KEYS = {
@@ -188,6 +190,10 @@ def parse_value(key: str, raw: str) -> Any:
         return flags
     if key in ("QOS", "Preempt"):
         return [q for q in raw.split(",") if q and q not in ("''", '""', "-1")]
+    if key == "ExpediteRequeue":
+        if raw.lower() not in ("yes", "no", "true", "false", "1", "0"):
+            raise InvalidRequest(f"Invalid value for {key}: {raw} (yes or no)")
+        return raw.lower() in ("yes", "true", "1")
     if key == "PreemptMode":
         if raw.lower() == "cluster":
             return None

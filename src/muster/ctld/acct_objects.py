@@ -91,6 +91,8 @@ class Qos:
     preempt_mode: str | None = None
     grace_time: int = 0
     preempt_exempt_time: int | None = None
+    # muster's: jobs of this QOS default to --requeue=expedite (docs/preemption.md)
+    expedite_requeue: bool = False
 
 
 def to_data(obj: Any) -> dict[str, Any]:

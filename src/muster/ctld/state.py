@@ -273,9 +273,12 @@ class ClusterState:
         self.record(now, changes)
 
     def expedite(self, job: Job) -> bool:
-        """Whether a node failure requeues ``job`` expedited: ``--requeue=expedite``, or its
-        partition's ``ExpediteRequeue=YES``."""
+        """Whether a node failure requeues ``job`` expedited: ``--requeue=expedite``, its
+        QOS's ``ExpediteRequeue=yes`` (sacctmgr) or its partition's ``ExpediteRequeue=YES``."""
         if job.spec.expedite:
+            return True
+        qos = self.accounting.db.qos.get(job.spec.qos or "normal") if self.accounting is not None else None
+        if qos is not None and qos.expedite_requeue:
             return True
         conf = self.config.partition(job.partition)
         return conf is not None and conf.params.get("ExpediteRequeue", "NO").lower() in ("yes", "true", "1", "on")

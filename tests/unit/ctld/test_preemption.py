@@ -11,6 +11,7 @@ import pytest
 
 from muster.core.clock import ManualClock
 from muster.core.config import parse_config
+from muster.core.errors import InvalidRequest
 from muster.core.job import JobSpec
 from muster.core.states import JobState
 from muster.ctld.actions import Launch, SignalJob, Terminate
@@ -152,7 +153,6 @@ def test_an_expedited_job_is_requeued_first_holding_its_surviving_nodes(ctl: Con
 
 
 def test_sacctmgr_sets_a_qos_preempt_list_mode_grace_and_exempt_time() -> None:
-    from muster.core.errors import InvalidRequest
     from muster.ctld.assoc import AssocDB
 
     db = AssocDB("c")
@@ -203,3 +203,26 @@ def test_a_restarted_controller_keeps_the_grace_times_and_the_holds(ctl: Control
     assert (v.preempted_by, v.preempt_deadline, v.preempt_mode) == (big, 1130.0, "REQUEUE")
     assert p.held_nodes == ctl.jobs[big].held_nodes and p.hold_until == ctl.jobs[big].hold_until
     assert again.store.last_events(["preempt"])[victim] == "preempt"
+
+
+def test_a_qos_with_expedite_requeue_makes_its_jobs_expedited(ctl: Controller) -> None:
+    assert ctl.accounting is not None
+    db = ctl.accounting.db
+    db.apply(
+        {"verb": "add", "entity": "qos", "names": ["train"], "where": {}, "set": {"ExpediteRequeue": "yes"}},
+        "root",
+        True,
+    )
+    with pytest.raises(InvalidRequest, match="Invalid value for ExpediteRequeue: maybe"):
+        db.apply(
+            {"verb": "modify", "entity": "qos", "names": ["train"], "where": {}, "set": {"ExpediteRequeue": "maybe"}},
+            "root",
+            True,
+        )
+    job = submit(ctl, partitions=["low"], min_nodes=2, qos="train", requeue=True)
+    schedule(ctl)
+    nodes = ctl.jobs[job].nodes
+    ctl.liveness.update_nodes(Identity(0, 0, "root", "root", "h", admin=True), [nodes[0]], "DOWN", "dead")
+    assert ctl.jobs[job].expedited and ctl.jobs[job].held_nodes == [nodes[1]]
+    schedule(ctl)  # first in the queue, on its held node plus one
+    assert ctl.jobs[job].state is JobState.RUNNING and nodes[1] in ctl.jobs[job].nodes
