@@ -323,6 +323,7 @@ Parallel run options:
   -H, --hold                  submit job in held state
   -i, --input=in              file for batch script's standard input
   -J, --job-name=jobname      name of job
+  -k, --no-kill               do not kill the job when one of its nodes (not the first) fails
       --kill-on-invalid-dep=yes|no
                               kill the job if its dependency can never be met
   -M, --clusters=names        this cluster's name (--parsable then prints N;cluster)

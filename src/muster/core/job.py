@@ -93,6 +93,9 @@ class JobSpec:
     overcommit: bool = False
     # --deadline (epoch seconds): a pending job that can no longer end by then ends DEADLINE.
     deadline: float | None = None
+    # -k/--no-kill: a failed node (not the batch host) is taken out of the running job's
+    # allocation instead of ending the job.
+    no_kill: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which
