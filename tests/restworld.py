@@ -1,5 +1,5 @@
-"""The REST suite's world (tests/rest): one local cluster (2 nodes with 2 GPUs each), musterrestd on a
-loopback port in front of it, and two unprivileged users (created when the suite runs as
+"""The REST suite's world (tests/rest): one local cluster (2 nodes with 2 GPUs each,
+PrivateData=jobs), musterrestd on a loopback port in front of it, and two unprivileged users (created when the suite runs as
 root) who get their tokens from ``scontrol token``, as a user would."""
 
 from __future__ import annotations
@@ -99,7 +99,10 @@ def rest_world() -> Iterator[Rest]:
     if os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("setpriv") is None:
         pytest.skip("the REST suite runs as root: it creates two unprivileged users")
     alice, bob = _ensure_user(ALICE), _ensure_user(BOB)
-    h = Harness(ClusterShape(nodes=2, gpus_per_node=2, cpus_per_node=4, mem_per_node=8000))
+    h = Harness(
+        ClusterShape(nodes=2, gpus_per_node=2, cpus_per_node=4, mem_per_node=8000),
+        settings={"PrivateData": "jobs"},
+    )
     h.up()
     port = free_port()
     log = open(os.path.join(h.root, "musterrestd.log"), "wb")

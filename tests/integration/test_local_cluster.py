@@ -39,6 +39,11 @@ def test_up_status_restart_and_down() -> None:
         assert up.returncode == 0, up.stderr
         assert f"export MUSTER_CONF={state}/muster.conf" in up.stdout
         assert oct(os.stat(f"{state}/muster.key").st_mode & 0o777) == "0o600"
+        # auth/jwt for scontrol token and musterrestd: the key 0600, named in the config
+        assert oct(os.stat(f"{state}/jwt_hs256.key").st_mode & 0o777) == "0o600"
+        with open(f"{state}/muster.conf") as f:
+            conf = f.read()
+        assert "AuthAltTypes=auth/jwt" in conf and f"AuthAltParameters=jwt_key={state}/jwt_hs256.key" in conf
 
         daemons = json.loads(muster("status", "--state-dir", state, "--json").stdout)
         assert [d["name"] for d in daemons] == ["musterctld", "node1", "node2"]

@@ -56,6 +56,13 @@ def test_no_token_an_expired_token_and_another_users_token_are_refused(rest: Res
     forged = jwt.encode({"sun": BOB, "exp": int(time.time()) + 600, "iat": 0}, b"x" * 32, algorithm="HS256")
     r = httpx.get(f"{rest.url}{V}/jobs", headers={"X-SLURM-USER-NAME": BOB, "X-SLURM-USER-TOKEN": forged})
     assert r.status_code == 401
+    # a token cannot mint another token (a stolen one must expire)
+    from muster.protocol.client import ApiError, request
+
+    cfg = rest.h.cluster.config()
+    with pytest.raises(ApiError) as err:
+        request("POST", "/v1/token", {}, address=(cfg.ctld_addr, cfg.ctld_port), headers=rest.headers(ALICE))
+    assert err.value.status == 403
     # Authorization: Bearer works as the headers do
     r = httpx.get(f"{rest.url}{V}/ping", headers={"Authorization": f"Bearer {rest.tokens[ALICE]}"})
     assert r.status_code == 200 and r.json()["pings"][0]["pinged"] == "UP"
@@ -107,6 +114,10 @@ def test_a_user_cannot_cancel_another_users_job(rest: Rest) -> None:
         r = c.delete(f"{V}/job/{job_id}")
         assert r.status_code == 403, r.text
         assert r.json()["errors"][0]["error"] == "Access/permission denied"
+        # PrivateData=jobs, as squeue and sacct honour it
+        assert c.get(f"{V}/job/{job_id}").status_code == 404
+        assert job_id not in [j["job_id"] for j in c.get(f"{V}/jobs").json()["jobs"]]
+        assert job_id not in [j["job_id"] for j in c.get(f"{DB}/jobs").json()["jobs"]]
     assert rest.wait(ALICE, job_id, {"RUNNING"})["job_state"] == ["RUNNING"]
     with rest.client(ALICE) as c:
         r = c.delete(f"{V}/job/{job_id}", params={"signal": "USR1"})

@@ -80,7 +80,11 @@ def test_the_sockets_own_user_needs_no_token_and_others_do(rest: Rest) -> None:
             f"X-SLURM-USER-NAME: {BOB}",
             f"X-SLURM-USER-TOKEN: {rest.tokens[BOB]}",
         )
-        assert code == 200 and body["jobs"][0]["user_name"] == ALICE  # no PrivateData here
+        assert code == 404, body  # PrivateData=jobs: bob does not see alice's job
+        code, body = _curl(
+            rest, sock, f"{V}/jobs", rest.bob, f"X-SLURM-USER-NAME: {BOB}", f"X-SLURM-USER-TOKEN: {rest.tokens[BOB]}"
+        )
+        assert code == 200 and job_id not in [j["job_id"] for j in body["jobs"]]
     finally:
         proc.terminate()
         proc.wait(10)
