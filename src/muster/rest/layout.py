@@ -66,7 +66,7 @@ def job_info(j: dict[str, Any]) -> dict[str, Any]:
     gtype = spec.get("gpu_type")
     out.update(
         batch_flag=not spec.get("interactive", False),
-        hold=bool(j.get("state_reason_hold") or spec.get("hold")),
+        hold=bool(j.get("hold")),
         nice=int(spec.get("nice") or 0),
         requeue=bool(spec.get("requeue")) if spec.get("requeue") is not None else True,
         cpus_per_task=number(spec.get("cpus_per_task") or 1),
