@@ -198,3 +198,19 @@ def test_diag_reservations_shares_and_the_accounting_objects(rest: Rest) -> None
             assert r.status_code == 200 and isinstance(r.json()[key], list), r.text
         doc = c.get("/openapi/v3").json()
         assert f"{V}/job/submit" in doc["paths"]
+
+
+def test_a_bearer_token_alone_submits_as_its_user_with_their_home_as_default_directory(rest: Rest) -> None:
+    import pwd
+
+    import httpx
+
+    headers = {"Authorization": f"Bearer {rest.tokens[ALICE]}"}
+    body = {"job": {"script": "#!/bin/sh\ntrue\n", "hold": True, "environment": ["A=1"]}}
+    with httpx.Client(base_url=rest.url, headers=headers, timeout=30) as c:
+        r = c.post(f"{V}/job/submit", json=body)
+        assert r.status_code == 200, r.text
+        job = c.get(f"{V}/job/{r.json()['job_id']}").json()["jobs"][0]
+        assert job["user_name"] == ALICE
+        assert job["current_working_directory"] == pwd.getpwnam(ALICE).pw_dir
+        assert c.delete(f"{V}/job/{job['job_id']}").status_code == 200

@@ -186,13 +186,31 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
             raise RestError(404, f"Job {req.path_params['job_id']} not found", "invalid_job_id")
         return answer(req, job_list(data))
 
-    async def caller_name(req: Request) -> str:
+    def caller_name(req: Request) -> str:
+        """Whose defaults a submission gets (the home directory): the named user, else the
+        token's, else ours (local mode). Only defaults: the controller decides who it is."""
         named = req.headers.get("x-slurm-user-name")
         if named:
             return named
+        token = (req.headers.get("x-slurm-user-token") or "").strip()
+        bearer = (req.headers.get("authorization") or "").strip()
+        if not token and bearer.lower().startswith("bearer "):
+            token = bearer[7:].strip()
+        if token:
+            import jwt
+
+            try:
+                claims = jwt.decode(token, options={"verify_signature": False})
+            except jwt.PyJWTError:
+                claims = {}
+            if isinstance(claims.get("sun"), str):
+                return str(claims["sun"])
         import pwd
 
-        return pwd.getpwuid(os.getuid()).pw_name
+        try:
+            return pwd.getpwuid(os.getuid()).pw_name
+        except KeyError:
+            return str(os.getuid())
 
     @route
     async def submit(req: Request) -> JSONResponse:
@@ -203,7 +221,7 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
         if job is None:
             raise RestError(400, "job: missing (a job description is required)")
         try:
-            spec, warnings = job_request(job, body.get("script"), await caller_name(req))
+            spec, warnings = job_request(job, body.get("script"), caller_name(req))
         except JobDescError as e:
             raise RestError(400, str(e)) from None
         data = await ctld(req, "POST", "/v1/jobs", {"spec": spec})
