@@ -78,14 +78,15 @@ def test_the_served_openapi_document_matches_what_is_served(rest: Rest) -> None:
     import schemathesis
     from hypothesis import HealthCheck, Phase, given, settings
     from schemathesis.checks import not_a_server_error
+    from schemathesis.generation import GenerationMode
     from schemathesis.specs.openapi.checks import (
         content_type_conformance,
         response_schema_conformance,
         status_code_conformance,
     )
 
-    # What the document promises: no server error, and every answer (2xx or errors[]) of the
-    # documented status and shape. Whether generated data is accepted is not among them: a
+    # Data that fits the document and data that does not. What the document promises: no
+    # server error, and every answer (2xx or errors[]) of the documented status and shape. Whether generated data is accepted is not among them: a
     # schema cannot say which partitions exist or which scripts are well formed.
     checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
@@ -95,13 +96,13 @@ def test_the_served_openapi_document_matches_what_is_served(rest: Rest) -> None:
         op = result.ok()
 
         @settings(
-            max_examples=4,
+            max_examples=5,
             deadline=None,
             derandomize=True,
             phases=[Phase.explicit, Phase.generate],
             suppress_health_check=list(HealthCheck),
         )
-        @given(case=op.as_strategy())
+        @given(case=op.as_strategy() | op.as_strategy(GenerationMode.NEGATIVE))
         def check(case) -> None:  # type: ignore[no-untyped-def]
             case.call_and_validate(base_url=rest.url, headers=rest.headers(ALICE), checks=checks)
 
