@@ -223,6 +223,33 @@ class LocalCluster:
                 started.append(node.name)
         return started
 
+    def start_rest(self, host: str, port: int, timeout: float = 30.0) -> str:
+        """Start musterrestd (JWT auth) on ``host:port`` unless it runs; return its URL."""
+        if self._alive("musterrestd") is None:
+            self._spawn(
+                "musterrestd",
+                [
+                    sys.executable,
+                    "-m",
+                    "muster.rest.main",
+                    "-f",
+                    self.conf_path,
+                    "-a",
+                    "rest_auth/jwt",
+                    f"{host}:{port}",
+                ],
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._alive("musterrestd", check_cmdline=False) is None:
+                raise RuntimeError(f"musterrestd exited; see {self._logfile('musterrestd')}")
+            try:
+                with socket.create_connection((host, port), timeout=1):
+                    return f"http://{host}:{port}"
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError(f"musterrestd not listening on {host}:{port} after {timeout:.0f}s")
+
     def api(self, method: str, path: str, body: Any = None, timeout: float = 5.0) -> Any:
         cfg = self.config()
         return client.request(method, path, body, unix_path=cfg.ctld_socket, timeout=timeout)
@@ -248,7 +275,7 @@ class LocalCluster:
     def stop(self, timeout: float = 10.0) -> list[str]:
         """Stop exactly this cluster's daemons, then any job processes they left behind."""
         stopped = []
-        names = ["musterctld"] + [n.name for n in self.config().nodes]
+        names = ["musterrestd", "musterctld"] + [n.name for n in self.config().nodes]
         pids = {name: pid for name in names if (pid := self._alive(name)) is not None}
         for name, pid in pids.items():
             try:
