@@ -72,15 +72,21 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose > 1 else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    return asyncio.run(serve(settings, listeners, "rest_auth/local" in plugins))
+    from muster.protocol.httpd import bind_tcp, bind_unix
+
+    try:
+        sockets = [bind_unix(str(p)) if h == "unix" else bind_tcp(str(h), int(p)) for h, p in listeners]
+    except OSError as e:
+        print(f"musterrestd: error: cannot listen: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return asyncio.run(serve(settings, sockets, "rest_auth/local" in plugins))
 
 
-async def serve(settings, listeners, local: bool) -> int:  # type: ignore[no-untyped-def]
-    from muster.protocol.httpd import bind_tcp, bind_unix, make_server
+async def serve(settings, sockets, local: bool) -> int:  # type: ignore[no-untyped-def]
+    from muster.protocol.httpd import make_server
     from muster.rest.app import build_app
 
-    sockets = [bind_unix(str(port)) if host == "unix" else bind_tcp(str(host), int(port)) for host, port in listeners]
-    server = make_server(build_app(settings, local=local))
+    server = make_server(build_app(settings, local=local))  # uvicorn stops on SIGTERM/SIGINT
     await server.serve(sockets=sockets)
     return 0
 
