@@ -25,7 +25,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from muster.cli.common import ClientSettings, connect
+from muster.cli.common import ClientSettings, connect, connect_message
+from muster.core.clock import SystemClock
 from muster.protocol.client import ApiError, ConnectError, request
 from muster.protocol.httpd import PEER_KEY
 from muster.rest import layout
@@ -84,6 +85,7 @@ class Upstream:
 def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
     """The REST API; ``local``: a Unix-socket peer that is musterrestd's own user needs no token."""
     upstream = Upstream(settings)
+    clock = SystemClock()
     cluster = settings.cluster_name
     doc = openapi_document()
 
@@ -105,7 +107,7 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
         except ApiError as e:
             raise RestError(e.status, e.message, e.code) from None
         except ConnectError as e:
-            raise RestError(502, f"Unable to contact slurm controller (connect failure): {e}", "connect") from None
+            raise RestError(502, connect_message(e), "connect") from None
 
     def answer(req: Request, body: dict[str, Any] | None = None, **fields: Any) -> JSONResponse:
         who = req.headers.get("x-slurm-user-name", "")
@@ -155,9 +157,11 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
 
     @route
     async def ping(req: Request) -> JSONResponse:
+        started = clock.monotonic()
         await ctld(req, "GET", "/v1/ping")
+        latency = int((clock.monotonic() - started) * 1e6)  # microseconds, as Slurm reports it
         host = settings.ctld_host
-        return answer(req, pings=[{"hostname": host, "pinged": "UP", "latency": 0, "mode": "primary"}])
+        return answer(req, pings=[{"hostname": host, "pinged": "UP", "latency": latency, "mode": "primary"}])
 
     @route
     async def diag(req: Request) -> JSONResponse:
