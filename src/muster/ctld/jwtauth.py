@@ -108,9 +108,9 @@ class JwtAuth:
 
         key = self.key()
         try:
-            claims = jwt.decode(
-                token, key, algorithms=["HS256"], options={"verify_exp": False, "require": ["exp"]}
-            )  # expiry is checked below against our clock, not the library's
+            # Times are checked below against our clock, never the library's.
+            options = {"verify_exp": False, "verify_iat": False, "verify_nbf": False, "require": ["exp"]}
+            claims = jwt.decode(token, key, algorithms=["HS256"], options=options)
         except jwt.PyJWTError as e:
             raise AuthError(f"Authentication failure: invalid token: {e}") from None
         exp = claims.get("exp")

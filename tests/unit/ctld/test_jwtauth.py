@@ -50,3 +50,9 @@ def test_tokens_are_read_from_either_header() -> None:
     assert token_in({"authorization": "Bearer xyz"}) == "xyz"
     assert token_in({"authorization": "Basic xyz"}) is None
     assert token_in({}) is None
+
+
+def test_only_the_controllers_clock_judges_times(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    auth = _auth(tmp_path)
+    later = 4_000_000_000.0  # issued "in the future" by the wall clock: our clock decides
+    assert auth.verify(auth.mint("root", 60, later), None, later + 1).user == "root"
