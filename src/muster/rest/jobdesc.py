@@ -190,10 +190,14 @@ def job_request(job: dict[str, Any], script: str | None, user: str) -> tuple[dic
         options.append((option, value))
 
     for field, option in _TEXT.items():
-        if job.get(field) is not None:
-            if not isinstance(job[field], str):
-                raise JobDescError(f"{field}: expected a string")
-            add(option, job[field])
+        value = job.get(field)
+        if value is None:
+            continue
+        if field == "nodes" and isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # some clients send a bare count
+        if not isinstance(value, str):
+            raise JobDescError(f"{field}: expected a string")
+        add(option, value)
     for field, option in _COUNTS.items():
         if job.get(field) is not None:
             add(option, str(_number(job[field], field)))

@@ -39,6 +39,10 @@ def test_fields_map_to_sbatch_options() -> None:
     assert spec["requeue"] is False and spec["workdir"] == "/tmp" and spec["script"] == SCRIPT
 
 
+def test_a_bare_node_count_is_accepted() -> None:
+    assert _req(nodes=3)["min_nodes"] == 3
+
+
 def test_infinite_time_limit_is_unlimited() -> None:
     assert _req(time_limit={"set": True, "infinite": True, "number": 0}).get("time_limit") is None
 
