@@ -63,6 +63,9 @@ def test_no_token_an_expired_token_and_another_users_token_are_refused(rest: Res
     with pytest.raises(ApiError) as err:
         request("POST", "/v1/token", {}, address=(cfg.ctld_addr, cfg.ctld_port), headers=rest.headers(ALICE))
     assert err.value.status == 403
+    with pytest.raises(ApiError) as err:  # nor a dashboard session that would outlive it
+        request("POST", "/v1/dashboard/token", {}, address=(cfg.ctld_addr, cfg.ctld_port), headers=rest.headers(ALICE))
+    assert err.value.status == 403
     # Authorization: Bearer works as the headers do
     r = httpx.get(f"{rest.url}{V}/ping", headers={"Authorization": f"Bearer {rest.tokens[ALICE]}"})
     assert r.status_code == 200 and r.json()["pings"][0]["pinged"] == "UP"
