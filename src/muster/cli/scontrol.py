@@ -420,6 +420,10 @@ def run(words: list[str], flags: Flags) -> int:
         return 0
     if _matches(cmd, "reconfigure", 3):
         return reconfigure(flags)
+    if cmd == "token":
+        from muster.cli.scontrol_token import token
+
+        return token(rest)
     if cmd in ("create", "delete") and rest and rest[0].lower().startswith("res"):
         from muster.cli import reservation
 
@@ -436,7 +440,6 @@ def run(words: list[str], flags: Flags) -> int:
         "top",
         "wait_job",
         "listpids",
-        "token",
     ):
         raise CommandError(f"scontrol {cmd} is not supported by muster yet")
     raise CommandError(f"invalid keyword: {words[0]}", 1, raw=True)
@@ -528,6 +531,9 @@ scontrol [<OPTION>] [<COMMAND>]
      delete reservation=<name>  delete a reservation
      show <ENTITY> [<ID>]     display state of identified entity, default
                               is all records
+     token [lifespan=<seconds>] [username=<user>]
+                              get a JSON Web Token (SLURM_JWT=...) for the
+                              REST API; only administrators name another user
      update job=<id> <SPEC>   update a job: TimeLimit, Priority, Nice,
                               JobName, Partition, Comment, StartTime,
                               NumNodes

@@ -149,6 +149,8 @@ def _sacct_step(s: dict) -> dict:
     step_name = str(s.get("job_id_raw") or "").partition(".")[2]
     time_ = _sacct_time(s)
     del time_["limit"], time_["eligible"], time_["submission"]
+    # v0.0.40 gives a step's start and end as number objects (a job's are plain numbers)
+    time_["start"], time_["end"] = number(time_["start"] or None), number(time_["end"] or None)
     return {
         "step": {"id": str(s.get("job_id_raw") or ""), "name": str(s.get("name") or step_name)},
         "state": [str(s.get("state") or "UNKNOWN")],

@@ -32,9 +32,11 @@ from muster.ctld.actions import parse_signal
 from muster.ctld.context import Context
 from muster.ctld.dashboard import build_dashboard_routes
 from muster.ctld.identity import Identity
+from muster.ctld.jwtauth import USER_HEADER, JwtAuth, token_in
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
+from muster.ctld.token_api import build_token_routes
 from muster.ctld.wire import job_wire, message, node_wire, partition_wire
 from muster.protocol.httpd import PEER_KEY, SignatureError, refusal
 from muster.protocol.messages import Heartbeat
@@ -176,6 +178,7 @@ def build_routes(ctx: Context) -> list[Route]:
     ctl = ctx.controller
 
     private = PrivateData(ctl.config)
+    jwt_auth = JwtAuth(ctl.config)  # AuthAltTypes=auth/jwt: tokens from scontrol token
 
     async def parse(request: Request, model: type[BaseModel]) -> Any:
         raw = await request.body()
@@ -194,7 +197,11 @@ def build_routes(ctx: Context) -> list[Route]:
         if known is not None:
             return known  # type: ignore[no-any-return]
         peer = request.scope.get(PEER_KEY)
-        if peer is not None:
+        token = token_in(request.headers)
+        if token is not None:  # a token proves its user, over any transport (musterrestd's)
+            tu = jwt_auth.verify(token, request.headers.get(USER_HEADER), ctx.clock.now())
+            who = ctl.identity(tu.uid, tu.gid, ctx.hostname)
+        elif peer is not None:
             _pid, uid, gid = peer
             who = ctl.identity(uid, gid, ctx.hostname)
         else:
@@ -232,8 +239,9 @@ def build_routes(ctx: Context) -> list[Route]:
     def handler(fn: Any) -> Any:
         async def wrapped(request: Request) -> JSONResponse:
             try:
-                if request.scope.get(PEER_KEY) is None and not request.url.path.startswith("/v1/agent/"):
-                    caller(request)  # over TCP nothing is served to an unproven caller
+                unproven = request.scope.get(PEER_KEY) is None or token_in(request.headers) is not None
+                if unproven and not request.url.path.startswith("/v1/agent/"):
+                    caller(request)  # over TCP (or with a token) nothing is served to an unproven caller
                 return await fn(request)
             except _Refused as e:
                 client = request.client.host if request.client else "?"
@@ -580,4 +588,5 @@ def build_routes(ctx: Context) -> list[Route]:
         *build_step_routes(ctx, caller, parse, handler, private),
         *build_reconfig_routes(ctx, caller, handler),
         *build_dashboard_routes(ctx, caller, handler, private),
+        *build_token_routes(ctx, caller, parse, handler, jwt_auth),
     ]
