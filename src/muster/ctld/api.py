@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from muster.core.arrays import JobRef, parse_array, parse_job_ref
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError, ResourceBusy
+from muster.core.hetjob import NOT_WHOLE
 from muster.core.hostlist import compress
 from muster.core.job import COUNT, JobSpec
 from muster.core.resources import parse_gres
@@ -89,6 +90,8 @@ SpecModel = create_model("SpecModel", __base__=_SpecBase, **_spec_fields())
 class SubmitBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     spec: SpecModel
+    # A heterogeneous job: every component's request, ``spec`` being the first's.
+    components: list[SpecModel] | None = Field(None, min_length=2, max_length=128)
 
 
 class SignalBody(BaseModel):
@@ -300,6 +303,12 @@ def build_routes(ctx: Context) -> list[Route]:
         who = caller(request)
         body = await parse(request, SubmitBody)
         check_limits(body.spec, who)
+        if body.components:
+            for part in body.components[1:]:
+                check_limits(part, who)
+            jobs = ctl.hets.submit([part.to_spec() for part in body.components], who)
+            ctx.kick()
+            return JSONResponse({"job_id": jobs[0].job_id, "job_ids": [j.job_id for j in jobs]})
         job = ctl.queue.submit(body.spec.to_spec(), who)
         ctx.kick()
         return JSONResponse({"job_id": job.job_id})
@@ -355,8 +364,9 @@ def build_routes(ctx: Context) -> list[Route]:
             for item in body.job_ids:
                 ref = job_ref(str(item))
                 jobs = ctl.queue.resolve(ref)
-                if not jobs:
-                    err = InvalidJobId()
+                if not jobs or (sig is None and ref.offset and jobs[0].state is JobState.PENDING):
+                    # one component of a pending het job cannot be cancelled, only the whole
+                    err = InvalidRequest(NOT_WHOLE) if jobs else InvalidJobId()
                     results.append({"job_id": str(ref), "ok": False, "error": str(err), "code": err.code})
                     continue
                 chosen = {j.job_id for j in ctl.queue.select_jobs([j.job_id for j in jobs], *filters)}

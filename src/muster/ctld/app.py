@@ -49,6 +49,7 @@ class CtldApp:
         self.controller.load()
         self.steps = StepBook(self.controller, key)  # job steps: srun, salloc
         self.steps.load()
+        self.controller.hets.load()
         # Everything loaded so far lives for the process: keep it out of the cyclic GC's
         # full collections, which would otherwise pause a scheduling pass now and then.
         gc.collect()
@@ -137,7 +138,7 @@ class CtldApp:
             await asyncio.sleep(0)
 
     def _sweep_steps(self) -> None:
-        actions = self.steps.sweep()
+        actions = self.controller.hets.sweep() + self.steps.sweep()
         if actions:
             self.perform(actions)
             self.kick()
