@@ -403,7 +403,7 @@ def parse_args(argv: list[str], environ: dict[str, str], now: float) -> Request 
     if jobs:
         ids = [j.strip() for j in jobs.split(",") if j.strip()]
         for j in ids:
-            base = j.split(".")[0].split("_")[0]
+            base = j.split(".")[0].split("_")[0].split("+")[0]
             if not base.isdigit():
                 raise CommandError(f"Invalid job id: {j}")
         p["job_id"] = ids

@@ -135,12 +135,12 @@ class JobRef:
     def __repr__(self) -> str:
         return f"JobRef({self})"
 
-    def matches(self, job_id: object, array_job_id: object, array_task_id: object) -> bool:
+    def matches(self, job_id: object, array_job_id: object, array_task_id: object, het_job_id: object = None) -> bool:
         """Whether a job (given by its ids, as the wire carries them) is one this names."""
         if self.offset is not None:
-            return isinstance(job_id, int) and job_id == self.job_id + self.offset
+            return isinstance(job_id, int) and job_id == self.job_id + self.offset and het_job_id in (None, self.job_id)
         if self.tasks is None:
-            return job_id == self.job_id or array_job_id == self.job_id
+            return job_id == self.job_id or array_job_id == self.job_id or het_job_id == self.job_id
         return array_job_id == self.job_id and array_task_id in self.tasks
 
     def __str__(self) -> str:

@@ -31,6 +31,7 @@ from muster.core.timefmt import MAX_TIME_LIMIT
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.actions import parse_signal
 from muster.ctld.context import Context
+from muster.ctld.hetindex import with_id_sets
 from muster.ctld.identity import Identity
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
@@ -328,7 +329,7 @@ def build_routes(ctx: Context) -> list[Route]:
         if private.hides("jobs", caller(request)):
             selected = private.jobs(selected, caller(request))
         brief = request.query_params.get("view") == "brief"
-        out = [job_wire(job, now, brief) for job in selected]
+        out = with_id_sets([job_wire(job, now, brief) for job in selected], ctl.jobs)
         if ids and not out and len(ids) == 1:
             raise InvalidJobId()
         return JSONResponse({"jobs": out, "now": now})
@@ -345,7 +346,8 @@ def build_routes(ctx: Context) -> list[Route]:
             job = found[0]
         if not private.jobs([job], caller(request)):
             raise InvalidJobId()  # PrivateData=jobs: another user's job is not there
-        return JSONResponse({"job": job_wire(job, ctx.clock.now()), "now": ctx.clock.now()})
+        wired = with_id_sets([job_wire(job, ctx.clock.now())], ctl.jobs)[0]
+        return JSONResponse({"job": wired, "now": ctx.clock.now()})
 
     @handler
     async def signal_jobs(request: Request) -> JSONResponse:

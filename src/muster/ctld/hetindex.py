@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from muster.core.arrays import JobRef
+from muster.core.arrays import JobRef, format_ranges
 from muster.core.job import Job
 
-__all__ = ["components", "het_ids"]
+__all__ = ["components", "het_ids", "with_id_sets"]
 
 
 def components(jobs: Mapping[int, Job], leader: int) -> list[Job]:
@@ -37,3 +38,16 @@ def het_ids(jobs: Mapping[int, Job], ref: JobRef) -> list[int] | None:
     if job is None or job.het_job_id != ref.job_id:
         return None
     return [c.job_id for c in components(jobs, ref.job_id)]
+
+
+def with_id_sets(wired: list[dict[str, Any]], jobs: Mapping[int, Job]) -> list[dict[str, Any]]:
+    """Add ``het_job_id_set`` (scontrol's HetJobIdSet, ``60-61``) to each component in a
+    list of wired jobs."""
+    sets: dict[int, str] = {}
+    for d in wired:
+        leader = d.get("het_job_id")
+        if leader is not None:
+            if leader not in sets:
+                sets[leader] = format_ranges(c.job_id for c in components(jobs, leader)) or str(leader)
+            d["het_job_id_set"] = sets[leader]
+    return wired
