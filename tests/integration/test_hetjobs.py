@@ -10,6 +10,7 @@ import time
 import pytest
 
 from harness import Harness
+from muster.core.hostlist import expand
 
 pytestmark = pytest.mark.integration
 
@@ -133,3 +134,33 @@ def test_an_impossible_component_refuses_the_whole_submission(cluster: Harness) 
     assert out.returncode != 0
     assert "Requested node configuration is not available" in out.stderr
     assert cluster.run(["squeue", "-h", "-o", "%i"]).stdout == before
+
+
+def test_srun_het_group_runs_one_step_over_both_components_with_ranks_across_them(cluster: Harness) -> None:
+    probe = 'echo "rank=$SLURM_PROCID node=$SLURMD_NODENAME job=$SLURM_JOB_ID ntasks=$SLURM_NTASKS het=$SLURM_HET_SIZE"'
+    script = _write(
+        cluster,
+        "het_srun.sh",
+        "#!/bin/bash\n#SBATCH -N1 -o het-srun-%j.out\n#SBATCH hetjob\n#SBATCH -N2\n"
+        f"srun --het-group=0,1 bash -c '{probe}' | sort\n"
+        "echo ---\n"
+        "srun -l --het-group=0 echo first : --het-group=1 echo second | sort\n"
+        "echo ---\n"
+        "srun bash -c 'echo plain=$SLURM_JOB_ID/$SLURM_NTASKS'\n",
+    )
+    leader = cluster.sbatch(script)
+    job = cluster.wait_job(leader)
+    assert job["state"] == "COMPLETED", job
+    other = cluster.job(leader + 1)
+    first_node, other_nodes = job["nodelist"], other["nodelist"]
+    one, two, three = cluster.read(f"het-srun-{leader}.out").split("---\n")
+    rows = [dict(f.split("=", 1) for f in line.split()) for line in one.splitlines()]
+    assert [r["rank"] for r in rows] == ["0", "1", "2"]
+    assert rows[0]["node"] == first_node and rows[0]["job"] == str(leader)
+    assert {rows[1]["node"], rows[2]["node"]} <= set(expand(other_nodes))
+    assert {r["job"] for r in rows[1:]} == {str(leader + 1)}
+    assert {r["ntasks"] for r in rows} == {"3"} and {r["het"] for r in rows} == {"2"}
+    # MPMD: each part its own command on its own component, labelled with global ranks
+    assert two.splitlines() == ["0: first", "1: second", "2: second"]
+    # a plain srun runs on component 0 only
+    assert three.strip() == f"plain={leader}/1"
