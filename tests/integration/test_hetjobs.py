@@ -164,3 +164,36 @@ def test_srun_het_group_runs_one_step_over_both_components_with_ranks_across_the
     assert two.splitlines() == ["0: first", "1: second", "2: second"]
     # a plain srun runs on component 0 only
     assert three.strip() == f"plain={leader}/1"
+
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "torchx", "two_roles.sbatch")
+
+
+def test_the_script_torchx_generates_runs_each_replica_on_its_own_component(cluster: Harness) -> None:
+    with open(FIXTURE) as f:
+        script = _write(cluster, "torchx_two_roles.sbatch", f.read())
+    leader = cluster.sbatch(script)  # torchx: sbatch --parsable <script>
+    job = cluster.wait_job(leader)
+    assert job["state"] == "COMPLETED", job
+    assert cluster.wait_job(leader + 1)["state"] == "COMPLETED"
+    rdzv = job["nodelist"]
+    for replica in (0, 1):
+        line = cluster.read(f"slurm-{leader}-trainer-{replica}.out").strip()
+        fields = dict(f.split("=", 1) for f in line.split())
+        assert fields["replica"] == str(replica) and fields["role"] == "trainer"
+        assert fields["rank"] == str(replica)
+        assert fields["job"] == str(leader + replica)
+        assert fields["rdzv"] == rdzv  # SLURM_JOB_NODELIST_HET_GROUP_0, torchx's rank0_env
+        assert fields["gpus"] != ""
+    # what torchx's describe reads: sacct --parsable2 -j N, rows N+k with role-replica names
+    acct = cluster.run(["sacct", "--parsable2", "-j", str(leader)])
+    assert acct.returncode == 0, acct.stderr
+    rows = [
+        dict(zip(acct.stdout.splitlines()[0].split("|"), r.split("|"), strict=True))
+        for r in acct.stdout.splitlines()[1:]
+    ]
+    mains = [r for r in rows if "." not in r["JobID"]]
+    assert [(r["JobID"], r["JobName"], r["State"]) for r in mains] == [
+        (f"{leader}+0", "trainer-0", "COMPLETED"),
+        (f"{leader}+1", "trainer-1", "COMPLETED"),
+    ]
