@@ -197,3 +197,16 @@ def test_the_script_torchx_generates_runs_each_replica_on_its_own_component(clus
         (f"{leader}+0", "trainer-0", "COMPLETED"),
         (f"{leader}+1", "trainer-1", "COMPLETED"),
     ]
+
+
+def test_salloc_with_components_gives_a_het_allocation_and_releases_all_of_it(cluster: Harness) -> None:
+    probe = "echo size=$SLURM_HET_SIZE g1=$SLURM_JOB_ID_HET_GROUP_1 n1=$SLURM_JOB_NUM_NODES_HET_GROUP_1; srun -l --het-group=0,1 true; srun --het-group=1 -l echo hi | sort"
+    out = cluster.run(["salloc", "-N1", "-J", "inter", ":", "-N2", "bash", "-c", probe])
+    assert out.returncode == 0, out.stderr
+    leader = int(out.stderr.split("Granted job allocation ")[1].split()[0])
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"size=2 g1={leader + 1} n1=2"
+    assert lines[1:] == ["0: hi", "1: hi"]  # only component 1: its own two tasks, ranks from 0
+    assert cluster.wait_job(leader)["state"] == "COMPLETED"
+    second = cluster.wait_job(leader + 1)
+    assert second["state"] == "COMPLETED" and second["spec"]["name"] == "inter"
