@@ -51,6 +51,13 @@ _PER_COMPONENT = (
     "SLURM_JOB_GPUS",
 )
 
+_SAME_AS = {
+    "SLURM_JOBID": "SLURM_JOB_ID",
+    "SLURM_NODELIST": "SLURM_JOB_NODELIST",
+    "SLURM_NNODES": "SLURM_JOB_NUM_NODES",
+    "SLURM_NPROCS": "SLURM_NTASKS",
+}
+
 
 class Part:
     """One child srun: its component, its arguments (options and command) and tasks."""
@@ -171,6 +178,8 @@ def child_environment(environ: dict[str, str], part: Part, first: int, total: in
     suffix = f"_HET_GROUP_{part.group}"
     for name in _PER_COMPONENT:
         value = environ.get(name + suffix)
+        if value is None and name in _SAME_AS:  # the other name of the same value
+            value = environ.get(_SAME_AS[name] + suffix)
         if value is not None:
             env[name] = value
         elif name not in ("SLURM_JOB_ID", "SLURM_JOBID"):

@@ -53,7 +53,10 @@ class HetGroups:
                 self.members.setdefault(job.het_job_id, []).append(job)
         for group in self.members.values():
             group.sort(key=lambda j: j.het_job_offset or 0)
-        self.eligible = {job.job_id: parts for job, parts in eligible if job.het_job_id is not None}
+        # read only when the queue holds a het job: most passes pay one scan of the queue
+        self.eligible = (
+            {job.job_id: parts for job, parts in eligible if job.het_job_id is not None} if self.members else {}
+        )
         self.done: set[int] = set()
 
     def __bool__(self) -> bool:
