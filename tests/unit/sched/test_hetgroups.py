@@ -3,9 +3,14 @@ group that waits is planned whole, at one start time."""
 
 from __future__ import annotations
 
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from muster.core.states import Reason
 from muster.sched import SchedConfig
-from muster.sched.testing import SchedHarness, job
+from muster.sched.testing import JobBuilder, SchedHarness, job
 
 
 def cpu_cluster(n: int = 4, config: SchedConfig | None = None) -> SchedHarness:
@@ -77,3 +82,53 @@ def test_gpu_indices_taken_by_a_failed_group_are_given_back() -> None:
     assert h.started(d) == [other]
     assert sorted(d.starts[0].alloc[0].gpu_ids) == list(range(8))
     assert h.start_of(ids[0]) == h.start_of(ids[1]) == 600
+
+
+# -- properties ---------------------------------------------------------------------------
+
+PROPERTY = settings(
+    max_examples=int(os.environ.get("MUSTER_HYPOTHESIS_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+shapes = st.tuples(
+    st.integers(1, 3), st.integers(1, 8), st.integers(0, 4), st.sampled_from(["5:00", "30:00", "2:00:00"])
+)
+
+
+def _builder(shape: tuple[int, int, int, str]) -> JobBuilder:
+    nodes, cpus, gpus, limit = shape
+    b = job().nodes(nodes).cpus(cpus).time(limit)
+    return b.gpus(gpus) if gpus else b
+
+
+@PROPERTY
+@given(
+    running=st.lists(shapes, max_size=3),
+    queue=st.lists(st.one_of(shapes.map(lambda s: [s]), st.lists(shapes, min_size=2, max_size=3)), max_size=6),
+    config=st.sampled_from(
+        [SchedConfig(), SchedConfig(conservative=True), SchedConfig(scheduler_type="sched/builtin")]
+    ),
+)
+def test_a_het_group_starts_whole_or_not_at_all_and_is_planned_at_one_time(
+    running: list[tuple[int, int, int, str]], queue: list[list[tuple[int, int, int, str]]], config: SchedConfig
+) -> None:
+    h = SchedHarness(config).gpu_nodes(3, gpus=4, cpus=8, mem=64_000)
+    for shape in running:
+        h.submit(_builder(shape))
+        h.schedule(at=0)  # whatever fits runs (the harness checks every pass's invariants)
+    groups = []
+    for entry in queue:
+        if len(entry) == 1:
+            h.submit(_builder(entry[0]), at=1)
+        else:
+            groups.append(h.submit_het(*(_builder(s) for s in entry), at=1))
+    for at in (1.0, 2.0):
+        d = h.schedule(at=at)
+        started = set(h.started(d))
+        for ids in groups:
+            assert len(started & set(ids)) in (0, len(ids)), f"group {ids} started in part"
+            plans = {d.plans[i].start_time for i in ids if i in d.plans}
+            assert len(plans) <= 1, f"group {ids} planned at several times"
+            if plans:
+                assert all(i in d.plans for i in ids), f"group {ids} planned in part"
