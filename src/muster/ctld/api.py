@@ -24,7 +24,7 @@ from muster.core.arrays import JobRef, parse_array, parse_job_ref
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError, ResourceBusy
 from muster.core.hetjob import NOT_WHOLE
 from muster.core.hostlist import compress
-from muster.core.job import COUNT, JobSpec
+from muster.core.job import COUNT, Job, JobSpec
 from muster.core.resources import parse_gres
 from muster.core.states import JobState
 from muster.core.timefmt import MAX_TIME_LIMIT
@@ -169,6 +169,10 @@ def _validation_message(e: ValidationError) -> str:
     first = e.errors()[0]
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "spec") or "body"
     return f"invalid request: {where}: {first.get('msg', 'invalid value')}"
+
+
+def _cancelled_pending(job: Job | None) -> bool:
+    return job is not None and job.state is JobState.CANCELLED and job.start_time is None
 
 
 def build_routes(ctx: Context) -> list[Route]:
@@ -318,7 +322,14 @@ def build_routes(ctx: Context) -> list[Route]:
     async def list_jobs(request: Request) -> JSONResponse:
         now = ctx.clock.now()
         ids = query_list(request, "job_id")
-        job_ids = ctl.queue.job_ids([job_ref(i) for i in ids]) if ids else None
+        refs = [job_ref(i) for i in ids or ()]
+        job_ids = ctl.queue.job_ids(refs) if ids else None
+        if job_ids and all(ref.tasks is not None for ref in refs):
+            # As in Slurm, an array task cancelled while it pended leaves no job record
+            # of its own (only accounting knows it): asked for by its task id, it is gone.
+            job_ids = [i for i in job_ids if not _cancelled_pending(ctl.jobs.get(i))]
+            if not job_ids:
+                raise InvalidJobId()
         selected = ctl.queue.select_jobs(
             job_ids,
             query_list(request, "user"),

@@ -101,6 +101,14 @@ class CtldApp:
         """Ask for a scheduling pass as soon as possible (coalesced)."""
         self._kick.set()
 
+    def use_config(self, config: Config) -> None:
+        """``scontrol reconfigure`` applied ``config`` to the controller (``ctld.reconfig``):
+        the next pass schedules with its settings; calls to agents wait MessageTimeout."""
+        self.config = config
+        self.sched_config = SchedConfig.from_settings(dict(config.settings))
+        if self.client is not None:
+            self.client.set_timeout(float(config.message_timeout))
+
     def perform(self, actions: list[Action]) -> None:
         """Start side effects without waiting for them (the request is already durable)."""
         assert self.dispatcher is not None
@@ -123,8 +131,8 @@ class CtldApp:
         return len(result.decisions.starts)
 
     async def _schedule_loop(self) -> None:
-        interval = float(self.config.get_int("SchedulerInterval", 5))
         while True:
+            interval = float(self.config.get_int("SchedulerInterval", 5))  # reconfigure may change it
             try:
                 await asyncio.wait_for(self._kick.wait(), timeout=interval)
             except TimeoutError:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from muster.core.clock import Clock
+from muster.core.config import Config
 from muster.ctld.controller import Controller
 from muster.ctld.steps import StepBook
 from muster.protocol.httpd import Verifier
@@ -26,3 +27,7 @@ class Context(Protocol):
 
     def perform(self, actions: Sequence[Any]) -> None:
         """Hand actions to dispatch without waiting for them."""
+
+    def use_config(self, config: Config) -> None:
+        """Take a configuration ``scontrol reconfigure`` applied to the controller: what
+        the app itself keeps of it (the scheduler's settings, the agents' client)."""
