@@ -11,7 +11,8 @@ whose steps ``srun --het-group`` starts. The scheduler starts the components tog
 The leader decides for the whole job: ``sweep`` (every second, over the het jobs still
 alive only) ends the other components once the leader ended, with its outcome (the batch
 script's exit, a cancel, a time limit), and sends running components back to the queue
-when the leader was requeued.
+when the leader was requeued. A component that lost its node takes the whole job with it:
+the leader is requeued (or ends NODE_FAIL), and the others follow it.
 """
 
 from __future__ import annotations
@@ -89,6 +90,12 @@ class HetJobs:
                 self.live.discard(leader_id)
                 continue
             leader = comps[0]
+            if leader.state is JobState.RUNNING and any(
+                c.state is JobState.PENDING or c.state is JobState.NODE_FAIL for c in comps[1:]
+            ):
+                ended = any(c.state is JobState.NODE_FAIL for c in comps[1:])
+                changes.append(self._lost_component(leader, now, actions, requeue_allowed=not ended))
+                continue  # the next sweep moves the other components with their leader
             for comp in comps[1:]:
                 change = self._follow(leader, comp, now, actions)
                 if change is not None:
@@ -96,6 +103,30 @@ class HetJobs:
         if changes:
             self.state.record(now, changes)
         return actions
+
+    def _lost_component(
+        self, leader: Job, now: float, actions: list[Action], requeue_allowed: bool
+    ) -> tuple[Job, str, dict[str, Any]]:
+        """A component other than the leader lost its node (requeued, or ended NODE_FAIL):
+        the whole job's attempt is over, as in Slurm. The leader's batch script is stopped
+        and the job requeued when it may be, else it ends NODE_FAIL; it keeps what it holds
+        until its agent confirms, as any stopped batch job."""
+        attempt, nodes = leader.restart_count, list(leader.nodes)
+        self.state.launching.pop(leader.job_id, None)
+        requeue = leader.spec.requeue if leader.spec.requeue is not None else self.state.config.job_requeue
+        requeue = requeue and requeue_allowed  # a component that ended for good ends the job
+        log.warning(
+            "job %s: a component of the het job lost its node; the whole job %s",
+            leader.job_id,
+            "is requeued" if requeue else "ends NODE_FAIL",
+        )
+        if requeue:
+            lifecycle.requeue(leader, now, outcome="NODE_FAIL")
+            actions.append(Terminate(leader.job_id, attempt, nodes, "requeue"))
+            return leader, "requeue", {"by": "het_component", "attempt": leader.restart_count}
+        lifecycle.end(leader, JobEvent.NODE_FAIL, now, completing=True)
+        actions.append(Terminate(leader.job_id, attempt, nodes, "cancel"))
+        return leader, "node_fail", {"why": "a component of the het job lost its node", "nodes": nodes}
 
     def _follow(
         self, leader: Job, comp: Job, now: float, actions: list[Action]

@@ -101,3 +101,31 @@ def test_the_leader_tells_its_agent_every_components_layout_and_commands_see_the
     wired = with_id_sets([job_wire(j, 0.0) for j in jobs], ctl.jobs)
     assert {w["het_job_id_set"] for w in wired} == {f"{jobs[0].job_id}-{jobs[1].job_id}"}
     assert "het_components" not in launch_view(ctl.queue.submit(spec(), ALICE), ctl.jobs)
+
+
+def test_a_component_that_loses_its_node_requeues_the_whole_job(db: str) -> None:
+    ctl = make(db)
+    register_all(ctl)
+    jobs = ctl.hets.submit([spec(), spec(min_nodes=2)], ALICE)
+    start_all(ctl, jobs, [["node1"], ["node2", "node3"]])
+    ctl.launches.launch_done(jobs[0].job_id)
+    ctl.node_failed_job(jobs[1], ctl.clock.now(), "node3 down")  # requeued (JobRequeue=1)
+    assert jobs[1].state is JobState.PENDING
+    actions = ctl.hets.sweep()
+    assert jobs[0].state is JobState.PENDING and jobs[0].restart_count == 1
+    assert [(type(a), a.job_id, a.nodes, a.reason) for a in actions] == [
+        (Terminate, jobs[0].job_id, ["node1"], "requeue")
+    ]
+    assert ctl.hets.sweep() == []  # all pending again: the pass places them together
+
+
+def test_a_component_that_ends_node_fail_ends_the_whole_job(db: str) -> None:
+    ctl = make(db)
+    register_all(ctl)
+    jobs = ctl.hets.submit([spec(), spec(requeue=False)], ALICE)
+    start_all(ctl, jobs, [["node1"], ["node2"]])
+    ctl.node_failed_job(jobs[1], ctl.clock.now(), "node2 down")
+    assert jobs[1].state is JobState.NODE_FAIL
+    actions = ctl.hets.sweep()
+    assert jobs[0].state is JobState.NODE_FAIL and jobs[0].completing
+    assert [(type(a), a.nodes) for a in actions] == [(Terminate, ["node1"])]
