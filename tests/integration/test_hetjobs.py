@@ -210,3 +210,13 @@ def test_salloc_with_components_gives_a_het_allocation_and_releases_all_of_it(cl
     assert cluster.wait_job(leader)["state"] == "COMPLETED"
     second = cluster.wait_job(leader + 1)
     assert second["state"] == "COMPLETED" and second["spec"]["name"] == "inter"
+
+
+def test_srun_parts_outside_an_allocation_make_a_het_job_run_the_step_and_end_it(cluster: Harness) -> None:
+    out = cluster.run(["srun", "-N1", "-l", "-J", "mpmd", "echo", "a", ":", "-N2", "echo", "b"])
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stdout.splitlines()) == ["0: a", "1: b", "2: b"]
+    rows = cluster.run(["sacct", "-X", "-n", "-P", "--name=mpmd", "--format=JobID,State"]).stdout.split()
+    assert len(rows) == 2 and all(r.endswith("|COMPLETED") for r in rows), rows
+    assert [r.split("|")[0].split("+")[1] for r in rows] == ["0", "1"]
+    assert rows[0].split("+")[0] == rows[1].split("+")[0]  # one het job

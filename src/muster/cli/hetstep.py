@@ -1,18 +1,21 @@
-"""srun's heterogeneous steps, inside a heterogeneous job's allocation.
+"""srun's heterogeneous steps: ``--het-group`` and ``A : B``.
 
-``srun --het-group=0,1 cmd`` runs ``cmd`` over components 0 and 1; ``srun [opts A] cmdA :
-[opts B] cmdB`` runs each part on its own component (the k-th part on component k, or on
-the ones its ``--het-group`` names; a part without a command runs the next part's). A plain
-``srun cmd`` runs on component 0 only, as in Slurm, and is not a het step.
+Inside a heterogeneous job's allocation ``srun --het-group=0,1 cmd`` runs ``cmd`` over
+components 0 and 1; ``srun [opts A] cmdA : [opts B] cmdB`` runs each part on its own
+component (the k-th part on component k, or on the ones its ``--het-group`` names; a part
+without a command runs the next part's). A plain ``srun cmd`` runs on component 0 only,
+as in Slurm, and is not a het step. Outside any allocation, ``srun A : B`` first gets a
+het allocation shaped by its parts (``allocate_and_run``), as ``salloc A : B`` would.
 
 Each (component, part) becomes a step of that component's job, run by a child srun whose
 environment describes that component (its ``SLURM_*_HET_GROUP_<k>`` values become the
 plain names); the options Slurm carries from a part to the next (``hetargs.PROPAGATED``:
-``-l``, ``-o``, ``--export``...) are carried. Task ranks run across the components in order: the child is told its first
-rank, the step's total and the component (``MUSTER_HET_STEP``, read by ``srun.build`` and
-sent to the agents, which set ``SLURM_PROCID`` from it, ``SLURM_NTASKS`` to the total and
-``SLURM_HET_SIZE``; ``-l`` labels use the same ranks). srun's exit status is the highest of
-its children's. Only ``os`` and the small CLI modules are imported.
+``-l``, ``-o``, ``--export``...) are carried. Task ranks run across the components in
+order: the child is told its first rank, the step's total and the component
+(``MUSTER_HET_STEP``, read by ``srun.build`` and sent to the agents, which set
+``SLURM_PROCID`` from it, ``SLURM_NTASKS`` to the total and ``SLURM_HET_SIZE``; ``-l``
+labels use the same ranks). srun's exit status is the highest of its children's. Only
+``os``, ``signal`` and the small CLI modules are imported.
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ import os
 import signal
 import sys
 
-from muster.cli.common import CommandError
+from muster.cli.common import CommandError, connect
 from muster.cli.hetargs import PROPAGATED
 from muster.cli.options import OptionTable, getopt
 from muster.core.hetjob import split_components
 
-__all__ = ["HET_STEP_VAR", "Part", "plan", "run"]
+__all__ = ["HET_STEP_VAR", "NeedsAllocation", "Part", "allocate_and_run", "plan", "run"]
 
 HET_STEP_VAR = "MUSTER_HET_STEP"  # "first rank:total tasks:components:this component"
 _GROUP_OPTIONS = ("--het-group", "--pack-group")
@@ -70,6 +73,10 @@ class Part:
         self.ntasks = ntasks
 
 
+class NeedsAllocation(Exception):
+    """``srun A : B`` outside any allocation: srun first gets a het allocation."""
+
+
 def plan(argv: list[str], environ: dict[str, str], table: OptionTable) -> list[Part] | None:
     """The children of a het step, or None when ``argv`` is an ordinary srun."""
     parts = split_components(argv)
@@ -77,7 +84,29 @@ def plan(argv: list[str], environ: dict[str, str], table: OptionTable) -> list[P
         return None
     size = int(environ.get("SLURM_HET_SIZE") or "0") if (environ.get("SLURM_HET_SIZE") or "").isdigit() else 0
     if size == 0 and len(parts) > 1:
-        raise CommandError("heterogeneous allocations by srun are not supported by muster: use salloc or sbatch", 1)
+        if not (environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")):
+            raise NeedsAllocation()
+        raise CommandError("a heterogeneous step needs a heterogeneous job allocation", 1)
+    read = _read(parts, table)
+    out: list[Part] = []
+    for k in range(len(read) - 1, -1, -1):
+        options, groups, command = read[k]
+        for group in groups if groups is not None else [k if len(read) > 1 else 0]:
+            if group >= max(size, 1):
+                raise CommandError(
+                    f"Attempt to run a job step with het group value of {group}, "
+                    f"but the job allocation has maximum value of {max(size - 1, 0)}",
+                    1,
+                )
+            out.append(Part(group, options + command, _ntasks(options, group, environ, table)))
+    out.reverse()
+    out.sort(key=lambda p: p.group)  # ranks run across the components in order
+    return out
+
+
+def _read(parts: list[list[str]], table: OptionTable) -> list[tuple[list[str], list[int] | None, list[str]]]:
+    """Each part's options (with those carried from the parts before it), the groups its
+    ``--het-group`` names, and its command (a part without one runs the next one's)."""
     read: list[tuple[list[str], list[int] | None, list[str]]] = []
     carried: list[str] = []  # options a part passes on to the next ones (Slurm's list)
     for part in parts:
@@ -86,32 +115,50 @@ def plan(argv: list[str], environ: dict[str, str], table: OptionTable) -> list[P
             parsed, command = getopt(options, table, permute=False)
         except Exception:  # noqa: BLE001 - the child srun reports a malformed option itself
             parsed, command = [], []
-        own = carried + options[: len(options) - len(command)]
-        read.append((own, groups, command))
+        read.append((carried + options[: len(options) - len(command)], groups, command))
         carried += [
             f"--{opt.longs[0]}" if value is None else f"--{opt.longs[0]}={value}"
             for opt, value in parsed
             if opt.key in PROPAGATED and opt.longs
         ]
-    out: list[Part] = []
     following: list[str] = []
-    for k in range(len(read) - 1, -1, -1):  # a part without a command runs the next one's
+    for k in range(len(read) - 1, -1, -1):
         options, groups, command = read[k]
         if command:
             following = command
         elif not following:
             raise CommandError("No command given to execute.", 1)
-        for group in groups if groups is not None else [k if len(read) > 1 else 0]:
-            if group >= max(size, 1):
-                raise CommandError(
-                    f"Attempt to run a job step with het group value of {group}, "
-                    f"but the job allocation has maximum value of {max(size - 1, 0)}",
-                    1,
-                )
-            out.append(Part(group, options + (command or following), _ntasks(options, group, environ, table)))
-    out.reverse()
-    out.sort(key=lambda p: p.group)  # ranks run across the components in order
-    return out
+        read[k] = (options, groups, following)
+    return read
+
+
+def allocate_and_run(argv: list[str], environ: dict[str, str], cwd: str, table: OptionTable) -> int:
+    """``srun A : B cmd`` outside an allocation: a heterogeneous allocation shaped by the
+    parts (as ``salloc A : B`` would ask), the het step in it, then the allocation given
+    back with the step's status."""
+    from muster.cli import alloc, salloc, srun
+
+    specs: list[dict[str, object]] = []
+    for options, _groups, command in _read(split_components(argv), table):
+        built = srun.build(options + command, environ, cwd)
+        if isinstance(built, str):  # --help or --usage in a part: nothing to run
+            raise CommandError("No command given to execute.", 1)
+        specs.append(dict(built.spec))
+    ctl = connect("srun")
+    job_id: int | None = alloc.request(ctl, "srun", specs[0], specs[1:])
+    try:
+        assert job_id is not None
+        job = alloc.wait_running(ctl, "srun", job_id, quiet=False)
+        env = salloc.allocation_environment(job, specs[0], environ)
+        env.update(salloc.het_environment(ctl, job_id, specs))
+        parts = plan(argv, env, table)
+        rc = run(parts or [], env)
+        alloc.release(ctl, job_id, rc if rc < 128 else 0, rc - 128 if rc > 128 else 0)
+        job_id = None
+        return rc
+    finally:
+        if job_id is not None:
+            alloc.revoke(ctl, job_id)
 
 
 def _take_groups(part: list[str]) -> tuple[list[str], list[int] | None]:

@@ -391,7 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from muster.cli import hetstep
 
-        parts = hetstep.plan(args, dict(os.environ), table())
+        try:
+            parts = hetstep.plan(args, dict(os.environ), table())
+        except hetstep.NeedsAllocation:  # srun A : B outside an allocation
+            return hetstep.allocate_and_run(args, dict(os.environ), cwd, table())
         if parts is not None:  # srun --het-group=..., srun A : B
             return hetstep.run(parts, dict(os.environ))
         result = build(args, dict(os.environ), cwd)

@@ -70,10 +70,15 @@ def test_the_child_sees_its_component_under_the_plain_names_and_where_its_ranks_
     [
         (["--het-group=2", "true"], HET_ENV, "het group value of 2, but the job allocation has maximum value of 1"),
         (["--het-group=x", "true"], HET_ENV, "Invalid hetjob group specification: x"),
-        (["-n1", "a", ":", "-n1", "b"], {}, "heterogeneous allocations by srun are not supported"),
+        (["-n1", "a", ":", "-n1", "b"], {"SLURM_JOB_ID": "5"}, "needs a heterogeneous job allocation"),
         (["--het-group=0", ":", "--het-group=1"], HET_ENV, "No command given to execute."),
     ],
 )
 def test_bad_het_steps_are_refused_with_a_clear_message(argv: list[str], env: dict[str, str], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         plan(argv, env)
+
+
+def test_outside_any_allocation_parts_ask_for_a_het_allocation_first() -> None:
+    with pytest.raises(hetstep.NeedsAllocation):
+        plan(["-n1", "a", ":", "-n1", "b"], {})
