@@ -94,3 +94,16 @@ def test_split_components_and_labels() -> None:
     assert split_components(["-n1", ":", "-n2", "cmd"]) == [["-n1"], ["-n2", "cmd"]]
     assert het_label(7, 7, 1) == "7+1"
     assert het_label(7, None, None) == "7"
+
+
+def test_json_outputs_carry_the_het_job_fields() -> None:
+    from muster.cli.slurmjson import sacct_job, squeue_job
+
+    job = {"job_id": 8, "het_job_id": 7, "het_job_offset": 1, "spec": {"name": "w"}}
+    row = squeue_job(job, "RUNNING")
+    assert row["het_job_id"] == {"set": True, "infinite": False, "number": 7}
+    assert row["het_job_offset"]["number"] == 1 and row["het_job_offset"]["set"]
+    plain = squeue_job({"job_id": 9, "spec": {}}, "PENDING")
+    assert plain["het_job_id"]["number"] == 0 and not plain["het_job_offset"]["set"]
+    rec = sacct_job({"job_id": 8, "het_job_id": 7, "het_job_offset": 1, "state": "COMPLETED"})
+    assert rec["het"] == {"job_id": 7, "job_offset": {"set": True, "infinite": False, "number": 1}}
