@@ -120,6 +120,8 @@ class CtldApp:
     def run_pass(self) -> int:
         """One scheduling pass (``ctld.loop.run_pass``); its launches go to dispatch."""
         try:
+            # a het job's components follow their leader (ended, requeued) before the pass
+            self.perform(self.controller.hets.sweep())
             result = run_pass(self.controller, self.sched_config, self.clock.now())
         except StorageError as exc:  # nothing started; the next pass tries again
             log.error("scheduling pass %d: starts not committed: %s", self.passes, exc)
