@@ -17,12 +17,14 @@ from muster.core.hetjob import SEPARATOR
 
 __all__ = ["PROPAGATED", "parse_components", "propagate"]
 
-# The options Slurm carries from a component to the next ones (heterogeneous_jobs.html)
+# The options Slurm carries from a component to the next ones (heterogeneous_jobs.html's
+# list, as of 21.08: ``--mem`` carries over, ``--mem-per-cpu`` and ``--ntasks`` do not)
 PROPAGATED = frozenset(
     {
         "account",
         "acctg-freq",
         "begin",
+        "clusters",
         "comment",
         "deadline",
         "delay-boot",
@@ -33,18 +35,20 @@ PROPAGATED = frozenset(
         "exclude",
         "get-user-env",
         "hold",
+        "immediate",
         "input",
         "job-name",
         "kill-on-bad-exit",
         "label",
         "mcs-label",
+        "mem",
         "nice",
         "no-kill",
         "no-requeue",
         "open-mode",
         "output",
         "parsable",
-        "partition",
+        "priority",
         "propagate",
         "qos",
         "quiet",

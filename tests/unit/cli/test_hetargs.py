@@ -65,11 +65,11 @@ def test_hetjob_lines_split_a_scripts_directives(tmp_path) -> None:
     assert sub.components[2]["mem_per_node"] == 100
 
 
-def test_partition_and_time_carry_over_but_can_be_set_again(tmp_path) -> None:
+def test_time_carries_over_but_can_be_set_again_and_each_component_names_its_partition(tmp_path) -> None:
     path = _script(tmp_path, "#!/bin/sh\ntrue\n")
-    sub = _build(["-p", "gpu", "-t", "10", ":", "-t", "5", ":", "-n", "2", path])
+    sub = _build(["-p", "gpu", "-t", "10", ":", "-t", "5", ":", "-n", "2", "-p", "cpu", path])
     assert sub.components is not None
-    assert [c["partitions"] for c in sub.components] == [["gpu"]] * 3
+    assert [c.get("partitions") for c in sub.components] == [["gpu"], None, ["cpu"]]
     assert [c["time_limit"] for c in sub.components] == [600, 300, 300]
 
 
