@@ -139,8 +139,9 @@ class HetJobs:
                 lifecycle.end(comp, JobEvent.CANCEL, now, completing=False)
                 comp.cancelled_by = leader.cancelled_by
                 lifecycle.cleaned(comp, leader.exit_code, leader.exit_signal)
-            elif leader.state is JobState.TIMEOUT:
-                lifecycle.end(comp, JobEvent.TIMEOUT, now, completing=False)
+            elif leader.state in (JobState.TIMEOUT, JobState.NODE_FAIL):
+                event = JobEvent.TIMEOUT if leader.state is JobState.TIMEOUT else JobEvent.NODE_FAIL
+                lifecycle.end(comp, event, now, completing=False)
                 lifecycle.cleaned(comp, leader.exit_code, leader.exit_signal)
             else:
                 lifecycle.finish(comp, leader.exit_code, leader.exit_signal, now)
