@@ -15,14 +15,14 @@ order: the child is told its first rank, the step's total and the component
 (``MUSTER_HET_STEP``, read by ``srun.build`` and sent to the agents, which set
 ``SLURM_PROCID`` from it, ``SLURM_NTASKS`` to the total and ``SLURM_HET_SIZE``; ``-l``
 labels use the same ranks). srun's exit status is the highest of its children's. Only
-``os``, ``signal`` and the small CLI modules are imported.
+``os`` and the small CLI modules are imported (``signal`` when a het step runs).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
+from collections.abc import Callable
 
 from muster.cli.common import CommandError, connect
 from muster.cli.hetargs import PROPAGATED
@@ -132,18 +132,20 @@ def _read(parts: list[list[str]], table: OptionTable) -> list[tuple[list[str], l
     return read
 
 
-def allocate_and_run(argv: list[str], environ: dict[str, str], cwd: str, table: OptionTable) -> int:
+def allocate_and_run(
+    argv: list[str], environ: dict[str, str], cwd: str, table: OptionTable, build: Callable[..., object]
+) -> int:
     """``srun A : B cmd`` outside an allocation: a heterogeneous allocation shaped by the
-    parts (as ``salloc A : B`` would ask), the het step in it, then the allocation given
-    back with the step's status."""
-    from muster.cli import alloc, salloc, srun
+    parts (``build`` is ``srun.build``; as ``salloc A : B`` would ask), the het step in it,
+    then the allocation given back with the step's status."""
+    from muster.cli import alloc, salloc
 
     specs: list[dict[str, object]] = []
     for options, _groups, command in _read(split_components(argv), table):
-        built = srun.build(options + command, environ, cwd)
+        built = build(options + command, environ, cwd)
         if isinstance(built, str):  # --help or --usage in a part: nothing to run
             raise CommandError("No command given to execute.", 1)
-        specs.append(dict(built.spec))
+        specs.append(dict(getattr(built, "spec", {})))
     ctl = connect("srun")
     job_id: int | None = alloc.request(ctl, "srun", specs[0], specs[1:])
     try:
@@ -237,6 +239,8 @@ def child_environment(environ: dict[str, str], part: Part, first: int, total: in
 
 def run(parts: list[Part], environ: dict[str, str]) -> int:
     """Start one child srun per part, pass signals on, and return the highest status."""
+    import signal  # here: it brings enum, which a plain srun does not need
+
     size = int(environ.get("SLURM_HET_SIZE") or "1")
     total = sum(p.ntasks for p in parts)
     pids: list[int] = []

@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             parts = hetstep.plan(args, dict(os.environ), table())
         except hetstep.NeedsAllocation:  # srun A : B outside an allocation
-            return hetstep.allocate_and_run(args, dict(os.environ), cwd, table())
+            return hetstep.allocate_and_run(args, dict(os.environ), cwd, table(), build)
         if parts is not None:  # srun --het-group=..., srun A : B
             return hetstep.run(parts, dict(os.environ))
         result = build(args, dict(os.environ), cwd)
