@@ -69,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=what)
         cmd.add_argument("file")
         cmd.add_argument("--conf", default=None, help="config file (default: $MUSTER_CONF or /etc/muster/muster.conf)")
+    dash = sub.add_parser("dashboard", help="print a one-time link that signs you in to the controller's web dashboard")
+    dash.add_argument(
+        "--base-url",
+        default=None,
+        help="where your browser reaches the controller, e.g. http://localhost:6817 through an ssh "
+        "tunnel (default: the controller's address and port from the config)",
+    )
 
     demo = sub.add_parser("demo", help="start a local cluster and run the training scenario on it")
     demo.add_argument("--state-dir", default=".muster-demo")
@@ -101,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command in ("backup", "restore"):
         return _state_command(args)
+    if args.command == "dashboard":
+        from muster.cli.dashboard import run
+
+        return run(args.base_url)
     try:
         return _cluster_command(args)
     except (OSError, ValueError) as e:  # a config error (ConfigError is a ValueError), a disk
@@ -191,6 +202,7 @@ def _cluster_command(args: argparse.Namespace) -> int:
         print("Use it with:")
         print(f"  export MUSTER_CONF={cluster.conf_path}")
         print(f"  export PATH={os.path.dirname(sys.executable)}:$PATH")
+        print("  muster dashboard    # a sign-in link to the web dashboard")
         return 0
     if not cluster.exists and args.command in ("down", "status"):
         print(f"muster: error: no local cluster in {cluster.state_dir}", file=sys.stderr)

@@ -31,6 +31,7 @@ from muster.core.timefmt import MAX_TIME_LIMIT
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.actions import parse_signal
 from muster.ctld.context import Context
+from muster.ctld.dashboard import build_dashboard_routes
 from muster.ctld.hetindex import with_id_sets
 from muster.ctld.identity import Identity
 from muster.ctld.privacy import PrivateData
@@ -590,4 +591,5 @@ def build_routes(ctx: Context) -> list[Route]:
         Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),
         *build_step_routes(ctx, caller, parse, handler, private),
         *build_reconfig_routes(ctx, caller, handler),
+        *build_dashboard_routes(ctx, caller, handler, private),
     ]

@@ -24,6 +24,7 @@ from muster.core.config import Config
 from muster.core.errors import StorageError
 from muster.ctld.api import build_routes
 from muster.ctld.controller import Action, Controller
+from muster.ctld.dashview import Samples
 from muster.ctld.dispatch import Dispatcher
 from muster.ctld.loop import run_pass
 from muster.ctld.steps import StepBook
@@ -62,6 +63,7 @@ class CtldApp:
         self._tasks: list[asyncio.Task[Any]] = []
         self._pending_actions: set[asyncio.Task[Any]] = set()
         self.passes = 0
+        self.samples = Samples()  # the dashboard's charts: utilisation and queue over time
         self.asgi = Starlette(routes=build_routes(self), lifespan=self._lifespan)
 
     @asynccontextmanager
@@ -81,7 +83,9 @@ class CtldApp:
             asyncio.create_task(self._periodic(self._check_nodes, 1.0), name="nodes"),
             asyncio.create_task(self._periodic(self.controller.purge, 30.0), name="purge"),
             asyncio.create_task(self._periodic(self._sweep_steps, 1.0), name="steps"),
+            asyncio.create_task(self._periodic(self._sample, self.samples.every), name="samples"),
         ]
+        self._sample()
         self.kick()
         log.info(
             "musterctld started: %d nodes, %d jobs in memory", len(self.controller.nodes), len(self.controller.jobs)
@@ -152,6 +156,9 @@ class CtldApp:
         if actions:
             self.perform(actions)
             self.kick()
+
+    def _sample(self) -> None:
+        self.samples.take(self.controller.nodes.values(), self.controller.jobs.values(), self.clock.now())
 
     async def _watch_stalls(self) -> None:
         """Note every run of the loop, so that a stall (SIGSTOP, swap, a VM migration, a

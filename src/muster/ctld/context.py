@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from muster.core.clock import Clock
 from muster.core.config import Config
 from muster.ctld.controller import Controller
+from muster.ctld.dashview import Samples
 from muster.ctld.steps import StepBook
 from muster.protocol.httpd import Verifier
 
@@ -21,6 +22,7 @@ class Context(Protocol):
     clock: Clock
     verifier: Verifier
     hostname: str
+    samples: Samples  # the dashboard's charts (``dashview``)
 
     def kick(self) -> None:
         """Ask for a scheduling pass as soon as possible."""
