@@ -149,7 +149,7 @@ def _job_id(text: str) -> str:
     except ValueError:
         raise CommandError("slurm_load_jobs error: Invalid job id specified", 1, raw=True) from None
     if ref.tasks is None:
-        return str(ref.job_id)
+        return str(ref)  # ``123`` or a het job's component ``123+1``
     return ",".join(f"{ref.job_id}_{t}" for t in ref.tasks)
 
 
@@ -164,7 +164,8 @@ def show_jobs(target: str | None, flags: Flags) -> int:
             # an array's id names all its tasks, as in Slurm
             jobs = []
             for item in split_job_ids(target):
-                jobs.extend(ctl.get(f"/v1/jobs?job_id={_job_id(item)}").get("jobs") or [])
+                query = _job_id(item).replace("+", "%2B")  # a het component: 123+1
+                jobs.extend(ctl.get(f"/v1/jobs?job_id={query}").get("jobs") or [])
     except (ApiError, ConnectError) as e:
         raise _load_error("jobs", e) from None
     if not jobs:

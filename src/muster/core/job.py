@@ -246,6 +246,11 @@ class Job:
     array_task_max: int | None = None
     array_task_step: int | None = None
     array_throttle: int = 0  # ``--array=...%N``: at most N tasks of the array run at once
+    # Heterogeneous jobs (see ``core.hetjob``): set on every component, None otherwise. The
+    # leader's id (the first component's) and this component's offset from it (0, 1, ...);
+    # components take consecutive ids, so component k's job id is het_job_id + k.
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
     # Dependency job ids that named no job at submission: never satisfied (Slurm 22.05
     # accepts such a job and leaves it pending).
     unknown_deps: list[int] = field(default_factory=list)

@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from muster.core.arrays import JobRef, parse_array, parse_job_ref
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError, ResourceBusy
+from muster.core.hetjob import NOT_WHOLE
 from muster.core.hostlist import compress
 from muster.core.job import COUNT, Job, JobSpec
 from muster.core.resources import parse_gres
@@ -31,6 +32,7 @@ from muster.ctld.acct_api import accounting_routes
 from muster.ctld.actions import parse_signal
 from muster.ctld.context import Context
 from muster.ctld.dashboard import build_dashboard_routes
+from muster.ctld.hetindex import with_id_sets
 from muster.ctld.identity import Identity
 from muster.ctld.jwtauth import USER_HEADER, JwtAuth, token_in
 from muster.ctld.privacy import PrivateData
@@ -92,6 +94,8 @@ SpecModel = create_model("SpecModel", __base__=_SpecBase, **_spec_fields())
 class SubmitBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     spec: SpecModel
+    # A heterogeneous job: every component's request, ``spec`` being the first's.
+    components: list[SpecModel] | None = Field(None, min_length=2, max_length=128)
 
 
 class SignalBody(BaseModel):
@@ -313,6 +317,12 @@ def build_routes(ctx: Context) -> list[Route]:
         who = caller(request)
         body = await parse(request, SubmitBody)
         check_limits(body.spec, who)
+        if body.components:
+            for part in body.components[1:]:
+                check_limits(part, who)
+            jobs = ctl.hets.submit([part.to_spec() for part in body.components], who)
+            ctx.kick()
+            return JSONResponse({"job_id": jobs[0].job_id, "job_ids": [j.job_id for j in jobs]})
         job = ctl.queue.submit(body.spec.to_spec(), who)
         ctx.kick()
         return JSONResponse({"job_id": job.job_id})
@@ -339,7 +349,7 @@ def build_routes(ctx: Context) -> list[Route]:
         if private.hides("jobs", caller(request)):
             selected = private.jobs(selected, caller(request))
         brief = request.query_params.get("view") == "brief"
-        out = [job_wire(job, now, brief) for job in selected]
+        out = with_id_sets([job_wire(job, now, brief) for job in selected], ctl.jobs)
         if ids and not out and len(ids) == 1:
             raise InvalidJobId()
         return JSONResponse({"jobs": out, "now": now})
@@ -356,7 +366,8 @@ def build_routes(ctx: Context) -> list[Route]:
             job = found[0]
         if not private.jobs([job], caller(request)):
             raise InvalidJobId()  # PrivateData=jobs: another user's job is not there
-        return JSONResponse({"job": job_wire(job, ctx.clock.now()), "now": ctx.clock.now()})
+        wired = with_id_sets([job_wire(job, ctx.clock.now())], ctl.jobs)[0]
+        return JSONResponse({"job": wired, "now": ctx.clock.now()})
 
     @handler
     async def signal_jobs(request: Request) -> JSONResponse:
@@ -375,8 +386,9 @@ def build_routes(ctx: Context) -> list[Route]:
             for item in body.job_ids:
                 ref = job_ref(str(item))
                 jobs = ctl.queue.resolve(ref)
-                if not jobs:
-                    err = InvalidJobId()
+                if not jobs or (sig is None and ref.offset and jobs[0].state is JobState.PENDING):
+                    # one component of a pending het job cannot be cancelled, only the whole
+                    err = InvalidRequest(NOT_WHOLE) if jobs else InvalidJobId()
                     results.append({"job_id": str(ref), "ok": False, "error": str(err), "code": err.code})
                     continue
                 chosen = {j.job_id for j in ctl.queue.select_jobs([j.job_id for j in jobs], *filters)}

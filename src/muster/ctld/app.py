@@ -50,6 +50,7 @@ class CtldApp:
         self.controller.load()
         self.steps = StepBook(self.controller, key)  # job steps: srun, salloc
         self.steps.load()
+        self.controller.hets.load()
         # Everything loaded so far lives for the process: keep it out of the cyclic GC's
         # full collections, which would otherwise pause a scheduling pass now and then.
         gc.collect()
@@ -123,6 +124,8 @@ class CtldApp:
     def run_pass(self) -> int:
         """One scheduling pass (``ctld.loop.run_pass``); its launches go to dispatch."""
         try:
+            # a het job's components follow their leader (ended, requeued) before the pass
+            self.perform(self.controller.hets.sweep())
             result = run_pass(self.controller, self.sched_config, self.clock.now())
         except StorageError as exc:  # nothing started; the next pass tries again
             log.error("scheduling pass %d: starts not committed: %s", self.passes, exc)
@@ -149,7 +152,7 @@ class CtldApp:
             await asyncio.sleep(0)
 
     def _sweep_steps(self) -> None:
-        actions = self.steps.sweep()
+        actions = self.controller.hets.sweep() + self.steps.sweep()
         if actions:
             self.perform(actions)
             self.kick()
