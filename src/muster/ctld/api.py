@@ -31,6 +31,7 @@ from muster.ctld.acct_api import accounting_routes
 from muster.ctld.actions import parse_signal
 from muster.ctld.context import Context
 from muster.ctld.identity import Identity
+from muster.ctld.observe_api import build_observe_routes
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
@@ -567,4 +568,5 @@ def build_routes(ctx: Context) -> list[Route]:
         Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),
         *build_step_routes(ctx, caller, parse, handler, private),
         *build_reconfig_routes(ctx, caller, handler),
+        *build_observe_routes(ctx, caller, handler),
     ]
