@@ -23,6 +23,8 @@ from starlette.applications import Starlette
 from muster.core.clock import Clock, SystemClock
 from muster.core.config import Config
 from muster.core.errors import StorageError
+from muster.core.hostlist import compress
+from muster.core.states import JobState
 from muster.ctld.api import build_routes
 from muster.ctld.controller import Action, Controller
 from muster.ctld.dispatch import Dispatcher
@@ -161,6 +163,17 @@ class CtldApp:
         seconds = self.clock.monotonic() - t0
         self.stats.observe_pass(result.decisions.stats, seconds, now)
         self.pass_log.log(self.passes, result.decisions.stats, seconds)
+        for start in result.decisions.starts:  # as slurmctld logs each allocation
+            job = self.controller.jobs.get(start.job_id)
+            if job is not None and job.start_time is not None and job.state is JobState.RUNNING:
+                log.info(
+                    "sched: Allocate JobId=%d NodeList=%s #CPUs=%d Partition=%s",
+                    start.job_id,
+                    compress([a.node for a in start.alloc]),
+                    sum(a.cpus for a in start.alloc),
+                    start.partition,
+                    extra={"job_id": start.job_id, "pass_id": self.passes},
+                )
         self.perform(result.actions)
         if result.decisions.starts:
             self.steps.notify()  # srun and salloc wait for their allocations to start

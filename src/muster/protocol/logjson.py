@@ -6,7 +6,8 @@ A JSON line carries ``time`` (ISO 8601, UTC, milliseconds), ``level``, ``logger`
 for an agent), and the structured fields known for the event: ``job_id``, ``node``,
 ``pass_id``, and any others a caller passes with ``extra={"fields": {...}}``. Fields
 passed explicitly win; otherwise ``job_id`` and ``node`` are read from the message when it
-names them the way muster's log lines do ("job 12: ...", "node gpu3 not responding"), so
+names them the way muster's log lines do ("job 12: ...", "JobId=12", "node gpu3 not
+responding"), so
 every existing line gains them. A traceback goes into ``exc_info`` as text.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 __all__ = ["LOG_FORMATS", "JsonFormatter", "setup_logging"]
 
 LOG_FORMATS = ("text", "json")
-_JOB_RE = re.compile(r"\bjob (\d+)\b")
+_JOB_RE = re.compile(r"\b(?:job |JobId=)(\d+)\b")
 _NODE_RE = re.compile(r"\bnode ([A-Za-z0-9][A-Za-z0-9_.\-\[\],]*)")
 _KNOWN = ("job_id", "node", "pass_id")
 
