@@ -1,0 +1,73 @@
+"""The routes that watch the controller, through the ASGI app (no socket): /metrics is off
+unless MetricsType enables it, hides per-user families under PrivateData, and the probes
+say why the controller is not ready or not healthy."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from starlette.testclient import TestClient
+
+from muster.core.clock import ManualClock
+from muster.core.config import parse_config
+from muster.ctld.app import CtldApp
+
+CONF = """
+ClusterName=t
+StateSaveLocation={state}
+NodeName=node[1-2] CPUs=4 RealMemory=1000
+PartitionName=p Nodes=ALL Default=YES State=UP
+"""
+
+
+def app(tmp_path: pathlib.Path, extra: str = "") -> CtldApp:
+    config = parse_config(CONF.format(state=tmp_path) + extra, str(tmp_path / "muster.conf"))
+    return CtldApp(config, b"k" * 32, ManualClock(1000.0), str(tmp_path / "muster.db"))
+
+
+def test_metrics_are_off_unless_metricstype_is_set(tmp_path: pathlib.Path) -> None:
+    client = TestClient(app(tmp_path).asgi)
+    answer = client.get("/metrics")
+    assert answer.status_code == 404 and "MetricsType" in answer.text
+
+
+def test_metrics_are_served_by_section(tmp_path: pathlib.Path) -> None:
+    client = TestClient(app(tmp_path, "MetricsType=metrics/openmetrics\n").asgi)
+    everything = client.get("/metrics")
+    assert everything.status_code == 200 and everything.headers["content-type"].startswith("text/plain")
+    assert "slurm_nodes_unknown 2.0" in everything.text and "slurm_user_jobs" in everything.text
+    nodes = client.get("/metrics/nodes").text
+    assert "slurm_nodes_unknown" in nodes and "slurm_jobs_pending" not in nodes
+    assert client.get("/metrics/nosuch").status_code == 404
+
+
+@pytest.mark.parametrize("hidden", ["jobs", "users", "accounts", "all"])
+def test_private_data_hides_the_per_user_families(tmp_path: pathlib.Path, hidden: str) -> None:
+    client = TestClient(app(tmp_path, f"MetricsType=metrics/openmetrics\nPrivateData={hidden}\n").asgi)
+    assert "slurm_user_jobs" not in client.get("/metrics").text
+    assert "slurm_account_jobs" not in client.get("/metrics").text
+    assert client.get("/metrics/jobs-users-accts").status_code == 403
+
+
+def test_probes_before_and_after_the_loops_start(tmp_path: pathlib.Path) -> None:
+    ctld = app(tmp_path)
+    client = TestClient(ctld.asgi)
+    assert client.get("/livez").status_code == 200
+    not_ready = client.get("/readyz")
+    assert not_ready.status_code == 503 and "loops not running" in not_ready.text
+    with TestClient(ctld.asgi) as running:  # the lifespan starts the loops
+        assert running.get("/readyz").text == "ok\n"
+        assert running.get("/healthz").text == "ok\n"
+        ctld.clock.advance(5)  # type: ignore[attr-defined] - the loop has not run for 5 s
+        stalled = running.get("/healthz")
+        assert stalled.status_code == 503 and "stalled" in stalled.text
+        assert running.get("/livez").status_code == 200
+    after = client.get("/readyz")
+    assert after.status_code == 503 and "store is not open" in after.text
+
+
+def test_diag_over_tcp_wants_a_credential(tmp_path: pathlib.Path) -> None:
+    client = TestClient(app(tmp_path).asgi)
+    assert client.get("/v1/diag").status_code == 401
+    assert client.post("/v1/diag/reset").status_code == 401
