@@ -21,7 +21,7 @@ from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
 from muster.core import goodput
@@ -284,7 +284,7 @@ class ControllerCollector:
     def _scheduler(self) -> Iterator[Metric]:
         s = self.stats
         d = s.diag
-        yield CounterMetricFamily("slurm_schedule_cycle", "Main scheduling cycles since start", value=s.passes)
+        yield _gauge("slurm_schedule_cycle_cnt", "Main scheduling cycles since the last reset", d.cycles)
         yield _gauge("slurm_schedule_cycle_last", "Last main scheduling cycle, microseconds", d.cycle_last_us)
         yield _gauge(
             "slurm_schedule_cycle_max", "Longest main cycle since the last reset, microseconds", d.cycle_max_us
@@ -294,8 +294,8 @@ class ControllerCollector:
             "slurm_schedule_cycle_depth_mean", "Mean jobs examined per cycle since the last reset", _depth_mean(d)
         )
         yield _gauge("slurm_schedule_queue_len", "Pending jobs seen by the last cycle", d.queue_last)
-        yield CounterMetricFamily(
-            "slurm_backfilled_jobs", "Jobs started by backfill since the controller started", value=s.backfilled_total
+        yield _gauge(
+            "slurm_backfilled_jobs", "Jobs started by backfill since the controller started", s.backfilled_total
         )
         yield _gauge("slurm_bf_cycle_last", "Last backfill cycle, microseconds", d.bf_last_us)
         yield _gauge("slurm_bf_cycle_max", "Longest backfill cycle since the last reset, microseconds", d.bf_max_us)

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 
 from muster.sched.decisions import PassStats
 
@@ -92,6 +92,7 @@ class ServerStats:
         self.passes = 0
         self.last_pass: PassStats | None = None
         self.last_pass_seconds = 0.0
+        disable_created_metrics()  # no ``*_created`` series: they double what is exported
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.phase_seconds = Histogram(

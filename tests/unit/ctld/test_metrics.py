@@ -122,7 +122,7 @@ def test_a_pass_is_counted_for_sdiag_and_as_phase_histograms(tmp_path: pathlib.P
     assert (d.cycles, d.cycle_last_us, d.queue_last, d.bf_cycles, d.bf_last_us) == (1, 4000, 5, 1, 2000)
     m = scrape(ctl, stats)
     assert m[("muster_sched_phase_seconds_count", (("phase", "4.placement"),))] == 1
-    assert m[("slurm_backfilled_jobs_total", ())] == 1
+    assert m[("slurm_backfilled_jobs", ())] == 1 and m[("slurm_schedule_cycle_cnt", ())] == 1
     assert m[("slurm_schedule_cycle_last", ())] == 4000
     assert m[("muster_sched_last_pass", (("count", "started"),))] == 2
 
@@ -179,3 +179,31 @@ def test_a_bad_metrics_or_log_format_is_refused(key: str, bad: str, good: str) -
     with pytest.raises(ConfigError, match=f"bad {key}"):
         parse_config(f"{key}={bad}\n" + CONF, "t.conf")
     assert parse_config(f"{key}={good}\n" + CONF, "t.conf").get(key) == good
+
+
+def test_docs_name_every_metric(tmp_path: pathlib.Path) -> None:
+    import re
+
+    from muster.agent.gpus import emulate
+    from muster.agent.metrics import AgentCollector
+
+    class _Agent:  # what AgentCollector reads of a daemon
+        node = type("N", (), {"name": "node1"})()
+        inventory = emulate(2, None)
+        supervisor = type("S", (), {"jobs": {}})()
+        _gpu_faults: set = set()
+
+    ctl, stats = make(tmp_path)
+    ps = PassStats()
+    stats.observe_pass(ps, 0.001, 1000.0)
+    text = ControllerCollector(ctl, stats, user_labels=True).render().decode()
+    text += AgentCollector(_Agent()).render().decode()
+    docs = (pathlib.Path(__file__).parents[3] / "docs" / "metrics.md").read_text()
+    missing = []
+    for fam in text_string_to_metric_families(text):
+        name = fam.name
+        m = re.fullmatch(r"slurm_(partition|user|account)_jobs_(\w+)", name)
+        if f"`{name}" in docs or (m and f"slurm_{m.group(1)}_jobs_<state>" in docs and f"`{m.group(2)}`" in docs):
+            continue
+        missing.append(name)
+    assert not missing, missing
