@@ -207,3 +207,16 @@ def test_docs_name_every_metric(tmp_path: pathlib.Path) -> None:
             continue
         missing.append(name)
     assert not missing, missing
+
+
+def test_the_grafana_dashboard_uses_only_documented_metrics() -> None:
+    import re
+
+    root = pathlib.Path(__file__).parents[3] / "docs"
+    dashboard = json.loads((root / "grafana" / "muster-dashboard.json").read_text())
+    docs = (root / "metrics.md").read_text()
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) > 20
+    names = {n for e in exprs for n in re.findall(r"\b((?:slurm|muster)_[a-z_]+)", e)}
+    bases = {re.sub(r"_(bucket|count|sum|total)$", "", n) for n in names}
+    assert not [b for b in bases if f"`{b}" not in docs]
