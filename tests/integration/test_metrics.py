@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import urllib.request
@@ -63,6 +64,51 @@ def _word(state: str) -> str:
     return {"NODE_FAIL": "node_failed", "BOOT_FAIL": "boot_failed"}.get(state, state.lower())
 
 
+def compare_with_squeue_and_sinfo(h: Harness) -> dict[tuple[str, tuple], float]:
+    """Scrape, run squeue and sinfo, scrape again; the two scrapes must agree (nothing
+    moved meanwhile) and every count must equal what the commands show. Returns the scrape."""
+    before = scrape(h)
+    squeue = h.run(["squeue", "-t", "all", "-h", "-o", "%i %P %T %u"])
+    sinfo = h.run(["sinfo", "-N", "-h", "-o", "%N %T %C"])
+    complete = h.run(["sinfo", "-N", "-h", "-O", "NodeList:20,StateComplete:40"])
+    m = scrape(h)
+    assert squeue.returncode == 0 and sinfo.returncode == 0 and complete.returncode == 0, sinfo.stderr + complete.stderr
+    stable = (
+        "slurm_jobs",
+        "slurm_nodes",
+        "slurm_partition_jobs",
+        "slurm_user_jobs",
+        "slurm_node_",
+        "muster_node_state",
+    )
+    assert {k: v for k, v in before.items() if k[0].startswith(stable)} == {
+        k: v for k, v in m.items() if k[0].startswith(stable)
+    }, "the cluster changed during the comparison"
+    rows = [line.split() for line in squeue.stdout.splitlines()]
+    states = Counter(_word(r[2]) for r in rows)
+    assert m[("slurm_jobs", ())] == len(rows)
+    for word in ("pending", "running", "completed", "failed", "cancelled", "timeout", "node_failed"):
+        assert m[(f"slurm_jobs_{word}", ())] == states[word], word
+    for (part, word), n in Counter((r[1], _word(r[2])) for r in rows).items():
+        assert m[(f"slurm_partition_jobs_{word}", (("partition", part),))] == n
+    for (user, word), n in Counter((r[3], _word(r[2])) for r in rows).items():
+        assert m[(f"slurm_user_jobs_{word}", (("username", user),))] == n
+    nodes = [line.split() for line in sinfo.stdout.splitlines()]
+    assert m[("slurm_nodes", ())] == len(nodes)
+    for name, state, cpus in nodes:
+        assert m[("muster_node_state", (("node", name), ("state", state)))] == 1
+        assert m[("slurm_node_cpus_alloc", (("node", name),))] == int(cpus.split("/")[0])
+    words = Counter(state.rstrip("*") for _n, state, _c in nodes)
+    assert m[("slurm_nodes_drain", ())] == words["drained"] + words["draining"]
+    assert m[("slurm_nodes_down", ())] == words["down"]
+    assert m[("slurm_nodes_noresp", ())] == sum(1 for _n, state, _c in nodes if state.endswith("*"))
+    # base states, whatever the flags: StateComplete's first word (idle+drain, down*+drain...)
+    bases = Counter(line.split()[1].split("+")[0].rstrip("*") for line in complete.stdout.splitlines())
+    for word, metric in {"idle": "idle", "mixed": "mixed", "allocated": "alloc", "down": "down"}.items():
+        assert m[(f"slurm_nodes_{metric}", ())] == bases[word], (word, complete.stdout)
+    return m
+
+
 def test_every_count_equals_squeue_and_sinfo_while_jobs_run_fail_and_requeue(mcluster: Harness) -> None:
     h = mcluster
     done = h.sbatch("--wrap", "true")
@@ -79,36 +125,11 @@ def test_every_count_equals_squeue_and_sinfo_while_jobs_run_fail_and_requeue(mcl
     assert h.run(["scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=metrics test"]).returncode == 0
     try:
         time.sleep(1.0)  # let the pending job's pass settle
-        before = scrape(h)
-        squeue = h.run(["squeue", "-t", "all", "-h", "-o", "%i %P %T %u"])
-        sinfo = h.run(["sinfo", "-N", "-h", "-o", "%N %T %C"])
-        after = scrape(h)
-        assert squeue.returncode == 0 and sinfo.returncode == 0, squeue.stderr + sinfo.stderr
-        stable = ("slurm_jobs", "slurm_nodes", "slurm_partition_jobs", "slurm_user_jobs", "slurm_node_")
-        assert {k: v for k, v in before.items() if k[0].startswith(stable)} == {
-            k: v for k, v in after.items() if k[0].startswith(stable)
-        }, "the cluster changed during the comparison"
-        m = after
-        rows = [line.split() for line in squeue.stdout.splitlines()]
-        states = Counter(_word(r[2]) for r in rows)
-        assert m[("slurm_jobs", ())] == len(rows)
-        for word in ("pending", "running", "completed", "failed", "cancelled", "timeout", "node_failed"):
-            assert m[(f"slurm_jobs_{word}", ())] == states[word], word
-        assert states["completed"] >= 1 and states["failed"] >= 1 and states["pending"] >= 2
+        m = compare_with_squeue_and_sinfo(h)
+        assert m[("slurm_jobs_completed", ())] >= 1 and m[("slurm_jobs_failed", ())] >= 1
+        assert m[("slurm_jobs_pending", ())] >= 2
         assert m[("slurm_jobs_requeued", ())] == 1 and m[("slurm_jobs_held", ())] == 1
-        by_part = Counter((r[1], _word(r[2])) for r in rows)
-        for (part, word), n in by_part.items():
-            assert m[(f"slurm_partition_jobs_{word}", (("partition", part),))] == n
-        by_user = Counter((r[3], _word(r[2])) for r in rows)
-        for (user, word), n in by_user.items():
-            assert m[(f"slurm_user_jobs_{word}", (("username", user),))] == n
-        nodes = [line.split() for line in sinfo.stdout.splitlines()]
-        for name, state, cpus in nodes:
-            assert m[("muster_node_state", (("node", name), ("state", state)))] == 1
-            assert m[("slurm_node_cpus_alloc", (("node", name),))] == int(cpus.split("/")[0])
-        words = Counter(state.rstrip("*") for _n, state, _c in nodes)
-        assert m[("slurm_nodes_drain", ())] == words["drained"] + words["draining"] + words["drain"]
-        assert m[("slurm_nodes_idle", ())] + m[("slurm_nodes_mixed", ())] + m[("slurm_nodes_alloc", ())] == len(nodes)
+        assert m[("slurm_nodes_drain", ())] == 1
         job = h.job(running)
         assert m[("slurm_node_gpus_alloc", (("node", job["nodelist"]),))] >= 2
         assert m[("muster_job_requeues_total", (("reason", "scontrol"),))] == 1
@@ -178,3 +199,32 @@ def test_both_daemons_log_one_json_object_per_line(mcluster: Harness) -> None:
     agent_lines = [json.loads(x) for x in open(agent).read().splitlines() if x.strip()]
     assert agent_lines and all(x["node"] == "node1" and x["daemon"] == "musterd" for x in agent_lines)
     assert os.path.getsize(ctld) > 0
+
+
+def test_a_node_failure_and_its_requeue_are_counted(tmp_path_factory: pytest.TempPathFactory) -> None:
+    h = Harness(
+        ClusterShape(nodes=3, gpus_per_node=2, cpus_per_node=4, mem_per_node=8000),
+        settings={"MetricsType": "metrics/openmetrics", "SlurmdTimeout": "4", "KillWait": "2"},
+    )
+    h.up()
+    try:
+        job_id = h.sbatch("--requeue", "--wrap", 'touch "ran-${SLURM_RESTART_COUNT:-0}"; sleep 60')
+        victim = h.wait_state(job_id, "RUNNING")["nodelist"]
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(h.workdir, "ran-0")):  # its script runs: not a failed launch
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        pid = h.cluster._alive(victim)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        rerun = h.wait_job(job_id, lambda j: j["restart_count"] == 1 and j["state"] == "RUNNING", timeout=30)
+        assert rerun["nodelist"] != victim
+        m = compare_with_squeue_and_sinfo(h)
+        assert m[("slurm_nodes_down", ())] == 1
+        assert m[("muster_node_state", (("node", victim), ("state", "down*")))] == 1
+        assert m[("muster_job_requeues_total", (("reason", "node_fail"),))] == 1
+        assert m[("muster_job_events_total", (("kind", "node_fail"),))] == 1
+        assert "Jobs failed:    1" in sdiag(h).stdout.splitlines()
+        h.run(["scancel", str(job_id)])
+    finally:
+        h.down()
