@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -80,17 +81,6 @@ def node_state_word(node: NodeRuntime) -> str:
     return text
 
 
-def _job_flags(job: Any) -> list[str]:
-    flags = []
-    if job.completing:
-        flags.append("completing")
-    if job.state is JobState.PENDING and job.restart_count > 0:
-        flags.append("requeued")
-    if job.state is JobState.PENDING and getattr(job, "hold", None):
-        flags.append("held")
-    return flags
-
-
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
@@ -111,16 +101,17 @@ class ControllerCollector:
 
     def collect(self, sections: Iterable[str] = SECTIONS) -> Iterator[Metric]:
         wanted = set(sections)
-        jobs = list(self.ctl.jobs.values())
-        if "jobs" in wanted:
-            yield from self._jobs(jobs)
+        jobs = self.ctl.jobs.values()
+        tally = _tally(jobs) if wanted & {"jobs", "partitions", "jobs-users-accts"} else None
+        if tally is not None and "jobs" in wanted:
+            yield from self._jobs(tally)
         if "nodes" in wanted:
             yield from self._nodes()
-        if "partitions" in wanted:
-            yield from self._partitions(jobs)
-        if "jobs-users-accts" in wanted and self.user_labels:
-            yield from self._by_label(jobs, "user", "username", lambda j: j.user)
-            yield from self._by_label(jobs, "account", "account", lambda j: j.spec.account or j.user)
+        if tally is not None and "partitions" in wanted:
+            yield from self._partitions(tally)
+        if tally is not None and "jobs-users-accts" in wanted and self.user_labels:
+            yield from _by_label(tally.by_user, "user", "username")
+            yield from _by_label(tally.by_account, "account", "account")
         if "scheduler" in wanted:
             yield from self._scheduler()
         if "muster" in wanted:
@@ -128,28 +119,22 @@ class ControllerCollector:
 
     # --- jobs ---------------------------------------------------------------------------
 
-    def _jobs(self, jobs: list[Any]) -> Iterator[Metric]:
-        states: Tally[str] = Tally()
-        flags: Tally[str] = Tally()
-        cpus = gpus = nodes = mem = 0
-        for job in jobs:
-            states[_JOB_WORDS[job.state]] += 1
-            flags.update(_job_flags(job))
-            if job.is_active:
-                for a in job.alloc:
-                    cpus += a.cpus
-                    gpus += len(a.gpu_ids)
-                    mem += a.mem
-                nodes += len(job.alloc)
-        yield _gauge("slurm_jobs", "Jobs in the controller's memory (squeue -t all)", len(jobs))
+    def _jobs(self, t: _Tally) -> Iterator[Metric]:
+        yield _gauge("slurm_jobs", "Jobs in the controller's memory (squeue -t all)", t.jobs)
         for word in _JOB_WORDS.values():
-            yield _gauge(f"slurm_jobs_{word}", f"Jobs in state {word.upper()}", states[word])
+            yield _gauge(f"slurm_jobs_{word}", f"Jobs in state {word.upper()}", t.total[word])
         for flag in _JOB_FLAGS:
-            yield _gauge(f"slurm_jobs_{flag}", f"Jobs flagged {flag}", flags[flag])
-        yield _gauge("slurm_jobs_cpus_alloc", "CPUs allocated to running and completing jobs", cpus)
-        yield _gauge("slurm_jobs_gpus_alloc", "GPUs allocated to running and completing jobs", gpus)
-        yield _gauge("slurm_jobs_nodes_alloc", "Node allocations held by running and completing jobs", nodes)
-        yield _gauge("slurm_jobs_memory_alloc_bytes", "Memory allocated to running and completing jobs", mem * _MB)
+            yield _gauge(f"slurm_jobs_{flag}", f"Jobs flagged {flag}", t.total[flag])
+        yield _gauge("slurm_jobs_cpus_alloc", "CPUs allocated to running and completing jobs", t.total["cpus_alloc"])
+        yield _gauge("slurm_jobs_gpus_alloc", "GPUs allocated to running and completing jobs", t.total["gpus_alloc"])
+        yield _gauge(
+            "slurm_jobs_nodes_alloc", "Node allocations held by running and completing jobs", t.total["nodes_alloc"]
+        )
+        yield _gauge(
+            "slurm_jobs_memory_alloc_bytes",
+            "Memory allocated to running and completing jobs",
+            t.total["mem_alloc"] * _MB,
+        )
 
     # --- nodes --------------------------------------------------------------------------
 
@@ -214,15 +199,9 @@ class ControllerCollector:
 
     # --- partitions ---------------------------------------------------------------------
 
-    def _partitions(self, jobs: list[Any]) -> Iterator[Metric]:
-        by_part: dict[str, Tally[str]] = {p.name: Tally() for p in self.ctl.config.partitions}
-        for job in jobs:
-            # A job submitted to several partitions counts in each until it starts in one.
-            names = [job.partition] if job.is_active or job.state.is_terminal else job.partition.split(",")
-            for name in names:
-                tally = by_part.setdefault(name, Tally())
-                tally[_JOB_WORDS[job.state]] += 1
-                tally.update(_job_flags(job))
+    def _partitions(self, t: _Tally) -> Iterator[Metric]:
+        by_part = {p.name: Tally[str]() for p in self.ctl.config.partitions}
+        by_part.update(t.by_part)
         families = {
             word: GaugeMetricFamily(
                 f"slurm_partition_jobs_{word}", f"Jobs of the partition in state {word}", labels=["partition"]
@@ -256,29 +235,6 @@ class ControllerCollector:
         yield from families.values()
         yield from res.values()
 
-    # --- users and accounts -------------------------------------------------------------
-
-    def _by_label(self, jobs: list[Any], kind: str, label: str, key: Any) -> Iterator[Metric]:
-        by: dict[str, Tally[str]] = {}
-        for job in jobs:
-            tally = by.setdefault(key(job), Tally())
-            tally[_JOB_WORDS[job.state]] += 1
-            tally.update(_job_flags(job))
-            if job.is_active:
-                tally["cpus_alloc"] += sum(a.cpus for a in job.alloc)
-                tally["gpus_alloc"] += sum(len(a.gpu_ids) for a in job.alloc)
-        words = (*_JOB_WORDS.values(), *_JOB_FLAGS, "cpus_alloc", "gpus_alloc")
-        total = GaugeMetricFamily(f"slurm_{kind}_jobs", f"Jobs of the {kind}", labels=[label])
-        families = {
-            w: GaugeMetricFamily(f"slurm_{kind}_jobs_{w}", f"Jobs of the {kind}: {w}", labels=[label]) for w in words
-        }
-        for name, tally in sorted(by.items()):
-            total.add_metric([name], sum(tally[w] for w in _JOB_WORDS.values()))
-            for w, fam in families.items():
-                fam.add_metric([name], tally[w])
-        yield total
-        yield from families.values()
-
     # --- scheduler ----------------------------------------------------------------------
 
     def _scheduler(self) -> Iterator[Metric]:
@@ -311,7 +267,7 @@ class ControllerCollector:
 
     # --- muster's own -------------------------------------------------------------------
 
-    def _muster(self, jobs: list[Any]) -> Iterator[Metric]:
+    def _muster(self, jobs: Iterable[Any]) -> Iterator[Metric]:
         yield from self.stats.registry.collect()
         yield _gauge("muster_ctld_start_time_seconds", "When the controller started (epoch)", self.stats.started)
         mono = self.ctl.clock.monotonic()
@@ -326,7 +282,7 @@ class ControllerCollector:
         )
         yield from self._goodput(jobs)
 
-    def _goodput(self, jobs: list[Any]) -> Iterator[Metric]:
+    def _goodput(self, jobs: Iterable[Any]) -> Iterator[Metric]:
         """The cluster's goodput over the jobs in memory that reported progress
         (``core.goodput``); jobs that reported nothing count in allocated time only."""
         now = self.ctl.clock.now()
@@ -370,6 +326,88 @@ class ControllerCollector:
             yield _gauge(
                 "muster_goodput_ratio", "GPU-time-weighted goodput of the jobs that report progress", weighted / weight
             )
+
+
+@dataclass(slots=True)
+class _Tally:
+    """The jobs in memory counted once per scrape: by state and flag word (and the
+    resources running jobs hold), overall and by partition, user and account."""
+
+    jobs: int = 0
+    total: Tally[str] = field(default_factory=Tally)
+    by_part: dict[str, Tally[str]] = field(default_factory=dict)
+    by_user: dict[str, Tally[str]] = field(default_factory=dict)
+    by_account: dict[str, Tally[str]] = field(default_factory=dict)
+
+
+def _tally(jobs: Iterable[Any]) -> _Tally:
+    """One pass over the jobs, grouping them by what the families tell apart (a queue of
+    100,000 jobs makes a few hundred groups), then the groups into the tallies."""
+    pending, running = JobState.PENDING, JobState.RUNNING
+    groups: dict[tuple[Any, ...], int] = {}
+    held: dict[tuple[str, str], Tally[str]] = {}  # (user, account) -> resources held
+    t = _Tally()
+    for job in jobs:
+        state = job.state
+        waiting = state is pending
+        account = job.spec.account or job.user
+        key = (
+            state,
+            job.completing,
+            waiting and job.restart_count > 0,
+            waiting and job.hold is not None,
+            # a pending job submitted to several partitions counts in each until it starts
+            job.partition,
+            waiting,
+            job.user,
+            account,
+        )
+        groups[key] = groups.get(key, 0) + 1
+        if state is running or job.completing:
+            res = held.setdefault((job.user, account), Tally())
+            for a in job.alloc:
+                res["cpus_alloc"] += a.cpus
+                res["gpus_alloc"] += len(a.gpu_ids)
+                res["mem_alloc"] += a.mem
+                res["nodes_alloc"] += 1
+    for (state, completing, requeued, is_held, partition, waiting, user, account), n in groups.items():
+        words = [_JOB_WORDS[state]]
+        if completing:
+            words.append("completing")
+        if requeued:
+            words.append("requeued")
+        if is_held:
+            words.append("held")
+        parts = partition.split(",") if waiting else [partition]
+        t.jobs += n
+        for tally in (
+            t.total,
+            *(t.by_part.setdefault(p, Tally()) for p in parts),
+            t.by_user.setdefault(user, Tally()),
+            t.by_account.setdefault(account, Tally()),
+        ):
+            for w in words:
+                tally[w] += n
+    for (user, account), res in held.items():
+        t.total.update(res)
+        t.by_user.setdefault(user, Tally()).update(res)
+        t.by_account.setdefault(account, Tally()).update(res)
+    return t
+
+
+def _by_label(by: dict[str, Tally[str]], kind: str, label: str) -> Iterator[Metric]:
+    words = (*_JOB_WORDS.values(), *_JOB_FLAGS, "cpus_alloc", "gpus_alloc")
+    total = GaugeMetricFamily(f"slurm_{kind}_jobs", f"Jobs of the {kind}", labels=[label])
+    families = {
+        w: GaugeMetricFamily(f"slurm_{kind}_jobs_{w}", f"Jobs of the {kind}: {w}", labels=[label]) for w in words
+    }
+    for name, tally in sorted(by.items()):
+        total.add_metric([name], sum(tally[w] for w in _JOB_WORDS.values()))
+        for w, fam in families.items():
+            if tally[w]:  # only the non-zero series: users times states would make thousands of zeros
+                fam.add_metric([name], tally[w])
+    yield total
+    yield from families.values()
 
 
 def _mean(d: Any) -> float:
