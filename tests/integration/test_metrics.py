@@ -214,6 +214,7 @@ def test_a_node_failure_and_its_requeue_are_counted(tmp_path_factory: pytest.Tem
         while not os.path.exists(os.path.join(h.workdir, "ran-0")):  # its script runs: not a failed launch
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        time.sleep(2.0)  # and the controller has the agent's answer to the launch (else: a failed launch)
         pid = h.cluster._alive(victim)
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
