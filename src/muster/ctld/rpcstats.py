@@ -4,16 +4,18 @@ statistics" show them: an ASGI wrapper around the controller's app.
 A request's type is Slurm's name for the message it stands for (``REQUEST_JOB_INFO`` for
 ``GET /v1/jobs``, ``REQUEST_SUBMIT_BATCH_JOB`` for ``POST /v1/jobs``, ...), or, for a
 route Slurm has no message for, ``METHOD /path`` with the route's template. The user is
-the identity the route proved (``api.IDENTITY_KEY``); agents' requests count under
-``SlurmUser``. Probes and scrapes (``/metrics``, ``/livez``...) are not counted.
+the identity the route proved (``api.IDENTITY_KEY``), else the Unix socket's peer (its
+uid, from the kernel); agents' requests count under ``SlurmUser``. Probes and scrapes (``/metrics``, ``/livez``...) are not counted.
 """
 
 from __future__ import annotations
 
+import pwd
 from typing import Any
 
 from muster.core.clock import Clock
 from muster.ctld.stats import ServerStats
+from muster.protocol.httpd import PEER_KEY
 
 __all__ = ["MESSAGE_TYPES", "RpcStats", "message_type"]
 
@@ -55,6 +57,18 @@ class RpcStats:
         self.stats = stats
         self.clock = clock
         self.slurm_user = slurm_user
+        self._names: dict[int, str] = {}
+
+    def _user_name(self, uid: int) -> str:
+        name = self._names.get(uid)
+        if name is None:
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                name = str(uid)
+            if len(self._names) < 65536:
+                self._names[uid] = name
+        return name
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"].startswith(_NOT_COUNTED):
@@ -68,8 +82,12 @@ class RpcStats:
             template = getattr(route, "path", None) or scope["path"]
             name, number = message_type(scope["method"], template)
             who = scope.get(_IDENTITY_KEY)
+            peer = scope.get(PEER_KEY)
             if who is not None:
                 user, uid = who.user, who.uid
+            elif peer is not None:  # a route that did not need to ask who calls: the kernel says
+                uid = int(peer[1])
+                user = self._user_name(uid)
             elif template.startswith("/v1/agent/"):
                 user, uid = self.slurm_user
             else:

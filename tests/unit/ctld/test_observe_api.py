@@ -5,6 +5,7 @@ say why the controller is not ready or not healthy."""
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -12,6 +13,9 @@ from starlette.testclient import TestClient
 from muster.core.clock import ManualClock
 from muster.core.config import parse_config
 from muster.ctld.app import CtldApp
+from muster.protocol.httpd import PEER_KEY
+
+NOBODY = 65534
 
 CONF = """
 ClusterName=t
@@ -71,3 +75,32 @@ def test_diag_over_tcp_wants_a_credential(tmp_path: pathlib.Path) -> None:
     client = TestClient(app(tmp_path).asgi)
     assert client.get("/v1/diag").status_code == 401
     assert client.post("/v1/diag/reset").status_code == 401
+
+
+def as_user(asgi: Any, uid: int) -> Any:
+    """The app as reached over the Unix socket by ``uid`` (SO_PEERCRED's answer)."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            scope = {**scope, PEER_KEY: (1, uid, uid)}
+        await asgi(scope, receive, send)
+
+    return app
+
+
+def test_sdiag_rows_by_user_follow_private_data_and_only_admins_reset(tmp_path: pathlib.Path) -> None:
+    ctld = app(tmp_path, "PrivateData=users\n")
+    root, nobody = TestClient(as_user(ctld.asgi, 0)), TestClient(as_user(ctld.asgi, NOBODY))
+    assert root.get("/v1/partitions").status_code == 200
+    assert nobody.get("/v1/partitions").status_code == 200
+    mine = nobody.get("/v1/diag").json()
+    assert [r[1] for r in mine["rpc_users"]] == [NOBODY]
+    everyone = root.get("/v1/diag").json()
+    assert sorted(r[1] for r in everyone["rpc_users"]) == [0, NOBODY]
+    assert ["REQUEST_PARTITION_INFO", 2009, 2] == everyone["rpc_types"][0][:3]
+    refused = nobody.post("/v1/diag/reset", json={})
+    assert refused.status_code == 403 and refused.json()["error"] == "Access/permission denied"
+    assert root.get("/v1/diag").json()["rpc_types"] != []  # nothing was reset
+    assert root.post("/v1/diag/reset", json={}).status_code == 200
+    after = root.get("/v1/diag").json()
+    assert after["since"] == 1000.0 and [r[0] for r in after["rpc_types"]] == ["REQUEST_STATS_INFO"]
