@@ -158,7 +158,7 @@ class CtldApp:
         try:
             result = run_pass(self.controller, self.sched_config, now, timer=self.clock.monotonic)
         except StorageError as exc:  # nothing started; the next pass tries again
-            log.error("scheduling pass %d: starts not committed: %s", self.passes, exc)
+            log.error("scheduling pass %d: starts not committed: %s", self.passes, exc, extra={"pass_id": self.passes})
             return 0
         seconds = self.clock.monotonic() - t0
         self.stats.observe_pass(result.decisions.stats, seconds, now)
@@ -191,7 +191,7 @@ class CtldApp:
             try:
                 self.run_pass()
             except Exception:
-                log.exception("scheduling pass %d failed; continuing", self.passes)
+                log.exception("scheduling pass %d failed; continuing", self.passes, extra={"pass_id": self.passes})
             # Let request handlers run between passes under a storm of submissions.
             await asyncio.sleep(0)
 
