@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from muster.core.clock import Clock
+from muster.core.config import Config
 from muster.ctld.controller import Controller
+from muster.ctld.dashview import Samples
 from muster.ctld.stats import ServerStats
 from muster.ctld.steps import StepBook
 from muster.protocol.httpd import Verifier
@@ -21,6 +23,7 @@ class Context(Protocol):
     clock: Clock
     verifier: Verifier
     hostname: str
+    samples: Samples  # the dashboard's charts (``dashview``)
     stats: ServerStats
 
     def store_open(self) -> bool:
@@ -40,3 +43,7 @@ class Context(Protocol):
 
     def perform(self, actions: Sequence[Any]) -> None:
         """Hand actions to dispatch without waiting for them."""
+
+    def use_config(self, config: Config) -> None:
+        """Take a configuration ``scontrol reconfigure`` applied to the controller: what
+        the app itself keeps of it (the scheduler's settings, the agents' client)."""

@@ -54,6 +54,7 @@ def run_pass(ctl: Controller, config: SchedConfig, now: float, timer: Callable[[
     its numbered phases into ``decisions.stats.phase_seconds``, and the controller's own
     steps around it are timed as ``0.snapshot`` and ``5.apply``."""
     t0 = timer() if timer else 0.0
+    ctl.queue.expire_deadlines(now)
     snapshot = build_snapshot(ctl)
     if ctl.accounting is not None:
         ctl.accounting.before_pass(ctl, snapshot, now)

@@ -37,7 +37,7 @@ from typing import Any
 from muster.sim.engine import JobOutcome
 from muster.sim.traces import TraceJob
 
-__all__ = ["TAU", "compute", "format_table", "offered_load", "percentile", "recorded_outcomes", "size_class"]
+__all__ = ["TAU", "compute", "format_table", "grid", "offered_load", "percentile", "recorded_outcomes", "size_class"]
 
 TAU = 10.0
 LATE = 1.0  # a start more than this after its first planned start broke the promise
@@ -194,7 +194,7 @@ def _fmt(spec: str, value: Any) -> str:
     return spec.format(value)
 
 
-def _grid(header: list[str], rows: list[list[str]]) -> str:
+def grid(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = []
     for r in [header, *rows]:
@@ -208,7 +208,7 @@ def format_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """The metrics of one or several runs side by side, then wait and slowdown by size."""
     header = ["metric", *[label for label, _ in runs]]
     rows = [[title, *[_fmt(spec, m.get(key)) for _, m in runs]] for key, title, spec in _ROWS]
-    out = [_grid(header, rows)]
+    out = [grid(header, rows)]
     labels = sorted({c["size"] for _, m in runs for c in m.get("by_size", [])}, key=_class_order)
     if labels:
         header = ["size", *[f"{label}: jobs / wait mean / bsld" for label, _ in runs]]
@@ -221,5 +221,5 @@ def format_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
                     "-" if c is None else f"{c['jobs']:,} / {c['wait_mean']:,.0f} s / {c['bounded_slowdown_mean']:,.1f}"
                 )
             rows.append(row)
-        out.append(_grid(header, rows))
+        out.append(grid(header, rows))
     return "\n\n".join(out)
