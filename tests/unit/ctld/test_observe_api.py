@@ -104,3 +104,20 @@ def test_sdiag_rows_by_user_follow_private_data_and_only_admins_reset(tmp_path: 
     assert root.post("/v1/diag/reset", json={}).status_code == 200
     after = root.get("/v1/diag").json()
     assert after["since"] == 1000.0 and [r[0] for r in after["rpc_types"]] == ["REQUEST_STATS_INFO"]
+
+
+def test_a_reconfigure_turns_the_controllers_metrics_on_at_once(tmp_path: pathlib.Path) -> None:
+    from muster.ctld.reconfig_plan import InUse, plan
+
+    ctld = app(tmp_path)
+    running = ctld.controller.config
+    fresh = parse_config(CONF.format(state=tmp_path) + "MetricsType=metrics/openmetrics\n", running.path)
+    p = plan(running, fresh, InUse())
+    assert p.ok and p.node_side == ["MetricsType"]  # agents follow when they restart
+    client = TestClient(ctld.asgi)
+    assert client.get("/metrics").status_code == 404
+    ctld.controller.config = fresh  # what reconfigure does once the plan is accepted
+    assert client.get("/metrics").status_code == 200
+    log_change = parse_config(CONF.format(state=tmp_path) + "LogFormat=json\n", running.path)
+    refused = plan(running, log_change, InUse())
+    assert not refused.ok and "LogFormat cannot change while musterctld runs" in refused.refusals[0]
