@@ -1,8 +1,10 @@
 """One log line per scheduling pass, with its id, its phase times and its counts.
 
-A pass that started, planned or blocked a job is logged at INFO; an idle pass (nothing
-pending, or nothing that could move) at INFO at most once a minute, otherwise at DEBUG, so
-an idle controller does not fill its log with one line every ``SchedulerInterval``. With
+A pass that started a job, or whose counts differ from the pass before (a job arrived,
+was planned, blocked or set aside), is logged at INFO; a pass like the one before (an
+empty queue, or the same jobs waiting for the same reasons) at INFO at most once a minute,
+otherwise at DEBUG, so a steady controller does not fill its log with one line every
+``SchedulerInterval``. With
 ``LogFormat=json`` the same figures travel as fields (``pass_id``, ``seconds``,
 ``phases``, ``counts``).
 """
@@ -26,11 +28,13 @@ class PassLog:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._last_idle: float | None = None
+        self._last_counts: dict[str, int] | None = None
 
     def log(self, pass_id: int, stats: PassStats, seconds: float) -> int:
         """Log the pass; returns the level used."""
         counts = {name: getattr(stats, name) for name in _COUNTS}
-        busy = stats.started or stats.planned or stats.blocked
+        busy = bool(stats.started) or counts != self._last_counts
+        self._last_counts = counts
         level = logging.INFO if busy else logging.DEBUG
         if not busy:
             mono = self.clock.monotonic()

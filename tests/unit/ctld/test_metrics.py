@@ -139,16 +139,21 @@ def test_rpcs_are_named_as_slurm_names_them() -> None:
     assert d["rpc_users"] == [["alice", 1001, 2, 6000]]
 
 
-def test_an_idle_pass_is_logged_at_info_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_pass_like_the_one_before_is_logged_at_info_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
     clock = ManualClock(0.0)
     plog = PassLog(clock)
     caplog.set_level(logging.DEBUG, logger="musterctld.sched")
     assert plog.log(1, PassStats(started=1), 0.001) == logging.INFO
-    assert plog.log(2, PassStats(), 0.001) == logging.INFO
+    assert plog.log(2, PassStats(), 0.001) == logging.INFO  # counts changed
     clock.advance(1)
-    assert plog.log(3, PassStats(), 0.001) == logging.DEBUG
+    assert plog.log(3, PassStats(), 0.001) == logging.INFO  # idle: the first in a minute
+    clock.advance(1)
+    assert plog.log(4, PassStats(), 0.001) == logging.DEBUG
+    waiting = PassStats(pending_seen=3, examined=3, blocked=3)
+    assert plog.log(5, waiting, 0.001) == logging.INFO  # a change
+    assert plog.log(6, waiting, 0.001) == logging.DEBUG  # the same jobs, the same reasons
     clock.advance(IDLE_EVERY)
-    assert plog.log(4, PassStats(), 0.001) == logging.INFO
+    assert plog.log(7, waiting, 0.001) == logging.INFO
     first = caplog.records[0]
     assert first.pass_id == 1 and first.fields["counts"]["started"] == 1  # type: ignore[attr-defined]
     assert first.getMessage().startswith("pass 1: 1.00 ms")
