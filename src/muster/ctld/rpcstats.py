@@ -79,7 +79,9 @@ class RpcStats:
             await self.app(scope, receive, send)
         finally:
             route = scope.get("route")
-            template = getattr(route, "path", None) or scope["path"]
+            # a path no route matched counts under one name: raw paths would let anyone
+            # grow the table (and the metric's label values) without bound
+            template = getattr(route, "path", None) or "(no route)"
             name, number = message_type(scope["method"], template)
             who = scope.get(_IDENTITY_KEY)
             peer = scope.get(PEER_KEY)

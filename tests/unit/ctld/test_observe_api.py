@@ -121,3 +121,12 @@ def test_a_reconfigure_turns_the_controllers_metrics_on_at_once(tmp_path: pathli
     log_change = parse_config(CONF.format(state=tmp_path) + "LogFormat=json\n", running.path)
     refused = plan(running, log_change, InUse())
     assert not refused.ok and "LogFormat cannot change while musterctld runs" in refused.refusals[0]
+
+
+def test_unknown_paths_count_under_one_name(tmp_path: pathlib.Path) -> None:
+    ctld = app(tmp_path)
+    client = TestClient(as_user(ctld.asgi, 0))
+    for i in range(5):
+        assert client.get(f"/no/such/{i}").status_code == 404
+    types = {r[0]: r[2] for r in client.get("/v1/diag").json()["rpc_types"]}
+    assert types == {"GET (no route)": 5}
