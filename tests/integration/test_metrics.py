@@ -71,6 +71,16 @@ def compare_with_squeue_and_sinfo(h: Harness) -> dict[tuple[str, tuple], float]:
     squeue = h.run(["squeue", "-t", "all", "-h", "-o", "%i %P %T %u"])
     sinfo = h.run(["sinfo", "-N", "-h", "-o", "%N %T %C"])
     complete = h.run(["sinfo", "-N", "-h", "-O", "NodeList:20,StateComplete:40"])
+    by_filter = {
+        metric: len(h.run(["sinfo", "-N", "-h", "-t", word, "-o", "%N"]).stdout.split())
+        for word, metric in (
+            ("idle", "idle"),
+            ("mixed", "mixed"),
+            ("alloc", "alloc"),
+            ("down", "down"),
+            ("drain", "drain"),
+        )
+    }
     m = scrape(h)
     assert squeue.returncode == 0 and sinfo.returncode == 0 and complete.returncode == 0, sinfo.stderr + complete.stderr
     stable = (
@@ -106,6 +116,8 @@ def compare_with_squeue_and_sinfo(h: Harness) -> dict[tuple[str, tuple], float]:
     bases = Counter(line.split()[1].split("+")[0].rstrip("*") for line in complete.stdout.splitlines())
     for word, metric in {"idle": "idle", "mixed": "mixed", "allocated": "alloc", "down": "down"}.items():
         assert m[(f"slurm_nodes_{metric}", ())] == bases[word], (word, complete.stdout)
+    for metric, n in by_filter.items():  # what `sinfo -t STATE` counts
+        assert m[(f"slurm_nodes_{metric}", ())] == n, metric
     return m
 
 
