@@ -36,7 +36,7 @@ class JobSpec:
     """A validated submission. Time values are seconds; memory values are MB.
 
     This is the one schema of a job request: the API's submission model is derived from
-    these fields and their checks (``ctld.api.SpecModel``), so a new option is one field
+    these fields and their checks (``ctld.bodies.SpecModel``), so a new option is one field
     here plus the code that uses it (a scheduler filter, the agent)."""
 
     name: str = _check("sbatch", max_length=1024)

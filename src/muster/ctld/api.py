@@ -10,12 +10,11 @@ sees. State changes are delegated to ``Controller``; side effects to the app (``
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
-from typing import Any, get_type_hints
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -24,17 +23,26 @@ from muster.core.arrays import JobRef, parse_array, parse_job_ref
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError, ResourceBusy
 from muster.core.hetjob import NOT_WHOLE
 from muster.core.hostlist import compress
-from muster.core.job import COUNT, Job, JobSpec
-from muster.core.resources import parse_gres
+from muster.core.job import Job
 from muster.core.states import JobState
-from muster.core.timefmt import MAX_TIME_LIMIT
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.actions import parse_signal
+from muster.ctld.bodies import (
+    HoldBody,
+    NodeUpdateBody,
+    RequeueBody,
+    ReservationBody,
+    SignalBody,
+    SpecModel,
+    SubmitBody,
+    UpdateBody,
+)
 from muster.ctld.context import Context
 from muster.ctld.dashboard import build_dashboard_routes
 from muster.ctld.hetindex import with_id_sets
 from muster.ctld.identity import Identity
 from muster.ctld.jwtauth import USER_HEADER, JwtAuth, token_in
+from muster.ctld.observe_api import build_observe_routes
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
@@ -46,111 +54,6 @@ from muster.protocol.signing import CRED_HEADER, verify_credential
 
 log = logging.getLogger("musterctld.api")
 IDENTITY_KEY = "muster.identity"  # the caller, once proven, for the rest of the request
-
-
-class _SpecBase(BaseModel):
-    """What the submission schema adds to JobSpec's own fields: ``gres`` as sbatch's text
-    (turned into ``gpus_per_node``/``gpu_type``), and the conversion to a ``JobSpec``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gres: str | None = None
-
-    def to_spec(self) -> JobSpec:
-        data = self.model_dump()
-        gres = data.pop("gres")
-        if gres:
-            try:
-                requests = parse_gres(gres)
-            except ValueError as e:
-                raise InvalidRequest(str(e)) from None
-            for r in requests:
-                if r.name != "gpu":
-                    raise InvalidRequest("Invalid generic resource (gres) specification")
-                data["gpus_per_node"] = max(data["gpus_per_node"], r.count)
-                if r.type:
-                    data["gpu_type"] = r.type
-        return JobSpec.from_dict(data)
-
-
-def _spec_fields() -> dict[str, Any]:
-    """JobSpec's fields as pydantic fields, with the checks written next to each."""
-    hints = get_type_hints(JobSpec)
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(JobSpec):
-        checks = dict(f.metadata.get("check", {}))
-        if f.default_factory is not dataclasses.MISSING:
-            spec = Field(default_factory=f.default_factory, **checks)
-        else:
-            spec = Field(f.default, **checks)
-        out[f.name] = (hints[f.name], spec)
-    return out
-
-
-# The submission body: JobSpec's fields, each checked as ``core.job`` says (one schema).
-SpecModel = create_model("SpecModel", __base__=_SpecBase, **_spec_fields())
-
-
-class SubmitBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    spec: SpecModel
-    # A heterogeneous job: every component's request, ``spec`` being the first's.
-    components: list[SpecModel] | None = Field(None, min_length=2, max_length=128)
-
-
-class SignalBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    job_ids: list[int | str] = []  # 123, or array forms "123_4", "123_[1-3]"
-    user: str | None = None
-    name: str | None = None
-    partition: str | None = None
-    states: list[str] | None = None
-    signal: str | int | None = None
-    batch_only: bool = False
-
-
-class HoldBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    admin: bool = True
-
-
-class UpdateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    time_limit: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT)
-    priority: int | None = Field(None, ge=0, le=2**32 - 1)
-    nice: int | None = Field(None, ge=-2147483645, le=2147483645)
-    name: str | None = None
-    partition: str | None = None
-    comment: str | None = None
-    begin_time: float | None = None
-    min_nodes: int | None = Field(None, ge=1, le=COUNT)
-    array_throttle: int | None = Field(None, ge=0, le=COUNT)
-
-
-class RequeueBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    hold: bool = False
-
-
-class NodeUpdateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    names: list[str] = Field(min_length=1)
-    state: str | None = None
-    reason: str | None = Field(None, max_length=1024)
-
-
-class ReservationBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]+$", max_length=256)
-    start_time: float | None = None
-    end_time: float | None = None
-    duration: int | None = Field(None, ge=1)
-    nodes: list[str] | None = None
-    node_cnt: int | None = Field(None, ge=1)
-    users: list[str] | None = None
-    accounts: list[str] | None = None
-    flags: list[str] | None = None
-    partition: str | None = None
 
 
 class _Refused(Exception):
@@ -599,6 +502,7 @@ def build_routes(ctx: Context) -> list[Route]:
         Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),
         *build_step_routes(ctx, caller, parse, handler, private),
         *build_reconfig_routes(ctx, caller, handler),
+        *build_observe_routes(ctx, caller, handler),
         *build_dashboard_routes(ctx, caller, handler, private),
         *build_token_routes(ctx, caller, parse, handler, jwt_auth),
     ]

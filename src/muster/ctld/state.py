@@ -31,6 +31,7 @@ from muster.ctld.arrays import ArrayIndex
 from muster.ctld.identity import Identity, identify
 from muster.ctld.nodes import NodeRuntime, configured_fields
 from muster.ctld.reservations import Reservation
+from muster.ctld.stats import ServerStats
 from muster.ctld.store import Store
 
 log = logging.getLogger("musterctld")
@@ -92,6 +93,8 @@ class ClusterState:
     # monotonic time of the last run of the controller's loop (``liveness``)
     last_tick: float | None = None
     stalls: int = 0
+    # sdiag's and /metrics's running figures (``stats``); set by the app
+    stats: ServerStats | None = field(default=None, repr=False)
 
     # --- start-up -------------------------------------------------------------------
 
@@ -172,9 +175,12 @@ class ClusterState:
         """Commit job changes already made in memory; when the commit fails, memory goes
         back to what the store holds (so a change that was not committed is not applied)
         and the ``StorageError`` goes on to the caller."""
+        t0 = self.clock.monotonic()
         try:
             self.store.record(now, changes, meta=meta)
         except StorageError as exc:
+            if self.stats is not None:
+                self.stats.observe_commit_failure()
             log.error(
                 "could not commit %s of job(s) %s: %s; the change is not applied",
                 "/".join(sorted({k for _j, k, _d in changes})),
@@ -183,6 +189,8 @@ class ClusterState:
             )
             self.reload_jobs(j for j, _k, _d in changes)
             raise
+        if self.stats is not None:
+            self.stats.observe_commit(changes, self.clock.monotonic() - t0)
 
     @contextmanager
     def atomic(self, *jobs: Job) -> Iterator[None]:
