@@ -60,6 +60,7 @@ AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInte
 GpuFaultFile GpuHealthCheckInterval
 AccountingStorageURL
 ExpediteHoldTime
+MetricsType LogFormat
 """
 
 _NODE_KEYS = """
@@ -136,6 +137,12 @@ def preempt_mode(text: str) -> str:
 
 
 BOOL_KEYS = frozenset({"PriorityFavorSmall"})
+# Keys that take one of a few words (case-insensitive): MetricsType is Slurm 25.11's,
+# LogFormat muster's own (docs/metrics.md).
+CHOICE_KEYS = {
+    "MetricsType": ("metrics/openmetrics", "metrics/none"),
+    "LogFormat": ("text", "json"),
+}
 
 TRUE = frozenset({"yes", "true", "1", "on"})
 FALSE = frozenset({"no", "false", "0", "off"})

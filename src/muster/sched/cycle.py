@@ -19,10 +19,11 @@ config always give the same decisions.
                 waits for Resources, those behind it for Priority. Conservative
                 backfill places the jobs holding a plan from the previous pass first,
                 by that plan's start, each plan held in the profile until its job's turn
-                (README.md, "Promises"). Nodes held for a job (a preemptor waiting
-                for its victims, an expedited requeue) are taken out of the profile
-                until that job's turn, where it starts on them first.
-5. preemption   for the jobs still waiting that may preempt (PreemptType): the fewest,
+                (README.md, "Promises"). The components of a heterogeneous job are
+                placed together, all or none (``hetgroups``). Nodes held for a job (a
+                preemptor waiting for its victims, an expedited requeue) are taken out
+                of the profile until that job's turn, where it starts on them first.
+4b. preemption  for the jobs still waiting that may preempt (PreemptType): the fewest,
                 lowest-priority running jobs to evict so they can start, least work
                 lost since a checkpoint first among equals (``preempt``); they start
                 in a later pass, holding the nodes meanwhile.
@@ -39,6 +40,7 @@ from muster.sched.config import SchedConfig
 from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
 from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict, job_duration
+from muster.sched.hetgroups import HetGroups, place_group
 from muster.sched.preempt import Preempting, held_request, hold_active
 from muster.sched.priority import PriorityPolicy, examination_order
 from muster.sched.profile import INF, NodeProfile
@@ -119,7 +121,7 @@ class _Pass:
         self._phase("4.placement")
         if self.preempting.enabled:
             self._preempt(ordered)
-            self._phase("5.preemption")
+            self._phase("4b.preemption")
         return self.d
 
     # -- 1. profile ---------------------------------------------------------------------
@@ -292,7 +294,11 @@ class _Pass:
         examined = waiting = 0
         holds = self._hold_plans(ordered) if config.conservative and self.backfill else {}
         blocks = self._hold_nodes(ordered)
+        hets = HetGroups(self.snap.pending, ordered)  # heterogeneous jobs: all or none
         for job, parts in ordered:
+            if hets and job.het_job_id is not None:
+                place_group(self, hets, job, holds)
+                continue
             if holds:
                 held = holds.pop(job.job_id, None)
                 if held is not None:
@@ -491,7 +497,7 @@ class _Pass:
         if req.reservation is not None and req.allowed and at >= req.allowed[0][0] > self.now:
             self.d.reasons[job.job_id] = Reason.RESERVATION  # waits for its window to open
 
-    # -- 5. preemption ---------------------------------------------------------------------
+    # -- 4b. preemption --------------------------------------------------------------------
     def _preempt(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:
         """Jobs still waiting for Resources or Priority, in priority order, evict the
         running jobs they may preempt when that lets them start (``preempt``)."""
@@ -499,8 +505,8 @@ class _Pass:
         started = {s.job_id for s in d.starts}
         waiting = (Reason.RESOURCES, _PRIORITY)
         for job, parts in ordered:
-            if job.job_id in started or d.reasons.get(job.job_id) not in waiting:
-                continue
+            if job.job_id in started or d.reasons.get(job.job_id) not in waiting or job.het_job_id is not None:
+                continue  # (a heterogeneous job's components start together: they preempt nobody)
             if hold_active(job, self.now, p.waiting) or not p.may_preempt_anyone(job):
                 continue
             for pname in parts:
