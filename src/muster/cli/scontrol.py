@@ -47,6 +47,8 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("version", "V", NO_ARG),
     Opt("help", "h", NO_ARG),
     Opt("usage", None, NO_ARG),
+    Opt("json", None, NO_ARG),
+    Opt("yaml", None, NO_ARG),
     Opt("hide", None, NO_ARG),
     Opt("local", None, NO_ARG),
     Opt("sibling", None, NO_ARG),
@@ -56,12 +58,13 @@ OPTIONS: tuple[Opt, ...] = (
 
 
 class Flags:
-    __slots__ = ("details", "oneliner", "quiet")
+    __slots__ = ("details", "oneliner", "quiet", "json")
 
     def __init__(self) -> None:
         self.details = False
         self.oneliner = False
         self.quiet = False
+        self.json = False  # --json: show job/node/partition in data_parser v0.0.40's layout
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -173,7 +176,14 @@ def show_jobs(target: str | None, flags: Flags) -> int:
         return 0
     from muster.cli.jobarrays import merge_array_rows
 
-    jobs = merge_array_rows(sorted(jobs, key=lambda j: int(j.get("job_id") or 0)))
+    jobs = sorted(jobs, key=lambda j: int(j.get("job_id") or 0))
+    if flags.json:
+        from muster.cli.slurmjson import document, squeue_job
+        from muster.cli.squeue_fields import long_state
+
+        print_lines([document(["scontrol", "show", "job", "--json"], [squeue_job(j, long_state(j)) for j in jobs])])
+        return 0
+    jobs = merge_array_rows(jobs)
     write_out("".join(format_record(job_record(j, flags.details), flags.oneliner) for j in jobs))
     return 0
 
@@ -201,6 +211,12 @@ def show_nodes(target: str | None, flags: Flags) -> int:
             sys.stdout.write(f"Node {target} not found\n")
             return 1
         nodes = [by_name[n] for n in names if n in by_name]
+    if flags.json:
+        from muster.cli.slurmjson import document, node
+
+        cluster = _cluster_name()
+        print_lines([document(["scontrol", "show", "node", "--json"], [node(n, cluster) for n in nodes], "nodes")])
+        return 0
     if not nodes:
         sys.stdout.write("No nodes in the system\n")
         return 0
@@ -220,11 +236,31 @@ def show_partitions(target: str | None, flags: Flags) -> int:
         if not parts:
             sys.stdout.write(f"Partition {target} not found\n")
             return 1
+    if flags.json:
+        from muster.cli.slurmjson import document, partition
+
+        cluster = _cluster_name()
+        doc = document(
+            ["scontrol", "show", "partition", "--json"], [partition(p, cluster) for p in parts], "partitions"
+        )
+        print_lines([doc])
+        return 0
     if not parts:
         sys.stdout.write("No partitions in the system\n")
         return 0
     write_out("".join(format_node(partition_record(p), flags.oneliner) for p in parts))
     return 0
+
+
+def _cluster_name() -> str:
+    """ClusterName from the local config (as Slurm's commands read slurm.conf); empty when
+    it cannot be read."""
+    from muster.cli.common import load_settings
+
+    try:
+        return load_settings(PROG).cluster_name
+    except CommandError:
+        return ""
 
 
 def show_config() -> int:
@@ -496,6 +532,10 @@ def main(argv: list[str] | None = None) -> int:
             flags.oneliner = True
         elif opt.key == "quiet":
             flags.quiet = True
+        elif opt.key == "json":
+            flags.json = True
+        elif opt.key == "yaml":
+            return report(PROG, CommandError("--yaml is not supported by muster; use --json"))
     try:
         if not words:
             return interactive(flags)

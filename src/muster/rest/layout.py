@@ -12,7 +12,7 @@ import math
 import sys
 from typing import Any
 
-from muster.cli.slurmjson import epoch, meta, minutes, number, sacct_job, squeue_job
+from muster.cli.slurmjson import epoch, meta, minutes, node, number, partition, sacct_job, squeue_job
 from muster.cli.squeue_fields import long_state as job_long_state
 
 __all__ = [
@@ -90,112 +90,6 @@ def sacct_record(r: dict[str, Any]) -> dict[str, Any]:
     current = out["state"]["current"]
     out["state"]["current"] = [current] if isinstance(current, str) else current
     return out
-
-
-_NODE_BASE = {
-    "IDLE": "IDLE",
-    "MIXED": "MIXED",
-    "MIX": "MIXED",
-    "ALLOCATED": "ALLOCATED",
-    "ALLOC": "ALLOCATED",
-    "DOWN": "DOWN",
-    "FUTURE": "FUTURE",
-    "UNKNOWN": "UNKNOWN",
-    "COMPLETING": "COMPLETING",
-}
-
-
-def node_state(n: dict[str, Any]) -> list[str]:
-    """The node's base state and its flags (``["IDLE", "DRAIN"]``)."""
-    base = _NODE_BASE.get(str(n.get("state") or "UNKNOWN").upper(), "UNKNOWN")
-    flags = [base]
-    if n.get("drain"):
-        flags.append("DRAIN")
-    if n.get("responding") is False:
-        flags.append("NOT_RESPONDING")
-    return flags
-
-
-def node(n: dict[str, Any], cluster: str) -> dict[str, Any]:
-    gpus = int(n.get("gpus") or 0)
-    gtype = n.get("gpu_type")
-    gres = f"gpu:{gtype + ':' if gtype else ''}{gpus}" if gpus else ""
-    used = f"gpu:{gtype + ':' if gtype else ''}{int(n.get('gpus_alloc') or 0)}" if gpus else ""
-    cpus = int(n.get("cpus") or 0)
-    alloc = int(n.get("cpus_alloc") or 0)
-    mem = int(n.get("real_memory") or 0)
-    tres = f"cpu={cpus},mem={mem}M,billing={cpus}" + (f",gres/gpu={gpus}" if gpus else "")
-    return {
-        "name": str(n.get("name") or ""),
-        "hostname": str(n.get("hostname") or n.get("name") or ""),
-        "address": str(n.get("addr") or ""),
-        "port": int(n.get("port") or 0),
-        "cluster_name": cluster,
-        "state": node_state(n),
-        "cpus": cpus,
-        "effective_cpus": cpus,
-        "alloc_cpus": alloc,
-        "alloc_idle_cpus": max(0, cpus - alloc),
-        "real_memory": mem,
-        "alloc_memory": int(n.get("mem_alloc") or 0),
-        "free_mem": number(max(0, mem - int(n.get("mem_alloc") or 0))),
-        "gres": gres,
-        "gres_used": used,
-        "gres_drained": "N/A",
-        "features": [str(f) for f in n.get("features") or []],
-        "active_features": [str(f) for f in n.get("features") or []],
-        "partitions": [str(p) for p in n.get("partitions") or []],
-        "reason": str(n.get("reason") or ""),
-        "reason_changed_at": epoch(n.get("reason_time")),
-        "reason_set_by_user": str(n.get("reason_user") or ""),
-        "boot_time": epoch(n.get("boot_time")),
-        "slurmd_start_time": epoch(n.get("agent_start_time")),
-        "last_busy": epoch(n.get("last_seen")),
-        "weight": int(n.get("weight") or 1),
-        "version": str(n.get("version") or ""),
-        "tres": tres,
-        "tres_used": f"cpu={alloc},mem={int(n.get('mem_alloc') or 0)}M" if alloc else "",
-        "sockets": 1,
-        "cores": cpus,
-        "threads": 1,
-        "boards": 1,
-    }
-
-
-def partition(p: dict[str, Any], cluster: str) -> dict[str, Any]:
-    state = str(p.get("state") or "UP").upper()
-    return {
-        "name": str(p.get("name") or ""),
-        "cluster": cluster,
-        "nodes": {
-            "configured": str(p.get("nodelist") or ""),
-            "total": int(p.get("total_nodes") or 0),
-            "allowed_allocation": "",
-        },
-        "accounts": {
-            "allowed": ",".join(p.get("allow_accounts") or []),
-            "deny": ",".join(p.get("deny_accounts") or []),
-        },
-        "groups": {"allowed": ",".join(p.get("allow_groups") or [])},
-        "cpus": {"total": int(p.get("total_cpus") or 0), "task_binding": 0},
-        "tres": {
-            "configured": f"cpu={int(p.get('total_cpus') or 0)},mem={int(p.get('total_mem') or 0)}M,"
-            f"node={int(p.get('total_nodes') or 0)}"
-            + (f",gres/gpu={int(p.get('total_gpus') or 0)}" if p.get("total_gpus") else ""),
-        },
-        "defaults": {"time": minutes(p.get("default_time"))},
-        "maximums": {
-            "time": minutes(p.get("max_time")),
-            "nodes": number(p.get("max_nodes"), infinite_when_none=True),
-        },
-        "minimums": {"nodes": int(p.get("min_nodes") or 0)},
-        "priority": {
-            "job_factor": int(p.get("priority_job_factor") or 0),
-            "tier": int(p.get("priority_tier") or 0),
-        },
-        "partition": {"state": [state if state in ("UP", "DOWN", "DRAIN", "INACTIVE") else "UNKNOWN"]},
-        "default": bool(p.get("default")),
-    }
 
 
 def reservation(r: dict[str, Any]) -> dict[str, Any]:
