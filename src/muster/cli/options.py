@@ -343,6 +343,26 @@ def _apply_hang_timeout(req: JobRequest, value: str | None) -> None:
     req.spec["hang_timeout"] = parse_time_option(value or "", "--hang-timeout")
 
 
+def _apply_switches(req: JobRequest, value: str | None) -> None:
+    # --switches=COUNT[@MAX-WAIT]: at most COUNT leaf switches, waiting up to MAX-WAIT
+    # (Slurm's time formats) for them; without it, max_switch_wait decides
+    count, sep, wait = (value or "").partition("@")
+    if not count.strip().isdigit() or int(count) < 1:
+        raise OptionValueError(f"Invalid --switches specification: {value}")
+    req.spec["switches"] = int(count)
+    if sep:
+        seconds = parse_time_option(wait, "--switches")
+        req.spec["switch_wait"] = seconds or 0
+
+
+def _apply_segment(req: JobRequest, value: str | None) -> None:
+    # --segment=SIZE (topology/block): the job's nodes in segments of SIZE, each in one block
+    text = (value or "").strip()
+    if not text.isdigit() or int(text) < 1:
+        raise OptionValueError(f"Invalid --segment specification: {value}")
+    req.spec["segment"] = int(text)
+
+
 def _apply_oversubscribe(req: JobRequest, value: str | None) -> None:
     req.spec["exclusive"] = False
 
@@ -405,6 +425,8 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("array", "a", env=("SBATCH_ARRAY_INX",), apply=_apply_array),
     Opt("kill-on-invalid-dep", apply=_apply_kill_on_invalid_dep),
     Opt("hang-timeout", env=("SBATCH_HANG_TIMEOUT",), apply=_apply_hang_timeout),
+    Opt("switches", env=("SBATCH_REQ_SWITCH",), apply=_apply_switches),
+    Opt("segment", env=("SBATCH_SEGMENT",), apply=_apply_segment),
     # Accepted for compatibility with existing scripts and tools; they change nothing here.
     Opt("mail-type", apply=_ignored),
     Opt("mail-user", apply=_ignored),
@@ -426,7 +448,6 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("gpu-freq", apply=_ignored),
     Opt("mem-bind", apply=_ignored),
     Opt("network", apply=_ignored),
-    Opt("switches", apply=_ignored),
     Opt(("clusters", "cluster"), "M", env=("SBATCH_CLUSTERS",), apply=_ignored),
     Opt("threads-per-core", apply=_ignored),
     Opt("cores-per-socket", apply=_ignored),

@@ -85,6 +85,12 @@ class JobSpec:
     # Seconds without reported progress after which a job that reports progress is
     # signalled, then requeued as Hung (``--hang-timeout``; see muster.ctld.training).
     hang_timeout: int | None = _check(ge=1, le=MAX_TIME_LIMIT)
+    # Topology (``sched.topology``): ``--switches=N[@wait]``: at most N leaf switches,
+    # waiting up to ``switch_wait`` seconds (None: SchedulerParameters=max_switch_wait)
+    # for them; ``--segment=S``: nodes in segments of S, each inside one block.
+    switches: int | None = _check(ge=1, le=COUNT)
+    switch_wait: int | None = _check(ge=0, le=MAX_TIME_LIMIT)
+    segment: int | None = _check(ge=1, le=COUNT)
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which

@@ -148,7 +148,9 @@ class _Pass:
         self.pool = pool
         self._single = {}
         self._default = tuple(sorted(p.name for p in self.snap.partitions.values() if p.is_default)[:1])
-        self.feas = Feasibility(self.snap.partitions, pool, self.book, now)
+        self.feas = Feasibility(
+            self.snap.partitions, pool, self.book, now, self.snap.topology, self.config.max_switch_wait
+        )
 
     # -- 2. eligibility -------------------------------------------------------------------
     def _eligibility(self) -> list[tuple[Job, tuple[str, ...]]]:
@@ -266,7 +268,9 @@ class _Pass:
     # -- 4. placement ---------------------------------------------------------------------
     def _place(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:
         config = self.config
-        self.engine = Backfill(list(self.pool.values()), self.now, self.now + config.bf_window, self.book.maint)
+        self.engine = Backfill(
+            list(self.pool.values()), self.now, self.now + config.bf_window, self.book.maint, self.snap.topology
+        )
         self.blocked = set()  # partitions with a blocked job
         self.singletons = set()  # (user, name) of singleton jobs started this pass
         self.plans_left = None if config.conservative else config.bf_max_job_test

@@ -28,6 +28,7 @@ from muster.sched.features import Constraint, FeatureError, parse_constraint
 from muster.sched.profile import INF, NodeProfile
 from muster.sched.reservations import ReservationBook, may_use
 from muster.sched.snapshot import NodeView, PartitionView, ReservationView
+from muster.sched.topology import TopoAsk, Topology
 
 __all__ = [
     "Feasibility",
@@ -90,6 +91,7 @@ class Request:
         "allowed",
         "key",
         "plan_key",
+        "topo",
     )
 
     def __init__(
@@ -103,6 +105,7 @@ class Request:
         reservation: str | None,
         allowed: list[tuple[float, float]],
         key: tuple[object, ...],
+        topo: TopoAsk | None = None,
     ) -> None:
         self.partition = partition
         self.nodes = nodes
@@ -115,6 +118,9 @@ class Request:
         self.key = key
         # Requests that differ only in node count share their planning state.
         self.plan_key = (key[0],) + key[2:]
+        # What the job asks of the topology (--switches while it waits for them,
+        # --segment); None for most jobs, and always without a topology.
+        self.topo = topo
 
 
 def job_duration(job: Job, part: PartitionView) -> int | None:
@@ -210,6 +216,8 @@ class Feasibility:
         "_access",
         "_made",
         "_answers",
+        "topology",
+        "switch_wait",
     )
 
     def __init__(
@@ -218,7 +226,11 @@ class Feasibility:
         pool: Mapping[str, NodeProfile],
         book: ReservationBook,
         now: float,
+        topology: Topology | None = None,
+        switch_wait: int = 300,
     ) -> None:
+        self.topology = topology
+        self.switch_wait = switch_wait  # SchedulerParameters=max_switch_wait
         self.partitions = partitions
         self.pool = pool
         self.book = book
@@ -250,7 +262,7 @@ class Feasibility:
         partition state, access, time limit, node count, nodes, reservation access."""
         spec = job.spec
         shape = job.shape
-        ask = (
+        ask: tuple[object, ...] = (
             pname,
             shape.nodes,
             shape.cpus_per_node,
@@ -264,9 +276,13 @@ class Feasibility:
             tuple(spec.nodelist) if spec.nodelist else None,
             tuple(spec.exclude) if spec.exclude else None,
         )
+        topo = None
+        if (spec.switches or spec.segment) and self.topology is not None:
+            topo = self._topo_ask(job)
+            ask += (topo,)
         answer = self._answers.get(ask)
         if answer is None:
-            answer = self._answers[ask] = self._answer(job, pname)
+            answer = self._answers[ask] = self._answer(job, pname, topo)
         plain = answer.plain
         if plain is not None and answer.part is not None:  # only the time limit is left
             limit = job.time_limit
@@ -295,7 +311,23 @@ class Feasibility:
             return _RESERVATION_DENIED
         return result, INF if limit is None else float(limit)
 
-    def _answer(self, job: Job, pname: str) -> _Answer:
+    def _topo_ask(self, job: Job) -> TopoAsk | None:
+        """What the job asks of the topology now: its --switches count until it has
+        waited --switches' time (else max_switch_wait) since it became eligible; its
+        --segment size under topology/block."""
+        spec = job.spec
+        max_units = 0
+        if spec.switches:
+            wait = spec.switch_wait if spec.switch_wait is not None else self.switch_wait
+            since = job.eligible_time if job.eligible_time is not None else job.submit_time
+            if self.now < since + wait:
+                max_units = spec.switches
+        segment = (spec.segment or 0) if self.topology is not None and self.topology.kind == "block" else 0
+        if not max_units and segment <= 1:
+            return None
+        return TopoAsk(max_units, segment)
+
+    def _answer(self, job: Job, pname: str, topo: TopoAsk | None = None) -> _Answer:
         """What ``request`` needs to know about the job's ask in ``pname`` beyond the
         per-job checks."""
         part = self.partitions.get(pname)
@@ -313,7 +345,7 @@ class Feasibility:
         if (part.max_nodes is not None and nodes > part.max_nodes) or nodes < part.min_nodes:
             return _Answer(part, restricted, _NODE_LIMIT)
         need = (shape.cpus_per_node, shape.mem_per_node, shape.gpus_per_node)
-        key = (
+        key: tuple[Any, ...] = (
             pname,
             nodes,
             need,
@@ -324,12 +356,16 @@ class Feasibility:
             tuple(spec.exclude) if spec.exclude else (),
             spec.reservation,
         )
+        if topo is not None:
+            if topo.segment > 1 and nodes % topo.segment:
+                return _Answer(part, restricted, Verdict(Reason.BAD_CONSTRAINTS, False, NODE_CONFIG))
+            key += (topo,)
         made = self._made.get(key)
         if made is None:
-            made = self._made[key] = self._make(part, job, key)
+            made = self._made[key] = self._make(part, job, key, topo)
         return _Answer(part, restricted, made)
 
-    def _make(self, part: PartitionView, job: Job, key: tuple[Any, ...]) -> Request | Verdict:
+    def _make(self, part: PartitionView, job: Job, key: tuple[Any, ...], topo: TopoAsk | None) -> Request | Verdict:
         nodes: int = key[1]
         need: tuple[int, int, int] = key[2]
         candidates, verdict = self._scan(part, job, nodes, need)
@@ -349,6 +385,7 @@ class Feasibility:
             spec.reservation,
             allowed,
             key,
+            topo,
         )
 
     def _scan(
