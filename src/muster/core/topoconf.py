@@ -24,52 +24,25 @@ network; muster lets them run jobs of their own).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
 
 from muster.core.config import _logical_lines, _tokenize
-from muster.core.conftypes import ConfigError
+from muster.core.conftypes import BlockConf, Config, ConfigError, SwitchConf, TopologyConf
 from muster.core.hostlist import HostlistError, compress, expand
 
-__all__ = ["BlockConf", "SwitchConf", "TopologyConf", "parse_topology"]
+__all__ = [
+    "BlockConf",
+    "SwitchConf",
+    "TopologyConf",
+    "attach_topology",
+    "parse_topology",
+    "show_topology",
+    "topology_path",
+    "wants_topology",
+]
 
 _SWITCH_KEYS = {"switchname": "SwitchName", "switches": "Switches", "nodes": "Nodes", "linkspeed": "LinkSpeed"}
 _BLOCK_KEYS = {"blockname": "BlockName", "nodes": "Nodes"}
-
-
-@dataclass(frozen=True, slots=True)
-class SwitchConf:
-    """One ``SwitchName`` line: a leaf (``nodes``) or a switch above others (``switches``)."""
-
-    name: str
-    nodes: tuple[str, ...] = ()
-    switches: tuple[str, ...] = ()
-    link_speed: int = 1
-    lineno: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class BlockConf:
-    """One ``BlockName`` line: a base block and its nodes."""
-
-    name: str
-    nodes: tuple[str, ...]
-    lineno: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TopologyConf:
-    """A parsed topology.conf: switches (tree) or blocks, never both."""
-
-    path: str
-    switches: tuple[SwitchConf, ...] = ()
-    blocks: tuple[BlockConf, ...] = ()
-    block_sizes: tuple[int, ...] = ()  # as given (BlockSizes=), () when not given
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def plugin(self) -> str:
-        """The TopologyPlugin this file is written for."""
-        return "topology/block" if self.blocks else "topology/tree"
 
 
 def parse_topology(text: str, path: str = "topology.conf", nodes: list[str] | None = None) -> TopologyConf:
@@ -253,3 +226,97 @@ def _check_blocks(blocks: list[BlockConf], sizes: tuple[int, ...], path: str, wa
                 f"{path}: blocks {', '.join(small)} have fewer nodes than the base block size {sizes[0]}: unused"
             )
     return placed
+
+
+# --- beside slurm.conf ----------------------------------------------------------------------
+
+PLUGINS = ("topology/tree", "topology/block")
+
+
+def topology_path(conf_path: str) -> str:
+    """Where topology.conf lives: the directory of slurm.conf, as in Slurm."""
+    return os.path.join(os.path.dirname(os.path.abspath(conf_path)), "topology.conf")
+
+
+def wants_topology(config: Config) -> bool:
+    """Whether TopologyPlugin names a plugin that reads topology.conf (refusing an
+    unknown one: Slurm would not start)."""
+    plugin = (config.get("TopologyPlugin") or "topology/none").strip().lower()
+    if plugin in ("topology/none", "topology/default", "topology/flat", "(null)", ""):
+        return False
+    if plugin not in PLUGINS:
+        raise ConfigError(
+            f"{config.path}: bad TopologyPlugin {plugin!r}: expected topology/tree, topology/block or topology/flat"
+        )
+    return True
+
+
+def attach_topology(config: Config, text: str | None, path: str) -> None:
+    """Parse topology.conf ``text`` (None: the file is missing) for ``config`` when its
+    TopologyPlugin wants one, and set ``config.topology``; its warnings join the
+    config's. Raises ``ConfigError`` when the file is missing, malformed or of the other
+    plugin's kind."""
+    if not wants_topology(config):
+        return
+    plugin = (config.get("TopologyPlugin") or "").strip().lower()
+    if text is None:
+        raise ConfigError(f"{path}: cannot read topology.conf, which TopologyPlugin={plugin} needs")
+    topo = parse_topology(text, path, [n.name for n in config.nodes])
+    if topo.plugin != plugin:
+        kind = "blocks" if topo.blocks else "switches"
+        raise ConfigError(f"{path}: TopologyPlugin={plugin} but this file defines {kind}")
+    config.topology = topo
+    config.warnings.extend(topo.warnings)
+
+
+def show_topology(topo: TopologyConf, target: str | None = None) -> list[str]:
+    """``scontrol show topology [NAME]``: one line per switch (its level, link speed,
+    every node under it, and its child switches) or per block and aggregated block;
+    NAME keeps the lines of that switch or block, or of those holding that node."""
+    lines: list[tuple[str, str, set[str]]] = []  # (name, line, nodes)
+    if topo.switches:
+        by_name = {s.name: s for s in topo.switches}
+        level: dict[str, int] = {}
+        under: dict[str, list[str]] = {}
+
+        def walk(name: str) -> tuple[int, list[str]]:
+            if name not in level:
+                s = by_name[name]
+                kids = [walk(c) for c in s.switches]
+                level[name] = 1 + max(k[0] for k in kids) if kids else 0
+                under[name] = list(s.nodes) + [n for k in kids for n in k[1]]
+            return level[name], under[name]
+
+        for s in topo.switches:
+            lvl, nodes = walk(s.name)
+            line = f"SwitchName={s.name} Level={lvl} LinkSpeed={s.link_speed} Nodes={compress(nodes)}"
+            if s.switches:
+                line += f" Switches={compress(s.switches)}"
+            lines.append((s.name, line, set(nodes)))
+    else:
+        base = topo.block_sizes[0] if topo.block_sizes else min(len(b.nodes) for b in topo.blocks)
+        usable = [b for b in topo.blocks if len(b.nodes) >= base]
+        for i, b in enumerate(usable):
+            line = f"BlockName={b.name} BlockIndex={i} Nodes={compress(b.nodes)} BlockSize={base}"
+            lines.append((b.name, line, set(b.nodes)))
+        sizes = topo.block_sizes[1:] if topo.block_sizes else _default_sizes(base, len(usable))
+        for size in sizes:
+            step = size // base
+            for k, i in enumerate(range(0, len(usable) - step + 1, step)):
+                group = usable[i : i + step]
+                nodes = [n for b in group for n in b.nodes]
+                names = compress(b.name for b in group)
+                line = f"AggregatedBlock={names} BlockIndex={k} Nodes={compress(nodes)} BlockSize={size}"
+                lines.append((names, line, set(nodes)))
+    if target:
+        return [line for name, line, nodes in lines if name == target or target in nodes]
+    return [line for _, line, _ in lines]
+
+
+def _default_sizes(base: int, blocks: int) -> list[int]:
+    out = []
+    factor = 2
+    while factor <= blocks:
+        out.append(base * factor)
+        factor *= 2
+    return out

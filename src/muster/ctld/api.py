@@ -27,6 +27,7 @@ from muster.core.job import COUNT, JobSpec
 from muster.core.resources import parse_gres
 from muster.core.states import JobState
 from muster.core.timefmt import MAX_TIME_LIMIT
+from muster.core.topoconf import show_topology
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.actions import parse_signal
 from muster.ctld.context import Context
@@ -471,6 +472,7 @@ def build_routes(ctx: Context) -> list[Route]:
                 "now": ctx.clock.now(),
                 "boot_time": ctl.started_at,
                 "node_count": len(ctl.nodes),
+                "topology": show_topology(ctl.config.topology) if ctl.config.topology is not None else None,
             }
         )
 

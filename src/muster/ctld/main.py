@@ -9,7 +9,8 @@ import os
 import sys
 
 from muster import VERSION_STRING
-from muster.core.config import ConfigError, parse_config
+from muster.core.config import Config, ConfigError, parse_config
+from muster.core.topoconf import attach_topology, topology_path, wants_topology
 from muster.protocol.client import default_conf_path
 from muster.protocol.signing import SignatureError, load_key
 
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open(path) as f:
             config = parse_config(f.read(), path)
+        read_topology(config, path)
         key = load_key(config.auth_key_file)
     except OSError as e:
         print(f"musterctld: error: {e.filename or path}: {e.strerror}", file=sys.stderr)
@@ -49,6 +51,19 @@ def main(argv: list[str] | None = None) -> int:
         where = "" if str(e).startswith(path) else f"{path}: "
         print(f"musterctld: error: {where}{e}", file=sys.stderr)
         return 1
+
+
+def read_topology(config: Config, path: str) -> None:
+    """topology.conf beside the configuration file, when TopologyPlugin wants one."""
+    if not wants_topology(config):
+        return
+    where = topology_path(path)
+    try:
+        with open(where, encoding="utf-8") as f:
+            text: str | None = f.read()
+    except FileNotFoundError:
+        text = None
+    attach_topology(config, text, where)
 
 
 async def serve(config, key) -> int:  # type: ignore[no-untyped-def]

@@ -32,6 +32,7 @@ from muster.ctld.identity import Identity, identify
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.reservations import Reservation
 from muster.ctld.store import Store
+from muster.sched.topology import Topology
 
 log = logging.getLogger("musterctld")
 
@@ -86,6 +87,8 @@ class ClusterState:
     # monotonic time of the last run of the controller's loop (``liveness``)
     last_tick: float | None = None
     stalls: int = 0
+    # topology.conf as placement reads it (``sched.topology``), when configured
+    topology: Topology | None = None
 
     # --- start-up -------------------------------------------------------------------
 
@@ -98,6 +101,8 @@ class ClusterState:
             for n in p.nodes:
                 part_of.setdefault(n, []).append(p.name)
         saved = self.store.load_nodes()
+        if self.config.topology is not None:
+            self.topology = Topology(self.config.topology, [n.name for n in self.config.nodes])
         for i, nc in enumerate(self.config.nodes):
             node = NodeRuntime(
                 name=nc.name,

@@ -1,0 +1,73 @@
+"""Topology with real daemons: a 4-node job on a tree of 4 leaf switches x 4 nodes lands
+on one leaf when one is free, its ranks in topology order; scontrol show topology."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from harness import Harness
+from muster.cluster.local import ClusterShape, LocalCluster
+from muster.core.config import ConfigError
+
+pytestmark = pytest.mark.integration
+
+TREE = """\
+# 4 leaf switches x 4 nodes under one top switch
+SwitchName=s0 Nodes=node[1-4]
+SwitchName=s1 Nodes=node[5-8]
+SwitchName=s2 Nodes=node[9-12]
+SwitchName=s3 Nodes=node[13-16]
+SwitchName=top Switches=s[0-3]
+"""
+
+
+@pytest.fixture
+def tree() -> Iterator[Harness]:
+    h = Harness(ClusterShape(nodes=16, gpus_per_node=0, cpus_per_node=2, mem_per_node=4000), topology=TREE)
+    h.up()
+    try:
+        yield h
+    finally:
+        h.down()
+
+
+def test_a_four_node_job_lands_on_one_free_leaf_in_topology_order(tree: Harness) -> None:
+    h = tree
+    blockers = [h.sbatch("-w", name, "--exclusive", "-t", "5:00", "--wrap", "sleep 60") for name in ("node1", "node6")]
+    for b in blockers:
+        h.wait_state(b, "RUNNING")
+    script = "#!/bin/sh\necho nodelist=$SLURM_JOB_NODELIST\nsrun sh -c 'echo rank $SLURM_NODEID $SLURMD_NODENAME'\n"
+    big = h.sbatch("-N4", "--exclusive", "-t", "5:00", "-o", "big.out", input=script)
+    job = h.wait_job(big)
+    assert job["state"] == "COMPLETED"
+    assert [a["node"] for a in job["alloc"]] == ["node9", "node10", "node11", "node12"]  # one leaf: s2
+    out = h.read("big.out").splitlines()
+    assert out[0] == "nodelist=node[9-12]"
+    ranks = sorted((int(line.split()[1]), line.split()[2]) for line in out[1:] if line.startswith("rank"))
+    assert ranks == [(0, "node9"), (1, "node10"), (2, "node11"), (3, "node12")]
+    for b in blockers:
+        h.run(["scancel", str(b)])
+
+    show = h.run(["scontrol", "show", "topology"])
+    assert show.returncode == 0, show.stderr
+    assert show.stdout.splitlines() == [
+        "SwitchName=s0 Level=0 LinkSpeed=1 Nodes=node[1-4]",
+        "SwitchName=s1 Level=0 LinkSpeed=1 Nodes=node[5-8]",
+        "SwitchName=s2 Level=0 LinkSpeed=1 Nodes=node[9-12]",
+        "SwitchName=s3 Level=0 LinkSpeed=1 Nodes=node[13-16]",
+        "SwitchName=top Level=1 LinkSpeed=1 Nodes=node[1-16] Switches=s[0-3]",
+    ]
+    one = h.run(["scontrol", "show", "topology", "node7"]).stdout.splitlines()
+    assert [line.split()[0] for line in one] == ["SwitchName=s1", "SwitchName=top"]
+    conf = h.run(["scontrol", "show", "config"]).stdout
+    assert any(line.split() == ["TopologyPlugin", "=", "topology/tree"] for line in conf.splitlines())
+
+
+def test_a_bad_topology_file_is_refused_before_anything_is_written(tmp_path: object) -> None:
+    cluster = LocalCluster(os.path.join(str(tmp_path), "state"))
+    with pytest.raises(ConfigError, match="switch 's0' names unknown node 'node5'"):
+        cluster.create(ClusterShape(nodes=4), topology="SwitchName=s0 Nodes=node[1-9]\n")
+    assert not cluster.exists
