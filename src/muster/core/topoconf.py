@@ -117,7 +117,7 @@ def _known(names: tuple[str, ...], known: set[str] | None, what: str, where: str
         return
     for name in names:
         if name not in known:
-            raise ConfigError(f"{where}: {what} names unknown node {name!r} (not in slurm.conf)")
+            raise ConfigError(f"{where}: {what} names unknown node {name!r}")
 
 
 def _switch(pairs: list[tuple[str, str]], where: str, lineno: int, known: set[str] | None) -> SwitchConf:

@@ -19,9 +19,11 @@ from typing import Any, TextIO
 
 from muster.core.config import ConfigError, parse_config
 from muster.core.errors import MusterError
+from muster.core.topoconf import parse_topology
+from muster.sched.topology import Topology
 from muster.sim.cluster import Cluster, ClusterError, cluster_from_config, uniform_cluster
 from muster.sim.engine import Estimate, JobOutcome, Simulation, replayable
-from muster.sim.metrics import compute, format_table, offered_load, recorded_outcomes
+from muster.sim.metrics import compute, format_table, offered_load, recorded_outcomes, topology_metrics
 from muster.sim.policies import POLICIES, build_settings, job_order, sched_config
 from muster.sim.traces import FORMATS, Trace, read_trace
 
@@ -82,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = p.add_argument_group("scheduler")
     s.add_argument(
         "--conf", metavar="FILE", help="slurm.conf-syntax file: its scheduling keys (and nodes, unless --nodes)"
+    )
+    s.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="topology.conf (SwitchName= or BlockName= lines over the cluster's nodes: n1..nN, or those of "
+        "--conf): place jobs by switches or blocks and report fragmentation",
     )
     s.add_argument(
         "--policy",
@@ -199,10 +207,15 @@ def _select(trace: Trace, args: argparse.Namespace) -> list[Any]:
     return jobs
 
 
-def _cluster(trace: Trace, args: argparse.Namespace, conf: Any) -> Cluster:
+def _cluster(trace: Trace, args: argparse.Namespace, conf: Any, topology: str | None = None) -> Cluster:
     if conf is not None and conf.nodes and args.nodes is None:
-        return cluster_from_config(conf)
-    return uniform_cluster(trace.unit, trace.header, args.nodes, args.cpus_per_node, args.gpus_per_node)
+        cluster = cluster_from_config(conf)
+    else:
+        cluster = uniform_cluster(trace.unit, trace.header, args.nodes, args.cpus_per_node, args.gpus_per_node)
+    if topology is not None:  # the same parser and placement as the controller's
+        names = [v.name for v in cluster.nodes]
+        cluster.topology = Topology(parse_topology(topology, args.topology, names), names)
+    return cluster
 
 
 def _clean(value: Any) -> Any:
@@ -246,6 +259,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.write(f"{PROG}: warning: {warning}\n")
     if not labels:
         labels = [args.policy or ("easy" if conf is None else "conf")]
+    topology = None
+    if args.topology:
+        try:
+            with open(args.topology, encoding="utf-8") as f:
+                topology = f.read()
+        except OSError as e:
+            raise UsageError(f"--topology: cannot read {args.topology}: {e.strerror or e}") from None
 
     trace = read_trace(args.trace, args.format, args.cluster, args.skip_bad_lines)
     for line in trace.bad_lines[:20]:
@@ -254,7 +274,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"{PROG}: ... and {len(trace.bad_lines) - 20} more malformed lines\n")
     selected = _select(trace, args)
     try:
-        cluster = _cluster(trace, args, conf)
+        cluster = _cluster(trace, args, conf, topology)
     except ClusterError as e:
         raise UsageError(str(e)) from None
     enforce = ((conf.get("EnforcePartLimits") if conf is not None else None) or "NO").upper()
@@ -337,8 +357,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     f"{PROG}: warning: {label}: {len(result.never_started)} jobs never started "
                     f"(first: {', '.join(result.never_started[:5])}); left out of the metrics\n"
                 )
+            topo = cluster.topology
             cluster = _cluster(trace, args, conf)  # a fresh, idle machine for the next run
+            cluster.topology = topo
         entry["metrics"] = compute(outcomes, capacity)
+        if cluster.topology is not None and label != RECORDED:
+            entry["metrics"].update(topology_metrics(outcomes, cluster.topology))
         report["runs"].append(entry)
         runs.append((label, outcomes))
 

@@ -46,7 +46,7 @@ def test_nodes_left_out_are_a_warning() -> None:
     [
         (
             "SwitchName=s0 Nodes=node[1-4,99]\n",
-            "topology.conf:1: switch 's0' names unknown node 'node99' (not in slurm.conf)",
+            "topology.conf:1: switch 's0' names unknown node 'node99'",
         ),
         (
             "SwitchName=s0 Nodes=node[1-4]\nSwitchName=s1 Nodes=node[4-8]\n",
