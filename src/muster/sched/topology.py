@@ -20,6 +20,9 @@ start) and how many it needs:
 3. inside a unit, the nodes best fit first (``select.fit_key``: weight, then what is left
    free), then topology order.
 
+Node Weight comes before all of it: the topology chooses among the nodes of the lowest
+weight that can hold the job, and adds heavier nodes only when those cannot.
+
 The job's nodes come back in topology order (``rank``): units in the order the file
 walks them (depth first from each top switch, children in their listed order; blocks in
 file order), nodes in their listed order. That is the order of SLURM_NODEID.
@@ -185,28 +188,60 @@ class Topology:
             chosen = [n for _, n in fitting if n.name in required]
             fitting = [(k, n) for k, n in fitting if n.name not in required]
         left = count - len(chosen)
+        if left > 0:
+            weights = sorted({k[0] for k, _ in fitting})
+            # Lower Weight first, as the admin asked: lighter tiers are taken whole while
+            # they cannot hold the rest; the topology places the rest within the next one.
+            spilled = False
+            for w in weights:
+                tier = fitting if len(weights) == 1 else [(k, n) for k, n in fitting if k[0] == w]
+                need = count - len(chosen)
+                if len(tier) < need:
+                    chosen.extend(n for _, n in tier)
+                    spilled = True
+                    continue
+                rest = self._place(tier, need, None if spilled else ask)
+                if rest is None:
+                    return None
+                chosen.extend(rest)
+                break
+            else:
+                return None
+            if spilled and ask is not None and not self._meets(chosen, ask):
+                return None
+        return sorted(chosen, key=lambda n: rank.get(n.name, n.index))
+
+    def _meets(self, nodes: list[N], ask: TopoAsk) -> bool:
+        """Whether ``nodes`` span at most ``ask.max_units`` units and hold whole segments."""
+        per: dict[int, int] = {}
+        for n in nodes:
+            u = self.unit_of.get(n.name, -1)
+            per[u] = per.get(u, 0) + 1
+        if ask.max_units and len(per) > ask.max_units:
+            return False
+        return ask.segment <= 1 or all(k % ask.segment == 0 for k in per.values())
+
+    def _place(self, fitting: list[tuple[FitKey, N]], left: int, ask: TopoAsk | None) -> list[N] | None:
+        rank = self.rank
         segment = ask.segment if ask is not None else 0
         max_units = ask.max_units if ask is not None else 0
-        if left > 0:
-            per_unit: dict[int, list[N]] = {}
-            outside = len(self.unit_names)  # nodes in no unit: one of their own
-            for _, node in sorted(fitting, key=lambda kn: (kn[0], rank.get(kn[1].name, 0))):
-                per_unit.setdefault(self.unit_of.get(node.name, outside), []).append(node)
-            if segment > 1:
-                for nodes in per_unit.values():
-                    del nodes[len(nodes) - len(nodes) % segment :]
-            counts = {u: len(nodes) for u, nodes in per_unit.items() if nodes}
-            if sum(counts.values()) < left:
+        per_unit: dict[int, list[N]] = {}
+        outside = len(self.unit_names)  # nodes in no unit: one of their own
+        for _, node in sorted(fitting, key=lambda kn: (kn[0], rank.get(kn[1].name, 0))):
+            per_unit.setdefault(self.unit_of.get(node.name, outside), []).append(node)
+        if segment > 1:
+            for nodes in per_unit.values():
+                del nodes[len(nodes) - len(nodes) % segment :]
+        counts = {u: len(nodes) for u, nodes in per_unit.items() if nodes}
+        if sum(counts.values()) < left:
+            return None
+        units = self._choose(counts, left, outside)
+        if max_units and len(units) > max_units:
+            fewest = _fewest_units(counts, left, max_units)
+            if fewest is None:
                 return None
-            units = self._choose(counts, left, outside)
-            if max_units and len(units) > max_units:
-                fewest = _fewest_units(counts, left, max_units)
-                if fewest is None:
-                    return None
-                units = fewest
-            for u, k in units:
-                chosen.extend(per_unit[u][:k])
-        return sorted(chosen, key=lambda n: rank.get(n.name, n.index))
+            units = fewest
+        return [node for u, k in units for node in per_unit[u][:k]]
 
     def _choose(self, counts: dict[int, int], left: int, outside: int) -> list[tuple[int, int]]:
         """(unit, how many of its nodes) for ``left`` nodes: steps 1 and 2."""

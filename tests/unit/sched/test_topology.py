@@ -3,9 +3,17 @@ blocks as possible, best fit, --switches waits then gives up, --segment, topolog
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from muster.core.states import Reason
+from muster.core.topoconf import parse_topology
 from muster.sched import SchedConfig
 from muster.sched.testing import SchedHarness, job
+from muster.sched.topology import Topology
 
 TREE = """\
 SwitchName=s0 Nodes=node[1-4]
@@ -139,3 +147,59 @@ def test_a_block_job_uses_the_smallest_aggregated_block() -> None:
     h.run_job(job().nodelist("node5").cpus(4).mem(100).time(3600))  # b1-b2 has 6 free, b3-b4 8
     six = h.run_job(job().nodes(6).cpus(4).mem(100).time(3600), at=1)
     assert nodes_of(h, six) == ["node2", "node3", "node4", "node6", "node7", "node8"]
+
+
+def test_node_weight_comes_before_the_topology() -> None:
+    h = cluster()
+    for v in h.nodes[:4]:
+        v.weight = 5  # s0 is the last resort
+    four = h.run_job(job().nodes(4).cpus(4).mem(100).time(3600))
+    assert nodes_of(h, four) == ["node5", "node6", "node7", "node8"]
+    for name in ("node9", "node13"):
+        h.run_job(job().nodelist(name).cpus(4).mem(100).time(3600))
+    # 6 light nodes left: all of them, then 2 of s0
+    rest = h.run_job(job().nodes(8).cpus(4).mem(100).time(3600), at=1)
+    assert nodes_of(h, rest) == ["node1", "node2"] + [f"node{i}" for i in (10, 11, 12, 14, 15, 16)]
+
+
+@dataclasses.dataclass
+class _N:
+    name: str
+    index: int
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 6), min_size=1, max_size=6),  # nodes per leaf
+    st.integers(2, 3),  # leaves per upper switch
+    st.data(),
+)
+def test_placement_takes_one_leaf_whenever_one_can_hold_the_job(
+    sizes: list[int], fan: int, data: st.DataObject
+) -> None:
+    lines, names, k = [], [], 0
+    for i, size in enumerate(sizes):
+        leaf = [f"n{k + j}" for j in range(size)]
+        k += size
+        names += leaf
+        lines.append(f"SwitchName=l{i} Nodes={','.join(leaf)}")
+    uppers = [f"l{i}" for i in range(len(sizes))]
+    level = 0
+    while len(uppers) > 1:
+        level += 1
+        groups = [uppers[i : i + fan] for i in range(0, len(uppers), fan)]
+        uppers = [f"u{level}x{j}" for j in range(len(groups))]
+        lines += [f"SwitchName={u} Switches={','.join(g)}" for u, g in zip(uppers, groups, strict=True)]
+    topo = Topology(parse_topology("\n".join(lines) + "\n", "t", names), names)
+    free = data.draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
+    count = data.draw(st.integers(1, len(free)))
+    fitting = [((1, 0, 0, 0), _N(n, names.index(n))) for n in free]
+    chosen = topo.pick(fitting, count, frozenset())
+    assert chosen is not None and len(chosen) == count and len({n.name for n in chosen}) == count
+    assert {n.name for n in chosen} <= set(free)
+    assert [topo.rank[n.name] for n in chosen] == sorted(topo.rank[n.name] for n in chosen)  # topology order
+    per_leaf = Counter(topo.unit_of[n] for n in free)
+    if max(per_leaf.values()) >= count:
+        assert topo.units_of([n.name for n in chosen]) == 1
+    # never more leaves than the fullest leaves could do it with, within the chosen switch
+    assert topo.units_of([n.name for n in chosen]) <= len(per_leaf)
