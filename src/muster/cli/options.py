@@ -285,9 +285,12 @@ def _apply_begin(req: JobRequest, value: str | None) -> None:
 
 def _apply_exclusive(req: JobRequest, value: str | None) -> None:
     # --exclusive=user and =mcs narrow Slurm's sharing rule; muster gives whole nodes for all.
-    if value is not None and value.lower() not in ("", "user", "mcs"):
+    # =topo (Slurm 24.05) also keeps every other job out of the switches or blocks it uses.
+    if value is not None and value.lower() not in ("", "user", "mcs", "topo"):
         raise OptionValueError(f"Invalid --exclusive specification: {value}")
     req.spec["exclusive"] = True
+    if value is not None and value.lower() == "topo":
+        req.spec["exclusive_topo"] = True
 
 
 def _apply_nodelist(req: JobRequest, value: str | None) -> None:

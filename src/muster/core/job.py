@@ -91,6 +91,8 @@ class JobSpec:
     switches: int | None = _check(ge=1, le=COUNT)
     switch_wait: int | None = _check(ge=0, le=MAX_TIME_LIMIT)
     segment: int | None = _check(ge=1, le=COUNT)
+    # --exclusive=topo: whole nodes, and no other job in the leaf switches or blocks it uses
+    exclusive_topo: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which

@@ -259,6 +259,8 @@ class Backfill:
             self.log.append(node)
             self._index.moved(node, old)
             allocs.append(NodeAlloc(node.name, c, m, node.take_gpu_ids(g)))
+        if req.topo is not None and req.topo.whole_units:
+            self.fence(nodes, self.now, end)
         return allocs
 
     # -- later ------------------------------------------------------------------------
@@ -324,6 +326,22 @@ class Backfill:
             c, m, g = need_on(req, node)
             node.take(at, end, c, m, g)
             self.log.append(node)
+        if req.topo is not None and req.topo.whole_units:
+            self.fence(nodes, at, end)
+
+    def fence(self, nodes: list[NodeProfile], start: float, end: float) -> None:
+        """--exclusive=topo: keep the other nodes of the units ``nodes`` use idle."""
+        if self.topology is None:
+            return
+        pool = {n.name: n for n in self._index.nodes}
+        for name in self.topology.fence([n.name for n in nodes]):
+            node = pool.get(name)
+            if node is None:
+                continue
+            old = node.gpus[0]
+            node.fence(start, end)
+            self.log.append(node)
+            self._index.moved(node, old)
 
 
 def _feasible(node: NodeProfile, req: Request, dur: float, lo: float, hi: float) -> list[list[float]]:

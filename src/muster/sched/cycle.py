@@ -34,7 +34,7 @@ from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
 from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict, job_duration
 from muster.sched.priority import PriorityPolicy, examination_order
-from muster.sched.profile import NodeProfile
+from muster.sched.profile import INF, NodeProfile
 from muster.sched.reservations import ReservationBook
 from muster.sched.snapshot import Snapshot
 
@@ -116,6 +116,7 @@ class _Pass:
         now, res = self.now, self.config.bf_resolution
         pool = {v.name: NodeProfile(v, now) for v in self.snap.nodes}
         releases: dict[str, list[tuple[float, int, int, int]]] = {}
+        fences: list[tuple[Job, float]] = []  # --exclusive=topo jobs: their units stay idle
         for job in self.snap.running:
             # Job.expected_end, inline: every pass reads every running job.
             start, limit = job.start_time, job.time_limit
@@ -124,12 +125,15 @@ class _Pass:
                 part = self.snap.partitions.get(job.partition)
                 limit = job_duration(job, part) if part is not None else None
                 end = None if limit is None else job.start_time + limit
+            if end is not None:
+                if end <= now:
+                    end = now + res  # past its limit: expected to go at the next step
+                elif res > 1:
+                    end = -(-end // res) * res
+            if job.spec.exclusive_topo and self.snap.topology is not None:
+                fences.append((job, INF if end is None else end))
             if end is None:
                 continue  # no time limit: never gives its resources back in the plan
-            if end <= now:
-                end = now + res  # past its limit: expected to go at the next step
-            elif res > 1:
-                end = -(-end // res) * res
             for a in job.alloc:
                 rel = releases.get(a.node)
                 if rel is None:
@@ -139,6 +143,11 @@ class _Pass:
             node = pool.get(name)
             if node is not None:
                 node.add_releases(rel)
+        for job, end in fences:
+            assert self.snap.topology is not None
+            for name in self.snap.topology.fence(job.nodes):
+                if name in pool:
+                    pool[name].fence(now, end)
         until = now + self.config.bf_window + _RESERVATION_LOOKAHEAD
         self.book = ReservationBook(self.snap.reservations, now, until)
         for name, slots in self.book.node_windows.items():

@@ -277,7 +277,7 @@ class Feasibility:
             tuple(spec.exclude) if spec.exclude else None,
         )
         topo = None
-        if (spec.switches or spec.segment) and self.topology is not None:
+        if (spec.switches or spec.segment or spec.exclusive_topo) and self.topology is not None:
             topo = self._topo_ask(job)
             ask += (topo,)
         answer = self._answers.get(ask)
@@ -314,7 +314,7 @@ class Feasibility:
     def _topo_ask(self, job: Job) -> TopoAsk | None:
         """What the job asks of the topology now: its --switches count until it has
         waited --switches' time (else max_switch_wait) since it became eligible; its
-        --segment size under topology/block."""
+        --segment size under topology/block; --exclusive=topo."""
         spec = job.spec
         max_units = 0
         if spec.switches:
@@ -323,9 +323,9 @@ class Feasibility:
             if self.now < since + wait:
                 max_units = spec.switches
         segment = (spec.segment or 0) if self.topology is not None and self.topology.kind == "block" else 0
-        if not max_units and segment <= 1:
+        if not max_units and segment <= 1 and not spec.exclusive_topo:
             return None
-        return TopoAsk(max_units, segment)
+        return TopoAsk(max_units, segment, spec.exclusive_topo)
 
     def _answer(self, job: Job, pname: str, topo: TopoAsk | None = None) -> _Answer:
         """What ``request`` needs to know about the job's ask in ``pname`` beyond the

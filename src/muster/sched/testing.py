@@ -56,6 +56,11 @@ class JobBuilder:
         self._spec.switches, self._spec.switch_wait = count, wait
         return self
 
+    def exclusive_topo(self) -> JobBuilder:
+        """``--exclusive=topo``."""
+        self._spec.exclusive = self._shape.exclusive = self._spec.exclusive_topo = True
+        return self
+
     def segment(self, size: int) -> JobBuilder:
         self._spec.segment = size
         return self

@@ -30,7 +30,9 @@ file order), nodes in their listed order. That is the order of SLURM_NODEID.
 Per-job asks (``TopoAsk``): ``--switches=N`` while the job may still wait for it (a unit
 count the allocation must not exceed; when step 1-2 spans more, the N units with the
 most fitting nodes are tried); ``--segment=S`` (block): each unit counts only whole
-segments of S of its fitting nodes, and gives whole segments. Nodes the file leaves out
+segments of S of its fitting nodes, and gives whole segments; ``--exclusive=topo``: a
+unit counts only when every node of it is free, and the pass keeps the rest of the
+units it uses idle while the job runs or is planned (``fence``). Nodes the file leaves out
 form one unit of their own, outside every group.
 """
 
@@ -60,10 +62,12 @@ N = TypeVar("N", bound=_Node)
 @dataclass(frozen=True, slots=True)
 class TopoAsk:
     """What one job asks of the topology: at most ``max_units`` leaf switches (0: any),
-    nodes in segments of ``segment`` inside one block (0: none)."""
+    nodes in segments of ``segment`` inside one block (0: none), only units whose every
+    node is free (``whole_units``: --exclusive=topo; the rest of them stays idle)."""
 
     max_units: int = 0
     segment: int = 0
+    whole_units: bool = False
 
 
 @dataclass(slots=True)
@@ -77,12 +81,13 @@ class Group:
 class Topology:
     """The tree or the blocks, as placement reads them."""
 
-    __slots__ = ("kind", "unit_names", "unit_of", "rank", "groups", "roots", "units", "conf", "levels")
+    __slots__ = ("kind", "unit_names", "unit_nodes", "unit_of", "rank", "groups", "roots", "units", "conf", "levels")
 
     def __init__(self, conf: TopologyConf, node_order: list[str] | None = None) -> None:
         self.conf = conf
         self.kind = "block" if conf.blocks else "tree"
         self.unit_names: list[str] = []
+        self.unit_nodes: list[tuple[str, ...]] = []
         self.unit_of: dict[str, int] = {}
         self.rank: dict[str, int] = {}
         self.units: list[Group] = []
@@ -102,6 +107,7 @@ class Topology:
     def _unit(self, name: str, nodes: tuple[str, ...]) -> Group:
         u = len(self.unit_names)
         self.unit_names.append(name)
+        self.unit_nodes.append(nodes)
         for n in nodes:
             self.unit_of[n] = u
             self.rank[n] = len(self.rank)
@@ -167,6 +173,12 @@ class Topology:
         u = self.unit_of.get(node)
         return None if u is None else self.unit_names[u]
 
+    def fence(self, nodes: list[str]) -> list[str]:
+        """The other nodes of the units ``nodes`` touch: what --exclusive=topo keeps idle."""
+        mine = set(nodes)
+        units = sorted({self.unit_of[n] for n in nodes if n in self.unit_of})
+        return [n for u in units for n in self.unit_nodes[u] if n not in mine]
+
     def units_of(self, nodes: list[str]) -> int:
         """How many units (leaf switches or base blocks) ``nodes`` span; nodes outside
         the topology count as one unit together."""
@@ -219,6 +231,8 @@ class Topology:
             per[u] = per.get(u, 0) + 1
         if ask.max_units and len(per) > ask.max_units:
             return False
+        if ask.whole_units and any(u < 0 or k < len(self.unit_nodes[u]) for u, k in per.items()):
+            return False
         return ask.segment <= 1 or all(k % ask.segment == 0 for k in per.values())
 
     def _place(self, fitting: list[tuple[FitKey, N]], left: int, ask: TopoAsk | None) -> list[N] | None:
@@ -229,6 +243,10 @@ class Topology:
         outside = len(self.unit_names)  # nodes in no unit: one of their own
         for _, node in sorted(fitting, key=lambda kn: (kn[0], rank.get(kn[1].name, 0))):
             per_unit.setdefault(self.unit_of.get(node.name, outside), []).append(node)
+        if ask is not None and ask.whole_units:  # a unit counts only when all of it is free
+            for u, nodes in per_unit.items():
+                if u == outside or len(nodes) < len(self.unit_nodes[u]):
+                    nodes.clear()
         if segment > 1:
             for nodes in per_unit.values():
                 del nodes[len(nodes) - len(nodes) % segment :]

@@ -203,3 +203,19 @@ def test_placement_takes_one_leaf_whenever_one_can_hold_the_job(
         assert topo.units_of([n.name for n in chosen]) == 1
     # never more leaves than the fullest leaves could do it with, within the chosen switch
     assert topo.units_of([n.name for n in chosen]) <= len(per_leaf)
+
+
+def test_exclusive_topo_takes_a_whole_free_block_and_keeps_the_rest_of_it_idle() -> None:
+    h = cluster(BLOCKS)
+    h.run_job(job().nodelist("node1").cpus(1).mem(100).time(3600))  # b1 is not wholly free
+    topo = h.run_job(job().nodes(2).cpus(1).mem(100).time(600).exclusive_topo(), at=1)
+    assert nodes_of(h, topo) == ["node5", "node6"]  # b2, whole nodes
+    assert [a.cpus for a in h.running[topo].alloc] == [4, 4]
+    # fill b3 and b4: the next 1-node job could only go on node7 or node8, kept idle for b2's job
+    h.run_job(job().nodes(8).nodelist(*[f"node{i}" for i in range(9, 17)]).cpus(4).mem(100).time(3600), at=2)
+    h.run_job(job().nodes(3).nodelist("node2", "node3", "node4").cpus(4).mem(100).time(3600), at=2)
+    late = h.submit(job().cpus(4).mem(100).time(60), at=3)
+    d = h.schedule(at=3)
+    assert late not in h.started(d) and d.plans[late].start_time == 601  # when b2's job ends
+    h.finish(topo)
+    assert late in h.started(h.schedule(at=4))
