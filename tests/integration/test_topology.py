@@ -4,6 +4,7 @@ on one leaf when one is free, its ranks in topology order; scontrol show topolog
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -48,6 +49,20 @@ def test_a_four_node_job_lands_on_one_free_leaf_in_topology_order(tree: Harness)
     assert out[0] == "nodelist=node[9-12]"
     ranks = sorted((int(line.split()[1]), line.split()[2]) for line in out[1:] if line.startswith("rank"))
     assert ranks == [(0, "node9"), (1, "node10"), (2, "node11"), (3, "node12")]
+
+    # every leaf now has 3 free nodes: --switches=1 waits its 6 s, then takes two leaves
+    blockers += [
+        h.sbatch("-w", name, "--exclusive", "-t", "5:00", "--wrap", "sleep 60") for name in ("node9", "node13")
+    ]
+    for b in blockers:
+        h.wait_state(b, "RUNNING")
+    waiting = h.sbatch("-N4", "--exclusive", "--switches=1@0:06", "-t", "5:00", "--wrap", "true")
+    time.sleep(2)
+    assert h.job(waiting)["state"] == "PENDING"
+    job = h.wait_job(waiting, timeout=30)
+    assert job["state"] == "COMPLETED" and job["start_time"] - job["submit_time"] >= 5.5
+    leaves = {(int(a["node"][4:]) - 1) // 4 for a in job["alloc"]}
+    assert len(leaves) == 2, job["alloc"]
     for b in blockers:
         h.run(["scancel", str(b)])
 
