@@ -28,7 +28,7 @@ from muster.sched.features import Constraint, FeatureError, parse_constraint
 from muster.sched.profile import INF, NodeProfile
 from muster.sched.reservations import ReservationBook, may_use
 from muster.sched.snapshot import NodeView, PartitionView, ReservationView
-from muster.sched.topology import TopoAsk, Topology
+from muster.sched.topology import TopoAsk, Topology, topo_ask
 
 __all__ = [
     "Feasibility",
@@ -278,7 +278,7 @@ class Feasibility:
         )
         topo = None
         if (spec.switches or spec.segment or spec.exclusive_topo) and self.topology is not None:
-            topo = self._topo_ask(job)
+            topo = topo_ask(job, self.now, self.topology, self.switch_wait)
             ask += (topo,)
         answer = self._answers.get(ask)
         if answer is None:
@@ -310,22 +310,6 @@ class Feasibility:
         if spec.reservation is not None and not may_use(self.book.by_name[spec.reservation], job):
             return _RESERVATION_DENIED
         return result, INF if limit is None else float(limit)
-
-    def _topo_ask(self, job: Job) -> TopoAsk | None:
-        """What the job asks of the topology now: its --switches count until it has
-        waited --switches' time (else max_switch_wait) since it became eligible; its
-        --segment size under topology/block; --exclusive=topo."""
-        spec = job.spec
-        max_units = 0
-        if spec.switches:
-            wait = spec.switch_wait if spec.switch_wait is not None else self.switch_wait
-            since = job.eligible_time if job.eligible_time is not None else job.submit_time
-            if self.now < since + wait:
-                max_units = spec.switches
-        segment = (spec.segment or 0) if self.topology is not None and self.topology.kind == "block" else 0
-        if not max_units and segment <= 1 and not spec.exclusive_topo:
-            return None
-        return TopoAsk(max_units, segment, spec.exclusive_topo)
 
     def _answer(self, job: Job, pname: str, topo: TopoAsk | None = None) -> _Answer:
         """What ``request`` needs to know about the job's ask in ``pname`` beyond the

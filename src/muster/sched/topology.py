@@ -42,9 +42,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from muster.core.job import Job
 from muster.core.topoconf import TopologyConf
 
-__all__ = ["Group", "TopoAsk", "Topology"]
+__all__ = ["Group", "TopoAsk", "Topology", "topo_ask"]
 
 FitKey = tuple[int, int, int, int]
 
@@ -68,6 +69,26 @@ class TopoAsk:
     max_units: int = 0
     segment: int = 0
     whole_units: bool = False
+
+
+def topo_ask(job: Job, now: float, topology: Topology | None, switch_wait: int) -> TopoAsk | None:
+    """What ``job`` asks of the topology at ``now``: its --switches count until it has
+    waited --switches' time (else ``switch_wait``, max_switch_wait) since it became
+    eligible; its --segment size under topology/block; --exclusive=topo. None when it
+    asks nothing, and always without a topology (Slurm ignores them then)."""
+    if topology is None:
+        return None
+    spec = job.spec
+    max_units = 0
+    if spec.switches:
+        wait = spec.switch_wait if spec.switch_wait is not None else switch_wait
+        since = job.eligible_time if job.eligible_time is not None else job.submit_time
+        if now < since + wait:
+            max_units = spec.switches
+    segment = (spec.segment or 0) if topology.kind == "block" else 0
+    if not max_units and segment <= 1 and not spec.exclusive_topo:
+        return None
+    return TopoAsk(max_units, segment, spec.exclusive_topo)
 
 
 @dataclass(slots=True)
