@@ -117,6 +117,7 @@ class _Pass:
         pool = {v.name: NodeProfile(v, now) for v in self.snap.nodes}
         releases: dict[str, list[tuple[float, int, int, int]]] = {}
         fences: list[tuple[Job, float]] = []  # --exclusive=topo jobs: their units stay idle
+        topology = self.snap.topology
         for job in self.snap.running:
             # Job.expected_end, inline: every pass reads every running job.
             start, limit = job.start_time, job.time_limit
@@ -130,7 +131,7 @@ class _Pass:
                     end = now + res  # past its limit: expected to go at the next step
                 elif res > 1:
                     end = -(-end // res) * res
-            if job.spec.exclusive_topo and self.snap.topology is not None:
+            if topology is not None and job.spec.exclusive_topo:
                 fences.append((job, INF if end is None else end))
             if end is None:
                 continue  # no time limit: never gives its resources back in the plan
@@ -144,8 +145,8 @@ class _Pass:
             if node is not None:
                 node.add_releases(rel)
         for job, end in fences:
-            assert self.snap.topology is not None
-            for name in self.snap.topology.fence(job.nodes):
+            assert topology is not None
+            for name in topology.fence(job.nodes):
                 if name in pool:
                     pool[name].fence(now, end)
         until = now + self.config.bf_window + _RESERVATION_LOOKAHEAD

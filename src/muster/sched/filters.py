@@ -277,7 +277,7 @@ class Feasibility:
             tuple(spec.exclude) if spec.exclude else None,
         )
         topo = None
-        if (spec.switches or spec.segment or spec.exclusive_topo) and self.topology is not None:
+        if self.topology is not None and (spec.switches or spec.segment or spec.exclusive_topo):
             topo = topo_ask(job, self.now, self.topology, self.switch_wait)
             ask += (topo,)
         answer = self._answers.get(ask)
