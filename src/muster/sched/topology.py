@@ -174,21 +174,22 @@ class Topology:
                 factors.append(f)
                 f *= 2
         below = units
+        left_over: list[Group] = []  # blocks past the last whole aggregate of a level
         prev = 1
         for level, factor in enumerate(factors, start=1):
             step = factor // prev
             above: list[Group] = []
-            for i in range(0, len(below), step):
+            whole = len(below) - len(below) % step
+            for i in range(0, whole, step):
                 kids = below[i : i + step]
-                if len(kids) < step:
-                    break  # an incomplete aggregate is no block of this size
                 g = Group(f"{kids[0].name}-{kids[-1].name}", level, tuple(u for k in kids for u in k.units), list(kids))
                 above.append(g)
                 self.groups.append(g)
             if not above:
                 break
+            left_over = below[whole:] + left_over  # an incomplete aggregate is no block of this size
             below, prev = above, factor
-        self.roots = below
+        self.roots = below + left_over
 
     def unit_name(self, node: str) -> str | None:
         u = self.unit_of.get(node)

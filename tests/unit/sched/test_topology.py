@@ -192,8 +192,9 @@ def test_placement_takes_one_leaf_whenever_one_can_hold_the_job(
         lines += [f"SwitchName={u} Switches={','.join(g)}" for u, g in zip(uppers, groups, strict=True)]
     topo = Topology(parse_topology("\n".join(lines) + "\n", "t", names), names)
     free = data.draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
+    names_all = list(topo.rank)
     count = data.draw(st.integers(1, len(free)))
-    fitting = [((1, 0, 0, 0), _N(n, names.index(n))) for n in free]
+    fitting = [((1, 0, 0, 0), _N(n, names_all.index(n))) for n in free]
     chosen = topo.pick(fitting, count, frozenset())
     assert chosen is not None and len(chosen) == count and len({n.name for n in chosen}) == count
     assert {n.name for n in chosen} <= set(free)
@@ -219,3 +220,14 @@ def test_exclusive_topo_takes_a_whole_free_block_and_keeps_the_rest_of_it_idle()
     assert late not in h.started(d) and d.plans[late].start_time == 601  # when b2's job ends
     h.finish(topo)
     assert late in h.started(h.schedule(at=4))
+
+
+def test_blocks_past_the_last_whole_aggregate_still_take_jobs() -> None:
+    three = "BlockName=b1 Nodes=node[1-4]\nBlockName=b2 Nodes=node[5-8]\nBlockName=b3 Nodes=node[9-12]\n"
+    h = cluster(three, nodes=12)
+    j = h.run_job(job().nodes(12).cpus(4).mem(100).time(600))  # b1-b2 aggregate, and b3 beside it
+    assert nodes_of(h, j) == [f"node{i}" for i in range(1, 13)]
+    h.finish(j)
+    h.run_job(job().nodes(8).nodelist(*[f"node{i}" for i in range(1, 9)]).cpus(4).mem(100).time(600), at=1)
+    four = h.run_job(job().nodes(4).cpus(4).mem(100).time(600), at=1)
+    assert nodes_of(h, four) == ["node9", "node10", "node11", "node12"]
