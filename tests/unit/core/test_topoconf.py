@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from muster.core.config import ConfigError
-from muster.core.topoconf import parse_topology
+from muster.core.config import ConfigError, parse_config
+from muster.core.topoconf import attach_topology, parse_topology, show_topology
 
 NODES = [f"node{i}" for i in range(1, 17)]
 
@@ -84,3 +84,47 @@ def test_bad_files_are_refused_with_a_clear_message(text: str, message: str) -> 
     with pytest.raises(ConfigError) as err:
         parse_topology(text, "topology.conf", NODES)
     assert message in str(err.value)
+
+
+def test_show_topology_prints_switches_with_their_level_and_nodes() -> None:
+    t = parse_topology(TREE, "topology.conf", NODES)
+    assert show_topology(t) == [
+        "SwitchName=s0 Level=0 LinkSpeed=100 Nodes=node[1-4]",
+        "SwitchName=s1 Level=0 LinkSpeed=1 Nodes=node[5-8]",
+        "SwitchName=s2 Level=0 LinkSpeed=1 Nodes=node[9-12]",
+        "SwitchName=s3 Level=0 LinkSpeed=1 Nodes=node[13-16]",
+        "SwitchName=top Level=1 LinkSpeed=1 Nodes=node[1-16] Switches=s[0-3]",
+    ]
+    assert show_topology(t, "node6") == [show_topology(t)[1], show_topology(t)[4]]
+    assert show_topology(t, "s3") == [show_topology(t)[3]]
+    assert show_topology(t, "nowhere") == []
+
+
+def test_show_topology_prints_blocks_and_their_aggregates() -> None:
+    text = "".join(f"BlockName=b{i + 1} Nodes=node[{4 * i + 1}-{4 * i + 4}]\n" for i in range(4))
+    t = parse_topology(text, nodes=NODES)
+    assert show_topology(t) == [
+        "BlockName=b1 BlockIndex=0 Nodes=node[1-4] BlockSize=4",
+        "BlockName=b2 BlockIndex=1 Nodes=node[5-8] BlockSize=4",
+        "BlockName=b3 BlockIndex=2 Nodes=node[9-12] BlockSize=4",
+        "BlockName=b4 BlockIndex=3 Nodes=node[13-16] BlockSize=4",
+        "AggregatedBlock=b[1-2] BlockIndex=0 Nodes=node[1-8] BlockSize=8",
+        "AggregatedBlock=b[3-4] BlockIndex=1 Nodes=node[9-16] BlockSize=8",
+        "AggregatedBlock=b[1-4] BlockIndex=0 Nodes=node[1-16] BlockSize=16",
+    ]
+
+
+def test_the_plugin_decides_whether_topology_conf_is_read() -> None:
+    conf = parse_config("NodeName=node[1-16] CPUs=4\nPartitionName=p Nodes=ALL\n", "slurm.conf")
+    attach_topology(conf, None, "topology.conf")  # no TopologyPlugin: nothing is read
+    assert conf.topology is None
+    conf.settings["TopologyPlugin"] = "topology/tree"
+    with pytest.raises(ConfigError, match="cannot read topology.conf, which TopologyPlugin=topology/tree needs"):
+        attach_topology(conf, None, "topology.conf")
+    with pytest.raises(ConfigError, match="TopologyPlugin=topology/tree but this file defines blocks"):
+        attach_topology(conf, "BlockName=b1 Nodes=node[1-4]\n", "topology.conf")
+    attach_topology(conf, "SwitchName=s0 Nodes=node[1-4]\n", "topology.conf")
+    assert conf.topology is not None and conf.warnings == ["topology.conf: nodes node[5-16] are in no switch"]
+    conf.settings["TopologyPlugin"] = "topology/3d_torus"
+    with pytest.raises(ConfigError, match="bad TopologyPlugin 'topology/3d_torus'"):
+        attach_topology(conf, "", "topology.conf")
