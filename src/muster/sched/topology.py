@@ -1,5 +1,5 @@
-"""Topology-aware placement: which fitting nodes a multi-node job gets when the cluster
-has a network topology (topology.conf: ``topology/tree`` switches or ``topology/block``
+"""Topology-aware placement: which fitting nodes a job gets when the cluster has a
+network topology (topology.conf: ``topology/tree`` switches or ``topology/block``
 blocks). Pure: built once from a ``core.topoconf.TopologyConf``, then asked per job.
 
 Words. A *unit* is a leaf switch (tree) or a base block (block): the nodes that talk
@@ -20,8 +20,9 @@ start) and how many it needs:
 3. inside a unit, the nodes best fit first (``select.fit_key``: weight, then what is left
    free), then topology order.
 
-Node Weight comes before all of it: the topology chooses among the nodes of the lowest
-weight that can hold the job, and adds heavier nodes only when those cannot.
+Node Weight comes before all of it: when the lightest nodes that fit can hold the job,
+the topology chooses among them alone; when they cannot, the job takes them all and the
+topology places the rest among the next weight.
 
 The job's nodes come back in topology order (``rank``): units in the order the file
 walks them (depth first from each top switch, children in their listed order; blocks in
