@@ -40,15 +40,18 @@ def test_a_four_node_job_lands_on_one_free_leaf_in_topology_order(tree: Harness)
     blockers = [h.sbatch("-w", name, "--exclusive", "-t", "5:00", "--wrap", "sleep 60") for name in ("node1", "node6")]
     for b in blockers:
         h.wait_state(b, "RUNNING")
-    script = "#!/bin/sh\necho nodelist=$SLURM_JOB_NODELIST\nsrun sh -c 'echo rank $SLURM_NODEID $SLURMD_NODENAME'\n"
+    script = (
+        "#!/bin/sh\necho nodelist=$SLURM_JOB_NODELIST $SLURM_TOPOLOGY_ADDR $SLURM_TOPOLOGY_ADDR_PATTERN\n"
+        "srun sh -c 'echo rank $SLURM_NODEID $SLURMD_NODENAME $SLURM_TOPOLOGY_ADDR'\n"
+    )
     big = h.sbatch("-N4", "--exclusive", "-t", "5:00", "-o", "big.out", input=script)
     job = h.wait_job(big)
     assert job["state"] == "COMPLETED"
     assert [a["node"] for a in job["alloc"]] == ["node9", "node10", "node11", "node12"]  # one leaf: s2
     out = h.read("big.out").splitlines()
-    assert out[0] == "nodelist=node[9-12]"
-    ranks = sorted((int(line.split()[1]), line.split()[2]) for line in out[1:] if line.startswith("rank"))
-    assert ranks == [(0, "node9"), (1, "node10"), (2, "node11"), (3, "node12")]
+    assert out[0] == "nodelist=node[9-12] top.s2.node9 switch.switch.node"
+    ranks = sorted(tuple(line.split()[1:]) for line in out[1:] if line.startswith("rank"))
+    assert ranks == [(str(i), f"node{9 + i}", f"top.s2.node{9 + i}") for i in range(4)]
 
     # every leaf now has 3 free nodes: --switches=1 waits its 6 s, then takes two leaves
     blockers += [

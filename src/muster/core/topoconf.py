@@ -37,6 +37,7 @@ __all__ = [
     "attach_topology",
     "parse_topology",
     "show_topology",
+    "topology_addr",
     "topology_path",
     "wants_topology",
 ]
@@ -311,6 +312,22 @@ def show_topology(topo: TopologyConf, target: str | None = None) -> list[str]:
     if target:
         return [line for name, line, nodes in lines if name == target or target in nodes]
     return [line for _, line, _ in lines]
+
+
+def topology_addr(topo: TopologyConf | None, node: str) -> tuple[str, str]:
+    """``SLURM_TOPOLOGY_ADDR`` and ``_PATTERN`` of ``node``: under topology/tree the
+    switches from the top down to its leaf, then the node (``top.s0.node1``,
+    ``switch.switch.node``); otherwise, or for a node in no switch, the node alone."""
+    if topo is None or not topo.switches:
+        return node, "node"
+    parent = {c: s.name for s in topo.switches for c in s.switches}
+    leaf = next((s.name for s in topo.switches if node in s.nodes), None)
+    if leaf is None:
+        return node, "node"
+    path = [leaf]
+    while path[-1] in parent and len(path) <= len(topo.switches):
+        path.append(parent[path[-1]])
+    return ".".join([*reversed(path), node]), ".".join(["switch"] * len(path) + ["node"])
 
 
 def _default_sizes(base: int, blocks: int) -> list[int]:

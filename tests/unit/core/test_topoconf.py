@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from muster.core.config import ConfigError, parse_config
-from muster.core.topoconf import attach_topology, parse_topology, show_topology
+from muster.core.topoconf import attach_topology, parse_topology, show_topology, topology_addr
 
 NODES = [f"node{i}" for i in range(1, 17)]
 
@@ -128,3 +128,16 @@ def test_the_plugin_decides_whether_topology_conf_is_read() -> None:
     conf.settings["TopologyPlugin"] = "topology/3d_torus"
     with pytest.raises(ConfigError, match="bad TopologyPlugin 'topology/3d_torus'"):
         attach_topology(conf, "", "topology.conf")
+
+
+def test_topology_addr_walks_from_the_top_switch_to_the_node() -> None:
+    t = parse_topology(
+        TREE.replace(
+            "SwitchName=top Switches=s[0-3]", "SwitchName=pod Switches=s[0-1]\nSwitchName=top Switches=pod,s[2-3]"
+        ),
+        nodes=NODES,
+    )
+    assert topology_addr(t, "node2") == ("top.pod.s0.node2", "switch.switch.switch.node")
+    assert topology_addr(t, "node9") == ("top.s2.node9", "switch.switch.node")
+    assert topology_addr(parse_topology("SwitchName=s0 Nodes=node1\n", nodes=NODES), "node5") == ("node5", "node")
+    assert topology_addr(None, "node1") == ("node1", "node")
