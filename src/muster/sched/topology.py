@@ -287,13 +287,19 @@ class Topology:
     def _choose(self, counts: dict[int, int], left: int, outside: int) -> list[tuple[int, int]]:
         """(unit, how many of its nodes) for ``left`` nodes: steps 1 and 2."""
 
+        # Each group's fitting nodes, bottom up: ``groups`` lists children before parents.
+        sums: dict[int, int] = {id(g): counts.get(g.units[0], 0) for g in self.units}
+        for g in self.groups:
+            sums[id(g)] = sum(sums[id(k)] for k in g.children)
+
         def total(g: Group) -> int:
-            return sum(counts.get(u, 0) for u in g.units)
+            t = sums.get(id(g))
+            return t if t is not None else sum(counts.get(u, 0) for u in g.units)
 
         best: tuple[int, int, int] | None = None
         home: Group | None = None
         for g in (*self.units, *self.groups):
-            t = total(g)
+            t = sums[id(g)]
             if t >= left:
                 key = (g.level, t - left, g.units[0])
                 if best is None or key < best:
