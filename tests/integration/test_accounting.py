@@ -231,3 +231,23 @@ def test_sacct_shows_what_a_batch_script_used(acct_cluster: Harness) -> None:
     step = by_id[f"{steps}.0"]
     assert int(step[1][:-1]) > 64 * 1024 and step[2] in ("node1", "node2") and step[3] in ("0", "1"), rows
     assert int(step[4][:-1]) > 64 * 1024 and float(step[5][3:]) >= 0.8, rows  # two tasks' CPU
+
+
+def test_sreport_job_goodput_adds_up_what_jobs_reported(acct_cluster: Harness) -> None:
+    h = acct_cluster
+    steps = 'echo "step 1" >> "$MUSTER_PROGRESS"; sleep 1; echo "checkpoint 1" >> "$MUSTER_PROGRESS"; sleep 1'
+    reporting = h.sbatch("-A", "A", "--gres=gpu:2", "--wrap", steps)
+    silent = h.sbatch("-A", "A", "--gres=gpu:1", "--wrap", "sleep 1")
+    assert h.wait_job(reporting)["state"] == "COMPLETED"
+    assert h.wait_job(silent)["state"] == "COMPLETED"
+    argv = ["sreport", "-P", "-n", "-t", "seconds", "job", "goodput", "start=now-1hours", "end=now+1hours"]
+    rows = [line.split("|") for line in ok(h.run(argv)).splitlines()]
+    row = next(r for r in rows if r[1] == "A")
+    assert int(row[2]) >= 2 and int(row[3]) >= 1  # jobs, of which reporting
+    allocated, startup, lost, productive = map(int, row[4:8])
+    assert lost == 0 and productive > 0 and allocated >= startup + productive
+    assert row[8].endswith("%") and 0 < float(row[8][:-1]) <= 100
+    by_user = ok(h.run([*argv, "group=user"]))
+    assert any(line.split("|")[1] == "root" for line in by_user.splitlines())
+    bad = h.run([*argv, "group=nosuch"])
+    assert bad.returncode != 0 and "Unknown condition" in bad.stderr

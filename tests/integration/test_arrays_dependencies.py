@@ -122,7 +122,12 @@ def test_scancel_of_one_task_a_range_and_the_whole_array(cluster: Harness) -> No
     states = [cluster.job(first + k)["state"] for k in range(6)]
     assert states == ["PENDING", "CANCELLED", "PENDING", "CANCELLED", "CANCELLED", "PENDING"]
     assert _squeue(cluster, "-j", str(first), "-t", "PD", "-o", "%i") == [f"{first}_[0,2,5]"]
+    # As in Slurm, a task cancelled while pending has no job record of its own left
+    gone = cluster.run(["scontrol", "show", "job", f"{first}_1"])
+    assert gone.returncode != 0 and "Invalid job id specified" in gone.stderr
+    assert cluster.run(["scontrol", "show", "job", f"{first}_2"]).returncode == 0
     assert cluster.run(["scancel", str(first)]).returncode == 0
+    assert "JobState=CANCELLED" in cluster.run(["scontrol", "show", "job", str(first)]).stdout
     assert all(cluster.job(first + k)["state"] == "CANCELLED" for k in range(6))
     # scancel of finished jobs, and of a task that does not exist, is silent success
     assert cluster.run(["scancel", str(first), f"{first}_9"]).returncode == 0

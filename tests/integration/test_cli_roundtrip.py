@@ -137,3 +137,18 @@ def test_commands_work_over_tcp_with_an_agent_credential(cluster: Harness) -> No
 def test_sbatch_wait_returns_the_jobs_exit_code(cluster: Harness) -> None:
     out = cluster.run(["sbatch", "--wait", "--wrap", "exit 3"], timeout=60)
     assert out.returncode == 3 and out.stdout.startswith("Submitted batch job ")
+
+
+def test_a_job_that_can_no_longer_end_by_its_deadline_ends_deadline(cluster: Harness) -> None:
+    late = cluster.sbatch("--deadline=now+60", "-t", "2", "--wrap", "true")  # 2 minutes do not fit in 1
+    job = cluster.wait_state(late, "DEADLINE", timeout=30)
+    assert job["reason"] == "DeadLine" and job["start_time"] is None
+    shown = cluster.run(["scontrol", "show", "job", str(late)]).stdout
+    assert "JobState=DEADLINE Reason=DeadLine" in shown and "Deadline=N/A" not in shown
+    assert cluster.run(["squeue", "-h", "-t", "DL", "-j", str(late), "-o", "%T"]).stdout.strip() in ("", "DEADLINE")
+    fits = cluster.sbatch("--deadline=now+1hour", "-t", "1", "--hold", "--wrap", "true")
+    assert cluster.job(fits)["state"] == "PENDING"
+    assert cluster.run(["scancel", str(fits)]).returncode == 0
+    bad = cluster.run(["sbatch", "--begin=now+2hours", "--deadline=now+1hour", "--wrap", "true"])
+    assert bad.returncode == 1
+    assert "Incompatible begin and deadline time specification" in bad.stderr

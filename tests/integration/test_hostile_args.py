@@ -139,6 +139,9 @@ REFUSED: dict[str, list[list[str]]] = {
         ["cluster", "utilization", "start=2026-13-45"],
         ["cluster", "utilization", "start=" + HUGE],
         ["cluster", "bogus"],
+        ["user", "top", "TopCount=" + HUGE],
+        ["user", "top", "TopCount=abc"],
+        ["job", "goodput", "group=nosuch"],
     ],
     "muster": [
         ["bogus"],
@@ -155,7 +158,12 @@ REFUSED: dict[str, list[list[str]]] = {
 # Arguments that may be accepted: only "no traceback" is asserted. Some of these Slurm
 # refuses and muster does not yet (NOT_YET); format widths are capped (cli.common).
 NOT_YET: dict[str, list[list[str]]] = {
-    "sacct": [["-j", "1_"], ["-j", "1."], ["--units=Q"]],
+    "sprio": [["-w", "-o", "bogus"]],
+    "sinfo": [["-S", JUNK]],
+}
+# Refused since they were on NOT_YET (Slurm refuses them too).
+FORMERLY_ACCEPTED: dict[str, list[list[str]]] = {
+    "sacct": [["-j", "1_"], ["-j", "1."], ["--units=Q"], ["-j", "1." + HUGE]],
     "sacctmgr": [
         ["-i", "modify", "account", "where", "name=root", "set", "MaxJobs=" + HUGE],
         ["-i", "modify", "account", "where", "name=root", "set", "MaxWall=99999999999"],
@@ -164,11 +172,10 @@ NOT_YET: dict[str, list[list[str]]] = {
     "sbatch": [["-D", "", "--wrap=true"]],
     "scancel": [[HUGE], ["1." + HUGE]],
     "scontrol": [["create", "reservation", "starttime=now", "duration=" + HUGE, "nodes=node1", "users=root"]],
-    "sprio": [["-w", "-o", "bogus"]],
-    "squeue": [["-j", ""], ["-j", "1."], ["-t", ""]],
-    "sinfo": [["-S", JUNK]],
-    "sreport": [["user", "top", "TopCount=" + HUGE]],
+    "squeue": [["-j", ""], ["-j", "1."], ["-t", ""], ["-j", HUGE]],
 }
+for _command, _refused in FORMERLY_ACCEPTED.items():
+    REFUSED.setdefault(_command, []).extend(_refused)
 WIDE = "%" + HUGE
 TOLERATED: dict[str, list[list[str]]] = {
     "squeue": [["-o", WIDE + "i"]],

@@ -13,16 +13,17 @@ from muster.core.optionvalues import OptionValueError
 
 class JobRequest:
     """What the options asked for so far. ``spec`` holds JobSpec fields; a few values that
-    need the caller's environment (``--export``, ``--chdir``, ``--begin``) wait in their own
+    need the caller's environment (``--export``, ``--chdir``, ``--begin``, ``--deadline``) wait in their own
     attributes until ``finish`` resolves them."""
 
-    __slots__ = ("spec", "export", "chdir", "begin", "ignored")
+    __slots__ = ("spec", "export", "chdir", "begin", "deadline", "ignored")
 
     def __init__(self) -> None:
         self.spec: dict[str, object] = {}
         self.export: str | None = None
         self.chdir: str | None = None
         self.begin: str | None = None
+        self.deadline: str | None = None
         self.ignored: list[str] = []
 
     def finish(self, environ: dict[str, str], cwd: str, now: float | None = None) -> dict[str, object]:
@@ -36,7 +37,9 @@ class JobRequest:
         # Slurm carries the submitter's umask with the job (whatever --export says); the
         # agent applies it before it creates the job's output files.
         spec["environment"]["SLURM_UMASK"] = environ.get("SLURM_UMASK") or current_umask()
-        if self.begin is not None:
+        for text, field, option in ((self.begin, "begin_time", "--begin"), (self.deadline, "deadline", "--deadline")):
+            if text is None:
+                continue
             from muster.core.timefmt import TimeFormatError, parse_timestamp
 
             if now is None:
@@ -44,9 +47,9 @@ class JobRequest:
 
                 now = SystemClock().now()
             try:
-                spec["begin_time"] = parse_timestamp(self.begin, now)
+                spec[field] = parse_timestamp(text, now)
             except TimeFormatError:
-                raise OptionValueError("Invalid --begin specification") from None
+                raise OptionValueError(f"Invalid {option} specification") from None
         return spec
 
 

@@ -1,4 +1,5 @@
-"""``muster``: local clusters (up, down, status), keys, the demo and the simulator."""
+"""``muster``: local clusters (up, down, status), keys, the controller's state (backup,
+restore), the demo and the simulator."""
 
 from __future__ import annotations
 
@@ -68,6 +69,21 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("sim", help="replay a workload trace through the scheduler (see `muster sim --help`)")
 
+    for name, what in (
+        ("backup", "copy the controller's state (SQLite online backup; safe while it runs) to a new FILE"),
+        ("restore", "replace the controller's state with a backup FILE (refused while musterctld runs)"),
+    ):
+        cmd = sub.add_parser(name, help=what)
+        cmd.add_argument("file")
+        cmd.add_argument("--conf", default=None, help="config file (default: $MUSTER_CONF or /etc/muster/muster.conf)")
+    dash = sub.add_parser("dashboard", help="print a one-time link that signs you in to the controller's web dashboard")
+    dash.add_argument(
+        "--base-url",
+        default=None,
+        help="where your browser reaches the controller, e.g. http://localhost:6817 through an ssh "
+        "tunnel (default: the controller's address and port from the config)",
+    )
+
     demo = sub.add_parser("demo", help="start a local cluster and run the training scenario on it")
     demo.add_argument("--state-dir", default=".muster-demo")
     demo.add_argument("--nodes", type=_positive, default=4)
@@ -97,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote cluster key {args.path} (mode 0600)")
         return 0
 
+    if args.command in ("backup", "restore"):
+        return _state_command(args)
+    if args.command == "dashboard":
+        from muster.cli.dashboard import run
+
+        return run(args.base_url)
     try:
         return _cluster_command(args)
     except (OSError, ValueError) as e:  # a config error (ConfigError is a ValueError), a disk
@@ -118,6 +140,33 @@ def conf_extra(given: list[str], from_env: str) -> dict[str, str] | str:
             return f"--conf-extra takes global settings only, not {key}"
         out[key] = value.strip()
     return out
+
+
+def _state_command(args: argparse.Namespace) -> int:
+    """``muster backup|restore FILE`` (``cluster.backup``)."""
+    from muster.cluster.backup import BackupError, backup, restore
+    from muster.core.config import ConfigError, parse_config
+    from muster.protocol.client import default_conf_path
+
+    path = args.conf or default_conf_path()
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = parse_config(f.read(), path)
+        if args.command == "backup":
+            done = backup(config, args.file)
+            print(f"muster: backed up {done.jobs} jobs (schema {done.schema}, {done.size} bytes) to {done.path}")
+            return 0
+        summary, kept = restore(config, args.file)
+    except OSError as e:
+        print(f"muster: error: {e.filename or path}: {e.strerror}", file=sys.stderr)
+        return 1
+    except (ConfigError, BackupError) as e:
+        print(f"muster: error: {e}", file=sys.stderr)
+        return 1
+    print(f"muster: restored {summary.jobs} jobs (schema {summary.schema}) from {summary.path}")
+    if kept:
+        print(f"muster: the state it replaced is kept in {kept}")
+    return 0
 
 
 def _cluster_command(args: argparse.Namespace) -> int:
@@ -169,6 +218,7 @@ def _cluster_command(args: argparse.Namespace) -> int:
         print("Use it with:")
         print(f"  export MUSTER_CONF={cluster.conf_path}")
         print(f"  export PATH={os.path.dirname(sys.executable)}:$PATH")
+        print("  muster dashboard    # a sign-in link to the web dashboard")
         return 0
     if not cluster.exists and args.command in ("down", "status"):
         print(f"muster: error: no local cluster in {cluster.state_dir}", file=sys.stderr)

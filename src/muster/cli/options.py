@@ -276,11 +276,17 @@ def _apply_export(req: JobRequest, value: str | None) -> None:
 
 
 def _apply_chdir(req: JobRequest, value: str | None) -> None:
+    if not (value or "").strip():
+        raise OptionValueError("Invalid --chdir specification: an empty path")
     req.chdir = value
 
 
 def _apply_begin(req: JobRequest, value: str | None) -> None:
     req.begin = value or ""
+
+
+def _apply_deadline(req: JobRequest, value: str | None) -> None:
+    req.deadline = value or ""
 
 
 def _apply_exclusive(req: JobRequest, value: str | None) -> None:
@@ -366,6 +372,11 @@ def _apply_segment(req: JobRequest, value: str | None) -> None:
     req.spec["segment"] = int(text)
 
 
+def _apply_tmp(req: JobRequest, value: str | None) -> None:
+    # --tmp takes --mem's units (MB by default)
+    req.spec["tmp_disk"] = parse_mem_option(value or "", "--tmp")
+
+
 def _apply_oversubscribe(req: JobRequest, value: str | None) -> None:
     req.spec["exclusive"] = False
 
@@ -416,6 +427,7 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("nodelist", "w", apply=_apply_nodelist),
     Opt("exclude", "x", apply=_apply_exclude),
     Opt("begin", "b", apply=_apply_begin),
+    Opt("deadline", apply=_apply_deadline),
     Opt("account", "A", env=("SBATCH_ACCOUNT",), apply=_set("account")),
     Opt("qos", "q", env=("SBATCH_QOS",), apply=_set("qos")),
     Opt("nice", None, OPTIONAL, apply=_apply_nice),
@@ -437,10 +449,10 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("distribution", "m", env=("SBATCH_DISTRIBUTION",), apply=_ignored),
     Opt("hint", env=("SBATCH_HINT",), apply=_ignored),
     Opt("no-kill", "k", OPTIONAL, apply=_ignored),
-    Opt("overcommit", "O", NO_ARG, apply=_ignored),
     Opt("contiguous", None, NO_ARG, apply=_ignored),
-    Opt("mincpus", apply=_ignored),
-    Opt("tmp", apply=_ignored),
+    Opt("mincpus", apply=_count("min_cpus", "--mincpus")),
+    Opt("overcommit", "O", NO_ARG, apply=_flag("overcommit")),
+    Opt("tmp", apply=_apply_tmp),
     Opt("licenses", "L", apply=_ignored),
     Opt("propagate", None, OPTIONAL, apply=_ignored),
     Opt("get-user-env", None, OPTIONAL, apply=_ignored),
@@ -464,7 +476,6 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("use-min-nodes", None, NO_ARG, apply=_ignored),
     Opt("wait-all-nodes", apply=_ignored),
     Opt("delay-boot", apply=_ignored),
-    Opt("deadline", apply=_ignored),
     Opt("reboot", None, NO_ARG, apply=_ignored),
     Opt("priority", apply=_ignored),
     Opt("mcs-label", apply=_ignored),
@@ -476,7 +487,7 @@ JOB_OPTIONS: tuple[Opt, ...] = (
 
 # Options whose effect on resources muster cannot honour: sbatch says so instead of
 # silently giving the job something else than it asked for.
-UNHONOURED = frozenset({"cpus-per-gpu", "ntasks-per-gpu", "mincpus", "tmp", "licenses", "priority"})
+UNHONOURED = frozenset({"cpus-per-gpu", "ntasks-per-gpu", "licenses", "priority"})
 
 
 def env_options(table: OptionTable, environ: dict[str, str]) -> Parsed:

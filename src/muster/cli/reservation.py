@@ -38,7 +38,7 @@ _KEYS = {
 def parse_words(words: list[str], now: float) -> dict[str, object]:
     """Turn ``Key=Value`` words into the API body; raise CommandError on bad input."""
     from muster.core.hostlist import HostlistError, expand
-    from muster.core.timefmt import TimeFormatError, parse_time_limit, parse_timestamp
+    from muster.core.timefmt import MAX_TIME_LIMIT, TimeFormatError, parse_time_limit, parse_timestamp
 
     body: dict[str, object] = {}
     for word in words:
@@ -53,6 +53,8 @@ def parse_words(words: list[str], now: float) -> dict[str, object]:
                 secs = parse_time_limit(value)
                 if secs is None:
                     raise CommandError("Duration=UNLIMITED is not supported; give an end", 1)
+                if secs > MAX_TIME_LIMIT:
+                    raise CommandError(f"Invalid duration: {value}", 1)
                 body[field] = secs
             elif field == "node_cnt":
                 if not value.isdigit() or int(value) < 1:

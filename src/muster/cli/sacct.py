@@ -397,15 +397,20 @@ def parse_args(argv: list[str], environ: dict[str, str], now: float) -> Request 
     req.allocations = "allocations" in opts
     req.array = "array" in opts
     req.units = opts.get("units")
+    if req.units is not None and req.units.upper() not in ("K", "M", "G", "T", "P"):
+        raise CommandError(f"Invalid unit type: {req.units} (use K, M, G, T or P)")
     req.json = "json" in opts
     p = req.params
     jobs = opts.get("jobs")
     if jobs:
+        from muster.core.arrays import parse_job_step_ref
+
         ids = [j.strip() for j in jobs.split(",") if j.strip()]
         for j in ids:
-            base = j.split(".")[0].split("_")[0]
-            if not base.isdigit():
-                raise CommandError(f"Invalid job id: {j}")
+            try:
+                parse_job_step_ref(j)
+            except ValueError:
+                raise CommandError(f"Invalid job id: {j}") from None
         p["job_id"] = ids
     states = opts.get("state")
     if states:

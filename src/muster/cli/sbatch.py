@@ -310,6 +310,8 @@ Parallel run options:
   -A, --account=name          charge job to specified account
       --begin=time            defer job until HH:MM MM/DD/YY
       --comment=name          arbitrary comment
+      --deadline=time         end the job (DEADLINE) when it can no longer finish
+                              by this time (its --time-min, else --time)
   -c, --cpus-per-task=ncpus   number of cpus required per task
   -C, --constraint=list       specify a list of constraints
   -d, --dependency=type:jobid defer job until condition on jobid is satisfied
@@ -329,6 +331,7 @@ Parallel run options:
       --no-requeue            if set, do not permit the job to be requeued
       --ntasks-per-node=n     number of tasks to invoke on each node
   -N, --nodes=N               number of nodes on which to run (N = min[-max])
+  -O, --overcommit            overcommit resources (CPUs for one task per node)
   -o, --output=out            file for batch script's standard output
       --open-mode=append|truncate
                               how to open the output and error files
@@ -346,7 +349,9 @@ Parallel run options:
       --wrap[=command string] wrap command string in a sh script and submit
 
 Constraint options:
+      --mincpus=n             minimum number of logical processors per node
       --mem=MB                minimum amount of real memory per node
+      --tmp=MB                minimum amount of temporary disk per node
       --mem-per-cpu=MB        maximum amount of real memory per allocated cpu
   -w, --nodelist=hosts...     request a specific list of hosts
   -x, --exclude=hosts...      exclude a specific list of hosts
@@ -367,7 +372,7 @@ Other options:
   -V, --version               output version information and exit
 
 muster accepts Slurm's other sbatch options (--mail-type, --wckey, --hint, ...) and
-ignores them; --cpus-per-gpu, --mincpus, --tmp and --licenses draw a warning.
+ignores them; --cpus-per-gpu and --licenses draw a warning.
 """
 
 

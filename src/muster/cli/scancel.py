@@ -114,8 +114,12 @@ class Cancel:
 
 def parse_step_id(text: str) -> tuple[int, int] | None:
     """``123.4`` as (123, 4); None for anything that is not a step of a plain job id."""
+    from muster.core.arrays import MAX_ID
+
     job, dot, step = text.strip().partition(".")
     if dot and job.isdigit() and step.isdigit():
+        if int(step) > MAX_ID or not 0 < int(job) <= MAX_ID:
+            raise CommandError(f"Invalid job id {text}")
         return int(job), int(step)
     return None
 
@@ -123,10 +127,10 @@ def parse_step_id(text: str) -> tuple[int, int] | None:
 def parse_job_id(text: str) -> int | str:
     """``123`` (an int), or array tasks ``123_4`` / ``123_[1-3]`` (checked, kept as text);
     steps (``123.0``) are taken apart by ``parse_step_id`` first."""
-    from muster.core.arrays import parse_job_ref
+    from muster.core.arrays import MAX_ID, parse_job_ref
 
     item = text.strip()
-    if item.isdigit() and int(item) > 0:
+    if item.isdigit() and 0 < int(item) <= MAX_ID:
         return int(item)
     head = item.split("_", 1)[0].split(".", 1)[0]
     if head.isdigit() and "." in item:

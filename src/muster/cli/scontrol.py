@@ -387,23 +387,18 @@ def update_nodes(words: list[str]) -> int:
 
 
 def reconfigure(flags: Flags) -> int:
-    """``scontrol reconfigure``: the controller re-reads its file (``ctld.reconfig``); like
-    Slurm, nothing is printed when all is well. Settings that changed are named on stderr
-    since musterctld applies them only when it restarts."""
+    """``scontrol reconfigure``: the controller re-reads its file and applies it live, whole
+    or not at all (``ctld.reconfig``). Like Slurm, nothing is printed when it is applied;
+    a refused file prints the reason and exits 1, the running configuration unchanged.
+    The controller logs each changed key."""
     from muster.protocol.client import ApiError, ConnectError
 
     try:
-        answer = connect(PROG).post("/v1/reconfigure", {})
+        connect(PROG).post("/v1/reconfigure", {})
     except ConnectError as e:
         raise CommandError(f"slurm_reconfigure error: {connect_message(e)}", 1, raw=True) from None
     except ApiError as e:
         raise CommandError(f"slurm_reconfigure error: {e.message}", 1, raw=True) from None
-    changed = answer.get("changed") or []
-    if changed and not flags.quiet:
-        sys.stderr.write(
-            f"{PROG}: warning: changed in the configuration file, applied when musterctld "
-            f"restarts: {', '.join(changed)}\n"
-        )
     return 0
 
 
@@ -529,8 +524,8 @@ scontrol [<OPTION>] [<COMMAND>]
      uhold <job_list>         place a job on user hold
      release <job_list>       release a held job
      ping                     print status of slurmctld daemons
-     reconfigure              have the controller re-read the configuration
-                              file (it reports what it could not apply)
+     reconfigure              have the controller re-read and apply the configuration
+                              file, whole or not at all (a refusal says why)
      requeue <job_list>       requeue a batch job
      requeuehold <job_list>   requeue a batch job and hold it
      create reservation <SPEC>  create a reservation

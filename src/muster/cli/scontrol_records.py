@@ -157,7 +157,7 @@ def job_record(job: dict, details: bool = False) -> list[str]:
         f"TimeMin={'N/A' if not time_min else _hms(time_min)}",
         f"SubmitTime={_ts(job.get('submit_time'))} EligibleTime={eligible}",
         f"AccrueTime={eligible}",
-        f"StartTime={start} EndTime={end} Deadline=N/A",
+        f"StartTime={start} EndTime={end} Deadline={_ts(spec.get('deadline')) if spec.get('deadline') else 'N/A'}",
         f"SuspendTime=None SecsPreSuspend=0 LastSchedEval={_ts(sched_eval)} Scheduler={job.get('scheduler') or 'Main'}",
         f"Partition={job.get('partition') or ''} AllocNode:Sid={job.get('submit_host') or 'localhost'}:0",
         f"ReqNodeList={null_text(_compress(spec.get('nodelist')))} ExcNodeList={null_text(_compress(spec.get('exclude')))}",
@@ -174,7 +174,8 @@ def job_record(job: dict, details: bool = False) -> list[str]:
     if details:
         lines += _gres_detail(job)
     lines += [
-        f"MinCPUsNode={spec.get('cpus_per_task') or 1} {_memory_field(job)} MinTmpDiskNode=0",
+        f"MinCPUsNode={spec.get('min_cpus') or spec.get('cpus_per_task') or 1} {_memory_field(job)} "
+        f"MinTmpDiskNode={spec.get('tmp_disk') or 0}",
         f"Features={null_text(spec.get('constraint'))} DelayBoot=00:00:00",
         f"OverSubscribe={'NO' if spec.get('exclusive') else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
         f"Command={null_text(job.get('command'))}",

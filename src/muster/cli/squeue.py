@@ -46,7 +46,7 @@ from muster.cli.squeue_fields import (
     long_state,
 )
 from muster.cli.squeue_filters import DEFAULT_SORT, Filters, parse_states, sort_jobs
-from muster.core.arrays import JobRef, parse_job_ref
+from muster.core.arrays import JobRef, parse_job_step_ref
 
 PROG = "squeue"
 
@@ -177,6 +177,8 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
 
             return StepsQuery(parsed, environ)  # type: ignore[return-value]
         elif key == "states":
+            if not (value or "").strip():
+                raise CommandError("Invalid job state specified: ")
             f.states = parse_states(value or "")
         elif key == "user":
             f.users = _users(value)
@@ -212,9 +214,11 @@ def _job_refs(value: str) -> list[JobRef]:
     refs = []
     for item in _split_ids(value):
         try:
-            refs.append(parse_job_ref(item.split(".", 1)[0]))
+            refs.append(parse_job_step_ref(item)[0])
         except ValueError:
             raise CommandError(f"Invalid job id: {item}") from None
+    if not refs:
+        raise CommandError(f"Invalid job id: {value}")
     return refs
 
 

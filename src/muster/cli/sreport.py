@@ -4,13 +4,20 @@
 
     sreport [-t Minutes|Hours|Seconds|Percent] [-T cpu|gres/gpu|...] [-P|-p] [-n]
             cluster utilization | user topusage [topcount=N] | cluster AccountUtilizationByUser
-            | cluster UserUtilizationByAccount        [start=TIME] [end=TIME]
-            [accounts=A,B] [users=U,V]
+            | cluster UserUtilizationByAccount | job goodput [group=account|user|partition]
+            [start=TIME] [end=TIME] [accounts=A,B] [users=U,V]
 
 The default range is yesterday (midnight to midnight), as in Slurm; TIME takes sacct's
 forms. ``-T gres/gpu -t hours`` reports GPU-hours. Utilization's Down is the time nodes
 spent DOWN or drained (and empty), from the controller's record of node outages; Planned
 Down and Planned are 0 (muster neither powers nodes down nor counts reserved idle time).
+
+``job goodput`` is muster's own report (Slurm has none): for the jobs that ran in the
+range, each counted whole over all its attempts, the GPU-hours allocated and, for those
+that reported progress (``muster.progress``), how they split into startup, work lost to
+failures and productive work; Goodput is productive over the allocated time of the jobs
+that reported. A job without GPUs weighs as one GPU. Rows by account (default), user or
+partition (``group=``). See docs/training.md.
 """
 
 from __future__ import annotations
@@ -230,6 +237,40 @@ def by_account(report_: dict, o: Options, users_first: bool, users: set[str], ac
     return o.printer.lines(_widen(cols, rows), rows)
 
 
+def goodput(report_: dict, o: Options, group: str, users: set[str], accounts: set[str]) -> list[str]:
+    """``job goodput``: GPU time of the jobs that ran in the range, by ``group``."""
+    sums: dict[str, dict[str, float]] = {}
+    for e in report_.get("goodput") or []:
+        if (users and e["user"] not in users) or (accounts and e["account"] not in accounts):
+            continue
+        row = sums.setdefault(e[group], {})
+        for k in ("jobs", "allocated", "reported_jobs", "reported", "startup", "lost", "productive"):
+            row[k] = row.get(k, 0.0) + float(e.get(k) or 0.0)
+    hours = o.unit if o.unit[0] != "Percent" else _UNITS["hours"]
+    rows = []
+    for key in sorted(sums):
+        g = sums[key]
+        share = f"{100.0 * g['productive'] / g['reported']:.2f}%" if g["reported"] > 0 else "n/a"
+        rows.append(
+            [report_["cluster"], key, str(int(g["jobs"])), str(int(g["reported_jobs"]))]
+            + [str(int(round(g[k] / hours[1]))) for k in ("allocated", "startup", "lost", "productive")]
+            + [share]
+        )
+    title = {"account": "Account", "user": "Login", "partition": "Partition"}[group]
+    cols = [
+        ("Cluster", 9),
+        (title, -15),
+        ("Jobs", 6),
+        ("Reporting", 9),
+        ("Allocated", 10),
+        ("Startup", 10),
+        ("Lost", 10),
+        ("Productive", 10),
+        ("Goodput", 8),
+    ]
+    return o.printer.lines(_widen(cols, rows), rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         o = parse(argv_or_sys(argv))
@@ -245,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         top = 10
         users: set[str] = set()
         accounts: set[str] = set()
+        group = "account"
         plain = []
         from muster.cli.sacct import parse_time
 
@@ -258,12 +300,16 @@ def main(argv: list[str] | None = None) -> int:
             elif k in ("end", "endtime"):
                 end = parse_time(value, now)
             elif k == "topcount":
+                if not value.isdigit() or not 0 < int(value) <= 1_000_000:
+                    raise CommandError(f"Invalid TopCount: {value}")
                 top = int(value)
+            elif k in ("group", "groupby") and value.lower() in ("account", "user", "partition"):
+                group = value.lower()
             elif k in ("users", "user"):
                 users = {u for u in value.split(",") if u}
             elif k in ("accounts", "account"):
                 accounts = {a for a in value.split(",") if a}
-            elif k in ("clusters", "cluster", "format", "tree", "group"):
+            elif k in ("clusters", "cluster", "format", "tree"):
                 continue
             else:
                 raise CommandError(f"Unknown condition: {w}")
@@ -278,12 +324,17 @@ def main(argv: list[str] | None = None) -> int:
             "cluster accountutilizationbyuser": "acct",
             "cluster accountutilization": "acct",
             "cluster userutilizationbyaccount": "useracct",
+            "job goodput": "goodput",
         }
         kind = kinds.get(what)
         if kind is None:
             raise CommandError(f"Not valid report: {what or '(none)'}")
         data = call(PROG, "GET", "/v1/accounting/usage" + query_string({"start": start, "end": end}))
-        if kind == "util":
+        if kind == "goodput":
+            unit = o.unit[0] if o.unit[0] != "Percent" else "Hours"
+            lines = [_RULE, f"Job Goodput {_ts(start)} - {_ts(end - 1)} ({int(end - start)} secs)"]
+            lines += [f"Time reported in GPU {unit}", _RULE] + goodput(data, o, group, users, accounts)
+        elif kind == "util":
             lines = _banner("Cluster Utilization", start, end, o) + utilization(data, o)
         elif kind == "top":
             lines = _banner(f"Top {top} Users", start, end, o, secs=True) + topusage(data, o, top, users, accounts)
@@ -299,7 +350,10 @@ def main(argv: list[str] | None = None) -> int:
             lines = [
                 x
                 for x in lines
-                if x not in (_RULE,) and not x.startswith(("Cluster Utilization", "Top ", "Usage reported", "Cluster/"))
+                if x not in (_RULE,)
+                and not x.startswith(
+                    ("Cluster Utilization", "Top ", "Usage reported", "Cluster/", "Job Goodput", "Time reported")
+                )
             ]
         print_lines(lines)
         return 0

@@ -122,6 +122,7 @@ class Run:
         self.preserve_env: dict[str, str] = {}  # -E: the allocation's counts, kept
         self.immediate: int | None = None  # -I[secs]: give up when not running by then
         self.name = ""
+        self.defined: list[tuple[str, str]] = []  # the options given, for -v's summary
 
 
 def _io_mode(value: str) -> dict[str, object]:
@@ -158,6 +159,7 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
             if value and name not in keys and not any(o.key == name for o, _ in from_env):
                 from_env.append((tbl.by_long[name], value))
     run = Run()
+    run.defined = _defined(parsed)
     req = JobRequest()
     layered = from_env + parsed
     apply_job_options(req, layered)
@@ -181,6 +183,8 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
                 raise CommandError(f"Invalid job id: {value}", RC_BAD_OPTION) from None
         elif k == "overlap":
             run.step["overlap"] = True
+        elif k == "overcommit":
+            run.step["overcommit"] = True
         elif k == "distribution":
             dist = (value or "block").split(":")[0].split(",")[0].lower()
             if dist not in ("block", "cyclic", "*"):
@@ -351,6 +355,17 @@ def create_step(ctl: object, run: Run, job_id: int, own: bool) -> dict[str, obje
         body["busy_now"] = False
 
 
+def _defined(parsed: list[tuple[Opt, str | None]]) -> list[tuple[str, str]]:
+    """The command line's options as ``srun -v`` lists them: repeated flags counted."""
+    out: dict[str, str] = {}
+    for opt, value in parsed:
+        if opt.key == "verbose":
+            out["verbose"] = str(int(out.get("verbose", "0")) + 1)
+        else:
+            out[opt.key] = "set" if value is None else value
+    return list(out.items())
+
+
 def _note(text: str) -> None:
     sys.stderr.write(f"{PROG}: {text}\n")
     sys.stderr.flush()
@@ -374,6 +389,13 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(result)
             return 0
         run = result
+        if run.verbose:
+            _note("defined options")
+            _note(f"{'-' * 20} {'-' * 20}")
+            for name, value in run.defined:
+                _note(f"{name:<20}: {value}")
+            _note(f"{'-' * 20} {'-' * 20}")
+            _note("end of defined options")
         ctl = connect(PROG)
         if run.job_id is None:
             from muster.cli import alloc

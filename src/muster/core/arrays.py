@@ -23,11 +23,13 @@ from collections.abc import Iterable
 
 __all__ = [
     "ARRAY_ERROR",
+    "MAX_ID",
     "ArraySpec",
     "JobRef",
     "format_ranges",
     "parse_array",
     "parse_job_ref",
+    "parse_job_step_ref",
     "parse_ranges",
 ]
 
@@ -147,12 +149,16 @@ class JobRef:
         return f"{self.job_id}_[{format_ranges(self.tasks)}]"
 
 
+MAX_ID = 0xFFFFFFFE  # job and step ids are 32-bit in Slurm (0xFFFFFFFF means "none")
+STEP_NAMES = frozenset({"batch", "extern", "interactive"})
+
+
 def parse_job_ref(text: str) -> JobRef:
     """``123``, ``123_7`` or ``123_[1-3,5]`` (a ``%N`` inside the brackets is ignored);
     ValueError otherwise."""
     item = text.strip()
     head, underscore, tail = item.partition("_")
-    if not head.isdigit() or int(head) <= 0:
+    if not head.isdigit() or not 0 < int(head) <= MAX_ID:
         raise ValueError(f"Invalid job id {text}")
     if not underscore:
         return JobRef(int(head))
@@ -162,6 +168,18 @@ def parse_job_ref(text: str) -> JobRef:
             return JobRef(int(head), parse_ranges(inner))
         except ValueError:
             raise ValueError(f"Invalid job id {text}") from None
-    if tail.isdigit():
+    if tail.isdigit() and int(tail) <= MAX_ID:
         return JobRef(int(head), (int(tail),))
+    raise ValueError(f"Invalid job id {text}")
+
+
+def parse_job_step_ref(text: str) -> tuple[JobRef, str | None]:
+    """A job reference with an optional step: ``123``, ``123.4``, ``123_7.batch``,
+    ``123.extern``; ValueError for anything else (``1.``, ``1_``, a step id over 32 bits)."""
+    job, dot, step = text.strip().partition(".")
+    ref = parse_job_ref(job)
+    if not dot:
+        return ref, None
+    if step in STEP_NAMES or (step.isdigit() and int(step) <= MAX_ID):
+        return ref, step
     raise ValueError(f"Invalid job id {text}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["close_attempt", "summary"]
+__all__ = ["close_attempt", "summary", "weighted"]
 
 
 def _gpus(job: Any) -> int:
@@ -77,8 +77,8 @@ def _split(a: dict[str, Any], running: bool) -> dict[str, Any]:
     return {"elapsed": elapsed, "startup": startup, "lost": lost, "lost_steps": lost_steps, "reported": True}
 
 
-def summary(job: dict[str, Any], now: float) -> dict[str, Any]:
-    """Goodput figures of a job (as a dict, the way the store and the wire hold it)."""
+def _attempts(job: dict[str, Any], now: float) -> list[dict[str, Any]]:
+    """The job's ended attempts, and the running one (outcome RUNNING) up to ``now``."""
     attempts = list(job.get("attempts") or [])
     running = job.get("state") == "RUNNING" and job.get("start_time") is not None
     if running and not (attempts and attempts[-1].get("attempt") == job.get("restart_count")):
@@ -94,6 +94,29 @@ def summary(job: dict[str, Any], now: float) -> dict[str, Any]:
                 **{k: p.get(k) for k in ("first", "step", "step_time", "ckpt_step", "ckpt_time")},
             }
         )
+    return attempts
+
+
+def weighted(job: dict[str, Any], now: float) -> dict[str, Any]:
+    """The job's time in GPU-seconds (a job without GPUs weighs as one GPU, i.e. wall
+    time), summed over its attempts: ``allocated``, and when it reported progress
+    (``reported``) how that splits into ``startup``, ``lost`` and ``productive``; the
+    reports add these up by account, user and partition (sreport job goodput)."""
+    out = {"allocated": 0.0, "startup": 0.0, "lost": 0.0, "productive": 0.0, "reported": False}
+    for a in _attempts(job, now):
+        part = _split(a, running=a.get("outcome") == "RUNNING")
+        w = float(int(a.get("gpus") or 0) or 1)
+        out["allocated"] += part["elapsed"] * w
+        out["startup"] += part["startup"] * w
+        out["lost"] += part["lost"] * w
+        out["productive"] += (part["elapsed"] - part["startup"] - part["lost"]) * w
+        out["reported"] = out["reported"] or part["reported"]
+    return out
+
+
+def summary(job: dict[str, Any], now: float) -> dict[str, Any]:
+    """Goodput figures of a job (as a dict, the way the store and the wire hold it)."""
+    attempts = _attempts(job, now)
     elapsed = gpu_time = startup = lost = productive = weight_all = weight_good = 0.0
     reported = False
     per_attempt = []

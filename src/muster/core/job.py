@@ -93,6 +93,14 @@ class JobSpec:
     segment: int | None = _check(ge=1, le=COUNT)
     # --exclusive=topo: whole nodes, and no other job in the leaf switches or blocks it uses
     exclusive_topo: bool = False
+    # --mincpus: at least this many CPUs on each node (the per-node CPU count grows to it);
+    # --tmp: at least this much TmpDisk (MB) on each node.
+    min_cpus: int | None = _check(ge=1, le=COUNT)
+    tmp_disk: int | None = _check(ge=0, le=BIG)
+    # -O/--overcommit: CPUs are allocated as for one task per node, whatever -n says.
+    overcommit: bool = False
+    # --deadline (epoch seconds): a pending job that can no longer end by then ends DEADLINE.
+    deadline: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which
@@ -155,7 +163,7 @@ def compute_shape(spec: JobSpec, max_node_cpus: int, def_mem_per_cpu: int = 0) -
         tasks_per_node = spec.ntasks_per_node
     elif spec.ntasks is not None:
         ntasks = spec.ntasks
-        if spec.min_nodes is None and max_node_cpus > 0:
+        if spec.min_nodes is None and max_node_cpus > 0 and not spec.overcommit:
             nodes = max(1, _ceil_div(ntasks * cpt, max_node_cpus))
         if ntasks < nodes:
             raise ValueError(f"Number of tasks ({ntasks}) is less than the number of nodes ({nodes})")
@@ -166,7 +174,9 @@ def compute_shape(spec: JobSpec, max_node_cpus: int, def_mem_per_cpu: int = 0) -
     if spec.max_nodes is not None and nodes > spec.max_nodes:
         raise ValueError("Minimum node count exceeds the maximum node count")
 
-    cpus = tasks_per_node * cpt
+    # With --overcommit (and no --exclusive) a node's CPUs are counted for one task.
+    cpu_tasks = 1 if spec.overcommit and not spec.exclusive else tasks_per_node
+    cpus = max(cpu_tasks * cpt, spec.min_cpus or 0)
     gpus = spec.gpus_per_node
     if spec.gpus is not None:
         gpus = max(gpus, _ceil_div(spec.gpus, nodes))

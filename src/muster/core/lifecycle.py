@@ -25,6 +25,7 @@ class JobEvent(StrEnum):
     NODE_FAIL = "node_fail"
     OUT_OF_MEMORY = "out_of_memory"
     REQUEUE = "requeue"
+    DEADLINE = "deadline"  # it can no longer end by its --deadline: it never starts
 
 
 _P, _R = JobState.PENDING, JobState.RUNNING
@@ -41,6 +42,7 @@ _ENDED = (
 TRANSITIONS: dict[tuple[JobState, JobEvent], JobState] = {
     (_P, JobEvent.START): _R,
     (_P, JobEvent.CANCEL): JobState.CANCELLED,
+    (_P, JobEvent.DEADLINE): JobState.DEADLINE,
     (_R, JobEvent.COMPLETE): JobState.COMPLETED,
     (_R, JobEvent.FAIL): JobState.FAILED,
     (_R, JobEvent.CANCEL): JobState.CANCELLED,

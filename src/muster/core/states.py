@@ -152,6 +152,7 @@ class Reason(StrEnum):
     HOLD_MAX_REQUEUE = "JobHoldMaxRequeue"  # its launch failed on too many nodes: held
     LAUNCH_FAILURE = "JobLaunchFailure"  # ended: its own directories or files were unusable
     HUNG = "Hung"  # its reported progress stopped for --hang-timeout (muster's, not Slurm's)
+    DEADLINE = "DeadLine"  # it could no longer end before its --deadline
     ASSOC_GRP_GRES = "AssocGrpGRES"
     ASSOC_MAX_JOBS = "AssocMaxJobsLimit"
     QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"

@@ -109,6 +109,7 @@ class StepRequest:
     exclude: tuple[str, ...] = ()
     gpu_bind: str | None = None
     time_limit: int | None = None  # seconds (``srun -t`` inside an allocation); None: the job's
+    overcommit: bool = False  # -O: more tasks than CPUs, each node's tasks share its CPUs
 
     def __post_init__(self) -> None:
         for name in ("min_nodes", "ntasks", "ntasks_per_node"):
@@ -224,6 +225,8 @@ def _capacity(request: StepRequest, share: NodeShare) -> tuple[int, list[int]]:
         free_cpus = share.cpus - share.used_cpus
         free_gpus = [g for g in share.gpu_ids if g not in share.used_gpus]
     cap = free_cpus // request.cpus_per_task
+    if request.overcommit and free_cpus >= 1:
+        cap = request.ntasks or 1  # any number of tasks on a node with a CPU free
     if request.gpus_per_task:
         cap = min(cap, len(free_gpus) // request.gpus_per_task)
     if request.gpus_per_node and len(free_gpus) < request.gpus_per_node:
@@ -279,7 +282,8 @@ def _place(request: StepRequest, shares: list[NodeShare]) -> StepLayout | str:
         elif request.exclusive:
             cpus.append(share.cpus)
         else:
-            cpus.append(n * request.cpus_per_task)
+            held = n * request.cpus_per_task
+            cpus.append(min(held, share.cpus - share.used_cpus) if request.overcommit else held)
         if request.gpus_per_task:
             mine = free_gpus[: n * request.gpus_per_task]
         elif request.gpus_per_node:

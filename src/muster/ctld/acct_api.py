@@ -145,6 +145,7 @@ def accounting_routes(
             raise InvalidRequest("invalid request: start and end must be given, start before end")
         report = acct().usage_report(start, end, now, ctl)
         report["usage"] = private.usage_rows(report["usage"], who)
+        report["goodput"] = private.usage_rows(report["goodput"], who)
         return JSONResponse({**report, "now": now})
 
     return [

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from muster.core.errors import InvalidRequest
-from muster.core.timefmt import TimeFormatError, parse_time_limit
+from muster.core.timefmt import MAX_TIME_LIMIT, TimeFormatError, parse_time_limit
 from muster.ctld.tres import TresError, parse_tres
 
 ADMIN_LEVELS = {"none": "None", "operator": "Operator", "administrator": "Administrator", "admin": "Administrator"}
@@ -125,6 +125,9 @@ _INT_KEYS = {
 }
 
 
+_MAX_COUNT = 0xFFFFFFFE
+
+
 def canonical_key(key: str) -> str:
     name = _KEY_ALIASES.get(key.strip().lower())
     if name is None:
@@ -142,13 +145,16 @@ def parse_value(key: str, raw: str) -> Any:
             if key == "Fairshare" and raw.lower() == "parent":
                 return 0
             value = int(raw)
-            if value < -1:
+            if value < -1 or value > _MAX_COUNT:  # Slurm's counts and priorities are 32-bit
                 raise ValueError
             return None if value == -1 and key != "Priority" else value
         if key == "MaxWall":
             if raw == "-1":
                 return None
-            return parse_time_limit(raw)
+            limit = parse_time_limit(raw)
+            if limit is not None and limit > MAX_TIME_LIMIT:
+                raise ValueError
+            return limit
         if key == "UsageFactor":
             return float(raw)
     except (ValueError, TresError, TimeFormatError):

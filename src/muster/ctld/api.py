@@ -23,7 +23,7 @@ from starlette.routing import Route
 from muster.core.arrays import JobRef, parse_array, parse_job_ref
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError, ResourceBusy
 from muster.core.hostlist import compress
-from muster.core.job import COUNT, JobSpec
+from muster.core.job import COUNT, Job, JobSpec
 from muster.core.resources import parse_gres
 from muster.core.states import JobState
 from muster.core.timefmt import MAX_TIME_LIMIT
@@ -31,6 +31,7 @@ from muster.core.topoconf import show_topology
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.actions import parse_signal
 from muster.ctld.context import Context
+from muster.ctld.dashboard import build_dashboard_routes
 from muster.ctld.identity import Identity
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
@@ -166,6 +167,10 @@ def _validation_message(e: ValidationError) -> str:
     first = e.errors()[0]
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "spec") or "body"
     return f"invalid request: {where}: {first.get('msg', 'invalid value')}"
+
+
+def _cancelled_pending(job: Job | None) -> bool:
+    return job is not None and job.state is JobState.CANCELLED and job.start_time is None
 
 
 def build_routes(ctx: Context) -> list[Route]:
@@ -309,7 +314,14 @@ def build_routes(ctx: Context) -> list[Route]:
     async def list_jobs(request: Request) -> JSONResponse:
         now = ctx.clock.now()
         ids = query_list(request, "job_id")
-        job_ids = ctl.queue.job_ids([job_ref(i) for i in ids]) if ids else None
+        refs = [job_ref(i) for i in ids or ()]
+        job_ids = ctl.queue.job_ids(refs) if ids else None
+        if job_ids and all(ref.tasks is not None for ref in refs):
+            # As in Slurm, an array task cancelled while it pended leaves no job record
+            # of its own (only accounting knows it): asked for by its task id, it is gone.
+            job_ids = [i for i in job_ids if not _cancelled_pending(ctl.jobs.get(i))]
+            if not job_ids:
+                raise InvalidJobId()
         selected = ctl.queue.select_jobs(
             job_ids,
             query_list(request, "user"),
@@ -569,4 +581,5 @@ def build_routes(ctx: Context) -> list[Route]:
         Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),
         *build_step_routes(ctx, caller, parse, handler, private),
         *build_reconfig_routes(ctx, caller, handler),
+        *build_dashboard_routes(ctx, caller, handler, private),
     ]

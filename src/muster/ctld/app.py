@@ -24,6 +24,7 @@ from muster.core.config import Config
 from muster.core.errors import StorageError
 from muster.ctld.api import build_routes
 from muster.ctld.controller import Action, Controller
+from muster.ctld.dashview import Samples
 from muster.ctld.dispatch import Dispatcher
 from muster.ctld.loop import run_pass
 from muster.ctld.steps import StepBook
@@ -61,6 +62,7 @@ class CtldApp:
         self._tasks: list[asyncio.Task[Any]] = []
         self._pending_actions: set[asyncio.Task[Any]] = set()
         self.passes = 0
+        self.samples = Samples()  # the dashboard's charts: utilisation and queue over time
         self.asgi = Starlette(routes=build_routes(self), lifespan=self._lifespan)
 
     @asynccontextmanager
@@ -80,7 +82,9 @@ class CtldApp:
             asyncio.create_task(self._periodic(self._check_nodes, 1.0), name="nodes"),
             asyncio.create_task(self._periodic(self.controller.purge, 30.0), name="purge"),
             asyncio.create_task(self._periodic(self._sweep_steps, 1.0), name="steps"),
+            asyncio.create_task(self._periodic(self._sample, self.samples.every), name="samples"),
         ]
+        self._sample()
         self.kick()
         log.info(
             "musterctld started: %d nodes, %d jobs in memory", len(self.controller.nodes), len(self.controller.jobs)
@@ -99,6 +103,14 @@ class CtldApp:
     def kick(self) -> None:
         """Ask for a scheduling pass as soon as possible (coalesced)."""
         self._kick.set()
+
+    def use_config(self, config: Config) -> None:
+        """``scontrol reconfigure`` applied ``config`` to the controller (``ctld.reconfig``):
+        the next pass schedules with its settings; calls to agents wait MessageTimeout."""
+        self.config = config
+        self.sched_config = SchedConfig.from_settings(dict(config.settings))
+        if self.client is not None:
+            self.client.set_timeout(float(config.message_timeout))
 
     def perform(self, actions: list[Action]) -> None:
         """Start side effects without waiting for them (the request is already durable)."""
@@ -122,8 +134,8 @@ class CtldApp:
         return len(result.decisions.starts)
 
     async def _schedule_loop(self) -> None:
-        interval = float(self.config.get_int("SchedulerInterval", 5))
         while True:
+            interval = float(self.config.get_int("SchedulerInterval", 5))  # reconfigure may change it
             try:
                 await asyncio.wait_for(self._kick.wait(), timeout=interval)
             except TimeoutError:
@@ -141,6 +153,9 @@ class CtldApp:
         if actions:
             self.perform(actions)
             self.kick()
+
+    def _sample(self) -> None:
+        self.samples.take(self.controller.nodes.values(), self.controller.jobs.values(), self.clock.now())
 
     async def _watch_stalls(self) -> None:
         """Note every run of the loop, so that a stall (SIGSTOP, swap, a VM migration, a

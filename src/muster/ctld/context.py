@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from muster.core.clock import Clock
+from muster.core.config import Config
 from muster.ctld.controller import Controller
+from muster.ctld.dashview import Samples
 from muster.ctld.steps import StepBook
 from muster.protocol.httpd import Verifier
 
@@ -20,9 +22,14 @@ class Context(Protocol):
     clock: Clock
     verifier: Verifier
     hostname: str
+    samples: Samples  # the dashboard's charts (``dashview``)
 
     def kick(self) -> None:
         """Ask for a scheduling pass as soon as possible."""
 
     def perform(self, actions: Sequence[Any]) -> None:
         """Hand actions to dispatch without waiting for them."""
+
+    def use_config(self, config: Config) -> None:
+        """Take a configuration ``scontrol reconfigure`` applied to the controller: what
+        the app itself keeps of it (the scheduler's settings, the agents' client)."""

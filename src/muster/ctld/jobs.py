@@ -83,6 +83,8 @@ class JobActions:
         time_limit = spec.time_limit
         if time_limit is None:
             time_limit = part_conf.default_time if part_conf.default_time is not None else part_conf.max_time
+        if spec.deadline is not None and spec.begin_time is not None and spec.deadline < spec.begin_time:
+            raise InvalidRequest("Incompatible begin and deadline time specification")
         job = Job(
             job_id=self.state.next_job_id,
             spec=spec,
@@ -230,6 +232,25 @@ class JobActions:
         if changes:
             self.state.record(now, changes)
         return actions, results
+
+    def expire_deadlines(self, now: float) -> int:
+        """``--deadline``: a pending job that could no longer end by its deadline, even
+        started now with its shortest time (``--time-min``, else its limit), ends DEADLINE
+        without running, as in Slurm. Returns how many ended."""
+        changes = []
+        for job in self.state.jobs.values():
+            deadline = job.spec.deadline
+            if deadline is None or job.state is not JobState.PENDING:
+                continue
+            shortest = job.spec.time_min or job.time_limit or 0
+            if now + shortest <= deadline:
+                continue
+            lifecycle.end(job, JobEvent.DEADLINE, now, completing=False)
+            job.reason = Reason.DEADLINE
+            changes.append((job, "deadline", {"deadline": deadline}))
+        if changes:
+            self.state.record(now, changes)
+        return len(changes)
 
     def kill_invalid_dependencies(self, reasons: dict[int, Reason]) -> int:
         """``--kill-on-invalid-dep=yes`` (or ``DependencyParameters=kill_invalid_depend``):

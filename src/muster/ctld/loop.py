@@ -50,6 +50,7 @@ class _ControllerBook:
 
 
 def run_pass(ctl: Controller, config: SchedConfig, now: float) -> PassResult:
+    ctl.queue.expire_deadlines(now)
     snapshot = build_snapshot(ctl)
     if ctl.accounting is not None:
         ctl.accounting.before_pass(ctl, snapshot, now)

@@ -9,8 +9,9 @@ import os
 import sys
 
 from muster import VERSION_STRING
-from muster.core.config import Config, ConfigError, parse_config
-from muster.core.topoconf import attach_topology, topology_path, wants_topology
+from muster.core.config import ConfigError, parse_config
+from muster.ctld.reconfig import read_topology
+from muster.ctld.reconfig_plan import validate
 from muster.protocol.client import default_conf_path
 from muster.protocol.signing import SignatureError, load_key
 
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open(path) as f:
             config = parse_config(f.read(), path)
+        problems = validate(config)  # the checks scontrol reconfigure makes too
+        if problems:
+            raise ConfigError("; ".join(problems))
         read_topology(config, path)
         key = load_key(config.auth_key_file)
     except OSError as e:
@@ -51,19 +55,6 @@ def main(argv: list[str] | None = None) -> int:
         where = "" if str(e).startswith(path) else f"{path}: "
         print(f"musterctld: error: {where}{e}", file=sys.stderr)
         return 1
-
-
-def read_topology(config: Config, path: str) -> None:
-    """topology.conf beside the configuration file, when TopologyPlugin wants one."""
-    if not wants_topology(config):
-        return
-    where = topology_path(path)
-    try:
-        with open(where, encoding="utf-8") as f:
-            text: str | None = f.read()
-    except FileNotFoundError:
-        text = None
-    attach_topology(config, text, where)
 
 
 async def serve(config, key) -> int:  # type: ignore[no-untyped-def]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.core.conftypes import NodeConf
 from muster.core.states import NodeState
 
 
@@ -27,6 +28,7 @@ class NodeRuntime:
     features: tuple[str, ...]
     weight: int
     partitions: list[str] = field(default_factory=list)
+    tmp_disk: int = 0  # TmpDisk, MB: what --tmp asks for
     registered: bool = False
     responding: bool = False
     admin_down: bool = False
@@ -84,3 +86,22 @@ class NodeRuntime:
             "reason_time": self.reason_time,
             "reason_user": self.reason_user,
         }
+
+
+def configured_fields(nc: NodeConf, partitions: list[str]) -> dict[str, Any]:
+    """What the configuration says of a node, as ``NodeRuntime`` fields: the controller's
+    start (``ClusterState.load``) and ``scontrol reconfigure`` both take them from here."""
+    return {
+        "addr": nc.addr,
+        "port": nc.port,
+        "cpus": nc.cpus,
+        "real_memory": nc.real_memory,
+        "gpus": nc.gpus,
+        "gpu_type": nc.gpu_type,
+        "gres": nc.gres,
+        "features": tuple(nc.features),
+        "weight": nc.weight,
+        "partitions": partitions,
+        "tmp_disk": nc.tmp_disk,
+        "hostname": nc.hostname,
+    }

@@ -29,7 +29,7 @@ from muster.core.states import JobState
 from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex
 from muster.ctld.identity import Identity, identify
-from muster.ctld.nodes import NodeRuntime
+from muster.ctld.nodes import NodeRuntime, configured_fields
 from muster.ctld.reservations import Reservation
 from muster.ctld.store import Store
 from muster.sched.topology import Topology
@@ -51,6 +51,7 @@ _AFTER: dict[str, frozenset[JobState]] = {
     "failed": frozenset({JobState.FAILED}),
     "timeout": frozenset({JobState.TIMEOUT}),
     "out_of_memory": frozenset({JobState.OUT_OF_MEMORY}),
+    "deadline": frozenset({JobState.DEADLINE}),
     "cleaned": _TERMINAL,
 }
 
@@ -104,21 +105,7 @@ class ClusterState:
         if self.config.topology is not None:
             self.topology = Topology(self.config.topology, [n.name for n in self.config.nodes])
         for i, nc in enumerate(self.config.nodes):
-            node = NodeRuntime(
-                name=nc.name,
-                index=i,
-                addr=nc.addr,
-                port=nc.port,
-                cpus=nc.cpus,
-                real_memory=nc.real_memory,
-                gpus=nc.gpus,
-                gpu_type=nc.gpu_type,
-                gres=nc.gres,
-                features=tuple(nc.features),
-                weight=nc.weight,
-                partitions=part_of.get(nc.name, []),
-                hostname=nc.hostname,
-            )
+            node = NodeRuntime(name=nc.name, index=i, **configured_fields(nc, part_of.get(nc.name, [])))
             for k, v in saved.get(nc.name, {}).items():
                 setattr(node, k, v)
             if nc.state.upper() in ("DOWN", "DRAIN") and nc.name not in saved:

@@ -65,6 +65,7 @@ class StepRequestModel(BaseModel):
     distribution: str = Field("block", pattern="^(block|cyclic)$")
     exclusive: bool = False
     overlap: bool = False
+    overcommit: bool = False
     nodelist: list[str] = []
     exclude: list[str] = []
     gpu_bind: str | None = Field(None, max_length=64)

@@ -262,11 +262,16 @@ class Store:
     # --- nodes (admin-set state that must survive restarts: drain, down, reasons) -------
 
     def put_node(self, name: str, data: dict[str, Any]) -> None:
+        self.put_nodes({name: data})
+
+    def put_nodes(self, nodes: dict[str, dict[str, Any]]) -> None:
+        """Several nodes' admin states in one transaction (all or none)."""
         with self.transaction():
-            self.db.execute(
-                "INSERT INTO nodes(name, data) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET data=excluded.data",
-                (name, json.dumps(data)),
-            )
+            for name, data in nodes.items():
+                self.db.execute(
+                    "INSERT INTO nodes(name, data) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET data=excluded.data",
+                    (name, json.dumps(data)),
+                )
 
     def load_nodes(self) -> dict[str, dict[str, Any]]:
         return {n: json.loads(d) for n, d in self.db.execute("SELECT name, data FROM nodes")}

@@ -1,6 +1,7 @@
 """sreport's numbers: TRES-seconds each (account, user) used within a window, read from the
 accounting records (``acct_jobs``), with the cluster's capacity and the time its nodes
-were out of service (``node_events``) over the same window.
+were out of service (``node_events``) over the same window, and the goodput of the jobs
+that ran in it by (account, user, partition).
 
 Usage is billed as fair-share bills it (``ctld.tres.billing`` with the partition's
 ``TRESBillingWeights``); a job still running counts up to ``now``. Nothing is written.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from muster.core import goodput
 from muster.ctld import records
 from muster.ctld.assoc import AssocDB
 from muster.ctld.nodes import NodeRuntime
@@ -37,8 +39,10 @@ def usage_report(
     ).fetchall()
     by: dict[tuple[str, str], dict[str, float]] = {}
     total: dict[str, float] = {}
+    good: dict[tuple[str, str, str], dict[str, float]] = {}
     for (raw,) in rows:
         d = json.loads(raw)
+        _add_goodput(good, d, now)
         t0 = max(start, d.get("start_time") or start)
         stop = d.get("end_time")
         if stop is None:
@@ -71,11 +75,40 @@ def usage_report(
         "capacity": capacity,
         "down": _down(store, start, min(end, now), list(capacity)),
         "usage": [{"account": a, "user": u, "tres": t} for (a, u), t in sorted(by.items())],
+        "goodput": [{"account": a, "user": u, "partition": p, **g} for (a, u, p), g in sorted(good.items())],
         "accounts": {
             a.account: {"parent": a.parent, "depth": len(db.chain(a)) - 1} for a in db.tree_order() if not a.is_user
         },
         "users": {u.name: {"default_account": u.default_account} for u in db.users.values()},
     }
+
+
+def _add_goodput(good: dict[tuple[str, str, str], dict[str, float]], d: dict[str, Any], now: float) -> None:
+    """Add a job that ran in the window, whole (all its attempts), to its (account, user,
+    partition) row: GPU-seconds allocated, and for the jobs that reported progress their
+    startup, lost and productive GPU-seconds (``core.goodput.weighted``)."""
+    w = goodput.weighted(d, now)
+    if w["allocated"] <= 0:
+        return
+    row = good.setdefault(
+        (records.account_of(d), d.get("user", ""), d.get("partition", "")),
+        {
+            "jobs": 0,
+            "allocated": 0.0,
+            "reported_jobs": 0,
+            "reported": 0.0,
+            "startup": 0.0,
+            "lost": 0.0,
+            "productive": 0.0,
+        },
+    )
+    row["jobs"] += 1
+    row["allocated"] += w["allocated"]
+    if w["reported"]:
+        row["reported_jobs"] += 1
+        row["reported"] += w["allocated"]
+        for k in ("startup", "lost", "productive"):
+            row[k] += w[k]
 
 
 def _down(store: Any, start: float, end: float, names: list[str]) -> dict[str, float]:

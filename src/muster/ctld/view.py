@@ -32,6 +32,7 @@ def node_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
                 free_mem=node.real_memory - node.mem_alloc,
                 free_gpu_ids=[i for i in range(node.gpus) if i not in used],
                 running_jobs=len(node.allocs),
+                tmp_disk=node.tmp_disk,
             )
         )
     return out

@@ -290,6 +290,10 @@ class SignedClient:
         self.receiver = receiver
         self._client = httpx.AsyncClient(timeout=timeout)
 
+    def set_timeout(self, timeout: float) -> None:
+        """Wait this long for later requests (a reconfigured MessageTimeout)."""
+        self._client.timeout = httpx.Timeout(timeout)
+
     async def _send(self, method: str, url: str, payload: bytes, to: str | None) -> httpx.Response:
         path = httpx.URL(url).raw_path.decode()
         stamp = self.clock.now()

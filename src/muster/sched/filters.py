@@ -247,7 +247,7 @@ class Feasibility:
             part = self.partitions[name]
             nodes = sorted((self.pool[n] for n in set(part.nodes) if n in self.pool), key=lambda p: p.index)
             self._part_nodes[name] = nodes
-            self._alike[name] = len({(n.cap, n.gpu_type, n.features) for n in nodes}) <= 1
+            self._alike[name] = len({(n.cap, n.gpu_type, n.features, n.view.tmp_disk) for n in nodes}) <= 1
         return nodes
 
     def request(self, job: Job, pname: str) -> tuple[Request, float] | Verdict:
@@ -275,6 +275,7 @@ class Feasibility:
             spec.reservation,
             tuple(spec.nodelist) if spec.nodelist else None,
             tuple(spec.exclude) if spec.exclude else None,
+            spec.tmp_disk,
         )
         topo = None
         if self.topology is not None and (spec.switches or spec.segment or spec.exclusive_topo):
@@ -339,6 +340,7 @@ class Feasibility:
             tuple(spec.nodelist) if spec.nodelist else (),
             tuple(spec.exclude) if spec.exclude else (),
             spec.reservation,
+            spec.tmp_disk or 0,
         )
         if topo is not None:
             if topo.segment > 1 and nodes % topo.segment:
@@ -398,17 +400,18 @@ class Feasibility:
             return [], Verdict(Reason.PARTITION_NODE_LIMIT, True)
         exclude = set(spec.exclude)
         gtype = job.shape.gpu_type
+        tmp = spec.tmp_disk or 0
         configured: list[NodeProfile] = []
         if members and not exclude and held is None and self._alike[part.name]:
             # One node configuration: one answer for all (a scan in every pass otherwise).
             n = members[0]
-            if _static_fit(n.cap, n.gpu_type, n.features, need, gtype, constraint):
+            if _static_fit(n.cap, n.gpu_type, n.features, need, gtype, constraint) and n.view.tmp_disk >= tmp:
                 configured = members
         else:
             for n in members:
                 if n.name in exclude or (held is not None and n.name not in held):
                     continue
-                if _static_fit(n.cap, n.gpu_type, n.features, need, gtype, constraint):
+                if _static_fit(n.cap, n.gpu_type, n.features, need, gtype, constraint) and n.view.tmp_disk >= tmp:
                     configured.append(n)
         if len(configured) < nodes or (required and not required <= {n.name for n in configured}):
             return [], Verdict(Reason.BAD_CONSTRAINTS, False, NODE_CONFIG)
@@ -527,8 +530,9 @@ def _partition_problem(
     need = _need(shape)
     exclude = set(spec.exclude)
     fit = fit_without_mem = 0
+    tmp = spec.tmp_disk or 0
     for n in members:
-        if n.name in exclude or (held is not None and n.name not in held):
+        if n.name in exclude or (held is not None and n.name not in held) or n.tmp_disk < tmp:
             continue
         cap = (n.cpus, n.mem, n.gpus)
         feats = frozenset(n.features)

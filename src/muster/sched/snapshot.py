@@ -56,6 +56,7 @@ class NodeView:
     # The leaf switch the node hangs from (topology.conf's SwitchName), when known:
     # multi-node jobs then span as few leaf switches as possible.
     switch: str | None = None
+    tmp_disk: int = 0  # TmpDisk in MB: nodes with less do not take a job's --tmp
 
 
 @dataclass(slots=True)

@@ -49,12 +49,14 @@ from muster.core.states import JobState
 from muster.sched import Decisions, SchedConfig, Snapshot, Start, check_submit, schedule
 from muster.sched.apply import apply_decisions
 from muster.sim.cluster import Cluster, shape_for, spec_for
+from muster.sim.failures import FailureModel, JobWork, NodeFailures
 from muster.sim.policies import sjf_priority
 from muster.sim.traces import TraceJob
 
 __all__ = ["Estimate", "JobOutcome", "SimResult", "Simulation", "replayable"]
 
-_ARRIVE, _END = 0, 1
+_ARRIVE, _END, _FAIL, _REPAIR = 0, 1, 2, 3
+_TOP = 1 << 40  # an expedited requeue's priority: ahead of every job (``--expedite``)
 # How many jobs of the queue's head a strict-order pass looks at first (see ``_decide``).
 _HEAD = 16
 
@@ -112,6 +114,7 @@ class JobOutcome:
     nodes: tuple[str, ...] = ()
     first_plan: float | None = None  # the first planned start a pass gave it, if any
     earliest_plan: float | None = None  # the earliest planned start any pass gave it
+    restarts: int = 0  # attempts ended by a node failure (``failures``)
 
     @property
     def wait(self) -> float:
@@ -208,6 +211,7 @@ class Simulation:
         skip_idle_passes: bool = True,
         order: str = "fifo",
         progress: ProgressFn | None = None,
+        failures: FailureModel | None = None,
     ) -> None:
         self.unit = unit
         self.cluster = cluster
@@ -253,6 +257,15 @@ class Simulation:
         # fcfs: examined in the order of ``_pending`` and nothing passes a blocked job of
         # the partition, which is every job's (``_make_job``: the default partition).
         self._strict_order = not config.backfill and not config.multifactor and order == "fifo"
+        # Failures (``sim.failures``): nodes fail and come back; interrupted jobs requeue,
+        # which puts older jobs behind newer ones in ``_pending``: no head-only passes.
+        self.failures = failures
+        self.work = [JobWork(tj.run, tj.size) for tj in jobs] if failures else []
+        self.node_failures = NodeFailures(failures) if failures else None
+        self._ends: dict[int, float] = {}  # job index -> when its running attempt ends
+        self._arrivals_left = len(jobs)
+        if failures:
+            self._strict_order = False
 
     # -- building jobs ------------------------------------------------------------------
 
@@ -287,22 +300,33 @@ class Simulation:
     def run(self) -> SimResult:
         for i, job in enumerate(self.jobs):
             self._push(job.submit_time, _ARRIVE, i)
+        if self.node_failures is not None:
+            for i in range(len(self.cluster.nodes)):
+                self._push(self.clock.now() + self.node_failures.next_gap(), _FAIL, i)
         total = len(self.jobs)
         done = 0
         step = max(1, total // 200)
         heap = self._heap
-        while heap:
+        while heap and self._open():
             now = heap[0][0]
             self.clock.set(now)
             while heap and heap[0][0] == now:
                 _, _, kind, index = heapq.heappop(heap)
                 if kind == _ARRIVE:
+                    self._arrivals_left -= 1
                     self._arrive(self.jobs[index])
-                else:
-                    self._end(index, now)
+                elif kind == _END:
+                    if not self._end(index, now):
+                        continue  # the end of an attempt a node failure cut short
                     done += 1
                     if self.progress is not None and done % step == 0:
                         self.progress(done, total, now - self.epoch)
+                elif kind == _FAIL:
+                    self._fail(index, now)
+                else:
+                    self.cluster.nodes[index].available = True
+                    assert self.node_failures is not None
+                    self._push(now + self.node_failures.next_gap(), _FAIL, index)
             if self._pending:
                 if not self.skip_idle_passes or self._something_fits():
                     self._pass(now)
@@ -321,13 +345,47 @@ class Simulation:
             never_started=never,
         )
 
+    def _open(self) -> bool:
+        """Whether the replay goes on. Without failures: while events are left. With them
+        (whose stream never ends): while jobs are to arrive or run, or wait for a node that
+        is down."""
+        if self.node_failures is None:
+            return True
+        if self._arrivals_left or self._running:
+            return True
+        return bool(self._pending) and not all(v.available for v in self.cluster.nodes)
+
+    def _fail(self, index: int, now: float) -> None:
+        """Node ``index`` fails: out of service for the repair time; the attempts of the
+        jobs on it end NODE_FAIL and requeue, keeping what their checkpoints saved."""
+        view = self.cluster.nodes[index]
+        model, stream = self.failures, self.node_failures
+        assert model is not None and stream is not None
+        stream.cause()
+        view.available = False
+        for job in [j for j in self._running.values() if view.name in j.nodes]:
+            i = job.job_id - 1
+            assert job.start_time is not None
+            self.work[i].interrupt(now - job.start_time)
+            self._ends.pop(i, None)
+            self._killed.discard(job.job_id)
+            lifecycle.end(job, JobEvent.NODE_FAIL, now, completing=False)
+            del self._running[job.job_id]
+            self._release(job.alloc)
+            lifecycle.requeue(job, now, outcome="NODE_FAIL")
+            if model.expedite:
+                job.admin_priority = job.priority = _TOP
+                self._overrides[job.job_id] = _TOP
+            self._arrive(job)
+        self._push(now + model.repair, _REPAIR, index)
+
     @staticmethod
     def _shape_key(job: Job) -> tuple[int, int, int, int]:
         s = job.shape
         return (s.cpus_per_node, s.mem_per_node, s.gpus_per_node, s.nodes)
 
     def _arrive(self, job: Job) -> None:
-        if self.order == "sjf":
+        if self.order == "sjf" and job.job_id not in self._overrides:
             job.admin_priority = job.priority = sjf_priority(job.time_limit)
             self._overrides[job.job_id] = job.admin_priority
         self._pending[job.job_id] = job
@@ -344,7 +402,7 @@ class Simulation:
         for (c, m, g), n in fewest.items():
             able = 0
             for v in nodes:
-                if v.free_cpus >= c and v.free_mem >= m and len(v.free_gpu_ids) >= g:
+                if v.available and v.free_cpus >= c and v.free_mem >= m and len(v.free_gpu_ids) >= g:
                     able += 1
                     if able >= n:
                         return True
@@ -412,9 +470,16 @@ class Simulation:
             index = job.job_id - 1
             run = self.trace_jobs[index].run
             limit = job.time_limit
-            if not self.allow_overrun and limit is not None and run > limit:
+            killed = not self.allow_overrun and limit is not None and run > limit
+            if self.failures is not None:
+                # The attempt's wall time: the work left and the overheads of checkpoints and
+                # restarts, which the model does not count against the time limit.
+                run = self.work[index].begin(self.failures)
+            if killed:
+                assert limit is not None
                 self._killed.add(job.job_id)
-                run = limit
+                run = min(run, limit)
+            self._ends[index] = now + run
             self._push(now + run, _END, index)
 
     def _note_plans(self, decisions: Decisions) -> None:
@@ -455,9 +520,17 @@ class Simulation:
                 view.free_gpu_ids = sorted(view.free_gpu_ids + list(a.gpu_ids))
             view.running_jobs -= 1
 
-    def _end(self, index: int, now: float) -> None:
+    def _end(self, index: int, now: float) -> bool:
+        """The job's attempt ends as booked; False for an end event of an attempt that a
+        node failure cut short (nothing happens)."""
+        if self._ends.get(index) != now:
+            return False
+        del self._ends[index]
         job = self.jobs[index]
         tj = self.trace_jobs[index]
+        if self.failures is not None:
+            assert job.start_time is not None
+            self.work[index].finish(now - job.start_time)
         killed = job.job_id in self._killed
         if killed:
             lifecycle.end(job, JobEvent.TIMEOUT, now, completing=False)
@@ -484,4 +557,6 @@ class Simulation:
             nodes=tuple(job.nodes),
             first_plan=None if first is None else first - self.epoch,
             earliest_plan=None if best is None else best - self.epoch,
+            restarts=job.restart_count,
         )
+        return True

@@ -12,7 +12,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -21,9 +20,20 @@ from muster.core.config import ConfigError, parse_config
 from muster.core.errors import MusterError
 from muster.core.topoconf import parse_topology
 from muster.sched.topology import Topology
+from muster.sim import failcli
 from muster.sim.cluster import Cluster, ClusterError, cluster_from_config, uniform_cluster
 from muster.sim.engine import Estimate, JobOutcome, Simulation, replayable
-from muster.sim.metrics import compute, format_table, offered_load, recorded_outcomes, topology_metrics
+from muster.sim.failcli import duration
+from muster.sim.failures import goodput_metrics
+from muster.sim.metrics import (
+    compute,
+    format_table,
+    grid,
+    offered_load,
+    recorded_outcomes,
+    size_class,
+    topology_metrics,
+)
 from muster.sim.policies import POLICIES, build_settings, job_order, sched_config
 from muster.sim.traces import FORMATS, Trace, read_trace
 
@@ -31,19 +41,9 @@ PROG = "muster sim"
 RECORDED = "recorded"  # the schedule the trace itself recorded (SWF wait times)
 MAX_JOB_TEST = 1_000_000  # bf_max_job_test's range in Slurm: 1 to 1,000,000
 
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
 
 class UsageError(MusterError):
     """A command-line value that does not make sense."""
-
-
-def _duration(text: str, what: str) -> float:
-    m = _DURATION_RE.match(text.strip().lower())
-    if m is None:
-        raise UsageError(f"{what}: {text!r} is not a duration (seconds, or with s/m/h/d)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
 
 
 def parse_window(text: str, what: str = "--window") -> tuple[float, float]:
@@ -51,8 +51,8 @@ def parse_window(text: str, what: str = "--window") -> tuple[float, float]:
     start_text, sep, end_text = text.partition(":")
     if not sep:
         raise UsageError(f"{what}: expected START:END, got {text!r}")
-    start = _duration(start_text, what) if start_text.strip() else 0.0
-    end = _duration(end_text, what) if end_text.strip() else math.inf
+    start = duration(start_text, what) if start_text.strip() else 0.0
+    end = duration(end_text, what) if end_text.strip() else math.inf
     if end <= start:
         raise UsageError(f"{what}: the end ({end_text}) must come after the start ({start_text})")
     return start, end
@@ -128,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--allow-overrun", action="store_true", help="let jobs run past their time limit (default: killed at the limit)"
     )
+    failcli.add_arguments(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="FILE|-", help="write every figure as JSON (- for stdout)")
     o.add_argument("--plot", metavar="DIR", help="write PNG pictures into DIR (needs matplotlib)")
@@ -266,6 +267,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 topology = f.read()
         except OSError as e:
             raise UsageError(f"--topology: cannot read {args.topology}: {e.strerror or e}") from None
+    failures = failcli.model_from(args)
 
     trace = read_trace(args.trace, args.format, args.cluster, args.skip_bad_lines)
     for line in trace.bad_lines[:20]:
@@ -314,8 +316,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         "offered_load": offered_load(jobs, capacity),
         "estimate": str(estimate),
         "allow_overrun": args.allow_overrun,
+        "failures": failures.describe() if failures is not None else None,
         "runs": [],
     }
+    if failures is not None and len(cluster.nodes) < 2:
+        err.write(
+            f"{PROG}: note: --failures on a one-node machine: each failure stops everything "
+            "(give --nodes and --cpus-per-node for a machine of separate nodes)\n"
+        )
     runs: list[tuple[str, list[JobOutcome]]] = []
     for label in labels:
         if label == RECORDED:
@@ -342,6 +350,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 label=label,
                 order=job_order(label),
                 progress=ProgressBar(label, err) if progress else None,
+                failures=failures,
             )
             result = sim.run()
             outcomes = result.outcomes
@@ -352,6 +361,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "skipped_passes": result.skipped_passes,
                 "never_started": len(result.never_started),
             }
+            if sim.node_failures is not None:
+                finished = [sim.work[o.job_id - 1] for o in result.outcomes]
+                entry["goodput"] = goodput_metrics(finished, sim.node_failures.counts, size_class)
             if result.never_started:
                 err.write(
                     f"{PROG}: warning: {label}: {len(result.never_started)} jobs never started "
@@ -373,6 +385,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"estimate {estimate}{'; overrun allowed' if args.allow_overrun else ''}\n\n"
     )
     table_out.write(format_table([(e["label"], e["metrics"]) for e in report["runs"]]) + "\n")
+    with_goodput = [(e["label"], e["goodput"]) for e in report["runs"] if e.get("goodput")]
+    if with_goodput:
+        table_out.write("\n" + failcli.format_goodput(with_goodput, trace.unit, grid) + "\n")
+    if failures is not None:
+        sweep = failcli.sweep_from(args, failures)
+        if sweep is not None:
+            report["checkpoint_sweep"] = sweep
+            table_out.write("\n" + failcli.format_sweep(sweep) + "\n")
 
     if args.json:
         text = json.dumps(_clean(report), indent=2) + "\n"

@@ -46,6 +46,7 @@ __all__ = [
     "TAU",
     "compute",
     "format_table",
+    "grid",
     "offered_load",
     "percentile",
     "recorded_outcomes",
@@ -220,7 +221,7 @@ def _fmt(spec: str, value: Any) -> str:
     return spec.format(value)
 
 
-def _grid(header: list[str], rows: list[list[str]]) -> str:
+def grid(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = []
     for r in [header, *rows]:
@@ -246,7 +247,7 @@ def format_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
             ("multi_node_within_one_unit", f"  share within one {unit}", "{:.3f}"),
         ):
             rows.append([title, *[_fmt(spec, m.get(key)) for _, m in runs]])
-    out = [_grid(header, rows)]
+    out = [grid(header, rows)]
     labels = sorted({c["size"] for _, m in runs for c in m.get("by_size", [])}, key=_class_order)
     if labels:
         header = ["size", *[f"{label}: jobs / wait mean / bsld" for label, _ in runs]]
@@ -259,5 +260,5 @@ def format_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
                     "-" if c is None else f"{c['jobs']:,} / {c['wait_mean']:,.0f} s / {c['bounded_slowdown_mean']:,.1f}"
                 )
             rows.append(row)
-        out.append(_grid(header, rows))
+        out.append(grid(header, rows))
     return "\n\n".join(out)

@@ -243,3 +243,18 @@ def test_debugger_test_is_read_and_a_short_multi_prog_file_is_invalid(tmp_path) 
     prog = parse_multi_prog(str(tmp_path / "f"), "1-2 hostname\n0,3 date\n")
     with pytest.raises(CommandError, match=r"Configuration file .*/f invalid"):
         prog.argv_for(5)
+
+
+def test_overcommit_reaches_job_and_step_and_verbose_lists_the_options_given() -> None:
+    run = build(["-N", "1", "-w", "node1", "-n", "33", "--overcommit", "-v", "-v", "--mincpus=2", "--tmp=1G", "true"])
+    assert run.spec["overcommit"] is True and run.step["overcommit"] is True
+    assert run.spec["min_cpus"] == 2 and run.spec["tmp_disk"] == 1024
+    assert dict(run.defined) == {
+        "nodes": "1",
+        "nodelist": "node1",
+        "ntasks": "33",
+        "overcommit": "set",
+        "verbose": "2",
+        "mincpus": "2",
+        "tmp": "1G",
+    }

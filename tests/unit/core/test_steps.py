@@ -199,3 +199,11 @@ def test_placement_invariants(cpus, gpus, ntasks, nodes, per_node, gpt, cyclic) 
         assert len(set(node_gpus)) == len(node_gpus) <= gpus
         if per_node:
             assert len(tasks) <= per_node
+
+
+def test_overcommit_runs_more_tasks_than_the_node_has_cpus() -> None:
+    request = StepRequest(min_nodes=1, ntasks=33)
+    with pytest.raises(StepRejected):
+        plan_step(request, shares(32))
+    layout = place(StepRequest(min_nodes=1, ntasks=33, overcommit=True), shares(32))
+    assert (layout.ntasks, layout.cpus) == (33, [32])  # the tasks share the node's CPUs

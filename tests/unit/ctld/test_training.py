@@ -225,3 +225,15 @@ def test_sacct_reads_the_goodput_fields_from_the_record(ctl: Controller) -> None
     report(ctl, "node1", job, step=5, ckpt=5)
     rec = record_wire(job.to_dict(), now(ctl), "t")
     assert (rec["last_step"], rec["last_ckpt"], rec["gpu_seconds"], rec["goodput"]) == (5, 5, 20, 1.0)
+
+
+def test_weighted_goodput_counts_gpu_seconds_and_weighs_a_cpu_job_as_one_gpu() -> None:
+    from muster.core import goodput
+
+    attempt = {"attempt": 0, "start": 0.0, "end": 100.0, "outcome": "NODE_FAIL", "first": 10.0, "ckpt_time": 60.0}
+    job = {"state": "PENDING", "restart_count": 1, "attempts": [{**attempt, "gpus": 4}]}
+    w = goodput.weighted(job, 200.0)
+    assert w == {"allocated": 400.0, "startup": 40.0, "lost": 160.0, "productive": 200.0, "reported": True}
+    silent = {"state": "COMPLETED", "attempts": [{"attempt": 0, "start": 0.0, "end": 50.0, "gpus": 0}]}
+    assert goodput.weighted(silent, 60.0)["allocated"] == 50.0
+    assert goodput.weighted(silent, 60.0)["reported"] is False

@@ -193,6 +193,9 @@ def submit(spec: JobSpec | None = None, **shape: object) -> str | None:
         (JobSpec(reservation="nosuch"), {}, "Requested reservation is invalid"),
         (JobSpec(reservation="team"), {}, "Access denied to requested reservation"),
         (JobSpec(partitions=["closed", "gpu"]), {}, None),
+        # --tmp: no node has any TmpDisk here (Slurm's default, 0 MB)
+        (JobSpec(tmp_disk=1), {}, "Requested node configuration is not available"),
+        (JobSpec(tmp_disk=0), {}, None),
     ],
 )
 def test_validate_submit_refuses_only_what_can_never_run(
@@ -226,3 +229,13 @@ def test_without_a_default_partition_a_job_must_name_one() -> None:
     parts, nodes = views()
     parts["gpu"].is_default = False
     assert validate_submit(JobSpec(), Shape(), parts, nodes) == ("No partition specified or system default partition")
+
+
+def test_tmp_asks_for_nodes_with_that_much_tmp_disk() -> None:
+    parts, nodes = views()
+    for n in nodes[:2]:
+        n.tmp_disk = 50_000
+    assert validate_submit(JobSpec(tmp_disk=40_000), Shape(nodes=2), parts, nodes) is None
+    assert validate_submit(JobSpec(tmp_disk=40_000), Shape(nodes=3), parts, nodes) == (
+        "Requested node configuration is not available"
+    )
