@@ -83,6 +83,19 @@ def test_a_four_node_job_lands_on_one_free_leaf_in_topology_order(tree: Harness)
     conf = h.run(["scontrol", "show", "config"]).stdout
     assert any(line.split() == ["TopologyPlugin", "=", "topology/tree"] for line in conf.splitlines())
 
+    # scontrol reconfigure reads topology.conf again: a bad one is refused whole, a good one is live
+    topo_path = os.path.join(os.path.dirname(h.cluster.conf_path), "topology.conf")
+    with open(topo_path, "w") as f:
+        f.write(TREE + "SwitchName=s4 Nodes=node16\n")
+    bad = h.run(["scontrol", "reconfigure"])
+    assert bad.returncode == 1 and "node 'node16' is under two leaf switches: 's3' and 's4'" in bad.stderr
+    assert h.run(["scontrol", "show", "topology"]).stdout.splitlines()[0].startswith("SwitchName=s0 ")
+    with open(topo_path, "w") as f:
+        f.write("SwitchName=big Nodes=node[1-16] LinkSpeed=400\n")
+    good = h.run(["scontrol", "reconfigure"])
+    assert good.returncode == 0, good.stderr
+    assert h.run(["scontrol", "show", "topology"]).stdout == "SwitchName=big Level=0 LinkSpeed=400 Nodes=node[1-16]\n"
+
 
 def test_a_bad_topology_file_is_refused_before_anything_is_written(tmp_path: object) -> None:
     cluster = LocalCluster(os.path.join(str(tmp_path), "state"))
