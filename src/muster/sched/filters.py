@@ -461,6 +461,8 @@ def check_submit(
     for n in list(spec.nodelist) + list(spec.exclude):
         if n not in by_name:
             return Rejection(BAD_NODE_NAME)
+    if spec.segment and shape.nodes % spec.segment:  # --segment cuts the nodes in equal parts
+        return Rejection(NODE_CONFIG)
     if shape.gpus_per_node and shape.gpu_type is not None:
         if not any(n.gpu_type == shape.gpu_type for n in nodes):
             return Rejection(BAD_GRES)
