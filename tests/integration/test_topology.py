@@ -80,6 +80,12 @@ def test_a_four_node_job_lands_on_one_free_leaf_in_topology_order(tree: Harness)
     ]
     one = h.run(["scontrol", "show", "topology", "node7"]).stdout.splitlines()
     assert [line.split()[0] for line in one] == ["SwitchName=s1", "SwitchName=top"]
+    seg = h.run(["sbatch", "-N4", "--segment=3", "--wrap", "true"])
+    assert seg.returncode == 1
+    assert seg.stderr == "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"
+    sw = h.run(["sbatch", "-N4", "--switches=0", "--wrap", "true"])
+    assert sw.returncode != 0 and "Invalid --switches specification: 0" in sw.stderr
+
     conf = h.run(["scontrol", "show", "config"]).stdout
     assert any(line.split() == ["TopologyPlugin", "=", "topology/tree"] for line in conf.splitlines())
 
