@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from muster.core.config import ConfigError, parse_config
 from muster.core.errors import MusterError
-from muster.core.topoconf import parse_topology
+from muster.core.topoconf import parse_topology, topology_path, wants_topology
 from muster.sched.topology import Topology
 from muster.sim import failcli
 from muster.sim.cluster import Cluster, ClusterError, cluster_from_config, uniform_cluster
@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--topology",
         metavar="FILE",
         help="topology.conf (SwitchName= or BlockName= lines over the cluster's nodes: n1..nN, or those of "
-        "--conf): place jobs by switches or blocks and report fragmentation",
+        "--conf): place jobs by switches or blocks and report fragmentation (default: the topology.conf "
+        "beside --conf when its TopologyPlugin names one)",
     )
     s.add_argument(
         "--policy",
@@ -208,14 +209,30 @@ def _select(trace: Trace, args: argparse.Namespace) -> list[Any]:
     return jobs
 
 
-def _cluster(trace: Trace, args: argparse.Namespace, conf: Any, topology: str | None = None) -> Cluster:
+def _topology(args: argparse.Namespace, conf: Any) -> tuple[str, str] | None:
+    """(text, path) of the topology: --topology, else topology.conf beside --conf when its
+    TopologyPlugin wants one (as the controller reads it), else None."""
+    path = args.topology
+    what = "--topology"
+    if path is None and conf is not None and wants_topology(conf):
+        path, what = topology_path(args.conf), f"--conf: TopologyPlugin={conf.get('TopologyPlugin')} needs"
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(), path
+    except OSError as e:
+        raise UsageError(f"{what}: cannot read {path}: {e.strerror or e}") from None
+
+
+def _cluster(trace: Trace, args: argparse.Namespace, conf: Any, topology: tuple[str, str] | None = None) -> Cluster:
     if conf is not None and conf.nodes and args.nodes is None:
         cluster = cluster_from_config(conf)
     else:
         cluster = uniform_cluster(trace.unit, trace.header, args.nodes, args.cpus_per_node, args.gpus_per_node)
     if topology is not None:  # the same parser and placement as the controller's
         names = [v.name for v in cluster.nodes]
-        cluster.topology = Topology(parse_topology(topology, args.topology, names), names)
+        cluster.topology = Topology(parse_topology(topology[0], topology[1], names), names)
     return cluster
 
 
@@ -260,13 +277,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.write(f"{PROG}: warning: {warning}\n")
     if not labels:
         labels = [args.policy or ("easy" if conf is None else "conf")]
-    topology = None
-    if args.topology:
-        try:
-            with open(args.topology, encoding="utf-8") as f:
-                topology = f.read()
-        except OSError as e:
-            raise UsageError(f"--topology: cannot read {args.topology}: {e.strerror or e}") from None
+    topology = _topology(args, conf)
     failures = failcli.model_from(args)
 
     trace = read_trace(args.trace, args.format, args.cluster, args.skip_bad_lines)

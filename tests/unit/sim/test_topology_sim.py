@@ -75,3 +75,23 @@ def test_an_unreadable_topology_fails_clearly(
 ) -> None:
     assert main([write_swf(ROWS, max_procs=8), "--topology", "/nonexistent/topology.conf"]) == 1
     assert "--topology: cannot read /nonexistent/topology.conf" in capsys.readouterr().err
+
+
+CONF = "NodeName=n[1-8] CPUs=1 RealMemory=1000\nPartitionName=p Nodes=ALL Default=YES\n"
+
+
+def test_a_conf_with_a_topology_plugin_brings_its_topology_conf(
+    write_swf: Callable[..., str], write_text: Callable[[str, str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = write_swf(ROWS, max_procs=8)
+    conf = write_text("slurm.conf", "TopologyPlugin=topology/tree\n" + CONF)
+    assert main([trace, "--conf", conf]) == 1  # no topology.conf beside it
+    assert "--conf: TopologyPlugin=topology/tree needs: cannot read" in capsys.readouterr().err
+    write_text("topology.conf", TREE)
+    assert main([trace, "--conf", conf, "--json", "-"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["runs"][0]["metrics"]
+    assert metrics["topology_unit"] == "leaf switch" and metrics["multi_node_within_one_unit"] == 1.0
+    # without the plugin the file beside it is not read
+    plain = write_text("plain.conf", CONF)
+    assert main([trace, "--conf", plain, "--json", "-"]) == 0
+    assert "topology_unit" not in json.loads(capsys.readouterr().out)["runs"][0]["metrics"]
