@@ -263,6 +263,15 @@ class _SignedOnly:
         await self.app(scope, replay, send)
 
 
+async def _send_metrics(body: bytes, send: Any) -> None:
+    headers = [
+        (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def build_app(
     supervisor: Supervisor,
     key: bytes,
@@ -270,8 +279,10 @@ def build_app(
     lifespan: Any = None,
     status_extra: Callable[[], dict[str, Any]] = dict,
     steps: StepRunner | None = None,
+    metrics: Callable[[], bytes] | None = None,
 ) -> ASGIApp:
-    """The ASGI app for both sockets (see the module docstring)."""
+    """The ASGI app for both sockets (see the module docstring). ``metrics``: the text of
+    ``GET /metrics`` (``agent.metrics``), served without a signature when the site enabled it."""
     routes = build_routes(supervisor, status_extra, steps)
     # The replay floor lives in the agent's own 0700 state directory (protocol.replay).
     verifier = Verifier(key, clock, supervisor.node, os.path.join(supervisor.state.root, "replay-floor"))
@@ -285,6 +296,8 @@ def build_app(
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await outer(scope, receive, send)
+        elif metrics is not None and scope["type"] == "http" and scope["path"] == "/metrics":
+            await _send_metrics(metrics(), send)
         elif scope.get(PEER_KEY):
             await local(scope, receive, send)
         elif step_api is not None and scope["type"] == "http" and scope["path"].startswith("/v1/steps/"):

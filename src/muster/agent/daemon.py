@@ -24,6 +24,7 @@ from muster.agent.env import EnvContext
 from muster.agent.gpuhealth import GpuFault, GpuHealth, default_fault_file
 from muster.agent.hooks import Hooks
 from muster.agent.link import ControllerLink
+from muster.agent.metrics import AgentCollector
 from muster.agent.progress import ProgressWatch
 from muster.agent.state import StateDir
 from muster.agent.steps import StepRunner
@@ -328,7 +329,12 @@ class AgentDaemon:
 
     async def serve(self) -> None:
         sockets = self.prepare()
-        app = build_app(self.supervisor, self.settings.key, self.clock, self.lifespan, self._status_extra, self.steps)
+        metrics = None
+        if (self.config.get("MetricsType") or "").lower() == "metrics/openmetrics":
+            metrics = AgentCollector(self).render
+        app = build_app(
+            self.supervisor, self.settings.key, self.clock, self.lifespan, self._status_extra, self.steps, metrics
+        )
         server = self._server = make_server(app, body_limit=body_limit(self.config.max_script_size))
         try:
             if not self.stop_requested:

@@ -33,6 +33,7 @@ from muster.agent.gpus import MODES
 from muster.core.config import Config, ConfigError, parse_config
 from muster.core.topoconf import attach_topology, topology_path, wants_topology
 from muster.protocol.client import default_conf_path
+from muster.protocol.logjson import setup_logging
 from muster.protocol.signing import SignatureError, load_key
 
 __all__ = ["default_state_dir", "main"]
@@ -103,10 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     if node is None:
         return _fail(f"node {node_name} is not defined in {path} (give --node NAME)")
 
-    logging.basicConfig(
+    setup_logging(
+        config.get("LogFormat"),
+        daemon="musterd",
+        node=node_name,
         filename=args.log_file,
         level=logging.DEBUG if args.verbose > 1 else logging.INFO,
-        format=f"%(asctime)s musterd[{node_name}] %(name)s %(levelname)s %(message)s",
+        text_format=f"%(asctime)s musterd[{node_name}] %(name)s %(levelname)s %(message)s",
     )
     # One line per heartbeat is noise; the link logs what matters (outages, refusals).
     logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose > 1 else logging.WARNING)

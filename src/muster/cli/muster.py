@@ -41,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--gpu-type", default=None, help="GPU type name, e.g. a100 (default: untyped)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for all nodes to be idle")
     up.add_argument(
+        "--rest",
+        default=None,
+        metavar="[HOST:]PORT",
+        help="also start musterrestd, Slurm's REST API, listening there (JWT auth; docs/rest.md)",
+    )
+    up.add_argument(
         "--conf-extra",
         action="append",
         default=[],
@@ -177,6 +183,13 @@ def _cluster_command(args: argparse.Namespace) -> int:
         if not 1 <= args.nodes <= MAX_LOCAL_NODES:
             print(f"muster: error: --nodes must be from 1 to {MAX_LOCAL_NODES}", file=sys.stderr)
             return 2
+        rest = None
+        if args.rest:  # checked before anything starts
+            host, _, port = args.rest.rpartition(":")
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                print(f"muster: error: invalid --rest address: {args.rest} (use [HOST:]PORT)", file=sys.stderr)
+                return 2
+            rest = (host or "127.0.0.1", int(port))
         extra = conf_extra(args.conf_extra, os.environ.get("MUSTER_CONF_EXTRA", ""))
         if isinstance(extra, str):
             print(f"muster: error: {extra}", file=sys.stderr)
@@ -210,6 +223,13 @@ def _cluster_command(args: argparse.Namespace) -> int:
         except (TimeoutError, RuntimeError) as e:
             print(f"muster: error: {e}", file=sys.stderr)
             return 1
+        rest_url = None
+        if rest is not None:
+            try:
+                rest_url = cluster.start_rest(rest[0], rest[1], args.timeout)
+            except (TimeoutError, RuntimeError) as e:
+                print(f"muster: error: {e}", file=sys.stderr)
+                return 1
         n = len(cluster.config().nodes)
         print(
             f"muster: cluster up in {cluster.state_dir}: controller and {n} nodes"
@@ -219,6 +239,8 @@ def _cluster_command(args: argparse.Namespace) -> int:
         print(f"  export MUSTER_CONF={cluster.conf_path}")
         print(f"  export PATH={os.path.dirname(sys.executable)}:$PATH")
         print("  muster dashboard    # a sign-in link to the web dashboard")
+        if rest_url:
+            print(f"REST API (musterrestd) at {rest_url}/slurm/v0.0.40/; get a token with: export $(scontrol token)")
         return 0
     if not cluster.exists and args.command in ("down", "status"):
         print(f"muster: error: no local cluster in {cluster.state_dir}", file=sys.stderr)

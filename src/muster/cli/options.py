@@ -372,6 +372,13 @@ def _apply_segment(req: JobRequest, value: str | None) -> None:
     req.spec["segment"] = int(text)
 
 
+def _apply_no_kill(req: JobRequest, value: str | None) -> None:
+    # -k, --no-kill[=off]
+    if value is not None and value.strip().lower() not in ("", "off", "on", "yes", "no"):
+        raise OptionValueError(f"Invalid --no-kill specification: {value}")
+    req.spec["no_kill"] = (value or "").strip().lower() not in ("off", "no")
+
+
 def _apply_tmp(req: JobRequest, value: str | None) -> None:
     # --tmp takes --mem's units (MB by default)
     req.spec["tmp_disk"] = parse_mem_option(value or "", "--tmp")
@@ -448,10 +455,10 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("wckey", env=("SBATCH_WCKEY",), apply=_ignored),
     Opt("distribution", "m", env=("SBATCH_DISTRIBUTION",), apply=_ignored),
     Opt("hint", env=("SBATCH_HINT",), apply=_ignored),
-    Opt("no-kill", "k", OPTIONAL, apply=_ignored),
     Opt("contiguous", None, NO_ARG, apply=_ignored),
     Opt("mincpus", apply=_count("min_cpus", "--mincpus")),
     Opt("overcommit", "O", NO_ARG, apply=_flag("overcommit")),
+    Opt("no-kill", "k", OPTIONAL, env=("SBATCH_NO_KILL",), apply=_apply_no_kill),
     Opt("tmp", apply=_apply_tmp),
     Opt("licenses", "L", apply=_ignored),
     Opt("propagate", None, OPTIONAL, apply=_ignored),

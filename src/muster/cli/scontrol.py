@@ -153,7 +153,7 @@ def _job_id(text: str) -> str:
     except ValueError:
         raise CommandError("slurm_load_jobs error: Invalid job id specified", 1, raw=True) from None
     if ref.tasks is None:
-        return str(ref.job_id)
+        return str(ref)  # ``123`` or a het job's component ``123+1``
     return ",".join(f"{ref.job_id}_{t}" for t in ref.tasks)
 
 
@@ -168,7 +168,8 @@ def show_jobs(target: str | None, flags: Flags) -> int:
             # an array's id names all its tasks, as in Slurm
             jobs = []
             for item in split_job_ids(target):
-                jobs.extend(ctl.get(f"/v1/jobs?job_id={_job_id(item)}").get("jobs") or [])
+                query = _job_id(item).replace("+", "%2B")  # a het component: 123+1
+                jobs.extend(ctl.get(f"/v1/jobs?job_id={query}").get("jobs") or [])
     except (ApiError, ConnectError) as e:
         raise _load_error("jobs", e) from None
     if not jobs:
@@ -424,6 +425,10 @@ def run(words: list[str], flags: Flags) -> int:
         return 0
     if _matches(cmd, "reconfigure", 3):
         return reconfigure(flags)
+    if cmd == "token":
+        from muster.cli.scontrol_token import token
+
+        return token(rest)
     if cmd in ("create", "delete") and rest and rest[0].lower().startswith("res"):
         from muster.cli import reservation
 
@@ -440,7 +445,6 @@ def run(words: list[str], flags: Flags) -> int:
         "top",
         "wait_job",
         "listpids",
-        "token",
     ):
         raise CommandError(f"scontrol {cmd} is not supported by muster yet")
     raise CommandError(f"invalid keyword: {words[0]}", 1, raw=True)
@@ -532,6 +536,9 @@ scontrol [<OPTION>] [<COMMAND>]
      delete reservation=<name>  delete a reservation
      show <ENTITY> [<ID>]     display state of identified entity, default
                               is all records
+     token [lifespan=<seconds>] [username=<user>]
+                              get a JSON Web Token (SLURM_JWT=...) for the
+                              REST API; only administrators name another user
      update job=<id> <SPEC>   update a job: TimeLimit, Priority, Nice,
                               JobName, Partition, Comment, StartTime,
                               NumNodes

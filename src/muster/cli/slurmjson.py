@@ -149,6 +149,8 @@ def _sacct_step(s: dict) -> dict:
     step_name = str(s.get("job_id_raw") or "").partition(".")[2]
     time_ = _sacct_time(s)
     del time_["limit"], time_["eligible"], time_["submission"]
+    # v0.0.40 gives a step's start and end as number objects (a job's are plain numbers)
+    time_["start"], time_["end"] = number(time_["start"] or None), number(time_["end"] or None)
     return {
         "step": {"id": str(s.get("job_id_raw") or ""), "name": str(s.get("name") or step_name)},
         "state": [str(s.get("state") or "UNKNOWN")],
@@ -198,6 +200,7 @@ def sacct_job(r: dict) -> dict:
             "task": "",
             "limits": {"max": {"running": {"tasks": int(r.get("array_throttle") or 0)}}},
         },
+        "het": {"job_id": int(r.get("het_job_id") or 0), "job_offset": number(r.get("het_job_offset"))},
         "allocation_nodes": int(r.get("nnodes") or 0),
         "required": {"CPUs": int(r.get("req_cpus") or 0), "memory_per_node": number(r.get("req_mem"))},
         "tres": {"allocated": _tres_list(r.get("alloc_tres")), "requested": _tres_list(r.get("req_tres"))},
@@ -262,8 +265,8 @@ def squeue_job(j: dict, state: str) -> dict:
         "array_task_id": number(j.get("array_task_id")),
         "array_max_tasks": number(j.get("array_throttle") or 0),
         "array_task_string": str(j.get("array_tasks_text") or ""),
-        "het_job_id": number(0),
-        "het_job_offset": number(None),
+        "het_job_id": number(j.get("het_job_id") or 0),
+        "het_job_offset": number(j.get("het_job_offset")),
         "restart_cnt": int(j.get("restart_count") or 0),
         "exit_code": exit_code(code, sig) if ended else exit_code(0, 0),
         "command": " ".join(str(a) for a in argv) if argv else "",

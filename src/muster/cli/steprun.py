@@ -65,7 +65,8 @@ class StepRun:
         self.ntasks = sum(len(n.tasks) for n in self.nodes)
         # --multi-prog: each task's own command line (CommandError if one has none)
         self.task_argv = run.multi_prog.argv_for(self.ntasks) if run.multi_prog is not None else None
-        self.width = len(str(max(self.ntasks - 1, 0)))
+        het = getattr(run, "het", None) or {}  # a het step: ranks run across its components
+        self.first, self.width = het.get("first", 0), len(str(max(het.get("total", 0), self.ntasks, 1) - 1))
         self.partial: dict[tuple[int, int], bytes] = {}
         self.exits: dict[int, tuple[int, int]] = {}
         self.usage: dict[int, tuple[int, float, float, str]] = {}  # task -> rss KB, user, sys, node
@@ -111,6 +112,7 @@ class StepRun:
             "pty_size": terminal_size() if run.pty else None,
             "task_argv": None if self.task_argv is None else {str(t): a for t, a in self.task_argv.items()},
             "kill_wait": self.kill_wait,
+            "het": getattr(run, "het", None),
         }
 
     def _stdin_spec(self) -> dict[str, Any]:
@@ -421,7 +423,7 @@ class StepRun:
     def _labelled(self, task: int, data: bytes) -> bytes:
         if not self.opts.label:
             return data
-        prefix = f"{task:>{self.width}}: ".encode()
+        prefix = f"{task + self.first:>{self.width}}: ".encode()
         lines = data.split(b"\n")
         tail = lines.pop() if not data.endswith(b"\n") else None
         out = b"".join(prefix + line + b"\n" for line in (lines[:-1] if tail is None else lines))

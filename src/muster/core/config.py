@@ -30,6 +30,7 @@ import re
 
 from muster.core.confkeys import (
     BOOL_KEYS,
+    CHOICE_KEYS,
     FALSE,
     GLOBAL,
     GRES_COUNT_RE,
@@ -187,6 +188,9 @@ class _Parser:
             _time(value, canon, where)
         elif canon in BOOL_KEYS:
             _bool(value, canon, where)
+        elif canon in CHOICE_KEYS:
+            if value.lower() not in CHOICE_KEYS[canon]:
+                raise ConfigError(f"{where}: bad {canon} {value!r}: expected {' or '.join(CHOICE_KEYS[canon])}")
         elif canon == "SlurmctldPort":
             m = re.compile(PORT_RANGE_RE).match(value)
             if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):

@@ -59,6 +59,7 @@ DefaultStorageUser
 AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInterval
 GpuFaultFile GpuHealthCheckInterval
 AccountingStorageURL
+MetricsType LogFormat
 """
 
 _NODE_KEYS = """
@@ -112,6 +113,12 @@ INT_KEYS = frozenset(
 )
 TIME_KEYS = frozenset({"PriorityMaxAge", "PriorityDecayHalfLife", "PriorityCalcPeriod"})
 BOOL_KEYS = frozenset({"PriorityFavorSmall"})
+# Keys that take one of a few words (case-insensitive): MetricsType is Slurm 25.11's,
+# LogFormat muster's own (docs/metrics.md).
+CHOICE_KEYS = {
+    "MetricsType": ("metrics/openmetrics", "metrics/none"),
+    "LogFormat": ("text", "json"),
+}
 
 TRUE = frozenset({"yes", "true", "1", "on"})
 FALSE = frozenset({"no", "false", "0", "off"})

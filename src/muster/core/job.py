@@ -36,7 +36,7 @@ class JobSpec:
     """A validated submission. Time values are seconds; memory values are MB.
 
     This is the one schema of a job request: the API's submission model is derived from
-    these fields and their checks (``ctld.api.SpecModel``), so a new option is one field
+    these fields and their checks (``ctld.bodies.SpecModel``), so a new option is one field
     here plus the code that uses it (a scheduler filter, the agent)."""
 
     name: str = _check("sbatch", max_length=1024)
@@ -101,6 +101,9 @@ class JobSpec:
     overcommit: bool = False
     # --deadline (epoch seconds): a pending job that can no longer end by then ends DEADLINE.
     deadline: float | None = None
+    # -k/--no-kill: a failed node (not the batch host) is taken out of the running job's
+    # allocation instead of ending the job.
+    no_kill: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which
@@ -251,6 +254,11 @@ class Job:
     array_task_max: int | None = None
     array_task_step: int | None = None
     array_throttle: int = 0  # ``--array=...%N``: at most N tasks of the array run at once
+    # Heterogeneous jobs (see ``core.hetjob``): set on every component, None otherwise. The
+    # leader's id (the first component's) and this component's offset from it (0, 1, ...);
+    # components take consecutive ids, so component k's job id is het_job_id + k.
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
     # Dependency job ids that named no job at submission: never satisfied (Slurm 22.05
     # accepts such a job and leaves it pending).
     unknown_deps: list[int] = field(default_factory=list)

@@ -4,6 +4,7 @@
 one object per responsibility, each in its own module:
 
 * ``queue`` (``jobs.JobActions``): what users do to jobs;
+* ``hets`` (``hetjobs.HetJobs``): heterogeneous jobs, submitted and ended whole;
 * ``launches`` (``launches.Launches``): runs starting and ending;
 * ``agents`` (``agents.Agents``): what the node agents tell;
 * ``liveness`` (``liveness.Liveness``): nodes alive, silent or down, and their admin states;
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 from muster.ctld.actions import Action, Launch, NewLimit, SignalJob, Terminate, parse_signal
 from muster.ctld.agents import Agents
+from muster.ctld.hetjobs import HetJobs
 from muster.ctld.identity import Identity
 from muster.ctld.jobs import JobActions
 from muster.ctld.launches import Launches
@@ -44,6 +46,7 @@ __all__ = [
 @dataclass
 class Controller(ClusterState):
     queue: JobActions = field(init=False, repr=False)
+    hets: HetJobs = field(init=False, repr=False)
     launches: Launches = field(init=False, repr=False)
     agents: Agents = field(init=False, repr=False)
     liveness: Liveness = field(init=False, repr=False)
@@ -52,6 +55,7 @@ class Controller(ClusterState):
 
     def __post_init__(self) -> None:
         self.queue = JobActions(self)
+        self.hets = HetJobs(self.queue)
         self.launches = Launches(self)
         self.training = Training(self)
         self.agents = Agents(self, self.launches, self.training)

@@ -18,6 +18,7 @@ from muster.core.job import Job
 from muster.core.states import JobState
 from muster.ctld.actions import Action, Launch, NewLimit, SignalJob, Terminate
 from muster.ctld.controller import Controller
+from muster.ctld.hetjobs import launch_view
 from muster.ctld.steps import StepSignal
 from muster.protocol.httpd import DaemonRequestError, SignedClient
 from muster.protocol.messages import LaunchRequest, SignalRequest, TerminateRequest, UpdateRequest
@@ -109,7 +110,11 @@ class Dispatcher:
         attempt = job.restart_count
         assert host is not None
         body = _body(
-            LaunchRequest(job=job.to_dict(), cluster=self.ctl.config.cluster_name, kill_wait=self.ctl.config.kill_wait)
+            LaunchRequest(
+                job=launch_view(job, self.ctl.jobs),
+                cluster=self.ctl.config.cluster_name,
+                kill_wait=self.ctl.config.kill_wait,
+            )
         )
 
         def wanted() -> bool:  # still this attempt, still on a node that answers

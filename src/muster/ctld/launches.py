@@ -135,6 +135,8 @@ class Launches:
             # A report from an earlier attempt: only its resources need freeing.
             self.state.release_resources(job, attempt)
             return []
+        if msg.node and job.alloc and msg.node not in job.nodes:
+            return []  # a node the job went on without (--no-kill): its share is already free
         exit_code, sig, by = msg.exit_code, msg.signal, msg.terminated_by
         if msg.usage is not None:
             job.usage = msg.usage.model_dump()

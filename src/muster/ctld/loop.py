@@ -11,7 +11,7 @@ to the caller, which tries again next pass).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from muster.core.job import Job
@@ -49,13 +49,22 @@ class _ControllerBook:
         self.result.actions += ctl.launches.apply_starts(starts, now)
 
 
-def run_pass(ctl: Controller, config: SchedConfig, now: float) -> PassResult:
+def run_pass(ctl: Controller, config: SchedConfig, now: float, timer: Callable[[], float] | None = None) -> PassResult:
+    """One pass; with a ``timer`` (the controller's monotonic clock) the scheduler times
+    its numbered phases into ``decisions.stats.phase_seconds``, and the controller's own
+    steps around it are timed as ``0.snapshot`` and ``5.apply``."""
+    t0 = timer() if timer else 0.0
     ctl.queue.expire_deadlines(now)
     snapshot = build_snapshot(ctl)
     if ctl.accounting is not None:
         ctl.accounting.before_pass(ctl, snapshot, now)
-    decisions = schedule(snapshot, now, config)
+    t1 = timer() if timer else 0.0
+    decisions = schedule(snapshot, now, config, timer)
+    t2 = timer() if timer else 0.0
     result = PassResult(decisions)
     apply_decisions(decisions, _ControllerBook(ctl, result), now)
     ctl.queue.kill_invalid_dependencies(decisions.reasons)
+    if timer is not None:
+        decisions.stats.phase_seconds["0.snapshot"] = t1 - t0
+        decisions.stats.phase_seconds["5.apply"] = timer() - t2
     return result

@@ -13,6 +13,7 @@ from muster.core.config import ConfigError, parse_config
 from muster.ctld.reconfig import read_topology
 from muster.ctld.reconfig_plan import validate
 from muster.protocol.client import default_conf_path
+from muster.protocol.logjson import setup_logging
 from muster.protocol.signing import SignatureError, load_key
 
 
@@ -42,10 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, SignatureError) as e:
         print(f"musterctld: error: {e}", file=sys.stderr)
         return 1
-    logging.basicConfig(
+    setup_logging(
+        config.get("LogFormat"),
+        daemon="musterctld",
         filename=args.log_file,
         level=logging.DEBUG if args.verbose > 1 else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     for w in config.warnings:
         logging.getLogger("musterctld").warning("%s", w)

@@ -177,7 +177,12 @@ def _matches(d: dict[str, Any], q: Query) -> bool:
     if q.job_ids or q.array_tasks:
         ids = q.job_ids or ()
         task = (d.get("array_job_id"), d.get("array_task_id"))
-        if d["job_id"] not in ids and task[0] not in ids and task not in (q.array_tasks or ()):
+        if (
+            d["job_id"] not in ids
+            and task[0] not in ids
+            and task not in (q.array_tasks or ())
+            and d.get("het_job_id") not in ids  # a heterogeneous job: every component
+        ):
             return False
     if q.accounts and account_of(d) not in q.accounts:
         return False
@@ -301,6 +306,9 @@ def record_wire(
     job_id = int(d["job_id"])
     array_job, array_task = d.get("array_job_id"), d.get("array_task_id")
     job_id_text = f"{array_job}_{array_task}" if array_job and array_task is not None else str(job_id)
+    het_job, het_offset = d.get("het_job_id"), d.get("het_job_offset")
+    if het_job is not None and het_offset is not None:
+        job_id_text = f"{het_job}+{het_offset}"  # a heterogeneous job's component
     nodes = [a.get("node") for a in alloc]
     rec: dict[str, Any] = {
         "job_id": job_id,
@@ -309,6 +317,8 @@ def record_wire(
         "array_job_id": array_job,
         "array_task_id": array_task,
         "array_throttle": d.get("array_throttle") or 0,
+        "het_job_id": het_job,
+        "het_job_offset": het_offset,
         "attempt": d.get("attempt", d.get("restart_count", 0)),
         "cluster": cluster,
         "name": spec.get("name", ""),

@@ -25,16 +25,21 @@ from muster.core.config import Config
 from muster.core.errors import MusterError, StorageError
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
-from muster.core.states import JobState
+from muster.core.states import JobState, Reason
 from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex
 from muster.ctld.identity import Identity, identify
 from muster.ctld.nodes import NodeRuntime, configured_fields
 from muster.ctld.reservations import Reservation
+from muster.ctld.stats import ServerStats
 from muster.ctld.store import Store
 from muster.sched.topology import Topology
 
 log = logging.getLogger("musterctld")
+
+# A job requeued after a node failure is eligible again this many seconds later (its reason
+# meanwhile BeginTime, as in Slurm): time for the rest of its old attempt to be killed.
+REQUEUE_BEGIN_DELAY = 3.0
 
 _TERMINAL = frozenset(s for s in JobState if s.is_terminal)
 # Where a job stands after each state-changing event of the log (``check_log``).
@@ -52,6 +57,7 @@ _AFTER: dict[str, frozenset[JobState]] = {
     "timeout": frozenset({JobState.TIMEOUT}),
     "out_of_memory": frozenset({JobState.OUT_OF_MEMORY}),
     "deadline": frozenset({JobState.DEADLINE}),
+    "lost_node": frozenset({JobState.RUNNING}),  # --no-kill: it runs on without a failed node
     "cleaned": _TERMINAL,
 }
 
@@ -90,6 +96,8 @@ class ClusterState:
     stalls: int = 0
     # topology.conf as placement reads it (``sched.topology``), when configured
     topology: Topology | None = None
+    # sdiag's and /metrics's running figures (``stats``); set by the app
+    stats: ServerStats | None = field(default=None, repr=False)
 
     # --- start-up -------------------------------------------------------------------
 
@@ -172,9 +180,12 @@ class ClusterState:
         """Commit job changes already made in memory; when the commit fails, memory goes
         back to what the store holds (so a change that was not committed is not applied)
         and the ``StorageError`` goes on to the caller."""
+        t0 = self.clock.monotonic()
         try:
             self.store.record(now, changes, meta=meta)
         except StorageError as exc:
+            if self.stats is not None:
+                self.stats.observe_commit_failure()
             log.error(
                 "could not commit %s of job(s) %s: %s; the change is not applied",
                 "/".join(sorted({k for _j, k, _d in changes})),
@@ -183,6 +194,8 @@ class ClusterState:
             )
             self.reload_jobs(j for j, _k, _d in changes)
             raise
+        if self.stats is not None:
+            self.stats.observe_commit(changes, self.clock.monotonic() - t0)
 
     @contextmanager
     def atomic(self, *jobs: Job) -> Iterator[None]:
@@ -263,8 +276,27 @@ class ClusterState:
         requeue = job.spec.requeue if job.spec.requeue is not None else self.config.job_requeue
         if requeue:
             lifecycle.requeue(job, now)
+            job.spec.begin_time = job.eligible_time = now + REQUEUE_BEGIN_DELAY
+            job.reason = Reason.BEGIN_TIME
             changes.append((job, "requeue", {"attempt": job.restart_count}))
         self.record(now, changes)
+
+    def lose_node(self, job: Job, name: str, now: float, why: str) -> bool:
+        """``--no-kill``: a running job goes on without a failed node (not its batch host,
+        which runs the script) and that node's share is freed. False when the job has no
+        such right; then the caller fails it (``node_failed_job``)."""
+        if not job.spec.no_kill or job.state is not JobState.RUNNING or len(job.alloc) < 2:
+            return False
+        if job.alloc[0].node == name or name not in job.nodes:
+            return False
+        with self.atomic(job):
+            job.alloc = [a for a in job.alloc if a.node != name]
+            node = self.nodes.get(name)
+            if node is not None:
+                node.allocs.pop((job.job_id, job.restart_count), None)
+            self.record(now, [(job, "lost_node", {"node": name, "why": why})])
+        log.warning("job %d runs on without node %s (--no-kill): %s", job.job_id, name, why)
+        return True
 
     def note_node_service(self, now: float) -> None:
         """Record nodes that went out of service (DOWN, or drained and empty) or came back,

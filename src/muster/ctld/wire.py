@@ -61,6 +61,8 @@ BRIEF_FIELDS = (
     "array_job_id",
     "array_task_id",
     "array_throttle",
+    "het_job_id",
+    "het_job_offset",
 )
 BRIEF_SPEC_KEYS = (
     "name",

@@ -343,6 +343,18 @@ class Backfill:
             self.log.append(node)
             self._index.moved(node, old)
 
+    def give_plan(self, req: Request, duration: float, at: float, nodes: list[NodeProfile]) -> None:
+        """Undo ``take_plan`` (a heterogeneous job's trial that did not fit whole); like
+        ``release``, it forgets the memos a give-back can make wrong."""
+        end = at + duration
+        for node in nodes:
+            c, m, g = need_on(req, node)
+            node.give(at, end, c, m, g)
+            self.log.append(node)
+        self._no_fit.clear()
+        self._no_plan.clear()
+        self._live.clear()
+
 
 def _feasible(node: NodeProfile, req: Request, dur: float, lo: float, hi: float) -> list[list[float]]:
     """Closed intervals of start times in [lo, hi] at which ``req`` fits on ``node`` for

@@ -19,7 +19,8 @@ config always give the same decisions.
                 waits for Resources, those behind it for Priority. Conservative
                 backfill places the jobs holding a plan from the previous pass first,
                 by that plan's start, each plan held in the profile until its job's turn
-                (README.md, "Promises").
+                (README.md, "Promises"). The components of a heterogeneous job are
+                placed together, all or none (``hetgroups``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from muster.sched.config import SchedConfig
 from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
 from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict, job_duration
+from muster.sched.hetgroups import HetGroups, place_group
 from muster.sched.priority import PriorityPolicy, examination_order
 from muster.sched.profile import INF, NodeProfile
 from muster.sched.reservations import ReservationBook
@@ -289,7 +291,11 @@ class _Pass:
         request, start_now = self.feas.request, self.engine.start_now
         examined = waiting = 0
         holds = self._hold_plans(ordered) if config.conservative and self.backfill else {}
+        hets = HetGroups(self.snap.pending, ordered)  # heterogeneous jobs: all or none
         for job, parts in ordered:
+            if hets and job.het_job_id is not None:
+                place_group(self, hets, job, holds)
+                continue
             if holds:
                 held = holds.pop(job.job_id, None)
                 if held is not None:

@@ -335,6 +335,18 @@ class SchedHarness:
         self.arrays[ids[0]] = dict(zip(tasks, ids, strict=True))
         return ids
 
+    def submit_het(self, *builders: JobBuilder, at: float = 0.0) -> list[int]:
+        """Submit a heterogeneous job: one job per component, consecutive ids from the
+        leader's (the first component's), as the controller does."""
+        ids: list[int] = []
+        for k, builder in enumerate(builders):
+            job_id = self.submit(builder, at)
+            j = self.pending[job_id]
+            j.het_job_id = ids[0] if ids else job_id
+            j.het_job_offset = k
+            ids.append(job_id)
+        return ids
+
     def run_job(self, builder: JobBuilder, at: float = 0.0) -> int:
         """Submit a job and start it at ``at`` through a scheduling pass; fails if it
         does not start."""
