@@ -202,6 +202,10 @@ def _cluster_command(args: argparse.Namespace) -> int:
             except OSError as e:
                 print(f"muster: error: --topology: cannot read {args.topology}: {e.strerror}", file=sys.stderr)
                 return 2
+            from muster.core.topoconf import parse_topology
+
+            # checked here too, so that a mistake names the user's file, not the copy
+            parse_topology(topology, args.topology, [f"node{i}" for i in range(1, args.nodes + 1)])
         if not cluster.exists:
             cluster.create(
                 ClusterShape(args.nodes, args.gpus_per_node, args.cpus_per_node, args.mem_per_node, args.gpu_type),
