@@ -231,3 +231,23 @@ def test_blocks_past_the_last_whole_aggregate_still_take_jobs() -> None:
     h.run_job(job().nodes(8).nodelist(*[f"node{i}" for i in range(1, 9)]).cpus(4).mem(100).time(600), at=1)
     four = h.run_job(job().nodes(4).cpus(4).mem(100).time(600), at=1)
     assert nodes_of(h, four) == ["node9", "node10", "node11", "node12"]
+
+
+def test_a_heterogeneous_job_is_planned_by_the_topology_too() -> None:
+    def busy(nums: tuple[int, ...], limit: int) -> int:
+        names = [f"node{i}" for i in nums]
+        return h.run_job(job().nodes(len(names)).nodelist(*names).cpus(4).mem(100).time(limit))
+
+    for topology, leaves in ((None, 2), (TREE, 1)):
+        h = cluster(topology)
+        busy((1, 2, 7, 8, 13, 14, 15, 16), 3600)
+        short = busy((3, 4, 5, 6, 9, 10, 11, 12), 600)
+        # at 600, node3-6 (two leaves, a contiguous run) and node9-12 (one leaf) free up
+        ids = h.submit_het(job().nodes(4).cpus(4).mem(100).time(600), job().cpus(4).mem(100).time(600), at=1)
+        d = h.schedule(at=1)
+        assert d.plans[ids[0]].start_time == 600
+        tree = Topology(parse_topology(TREE, "t", [v.name for v in h.nodes]), [v.name for v in h.nodes])
+        assert tree.units_of(d.plans[ids[0]].nodes) == leaves
+        h.finish(short)
+        h.schedule(at=600)
+        assert tree.units_of(nodes_of(h, ids[0])) == leaves
