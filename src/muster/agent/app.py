@@ -146,7 +146,7 @@ def build_routes(
         # The batch host's supervisor signals the batch script's processes but the shell
         # (srun forwards to its tasks on every node); otherwise the step runner signals the
         # steps it runs without an srun to forward (an allocation's). Each task: once.
-        found = supervisor.signal(msg.job_id, sig, msg.batch_only)
+        found = supervisor.signal(msg.job_id, sig, msg.batch_only, msg.whole_job)
         if not found and steps is not None and not msg.batch_only:
             found = steps.signal(msg.job_id, sig)
         if not found:

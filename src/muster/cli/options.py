@@ -299,6 +299,16 @@ def _apply_exclusive(req: JobRequest, value: str | None) -> None:
         req.spec["exclusive_topo"] = True
 
 
+def _apply_requeue(req: JobRequest, value: str | None) -> None:
+    # --requeue=expedite (Slurm 25.11): after a node failure the job restarts first, on its
+    # surviving nodes (docs/preemption.md). A bare --requeue, or SBATCH_REQUEUE set, is Slurm's.
+    req.spec["requeue"] = True
+    if value is not None and value.lower() == "expedite":
+        req.spec["expedite"] = True
+    elif value is not None and value.lower() not in ("1", "yes", "true"):
+        raise OptionValueError(f"Invalid --requeue specification: {value}")
+
+
 def _apply_nodelist(req: JobRequest, value: str | None) -> None:
     req.spec["nodelist"] = parse_hostnames_option(value or "", "--nodelist")
 
@@ -427,7 +437,7 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt(("chdir", "workdir"), "D", apply=_apply_chdir),
     Opt("export", env=("SBATCH_EXPORT",), apply=_apply_export),
     Opt("hold", "H", NO_ARG, apply=_flag("hold")),
-    Opt("requeue", None, NO_ARG, env=("SBATCH_REQUEUE",), apply=_flag("requeue", True)),
+    Opt("requeue", None, OPTIONAL, env=("SBATCH_REQUEUE",), apply=_apply_requeue),
     Opt("no-requeue", None, NO_ARG, env=("SBATCH_NO_REQUEUE",), apply=_flag("requeue", False)),
     Opt("exclusive", None, OPTIONAL, env=("SBATCH_EXCLUSIVE",), apply=_apply_exclusive),
     Opt(("oversubscribe", "share"), "s", NO_ARG, apply=_apply_oversubscribe),

@@ -318,7 +318,7 @@ Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
               [-q qos] [-w hosts] [-x hosts] [-C list] [-d type:jobid] [-H]
               [--mem=MB] [--mem-per-cpu=MB] [--mem-per-gpu=MB] [--gres=list]
               [--gpus=n] [--gpus-per-node=n] [--gpus-per-task=n] [--exclusive]
-              [--begin=time] [--nice[=value]] [--requeue] [--no-requeue]
+              [--begin=time] [--nice[=value]] [--requeue[=expedite]] [--no-requeue]
               [--signal=[B:]num[@time]] [--array=indexes] [--export=names]
               [--open-mode=append|truncate] [--parsable] [--wait] [--wrap=cmd]
               executable [args...]
@@ -362,7 +362,8 @@ Parallel run options:
       --parsable              outputs only the jobid
   -q, --qos=qos               quality of service
   -Q, --quiet                 quiet mode (suppress informational messages)
-      --requeue               if set, permit the job to be requeued
+      --requeue[=expedite]    if set, permit the job to be requeued; expedite: after
+                              a node failure, restart first on its surviving nodes
       --reservation=name      allocate resources from named reservation
       --signal=[B:]num[@time] send signal when time limit within time seconds
   -t, --time=minutes          time limit

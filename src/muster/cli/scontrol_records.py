@@ -315,13 +315,13 @@ def partition_record(part: dict) -> list[str]:
         f"AllowGroups={_access(part.get('allow_groups'))} {accounts} AllowQos=ALL",
         f"AllocNodes=ALL Default={'YES' if part.get('default') else 'NO'} QoS=N/A",
         f"DefaultTime={'NONE' if default_time is None else _hms(default_time)} DisableRootJobs=NO "
-        "ExclusiveUser=NO GraceTime=0 Hidden=NO",
+        f"ExclusiveUser=NO GraceTime={part.get('grace_time') or 0} Hidden=NO",
         f"MaxNodes={'UNLIMITED' if max_nodes is None else max_nodes} MaxTime={_hms(part.get('max_time'))} "
         f"MinNodes={part.get('min_nodes') or 0} LLN=NO MaxCPUsPerNode=UNLIMITED",
         f"Nodes={part.get('nodelist') or _compress(part.get('nodes'))}",
         f"PriorityJobFactor={part.get('priority_job_factor', 1)} PriorityTier={part.get('priority_tier', 1)} "
         f"RootOnly=NO ReqResv=NO OverSubscribe={part.get('oversubscribe') or 'NO'}",
-        "OverTimeLimit=NONE PreemptMode=OFF",
+        f"OverTimeLimit=NONE PreemptMode={part.get('preempt_mode') or 'OFF'}",
         f"State={part.get('state') or 'UP'} TotalCPUs={part.get('total_cpus') or 0} "
         f"TotalNodes={part.get('total_nodes') or 0} SelectTypeParameters=NONE",
         "JobDefaults=(null)",

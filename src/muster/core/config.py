@@ -46,11 +46,13 @@ from muster.core.confkeys import (
     PARTITION,
     PARTITION_STATES,
     PORT_RANGE_RE,
+    PREEMPT_TYPES,
     TIME_KEYS,
     TRUE,
     UNLIMITED,
     UNSUPPORTED_LINES,
     WORD_RE,
+    preempt_mode,
     split_list,
 )
 from muster.core.conftext import strip_comment
@@ -188,6 +190,13 @@ class _Parser:
             _time(value, canon, where)
         elif canon in BOOL_KEYS:
             _bool(value, canon, where)
+        elif canon == "PreemptType":
+            if value.lower() not in PREEMPT_TYPES:
+                raise ConfigError(
+                    f"{where}: bad PreemptType {value!r}: expected preempt/none, preempt/qos or preempt/partition_prio"
+                )
+        elif canon == "PreemptMode":
+            _preempt_mode(value, where)
         elif canon in CHOICE_KEYS:
             if value.lower() not in CHOICE_KEYS[canon]:
                 raise ConfigError(f"{where}: bad {canon} {value!r}: expected {' or '.join(CHOICE_KEYS[canon])}")
@@ -317,6 +326,10 @@ class _Parser:
         def_mem = params.get("DefMemPerCPU")
         part.def_mem_per_cpu = None if def_mem is None else _int(def_mem, "DefMemPerCPU", where)
         part.max_mem_per_node = _int_or_unlimited(params.get("MaxMemPerNode", "UNLIMITED"), "MaxMemPerNode", where)
+        if "PreemptMode" in params:
+            _preempt_mode(params["PreemptMode"], where)
+        if "ExpediteRequeue" in params:  # muster's: the partition's jobs default to --requeue=expedite
+            _bool(params["ExpediteRequeue"], "ExpediteRequeue", where)
         if "HangTimeout" in params:  # muster's: a training job's default --hang-timeout
             _time(params["HangTimeout"], "HangTimeout", where)
         part.params = params
@@ -407,6 +420,13 @@ def _time(value: str, key: str, where: str) -> int | None:
         raise ConfigError(
             f"{where}: bad {key} {value!r}: expected minutes, [days-]hours:minutes:seconds or INFINITE"
         ) from None
+
+
+def _preempt_mode(value: str, where: str) -> str:
+    try:
+        return preempt_mode(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _access_list(value: str | None) -> list[str] | None:

@@ -59,6 +59,7 @@ DefaultStorageUser
 AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInterval
 GpuFaultFile GpuHealthCheckInterval
 AccountingStorageURL
+ExpediteHoldTime
 MetricsType LogFormat
 """
 
@@ -76,7 +77,7 @@ MaxMemPerCPU MaxMemPerNode MaxNodes MaxTime MinNodes Nodes OverSubscribe OverTim
 PowerDownOnIdle PreemptMode Priority PriorityJobFactor PriorityTier QOS ReqResv
 ResumeTimeout RootOnly SelectTypeParameters State SuspendTime SuspendTimeout
 TRESBillingWeights
-HangTimeout
+HangTimeout ExpediteRequeue
 """
 
 
@@ -111,7 +112,30 @@ INT_KEYS = frozenset(
     PriorityWeightPartition PriorityWeightQOS
     """.split()
 )
-TIME_KEYS = frozenset({"PriorityMaxAge", "PriorityDecayHalfLife", "PriorityCalcPeriod"})
+TIME_KEYS = frozenset(
+    {"PriorityMaxAge", "PriorityDecayHalfLife", "PriorityCalcPeriod", "PreemptExemptTime", "ExpediteHoldTime"}
+)
+
+PREEMPT_TYPES = frozenset({"preempt/none", "preempt/qos", "preempt/partition_prio"})
+PREEMPT_MODES = ("OFF", "CANCEL", "REQUEUE")
+
+
+def preempt_mode(text: str) -> str:
+    """A PreemptMode value as muster applies it: OFF, CANCEL or REQUEUE (GANG is accepted
+    and means nothing: muster does not time-slice). ValueError says what is refused."""
+    modes = [m.strip().upper() for m in text.split(",") if m.strip() and m.strip().upper() != "GANG"]
+    if not modes:
+        return "OFF"
+    if "SUSPEND" in modes:
+        raise ValueError(
+            "PreemptMode=SUSPEND is not supported: muster cannot suspend jobs (their GPU memory "
+            "would stay allocated); use REQUEUE or CANCEL"
+        )
+    if len(modes) != 1 or modes[0] not in PREEMPT_MODES:
+        raise ValueError(f"bad PreemptMode {text!r}: expected OFF, CANCEL or REQUEUE")
+    return modes[0]
+
+
 BOOL_KEYS = frozenset({"PriorityFavorSmall"})
 # Keys that take one of a few words (case-insensitive): MetricsType is Slurm 25.11's,
 # LogFormat muster's own (docs/metrics.md).

@@ -104,6 +104,9 @@ class JobSpec:
     # -k/--no-kill: a failed node (not the batch host) is taken out of the running job's
     # allocation instead of ending the job.
     no_kill: bool = False
+    # ``--requeue=expedite``: after a node failure the job is requeued at the front of the
+    # queue and its surviving nodes are held for it (see docs/preemption.md).
+    expedite: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which
@@ -275,6 +278,16 @@ class Job:
     # (``core.goodput``), so that goodput spans requeues and survives restarts.
     progress: dict[str, Any] | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    # Preemption (``sched.preempt``, ``ctld.preemption``). A victim in its grace time
+    # carries its preemptor and when it is killed; a preemptor waiting for its victims, or
+    # an expedited job requeued after a node failure, holds nodes until ``hold_until``
+    # (nobody else starts on them meanwhile). ``expedited``: first in the queue.
+    preempted_by: int | None = None
+    preempt_deadline: float | None = None
+    preempt_mode: str | None = None  # REQUEUE or CANCEL, what happens at the deadline
+    held_nodes: list[str] = field(default_factory=list)
+    hold_until: float | None = None
+    expedited: bool = False
 
     @property
     def nodes(self) -> list[str]:
@@ -306,6 +319,7 @@ class Job:
         d["shape"] = {name: getattr(self.shape, name) for name in _SHAPE_FIELDS}
         d["alloc"] = [{"node": a.node, "cpus": a.cpus, "mem": a.mem, "gpu_ids": list(a.gpu_ids)} for a in self.alloc]
         d["planned_nodes"] = list(self.planned_nodes)
+        d["held_nodes"] = list(self.held_nodes)
         d["state"] = str(self.state)
         d["reason"] = str(self.reason)
         return d

@@ -9,7 +9,8 @@ one object per responsibility, each in its own module:
 * ``agents`` (``agents.Agents``): what the node agents tell;
 * ``liveness`` (``liveness.Liveness``): nodes alive, silent or down, and their admin states;
 * ``resv`` (``reservation_book.ReservationBook``): advance reservations;
-* ``training`` (``training.Training``): GPU faults, job progress, hangs, suspect nodes.
+* ``training`` (``training.Training``): GPU faults, job progress, hangs, suspect nodes;
+* ``preemption`` (``preemption.Preemptions``): victims signalled, then requeued or cancelled.
 
 None of them performs I/O towards agents: they return ``actions`` that ``app`` hands to
 ``dispatch``. This keeps "decide" apart from "do" and makes the controller testable on a
@@ -27,6 +28,7 @@ from muster.ctld.identity import Identity
 from muster.ctld.jobs import JobActions
 from muster.ctld.launches import Launches
 from muster.ctld.liveness import Liveness
+from muster.ctld.preemption import Preemptions
 from muster.ctld.reservation_book import ReservationBook
 from muster.ctld.state import ClusterState
 from muster.ctld.training import Training
@@ -52,6 +54,7 @@ class Controller(ClusterState):
     liveness: Liveness = field(init=False, repr=False)
     resv: ReservationBook = field(init=False, repr=False)
     training: Training = field(init=False, repr=False)
+    preemption: Preemptions = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.queue = JobActions(self)
@@ -61,3 +64,4 @@ class Controller(ClusterState):
         self.agents = Agents(self, self.launches, self.training)
         self.liveness = Liveness(self, self.training)
         self.resv = ReservationBook(self)
+        self.preemption = Preemptions(self)

@@ -58,7 +58,9 @@ class Dispatcher:
                     action.node, "/v1/update", _body(UpdateRequest(job_id=action.job_id, time_limit=action.time_limit))
                 )
             elif isinstance(action, SignalJob):
-                request = SignalRequest(job_id=action.job_id, signal=action.signal, batch_only=action.batch_only)
+                request = SignalRequest(
+                    job_id=action.job_id, signal=action.signal, batch_only=action.batch_only, whole_job=action.whole_job
+                )
                 for node in action.nodes:  # not sent twice: a signal is not idempotent
                     await self._post(node, "/v1/signal", _body(request), retry=False)
             elif isinstance(action, StepSignal):  # scancel N.S

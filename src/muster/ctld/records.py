@@ -6,7 +6,7 @@ the same transaction as each job event, so a record is as durable as the job its
 * every event upserts the row of the job's current attempt (``restart_count``) with the
   job as it now is (pending, running, ended);
 * an event that requeues a job (``node_fail``, ``requeue``, ``launch_failed``) first closes
-  the previous attempt's row if it was still running: ``NODE_FAIL`` or ``REQUEUED`` at the
+  the previous attempt's row if it was still running: ``NODE_FAIL``, ``PREEMPTED`` or ``REQUEUED`` at the
   event's time (a failed launch never ran, so its row is removed). The job object itself
   has already moved on to its next attempt by then, which is why the row is closed here.
 
@@ -26,7 +26,7 @@ from muster.core.hostlist import compress
 from muster.core.steps import BATCH_STEP
 from muster.ctld.tres import alloc_tres, billing, format_tres, req_tres
 
-_REQUEUE_KINDS = frozenset({"node_fail", "requeue", "launch_failed", "hung"})
+_REQUEUE_KINDS = frozenset({"node_fail", "requeue", "launch_failed", "hung", "preempted"})
 _ENDED = frozenset(
     "COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED OUT_OF_MEMORY BOOT_FAIL DEADLINE REQUEUED".split()
 )
@@ -83,7 +83,7 @@ def _close_attempt(db: Any, now: float, job_id: int, attempt: int, kind: str) ->
         db.execute("DELETE FROM acct_jobs WHERE job_id=? AND attempt=?", (job_id, attempt))
         return
     d = json.loads(row[1])
-    d["state"] = "NODE_FAIL" if kind == "node_fail" else "REQUEUED"
+    d["state"] = {"node_fail": "NODE_FAIL", "preempted": "PREEMPTED"}.get(kind, "REQUEUED")
     if kind == "hung":  # its progress stopped (muster.ctld.training)
         d["reason"] = "Hung"
     d["end_time"] = now

@@ -26,6 +26,7 @@ from muster.core.errors import MusterError, StorageError
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
+from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex
 from muster.ctld.identity import Identity, identify
@@ -49,6 +50,7 @@ _AFTER: dict[str, frozenset[JobState]] = {
     "requeue": frozenset({JobState.PENDING}),
     "launch_failed": frozenset({JobState.PENDING, JobState.FAILED}),
     "hung": frozenset({JobState.PENDING}),
+    "preempted": frozenset({JobState.PENDING, JobState.PREEMPTED}),
     "node_fail": frozenset({JobState.NODE_FAIL}),  # (a requeue in the same commit comes after)
     "cancel": frozenset({JobState.CANCELLED}),
     "cancelled": frozenset({JobState.CANCELLED}),
@@ -275,11 +277,43 @@ class ClusterState:
         changes = [(job, "node_fail", {"why": why, "nodes": job.nodes})]
         requeue = job.spec.requeue if job.spec.requeue is not None else self.config.job_requeue
         if requeue:
+            # --requeue=expedite: first in the queue, its surviving nodes held for it
+            survivors = [n for n in job.nodes if (node := self.nodes.get(n)) is not None and node.available]
             lifecycle.requeue(job, now)
-            job.spec.begin_time = job.eligible_time = now + REQUEUE_BEGIN_DELAY
-            job.reason = Reason.BEGIN_TIME
-            changes.append((job, "requeue", {"attempt": job.restart_count}))
+            data: dict[str, Any] = {"attempt": job.restart_count}
+            if self.expedite(job):  # it restarts as soon as its old attempt is gone (view.py)
+                job.expedited = True
+                job.held_nodes = survivors
+                job.hold_until = now + self.expedite_hold_time
+                data.update(expedite=True, held=survivors)
+                log.warning("job %s: expedited requeue, holding %s", job.job_id, ",".join(survivors) or "no node")
+            else:
+                job.spec.begin_time = job.eligible_time = now + REQUEUE_BEGIN_DELAY
+                job.reason = Reason.BEGIN_TIME
+            changes.append((job, "requeue", data))
         self.record(now, changes)
+
+    def expedite(self, job: Job) -> bool:
+        """Whether a node failure requeues ``job`` expedited: ``--requeue=expedite``, its
+        QOS's ``ExpediteRequeue=yes`` (sacctmgr) or its partition's ``ExpediteRequeue=YES``."""
+        if job.spec.expedite:
+            return True
+        qos = self.accounting.db.qos.get(job.spec.qos or "normal") if self.accounting is not None else None
+        if qos is not None and qos.expedite_requeue:
+            return True
+        conf = self.config.partition(job.partition)
+        return conf is not None and conf.params.get("ExpediteRequeue", "NO").lower() in ("yes", "true", "1", "on")
+
+    @property
+    def expedite_hold_time(self) -> float:
+        """``ExpediteHoldTime`` (Slurm time format; default 5 minutes): how long an expedited
+        job's surviving nodes wait for it."""
+        raw = self.config.settings.get("ExpediteHoldTime")
+        try:
+            seconds = parse_time_limit(raw) if raw else None
+        except TimeFormatError:
+            seconds = None
+        return float(seconds) if seconds is not None else 300.0
 
     def lose_node(self, job: Job, name: str, now: float, why: str) -> bool:
         """``--no-kill``: a running job goes on without a failed node (not its batch host,

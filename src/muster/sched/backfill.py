@@ -319,6 +319,34 @@ class Backfill:
         self._no_plan.clear()
         self._live.clear()
 
+    def block(self, nodes: list[NodeProfile], until: float) -> list[tuple[NodeProfile, int, int, int]]:
+        """Hold what is free now on ``nodes`` until ``until`` for one job (``sched.preempt``):
+        nobody else can take it. Like ``hold``, it hands out no GPU index."""
+        taken = []
+        for node in nodes:
+            # the least free over the hold: later steps may already be promised to a plan
+            steps = [i for i, t in enumerate(node.times) if t < until] or [0]
+            c = min(node.cpus[i] for i in steps)
+            m = min(node.mem[i] for i in steps)
+            g = min(node.gpus[i] for i in steps)
+            old = node.gpus[0]
+            node.take(self.now, until, c, m, g)
+            self.log.append(node)
+            self._index.moved(node, old)
+            taken.append((node, c, m, g))
+        return taken
+
+    def unblock(self, taken: list[tuple[NodeProfile, int, int, int]], until: float) -> None:
+        """Give back what ``block`` took, for the holder's turn."""
+        for node, c, m, g in taken:
+            old = node.gpus[0]
+            node.give(self.now, until, c, m, g)
+            self.log.append(node)
+            self._index.moved(node, old)
+        self._no_fit.clear()
+        self._no_plan.clear()
+        self._live.clear()
+
     def take_plan(self, req: Request, duration: float, at: float, nodes: list[NodeProfile]) -> None:
         """Reserve ``nodes`` for ``req`` from ``at`` to ``at + duration`` in the profile."""
         end = at + duration

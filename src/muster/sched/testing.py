@@ -26,7 +26,7 @@ from muster.core.topoconf import parse_topology
 from muster.sched.config import SchedConfig
 from muster.sched.cycle import schedule
 from muster.sched.decisions import Decisions
-from muster.sched.snapshot import NodeView, PartitionView, ReservationView, Snapshot
+from muster.sched.snapshot import NodeView, PartitionView, QosPreempt, ReservationView, Snapshot
 from muster.sched.topology import Topology
 
 __all__ = ["JobBuilder", "NodeBuilder", "SchedHarness", "check_invariants", "job", "node"]
@@ -255,6 +255,7 @@ class SchedHarness:
         self.priority_overrides: dict[int, int] = {}
         self.arrays: dict[int, dict[int, int]] = {}
         self.topology: Topology | None = None
+        self.qos_preempt: dict[str, QosPreempt] = {}
         self.next_id = 1
         self.last: Decisions | None = None
         self.history: list[Decisions] = []
@@ -366,6 +367,16 @@ class SchedHarness:
         j.state = JobState(state)
         self.finished[job_id] = state
 
+    def requeue(self, job_id: int) -> None:
+        """A running job leaves its nodes and waits again (a preempted or failed run)."""
+        j = self.running[job_id]
+        self.finish(job_id, "PREEMPTED")
+        self.finished.pop(job_id)
+        j.state = JobState.PENDING
+        j.alloc, j.start_time, j.restart_count = [], None, j.restart_count + 1
+        j.preempted_by = j.preempt_deadline = None
+        self.pending[job_id] = j
+
     def snapshot(self) -> Snapshot:
         return Snapshot(
             nodes=[dataclasses.replace(v, free_gpu_ids=list(v.free_gpu_ids)) for v in self.nodes],
@@ -379,6 +390,7 @@ class SchedHarness:
             priority_overrides=dict(self.priority_overrides),
             arrays={k: dict(v) for k, v in self.arrays.items()},
             topology=self.topology,
+            qos_preempt=dict(self.qos_preempt),
         )
 
     def schedule(self, at: float) -> Decisions:
@@ -389,6 +401,7 @@ class SchedHarness:
         for s in d.starts:
             j = self.pending.pop(s.job_id)
             j.state = JobState.RUNNING
+            j.held_nodes, j.hold_until, j.expedited = [], None, False
             j.start_time = at
             j.partition = s.partition
             j.alloc = [NodeAlloc(a.node, a.cpus, a.mem, list(a.gpu_ids)) for a in s.alloc]
@@ -403,6 +416,13 @@ class SchedHarness:
                 v.free_mem -= a.mem
                 v.free_gpu_ids = [g for g in v.free_gpu_ids if g not in a.gpu_ids]
                 v.running_jobs += 1
+        for p in d.preemptions:  # as the controller does: the victims get their grace time
+            victim = self.running[p.job_id]
+            victim.preempted_by, victim.preempt_deadline = p.preemptor, at + p.grace_time
+        for job_id, names in d.holds.items():
+            grace = max((p.grace_time for p in d.preemptions if p.preemptor == job_id), default=0)
+            self.pending[job_id].held_nodes = list(names)
+            self.pending[job_id].hold_until = at + grace + 60
         for j in self.pending.values():  # as the controller does: the pass's plans or none
             plan = d.plans.get(j.job_id)
             j.planned_start = plan.start_time if plan else None
@@ -458,6 +478,15 @@ def check_invariants(snap: Snapshot, d: Decisions, now: float) -> None:
     for job_id in d.plans:
         assert job_id in pending, f"plan for job {job_id}, which is not pending"
         assert job_id not in seen, f"job {job_id} both started and planned"
+    running = {j.job_id for j in snap.running}
+    victims = [p.job_id for p in d.preemptions]
+    assert len(set(victims)) == len(victims), "a job preempted twice"
+    for p in d.preemptions:
+        assert p.job_id in running, f"preemption of job {p.job_id}, which is not running"
+        assert p.preemptor in pending and p.preemptor not in seen, f"job {p.preemptor} preempts but is not waiting"
+        assert p.preemptor in d.holds, f"job {p.preemptor} preempts but holds no node"
+    for job_id, held in d.holds.items():
+        assert held and all(n in nodes for n in held), f"job {job_id} holds unknown nodes"
     for job_id in seen:
         assert job_id not in d.reasons or d.reasons[job_id].value == "None", (
             f"started job {job_id} has a pending reason"

@@ -371,7 +371,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "passes": result.passes,
                 "skipped_passes": result.skipped_passes,
                 "never_started": len(result.never_started),
+                "preemptions": result.preemptions,
+                "preempted_lost_hours": round(result.preempted_lost_hours, 3),
             }
+            if result.preemptions:
+                err.write(
+                    f"{PROG}: {label}: {result.preemptions} runs preempted, "
+                    f"{result.preempted_lost_hours:,.1f} {trace.unit}-hours of work lost\n"
+                )
             if sim.node_failures is not None:
                 finished = [sim.work[o.job_id - 1] for o in result.outcomes]
                 entry["goodput"] = goodput_metrics(finished, sim.node_failures.counts, size_class)

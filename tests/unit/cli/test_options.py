@@ -337,3 +337,12 @@ def test_bad_topology_options_are_refused(argv: list[str], message: str) -> None
 
 def test_sbatch_req_switch_sets_switches() -> None:
     assert _request([], {"SBATCH_REQ_SWITCH": "3"})["switches"] == 3
+
+
+def test_requeue_takes_expedite_and_refuses_other_values() -> None:
+    assert _request(["--requeue"])["requeue"] is True and not _request(["--requeue"]).get("expedite")
+    spec = _request(["--requeue=expedite"])
+    assert spec["requeue"] is True and spec["expedite"] is True
+    assert _request([], {"SBATCH_REQUEUE": "1"})["requeue"] is True
+    with pytest.raises(OptionValueError, match="Invalid --requeue specification: sometimes"):
+        _request(["--requeue=sometimes"])
