@@ -43,8 +43,15 @@ def fill_disk(path: str) -> None:
 
 
 class Harness:
-    def __init__(self, shape: ClusterShape, root: str | None = None, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        shape: ClusterShape,
+        root: str | None = None,
+        settings: dict[str, str] | None = None,
+        topology: str | None = None,
+    ) -> None:
         self.settings = settings
+        self.topology = topology  # topology.conf text, if any
         self.root = root or tempfile.mkdtemp(prefix="muster-it-")
         os.chmod(self.root, 0o755)
         self.cluster = LocalCluster(os.path.join(self.root, "state"))
@@ -55,7 +62,7 @@ class Harness:
 
     def up(self) -> None:
         if not self.cluster.exists:
-            self.cluster.create(self.shape, self.settings)
+            self.cluster.create(self.shape, self.settings, self.topology)
         self.cluster.start()
         self.cluster.wait_ready(60)
 

@@ -31,6 +31,7 @@ from muster.agent.steps import StepRunner
 from muster.agent.supervisor import Supervisor
 from muster.core.clock import Clock, SystemClock
 from muster.core.config import Config, NodeConf
+from muster.core.topoconf import topology_addr
 from muster.protocol.httpd import SignedClient, bind_tcp, bind_unix, body_limit, make_server
 
 __all__ = ["AgentDaemon", "AgentSettings", "StartupError", "heartbeat_interval"]
@@ -122,6 +123,8 @@ class AgentDaemon:
                 ctld_addr=self.config.ctld_addr,
                 ctld_port=self.config.ctld_port,
                 def_mem_per_cpu=self.config.def_mem_per_cpu,
+                topology_addr=topology_addr(self.config.topology, self.node.name)[0],
+                topology_pattern=topology_addr(self.config.topology, self.node.name)[1],
             ),
             kill_wait=float(self.config.kill_wait),
             over_time=_over_time(self.config),

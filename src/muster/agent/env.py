@@ -67,6 +67,9 @@ class EnvContext:
     def_mem_per_cpu: int = 0
     user_home: str | None = None
     user_shell: str | None = None
+    # SLURM_TOPOLOGY_ADDR and _PATTERN (core.topoconf.topology_addr); "" for the node alone
+    topology_addr: str = ""
+    topology_pattern: str = "node"
 
 
 def working_cluster(ctx: EnvContext) -> str:
@@ -175,8 +178,8 @@ def batch_environment(job: Mapping[str, Any], ctx: EnvContext) -> dict[str, str]
         "SLURM_JOB_CPUS_PER_NODE": format_counts(cpus),
         "SLURM_CPUS_ON_NODE": str(here.get("cpus", cpus[node_index])),
         "SLURMD_NODENAME": ctx.node,
-        "SLURM_TOPOLOGY_ADDR": ctx.node,
-        "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
+        "SLURM_TOPOLOGY_ADDR": ctx.topology_addr or ctx.node,
+        "SLURM_TOPOLOGY_ADDR_PATTERN": ctx.topology_pattern,
         "SLURM_NODEID": str(node_index),
         "SLURM_PROCID": "0",
         "SLURM_LOCALID": "0",

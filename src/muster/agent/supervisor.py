@@ -242,6 +242,8 @@ class Supervisor:
             def_mem_per_cpu=self.env_ctx.def_mem_per_cpu,
             user_home=entry.pw_dir,
             user_shell=entry.pw_shell,
+            topology_addr=self.env_ctx.topology_addr,
+            topology_pattern=self.env_ctx.topology_pattern,
         )
         job = {**job, "user": job.get("user") or entry.pw_name}
         env = batch_environment(job, ctx)

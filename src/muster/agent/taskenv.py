@@ -122,8 +122,8 @@ def task_environment(
         "SLURM_LAUNCH_NODE_IPADDR": launch_host,
         # the node and the task
         "SLURMD_NODENAME": node,
-        "SLURM_TOPOLOGY_ADDR": node,
-        "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
+        "SLURM_TOPOLOGY_ADDR": ctx.topology_addr or node,
+        "SLURM_TOPOLOGY_ADDR_PATTERN": ctx.topology_pattern,
         "SLURM_NODEID": str(index),
         "SLURM_PROCID": str(task),
         "SLURM_LOCALID": str(local),

@@ -56,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
         "adds more, separated by spaces or semicolons",
     )
 
+    up.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="a topology.conf (SwitchName= or BlockName= lines over node1..nodeN) to copy beside the "
+        "new cluster's config, with TopologyPlugin=topology/tree or topology/block to match",
+    )
+
     down = sub.add_parser("down", help="stop a local cluster's daemons and its job processes")
     down.add_argument("--state-dir", default=".muster")
 
@@ -187,14 +194,27 @@ def _cluster_command(args: argparse.Namespace) -> int:
         if isinstance(extra, str):
             print(f"muster: error: {extra}", file=sys.stderr)
             return 2
+        topology = None
+        if args.topology:
+            try:
+                with open(args.topology, encoding="utf-8") as f:
+                    topology = f.read()
+            except OSError as e:
+                print(f"muster: error: --topology: cannot read {args.topology}: {e.strerror}", file=sys.stderr)
+                return 2
+            from muster.core.topoconf import parse_topology
+
+            # checked here too, so that a mistake names the user's file, not the copy
+            parse_topology(topology, args.topology, [f"node{i}" for i in range(1, args.nodes + 1)])
         if not cluster.exists:
             cluster.create(
                 ClusterShape(args.nodes, args.gpus_per_node, args.cpus_per_node, args.mem_per_node, args.gpu_type),
                 extra,
+                topology,
             )
-        elif extra:
+        elif extra or topology is not None:
             print(
-                "muster: error: --conf-extra applies to a new cluster only; "
+                "muster: error: --conf-extra and --topology apply to a new cluster only; "
                 f"{cluster.state_dir} exists (muster down, then remove it)",
                 file=sys.stderr,
             )

@@ -291,9 +291,12 @@ def _apply_deadline(req: JobRequest, value: str | None) -> None:
 
 def _apply_exclusive(req: JobRequest, value: str | None) -> None:
     # --exclusive=user and =mcs narrow Slurm's sharing rule; muster gives whole nodes for all.
-    if value is not None and value.lower() not in ("", "user", "mcs"):
+    # =topo (Slurm 24.05) also keeps every other job out of the switches or blocks it uses.
+    if value is not None and value.lower() not in ("", "user", "mcs", "topo"):
         raise OptionValueError(f"Invalid --exclusive specification: {value}")
     req.spec["exclusive"] = True
+    if value is not None and value.lower() == "topo":
+        req.spec["exclusive_topo"] = True
 
 
 def _apply_requeue(req: JobRequest, value: str | None) -> None:
@@ -357,6 +360,26 @@ def _apply_hang_timeout(req: JobRequest, value: str | None) -> None:
     # muster's own: minutes (or any --time format) without reported progress before the
     # job is signalled and requeued as Hung (see docs/training.md)
     req.spec["hang_timeout"] = parse_time_option(value or "", "--hang-timeout")
+
+
+def _apply_switches(req: JobRequest, value: str | None) -> None:
+    # --switches=COUNT[@MAX-WAIT]: at most COUNT leaf switches, waiting up to MAX-WAIT
+    # (Slurm's time formats) for them; without it, max_switch_wait decides
+    count, sep, wait = (value or "").partition("@")
+    if not count.strip().isdigit() or int(count) < 1:
+        raise OptionValueError(f"Invalid --switches specification: {value}")
+    req.spec["switches"] = int(count)
+    if sep:
+        seconds = parse_time_option(wait, "--switches")
+        req.spec["switch_wait"] = seconds or 0
+
+
+def _apply_segment(req: JobRequest, value: str | None) -> None:
+    # --segment=SIZE (topology/block): the job's nodes in segments of SIZE, each in one block
+    text = (value or "").strip()
+    if not text.isdigit() or int(text) < 1:
+        raise OptionValueError(f"Invalid --segment specification: {value}")
+    req.spec["segment"] = int(text)
 
 
 def _apply_no_kill(req: JobRequest, value: str | None) -> None:
@@ -434,6 +457,8 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("array", "a", env=("SBATCH_ARRAY_INX",), apply=_apply_array),
     Opt("kill-on-invalid-dep", apply=_apply_kill_on_invalid_dep),
     Opt("hang-timeout", env=("SBATCH_HANG_TIMEOUT",), apply=_apply_hang_timeout),
+    Opt("switches", env=("SBATCH_REQ_SWITCH",), apply=_apply_switches),
+    Opt("segment", env=("SBATCH_SEGMENT",), apply=_apply_segment),
     # Accepted for compatibility with existing scripts and tools; they change nothing here.
     Opt("mail-type", apply=_ignored),
     Opt("mail-user", apply=_ignored),
@@ -455,7 +480,6 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("gpu-freq", apply=_ignored),
     Opt("mem-bind", apply=_ignored),
     Opt("network", apply=_ignored),
-    Opt("switches", apply=_ignored),
     Opt(("clusters", "cluster"), "M", env=("SBATCH_CLUSTERS",), apply=_ignored),
     Opt("threads-per-core", apply=_ignored),
     Opt("cores-per-socket", apply=_ignored),

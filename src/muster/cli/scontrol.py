@@ -1,6 +1,6 @@
 """scontrol: look at and change jobs, nodes, partitions and the configuration.
 
-Supported: ``show job|node|partition|config|hostnames|hostlist|hostlistsorted``, ``hold``,
+Supported: ``show job|node|partition|config|topology|hostnames|hostlist|hostlistsorted``, ``hold``,
 ``uhold``, ``release``, ``update job``, ``ping`` and ``version``, with ``-o`` (one line per
 record), ``-d`` (details) and ``-Q``. The record layouts are Slurm 22.05's, field for field
 where muster knows the value; fields muster does not track show Slurm's own "unknown"
@@ -102,6 +102,10 @@ def show(words: list[str], flags: Flags) -> int:
         return show_partitions(target, flags)
     if _matches(e, "config", 2):
         return show_config()
+    if _matches(e, "topology", 1):
+        from muster.cli.scontrol_topology import show_topology
+
+        return show_topology(target)
     if _matches(e, "steps", 2):
         from muster.cli.scontrol_steps import show_steps
 

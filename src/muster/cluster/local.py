@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from muster.core.config import Config, parse_config
+from muster.core.topoconf import attach_topology, parse_topology, topology_path
 from muster.protocol import client
 from muster.protocol.signing import generate_key
 
@@ -133,7 +134,9 @@ class LocalCluster:
 
     # --- creating ------------------------------------------------------------------
 
-    def create(self, shape: ClusterShape, overrides: dict[str, str] | None = None) -> None:
+    def create(self, shape: ClusterShape, overrides: dict[str, str] | None = None, topology: str | None = None) -> None:
+        """Write the config (and ``topology``, topology.conf text, beside it: the config
+        then names its TopologyPlugin); a bad topology raises ConfigError, writing nothing."""
         for sub in ("", "ctld", "log", "run", "nodes"):
             os.makedirs(os.path.join(self.state_dir, sub), exist_ok=True)
         # Jobs of ordinary users must reach the agents' credential sockets.
@@ -141,11 +144,20 @@ class LocalCluster:
         key_path = os.path.join(self.state_dir, "muster.key")
         if not os.path.exists(key_path):
             generate_key(key_path)
+        topo_path = topology_path(self.conf_path)
+        if topology is not None:
+            names = [f"node{i}" for i in range(1, shape.nodes + 1)]
+            plugin = parse_topology(topology, topo_path, names).plugin
+            overrides = {**(overrides or {}), "TopologyPlugin": plugin}
         jwt_key = os.path.join(self.state_dir, "jwt_hs256.key")
         if not os.path.exists(jwt_key):
             generate_jwt_key(jwt_key)
         text = render_config(self.state_dir, shape, overrides)
-        parse_config(text, self.conf_path)  # extra settings that break it: ConfigError, no file
+        config = parse_config(text, self.conf_path)  # extra settings that break it: ConfigError, no file
+        if topology is not None:
+            attach_topology(config, topology, topo_path)
+            with open(topo_path, "w") as f:
+                f.write(topology)
         with open(self.conf_path, "w") as f:
             f.write(text)
 

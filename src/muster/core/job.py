@@ -85,6 +85,14 @@ class JobSpec:
     # Seconds without reported progress after which a job that reports progress is
     # signalled, then requeued as Hung (``--hang-timeout``; see muster.ctld.training).
     hang_timeout: int | None = _check(ge=1, le=MAX_TIME_LIMIT)
+    # Topology (``sched.topology``): ``--switches=N[@wait]``: at most N leaf switches,
+    # waiting up to ``switch_wait`` seconds (None: SchedulerParameters=max_switch_wait)
+    # for them; ``--segment=S``: nodes in segments of S, each inside one block.
+    switches: int | None = _check(ge=1, le=COUNT)
+    switch_wait: int | None = _check(ge=0, le=MAX_TIME_LIMIT)
+    segment: int | None = _check(ge=1, le=COUNT)
+    # --exclusive=topo: whole nodes, and no other job in the leaf switches or blocks it uses
+    exclusive_topo: bool = False
     # --mincpus: at least this many CPUs on each node (the per-node CPU count grows to it);
     # --tmp: at least this much TmpDisk (MB) on each node.
     min_cpus: int | None = _check(ge=1, le=COUNT)

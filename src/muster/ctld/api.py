@@ -25,6 +25,7 @@ from muster.core.hetjob import NOT_WHOLE
 from muster.core.hostlist import compress
 from muster.core.job import Job
 from muster.core.states import JobState
+from muster.core.topoconf import show_topology
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.actions import parse_signal
 from muster.ctld.bodies import (
@@ -406,6 +407,7 @@ def build_routes(ctx: Context) -> list[Route]:
                 "now": ctx.clock.now(),
                 "boot_time": ctl.started_at,
                 "node_count": len(ctl.nodes),
+                "topology": show_topology(ctl.config.topology) if ctl.config.topology is not None else None,
             }
         )
 

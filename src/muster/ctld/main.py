@@ -10,6 +10,7 @@ import sys
 
 from muster import VERSION_STRING
 from muster.core.config import ConfigError, parse_config
+from muster.ctld.reconfig import read_topology
 from muster.ctld.reconfig_plan import validate
 from muster.protocol.client import default_conf_path
 from muster.protocol.logjson import setup_logging
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = validate(config)  # the checks scontrol reconfigure makes too
         if problems:
             raise ConfigError("; ".join(problems))
+        read_topology(config, path)
         key = load_key(config.auth_key_file)
     except OSError as e:
         print(f"musterctld: error: {e.filename or path}: {e.strerror}", file=sys.stderr)

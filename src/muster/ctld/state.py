@@ -34,6 +34,7 @@ from muster.ctld.nodes import NodeRuntime, configured_fields
 from muster.ctld.reservations import Reservation
 from muster.ctld.stats import ServerStats
 from muster.ctld.store import Store
+from muster.sched.topology import Topology
 
 log = logging.getLogger("musterctld")
 
@@ -95,6 +96,8 @@ class ClusterState:
     # monotonic time of the last run of the controller's loop (``liveness``)
     last_tick: float | None = None
     stalls: int = 0
+    # topology.conf as placement reads it (``sched.topology``), when configured
+    topology: Topology | None = None
     # sdiag's and /metrics's running figures (``stats``); set by the app
     stats: ServerStats | None = field(default=None, repr=False)
 
@@ -109,6 +112,8 @@ class ClusterState:
             for n in p.nodes:
                 part_of.setdefault(n, []).append(p.name)
         saved = self.store.load_nodes()
+        if self.config.topology is not None:
+            self.topology = Topology(self.config.topology, [n.name for n in self.config.nodes])
         for i, nc in enumerate(self.config.nodes):
             node = NodeRuntime(name=nc.name, index=i, **configured_fields(nc, part_of.get(nc.name, [])))
             for k, v in saved.get(nc.name, {}).items():

@@ -70,6 +70,7 @@ def build_snapshot(ctl: ClusterState) -> Snapshot:
         reservations=reservation_views(ctl.reservations.values()),
         priority_overrides={j.job_id: j.admin_priority for j in pending if j.admin_priority is not None},
         arrays=ctl.arrays.tasks,
+        topology=ctl.topology,
     )
     if ctl.accounting is not None:
         snap.qos_preempt = {

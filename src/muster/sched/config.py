@@ -40,6 +40,7 @@ class SchedConfig:
     bf_resolution: int = 1  # seconds: planned times are rounded up to this grid
     bf_max_job_test: int = 500  # how many pending jobs a pass examines (queue depth)
     conservative: bool = False  # reserve every pending job, not only the first bf_max_job_test
+    max_switch_wait: int = 300  # seconds a --switches job waits for its switch count by default
     # PriorityType and the multifactor weights
     priority_type: str = "priority/multifactor"
     weight_age: int = 1000
@@ -125,6 +126,10 @@ class SchedConfig:
                 seconds = _int(raw)
                 if seconds is not None and seconds > 0:
                     changes["bf_resolution"] = seconds
+            elif name == "max_switch_wait":
+                seconds = _int(raw)
+                if seconds is not None and seconds >= 0:
+                    changes["max_switch_wait"] = seconds
             elif name == "bf_max_job_test":
                 depth = _int(raw)
                 if depth is not None and depth > 0:

@@ -129,6 +129,8 @@ class _Pass:
         now, res = self.now, self.config.bf_resolution
         pool = {v.name: NodeProfile(v, now) for v in self.snap.nodes}
         releases: dict[str, list[tuple[float, int, int, int]]] = {}
+        fences: list[tuple[Job, float]] = []  # --exclusive=topo jobs: their units stay idle
+        topology = self.snap.topology
         for job in self.snap.running:
             # Job.expected_end, inline: every pass reads every running job.
             start, limit = job.start_time, job.time_limit
@@ -139,12 +141,15 @@ class _Pass:
                 end = None if limit is None else job.start_time + limit
             if job.preempt_deadline is not None and (end is None or job.preempt_deadline < end):
                 end = job.preempt_deadline  # preempted: killed at the end of its grace time
+            if end is not None:
+                if end <= now:
+                    end = now + res  # past its limit: expected to go at the next step
+                elif res > 1:
+                    end = -(-end // res) * res
+            if topology is not None and job.spec.exclusive_topo:
+                fences.append((job, INF if end is None else end))
             if end is None:
                 continue  # no time limit: never gives its resources back in the plan
-            if end <= now:
-                end = now + res  # past its limit: expected to go at the next step
-            elif res > 1:
-                end = -(-end // res) * res
             for a in job.alloc:
                 rel = releases.get(a.node)
                 if rel is None:
@@ -154,6 +159,11 @@ class _Pass:
             node = pool.get(name)
             if node is not None:
                 node.add_releases(rel)
+        for job, end in fences:
+            assert topology is not None
+            for name in topology.fence(job.nodes):
+                if name in pool:
+                    pool[name].fence(now, end)
         until = now + self.config.bf_window + _RESERVATION_LOOKAHEAD
         self.book = ReservationBook(self.snap.reservations, now, until)
         for name, slots in self.book.node_windows.items():
@@ -163,7 +173,9 @@ class _Pass:
         self.pool = pool
         self._single = {}
         self._default = tuple(sorted(p.name for p in self.snap.partitions.values() if p.is_default)[:1])
-        self.feas = Feasibility(self.snap.partitions, pool, self.book, now)
+        self.feas = Feasibility(
+            self.snap.partitions, pool, self.book, now, self.snap.topology, self.config.max_switch_wait
+        )
         self.preempting = Preempting(self.snap, pool, self.config, now)
 
     # -- 2. eligibility -------------------------------------------------------------------
@@ -284,7 +296,9 @@ class _Pass:
     # -- 4. placement ---------------------------------------------------------------------
     def _place(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:
         config = self.config
-        self.engine = Backfill(list(self.pool.values()), self.now, self.now + config.bf_window, self.book.maint)
+        self.engine = Backfill(
+            list(self.pool.values()), self.now, self.now + config.bf_window, self.book.maint, self.snap.topology
+        )
         self.blocked = set()  # partitions with a blocked job
         self.singletons = set()  # (user, name) of singleton jobs started this pass
         self.plans_left = None if config.conservative else config.bf_max_job_test

@@ -31,6 +31,7 @@ from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.filters import Request
 from muster.sched.profile import NodeProfile
 from muster.sched.select import FitKey, fit_key, pick
+from muster.sched.topology import Topology
 
 __all__ = ["HetGroups", "Member", "place_group"]
 
@@ -181,7 +182,7 @@ def plan_all(engine: Backfill, members: Sequence[Member]) -> tuple[float, list[t
     for at in sorted(times)[:_MAX_TRIES]:
         placed: list[tuple[Request, float, list[NodeProfile]]] = []
         for _, req, duration in chosen:
-            nodes = _fit_at(req, duration, at)
+            nodes = _fit_at(req, duration, at, engine.topology)
             if nodes is None:
                 break
             engine.take_plan(req, duration, at, nodes)
@@ -193,8 +194,9 @@ def plan_all(engine: Backfill, members: Sequence[Member]) -> tuple[float, list[t
     return None
 
 
-def _fit_at(req: Request, duration: float, at: float) -> list[NodeProfile] | None:
-    """The nodes to plan ``req`` on from ``at`` for ``duration``, or None."""
+def _fit_at(req: Request, duration: float, at: float, topology: Topology | None = None) -> list[NodeProfile] | None:
+    """The nodes to plan ``req`` on from ``at`` for ``duration`` (by the topology when
+    there is one, as starts are), or None."""
     end = at + duration
     fitting: list[tuple[FitKey, NodeProfile]] = []
     for node in req.candidates:
@@ -208,4 +210,6 @@ def _fit_at(req: Request, duration: float, at: float) -> list[NodeProfile] | Non
         return None
     if req.required and not req.required <= {n.name for _, n in fitting}:
         return None
+    if topology is not None:
+        return topology.pick(fitting, req.nodes, req.required, req.topo)
     return pick(fitting, req.nodes, req.required)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from muster.core.config import Config
 from muster.core.job import Job
 from muster.sched.config import preempt_mode
+from muster.sched.topology import Topology
 
 
 @dataclass(slots=True)
@@ -102,6 +103,9 @@ class Snapshot:
     # Job arrays: array job id -> {task id: job id}, for dependencies on arrays and their
     # tasks (``ID``, ``ID_TASK``, ``aftercorr``); arrays that left memory may stay listed.
     arrays: dict[int, dict[int, int]] = field(default_factory=dict)
+    # The network topology (topology.conf), when one is configured: multi-node jobs are
+    # placed in as few leaf switches or blocks as possible (``sched.topology``).
+    topology: Topology | None = None
     # QOS name -> what it may preempt and how its jobs are preempted (preempt/qos).
     qos_preempt: dict[str, QosPreempt] = field(default_factory=dict)
 

@@ -22,10 +22,12 @@ from collections.abc import Iterable
 from muster.core.job import Job, JobSpec, NodeAlloc, Shape
 from muster.core.states import JobState
 from muster.core.timefmt import parse_time_limit
+from muster.core.topoconf import parse_topology
 from muster.sched.config import SchedConfig
 from muster.sched.cycle import schedule
 from muster.sched.decisions import Decisions
 from muster.sched.snapshot import NodeView, PartitionView, QosPreempt, ReservationView, Snapshot
+from muster.sched.topology import Topology
 
 __all__ = ["JobBuilder", "NodeBuilder", "SchedHarness", "check_invariants", "job", "node"]
 
@@ -48,6 +50,20 @@ class JobBuilder:
         self._priority: int | None = None
         self._hold: str | None = None
         self._id: int | None = None
+
+    def switches(self, count: int, wait: int | None = None) -> JobBuilder:
+        """``--switches=count[@wait]`` (wait in seconds)."""
+        self._spec.switches, self._spec.switch_wait = count, wait
+        return self
+
+    def exclusive_topo(self) -> JobBuilder:
+        """``--exclusive=topo``."""
+        self._spec.exclusive = self._shape.exclusive = self._spec.exclusive_topo = True
+        return self
+
+    def segment(self, size: int) -> JobBuilder:
+        self._spec.segment = size
+        return self
 
     def id(self, job_id: int) -> JobBuilder:
         self._id = job_id
@@ -238,6 +254,7 @@ class SchedHarness:
         self.qos_priority: dict[str, int] = {}
         self.priority_overrides: dict[int, int] = {}
         self.arrays: dict[int, dict[int, int]] = {}
+        self.topology: Topology | None = None
         self.qos_preempt: dict[str, QosPreempt] = {}
         self.next_id = 1
         self.last: Decisions | None = None
@@ -270,6 +287,12 @@ class SchedHarness:
             b = node(f"{prefix}{start + i + 1}").cpus(cpus).mem(mem).features(*features)
             b = b.gpus(gpu_type, gpus) if gpu_type else b.gpus(gpus)
             self.add_node(b, partitions)
+        return self
+
+    def topology_conf(self, text: str) -> SchedHarness:
+        """The network topology, as topology.conf text, over the nodes added so far."""
+        names = [v.name for v in self.nodes]
+        self.topology = Topology(parse_topology(text, "topology.conf", names), names)
         return self
 
     def partition(self, name: str, **changes: object) -> PartitionView:
@@ -366,6 +389,7 @@ class SchedHarness:
             qos_priority=dict(self.qos_priority),
             priority_overrides=dict(self.priority_overrides),
             arrays={k: dict(v) for k, v in self.arrays.items()},
+            topology=self.topology,
             qos_preempt=dict(self.qos_preempt),
         )
 

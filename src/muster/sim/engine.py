@@ -446,6 +446,7 @@ class Simulation:
                 running=running,
                 finished=self._finished,
                 priority_overrides=self._overrides,
+                topology=self.cluster.topology,
             )
             decisions = schedule(snapshot, now, self.config)
             if len(jobs) == len(pending) or decisions.stats.blocked:
