@@ -56,7 +56,15 @@ from muster.agent.stepapi import StepApi
 from muster.agent.steps import StepRunner
 from muster.agent.supervisor import LaunchError, Supervisor
 from muster.core.clock import Clock
-from muster.protocol.httpd import PEER_KEY, SignatureError, Verifier, read_body, refusal, send_json
+from muster.protocol.httpd import (
+    PEER_KEY,
+    TLS_PEER_KEY,
+    SignatureError,
+    Verifier,
+    read_body,
+    refusal,
+    send_json,
+)
 from muster.protocol.messages import (
     LaunchRequest,
     MessageError,
@@ -234,7 +242,7 @@ class _SignedOnly:
         target = (path + b"?" + query if query else path).decode("latin-1")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            sender = self.verifier.verify(scope["method"], target, body, headers)
+            sender = self.verifier.verify(scope["method"], target, body, headers, scope.get(TLS_PEER_KEY))
             if sender != CTLD:
                 raise SignatureError(f"message from {sender}: agents take orders from {CTLD} only")
         except SignatureError as exc:
@@ -270,11 +278,14 @@ def build_app(
     lifespan: Any = None,
     status_extra: Callable[[], dict[str, Any]] = dict,
     steps: StepRunner | None = None,
+    require_cert: bool = False,
 ) -> ASGIApp:
-    """The ASGI app for both sockets (see the module docstring)."""
+    """The ASGI app for both sockets (see the module docstring); ``require_cert``: orders
+    must come over TLS from the controller's certificate (``TLSType=tls/muster``)."""
     routes = build_routes(supervisor, status_extra, steps)
     # The replay floor lives in the agent's own 0700 state directory (protocol.replay).
-    verifier = Verifier(key, clock, supervisor.node, os.path.join(supervisor.state.root, "replay-floor"))
+    floor = os.path.join(supervisor.state.root, "replay-floor")
+    verifier = Verifier(key, clock, supervisor.node, floor, require_cert=require_cert)
     signed = _SignedOnly(Starlette(routes=routes), verifier)
     if steps is not None:
         steps.replay = verifier.guard  # a step grant is admitted once, across restarts too

@@ -167,11 +167,16 @@ class StepRun:
                 self.err_fd = fd
             self.io[name] = {"mode": "stream"}
 
+    def _tls(self, node: _Node) -> tuple[str, str] | None:
+        """(cluster CA, node name) when the agents speak TLS (TLSType=tls/muster)."""
+        ca = self.ctl.settings.tls_ca if self.ctl is not None else None
+        return (ca, node.name) if ca else None
+
     def _connect(self) -> None:
         payload = b""
         for node in self.nodes:
             try:
-                conn = StreamClient.connect((node.addr, node.port), timeout=60.0)
+                conn = StreamClient.connect((node.addr, node.port), timeout=60.0, tls=self._tls(node))
                 if not payload:
                     # The first connection's own address and port are the srun address the
                     # tasks see (SLURM_SRUN_COMM_HOST/PORT, SLURM_LAUNCH_NODE_IPADDR).
@@ -474,7 +479,7 @@ class StepRun:
     def _open_stdin(self, node: _Node) -> None:
         path = f"/v1/steps/stdin?job={self.job_id}&step={self.step_id}&token={node.token}"
         try:
-            node.stdin = ChunkedSender((node.addr, node.port), path)
+            node.stdin = ChunkedSender((node.addr, node.port), path, tls=self._tls(node))
         except StreamError as e:
             _note(f"error: {node.name}: cannot forward stdin: {e}")
 

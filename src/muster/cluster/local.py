@@ -3,6 +3,7 @@
 Layout of a state directory::
 
     muster.conf    the config (slurm.conf syntax)      muster.key   cluster key (0600)
+    tls/           the cluster CA and each daemon's certificate (TLSType=tls/muster, the default)
     ctld/          controller state (muster.db, socket) nodes/NAME/ each agent's state
     log/           daemon logs                           run/         pid files, agent sockets
 """
@@ -82,6 +83,8 @@ def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str]
         "KillWait=5",
         "MinJobAge=300",
         "ReturnToService=1",
+        # Every TCP link is TLS; daemons prove who they are with certificates (cluster.certs).
+        "TLSType=tls/muster",
     ]
     overrides = dict(overrides or {})
     for i, line in enumerate(lines):
@@ -132,7 +135,11 @@ class LocalCluster:
         if not os.path.exists(key_path):
             generate_key(key_path)
         text = render_config(self.state_dir, shape, overrides)
-        parse_config(text, self.conf_path)  # extra settings that break it: ConfigError, no file
+        config = parse_config(text, self.conf_path)  # extra settings that break it: ConfigError, no file
+        if config.tls.enabled:
+            from muster.cluster.certs import issue_all
+
+            issue_all(config)
         with open(self.conf_path, "w") as f:
             f.write(text)
 

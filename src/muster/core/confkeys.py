@@ -59,6 +59,7 @@ DefaultStorageUser
 AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInterval
 GpuFaultFile GpuHealthCheckInterval
 AccountingStorageURL
+TLSType TLSParameters
 """
 
 _NODE_KEYS = """

@@ -36,7 +36,7 @@ from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.wire import job_wire, message, node_wire, partition_wire
-from muster.protocol.httpd import PEER_KEY, SignatureError, refusal
+from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, refusal
 from muster.protocol.messages import Heartbeat
 from muster.protocol.signing import CRED_HEADER, verify_credential
 
@@ -215,7 +215,8 @@ def build_routes(ctx: Context) -> list[Route]:
         if request.scope.get("query_string"):
             path += "?" + request.scope["query_string"].decode()
         try:
-            sender = ctx.verifier.verify(request.method, path, raw, {k.lower(): v for k, v in request.headers.items()})
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            sender = ctx.verifier.verify(request.method, path, raw, headers, request.scope.get(TLS_PEER_KEY))
         except SignatureError as e:
             raise _Refused(e) from None
         try:

@@ -14,6 +14,7 @@ import asyncio
 import gc
 import logging
 import socket
+import ssl
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -39,8 +40,16 @@ TICK = 0.5  # seconds between the loop's liveness ticks (a stall is a gap of sev
 
 
 class CtldApp:
-    def __init__(self, config: Config, key: bytes, clock: Clock | None = None, db_path: str | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        key: bytes,
+        clock: Clock | None = None,
+        db_path: str | None = None,
+        tls_client: ssl.SSLContext | None = None,
+    ) -> None:
         self.config = config
+        self.tls_client = tls_client  # the context to reach agents with (TLSType=tls/muster)
         self.key = key
         self.clock = clock or SystemClock()
         self.hostname = socket.gethostname().split(".")[0]
@@ -55,7 +64,9 @@ class CtldApp:
         gc.collect()
         gc.freeze()
         self.sched_config = SchedConfig.from_settings(dict(config.settings))
-        self.verifier = Verifier(key, self.clock, CTLD, f"{config.state_save_location}/replay-floor")
+        self.verifier = Verifier(
+            key, self.clock, CTLD, f"{config.state_save_location}/replay-floor", require_cert=config.tls.enabled
+        )
         self.client: SignedClient | None = None
         self.dispatcher: Dispatcher | None = None
         self._kick = asyncio.Event()
@@ -74,7 +85,9 @@ class CtldApp:
             await self.stop()
 
     async def start(self) -> None:
-        self.client = SignedClient(self.key, self.clock, timeout=float(self.config.message_timeout), sender=CTLD)
+        self.client = SignedClient(
+            self.key, self.clock, timeout=float(self.config.message_timeout), sender=CTLD, tls=self.tls_client
+        )
         self.dispatcher = Dispatcher(self.controller, self.client)
         self._tasks = [
             asyncio.create_task(self._watch_stalls(), name="stalls"),
