@@ -53,6 +53,7 @@ class StepRun:
     def __init__(self, run: Any, job_id: int, answer: dict[str, Any], ctl: Any = None) -> None:
         self.opts = run
         self.ctl = ctl  # the controller, asked for its verdict when a node is lost
+        self.tls_ca = ctl.settings.tls_ca if ctl is not None else None  # agents speak TLS: TLSType=tls/muster
         self.job_id = job_id
         self.answer = answer
         step = answer["step"]
@@ -167,16 +168,11 @@ class StepRun:
                 self.err_fd = fd
             self.io[name] = {"mode": "stream"}
 
-    def _tls(self, node: _Node) -> tuple[str, str] | None:
-        """(cluster CA, node name) when the agents speak TLS (TLSType=tls/muster)."""
-        ca = self.ctl.settings.tls_ca if self.ctl is not None else None
-        return (ca, node.name) if ca else None
-
     def _connect(self) -> None:
         payload = b""
         for node in self.nodes:
             try:
-                conn = StreamClient.connect((node.addr, node.port), timeout=60.0, tls=self._tls(node))
+                conn = StreamClient.connect((node.addr, node.port), 60.0, self.tls_ca and (self.tls_ca, node.name))
                 if not payload:
                     # The first connection's own address and port are the srun address the
                     # tasks see (SLURM_SRUN_COMM_HOST/PORT, SLURM_LAUNCH_NODE_IPADDR).
@@ -479,7 +475,7 @@ class StepRun:
     def _open_stdin(self, node: _Node) -> None:
         path = f"/v1/steps/stdin?job={self.job_id}&step={self.step_id}&token={node.token}"
         try:
-            node.stdin = ChunkedSender((node.addr, node.port), path, tls=self._tls(node))
+            node.stdin = ChunkedSender((node.addr, node.port), path, tls=self.tls_ca and (self.tls_ca, node.name))
         except StreamError as e:
             _note(f"error: {node.name}: cannot forward stdin: {e}")
 

@@ -172,6 +172,28 @@ def _cancelled_pending(job: Job | None) -> bool:
     return job is not None and job.state is JobState.CANCELLED and job.start_time is None
 
 
+def prove_caller(ctx: Context, request: Request) -> Identity:
+    """Who sent the request: proven once (a credential is good for one request)."""
+    known = request.scope.get(IDENTITY_KEY)
+    if known is not None:
+        return known  # type: ignore[no-any-return]
+    peer = request.scope.get(PEER_KEY)
+    if peer is not None:
+        _pid, uid, gid = peer
+        who = ctx.controller.identity(uid, gid, ctx.hostname)
+    else:
+        cred = request.headers.get(CRED_HEADER)
+        if not cred:
+            raise AuthError("Authentication failure: no credential")
+        try:
+            uid, gid = verify_credential(ctx.key, cred, ctx.clock.now(), ctx.verifier.guard)
+        except SignatureError as e:
+            raise AuthError(f"Invalid credential: {e}") from None
+        who = ctx.controller.identity(uid, gid, cred.split(":")[4])
+    request.scope[IDENTITY_KEY] = who
+    return who
+
+
 def build_routes(ctx: Context) -> list[Route]:
     ctl = ctx.controller
 
@@ -189,25 +211,7 @@ def build_routes(ctx: Context) -> list[Route]:
             raise InvalidRequest(_validation_message(e)) from None
 
     def caller(request: Request) -> Identity:
-        """Who sent the request: proven once (a credential is good for one request)."""
-        known = request.scope.get(IDENTITY_KEY)
-        if known is not None:
-            return known  # type: ignore[no-any-return]
-        peer = request.scope.get(PEER_KEY)
-        if peer is not None:
-            _pid, uid, gid = peer
-            who = ctl.identity(uid, gid, ctx.hostname)
-        else:
-            cred = request.headers.get(CRED_HEADER)
-            if not cred:
-                raise AuthError("Authentication failure: no credential")
-            try:
-                uid, gid = verify_credential(ctx.key, cred, ctx.clock.now(), ctx.verifier.guard)
-            except SignatureError as e:
-                raise AuthError(f"Invalid credential: {e}") from None
-            who = ctl.identity(uid, gid, cred.split(":")[4])
-        request.scope[IDENTITY_KEY] = who
-        return who
+        return prove_caller(ctx, request)
 
     async def signed_body(request: Request) -> dict[str, Any]:
         raw = await request.body()

@@ -28,6 +28,7 @@ from muster.ctld.controller import Action, Controller
 from muster.ctld.dashview import Samples
 from muster.ctld.dispatch import Dispatcher
 from muster.ctld.loop import run_pass
+from muster.ctld.openapi import openapi_route
 from muster.ctld.steps import StepBook
 from muster.ctld.store_pg import open_store
 from muster.protocol.httpd import SignedClient, Verifier
@@ -74,7 +75,9 @@ class CtldApp:
         self._pending_actions: set[asyncio.Task[Any]] = set()
         self.passes = 0
         self.samples = Samples()  # the dashboard's charts: utilisation and queue over time
-        self.asgi = Starlette(routes=build_routes(self), lifespan=self._lifespan)
+        routes = build_routes(self)
+        routes.append(openapi_route(self, routes))  # GET /openapi.json: the routes above, described
+        self.asgi = Starlette(routes=routes, lifespan=self._lifespan)
 
     @asynccontextmanager
     async def _lifespan(self, app: Any) -> Any:
