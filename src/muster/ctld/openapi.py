@@ -137,7 +137,7 @@ def document(routes: list[Any]) -> dict[str, Any]:
         "paths": dict(sorted(paths.items())),
         "components": {
             "schemas": dict(sorted(components.items())),
-            "securitySchemes": {"credential": {"type": "apiKey", "in": "header", "name": CRED_HEADER}},
+            "securitySchemes": {"credential": {"type": "apiKey", "in": "header", "name": CRED_HEADER.title()}},
         },
         "security": [{"credential": []}],
     }
