@@ -1,32 +1,37 @@
-"""Fuzzing the controller's HTTP API from its own OpenAPI description (schemathesis).
+"""Fuzzing the daemons' HTTP APIs from their own OpenAPI descriptions (schemathesis).
 
 A live controller serves ``GET /openapi.json`` over TCP to a caller with a valid
 credential; schemathesis generates requests for every operation it describes (valid
 bodies and invalid ones), each sent with a fresh credential (a credential is good for one
 request) over TCP, as a command on another host would send it. A 5xx answer or a daemon
-that dies is a failure. ``max_examples`` stays small so that the suite runs in about a
+that dies is a failure. The agent's description is fuzzed the same way with orders
+signed as the controller signs them. ``max_examples`` stays small so that the suite runs in about a
 minute; raise ``MUSTER_FUZZ_EXAMPLES`` for a longer hunt.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from schemathesis.core import NOT_SET
 from schemathesis.generation.modes import GenerationMode
 
 from harness import Harness
 from muster.cluster.local import ClusterShape
 from muster.protocol.client import request
+from muster.protocol.signing import load_key, sign_request
 
 pytestmark = pytest.mark.integration
 
-STATUSES: list[Any] = []
 EXAMPLES = int(os.environ.get("MUSTER_FUZZ_EXAMPLES", "12"))
 
 
@@ -76,6 +81,7 @@ def test_the_description_covers_every_route(api_schema: Any, fuzz_world: Harness
     assert submit["schema"] == {"$ref": "#/components/schemas/SubmitBody"}
 
 
+@pytest.mark.timeout(max(300, EXAMPLES * 20))
 def test_no_request_crashes_the_controller(api_schema: Any, fuzz_world: Harness) -> None:
     """Every operation gets ``EXAMPLES`` requests that fit its description and as many that
     do not; operations on a job also get requests about a held and a running job. All the
@@ -93,7 +99,6 @@ def test_no_request_crashes_the_controller(api_schema: Any, fuzz_world: Harness)
             if name.lower() == "x-muster-credential":
                 del case.headers[name]
         response = case.call(base_url=url, headers={"X-Muster-Credential": credential(fuzz_world)}, timeout=30)
-        STATUSES.append((case.method, case.path, response.status_code))
         assert response.status_code < 500, (
             f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}"
             f" (body {case.body!r}, query {case.query!r})"
@@ -124,7 +129,59 @@ def test_no_request_crashes_the_controller(api_schema: Any, fuzz_world: Harness)
     assert not failures, "server errors:\n" + "\n".join(failures)
 
 
-def test_zz_stats() -> None:
-    import collections
+# --- the agent ---------------------------------------------------------------------------------
 
-    print(collections.Counter((m, p, s) for m, p, s in STATUSES))
+
+def signed_call(world: Harness, node: str, method: str, path: str, query: Any, body: Any) -> httpx.Response:
+    """A request as the controller sends it: signed for ``node``, body as JSON bytes."""
+    cfg = world.cluster.config()
+    addr = next((n.addr, n.port) for n in cfg.nodes if n.name == node)
+    url = httpx.URL(f"http://{addr[0]}:{addr[1]}{path}", params=query or None)
+    if body is NOT_SET or method == "GET":
+        payload = b""
+    else:  # negative cases may be raw bytes, not JSON
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+    target = url.raw_path.decode()
+    headers = sign_request(
+        load_key(cfg.auth_key_file), method, target, payload, time.time(), sender="ctld", receiver=node
+    )
+    headers["content-type"] = "application/json"
+    with httpx.Client(timeout=30) as client:
+        return client.request(method, url, content=payload or None, headers=headers)
+
+
+def test_no_signed_order_crashes_an_agent(fuzz_world: Harness) -> None:
+    """The agent's description, fuzzed with orders the controller signed (as a stolen
+    controller key could send them). ``/v1/launch`` is left out: it runs the job it is
+    given, and a generated job is a random program."""
+    answer = signed_call(fuzz_world, "node1", "GET", "/openapi.json", None, NOT_SET)
+    assert answer.status_code == 200, answer.text
+    agent_schema = schemathesis.openapi.from_dict(answer.json())
+    assert {"/v1/launch", "/v1/signal", "/v1/terminate", "/v1/status"} <= set(answer.json()["paths"])
+    failures: list[str] = []
+
+    def send(case: Any) -> None:
+        response = signed_call(fuzz_world, "node1", case.method, case.formatted_path, case.query, case.body)
+        assert response.status_code < 500, (
+            f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]} (body {case.body!r})"
+        )
+
+    for result in agent_schema.get_all_operations():
+        operation = result.ok()
+        if operation.path == "/v1/launch":
+            continue
+        strategies = [operation.as_strategy(), operation.as_strategy(GenerationMode.NEGATIVE)]
+        check = settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+            database=None,
+        )(given(st.one_of(strategies))(send))
+        try:
+            check()
+        except AssertionError as e:
+            failures.append(str(e).splitlines()[0])
+        assert fuzz_world.cluster._alive("node1") is not None, f"node1's agent died on {operation.label}"
+    assert not failures, "server errors:\n" + "\n".join(failures)

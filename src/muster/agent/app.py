@@ -8,7 +8,8 @@ credentials that ``protocol.httpd`` puts in the scope:
   body, the time/nonce headers and the sender and receiver names; a request from anyone
   but ``ctld``, addressed to another node, replayed (even across a restart of this agent:
   see ``protocol.replay``) or unsigned is answered 401 before any route runs, with one
-  log line naming what was refused.
+  log line naming what was refused. With ``TLSType=tls/muster`` the port speaks TLS and a
+  signed request must come over a connection whose client certificate is the controller's.
 
   ==========================  ==============================================================
   ``POST /v1/launch``         ``{"job", "cluster", "ctld", "kill_wait"}`` -> ``{"ok": true}``
@@ -22,6 +23,7 @@ credentials that ``protocol.httpd`` puts in the scope:
                               for a running job) -> ``{"ok": true, "running": bool}``
   ``GET /v1/status``          ``{"node", "running": [job_id], "attempts": [[id, restarts]],
                               "pending_reports": n, "registered": bool}``
+  ``GET /openapi.json``       these routes as OpenAPI 3.1 (``agent.openapi``)
   ==========================  ==============================================================
 
   ``/v1/signal`` for a job that does not run here answers 404 ``invalid_job_id``.
@@ -52,6 +54,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.agent.limits import parse_signal
+from muster.agent.openapi import openapi_route
 from muster.agent.stepapi import StepApi
 from muster.agent.steps import StepRunner
 from muster.agent.supervisor import LaunchError, Supervisor
@@ -283,6 +286,7 @@ def build_app(
     """The ASGI app for both sockets (see the module docstring); ``require_cert``: orders
     must come over TLS from the controller's certificate (``TLSType=tls/muster``)."""
     routes = build_routes(supervisor, status_extra, steps)
+    routes.append(openapi_route(routes))  # GET /openapi.json, signed like the rest
     # The replay floor lives in the agent's own 0700 state directory (protocol.replay).
     floor = os.path.join(supervisor.state.root, "replay-floor")
     verifier = Verifier(key, clock, supervisor.node, floor, require_cert=require_cert)

@@ -1,11 +1,7 @@
-"""The controller's HTTP API described as OpenAPI 3.1, from the routes and the pydantic
-models that validate their bodies (one schema: what is documented is what is checked).
-
-Starlette makes no OpenAPI document by itself. ``document(routes)`` walks the app's
-routes and describes each method and path: its path parameters, the query parameters
-its handler reads (``QUERIES``), its JSON body (``BODIES``: the very model the handler
-validates with) and the error shape every route answers with. ``openapi_route`` serves
-it at ``GET /openapi.json``, behind the same authentication as the rest of the API.
+"""The controller's HTTP API described as OpenAPI 3.1 (``protocol.openapi``): which model
+validates each route's body (``BODIES``) and which query parameters each GET handler
+reads (``QUERIES``). ``openapi_route`` serves it at ``GET /openapi.json``, behind the
+same authentication as the rest of the API.
 
 The document is the input of the API fuzzing test (schemathesis, tests/security). A
 route missing from ``BODIES`` with a body is described as taking any JSON object; a
@@ -15,7 +11,6 @@ unit test keeps the tables complete.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from pydantic import BaseModel
@@ -23,7 +18,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from muster import __version__
 from muster.core.errors import AuthError
 from muster.ctld.acct_api import SacctmgrBody
 from muster.ctld.api import (
@@ -39,6 +33,7 @@ from muster.ctld.api import (
 )
 from muster.ctld.context import Context
 from muster.ctld.stepapi import AwaitBody, CompleteBody, DoneBody, GoneBody, StepBody, StepSignalBody
+from muster.protocol import openapi
 from muster.protocol.messages import Heartbeat, JobDone, Register
 from muster.protocol.signing import CRED_HEADER
 
@@ -77,70 +72,13 @@ QUERIES: dict[str, list[str]] = {
     "/v1/accounting/usage": ["start", "end"],
 }
 
-# Bodies that need no fields: an empty JSON object is a valid request.
-_EMPTY_BODY = {"type": "object"}
-
-_ERROR = {
-    "type": "object",
-    "properties": {"error": {"type": "string"}, "code": {"type": "string"}},
-    "required": ["error"],
-}
-
-
-def _schema(model: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
-    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-    for name, sub in schema.pop("$defs", {}).items():
-        components[name] = sub
-    components[model.__name__] = schema
-    return {"$ref": f"#/components/schemas/{model.__name__}"}
-
-
-def _operation(method: str, path: str, components: dict[str, Any]) -> dict[str, Any]:
-    op: dict[str, Any] = {
-        "operationId": f"{method.lower()}_{re.sub(r'[^A-Za-z0-9]+', '_', path).strip('_')}",
-        "responses": {
-            "200": {"description": "done", "content": {"application/json": {"schema": {"type": "object"}}}},
-            "default": {"description": "refused, with the reason", "content": {"application/json": {"schema": _ERROR}}},
-        },
-    }
-    params = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in re.findall(r"{(\w+)}", path)
-    ]
-    if method == "GET":
-        params += [{"name": q, "in": "query", "schema": {"type": "string"}} for q in QUERIES.get(path, [])]
-    if params:
-        op["parameters"] = params
-    if method == "POST":
-        model = BODIES.get((method, path))
-        schema = _schema(model, components) if model is not None else _EMPTY_BODY
-        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
-    if path.startswith("/v1/agent/"):
-        op["description"] = "From node agents only: signed with the cluster key (X-Muster-* headers)."
-    return op
+CREDENTIAL = {"type": "apiKey", "in": "header", "name": CRED_HEADER.title()}
+NOTES = {"/v1/agent/": "From node agents only: signed with the cluster key (X-Muster-* headers)."}
 
 
 def document(routes: list[Any]) -> dict[str, Any]:
-    """The OpenAPI 3.1 description of ``routes`` (Starlette ``Route`` objects)."""
-    paths: dict[str, dict[str, Any]] = {}
-    components: dict[str, Any] = {}
-    for route in routes:
-        if not isinstance(route, Route):
-            continue
-        for method in sorted(route.methods or ()):
-            if method == "HEAD":
-                continue
-            paths.setdefault(route.path, {})[method.lower()] = _operation(method, route.path, components)
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "musterctld", "version": __version__},
-        "paths": dict(sorted(paths.items())),
-        "components": {
-            "schemas": dict(sorted(components.items())),
-            "securitySchemes": {"credential": {"type": "apiKey", "in": "header", "name": CRED_HEADER.title()}},
-        },
-        "security": [{"credential": []}],
-    }
+    """The OpenAPI 3.1 description of the controller's ``routes``."""
+    return openapi.document("musterctld", routes, BODIES, QUERIES, CREDENTIAL, NOTES)
 
 
 def openapi_route(ctx: Context, routes: list[Any]) -> Route:

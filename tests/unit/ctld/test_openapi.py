@@ -42,4 +42,4 @@ def test_a_body_is_the_model_that_checks_it(tmp_path: pathlib.Path) -> None:
     listing = doc["paths"]["/v1/jobs"]["get"]
     assert [p["name"] for p in listing["parameters"]] == QUERIES["/v1/jobs"]
     assert "SpecModel" in doc["components"]["schemas"]  # nested models are components too
-    assert doc["components"]["securitySchemes"]["credential"]["name"] == "X-Muster-Credential"
+    assert doc["components"]["securitySchemes"]["auth"]["name"] == "X-Muster-Credential"
