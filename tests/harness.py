@@ -56,7 +56,8 @@ class Harness:
     ) -> None:
         if tls is None:
             tls = os.environ.get("MUSTER_TEST_TLS") == "1"
-        self.settings = {"TLSType": "tls/muster" if tls else "tls/none", **(settings or {})}
+        # With TLS the cluster's config is exactly what `muster up` writes (TLS is its default).
+        self.settings = {**({} if tls else {"TLSType": "tls/none"}), **(settings or {})} or None
         self.root = root or tempfile.mkdtemp(prefix="muster-it-")
         os.chmod(self.root, 0o755)
         self.cluster = LocalCluster(os.path.join(self.root, "state"))

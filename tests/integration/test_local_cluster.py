@@ -39,6 +39,8 @@ def test_up_status_restart_and_down() -> None:
         assert up.returncode == 0, up.stderr
         assert f"export MUSTER_CONF={state}/muster.conf" in up.stdout
         assert oct(os.stat(f"{state}/muster.key").st_mode & 0o777) == "0o600"
+        assert "every TCP link is TLS" in up.stdout  # TLSType=tls/muster by default
+        assert oct(os.stat(f"{state}/tls/slurmd_node1_cert_key.pem").st_mode & 0o777) == "0o600"
 
         daemons = json.loads(muster("status", "--state-dir", state, "--json").stdout)
         assert [d["name"] for d in daemons] == ["musterctld", "node1", "node2"]

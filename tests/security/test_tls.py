@@ -258,6 +258,8 @@ def test_a_captured_message_is_still_refused_with_tls_on(tls_world: Harness) -> 
 
 
 def test_a_tls_cluster_runs_a_batch_job_and_srun_end_to_end(tls_world: Harness) -> None:
+    """The cluster `muster up` makes by default (no TLS setting given) runs jobs over TLS."""
+    assert tls_world.settings is None and "TLSType=tls/muster" in open(tls_world.cluster.conf_path).read()
     job_id = tls_world.sbatch("-N2", "-o", "tls-%j.out", "--wrap", "srun hostname; echo done")
     job = tls_world.wait_job(job_id)
     assert job["state"] == "COMPLETED", job
@@ -277,3 +279,13 @@ def test_commands_reach_the_controller_over_tcp_with_tls(tls_world: Harness) -> 
         f.write(text.replace("CtldSocket=", "CtldSocket=/nonexistent/"))
     out = tls_world.run(["squeue", "-h", "-o", "%i"], env={"MUSTER_CONF": conf})
     assert out.returncode == 0, out.stderr
+
+
+def test_an_unprivileged_user_runs_srun_over_tls(tls_world: Harness, users: Any) -> None:
+    """The CA certificate is readable by everyone; the keys are not."""
+    tls = tls_world.cluster.config().tls
+    out = tls_world.run(["srun", "-N2", "-l", "id", "-un"], uid=users.alice, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stdout.split("\n")[:2]) == ["0: mustersec-alice", "1: mustersec-alice"]
+    peek = tls_world.run(["cat", tls.node("node1").key], uid=users.alice)
+    assert peek.returncode != 0 and "PRIVATE KEY" not in peek.stdout

@@ -87,13 +87,22 @@ def _openssl(args: list[str], sans: str, what: str) -> None:
         raise CertError(f"openssl could not create {what}: {detail}")
 
 
+def _directory(path: str) -> None:
+    """Create ``path``'s directory, readable by all (every user's srun reads the CA
+    certificate; the keys in it are 0600 themselves), whatever the umask."""
+    where = os.path.dirname(path) or "."
+    if not os.path.isdir(where):
+        os.makedirs(where)
+        os.chmod(where, 0o755)
+
+
 def _subject(cn: str) -> str:
     return "/O=muster/CN=" + cn.replace("\\", "\\\\").replace("/", "\\/").replace("=", "\\=")
 
 
 def make_ca(tls: TLSSettings, cluster: str) -> None:
     for path in (tls.ca_cert, tls.ca_key):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        _directory(path)
     args = ["-extensions", "ca_ext", "-keyout", tls.ca_key, "-out", tls.ca_cert]
     args += ["-days", str(CA_DAYS), "-subj", _subject(f"muster cluster CA {cluster}")]
     _openssl(args, "", f"the cluster CA {tls.ca_cert}")
@@ -105,7 +114,7 @@ def make_cert(tls: TLSSettings, files: TLSFiles, names: list[str]) -> None:
     if not (os.path.exists(tls.ca_key) and os.path.exists(tls.ca_cert)):
         raise CertError(f"cannot issue a certificate for {files.name}: the CA key {tls.ca_key} is not here")
     for path in (files.cert, files.key):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        _directory(path)
     args = ["-extensions", "leaf_ext", "-CA", tls.ca_cert, "-CAkey", tls.ca_key]
     args += ["-keyout", files.key, "-out", files.cert, "-days", str(CERT_DAYS), "-subj", _subject(files.name)]
     _openssl(args, _san([files.name, *names]), f"the certificate of {files.name} ({files.cert})")

@@ -17,6 +17,7 @@ when they open a TLS connection.
 
 from __future__ import annotations
 
+import os
 import ssl
 from typing import Any
 
@@ -30,19 +31,20 @@ class TLSError(Exception):
 
 
 def _load_chain(ctx: ssl.SSLContext, files: TLSFiles) -> None:
+    for path in (files.cert, files.key):
+        if not os.path.exists(path):  # ssl's own error does not name the file
+            raise TLSError(f"TLS certificate for {files.name} missing: {path} (run `muster keygen --conf`)")
     try:
         ctx.load_cert_chain(files.cert, files.key)
-    except FileNotFoundError as e:
-        raise TLSError(f"TLS certificate for {files.name} missing: {e.filename} (run `muster keygen --conf`)") from None
     except (OSError, ssl.SSLError) as e:
         raise TLSError(f"cannot load the TLS certificate {files.cert} and key {files.key}: {e}") from None
 
 
 def _load_ca(ctx: ssl.SSLContext, ca_cert: str) -> None:
+    if not os.path.exists(ca_cert):
+        raise TLSError(f"cluster CA certificate missing: {ca_cert} (run `muster keygen --conf`)")
     try:
         ctx.load_verify_locations(cafile=ca_cert)
-    except FileNotFoundError:
-        raise TLSError(f"cluster CA certificate missing: {ca_cert} (run `muster keygen --conf`)") from None
     except (OSError, ssl.SSLError) as e:
         raise TLSError(f"cannot load the cluster CA certificate {ca_cert}: {e}") from None
 

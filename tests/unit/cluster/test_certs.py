@@ -97,3 +97,18 @@ def test_muster_up_turns_tls_on_by_default(tmp_path: pathlib.Path) -> None:
     assert "TLSType=tls/muster" in text.splitlines()
     off = render_config(str(tmp_path), ClusterShape(nodes=1), {"TLSType": "tls/none"})
     assert "TLSType=tls/none" in off.splitlines() and "TLSType=tls/muster" not in off
+
+
+def test_a_daemon_without_its_certificate_does_not_start(tmp_path: pathlib.Path, capsys) -> None:
+    from muster.ctld import main as ctld_main
+    from muster.protocol.signing import generate_key
+
+    generate_key(str(tmp_path / "muster.key"))
+    conf = tmp_path / "muster.conf"
+    conf.write_text(CONF.format(d=tmp_path) + f"StateSaveLocation={tmp_path}/state\nSlurmctldPort=0\n")
+    assert ctld_main.main(["--conf", str(conf)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"musterctld: error: TLS certificate for ctld missing: {tmp_path}/tls/ctld_cert.pem (run `muster keygen --conf`)\n"
+    )

@@ -18,7 +18,11 @@ def test_tls_muster_turns_it_on_with_files_beside_the_key() -> None:
     assert tls.enabled
     assert tls.ca_cert == "/etc/muster/tls/ca_cert.pem"
     ctld = tls.ctld()
-    assert (ctld.name, ctld.cert, ctld.key) == ("ctld", "/etc/muster/tls/ctld_cert.pem", "/etc/muster/tls/ctld_cert_key.pem")
+    assert (ctld.name, ctld.cert, ctld.key) == (
+        "ctld",
+        "/etc/muster/tls/ctld_cert.pem",
+        "/etc/muster/tls/ctld_cert_key.pem",
+    )
     node = tls.node("n1")
     assert (node.cert, node.key) == ("/etc/muster/tls/slurmd_n1_cert.pem", "/etc/muster/tls/slurmd_n1_cert_key.pem")
 
