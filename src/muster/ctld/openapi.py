@@ -70,6 +70,8 @@ QUERIES: dict[str, list[str]] = {
     "/v1/steps": ["job_id", "user"],
     "/v1/accounting/jobs": _ACCT,
     "/v1/accounting/usage": ["start", "end"],
+    "/dash/login": ["token"],
+    "/dash/api/state": ["since"],
 }
 
 CREDENTIAL = {"type": "apiKey", "in": "header", "name": CRED_HEADER.title()}
