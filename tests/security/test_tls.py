@@ -289,3 +289,18 @@ def test_an_unprivileged_user_runs_srun_over_tls(tls_world: Harness, users: Any)
     assert sorted(out.stdout.split("\n")[:2]) == ["0: mustersec-alice", "1: mustersec-alice"]
     peek = tls_world.run(["cat", tls.node("node1").key], uid=users.alice)
     assert peek.returncode != 0 and "PRIVATE KEY" not in peek.stdout
+
+
+def test_a_flood_of_failed_handshakes_is_cut_short(tls_world: Harness) -> None:
+    """Failed handshakes spend the address's budget of failed authentications; beyond it
+    a connection is dropped before any handshake work, and the daemon says so."""
+    before = len(log_of(tls_world, "node2"))
+    for _ in range(40):
+        with socket.create_connection(addr_of(tls_world, "node2"), timeout=10) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            try:
+                s.recv(100)
+            except ConnectionResetError:
+                pass
+    wait_for_line(tls_world, "node2", "refused a connection from 127.0.0.1: too many failed authentications", before)
+    time.sleep(8)  # the budget refills (5 per second) before the next test talks to node2

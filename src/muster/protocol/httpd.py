@@ -96,11 +96,14 @@ class _TLSAcceptor(asyncio.Protocol):
     asyncio drops a failed server-side handshake silently; doing the handshake here
     (``loop.start_tls``) lets each refusal be one line in the daemon's log. Unix-socket
     connections go straight to the HTTP protocol (their peer is proven by SO_PEERCRED).
-    Data that arrives between the handshake and the HTTP protocol's start is held."""
+    Data that arrives between the handshake and the HTTP protocol's start is held. A failed
+    handshake counts as a failed authentication of its address (``Guarded``'s budget): an
+    address out of budget is dropped before its handshake costs anything."""
 
-    def __init__(self, ctx: ssl.SSLContext, inner: asyncio.Protocol) -> None:
+    def __init__(self, ctx: ssl.SSLContext, inner: asyncio.Protocol, failures: _FailureBudget) -> None:
         self.ctx = ctx
         self.inner = inner
+        self.failures = failures
         self.held: list[bytes] = []
         self.eof = False
         self.lost: tuple[Exception | None] | None = None
@@ -113,6 +116,11 @@ class _TLSAcceptor(asyncio.Protocol):
             self.inner.connection_made(transport)
             return
         assert isinstance(transport, asyncio.Transport)
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        if self.failures.exhausted(peer[0]):
+            log.warning("refused a connection from %s: too many failed authentications", peer[0])
+            transport.abort()
+            return
         transport.pause_reading()  # the handshake reads first
         self.task = asyncio.get_running_loop().create_task(self._handshake(transport))
 
@@ -124,6 +132,7 @@ class _TLSAcceptor(asyncio.Protocol):
             )
         except Exception as exc:  # noqa: BLE001 - every refusal is logged, none is fatal
             log.warning("refused a connection from %s: %s", peer[0], describe_failure(exc))
+            self.failures.failed(peer[0])
             transport.abort()
             return
         if tls is None:  # closed while shaking hands
@@ -149,12 +158,12 @@ class _TLSAcceptor(asyncio.Protocol):
         self.lost = (exc,)
 
 
-def _protocol_factory(tls: ssl.SSLContext | None) -> Any:
+def _protocol_factory(tls: ssl.SSLContext | None, failures: _FailureBudget) -> Any:
     """What uvicorn calls for each connection (its ``http`` setting)."""
 
     def create(config: Any, server_state: Any, app_state: Any, _loop: Any = None) -> asyncio.Protocol:
         inner = _PeerCredProtocol(config=config, server_state=server_state, app_state=app_state, _loop=_loop)
-        return inner if tls is None else _TLSAcceptor(tls, inner)
+        return inner if tls is None else _TLSAcceptor(tls, inner, failures)
 
     return create
 
@@ -193,9 +202,10 @@ def make_server(
     tls: ssl.SSLContext | None = None,
 ) -> uvicorn.Server:
     """uvicorn for ``app`` behind ``Guarded``; TCP connections are TLS when ``tls`` is given."""
+    guarded = Guarded(app, body_limit, clock or SystemClock())
     config = uvicorn.Config(
-        Guarded(app, body_limit, clock or SystemClock()),
-        http=_protocol_factory(tls),
+        guarded,
+        http=_protocol_factory(tls, guarded.failures),
         lifespan="on",
         log_level=log_level,
         access_log=False,
