@@ -114,7 +114,7 @@ def measure(tls: bool) -> dict[str, float]:
         out["squeue over TCP (ms)"] = median(t)
         out["squeue over the Unix socket (ms)"] = median(time_calls(h, ["squeue"], N_SQUEUE))
         cfg = h.cluster.config()
-        ca = cfg.tls.ca_cert if tls else None
+        secure = (cfg.tls.ca_cert, "ctld") if tls else None
         t = []
         for _ in range(N_REQUESTS):
             cred = credential(h)
@@ -124,7 +124,7 @@ def measure(tls: bool) -> dict[str, float]:
                 "/v1/jobs",
                 address=(cfg.ctld_addr, cfg.ctld_port),
                 headers={"X-Muster-Credential": cred},
-                tls_ca=ca,
+                tls=secure,
             )
             t.append((time.perf_counter() - t0) * 1000)
         out["one request in-process, TCP (ms)"] = median(t)

@@ -201,8 +201,7 @@ def test_the_commands_do_not_talk_to_an_impostor(tls_world: Harness, rogue: TLSS
                 "/v1/jobs",
                 address=listener.getsockname()[:2],
                 headers={"X-Muster-Credential": "secret"},
-                tls_ca=real_ca(tls_world),
-                server_name=target,
+                tls=(real_ca(tls_world), target),
                 timeout=10,
             )
     finally:

@@ -350,7 +350,7 @@ class Controller:
             address=self.address,
             headers=headers,
             timeout=self.timeout,
-            tls_ca=self.tls_ca,
+            tls=(self.tls_ca, "ctld") if self.tls_ca else None,
         )
         return answer if isinstance(answer, dict) else {}
 

@@ -6,9 +6,9 @@ less than that in total, so this speaks just enough HTTP: one request per connec
 behind ``socket`` (whose Python layer imports ``enum`` and ``selectors``) and ``json``
 (see ``wirejson``) directly.
 
-With ``TLSType=tls/muster`` a TCP connection is TLS: ``tls_ca`` is the cluster CA, and the
-server must show a certificate from it naming ``server_name`` (``ctld`` for the
-controller). Only then is ``ssl`` imported (it costs tens of milliseconds); the Unix
+With ``TLSType=tls/muster`` a TCP connection is TLS: ``tls`` names the cluster CA, and the
+name the server's certificate from it must show (``ctld`` for the controller, a node's
+name for its agent). Only then is ``ssl`` imported (it costs tens of milliseconds); the Unix
 socket, the common case on the controller's host, needs no TLS.
 """
 
@@ -103,11 +103,11 @@ def request(
     address: tuple[str, int] | None = None,
     headers: dict[str, str] | None = None,
     timeout: float = 60.0,
-    tls_ca: str | None = None,
-    server_name: str = "ctld",
+    tls: tuple[str, str] | None = None,
 ) -> Any:
     """Send one request and return the decoded JSON answer; raise ApiError on 4xx/5xx.
-    Over TCP with ``tls_ca`` the connection is TLS (module docstring)."""
+    Over TCP with ``tls`` = (cluster CA, the server's muster name) the connection is TLS
+    (module docstring)."""
     # Text that is not UTF-8 (a command-line argument of raw bytes arrives as surrogates)
     # is sent with "?" in their place: the controller then answers "not found", not a crash.
     payload = b"" if body is None else dumps(body).encode("utf-8", "replace")
@@ -129,8 +129,8 @@ def request(
         raise ConnectError(
             f"Unable to contact slurm controller (connect failure): {where}: {e.strerror or e}"
         ) from None
-    if tls_ca is not None and address is not None:
-        sock = tls_wrap(sock, tls_ca, server_name, host)
+    if tls is not None and address is not None:
+        sock = tls_wrap(sock, tls[0], tls[1], host)
     try:
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         head = (
