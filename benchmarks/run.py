@@ -7,7 +7,15 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHES = ["bench_submit.py", "bench_sched.py", "bench_failure.py", "bench_faults.py", "bench_srun.py", "bench_sim.py"]
+BENCHES = [
+    "bench_submit.py",
+    "bench_sched.py",
+    "bench_failure.py",
+    "bench_faults.py",
+    "bench_srun.py",
+    "bench_sim.py",
+    "bench_tls.py",
+]
 
 
 def main() -> int:

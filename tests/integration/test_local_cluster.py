@@ -44,6 +44,8 @@ def test_up_status_restart_and_down() -> None:
         with open(f"{state}/muster.conf") as f:
             conf = f.read()
         assert "AuthAltTypes=auth/jwt" in conf and f"AuthAltParameters=jwt_key={state}/jwt_hs256.key" in conf
+        assert "every TCP link is TLS" in up.stdout  # TLSType=tls/muster by default
+        assert oct(os.stat(f"{state}/tls/slurmd_node1_cert_key.pem").st_mode & 0o777) == "0o600"
 
         daemons = json.loads(muster("status", "--state-dir", state, "--json").stdout)
         assert [d["name"] for d in daemons] == ["musterctld", "node1", "node2"]

@@ -70,8 +70,18 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--state-dir", default=".muster")
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
-    keygen = sub.add_parser("keygen", help="create a cluster key file (mode 0600)")
-    keygen.add_argument("path")
+    keygen = sub.add_parser(
+        "keygen",
+        help="create a cluster key file (mode 0600); with --conf, also the cluster CA and the "
+        "daemons' TLS certificates that config needs (TLSType=tls/muster)",
+    )
+    keygen.add_argument("path", nargs="?", help="the key file to create (default with --conf: its AuthKeyFile)")
+    keygen.add_argument(
+        "--conf",
+        default=None,
+        help="create what this config names and is missing: AuthKeyFile and, with TLSType=tls/muster, "
+        "the CA and a certificate for the controller and for every node (existing files are kept)",
+    )
 
     sub.add_parser("sim", help="replay a workload trace through the scheduler (see `muster sim --help`)")
 
@@ -106,18 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         return sim_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "keygen":
-        from muster.protocol.signing import generate_key
-
-        try:
-            generate_key(args.path)
-        except FileExistsError:
-            print(f"muster: error: {args.path} exists; refusing to overwrite a cluster key", file=sys.stderr)
-            return 1
-        except OSError as e:
-            print(f"muster: error: cannot write {args.path!r}: {e.strerror or e}", file=sys.stderr)
-            return 1
-        print(f"wrote cluster key {args.path} (mode 0600)")
-        return 0
+        return _keygen(args.path, args.conf)
 
     if args.command in ("backup", "restore"):
         return _state_command(args)
@@ -130,6 +129,54 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:  # a config error (ConfigError is a ValueError), a disk
         print(f"muster: error: {e}", file=sys.stderr)
         return 1
+
+
+def _keygen(path: str | None, conf: str | None) -> int:
+    from muster.protocol.signing import generate_key
+
+    if path is None and conf is None:
+        print("muster: error: keygen needs a key file or --conf CONFIG", file=sys.stderr)
+        return 2
+    config = None
+    if conf is not None:
+        from muster.core.config import parse_config
+
+        try:
+            with open(conf) as f:
+                config = parse_config(f.read(), os.path.abspath(conf))
+        except OSError as e:
+            print(f"muster: error: cannot read {conf}: {e.strerror or e}", file=sys.stderr)
+            return 1
+        except ValueError as e:  # ConfigError
+            print(f"muster: error: {e}", file=sys.stderr)
+            return 1
+        path = path or config.auth_key_file
+    assert path is not None
+    try:
+        generate_key(path)
+        print(f"wrote cluster key {path} (mode 0600)")
+    except FileExistsError:
+        if config is None:
+            print(f"muster: error: {path} exists; refusing to overwrite a cluster key", file=sys.stderr)
+            return 1
+        print(f"kept the existing cluster key {path}")
+    except OSError as e:
+        print(f"muster: error: cannot write {path!r}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    if config is not None and config.tls.enabled:
+        from muster.cluster.certs import issue_all
+
+        try:
+            made = issue_all(config)
+        except OSError as e:  # CertError is one
+            print(f"muster: error: {e}", file=sys.stderr)
+            return 1
+        for item in made:
+            print(f"wrote {item}")
+        print(f"TLS: the cluster CA is {config.tls.ca_cert}; {len(made)} file(s) created, the others kept")
+    elif config is not None:
+        print("TLS is off in this config (TLSType=tls/none): no certificates made")
+    return 0
 
 
 def conf_extra(given: list[str], from_env: str) -> dict[str, str] | str:
@@ -239,6 +286,9 @@ def _cluster_command(args: argparse.Namespace) -> int:
             f"muster: cluster up in {cluster.state_dir}: controller and {n} nodes"
             + (f" (started: {', '.join(started)})" if started else " (all already running)")
         )
+        tls = cluster.config().tls
+        if tls.enabled:
+            print(f"muster: every TCP link is TLS (TLSType=tls/muster); cluster CA {tls.ca_cert}")
         print("Use it with:")
         print(f"  export MUSTER_CONF={cluster.conf_path}")
         print(f"  export PATH={os.path.dirname(sys.executable)}:$PATH")

@@ -36,10 +36,11 @@ def _note(text: str) -> None:
 
 
 class _Node:
-    __slots__ = ("name", "addr", "port", "tasks", "conn", "token", "stdin", "done")
+    __slots__ = ("name", "addr", "port", "tasks", "conn", "token", "stdin", "done", "tls")
 
-    def __init__(self, info: dict[str, Any], tasks: list[int]) -> None:
+    def __init__(self, info: dict[str, Any], tasks: list[int], tls_ca: str | None) -> None:
         self.name = str(info["name"])
+        self.tls = (tls_ca, self.name) if tls_ca else None  # TLSType=tls/muster: the CA, the name to check
         self.addr = str(info["addr"])
         self.port = int(info["port"])
         self.tasks = tasks
@@ -60,7 +61,8 @@ class StepRun:
         self.kill_wait = float(answer.get("kill_wait") or 30)
         self.slurmd_timeout = float(answer.get("slurmd_timeout") or 300)
         self.lost: list[_Node] = []
-        self.nodes = [_Node(info, list(tasks)) for info, tasks in zip(answer["nodes"], step["tasks"], strict=True)]
+        tls_ca = ctl.settings.tls_ca if ctl is not None else None
+        self.nodes = [_Node(i, list(t), tls_ca) for i, t in zip(answer["nodes"], step["tasks"], strict=True)]
         self.node_of = {t: n.name for n in self.nodes for t in n.tasks}
         self.ntasks = sum(len(n.tasks) for n in self.nodes)
         # --multi-prog: each task's own command line (CommandError if one has none)
@@ -173,7 +175,7 @@ class StepRun:
         payload = b""
         for node in self.nodes:
             try:
-                conn = StreamClient.connect((node.addr, node.port), timeout=60.0)
+                conn = StreamClient.connect((node.addr, node.port), 60.0, node.tls)
                 if not payload:
                     # The first connection's own address and port are the srun address the
                     # tasks see (SLURM_SRUN_COMM_HOST/PORT, SLURM_LAUNCH_NODE_IPADDR).
@@ -476,7 +478,7 @@ class StepRun:
     def _open_stdin(self, node: _Node) -> None:
         path = f"/v1/steps/stdin?job={self.job_id}&step={self.step_id}&token={node.token}"
         try:
-            node.stdin = ChunkedSender((node.addr, node.port), path)
+            node.stdin = ChunkedSender((node.addr, node.port), path, tls=node.tls)
         except StreamError as e:
             _note(f"error: {node.name}: cannot forward stdin: {e}")
 
@@ -556,7 +558,7 @@ class StepRun:
                 continue
             body = {"job_id": self.job_id, "step_id": self.step_id, "token": node.token, "signal": signum, "kill": kill}
             try:
-                request("POST", "/v1/steps/signal", body, address=(node.addr, node.port), timeout=10.0)
+                request("POST", "/v1/steps/signal", body, address=(node.addr, node.port), timeout=10.0, tls=node.tls)
             except (ApiError, ConnectError):
                 pass
 

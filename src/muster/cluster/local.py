@@ -4,6 +4,7 @@ Layout of a state directory::
 
     muster.conf    the config (slurm.conf syntax)      muster.key   cluster key (0600)
     jwt_hs256.key  the JWT key (0600, auth/jwt)
+    tls/           the cluster CA and each daemon's certificate (TLSType=tls/muster, the default)
     ctld/          controller state (muster.db, socket) nodes/NAME/ each agent's state
     log/           daemon logs                           run/         pid files, agent sockets
 """
@@ -93,6 +94,8 @@ def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str]
         "KillWait=5",
         "MinJobAge=300",
         "ReturnToService=1",
+        # Every TCP link is TLS; daemons prove who they are with certificates (cluster.certs).
+        "TLSType=tls/muster",
     ]
     overrides = dict(overrides or {})
     for i, line in enumerate(lines):
@@ -158,6 +161,10 @@ class LocalCluster:
             attach_topology(config, topology, topo_path)
             with open(topo_path, "w") as f:
                 f.write(topology)
+        if config.tls.enabled:
+            from muster.cluster.certs import issue_all
+
+            issue_all(config)
         with open(self.conf_path, "w") as f:
             f.write(text)
 

@@ -59,6 +59,7 @@ from muster.core.conftext import strip_comment
 from muster.core.conftypes import Config, ConfigError, NodeConf, PartitionConf
 from muster.core.hostlist import HostlistError, expand
 from muster.core.timefmt import TimeFormatError, parse_time_limit
+from muster.core.tlsconf import CTLD_NAME, TLS_MUSTER, TLSConfError, check_type, parse_parameters
 
 __all__ = ["Config", "ConfigError", "NodeConf", "PartitionConf", "parse_config"]
 
@@ -204,6 +205,14 @@ class _Parser:
             m = re.compile(PORT_RANGE_RE).match(value)
             if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
                 raise ConfigError(f"{where}: bad SlurmctldPort {value!r}: expected PORT or PORT-PORT")
+        elif canon in ("TLSType", "TLSParameters"):
+            try:
+                if canon == "TLSType":
+                    check_type(value)
+                else:
+                    parse_parameters(value)
+            except TLSConfError as e:
+                raise ConfigError(f"{where}: {e}") from None
         elif canon == "SlurmctldHost":
             if re.compile(HOST_ADDR_RE).match(value) is None:
                 raise ConfigError(f"{where}: bad SlurmctldHost {value!r}: expected HOST or HOST(ADDR)")
@@ -354,6 +363,11 @@ class _Parser:
             if not node.port:
                 node.port = slurmd_port
         all_names = [node.name for node in self.nodes]
+        if CTLD_NAME in all_names and self.settings.get("TLSType", "").lower() == TLS_MUSTER:
+            # A node's certificate names it; this name is the controller's.
+            raise ConfigError(
+                f"{self.path}: NodeName={CTLD_NAME} is reserved for the controller with TLSType={TLS_MUSTER}"
+            )
         order = {name: i for i, name in enumerate(all_names)}
         defaults = 0
         for part in self.partitions:

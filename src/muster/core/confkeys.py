@@ -61,6 +61,7 @@ GpuFaultFile GpuHealthCheckInterval
 AccountingStorageURL
 ExpediteHoldTime
 MetricsType LogFormat
+TLSType TLSParameters
 """
 
 _NODE_KEYS = """

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from muster.core.confkeys import GLOBAL, HOST_ADDR_RE, PORT_RANGE_RE, split_list
 from muster.core.errors import MusterError
 from muster.core.timefmt import TimeFormatError, parse_time_limit
+from muster.core.tlsconf import TLSSettings
 
 __all__ = ["BlockConf", "Config", "ConfigError", "NodeConf", "PartitionConf", "SwitchConf", "TopologyConf"]
 
@@ -398,6 +399,11 @@ class Config:
     def auth_key_file(self) -> str:
         """Cluster key file; default ``muster.key`` beside the configuration file."""
         return self.settings.get("AuthKeyFile", os.path.join(os.path.dirname(self.path), "muster.key"))
+
+    @property
+    def tls(self) -> TLSSettings:
+        """``TLSType`` and ``TLSParameters`` (``core.tlsconf``); checked while parsing."""
+        return TLSSettings(self.settings, self.auth_key_file)
 
     @property
     def agent_socket_dir(self) -> str | None:

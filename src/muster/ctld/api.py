@@ -49,7 +49,7 @@ from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.token_api import build_token_routes
 from muster.ctld.wire import job_wire, message, node_wire, partition_wire
-from muster.protocol.httpd import PEER_KEY, SignatureError, refusal
+from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, refusal
 from muster.protocol.messages import Heartbeat
 from muster.protocol.signing import CRED_HEADER, verify_credential
 
@@ -82,6 +82,34 @@ def _cancelled_pending(job: Job | None) -> bool:
     return job is not None and job.state is JobState.CANCELLED and job.start_time is None
 
 
+def prove_caller(ctx: Context, request: Request, jwt_auth: JwtAuth | None = None) -> Identity:
+    """Who sent the request: proven once (a credential is good for one request). With
+    ``jwt_auth``, a token proves its user over any transport (musterrestd's requests)."""
+    known = request.scope.get(IDENTITY_KEY)
+    if known is not None:
+        return known  # type: ignore[no-any-return]
+    peer = request.scope.get(PEER_KEY)
+    token = token_in(request.headers) if jwt_auth is not None else None
+    if token is not None:
+        assert jwt_auth is not None
+        tu = jwt_auth.verify(token, request.headers.get(USER_HEADER), ctx.clock.now())
+        who = ctx.controller.identity(tu.uid, tu.gid, ctx.hostname)
+    elif peer is not None:
+        _pid, uid, gid = peer
+        who = ctx.controller.identity(uid, gid, ctx.hostname)
+    else:
+        cred = request.headers.get(CRED_HEADER)
+        if not cred:
+            raise AuthError("Authentication failure: no credential")
+        try:
+            uid, gid = verify_credential(ctx.key, cred, ctx.clock.now(), ctx.verifier.guard)
+        except SignatureError as e:
+            raise AuthError(f"Invalid credential: {e}") from None
+        who = ctx.controller.identity(uid, gid, cred.split(":")[4])
+    request.scope[IDENTITY_KEY] = who
+    return who
+
+
 def build_routes(ctx: Context) -> list[Route]:
     ctl = ctx.controller
 
@@ -100,29 +128,7 @@ def build_routes(ctx: Context) -> list[Route]:
             raise InvalidRequest(_validation_message(e)) from None
 
     def caller(request: Request) -> Identity:
-        """Who sent the request: proven once (a credential is good for one request)."""
-        known = request.scope.get(IDENTITY_KEY)
-        if known is not None:
-            return known  # type: ignore[no-any-return]
-        peer = request.scope.get(PEER_KEY)
-        token = token_in(request.headers)
-        if token is not None:  # a token proves its user, over any transport (musterrestd's)
-            tu = jwt_auth.verify(token, request.headers.get(USER_HEADER), ctx.clock.now())
-            who = ctl.identity(tu.uid, tu.gid, ctx.hostname)
-        elif peer is not None:
-            _pid, uid, gid = peer
-            who = ctl.identity(uid, gid, ctx.hostname)
-        else:
-            cred = request.headers.get(CRED_HEADER)
-            if not cred:
-                raise AuthError("Authentication failure: no credential")
-            try:
-                uid, gid = verify_credential(ctx.key, cred, ctx.clock.now(), ctx.verifier.guard)
-            except SignatureError as e:
-                raise AuthError(f"Invalid credential: {e}") from None
-            who = ctl.identity(uid, gid, cred.split(":")[4])
-        request.scope[IDENTITY_KEY] = who
-        return who
+        return prove_caller(ctx, request, jwt_auth)
 
     async def signed_body(request: Request) -> dict[str, Any]:
         raw = await request.body()
@@ -130,7 +136,8 @@ def build_routes(ctx: Context) -> list[Route]:
         if request.scope.get("query_string"):
             path += "?" + request.scope["query_string"].decode()
         try:
-            sender = ctx.verifier.verify(request.method, path, raw, {k.lower(): v for k, v in request.headers.items()})
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            sender = ctx.verifier.verify(request.method, path, raw, headers, request.scope.get(TLS_PEER_KEY))
         except SignatureError as e:
             raise _Refused(e) from None
         try:

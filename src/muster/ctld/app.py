@@ -15,6 +15,7 @@ import gc
 import logging
 import pwd
 import socket
+import ssl
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -30,6 +31,7 @@ from muster.ctld.controller import Action, Controller
 from muster.ctld.dashview import Samples
 from muster.ctld.dispatch import Dispatcher
 from muster.ctld.loop import run_pass
+from muster.ctld.openapi import openapi_route
 from muster.ctld.passlog import PassLog
 from muster.ctld.rpcstats import RpcStats
 from muster.ctld.stats import ServerStats
@@ -54,8 +56,16 @@ def _slurm_user(config: Config) -> tuple[str, int]:
 
 
 class CtldApp:
-    def __init__(self, config: Config, key: bytes, clock: Clock | None = None, db_path: str | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        key: bytes,
+        clock: Clock | None = None,
+        db_path: str | None = None,
+        tls_client: ssl.SSLContext | None = None,
+    ) -> None:
         self.config = config
+        self.tls_client = tls_client  # the context to reach agents with (TLSType=tls/muster)
         self.key = key
         self.clock = clock or SystemClock()
         self.hostname = socket.gethostname().split(".")[0]
@@ -75,7 +85,9 @@ class CtldApp:
         gc.collect()
         gc.freeze()
         self.sched_config = SchedConfig.from_settings(dict(config.settings))
-        self.verifier = Verifier(key, self.clock, CTLD, f"{config.state_save_location}/replay-floor")
+        self.verifier = Verifier(
+            key, self.clock, CTLD, f"{config.state_save_location}/replay-floor", require_cert=config.tls.enabled
+        )
         self.client: SignedClient | None = None
         self.dispatcher: Dispatcher | None = None
         self._kick = asyncio.Event()
@@ -83,8 +95,11 @@ class CtldApp:
         self._pending_actions: set[asyncio.Task[Any]] = set()
         self.passes = 0
         self.samples = Samples()  # the dashboard's charts: utilisation and queue over time
-        routes = Starlette(routes=build_routes(self), lifespan=self._lifespan)
-        self.asgi = RpcStats(routes, self.stats, self.clock, _slurm_user(config))
+        routes = build_routes(self)
+        routes.append(openapi_route(self, routes))  # GET /openapi.json: the routes above, described
+        self.asgi = RpcStats(
+            Starlette(routes=routes, lifespan=self._lifespan), self.stats, self.clock, _slurm_user(config)
+        )
 
     @asynccontextmanager
     async def _lifespan(self, app: Any) -> Any:
@@ -95,7 +110,9 @@ class CtldApp:
             await self.stop()
 
     async def start(self) -> None:
-        self.client = SignedClient(self.key, self.clock, timeout=float(self.config.message_timeout), sender=CTLD)
+        self.client = SignedClient(
+            self.key, self.clock, timeout=float(self.config.message_timeout), sender=CTLD, tls=self.tls_client
+        )
         self.dispatcher = Dispatcher(self.controller, self.client)
         self._tasks = [
             asyncio.create_task(self._watch_stalls(), name="stalls"),

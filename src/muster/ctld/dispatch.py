@@ -36,7 +36,7 @@ class Dispatcher:
 
     def _url(self, node_name: str, path: str) -> str:
         node = self.ctl.nodes[node_name]
-        return f"http://{node.addr}:{node.port}{path}"
+        return self.client.url(node.addr, node.port, path)
 
     async def run(self, action: Action) -> None:
         try:

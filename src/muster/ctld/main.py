@@ -51,23 +51,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     for w in config.warnings:
         logging.getLogger("musterctld").warning("%s", w)
+    tls = None
+    if config.tls.enabled:  # the certificates are checked before anything starts
+        from muster.protocol.tls import TLSError, daemon_contexts
+
+        try:
+            tls = daemon_contexts(config.tls.ctld())
+        except TLSError as e:
+            print(f"musterctld: error: {e}", file=sys.stderr)
+            return 1
+        logging.getLogger("musterctld").info("TLS on (TLSType=tls/muster): CA %s", config.tls.ca_cert)
     try:
-        return asyncio.run(serve(config, key))
+        return asyncio.run(serve(config, key, tls))
     except ConfigError as e:  # a value read when the controller loads (accounting, scheduler)
         where = "" if str(e).startswith(path) else f"{path}: "
         print(f"musterctld: error: {where}{e}", file=sys.stderr)
         return 1
 
 
-async def serve(config, key) -> int:  # type: ignore[no-untyped-def]
+async def serve(config, key, tls=None) -> int:  # type: ignore[no-untyped-def]
     from muster.ctld.app import CtldApp
     from muster.protocol.httpd import bind_tcp, bind_unix, body_limit, make_server
 
     os.makedirs(config.state_save_location, exist_ok=True)
-    app = CtldApp(config, key)
+    app = CtldApp(config, key, tls_client=tls[1] if tls else None)
     sockets = [bind_tcp(config.ctld_addr, config.ctld_port), bind_unix(config.ctld_socket)]
     server = make_server(
-        app.asgi, body_limit=body_limit(config.max_script_size)
+        app.asgi, body_limit=body_limit(config.max_script_size), tls=tls[0] if tls else None
     )  # uvicorn handles SIGTERM/SIGINT: graceful stop
     pidfile = os.path.join(config.state_save_location, "musterctld.pid")
     with open(pidfile, "w") as f:
