@@ -17,7 +17,7 @@ import os
 import select
 import time
 
-from muster.cli.stepio import RawTerminal, local_path, noop, terminal_size, write_all
+from muster.cli.stepio import RawTerminal, StepNode, local_path, noop, terminal_size, write_all
 from muster.core.arrays import format_ranges
 from muster.protocol.client import ApiError, ConnectError, request
 from muster.protocol.stream import ChunkedSender, StreamClient, StreamError
@@ -35,21 +35,6 @@ def _note(text: str) -> None:
     write_all(2, f"{PROG}: {text}\n".encode())
 
 
-class _Node:
-    __slots__ = ("name", "addr", "port", "tasks", "conn", "token", "stdin", "done", "tls")
-
-    def __init__(self, info: dict[str, Any], tasks: list[int], tls_ca: str | None) -> None:
-        self.name = str(info["name"])
-        self.tls = (tls_ca, self.name) if tls_ca else None  # TLSType=tls/muster: the CA, the name to check
-        self.addr = str(info["addr"])
-        self.port = int(info["port"])
-        self.tasks = tasks
-        self.conn: StreamClient | None = None
-        self.token = ""
-        self.stdin: ChunkedSender | None = None
-        self.done = False
-
-
 class StepRun:
     def __init__(self, run: Any, job_id: int, answer: dict[str, Any], ctl: Any = None) -> None:
         self.opts = run
@@ -60,9 +45,9 @@ class StepRun:
         self.step_id = int(step["step_id"])
         self.kill_wait = float(answer.get("kill_wait") or 30)
         self.slurmd_timeout = float(answer.get("slurmd_timeout") or 300)
-        self.lost: list[_Node] = []
+        self.lost: list[StepNode] = []
         tls_ca = ctl.settings.tls_ca if ctl is not None else None
-        self.nodes = [_Node(i, list(t), tls_ca) for i, t in zip(answer["nodes"], step["tasks"], strict=True)]
+        self.nodes = [StepNode(i, list(t), tls_ca) for i, t in zip(answer["nodes"], step["tasks"], strict=True)]
         self.node_of = {t: n.name for n in self.nodes for t in n.tasks}
         self.ntasks = sum(len(n.tasks) for n in self.nodes)
         # --multi-prog: each task's own command line (CommandError if one has none)
@@ -239,7 +224,7 @@ class StepRun:
     def _loop(self) -> None:
         while any(not n.done for n in self.nodes):
             watch: list[Any] = [self.wake_r]
-            by_fd: dict[int, _Node] = {}
+            by_fd: dict[int, StepNode] = {}
             for n in self.nodes:
                 if not n.done and n.conn is not None:
                     by_fd[n.conn.fileno()] = n
@@ -273,7 +258,7 @@ class StepRun:
         for key in list(self.partial):
             self._flush(*key)
 
-    def _read_node(self, node: _Node) -> None:
+    def _read_node(self, node: StepNode) -> None:
         assert node.conn is not None
         try:
             frames = node.conn.read()
@@ -331,7 +316,7 @@ class StepRun:
             if missing:
                 self._node_failed(node, "connection closed before its tasks ended")
 
-    def _node_failed(self, node: _Node, why: str, judge: bool = True) -> None:
+    def _node_failed(self, node: StepNode, why: str, judge: bool = True) -> None:
         node.done = True
         missing = [t for t in node.tasks if t not in self.exits]
         if missing:
@@ -444,7 +429,7 @@ class StepRun:
 
     # --- stdin --------------------------------------------------------------------------------
 
-    def _targets(self, node: _Node) -> bool:
+    def _targets(self, node: StepNode) -> bool:
         if self.stdin_targets is None:
             return True
         return any(t in self.stdin_targets for t in node.tasks)
@@ -475,14 +460,14 @@ class StepRun:
                     node.stdin.finish()
                     node.stdin = None
 
-    def _open_stdin(self, node: _Node) -> None:
+    def _open_stdin(self, node: StepNode) -> None:
         path = f"/v1/steps/stdin?job={self.job_id}&step={self.step_id}&token={node.token}"
         try:
             node.stdin = ChunkedSender((node.addr, node.port), path, tls=node.tls)
         except StreamError as e:
             _note(f"error: {node.name}: cannot forward stdin: {e}")
 
-    def _send_stdin(self, node: _Node) -> None:
+    def _send_stdin(self, node: StepNode) -> None:
         if node.stdin is None:
             self._open_stdin(node)
         if node.stdin is None:
