@@ -20,7 +20,8 @@ from starlette.routing import Route
 
 from muster.core.errors import AuthError
 from muster.ctld.acct_api import SacctmgrBody
-from muster.ctld.api import (
+from muster.ctld.api import error_response, prove_caller
+from muster.ctld.bodies import (
     HoldBody,
     NodeUpdateBody,
     RequeueBody,
@@ -28,11 +29,10 @@ from muster.ctld.api import (
     SignalBody,
     SubmitBody,
     UpdateBody,
-    error_response,
-    prove_caller,
 )
 from muster.ctld.context import Context
 from muster.ctld.stepapi import AwaitBody, CompleteBody, DoneBody, GoneBody, StepBody, StepSignalBody
+from muster.ctld.token_api import TokenBody
 from muster.protocol import openapi
 from muster.protocol.messages import Heartbeat, JobDone, Register
 from muster.protocol.signing import CRED_HEADER
@@ -60,6 +60,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("POST", "/v1/agent/heartbeat"): Heartbeat,
     ("POST", "/v1/agent/job_done"): JobDone,
     ("POST", "/v1/agent/step_gone"): GoneBody,
+    ("POST", "/v1/token"): TokenBody,
 }
 
 # Query parameters each GET handler reads (all text; lists are comma-separated).

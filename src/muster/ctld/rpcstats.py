@@ -59,6 +59,11 @@ class RpcStats:
         self.slurm_user = slurm_user
         self._names: dict[int, str] = {}
 
+    @property
+    def routes(self) -> Any:
+        """The wrapped app's routes (what the OpenAPI description and its tests read)."""
+        return self.app.routes
+
     def _user_name(self, uid: int) -> str:
         name = self._names.get(uid)
         if name is None:

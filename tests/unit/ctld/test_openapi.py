@@ -30,6 +30,7 @@ def test_every_route_is_described_and_every_table_entry_is_a_route(tmp_path: pat
     # routes whose body is empty or free-form (their handlers read no model)
     assert undescribed == [
         "/v1/dashboard/token",
+        "/v1/diag/reset",
         "/v1/jobs/{job_id}/release",
         "/v1/reconfigure",
         "/v1/reservations/{name}/delete",
