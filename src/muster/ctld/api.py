@@ -17,7 +17,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from muster.core.arrays import JobRef, parse_array, parse_job_ref
@@ -32,10 +32,11 @@ from muster.ctld.actions import parse_signal
 from muster.ctld.context import Context
 from muster.ctld.dashboard import build_dashboard_routes
 from muster.ctld.identity import Identity
+from muster.ctld.listing import JobListing
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
-from muster.ctld.wire import job_wire, message, node_wire, partition_wire
+from muster.ctld.wire import message, node_wire, partition_wire
 from muster.protocol.httpd import PEER_KEY, SignatureError, refusal
 from muster.protocol.messages import Heartbeat
 from muster.protocol.signing import CRED_HEADER, verify_credential
@@ -176,6 +177,7 @@ def build_routes(ctx: Context) -> list[Route]:
     ctl = ctx.controller
 
     private = PrivateData(ctl.config)
+    listing = JobListing(ctl.job_versions)  # jobs encoded once per change (ctld.listing)
 
     async def parse(request: Request, model: type[BaseModel]) -> Any:
         raw = await request.body()
@@ -330,11 +332,12 @@ def build_routes(ctx: Context) -> list[Route]:
         )
         if private.hides("jobs", caller(request)):
             selected = private.jobs(selected, caller(request))
-        brief = request.query_params.get("view") == "brief"
-        out = [job_wire(job, now, brief) for job in selected]
-        if ids and not out and len(ids) == 1:
+        if ids and not selected and len(ids) == 1:
             raise InvalidJobId()
-        return JSONResponse({"jobs": out, "now": now})
+        if job_ids is None:
+            listing.prune(ctl.jobs)
+        body = listing.body(selected, now, request.query_params.get("view") == "brief")
+        return Response(body, media_type="application/json")
 
     @handler
     async def get_job(request: Request) -> JSONResponse:
@@ -348,7 +351,9 @@ def build_routes(ctx: Context) -> list[Route]:
             job = found[0]
         if not private.jobs([job], caller(request)):
             raise InvalidJobId()  # PrivateData=jobs: another user's job is not there
-        return JSONResponse({"job": job_wire(job, ctx.clock.now()), "now": ctx.clock.now()})
+        now = ctx.clock.now()
+        body = b'{"job":' + listing.fragment(job, now, False) + b',"now":' + json.dumps(now).encode() + b"}"
+        return Response(body, media_type="application/json")
 
     @handler
     async def signal_jobs(request: Request) -> JSONResponse:

@@ -87,6 +87,8 @@ class ClusterState:
     # monotonic time of the last run of the controller's loop (``liveness``)
     last_tick: float | None = None
     stalls: int = 0
+    # job_id -> version, bumped by every committed change and reload (``ctld.listing``)
+    job_versions: dict[int, int] = field(default_factory=dict)
 
     # --- start-up -------------------------------------------------------------------
 
@@ -167,6 +169,7 @@ class ClusterState:
         """Commit job changes already made in memory; when the commit fails, memory goes
         back to what the store holds (so a change that was not committed is not applied)
         and the ``StorageError`` goes on to the caller."""
+        self.changed(j for j, _k, _d in changes)
         try:
             self.store.record(now, changes, meta=meta)
         except StorageError as exc:
@@ -178,6 +181,12 @@ class ClusterState:
             )
             self.reload_jobs(j for j, _k, _d in changes)
             raise
+
+    def changed(self, jobs: Iterable[Job]) -> None:
+        """Note that these jobs changed: what was encoded of them is stale (``ctld.listing``)."""
+        versions = self.job_versions
+        for job in jobs:
+            versions[job.job_id] = versions.get(job.job_id, 0) + 1
 
     @contextmanager
     def atomic(self, *jobs: Job) -> Iterator[None]:
@@ -192,6 +201,7 @@ class ClusterState:
     def reload_jobs(self, jobs: Iterable[Job]) -> None:
         """Put these jobs (and what they hold) back as the store last committed them."""
         for job in {j.job_id: j for j in jobs}.values():
+            self.changed((job,))
             stored = self.store.get_job(job.job_id)
             for node in self.nodes.values() if job.alloc else ():
                 for key in [k for k in node.allocs if k[0] == job.job_id]:
@@ -288,3 +298,4 @@ class ClusterState:
             if j.state.is_terminal and not j.completing and (j.end_time or 0) < cutoff
         ]:
             self.finished[job_id] = str(self.jobs.pop(job_id).state)
+            self.job_versions.pop(job_id, None)
