@@ -6,6 +6,9 @@ STAMP := $(VENV)/.installed
 LAUNCHERS := $(VENV)/.launchers
 STATE ?= $(CURDIR)/.muster-demo
 PYTEST_ARGS ?=
+# Real Slurm for `make bench`'s side-by-side table, where the workplace has its anchor
+# (setup.sh starts it); empty: muster next to the stored Slurm figures.
+SLURM_ANCHOR ?= $(wildcard $(CURDIR)/../shared/tools/slurm-anchor)
 
 .PHONY: install test test-unit test-fast demo down bench lint clean
 
@@ -45,7 +48,7 @@ down: install
 	$(BIN)/muster down --state-dir $(STATE)
 
 bench: install
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python benchmarks/run.py
+	SLURM_ANCHOR=$(SLURM_ANCHOR) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python benchmarks/run.py
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks examples
