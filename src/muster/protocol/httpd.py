@@ -277,6 +277,9 @@ def refusal(exc: SignatureError) -> dict[str, Any]:
     return body
 
 
+IN_FLIGHT = 64  # requests a SignedClient has in flight at once (httpx's pool allows 100)
+
+
 class SignedClient:
     """An async JSON client whose requests the other daemons will accept.
 
@@ -289,6 +292,11 @@ class SignedClient:
         self.sender = sender
         self.receiver = receiver
         self._client = httpx.AsyncClient(timeout=timeout)
+        # At most this many requests in flight: more wait here, in O(1), not in httpx's
+        # pool, whose queue is scanned whole for every request it assigns (a thousand
+        # launches at once cost seconds of CPU that way). Below the pool's own limit, so
+        # as many requests run at once as before.
+        self._gate = asyncio.Semaphore(IN_FLIGHT)
 
     def set_timeout(self, timeout: float) -> None:
         """Wait this long for later requests (a reconfigured MessageTimeout)."""
@@ -303,9 +311,10 @@ class SignedClient:
             )
             if method == "POST":
                 headers["content-type"] = "application/json"
-            resp = await self._client.request(
-                method, url, content=payload if method == "POST" else None, headers=headers
-            )
+            async with self._gate:
+                resp = await self._client.request(
+                    method, url, content=payload if method == "POST" else None, headers=headers
+                )
             floor = _stale_floor(resp)
             # The receiver restarted since our clock's "now": sign again at its floor,
             # once, when that is within the window (a new message, new nonce).
