@@ -29,6 +29,7 @@ from muster.core.states import JobState
 from muster.core.timefmt import MAX_TIME_LIMIT
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.actions import parse_signal
+from muster.ctld.commits import GroupCommit
 from muster.ctld.context import Context
 from muster.ctld.dashboard import build_dashboard_routes
 from muster.ctld.identity import Identity
@@ -178,6 +179,7 @@ def build_routes(ctx: Context) -> list[Route]:
 
     private = PrivateData(ctl.config)
     listing = JobListing(ctl.job_versions)  # jobs encoded once per change (ctld.listing)
+    ended = GroupCommit(ctl, ctl.launches.job_done)  # agents' reports, one commit a group
 
     async def parse(request: Request, model: type[BaseModel]) -> Any:
         raw = await request.body()
@@ -557,7 +559,7 @@ def build_routes(ctx: Context) -> list[Route]:
     @handler
     async def agent_job_done(request: Request) -> JSONResponse:
         body = await signed_body(request)
-        ctx.perform(ctl.launches.job_done(body))
+        ctx.perform(await ended.submit(body))  # committed with the reports that came with it
         ctx.kick()
         return JSONResponse({"ok": True})
 
