@@ -17,6 +17,7 @@ BENCHES = [
     "bench_faults.py",
     "bench_srun.py",
     "bench_sim.py",
+    "bench_tls.py",
 ]
 
 

@@ -31,7 +31,9 @@ from muster import VERSION_STRING
 from muster.agent.daemon import AgentDaemon, AgentSettings, StartupError
 from muster.agent.gpus import MODES
 from muster.core.config import Config, ConfigError, parse_config
+from muster.core.topoconf import attach_topology, topology_path, wants_topology
 from muster.protocol.client import default_conf_path
+from muster.protocol.logjson import setup_logging
 from muster.protocol.signing import SignatureError, load_key
 
 __all__ = ["default_state_dir", "main"]
@@ -73,6 +75,18 @@ def _fail(message: str) -> int:
     return 1
 
 
+def _read_topology(config: Config, path: str) -> None:
+    """topology.conf beside the config, for SLURM_TOPOLOGY_ADDR. The controller refuses a
+    bad one; a node goes on without it (its jobs then see the node name alone)."""
+    where = topology_path(path)
+    try:
+        if wants_topology(config):
+            with open(where, encoding="utf-8") as f:
+                attach_topology(config, f.read(), where)
+    except (OSError, ConfigError) as exc:
+        logging.getLogger("musterd").warning("topology not read: %s", exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     path = os.path.abspath(args.conf or default_conf_path())
@@ -90,13 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     if node is None:
         return _fail(f"node {node_name} is not defined in {path} (give --node NAME)")
 
-    logging.basicConfig(
+    setup_logging(
+        config.get("LogFormat"),
+        daemon="musterd",
+        node=node_name,
         filename=args.log_file,
         level=logging.DEBUG if args.verbose > 1 else logging.INFO,
-        format=f"%(asctime)s musterd[{node_name}] %(name)s %(levelname)s %(message)s",
+        text_format=f"%(asctime)s musterd[{node_name}] %(name)s %(levelname)s %(message)s",
     )
     # One line per heartbeat is noise; the link logs what matters (outages, refusals).
     logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose > 1 else logging.WARNING)
+    _read_topology(config, path)
     for warning in config.warnings:
         logging.getLogger("musterd").warning("%s", warning)
 

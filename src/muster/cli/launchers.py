@@ -35,6 +35,7 @@ COMMANDS = (
     "sbatch",
     "scancel",
     "scontrol",
+    "sdiag",
     "sinfo",
     "sprio",
     "sreport",

@@ -91,7 +91,7 @@ class Filters:
         elif not self.job_ids and state != "COMPLETING" and state not in _ACTIVE:
             return False
         if self.job_ids:
-            ids = (job.get("job_id"), job.get("array_job_id"), job.get("array_task_id"))
+            ids = (job.get("job_id"), job.get("array_job_id"), job.get("array_task_id"), job.get("het_job_id"))
             if not any(ref.matches(*ids) for ref in self.job_ids):
                 return False
         if self.users and job.get("user") not in self.users:

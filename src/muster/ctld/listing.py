@@ -18,7 +18,8 @@ A fragment is current when two things still match what it was encoded from:
 
 A purged job's fragments go with it (``prune``). The run time of a running job depends on
 the time of the request, so its fragment is stored without it and ``run_time`` is added at
-assembly. Who may see which jobs (``PrivateData``) is decided per caller before assembly:
+assembly, as is a heterogeneous job's set of component ids (which components are still in
+memory; ``hetindex.with_id_sets``). Who may see which jobs (``PrivateData``) is decided per caller before assembly:
 fragments hold nothing that depends on the caller.
 """
 
@@ -26,11 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from operator import attrgetter
 from typing import Any
 
+from muster.core.arrays import format_ranges
 from muster.core.job import Job
 from muster.core.states import JobState
+from muster.ctld.hetindex import components
 from muster.ctld.wire import job_wire
 
 # The job's own fields, compared at each request; its nested objects go with its version.
@@ -51,38 +55,51 @@ class JobListing:
 
     def __init__(self, versions: dict[int, int]) -> None:
         self.versions = versions  # ClusterState.job_versions: read, never written here
-        self._cache: dict[tuple[int, bool], tuple[int, tuple[Any, ...], bytes]] = {}
+        # (job id, brief) -> (version, fields, fragment, het leader whose id set it shows)
+        self._cache: dict[tuple[int, bool], tuple[int, tuple[Any, ...], bytes, int | None]] = {}
         self.encoded = 0  # fragments encoded so far (what a test counts)
 
-    def fragment(self, job: Job, now: float, brief: bool) -> bytes:
-        """The job's JSON object as ``job_wire`` gives it, encoded."""
+    def fragment(
+        self, job: Job, now: float, brief: bool, jobs: Mapping[int, Job], sets: dict[int, str] | None = None
+    ) -> bytes:
+        """The job's JSON object as ``job_wire`` and ``hetindex.with_id_sets`` give it,
+        encoded; ``jobs``: all jobs in memory (a heterogeneous job's set of ids is those of
+        its components still there), ``sets``: those sets found so far in this listing."""
         key = (job.job_id, brief)
         version = self.versions.get(job.job_id, 0)
         fields = _fields(job)
         hit = self._cache.get(key)
         if hit is not None and hit[0] == version and hit[1] == fields:
-            frag = hit[2]
+            frag, leader = hit[2], hit[3]
         else:
             d = job_wire(job, now, brief)
-            running = job.state is JobState.RUNNING
-            if running:
+            if job.state is JobState.RUNNING:
                 d.pop("run_time", None)
+            leader = d.get("het_job_id")
             frag = _encode(d).encode("utf-8")
             self.encoded += 1
-            self._cache[key] = (version, fields, frag)
-            if not running:
-                return frag
-        if job.state is JobState.RUNNING:  # run time as of this request, after the rest
-            tail = f'"run_time":{_run_time(job, now)}}}'.encode()
-            return frag[:-1] + (b"," + tail if len(frag) > 2 else tail)
-        return frag
+            self._cache[key] = (version, fields, frag, leader)
+        # What depends on the time of the request or on other jobs, after the rest.
+        extra = []
+        if job.state is JobState.RUNNING:
+            extra.append(f'"run_time":{_run_time(job, now)}')
+        if leader is not None:
+            sets = {} if sets is None else sets
+            if leader not in sets:
+                sets[leader] = format_ranges(c.job_id for c in components(jobs, leader)) or str(leader)
+            extra.append('"het_job_id_set":' + _encode(sets[leader]))
+        if not extra:
+            return frag
+        tail = ",".join(extra).encode() + b"}"
+        return frag[:-1] + (b"," + tail if len(frag) > 2 else tail)
 
-    def body(self, jobs: list[Job], now: float, brief: bool) -> bytes:
+    def body(self, jobs: list[Job], now: float, brief: bool, everyone: Mapping[int, Job]) -> bytes:
         """``{"jobs": [...], "now": now}`` encoded, as JSONResponse would encode it."""
-        parts = b",".join([self.fragment(job, now, brief) for job in jobs])
+        sets: dict[int, str] = {}
+        parts = b",".join([self.fragment(job, now, brief, everyone, sets) for job in jobs])
         return b'{"jobs":[' + parts + b'],"now":' + _encode(now).encode() + b"}"
 
-    def prune(self, present: dict[int, Job], slack: int = 64) -> None:
+    def prune(self, present: Mapping[int, Job], slack: int = 64) -> None:
         """Forget fragments of jobs no longer in memory (purged), once they are many."""
         if len(self._cache) > 2 * len(present) + slack:
             self._cache = {k: v for k, v in self._cache.items() if k[0] in present}

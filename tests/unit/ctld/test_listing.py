@@ -16,6 +16,7 @@ from muster.core.errors import StorageError
 from muster.core.job import JobSpec, NodeAlloc
 from muster.core.states import JobState, Reason
 from muster.ctld.controller import Controller, Identity
+from muster.ctld.hetindex import with_id_sets
 from muster.ctld.listing import JobListing
 from muster.ctld.store import Store
 from muster.ctld.wire import job_wire
@@ -48,14 +49,14 @@ def ctl(tmp_path: pathlib.Path) -> Controller:
 
 
 def _uncached(ctl: Controller, now: float, brief: bool) -> object:
-    jobs = [job_wire(j, now, brief) for j in ctl.jobs.values()]
+    jobs = with_id_sets([job_wire(j, now, brief) for j in ctl.jobs.values()], ctl.jobs)
     return json.loads(json.dumps({"jobs": jobs, "now": now}))
 
 
 def _check(ctl: Controller, listing: JobListing) -> None:
     now = ctl.clock.now()
     for brief in (True, False):
-        assert json.loads(listing.body(list(ctl.jobs.values()), now, brief)) == _uncached(ctl, now, brief)
+        assert json.loads(listing.body(list(ctl.jobs.values()), now, brief, ctl.jobs)) == _uncached(ctl, now, brief)
 
 
 def _submit(ctl: Controller, **spec: object) -> int:
@@ -162,7 +163,7 @@ def test_a_running_jobs_run_time_is_that_of_the_request(ctl: Controller) -> None
     _check(ctl, listing)
     ctl.clock.advance(75.0)  # type: ignore[attr-defined]
     _check(ctl, listing)
-    body = json.loads(listing.body([ctl.jobs[job_id]], ctl.clock.now(), True))
+    body = json.loads(listing.body([ctl.jobs[job_id]], ctl.clock.now(), True, ctl.jobs))
     assert body["jobs"][0]["run_time"] == 75
     assert listing.encoded == 2  # the time passing is no change
 
@@ -187,6 +188,16 @@ def test_one_jobs_query_encodes_that_job_alone(ctl: Controller) -> None:
         _submit(ctl)
     listing = JobListing(ctl.job_versions)
     job = ctl.jobs[7]
-    assert json.loads(listing.fragment(job, 1000.0, False)) == json.loads(json.dumps(job_wire(job, 1000.0)))
+    assert json.loads(listing.fragment(job, 1000.0, False, ctl.jobs)) == json.loads(json.dumps(job_wire(job, 1000.0)))
     assert listing.encoded == 1
     assert ctl.jobs[7].state is JobState.PENDING
+
+
+def test_a_heterogeneous_jobs_id_set_follows_its_components_in_memory(ctl: Controller) -> None:
+    jobs = ctl.hets.submit([JobSpec(**SCRIPT), JobSpec(**{**SCRIPT, "script": None}), JobSpec(**SCRIPT)], ALICE)
+    listing = JobListing(ctl.job_versions)
+    _check(ctl, listing)
+    body = json.loads(listing.body(list(ctl.jobs.values()), 1000.0, False, ctl.jobs))
+    assert {j["het_job_id_set"] for j in body["jobs"]} == {f"{jobs[0].job_id}-{jobs[-1].job_id}"}
+    del ctl.jobs[jobs[-1].job_id]  # a component gone from memory: no commit, still seen
+    _check(ctl, listing)
