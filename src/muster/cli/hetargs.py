@@ -10,10 +10,12 @@ again from their defaults in each component.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from muster.cli.options import Parsed
 from muster.core.hetjob import SEPARATOR
+
+TYPE_CHECKING = False  # collections.abc costs a command milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["PROPAGATED", "parse_components", "propagate"]
 

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 
 from muster.cli.common import CommandError, connect
 from muster.cli.hetargs import PROPAGATED
 from muster.cli.options import OptionTable, getopt
 from muster.core.hetjob import split_components
+
+TYPE_CHECKING = False  # collections.abc costs a command milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["HET_STEP_VAR", "NeedsAllocation", "Part", "allocate_and_run", "plan", "run"]
 

@@ -8,9 +8,11 @@ Jobs are the controller's ``JobWire`` dicts; a merged row is a copy of its first
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from muster.core.arrays import format_ranges
+
+TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["array_job_id_text", "array_task_text", "job_id_text", "merge_array_records", "merge_array_rows"]
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
 
 from muster.cli.acctfmt import call
 from muster.cli.columns import Printer, field_list
@@ -31,6 +29,11 @@ from muster.cli.common import (
     report,
     version_line,
 )
+
+TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeAlias
 
 PROG = "sacctmgr"
 
@@ -170,7 +173,7 @@ def _opt(v: object) -> str:
     return "" if v is None else str(v)
 
 
-Getter = Callable[[dict[str, Any]], str]
+Getter: TypeAlias = "Callable[[dict[str, Any]], str]"
 
 
 def _lim(name: str, fmt: Callable[[Any], str] = _opt) -> Getter:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from muster.cli.common import CommandError
 from muster.cli.squeue_fields import job_spec, long_state, start_time
 from muster.core.arrays import JobRef
-from muster.core.states import parse_job_states
+from muster.core.statenames import parse_job_states
 
 DEFAULT_SORT = "P,t,-p"
 
@@ -28,7 +28,7 @@ _STATE_ORDER = {
 
 
 def parse_states(text: str) -> set[str] | None:
-    """``-t``: short or long names (``core.states``), comma separated, any case; ``all``
+    """``-t``: short or long names (``core.statenames``), comma separated, any case; ``all``
     means every state (None)."""
     try:
         return parse_job_states(text)

@@ -19,7 +19,10 @@ import alone costs a command ~15 ms).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 
 __all__ = [
     "ARRAY_ERROR",

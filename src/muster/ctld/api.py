@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from muster.core.arrays import JobRef, parse_array, parse_job_ref
@@ -38,17 +38,18 @@ from muster.ctld.bodies import (
     SubmitBody,
     UpdateBody,
 )
+from muster.ctld.commits import GroupCommit
 from muster.ctld.context import Context
 from muster.ctld.dashboard import build_dashboard_routes
-from muster.ctld.hetindex import with_id_sets
 from muster.ctld.identity import Identity
 from muster.ctld.jwtauth import USER_HEADER, JwtAuth, token_in
+from muster.ctld.listing import JobListing
 from muster.ctld.observe_api import build_observe_routes
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.token_api import build_token_routes
-from muster.ctld.wire import job_wire, message, node_wire, partition_wire
+from muster.ctld.wire import message, node_wire, partition_wire
 from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, refusal
 from muster.protocol.messages import Heartbeat
 from muster.protocol.signing import CRED_HEADER, verify_credential
@@ -114,6 +115,8 @@ def build_routes(ctx: Context) -> list[Route]:
     ctl = ctx.controller
 
     private = PrivateData(ctl.config)
+    listing = JobListing(ctl.job_versions)  # jobs encoded once per change (ctld.listing)
+    ended = GroupCommit(ctl, ctl.launches.job_done)  # agents' reports, one commit a group
     jwt_auth = JwtAuth(ctl.config)  # AuthAltTypes=auth/jwt: tokens from scontrol token
 
     async def parse(request: Request, model: type[BaseModel]) -> Any:
@@ -259,11 +262,12 @@ def build_routes(ctx: Context) -> list[Route]:
         )
         if private.hides("jobs", caller(request)):
             selected = private.jobs(selected, caller(request))
-        brief = request.query_params.get("view") == "brief"
-        out = with_id_sets([job_wire(job, now, brief) for job in selected], ctl.jobs)
-        if ids and not out and len(ids) == 1:
+        if ids and not selected and len(ids) == 1:
             raise InvalidJobId()
-        return JSONResponse({"jobs": out, "now": now})
+        if job_ids is None:
+            listing.prune(ctl.jobs)
+        body = listing.body(selected, now, request.query_params.get("view") == "brief", ctl.jobs)
+        return Response(body, media_type="application/json")
 
     @handler
     async def get_job(request: Request) -> JSONResponse:
@@ -277,8 +281,10 @@ def build_routes(ctx: Context) -> list[Route]:
             job = found[0]
         if not private.jobs([job], caller(request)):
             raise InvalidJobId()  # PrivateData=jobs: another user's job is not there
-        wired = with_id_sets([job_wire(job, ctx.clock.now())], ctl.jobs)[0]
-        return JSONResponse({"job": wired, "now": ctx.clock.now()})
+        now = ctx.clock.now()
+        frag = listing.fragment(job, now, False, ctl.jobs)
+        body = b'{"job":' + frag + b',"now":' + json.dumps(now).encode() + b"}"
+        return Response(body, media_type="application/json")
 
     @handler
     async def signal_jobs(request: Request) -> JSONResponse:
@@ -484,7 +490,7 @@ def build_routes(ctx: Context) -> list[Route]:
     @handler
     async def agent_job_done(request: Request) -> JSONResponse:
         body = await signed_body(request)
-        ctx.perform(ctl.launches.job_done(body))
+        ctx.perform(await ended.submit(body))  # committed with the reports that came with it
         ctx.kick()
         return JSONResponse({"ok": True})
 

@@ -96,6 +96,8 @@ class ClusterState:
     # monotonic time of the last run of the controller's loop (``liveness``)
     last_tick: float | None = None
     stalls: int = 0
+    # job_id -> version, bumped by every committed change and reload (``ctld.listing``)
+    job_versions: dict[int, int] = field(default_factory=dict)
     # topology.conf as placement reads it (``sched.topology``), when configured
     topology: Topology | None = None
     # sdiag's and /metrics's running figures (``stats``); set by the app
@@ -182,6 +184,7 @@ class ClusterState:
         """Commit job changes already made in memory; when the commit fails, memory goes
         back to what the store holds (so a change that was not committed is not applied)
         and the ``StorageError`` goes on to the caller."""
+        self.changed(j for j, _k, _d in changes)
         t0 = self.clock.monotonic()
         try:
             self.store.record(now, changes, meta=meta)
@@ -199,6 +202,12 @@ class ClusterState:
         if self.stats is not None:
             self.stats.observe_commit(changes, self.clock.monotonic() - t0)
 
+    def changed(self, jobs: Iterable[Job]) -> None:
+        """Note that these jobs changed: what was encoded of them is stale (``ctld.listing``)."""
+        versions = self.job_versions
+        for job in jobs:
+            versions[job.job_id] = versions.get(job.job_id, 0) + 1
+
     @contextmanager
     def atomic(self, *jobs: Job) -> Iterator[None]:
         """A change of these jobs applies whole or not at all: on any error inside (a
@@ -212,6 +221,7 @@ class ClusterState:
     def reload_jobs(self, jobs: Iterable[Job]) -> None:
         """Put these jobs (and what they hold) back as the store last committed them."""
         for job in {j.job_id: j for j in jobs}.values():
+            self.changed((job,))
             stored = self.store.get_job(job.job_id)
             for node in self.nodes.values() if job.alloc else ():
                 for key in [k for k in node.allocs if k[0] == job.job_id]:
@@ -359,3 +369,4 @@ class ClusterState:
             if j.state.is_terminal and not j.completing and (j.end_time or 0) < cutoff
         ]:
             self.finished[job_id] = str(self.jobs.pop(job_id).state)
+            self.job_versions.pop(job_id, None)

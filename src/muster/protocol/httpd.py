@@ -390,6 +390,9 @@ def refusal(exc: SignatureError) -> dict[str, Any]:
     return body
 
 
+IN_FLIGHT = 64  # requests a SignedClient has in flight at once (httpx's pool allows 100)
+
+
 class SignedClient:
     """An async JSON client whose requests the other daemons will accept.
 
@@ -413,6 +416,11 @@ class SignedClient:
         self.tls = tls
         # One pool of kept-alive connections per peer: a TLS handshake per link, not per message.
         self._client = httpx.AsyncClient(timeout=timeout, verify=tls if tls is not None else True)
+        # At most this many requests in flight: more wait here, in O(1), not in httpx's
+        # pool, whose queue is scanned whole for every request it assigns (a thousand
+        # launches at once cost seconds of CPU that way). Below the pool's own limit, so
+        # as many requests run at once as before.
+        self._gate = asyncio.Semaphore(IN_FLIGHT)
 
     def url(self, host: str, port: int, path: str = "") -> str:
         """The URL of ``path`` on the daemon at ``host:port`` (https with TLS)."""
@@ -433,9 +441,10 @@ class SignedClient:
                 headers["content-type"] = "application/json"
             # With TLS the receiver's certificate must name the receiver, whatever its address.
             extensions = {"sni_hostname": to or self.receiver} if self.tls is not None else None
-            resp = await self._client.request(
-                method, url, content=payload if method == "POST" else None, headers=headers, extensions=extensions
-            )
+            async with self._gate:
+                resp = await self._client.request(
+                    method, url, content=payload if method == "POST" else None, headers=headers, extensions=extensions
+                )
             floor = _stale_floor(resp)
             # The receiver restarted since our clock's "now": sign again at its floor,
             # once, when that is within the window (a new message, new nonce).
