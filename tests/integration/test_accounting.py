@@ -235,7 +235,12 @@ def test_sacct_shows_what_a_batch_script_used(acct_cluster: Harness) -> None:
 
 def test_sreport_job_goodput_adds_up_what_jobs_reported(acct_cluster: Harness) -> None:
     h = acct_cluster
-    steps = 'echo "step 1" >> "$MUSTER_PROGRESS"; sleep 1; echo "checkpoint 1" >> "$MUSTER_PROGRESS"; sleep 1'
+    # times given with the reports (the agent may read them a heartbeat later); the job runs on
+    # long enough for a heartbeat to carry them before it ends
+    steps = (
+        'echo "step 1 $(date +%s)" >> "$MUSTER_PROGRESS"; sleep 1; '
+        'echo "checkpoint 1 $(date +%s)" >> "$MUSTER_PROGRESS"; sleep 8'
+    )
     reporting = h.sbatch("-A", "A", "--gres=gpu:2", "--wrap", steps)
     silent = h.sbatch("-A", "A", "--gres=gpu:1", "--wrap", "sleep 1")
     assert h.wait_job(reporting)["state"] == "COMPLETED"
