@@ -323,10 +323,13 @@ class AgentDaemon:
         if self._server is not None:
             self._server.should_exit = True
 
-    async def serve(self) -> None:
-        sockets = self.prepare()
+    async def serve(self, hosted: bool = False, sockets: list[Any] | None = None) -> None:
+        """Serve until stopped; ``hosted``: one of several nodes of this process (``host``),
+        whose signals the process handles, with the ``sockets`` its ``prepare`` bound."""
+        if sockets is None:
+            sockets = self.prepare()
         app = build_app(self.supervisor, self.settings.key, self.clock, self.lifespan, self._status_extra, self.steps)
-        server = self._server = make_server(app, body_limit=body_limit(self.config.max_script_size))
+        server = self._server = make_server(app, body_limit=body_limit(self.config.max_script_size), hosted=hosted)
         try:
             if not self.stop_requested:
                 await server.serve(sockets=sockets)

@@ -20,11 +20,13 @@ commands never do.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import socket
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -102,12 +104,25 @@ def body_limit(max_script_size: int) -> int:
     return max(BODY_LIMIT, 2 * max_script_size + 1024 * 1024)
 
 
+class _HostedServer(uvicorn.Server):
+    """One of several servers in one process (an agent hosting many emulated nodes): the
+    process turns SIGTERM/SIGINT into a stop of all of them, so no server takes the
+    signals for itself (uvicorn's own capture would leave all but the last one running)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 def make_server(
     app: Any,
     log_level: str = "warning",
     body_limit: int = BODY_LIMIT,
     clock: Clock | None = None,
+    hosted: bool = False,
 ) -> uvicorn.Server:
+    """A uvicorn server for ``app``; ``hosted``: one of several in this process, whose
+    signals the process handles itself."""
     config = uvicorn.Config(
         Guarded(app, body_limit, clock or SystemClock()),
         http=_PeerCredProtocol,
@@ -116,7 +131,7 @@ def make_server(
         access_log=False,
         timeout_keep_alive=30,
     )
-    return uvicorn.Server(config)
+    return _HostedServer(config) if hosted else uvicorn.Server(config)
 
 
 async def read_body(receive: Any) -> bytes:
