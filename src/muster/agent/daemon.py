@@ -12,6 +12,7 @@ import asyncio
 import fcntl
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +104,8 @@ class AgentDaemon:
         self._tasks: list[asyncio.Task[Any]] = []
         self._server: Any = None
         self.stop_requested = False
+        # set by a process hosting several nodes: their heartbeats travel together
+        self.send_heartbeat: Callable[[dict[str, Any]], Awaitable[Any]] | None = None
         self.client: SignedClient | None = None
         self.link: ControllerLink | None = None
         # One ledger of the host's CPUs for batch scripts and steps alike; batch scripts
@@ -243,6 +246,7 @@ class AgentDaemon:
             state=self.state,
             interval=heartbeat_interval(cfg),
         )
+        self.link.send_heartbeat = self.send_heartbeat
         self.hooks.on_fault = self.link.add_fault
         self.link.progress_source = self._progress_reports
         base = f"http://{cfg.ctld_addr}:{cfg.ctld_port}"
