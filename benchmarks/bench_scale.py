@@ -7,8 +7,9 @@ Two parts, both printing figures (never asserting them):
    whether the controller's cost grows with nodes x jobs (it should not).
 2. **Real daemons** (``muster up --nodes N --nodes-per-agent P``): nodes brought up per
    second, the controller's RSS and idle CPU (and so its CPU per heartbeat, HTTP included),
-   the agents' RSS and CPU per hosted node, ``squeue``/``sinfo`` wall time, and ``srun -NK
-   true`` for K in 8/64/256 (first to last task). A size whose estimated memory exceeds
+   the agents' RSS and CPU per hosted node, ``squeue``/``sinfo`` wall time, ``srun -NK
+   true`` for K in 8/64/256 (first to last task), and how long after a ``kill -9`` of one
+   agent process all its nodes are DOWN (a rack losing power; SlurmdTimeout=15). A size whose estimated memory exceeds
    half of what the machine has free is skipped with the reason printed.
 
     python benchmarks/bench_scale.py [--sizes 128,512,1024] [--per-agent 64] [--idle 20]
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -161,6 +163,20 @@ def cluster(nodes: int, per_agent: int, idle: float) -> dict[str, Any]:
         for k in (8, 64, 256):
             if k <= nodes:
                 out[f"srun_N{k}_ms"] = timed(h, ["srun", f"-N{k}", "true"], n=1)
+        # a rack's power lost: kill -9 the last agent process; how long until all its nodes are DOWN
+        name, rack = list(h.cluster.agents().items())[-1]
+        pid = h.cluster._alive(name)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 120:
+            states = h.node_states()
+            if all(states[n] == "DOWN" for n in rack):
+                break
+            time.sleep(0.2)
+        out["rack_down_s"] = time.perf_counter() - t0
+        out["rack"] = len(rack)
+        out["slurmd_timeout"] = h.cluster.config().slurmd_timeout
     finally:
         h.down()
     return out
@@ -201,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             f"and {r['agent_cpu_pct_per_node']:.3f} % CPU per node; squeue {r['squeue_ms']:.0f} ms, "
             f"sinfo {r['sinfo_ms']:.0f} ms; "
             + ", ".join(f"srun -N{k} {r[f'srun_N{k}_ms']:.0f} ms" for k in (8, 64, 256) if f"srun_N{k}_ms" in r)
+            + f"; an agent process of {r['rack']} nodes killed: all DOWN after {r['rack_down_s']:.1f} s "
+            f"(SlurmdTimeout={r['slurmd_timeout']})"
         )
         sys.stdout.flush()
     return 0
