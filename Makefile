@@ -3,12 +3,16 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LAUNCHERS := $(VENV)/.launchers
 STATE ?= $(CURDIR)/.muster-demo
 PYTEST_ARGS ?=
+# Real Slurm for `make bench`'s side-by-side table, where the workplace has its anchor
+# (setup.sh starts it); empty: muster next to the stored Slurm figures.
+SLURM_ANCHOR ?= $(wildcard $(CURDIR)/../shared/tools/slurm-anchor)
 
 .PHONY: install test test-unit test-fast demo down bench lint clean
 
-install: $(STAMP)
+install: $(STAMP) $(LAUNCHERS)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,6 +24,13 @@ $(STAMP): pyproject.toml
 	# Commands read .pyc files even where writing bytecode is turned off: compile once here.
 	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
+
+# The Slurm commands start without site processing: launchers that name where muster is
+# imported from replace pip's console scripts (src/muster/cli/launchers.py; -I: whatever
+# PYTHONPATH says, the launchers name this checkout's install).
+$(LAUNCHERS): $(STAMP) src/muster/cli/launchers.py
+	$(BIN)/python -I -m muster.cli.launchers $(BIN)
+	touch $(LAUNCHERS)
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -37,7 +48,7 @@ down: install
 	$(BIN)/muster down --state-dir $(STATE)
 
 bench: install
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python benchmarks/run.py
+	SLURM_ANCHOR=$(SLURM_ANCHOR) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python benchmarks/run.py
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks examples

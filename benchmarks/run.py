@@ -1,4 +1,6 @@
-"""Run every benchmark and print its figures (``make bench``)."""
+"""Run every benchmark and print its figures (``make bench``): first issue 20's table,
+muster next to real Slurm (``sidebyside.py``: measured in this run when ``$SLURM_ANCHOR``
+names a slurm-anchor, else next to the stored Slurm figures), then each issue's own."""
 
 from __future__ import annotations
 
@@ -7,7 +9,16 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHES = ["bench_submit.py", "bench_sched.py", "bench_failure.py", "bench_faults.py", "bench_srun.py", "bench_sim.py"]
+BENCHES = [
+    "sidebyside.py",
+    "bench_submit.py",
+    "bench_sched.py",
+    "bench_failure.py",
+    "bench_faults.py",
+    "bench_srun.py",
+    "bench_sim.py",
+    "bench_tls.py",
+]
 
 
 def main() -> int:

@@ -43,8 +43,23 @@ def fill_disk(path: str) -> None:
 
 
 class Harness:
-    def __init__(self, shape: ClusterShape, root: str | None = None, settings: dict[str, str] | None = None) -> None:
-        self.settings = settings
+    """A local cluster for a test. Its links are plain HTTP on loopback unless ``tls`` (or
+    ``$MUSTER_TEST_TLS=1``, to run a whole suite over TLS) asks for ``muster up``'s default,
+    ``TLSType=tls/muster``; a test's own ``settings`` win over both."""
+
+    def __init__(
+        self,
+        shape: ClusterShape,
+        root: str | None = None,
+        settings: dict[str, str] | None = None,
+        topology: str | None = None,
+        tls: bool | None = None,
+    ) -> None:
+        if tls is None:
+            tls = os.environ.get("MUSTER_TEST_TLS") == "1"
+        # With TLS the cluster's config is exactly what `muster up` writes (TLS is its default).
+        self.settings = {**({} if tls else {"TLSType": "tls/none"}), **(settings or {})} or None
+        self.topology = topology  # topology.conf text, if any
         self.root = root or tempfile.mkdtemp(prefix="muster-it-")
         os.chmod(self.root, 0o755)
         self.cluster = LocalCluster(os.path.join(self.root, "state"))
@@ -55,7 +70,7 @@ class Harness:
 
     def up(self) -> None:
         if not self.cluster.exists:
-            self.cluster.create(self.shape, self.settings)
+            self.cluster.create(self.shape, self.settings, self.topology)
         self.cluster.start()
         self.cluster.wait_ready(60)
 

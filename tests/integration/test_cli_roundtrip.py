@@ -152,3 +152,25 @@ def test_a_job_that_can_no_longer_end_by_its_deadline_ends_deadline(cluster: Har
     bad = cluster.run(["sbatch", "--begin=now+2hours", "--deadline=now+1hour", "--wrap", "true"])
     assert bad.returncode == 1
     assert "Incompatible begin and deadline time specification" in bad.stderr
+
+
+def test_json_outputs_of_scontrol_show_and_sinfo_use_data_parser_v0040(cluster: Harness) -> None:
+    import json
+
+    job_id = cluster.sbatch("--hold", "-J", "jsonjob", "--wrap", "true")
+    try:
+        doc = json.loads(_ok(cluster.run(["scontrol", "show", "job", str(job_id), "--json"])))
+        assert doc["meta"]["plugin"]["data_parser"] == "data_parser/v0.0.40" and doc["errors"] == []
+        (job,) = doc["jobs"]
+        assert job["job_id"] == job_id and job["name"] == "jsonjob" and job["job_state"] == ["PENDING"]
+        nodes = json.loads(_ok(cluster.run(["scontrol", "show", "node", "--json"])))["nodes"]
+        assert nodes and all(isinstance(n["state"], list) and n["cpus"] > 0 for n in nodes)
+        parts = json.loads(_ok(cluster.run(["scontrol", "show", "partition", "--json"])))["partitions"]
+        assert parts and parts[0]["nodes"]["total"] == len(nodes)
+        info = json.loads(_ok(cluster.run(["sinfo", "--json"])))
+        assert sum(e["nodes"]["total"] for e in info["sinfo"]) == len(nodes)
+        assert {e["partition"]["name"] for e in info["sinfo"]} == {p["name"] for p in parts}
+        refused = cluster.run(["scontrol", "show", "job", "--yaml"])
+        assert refused.returncode != 0 and "--json" in refused.stderr
+    finally:
+        cluster.run(["scancel", str(job_id)])

@@ -260,8 +260,14 @@ def test_a_user_sees_only_what_squeue_shows_them(dash: Harness, browser: Any, us
         )
         assert [(j["job_id"], j["state"], j["reason"]) for j in mine] == [(waiting, "PENDING", "Resources")]
         assert mine[0]["planned_start"] >= dash.job(root_job)["start_time"] + 120 - 1
-        cells = [g for n in state["nodes"] for g in n["gpus"] if g["state"] == "alloc"]
-        assert cells and all("job_id" not in g for g in cells)  # in use, but not named
+        # (the view is rebuilt at most once a second: wait for one that has root's job running)
+        cells = until(
+            lambda: [
+                g for n in api(url, "/dash/api/state", cookie)[1]["nodes"] for g in n["gpus"] if g["state"] == "alloc"
+            ],
+            "root's GPU shown in use",
+        )
+        assert all("job_id" not in g for g in cells)  # in use, but not named
         status, body = api(url, f"/dash/api/jobs/{root_job}", cookie)
         assert status == 404 and body["error"] == "Invalid job id specified"
         status, shares = api(url, "/dash/api/shares", cookie)

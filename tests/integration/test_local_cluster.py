@@ -39,6 +39,13 @@ def test_up_status_restart_and_down() -> None:
         assert up.returncode == 0, up.stderr
         assert f"export MUSTER_CONF={state}/muster.conf" in up.stdout
         assert oct(os.stat(f"{state}/muster.key").st_mode & 0o777) == "0o600"
+        # auth/jwt for scontrol token and musterrestd: the key 0600, named in the config
+        assert oct(os.stat(f"{state}/jwt_hs256.key").st_mode & 0o777) == "0o600"
+        with open(f"{state}/muster.conf") as f:
+            conf = f.read()
+        assert "AuthAltTypes=auth/jwt" in conf and f"AuthAltParameters=jwt_key={state}/jwt_hs256.key" in conf
+        assert "every TCP link is TLS" in up.stdout  # TLSType=tls/muster by default
+        assert oct(os.stat(f"{state}/tls/slurmd_node1_cert_key.pem").st_mode & 0o777) == "0o600"
 
         daemons = json.loads(muster("status", "--state-dir", state, "--json").stdout)
         assert [d["name"] for d in daemons] == ["musterctld", "node1", "node2"]
@@ -80,3 +87,51 @@ def test_muster_up_renders_extra_settings_over_its_own(tmp_path) -> None:
     with pytest.raises(ConfigError):
         bad.create(ClusterShape(2, 0, 4, 1000, None), {"SlurmdTimeout": "soon"})
     assert not bad.exists
+
+
+def test_muster_up_rest_starts_musterrestd_and_down_stops_it() -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    state = tempfile.mkdtemp(prefix="muster-up-rest-")
+    try:
+        up = muster(
+            "up",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "1",
+            "--cpus-per-node",
+            "2",
+            "--mem-per-node",
+            "2000",
+            "--state-dir",
+            state,
+            "--rest",
+            f"127.0.0.1:{port}",
+        )
+        assert up.returncode == 0, up.stderr
+        assert f"http://127.0.0.1:{port}/slurm/v0.0.40/" in up.stdout
+        env = dict(os.environ, MUSTER_CONF=f"{state}/muster.conf")
+        token = subprocess.run(
+            [sys.executable, "-m", "muster.cli.scontrol", "token"], env=env, capture_output=True, text=True
+        )
+        assert token.returncode == 0 and token.stdout.startswith("SLURM_JWT="), token.stderr
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/slurm/v0.0.40/nodes",
+            headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token.stdout.strip().split("=", 1)[1]},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert [n["name"] for n in json.loads(r.read())["nodes"]] == ["node1"]
+        down = muster("down", "--state-dir", state)
+        assert down.returncode == 0 and "musterrestd" in down.stdout
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        bad = muster("up", "--state-dir", state, "--rest", "nope")
+        assert bad.returncode == 2 and "invalid --rest address" in bad.stderr
+        assert not any(d["running"] for d in json.loads(muster("status", "--state-dir", state, "--json").stdout))
+    finally:
+        muster("down", "--state-dir", state)

@@ -47,7 +47,7 @@ def test_a_dead_node_fails_its_job_which_is_requeued_and_reruns_elsewhere(fast_f
     killed = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     rerun = h.wait_job(job_id, lambda j: j["restart_count"] == 1 and j["state"] == "RUNNING", timeout=30)
-    assert time.monotonic() - killed < 4 + 6  # SlurmdTimeout plus a heartbeat or two
+    assert time.monotonic() - killed < 4 + 3 + 6  # SlurmdTimeout, the requeue delay, a heartbeat or two
     assert victim not in [a["node"] for a in rerun["alloc"]]
     nodes = {n["name"]: n for n in h.cluster.api("GET", "/v1/nodes")["nodes"]}
     assert nodes[victim]["state"] == "DOWN" and nodes[victim]["reason"] == "Not responding"
@@ -114,3 +114,33 @@ def test_controller_kill9_under_load_loses_no_job(fast_failing: Harness) -> None
     h.cluster.wait_ready(30)
     for job_id in ids:
         assert h.wait_job(job_id, timeout=120)["state"] == "COMPLETED"
+
+
+def test_a_node_set_down_requeues_its_job_unless_no_kill_keeps_it_running_without_the_node(
+    fast_failing: Harness,
+) -> None:
+    h = fast_failing
+    kept = h.sbatch("-N2", "--no-kill", "--wrap", "sleep 60")
+    job = h.wait_state(kept, "RUNNING")
+    batch_host, other = job["alloc"][0]["node"], job["alloc"][1]["node"]
+    down = h.run(["scontrol", "update", f"nodename={other}", "state=down", "reason=test_nokill"])
+    assert down.returncode == 0, down.stderr
+    job = h.job(kept)
+    assert job["state"] == "RUNNING" and job["restart_count"] == 0
+    assert [a["node"] for a in job["alloc"]] == [batch_host]
+    shown = h.run(["scontrol", "show", "job", str(kept)]).stdout
+    assert f"   NodeList={batch_host}\n" in shown, shown
+    h.run(["scontrol", "update", f"nodename={other}", "state=resume"])
+    assert h.run(["scancel", str(kept)]).returncode == 0
+
+    requeued = h.sbatch("-N2", "--wrap", "sleep 60")
+    job = h.wait_state(requeued, "RUNNING")
+    other = job["alloc"][1]["node"]
+    assert h.run(["scontrol", "update", f"nodename={other}", "state=down", "reason=test_kill"]).returncode == 0
+    job = h.job(requeued)
+    # As in Slurm: back to PENDING, restart counted, not eligible for a moment (BeginTime)
+    assert (job["state"], job["restart_count"], job["reason"]) == ("PENDING", 1, "BeginTime")
+    h.run(["scontrol", "update", f"nodename={other}", "state=resume"])
+    job = h.wait_state(requeued, "RUNNING", timeout=30)
+    assert job["restart_count"] == 1
+    assert h.run(["scancel", str(requeued)]).returncode == 0

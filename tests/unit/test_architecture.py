@@ -17,6 +17,7 @@ FORBIDDEN = {
     "sim": {"ctld", "agent", "cli"},
     "agent": {"ctld", "sched", "cli", "sim"},
     "ctld": {"agent", "cli", "sim"},
+    "rest": {"ctld", "sched", "agent", "sim", "cluster"},
 }
 IMPURE_MODULES = {"asyncio", "sqlite3", "socket", "subprocess", "threading"}
 

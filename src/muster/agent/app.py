@@ -8,7 +8,8 @@ credentials that ``protocol.httpd`` puts in the scope:
   body, the time/nonce headers and the sender and receiver names; a request from anyone
   but ``ctld``, addressed to another node, replayed (even across a restart of this agent:
   see ``protocol.replay``) or unsigned is answered 401 before any route runs, with one
-  log line naming what was refused.
+  log line naming what was refused. With ``TLSType=tls/muster`` the port speaks TLS and a
+  signed request must come over a connection whose client certificate is the controller's.
 
   ==========================  ==============================================================
   ``POST /v1/launch``         ``{"job", "cluster", "ctld", "kill_wait"}`` -> ``{"ok": true}``
@@ -22,6 +23,7 @@ credentials that ``protocol.httpd`` puts in the scope:
                               for a running job) -> ``{"ok": true, "running": bool}``
   ``GET /v1/status``          ``{"node", "running": [job_id], "attempts": [[id, restarts]],
                               "pending_reports": n, "registered": bool}``
+  ``GET /openapi.json``       these routes as OpenAPI 3.1 (``agent.openapi``)
   ==========================  ==============================================================
 
   ``/v1/signal`` for a job that does not run here answers 404 ``invalid_job_id``.
@@ -52,11 +54,20 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.agent.limits import parse_signal
+from muster.agent.openapi import openapi_route
 from muster.agent.stepapi import StepApi
 from muster.agent.steps import StepRunner
 from muster.agent.supervisor import LaunchError, Supervisor
 from muster.core.clock import Clock
-from muster.protocol.httpd import PEER_KEY, SignatureError, Verifier, read_body, refusal, send_json
+from muster.protocol.httpd import (
+    PEER_KEY,
+    TLS_PEER_KEY,
+    SignatureError,
+    Verifier,
+    read_body,
+    refusal,
+    send_json,
+)
 from muster.protocol.messages import (
     LaunchRequest,
     MessageError,
@@ -146,7 +157,7 @@ def build_routes(
         # The batch host's supervisor signals the batch script's processes but the shell
         # (srun forwards to its tasks on every node); otherwise the step runner signals the
         # steps it runs without an srun to forward (an allocation's). Each task: once.
-        found = supervisor.signal(msg.job_id, sig, msg.batch_only)
+        found = supervisor.signal(msg.job_id, sig, msg.batch_only, msg.whole_job)
         if not found and steps is not None and not msg.batch_only:
             found = steps.signal(msg.job_id, sig)
         if not found:
@@ -234,7 +245,7 @@ class _SignedOnly:
         target = (path + b"?" + query if query else path).decode("latin-1")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            sender = self.verifier.verify(scope["method"], target, body, headers)
+            sender = self.verifier.verify(scope["method"], target, body, headers, scope.get(TLS_PEER_KEY))
             if sender != CTLD:
                 raise SignatureError(f"message from {sender}: agents take orders from {CTLD} only")
         except SignatureError as exc:
@@ -263,6 +274,15 @@ class _SignedOnly:
         await self.app(scope, replay, send)
 
 
+async def _send_metrics(body: bytes, send: Any) -> None:
+    headers = [
+        (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def build_app(
     supervisor: Supervisor,
     key: bytes,
@@ -270,11 +290,18 @@ def build_app(
     lifespan: Any = None,
     status_extra: Callable[[], dict[str, Any]] = dict,
     steps: StepRunner | None = None,
+    metrics: Callable[[], bytes] | None = None,
+    require_cert: bool = False,
 ) -> ASGIApp:
-    """The ASGI app for both sockets (see the module docstring)."""
+    """The ASGI app for both sockets (see the module docstring). ``metrics``: the text of
+    ``GET /metrics`` (``agent.metrics``), served without a signature when the site enabled it;
+    ``require_cert``: orders must come over TLS from the controller's certificate
+    (``TLSType=tls/muster``)."""
     routes = build_routes(supervisor, status_extra, steps)
+    routes.append(openapi_route(routes))  # GET /openapi.json, signed like the rest
     # The replay floor lives in the agent's own 0700 state directory (protocol.replay).
-    verifier = Verifier(key, clock, supervisor.node, os.path.join(supervisor.state.root, "replay-floor"))
+    floor = os.path.join(supervisor.state.root, "replay-floor")
+    verifier = Verifier(key, clock, supervisor.node, floor, require_cert=require_cert)
     signed = _SignedOnly(Starlette(routes=routes), verifier)
     if steps is not None:
         steps.replay = verifier.guard  # a step grant is admitted once, across restarts too
@@ -285,6 +312,8 @@ def build_app(
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await outer(scope, receive, send)
+        elif metrics is not None and scope["type"] == "http" and scope["path"] == "/metrics":
+            await _send_metrics(metrics(), send)
         elif scope.get(PEER_KEY):
             await local(scope, receive, send)
         elif step_api is not None and scope["type"] == "http" and scope["path"].startswith("/v1/steps/"):

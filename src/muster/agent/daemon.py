@@ -12,6 +12,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import ssl
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,13 +26,16 @@ from muster.agent.env import EnvContext
 from muster.agent.gpuhealth import GpuFault, GpuHealth, default_fault_file
 from muster.agent.hooks import Hooks
 from muster.agent.link import ControllerLink
+from muster.agent.metrics import AgentCollector
 from muster.agent.progress import ProgressWatch
 from muster.agent.state import StateDir
 from muster.agent.steps import StepRunner
 from muster.agent.supervisor import Supervisor
 from muster.core.clock import Clock, SystemClock
 from muster.core.config import Config, NodeConf
+from muster.core.topoconf import topology_addr
 from muster.protocol.httpd import SignedClient, bind_tcp, bind_unix, body_limit, make_server
+from muster.protocol.tls import TLSError, daemon_contexts
 
 __all__ = ["AgentDaemon", "AgentSettings", "StartupError", "heartbeat_interval"]
 
@@ -107,6 +111,7 @@ class AgentDaemon:
         # set by a process hosting several nodes: their heartbeats travel together
         self.send_heartbeat: Callable[[dict[str, Any]], Awaitable[Any]] | None = None
         self.client: SignedClient | None = None
+        self._tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None  # (server, client): TLSType=tls/muster
         self.link: ControllerLink | None = None
         # One ledger of the host's CPUs for batch scripts and steps alike; batch scripts
         # and tasks are pinned by default only under TaskPlugin=task/affinity.
@@ -124,6 +129,8 @@ class AgentDaemon:
                 ctld_addr=self.config.ctld_addr,
                 ctld_port=self.config.ctld_port,
                 def_mem_per_cpu=self.config.def_mem_per_cpu,
+                topology_addr=topology_addr(self.config.topology, self.node.name)[0],
+                topology_pattern=topology_addr(self.config.topology, self.node.name)[1],
             ),
             kill_wait=float(self.config.kill_wait),
             over_time=_over_time(self.config),
@@ -164,6 +171,11 @@ class AgentDaemon:
         path = socket_path(self.config, self.node.name, self.state.root)
         if len(path.encode()) > UNIX_PATH_MAX:
             raise StartupError(f"socket path {path} is too long for a Unix socket; set AgentSocketDir")
+        if self.config.tls.enabled:
+            try:
+                self._tls = daemon_contexts(self.config.tls.node(self.node.name))
+            except TLSError as exc:
+                raise StartupError(str(exc)) from None
         try:
             tcp = bind_tcp(self.node.addr, self.node.port)
         except OSError as exc:
@@ -212,6 +224,11 @@ class AgentDaemon:
             "version": __version__,
         }
 
+    @property
+    def uses_tls(self) -> bool:
+        """Whether this node's links are TLS (known once ``prepare`` ran)."""
+        return self._tls is not None
+
     def _notify(self) -> None:
         if self.link is not None:
             self.link.wake()
@@ -235,11 +252,16 @@ class AgentDaemon:
     async def start(self) -> None:
         cfg = self.config
         self.client = SignedClient(
-            self.settings.key, self.clock, timeout=float(cfg.message_timeout), sender=self.node.name
+            self.settings.key,
+            self.clock,
+            timeout=float(cfg.message_timeout),
+            sender=self.node.name,
+            tls=self._tls[1] if self._tls else None,
         )
+        base = self.client.url(cfg.ctld_addr, cfg.ctld_port)
         self.link = ControllerLink(
             client=self.client,
-            base_url=f"http://{cfg.ctld_addr}:{cfg.ctld_port}",
+            base_url=base,
             node=self.node.name,
             registration=self.registration,
             supervisor=self.supervisor,
@@ -249,7 +271,6 @@ class AgentDaemon:
         self.link.send_heartbeat = self.send_heartbeat
         self.hooks.on_fault = self.link.add_fault
         self.link.progress_source = self._progress_reports
-        base = f"http://{cfg.ctld_addr}:{cfg.ctld_port}"
         client = self.client
         self.steps.report = lambda path, body: client.post(base + path, body)
         self.supervisor.recover()
@@ -332,8 +353,25 @@ class AgentDaemon:
         whose signals the process handles, with the ``sockets`` its ``prepare`` bound."""
         if sockets is None:
             sockets = self.prepare()
-        app = build_app(self.supervisor, self.settings.key, self.clock, self.lifespan, self._status_extra, self.steps)
-        server = self._server = make_server(app, body_limit=body_limit(self.config.max_script_size), hosted=hosted)
+        metrics = None
+        if (self.config.get("MetricsType") or "").lower() == "metrics/openmetrics":
+            metrics = AgentCollector(self).render
+        app = build_app(
+            self.supervisor,
+            self.settings.key,
+            self.clock,
+            self.lifespan,
+            self._status_extra,
+            self.steps,
+            metrics,
+            require_cert=self._tls is not None,
+        )
+        server = self._server = make_server(
+            app,
+            body_limit=body_limit(self.config.max_script_size),
+            tls=self._tls[0] if self._tls else None,
+            hosted=hosted,
+        )
         try:
             if not self.stop_requested:
                 await server.serve(sockets=sockets)

@@ -27,13 +27,15 @@ names and formats follow what Slurm 22.05 gives a batch script (see
 The job is the controller's wire form (``Job.to_dict()``), read tolerantly: optional extras
 the controller may add are ``account``, ``qos``, ``submit_dir``, ``array_job_id``,
 ``array_task_id``, ``array_task_count``, ``array_task_min``, ``array_task_max``,
-``array_task_step``.
+``array_task_step``, and for a heterogeneous job's leader ``het_components`` (every
+component's wire form): then ``SLURM_HET_SIZE`` and each component's job variables with a
+``_HET_GROUP_<k>`` suffix (``SLURM_JOB_NODELIST_HET_GROUP_1``...) are added.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from muster.core.hostlist import compress
@@ -65,6 +67,9 @@ class EnvContext:
     def_mem_per_cpu: int = 0
     user_home: str | None = None
     user_shell: str | None = None
+    # SLURM_TOPOLOGY_ADDR and _PATTERN (core.topoconf.topology_addr); "" for the node alone
+    topology_addr: str = ""
+    topology_pattern: str = "node"
 
 
 def working_cluster(ctx: EnvContext) -> str:
@@ -173,8 +178,8 @@ def batch_environment(job: Mapping[str, Any], ctx: EnvContext) -> dict[str, str]
         "SLURM_JOB_CPUS_PER_NODE": format_counts(cpus),
         "SLURM_CPUS_ON_NODE": str(here.get("cpus", cpus[node_index])),
         "SLURMD_NODENAME": ctx.node,
-        "SLURM_TOPOLOGY_ADDR": ctx.node,
-        "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
+        "SLURM_TOPOLOGY_ADDR": ctx.topology_addr or ctx.node,
+        "SLURM_TOPOLOGY_ADDR_PATTERN": ctx.topology_pattern,
         "SLURM_NODEID": str(node_index),
         "SLURM_PROCID": "0",
         "SLURM_LOCALID": "0",
@@ -196,8 +201,62 @@ def batch_environment(job: Mapping[str, Any], ctx: EnvContext) -> dict[str, str]
         slurm["SLURM_RESTART_COUNT"] = str(restarts)
     if spec.get("reservation"):
         slurm["SLURM_JOB_RESERVATION"] = str(spec["reservation"])
+    slurm.update(_het(job, ctx))
     env.update(slurm)
     return env
+
+
+# What a heterogeneous job's batch script is told of each component k, as
+# ``<NAME>_HET_GROUP_<k>``; the names without a suffix describe component 0.
+HET_KEYS = (
+    "SLURM_JOB_ID",
+    "SLURM_JOBID",
+    "SLURM_JOB_NAME",
+    "SLURM_JOB_PARTITION",
+    "SLURM_JOB_ACCOUNT",
+    "SLURM_JOB_QOS",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_JOB_NUM_NODES",
+    "SLURM_NNODES",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_JOB_CPUS_PER_NODE",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_MEM_PER_NODE",
+    "SLURM_MEM_PER_CPU",
+    "SLURM_MEM_PER_GPU",
+    "SLURM_GPUS",
+    "SLURM_GPUS_PER_TASK",
+    "SLURM_JOB_GPUS",
+    "SLURM_JOB_START_TIME",
+    "SLURM_JOB_END_TIME",
+    "SLURM_JOB_RESERVATION",
+)
+
+
+def _het(job: Mapping[str, Any], ctx: EnvContext) -> dict[str, str]:
+    """``SLURM_HET_SIZE`` and every component's variables with its ``_HET_GROUP_<k>``
+    suffix (from ``het_components``, which the controller adds to a het job's leader);
+    a component's GPU variables are those of its first node."""
+    components = job.get("het_components")
+    if not components:
+        return {}
+    out = {"SLURM_HET_SIZE": str(len(components))}
+    for comp in components:
+        suffix = f"_HET_GROUP_{int(comp.get('het_job_offset') or 0)}"
+        alloc = comp.get("alloc") or []
+        node = str(alloc[0]["node"]) if alloc else ctx.node
+        bare = dict(comp)
+        bare["het_components"] = None
+        bare["spec"] = {**(comp.get("spec") or {}), "environment": {}}
+        values = batch_environment(bare, replace(ctx, node=node))
+        for key in HET_KEYS:
+            if key in values:
+                out[key + suffix] = values[key]
+    return out
 
 
 def _memory(spec: Mapping[str, Any], here: Mapping[str, Any], def_mem_per_cpu: int) -> dict[str, str]:

@@ -10,9 +10,11 @@ their jobs running as one agent does, and a ``kill -9`` or SIGSTOP of the proces
 all of them down together, as the power of a rack would. A real deployment keeps one
 musterd per machine, the default.
 
-Their heartbeats travel together (``HeartbeatBatch``): one signed request, every heartbeat
-interval, carries those of all the nodes the process hosts, so that the controller's cost
-per heartbeat is mostly its own work, not HTTP's; each is answered as if it came alone.
+Without TLS their heartbeats travel together (``HeartbeatBatch``): one signed request,
+every heartbeat interval, carries those of all the nodes the process hosts, so that the
+controller's cost per heartbeat is mostly its own work, not HTTP's; each is answered as if
+it came alone. Over TLS (``TLSType=tls/muster``) a message must come from a certificate
+naming its one sender, so there each node heartbeats alone over its own link.
 
 Log lines carry the node they are about (``musterd[node7]``): every task a node's daemon
 starts inherits its name through a context variable (``NODE``).
@@ -118,20 +120,25 @@ async def serve_nodes(daemons: list[AgentDaemon], clock: Clock | None = None) ->
         await daemon.serve(hosted=True, sockets=bound)
 
     config = daemons[0].config
-    client = SignedClient(
-        daemons[0].settings.key,
-        clock or SystemClock(),
-        timeout=float(config.message_timeout),
-        sender=compress(d.node.name for d in daemons),
-    )
-    batch = HeartbeatBatch(client, f"http://{config.ctld_addr}:{config.ctld_port}")
-    for daemon in daemons:
-        daemon.send_heartbeat = batch.send
+    client: SignedClient | None = None
+    if not any(d.uses_tls for d in daemons):
+        # Over TLS each message must come from a certificate naming its one sender: there
+        # each node heartbeats alone, over its own link.
+        client = SignedClient(
+            daemons[0].settings.key,
+            clock or SystemClock(),
+            timeout=float(config.message_timeout),
+            sender=compress(d.node.name for d in daemons),
+        )
+        batch = HeartbeatBatch(client, client.url(config.ctld_addr, config.ctld_port))
+        for daemon in daemons:
+            daemon.send_heartbeat = batch.send
     tasks = [asyncio.create_task(serve(d, s), name=d.node.name) for d, s in zip(daemons, sockets, strict=True)]
     try:
         results = await asyncio.gather(*tasks, return_exceptions=True)
     finally:
-        await client.aclose()
+        if client is not None:
+            await client.aclose()
     for result in results:
         if isinstance(result, BaseException):
             raise result

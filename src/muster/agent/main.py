@@ -38,7 +38,9 @@ from muster.agent.gpus import MODES
 from muster.agent.host import NodeField, serve_nodes
 from muster.core.config import Config, ConfigError, parse_config
 from muster.core.hostlist import HostlistError, expand
+from muster.core.topoconf import attach_topology, topology_path, wants_topology
 from muster.protocol.client import default_conf_path
+from muster.protocol.logjson import setup_logging
 from muster.protocol.signing import SignatureError, load_key
 
 __all__ = ["default_state_dir", "main"]
@@ -94,6 +96,18 @@ def _fail(message: str) -> int:
     return 1
 
 
+def _read_topology(config: Config, path: str) -> None:
+    """topology.conf beside the config, for SLURM_TOPOLOGY_ADDR. The controller refuses a
+    bad one; a node goes on without it (its jobs then see the node name alone)."""
+    where = topology_path(path)
+    try:
+        if wants_topology(config):
+            with open(where, encoding="utf-8") as f:
+                attach_topology(config, f.read(), where)
+    except (OSError, ConfigError) as exc:
+        logging.getLogger("musterd").warning("topology not read: %s", exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     path = os.path.abspath(args.conf or default_conf_path())
@@ -118,16 +132,20 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"node {name} is not defined in {path} (give --node NAME)")
         nodes.append(node)
 
-    handler_field = NodeField(node_expr)
-    logging.basicConfig(
+    handler_field = NodeField(node_expr)  # %(node)s: the hosted node a line is about
+    setup_logging(
+        config.get("LogFormat"),
+        daemon="musterd",
+        node=node_expr,
         filename=args.log_file,
         level=logging.DEBUG if args.verbose > 1 else logging.INFO,
-        format="%(asctime)s musterd[%(node)s] %(name)s %(levelname)s %(message)s",
+        text_format="%(asctime)s musterd[%(node)s] %(name)s %(levelname)s %(message)s",
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(handler_field)
     # One line per heartbeat is noise; the link logs what matters (outages, refusals).
     logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose > 1 else logging.WARNING)
+    _read_topology(config, path)
     for warning in config.warnings:
         logging.getLogger("musterd").warning("%s", warning)
 

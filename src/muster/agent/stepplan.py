@@ -102,6 +102,7 @@ def task_plans(
         "umask": body.get("umask"),
         "torch_env": body.get("torch_env", True) is not False,
         "preserve_env": body.get("preserve_env"),  # srun -E (taskenv keeps only counts)
+        "het": body.get("het"),  # one component's part of a het step (cli.hetstep)
     }
     append = body.get("open_mode") == "append"
     plans = []

@@ -242,6 +242,8 @@ class Supervisor:
             def_mem_per_cpu=self.env_ctx.def_mem_per_cpu,
             user_home=entry.pw_dir,
             user_shell=entry.pw_shell,
+            topology_addr=self.env_ctx.topology_addr,
+            topology_pattern=self.env_ctx.topology_pattern,
         )
         job = {**job, "user": job.get("user") or entry.pw_name}
         env = batch_environment(job, ctx)
@@ -307,13 +309,18 @@ class Supervisor:
             if now - when > TOMBSTONE_SECONDS:
                 del self._tombstones[key]
 
-    def signal(self, job_id: int, sig: int, batch_only: bool = False) -> bool:
+    def signal(self, job_id: int, sig: int, batch_only: bool = False, whole_job: bool = False) -> bool:
         """``scancel --signal``: with ``batch_only`` (``-b``) the batch shell alone; else the
-        job's tasks, never the batch shell (see ``_signal_tasks``)."""
+        job's tasks, never the batch shell (see ``_signal_tasks``); with ``whole_job`` the
+        shell first, then the tasks (a preempted job's warning)."""
         t = self.jobs.get(job_id)
         if t is None:
             return False
-        if batch_only:
+        if whole_job:
+            if t.pid is not None and self._leader_alive(t):
+                self.kill(t.pid, sig)
+            self._signal_tasks(t, sig)
+        elif batch_only:
             if t.pid is not None and self._leader_alive(t):
                 self.kill(t.pid, sig)
         else:

@@ -31,6 +31,9 @@ and formats follow what Slurm 22.05 gives srun's tasks
   (``core.steps.master_port``), ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
   ``LOCAL_WORLD_SIZE``, ``NODE_RANK``. A ``MASTER_ADDR``/``MASTER_PORT`` the user exported
   is kept; the ranks never are (inherited ones would be wrong);
+* a het step's part (``launch["het"]``, see ``cli.hetstep``): ``SLURM_PROCID`` and
+  ``SLURM_GTIDS`` run across the step's components, ``SLURM_NTASKS``/``SLURM_NPROCS`` count
+  all of them, ``SLURM_HET_SIZE``; the PyTorch variables stay the component's own;
 * ``MUSTER_JOB_ID`` and ``MUSTER_STEP_ID``; an inherited ``MUSTER_JOB_TAG`` (the batch
   script's process tag) is dropped.
 """
@@ -119,8 +122,8 @@ def task_environment(
         "SLURM_LAUNCH_NODE_IPADDR": launch_host,
         # the node and the task
         "SLURMD_NODENAME": node,
-        "SLURM_TOPOLOGY_ADDR": node,
-        "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
+        "SLURM_TOPOLOGY_ADDR": ctx.topology_addr or node,
+        "SLURM_TOPOLOGY_ADDR_PATTERN": ctx.topology_pattern,
         "SLURM_NODEID": str(index),
         "SLURM_PROCID": str(task),
         "SLURM_LOCALID": str(local),
@@ -141,6 +144,7 @@ def task_environment(
         out["SLURM_ARRAY_JOB_ID"] = str(job.get("array_job_id") or grant["job_id"])
         out["SLURM_ARRAY_TASK_ID"] = str(job["array_task_id"])
     out.update(_gpus(step, index, local))
+    out.update(_het(launch.get("het"), task, tasks_here))
     preserved = launch.get("preserve_env") or {}
     if isinstance(preserved, dict):  # srun -E: the allocation's node and task counts
         out.update({str(k): str(v) for k, v in preserved.items() if str(k) in _PRESERVABLE})
@@ -148,6 +152,22 @@ def task_environment(
     if launch.get("torch_env", True):
         _torch(env, step, grant, index, local, task, ntasks, len(tasks_here))
     return env
+
+
+def _het(het: object, task: int, tasks_here: list[int]) -> dict[str, str]:
+    """A het step's part (``launch["het"]``: its first rank, the step's total, the job's
+    component count): ranks run across the components, the counts are the whole step's."""
+    if not isinstance(het, dict):
+        return {}
+    first, total = int(het.get("first") or 0), int(het.get("total") or 0)
+    out = {
+        "SLURM_PROCID": str(first + task),
+        "SLURM_GTIDS": ",".join(str(first + t) for t in tasks_here),
+        "SLURM_HET_SIZE": str(int(het.get("size") or 1)),
+    }
+    if total > 0:
+        out["SLURM_NTASKS"] = out["SLURM_NPROCS"] = str(total)
+    return out
 
 
 _PRESERVABLE = frozenset({"SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS", "SLURM_NPROCS"})

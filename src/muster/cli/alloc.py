@@ -98,16 +98,20 @@ def _err(prog: str, message: str) -> None:
     sys.stderr.flush()
 
 
-def request(ctl: Controller, prog: str, spec: dict[str, object]) -> int:
-    """Submit an interactive allocation; its job id."""
+def request(ctl: Controller, prog: str, spec: dict[str, object], others: list[dict[str, object]] | None = None) -> int:
+    """Submit an interactive allocation (with ``others``: a heterogeneous job's further
+    components); its (leader's) job id."""
     from muster.protocol.client import ApiError, ConnectError
 
-    body = dict(spec)
-    body["interactive"] = True
-    body["requeue"] = False  # Slurm requeues batch jobs only
-    body.pop("script", None)
+    bodies = []
+    for one in [spec, *(others or [])]:
+        body = dict(one)
+        body["interactive"] = True
+        body["requeue"] = False  # Slurm requeues batch jobs only
+        body.pop("script", None)
+        bodies.append(body)
     try:
-        answer = ctl.post("/v1/jobs", {"spec": body})
+        answer = ctl.post("/v1/jobs", {"spec": bodies[0], "components": bodies} if others else {"spec": bodies[0]})
     except ConnectError as e:
         raise CommandError(f"Unable to allocate resources: {connect_message(e)}", exit_error_code()) from None
     except ApiError as e:

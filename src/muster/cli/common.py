@@ -135,6 +135,8 @@ _CLIENT_KEYS = {
         "AuthKeyFile",
         "SlurmUser",
         "AdminUsers",
+        "TLSType",
+        "TLSParameters",
     )
 }
 
@@ -205,6 +207,19 @@ class ClientSettings:
     @property
     def agent_socket_dir(self) -> str | None:
         return self.settings.get("AgentSocketDir")
+
+    @property
+    def tls_ca(self) -> str | None:
+        """The cluster CA that the daemons' certificates must chain to, with
+        ``TLSType=tls/muster``; None when the links are plain."""
+        from muster.core.tlsconf import TLSConfError, TLSSettings
+
+        key_file = self.settings.get("AuthKeyFile", os.path.join(os.path.dirname(self.path), "muster.key"))
+        try:
+            tls = TLSSettings(self.settings, key_file)
+        except TLSConfError as e:
+            raise CommandError(f"{self.path}: {e}") from None
+        return tls.ca_cert if tls.enabled else None
 
 
 def parse_client_settings(text: str, path: str) -> ClientSettings:
@@ -300,7 +315,7 @@ def load_settings(prog: str) -> ClientSettings:
 class Controller:
     """A connection recipe for the controller: each call is one request."""
 
-    __slots__ = ("unix_path", "address", "headers", "settings", "timeout", "calls")
+    __slots__ = ("unix_path", "address", "headers", "settings", "timeout", "calls", "tls_ca")
 
     def __init__(
         self,
@@ -316,6 +331,7 @@ class Controller:
         self.headers = headers
         self.timeout = timeout
         self.calls = 0
+        self.tls_ca = settings.tls_ca if address is not None else None
 
     def call(self, method: str, path: str, body: object = None) -> dict:
         from muster.protocol.client import request
@@ -334,6 +350,7 @@ class Controller:
             address=self.address,
             headers=headers,
             timeout=self.timeout,
+            tls=(self.tls_ca, "ctld") if self.tls_ca else None,
         )
         return answer if isinstance(answer, dict) else {}
 

@@ -25,7 +25,8 @@ def base_url(settings: object, given: str | None) -> str:
         addr = settings.ctld_host  # type: ignore[attr-defined]
     if ":" in addr:
         addr = f"[{addr}]"
-    return f"http://{addr}:{settings.ctld_port}"  # type: ignore[attr-defined]
+    scheme = "https" if settings.tls_ca else "http"  # type: ignore[attr-defined]  # TLSType=tls/muster
+    return f"{scheme}://{addr}:{settings.ctld_port}"  # type: ignore[attr-defined]
 
 
 def run(base: str | None) -> int:

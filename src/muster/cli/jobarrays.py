@@ -8,20 +8,26 @@ Jobs are the controller's ``JobWire`` dicts; a merged row is a copy of its first
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from muster.core.arrays import format_ranges
+
+TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["array_job_id_text", "array_task_text", "job_id_text", "merge_array_records", "merge_array_rows"]
 
 
 def job_id_text(job: dict) -> str:
-    """``%i``: ``123``, an array task ``123_4``, or pending tasks merged ``123_[5-9%2]``."""
+    """``%i``: ``123``, an array task ``123_4``, pending tasks merged ``123_[5-9%2]``, or
+    component k of heterogeneous job 123: ``123+k``."""
     merged = job.get("array_tasks_text")
     if merged:
         return f"{job.get('array_job_id')}_[{merged}]"
     task = job.get("array_task_id")
     if task is None:
+        het = job.get("het_job_id")
+        if het is not None and job.get("het_job_offset") is not None:
+            return f"{het}+{job['het_job_offset']}"  # a heterogeneous job's component
         return str(job.get("job_id"))
     return f"{job.get('array_job_id')}_{task}"
 

@@ -49,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--gpu-type", default=None, help="GPU type name, e.g. a100 (default: untyped)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for all nodes to be idle")
     up.add_argument(
+        "--rest",
+        default=None,
+        metavar="[HOST:]PORT",
+        help="also start musterrestd, Slurm's REST API, listening there (JWT auth; docs/rest.md)",
+    )
+    up.add_argument(
         "--conf-extra",
         action="append",
         default=[],
@@ -58,6 +64,13 @@ def _parser() -> argparse.ArgumentParser:
         "adds more, separated by spaces or semicolons",
     )
 
+    up.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="a topology.conf (SwitchName= or BlockName= lines over node1..nodeN) to copy beside the "
+        "new cluster's config, with TopologyPlugin=topology/tree or topology/block to match",
+    )
+
     down = sub.add_parser("down", help="stop a local cluster's daemons and its job processes")
     down.add_argument("--state-dir", default=".muster")
 
@@ -65,8 +78,18 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--state-dir", default=".muster")
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
-    keygen = sub.add_parser("keygen", help="create a cluster key file (mode 0600)")
-    keygen.add_argument("path")
+    keygen = sub.add_parser(
+        "keygen",
+        help="create a cluster key file (mode 0600); with --conf, also the cluster CA and the "
+        "daemons' TLS certificates that config needs (TLSType=tls/muster)",
+    )
+    keygen.add_argument("path", nargs="?", help="the key file to create (default with --conf: its AuthKeyFile)")
+    keygen.add_argument(
+        "--conf",
+        default=None,
+        help="create what this config names and is missing: AuthKeyFile and, with TLSType=tls/muster, "
+        "the CA and a certificate for the controller and for every node (existing files are kept)",
+    )
 
     sub.add_parser("sim", help="replay a workload trace through the scheduler (see `muster sim --help`)")
 
@@ -101,18 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return sim_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "keygen":
-        from muster.protocol.signing import generate_key
-
-        try:
-            generate_key(args.path)
-        except FileExistsError:
-            print(f"muster: error: {args.path} exists; refusing to overwrite a cluster key", file=sys.stderr)
-            return 1
-        except OSError as e:
-            print(f"muster: error: cannot write {args.path!r}: {e.strerror or e}", file=sys.stderr)
-            return 1
-        print(f"wrote cluster key {args.path} (mode 0600)")
-        return 0
+        return _keygen(args.path, args.conf)
 
     if args.command in ("backup", "restore"):
         return _state_command(args)
@@ -125,6 +137,54 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:  # a config error (ConfigError is a ValueError), a disk
         print(f"muster: error: {e}", file=sys.stderr)
         return 1
+
+
+def _keygen(path: str | None, conf: str | None) -> int:
+    from muster.protocol.signing import generate_key
+
+    if path is None and conf is None:
+        print("muster: error: keygen needs a key file or --conf CONFIG", file=sys.stderr)
+        return 2
+    config = None
+    if conf is not None:
+        from muster.core.config import parse_config
+
+        try:
+            with open(conf) as f:
+                config = parse_config(f.read(), os.path.abspath(conf))
+        except OSError as e:
+            print(f"muster: error: cannot read {conf}: {e.strerror or e}", file=sys.stderr)
+            return 1
+        except ValueError as e:  # ConfigError
+            print(f"muster: error: {e}", file=sys.stderr)
+            return 1
+        path = path or config.auth_key_file
+    assert path is not None
+    try:
+        generate_key(path)
+        print(f"wrote cluster key {path} (mode 0600)")
+    except FileExistsError:
+        if config is None:
+            print(f"muster: error: {path} exists; refusing to overwrite a cluster key", file=sys.stderr)
+            return 1
+        print(f"kept the existing cluster key {path}")
+    except OSError as e:
+        print(f"muster: error: cannot write {path!r}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    if config is not None and config.tls.enabled:
+        from muster.cluster.certs import issue_all
+
+        try:
+            made = issue_all(config)
+        except OSError as e:  # CertError is one
+            print(f"muster: error: {e}", file=sys.stderr)
+            return 1
+        for item in made:
+            print(f"wrote {item}")
+        print(f"TLS: the cluster CA is {config.tls.ca_cert}; {len(made)} file(s) created, the others kept")
+    elif config is not None:
+        print("TLS is off in this config (TLSType=tls/none): no certificates made")
+    return 0
 
 
 def conf_extra(given: list[str], from_env: str) -> dict[str, str] | str:
@@ -181,10 +241,29 @@ def _cluster_command(args: argparse.Namespace) -> int:
         if args.nodes_per_agent < 1:
             print("muster: error: --nodes-per-agent must be at least 1", file=sys.stderr)
             return 2
+        rest = None
+        if args.rest:  # checked before anything starts
+            host, _, port = args.rest.rpartition(":")
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                print(f"muster: error: invalid --rest address: {args.rest} (use [HOST:]PORT)", file=sys.stderr)
+                return 2
+            rest = (host or "127.0.0.1", int(port))
         extra = conf_extra(args.conf_extra, os.environ.get("MUSTER_CONF_EXTRA", ""))
         if isinstance(extra, str):
             print(f"muster: error: {extra}", file=sys.stderr)
             return 2
+        topology = None
+        if args.topology:
+            try:
+                with open(args.topology, encoding="utf-8") as f:
+                    topology = f.read()
+            except OSError as e:
+                print(f"muster: error: --topology: cannot read {args.topology}: {e.strerror}", file=sys.stderr)
+                return 2
+            from muster.core.topoconf import parse_topology
+
+            # checked here too, so that a mistake names the user's file, not the copy
+            parse_topology(topology, args.topology, [f"node{i}" for i in range(1, args.nodes + 1)])
         if not cluster.exists:
             cluster.create(
                 ClusterShape(
@@ -196,10 +275,11 @@ def _cluster_command(args: argparse.Namespace) -> int:
                     nodes_per_agent=args.nodes_per_agent,
                 ),
                 extra,
+                topology,
             )
-        elif extra:
+        elif extra or topology is not None:
             print(
-                "muster: error: --conf-extra applies to a new cluster only; "
+                "muster: error: --conf-extra and --topology apply to a new cluster only; "
                 f"{cluster.state_dir} exists (muster down, then remove it)",
                 file=sys.stderr,
             )
@@ -212,15 +292,27 @@ def _cluster_command(args: argparse.Namespace) -> int:
         except (TimeoutError, RuntimeError) as e:
             print(f"muster: error: {e}", file=sys.stderr)
             return 1
+        rest_url = None
+        if rest is not None:
+            try:
+                rest_url = cluster.start_rest(rest[0], rest[1], args.timeout)
+            except (TimeoutError, RuntimeError) as e:
+                print(f"muster: error: {e}", file=sys.stderr)
+                return 1
         n = len(cluster.config().nodes)
         print(
             f"muster: cluster up in {cluster.state_dir}: controller and {n} nodes"
             + (f" (started: {', '.join(started)})" if started else " (all already running)")
         )
+        tls = cluster.config().tls
+        if tls.enabled:
+            print(f"muster: every TCP link is TLS (TLSType=tls/muster); cluster CA {tls.ca_cert}")
         print("Use it with:")
         print(f"  export MUSTER_CONF={cluster.conf_path}")
         print(f"  export PATH={os.path.dirname(sys.executable)}:$PATH")
         print("  muster dashboard    # a sign-in link to the web dashboard")
+        if rest_url:
+            print(f"REST API (musterrestd) at {rest_url}/slurm/v0.0.40/; get a token with: export $(scontrol token)")
         return 0
     if not cluster.exists and args.command in ("down", "status"):
         print(f"muster: error: no local cluster in {cluster.state_dir}", file=sys.stderr)

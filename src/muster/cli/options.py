@@ -291,9 +291,22 @@ def _apply_deadline(req: JobRequest, value: str | None) -> None:
 
 def _apply_exclusive(req: JobRequest, value: str | None) -> None:
     # --exclusive=user and =mcs narrow Slurm's sharing rule; muster gives whole nodes for all.
-    if value is not None and value.lower() not in ("", "user", "mcs"):
+    # =topo (Slurm 24.05) also keeps every other job out of the switches or blocks it uses.
+    if value is not None and value.lower() not in ("", "user", "mcs", "topo"):
         raise OptionValueError(f"Invalid --exclusive specification: {value}")
     req.spec["exclusive"] = True
+    if value is not None and value.lower() == "topo":
+        req.spec["exclusive_topo"] = True
+
+
+def _apply_requeue(req: JobRequest, value: str | None) -> None:
+    # --requeue=expedite (Slurm 25.11): after a node failure the job restarts first, on its
+    # surviving nodes (docs/preemption.md). A bare --requeue, or SBATCH_REQUEUE set, is Slurm's.
+    req.spec["requeue"] = True
+    if value is not None and value.lower() == "expedite":
+        req.spec["expedite"] = True
+    elif value is not None and value.lower() not in ("1", "yes", "true"):
+        raise OptionValueError(f"Invalid --requeue specification: {value}")
 
 
 def _apply_nodelist(req: JobRequest, value: str | None) -> None:
@@ -349,6 +362,33 @@ def _apply_hang_timeout(req: JobRequest, value: str | None) -> None:
     req.spec["hang_timeout"] = parse_time_option(value or "", "--hang-timeout")
 
 
+def _apply_switches(req: JobRequest, value: str | None) -> None:
+    # --switches=COUNT[@MAX-WAIT]: at most COUNT leaf switches, waiting up to MAX-WAIT
+    # (Slurm's time formats) for them; without it, max_switch_wait decides
+    count, sep, wait = (value or "").partition("@")
+    if not count.strip().isdigit() or int(count) < 1:
+        raise OptionValueError(f"Invalid --switches specification: {value}")
+    req.spec["switches"] = int(count)
+    if sep:
+        seconds = parse_time_option(wait, "--switches")
+        req.spec["switch_wait"] = seconds or 0
+
+
+def _apply_segment(req: JobRequest, value: str | None) -> None:
+    # --segment=SIZE (topology/block): the job's nodes in segments of SIZE, each in one block
+    text = (value or "").strip()
+    if not text.isdigit() or int(text) < 1:
+        raise OptionValueError(f"Invalid --segment specification: {value}")
+    req.spec["segment"] = int(text)
+
+
+def _apply_no_kill(req: JobRequest, value: str | None) -> None:
+    # -k, --no-kill[=off]
+    if value is not None and value.strip().lower() not in ("", "off", "on", "yes", "no"):
+        raise OptionValueError(f"Invalid --no-kill specification: {value}")
+    req.spec["no_kill"] = (value or "").strip().lower() not in ("off", "no")
+
+
 def _apply_tmp(req: JobRequest, value: str | None) -> None:
     # --tmp takes --mem's units (MB by default)
     req.spec["tmp_disk"] = parse_mem_option(value or "", "--tmp")
@@ -397,7 +437,7 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt(("chdir", "workdir"), "D", apply=_apply_chdir),
     Opt("export", env=("SBATCH_EXPORT",), apply=_apply_export),
     Opt("hold", "H", NO_ARG, apply=_flag("hold")),
-    Opt("requeue", None, NO_ARG, env=("SBATCH_REQUEUE",), apply=_flag("requeue", True)),
+    Opt("requeue", None, OPTIONAL, env=("SBATCH_REQUEUE",), apply=_apply_requeue),
     Opt("no-requeue", None, NO_ARG, env=("SBATCH_NO_REQUEUE",), apply=_flag("requeue", False)),
     Opt("exclusive", None, OPTIONAL, env=("SBATCH_EXCLUSIVE",), apply=_apply_exclusive),
     Opt(("oversubscribe", "share"), "s", NO_ARG, apply=_apply_oversubscribe),
@@ -417,16 +457,18 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("array", "a", env=("SBATCH_ARRAY_INX",), apply=_apply_array),
     Opt("kill-on-invalid-dep", apply=_apply_kill_on_invalid_dep),
     Opt("hang-timeout", env=("SBATCH_HANG_TIMEOUT",), apply=_apply_hang_timeout),
+    Opt("switches", env=("SBATCH_REQ_SWITCH",), apply=_apply_switches),
+    Opt("segment", env=("SBATCH_SEGMENT",), apply=_apply_segment),
     # Accepted for compatibility with existing scripts and tools; they change nothing here.
     Opt("mail-type", apply=_ignored),
     Opt("mail-user", apply=_ignored),
     Opt("wckey", env=("SBATCH_WCKEY",), apply=_ignored),
     Opt("distribution", "m", env=("SBATCH_DISTRIBUTION",), apply=_ignored),
     Opt("hint", env=("SBATCH_HINT",), apply=_ignored),
-    Opt("no-kill", "k", OPTIONAL, apply=_ignored),
     Opt("contiguous", None, NO_ARG, apply=_ignored),
     Opt("mincpus", apply=_count("min_cpus", "--mincpus")),
     Opt("overcommit", "O", NO_ARG, apply=_flag("overcommit")),
+    Opt("no-kill", "k", OPTIONAL, env=("SBATCH_NO_KILL",), apply=_apply_no_kill),
     Opt("tmp", apply=_apply_tmp),
     Opt("licenses", "L", apply=_ignored),
     Opt("propagate", None, OPTIONAL, apply=_ignored),
@@ -438,7 +480,6 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("gpu-freq", apply=_ignored),
     Opt("mem-bind", apply=_ignored),
     Opt("network", apply=_ignored),
-    Opt("switches", apply=_ignored),
     Opt(("clusters", "cluster"), "M", env=("SBATCH_CLUSTERS",), apply=_ignored),
     Opt("threads-per-core", apply=_ignored),
     Opt("cores-per-socket", apply=_ignored),

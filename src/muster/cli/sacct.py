@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
 
 from muster.cli.acctfmt import call, query_string
 from muster.cli.columns import Printer, field_list
@@ -36,6 +35,10 @@ from muster.cli.common import (
 )
 from muster.cli.jobarrays import merge_array_records
 from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
+
+TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 PROG = "sacct"
 
@@ -414,7 +417,7 @@ def parse_args(argv: list[str], environ: dict[str, str], now: float) -> Request 
         p["job_id"] = ids
     states = opts.get("state")
     if states:
-        from muster.core.states import job_state_name
+        from muster.core.statenames import job_state_name
 
         names = []
         for s in (x.strip() for x in states.split(",") if x.strip()):

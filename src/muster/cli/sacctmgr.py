@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
 
 from muster.cli.acctfmt import call
 from muster.cli.columns import Printer, field_list
@@ -31,6 +29,11 @@ from muster.cli.common import (
     report,
     version_line,
 )
+
+TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeAlias
 
 PROG = "sacctmgr"
 
@@ -170,7 +173,7 @@ def _opt(v: object) -> str:
     return "" if v is None else str(v)
 
 
-Getter = Callable[[dict[str, Any]], str]
+Getter: TypeAlias = "Callable[[dict[str, Any]], str]"
 
 
 def _lim(name: str, fmt: Callable[[Any], str] = _opt) -> Getter:
@@ -244,10 +247,11 @@ _QOS_FIELDS: dict[str, tuple[str, int, Getter]] = {
     "description": ("Descr", 11, lambda r: r.get("description", "")),
     "descr": ("Descr", 11, lambda r: r.get("description", "")),
     "priority": ("Priority", 10, lambda r: str(r.get("priority", 0))),
-    "gracetime": ("GraceTime", 10, lambda r: "00:00:00"),
-    "preempt": ("Preempt", 10, lambda r: ""),
-    "preemptexempttime": ("PreemptExemptTime", 19, lambda r: ""),
-    "preemptmode": ("PreemptMode", 11, lambda r: "cluster"),
+    "gracetime": ("GraceTime", 10, lambda r: _wall(r.get("grace_time") or 0)),
+    "preempt": ("Preempt", 10, lambda r: ",".join(r.get("preempt") or [])),
+    "preemptexempttime": ("PreemptExemptTime", 19, lambda r: _wall(r.get("preempt_exempt_time"))),
+    "preemptmode": ("PreemptMode", 11, lambda r: r.get("preempt_mode") or "cluster"),
+    "expediterequeue": ("ExpediteRequeue", 15, lambda r: "Yes" if r.get("expedite_requeue") else "No"),
     "flags": ("Flags", 20, lambda r: ",".join(r.get("flags") or [])),
     "usagethres": ("UsageThres", 10, lambda r: ""),
     "usagefactor": ("UsageFactor", 11, lambda r: f"{float(r.get('usage_factor', 1.0)):.6f}"),

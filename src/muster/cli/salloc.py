@@ -21,6 +21,7 @@ import sys
 
 from muster.cli.alloc import apply_job_options, finish_job_request, job_getopt, job_options
 from muster.cli.common import CommandError, argv_or_sys, connect, info_text, report
+from muster.cli.hetargs import parse_components, propagate
 from muster.cli.jobrequest import JobRequest
 from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionTable, env_options
 from muster.core.optionvalues import RC_BAD_OPTION
@@ -47,18 +48,27 @@ def table() -> OptionTable:
 def build(
     argv: list[str], environ: dict[str, str], cwd: str
 ) -> tuple[dict[str, object], list[str], bool, float | None] | str:
+    """The request (a heterogeneous job's: the first component's, ``components`` holding
+    every one), the command, ``-Q`` and ``-I``."""
     tbl = table()
-    parsed, operands = job_getopt(PROG, argv, tbl)
+    # ``salloc [opts 0] : [opts 1] ... [command]``: a heterogeneous job's components
+    parts, operands = parse_components(argv, lambda args: job_getopt(PROG, args, tbl))
+    parsed = [item for part in parts for item in part]
     keys = {opt.key for opt, _ in parsed}
     text = info_text(keys, HELP, USAGE)
     if text is not None:
         return text
     if "no-shell" in keys:
         raise CommandError("--no-shell is not supported by muster")
-    req = JobRequest()
-    layered = env_options(tbl, environ) + parsed
-    apply_job_options(req, layered)
-    spec = finish_job_request(req, environ, cwd)
+    from_env = env_options(tbl, environ)
+    layers = [from_env + part for part in parts]
+    specs = []
+    for layered in propagate(layers) if len(layers) > 1 else layers:
+        req = JobRequest()
+        apply_job_options(req, layered)
+        specs.append(finish_job_request(req, environ, cwd))
+    spec = specs[0]
+    layered = from_env + parsed
     quiet = "quiet" in {o.key for o, _ in layered}
     immediate: float | None = None  # -I[secs]: None waits as long as it takes
     given = [v for o, v in layered if o.key == "immediate"]
@@ -69,13 +79,30 @@ def build(
         except ValueError:
             raise CommandError(f"Invalid --immediate value: {value}", RC_BAD_OPTION) from None
     command = operands or [environ.get("SHELL") or "/bin/sh"]
-    if not spec.get("name"):
-        spec["name"] = os.path.basename(command[0]) or "interactive"
-    spec["argv"] = list(command)
-    spec["environment"] = {}
-    for key in ("stdout", "stderr", "stdin"):
-        spec.pop(key, None)
+    for one in specs:
+        if not one.get("name"):
+            one["name"] = os.path.basename(command[0]) or "interactive"
+        one["argv"] = list(command)
+        one["environment"] = {}
+        for key in ("stdout", "stderr", "stdin"):
+            one.pop(key, None)
+    if len(specs) > 1:
+        spec["components"] = specs[1:]
     return spec, command, quiet, immediate
+
+
+def het_environment(ctl: object, job_id: int, specs: list[dict[str, object]]) -> dict[str, str]:
+    """A heterogeneous allocation's ``SLURM_HET_SIZE`` and each component's variables with
+    its ``_HET_GROUP_<k>`` suffix (the plain names describe component 0)."""
+    jobs = ctl.get(f"/v1/jobs?job_id={job_id}").get("jobs") or []  # type: ignore[attr-defined]
+    jobs = sorted((j for j in jobs if j.get("het_job_id") == job_id), key=lambda j: int(j.get("het_job_offset") or 0))
+    out = {"SLURM_HET_SIZE": str(len(jobs))}
+    for k, job in enumerate(jobs):
+        values = allocation_environment(job, specs[min(k, len(specs) - 1)], {})
+        for key, value in values.items():
+            if key.startswith("SLURM_") and key not in ("SLURM_SUBMIT_HOST", "SLURM_CLUSTER_NAME"):
+                out[f"{key}_HET_GROUP_{k}"] = value
+    return out
 
 
 def allocation_environment(job: dict[str, object], spec: dict[str, object], environ: dict[str, str]) -> dict[str, str]:
@@ -204,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(result)
             return 0
         spec, command, quiet, immediate = result
+        components: list[dict[str, object]] = spec.pop("components", None) or []  # type: ignore[assignment]
         ctl = connect(PROG)
-        job_id = alloc.request(ctl, PROG, spec)
+        job_id = alloc.request(ctl, PROG, spec, components)
         try:
             job = alloc.wait_running(ctl, PROG, job_id, quiet, first_wait=1.0, immediate=immediate)
         except KeyboardInterrupt:
@@ -216,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         if not quiet:
             _note(f"Granted job allocation {job_id}")
         env = allocation_environment(job, spec, dict(os.environ))
+        if components:
+            env.update(het_environment(ctl, job_id, [spec, *components]))
         rc = run_command(command, env)
         if not quiet:
             _note(f"Relinquishing job allocation {job_id}")
@@ -237,7 +267,7 @@ Usage: salloc [-N numnodes|[min nodes]-[max nodes]] [-n num-processors]
 """
 
 HELP = """\
-Usage: salloc [OPTIONS(0)...] [command(0) [args(0)...]]
+Usage: salloc [OPTIONS(0)...] [ : [OPTIONS(N)...]] [command(0) [args(0)...]]
 
 Parallel run options:
   -A, --account=name          charge job to specified account
@@ -265,7 +295,8 @@ Other options:
   -V, --version               output version information and exit
 
 The command (default: $SHELL) runs here with SLURM_JOB_ID and the allocation's other
-variables set; srun inside it runs job steps in the allocation.
+variables set; srun inside it runs job steps in the allocation. Components separated by
+":" make a heterogeneous job (SLURM_HET_SIZE, SLURM_*_HET_GROUP_<k>; srun --het-group).
 """
 
 

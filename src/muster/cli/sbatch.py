@@ -23,9 +23,10 @@ from muster.cli.common import (
     load_settings,
     report,
 )
-from muster.cli.directives import script_directives
+from muster.cli.directives import script_directive_groups
+from muster.cli.hetargs import parse_components, propagate
 from muster.cli.jobrequest import JobRequest
-from muster.cli.options import JOB_OPTIONS, NO_ARG, UNHONOURED, Opt, OptionTable, env_options
+from muster.cli.options import JOB_OPTIONS, NO_ARG, UNHONOURED, Opt, OptionTable, Parsed, env_options
 from muster.core.optionvalues import RC_BAD_OPTION
 
 PROG = "sbatch"
@@ -62,10 +63,11 @@ def table() -> OptionTable:
 class Submission:
     """Everything sbatch decided before talking to the controller."""
 
-    __slots__ = ("spec", "parsable", "wait", "quiet", "verbose", "test_only", "ignored", "clusters")
+    __slots__ = ("spec", "components", "parsable", "wait", "quiet", "verbose", "test_only", "ignored", "clusters")
 
     def __init__(self) -> None:
         self.spec: dict[str, object] = {}
+        self.components: list[dict[str, object]] | None = None  # a heterogeneous job's
         self.parsable = False
         self.wait = False
         self.quiet = False
@@ -126,7 +128,9 @@ def build(
     text ``--help``/``--usage``/``--version`` asked for. Raises CommandError for errors.
     """
     tbl = table()
-    parsed, operands = job_getopt(PROG, argv, tbl)
+    # ``sbatch [opts 0] : [opts 1] ... script``: the components of a heterogeneous job
+    cli_parts, operands = parse_components(argv, lambda args: job_getopt(PROG, args, tbl))
+    parsed = [item for part in cli_parts for item in part]
 
     keys = {opt.key for opt, _ in parsed}
     text = info_text(keys, HELP, USAGE)
@@ -144,19 +148,27 @@ def build(
     script = read_script(path, wrap, stdin)
     check_script(script)
 
-    directive_args = script_directives(script)
-    from_script, stray = job_getopt(PROG, directive_args, tbl)
-    if stray:
-        raise CommandError(f"Invalid directive found in batch script: {stray[0]}", RC_BAD_OPTION)
-    # A script cannot ask for help, a version or another script.
-    from_script = [(o, v) for o, v in from_script if o.key not in ("help", "usage", "version", "wrap")]
+    script_parts: list[Parsed] = []
+    for group in script_directive_groups(script):
+        from_script, stray = job_getopt(PROG, group, tbl)
+        if stray:
+            raise CommandError(f"Invalid directive found in batch script: {stray[0]}", RC_BAD_OPTION)
+        # A script cannot ask for help, a version or another script.
+        script_parts.append([(o, v) for o, v in from_script if o.key not in ("help", "usage", "version", "wrap")])
     from_env = env_options(tbl, environ)
 
+    # Component k: its script directives, the environment, then its command line options.
+    count = max(len(script_parts), len(cli_parts))
+    layers = [
+        (script_parts[k] if k < len(script_parts) else []) + from_env + (cli_parts[k] if k < len(cli_parts) else [])
+        for k in range(count)
+    ]
+    if count > 1:
+        layers = propagate(layers)
+
     sub = Submission()
-    req = JobRequest()
-    layered = from_script + from_env + parsed
-    apply_job_options(req, layered)
-    for opt, value in layered:
+    everything = [item for part in script_parts for item in part] + from_env + parsed
+    for opt, value in everything:
         if opt.key == "parsable":
             sub.parsable = True
         elif opt.key == "wait":
@@ -170,19 +182,26 @@ def build(
         elif opt.key == "clusters":
             sub.clusters = [c.strip().lower() for c in (value or "").split(",") if c.strip()]
 
-    spec = finish_job_request(req, environ, cwd, now)
-    if "name" not in spec or not spec["name"]:
-        if wrap is not None:
-            spec["name"] = "wrap"
-        elif path is not None:
-            spec["name"] = os.path.basename(path)
-        else:
-            spec["name"] = "sbatch"
-    spec["script"] = script
-    # The script's arguments ($1, $2, ...); the agent supplies the script itself as $0.
-    spec["argv"] = operands[1:]
-    sub.spec = spec
-    sub.ignored = req.ignored
+    specs: list[dict[str, object]] = []
+    for k, layered in enumerate(layers):
+        req = JobRequest()
+        apply_job_options(req, layered)
+        spec = finish_job_request(req, environ, cwd, now)
+        if "name" not in spec or not spec["name"]:
+            if wrap is not None:
+                spec["name"] = "wrap"
+            elif path is not None:
+                spec["name"] = os.path.basename(path)
+            else:
+                spec["name"] = "sbatch"
+        # Only the first component runs the script; its arguments are $1, $2, ... (the
+        # agent supplies the script itself as $0).
+        spec["script"] = script if k == 0 else None
+        spec["argv"] = operands[1:] if k == 0 else []
+        specs.append(spec)
+        sub.ignored.extend(key for key in req.ignored if key not in sub.ignored)
+    sub.spec = specs[0]
+    sub.components = specs if count > 1 else None
     return sub
 
 
@@ -202,7 +221,10 @@ def submit(sub: Submission, out: object = None) -> int:
             )
     try:
         ctl = connect(PROG)
-        answer = ctl.post("/v1/jobs", {"spec": sub.spec})
+        body: dict[str, object] = {"spec": sub.spec}
+        if sub.components:
+            body["components"] = sub.components
+        answer = ctl.post("/v1/jobs", body)
     except ConnectError as e:
         raise CommandError(f"Batch job submission failed: {connect_message(e)}", exit_error_code()) from None
     except ApiError as e:
@@ -296,7 +318,7 @@ Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
               [-q qos] [-w hosts] [-x hosts] [-C list] [-d type:jobid] [-H]
               [--mem=MB] [--mem-per-cpu=MB] [--mem-per-gpu=MB] [--gres=list]
               [--gpus=n] [--gpus-per-node=n] [--gpus-per-task=n] [--exclusive]
-              [--begin=time] [--nice[=value]] [--requeue] [--no-requeue]
+              [--begin=time] [--nice[=value]] [--requeue[=expedite]] [--no-requeue]
               [--signal=[B:]num[@time]] [--array=indexes] [--export=names]
               [--open-mode=append|truncate] [--parsable] [--wait] [--wrap=cmd]
               executable [args...]
@@ -323,6 +345,7 @@ Parallel run options:
   -H, --hold                  submit job in held state
   -i, --input=in              file for batch script's standard input
   -J, --job-name=jobname      name of job
+  -k, --no-kill               do not kill the job when one of its nodes (not the first) fails
       --kill-on-invalid-dep=yes|no
                               kill the job if its dependency can never be met
   -M, --clusters=names        this cluster's name (--parsable then prints N;cluster)
@@ -339,7 +362,8 @@ Parallel run options:
       --parsable              outputs only the jobid
   -q, --qos=qos               quality of service
   -Q, --quiet                 quiet mode (suppress informational messages)
-      --requeue               if set, permit the job to be requeued
+      --requeue[=expedite]    if set, permit the job to be requeued; expedite: after
+                              a node failure, restart first on its surviving nodes
       --reservation=name      allocate resources from named reservation
       --signal=[B:]num[@time] send signal when time limit within time seconds
   -t, --time=minutes          time limit

@@ -25,7 +25,7 @@ from muster.cli.common import (
 )
 from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 from muster.core.optionvalues import parse_signal_name
-from muster.core.states import job_state_name
+from muster.core.statenames import job_state_name
 
 PROG = "scancel"
 
@@ -167,7 +167,7 @@ def parse_args(argv: list[str]) -> Cancel | str:
                 raise CommandError(f"Invalid job signal: {value}")
             c.signal = sig
         elif key == "state":
-            # Names and codes as everywhere (core.states), but, as in Slurm, only the
+            # Names and codes as everywhere (core.statenames), but, as in Slurm, only the
             # states a job can be cancelled in.
             states = []
             for item in (value or "").split(","):

@@ -1,6 +1,6 @@
 """scontrol: look at and change jobs, nodes, partitions and the configuration.
 
-Supported: ``show job|node|partition|config|hostnames|hostlist|hostlistsorted``, ``hold``,
+Supported: ``show job|node|partition|config|topology|hostnames|hostlist|hostlistsorted``, ``hold``,
 ``uhold``, ``release``, ``update job``, ``ping`` and ``version``, with ``-o`` (one line per
 record), ``-d`` (details) and ``-Q``. The record layouts are Slurm 22.05's, field for field
 where muster knows the value; fields muster does not track show Slurm's own "unknown"
@@ -47,6 +47,8 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("version", "V", NO_ARG),
     Opt("help", "h", NO_ARG),
     Opt("usage", None, NO_ARG),
+    Opt("json", None, NO_ARG),
+    Opt("yaml", None, NO_ARG),
     Opt("hide", None, NO_ARG),
     Opt("local", None, NO_ARG),
     Opt("sibling", None, NO_ARG),
@@ -56,12 +58,13 @@ OPTIONS: tuple[Opt, ...] = (
 
 
 class Flags:
-    __slots__ = ("details", "oneliner", "quiet")
+    __slots__ = ("details", "oneliner", "quiet", "json")
 
     def __init__(self) -> None:
         self.details = False
         self.oneliner = False
         self.quiet = False
+        self.json = False  # --json: show job/node/partition in data_parser v0.0.40's layout
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -99,6 +102,10 @@ def show(words: list[str], flags: Flags) -> int:
         return show_partitions(target, flags)
     if _matches(e, "config", 2):
         return show_config()
+    if _matches(e, "topology", 1):
+        from muster.cli.scontrol_topology import show_topology
+
+        return show_topology(target)
     if _matches(e, "steps", 2):
         from muster.cli.scontrol_steps import show_steps
 
@@ -149,7 +156,7 @@ def _job_id(text: str) -> str:
     except ValueError:
         raise CommandError("slurm_load_jobs error: Invalid job id specified", 1, raw=True) from None
     if ref.tasks is None:
-        return str(ref.job_id)
+        return str(ref)  # ``123`` or a het job's component ``123+1``
     return ",".join(f"{ref.job_id}_{t}" for t in ref.tasks)
 
 
@@ -164,7 +171,8 @@ def show_jobs(target: str | None, flags: Flags) -> int:
             # an array's id names all its tasks, as in Slurm
             jobs = []
             for item in split_job_ids(target):
-                jobs.extend(ctl.get(f"/v1/jobs?job_id={_job_id(item)}").get("jobs") or [])
+                query = _job_id(item).replace("+", "%2B")  # a het component: 123+1
+                jobs.extend(ctl.get(f"/v1/jobs?job_id={query}").get("jobs") or [])
     except (ApiError, ConnectError) as e:
         raise _load_error("jobs", e) from None
     if not jobs:
@@ -172,7 +180,14 @@ def show_jobs(target: str | None, flags: Flags) -> int:
         return 0
     from muster.cli.jobarrays import merge_array_rows
 
-    jobs = merge_array_rows(sorted(jobs, key=lambda j: int(j.get("job_id") or 0)))
+    jobs = sorted(jobs, key=lambda j: int(j.get("job_id") or 0))
+    if flags.json:
+        from muster.cli.slurmjson import document, squeue_job
+        from muster.cli.squeue_fields import long_state
+
+        print_lines([document(["scontrol", "show", "job", "--json"], [squeue_job(j, long_state(j)) for j in jobs])])
+        return 0
+    jobs = merge_array_rows(jobs)
     write_out("".join(format_record(job_record(j, flags.details), flags.oneliner) for j in jobs))
     return 0
 
@@ -200,6 +215,12 @@ def show_nodes(target: str | None, flags: Flags) -> int:
             sys.stdout.write(f"Node {target} not found\n")
             return 1
         nodes = [by_name[n] for n in names if n in by_name]
+    if flags.json:
+        from muster.cli.slurmjson import document, node
+
+        cluster = _cluster_name()
+        print_lines([document(["scontrol", "show", "node", "--json"], [node(n, cluster) for n in nodes], "nodes")])
+        return 0
     if not nodes:
         sys.stdout.write("No nodes in the system\n")
         return 0
@@ -219,11 +240,31 @@ def show_partitions(target: str | None, flags: Flags) -> int:
         if not parts:
             sys.stdout.write(f"Partition {target} not found\n")
             return 1
+    if flags.json:
+        from muster.cli.slurmjson import document, partition
+
+        cluster = _cluster_name()
+        doc = document(
+            ["scontrol", "show", "partition", "--json"], [partition(p, cluster) for p in parts], "partitions"
+        )
+        print_lines([doc])
+        return 0
     if not parts:
         sys.stdout.write("No partitions in the system\n")
         return 0
     write_out("".join(format_node(partition_record(p), flags.oneliner) for p in parts))
     return 0
+
+
+def _cluster_name() -> str:
+    """ClusterName from the local config (as Slurm's commands read slurm.conf); empty when
+    it cannot be read."""
+    from muster.cli.common import load_settings
+
+    try:
+        return load_settings(PROG).cluster_name
+    except CommandError:
+        return ""
 
 
 def show_config() -> int:
@@ -420,6 +461,10 @@ def run(words: list[str], flags: Flags) -> int:
         return 0
     if _matches(cmd, "reconfigure", 3):
         return reconfigure(flags)
+    if cmd == "token":
+        from muster.cli.scontrol_token import token
+
+        return token(rest)
     if cmd in ("create", "delete") and rest and rest[0].lower().startswith("res"):
         from muster.cli import reservation
 
@@ -436,7 +481,6 @@ def run(words: list[str], flags: Flags) -> int:
         "top",
         "wait_job",
         "listpids",
-        "token",
     ):
         raise CommandError(f"scontrol {cmd} is not supported by muster yet")
     raise CommandError(f"invalid keyword: {words[0]}", 1, raw=True)
@@ -492,6 +536,10 @@ def main(argv: list[str] | None = None) -> int:
             flags.oneliner = True
         elif opt.key == "quiet":
             flags.quiet = True
+        elif opt.key == "json":
+            flags.json = True
+        elif opt.key == "yaml":
+            return report(PROG, CommandError("--yaml is not supported by muster; use --json"))
     try:
         if not words:
             return interactive(flags)
@@ -528,6 +576,9 @@ scontrol [<OPTION>] [<COMMAND>]
      delete reservation=<name>  delete a reservation
      show <ENTITY> [<ID>]     display state of identified entity, default
                               is all records
+     token [lifespan=<seconds>] [username=<user>]
+                              get a JSON Web Token (SLURM_JWT=...) for the
+                              REST API; only administrators name another user
      update job=<id> <SPEC>   update a job: TimeLimit, Priority, Nice,
                               JobName, Partition, Comment, StartTime,
                               NumNodes

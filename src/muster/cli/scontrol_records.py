@@ -132,6 +132,20 @@ def _array_fields(job: dict) -> str:
     return text
 
 
+def _het_fields(job: dict) -> str:
+    """``HetJobId=.. HetJobOffset=.. `` for a heterogeneous job's components."""
+    if job.get("het_job_id") is None:
+        return ""
+    return f"HetJobId={job['het_job_id']} HetJobOffset={job.get('het_job_offset') or 0} "
+
+
+def _het_set(job: dict) -> list[str]:
+    """``HetJobIdSet=60-61``: every component's job id, on the line after the first."""
+    if job.get("het_job_id") is None:
+        return []
+    return [f"HetJobIdSet={job.get('het_job_id_set') or job['het_job_id']}"]
+
+
 def job_record(job: dict, details: bool = False) -> list[str]:
     """``scontrol show job``'s lines for one job (without indentation)."""
     spec = _spec(job)
@@ -142,7 +156,8 @@ def job_record(job: dict, details: bool = False) -> list[str]:
     requeue = 0 if spec.get("requeue") is False else 1
     sched_eval = job.get("last_sched_eval") or job.get("start_time") or job.get("submit_time")
     lines = [
-        f"JobId={job.get('job_id')} {_array_fields(job)}JobName={spec.get('name') or ''}",
+        f"JobId={job.get('job_id')} {_array_fields(job)}{_het_fields(job)}JobName={spec.get('name') or ''}",
+        *_het_set(job),
         f"UserId={job.get('user')}({job.get('uid')}) GroupId={job.get('group')}({job.get('gid')}) MCS_label=N/A",
         f"Priority={int(job.get('priority') or 0)} Nice={int(spec.get('nice') or 0)} "
         f"Account={job.get('account') or job.get('user')} QOS={job.get('qos') or 'normal'}",
@@ -300,13 +315,13 @@ def partition_record(part: dict) -> list[str]:
         f"AllowGroups={_access(part.get('allow_groups'))} {accounts} AllowQos=ALL",
         f"AllocNodes=ALL Default={'YES' if part.get('default') else 'NO'} QoS=N/A",
         f"DefaultTime={'NONE' if default_time is None else _hms(default_time)} DisableRootJobs=NO "
-        "ExclusiveUser=NO GraceTime=0 Hidden=NO",
+        f"ExclusiveUser=NO GraceTime={part.get('grace_time') or 0} Hidden=NO",
         f"MaxNodes={'UNLIMITED' if max_nodes is None else max_nodes} MaxTime={_hms(part.get('max_time'))} "
         f"MinNodes={part.get('min_nodes') or 0} LLN=NO MaxCPUsPerNode=UNLIMITED",
         f"Nodes={part.get('nodelist') or _compress(part.get('nodes'))}",
         f"PriorityJobFactor={part.get('priority_job_factor', 1)} PriorityTier={part.get('priority_tier', 1)} "
         f"RootOnly=NO ReqResv=NO OverSubscribe={part.get('oversubscribe') or 'NO'}",
-        "OverTimeLimit=NONE PreemptMode=OFF",
+        f"OverTimeLimit=NONE PreemptMode={part.get('preempt_mode') or 'OFF'}",
         f"State={part.get('state') or 'UP'} TotalCPUs={part.get('total_cpus') or 0} "
         f"TotalNodes={part.get('total_nodes') or 0} SelectTypeParameters=NONE",
         "JobDefaults=(null)",

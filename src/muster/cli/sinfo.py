@@ -22,6 +22,7 @@ from muster.cli.common import (
     connect,
     connect_message,
     info_text,
+    load_settings,
     no_operands,
     option_error,
     parse_iterate,
@@ -35,9 +36,6 @@ from muster.cli.sinfo_fields import (
     base_state,
     columns_from_format,
     columns_from_long_format,
-    compress_names,
-    gres_text,
-    long_state,
     state_filter_names,
     state_rank,
 )
@@ -296,48 +294,20 @@ def report_lines(parts: list[dict], nodes: list[dict], req: Request, now: float 
 
 
 def to_json(parts: list[dict], nodes: list[dict]) -> str:
+    """``--json``: data_parser v0.0.40's ``sinfo`` list (``cli.slurmjson.sinfo_entries``),
+    plus the ``nodes`` and ``partitions`` lists older clients read (Slurm 22.05's layout)."""
     import json
 
-    from muster import __version__
+    from muster.cli.slurmjson import meta, node, partition, sinfo_entries
 
+    cluster = load_settings(PROG).cluster_name if parts else ""
     doc = {
-        "meta": {
-            "plugin": {"type": "muster", "name": f"muster {__version__}"},
-            "Slurm": {"release": "22.05.8"},
-        },
+        "meta": meta(["sinfo", "--json"]),
         "errors": [],
-        "nodes": [
-            {
-                "name": n.get("name"),
-                "address": n.get("addr"),
-                "port": n.get("port"),
-                "state": long_state(n).rstrip("*"),
-                "state_flags": (["DRAIN"] if n.get("drain") else [])
-                + (["NOT_RESPONDING"] if n.get("responding") is False else []),
-                "cpus": n.get("cpus"),
-                "alloc_cpus": n.get("cpus_alloc"),
-                "real_memory": n.get("real_memory"),
-                "alloc_memory": n.get("mem_alloc"),
-                "gres": gres_text(n) if n.get("gpus") else "",
-                "features": ",".join(n.get("features") or []),
-                "partitions": n.get("partitions") or [],
-                "reason": n.get("reason") or "",
-                "weight": n.get("weight"),
-            }
-            for n in nodes
-        ],
-        "partitions": [
-            {
-                "name": p.get("name"),
-                "nodes": p.get("nodelist") or compress_names(p.get("nodes") or []),
-                "default": bool(p.get("default")),
-                "state": p.get("state"),
-                "max_time": None if p.get("max_time") is None else int(p["max_time"]) // 60,
-                "total_cpus": p.get("total_cpus"),
-                "total_nodes": p.get("total_nodes"),
-            }
-            for p in parts
-        ],
+        "warnings": [],
+        "sinfo": sinfo_entries(parts, nodes, cluster),
+        "nodes": [node(n, cluster) for n in nodes],
+        "partitions": [partition(p, cluster) for p in parts],
     }
     return json.dumps(doc, indent=2)
 

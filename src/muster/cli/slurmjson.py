@@ -98,8 +98,9 @@ def meta(command: list[str]) -> dict:
     }
 
 
-def document(command: list[str], jobs: list[dict]) -> str:
-    return dumps({"meta": meta(command), "errors": [], "warnings": [], "jobs": jobs})
+def document(command: list[str], jobs: list[dict], key: str = "jobs") -> str:
+    """A v0.0.40 response: ``meta``, ``errors``, ``warnings`` and the items under ``key``."""
+    return dumps({"meta": meta(command), "errors": [], "warnings": [], key: jobs})
 
 
 # --- sacct -----------------------------------------------------------------------------------------
@@ -149,6 +150,8 @@ def _sacct_step(s: dict) -> dict:
     step_name = str(s.get("job_id_raw") or "").partition(".")[2]
     time_ = _sacct_time(s)
     del time_["limit"], time_["eligible"], time_["submission"]
+    # v0.0.40 gives a step's start and end as number objects (a job's are plain numbers)
+    time_["start"], time_["end"] = number(time_["start"] or None), number(time_["end"] or None)
     return {
         "step": {"id": str(s.get("job_id_raw") or ""), "name": str(s.get("name") or step_name)},
         "state": [str(s.get("state") or "UNKNOWN")],
@@ -198,6 +201,7 @@ def sacct_job(r: dict) -> dict:
             "task": "",
             "limits": {"max": {"running": {"tasks": int(r.get("array_throttle") or 0)}}},
         },
+        "het": {"job_id": int(r.get("het_job_id") or 0), "job_offset": number(r.get("het_job_offset"))},
         "allocation_nodes": int(r.get("nnodes") or 0),
         "required": {"CPUs": int(r.get("req_cpus") or 0), "memory_per_node": number(r.get("req_mem"))},
         "tres": {"allocated": _tres_list(r.get("alloc_tres")), "requested": _tres_list(r.get("req_tres"))},
@@ -262,8 +266,8 @@ def squeue_job(j: dict, state: str) -> dict:
         "array_task_id": number(j.get("array_task_id")),
         "array_max_tasks": number(j.get("array_throttle") or 0),
         "array_task_string": str(j.get("array_tasks_text") or ""),
-        "het_job_id": number(0),
-        "het_job_offset": number(None),
+        "het_job_id": number(j.get("het_job_id") or 0),
+        "het_job_offset": number(j.get("het_job_offset")),
         "restart_cnt": int(j.get("restart_count") or 0),
         "exit_code": exit_code(code, sig) if ended else exit_code(0, 0),
         "command": " ".join(str(a) for a in argv) if argv else "",
@@ -283,3 +287,184 @@ def squeue_job(j: dict, state: str) -> dict:
             "allocated_nodes": alloc,
         },
     }
+
+
+# --- nodes and partitions (scontrol show --json, sinfo --json, the REST API) ------------------
+
+_NODE_BASE = {
+    "IDLE": "IDLE",
+    "MIXED": "MIXED",
+    "MIX": "MIXED",
+    "ALLOCATED": "ALLOCATED",
+    "ALLOC": "ALLOCATED",
+    "DOWN": "DOWN",
+    "FUTURE": "FUTURE",
+    "UNKNOWN": "UNKNOWN",
+    "COMPLETING": "COMPLETING",
+}
+
+
+def node_state(n: dict) -> list[str]:
+    """The node's base state and its flags (``["IDLE", "DRAIN"]``)."""
+    base = _NODE_BASE.get(str(n.get("state") or "UNKNOWN").upper(), "UNKNOWN")
+    flags = [base]
+    if n.get("drain"):
+        flags.append("DRAIN")
+    if n.get("responding") is False:
+        flags.append("NOT_RESPONDING")
+    return flags
+
+
+def node(n: dict, cluster: str) -> dict:
+    gpus = int(n.get("gpus") or 0)
+    gtype = n.get("gpu_type")
+    gres = f"gpu:{gtype + ':' if gtype else ''}{gpus}" if gpus else ""
+    used = f"gpu:{gtype + ':' if gtype else ''}{int(n.get('gpus_alloc') or 0)}" if gpus else ""
+    cpus = int(n.get("cpus") or 0)
+    alloc = int(n.get("cpus_alloc") or 0)
+    mem = int(n.get("real_memory") or 0)
+    tres = f"cpu={cpus},mem={mem}M,billing={cpus}" + (f",gres/gpu={gpus}" if gpus else "")
+    return {
+        "name": str(n.get("name") or ""),
+        "hostname": str(n.get("hostname") or n.get("name") or ""),
+        "address": str(n.get("addr") or ""),
+        "port": int(n.get("port") or 0),
+        "cluster_name": cluster,
+        "state": node_state(n),
+        "cpus": cpus,
+        "effective_cpus": cpus,
+        "alloc_cpus": alloc,
+        "alloc_idle_cpus": max(0, cpus - alloc),
+        "real_memory": mem,
+        "alloc_memory": int(n.get("mem_alloc") or 0),
+        "free_mem": number(max(0, mem - int(n.get("mem_alloc") or 0))),
+        "gres": gres,
+        "gres_used": used,
+        "gres_drained": "N/A",
+        "features": [str(f) for f in n.get("features") or []],
+        "active_features": [str(f) for f in n.get("features") or []],
+        "partitions": [str(p) for p in n.get("partitions") or []],
+        "reason": str(n.get("reason") or ""),
+        "reason_changed_at": epoch(n.get("reason_time")),
+        "reason_set_by_user": str(n.get("reason_user") or ""),
+        "boot_time": epoch(n.get("boot_time")),
+        "slurmd_start_time": epoch(n.get("agent_start_time")),
+        "last_busy": epoch(n.get("last_seen")),
+        "weight": int(n.get("weight") or 1),
+        "version": str(n.get("version") or ""),
+        "tres": tres,
+        "tres_used": f"cpu={alloc},mem={int(n.get('mem_alloc') or 0)}M" if alloc else "",
+        "sockets": 1,
+        "cores": cpus,
+        "threads": 1,
+        "boards": 1,
+    }
+
+
+def partition(p: dict, cluster: str) -> dict:
+    state = str(p.get("state") or "UP").upper()
+    return {
+        "name": str(p.get("name") or ""),
+        "cluster": cluster,
+        "nodes": {
+            "configured": str(p.get("nodelist") or ""),
+            "total": int(p.get("total_nodes") or 0),
+            "allowed_allocation": "",
+        },
+        "accounts": {
+            "allowed": ",".join(p.get("allow_accounts") or []),
+            "deny": ",".join(p.get("deny_accounts") or []),
+        },
+        "groups": {"allowed": ",".join(p.get("allow_groups") or [])},
+        "cpus": {"total": int(p.get("total_cpus") or 0), "task_binding": 0},
+        "tres": {
+            "configured": f"cpu={int(p.get('total_cpus') or 0)},mem={int(p.get('total_mem') or 0)}M,"
+            f"node={int(p.get('total_nodes') or 0)}"
+            + (f",gres/gpu={int(p.get('total_gpus') or 0)}" if p.get("total_gpus") else ""),
+        },
+        "defaults": {"time": minutes(p.get("default_time"))},
+        "maximums": {
+            "time": minutes(p.get("max_time")),
+            "nodes": number(p.get("max_nodes"), infinite_when_none=True),
+        },
+        "minimums": {"nodes": int(p.get("min_nodes") or 0)},
+        "priority": {
+            "job_factor": int(p.get("priority_job_factor") or 0),
+            "tier": int(p.get("priority_tier") or 0),
+        },
+        "partition": {"state": [state if state in ("UP", "DOWN", "DRAIN", "INACTIVE") else "UNKNOWN"]},
+        "default": bool(p.get("default")),
+    }
+
+
+def _span(values: list[int]) -> dict:
+    return {"minimum": min(values, default=0), "maximum": max(values, default=0)}
+
+
+def sinfo_entries(parts: list[dict], nodes: list[dict], cluster: str) -> list[dict]:
+    """``sinfo --json``'s ``sinfo`` list: one entry per partition and node state (the rows
+    plain sinfo prints), each with its nodes, CPU and memory figures and its partition."""
+    by_name = {str(n.get("name")): n for n in nodes}
+    out = []
+    for p in parts:
+        groups: dict[tuple[str, ...], list[dict]] = {}
+        for name in p.get("nodes") or []:
+            n = by_name.get(str(name))
+            if n is not None:
+                groups.setdefault(tuple(node_state(n)), []).append(n)
+        for state, members in groups.items():
+            cpus = [int(n.get("cpus") or 0) for n in members]
+            alloc = [int(n.get("cpus_alloc") or 0) for n in members]
+            mem = [int(n.get("real_memory") or 0) for n in members]
+            free = [max(0, m - int(n.get("mem_alloc") or 0)) for m, n in zip(mem, members, strict=True)]
+            down = state[0] in ("DOWN", "FUTURE", "UNKNOWN") or "DRAIN" in state
+            first = node(members[0], cluster)
+            reason = members[0]
+            out.append(
+                {
+                    "port": int(members[0].get("port") or 0),
+                    "node": {"state": list(state)},
+                    "nodes": {
+                        "allocated": sum(1 for a in alloc if a),
+                        "idle": sum(1 for a in alloc if not a) if not down else 0,
+                        "other": len(members) if down else 0,
+                        "total": len(members),
+                        "hostnames": [str(n.get("hostname") or n.get("name")) for n in members],
+                        "addresses": [str(n.get("addr") or "") for n in members],
+                        "nodes": [str(n.get("name")) for n in members],
+                    },
+                    "cpus": {
+                        "allocated": sum(alloc),
+                        "idle": 0 if down else sum(cpus) - sum(alloc),
+                        "other": sum(cpus) if down else 0,
+                        "total": sum(cpus),
+                        "minimum": min(cpus, default=0),
+                        "maximum": max(cpus, default=0),
+                        "load": {"minimum": 0, "maximum": 0},
+                        "per_node": {"max": number(None)},
+                    },
+                    "sockets": {"minimum": 1, "maximum": 1},
+                    "cores": _span(cpus),
+                    "threads": {"minimum": 1, "maximum": 1},
+                    "disk": _span([int(n.get("tmp_disk") or 0) for n in members]),
+                    "memory": {
+                        **_span(mem),
+                        "free": {"minimum": number(min(free, default=0)), "maximum": number(max(free, default=0))},
+                        "allocated": sum(int(n.get("mem_alloc") or 0) for n in members),
+                    },
+                    "weight": _span([int(n.get("weight") or 1) for n in members]),
+                    "features": {"total": ",".join(first["features"]), "active": ",".join(first["active_features"])},
+                    "gres": {"total": first["gres"], "used": first["gres_used"]},
+                    "cluster": cluster,
+                    "comment": "",
+                    "extra": "",
+                    "reason": {
+                        "description": str(reason.get("reason") or ""),
+                        "time": epoch(reason.get("reason_time")),
+                        "user": str(reason.get("reason_user") or ""),
+                    },
+                    "reservation": "",
+                    "partition": partition(p, cluster),
+                }
+            )
+    return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 from muster.cli.common import CommandError
 from muster.cli.squeue_fields import job_spec, long_state, start_time
 from muster.core.arrays import JobRef
-from muster.core.states import parse_job_states
+from muster.core.statenames import parse_job_states
 
 DEFAULT_SORT = "P,t,-p"
 
@@ -28,7 +28,7 @@ _STATE_ORDER = {
 
 
 def parse_states(text: str) -> set[str] | None:
-    """``-t``: short or long names (``core.states``), comma separated, any case; ``all``
+    """``-t``: short or long names (``core.statenames``), comma separated, any case; ``all``
     means every state (None)."""
     try:
         return parse_job_states(text)
@@ -91,7 +91,7 @@ class Filters:
         elif not self.job_ids and state != "COMPLETING" and state not in _ACTIVE:
             return False
         if self.job_ids:
-            ids = (job.get("job_id"), job.get("array_job_id"), job.get("array_task_id"))
+            ids = (job.get("job_id"), job.get("array_job_id"), job.get("array_task_id"), job.get("het_job_id"))
             if not any(ref.matches(*ids) for ref in self.job_ids):
                 return False
         if self.users and job.get("user") not in self.users:

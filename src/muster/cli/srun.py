@@ -121,6 +121,7 @@ class Run:
         self.debugger_test = False  # --debugger-test: print the task table, run nothing
         self.preserve_env: dict[str, str] = {}  # -E: the allocation's counts, kept
         self.immediate: int | None = None  # -I[secs]: give up when not running by then
+        self.het: dict[str, int] | None = None  # one component's part of a het step (cli.hetstep)
         self.name = ""
         self.defined: list[tuple[str, str]] = []  # the options given, for -v's summary
 
@@ -239,6 +240,10 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
     spec = finish_job_request(req, environ, cwd)
     run.cwd = str(spec["workdir"])
     run.env = export_environment(req.export or environ.get("SLURM_EXPORT_ENV") or "ALL", environ)
+    het = run.env.pop("MUSTER_HET_STEP", None) or environ.get("MUSTER_HET_STEP")
+    if het:  # started by a het step's srun (cli.hetstep): where this part's ranks start
+        fields = [int(x) if x.isdigit() else 0 for x in het.split(":")]
+        run.het = dict(zip(("first", "total", "size", "group"), fields, strict=False))
     if "cpus-per-task" in keys or "cpus-per-task" in {o.key for o, _ in from_env}:
         # Slurm's srun sets it when -c is asked for, 1 included, and the tasks inherit it
         run.env["SLURM_CPUS_PER_TASK"] = str(req.spec.get("cpus_per_task") or 1)
@@ -384,6 +389,14 @@ def main(argv: list[str] | None = None) -> int:
     ctl = None
     own_job: int | None = None
     try:
+        from muster.cli import hetstep
+
+        try:
+            parts = hetstep.plan(args, dict(os.environ), table())
+        except hetstep.NeedsAllocation:  # srun A : B outside an allocation
+            return hetstep.allocate_and_run(args, dict(os.environ), cwd, table(), build)
+        if parts is not None:  # srun --het-group=..., srun A : B
+            return hetstep.run(parts, dict(os.environ))
         result = build(args, dict(os.environ), cwd)
         if isinstance(result, str):
             sys.stdout.write(result)
@@ -470,7 +483,7 @@ Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
 """
 
 HELP = """\
-Usage: srun [OPTIONS(0)...] executable(0) [args(0)...]
+Usage: srun [OPTIONS(0)... [executable(0) [args(0)...]]] [ : [OPTIONS(N)...]] executable(N) [args(N)...]
 
 Parallel run options:
   -A, --account=name          charge job to specified account
@@ -490,6 +503,8 @@ Parallel run options:
   -i, --input=in              location of stdin redirection (file pattern, none, all, task id)
   -I, --immediate[=secs]      exit if resources not available in "secs"
   -J, --job-name=jobname      name of job (or of the step, within an allocation)
+      --het-group=value       hetjob components to run on (0,1 or 0-1), in a
+                              heterogeneous job's allocation
       --jobid=id              run under already allocated job
   -k, --no-kill               do not kill job on node failure
   -K, --kill-on-bad-exit      kill the job step if any task exits non-zero

@@ -9,7 +9,6 @@ billing usage in TRES-seconds; FairShare is the Fair Tree factor, 0 to 1, of use
 
 from __future__ import annotations
 
-import math
 import sys
 
 from muster.cli.acctfmt import call, read_options
@@ -46,7 +45,7 @@ def _f6(v: object) -> str:
     if v is None:
         return ""
     x = float(v)  # type: ignore[arg-type]
-    return "inf" if math.isinf(x) else f"{x:.6f}"
+    return "inf" if x in (float("inf"), float("-inf")) else f"{x:.6f}"
 
 
 FIELDS = {

@@ -12,7 +12,9 @@ TYPE_CHECKING = False  # typing is not imported on the commands' hot path
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["RawTerminal", "local_path", "noop", "terminal_size", "write_all"]
+    from muster.protocol.stream import ChunkedSender, StreamClient
+
+__all__ = ["RawTerminal", "StepNode", "local_path", "noop", "terminal_size", "write_all"]
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -84,3 +86,21 @@ def local_path(spec: dict[str, object] | None, grant: dict[str, object], cwd: st
     if "job_id" in grant and "step_id" in grant:
         pattern = expand_pattern(pattern, fields_for_task(grant, "", 0, 0))
     return os.path.normpath(os.path.join(cwd, pattern))
+
+
+class StepNode:
+    """One node of a running step as srun sees it: where its agent is, its tasks, the
+    stream to it."""
+
+    __slots__ = ("name", "addr", "port", "tasks", "conn", "token", "stdin", "done", "tls")
+
+    def __init__(self, info: dict[str, Any], tasks: list[int], tls_ca: str | None) -> None:
+        self.name = str(info["name"])
+        self.tls = (tls_ca, self.name) if tls_ca else None  # TLSType=tls/muster: the CA, the name to check
+        self.addr = str(info["addr"])
+        self.port = int(info["port"])
+        self.tasks = tasks
+        self.conn: StreamClient | None = None
+        self.token = ""
+        self.stdin: ChunkedSender | None = None
+        self.done = False

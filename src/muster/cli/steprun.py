@@ -17,7 +17,7 @@ import os
 import select
 import time
 
-from muster.cli.stepio import RawTerminal, local_path, noop, terminal_size, write_all
+from muster.cli.stepio import RawTerminal, StepNode, local_path, noop, terminal_size, write_all
 from muster.core.arrays import format_ranges
 from muster.protocol.client import ApiError, ConnectError, request
 from muster.protocol.stream import ChunkedSender, StreamClient, StreamError
@@ -35,20 +35,6 @@ def _note(text: str) -> None:
     write_all(2, f"{PROG}: {text}\n".encode())
 
 
-class _Node:
-    __slots__ = ("name", "addr", "port", "tasks", "conn", "token", "stdin", "done")
-
-    def __init__(self, info: dict[str, Any], tasks: list[int]) -> None:
-        self.name = str(info["name"])
-        self.addr = str(info["addr"])
-        self.port = int(info["port"])
-        self.tasks = tasks
-        self.conn: StreamClient | None = None
-        self.token = ""
-        self.stdin: ChunkedSender | None = None
-        self.done = False
-
-
 class StepRun:
     def __init__(self, run: Any, job_id: int, answer: dict[str, Any], ctl: Any = None) -> None:
         self.opts = run
@@ -59,13 +45,15 @@ class StepRun:
         self.step_id = int(step["step_id"])
         self.kill_wait = float(answer.get("kill_wait") or 30)
         self.slurmd_timeout = float(answer.get("slurmd_timeout") or 300)
-        self.lost: list[_Node] = []
-        self.nodes = [_Node(info, list(tasks)) for info, tasks in zip(answer["nodes"], step["tasks"], strict=True)]
+        self.lost: list[StepNode] = []
+        tls_ca = ctl.settings.tls_ca if ctl is not None else None
+        self.nodes = [StepNode(i, list(t), tls_ca) for i, t in zip(answer["nodes"], step["tasks"], strict=True)]
         self.node_of = {t: n.name for n in self.nodes for t in n.tasks}
         self.ntasks = sum(len(n.tasks) for n in self.nodes)
         # --multi-prog: each task's own command line (CommandError if one has none)
         self.task_argv = run.multi_prog.argv_for(self.ntasks) if run.multi_prog is not None else None
-        self.width = len(str(max(self.ntasks - 1, 0)))
+        het = getattr(run, "het", None) or {}  # a het step: ranks run across its components
+        self.first, self.width = het.get("first", 0), len(str(max(het.get("total", 0), self.ntasks, 1) - 1))
         self.partial: dict[tuple[int, int], bytes] = {}
         self.exits: dict[int, tuple[int, int]] = {}
         self.usage: dict[int, tuple[int, float, float, str]] = {}  # task -> rss KB, user, sys, node
@@ -111,6 +99,7 @@ class StepRun:
             "pty_size": terminal_size() if run.pty else None,
             "task_argv": None if self.task_argv is None else {str(t): a for t, a in self.task_argv.items()},
             "kill_wait": self.kill_wait,
+            "het": getattr(run, "het", None),
         }
 
     def _stdin_spec(self) -> dict[str, Any]:
@@ -171,7 +160,7 @@ class StepRun:
         payload = b""
         for node in self.nodes:
             try:
-                conn = StreamClient.connect((node.addr, node.port), timeout=60.0)
+                conn = StreamClient.connect((node.addr, node.port), 60.0, node.tls)
                 if not payload:
                     # The first connection's own address and port are the srun address the
                     # tasks see (SLURM_SRUN_COMM_HOST/PORT, SLURM_LAUNCH_NODE_IPADDR).
@@ -235,7 +224,7 @@ class StepRun:
     def _loop(self) -> None:
         while any(not n.done for n in self.nodes):
             watch: list[Any] = [self.wake_r]
-            by_fd: dict[int, _Node] = {}
+            by_fd: dict[int, StepNode] = {}
             for n in self.nodes:
                 if not n.done and n.conn is not None:
                     by_fd[n.conn.fileno()] = n
@@ -269,7 +258,7 @@ class StepRun:
         for key in list(self.partial):
             self._flush(*key)
 
-    def _read_node(self, node: _Node) -> None:
+    def _read_node(self, node: StepNode) -> None:
         assert node.conn is not None
         try:
             frames = node.conn.read()
@@ -327,7 +316,7 @@ class StepRun:
             if missing:
                 self._node_failed(node, "connection closed before its tasks ended")
 
-    def _node_failed(self, node: _Node, why: str, judge: bool = True) -> None:
+    def _node_failed(self, node: StepNode, why: str, judge: bool = True) -> None:
         node.done = True
         missing = [t for t in node.tasks if t not in self.exits]
         if missing:
@@ -421,7 +410,7 @@ class StepRun:
     def _labelled(self, task: int, data: bytes) -> bytes:
         if not self.opts.label:
             return data
-        prefix = f"{task:>{self.width}}: ".encode()
+        prefix = f"{task + self.first:>{self.width}}: ".encode()
         lines = data.split(b"\n")
         tail = lines.pop() if not data.endswith(b"\n") else None
         out = b"".join(prefix + line + b"\n" for line in (lines[:-1] if tail is None else lines))
@@ -440,7 +429,7 @@ class StepRun:
 
     # --- stdin --------------------------------------------------------------------------------
 
-    def _targets(self, node: _Node) -> bool:
+    def _targets(self, node: StepNode) -> bool:
         if self.stdin_targets is None:
             return True
         return any(t in self.stdin_targets for t in node.tasks)
@@ -471,14 +460,14 @@ class StepRun:
                     node.stdin.finish()
                     node.stdin = None
 
-    def _open_stdin(self, node: _Node) -> None:
+    def _open_stdin(self, node: StepNode) -> None:
         path = f"/v1/steps/stdin?job={self.job_id}&step={self.step_id}&token={node.token}"
         try:
-            node.stdin = ChunkedSender((node.addr, node.port), path)
+            node.stdin = ChunkedSender((node.addr, node.port), path, tls=node.tls)
         except StreamError as e:
             _note(f"error: {node.name}: cannot forward stdin: {e}")
 
-    def _send_stdin(self, node: _Node) -> None:
+    def _send_stdin(self, node: StepNode) -> None:
         if node.stdin is None:
             self._open_stdin(node)
         if node.stdin is None:
@@ -554,7 +543,7 @@ class StepRun:
                 continue
             body = {"job_id": self.job_id, "step_id": self.step_id, "token": node.token, "signal": signum, "kill": kill}
             try:
-                request("POST", "/v1/steps/signal", body, address=(node.addr, node.port), timeout=10.0)
+                request("POST", "/v1/steps/signal", body, address=(node.addr, node.port), timeout=10.0, tls=node.tls)
             except (ApiError, ConnectError):
                 pass
 

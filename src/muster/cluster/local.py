@@ -3,6 +3,8 @@
 Layout of a state directory::
 
     muster.conf    the config (slurm.conf syntax)      muster.key   cluster key (0600)
+    jwt_hs256.key  the JWT key (0600, auth/jwt)
+    tls/           the cluster CA and each daemon's certificate (TLSType=tls/muster, the default)
     ctld/          controller state (muster.db, socket) nodes/NAME/ each node's state
     log/           daemon logs                           run/         pid files, agent sockets
     agents.json    how many nodes each agent process hosts (absent: one)
@@ -29,8 +31,16 @@ from typing import Any
 
 from muster.core.config import Config, parse_config
 from muster.core.hostlist import compress
+from muster.core.topoconf import attach_topology, parse_topology, topology_path
 from muster.protocol import client
 from muster.protocol.signing import generate_key
+
+
+def generate_jwt_key(path: str) -> None:
+    """A new HS256 key for auth/jwt: 32 random bytes, mode 0600 (never overwrites one)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(32))
 
 
 @dataclass
@@ -93,6 +103,8 @@ def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str]
         f"StateSaveLocation={state_dir}/ctld",
         f"CtldSocket={state_dir}/ctld/musterctld.sock",
         f"AuthKeyFile={state_dir}/muster.key",
+        "AuthAltTypes=auth/jwt",  # scontrol token and musterrestd (docs/rest.md)
+        f"AuthAltParameters=jwt_key={state_dir}/jwt_hs256.key",
         f"AgentSocketDir={state_dir}/run",
         "SchedulerType=sched/backfill",
         "SelectType=select/cons_tres",
@@ -101,6 +113,8 @@ def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str]
         "KillWait=5",
         "MinJobAge=300",
         "ReturnToService=1",
+        # Every TCP link is TLS; daemons prove who they are with certificates (cluster.certs).
+        "TLSType=tls/muster",
     ]
     overrides = dict(overrides or {})
     for i, line in enumerate(lines):
@@ -142,7 +156,9 @@ class LocalCluster:
 
     # --- creating ------------------------------------------------------------------
 
-    def create(self, shape: ClusterShape, overrides: dict[str, str] | None = None) -> None:
+    def create(self, shape: ClusterShape, overrides: dict[str, str] | None = None, topology: str | None = None) -> None:
+        """Write the config (and ``topology``, topology.conf text, beside it: the config
+        then names its TopologyPlugin); a bad topology raises ConfigError, writing nothing."""
         for sub in ("", "ctld", "log", "run", "nodes"):
             os.makedirs(os.path.join(self.state_dir, sub), exist_ok=True)
         # Jobs of ordinary users must reach the agents' credential sockets.
@@ -150,8 +166,24 @@ class LocalCluster:
         key_path = os.path.join(self.state_dir, "muster.key")
         if not os.path.exists(key_path):
             generate_key(key_path)
+        topo_path = topology_path(self.conf_path)
+        if topology is not None:
+            names = [f"node{i}" for i in range(1, shape.nodes + 1)]
+            plugin = parse_topology(topology, topo_path, names).plugin
+            overrides = {**(overrides or {}), "TopologyPlugin": plugin}
+        jwt_key = os.path.join(self.state_dir, "jwt_hs256.key")
+        if not os.path.exists(jwt_key):
+            generate_jwt_key(jwt_key)
         text = render_config(self.state_dir, shape, overrides)
-        parse_config(text, self.conf_path)  # extra settings that break it: ConfigError, no file
+        config = parse_config(text, self.conf_path)  # extra settings that break it: ConfigError, no file
+        if topology is not None:
+            attach_topology(config, topology, topo_path)
+            with open(topo_path, "w") as f:
+                f.write(topology)
+        if config.tls.enabled:
+            from muster.cluster.certs import issue_all
+
+            issue_all(config)
         with open(os.path.join(self.state_dir, "agents.json"), "w") as f:
             json.dump({"nodes_per_agent": max(1, shape.nodes_per_agent)}, f)
         with open(self.conf_path, "w") as f:
@@ -256,6 +288,33 @@ class LocalCluster:
                 started.append(agent)
         return started
 
+    def start_rest(self, host: str, port: int, timeout: float = 30.0) -> str:
+        """Start musterrestd (JWT auth) on ``host:port`` unless it runs; return its URL."""
+        if self._alive("musterrestd") is None:
+            self._spawn(
+                "musterrestd",
+                [
+                    sys.executable,
+                    "-m",
+                    "muster.rest.main",
+                    "-f",
+                    self.conf_path,
+                    "-a",
+                    "rest_auth/jwt",
+                    f"{host}:{port}",
+                ],
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._alive("musterrestd", check_cmdline=False) is None:
+                raise RuntimeError(f"musterrestd exited; see {self._logfile('musterrestd')}")
+            try:
+                with socket.create_connection((host, port), timeout=1):
+                    return f"http://{host}:{port}"
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError(f"musterrestd not listening on {host}:{port} after {timeout:.0f}s")
+
     def api(self, method: str, path: str, body: Any = None, timeout: float = 5.0) -> Any:
         cfg = self.config()
         return client.request(method, path, body, unix_path=cfg.ctld_socket, timeout=timeout)
@@ -281,7 +340,7 @@ class LocalCluster:
     def stop(self, timeout: float = 10.0) -> list[str]:
         """Stop exactly this cluster's daemons, then any job processes they left behind."""
         stopped = []
-        names = ["musterctld", *self.agents()]
+        names = ["musterrestd", "musterctld", *self.agents()]
         pids = {name: pid for name in names if (pid := self._alive(name)) is not None}
         for name, pid in pids.items():
             try:

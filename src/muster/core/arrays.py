@@ -19,7 +19,10 @@ import alone costs a command ~15 ms).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 
 __all__ = [
     "ARRAY_ERROR",
@@ -116,32 +119,38 @@ def format_ranges(ids: Iterable[int]) -> str:
 
 
 class JobRef:
-    """A job id as a user writes it: ``job_id`` alone, or array tasks of ``job_id``."""
+    """A job id as a user writes it: ``job_id`` alone, array tasks of ``job_id``, or
+    component ``offset`` of the heterogeneous job ``job_id`` (``123+1``)."""
 
-    __slots__ = ("job_id", "tasks")
+    __slots__ = ("job_id", "tasks", "offset")
 
-    def __init__(self, job_id: int, tasks: tuple[int, ...] | None = None) -> None:
+    def __init__(self, job_id: int, tasks: tuple[int, ...] | None = None, offset: int | None = None) -> None:
         self.job_id = job_id
         self.tasks = tasks
+        self.offset = offset
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, JobRef):
             return NotImplemented
-        return (self.job_id, self.tasks) == (other.job_id, other.tasks)
+        return (self.job_id, self.tasks, self.offset) == (other.job_id, other.tasks, other.offset)
 
     def __hash__(self) -> int:
-        return hash((self.job_id, self.tasks))
+        return hash((self.job_id, self.tasks, self.offset))
 
     def __repr__(self) -> str:
         return f"JobRef({self})"
 
-    def matches(self, job_id: object, array_job_id: object, array_task_id: object) -> bool:
+    def matches(self, job_id: object, array_job_id: object, array_task_id: object, het_job_id: object = None) -> bool:
         """Whether a job (given by its ids, as the wire carries them) is one this names."""
+        if self.offset is not None:
+            return isinstance(job_id, int) and job_id == self.job_id + self.offset and het_job_id in (None, self.job_id)
         if self.tasks is None:
-            return job_id == self.job_id or array_job_id == self.job_id
+            return job_id == self.job_id or array_job_id == self.job_id or het_job_id == self.job_id
         return array_job_id == self.job_id and array_task_id in self.tasks
 
     def __str__(self) -> str:
+        if self.offset is not None:
+            return f"{self.job_id}+{self.offset}"
         if self.tasks is None:
             return str(self.job_id)
         if len(self.tasks) == 1:
@@ -154,9 +163,14 @@ STEP_NAMES = frozenset({"batch", "extern", "interactive"})
 
 
 def parse_job_ref(text: str) -> JobRef:
-    """``123``, ``123_7`` or ``123_[1-3,5]`` (a ``%N`` inside the brackets is ignored);
-    ValueError otherwise."""
+    """``123``, ``123_7``, ``123_[1-3,5]`` (a ``%N`` inside the brackets is ignored) or a
+    heterogeneous job's component ``123+1``; ValueError otherwise."""
     item = text.strip()
+    head, plus, tail = item.partition("+")
+    if plus:
+        if not head.isdigit() or not 0 < int(head) <= MAX_ID or not tail.isdigit() or int(tail) > MAX_ID:
+            raise ValueError(f"Invalid job id {text}")
+        return JobRef(int(head), None, int(tail))
     head, underscore, tail = item.partition("_")
     if not head.isdigit() or not 0 < int(head) <= MAX_ID:
         raise ValueError(f"Invalid job id {text}")

@@ -30,6 +30,7 @@ import re
 
 from muster.core.confkeys import (
     BOOL_KEYS,
+    CHOICE_KEYS,
     FALSE,
     GLOBAL,
     GRES_COUNT_RE,
@@ -45,17 +46,20 @@ from muster.core.confkeys import (
     PARTITION,
     PARTITION_STATES,
     PORT_RANGE_RE,
+    PREEMPT_TYPES,
     TIME_KEYS,
     TRUE,
     UNLIMITED,
     UNSUPPORTED_LINES,
     WORD_RE,
+    preempt_mode,
     split_list,
 )
 from muster.core.conftext import strip_comment
 from muster.core.conftypes import Config, ConfigError, NodeConf, PartitionConf
 from muster.core.hostlist import HostlistError, expand
 from muster.core.timefmt import TimeFormatError, parse_time_limit
+from muster.core.tlsconf import CTLD_NAME, TLS_MUSTER, TLSConfError, check_type, parse_parameters
 
 __all__ = ["Config", "ConfigError", "NodeConf", "PartitionConf", "parse_config"]
 
@@ -187,10 +191,28 @@ class _Parser:
             _time(value, canon, where)
         elif canon in BOOL_KEYS:
             _bool(value, canon, where)
+        elif canon == "PreemptType":
+            if value.lower() not in PREEMPT_TYPES:
+                raise ConfigError(
+                    f"{where}: bad PreemptType {value!r}: expected preempt/none, preempt/qos or preempt/partition_prio"
+                )
+        elif canon == "PreemptMode":
+            _preempt_mode(value, where)
+        elif canon in CHOICE_KEYS:
+            if value.lower() not in CHOICE_KEYS[canon]:
+                raise ConfigError(f"{where}: bad {canon} {value!r}: expected {' or '.join(CHOICE_KEYS[canon])}")
         elif canon == "SlurmctldPort":
             m = re.compile(PORT_RANGE_RE).match(value)
             if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
                 raise ConfigError(f"{where}: bad SlurmctldPort {value!r}: expected PORT or PORT-PORT")
+        elif canon in ("TLSType", "TLSParameters"):
+            try:
+                if canon == "TLSType":
+                    check_type(value)
+                else:
+                    parse_parameters(value)
+            except TLSConfError as e:
+                raise ConfigError(f"{where}: {e}") from None
         elif canon == "SlurmctldHost":
             if re.compile(HOST_ADDR_RE).match(value) is None:
                 raise ConfigError(f"{where}: bad SlurmctldHost {value!r}: expected HOST or HOST(ADDR)")
@@ -313,6 +335,10 @@ class _Parser:
         def_mem = params.get("DefMemPerCPU")
         part.def_mem_per_cpu = None if def_mem is None else _int(def_mem, "DefMemPerCPU", where)
         part.max_mem_per_node = _int_or_unlimited(params.get("MaxMemPerNode", "UNLIMITED"), "MaxMemPerNode", where)
+        if "PreemptMode" in params:
+            _preempt_mode(params["PreemptMode"], where)
+        if "ExpediteRequeue" in params:  # muster's: the partition's jobs default to --requeue=expedite
+            _bool(params["ExpediteRequeue"], "ExpediteRequeue", where)
         if "HangTimeout" in params:  # muster's: a training job's default --hang-timeout
             _time(params["HangTimeout"], "HangTimeout", where)
         part.params = params
@@ -337,6 +363,11 @@ class _Parser:
             if not node.port:
                 node.port = slurmd_port
         all_names = [node.name for node in self.nodes]
+        if CTLD_NAME in all_names and self.settings.get("TLSType", "").lower() == TLS_MUSTER:
+            # A node's certificate names it; this name is the controller's.
+            raise ConfigError(
+                f"{self.path}: NodeName={CTLD_NAME} is reserved for the controller with TLSType={TLS_MUSTER}"
+            )
         order = {name: i for i, name in enumerate(all_names)}
         defaults = 0
         for part in self.partitions:
@@ -403,6 +434,13 @@ def _time(value: str, key: str, where: str) -> int | None:
         raise ConfigError(
             f"{where}: bad {key} {value!r}: expected minutes, [days-]hours:minutes:seconds or INFINITE"
         ) from None
+
+
+def _preempt_mode(value: str, where: str) -> str:
+    try:
+        return preempt_mode(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _access_list(value: str | None) -> list[str] | None:

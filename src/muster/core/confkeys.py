@@ -59,6 +59,9 @@ DefaultStorageUser
 AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInterval
 GpuFaultFile GpuHealthCheckInterval
 AccountingStorageURL
+ExpediteHoldTime
+MetricsType LogFormat
+TLSType TLSParameters
 """
 
 _NODE_KEYS = """
@@ -75,7 +78,7 @@ MaxMemPerCPU MaxMemPerNode MaxNodes MaxTime MinNodes Nodes OverSubscribe OverTim
 PowerDownOnIdle PreemptMode Priority PriorityJobFactor PriorityTier QOS ReqResv
 ResumeTimeout RootOnly SelectTypeParameters State SuspendTime SuspendTimeout
 TRESBillingWeights
-HangTimeout
+HangTimeout ExpediteRequeue
 """
 
 
@@ -110,8 +113,37 @@ INT_KEYS = frozenset(
     PriorityWeightPartition PriorityWeightQOS
     """.split()
 )
-TIME_KEYS = frozenset({"PriorityMaxAge", "PriorityDecayHalfLife", "PriorityCalcPeriod"})
+TIME_KEYS = frozenset(
+    {"PriorityMaxAge", "PriorityDecayHalfLife", "PriorityCalcPeriod", "PreemptExemptTime", "ExpediteHoldTime"}
+)
+
+PREEMPT_TYPES = frozenset({"preempt/none", "preempt/qos", "preempt/partition_prio"})
+PREEMPT_MODES = ("OFF", "CANCEL", "REQUEUE")
+
+
+def preempt_mode(text: str) -> str:
+    """A PreemptMode value as muster applies it: OFF, CANCEL or REQUEUE (GANG is accepted
+    and means nothing: muster does not time-slice). ValueError says what is refused."""
+    modes = [m.strip().upper() for m in text.split(",") if m.strip() and m.strip().upper() != "GANG"]
+    if not modes:
+        return "OFF"
+    if "SUSPEND" in modes:
+        raise ValueError(
+            "PreemptMode=SUSPEND is not supported: muster cannot suspend jobs (their GPU memory "
+            "would stay allocated); use REQUEUE or CANCEL"
+        )
+    if len(modes) != 1 or modes[0] not in PREEMPT_MODES:
+        raise ValueError(f"bad PreemptMode {text!r}: expected OFF, CANCEL or REQUEUE")
+    return modes[0]
+
+
 BOOL_KEYS = frozenset({"PriorityFavorSmall"})
+# Keys that take one of a few words (case-insensitive): MetricsType is Slurm 25.11's,
+# LogFormat muster's own (docs/metrics.md).
+CHOICE_KEYS = {
+    "MetricsType": ("metrics/openmetrics", "metrics/none"),
+    "LogFormat": ("text", "json"),
+}
 
 TRUE = frozenset({"yes", "true", "1", "on"})
 FALSE = frozenset({"no", "false", "0", "off"})

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from muster.core.confkeys import GLOBAL, HOST_ADDR_RE, PORT_RANGE_RE, split_list
 from muster.core.errors import MusterError
 from muster.core.timefmt import TimeFormatError, parse_time_limit
+from muster.core.tlsconf import TLSSettings
 
-__all__ = ["Config", "ConfigError", "NodeConf", "PartitionConf"]
+__all__ = ["BlockConf", "Config", "ConfigError", "NodeConf", "PartitionConf", "SwitchConf", "TopologyConf"]
 
 
 class ConfigError(MusterError, ValueError):
@@ -216,6 +218,45 @@ class PartitionConf(_Record):
         return self.oversubscribe == "EXCLUSIVE"
 
 
+# --- topology.conf (parsed by core.topoconf) ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchConf:
+    """One ``SwitchName`` line: a leaf (``nodes``) or a switch above others (``switches``)."""
+
+    name: str
+    nodes: tuple[str, ...] = ()
+    switches: tuple[str, ...] = ()
+    link_speed: int = 1
+    lineno: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BlockConf:
+    """One ``BlockName`` line: a base block and its nodes."""
+
+    name: str
+    nodes: tuple[str, ...]
+    lineno: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConf:
+    """A parsed topology.conf: switches (tree) or blocks, never both."""
+
+    path: str
+    switches: tuple[SwitchConf, ...] = ()
+    blocks: tuple[BlockConf, ...] = ()
+    block_sizes: tuple[int, ...] = ()  # as given (BlockSizes=), () when not given
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def plugin(self) -> str:
+        """The TopologyPlugin this file is written for."""
+        return "topology/block" if self.blocks else "topology/tree"
+
+
 class Config:
     """A parsed configuration: global ``settings``, ``nodes``, ``partitions``, ``warnings``.
 
@@ -230,6 +271,7 @@ class Config:
         "partitions",
         "warnings",
         "ctld_hosts",
+        "topology",
         "_nodes_by_name",
         "_parts_by_name",
     )
@@ -252,6 +294,8 @@ class Config:
         self.ctld_hosts = ctld_hosts if ctld_hosts is not None else []
         if "SlurmctldHost" in self.settings and not self.ctld_hosts:
             self.ctld_hosts = [self.settings["SlurmctldHost"]]
+        # topology.conf, when TopologyPlugin names one (read beside this file by the caller)
+        self.topology: TopologyConf | None = None
         self._nodes_by_name = {n.name: n for n in self.nodes}
         self._parts_by_name = {p.name: p for p in self.partitions}
 
@@ -355,6 +399,11 @@ class Config:
     def auth_key_file(self) -> str:
         """Cluster key file; default ``muster.key`` beside the configuration file."""
         return self.settings.get("AuthKeyFile", os.path.join(os.path.dirname(self.path), "muster.key"))
+
+    @property
+    def tls(self) -> TLSSettings:
+        """``TLSType`` and ``TLSParameters`` (``core.tlsconf``); checked while parsing."""
+        return TLSSettings(self.settings, self.auth_key_file)
 
     @property
     def agent_socket_dir(self) -> str | None:

@@ -13,8 +13,6 @@ Contracts:
 
 from __future__ import annotations
 
-import re
-
 from muster.core.errors import InvalidRequest
 
 TYPE_CHECKING = False
@@ -29,7 +27,6 @@ MAX_HOSTS = 1 << 20
 # Patterns are kept as strings and compiled on first use (re caches compiled patterns):
 # compiling them at import would cost each CLI start-up a few milliseconds.
 _RANGE_RE = r"^(\d+)(?:-(\d+))?$"
-_TRAILING_DIGITS_RE = r"(?s)^(.*?)(\d+)$"
 
 
 class HostlistError(InvalidRequest, ValueError):
@@ -66,12 +63,14 @@ def compress(names: Iterable[str]) -> str:
     plain: dict[str, None] = {}
     order: dict[tuple[bool, str], None] = {}
     for name in names:
-        m = re.compile(_TRAILING_DIGITS_RE).match(name)
-        if m is None:
+        cut = len(name)
+        while cut and name[cut - 1].isdecimal():  # what the regular expression \d matches
+            cut -= 1
+        if cut == len(name):
             plain[name] = None
             order[(False, name)] = None
             continue
-        prefix, digits = m.group(1), m.group(2)
+        prefix, digits = name[:cut], name[cut:]
         groups.setdefault(prefix, set()).add((int(digits), digits))
         order[(True, prefix)] = None
     parts = []
@@ -148,6 +147,8 @@ def _expand_item(item: str, expr: str) -> list[str]:
 
 def _expand_ranges(body: str, expr: str) -> list[str]:
     """``01-03,7`` -> ``['01', '02', '03', '7']``."""
+    import re  # on first use: it costs a command's start-up milliseconds
+
     out: list[str] = []
     for part in body.split(","):
         part = part.strip()

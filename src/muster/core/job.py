@@ -36,7 +36,7 @@ class JobSpec:
     """A validated submission. Time values are seconds; memory values are MB.
 
     This is the one schema of a job request: the API's submission model is derived from
-    these fields and their checks (``ctld.api.SpecModel``), so a new option is one field
+    these fields and their checks (``ctld.bodies.SpecModel``), so a new option is one field
     here plus the code that uses it (a scheduler filter, the agent)."""
 
     name: str = _check("sbatch", max_length=1024)
@@ -85,6 +85,14 @@ class JobSpec:
     # Seconds without reported progress after which a job that reports progress is
     # signalled, then requeued as Hung (``--hang-timeout``; see muster.ctld.training).
     hang_timeout: int | None = _check(ge=1, le=MAX_TIME_LIMIT)
+    # Topology (``sched.topology``): ``--switches=N[@wait]``: at most N leaf switches,
+    # waiting up to ``switch_wait`` seconds (None: SchedulerParameters=max_switch_wait)
+    # for them; ``--segment=S``: nodes in segments of S, each inside one block.
+    switches: int | None = _check(ge=1, le=COUNT)
+    switch_wait: int | None = _check(ge=0, le=MAX_TIME_LIMIT)
+    segment: int | None = _check(ge=1, le=COUNT)
+    # --exclusive=topo: whole nodes, and no other job in the leaf switches or blocks it uses
+    exclusive_topo: bool = False
     # --mincpus: at least this many CPUs on each node (the per-node CPU count grows to it);
     # --tmp: at least this much TmpDisk (MB) on each node.
     min_cpus: int | None = _check(ge=1, le=COUNT)
@@ -93,6 +101,12 @@ class JobSpec:
     overcommit: bool = False
     # --deadline (epoch seconds): a pending job that can no longer end by then ends DEADLINE.
     deadline: float | None = None
+    # -k/--no-kill: a failed node (not the batch host) is taken out of the running job's
+    # allocation instead of ending the job.
+    no_kill: bool = False
+    # ``--requeue=expedite``: after a node failure the job is requeued at the front of the
+    # queue and its surviving nodes are held for it (see docs/preemption.md).
+    expedite: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which
@@ -243,6 +257,11 @@ class Job:
     array_task_max: int | None = None
     array_task_step: int | None = None
     array_throttle: int = 0  # ``--array=...%N``: at most N tasks of the array run at once
+    # Heterogeneous jobs (see ``core.hetjob``): set on every component, None otherwise. The
+    # leader's id (the first component's) and this component's offset from it (0, 1, ...);
+    # components take consecutive ids, so component k's job id is het_job_id + k.
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
     # Dependency job ids that named no job at submission: never satisfied (Slurm 22.05
     # accepts such a job and leaves it pending).
     unknown_deps: list[int] = field(default_factory=list)
@@ -259,6 +278,16 @@ class Job:
     # (``core.goodput``), so that goodput spans requeues and survives restarts.
     progress: dict[str, Any] | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    # Preemption (``sched.preempt``, ``ctld.preemption``). A victim in its grace time
+    # carries its preemptor and when it is killed; a preemptor waiting for its victims, or
+    # an expedited job requeued after a node failure, holds nodes until ``hold_until``
+    # (nobody else starts on them meanwhile). ``expedited``: first in the queue.
+    preempted_by: int | None = None
+    preempt_deadline: float | None = None
+    preempt_mode: str | None = None  # REQUEUE or CANCEL, what happens at the deadline
+    held_nodes: list[str] = field(default_factory=list)
+    hold_until: float | None = None
+    expedited: bool = False
 
     @property
     def nodes(self) -> list[str]:
@@ -290,6 +319,7 @@ class Job:
         d["shape"] = {name: getattr(self.shape, name) for name in _SHAPE_FIELDS}
         d["alloc"] = [{"node": a.node, "cpus": a.cpus, "mem": a.mem, "gpu_ids": list(a.gpu_ids)} for a in self.alloc]
         d["planned_nodes"] = list(self.planned_nodes)
+        d["held_nodes"] = list(self.held_nodes)
         d["state"] = str(self.state)
         d["reason"] = str(self.reason)
         return d

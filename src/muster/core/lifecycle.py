@@ -25,6 +25,7 @@ class JobEvent(StrEnum):
     NODE_FAIL = "node_fail"
     OUT_OF_MEMORY = "out_of_memory"
     REQUEUE = "requeue"
+    PREEMPT = "preempt"  # preempted with PreemptMode=CANCEL
     DEADLINE = "deadline"  # it can no longer end by its --deadline: it never starts
 
 
@@ -50,6 +51,7 @@ TRANSITIONS: dict[tuple[JobState, JobEvent], JobState] = {
     (_R, JobEvent.NODE_FAIL): JobState.NODE_FAIL,
     (_R, JobEvent.OUT_OF_MEMORY): JobState.OUT_OF_MEMORY,
     (_R, JobEvent.REQUEUE): _P,
+    (_R, JobEvent.PREEMPT): JobState.PREEMPTED,
     # A batch job that ended may be requeued (scontrol requeue), as in Slurm.
     **{(s, JobEvent.REQUEUE): _P for s in _ENDED if s is not JobState.CANCELLED},
 }
@@ -74,6 +76,9 @@ def start(job: Job, alloc: list[NodeAlloc], now: float, scheduler: str = "Main")
     job.reason = Reason.NONE
     job.planned_start = None
     job.planned_nodes = []
+    job.held_nodes = []  # what was held for it (preemption, expedited requeue) is its now
+    job.hold_until = None
+    job.expedited = False
     job.scheduler = scheduler
     job.exit_code = 0
     job.exit_signal = 0
@@ -132,6 +137,9 @@ def requeue(job: Job, now: float, *, hold: str | None = None, outcome: str | Non
         goodput.close_attempt(job, now, outcome or "REQUEUED")
     job.state = next_state(job, JobEvent.REQUEUE)
     job.restart_count += 1
+    job.preempted_by = None
+    job.preempt_deadline = None
+    job.preempt_mode = None
     job.alloc = []
     job.start_time = None
     job.end_time = None

@@ -7,6 +7,31 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from muster.core.statenames import (
+    COMPLETING_LONG,
+    COMPLETING_SHORT,
+    JOB_STATE_CODES,
+    JOB_STATE_NAMES,
+    job_state_name,
+    parse_job_states,
+)
+from muster.core.statenames import JOB_STATE_SHORT as _SHORT_NAMES
+
+__all__ = [
+    "COMPLETING_LONG",
+    "COMPLETING_SHORT",
+    "HEALTH_DRAIN_PREFIX",
+    "JOB_STATE_CODES",
+    "JOB_STATE_NAMES",
+    "JOB_STATE_SHORT",
+    "JobState",
+    "NodeState",
+    "Reason",
+    "job_state_name",
+    "parse_job_state",
+    "parse_job_states",
+]
+
 
 class JobState(StrEnum):
     PENDING = "PENDING"
@@ -31,72 +56,8 @@ class JobState(StrEnum):
         return self not in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
 
 
-JOB_STATE_SHORT: dict[JobState, str] = {
-    JobState.PENDING: "PD",
-    JobState.RUNNING: "R",
-    JobState.SUSPENDED: "S",
-    JobState.COMPLETED: "CD",
-    JobState.CANCELLED: "CA",
-    JobState.FAILED: "F",
-    JobState.TIMEOUT: "TO",
-    JobState.NODE_FAIL: "NF",
-    JobState.PREEMPTED: "PR",
-    JobState.OUT_OF_MEMORY: "OOM",
-    JobState.BOOT_FAIL: "BF",
-    JobState.DEADLINE: "DL",
-}
-# "CG": a job whose state is decided but whose processes are still being cleaned up.
-COMPLETING_SHORT = "CG"
-COMPLETING_LONG = "COMPLETING"
-
+JOB_STATE_SHORT: dict[JobState, str] = {JobState(name): code for name, code in _SHORT_NAMES.items()}
 _JOB_STATE_ALIASES = {v: k for k, v in JOB_STATE_SHORT.items()}
-
-# Every job state name of Slurm 22.05 with its short code: the one table that squeue -t,
-# scancel -t, sacct -s and the controller's state filters read. Besides muster's own states
-# (``JobState`` and COMPLETING), it holds the states and flags Slurm shows that muster never
-# enters (CONFIGURING, REQUEUED, ...): a tool may pass them, and they then match no job.
-JOB_STATE_CODES: dict[str, str] = {
-    **{code: str(state) for state, code in JOB_STATE_SHORT.items()},
-    COMPLETING_SHORT: COMPLETING_LONG,
-    "CF": "CONFIGURING",
-    "RV": "REVOKED",
-    "SE": "SPECIAL_EXIT",
-    "RQ": "REQUEUED",
-    "RS": "RESIZING",
-    "SI": "SIGNALING",
-    "SO": "STAGE_OUT",
-    "ST": "STOPPED",
-    "RD": "RESV_DEL_HOLD",
-    "RF": "REQUEUE_FED",
-    "RH": "REQUEUE_HOLD",
-}
-JOB_STATE_NAMES: frozenset[str] = frozenset(JOB_STATE_CODES.values())
-
-
-def job_state_name(text: str) -> str | None:
-    """The long name of a state given by code or name, any case (``pd``, ``Pending``);
-    None when Slurm knows no such state."""
-    up = text.strip().upper()
-    if up in JOB_STATE_NAMES:
-        return up
-    return JOB_STATE_CODES.get(up)
-
-
-def parse_job_states(text: str) -> set[str] | None:
-    """A comma-separated list of states (``-t``/``-s``) as long names; None for ``all``.
-
-    Raises ``ValueError("Invalid job state specified: X")`` (Slurm's words) for junk."""
-    wanted: set[str] = set()
-    for item in text.split(","):
-        if not item.strip():
-            continue
-        if item.strip().lower() == "all":
-            return None
-        name = job_state_name(item)
-        if name is None:
-            raise ValueError(f"Invalid job state specified: {item.strip()}")
-        wanted.add(name)
-    return wanted
 
 
 def parse_job_state(text: str) -> JobState | str:

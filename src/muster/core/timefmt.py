@@ -10,10 +10,13 @@ Contracts:
 
 from __future__ import annotations
 
-import re
 import time
 
 from muster.core.errors import InvalidRequest
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
 
 __all__ = [
     "MAX_TIME_LIMIT",
@@ -62,6 +65,8 @@ def parse_time_limit(text: str) -> int | None:
     first are not range checked (Slurm reads ``1:90:00`` as 2.5 hours). ``0`` is returned as
     0: whether zero means "no limit" is the caller's rule, not the grammar's.
     """
+    import re  # on first use: it costs a command's start-up milliseconds
+
     value = text.strip()
     if value.lower() in _UNLIMITED_WORDS:
         return None
@@ -133,6 +138,8 @@ def parse_timestamp(text: str, now: float, *, past: bool = False) -> float:
     look back) both rules look back instead: the last such moment, today's or yesterday's,
     and this year or last year.
     """
+    import re  # on first use: it costs a command's start-up milliseconds
+
     raw = text
     text = text.strip().lower()
     if not text:
@@ -197,6 +204,8 @@ def _parse_now(m: re.Match[str], raw: str, now: float) -> float:
 
 def _parse_clock(word: str) -> tuple[int, int, int] | None:
     """``HH:MM[:SS][am|pm]`` or a named time of day; None if the word is not one."""
+    import re  # on first use: it costs a command's start-up milliseconds
+
     if word in _NAMED_TIMES:
         return (_NAMED_TIMES[word], 0, 0)
     m = re.compile(_CLOCK_RE).match(word)
@@ -213,6 +222,8 @@ def _parse_clock(word: str) -> tuple[int, int, int] | None:
 
 def _parse_date(word: str, now: float) -> tuple[int, int, int] | None:
     """A date word as (year, month, day), year -1 when not given; None if not a date."""
+    import re  # on first use: it costs a command's start-up milliseconds
+
     today = time.localtime(now)
     if word == "today":
         return (today.tm_year, today.tm_mon, today.tm_mday)

@@ -83,8 +83,11 @@ def accounting_routes(
         tasks: set[tuple[int, int]] = set()
         for text in qlist(request, "job_id") or []:
             base, _, task = text.partition(".")[0].partition("_")
+            base, plus, offset = base.partition("+")
             try:
-                if task:
+                if plus:  # component ``offset`` of heterogeneous job ``base``
+                    job_ids.append(int(base) + int(offset))
+                elif task:
                     tasks.add((int(base), int(task)))
                 else:
                     job_ids.append(int(base))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from muster.core.confkeys import preempt_mode
 from muster.core.errors import InvalidRequest
 from muster.core.timefmt import MAX_TIME_LIMIT, TimeFormatError, parse_time_limit
 from muster.ctld.tres import TresError, parse_tres
@@ -83,6 +84,11 @@ _KEY_ALIASES = {
     "maxsubmitjobsperuser": "MaxSubmitJobsPerUser",
     "maxsubmitpu": "MaxSubmitJobsPerUser",
     "maxsubmitjobspu": "MaxSubmitJobsPerUser",
+    "preempt": "Preempt",
+    "preemptmode": "PreemptMode",
+    "gracetime": "GraceTime",
+    "preemptexempttime": "PreemptExemptTime",
+    "expediterequeue": "ExpediteRequeue",
     "cluster": "Cluster",
     "clusters": "Cluster",
     "partition": "Partition",
@@ -111,6 +117,11 @@ QOS_FIELDS = {
     "GrpTRES": "grp_tres",
     "GrpJobs": "grp_jobs",
     "GrpSubmitJobs": "grp_submit_jobs",
+    "Preempt": "preempt",
+    "PreemptMode": "preempt_mode",
+    "GraceTime": "grace_time",
+    "PreemptExemptTime": "preempt_exempt_time",
+    "ExpediteRequeue": "expedite_requeue",
 }
 _TRES_KEYS = {"GrpTRES", "GrpTRESMins", "MaxTRES", "MaxTRESPerUser"}
 _INT_KEYS = {
@@ -148,13 +159,18 @@ def parse_value(key: str, raw: str) -> Any:
             if value < -1 or value > _MAX_COUNT:  # Slurm's counts and priorities are 32-bit
                 raise ValueError
             return None if value == -1 and key != "Priority" else value
-        if key == "MaxWall":
+        if key in ("MaxWall", "PreemptExemptTime"):
             if raw == "-1":
                 return None
             limit = parse_time_limit(raw)
             if limit is not None and limit > MAX_TIME_LIMIT:
                 raise ValueError
             return limit
+        if key == "GraceTime":  # seconds, as sacctmgr takes it
+            value = int(raw)
+            if value < -1 or value > _MAX_COUNT:
+                raise ValueError
+            return max(0, value)
         if key == "UsageFactor":
             return float(raw)
     except (ValueError, TresError, TimeFormatError):
@@ -172,8 +188,19 @@ def parse_value(key: str, raw: str) -> Any:
                 raise InvalidRequest(f"Invalid QOS flag: {f}")
             flags.append(canon)
         return flags
-    if key in ("QOS",):
-        return [q for q in raw.split(",") if q]
+    if key in ("QOS", "Preempt"):
+        return [q for q in raw.split(",") if q and q not in ("''", '""', "-1")]
+    if key == "ExpediteRequeue":
+        if raw.lower() not in ("yes", "no", "true", "false", "1", "0"):
+            raise InvalidRequest(f"Invalid value for {key}: {raw} (yes or no)")
+        return raw.lower() in ("yes", "true", "1")
+    if key == "PreemptMode":
+        if raw.lower() == "cluster":
+            return None
+        try:
+            return preempt_mode(raw)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
     return raw
 
 

@@ -83,6 +83,16 @@ class Qos:
     grp_tres: dict[str, int] = field(default_factory=dict)
     grp_jobs: int | None = None
     grp_submit_jobs: int | None = None
+    # Preemption (preempt/qos, docs/preemption.md): the QOS this one may preempt; how its
+    # own jobs are preempted (None: the partition's or the cluster's mode); seconds of grace
+    # between the signal and the kill; seconds a job runs before it may be preempted
+    # (None: the cluster's PreemptExemptTime).
+    preempt: list[str] = field(default_factory=list)
+    preempt_mode: str | None = None
+    grace_time: int = 0
+    preempt_exempt_time: int | None = None
+    # muster's: jobs of this QOS default to --requeue=expedite (docs/preemption.md)
+    expedite_requeue: bool = False
 
 
 def to_data(obj: Any) -> dict[str, Any]:

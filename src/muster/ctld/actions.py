@@ -29,6 +29,7 @@ class SignalJob:
     nodes: list[str]
     signal: int
     batch_only: bool
+    whole_job: bool = False  # the batch shell and the tasks at once (preemption)
 
 
 @dataclass(slots=True)

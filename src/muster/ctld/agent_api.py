@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.core.errors import MusterError
+from muster.ctld.commits import GroupCommit
 from muster.ctld.context import Context
 from muster.ctld.wire import message
 from muster.protocol.messages import Heartbeat, Heartbeats
@@ -22,8 +23,12 @@ __all__ = ["build_agent_routes"]
 
 
 def build_agent_routes(
-    ctx: Context, signed_body: Callable[[Request], Awaitable[dict[str, Any]]], handler: Callable[[Any], Any]
+    ctx: Context,
+    signed_body: Callable[[Request], Awaitable[dict[str, Any]]],
+    handler: Callable[[Any], Any],
+    ended: GroupCommit,
 ) -> list[Route]:
+    """``ended`` commits the reports of ended runs in groups (``commits``)."""
     ctl = ctx.controller
 
     def heartbeat(msg: Heartbeat) -> tuple[int, dict[str, Any]]:
@@ -64,7 +69,7 @@ def build_agent_routes(
     @handler
     async def agent_job_done(request: Request) -> JSONResponse:
         body = await signed_body(request)
-        ctx.perform(ctl.launches.job_done(body))
+        ctx.perform(await ended.submit(body))  # committed with the reports that came with it
         ctx.kick()
         return JSONResponse({"ok": True})
 

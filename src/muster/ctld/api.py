@@ -10,141 +10,52 @@ sees. State changes are delegated to ``Controller``; side effects to the app (``
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
-from typing import Any, get_type_hints
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from muster.core.arrays import JobRef, parse_array, parse_job_ref
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError, ResourceBusy
+from muster.core.hetjob import NOT_WHOLE
 from muster.core.hostlist import compress, expand
-from muster.core.job import COUNT, Job, JobSpec
-from muster.core.resources import parse_gres
+from muster.core.job import Job
 from muster.core.states import JobState
-from muster.core.timefmt import MAX_TIME_LIMIT
+from muster.core.topoconf import show_topology
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.actions import parse_signal
 from muster.ctld.agent_api import build_agent_routes
+from muster.ctld.bodies import (
+    HoldBody,
+    NodeUpdateBody,
+    RequeueBody,
+    ReservationBody,
+    SignalBody,
+    SpecModel,
+    SubmitBody,
+    UpdateBody,
+)
+from muster.ctld.commits import GroupCommit
 from muster.ctld.context import Context
 from muster.ctld.dashboard import build_dashboard_routes
 from muster.ctld.identity import Identity
+from muster.ctld.jwtauth import USER_HEADER, JwtAuth, token_in
+from muster.ctld.listing import JobListing
+from muster.ctld.observe_api import build_observe_routes
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
-from muster.ctld.wire import job_wire, node_wire, partition_wire
-from muster.protocol.httpd import PEER_KEY, SignatureError, refusal
+from muster.ctld.token_api import build_token_routes
+from muster.ctld.wire import node_wire, partition_wire
+from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, refusal
 from muster.protocol.signing import CRED_HEADER, verify_credential
 
 log = logging.getLogger("musterctld.api")
 IDENTITY_KEY = "muster.identity"  # the caller, once proven, for the rest of the request
-
-
-class _SpecBase(BaseModel):
-    """What the submission schema adds to JobSpec's own fields: ``gres`` as sbatch's text
-    (turned into ``gpus_per_node``/``gpu_type``), and the conversion to a ``JobSpec``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gres: str | None = None
-
-    def to_spec(self) -> JobSpec:
-        data = self.model_dump()
-        gres = data.pop("gres")
-        if gres:
-            try:
-                requests = parse_gres(gres)
-            except ValueError as e:
-                raise InvalidRequest(str(e)) from None
-            for r in requests:
-                if r.name != "gpu":
-                    raise InvalidRequest("Invalid generic resource (gres) specification")
-                data["gpus_per_node"] = max(data["gpus_per_node"], r.count)
-                if r.type:
-                    data["gpu_type"] = r.type
-        return JobSpec.from_dict(data)
-
-
-def _spec_fields() -> dict[str, Any]:
-    """JobSpec's fields as pydantic fields, with the checks written next to each."""
-    hints = get_type_hints(JobSpec)
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(JobSpec):
-        checks = dict(f.metadata.get("check", {}))
-        if f.default_factory is not dataclasses.MISSING:
-            spec = Field(default_factory=f.default_factory, **checks)
-        else:
-            spec = Field(f.default, **checks)
-        out[f.name] = (hints[f.name], spec)
-    return out
-
-
-# The submission body: JobSpec's fields, each checked as ``core.job`` says (one schema).
-SpecModel = create_model("SpecModel", __base__=_SpecBase, **_spec_fields())
-
-
-class SubmitBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    spec: SpecModel
-
-
-class SignalBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    job_ids: list[int | str] = []  # 123, or array forms "123_4", "123_[1-3]"
-    user: str | None = None
-    name: str | None = None
-    partition: str | None = None
-    states: list[str] | None = None
-    signal: str | int | None = None
-    batch_only: bool = False
-
-
-class HoldBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    admin: bool = True
-
-
-class UpdateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    time_limit: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT)
-    priority: int | None = Field(None, ge=0, le=2**32 - 1)
-    nice: int | None = Field(None, ge=-2147483645, le=2147483645)
-    name: str | None = None
-    partition: str | None = None
-    comment: str | None = None
-    begin_time: float | None = None
-    min_nodes: int | None = Field(None, ge=1, le=COUNT)
-    array_throttle: int | None = Field(None, ge=0, le=COUNT)
-
-
-class RequeueBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    hold: bool = False
-
-
-class NodeUpdateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    names: list[str] = Field(min_length=1)
-    state: str | None = None
-    reason: str | None = Field(None, max_length=1024)
-
-
-class ReservationBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]+$", max_length=256)
-    start_time: float | None = None
-    end_time: float | None = None
-    duration: int | None = Field(None, ge=1)
-    nodes: list[str] | None = None
-    node_cnt: int | None = Field(None, ge=1)
-    users: list[str] | None = None
-    accounts: list[str] | None = None
-    flags: list[str] | None = None
-    partition: str | None = None
 
 
 class _Refused(Exception):
@@ -172,10 +83,41 @@ def _cancelled_pending(job: Job | None) -> bool:
     return job is not None and job.state is JobState.CANCELLED and job.start_time is None
 
 
+def prove_caller(ctx: Context, request: Request, jwt_auth: JwtAuth | None = None) -> Identity:
+    """Who sent the request: proven once (a credential is good for one request). With
+    ``jwt_auth``, a token proves its user over any transport (musterrestd's requests)."""
+    known = request.scope.get(IDENTITY_KEY)
+    if known is not None:
+        return known  # type: ignore[no-any-return]
+    peer = request.scope.get(PEER_KEY)
+    token = token_in(request.headers) if jwt_auth is not None else None
+    if token is not None:
+        assert jwt_auth is not None
+        tu = jwt_auth.verify(token, request.headers.get(USER_HEADER), ctx.clock.now())
+        who = ctx.controller.identity(tu.uid, tu.gid, ctx.hostname)
+    elif peer is not None:
+        _pid, uid, gid = peer
+        who = ctx.controller.identity(uid, gid, ctx.hostname)
+    else:
+        cred = request.headers.get(CRED_HEADER)
+        if not cred:
+            raise AuthError("Authentication failure: no credential")
+        try:
+            uid, gid = verify_credential(ctx.key, cred, ctx.clock.now(), ctx.verifier.guard)
+        except SignatureError as e:
+            raise AuthError(f"Invalid credential: {e}") from None
+        who = ctx.controller.identity(uid, gid, cred.split(":")[4])
+    request.scope[IDENTITY_KEY] = who
+    return who
+
+
 def build_routes(ctx: Context) -> list[Route]:
     ctl = ctx.controller
 
     private = PrivateData(ctl.config)
+    listing = JobListing(ctl.job_versions)  # jobs encoded once per change (ctld.listing)
+    ended = GroupCommit(ctl, ctl.launches.job_done)  # agents' reports, one commit a group
+    jwt_auth = JwtAuth(ctl.config)  # AuthAltTypes=auth/jwt: tokens from scontrol token
 
     async def parse(request: Request, model: type[BaseModel]) -> Any:
         raw = await request.body()
@@ -189,25 +131,7 @@ def build_routes(ctx: Context) -> list[Route]:
             raise InvalidRequest(_validation_message(e)) from None
 
     def caller(request: Request) -> Identity:
-        """Who sent the request: proven once (a credential is good for one request)."""
-        known = request.scope.get(IDENTITY_KEY)
-        if known is not None:
-            return known  # type: ignore[no-any-return]
-        peer = request.scope.get(PEER_KEY)
-        if peer is not None:
-            _pid, uid, gid = peer
-            who = ctl.identity(uid, gid, ctx.hostname)
-        else:
-            cred = request.headers.get(CRED_HEADER)
-            if not cred:
-                raise AuthError("Authentication failure: no credential")
-            try:
-                uid, gid = verify_credential(ctx.key, cred, ctx.clock.now(), ctx.verifier.guard)
-            except SignatureError as e:
-                raise AuthError(f"Invalid credential: {e}") from None
-            who = ctl.identity(uid, gid, cred.split(":")[4])
-        request.scope[IDENTITY_KEY] = who
-        return who
+        return prove_caller(ctx, request, jwt_auth)
 
     async def signed_body(request: Request) -> dict[str, Any]:
         raw = await request.body()
@@ -215,7 +139,8 @@ def build_routes(ctx: Context) -> list[Route]:
         if request.scope.get("query_string"):
             path += "?" + request.scope["query_string"].decode()
         try:
-            sender = ctx.verifier.verify(request.method, path, raw, {k.lower(): v for k, v in request.headers.items()})
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            sender = ctx.verifier.verify(request.method, path, raw, headers, request.scope.get(TLS_PEER_KEY))
         except SignatureError as e:
             raise _Refused(e) from None
         try:
@@ -238,8 +163,9 @@ def build_routes(ctx: Context) -> list[Route]:
     def handler(fn: Any) -> Any:
         async def wrapped(request: Request) -> JSONResponse:
             try:
-                if request.scope.get(PEER_KEY) is None and not request.url.path.startswith("/v1/agent/"):
-                    caller(request)  # over TCP nothing is served to an unproven caller
+                unproven = request.scope.get(PEER_KEY) is None or token_in(request.headers) is not None
+                if unproven and not request.url.path.startswith("/v1/agent/"):
+                    caller(request)  # over TCP (or with a token) nothing is served to an unproven caller
                 return await fn(request)
             except _Refused as e:
                 client = request.client.host if request.client else "?"
@@ -311,6 +237,12 @@ def build_routes(ctx: Context) -> list[Route]:
         who = caller(request)
         body = await parse(request, SubmitBody)
         check_limits(body.spec, who)
+        if body.components:
+            for part in body.components[1:]:
+                check_limits(part, who)
+            jobs = ctl.hets.submit([part.to_spec() for part in body.components], who)
+            ctx.kick()
+            return JSONResponse({"job_id": jobs[0].job_id, "job_ids": [j.job_id for j in jobs]})
         job = ctl.queue.submit(body.spec.to_spec(), who)
         ctx.kick()
         return JSONResponse({"job_id": job.job_id})
@@ -336,11 +268,12 @@ def build_routes(ctx: Context) -> list[Route]:
         )
         if private.hides("jobs", caller(request)):
             selected = private.jobs(selected, caller(request))
-        brief = request.query_params.get("view") == "brief"
-        out = [job_wire(job, now, brief) for job in selected]
-        if ids and not out and len(ids) == 1:
+        if ids and not selected and len(ids) == 1:
             raise InvalidJobId()
-        return JSONResponse({"jobs": out, "now": now})
+        if job_ids is None:
+            listing.prune(ctl.jobs)
+        body = listing.body(selected, now, request.query_params.get("view") == "brief", ctl.jobs)
+        return Response(body, media_type="application/json")
 
     @handler
     async def get_job(request: Request) -> JSONResponse:
@@ -354,7 +287,10 @@ def build_routes(ctx: Context) -> list[Route]:
             job = found[0]
         if not private.jobs([job], caller(request)):
             raise InvalidJobId()  # PrivateData=jobs: another user's job is not there
-        return JSONResponse({"job": job_wire(job, ctx.clock.now()), "now": ctx.clock.now()})
+        now = ctx.clock.now()
+        frag = listing.fragment(job, now, False, ctl.jobs)
+        body = b'{"job":' + frag + b',"now":' + json.dumps(now).encode() + b"}"
+        return Response(body, media_type="application/json")
 
     @handler
     async def signal_jobs(request: Request) -> JSONResponse:
@@ -373,8 +309,9 @@ def build_routes(ctx: Context) -> list[Route]:
             for item in body.job_ids:
                 ref = job_ref(str(item))
                 jobs = ctl.queue.resolve(ref)
-                if not jobs:
-                    err = InvalidJobId()
+                if not jobs or (sig is None and ref.offset and jobs[0].state is JobState.PENDING):
+                    # one component of a pending het job cannot be cancelled, only the whole
+                    err = InvalidRequest(NOT_WHOLE) if jobs else InvalidJobId()
                     results.append({"job_id": str(ref), "ok": False, "error": str(err), "code": err.code})
                     continue
                 chosen = {j.job_id for j in ctl.queue.select_jobs([j.job_id for j in jobs], *filters)}
@@ -489,6 +426,7 @@ def build_routes(ctx: Context) -> list[Route]:
                 "now": ctx.clock.now(),
                 "boot_time": ctl.started_at,
                 "node_count": len(ctl.nodes),
+                "topology": show_topology(ctl.config.topology) if ctl.config.topology is not None else None,
             }
         )
 
@@ -551,8 +489,10 @@ def build_routes(ctx: Context) -> list[Route]:
         Route("/v1/reservations", create_reservation, methods=["POST"]),
         Route("/v1/reservations/{name}/update", update_reservation, methods=["POST"]),
         Route("/v1/reservations/{name}/delete", delete_reservation, methods=["POST"]),
-        *build_agent_routes(ctx, signed_body, handler),
+        *build_agent_routes(ctx, signed_body, handler, ended),
         *build_step_routes(ctx, caller, parse, handler, private),
         *build_reconfig_routes(ctx, caller, handler),
+        *build_observe_routes(ctx, caller, handler),
         *build_dashboard_routes(ctx, caller, handler, private),
+        *build_token_routes(ctx, caller, parse, handler, jwt_auth),
     ]

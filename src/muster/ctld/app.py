@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import pwd
 import socket
+import ssl
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,11 +24,17 @@ from starlette.applications import Starlette
 from muster.core.clock import Clock, SystemClock
 from muster.core.config import Config
 from muster.core.errors import StorageError
+from muster.core.hostlist import compress
+from muster.core.states import JobState
 from muster.ctld.api import build_routes
 from muster.ctld.controller import Action, Controller
 from muster.ctld.dashview import Samples
 from muster.ctld.dispatch import Dispatcher
 from muster.ctld.loop import run_pass
+from muster.ctld.openapi import openapi_route
+from muster.ctld.passlog import PassLog
+from muster.ctld.rpcstats import RpcStats
+from muster.ctld.stats import ServerStats
 from muster.ctld.steps import StepBook
 from muster.ctld.store_pg import open_store
 from muster.protocol.httpd import SignedClient, Verifier
@@ -38,9 +46,26 @@ log = logging.getLogger("musterctld")
 TICK = 0.5  # seconds between the loop's liveness ticks (a stall is a gap of several)
 
 
+def _slurm_user(config: Config) -> tuple[str, int]:
+    """SlurmUser's name and uid: agents' requests count under it in sdiag."""
+    name = config.slurm_user or "root"
+    try:
+        return name, pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return name, 0
+
+
 class CtldApp:
-    def __init__(self, config: Config, key: bytes, clock: Clock | None = None, db_path: str | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        key: bytes,
+        clock: Clock | None = None,
+        db_path: str | None = None,
+        tls_client: ssl.SSLContext | None = None,
+    ) -> None:
         self.config = config
+        self.tls_client = tls_client  # the context to reach agents with (TLSType=tls/muster)
         self.key = key
         self.clock = clock or SystemClock()
         self.hostname = socket.gethostname().split(".")[0]
@@ -48,14 +73,21 @@ class CtldApp:
         self.store = open_store(config, path)  # SQLite, or PostgreSQL when configured
         self.controller = Controller(config, self.store, self.clock)
         self.controller.load()
+        self.stats = ServerStats(self.clock.now())  # sdiag and /metrics (ctld.stats)
+        self.controller.stats = self.stats
+        self.pass_log = PassLog(self.clock)
+        self._store_open = True
         self.steps = StepBook(self.controller, key)  # job steps: srun, salloc
         self.steps.load()
+        self.controller.hets.load()
         # Everything loaded so far lives for the process: keep it out of the cyclic GC's
         # full collections, which would otherwise pause a scheduling pass now and then.
         gc.collect()
         gc.freeze()
         self.sched_config = SchedConfig.from_settings(dict(config.settings))
-        self.verifier = Verifier(key, self.clock, CTLD, f"{config.state_save_location}/replay-floor")
+        self.verifier = Verifier(
+            key, self.clock, CTLD, f"{config.state_save_location}/replay-floor", require_cert=config.tls.enabled
+        )
         self.client: SignedClient | None = None
         self.dispatcher: Dispatcher | None = None
         self._kick = asyncio.Event()
@@ -63,7 +95,11 @@ class CtldApp:
         self._pending_actions: set[asyncio.Task[Any]] = set()
         self.passes = 0
         self.samples = Samples()  # the dashboard's charts: utilisation and queue over time
-        self.asgi = Starlette(routes=build_routes(self), lifespan=self._lifespan)
+        routes = build_routes(self)
+        routes.append(openapi_route(self, routes))  # GET /openapi.json: the routes above, described
+        self.asgi = RpcStats(
+            Starlette(routes=routes, lifespan=self._lifespan), self.stats, self.clock, _slurm_user(config)
+        )
 
     @asynccontextmanager
     async def _lifespan(self, app: Any) -> Any:
@@ -74,7 +110,9 @@ class CtldApp:
             await self.stop()
 
     async def start(self) -> None:
-        self.client = SignedClient(self.key, self.clock, timeout=float(self.config.message_timeout), sender=CTLD)
+        self.client = SignedClient(
+            self.key, self.clock, timeout=float(self.config.message_timeout), sender=CTLD, tls=self.tls_client
+        )
         self.dispatcher = Dispatcher(self.controller, self.client)
         self._tasks = [
             asyncio.create_task(self._watch_stalls(), name="stalls"),
@@ -98,6 +136,7 @@ class CtldApp:
             await asyncio.wait(self._pending_actions, timeout=5)
         if self.client is not None:
             await self.client.aclose()
+        self._store_open = False
         self.store.close()
 
     def kick(self) -> None:
@@ -120,13 +159,53 @@ class CtldApp:
             self._pending_actions.add(task)
             task.add_done_callback(self._pending_actions.discard)
 
-    def run_pass(self) -> int:
-        """One scheduling pass (``ctld.loop.run_pass``); its launches go to dispatch."""
+    # --- what the probes and sdiag ask (``context.Context``) -----------------------------
+
+    def store_open(self) -> bool:
+        return self._store_open
+
+    def loops_stopped(self) -> list[str]:
+        """The background loops that are not running (all of them before ``start``)."""
+        if not self._tasks:
+            return ["all"]
+        return [t.get_name() for t in self._tasks if t.done()]
+
+    def pending_actions(self) -> set[asyncio.Task[Any]]:
+        return self._pending_actions
+
+    def server_tasks(self) -> int:
+        """Tasks on the controller's event loop (sdiag's "Server thread count")."""
         try:
-            result = run_pass(self.controller, self.sched_config, self.clock.now())
-        except StorageError as exc:  # nothing started; the next pass tries again
-            log.error("scheduling pass %d: starts not committed: %s", self.passes, exc)
+            return len(asyncio.all_tasks())
+        except RuntimeError:  # no running loop
             return 0
+
+    def run_pass(self) -> int:
+        """One scheduling pass (``ctld.loop.run_pass``); its launches go to dispatch. The
+        pass is timed (phases and whole), counted for sdiag and /metrics, and logged once."""
+        t0 = self.clock.monotonic()
+        now = self.clock.now()
+        try:
+            # a het job's components follow their leader (ended, requeued) before the pass
+            self.perform(self.controller.hets.sweep())
+            result = run_pass(self.controller, self.sched_config, now, timer=self.clock.monotonic)
+        except StorageError as exc:  # nothing started; the next pass tries again
+            log.error("scheduling pass %d: starts not committed: %s", self.passes, exc, extra={"pass_id": self.passes})
+            return 0
+        seconds = self.clock.monotonic() - t0
+        self.stats.observe_pass(result.decisions.stats, seconds, now)
+        self.pass_log.log(self.passes, result.decisions.stats, seconds)
+        for start in result.decisions.starts:  # as slurmctld logs each allocation
+            job = self.controller.jobs.get(start.job_id)
+            if job is not None and job.start_time is not None and job.state is JobState.RUNNING:
+                log.info(
+                    "sched: Allocate JobId=%d NodeList=%s #CPUs=%d Partition=%s",
+                    start.job_id,
+                    compress([a.node for a in start.alloc]),
+                    sum(a.cpus for a in start.alloc),
+                    start.partition,
+                    extra={"job_id": start.job_id, "pass_id": self.passes},
+                )
         self.perform(result.actions)
         if result.decisions.starts:
             self.steps.notify()  # srun and salloc wait for their allocations to start
@@ -144,12 +223,12 @@ class CtldApp:
             try:
                 self.run_pass()
             except Exception:
-                log.exception("scheduling pass %d failed; continuing", self.passes)
+                log.exception("scheduling pass %d failed; continuing", self.passes, extra={"pass_id": self.passes})
             # Let request handlers run between passes under a storm of submissions.
             await asyncio.sleep(0)
 
     def _sweep_steps(self) -> None:
-        actions = self.steps.sweep()
+        actions = self.controller.hets.sweep() + self.steps.sweep()
         if actions:
             self.perform(actions)
             self.kick()
@@ -161,11 +240,16 @@ class CtldApp:
         """Note every run of the loop, so that a stall (SIGSTOP, swap, a VM migration, a
         long pause) is seen as soon as the loop runs again: see ``Controller.loop_tick``."""
         while True:
-            self.controller.liveness.loop_tick()
+            self._tick()
             await asyncio.sleep(TICK)
 
+    def _tick(self) -> None:
+        gap = self.controller.liveness.loop_tick()
+        if gap:
+            self.stats.observe_stall(gap)
+
     def _check_nodes(self) -> None:
-        self.controller.liveness.loop_tick()  # first: a stall just ended must not count as silence
+        self._tick()  # first: a stall just ended must not count as silence
         actions = self.controller.liveness.check_nodes()
         if actions:
             self.perform(actions)

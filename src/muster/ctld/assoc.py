@@ -522,8 +522,10 @@ class AssocDB:
                 else:
                     setattr(a.limits, attr, value)
 
-    @staticmethod
-    def _set_qos(q: Qos, sets: dict[str, Any]) -> None:
+    def _set_qos(self, q: Qos, sets: dict[str, Any]) -> None:
+        for name in sets.get("Preempt") or ():
+            if name not in self.qos and name != q.name:
+                raise InvalidRequest(f" Invalid qos specification: {name}")
         for key, value in sets.items():
             attr = QOS_FIELDS[key]
             if isinstance(value, dict):

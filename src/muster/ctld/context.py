@@ -11,6 +11,7 @@ from muster.core.clock import Clock
 from muster.core.config import Config
 from muster.ctld.controller import Controller
 from muster.ctld.dashview import Samples
+from muster.ctld.stats import ServerStats
 from muster.ctld.steps import StepBook
 from muster.protocol.httpd import Verifier
 
@@ -23,6 +24,19 @@ class Context(Protocol):
     verifier: Verifier
     hostname: str
     samples: Samples  # the dashboard's charts (``dashview``)
+    stats: ServerStats
+
+    def store_open(self) -> bool:
+        """Whether the store is open (``/readyz``)."""
+
+    def loops_stopped(self) -> list[str]:
+        """The background loops not running (``/readyz``)."""
+
+    def pending_actions(self) -> Any:
+        """Actions handed to dispatch and not finished (sdiag's agent queue)."""
+
+    def server_tasks(self) -> int:
+        """Tasks on the event loop (sdiag's server thread count)."""
 
     def kick(self) -> None:
         """Ask for a scheduling pass as soon as possible."""

@@ -4,11 +4,13 @@
 one object per responsibility, each in its own module:
 
 * ``queue`` (``jobs.JobActions``): what users do to jobs;
+* ``hets`` (``hetjobs.HetJobs``): heterogeneous jobs, submitted and ended whole;
 * ``launches`` (``launches.Launches``): runs starting and ending;
 * ``agents`` (``agents.Agents``): what the node agents tell;
 * ``liveness`` (``liveness.Liveness``): nodes alive, silent or down, and their admin states;
 * ``resv`` (``reservation_book.ReservationBook``): advance reservations;
-* ``training`` (``training.Training``): GPU faults, job progress, hangs, suspect nodes.
+* ``training`` (``training.Training``): GPU faults, job progress, hangs, suspect nodes;
+* ``preemption`` (``preemption.Preemptions``): victims signalled, then requeued or cancelled.
 
 None of them performs I/O towards agents: they return ``actions`` that ``app`` hands to
 ``dispatch``. This keeps "decide" apart from "do" and makes the controller testable on a
@@ -21,10 +23,12 @@ from dataclasses import dataclass, field
 
 from muster.ctld.actions import Action, Launch, NewLimit, SignalJob, Terminate, parse_signal
 from muster.ctld.agents import Agents
+from muster.ctld.hetjobs import HetJobs
 from muster.ctld.identity import Identity
 from muster.ctld.jobs import JobActions
 from muster.ctld.launches import Launches
 from muster.ctld.liveness import Liveness
+from muster.ctld.preemption import Preemptions
 from muster.ctld.reservation_book import ReservationBook
 from muster.ctld.state import ClusterState
 from muster.ctld.training import Training
@@ -44,16 +48,20 @@ __all__ = [
 @dataclass
 class Controller(ClusterState):
     queue: JobActions = field(init=False, repr=False)
+    hets: HetJobs = field(init=False, repr=False)
     launches: Launches = field(init=False, repr=False)
     agents: Agents = field(init=False, repr=False)
     liveness: Liveness = field(init=False, repr=False)
     resv: ReservationBook = field(init=False, repr=False)
     training: Training = field(init=False, repr=False)
+    preemption: Preemptions = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.queue = JobActions(self)
+        self.hets = HetJobs(self.queue)
         self.launches = Launches(self)
         self.training = Training(self)
         self.agents = Agents(self, self.launches, self.training)
         self.liveness = Liveness(self, self.training)
         self.resv = ReservationBook(self)
+        self.preemption = Preemptions(self)

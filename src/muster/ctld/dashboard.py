@@ -28,11 +28,12 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from muster.core.arrays import parse_job_ref
-from muster.core.errors import AuthError, InvalidJobId, MusterError
+from muster.core.errors import AuthError, InvalidJobId, MusterError, PermissionDenied
 from muster.ctld import dashauth
 from muster.ctld.context import Context
 from muster.ctld.dashview import job_detail, node_view, queue
 from muster.ctld.identity import Identity
+from muster.ctld.jwtauth import token_in
 from muster.ctld.privacy import PrivateData
 from muster.protocol.httpd import PEER_KEY
 from muster.protocol.replay import SignatureError
@@ -90,6 +91,8 @@ def build_dashboard_routes(ctx: Context, caller: Any, handler: Any, private: Pri
     @handler
     async def token(request: Request) -> JSONResponse:
         who: Identity = caller(request)
+        if token_in(request.headers) is not None:  # a JWT must not outlive itself as a session
+            raise PermissionDenied("a dashboard link is not given to a caller proven by a token")
         now = ctx.clock.now()
         text = dashauth.make_token(ctx.key, who.uid, who.gid, now)
         return JSONResponse(

@@ -18,6 +18,7 @@ from muster.core.job import Job
 from muster.core.states import JobState
 from muster.ctld.actions import Action, Launch, NewLimit, SignalJob, Terminate
 from muster.ctld.controller import Controller
+from muster.ctld.hetjobs import launch_view
 from muster.ctld.steps import StepSignal
 from muster.protocol.httpd import DaemonRequestError, SignedClient
 from muster.protocol.messages import LaunchRequest, SignalRequest, TerminateRequest, UpdateRequest
@@ -35,7 +36,7 @@ class Dispatcher:
 
     def _url(self, node_name: str, path: str) -> str:
         node = self.ctl.nodes[node_name]
-        return f"http://{node.addr}:{node.port}{path}"
+        return self.client.url(node.addr, node.port, path)
 
     async def run(self, action: Action) -> None:
         try:
@@ -57,7 +58,9 @@ class Dispatcher:
                     action.node, "/v1/update", _body(UpdateRequest(job_id=action.job_id, time_limit=action.time_limit))
                 )
             elif isinstance(action, SignalJob):
-                request = SignalRequest(job_id=action.job_id, signal=action.signal, batch_only=action.batch_only)
+                request = SignalRequest(
+                    job_id=action.job_id, signal=action.signal, batch_only=action.batch_only, whole_job=action.whole_job
+                )
                 for node in action.nodes:  # not sent twice: a signal is not idempotent
                     await self._post(node, "/v1/signal", _body(request), retry=False)
             elif isinstance(action, StepSignal):  # scancel N.S
@@ -109,7 +112,11 @@ class Dispatcher:
         attempt = job.restart_count
         assert host is not None
         body = _body(
-            LaunchRequest(job=job.to_dict(), cluster=self.ctl.config.cluster_name, kill_wait=self.ctl.config.kill_wait)
+            LaunchRequest(
+                job=launch_view(job, self.ctl.jobs),
+                cluster=self.ctl.config.cluster_name,
+                kill_wait=self.ctl.config.kill_wait,
+            )
         )
 
         def wanted() -> bool:  # still this attempt, still on a node that answers

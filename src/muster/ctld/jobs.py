@@ -24,6 +24,7 @@ from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
 from muster.ctld.actions import Action, NewLimit, SignalJob, Terminate
 from muster.ctld.arrays import array_spec, make_tasks
+from muster.ctld.hetindex import het_ids
 from muster.ctld.identity import Identity
 from muster.ctld.state import ClusterState
 from muster.ctld.view import node_views, partition_views, reservation_views
@@ -41,6 +42,29 @@ class JobActions:
         """Accept a job (an array: all its tasks) durably; returns the (first) job."""
         now = self.state.clock.now()
         array = array_spec(spec, self.state.config.max_array_size)
+        job = self.prepare(spec, who, self.state.next_job_id, now)
+        jobs = make_tasks(job, array) if array is not None else [job]
+        self.accept(jobs, who, now)
+        return jobs[0]
+
+    def accept(self, jobs: list[Job], who: Identity, now: float) -> None:
+        """Commit new jobs (ids from ``next_job_id`` on, in order) in one transaction, then
+        take them into memory."""
+        next_id = self.state.next_job_id + len(jobs)
+        self.state.record(
+            now,
+            [(j, "submit", {"uid": who.uid, "host": who.host}) for j in jobs],
+            meta={"next_job_id": str(next_id)},
+        )
+        self.state.next_job_id = next_id
+        for j in jobs:
+            self.state.jobs[j.job_id] = j
+        self.state.arrays.add(jobs)
+
+    def prepare(self, spec: JobSpec, who: Identity, job_id: int, now: float) -> Job:
+        """Check a request as submission does (partition, shape, what the cluster can
+        ever give, accounting) and build its job, not yet recorded; MusterError when it
+        is refused."""
         unknown_deps = self._unknown_dependencies(spec)
         partition = self._resolve_partition(spec)
         candidates = [self.state.config.partition(p) for p in (spec.partitions or [partition])]
@@ -86,7 +110,7 @@ class JobActions:
         if spec.deadline is not None and spec.begin_time is not None and spec.deadline < spec.begin_time:
             raise InvalidRequest("Incompatible begin and deadline time specification")
         job = Job(
-            job_id=self.state.next_job_id,
+            job_id=job_id,
             spec=spec,
             shape=shape,
             user=who.user,
@@ -103,18 +127,7 @@ class JobActions:
             job.hold = "user"
             job.reason = Reason.HELD_USER
         job.unknown_deps = unknown_deps
-        jobs = make_tasks(job, array) if array is not None else [job]
-        next_id = self.state.next_job_id + len(jobs)
-        self.state.record(
-            now,
-            [(j, "submit", {"uid": who.uid, "host": who.host}) for j in jobs],
-            meta={"next_job_id": str(next_id)},
-        )
-        self.state.next_job_id = next_id
-        for j in jobs:
-            self.state.jobs[j.job_id] = j
-        self.state.arrays.add(jobs)
-        return jobs[0]
+        return job
 
     def _unknown_dependencies(self, spec: JobSpec) -> list[int]:
         """Check ``--dependency``'s syntax (Slurm's "Job dependency problem" otherwise) and
@@ -155,11 +168,18 @@ class JobActions:
     def resolve(self, ref: JobRef) -> list[Job]:
         """The jobs in memory a user's job id names: ``A`` (every task when A is an array),
         ``A_i``, ``A_[i-j]``."""
+        ids = het_ids(self.state.jobs, ref)
+        if ids is not None:
+            return [self.state.jobs[i] for i in ids]
         return self.state.arrays.resolve(ref, self.state.jobs)
 
     def job_ids(self, refs: list[JobRef]) -> list[int]:
         """Job ids for references, arrays expanded to their tasks (for filters)."""
-        return list(dict.fromkeys(i for ref in refs for i in self.state.arrays.job_ids(ref)))
+        return list(dict.fromkeys(i for ref in refs for i in self._ids(ref)))
+
+    def _ids(self, ref: JobRef) -> list[int]:
+        ids = het_ids(self.state.jobs, ref)
+        return ids if ids is not None else self.state.arrays.job_ids(ref)
 
     def _check_owner(self, job: Job, who: Identity) -> None:
         if not who.admin and job.uid != who.uid:

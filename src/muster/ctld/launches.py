@@ -13,6 +13,7 @@ from muster.core import lifecycle
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
 from muster.ctld.actions import Action, Launch, Terminate
+from muster.ctld.preemption import end_victim
 from muster.ctld.state import ClusterState
 from muster.ctld.wire import message
 from muster.protocol.messages import JobDone
@@ -135,10 +136,20 @@ class Launches:
             # A report from an earlier attempt: only its resources need freeing.
             self.state.release_resources(job, attempt)
             return []
+        if msg.node and job.alloc and msg.node not in job.nodes:
+            return []  # a node the job went on without (--no-kill): its share is already free
         exit_code, sig, by = msg.exit_code, msg.signal, msg.terminated_by
         if msg.usage is not None:
             job.usage = msg.usage.model_dump()
         others = [n for n in job.nodes if n != msg.node]
+        if job.state is JobState.RUNNING and job.preempt_deadline is not None and by != "node_fail":
+            # a victim that ended in its grace time (it checkpointed and exited): preempted
+            end_victim(self.state, job, now)
+            self.state.release_resources(job, attempt)
+            if job.completing:
+                lifecycle.cleaned(job, exit_code, sig)
+                self.state.record(now, [(job, "cleaned", {"exit_code": exit_code, "signal": sig, "by": by})])
+            return [Terminate(job.job_id, attempt, others, "preempt")] if others else []
         if job.state is JobState.RUNNING:
             if by == "node_fail":
                 # The agent lost the job (e.g. it restarted and the exit status is gone):

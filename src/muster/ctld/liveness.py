@@ -128,6 +128,8 @@ class Liveness:
                 continue
             try:
                 if job.state is JobState.RUNNING:
+                    if self.state.lose_node(job, node.name, now, f"node {node.name} not responding"):
+                        continue
                     survivors = [n for n in job.nodes if n != node.name]
                     attempt = job.restart_count
                     self.state.node_failed_job(job, now, f"node {node.name} not responding")
@@ -167,6 +169,9 @@ class Liveness:
                     job = self.state.jobs.get(job_id)
                     if job is not None and job.state is JobState.RUNNING and name in job.nodes:
                         attempt, nodes = job.restart_count, job.nodes
+                        if self.state.lose_node(job, name, now, f"node {name} set DOWN"):
+                            actions.append(Terminate(job.job_id, attempt, [name], "node_fail"))
+                            continue
                         self.state.node_failed_job(job, now, f"node {name} set DOWN")
                         actions.append(Terminate(job.job_id, attempt, nodes, "node_fail"))
             elif st in ("RESUME", "UNDRAIN", "IDLE"):

@@ -6,12 +6,14 @@ Accounting takes part on both sides of the decision: before it, usage is charged
 over an association or QOS limit are set aside with the limit as their reason
 (``Accounting.before_pass``); after it, each start is admitted against the limits in turn
 (``Accounting.admit``). A start whose commit fails starts nothing (``StorageError`` goes
-to the caller, which tries again next pass).
+to the caller, which tries again next pass). Preemption victims whose grace time is over
+are ended first (``ctld.preemption``), and the pass's preemptions are carried out with
+its starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from muster.core.job import Job
@@ -21,7 +23,7 @@ from muster.ctld.view import build_snapshot
 from muster.sched import schedule
 from muster.sched.apply import apply_decisions
 from muster.sched.config import SchedConfig
-from muster.sched.decisions import Decisions, Start
+from muster.sched.decisions import Decisions, Preemption, Start
 
 __all__ = ["PassResult", "run_pass"]
 
@@ -48,14 +50,27 @@ class _ControllerBook:
             starts = ctl.accounting.admit(starts, ctl.jobs)
         self.result.actions += ctl.launches.apply_starts(starts, now)
 
+    def preempt(self, preemptions: list[Preemption], holds: dict[int, list[str]], now: float) -> None:
+        self.result.actions += self.ctl.preemption.apply(preemptions, holds, now)
 
-def run_pass(ctl: Controller, config: SchedConfig, now: float) -> PassResult:
+
+def run_pass(ctl: Controller, config: SchedConfig, now: float, timer: Callable[[], float] | None = None) -> PassResult:
+    """One pass; with a ``timer`` (the controller's monotonic clock) the scheduler times
+    its numbered phases into ``decisions.stats.phase_seconds``, and the controller's own
+    steps around it are timed as ``0.snapshot`` and ``5.apply``."""
+    t0 = timer() if timer else 0.0
     ctl.queue.expire_deadlines(now)
+    expired = ctl.preemption.expire(now)  # victims whose grace time is over leave first
     snapshot = build_snapshot(ctl)
     if ctl.accounting is not None:
         ctl.accounting.before_pass(ctl, snapshot, now)
-    decisions = schedule(snapshot, now, config)
-    result = PassResult(decisions)
+    t1 = timer() if timer else 0.0
+    decisions = schedule(snapshot, now, config, timer)
+    t2 = timer() if timer else 0.0
+    result = PassResult(decisions, expired)
     apply_decisions(decisions, _ControllerBook(ctl, result), now)
     ctl.queue.kill_invalid_dependencies(decisions.reasons)
+    if timer is not None:
+        decisions.stats.phase_seconds["0.snapshot"] = t1 - t0
+        decisions.stats.phase_seconds["5.apply"] = timer() - t2
     return result

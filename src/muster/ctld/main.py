@@ -10,8 +10,10 @@ import sys
 
 from muster import VERSION_STRING
 from muster.core.config import ConfigError, parse_config
+from muster.ctld.reconfig import read_topology
 from muster.ctld.reconfig_plan import validate
 from muster.protocol.client import default_conf_path
+from muster.protocol.logjson import setup_logging
 from muster.protocol.signing import SignatureError, load_key
 
 
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = validate(config)  # the checks scontrol reconfigure makes too
         if problems:
             raise ConfigError("; ".join(problems))
+        read_topology(config, path)
         key = load_key(config.auth_key_file)
     except OSError as e:
         print(f"musterctld: error: {e.filename or path}: {e.strerror}", file=sys.stderr)
@@ -40,30 +43,41 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, SignatureError) as e:
         print(f"musterctld: error: {e}", file=sys.stderr)
         return 1
-    logging.basicConfig(
+    setup_logging(
+        config.get("LogFormat"),
+        daemon="musterctld",
         filename=args.log_file,
         level=logging.DEBUG if args.verbose > 1 else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     for w in config.warnings:
         logging.getLogger("musterctld").warning("%s", w)
+    tls = None
+    if config.tls.enabled:  # the certificates are checked before anything starts
+        from muster.protocol.tls import TLSError, daemon_contexts
+
+        try:
+            tls = daemon_contexts(config.tls.ctld())
+        except TLSError as e:
+            print(f"musterctld: error: {e}", file=sys.stderr)
+            return 1
+        logging.getLogger("musterctld").info("TLS on (TLSType=tls/muster): CA %s", config.tls.ca_cert)
     try:
-        return asyncio.run(serve(config, key))
+        return asyncio.run(serve(config, key, tls))
     except ConfigError as e:  # a value read when the controller loads (accounting, scheduler)
         where = "" if str(e).startswith(path) else f"{path}: "
         print(f"musterctld: error: {where}{e}", file=sys.stderr)
         return 1
 
 
-async def serve(config, key) -> int:  # type: ignore[no-untyped-def]
+async def serve(config, key, tls=None) -> int:  # type: ignore[no-untyped-def]
     from muster.ctld.app import CtldApp
     from muster.protocol.httpd import bind_tcp, bind_unix, body_limit, make_server
 
     os.makedirs(config.state_save_location, exist_ok=True)
-    app = CtldApp(config, key)
+    app = CtldApp(config, key, tls_client=tls[1] if tls else None)
     sockets = [bind_tcp(config.ctld_addr, config.ctld_port), bind_unix(config.ctld_socket)]
     server = make_server(
-        app.asgi, body_limit=body_limit(config.max_script_size)
+        app.asgi, body_limit=body_limit(config.max_script_size), tls=tls[0] if tls else None
     )  # uvicorn handles SIGTERM/SIGINT: graceful stop
     pidfile = os.path.join(config.state_save_location, "musterctld.pid")
     with open(pidfile, "w") as f:

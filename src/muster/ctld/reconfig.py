@@ -33,6 +33,7 @@ from starlette.routing import Route
 
 from muster.core.config import Config, ConfigError, parse_config
 from muster.core.errors import InvalidRequest, PermissionDenied, StorageError
+from muster.core.topoconf import attach_topology, topology_path, wants_topology
 from muster.ctld.accounting import Enforce
 from muster.ctld.context import Context
 from muster.ctld.identity import Identity
@@ -42,6 +43,7 @@ from muster.ctld.reset_period import parse_reset_period
 from muster.ctld.state import ClusterState
 from muster.ctld.tres import parse_billing_weights
 from muster.sched.config import SchedConfig
+from muster.sched.topology import Topology
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -70,7 +72,25 @@ def read_config(path: str) -> Config:
     problems = validate(fresh)
     if problems:
         raise InvalidRequest(f"{REFUSED}: {'; '.join(problems)}")
+    try:
+        read_topology(fresh, path)
+    except ConfigError as e:
+        raise InvalidRequest(f"{REFUSED}: {e}") from None
     return fresh
+
+
+def read_topology(config: Config, path: str) -> None:
+    """topology.conf beside the configuration file, when TopologyPlugin wants one
+    (``core.topoconf.attach_topology``); ``ConfigError`` when it is missing or bad."""
+    if not wants_topology(config):
+        return
+    where = topology_path(path)
+    try:
+        with open(where, encoding="utf-8") as f:
+            text: str | None = f.read()
+    except FileNotFoundError:
+        text = None
+    attach_topology(config, text, where)
 
 
 def in_use(ctl: ClusterState) -> InUse:
@@ -175,6 +195,8 @@ def _swap(ctl: ClusterState, p: Plan, staged: _Staged) -> None:
             setattr(staged.nodes[name], k, admin[k])
     ctl.nodes = staged.nodes
     ctl.config = p.fresh
+    fresh_topology = p.fresh.topology
+    ctl.topology = Topology(fresh_topology, [n.name for n in p.fresh.nodes]) if fresh_topology is not None else None
     acct = ctl.accounting
     if acct is not None:
         values = staged.accounting

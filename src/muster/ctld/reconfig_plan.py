@@ -63,10 +63,13 @@ RESTART_KEYS: dict[str, str] = {
     "AccountingStorageURL": "the state database is open",
     "PrivateData": "the request handlers read it when musterctld starts",
     "SelectType": "resources are counted that way for the jobs already placed",
+    "LogFormat": "the daemons set up their logs when they start",
 }
 
 # Keys that only musterd reads, once, when it starts. The controller pushes nothing to the
 # agents on reconfigure (what a launch needs, such as KillWait, travels with each launch).
+# MetricsType is read by both: the controller's /metrics follows it at once, an agent's
+# when the agent restarts.
 NODE_SIDE_KEYS = frozenset(
     """
     Prolog Epilog TaskProlog TaskEpilog PrologEpilogTimeout PrologFlags HealthCheckProgram
@@ -74,6 +77,7 @@ NODE_SIDE_KEYS = frozenset(
     GpuHealthCheckInterval HeartbeatInterval SlurmdSpoolDir AgentSocketDir OverTimeLimit
     SlurmdLogFile SlurmdDebug SlurmdPidFile SlurmdParameters SlurmdUser ProctrackType
     JobAcctGatherType JobAcctGatherFrequency JobAcctGatherParams
+    MetricsType
     """.split()
 )
 

@@ -6,7 +6,7 @@ the same transaction as each job event, so a record is as durable as the job its
 * every event upserts the row of the job's current attempt (``restart_count``) with the
   job as it now is (pending, running, ended);
 * an event that requeues a job (``node_fail``, ``requeue``, ``launch_failed``) first closes
-  the previous attempt's row if it was still running: ``NODE_FAIL`` or ``REQUEUED`` at the
+  the previous attempt's row if it was still running: ``NODE_FAIL``, ``PREEMPTED`` or ``REQUEUED`` at the
   event's time (a failed launch never ran, so its row is removed). The job object itself
   has already moved on to its next attempt by then, which is why the row is closed here.
 
@@ -26,7 +26,7 @@ from muster.core.hostlist import compress
 from muster.core.steps import BATCH_STEP
 from muster.ctld.tres import alloc_tres, billing, format_tres, req_tres
 
-_REQUEUE_KINDS = frozenset({"node_fail", "requeue", "launch_failed", "hung"})
+_REQUEUE_KINDS = frozenset({"node_fail", "requeue", "launch_failed", "hung", "preempted"})
 _ENDED = frozenset(
     "COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED OUT_OF_MEMORY BOOT_FAIL DEADLINE REQUEUED".split()
 )
@@ -83,7 +83,7 @@ def _close_attempt(db: Any, now: float, job_id: int, attempt: int, kind: str) ->
         db.execute("DELETE FROM acct_jobs WHERE job_id=? AND attempt=?", (job_id, attempt))
         return
     d = json.loads(row[1])
-    d["state"] = "NODE_FAIL" if kind == "node_fail" else "REQUEUED"
+    d["state"] = {"node_fail": "NODE_FAIL", "preempted": "PREEMPTED"}.get(kind, "REQUEUED")
     if kind == "hung":  # its progress stopped (muster.ctld.training)
         d["reason"] = "Hung"
     d["end_time"] = now
@@ -177,7 +177,12 @@ def _matches(d: dict[str, Any], q: Query) -> bool:
     if q.job_ids or q.array_tasks:
         ids = q.job_ids or ()
         task = (d.get("array_job_id"), d.get("array_task_id"))
-        if d["job_id"] not in ids and task[0] not in ids and task not in (q.array_tasks or ()):
+        if (
+            d["job_id"] not in ids
+            and task[0] not in ids
+            and task not in (q.array_tasks or ())
+            and d.get("het_job_id") not in ids  # a heterogeneous job: every component
+        ):
             return False
     if q.accounts and account_of(d) not in q.accounts:
         return False
@@ -301,6 +306,9 @@ def record_wire(
     job_id = int(d["job_id"])
     array_job, array_task = d.get("array_job_id"), d.get("array_task_id")
     job_id_text = f"{array_job}_{array_task}" if array_job and array_task is not None else str(job_id)
+    het_job, het_offset = d.get("het_job_id"), d.get("het_job_offset")
+    if het_job is not None and het_offset is not None:
+        job_id_text = f"{het_job}+{het_offset}"  # a heterogeneous job's component
     nodes = [a.get("node") for a in alloc]
     rec: dict[str, Any] = {
         "job_id": job_id,
@@ -309,6 +317,8 @@ def record_wire(
         "array_job_id": array_job,
         "array_task_id": array_task,
         "array_throttle": d.get("array_throttle") or 0,
+        "het_job_id": het_job,
+        "het_job_offset": het_offset,
         "attempt": d.get("attempt", d.get("restart_count", 0)),
         "cluster": cluster,
         "name": spec.get("name", ""),

@@ -25,15 +25,22 @@ from muster.core.config import Config
 from muster.core.errors import MusterError, StorageError
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
-from muster.core.states import JobState
+from muster.core.states import JobState, Reason
+from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex
 from muster.ctld.identity import Identity, identify
 from muster.ctld.nodes import NodeRuntime, configured_fields
 from muster.ctld.reservations import Reservation
+from muster.ctld.stats import ServerStats
 from muster.ctld.store import Store
+from muster.sched.topology import Topology
 
 log = logging.getLogger("musterctld")
+
+# A job requeued after a node failure is eligible again this many seconds later (its reason
+# meanwhile BeginTime, as in Slurm): time for the rest of its old attempt to be killed.
+REQUEUE_BEGIN_DELAY = 3.0
 
 _TERMINAL = frozenset(s for s in JobState if s.is_terminal)
 # Where a job stands after each state-changing event of the log (``check_log``).
@@ -43,6 +50,7 @@ _AFTER: dict[str, frozenset[JobState]] = {
     "requeue": frozenset({JobState.PENDING}),
     "launch_failed": frozenset({JobState.PENDING, JobState.FAILED}),
     "hung": frozenset({JobState.PENDING}),
+    "preempted": frozenset({JobState.PENDING, JobState.PREEMPTED}),
     "node_fail": frozenset({JobState.NODE_FAIL}),  # (a requeue in the same commit comes after)
     "cancel": frozenset({JobState.CANCELLED}),
     "cancelled": frozenset({JobState.CANCELLED}),
@@ -51,6 +59,7 @@ _AFTER: dict[str, frozenset[JobState]] = {
     "timeout": frozenset({JobState.TIMEOUT}),
     "out_of_memory": frozenset({JobState.OUT_OF_MEMORY}),
     "deadline": frozenset({JobState.DEADLINE}),
+    "lost_node": frozenset({JobState.RUNNING}),  # --no-kill: it runs on without a failed node
     "cleaned": _TERMINAL,
 }
 
@@ -92,6 +101,12 @@ class ClusterState:
     # of thousands of nodes must not scan them all per job). Both sides are written only by
     # ``hold_resources``, ``release_resources``, ``release_job`` and ``clear_node``.
     held: dict[int, dict[int, set[str]]] = field(default_factory=dict)
+    # job_id -> version, bumped by every committed change and reload (``ctld.listing``)
+    job_versions: dict[int, int] = field(default_factory=dict)
+    # topology.conf as placement reads it (``sched.topology``), when configured
+    topology: Topology | None = None
+    # sdiag's and /metrics's running figures (``stats``); set by the app
+    stats: ServerStats | None = field(default=None, repr=False)
 
     # --- start-up -------------------------------------------------------------------
 
@@ -104,6 +119,8 @@ class ClusterState:
             for n in p.nodes:
                 part_of.setdefault(n, []).append(p.name)
         saved = self.store.load_nodes()
+        if self.config.topology is not None:
+            self.topology = Topology(self.config.topology, [n.name for n in self.config.nodes])
         for i, nc in enumerate(self.config.nodes):
             node = NodeRuntime(name=nc.name, index=i, **configured_fields(nc, part_of.get(nc.name, [])))
             for k, v in saved.get(nc.name, {}).items():
@@ -213,9 +230,13 @@ class ClusterState:
         """Commit job changes already made in memory; when the commit fails, memory goes
         back to what the store holds (so a change that was not committed is not applied)
         and the ``StorageError`` goes on to the caller."""
+        self.changed(j for j, _k, _d in changes)
+        t0 = self.clock.monotonic()
         try:
             self.store.record(now, changes, meta=meta)
         except StorageError as exc:
+            if self.stats is not None:
+                self.stats.observe_commit_failure()
             log.error(
                 "could not commit %s of job(s) %s: %s; the change is not applied",
                 "/".join(sorted({k for _j, k, _d in changes})),
@@ -224,6 +245,14 @@ class ClusterState:
             )
             self.reload_jobs(j for j, _k, _d in changes)
             raise
+        if self.stats is not None:
+            self.stats.observe_commit(changes, self.clock.monotonic() - t0)
+
+    def changed(self, jobs: Iterable[Job]) -> None:
+        """Note that these jobs changed: what was encoded of them is stale (``ctld.listing``)."""
+        versions = self.job_versions
+        for job in jobs:
+            versions[job.job_id] = versions.get(job.job_id, 0) + 1
 
     @contextmanager
     def atomic(self, *jobs: Job) -> Iterator[None]:
@@ -238,6 +267,7 @@ class ClusterState:
     def reload_jobs(self, jobs: Iterable[Job]) -> None:
         """Put these jobs (and what they hold) back as the store last committed them."""
         for job in {j.job_id: j for j in jobs}.values():
+            self.changed((job,))
             stored = self.store.get_job(job.job_id)
             self.release_job(job.job_id)
             if stored is None:  # never committed: it does not exist
@@ -301,9 +331,60 @@ class ClusterState:
         changes = [(job, "node_fail", {"why": why, "nodes": job.nodes})]
         requeue = job.spec.requeue if job.spec.requeue is not None else self.config.job_requeue
         if requeue:
+            # --requeue=expedite: first in the queue, its surviving nodes held for it
+            survivors = [n for n in job.nodes if (node := self.nodes.get(n)) is not None and node.available]
             lifecycle.requeue(job, now)
-            changes.append((job, "requeue", {"attempt": job.restart_count}))
+            data: dict[str, Any] = {"attempt": job.restart_count}
+            if self.expedite(job):  # it restarts as soon as its old attempt is gone (view.py)
+                job.expedited = True
+                job.held_nodes = survivors
+                job.hold_until = now + self.expedite_hold_time
+                data.update(expedite=True, held=survivors)
+                log.warning("job %s: expedited requeue, holding %s", job.job_id, ",".join(survivors) or "no node")
+            else:
+                job.spec.begin_time = job.eligible_time = now + REQUEUE_BEGIN_DELAY
+                job.reason = Reason.BEGIN_TIME
+            changes.append((job, "requeue", data))
         self.record(now, changes)
+
+    def expedite(self, job: Job) -> bool:
+        """Whether a node failure requeues ``job`` expedited: ``--requeue=expedite``, its
+        QOS's ``ExpediteRequeue=yes`` (sacctmgr) or its partition's ``ExpediteRequeue=YES``."""
+        if job.spec.expedite:
+            return True
+        qos = self.accounting.db.qos.get(job.spec.qos or "normal") if self.accounting is not None else None
+        if qos is not None and qos.expedite_requeue:
+            return True
+        conf = self.config.partition(job.partition)
+        return conf is not None and conf.params.get("ExpediteRequeue", "NO").lower() in ("yes", "true", "1", "on")
+
+    @property
+    def expedite_hold_time(self) -> float:
+        """``ExpediteHoldTime`` (Slurm time format; default 5 minutes): how long an expedited
+        job's surviving nodes wait for it."""
+        raw = self.config.settings.get("ExpediteHoldTime")
+        try:
+            seconds = parse_time_limit(raw) if raw else None
+        except TimeFormatError:
+            seconds = None
+        return float(seconds) if seconds is not None else 300.0
+
+    def lose_node(self, job: Job, name: str, now: float, why: str) -> bool:
+        """``--no-kill``: a running job goes on without a failed node (not its batch host,
+        which runs the script) and that node's share is freed. False when the job has no
+        such right; then the caller fails it (``node_failed_job``)."""
+        if not job.spec.no_kill or job.state is not JobState.RUNNING or len(job.alloc) < 2:
+            return False
+        if job.alloc[0].node == name or name not in job.nodes:
+            return False
+        with self.atomic(job):
+            job.alloc = [a for a in job.alloc if a.node != name]
+            node = self.nodes.get(name)
+            if node is not None:
+                node.allocs.pop((job.job_id, job.restart_count), None)
+            self.record(now, [(job, "lost_node", {"node": name, "why": why})])
+        log.warning("job %d runs on without node %s (--no-kill): %s", job.job_id, name, why)
+        return True
 
     def note_node_service(self, now: float) -> None:
         """Record nodes that went out of service (DOWN, or drained and empty) or came back,
@@ -332,3 +413,4 @@ class ClusterState:
             if j.state.is_terminal and not j.completing and (j.end_time or 0) < cutoff
         ]:
             self.finished[job_id] = str(self.jobs.pop(job_id).state)
+            self.job_versions.pop(job_id, None)

@@ -44,7 +44,7 @@ from muster.ctld.context import Context
 from muster.ctld.identity import Identity
 from muster.ctld.privacy import PrivateData
 from muster.ctld.wire import job_wire
-from muster.protocol.httpd import SignatureError
+from muster.protocol.httpd import TLS_PEER_KEY, SignatureError
 
 if TYPE_CHECKING:
     from muster.core.job import Job
@@ -283,7 +283,7 @@ def build_step_routes(
             path += "?" + request.scope["query_string"].decode()
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
-            sender = ctx.verifier.verify(request.method, path, raw, headers)
+            sender = ctx.verifier.verify(request.method, path, raw, headers, request.scope.get(TLS_PEER_KEY))
         except SignatureError as e:
             raise AuthError(f"unauthenticated daemon request: {e}") from None
         body = await parse_raw(raw, GoneBody)

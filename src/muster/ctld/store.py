@@ -112,6 +112,9 @@ def _disk_full(path: str) -> bool:
 
 
 class Store:
+    # >0 while a group commit is open (``group``): a transaction then joins it
+    _joined = 0
+
     def __init__(self, path: str) -> None:
         self.path = path
         if path != ":memory:":
@@ -141,7 +144,11 @@ class Store:
         """One atomic write. A database error (a full disk, an I/O error, a lock held by
         someone else, a corrupt file) rolls everything back and is raised as
         ``StorageError`` with its cause in plain words; the store stays usable, so the
-        same change can be retried once space is freed."""
+        same change can be retried once space is freed. Inside ``group`` it joins the
+        group's transaction: an error goes to the group, which undoes it all."""
+        if self._joined:
+            yield self.db
+            return
         try:
             self.db.execute("BEGIN IMMEDIATE")
         except Exception as exc:
@@ -157,6 +164,18 @@ class Store:
             if isinstance(exc, Exception) and _is_db_error(exc):
                 raise self._storage_error(exc) from exc
             raise
+
+    @contextmanager
+    def group(self) -> Iterator[None]:
+        """One transaction, one commit, for several changes each written as if alone
+        (a group commit: one fsync instead of one each). Any error inside rolls all of
+        them back and goes on to the caller (``ctld.commits``)."""
+        with self.transaction():
+            self._joined += 1
+            try:
+                yield
+            finally:
+                self._joined -= 1
 
     def _storage_error(self, exc: BaseException) -> StorageError:
         return StorageError(storage_cause(exc, self.path))

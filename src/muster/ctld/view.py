@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from muster.core.states import JobState
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.state import ClusterState
-from muster.sched.snapshot import NodeView, ReservationView, Snapshot, partition_views
+from muster.sched.snapshot import NodeView, QosPreempt, ReservationView, Snapshot, partition_views
 
 
 def node_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
@@ -45,16 +45,24 @@ def build_snapshot(ctl: ClusterState) -> Snapshot:
     # A requeued job waits until its previous attempt's processes are gone (its agent
     # would refuse a second attempt while the first still runs there).
     cleaning = {job_id for node in ctl.nodes.values() for (job_id, _attempt) in node.allocs}
+    kept: set[str] = set()  # nodes held for a job still cleaning up (expedited requeue)
     for job in ctl.jobs.values():
         if job.state is JobState.PENDING:
             if job.job_id not in cleaning:
                 pending.append(job)
+            elif job.held_nodes:
+                kept.update(job.held_nodes)
         elif job.is_active:
             running.append(job)
         if job.state.is_terminal:
             finished[job.job_id] = str(job.state)
+    nodes = node_views(ctl.nodes.values())
+    if kept:  # its hold starts once it is pending again; meanwhile nobody starts there
+        for view in nodes:
+            if view.name in kept:
+                view.available = False
     snap = Snapshot(
-        nodes=node_views(ctl.nodes.values()),
+        nodes=nodes,
         partitions=partition_views(ctl.config),
         pending=pending,
         running=running,
@@ -62,7 +70,14 @@ def build_snapshot(ctl: ClusterState) -> Snapshot:
         reservations=reservation_views(ctl.reservations.values()),
         priority_overrides={j.job_id: j.admin_priority for j in pending if j.admin_priority is not None},
         arrays=ctl.arrays.tasks,
+        topology=ctl.topology,
     )
+    if ctl.accounting is not None:
+        snap.qos_preempt = {
+            q.name: QosPreempt(tuple(q.preempt), q.preempt_mode, q.grace_time, q.preempt_exempt_time)
+            for q in ctl.accounting.db.qos.values()
+            if q.preempt or q.preempt_mode or q.grace_time or q.preempt_exempt_time is not None
+        }
     return snap
 
 

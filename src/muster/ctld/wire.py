@@ -61,6 +61,8 @@ BRIEF_FIELDS = (
     "array_job_id",
     "array_task_id",
     "array_throttle",
+    "het_job_id",
+    "het_job_offset",
 )
 BRIEF_SPEC_KEYS = (
     "name",
@@ -182,6 +184,9 @@ def partition_wire(config: Config, name: str, nodes: dict[str, NodeRuntime]) -> 
         "allow_groups": p.allow_groups,
         "deny_accounts": p.deny_accounts,
         "oversubscribe": p.oversubscribe,
+        "grace_time": p.grace_time,
+        # the partition's PreemptMode, else the cluster's (scontrol show partition)
+        "preempt_mode": (p.params.get("PreemptMode") or config.settings.get("PreemptMode") or "OFF").upper(),
         "total_cpus": sum(n.cpus for n in members),
         "total_nodes": len(members),
         "total_gpus": sum(n.gpus for n in members),

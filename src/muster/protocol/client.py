@@ -5,6 +5,11 @@ less than that in total, so this speaks just enough HTTP: one request per connec
 ``Content-Length`` bodies, JSON in and out. For the same reason it uses the C modules
 behind ``socket`` (whose Python layer imports ``enum`` and ``selectors``) and ``json``
 (see ``wirejson``) directly.
+
+With ``TLSType=tls/muster`` a TCP connection is TLS: ``tls`` names the cluster CA, and the
+name the server's certificate from it must show (``ctld`` for the controller, a node's
+name for its agent). Only then is ``ssl`` imported (it costs tens of milliseconds); the Unix
+socket, the common case on the controller's host, needs no TLS.
 """
 
 from __future__ import annotations
@@ -32,6 +37,27 @@ class ApiError(Exception):
 
 class ConnectError(Exception):
     pass
+
+
+_CONTEXTS: dict[str, Any] = {}  # CA file -> ssl.SSLContext, made once per process
+
+
+def tls_wrap(sock: Any, tls_ca: str, server_name: str, where: str) -> Any:
+    """``sock`` (connected) as a TLS socket that checked the server's certificate."""
+    from muster.protocol.tls import TLSError, client_context
+
+    try:
+        ctx = _CONTEXTS.get(tls_ca)
+        if ctx is None:
+            ctx = _CONTEXTS[tls_ca] = client_context(tls_ca)
+        return ctx.wrap_socket(sock, server_hostname=server_name)
+    except TLSError as e:
+        sock.close()
+        raise ConnectError(f"TLS: {e}") from None
+    except OSError as e:  # ssl.SSLError and ssl.SSLCertVerificationError are OSErrors
+        sock.close()
+        reason = getattr(e, "verify_message", None) or getattr(e, "reason", None) or e.strerror or e
+        raise ConnectError(f"TLS handshake with {server_name} at {where} failed: {reason}") from None
 
 
 def _recv_all(sock: _socket.socket) -> bytes:
@@ -77,8 +103,11 @@ def request(
     address: tuple[str, int] | None = None,
     headers: dict[str, str] | None = None,
     timeout: float = 60.0,
+    tls: tuple[str, str] | None = None,
 ) -> Any:
-    """Send one request and return the decoded JSON answer; raise ApiError on 4xx/5xx."""
+    """Send one request and return the decoded JSON answer; raise ApiError on 4xx/5xx.
+    Over TCP with ``tls`` = (cluster CA, the server's muster name) the connection is TLS
+    (module docstring)."""
     # Text that is not UTF-8 (a command-line argument of raw bytes arrives as surrogates)
     # is sent with "?" in their place: the controller then answers "not found", not a crash.
     payload = b"" if body is None else dumps(body).encode("utf-8", "replace")
@@ -100,6 +129,8 @@ def request(
         raise ConnectError(
             f"Unable to contact slurm controller (connect failure): {where}: {e.strerror or e}"
         ) from None
+    if tls is not None and address is not None:
+        sock = tls_wrap(sock, tls[0], tls[1], host)
     try:
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         head = (

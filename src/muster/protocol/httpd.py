@@ -15,6 +15,12 @@ commands never do.
   share one memory budget (503 beyond it), and a TCP peer address whose requests keep
   failing authentication (401) is answered 429, without reading its bodies, until its
   budget of failures refills: a flooder slows itself, not the daemon's other clients.
+* With a TLS context (``TLSType=tls/muster``), TCP connections are TLS (``protocol.tls``):
+  a refused handshake (a certificate not from the cluster CA, plain HTTP, a timeout) is
+  one line in the log, and each request's scope carries the verified peer certificate's
+  name as ``scope["muster.tls_peer"]`` ("" for a TLS client without a certificate; absent
+  on plain connections). ``Verifier(require_cert=True)`` then accepts a signed daemon
+  message only over a connection whose certificate names its sender.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -43,10 +50,13 @@ from muster.protocol.signing import (
     sign_request,
     verify_request,
 )
+from muster.protocol.tls import describe_failure, peer_name
 
 log = logging.getLogger("muster.httpd")
 
 PEER_KEY = "muster.peer"
+TLS_PEER_KEY = "muster.tls_peer"
+HANDSHAKE_TIMEOUT = 10.0  # seconds a TLS client may take to complete its handshake
 BODY_LIMIT = 16 * 1024 * 1024  # bytes of one request body (a 4 MB script and its job fit)
 BODY_BUDGET = 256 * 1024 * 1024  # bytes of all request bodies buffered at one time
 FAILURE_BURST = 30.0  # failed authentications a TCP address may have in a row...
@@ -68,14 +78,96 @@ class _PeerCredProtocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         sock = transport.get_extra_info("socket")
         creds = peer_credentials(sock) if sock is not None else None
+        tls = transport.get_extra_info("ssl_object") is not None
+        tls_peer = (peer_name(transport.get_extra_info("peercert")) or "") if tls else None
         inner = self.app
 
         async def app_with_peer(scope: Any, receive: Any, send: Any) -> None:
             scope[PEER_KEY] = creds
+            if tls_peer is not None:
+                scope[TLS_PEER_KEY] = tls_peer
             await inner(scope, receive, send)
 
         self.app = app_with_peer
         super().connection_made(transport)
+
+
+class _TLSAcceptor(asyncio.Protocol):
+    """A TCP connection's TLS handshake, then uvicorn's HTTP protocol over it.
+
+    asyncio drops a failed server-side handshake silently; doing the handshake here
+    (``loop.start_tls``) lets each refusal be one line in the daemon's log. Unix-socket
+    connections go straight to the HTTP protocol (their peer is proven by SO_PEERCRED).
+    Data that arrives between the handshake and the HTTP protocol's start is held. A failed
+    handshake counts as a failed authentication of its address (``Guarded``'s budget): an
+    address out of budget is dropped before its handshake costs anything."""
+
+    def __init__(self, ctx: ssl.SSLContext, inner: asyncio.Protocol, failures: _FailureBudget) -> None:
+        self.ctx = ctx
+        self.inner = inner
+        self.failures = failures
+        self.held: list[bytes] = []
+        self.eof = False
+        self.lost: tuple[Exception | None] | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is None or sock.family == socket.AF_UNIX:
+            transport.set_protocol(self.inner)
+            self.inner.connection_made(transport)
+            return
+        assert isinstance(transport, asyncio.Transport)
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        if self.failures.exhausted(peer[0]):
+            log.warning("refused a connection from %s: too many failed authentications", peer[0])
+            transport.abort()
+            return
+        transport.pause_reading()  # the handshake reads first
+        self.task = asyncio.get_running_loop().create_task(self._handshake(transport))
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport, self, self.ctx, server_side=True, ssl_handshake_timeout=HANDSHAKE_TIMEOUT
+            )
+        except Exception as exc:  # noqa: BLE001 - every refusal is logged, none is fatal
+            log.warning("refused a connection from %s: %s", peer[0], describe_failure(exc))
+            self.failures.failed(peer[0])
+            transport.abort()
+            return
+        if tls is None:  # closed while shaking hands
+            return
+        tls.set_protocol(self.inner)
+        self.inner.connection_made(tls)
+        if self.held:
+            self.inner.data_received(b"".join(self.held))
+            self.held = []
+        if self.eof:
+            self.inner.eof_received()
+        if self.lost is not None:
+            self.inner.connection_lost(self.lost[0])
+
+    def data_received(self, data: bytes) -> None:
+        self.held.append(data)
+
+    def eof_received(self) -> bool | None:
+        self.eof = True
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = (exc,)
+
+
+def _protocol_factory(tls: ssl.SSLContext | None, failures: _FailureBudget) -> Any:
+    """What uvicorn calls for each connection (its ``http`` setting)."""
+
+    def create(config: Any, server_state: Any, app_state: Any, _loop: Any = None) -> asyncio.Protocol:
+        inner = _PeerCredProtocol(config=config, server_state=server_state, app_state=app_state, _loop=_loop)
+        return inner if tls is None else _TLSAcceptor(tls, inner, failures)
+
+    return create
 
 
 def bind_tcp(host: str, port: int) -> socket.socket:
@@ -130,13 +222,15 @@ def make_server(
     log_level: str = "warning",
     body_limit: int = BODY_LIMIT,
     clock: Clock | None = None,
+    tls: ssl.SSLContext | None = None,
     hosted: bool = False,
 ) -> uvicorn.Server:
-    """A uvicorn server for ``app``; ``hosted``: one of several in this process, whose
-    signals the process handles itself."""
+    """uvicorn for ``app`` behind ``Guarded``; TCP connections are TLS when ``tls`` is given;
+    ``hosted``: one of several servers in this process, whose signals the process handles."""
+    guarded = Guarded(app, body_limit, clock or SystemClock())
     config = uvicorn.Config(
-        Guarded(app, body_limit, clock or SystemClock()),
-        http=_PeerCredProtocol,
+        guarded,
+        http=_protocol_factory(tls, guarded.failures),
         lifespan="on",
         log_level=log_level,
         access_log=False,
@@ -284,15 +378,33 @@ class Verifier:
     ``name`` is this daemon's name as a receiver (its node name, or ``ctld``);
     ``floor_path`` is where its replay floor persists (in its state directory)."""
 
-    def __init__(self, key: bytes, clock: Clock, name: str, floor_path: str | None = None) -> None:
+    def __init__(
+        self, key: bytes, clock: Clock, name: str, floor_path: str | None = None, require_cert: bool = False
+    ) -> None:
         self.key = key
         self.clock = clock
         self.name = name
         self.guard = ReplayGuard(path=floor_path, now=clock.now())
+        self.require_cert = require_cert
 
-    def verify(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> str:
-        """The sender's name; ``SignatureError`` when the request must be refused."""
-        return verify_request(self.key, method, path, body, headers, self.clock.now(), self.guard, self.name)
+    def verify(self, method: str, path: str, body: bytes, headers: dict[str, str], tls_peer: str | None = None) -> str:
+        """The sender's name; ``SignatureError`` when the request must be refused.
+
+        ``tls_peer`` is the connection's ``scope["muster.tls_peer"]``: with
+        ``require_cert`` a genuine message must also arrive over TLS from a certificate
+        naming its sender, so a node's stolen key and certificate speak for that node only."""
+        sender = verify_request(self.key, method, path, body, headers, self.clock.now(), self.guard, self.name)
+        if self.require_cert:
+            if tls_peer is None:
+                raise WrongPeer(f"message from {sender} over a plain connection (TLSType=tls/muster requires TLS)")
+            if tls_peer != sender:
+                named = f"names {tls_peer}" if tls_peer else "is missing"
+                raise WrongPeer(f"message from {sender} over a connection whose client certificate {named}")
+        return sender
+
+
+class WrongPeer(SignatureError):
+    """A genuine message sent over a connection that does not belong to its sender."""
 
 
 def refusal(exc: SignatureError) -> dict[str, Any]:
@@ -303,18 +415,41 @@ def refusal(exc: SignatureError) -> dict[str, Any]:
     return body
 
 
+IN_FLIGHT = 64  # requests a SignedClient has in flight at once (httpx's pool allows 100)
+
+
 class SignedClient:
     """An async JSON client whose requests the other daemons will accept.
 
     ``sender`` is this daemon's name; ``receiver`` the default one (an agent talks to
     ``ctld``; the controller names each node with ``to=``)."""
 
-    def __init__(self, key: bytes, clock: Clock, timeout: float = 10.0, *, sender: str, receiver: str = CTLD) -> None:
+    def __init__(
+        self,
+        key: bytes,
+        clock: Clock,
+        timeout: float = 10.0,
+        *,
+        sender: str,
+        receiver: str = CTLD,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.key = key
         self.clock = clock
         self.sender = sender
         self.receiver = receiver
-        self._client = httpx.AsyncClient(timeout=timeout)
+        self.tls = tls
+        # One pool of kept-alive connections per peer: a TLS handshake per link, not per message.
+        self._client = httpx.AsyncClient(timeout=timeout, verify=tls if tls is not None else True)
+        # At most this many requests in flight: more wait here, in O(1), not in httpx's
+        # pool, whose queue is scanned whole for every request it assigns (a thousand
+        # launches at once cost seconds of CPU that way). Below the pool's own limit, so
+        # as many requests run at once as before.
+        self._gate = asyncio.Semaphore(IN_FLIGHT)
+
+    def url(self, host: str, port: int, path: str = "") -> str:
+        """The URL of ``path`` on the daemon at ``host:port`` (https with TLS)."""
+        return f"{'https' if self.tls is not None else 'http'}://{host}:{port}{path}"
 
     def set_timeout(self, timeout: float) -> None:
         """Wait this long for later requests (a reconfigured MessageTimeout)."""
@@ -329,9 +464,12 @@ class SignedClient:
             )
             if method == "POST":
                 headers["content-type"] = "application/json"
-            resp = await self._client.request(
-                method, url, content=payload if method == "POST" else None, headers=headers
-            )
+            # With TLS the receiver's certificate must name the receiver, whatever its address.
+            extensions = {"sni_hostname": to or self.receiver} if self.tls is not None else None
+            async with self._gate:
+                resp = await self._client.request(
+                    method, url, content=payload if method == "POST" else None, headers=headers, extensions=extensions
+                )
             floor = _stale_floor(resp)
             # The receiver restarted since our clock's "now": sign again at its floor,
             # once, when that is within the window (a new message, new nonce).
@@ -388,6 +526,8 @@ __all__ = [
     "BODY_LIMIT",
     "Guarded",
     "PEER_KEY",
+    "TLS_PEER_KEY",
+    "WrongPeer",
     "refusal",
     "send_json",
     "SignatureError",

@@ -144,6 +144,9 @@ class SignalRequest(_Message):
     job_id: int
     signal: int | str = 15
     batch_only: bool = False
+    # the batch shell too, at the same time as the tasks (preemption's warning, as Slurm
+    # sends SIGTERM to the whole job): a trap in the script runs before its children die
+    whole_job: bool = False
 
 
 class UpdateRequest(_Message):

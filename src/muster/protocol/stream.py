@@ -29,7 +29,7 @@ from muster.protocol.wirejson import dumps, loads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    pass
+    from typing import Any
 
 __all__ = ["ChunkedSender", "FrameDecoder", "StreamClient", "StreamError", "frame"]
 
@@ -124,6 +124,24 @@ class _Chunked:
         return b"".join(out)
 
 
+def _connect(address: tuple[str, int], timeout: float, tls: tuple[str, str] | None) -> Any:
+    try:
+        sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        sock.connect(address)
+    except OSError as e:
+        raise StreamError(f"cannot reach {address[0]}:{address[1]}: {e.strerror or e}") from None
+    if tls is None:
+        return sock
+    from muster.protocol.client import ConnectError, tls_wrap
+
+    try:
+        return tls_wrap(sock, tls[0], tls[1], f"{address[0]}:{address[1]}")
+    except ConnectError as e:
+        raise StreamError(str(e)) from None
+
+
 class StreamClient:
     """One request to a node; its answer read as frames, a little at a time.
 
@@ -157,15 +175,11 @@ class StreamClient:
         self.eof = False
 
     @classmethod
-    def connect(cls, address: tuple[str, int], timeout: float = 30.0) -> StreamClient:
-        try:
-            sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-            sock.settimeout(timeout)
-            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-            sock.connect(address)
-        except OSError as e:
-            raise StreamError(f"cannot reach {address[0]}:{address[1]}: {e.strerror or e}") from None
-        return cls(sock, address)
+    def connect(
+        cls, address: tuple[str, int], timeout: float = 30.0, tls: tuple[str, str] | None = None
+    ) -> StreamClient:
+        """Connect to a node's agent; ``tls``: (cluster CA, node name) with TLSType=tls/muster."""
+        return cls(_connect(address, timeout, tls), address)
 
     def send(self, path: str, payload: bytes, headers: dict[str, str] | None = None) -> None:
         """Write a POST of ``payload`` (JSON bytes)."""
@@ -192,6 +206,10 @@ class StreamClient:
         ``StreamError`` for an error answer or a broken connection."""
         try:
             data = self.sock.recv(262144)
+            # TLS decrypts a record at a time: what it holds already, select() cannot see.
+            pending = getattr(self.sock, "pending", None)
+            while data and pending is not None and pending():
+                data += self.sock.recv(262144)
         except OSError as e:
             raise StreamError(f"connection lost: {e.strerror or e}") from None
         if not data:
@@ -246,17 +264,17 @@ class ChunkedSender:
 
     __slots__ = ("sock",)
 
-    def __init__(self, address: tuple[str, int], path: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self, address: tuple[str, int], path: str, timeout: float = 30.0, tls: tuple[str, str] | None = None
+    ) -> None:
+        sock = _connect(address, timeout, tls)
         try:
-            sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-            sock.settimeout(timeout)
-            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-            sock.connect(address)
             sock.sendall(
                 f"POST {path} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\nConnection: close\r\n"
                 "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
             )
         except OSError as e:
+            sock.close()
             raise StreamError(f"cannot reach {address[0]}:{address[1]}: {e.strerror or e}") from None
         self.sock = sock
 

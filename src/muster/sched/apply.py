@@ -5,7 +5,8 @@ the parity test between them all call, so that what a decision means is written 
 reason unless the job is held, planned start and nodes; a plan that no longer holds is
 cleared), then hands the starts to its ``Book``, the side that owns the jobs: the
 controller commits them and launches the jobs (``ctld.loop``), the simulator books their
-ends on its virtual clock (``sim.engine``). A new kind of decision (preemption, say) is
+ends on its virtual clock (``sim.engine``). Preemptions go to ``Book.preempt`` first (the
+victims get their grace time, the preemptors hold their nodes); a new kind of decision is
 one more step here and one more method of ``Book``, in one place.
 
 Pure: no I/O, no clock.
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from muster.core.job import Job
-from muster.sched.decisions import Decisions, Start
+from muster.sched.decisions import Decisions, Preemption, Start
 
 __all__ = ["Book", "apply_decisions"]
 
@@ -32,6 +33,10 @@ class Book(Protocol):
 
     def start(self, starts: list[Start], now: float) -> None:
         """Take the starts: each job still pending runs on its allocation from ``now``."""
+
+    def preempt(self, preemptions: list[Preemption], holds: dict[int, list[str]], now: float) -> None:
+        """Signal the victims (each ends, requeued or cancelled, after its grace time) and
+        let each preemptor hold its nodes until it starts."""
 
 
 def apply_decisions(decisions: Decisions, book: Book, now: float) -> None:
@@ -57,5 +62,7 @@ def apply_decisions(decisions: Decisions, book: Book, now: float) -> None:
             job.planned_nodes = list(plan.nodes)
     book.planned.clear()
     book.planned.update(decisions.plans)
+    if decisions.preemptions:
+        book.preempt(decisions.preemptions, decisions.holds, now)
     if decisions.starts:
         book.start(decisions.starts, now)

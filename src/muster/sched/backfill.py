@@ -38,6 +38,7 @@ from muster.core.job import NodeAlloc
 from muster.sched.filters import Request
 from muster.sched.profile import EPS, INF, NodeProfile
 from muster.sched.select import FitKey, fit_key, pick
+from muster.sched.topology import Topology
 
 __all__ = ["Backfill", "need_on", "windows_allow"]
 
@@ -113,6 +114,7 @@ class Backfill:
         "_masks",
         "_index",
         "maint",
+        "topology",
     )
 
     def __init__(
@@ -121,8 +123,10 @@ class Backfill:
         now: float,
         horizon: float,
         maint: frozenset[str] = frozenset(),
+        topology: Topology | None = None,
     ) -> None:
         self.now = now
+        self.topology = topology  # None: select.pick alone, as without topology.conf
         self.maint = maint  # names of MAINT reservations
         self.horizon = horizon
         self.log: list[NodeProfile] = []  # nodes whose profile changed, in order
@@ -147,7 +151,11 @@ class Backfill:
         if len(fitting) >= req.nodes and (
             not req.required or sum(1 for _, n in fitting if n.name in req.required) == len(req.required)
         ):
-            return pick(fitting, req.nodes, req.required)
+            if self.topology is None:
+                return pick(fitting, req.nodes, req.required)
+            chosen = self.topology.pick(fitting, req.nodes, req.required, req.topo)
+            if chosen is not None:
+                return chosen
         self._no_fit[req] = duration if floor is None else min(floor, duration)
         return None
 
@@ -187,8 +195,8 @@ class Backfill:
                 ):
                     free = (node.cpus[0], node.mem[0], node.gpus[0])
                     fitting.append((fit_key(node, free, (c, m, g)), node))
-            if len(fitting) >= req.nodes:
-                break
+            if len(fitting) >= req.nodes and self.topology is None:
+                break  # with a topology, every fitting node: which switch is best depends on all
         return fitting
 
     def _fitting_scan(self, req: Request, duration: float) -> list[tuple[FitKey, NodeProfile]]:
@@ -251,6 +259,8 @@ class Backfill:
             self.log.append(node)
             self._index.moved(node, old)
             allocs.append(NodeAlloc(node.name, c, m, node.take_gpu_ids(g)))
+        if req.topo is not None and req.topo.whole_units:
+            self.fence(nodes, self.now, end)
         return allocs
 
     # -- later ------------------------------------------------------------------------
@@ -271,7 +281,7 @@ class Backfill:
         else:
             kp.refresh(req, duration, self.log, self.now, self.horizon)
         kp.pos = len(self.log)
-        found = kp.sweep(req)
+        found = kp.sweep(req, self.topology)
         if found is None:  # a pass only takes: no start in the window now, none later
             self._no_plan.add((req, duration))
         return found
@@ -309,6 +319,34 @@ class Backfill:
         self._no_plan.clear()
         self._live.clear()
 
+    def block(self, nodes: list[NodeProfile], until: float) -> list[tuple[NodeProfile, int, int, int]]:
+        """Hold what is free now on ``nodes`` until ``until`` for one job (``sched.preempt``):
+        nobody else can take it. Like ``hold``, it hands out no GPU index."""
+        taken = []
+        for node in nodes:
+            # the least free over the hold: later steps may already be promised to a plan
+            steps = [i for i, t in enumerate(node.times) if t < until] or [0]
+            c = min(node.cpus[i] for i in steps)
+            m = min(node.mem[i] for i in steps)
+            g = min(node.gpus[i] for i in steps)
+            old = node.gpus[0]
+            node.take(self.now, until, c, m, g)
+            self.log.append(node)
+            self._index.moved(node, old)
+            taken.append((node, c, m, g))
+        return taken
+
+    def unblock(self, taken: list[tuple[NodeProfile, int, int, int]], until: float) -> None:
+        """Give back what ``block`` took, for the holder's turn."""
+        for node, c, m, g in taken:
+            old = node.gpus[0]
+            node.give(self.now, until, c, m, g)
+            self.log.append(node)
+            self._index.moved(node, old)
+        self._no_fit.clear()
+        self._no_plan.clear()
+        self._live.clear()
+
     def take_plan(self, req: Request, duration: float, at: float, nodes: list[NodeProfile]) -> None:
         """Reserve ``nodes`` for ``req`` from ``at`` to ``at + duration`` in the profile."""
         end = at + duration
@@ -316,6 +354,34 @@ class Backfill:
             c, m, g = need_on(req, node)
             node.take(at, end, c, m, g)
             self.log.append(node)
+        if req.topo is not None and req.topo.whole_units:
+            self.fence(nodes, at, end)
+
+    def fence(self, nodes: list[NodeProfile], start: float, end: float) -> None:
+        """--exclusive=topo: keep the other nodes of the units ``nodes`` use idle."""
+        if self.topology is None:
+            return
+        pool = {n.name: n for n in self._index.nodes}
+        for name in self.topology.fence([n.name for n in nodes]):
+            node = pool.get(name)
+            if node is None:
+                continue
+            old = node.gpus[0]
+            node.fence(start, end)
+            self.log.append(node)
+            self._index.moved(node, old)
+
+    def give_plan(self, req: Request, duration: float, at: float, nodes: list[NodeProfile]) -> None:
+        """Undo ``take_plan`` (a heterogeneous job's trial that did not fit whole); like
+        ``release``, it forgets the memos a give-back can make wrong."""
+        end = at + duration
+        for node in nodes:
+            c, m, g = need_on(req, node)
+            node.give(at, end, c, m, g)
+            self.log.append(node)
+        self._no_fit.clear()
+        self._no_plan.clear()
+        self._live.clear()
 
 
 def _feasible(node: NodeProfile, req: Request, dur: float, lo: float, hi: float) -> list[list[float]]:
@@ -394,12 +460,13 @@ class _KeyPlan:
                 if b != INF:
                     insort(events, (b, 1, i))
 
-    def sweep(self, req: Request) -> tuple[float, list[NodeProfile]] | None:
+    def sweep(self, req: Request, topology: Topology | None = None) -> tuple[float, list[NodeProfile]] | None:
         need = req.nodes
         required = req.required
         events = self.events
         open_: set[int] = set()
         at: float | None = None
+        chosen: list[NodeProfile] | None = None
         k, n = 0, len(events)
         while k < n:
             t, kind, i = events[k]
@@ -416,13 +483,23 @@ class _KeyPlan:
                 k += 1
             if required and not required <= {self.nodes[j].name for j in open_}:
                 continue
+            if topology is not None:
+                # the topology may refuse these nodes (--switches, --segment): later ones
+                chosen = topology.pick(self._fitting(req, open_, t), need, required, req.topo)
+                if chosen is None:
+                    continue
             at = t
             break
         if at is None:
             return None
+        if chosen is not None:
+            return at, chosen
+        return at, pick(self._fitting(req, open_, at), need, required)
+
+    def _fitting(self, req: Request, open_: set[int], at: float) -> list[tuple[FitKey, NodeProfile]]:
         fitting: list[tuple[FitKey, NodeProfile]] = []
         for j in sorted(open_):
             node = self.nodes[j]
             c, m, g = node.cap if req.exclusive else req.need
             fitting.append((fit_key(node, node.free_at(at), (c, m, g)), node))
-        return at, pick(fitting, need, required)
+        return fitting

@@ -20,9 +20,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from muster.core import confkeys
 from muster.core.timefmt import parse_time_limit
 
-__all__ = ["SchedConfig"]
+__all__ = ["SchedConfig", "preempt_mode"]
 
 _DAY = 86400
 
@@ -39,6 +40,7 @@ class SchedConfig:
     bf_resolution: int = 1  # seconds: planned times are rounded up to this grid
     bf_max_job_test: int = 500  # how many pending jobs a pass examines (queue depth)
     conservative: bool = False  # reserve every pending job, not only the first bf_max_job_test
+    max_switch_wait: int = 300  # seconds a --switches job waits for its switch count by default
     # PriorityType and the multifactor weights
     priority_type: str = "priority/multifactor"
     weight_age: int = 1000
@@ -49,6 +51,12 @@ class SchedConfig:
     max_age: int = 7 * _DAY  # PriorityMaxAge, seconds
     favor_small: bool = False  # PriorityFavorSmall
     enforce_part_limits: str = "NO"  # EnforcePartLimits: NO, ANY, ALL (YES means ALL)
+    # Preemption (sched.preempt, docs/preemption.md): PreemptType preempt/none, preempt/qos
+    # or preempt/partition_prio; the cluster's PreemptMode (OFF, REQUEUE, CANCEL); and
+    # PreemptExemptTime, seconds a job runs before it may be preempted.
+    preempt_type: str = "preempt/none"
+    preempt_mode: str = "OFF"
+    preempt_exempt_time: int = 0
 
     @property
     def backfill(self) -> bool:
@@ -93,6 +101,16 @@ class SchedConfig:
         if enforce in ("NO", "ANY", "ALL", "YES"):
             changes["enforce_part_limits"] = "ALL" if enforce == "YES" else enforce
 
+        pretype = lower.get("preempttype", "").lower()
+        if pretype in ("preempt/none", "preempt/qos", "preempt/partition_prio"):
+            changes["preempt_type"] = pretype
+        mode = preempt_mode(lower.get("preemptmode"))
+        if mode is not None:
+            changes["preempt_mode"] = mode
+        exempt = _duration(lower.get("preemptexempttime"))
+        if exempt is not None:
+            changes["preempt_exempt_time"] = exempt
+
         for item in _split_params(lower.get("schedulerparameters", "")):
             name, _, raw = item.partition("=")
             name = name.strip().lower()
@@ -108,11 +126,26 @@ class SchedConfig:
                 seconds = _int(raw)
                 if seconds is not None and seconds > 0:
                     changes["bf_resolution"] = seconds
+            elif name == "max_switch_wait":
+                seconds = _int(raw)
+                if seconds is not None and seconds >= 0:
+                    changes["max_switch_wait"] = seconds
             elif name == "bf_max_job_test":
                 depth = _int(raw)
                 if depth is not None and depth > 0:
                     changes["bf_max_job_test"] = depth
         return dataclasses.replace(default, **changes)  # type: ignore[arg-type]
+
+
+def preempt_mode(text: str | None) -> str | None:
+    """A PreemptMode value as muster applies it (``OFF``, ``CANCEL``, ``REQUEUE``); None when
+    absent or refused (the configuration's reader refuses such values with a message)."""
+    if not text:
+        return None
+    try:
+        return confkeys.preempt_mode(text)
+    except ValueError:
+        return None
 
 
 def _split_params(text: str) -> list[str]:

@@ -19,7 +19,14 @@ config always give the same decisions.
                 waits for Resources, those behind it for Priority. Conservative
                 backfill places the jobs holding a plan from the previous pass first,
                 by that plan's start, each plan held in the profile until its job's turn
-                (README.md, "Promises").
+                (README.md, "Promises"). The components of a heterogeneous job are
+                placed together, all or none (``hetgroups``). Nodes held for a job (a
+                preemptor waiting for its victims, an expedited requeue) are taken out
+                of the profile until that job's turn, where it starts on them first.
+4b. preemption  for the jobs still waiting that may preempt (PreemptType): the fewest,
+                lowest-priority running jobs to evict so they can start, least work
+                lost since a checkpoint first among equals (``preempt``); they start
+                in a later pass, holding the nodes meanwhile.
 """
 
 from __future__ import annotations
@@ -33,8 +40,10 @@ from muster.sched.config import SchedConfig
 from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
 from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict, job_duration
+from muster.sched.hetgroups import HetGroups, place_group
+from muster.sched.preempt import Preempting, held_request, hold_active
 from muster.sched.priority import PriorityPolicy, examination_order
-from muster.sched.profile import NodeProfile
+from muster.sched.profile import INF, NodeProfile
 from muster.sched.reservations import ReservationBook
 from muster.sched.snapshot import Snapshot
 
@@ -91,6 +100,7 @@ class _Pass:
         self.d = Decisions()
         self._deps = None
         self._room = None
+        self._blocked: dict[int, list[tuple[NodeProfile, int, int, int]]] = {}
         self._t = timer() if timer else 0.0
 
     def _phase(self, name: str) -> None:
@@ -109,6 +119,9 @@ class _Pass:
         self._phase("3.priority")
         self._place(ordered)
         self._phase("4.placement")
+        if self.preempting.enabled:
+            self._preempt(ordered)
+            self._phase("4b.preemption")
         return self.d
 
     # -- 1. profile ---------------------------------------------------------------------
@@ -116,6 +129,8 @@ class _Pass:
         now, res = self.now, self.config.bf_resolution
         pool = {v.name: NodeProfile(v, now) for v in self.snap.nodes}
         releases: dict[str, list[tuple[float, int, int, int]]] = {}
+        fences: list[tuple[Job, float]] = []  # --exclusive=topo jobs: their units stay idle
+        topology = self.snap.topology
         for job in self.snap.running:
             # Job.expected_end, inline: every pass reads every running job.
             start, limit = job.start_time, job.time_limit
@@ -124,12 +139,17 @@ class _Pass:
                 part = self.snap.partitions.get(job.partition)
                 limit = job_duration(job, part) if part is not None else None
                 end = None if limit is None else job.start_time + limit
+            if job.preempt_deadline is not None and (end is None or job.preempt_deadline < end):
+                end = job.preempt_deadline  # preempted: killed at the end of its grace time
+            if end is not None:
+                if end <= now:
+                    end = now + res  # past its limit: expected to go at the next step
+                elif res > 1:
+                    end = -(-end // res) * res
+            if topology is not None and job.spec.exclusive_topo:
+                fences.append((job, INF if end is None else end))
             if end is None:
                 continue  # no time limit: never gives its resources back in the plan
-            if end <= now:
-                end = now + res  # past its limit: expected to go at the next step
-            elif res > 1:
-                end = -(-end // res) * res
             for a in job.alloc:
                 rel = releases.get(a.node)
                 if rel is None:
@@ -139,6 +159,11 @@ class _Pass:
             node = pool.get(name)
             if node is not None:
                 node.add_releases(rel)
+        for job, end in fences:
+            assert topology is not None
+            for name in topology.fence(job.nodes):
+                if name in pool:
+                    pool[name].fence(now, end)
         until = now + self.config.bf_window + _RESERVATION_LOOKAHEAD
         self.book = ReservationBook(self.snap.reservations, now, until)
         for name, slots in self.book.node_windows.items():
@@ -148,7 +173,10 @@ class _Pass:
         self.pool = pool
         self._single = {}
         self._default = tuple(sorted(p.name for p in self.snap.partitions.values() if p.is_default)[:1])
-        self.feas = Feasibility(self.snap.partitions, pool, self.book, now)
+        self.feas = Feasibility(
+            self.snap.partitions, pool, self.book, now, self.snap.topology, self.config.max_switch_wait
+        )
+        self.preempting = Preempting(self.snap, pool, self.config, now)
 
     # -- 2. eligibility -------------------------------------------------------------------
     def _eligibility(self) -> list[tuple[Job, tuple[str, ...]]]:
@@ -261,12 +289,16 @@ class _Pass:
         order = examination_order(tiers, values, jobs)
         if self.config.conservative and self.config.backfill:
             order = _replacement_order(order, jobs)
+        if any(job.expedited for job in jobs):  # --requeue=expedite: first in the queue
+            order = [i for i in order if jobs[i].expedited] + [i for i in order if not jobs[i].expedited]
         return list(map(eligible.__getitem__, order))
 
     # -- 4. placement ---------------------------------------------------------------------
     def _place(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:
         config = self.config
-        self.engine = Backfill(list(self.pool.values()), self.now, self.now + config.bf_window, self.book.maint)
+        self.engine = Backfill(
+            list(self.pool.values()), self.now, self.now + config.bf_window, self.book.maint, self.snap.topology
+        )
         self.blocked = set()  # partitions with a blocked job
         self.singletons = set()  # (user, name) of singleton jobs started this pass
         self.plans_left = None if config.conservative else config.bf_max_job_test
@@ -275,11 +307,19 @@ class _Pass:
         request, start_now = self.feas.request, self.engine.start_now
         examined = waiting = 0
         holds = self._hold_plans(ordered) if config.conservative and self.backfill else {}
+        blocks = self._hold_nodes(ordered)
+        hets = HetGroups(self.snap.pending, ordered)  # heterogeneous jobs: all or none
         for job, parts in ordered:
+            if hets and job.het_job_id is not None:
+                place_group(self, hets, job, holds)
+                continue
             if holds:
                 held = holds.pop(job.job_id, None)
                 if held is not None:
                     self.engine.release(*held)
+            if blocks and job.job_id in blocks:
+                self._holder_turn(job, parts, blocks.pop(job.job_id))
+                continue
             # Behind a blocked job of its only partition, with no plan left to give (EASY
             # past its first blocked job; sched/builtin always), a job can only start now
             # beside everything promised, or wait for Priority. Most of a long queue ends
@@ -307,6 +347,40 @@ class _Pass:
             self._consider(job, parts)
         self.d.stats.examined += examined
         self.d.stats.blocked += waiting
+
+    def _hold_nodes(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> dict[int, list[NodeProfile]]:
+        """Take what is free on each node held for a job (``preempt.hold_active``) out of
+        the profile until that job's turn, for good: nobody placed before it may use it,
+        not even in a plan after the hold's end (that would keep the holder off)."""
+        blocks: dict[int, list[NodeProfile]] = {}
+        waiting = self.preempting.waiting
+        for job, _ in ordered:
+            if job.held_nodes and hold_active(job, self.now, waiting):
+                nodes = [self.pool[n] for n in job.held_nodes if n in self.pool]
+                blocks[job.job_id] = nodes
+                self._blocked[job.job_id] = self.engine.block(nodes, INF)
+        return blocks
+
+    def _holder_turn(self, job: Job, parts: tuple[str, ...], nodes: list[NodeProfile]) -> None:
+        """A job holding nodes gets them back and starts on them first, then anywhere; if
+        it still cannot start, it holds them again for the rest of the pass."""
+        self.engine.unblock(self._blocked.pop(job.job_id), INF)
+        before = len(self.d.starts)
+        held = [n.name for n in nodes]
+        for pname in parts:
+            r = self.feas.request(job, pname)
+            if isinstance(r, Verdict):
+                continue
+            req = held_request(r[0], held)
+            found = self.engine.start_now(req, r[1]) if req is not None else None
+            if req is not None and found is not None:
+                self.d.stats.examined += 1
+                self._take(job, req, r[1], found)
+                return
+        self._consider(job, parts)
+        if len(self.d.starts) == before:  # held again, up to its planned start if it got one
+            plan = self.d.plans.get(job.job_id)
+            self.engine.block(nodes, plan.start_time if plan is not None else INF)
 
     def _hold_plans(
         self, ordered: list[tuple[Job, tuple[str, ...]]]
@@ -436,6 +510,30 @@ class _Pass:
         self.d.stats.planned += 1
         if req.reservation is not None and req.allowed and at >= req.allowed[0][0] > self.now:
             self.d.reasons[job.job_id] = Reason.RESERVATION  # waits for its window to open
+
+    # -- 4b. preemption --------------------------------------------------------------------
+    def _preempt(self, ordered: list[tuple[Job, tuple[str, ...]]]) -> None:
+        """Jobs still waiting for Resources or Priority, in priority order, evict the
+        running jobs they may preempt when that lets them start (``preempt``)."""
+        p, d = self.preempting, self.d
+        started = {s.job_id for s in d.starts}
+        waiting = (Reason.RESOURCES, _PRIORITY)
+        for job, parts in ordered:
+            if job.job_id in started or d.reasons.get(job.job_id) not in waiting or job.het_job_id is not None:
+                continue  # (a heterogeneous job's components start together: they preempt nobody)
+            if hold_active(job, self.now, p.waiting) or not p.may_preempt_anyone(job):
+                continue
+            for pname in parts:
+                r = self.feas.request(job, pname)
+                if isinstance(r, Verdict):
+                    continue
+                found = p.plan(job, r[0], r[1])
+                if found is not None:
+                    nodes, victims = found
+                    d.preemptions += p.commit(job, nodes, victims)
+                    d.holds[job.job_id] = nodes
+                    d.plans.pop(job.job_id, None)
+                    break
 
 
 def _replacement_order(order: list[int], jobs: Sequence[Job]) -> list[int]:

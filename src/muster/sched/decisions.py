@@ -27,6 +27,24 @@ class Plan:
 
 
 @dataclass(slots=True)
+class Preemption:
+    """A running job to preempt so that ``preemptor`` can start (``sched.preempt``).
+
+    ``mode`` is REQUEUE or CANCEL; ``grace_time``: seconds between the signal and the
+    kill. ``lost``: seconds of work the victim loses (since its last reported checkpoint,
+    else since it started); ``checkpoint_age``: seconds since that checkpoint, None when
+    it reported none. ``reason`` is what the log and sacct say."""
+
+    job_id: int
+    preemptor: int
+    mode: str
+    grace_time: int
+    lost: float
+    checkpoint_age: float | None
+    reason: str
+
+
+@dataclass(slots=True)
 class PassStats:
     """What one pass did, and the time spent in each numbered phase (seconds, measured by
     the caller's clock if it passes a ``timer``: the scheduler itself only counts).
@@ -58,3 +76,7 @@ class Decisions:
     # Jobs that can never run as the cluster is configured (a subset of ``reasons``), with
     # Slurm's message: the controller may cancel them (e.g. --kill-on-invalid-dep).
     never: dict[int, str] = field(default_factory=dict)
+    # Running jobs to preempt, and for each preemptor the nodes it holds from now on (no
+    # other job starts there until it does); it starts in a later pass, once they are free.
+    preemptions: list[Preemption] = field(default_factory=list)
+    holds: dict[int, list[str]] = field(default_factory=dict)

@@ -28,6 +28,7 @@ from muster.sched.features import Constraint, FeatureError, parse_constraint
 from muster.sched.profile import INF, NodeProfile
 from muster.sched.reservations import ReservationBook, may_use
 from muster.sched.snapshot import NodeView, PartitionView, ReservationView
+from muster.sched.topology import TopoAsk, Topology, topo_ask
 
 __all__ = [
     "Feasibility",
@@ -90,6 +91,7 @@ class Request:
         "allowed",
         "key",
         "plan_key",
+        "topo",
     )
 
     def __init__(
@@ -103,6 +105,7 @@ class Request:
         reservation: str | None,
         allowed: list[tuple[float, float]],
         key: tuple[object, ...],
+        topo: TopoAsk | None = None,
     ) -> None:
         self.partition = partition
         self.nodes = nodes
@@ -115,6 +118,9 @@ class Request:
         self.key = key
         # Requests that differ only in node count share their planning state.
         self.plan_key = (key[0],) + key[2:]
+        # What the job asks of the topology (--switches while it waits for them,
+        # --segment); None for most jobs, and always without a topology.
+        self.topo = topo
 
 
 def job_duration(job: Job, part: PartitionView) -> int | None:
@@ -210,6 +216,8 @@ class Feasibility:
         "_access",
         "_made",
         "_answers",
+        "topology",
+        "switch_wait",
     )
 
     def __init__(
@@ -218,7 +226,11 @@ class Feasibility:
         pool: Mapping[str, NodeProfile],
         book: ReservationBook,
         now: float,
+        topology: Topology | None = None,
+        switch_wait: int = 300,
     ) -> None:
+        self.topology = topology
+        self.switch_wait = switch_wait  # SchedulerParameters=max_switch_wait
         self.partitions = partitions
         self.pool = pool
         self.book = book
@@ -250,7 +262,7 @@ class Feasibility:
         partition state, access, time limit, node count, nodes, reservation access."""
         spec = job.spec
         shape = job.shape
-        ask = (
+        ask: tuple[object, ...] = (
             pname,
             shape.nodes,
             shape.cpus_per_node,
@@ -265,9 +277,13 @@ class Feasibility:
             tuple(spec.exclude) if spec.exclude else None,
             spec.tmp_disk,
         )
+        topo = None
+        if self.topology is not None and (spec.switches or spec.segment or spec.exclusive_topo):
+            topo = topo_ask(job, self.now, self.topology, self.switch_wait)
+            ask += (topo,)
         answer = self._answers.get(ask)
         if answer is None:
-            answer = self._answers[ask] = self._answer(job, pname)
+            answer = self._answers[ask] = self._answer(job, pname, topo)
         plain = answer.plain
         if plain is not None and answer.part is not None:  # only the time limit is left
             limit = job.time_limit
@@ -296,7 +312,7 @@ class Feasibility:
             return _RESERVATION_DENIED
         return result, INF if limit is None else float(limit)
 
-    def _answer(self, job: Job, pname: str) -> _Answer:
+    def _answer(self, job: Job, pname: str, topo: TopoAsk | None = None) -> _Answer:
         """What ``request`` needs to know about the job's ask in ``pname`` beyond the
         per-job checks."""
         part = self.partitions.get(pname)
@@ -314,7 +330,7 @@ class Feasibility:
         if (part.max_nodes is not None and nodes > part.max_nodes) or nodes < part.min_nodes:
             return _Answer(part, restricted, _NODE_LIMIT)
         need = (shape.cpus_per_node, shape.mem_per_node, shape.gpus_per_node)
-        key = (
+        key: tuple[Any, ...] = (
             pname,
             nodes,
             need,
@@ -326,12 +342,16 @@ class Feasibility:
             spec.reservation,
             spec.tmp_disk or 0,
         )
+        if topo is not None:
+            if topo.segment > 1 and nodes % topo.segment:
+                return _Answer(part, restricted, Verdict(Reason.BAD_CONSTRAINTS, False, NODE_CONFIG))
+            key += (topo,)
         made = self._made.get(key)
         if made is None:
-            made = self._made[key] = self._make(part, job, key)
+            made = self._made[key] = self._make(part, job, key, topo)
         return _Answer(part, restricted, made)
 
-    def _make(self, part: PartitionView, job: Job, key: tuple[Any, ...]) -> Request | Verdict:
+    def _make(self, part: PartitionView, job: Job, key: tuple[Any, ...], topo: TopoAsk | None) -> Request | Verdict:
         nodes: int = key[1]
         need: tuple[int, int, int] = key[2]
         candidates, verdict = self._scan(part, job, nodes, need)
@@ -351,6 +371,7 @@ class Feasibility:
             spec.reservation,
             allowed,
             key,
+            topo,
         )
 
     def _scan(
@@ -440,6 +461,8 @@ def check_submit(
     for n in list(spec.nodelist) + list(spec.exclude):
         if n not in by_name:
             return Rejection(BAD_NODE_NAME)
+    if spec.segment and shape.nodes % spec.segment:  # --segment cuts the nodes in equal parts
+        return Rejection(NODE_CONFIG)
     if shape.gpus_per_node and shape.gpu_type is not None:
         if not any(n.gpu_type == shape.gpu_type for n in nodes):
             return Rejection(BAD_GRES)

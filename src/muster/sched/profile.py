@@ -214,6 +214,18 @@ class NodeProfile:
             gpus[k] += g
         self.version += 1
 
+    def fence(self, start: float, end: float) -> None:
+        """Nothing free during [start, end): the node is kept idle for a job beside it
+        (--exclusive=topo). Whatever was free is taken; nothing is given back later."""
+        i = self._split(start)
+        j = self._split(end) if end != INF else len(self.times)
+        cpus, mem, gpus = self.cpus, self.mem, self.gpus
+        for k in range(i, j):
+            cpus[k] = mem[k] = gpus[k] = 0
+        if start > self.times[0]:
+            self.dips = True
+        self.version += 1
+
     def take_gpu_ids(self, count: int) -> list[int]:
         """The ``count`` lowest free GPU indices now, removed from the free list."""
         ids, self.gpu_ids = self.gpu_ids[:count], self.gpu_ids[count:]

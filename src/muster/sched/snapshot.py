@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from muster.core.config import Config
 from muster.core.job import Job
+from muster.sched.config import preempt_mode
+from muster.sched.topology import Topology
 
 
 @dataclass(slots=True)
@@ -74,6 +76,9 @@ class PartitionView:
     deny_accounts: tuple[str, ...] | None = None
     allow_groups: tuple[str, ...] | None = None
     is_default: bool = False  # Default=YES: where a job without -p goes
+    # Preemption: the partition's PreemptMode (None: the cluster's) and GraceTime (s).
+    preempt_mode: str | None = None
+    grace_time: int = 0
 
 
 @dataclass(slots=True)
@@ -98,6 +103,22 @@ class Snapshot:
     # Job arrays: array job id -> {task id: job id}, for dependencies on arrays and their
     # tasks (``ID``, ``ID_TASK``, ``aftercorr``); arrays that left memory may stay listed.
     arrays: dict[int, dict[int, int]] = field(default_factory=dict)
+    # The network topology (topology.conf), when one is configured: multi-node jobs are
+    # placed in as few leaf switches or blocks as possible (``sched.topology``).
+    topology: Topology | None = None
+    # QOS name -> what it may preempt and how its jobs are preempted (preempt/qos).
+    qos_preempt: dict[str, QosPreempt] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QosPreempt:
+    """A QOS's preemption settings (sacctmgr's Preempt, PreemptMode, GraceTime,
+    PreemptExemptTime). ``mode`` None: the partition's, else the cluster's."""
+
+    preempt: tuple[str, ...] = ()
+    mode: str | None = None
+    grace_time: int = 0
+    exempt_time: int | None = None
 
 
 def partition_views(config: Config) -> dict[str, PartitionView]:
@@ -120,6 +141,8 @@ def partition_views(config: Config) -> dict[str, PartitionView]:
             deny_accounts=tuple(p.deny_accounts) if p.deny_accounts is not None else None,
             allow_groups=tuple(p.allow_groups) if p.allow_groups is not None else None,
             is_default=default is not None and p.name == default.name,
+            preempt_mode=preempt_mode(p.params.get("PreemptMode")) if p.params.get("PreemptMode") else None,
+            grace_time=p.grace_time,
         )
         for p in config.partitions
     }

@@ -22,10 +22,12 @@ from collections.abc import Iterable
 from muster.core.job import Job, JobSpec, NodeAlloc, Shape
 from muster.core.states import JobState
 from muster.core.timefmt import parse_time_limit
+from muster.core.topoconf import parse_topology
 from muster.sched.config import SchedConfig
 from muster.sched.cycle import schedule
 from muster.sched.decisions import Decisions
-from muster.sched.snapshot import NodeView, PartitionView, ReservationView, Snapshot
+from muster.sched.snapshot import NodeView, PartitionView, QosPreempt, ReservationView, Snapshot
+from muster.sched.topology import Topology
 
 __all__ = ["JobBuilder", "NodeBuilder", "SchedHarness", "check_invariants", "job", "node"]
 
@@ -48,6 +50,20 @@ class JobBuilder:
         self._priority: int | None = None
         self._hold: str | None = None
         self._id: int | None = None
+
+    def switches(self, count: int, wait: int | None = None) -> JobBuilder:
+        """``--switches=count[@wait]`` (wait in seconds)."""
+        self._spec.switches, self._spec.switch_wait = count, wait
+        return self
+
+    def exclusive_topo(self) -> JobBuilder:
+        """``--exclusive=topo``."""
+        self._spec.exclusive = self._shape.exclusive = self._spec.exclusive_topo = True
+        return self
+
+    def segment(self, size: int) -> JobBuilder:
+        self._spec.segment = size
+        return self
 
     def id(self, job_id: int) -> JobBuilder:
         self._id = job_id
@@ -238,6 +254,8 @@ class SchedHarness:
         self.qos_priority: dict[str, int] = {}
         self.priority_overrides: dict[int, int] = {}
         self.arrays: dict[int, dict[int, int]] = {}
+        self.topology: Topology | None = None
+        self.qos_preempt: dict[str, QosPreempt] = {}
         self.next_id = 1
         self.last: Decisions | None = None
         self.history: list[Decisions] = []
@@ -269,6 +287,12 @@ class SchedHarness:
             b = node(f"{prefix}{start + i + 1}").cpus(cpus).mem(mem).features(*features)
             b = b.gpus(gpu_type, gpus) if gpu_type else b.gpus(gpus)
             self.add_node(b, partitions)
+        return self
+
+    def topology_conf(self, text: str) -> SchedHarness:
+        """The network topology, as topology.conf text, over the nodes added so far."""
+        names = [v.name for v in self.nodes]
+        self.topology = Topology(parse_topology(text, "topology.conf", names), names)
         return self
 
     def partition(self, name: str, **changes: object) -> PartitionView:
@@ -312,6 +336,18 @@ class SchedHarness:
         self.arrays[ids[0]] = dict(zip(tasks, ids, strict=True))
         return ids
 
+    def submit_het(self, *builders: JobBuilder, at: float = 0.0) -> list[int]:
+        """Submit a heterogeneous job: one job per component, consecutive ids from the
+        leader's (the first component's), as the controller does."""
+        ids: list[int] = []
+        for k, builder in enumerate(builders):
+            job_id = self.submit(builder, at)
+            j = self.pending[job_id]
+            j.het_job_id = ids[0] if ids else job_id
+            j.het_job_offset = k
+            ids.append(job_id)
+        return ids
+
     def run_job(self, builder: JobBuilder, at: float = 0.0) -> int:
         """Submit a job and start it at ``at`` through a scheduling pass; fails if it
         does not start."""
@@ -331,6 +367,16 @@ class SchedHarness:
         j.state = JobState(state)
         self.finished[job_id] = state
 
+    def requeue(self, job_id: int) -> None:
+        """A running job leaves its nodes and waits again (a preempted or failed run)."""
+        j = self.running[job_id]
+        self.finish(job_id, "PREEMPTED")
+        self.finished.pop(job_id)
+        j.state = JobState.PENDING
+        j.alloc, j.start_time, j.restart_count = [], None, j.restart_count + 1
+        j.preempted_by = j.preempt_deadline = None
+        self.pending[job_id] = j
+
     def snapshot(self) -> Snapshot:
         return Snapshot(
             nodes=[dataclasses.replace(v, free_gpu_ids=list(v.free_gpu_ids)) for v in self.nodes],
@@ -343,6 +389,8 @@ class SchedHarness:
             qos_priority=dict(self.qos_priority),
             priority_overrides=dict(self.priority_overrides),
             arrays={k: dict(v) for k, v in self.arrays.items()},
+            topology=self.topology,
+            qos_preempt=dict(self.qos_preempt),
         )
 
     def schedule(self, at: float) -> Decisions:
@@ -353,6 +401,7 @@ class SchedHarness:
         for s in d.starts:
             j = self.pending.pop(s.job_id)
             j.state = JobState.RUNNING
+            j.held_nodes, j.hold_until, j.expedited = [], None, False
             j.start_time = at
             j.partition = s.partition
             j.alloc = [NodeAlloc(a.node, a.cpus, a.mem, list(a.gpu_ids)) for a in s.alloc]
@@ -367,6 +416,13 @@ class SchedHarness:
                 v.free_mem -= a.mem
                 v.free_gpu_ids = [g for g in v.free_gpu_ids if g not in a.gpu_ids]
                 v.running_jobs += 1
+        for p in d.preemptions:  # as the controller does: the victims get their grace time
+            victim = self.running[p.job_id]
+            victim.preempted_by, victim.preempt_deadline = p.preemptor, at + p.grace_time
+        for job_id, names in d.holds.items():
+            grace = max((p.grace_time for p in d.preemptions if p.preemptor == job_id), default=0)
+            self.pending[job_id].held_nodes = list(names)
+            self.pending[job_id].hold_until = at + grace + 60
         for j in self.pending.values():  # as the controller does: the pass's plans or none
             plan = d.plans.get(j.job_id)
             j.planned_start = plan.start_time if plan else None
@@ -422,6 +478,15 @@ def check_invariants(snap: Snapshot, d: Decisions, now: float) -> None:
     for job_id in d.plans:
         assert job_id in pending, f"plan for job {job_id}, which is not pending"
         assert job_id not in seen, f"job {job_id} both started and planned"
+    running = {j.job_id for j in snap.running}
+    victims = [p.job_id for p in d.preemptions]
+    assert len(set(victims)) == len(victims), "a job preempted twice"
+    for p in d.preemptions:
+        assert p.job_id in running, f"preemption of job {p.job_id}, which is not running"
+        assert p.preemptor in pending and p.preemptor not in seen, f"job {p.preemptor} preempts but is not waiting"
+        assert p.preemptor in d.holds, f"job {p.preemptor} preempts but holds no node"
+    for job_id, held in d.holds.items():
+        assert held and all(n in nodes for n in held), f"job {job_id} holds unknown nodes"
     for job_id in seen:
         assert job_id not in d.reasons or d.reasons[job_id].value == "None", (
             f"started job {job_id} has a pending reason"

@@ -38,6 +38,7 @@ from muster.core.config import Config
 from muster.core.job import JobSpec, Shape, compute_shape
 from muster.sched import NodeView, PartitionView
 from muster.sched.snapshot import partition_views
+from muster.sched.topology import Topology
 
 __all__ = ["Cluster", "ClusterError", "shape_for", "spec_for", "uniform_cluster"]
 
@@ -55,6 +56,7 @@ class Cluster:
     default_partition: str
     description: str
     def_mem_per_cpu: int = 0  # DefMemPerCPU (MB), applied to jobs as the controller does
+    topology: Topology | None = None  # --topology: placement by switches or blocks
     _fits: dict[tuple[int, int, int, int], bool] = field(default_factory=dict, repr=False)
 
     @property

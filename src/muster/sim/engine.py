@@ -48,15 +48,17 @@ from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState
 from muster.sched import Decisions, SchedConfig, Snapshot, Start, check_submit, schedule
 from muster.sched.apply import apply_decisions
+from muster.sched.decisions import Preemption
 from muster.sim.cluster import Cluster, shape_for, spec_for
 from muster.sim.failures import FailureModel, JobWork, NodeFailures
 from muster.sim.policies import sjf_priority
+from muster.sim.preemption import SimPreemptions
 from muster.sim.traces import TraceJob
 
 __all__ = ["Estimate", "JobOutcome", "SimResult", "Simulation", "replayable"]
 
-_ARRIVE, _END, _FAIL, _REPAIR = 0, 1, 2, 3
-_TOP = 1 << 40  # an expedited requeue's priority: ahead of every job (``--expedite``)
+_ARRIVE, _END, _FAIL, _REPAIR, _PREEMPT = 0, 1, 2, 3, 4
+_EXPEDITE_HOLD = 300.0  # s an expedited job's surviving nodes wait for it (ExpediteHoldTime)
 # How many jobs of the queue's head a strict-order pass looks at first (see ``_decide``).
 _HEAD = 16
 
@@ -135,6 +137,9 @@ class SimResult:
     skipped_passes: int = 0
     never_started: list[str] = field(default_factory=list)
     settings: dict[str, str] = field(default_factory=dict)
+    # Preemption (when configured): runs preempted, and work lost in unit-hours (sim.preemption)
+    preemptions: int = 0
+    preempted_lost_hours: float = 0.0
 
 
 ProgressFn = Callable[[int, int, float], None]
@@ -222,8 +227,8 @@ class Simulation:
         self.label = label
         # Under conservative backfill a pass re-places every plan, and the next pass
         # examines jobs in the order of those plans: a pass that starts nothing still
-        # counts, so none is skipped.
-        self.skip_idle_passes = skip_idle_passes and not config.conservative
+        # counts, so none is skipped. Nor under preemption, which starts jobs idle resources could not hold.
+        self.skip_idle_passes = skip_idle_passes and not config.conservative and config.preempt_type == "preempt/none"
         self.progress = progress
         # Job ids follow submission order, as the controller numbers them (stable for ties).
         self.trace_jobs = jobs = sorted(jobs, key=lambda j: j.submit)
@@ -253,6 +258,7 @@ class Simulation:
         self._killed: set[int] = set()
         self.passes = 0
         self.skipped_passes = 0
+        self._preemption = SimPreemptions()
         self.head_retries = 0
         # fcfs: examined in the order of ``_pending`` and nothing passes a blocked job of
         # the partition, which is every job's (``_make_job``: the default partition).
@@ -317,12 +323,14 @@ class Simulation:
                     self._arrive(self.jobs[index])
                 elif kind == _END:
                     if not self._end(index, now):
-                        continue  # the end of an attempt a node failure cut short
+                        continue  # the end of an attempt a node failure or a preemption cut short
                     done += 1
                     if self.progress is not None and done % step == 0:
                         self.progress(done, total, now - self.epoch)
                 elif kind == _FAIL:
                     self._fail(index, now)
+                elif kind == _PREEMPT:
+                    done += self._preempted(index, now)
                 else:
                     self.cluster.nodes[index].available = True
                     assert self.node_failures is not None
@@ -343,6 +351,8 @@ class Simulation:
             passes=self.passes,
             skipped_passes=self.skipped_passes,
             never_started=never,
+            preemptions=self._preemption.count,
+            preempted_lost_hours=self._preemption.lost_hours,
         )
 
     def _open(self) -> bool:
@@ -372,10 +382,10 @@ class Simulation:
             lifecycle.end(job, JobEvent.NODE_FAIL, now, completing=False)
             del self._running[job.job_id]
             self._release(job.alloc)
+            held = [a.node for a in job.alloc if a.node != view.name]
             lifecycle.requeue(job, now, outcome="NODE_FAIL")
-            if model.expedite:
-                job.admin_priority = job.priority = _TOP
-                self._overrides[job.job_id] = _TOP
+            if model.expedite:  # first in the queue, its surviving nodes held (sched.preempt), as ctld does
+                job.expedited, job.held_nodes, job.hold_until = True, held, now + _EXPEDITE_HOLD
             self._arrive(job)
         self._push(now + model.repair, _REPAIR, index)
 
@@ -436,6 +446,7 @@ class Simulation:
                 running=running,
                 finished=self._finished,
                 priority_overrides=self._overrides,
+                topology=self.cluster.topology,
             )
             decisions = schedule(snapshot, now, self.config)
             if len(jobs) == len(pending) or decisions.stats.blocked:
@@ -480,6 +491,30 @@ class Simulation:
                 run = min(run, limit)
             self._ends[index] = now + run
             self._push(now + run, _END, index)
+
+    def preempt(self, preemptions: list[Preemption], holds: dict[int, list[str]], now: float) -> None:
+        at = self._push  # victims end when their grace time is over (``_preempted``, ``sim.preemption``)
+        self._preemption.book(preemptions, holds, self._running, self._pending, now, lambda t, i: at(t, _PREEMPT, i))
+
+    def _preempted(self, index: int, now: float) -> int:
+        """A victim's grace time is over: requeued or cancelled; 1 when the job is done."""
+        job = self.jobs[index]
+        work = self.work[index] if self.failures is not None else None
+        mode = self._preemption.end(job, now, self.trace_jobs[index].size, work)
+        if mode is None:
+            return 0
+        self._ends.pop(index, None)
+        self._killed.discard(job.job_id)
+        del self._running[job.job_id]
+        self._release(job.alloc)
+        if mode == "REQUEUE":
+            lifecycle.requeue(job, now, outcome="PREEMPTED")
+            self._arrive(job)
+            return 0
+        lifecycle.end(job, JobEvent.PREEMPT, now, completing=False)
+        self._finished[job.job_id] = str(job.state)
+        self._record(index, job, now, killed=True)
+        return 1
 
     def _note_plans(self, decisions: Decisions) -> None:
         """Each job's first and earliest planned start, for the promise metrics."""
@@ -540,6 +575,11 @@ class Simulation:
         del self._running[job.job_id]
         self._release(job.alloc)
         self._finished[job.job_id] = str(job.state)
+        self._record(index, job, now, killed=killed)
+        return True
+
+    def _record(self, index: int, job: Job, now: float, killed: bool) -> None:
+        tj = self.trace_jobs[index]
         assert job.start_time is not None
         first = self._first_plan.pop(job.job_id, None)
         best = self._earliest_plan.pop(job.job_id, None)
@@ -558,4 +598,3 @@ class Simulation:
             earliest_plan=None if best is None else best - self.epoch,
             restarts=job.restart_count,
         )
-        return True

@@ -17,8 +17,8 @@ The model (docs/sim.md states it with its sources):
   since its last checkpoint is lost, the job is requeued (same id, restart count + 1) with
   ``W`` minus what its checkpoints saved, and it waits for the scheduler again: on the
   nodes still up, behind the queue, or at its front with ``expedite`` (Slurm 25.11's
-  ``--requeue=expedite`` puts it first; holding its surviving nodes for it is not
-  modelled).
+  ``--requeue=expedite``: first in the queue, its surviving nodes held for it for 300 s,
+  through the same pass as the controller, ``sched.preempt``).
 * **Goodput** of a job = useful work x size / (sum over its attempts of elapsed x size);
   the rest splits into restart overhead, checkpoint overhead and lost work. Queue waits
   are not counted (runtime goodput, as the published figures).

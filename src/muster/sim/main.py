@@ -18,12 +18,22 @@ from typing import Any, TextIO
 
 from muster.core.config import ConfigError, parse_config
 from muster.core.errors import MusterError
+from muster.core.topoconf import parse_topology, topology_path, wants_topology
+from muster.sched.topology import Topology
 from muster.sim import failcli
 from muster.sim.cluster import Cluster, ClusterError, cluster_from_config, uniform_cluster
 from muster.sim.engine import Estimate, JobOutcome, Simulation, replayable
 from muster.sim.failcli import duration
 from muster.sim.failures import goodput_metrics
-from muster.sim.metrics import compute, format_table, grid, offered_load, recorded_outcomes, size_class
+from muster.sim.metrics import (
+    compute,
+    format_table,
+    grid,
+    offered_load,
+    recorded_outcomes,
+    size_class,
+    topology_metrics,
+)
 from muster.sim.policies import POLICIES, build_settings, job_order, sched_config
 from muster.sim.traces import FORMATS, Trace, read_trace
 
@@ -74,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = p.add_argument_group("scheduler")
     s.add_argument(
         "--conf", metavar="FILE", help="slurm.conf-syntax file: its scheduling keys (and nodes, unless --nodes)"
+    )
+    s.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="topology.conf (SwitchName= or BlockName= lines over the cluster's nodes: n1..nN, or those of "
+        "--conf): place jobs by switches or blocks and report fragmentation (default: the topology.conf "
+        "beside --conf when its TopologyPlugin names one)",
     )
     s.add_argument(
         "--policy",
@@ -192,10 +209,31 @@ def _select(trace: Trace, args: argparse.Namespace) -> list[Any]:
     return jobs
 
 
-def _cluster(trace: Trace, args: argparse.Namespace, conf: Any) -> Cluster:
+def _topology(args: argparse.Namespace, conf: Any) -> tuple[str, str] | None:
+    """(text, path) of the topology: --topology, else topology.conf beside --conf when its
+    TopologyPlugin wants one (as the controller reads it), else None."""
+    path = args.topology
+    what = "--topology"
+    if path is None and conf is not None and wants_topology(conf):
+        path, what = topology_path(args.conf), f"--conf: TopologyPlugin={conf.get('TopologyPlugin')} needs"
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(), path
+    except OSError as e:
+        raise UsageError(f"{what}: cannot read {path}: {e.strerror or e}") from None
+
+
+def _cluster(trace: Trace, args: argparse.Namespace, conf: Any, topology: tuple[str, str] | None = None) -> Cluster:
     if conf is not None and conf.nodes and args.nodes is None:
-        return cluster_from_config(conf)
-    return uniform_cluster(trace.unit, trace.header, args.nodes, args.cpus_per_node, args.gpus_per_node)
+        cluster = cluster_from_config(conf)
+    else:
+        cluster = uniform_cluster(trace.unit, trace.header, args.nodes, args.cpus_per_node, args.gpus_per_node)
+    if topology is not None:  # the same parser and placement as the controller's
+        names = [v.name for v in cluster.nodes]
+        cluster.topology = Topology(parse_topology(topology[0], topology[1], names), names)
+    return cluster
 
 
 def _clean(value: Any) -> Any:
@@ -239,6 +277,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.write(f"{PROG}: warning: {warning}\n")
     if not labels:
         labels = [args.policy or ("easy" if conf is None else "conf")]
+    topology = _topology(args, conf)
     failures = failcli.model_from(args)
 
     trace = read_trace(args.trace, args.format, args.cluster, args.skip_bad_lines)
@@ -248,7 +287,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"{PROG}: ... and {len(trace.bad_lines) - 20} more malformed lines\n")
     selected = _select(trace, args)
     try:
-        cluster = _cluster(trace, args, conf)
+        cluster = _cluster(trace, args, conf, topology)
     except ClusterError as e:
         raise UsageError(str(e)) from None
     enforce = ((conf.get("EnforcePartLimits") if conf is not None else None) or "NO").upper()
@@ -332,7 +371,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "passes": result.passes,
                 "skipped_passes": result.skipped_passes,
                 "never_started": len(result.never_started),
+                "preemptions": result.preemptions,
+                "preempted_lost_hours": round(result.preempted_lost_hours, 3),
             }
+            if result.preemptions:
+                err.write(
+                    f"{PROG}: {label}: {result.preemptions} runs preempted, "
+                    f"{result.preempted_lost_hours:,.1f} {trace.unit}-hours of work lost\n"
+                )
             if sim.node_failures is not None:
                 finished = [sim.work[o.job_id - 1] for o in result.outcomes]
                 entry["goodput"] = goodput_metrics(finished, sim.node_failures.counts, size_class)
@@ -341,8 +387,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     f"{PROG}: warning: {label}: {len(result.never_started)} jobs never started "
                     f"(first: {', '.join(result.never_started[:5])}); left out of the metrics\n"
                 )
+            topo = cluster.topology
             cluster = _cluster(trace, args, conf)  # a fresh, idle machine for the next run
+            cluster.topology = topo
         entry["metrics"] = compute(outcomes, capacity)
+        if cluster.topology is not None and label != RECORDED:
+            entry["metrics"].update(topology_metrics(outcomes, cluster.topology))
         report["runs"].append(entry)
         runs.append((label, outcomes))
 

@@ -26,6 +26,10 @@ or GPUs; capacity in the same unit):
   pass planned for them (a plan that moved later at some point, even if it came back).
 
 Jobs are also broken down by size class: powers of two (1, 2, 3-4, 5-8, 9-16, ...).
+
+With a topology (``--topology``), fragmentation (``topology_metrics``): over the jobs
+that ran on more than one node, the mean number of units (leaf switches, or base blocks)
+each spans, and the share placed within one unit.
 """
 
 from __future__ import annotations
@@ -34,10 +38,21 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from muster.sched.topology import Topology
 from muster.sim.engine import JobOutcome
 from muster.sim.traces import TraceJob
 
-__all__ = ["TAU", "compute", "format_table", "grid", "offered_load", "percentile", "recorded_outcomes", "size_class"]
+__all__ = [
+    "TAU",
+    "compute",
+    "format_table",
+    "grid",
+    "offered_load",
+    "percentile",
+    "recorded_outcomes",
+    "size_class",
+    "topology_metrics",
+]
 
 TAU = 10.0
 LATE = 1.0  # a start more than this after its first planned start broke the promise
@@ -142,6 +157,18 @@ def compute(outcomes: Sequence[JobOutcome], capacity: int, tau: float = TAU) -> 
     }
 
 
+def topology_metrics(outcomes: Sequence[JobOutcome], topology: Topology) -> dict[str, Any]:
+    """Fragmentation of the placements (module doc): multi-node jobs, units per such job
+    (mean), share within one unit; ``topology_unit`` names the unit."""
+    spans = [topology.units_of(list(o.nodes)) for o in outcomes if len(o.nodes) > 1]
+    return {
+        "topology_unit": "block" if topology.kind == "block" else "leaf switch",
+        "multi_node_jobs": len(spans),
+        "units_per_multi_node_job": _mean([float(n) for n in spans]) if spans else None,
+        "multi_node_within_one_unit": sum(n == 1 for n in spans) / len(spans) if spans else None,
+    }
+
+
 def offered_load(jobs: Iterable[TraceJob], capacity: int) -> float:
     """sum(run x size) / (capacity x submit span); NaN for a single instant of submissions."""
     jobs = list(jobs)
@@ -208,6 +235,18 @@ def format_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """The metrics of one or several runs side by side, then wait and slowdown by size."""
     header = ["metric", *[label for label, _ in runs]]
     rows = [[title, *[_fmt(spec, m.get(key)) for _, m in runs]] for key, title, spec in _ROWS]
+    unit = next((m["topology_unit"] for _, m in runs if m.get("topology_unit")), None)
+    if unit is not None:
+        for key, title, spec in (
+            ("multi_node_jobs", "multi-node jobs", "{:,.0f}"),
+            (
+                "units_per_multi_node_job",
+                f"  {unit}es per job (mean)" if unit.endswith("h") else f"  {unit}s per job (mean)",
+                "{:.2f}",
+            ),
+            ("multi_node_within_one_unit", f"  share within one {unit}", "{:.3f}"),
+        ):
+            rows.append([title, *[_fmt(spec, m.get(key)) for _, m in runs]])
     out = [grid(header, rows)]
     labels = sorted({c["size"] for _, m in runs for c in m.get("by_size", [])}, key=_class_order)
     if labels:

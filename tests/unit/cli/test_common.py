@@ -82,3 +82,16 @@ def test_muster_up_conf_extra_settings() -> None:
     }
     assert "KEY=VALUE" in str(conf_extra(["SlurmdTimeout"], ""))
     assert "global settings only" in str(conf_extra(["NodeName=x"], ""))
+
+
+def test_muster_up_refuses_a_bad_topology_naming_the_users_file(tmp_path, capsys) -> None:
+    from muster.cli.muster import main
+
+    bad = tmp_path / "topo.conf"
+    bad.write_text("SwitchName=s0 Nodes=node[1-5]\n")
+    state = tmp_path / "state"
+    assert main(["up", "--nodes", "4", "--state-dir", str(state), "--topology", str(bad)]) == 1
+    assert capsys.readouterr().err == f"muster: error: {bad}:1: switch 's0' names unknown node 'node5'\n"
+    assert not state.exists()  # nothing written
+    assert main(["up", "--state-dir", str(state), "--topology", str(tmp_path / "none.conf")]) == 2
+    assert "--topology: cannot read" in capsys.readouterr().err

@@ -302,3 +302,47 @@ def test_ignored_options_are_accepted() -> None:
     req = JobRequest()
     apply_options(req, parsed)
     assert req.ignored == ["mail-type", "wckey", "cpus-per-gpu"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "fields"),
+    [
+        (["--switches=2"], {"switches": 2, "switch_wait": None}),
+        (["--switches=1@10:00"], {"switches": 1, "switch_wait": 600}),
+        (["--switches", "4@2-0"], {"switches": 4, "switch_wait": 2 * 86400}),
+        (["--segment=4"], {"segment": 4}),
+        (["--exclusive=topo"], {"exclusive": True, "exclusive_topo": True}),
+        (["--exclusive"], {"exclusive": True, "exclusive_topo": False}),
+    ],
+)
+def test_topology_options_fill_the_spec(argv: list[str], fields: dict[str, object]) -> None:
+    spec = _request(argv)
+    assert {k: spec.get(k) for k in fields} == {k: v or None for k, v in fields.items()}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--switches=0"], "Invalid --switches specification: 0"),
+        (["--switches=two"], "Invalid --switches specification: two"),
+        (["--switches=1@soon"], "Invalid --switches specification"),
+        (["--segment=0"], "Invalid --segment specification: 0"),
+        (["--exclusive=rack"], "Invalid --exclusive specification: rack"),
+    ],
+)
+def test_bad_topology_options_are_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(OptionValueError, match=message):
+        _request(argv)
+
+
+def test_sbatch_req_switch_sets_switches() -> None:
+    assert _request([], {"SBATCH_REQ_SWITCH": "3"})["switches"] == 3
+
+
+def test_requeue_takes_expedite_and_refuses_other_values() -> None:
+    assert _request(["--requeue"])["requeue"] is True and not _request(["--requeue"]).get("expedite")
+    spec = _request(["--requeue=expedite"])
+    assert spec["requeue"] is True and spec["expedite"] is True
+    assert _request([], {"SBATCH_REQUEUE": "1"})["requeue"] is True
+    with pytest.raises(OptionValueError, match="Invalid --requeue specification: sometimes"):
+        _request(["--requeue=sometimes"])

@@ -303,9 +303,11 @@ def test_unknown_command_and_entity(capsys) -> None:
 
 
 def test_unknown_option_matches_slurm(capsys, reference) -> None:
+    # Slurm 22.05 did not know --json yet (captured); current Slurm does, and so does muster:
+    # the capture still gives the words for an option nobody knows.
     _, stderr = reference("fmt_scontrol_show_job_json.txt")
-    assert scontrol.main(["show", "job", "8653", "--json"]) == 1
-    assert capsys.readouterr().err == stderr
+    assert scontrol.main(["show", "job", "8653", "--bogus"]) == 1
+    assert capsys.readouterr().err == stderr.replace("--json", "--bogus")
 
 
 def test_version(capsys) -> None:

@@ -107,3 +107,35 @@ def test_compress_then_expand_gives_the_same_set(names: list[str]) -> None:
 def test_compress_is_stable_under_round_trips(names: list[str]) -> None:
     once = compress(names)
     assert compress(expand(once)) == once
+
+
+def _compress_by_pattern(names: list[str]) -> str:
+    """``compress`` as it was written with a regular expression: the oracle."""
+    import re
+
+    from muster.core.hostlist import _ranges
+
+    groups: dict[str, set[tuple[int, str]]] = {}
+    order: dict[tuple[bool, str], None] = {}
+    for name in names:
+        m = re.match(r"(?s)(.*?)(\d+)\Z", name)
+        if m is None:
+            order[(False, name)] = None
+            continue
+        groups.setdefault(m.group(1), set()).add((int(m.group(2)), m.group(2)))
+        order[(True, m.group(1))] = None
+    parts = []
+    for grouped, key in order:
+        members = sorted(groups[key]) if grouped else []
+        if not grouped:
+            parts.append(key)
+        elif len(members) == 1:
+            parts.append(key + members[0][1])
+        else:
+            parts.append(f"{key}[{_ranges(members)}]")
+    return ",".join(parts)
+
+
+@given(st.lists(st.text(alphabet="ab-_.\n01\uff19\u06637", max_size=6), max_size=6))
+def test_compress_splits_names_at_their_trailing_digits_as_the_pattern_did(names: list[str]) -> None:
+    assert compress(names) == _compress_by_pattern(names)

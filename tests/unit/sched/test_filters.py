@@ -196,6 +196,9 @@ def submit(spec: JobSpec | None = None, **shape: object) -> str | None:
         # --tmp: no node has any TmpDisk here (Slurm's default, 0 MB)
         (JobSpec(tmp_disk=1), {}, "Requested node configuration is not available"),
         (JobSpec(tmp_disk=0), {}, None),
+        # --segment cuts the job's nodes in equal parts
+        (JobSpec(segment=2), {"nodes": 4}, None),
+        (JobSpec(segment=3), {"nodes": 4}, "Requested node configuration is not available"),
     ],
 )
 def test_validate_submit_refuses_only_what_can_never_run(

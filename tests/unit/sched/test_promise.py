@@ -59,11 +59,15 @@ def replay(
     rows: list[Arrival],
     before: Callable[[SchedHarness, float], None] | None = None,
     after: Callable[[SchedHarness, float, Decisions], None] | None = None,
+    topology: str | None = None,
 ) -> None:
     """Run one pass at every arrival and every end, as the controller does on events;
-    ``before(h, now)`` ahead of each pass, ``after(h, now, decisions)`` once it is applied."""
+    ``before(h, now)`` ahead of each pass, ``after(h, now, decisions)`` once it is applied;
+    ``topology``: topology.conf text over the nodes gpu1..gpuN."""
     nodes, cpus, gpus = machine
     h = SchedHarness(config).gpu_nodes(nodes, gpus=gpus, cpus=cpus, mem=64_000)
+    if topology is not None:
+        h.topology_conf(topology)
     events: list[tuple[float, int, int]] = []  # (time, 0 arrive / 1 end, row or job id)
     t = 0
     for i, (gap, *_rest) in enumerate(rows):
@@ -93,9 +97,19 @@ def replay(
     assert not h.pending, "every job ran"
 
 
+def _tree(nodes: int) -> str | None:
+    """Leaves of two nodes under one switch (None for a single node)."""
+    if nodes < 2:
+        return None
+    leaves = [f"SwitchName=s{i} Nodes=gpu[{i * 2 + 1}-{min(i * 2 + 2, nodes)}]" for i in range((nodes + 1) // 2)]
+    return "\n".join([*leaves, f"SwitchName=top Switches=s[0-{len(leaves) - 1}]"]) + "\n"
+
+
 @PROPERTY
-@given(machines, arrivals)
-def test_conservative_never_moves_a_planned_start_later(machine: tuple[int, int, int], rows: list[Arrival]) -> None:
+@given(machines, arrivals, st.booleans())
+def test_conservative_never_moves_a_planned_start_later(
+    machine: tuple[int, int, int], rows: list[Arrival], tree: bool
+) -> None:
     first: dict[int, float] = {}
     last: dict[int, float] = {}
 
@@ -114,7 +128,7 @@ def test_conservative_never_moves_a_planned_start_later(machine: tuple[int, int,
             first.setdefault(job_id, plan.start_time)
             last[job_id] = plan.start_time
 
-    replay(CONSERVATIVE, machine, rows, after=check)
+    replay(CONSERVATIVE, machine, rows, after=check, topology=_tree(machine[0]) if tree else None)
 
 
 @PROPERTY

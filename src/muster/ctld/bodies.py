@@ -1,0 +1,122 @@
+"""The request bodies of the controller's HTTP API (``ctld.api``), as pydantic models.
+
+``SpecModel`` is derived from ``core.job.JobSpec``: each field carries the checks
+``core.job`` declares, so the submission schema and the job model cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from muster.core.errors import InvalidRequest
+from muster.core.job import COUNT, JobSpec
+from muster.core.resources import parse_gres
+from muster.core.timefmt import MAX_TIME_LIMIT
+
+
+class _SpecBase(BaseModel):
+    """What the submission schema adds to JobSpec's own fields: ``gres`` as sbatch's text
+    (turned into ``gpus_per_node``/``gpu_type``), and the conversion to a ``JobSpec``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gres: str | None = None
+
+    def to_spec(self) -> JobSpec:
+        data = self.model_dump()
+        gres = data.pop("gres")
+        if gres:
+            try:
+                requests = parse_gres(gres)
+            except ValueError as e:
+                raise InvalidRequest(str(e)) from None
+            for r in requests:
+                if r.name != "gpu":
+                    raise InvalidRequest("Invalid generic resource (gres) specification")
+                data["gpus_per_node"] = max(data["gpus_per_node"], r.count)
+                if r.type:
+                    data["gpu_type"] = r.type
+        return JobSpec.from_dict(data)
+
+
+def _spec_fields() -> dict[str, Any]:
+    """JobSpec's fields as pydantic fields, with the checks written next to each."""
+    hints = get_type_hints(JobSpec)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(JobSpec):
+        checks = dict(f.metadata.get("check", {}))
+        if f.default_factory is not dataclasses.MISSING:
+            spec = Field(default_factory=f.default_factory, **checks)
+        else:
+            spec = Field(f.default, **checks)
+        out[f.name] = (hints[f.name], spec)
+    return out
+
+
+# The submission body: JobSpec's fields, each checked as ``core.job`` says (one schema).
+SpecModel = create_model("SpecModel", __base__=_SpecBase, **_spec_fields())
+
+
+class SubmitBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    spec: SpecModel
+    # A heterogeneous job: every component's request, ``spec`` being the first's.
+    components: list[SpecModel] | None = Field(None, min_length=2, max_length=128)
+
+
+class SignalBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    job_ids: list[int | str] = []  # 123, or array forms "123_4", "123_[1-3]"
+    user: str | None = None
+    name: str | None = None
+    partition: str | None = None
+    states: list[str] | None = None
+    signal: str | int | None = None
+    batch_only: bool = False
+
+
+class HoldBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    admin: bool = True
+
+
+class UpdateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    time_limit: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT)
+    priority: int | None = Field(None, ge=0, le=2**32 - 1)
+    nice: int | None = Field(None, ge=-2147483645, le=2147483645)
+    name: str | None = None
+    partition: str | None = None
+    comment: str | None = None
+    begin_time: float | None = None
+    min_nodes: int | None = Field(None, ge=1, le=COUNT)
+    array_throttle: int | None = Field(None, ge=0, le=COUNT)
+
+
+class RequeueBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hold: bool = False
+
+
+class NodeUpdateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    names: list[str] = Field(min_length=1)
+    state: str | None = None
+    reason: str | None = Field(None, max_length=1024)
+
+
+class ReservationBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]+$", max_length=256)
+    start_time: float | None = None
+    end_time: float | None = None
+    duration: int | None = Field(None, ge=1)
+    nodes: list[str] | None = None
+    node_cnt: int | None = Field(None, ge=1)
+    users: list[str] | None = None
+    accounts: list[str] | None = None
+    flags: list[str] | None = None
+    partition: str | None = None

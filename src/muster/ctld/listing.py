@@ -1,0 +1,105 @@
+"""Jobs as the API lists them, each encoded once per change, not once per request.
+
+``squeue`` over a long queue used to cost the controller a wire dict and a JSON encoding of
+every job at every request (~0.2 ms a job): most of a thousand-job squeue. ``JobListing``
+keeps each job's encoded JSON fragment (one for the brief view squeue reads, one for the
+full view) and assembles a listing from fragments; a fragment is encoded again only when
+its job changed. A single job costs its own fragment, never the queue's.
+
+A fragment is current when two things still match what it was encoded from:
+
+* the job's version, ``ClusterState.job_versions``, bumped by every committed change
+  (``ClusterState.record``: submit, start, end, update, hold, release, requeue, cancel) and
+  by a reload from the store. Changes to a job's nested objects (its spec, shape,
+  allocation) are only ever made inside such a change;
+* the job's own fields, compared at each request (a tuple of them, ``_fields``): the
+  scheduling pass writes priority, reason and planned start without a commit, and progress
+  reports replace theirs.
+
+A purged job's fragments go with it (``prune``). The run time of a running job depends on
+the time of the request, so its fragment is stored without it and ``run_time`` is added at
+assembly, as is a heterogeneous job's set of component ids (which components are still in
+memory; ``hetindex.with_id_sets``). Who may see which jobs (``PrivateData``) is decided per caller before assembly:
+fragments hold nothing that depends on the caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from operator import attrgetter
+from typing import Any
+
+from muster.core.arrays import format_ranges
+from muster.core.job import Job
+from muster.core.states import JobState
+from muster.ctld.hetindex import components
+from muster.ctld.wire import job_wire
+
+# The job's own fields, compared at each request; its nested objects go with its version.
+_NESTED = {"spec", "shape"}
+_fields = attrgetter(*(f.name for f in dataclasses.fields(Job) if f.name not in _NESTED))
+# As starlette's JSONResponse encodes (the uncached path), so both give the same bytes.
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode
+
+
+def _run_time(job: Job, now: float) -> int:
+    return int(max(0, now - (job.start_time or now)))
+
+
+class JobListing:
+    """Encoded fragments of jobs, by (job id, brief), with what they were encoded from."""
+
+    __slots__ = ("versions", "_cache", "encoded")
+
+    def __init__(self, versions: dict[int, int]) -> None:
+        self.versions = versions  # ClusterState.job_versions: read, never written here
+        # (job id, brief) -> (version, fields, fragment, het leader whose id set it shows)
+        self._cache: dict[tuple[int, bool], tuple[int, tuple[Any, ...], bytes, int | None]] = {}
+        self.encoded = 0  # fragments encoded so far (what a test counts)
+
+    def fragment(
+        self, job: Job, now: float, brief: bool, jobs: Mapping[int, Job], sets: dict[int, str] | None = None
+    ) -> bytes:
+        """The job's JSON object as ``job_wire`` and ``hetindex.with_id_sets`` give it,
+        encoded; ``jobs``: all jobs in memory (a heterogeneous job's set of ids is those of
+        its components still there), ``sets``: those sets found so far in this listing."""
+        key = (job.job_id, brief)
+        version = self.versions.get(job.job_id, 0)
+        fields = _fields(job)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == version and hit[1] == fields:
+            frag, leader = hit[2], hit[3]
+        else:
+            d = job_wire(job, now, brief)
+            if job.state is JobState.RUNNING:
+                d.pop("run_time", None)
+            leader = d.get("het_job_id")
+            frag = _encode(d).encode("utf-8")
+            self.encoded += 1
+            self._cache[key] = (version, fields, frag, leader)
+        # What depends on the time of the request or on other jobs, after the rest.
+        extra = []
+        if job.state is JobState.RUNNING:
+            extra.append(f'"run_time":{_run_time(job, now)}')
+        if leader is not None:
+            sets = {} if sets is None else sets
+            if leader not in sets:
+                sets[leader] = format_ranges(c.job_id for c in components(jobs, leader)) or str(leader)
+            extra.append('"het_job_id_set":' + _encode(sets[leader]))
+        if not extra:
+            return frag
+        tail = ",".join(extra).encode() + b"}"
+        return frag[:-1] + (b"," + tail if len(frag) > 2 else tail)
+
+    def body(self, jobs: list[Job], now: float, brief: bool, everyone: Mapping[int, Job]) -> bytes:
+        """``{"jobs": [...], "now": now}`` encoded, as JSONResponse would encode it."""
+        sets: dict[int, str] = {}
+        parts = b",".join([self.fragment(job, now, brief, everyone, sets) for job in jobs])
+        return b'{"jobs":[' + parts + b'],"now":' + _encode(now).encode() + b"}"
+
+    def prune(self, present: Mapping[int, Job], slack: int = 64) -> None:
+        """Forget fragments of jobs no longer in memory (purged), once they are many."""
+        if len(self._cache) > 2 * len(present) + slack:
+            self._cache = {k: v for k, v in self._cache.items() if k[0] in present}

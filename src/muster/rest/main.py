@@ -1,0 +1,95 @@
+"""``musterrestd``: Slurm's REST API (data_parser v0.0.40) for muster, as slurmrestd serves it.
+
+    musterrestd [-f CONF] [-a rest_auth/jwt,rest_auth/local] LISTEN...
+
+``LISTEN`` is ``HOST:PORT`` (TCP: every request carries a token) or ``unix:/PATH`` (a local
+socket: a token, or no token when the peer is musterrestd's own user). musterrestd holds no
+secret: the controller checks each token (docs/rest.md, docs/security.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+from muster import VERSION_STRING
+
+
+def parse_listen(text: str) -> tuple[str, str | int]:
+    """``unix:/path`` -> ("unix", path); ``host:port`` or ``:port`` -> (host, port)."""
+    if text.startswith("unix:"):
+        path = text[len("unix:") :]
+        if not path.startswith("/"):
+            raise ValueError(f"unix socket path must be absolute: {text}")
+        return "unix", path
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"invalid listen address (HOST:PORT or unix:/PATH): {text}")
+    return host or "0.0.0.0", int(port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="musterrestd", description="muster's REST API daemon (slurmrestd-compatible)")
+    ap.add_argument("listen", nargs="+", help="HOST:PORT or unix:/PATH (several may be given)")
+    ap.add_argument("-f", "--conf", default=None, help="config file (default: $MUSTER_CONF or /etc/muster/muster.conf)")
+    ap.add_argument(
+        "-a",
+        "--auth",
+        default="rest_auth/local,rest_auth/jwt",
+        help="authentication plugins, comma separated: rest_auth/local (Unix socket peer), rest_auth/jwt",
+    )
+    ap.add_argument("-s", "--openapi-plugins", default=None, help="accepted for slurmrestd compatibility")
+    ap.add_argument("-d", "--data-parser", default=None, help="accepted for slurmrestd compatibility (v0.0.40)")
+    ap.add_argument("-v", "--verbose", action="count", default=0)
+    ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
+    args = ap.parse_args(argv)
+    if args.conf:
+        os.environ["MUSTER_CONF"] = args.conf
+    try:
+        listeners = [parse_listen(x) for x in args.listen]
+    except ValueError as e:
+        print(f"musterrestd: error: {e}", file=sys.stderr)
+        return 1
+    plugins = {p.strip() for p in args.auth.split(",") if p.strip()}
+    unknown = plugins - {"rest_auth/local", "rest_auth/jwt"}
+    if unknown:
+        print(f"musterrestd: error: unknown authentication plugin: {sorted(unknown)[0]}", file=sys.stderr)
+        return 1
+    if args.data_parser and "v0.0.40" not in args.data_parser:
+        print(f"musterrestd: error: data parser {args.data_parser} not available (v0.0.40 is)", file=sys.stderr)
+        return 1
+    from muster.cli.common import CommandError, load_settings
+
+    try:
+        settings = load_settings("musterrestd")
+    except CommandError as e:
+        print(f"musterrestd: error: {e.message}", file=sys.stderr)
+        return 1
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose > 1 else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    from muster.protocol.httpd import bind_tcp, bind_unix
+
+    try:
+        sockets = [bind_unix(str(p)) if h == "unix" else bind_tcp(str(h), int(p)) for h, p in listeners]
+    except OSError as e:
+        print(f"musterrestd: error: cannot listen: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return asyncio.run(serve(settings, sockets, "rest_auth/local" in plugins))
+
+
+async def serve(settings, sockets, local: bool) -> int:  # type: ignore[no-untyped-def]
+    from muster.protocol.httpd import make_server
+    from muster.rest.app import build_app
+
+    server = make_server(build_app(settings, local=local))  # uvicorn stops on SIGTERM/SIGINT
+    await server.serve(sockets=sockets)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The commands start at the interpreter's floor: nothing heavy is imported, and ``make
+install``'s launchers run them without site processing (``cli.launchers``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from muster.cli.launchers import COMMANDS, FLAGS, import_root, launcher_text, main, works, write_launchers
+
+# What each command may import beyond the interpreter's own start (``python -S -c pass``):
+# os and what it needs, and muster itself. No enum, re, typing, collections, json or socket.
+ALLOWED = {"__future__", "_collections_abc", "_stat", "genericpath", "os", "os.path", "posixpath", "stat"}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_imports_only_os_and_muster(command: str) -> None:
+    code = (
+        "import sys; before = set(sys.modules);"
+        f"sys.path.append({import_root()!r}); import muster.cli.{command};"
+        "print(' '.join(sorted(m for m in set(sys.modules) - before if not m.startswith('muster'))))"
+    )
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True)
+    assert set(out.stdout.split()) <= ALLOWED
+
+
+def test_a_launcher_names_the_interpreter_flags_and_the_import_root() -> None:
+    text = launcher_text("/venv/bin/python", "/src", "squeue")
+    assert text.startswith("#!/venv/bin/python -SP\n")
+    assert "sys.path.append('/src')\nfrom muster.cli.squeue import main\nsys.exit(main())\n" in text
+    assert " " not in FLAGS  # a shebang passes one argument
+
+
+def _fake_bin(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("sbatch", "squeue", "musterctld"):
+        script = bin_dir / name
+        script.write_text("#!/bin/sh\necho pip\n")
+        script.chmod(0o755)
+    (bin_dir / "python").symlink_to(sys.executable)
+    return bin_dir
+
+
+def test_launchers_replace_the_commands_scripts_and_run_them(tmp_path: Path) -> None:
+    bin_dir = _fake_bin(tmp_path)
+    assert main([str(bin_dir)]) == 0
+    assert (bin_dir / "musterctld").read_text() == "#!/bin/sh\necho pip\n"  # a daemon keeps pip's
+    assert not (bin_dir / "sinfo").exists()  # only scripts pip installed are replaced
+    sbatch = bin_dir / "sbatch"
+    assert sbatch.read_text().startswith(f"#!{bin_dir / 'python'} -SP\n")
+    assert os.stat(sbatch).st_mode & 0o777 == 0o755
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([str(sbatch), "--version"], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.startswith("slurm 22.05")
+
+
+def test_a_root_muster_cannot_be_imported_from_keeps_pips_scripts(tmp_path: Path) -> None:
+    bin_dir = _fake_bin(tmp_path)
+    assert not works(str(bin_dir / "python"), str(tmp_path / "nowhere"))
+    assert works(str(bin_dir / "python"), import_root())
+    assert write_launchers(str(bin_dir), str(bin_dir / "python"), import_root()) == ["sbatch", "squeue"]
+
+
+def test_usage() -> None:
+    assert main([]) == 2

@@ -1,0 +1,203 @@
+"""Listings served from fragments encoded once per change (``ctld.listing``): after every
+kind of change they equal the uncached path (``job_wire`` of every job, encoded), only the
+jobs that changed are encoded again, and one job's query encodes that job alone."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Callable
+
+import pytest
+
+from muster.core.clock import ManualClock
+from muster.core.config import parse_config
+from muster.core.errors import StorageError
+from muster.core.job import JobSpec, NodeAlloc
+from muster.core.states import JobState, Reason
+from muster.ctld.controller import Controller, Identity
+from muster.ctld.hetindex import with_id_sets
+from muster.ctld.listing import JobListing
+from muster.ctld.store import Store
+from muster.ctld.wire import job_wire
+
+CONF = """
+ClusterName=t
+MinJobAge=300
+NodeName=node[1-4] CPUs=32 RealMemory=128000 Gres=gpu:8
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=node[3-4] MaxTime=60 State=UP
+"""
+ALICE = Identity(1001, 1001, "alice", "alice", "h", admin=False)
+ROOT = Identity(0, 0, "root", "root", "h", admin=True)
+SCRIPT = {"script": "#!/bin/sh\ntrue\n", "workdir": "/w"}
+
+
+class _Start:  # the scheduler's Start, reduced to what apply_starts reads
+    def __init__(self, job_id: int, node: str) -> None:
+        self.job_id, self.partition, self.backfilled = job_id, "gpu", False
+        self.alloc = [NodeAlloc(node, 2, 100, [0])]
+
+
+@pytest.fixture
+def ctl(tmp_path: pathlib.Path) -> Controller:
+    c = Controller(parse_config(CONF, "t.conf"), Store(str(tmp_path / "db")), ManualClock(1000.0))
+    c.load()
+    for name in c.nodes:
+        c.agents.register({"node": name, "gpus": 8, "running": []})
+    return c
+
+
+def _uncached(ctl: Controller, now: float, brief: bool) -> object:
+    jobs = with_id_sets([job_wire(j, now, brief) for j in ctl.jobs.values()], ctl.jobs)
+    return json.loads(json.dumps({"jobs": jobs, "now": now}))
+
+
+def _check(ctl: Controller, listing: JobListing) -> None:
+    now = ctl.clock.now()
+    for brief in (True, False):
+        assert json.loads(listing.body(list(ctl.jobs.values()), now, brief, ctl.jobs)) == _uncached(ctl, now, brief)
+
+
+def _submit(ctl: Controller, **spec: object) -> int:
+    return ctl.queue.submit(JobSpec(**{**SCRIPT, **spec}), ALICE).job_id  # type: ignore[arg-type]
+
+
+def _started(ctl: Controller) -> int:
+    job_id = _submit(ctl, name="run")
+    ctl.launches.apply_starts([_Start(job_id, "node1")], ctl.clock.now())
+    ctl.launches.launch_done(job_id)
+    return job_id
+
+
+def _end(ctl: Controller, job_id: int) -> None:
+    ctl.launches.job_done({"job_id": job_id, "node": "node1", "restart_count": 0, "exit_code": 0})
+
+
+def _update(ctl: Controller, job_id: int) -> None:
+    ctl.queue.update(ctl.jobs[job_id], ALICE, {"name": "renamed", "comment": "c", "nice": 5})
+
+
+def _move(ctl: Controller, job_id: int) -> None:
+    ctl.queue.update(ctl.jobs[job_id], ROOT, {"partition": "debug", "min_nodes": 2, "priority": 7})
+
+
+def _hold(ctl: Controller, job_id: int) -> None:
+    ctl.queue.hold(ctl.jobs[job_id], ALICE, admin_hold=False)
+
+
+def _release(ctl: Controller, job_id: int) -> None:
+    _hold(ctl, job_id)
+    ctl.queue.release(ctl.jobs[job_id], ALICE)
+
+
+def _requeue(ctl: Controller, job_id: int) -> None:
+    ctl.queue.requeue_job(ctl.jobs[job_id], ALICE, hold=True)
+
+
+def _cancel(ctl: Controller, job_id: int) -> None:
+    ctl.queue.cancel(ctl.jobs[job_id], ALICE)
+
+
+def _pass(ctl: Controller, job_id: int) -> None:
+    # what a scheduling pass writes without a commit
+    job = ctl.jobs[job_id]
+    job.priority, job.reason, job.planned_start, job.planned_nodes = 42, Reason.RESOURCES, 2000.0, ["node2"]
+
+
+def _progress(ctl: Controller, job_id: int) -> None:
+    ctl.jobs[job_id].progress = {"step": 10}
+
+
+CHANGES: dict[str, tuple[Callable[[Controller], int], Callable[[Controller, int], None]]] = {
+    "update of a pending job": (_submit, _update),
+    "update of partition, nodes and priority": (_submit, _move),
+    "start": (_submit, lambda c, i: (c.launches.apply_starts([_Start(i, "node2")], 1000.0), None)[1]),
+    "end": (_started, _end),
+    "hold": (_submit, _hold),
+    "hold and release": (_submit, _release),
+    "requeue of a running job": (_started, _requeue),
+    "cancel of a pending job": (_submit, _cancel),
+    "cancel of a running job": (_started, _cancel),
+    "a scheduling pass": (_submit, _pass),
+    "a progress report": (_started, _progress),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_listing_after_a_change_is_the_uncached_one_and_encodes_only_that_job(ctl: Controller, change: str) -> None:
+    make, act = CHANGES[change]
+    for _ in range(3):
+        _submit(ctl, name="other")
+    job_id = make(ctl)
+    listing = JobListing(ctl.job_versions)
+    _check(ctl, listing)
+    before = listing.encoded
+    _check(ctl, listing)
+    assert listing.encoded == before  # nothing changed: nothing encoded
+    act(ctl, job_id)
+    _check(ctl, listing)
+    assert listing.encoded == before + 2  # the changed job, in each view
+
+
+def test_submitting_adds_a_job_and_purging_forgets_it(ctl: Controller) -> None:
+    listing = JobListing(ctl.job_versions)
+    first = _submit(ctl)
+    _check(ctl, listing)
+    second = _submit(ctl, array="1-3")
+    _check(ctl, listing)
+    assert listing.encoded == 2 + 2 * 3
+    for job_id in (first, second):
+        _cancel(ctl, job_id)
+    ctl.clock.advance(1000.0)  # type: ignore[attr-defined]
+    ctl.purge()
+    assert first not in ctl.jobs and first not in ctl.job_versions
+    _check(ctl, listing)
+    listing.prune(ctl.jobs, slack=0)
+    assert {job_id for job_id, _brief in listing._cache} == set(ctl.jobs)
+
+
+def test_a_running_jobs_run_time_is_that_of_the_request(ctl: Controller) -> None:
+    job_id = _started(ctl)
+    listing = JobListing(ctl.job_versions)
+    _check(ctl, listing)
+    ctl.clock.advance(75.0)  # type: ignore[attr-defined]
+    _check(ctl, listing)
+    body = json.loads(listing.body([ctl.jobs[job_id]], ctl.clock.now(), True, ctl.jobs))
+    assert body["jobs"][0]["run_time"] == 75
+    assert listing.encoded == 2  # the time passing is no change
+
+
+def test_a_failed_commit_leaves_no_stale_fragment(ctl: Controller, monkeypatch: pytest.MonkeyPatch) -> None:
+    job_id = _submit(ctl)
+    listing = JobListing(ctl.job_versions)
+    _check(ctl, listing)
+
+    def fail(*_a: object, **_k: object) -> None:
+        raise StorageError("disk full")
+
+    monkeypatch.setattr(ctl.store, "record", fail)
+    with pytest.raises(StorageError):
+        _update(ctl, job_id)
+    _check(ctl, listing)
+    assert ctl.jobs[job_id].spec.name != "renamed"
+
+
+def test_one_jobs_query_encodes_that_job_alone(ctl: Controller) -> None:
+    for _ in range(20):
+        _submit(ctl)
+    listing = JobListing(ctl.job_versions)
+    job = ctl.jobs[7]
+    assert json.loads(listing.fragment(job, 1000.0, False, ctl.jobs)) == json.loads(json.dumps(job_wire(job, 1000.0)))
+    assert listing.encoded == 1
+    assert ctl.jobs[7].state is JobState.PENDING
+
+
+def test_a_heterogeneous_jobs_id_set_follows_its_components_in_memory(ctl: Controller) -> None:
+    jobs = ctl.hets.submit([JobSpec(**SCRIPT), JobSpec(**{**SCRIPT, "script": None}), JobSpec(**SCRIPT)], ALICE)
+    listing = JobListing(ctl.job_versions)
+    _check(ctl, listing)
+    body = json.loads(listing.body(list(ctl.jobs.values()), 1000.0, False, ctl.jobs))
+    assert {j["het_job_id_set"] for j in body["jobs"]} == {f"{jobs[0].job_id}-{jobs[-1].job_id}"}
+    del ctl.jobs[jobs[-1].job_id]  # a component gone from memory: no commit, still seen
+    _check(ctl, listing)
