@@ -132,9 +132,10 @@ def timed(h: Harness, argv: list[str], n: int = 3) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def cluster(nodes: int, per_agent: int, idle: float) -> dict[str, Any]:
+def cluster(nodes: int, per_agent: int, idle: float, tls: bool = False) -> dict[str, Any]:
     h = Harness(
-        ClusterShape(nodes=nodes, gpus_per_node=8, cpus_per_node=64, mem_per_node=512000, nodes_per_agent=per_agent)
+        ClusterShape(nodes=nodes, gpus_per_node=8, cpus_per_node=64, mem_per_node=512000, nodes_per_agent=per_agent),
+        settings={"TLSType": "tls/muster" if tls else "tls/none"},
     )
     out: dict[str, Any] = {"nodes": nodes, "agents": -(-nodes // per_agent)}
     try:
@@ -189,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle", type=float, default=20.0, help="seconds of idle measured per size (default 20)")
     ap.add_argument("--micro-only", action="store_true", help="the in-process part only")
     ap.add_argument("--no-micro", action="store_true", help="the real daemons only")
+    ap.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLSType=tls/muster (hosted nodes then heartbeat alone, each over its own link)",
+    )
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if not args.no_micro:
@@ -199,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n:>6} {m['heartbeat_us']:>9.1f}us {m['check_nodes_ms']:>9.2f}ms {m['pass_ms']:>7.1f}ms")
     if args.micro_only:
         return 0
-    print(f"\nreal daemons, {args.per_agent} nodes per agent process, {args.idle:.0f} s idle per size:")
+    links = "TLS" if args.tls else "plain HTTP, heartbeats batched per agent process"
+    print(f"\nreal daemons ({links}), {args.per_agent} nodes per agent process, {args.idle:.0f} s idle per size:")
     per_node_mb = 2.0  # measured 1.7-1.8 MB at 128-1,024 nodes; the first size measures it again
     for n in sizes:
         need = 150 + n * per_node_mb
@@ -208,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{n:>6} nodes: skipped: needs about {need:.0f} MB, half the free memory is {available_mb() / 2:.0f} MB"
             )
             continue
-        r = cluster(n, args.per_agent, args.idle)
+        r = cluster(n, args.per_agent, args.idle, args.tls)
         per_node_mb = max(per_node_mb, r["agent_rss_mb_per_node"] * 1.2)
         print(
             f"{n:>6} nodes in {r['agents']} agents: up in {r['up_s']:.1f} s ({r['nodes_per_s']:.0f} nodes/s); "
