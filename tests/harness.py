@@ -140,6 +140,17 @@ class Harness:
     def wait_state(self, job_id: int, state: str, timeout: float = 60) -> dict[str, Any]:
         return self.wait_job(job_id, lambda j: j["state"] == state, timeout)
 
+    def node_states(self) -> dict[str, str]:
+        """Each node's state as sinfo's long form names it (IDLE, DOWN, ...)."""
+        return {n["name"]: n["state"] for n in self.cluster.api("GET", "/v1/nodes")["nodes"]}
+
+    def agent_pid(self, node: str) -> int:
+        """The pid of the agent process hosting ``node`` (its own, or one it shares under
+        ``ClusterShape.nodes_per_agent``)."""
+        pid = self.cluster.node_pid(node)
+        assert pid is not None, f"no agent runs {node}"
+        return pid
+
     def read(self, path: str) -> str:
         with open(path if os.path.isabs(path) else os.path.join(self.workdir, path)) as f:
             return f.read()

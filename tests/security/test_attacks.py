@@ -264,6 +264,17 @@ def test_a_node_cannot_speak_for_another_node(world: Harness) -> None:
     assert status == 401 and "speaks for node node2" in answer["error"]
 
 
+def test_a_batch_of_heartbeats_speaks_only_for_the_nodes_its_sender_names(world: Harness) -> None:
+    """The route co-hosted nodes share (``agent.host``): its sender is their hostlist."""
+    body = json.dumps({"heartbeats": [{"node": "node1", "running": []}, {"node": "node2", "running": []}]}).encode()
+    headers = captured(world, "POST", "/v1/agent/heartbeats", body, "node1", "ctld")
+    status, answer = raw(ctld_addr(world), "POST", "/v1/agent/heartbeats", body, headers)
+    assert status == 401 and "speaks for node node2" in answer["error"]
+    headers = captured(world, "POST", "/v1/agent/heartbeats", body, "node[1-2]", "ctld")
+    status, answer = raw(ctld_addr(world), "POST", "/v1/agent/heartbeats", body, headers)
+    assert status == 200 and [a["ok"] for a in answer["answers"]] == [True, True]
+
+
 # --- bounded requests ----------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import fcntl
 import logging
 import os
 import ssl
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,8 @@ class AgentDaemon:
         self._tasks: list[asyncio.Task[Any]] = []
         self._server: Any = None
         self.stop_requested = False
+        # set by a process hosting several nodes: their heartbeats travel together
+        self.send_heartbeat: Callable[[dict[str, Any]], Awaitable[Any]] | None = None
         self.client: SignedClient | None = None
         self._tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None  # (server, client): TLSType=tls/muster
         self.link: ControllerLink | None = None
@@ -221,6 +224,11 @@ class AgentDaemon:
             "version": __version__,
         }
 
+    @property
+    def uses_tls(self) -> bool:
+        """Whether this node's links are TLS (known once ``prepare`` ran)."""
+        return self._tls is not None
+
     def _notify(self) -> None:
         if self.link is not None:
             self.link.wake()
@@ -260,6 +268,7 @@ class AgentDaemon:
             state=self.state,
             interval=heartbeat_interval(cfg),
         )
+        self.link.send_heartbeat = self.send_heartbeat
         self.hooks.on_fault = self.link.add_fault
         self.link.progress_source = self._progress_reports
         client = self.client
@@ -339,8 +348,11 @@ class AgentDaemon:
         if self._server is not None:
             self._server.should_exit = True
 
-    async def serve(self) -> None:
-        sockets = self.prepare()
+    async def serve(self, hosted: bool = False, sockets: list[Any] | None = None) -> None:
+        """Serve until stopped; ``hosted``: one of several nodes of this process (``host``),
+        whose signals the process handles, with the ``sockets`` its ``prepare`` bound."""
+        if sockets is None:
+            sockets = self.prepare()
         metrics = None
         if (self.config.get("MetricsType") or "").lower() == "metrics/openmetrics":
             metrics = AgentCollector(self).render
@@ -355,7 +367,10 @@ class AgentDaemon:
             require_cert=self._tls is not None,
         )
         server = self._server = make_server(
-            app, body_limit=body_limit(self.config.max_script_size), tls=self._tls[0] if self._tls else None
+            app,
+            body_limit=body_limit(self.config.max_script_size),
+            tls=self._tls[0] if self._tls else None,
+            hosted=hosted,
         )
         try:
             if not self.stop_requested:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -75,6 +75,9 @@ class ControllerLink:
         # heartbeat; reports not yet heard by the controller, latest per job attempt.
         self.progress_source: Callable[[], list[dict[str, Any]]] | None = None
         self._progress: dict[tuple[int, int], dict[str, Any]] = {}
+        # How heartbeats travel: alone (None), or with those of the other nodes this
+        # process hosts (``agent.host.HeartbeatBatch.send``), answered the same way.
+        self.send_heartbeat: Callable[[dict[str, Any]], Awaitable[Any]] | None = None
 
     def wake(self) -> None:
         """There is a new report to deliver."""
@@ -158,7 +161,10 @@ class ControllerLink:
         progress = dict(self._progress)
         if progress:
             body["progress"] = list(progress.values())
-        answer = await self.client.post(f"{self.base_url}/v1/agent/heartbeat", body)
+        if self.send_heartbeat is not None:
+            answer = await self.send_heartbeat(body)
+        else:
+            answer = await self.client.post(f"{self.base_url}/v1/agent/heartbeat", body)
         self._mark_reachable(True)
         self.faults = [f for f in self.faults if f not in faults]
         for key, report in progress.items():

@@ -1,14 +1,19 @@
 """``musterd``: the node agent process.
 
-    musterd [--conf PATH] [--node NAME] [--state-dir DIR] [--log-file FILE]
+    musterd [--conf PATH] [--node NAME|HOSTLIST] [--state-dir DIR] [--log-file FILE]
             [--gpu-detect auto|nvidia|emulate] [-D] [-v] [-V]
 
 * ``--conf``: the cluster config (default ``$MUSTER_CONF``, else /etc/muster/muster.conf);
   its ``AuthKeyFile`` holds the cluster key.
 * ``--node``: this node's ``NodeName`` (default: the short host name), like ``slurmd -N``.
+  A hostlist of several (``node[1-64]``) makes this one process host all of them, each
+  still its own node (``muster.agent.host``): for emulating large clusters in tests; a
+  real machine runs one musterd for its one node.
 * ``--state-dir``: where job records, pending reports and spooled scripts live (default:
   ``SlurmdSpoolDir`` with ``%n`` replaced by the node name, or that directory plus
   ``/<node>`` when it has no ``%n``; without ``SlurmdSpoolDir``: /var/spool/muster/<node>).
+  For several nodes it holds ``%n`` (replaced by each node's name) or is the directory
+  of their state directories (``DIR/<node>``).
 * ``--gpu-detect``: see ``muster.agent.gpus`` (default ``$MUSTER_GPU_DETECT`` or ``auto``).
 * ``-D``: accepted for Slurm compatibility; musterd always stays in the foreground (run it
   under systemd or ``muster up``).
@@ -30,7 +35,9 @@ import sys
 from muster import VERSION_STRING
 from muster.agent.daemon import AgentDaemon, AgentSettings, StartupError
 from muster.agent.gpus import MODES
+from muster.agent.host import NodeField, serve_nodes
 from muster.core.config import Config, ConfigError, parse_config
+from muster.core.hostlist import HostlistError, expand
 from muster.core.topoconf import attach_topology, topology_path, wants_topology
 from muster.protocol.client import default_conf_path
 from muster.protocol.logjson import setup_logging
@@ -50,10 +57,24 @@ def default_state_dir(config: Config, node: str) -> str:
     return os.path.join(spool, node)
 
 
+def _state_dir(given: str | None, config: Config, node: str, several: bool) -> str:
+    if given is None:
+        return default_state_dir(config, node)
+    if "%n" in given:
+        return given.replace("%n", node)
+    return os.path.join(given, node) if several else given
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="musterd", description="muster's node agent")
     ap.add_argument("-f", "--conf", default=None, help="config file (default: $MUSTER_CONF or /etc/muster/muster.conf)")
-    ap.add_argument("-N", "--node", default=None, help="this node's NodeName (default: the short host name)")
+    ap.add_argument(
+        "-N",
+        "--node",
+        default=None,
+        help="this node's NodeName (default: the short host name); a hostlist such as node[1-64] "
+        "hosts all those nodes in this one process (emulation for tests; one node per machine otherwise)",
+    )
     ap.add_argument("--state-dir", default=None, help="job records, reports and spooled scripts")
     ap.add_argument("-L", "--log-file", default=None, help="log to this file instead of stderr")
     ap.add_argument(
@@ -99,45 +120,65 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, SignatureError) as exc:
         return _fail(str(exc))
 
-    node_name = args.node or socket.gethostname().split(".")[0]
-    node = config.node(node_name)
-    if node is None:
-        return _fail(f"node {node_name} is not defined in {path} (give --node NAME)")
+    node_expr = args.node or socket.gethostname().split(".")[0]
+    try:
+        names = expand(node_expr)
+    except HostlistError as exc:
+        return _fail(str(exc))
+    nodes = []
+    for name in names:
+        node = config.node(name)
+        if node is None:
+            return _fail(f"node {name} is not defined in {path} (give --node NAME)")
+        nodes.append(node)
 
+    handler_field = NodeField(node_expr)  # %(node)s: the hosted node a line is about
     setup_logging(
         config.get("LogFormat"),
         daemon="musterd",
-        node=node_name,
+        node=node_expr,
         filename=args.log_file,
         level=logging.DEBUG if args.verbose > 1 else logging.INFO,
-        text_format=f"%(asctime)s musterd[{node_name}] %(name)s %(levelname)s %(message)s",
+        text_format="%(asctime)s musterd[%(node)s] %(name)s %(levelname)s %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(handler_field)
     # One line per heartbeat is noise; the link logs what matters (outages, refusals).
     logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose > 1 else logging.WARNING)
     _read_topology(config, path)
     for warning in config.warnings:
         logging.getLogger("musterd").warning("%s", warning)
 
-    settings = AgentSettings(
-        config=config,
-        node=node,
-        key=key,
-        state_dir=os.path.abspath(args.state_dir or default_state_dir(config, node_name)),
-        conf_path=path,
-        gpu_mode=args.gpu_detect,
-    )
-    daemon = AgentDaemon(settings)
+    daemons = [
+        AgentDaemon(
+            AgentSettings(
+                config=config,
+                node=node,
+                key=key,
+                state_dir=os.path.abspath(_state_dir(args.state_dir, config, node.name, len(nodes) > 1)),
+                conf_path=path,
+                gpu_mode=args.gpu_detect,
+            )
+        )
+        for node in nodes
+    ]
+
+    def stop_all(*_: object) -> None:
+        for daemon in daemons:
+            daemon.request_stop()
+
     # While serving, uvicorn turns SIGTERM/SIGINT into a graceful stop and then raises the
-    # signal again; this handler covers the moments before and after (so we exit 0).
+    # signal again; this handler covers the moments before and after (so we exit 0). A
+    # process hosting several nodes handles the signals here only, stopping all of them.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: daemon.request_stop())
+        signal.signal(sig, stop_all)
     # slurmd rereads its config on SIGHUP; musterd does not (yet), but must not die of it.
     signal.signal(
         signal.SIGHUP,
         lambda *_: logging.getLogger("musterd").info("SIGHUP ignored: restart musterd to reread the configuration"),
     )
     try:
-        asyncio.run(daemon.serve())
+        asyncio.run(daemons[0].serve() if len(daemons) == 1 else serve_nodes(daemons))
     except StartupError as exc:
         logging.getLogger("musterd").error("%s", exc)
         return _fail(str(exc))

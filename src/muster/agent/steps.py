@@ -194,7 +194,7 @@ class StepRunner:
         that srun's connections end and the HTTP server can close them. Unlike a batch
         script, a step cannot be adopted by the next agent: its srun connection is gone."""
         while not stopping():
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.5)  # cheap: dozens of nodes may share a process (agent.host)
         for step in list(self.steps.values()):
             log.info("step %s: musterd is stopping; stopping the step", step.id_text)
             self.stop(step, "shutdown", 1.0)

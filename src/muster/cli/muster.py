@@ -9,8 +9,8 @@ import sys
 
 from muster import VERSION_STRING
 
-# A local cluster gives node K the loopback address 127.0.0.(K+1) (cluster.local).
-MAX_LOCAL_NODES = 253
+# A local cluster gives each node its own loopback address (cluster.local.node_addr).
+MAX_LOCAL_NODES = 16384
 
 
 def _positive(text: str) -> int:
@@ -35,6 +35,14 @@ def _parser() -> argparse.ArgumentParser:
         "--state-dir", default=".muster", help="where config, key, database and logs live (default: ./.muster)"
     )
     up.add_argument("--nodes", type=_positive, default=4, help="number of nodes (default 4)")
+    up.add_argument(
+        "--nodes-per-agent",
+        type=_positive,
+        default=1,
+        help="nodes hosted by one agent process (default 1, as on real machines; e.g. 64 to emulate "
+        "a thousand nodes on one small machine: each is still its own node, and killing its agent "
+        "process takes all of them down, like a rack)",
+    )
     up.add_argument("--gpus-per-node", type=_positive, default=8, help="emulated GPUs per node (default 8)")
     up.add_argument("--cpus-per-node", type=_positive, default=32, help="CPUs per node (default 32)")
     up.add_argument("--mem-per-node", type=_positive, default=128000, help="memory per node in MB (default 128000)")
@@ -230,6 +238,9 @@ def _cluster_command(args: argparse.Namespace) -> int:
         if not 1 <= args.nodes <= MAX_LOCAL_NODES:
             print(f"muster: error: --nodes must be from 1 to {MAX_LOCAL_NODES}", file=sys.stderr)
             return 2
+        if args.nodes_per_agent < 1:
+            print("muster: error: --nodes-per-agent must be at least 1", file=sys.stderr)
+            return 2
         rest = None
         if args.rest:  # checked before anything starts
             host, _, port = args.rest.rpartition(":")
@@ -255,7 +266,14 @@ def _cluster_command(args: argparse.Namespace) -> int:
             parse_topology(topology, args.topology, [f"node{i}" for i in range(1, args.nodes + 1)])
         if not cluster.exists:
             cluster.create(
-                ClusterShape(args.nodes, args.gpus_per_node, args.cpus_per_node, args.mem_per_node, args.gpu_type),
+                ClusterShape(
+                    args.nodes,
+                    args.gpus_per_node,
+                    args.cpus_per_node,
+                    args.mem_per_node,
+                    args.gpu_type,
+                    nodes_per_agent=args.nodes_per_agent,
+                ),
                 extra,
                 topology,
             )

@@ -5,8 +5,16 @@ Layout of a state directory::
     muster.conf    the config (slurm.conf syntax)      muster.key   cluster key (0600)
     jwt_hs256.key  the JWT key (0600, auth/jwt)
     tls/           the cluster CA and each daemon's certificate (TLSType=tls/muster, the default)
-    ctld/          controller state (muster.db, socket) nodes/NAME/ each agent's state
+    ctld/          controller state (muster.db, socket) nodes/NAME/ each node's state
     log/           daemon logs                           run/         pid files, agent sockets
+    agents.json    how many nodes each agent process hosts (absent: one)
+
+Node K listens on its own loopback address (127.0.0.(K+1) for the first 250 nodes, then
+127.0.1.2 and on: Linux routes all of 127.0.0.0/8 to lo) and its own port. By default each
+node has its own agent process, as on real machines; ``ClusterShape.nodes_per_agent`` makes
+one agent process host that many nodes (``musterd --node node[1-64]``), which is how a
+thousand nodes fit one small machine. Such a process is named ``agentK`` (its pid file,
+its log); killing it takes all its nodes down, like a rack losing power.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from muster.core.config import Config, parse_config
+from muster.core.hostlist import compress
 from muster.core.topoconf import attach_topology, parse_topology, topology_path
 from muster.protocol import client
 from muster.protocol.signing import generate_key
@@ -41,6 +50,7 @@ class ClusterShape:
     cpus_per_node: int = 32
     mem_per_node: int = 128000
     gpu_type: str | None = None
+    nodes_per_agent: int = 1  # nodes hosted by one agent process (muster.agent.host)
 
 
 @dataclass
@@ -67,6 +77,15 @@ def _loopback_alias_works(addr: str) -> bool:
         return True
     except OSError:
         return False
+
+
+ADDRS_PER_BLOCK = 250  # node addresses per 127.0.B.0/24 block: .2 to .251
+
+
+def node_addr(k: int) -> str:
+    """The loopback address of node ``k`` (from 1) of a local cluster."""
+    block, offset = divmod(k - 1, ADDRS_PER_BLOCK)
+    return f"127.0.{block}.{offset + 2}"
 
 
 def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str] | None = None) -> str:
@@ -104,7 +123,7 @@ def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str]
             lines[i] = f"{key}={overrides.pop(key)}"
     lines += [f"{k}={v}" for k, v in overrides.items()] + [""]
     for i in range(1, shape.nodes + 1):
-        addr = f"127.0.0.{i + 1}" if per_node_addr else "127.0.0.1"
+        addr = node_addr(i) if per_node_addr else "127.0.0.1"
         port = _free_port(addr)
         lines.append(
             f"NodeName=node{i} NodeAddr={addr} Port={port} CPUs={shape.cpus_per_node} "
@@ -165,8 +184,34 @@ class LocalCluster:
             from muster.cluster.certs import issue_all
 
             issue_all(config)
+        with open(os.path.join(self.state_dir, "agents.json"), "w") as f:
+            json.dump({"nodes_per_agent": max(1, shape.nodes_per_agent)}, f)
         with open(self.conf_path, "w") as f:
             f.write(text)
+
+    @property
+    def nodes_per_agent(self) -> int:
+        try:
+            with open(os.path.join(self.state_dir, "agents.json")) as f:
+                return max(1, int(json.load(f)["nodes_per_agent"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return 1
+
+    def agents(self, cfg: Config | None = None) -> dict[str, list[str]]:
+        """Agent process name -> the nodes it hosts, in config order (a node's own name
+        when each node has its own agent)."""
+        names = [n.name for n in (cfg or self.config()).nodes]
+        per = self.nodes_per_agent
+        if per == 1:
+            return {name: [name] for name in names}
+        return {f"agent{k // per + 1}": names[k : k + per] for k in range(0, len(names), per)}
+
+    def node_pid(self, node: str) -> int | None:
+        """The pid of the agent process hosting ``node``, if it runs."""
+        for agent, nodes in self.agents().items():
+            if node in nodes:
+                return self._alive(agent)
+        return None
 
     # --- processes -----------------------------------------------------------------
 
@@ -219,12 +264,13 @@ class LocalCluster:
                 ],
             )
             started.append("musterctld")
-        for node in cfg.nodes:
-            if self._alive(node.name) is None:
-                node_dir = os.path.join(self.state_dir, "nodes", node.name)
-                os.makedirs(node_dir, exist_ok=True)
+        for agent, nodes in self.agents(cfg).items():
+            if self._alive(agent) is None:
+                for node in nodes:
+                    os.makedirs(os.path.join(self.state_dir, "nodes", node), exist_ok=True)
+                state_dir = os.path.join(self.state_dir, "nodes", nodes[0] if len(nodes) == 1 else "%n")
                 self._spawn(
-                    node.name,
+                    agent,
                     [
                         sys.executable,
                         "-m",
@@ -232,14 +278,14 @@ class LocalCluster:
                         "--conf",
                         self.conf_path,
                         "--node",
-                        node.name,
+                        compress(nodes),
                         "--state-dir",
-                        node_dir,
+                        state_dir,
                         "--log-file",
-                        self._logfile(node.name),
+                        self._logfile(agent),
                     ],
                 )
-                started.append(node.name)
+                started.append(agent)
         return started
 
     def start_rest(self, host: str, port: int, timeout: float = 30.0) -> str:
@@ -285,7 +331,7 @@ class LocalCluster:
                 waiting = [n["name"] for n in nodes if not n["registered"] or n["state"] in ("UNKNOWN", "DOWN")]
                 if not waiting:
                     return
-                last = f"waiting for nodes: {', '.join(waiting)}"
+                last = f"waiting for nodes: {compress(waiting)}"
             except (client.ConnectError, client.ApiError, OSError) as e:
                 last = str(e)
             time.sleep(0.1)
@@ -294,7 +340,7 @@ class LocalCluster:
     def stop(self, timeout: float = 10.0) -> list[str]:
         """Stop exactly this cluster's daemons, then any job processes they left behind."""
         stopped = []
-        names = ["musterrestd", "musterctld"] + [n.name for n in self.config().nodes]
+        names = ["musterrestd", "musterctld", *self.agents()]
         pids = {name: pid for name in names if (pid := self._alive(name)) is not None}
         for name, pid in pids.items():
             try:
@@ -359,8 +405,9 @@ class LocalCluster:
                 "up" if ctld_pid is not None else "stopped",
             )
         ]
+        pids = {node: self._alive(agent) for agent, hosted in self.agents(cfg).items() for node in hosted}
         for node in cfg.nodes:
-            pid = self._alive(node.name)
+            pid = pids.get(node.name)
             n = nodes.get(node.name)
             if n is None:
                 state = "unknown (controller unreachable)" if ctld_pid is None else "unknown"

@@ -124,7 +124,7 @@ class Agents:
         been under way far longer than a launch can take."""
         mono = self.state.clock.monotonic()
         launch_grace = 2.0 * self.state.config.message_timeout + 40.0
-        for job_id in {key[0] for key in node.allocs}:
+        for job_id in self.state.job_ids_on(node.name):
             job = self.state.jobs.get(job_id)
             if job is None or job.state is not JobState.RUNNING or job.batch_host != node.name:
                 continue

@@ -22,12 +22,13 @@ from starlette.routing import Route
 from muster.core.arrays import JobRef, parse_array, parse_job_ref
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError, ResourceBusy
 from muster.core.hetjob import NOT_WHOLE
-from muster.core.hostlist import compress
+from muster.core.hostlist import compress, expand
 from muster.core.job import Job
 from muster.core.states import JobState
 from muster.core.topoconf import show_topology
 from muster.ctld.acct_api import accounting_routes
 from muster.ctld.actions import parse_signal
+from muster.ctld.agent_api import build_agent_routes
 from muster.ctld.bodies import (
     HoldBody,
     NodeUpdateBody,
@@ -49,9 +50,8 @@ from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.token_api import build_token_routes
-from muster.ctld.wire import message, node_wire, partition_wire
+from muster.ctld.wire import node_wire, partition_wire
 from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, refusal
-from muster.protocol.messages import Heartbeat
 from muster.protocol.signing import CRED_HEADER, verify_credential
 
 log = logging.getLogger("musterctld.api")
@@ -152,6 +152,12 @@ def build_routes(ctx: Context) -> list[Route]:
         named = body.get("node")
         if named is not None and named != sender:  # a node speaks for itself only
             raise _Refused(SignatureError(f"message from {sender} speaks for node {named}"))
+        batch = body.get("heartbeats")
+        if isinstance(batch, list):  # the nodes one agent process hosts: its sender names them
+            hosted = set(expand(sender))
+            for one in batch:
+                if isinstance(one, dict) and one.get("node") not in hosted:
+                    raise _Refused(SignatureError(f"message from {sender} speaks for node {one.get('node')}"))
         return body
 
     def handler(fn: Any) -> Any:
@@ -465,35 +471,6 @@ def build_routes(ctx: Context) -> list[Route]:
         ctx.kick()
         return JSONResponse({"ok": True})
 
-    # --- agents ---------------------------------------------------------------------
-
-    @handler
-    async def agent_register(request: Request) -> JSONResponse:
-        body = await signed_body(request)
-        answer = ctl.agents.register(body)
-        ctx.kick()
-        return JSONResponse(answer)
-
-    @handler
-    async def agent_heartbeat(request: Request) -> JSONResponse:
-        msg = message(Heartbeat, await signed_body(request))  # read once; a misfit is a 400
-        ctl.liveness.loop_tick()  # a stall just ended must not count as this node's silence
-        try:
-            answer = ctl.agents.heartbeat(msg)
-        except MusterError as e:
-            return JSONResponse({"error": str(e), "code": "not_found"}, status_code=404)
-        if msg.faults or msg.health is not None:
-            ctx.perform(ctl.agents.node_faults(msg))
-            ctx.kick()
-        return JSONResponse(answer)
-
-    @handler
-    async def agent_job_done(request: Request) -> JSONResponse:
-        body = await signed_body(request)
-        ctx.perform(await ended.submit(body))  # committed with the reports that came with it
-        ctx.kick()
-        return JSONResponse({"ok": True})
-
     return accounting_routes(ctx, caller, parse, handler, private) + [
         Route("/v1/ping", ping),
         Route("/v1/jobs", submit, methods=["POST"]),
@@ -512,9 +489,7 @@ def build_routes(ctx: Context) -> list[Route]:
         Route("/v1/reservations", create_reservation, methods=["POST"]),
         Route("/v1/reservations/{name}/update", update_reservation, methods=["POST"]),
         Route("/v1/reservations/{name}/delete", delete_reservation, methods=["POST"]),
-        Route("/v1/agent/register", agent_register, methods=["POST"]),
-        Route("/v1/agent/heartbeat", agent_heartbeat, methods=["POST"]),
-        Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),
+        *build_agent_routes(ctx, signed_body, handler, ended),
         *build_step_routes(ctx, caller, parse, handler, private),
         *build_reconfig_routes(ctx, caller, handler),
         *build_observe_routes(ctx, caller, handler),

@@ -113,7 +113,7 @@ class Liveness:
         except StorageError:
             (node.responding, node.silent, node.reason, node.reason_time, node.reason_user, node.admin_down) = saved
             raise
-        job_ids = sorted({key[0] for key in node.allocs})
+        job_ids = self.state.job_ids_on(node.name)
         log.warning(
             "node %s DOWN: no heartbeat for %.0f s (SlurmdTimeout=%d s); %d job(s) on it",
             node.name,
@@ -142,7 +142,7 @@ class Liveness:
                     self.state.record(now, [(job, "cleaned", {"node": node.name})])
             except StorageError:
                 continue
-        node.allocs.clear()
+        self.state.clear_node(node)
         return actions
 
     def update_nodes(self, who: Identity, names: list[str], state: str | None, reason: str | None) -> list[Action]:
@@ -165,8 +165,9 @@ class Liveness:
                 node.drain = True
             elif st == "DOWN":
                 node.admin_down = True
-                for job in list(self.state.jobs.values()):
-                    if job.state is JobState.RUNNING and name in job.nodes:
+                for job_id in self.state.job_ids_on(name):
+                    job = self.state.jobs.get(job_id)
+                    if job is not None and job.state is JobState.RUNNING and name in job.nodes:
                         attempt, nodes = job.restart_count, job.nodes
                         if self.state.lose_node(job, name, now, f"node {name} set DOWN"):
                             actions.append(Terminate(job.job_id, attempt, [name], "node_fail"))

@@ -42,8 +42,9 @@ class NodeRuntime:
     boot_time: float | None = None
     version: str = ""
     hostname: str = ""  # NodeHostname (Slurm's default: the node's name)
-    # allocations, kept up to date by the controller (job_id -> (cpus, mem, gpu ids))
-    allocs: dict[int, tuple[int, int, tuple[int, ...]]] = field(default_factory=dict)
+    # allocations, kept up to date by the controller's ``ClusterState`` (its one owner):
+    # (job id, attempt) -> (cpus, mem, gpu ids)
+    allocs: dict[tuple[int, int], tuple[int, int, tuple[int, ...]]] = field(default_factory=dict)
 
     @property
     def cpus_alloc(self) -> int:

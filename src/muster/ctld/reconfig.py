@@ -101,8 +101,7 @@ def in_use(ctl: ClusterState) -> InUse:
             continue
         for name in {job.partition, *job.spec.partitions} - {""}:
             parts.setdefault(name, []).append(job.job_id)
-    # allocs are keyed by (job id, attempt) (``ClusterState.hold_resources``)
-    nodes = {name: tuple(sorted({k[0] for k in node.allocs})) for name, node in ctl.nodes.items() if node.allocs}  # type: ignore[index]
+    nodes = {name: tuple(ctl.job_ids_on(name)) for name, node in ctl.nodes.items() if node.allocs}
     resv = {r.name: (r.partition, tuple(r.nodes)) for r in ctl.reservations.values()}
     return InUse({k: tuple(sorted(v)) for k, v in parts.items()}, nodes, resv)
 

@@ -96,6 +96,11 @@ class ClusterState:
     # monotonic time of the last run of the controller's loop (``liveness``)
     last_tick: float | None = None
     stalls: int = 0
+    # job id -> attempt -> the nodes where that run holds resources: the reverse of each
+    # ``NodeRuntime.allocs``, so that ending a run touches its own nodes only (a controller
+    # of thousands of nodes must not scan them all per job). Both sides are written only by
+    # ``hold_resources``, ``release_resources``, ``release_job`` and ``clear_node``.
+    held: dict[int, dict[int, set[str]]] = field(default_factory=dict)
     # job_id -> version, bumped by every committed change and reload (``ctld.listing``)
     job_versions: dict[int, int] = field(default_factory=dict)
     # topology.conf as placement reads it (``sched.topology``), when configured
@@ -164,16 +169,57 @@ class ClusterState:
             log.warning("event log check: %s", problem)
         return problems
 
+    # --- resources held on nodes (one owner: the per-node and per-job indexes) ----------
+
     def hold_resources(self, job: Job) -> None:
+        """The job's current run holds what its allocation names, on its nodes."""
+        key = (job.job_id, job.restart_count)
+        where = self.held.setdefault(job.job_id, {}).setdefault(job.restart_count, set())
         for a in job.alloc:
             node = self.nodes.get(a.node)
             if node is not None:
-                node.allocs[(job.job_id, job.restart_count)] = (a.cpus, a.mem, tuple(a.gpu_ids))
+                node.allocs[key] = (a.cpus, a.mem, tuple(a.gpu_ids))
+                where.add(a.node)
 
     def release_resources(self, job: Job, attempt: int | None = None) -> None:
-        key = (job.job_id, job.restart_count if attempt is None else attempt)
-        for node in self.nodes.values():
-            node.allocs.pop(key, None)
+        """A run of the job (its current one by default) frees what it held."""
+        run = job.restart_count if attempt is None else attempt
+        runs = self.held.get(job.job_id)
+        where = runs.pop(run, set()) if runs is not None else set()
+        if runs is not None and not runs:
+            del self.held[job.job_id]
+        for name in where:
+            node = self.nodes.get(name)
+            if node is not None:
+                node.allocs.pop((job.job_id, run), None)
+
+    def release_job(self, job_id: int) -> None:
+        """Every run of the job frees what it held."""
+        for run, where in self.held.pop(job_id, {}).items():
+            for name in where:
+                node = self.nodes.get(name)
+                if node is not None:
+                    node.allocs.pop((job_id, run), None)
+
+    def clear_node(self, node: NodeRuntime) -> None:
+        """Nothing holds resources on ``node`` any more (it went DOWN)."""
+        for job_id, run in node.allocs:
+            runs = self.held.get(job_id)
+            if runs is None:
+                continue
+            where = runs.get(run)
+            if where is not None:
+                where.discard(node.name)
+                if not where:
+                    del runs[run]
+            if not runs:
+                del self.held[job_id]
+        node.allocs.clear()
+
+    def job_ids_on(self, name: str) -> list[int]:
+        """The jobs holding resources on node ``name``, by id (O(its own jobs))."""
+        node = self.nodes.get(name)
+        return sorted({key[0] for key in node.allocs}) if node is not None else []
 
     def record(
         self,
@@ -223,9 +269,7 @@ class ClusterState:
         for job in {j.job_id: j for j in jobs}.values():
             self.changed((job,))
             stored = self.store.get_job(job.job_id)
-            for node in self.nodes.values() if job.alloc else ():
-                for key in [k for k in node.allocs if k[0] == job.job_id]:
-                    del node.allocs[key]
+            self.release_job(job.job_id)
             if stored is None:  # never committed: it does not exist
                 self.jobs.pop(job.job_id, None)
                 continue

@@ -58,6 +58,9 @@ class Training:
         self.ctl = ctl
         self.incidents: dict[str, list[tuple[float, int, str]]] = {}
         self._saved: dict[int, float] = {}  # job id -> when its progress was last committed
+        # ids of the jobs that reported progress (only those can hang): ``check_hangs``
+        # looks at them, not at every job; None until built from memory at the first check
+        self._reporting: set[int] | None = None
 
     # --- GPU faults --------------------------------------------------------------------
 
@@ -78,13 +81,9 @@ class Training:
         return actions
 
     def _jobs_on(self, node: str) -> list[Job]:
-        runtime = self.ctl.nodes.get(node)
-        if runtime is None:
-            return []
-        ids = sorted({key[0] for key in runtime.allocs})
         return [
             j
-            for i in ids
+            for i in self.ctl.job_ids_on(node)
             if (j := self.ctl.jobs.get(i)) is not None and j.state is JobState.RUNNING and node in j.nodes
         ]
 
@@ -138,6 +137,8 @@ class Training:
                 important = True
             else:
                 important = self._merge(job, node, r)
+                if self._reporting is not None:
+                    self._reporting.add(job.job_id)
             last = self._saved.get(job.job_id)
             if important or last is None or now - last >= SAVE_EVERY:
                 try:
@@ -196,9 +197,17 @@ class Training:
 
         now = self.ctl.clock.now()
         actions: list[Action] = []
-        for job in list(self.ctl.jobs.values()):
-            p = job.progress
-            if job.state is not JobState.RUNNING or not p or p.get("step_time") is None:
+        if self._reporting is None:  # first check: the jobs loaded from the store
+            self._reporting = {j.job_id for j in self.ctl.jobs.values() if j.progress}
+        for job_id in sorted(self._reporting):
+            job = self.ctl.jobs.get(job_id)
+            p = job.progress if job is not None else None
+            if job is None or not p or job.state is not JobState.RUNNING:
+                # ended or requeued: a next attempt starts without progress, and joins
+                # again with its first report
+                self._reporting.discard(job_id)
+                continue
+            if p.get("step_time") is None:
                 continue
             timeout = self.hang_timeout(job)
             if timeout is None:

@@ -26,12 +26,14 @@ commands never do.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import socket
 import ssl
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -194,14 +196,37 @@ def body_limit(max_script_size: int) -> int:
     return max(BODY_LIMIT, 2 * max_script_size + 1024 * 1024)
 
 
+class _HostedServer(uvicorn.Server):
+    """One of several servers in one process (an agent hosting many emulated nodes): the
+    process turns SIGTERM/SIGINT into a stop of all of them, so no server takes the
+    signals for itself (uvicorn's own capture would leave all but the last one running)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def main_loop(self) -> None:
+        # uvicorn's loop wakes every 0.1 s to see whether to stop; dozens of servers in
+        # one process would spend their idle CPU on that. Every 0.5 s, with the counter
+        # advanced to match (its Date header is still renewed once a second).
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 5) % 864000
+            await asyncio.sleep(0.5)
+            should_exit = await self.on_tick(counter)
+
+
 def make_server(
     app: Any,
     log_level: str = "warning",
     body_limit: int = BODY_LIMIT,
     clock: Clock | None = None,
     tls: ssl.SSLContext | None = None,
+    hosted: bool = False,
 ) -> uvicorn.Server:
-    """uvicorn for ``app`` behind ``Guarded``; TCP connections are TLS when ``tls`` is given."""
+    """uvicorn for ``app`` behind ``Guarded``; TCP connections are TLS when ``tls`` is given;
+    ``hosted``: one of several servers in this process, whose signals the process handles."""
     guarded = Guarded(app, body_limit, clock or SystemClock())
     config = uvicorn.Config(
         guarded,
@@ -211,7 +236,7 @@ def make_server(
         access_log=False,
         timeout_keep_alive=30,
     )
-    return uvicorn.Server(config)
+    return _HostedServer(config) if hosted else uvicorn.Server(config)
 
 
 async def read_body(receive: Any) -> bytes:

@@ -29,6 +29,7 @@ __all__ = [
     "Fault",
     "Health",
     "Heartbeat",
+    "Heartbeats",
     "JobDone",
     "LaunchRequest",
     "Register",
@@ -92,6 +93,12 @@ class Heartbeat(_Message):
     health: Health | None = None
     # what jobs said of their progress since the last heartbeat (``ctld.training``)
     progress: list[dict[str, Any]] | None = None
+
+
+class Heartbeats(_Message):
+    """The heartbeats of the nodes one agent process hosts (``agent.host``), in one request."""
+
+    heartbeats: list[Heartbeat]
 
 
 class Usage(_Message):
