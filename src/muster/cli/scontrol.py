@@ -120,6 +120,8 @@ def show(words: list[str], flags: Flags) -> int:
 def show_hostnames(expr: str | None) -> int:
     from muster.core.hostlist import HostlistError, expand
 
+    if expr is not None and not expr.strip():
+        return 0  # an empty list given (``show hostnames ''``): no names, as Slurm prints
     text = expr or os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
     if not text:
         raise CommandError("host list is empty (give one, or run inside a job)")

@@ -140,6 +140,11 @@ def test_show_config_lists_every_parameter_in_slurms_order_and_units(reference) 
     assert lines[-1] == "Slurmctld(primary) at vm is UP"
 
 
+def test_show_hostnames_of_an_empty_list_prints_nothing(capsys) -> None:
+    assert scontrol.main(["show", "hostnames", ""]) == 0
+    assert capsys.readouterr().out == ""
+
+
 def test_show_hostnames_and_hostlist(capsys, monkeypatch) -> None:
     assert scontrol.main(["show", "hostnames", "node[1-3],gpu07"]) == 0
     assert capsys.readouterr().out == "node1\nnode2\nnode3\ngpu07\n"
