@@ -30,7 +30,7 @@ from muster.core.clock import SystemClock
 from muster.protocol.client import ApiError, ConnectError, request
 from muster.protocol.httpd import PEER_KEY
 from muster.rest import layout
-from muster.rest.jobdesc import JobDescError, job_request
+from muster.rest.jobdesc import JobDescError, job_request, number_value
 
 log = logging.getLogger("musterrestd")
 
@@ -259,13 +259,13 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
         try:
             for field, key in numbers.items():
                 if body.get(field) is not None:
-                    value = _number(body[field])
+                    value = number_value(body[field], field)
                     if value is not None:
                         changes[key] = value
             if body.get("time_limit") is not None:
-                minutes = _number(body["time_limit"])
+                minutes = number_value(body["time_limit"], "time_limit")
                 changes["time_limit"] = None if minutes is None else minutes * 60
-        except ValueError as e:
+        except JobDescError as e:
             raise RestError(400, str(e)) from None
         if changes.get("time_limit", 0) is None:
             raise RestError(400, "time_limit: muster cannot lift a job's limit to UNLIMITED by update")
@@ -462,16 +462,3 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
             Route(f"{SLURMDB}/qos", qos),
         ]
     )
-
-
-def _number(value: Any) -> int | None:
-    """A v0.0.40 number object or a bare number; None when infinite or unset."""
-    if isinstance(value, dict):
-        if value.get("infinite"):
-            return None
-        if not value.get("set", "number" in value):
-            return None
-        value = value.get("number")
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError("expected a number")
-    return int(value)

@@ -128,7 +128,7 @@ class JobDescError(Exception):
     """A submission that cannot be accepted; ``str()`` names the field and what is wrong."""
 
 
-def _number(value: Any, field: str) -> int | None:
+def number_value(value: Any, field: str) -> int | None:
     """A v0.0.40 number: ``{"set", "infinite", "number"}`` or a bare number; None when unset
     or infinite."""
     if isinstance(value, dict):
@@ -200,20 +200,20 @@ def job_request(job: dict[str, Any], script: str | None, user: str) -> tuple[dic
         add(option, value)
     for field, option in _COUNTS.items():
         if job.get(field) is not None:
-            add(option, str(_number(job[field], field)))
+            add(option, str(number_value(job[field], field)))
     lo, hi = job.get("minimum_nodes"), job.get("maximum_nodes")
     if lo is not None or hi is not None:
-        lo_n = _number(lo, "minimum_nodes") if lo is not None else None
-        hi_n = _number(hi, "maximum_nodes") if hi is not None else None
+        lo_n = number_value(lo, "minimum_nodes") if lo is not None else None
+        hi_n = number_value(hi, "maximum_nodes") if hi is not None else None
         add("nodes", f"{lo_n or 1}-{hi_n}" if hi_n is not None else str(lo_n or 1))
     for field, option in _MEMORY.items():
         if job.get(field) is not None:
-            mb = _number(job[field], field)
+            mb = number_value(job[field], field)
             if mb is not None:
                 add(option, f"{mb}M")
     for field, option in (("time_limit", "time"), ("time_minimum", "time-min")):
         if job.get(field) is not None:
-            minutes = _number(job[field], field)
+            minutes = number_value(job[field], field)
             add(option, "UNLIMITED" if minutes is None else str(minutes))
     if job.get("tres_per_node") is not None:
         add("gres", _gres(job["tres_per_node"], "tres_per_node"))
@@ -236,7 +236,7 @@ def job_request(job: dict[str, Any], script: str | None, user: str) -> tuple[dic
     if job.get("excluded_nodes") is not None:
         add("exclude", ",".join(_strings(job["excluded_nodes"], "excluded_nodes")))
     if job.get("nice") is not None:
-        add("nice", str(_number(job["nice"], "nice")))
+        add("nice", str(number_value(job["nice"], "nice")))
     if job.get("open_mode") is not None:
         modes = _strings(job["open_mode"], "open_mode")
         if len(modes) != 1:
@@ -244,7 +244,9 @@ def job_request(job: dict[str, Any], script: str | None, user: str) -> tuple[dic
         add("open-mode", modes[0])
     if job.get("kill_warning_signal") is not None:
         sig = str(job["kill_warning_signal"])
-        delay = _number(job.get("kill_warning_delay"), "kill_warning_delay") if job.get("kill_warning_delay") else None
+        delay = (
+            number_value(job.get("kill_warning_delay"), "kill_warning_delay") if job.get("kill_warning_delay") else None
+        )
         flags = _strings(job.get("kill_warning_flags") or [], "kill_warning_flags")
         prefix = "B:" if "BATCH_JOB" in flags else ""
         add("signal", f"{prefix}{sig}" + (f"@{delay}" if delay is not None else ""))
@@ -275,7 +277,7 @@ def job_request(job: dict[str, Any], script: str | None, user: str) -> tuple[dic
     req.export = "NONE" if not environ else "ALL"
     spec = req.finish(environ, cwd or _home(user))
     if job.get("begin_time") is not None:
-        begin = _number(job["begin_time"], "begin_time")
+        begin = number_value(job["begin_time"], "begin_time")
         if begin is not None:
             spec["begin_time"] = float(begin)
     body = job.get("script") if job.get("script") is not None else script
