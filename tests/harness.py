@@ -5,6 +5,7 @@ uid via setpriv)."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,19 @@ def fill_disk(path: str) -> None:
             os.fsync(f.fileno())
         except OSError:
             pass
+
+
+def ensure_user(name: str) -> int:
+    """The uid of local user ``name``, created (no home, own group) when missing: tests that
+    act as other users call it as root."""
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        pass
+    subprocess.run(
+        ["useradd", "--no-create-home", "--shell", "/bin/sh", "--user-group", name], check=True, capture_output=True
+    )
+    return pwd.getpwnam(name).pw_uid
 
 
 class Harness:

@@ -5,7 +5,6 @@ root) who get their tokens from ``scontrol token``, as a user would."""
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -17,23 +16,12 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from harness import Harness
+from harness import Harness, ensure_user
 from muster.cluster.local import ClusterShape
 
 ALICE, BOB = "musterrest-alice", "musterrest-bob"
 V = "/slurm/v0.0.40"
 DB = "/slurmdb/v0.0.40"
-
-
-def _ensure_user(name: str) -> int:
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        pass
-    subprocess.run(
-        ["useradd", "--no-create-home", "--shell", "/bin/sh", "--user-group", name], check=True, capture_output=True
-    )
-    return pwd.getpwnam(name).pw_uid
 
 
 def free_port() -> int:
@@ -98,7 +86,7 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) ->
 def rest_world() -> Iterator[Rest]:
     if os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("setpriv") is None:
         pytest.skip("the REST suite runs as root: it creates two unprivileged users")
-    alice, bob = _ensure_user(ALICE), _ensure_user(BOB)
+    alice, bob = ensure_user(ALICE), ensure_user(BOB)
     h = Harness(
         ClusterShape(nodes=2, gpus_per_node=2, cpus_per_node=4, mem_per_node=8000),
         settings={"PrivateData": "jobs"},

@@ -13,7 +13,6 @@ import http.client
 import os
 import pwd
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,7 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from harness import Harness
+from harness import Harness, ensure_user
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
@@ -31,17 +30,6 @@ CHROMEDRIVER = os.environ.get("MUSTER_TEST_CHROMEDRIVER", "/usr/bin/chromedriver
 USER = "musterdash-user"
 
 
-def _ensure_user(name: str) -> int:
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        pass
-    subprocess.run(
-        ["useradd", "--no-create-home", "--shell", "/bin/sh", "--user-group", name], check=True, capture_output=True
-    )
-    return pwd.getpwnam(name).pw_uid
-
-
 @pytest.fixture(scope="module")
 def user() -> int | None:
     """An unprivileged user to sign in as (root creates one); None: this process's user."""
@@ -49,7 +37,7 @@ def user() -> int | None:
         return None
     if shutil.which("useradd") is None or shutil.which("setpriv") is None:
         pytest.skip("signing in as a user other than root needs useradd and setpriv")
-    return _ensure_user(USER)
+    return ensure_user(USER)
 
 
 @pytest.fixture(scope="module")

@@ -4,15 +4,13 @@ unprivileged users (alice and bob) created for it when the suite runs as root.""
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from harness import Harness
+from harness import Harness, ensure_user
 from muster.cluster.local import ClusterShape
 
 ALICE, BOB = "mustersec-alice", "mustersec-bob"
@@ -31,24 +29,13 @@ class Users:
     bob: int
 
 
-def _ensure_user(name: str) -> int:
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        pass
-    subprocess.run(
-        ["useradd", "--no-create-home", "--shell", "/bin/sh", "--user-group", name], check=True, capture_output=True
-    )
-    return pwd.getpwnam(name).pw_uid
-
-
 @pytest.fixture(scope="session")
 def users() -> Users:
     if os.geteuid() != 0:
         pytest.skip("the security suite runs as root: it creates two unprivileged users")
     if shutil.which("useradd") is None or shutil.which("setpriv") is None:
         pytest.skip("the security suite needs useradd and setpriv to act as other users")
-    return Users(_ensure_user(ALICE), _ensure_user(BOB))
+    return Users(ensure_user(ALICE), ensure_user(BOB))
 
 
 @pytest.fixture(scope="module")
