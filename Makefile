@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LAUNCHERS := $(VENV)/.launchers
+TORCHX := $(VENV)/torchx
 STATE ?= $(CURDIR)/.muster-demo
 PYTEST_ARGS ?=
 # Real Slurm for `make bench`'s side-by-side table, where the workplace has its anchor
@@ -12,7 +13,7 @@ SLURM_ANCHOR ?= $(wildcard $(CURDIR)/../shared/tools/slurm-anchor)
 
 .PHONY: install test test-unit test-fast demo down bench lint clean
 
-install: $(STAMP) $(LAUNCHERS)
+install: $(STAMP) $(LAUNCHERS) $(TORCHX)/.installed
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -31,6 +32,13 @@ $(STAMP): pyproject.toml
 $(LAUNCHERS): $(STAMP) src/muster/cli/launchers.py
 	$(BIN)/python -I -m muster.cli.launchers $(BIN)
 	touch $(LAUNCHERS)
+
+# torchx, a client the e2e tests drive (tests/e2e/test_torchx.py), pins urllib3 below 1.27
+# while the test tools need urllib3 2: it gets a directory of its own, put in front of the
+# venv's packages only for the torchx commands that test runs.
+$(TORCHX)/.installed: $(STAMP)
+	$(BIN)/pip install --quiet --no-warn-conflicts --target $(TORCHX) torchx==0.7.0
+	touch $@
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

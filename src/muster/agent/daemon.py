@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster import __version__
-from muster.agent import gpus
+from muster.agent import gpus, nodeident
 from muster.agent.affinity import CpuLedger, task_affinity
 from muster.agent.app import build_app
 from muster.agent.env import EnvContext
@@ -168,6 +168,10 @@ class AgentDaemon:
         )
         with open(os.path.join(self.state.root, "musterd.pid"), "w") as f:
             f.write(f"{os.getpid()}\n")
+        try:  # an emulated node's jobs see its host name (NodeHostnames)
+            nodeident.configure(self.config, self.node, self.state.root)
+        except OSError as exc:
+            raise StartupError(str(exc)) from None
         path = socket_path(self.config, self.node.name, self.state.root)
         if len(path.encode()) > UNIX_PATH_MAX:
             raise StartupError(f"socket path {path} is too long for a Unix socket; set AgentSocketDir")

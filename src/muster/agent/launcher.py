@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from muster.agent import spawn
+from muster.agent import nodeident, spawn
 from muster.agent.pipes import read_pipe
 from muster.agent.spawn import JOB_FAULT, NODE_FAULT
 from muster.core import outputs
@@ -92,6 +92,7 @@ class LaunchPlan:
     spool: str = ""
     cpus: list[int] | None = None  # the job's CPUs on this node, when it is pinned to them
     exit_path: str = ""  # where the monitor leaves the exit status (``StateDir.exit_path``)
+    node: str = ""
 
 
 def user_entry(job: Mapping[str, Any]) -> pwd.struct_passwd:
@@ -163,6 +164,7 @@ def prepare(
         append=append,
         umask=umask,
         spool=spool,
+        node=node,
     )
 
 
@@ -289,6 +291,7 @@ def _job_spec(plan: LaunchPlan, close_first: tuple[int, ...]) -> spawn.ChildSpec
         close_first=close_first,
         exec_own=not (plan.spool and plan.exe.startswith(plan.spool + os.sep)),  # not our script
         failure_exit=127,
+        identity=nodeident.for_node(plan.node),
     )
 
 

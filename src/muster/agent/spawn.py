@@ -7,7 +7,9 @@ which never returns. It does, in this order, and nothing else:
 1. closes ``close_first`` (descriptors of the parent's that the child must not hold);
 2. ``setsid()``: the child leads its own session and process group (pid = pgid = sid), so
    that signals reach the whole job and the agent's own signals never do; with
-   ``terminal`` (``srun --pty``) it then takes that terminal as its controlling one;
+   ``terminal`` (``srun --pty``) it then takes that terminal as its controlling one; with
+   ``identity`` (an emulated node's, ``agent.nodeident``) it enters namespaces of its own
+   where the host name and /etc/hosts are the node's;
 3. ``setgroups``, ``setgid``, ``setuid`` when ``groups`` is set (the agent is root and the
    user is another); from here on it cannot regain root;
 4. ``umask`` when one is given, and ``chdir(cwd)`` as the user: a directory the user cannot
@@ -43,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from muster.agent import affinity
+from muster.agent import affinity, nodeident
 
 __all__ = [
     "JOB_FAULT",
@@ -131,6 +133,7 @@ class ChildSpec:
     search_path: bool = False  # execvpe (the env's PATH) rather than execve
     exec_own: bool = True  # a failing exec is the job's fault (not the agent's own script)
     failure_exit: int | None = 127  # None: the errno
+    identity: nodeident.NodeIdentity | None = None  # an emulated node's host name (as root)
 
 
 def ignored_signals() -> list[signal.Signals]:
@@ -179,6 +182,9 @@ def become(spec: ChildSpec, report_fd: int) -> NoReturn:
         if spec.terminal is not None:
             step = "taking the terminal"
             fcntl.ioctl(spec.terminal, termios.TIOCSCTTY, 0)
+        if spec.identity is not None:
+            step = f"taking the host name {spec.identity.hostname}"
+            nodeident.enter(spec.identity)
         if spec.groups is not None:
             step = words.identity.format(uid=spec.uid, gid=spec.gid)
             os.setgroups(spec.groups)

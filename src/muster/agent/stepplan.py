@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from muster.agent import spawn
+from muster.agent import nodeident, spawn
 from muster.agent.affinity import CpuLedger, binding_env
 from muster.agent.env import EnvContext
 from muster.agent.localstep import Step
@@ -298,4 +298,5 @@ def child_spec(
         close_after=tuple(fd for pair in pipes.values() for fd in pair),
         search_path=True,
         failure_exit=None,
+        identity=nodeident.for_node(plan.node),
     )

@@ -57,7 +57,7 @@ UnkillableStepProgram UnkillableStepTimeout UsePam VSizeFactor WaitTime X11Param
 DefaultStorageHost DefaultStorageLoc DefaultStoragePass DefaultStoragePort DefaultStorageType
 DefaultStorageUser
 AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInterval
-GpuFaultFile GpuHealthCheckInterval
+GpuFaultFile GpuHealthCheckInterval NodeHostnames
 AccountingStorageURL
 ExpediteHoldTime
 MetricsType LogFormat
