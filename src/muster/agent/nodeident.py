@@ -63,6 +63,7 @@ class NodeIdentity:
 
 
 _IDENTITIES: dict[str, NodeIdentity] = {}  # node name -> its identity (hosted nodes share the process)
+_PROBED: tuple[str | None] | None = None  # what the probe said, once it ran
 
 
 def for_node(node: str) -> NodeIdentity | None:
@@ -133,6 +134,7 @@ def configure(cfg: Config, node: NodeConf, state_root: str) -> NodeIdentity | No
     """Decide whether ``node``'s jobs get their own host name (see the module docstring);
     write its hosts file under ``state_root``. Raises OSError when ``NodeHostnames=yes``
     cannot be honoured."""
+    global _PROBED
     mode = (cfg.get(SETTING) or "auto").strip().lower()
     _IDENTITIES.pop(node.name, None)
     if mode not in ("auto", "yes", "no"):
@@ -153,7 +155,9 @@ def configure(cfg: Config, node: NodeConf, state_root: str) -> NodeIdentity | No
     os.chmod(path + ".new", 0o644)
     os.replace(path + ".new", path)
     identity = NodeIdentity(hostname=node.hostname, hosts_file=path)
-    why = _probe(identity)
+    if _PROBED is None or forced:  # once per process: the nodes it hosts share its kernel
+        _PROBED = (_probe(identity),)
+    why = _PROBED[0]
     if why is not None:
         if forced:
             raise OSError(f"{SETTING}=yes: cannot give the jobs of {node.name} their own host name: {why}")

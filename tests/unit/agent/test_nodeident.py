@@ -92,7 +92,9 @@ def test_yes_on_a_machine_that_refuses_namespaces_stops_the_agent(
 ) -> None:
     cfg = parse_config(CONF + "NodeHostnames=yes\n")
     monkeypatch.setattr(nodeident, "_probe", lambda identity: "unshare: Operation not permitted")
+    monkeypatch.setattr(nodeident, "_PROBED", None)
     with pytest.raises(OSError, match="NodeHostnames=yes: cannot give the jobs of node1 their own host name"):
         nodeident.configure(cfg, cfg.nodes[0], str(tmp_path))
     cfg = parse_config(CONF)
     assert nodeident.configure(cfg, cfg.nodes[0], str(tmp_path)) is None  # auto: the machine's name
+    assert nodeident.configure(cfg, cfg.nodes[1], str(tmp_path)) is None  # probed once per process
