@@ -155,13 +155,14 @@ REFUSED: dict[str, list[list[str]]] = {
         ["keygen", ""],
     ],
 }
-# Arguments that may be accepted: only "no traceback" is asserted. Some of these Slurm
-# refuses and muster does not yet (NOT_YET); format widths are capped (cli.common).
-NOT_YET: dict[str, list[list[str]]] = {
+# Arguments that may be accepted: only "no traceback" is asserted. Format widths are capped
+# (cli.common). Slurm accepts these too: sprio prints a format without % as text, and sinfo
+# reads -S one character at a time, passing over those that name no field.
+SLURM_ACCEPTS: dict[str, list[list[str]]] = {
     "sprio": [["-w", "-o", "bogus"]],
     "sinfo": [["-S", JUNK]],
 }
-# Refused since they were on NOT_YET (Slurm refuses them too).
+# Refused since an earlier session, as Slurm refuses them.
 FORMERLY_ACCEPTED: dict[str, list[list[str]]] = {
     "sacct": [["-j", "1_"], ["-j", "1."], ["--units=Q"], ["-j", "1." + HUGE]],
     "sacctmgr": [
@@ -185,7 +186,7 @@ TOLERATED: dict[str, list[list[str]]] = {
     "sacctmgr": [["list", "user", "format=user" + WIDE]],
 }
 for _table in (
-    NOT_YET,
+    SLURM_ACCEPTS,
     {
         "sbatch": [["-J", JUNK, "--hold", "--wrap=true"], ["--comment", LONG, "--hold", "--wrap=true"]],
         "squeue": [["-u", JUNK], ["-n", LONG], ["-p", JUNK], ["-w", "node[1-2]"]],

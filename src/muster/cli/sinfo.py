@@ -36,6 +36,9 @@ from muster.cli.sinfo_fields import (
     base_state,
     columns_from_format,
     columns_from_long_format,
+    node_key,
+    parse_sort,
+    sort_rows,
     state_filter_names,
     state_rank,
 )
@@ -85,11 +88,7 @@ OPTIONS: tuple[Opt, ...] = (
 )
 
 
-def _name_key(name: str) -> tuple:
-    """Numeric-aware order for node names (node2 before node10)."""
-    head = name.rstrip("0123456789")
-    tail = name[len(head) :]
-    return (head, int(tail) if tail else -1, name)
+_name_key = node_key  # numeric-aware order for node names (node2 before node10)
 
 
 def build_rows(parts: list[dict], nodes: list[dict], cols: list[Column], node_view: bool, summary: bool) -> list[Row]:
@@ -143,6 +142,7 @@ class Request:
         "dead",
         "json",
         "iterate",
+        "sort",
     )
 
     def __init__(self) -> None:
@@ -160,6 +160,7 @@ class Request:
         self.dead = False
         self.json = False
         self.iterate: float | None = None
+        self.sort: list[tuple[str, bool]] = []
 
 
 _KNOWN_STATES = frozenset(
@@ -222,6 +223,8 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
             if bad or (req.states_all and "," in text):
                 raise CommandError(f"Invalid node state specified: {bad[0] if bad else value}")
             req.states = None if "all" in states else states
+        elif key == "sort":
+            req.sort = parse_sort(value or "")
         elif key == "json":
             req.json = True
         elif key == "yaml":
@@ -285,6 +288,8 @@ def report_lines(parts: list[dict], nodes: list[dict], req: Request, now: float 
         rows = build_rows(parts, chosen, req.cols, req.node_view, req.summary)
         if filtered:
             rows = [r for r in rows if r.nodes]
+    if req.sort:
+        rows = sort_rows(rows, req.sort)
     lines = render(rows, req.cols, req.header, least=MIN_NAME_FIELD)
     if req.long or req.iterate is not None:
         import time

@@ -354,3 +354,50 @@ def columns_from_long_format(spec: str) -> list[Column]:
     for c in cols:
         c.key = LONG_NAMES[c.key]  # type: ignore[index]  # rows are grouped by letters
     return cols
+
+
+def parse_sort(spec: str) -> list[tuple[str, bool]]:
+    """``-S``: read as Slurm does, one character at a time: each format letter sorts, one
+    after ``-`` in descending order, ``#P`` the partitions in their configured order; commas,
+    ``+`` and characters that name no field are passed over, not refused. Returns
+    (key, descending) pairs, first key first; the key is the letter, or ``#P``."""
+    keys = []
+    for i, char in enumerate(spec):
+        if char in ",#+-" or char not in FIELDS:
+            continue
+        before = spec[i - 1] if i else ""
+        keys.append(("#P" if char == "P" and before == "#" else char, before == "-"))
+    return keys
+
+
+def _sort_value(letter: str, row: Row) -> tuple[int, float, str]:
+    text = str(FIELDS[letter][1](row))  # type: ignore[operator]
+    try:
+        return (0, float(text), text)
+    except ValueError:
+        return (1, 0.0, text)
+
+
+def sort_rows(rows: list[Row], keys: list[tuple[str, bool]]) -> list[Row]:
+    """Rows in ``-S`` order: stable, the last key first; numbers compare as numbers, node
+    names by their numbers (node2 before node10), states by rank."""
+    configured: dict[str, int] = {}  # the rows come in the partitions' configured order
+    for row in rows:
+        configured.setdefault(_part_name(row, star=False), len(configured))
+    out = list(rows)
+    for key, descending in reversed(keys):
+        if key == "#P":
+            out.sort(key=lambda row: configured[_part_name(row, star=False)], reverse=descending)
+        elif key in ("t", "T"):  # by state, as the default order (-t) ranks them
+            out.sort(key=lambda row: state_rank(row.nodes[0]) if row.nodes else 0, reverse=descending)
+        elif key == "N":
+            out.sort(key=lambda row: [node_key(str(n.get("name"))) for n in row.nodes], reverse=descending)
+        else:
+            out.sort(key=lambda row, key=key: _sort_value(key, row), reverse=descending)  # type: ignore[misc]
+    return out
+
+
+def node_key(name: str) -> tuple[str, int, str]:
+    head = name.rstrip("0123456789")
+    tail = name[len(head) :]
+    return (head, int(tail) if tail else -1, name)

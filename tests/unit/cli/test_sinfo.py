@@ -140,3 +140,19 @@ def test_unknown_option(capsys, reference) -> None:
     _, stderr = reference("fmt_err_sinfo_unknown_option.txt")
     assert sinfo.main(["--bogus"]) == 1
     assert capsys.readouterr().err == stderr
+
+
+def test_sort_reads_letters_as_slurm_does_and_passes_over_the_rest(partitions, nodes) -> None:
+    nodes[2].update(drain=True, reason="maintenance")  # node3 drained
+    default = _lines(partitions, nodes, ["-p", "gpu", "-h"])
+    # Slurm's default is "#P,-t"; "t" ascending reverses the state order.
+    assert _lines(partitions, nodes, ["-p", "gpu", "-h", "-S", "#P,-t"]) == default
+    assert _lines(partitions, nodes, ["-p", "gpu", "-h", "-S", "t"]) == default[::-1]
+    # Each character is a letter or passed over: Slurm refuses nothing here.
+    assert sorted(_lines(partitions, nodes, ["-p", "gpu", "-h", "-S", "junk!"])) == sorted(default)
+    by_name = _lines(partitions, nodes, ["-N", "-h", "-S", "-N", "-o", "%N"])
+    assert by_name == sorted(by_name, key=lambda n: int(n.strip()[4:]), reverse=True)
+    by_count = _lines(partitions, nodes, ["-h", "-S", "-D", "-o", "%D %P"])
+    assert [int(line.split()[0]) for line in by_count] == sorted(
+        (int(line.split()[0]) for line in by_count), reverse=True
+    )
