@@ -170,6 +170,54 @@ def test_submitit_multi_task_job_sees_its_ranks(client_env: Harness, folder: str
     assert all(len(r["hostnames"]) == 2 for r in results)
 
 
+HYDRA_APP = """\
+import os, socket
+import hydra
+
+@hydra.main(version_base=None, config_path=None, config_name=None)
+def main(cfg) -> float:
+    print(f"x={cfg.x} array={os.environ['SLURM_ARRAY_TASK_ID']} on {socket.gethostname()}", flush=True)
+    return float(cfg.x) * 2
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_hydras_submitit_launcher_sweeps_as_a_job_array(client_env: Harness, folder: str) -> None:
+    """hydra-submitit-launcher 1.2.0: ``--multirun hydra/launcher=submitit_slurm`` submits one
+    array (its folder ``.submitit/%j``, tasks through srun) and waits for every result."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    with open(os.path.join(folder, "app.py"), "w") as f:
+        f.write(HYDRA_APP)
+    out = client_env.run(
+        [
+            sys.executable,
+            "app.py",
+            "--multirun",
+            "hydra/launcher=submitit_slurm",
+            "+x=1,2,3",
+            "hydra.launcher.timeout_min=5",
+            "hydra.sweep.dir=sweep",
+        ],
+        cwd=folder,
+        timeout=400,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    logs = sorted(
+        os.path.join(d, name)
+        for d, _, names in os.walk(os.path.join(folder, "sweep", ".submitit"))
+        for name in names
+        if name.endswith("_0_log.out")
+    )
+    assert len(logs) == 3, logs
+    printed = sorted(line for path in logs for line in open(path).read().splitlines() if line.startswith("x="))
+    assert [line.split(" on ")[0] for line in printed] == ["x=1 array=0", "x=2 array=1", "x=3 array=2"]
+    array_id = os.path.basename(os.path.dirname(logs[0])).split("_")[0]
+    states = client_env.run(["sacct", "-X", "-n", "--parsable2", "-o", "JobID,State", "-j", array_id])
+    assert sorted(states.stdout.split()) == [f"{array_id}_{i}|COMPLETED" for i in range(3)]
+
+
 @pytest.mark.parametrize("use_srun", [False, True])
 def test_submitit_checkpointable_job_is_requeued_at_its_limit_and_resumes(
     client_env: Harness, folder: str, use_srun: bool
