@@ -122,6 +122,8 @@ class Supervisor:
         self.killpg = killpg
         self.jobs: dict[int, Tracked] = {}
         self._launching: set[int] = set()
+        # A terminate that arrived while its job was still launching: applied once it runs.
+        self._deferred: dict[int, tuple[str, float | None, int | None]] = {}
         self._tombstones: dict[tuple[int, int], float] = {}
         self._wake = asyncio.Event()
         self.instance = instance or "musterd"
@@ -204,9 +206,12 @@ class Supervisor:
             self.state.save_job(t.record())
         finally:
             self._launching.discard(job_id)
+            deferred = self._deferred.pop(job_id, None)
         log.info("job %s: started pid %s as uid %s", job_id, t.pid, t.uid)
         t.task = asyncio.create_task(self._watch(t), name=f"job-{job_id}")
         self._wake.set()
+        if deferred is not None:  # cancelled while it was starting: it ends now
+            self.terminate(job_id, *deferred)
 
     def spawn(self, work: Any) -> None:
         """Run a coroutine in the background, holding on to it until it is done."""
@@ -273,7 +278,7 @@ class Supervisor:
             )
             return False
         if t is None:
-            self._terminate_absent(job_id, reason, restart_count)
+            self._terminate_absent(job_id, reason, restart_count, kill_wait)
             return False
         if t.terminated_by is None:
             t.terminated_by = reason
@@ -291,8 +296,16 @@ class Supervisor:
         self._wake.set()
         return True
 
-    def _terminate_absent(self, job_id: int, reason: str, restart_count: int | None) -> None:
-        if reason == "cleanup" or restart_count is None or job_id in self._launching:
+    def _terminate_absent(
+        self, job_id: int, reason: str, restart_count: int | None, kill_wait: float | None = None
+    ) -> None:
+        if reason == "cleanup" or restart_count is None:
+            return
+        if job_id in self._launching:
+            # The terminate overtook its launch (both in flight at once): the launch must not
+            # leave a cancelled job running, so the job is ended as soon as it runs.
+            log.info("job %s: terminate (%s) arrived while it was starting; applied once it runs", job_id, reason)
+            self._deferred[job_id] = (reason, kill_wait, restart_count)
             return
         if self.state.has_report(job_id, restart_count):
             return  # it ended here already; its report is on its way

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from muster.agent import supervisor as supervisor_module
 from muster.agent.env import EnvContext
 from muster.agent.launcher import LaunchError
 from muster.agent.proctree import ProcInfo
@@ -233,3 +235,29 @@ def test_a_job_with_steps_here_has_only_their_tasks_signalled(
     clock.advance(51)
     sup.check_limits()
     assert seen[-1] == (5, signal.SIGUSR2) and world.take() == []
+
+
+def test_a_terminate_that_overtakes_its_launch_ends_the_job_once_it_runs(
+    sup: Supervisor, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's launch and a cancel right after it travel at once; the cancel may
+    reach the agent while the launch is still starting the job. The job must not run on."""
+
+    async def start(plan: Any) -> Any:
+        assert sup.terminate(9, "cancel", restart_count=0) is False  # arrives mid-launch
+        return SimpleNamespace(pid=LEADER)
+
+    monkeypatch.setattr(supervisor_module.launcher, "start", start)
+    monkeypatch.setattr(supervisor_module.proctree, "process_start_ticks", lambda pid: 1)
+    monkeypatch.setattr(sup, "_plan", lambda job, tag: SimpleNamespace(uid=1000, stderr=None, exit_path=None))
+
+    async def launch() -> Tracked:
+        await sup.launch({"job_id": 9, "restart_count": 0, "uid": 1000, "spec": {}})
+        tracked = sup.jobs[9]
+        assert tracked.task is not None
+        tracked.task.cancel()
+        return tracked
+
+    tracked = asyncio.run(launch())
+    assert tracked.terminated_by == "cancel" and tracked.kill_at is not None
+    assert (-LEADER, signal.SIGTERM) in world.take()
