@@ -121,8 +121,7 @@ class Supervisor:
         self.kill = kill
         self.killpg = killpg
         self.jobs: dict[int, Tracked] = {}
-        self._launching: set[int] = set()
-        # A terminate that arrived while its job was still launching: applied once it runs.
+        self._launching: set[int] = set()  # and the terminates that overtook those launches:
         self._deferred: dict[int, tuple[str, float | None, int | None]] = {}
         self._tombstones: dict[tuple[int, int], float] = {}
         self._wake = asyncio.Event()
@@ -296,14 +295,10 @@ class Supervisor:
         self._wake.set()
         return True
 
-    def _terminate_absent(
-        self, job_id: int, reason: str, restart_count: int | None, kill_wait: float | None = None
-    ) -> None:
+    def _terminate_absent(self, job_id: int, reason: str, restart_count: int | None, kill_wait: float | None) -> None:
         if reason == "cleanup" or restart_count is None:
             return
-        if job_id in self._launching:
-            # The terminate overtook its launch (both in flight at once): the launch must not
-            # leave a cancelled job running, so the job is ended as soon as it runs.
+        if job_id in self._launching:  # it overtook its launch: the job ends once it runs
             log.info("job %s: terminate (%s) arrived while it was starting; applied once it runs", job_id, reason)
             self._deferred[job_id] = (reason, kill_wait, restart_count)
             return

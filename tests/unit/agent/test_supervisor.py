@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from muster.agent import supervisor as supervisor_module
+from muster.agent import launcher, proctree
 from muster.agent.env import EnvContext
 from muster.agent.launcher import LaunchError
 from muster.agent.proctree import ProcInfo
@@ -247,8 +247,8 @@ def test_a_terminate_that_overtakes_its_launch_ends_the_job_once_it_runs(
         assert sup.terminate(9, "cancel", restart_count=0) is False  # arrives mid-launch
         return SimpleNamespace(pid=LEADER)
 
-    monkeypatch.setattr(supervisor_module.launcher, "start", start)
-    monkeypatch.setattr(supervisor_module.proctree, "process_start_ticks", lambda pid: 1)
+    monkeypatch.setattr(launcher, "start", start)
+    monkeypatch.setattr(proctree, "process_start_ticks", lambda pid: 1)
     monkeypatch.setattr(sup, "_plan", lambda job, tag: SimpleNamespace(uid=1000, stderr=None, exit_path=None))
 
     async def launch() -> Tracked:
