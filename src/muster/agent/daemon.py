@@ -263,6 +263,8 @@ class AgentDaemon:
             tls=self._tls[1] if self._tls else None,
         )
         base = self.client.url(cfg.ctld_addr, cfg.ctld_port)
+        # with backup controllers, posts to ``base`` reach whichever is active
+        self.client.use_controllers([self.client.url(addr, cfg.ctld_port) for _h, addr in cfg.ctld_addrs])
         self.link = ControllerLink(
             client=self.client,
             base_url=base,

@@ -130,6 +130,7 @@ async def serve_nodes(daemons: list[AgentDaemon], clock: Clock | None = None) ->
             timeout=float(config.message_timeout),
             sender=compress(d.node.name for d in daemons),
         )
+        client.use_controllers([client.url(addr, config.ctld_port) for _h, addr in config.ctld_addrs])
         batch = HeartbeatBatch(client, client.url(config.ctld_addr, config.ctld_port))
         for daemon in daemons:
             daemon.send_heartbeat = batch.send

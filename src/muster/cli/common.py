@@ -137,6 +137,7 @@ _CLIENT_KEYS = {
         "AdminUsers",
         "TLSType",
         "TLSParameters",
+        "SlurmctldTimeout",
     )
 }
 
@@ -163,11 +164,31 @@ def conf_path(environ: dict[str, str] | None = None) -> str:
 class ClientSettings:
     """The configuration as the commands see it (defaults as in ``muster.core.config``)."""
 
-    __slots__ = ("path", "settings")
+    __slots__ = ("path", "settings", "ctld_hosts")
 
-    def __init__(self, path: str, settings: dict[str, str]) -> None:
+    def __init__(self, path: str, settings: dict[str, str], ctld_hosts: list[str] | None = None) -> None:
         self.path = path
         self.settings = settings
+        # every SlurmctldHost, the primary first (backups follow: high availability)
+        self.ctld_hosts = ctld_hosts or ([settings["SlurmctldHost"]] if "SlurmctldHost" in settings else [])
+
+    @property
+    def controllers(self) -> list[tuple[str, str]]:
+        """(host, address) of each SlurmctldHost, the primary first."""
+        out = []
+        for entry in self.ctld_hosts:
+            name, _, rest = entry.partition("(")
+            out.append((name, rest.rstrip(")") or name))
+        return out or [self._host_addr()]
+
+    def ctld_socket_for(self, index: int) -> str:
+        """The Unix socket of controller ``index`` (a backup's has ``.N`` added)."""
+        return self.ctld_socket if index == 0 else f"{self.ctld_socket}.{index}"
+
+    @property
+    def slurmctld_timeout(self) -> float:
+        raw = self.settings.get("SlurmctldTimeout", "120")
+        return float(raw) if raw.isdigit() else 120.0
 
     @property
     def cluster_name(self) -> str:
@@ -225,6 +246,7 @@ class ClientSettings:
 def parse_client_settings(text: str, path: str) -> ClientSettings:
     """Read the global keys the commands need from slurm.conf-style text."""
     settings: dict[str, str] = {}
+    hosts: list[str] = []
     pending = ""
     for raw in text.split("\n"):
         line = pending + raw
@@ -255,9 +277,10 @@ def parse_client_settings(text: str, path: str) -> ClientSettings:
                 continue
             if canon == "SlurmctldHost":
                 settings.setdefault(canon, value)  # the first one is the primary
+                hosts.append(value)
             else:
                 settings[canon] = value
-    return ClientSettings(path, settings)
+    return ClientSettings(path, settings, hosts)
 
 
 def _pairs(line: str) -> list[tuple[str, str]]:
@@ -336,6 +359,10 @@ class Controller:
     def call(self, method: str, path: str, body: object = None) -> dict:
         from muster.protocol.client import request
 
+        if len(self.settings.ctld_hosts) > 1:  # a primary and backups: whichever is active
+            from muster.cli.failover import call_active
+
+            return call_active(self.settings, method, path, body, self.timeout, agent_credential)
         headers = self.headers
         if self.calls and self.address is not None and headers and "X-Muster-Credential" in headers:
             # A credential is accepted once: each further request over TCP gets a fresh one.

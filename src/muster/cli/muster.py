@@ -43,6 +43,15 @@ def _parser() -> argparse.ArgumentParser:
         "a thousand nodes on one small machine: each is still its own node, and killing its agent "
         "process takes all of them down, like a rack)",
     )
+    up.add_argument(
+        "--backup-controllers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also start N standby controllers (SlurmctldHost lines after the primary, on 127.1.0.1...); "
+        "they share the PostgreSQL store, so name one with --conf-extra AccountingStorageURL=postgresql://... "
+        "(docs/deploy.md, high availability)",
+    )
     up.add_argument("--gpus-per-node", type=_positive, default=8, help="emulated GPUs per node (default 8)")
     up.add_argument("--cpus-per-node", type=_positive, default=32, help="CPUs per node (default 32)")
     up.add_argument("--mem-per-node", type=_positive, default=128000, help="memory per node in MB (default 128000)")
@@ -230,6 +239,29 @@ def _state_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backup_problem(backups: int, extra: dict[str, str]) -> str | None:
+    """Why ``--backup-controllers`` cannot be honoured with these settings, or None."""
+    if backups == 0:
+        return None
+    if not 0 < backups <= 8:
+        return "--backup-controllers must be from 0 to 8"
+    keys = {k.lower(): v for k, v in extra.items()}
+    pg = keys.get("accountingstorageurl") or keys.get("accountingstoragetype", "").lower() in (
+        "accounting_storage/postgresql",
+        "accounting_storage/pgsql",
+    )
+    if not pg:
+        return (
+            "--backup-controllers needs the PostgreSQL store, which the controllers share: "
+            "add --conf-extra AccountingStorageURL=postgresql://USER@HOST:PORT/DB"
+        )
+    from muster.cluster.local import _loopback_alias_works, backup_addr
+
+    if not _loopback_alias_works(backup_addr(1)):
+        return f"--backup-controllers needs loopback addresses beyond 127.0.0.1 ({backup_addr(1)} cannot be bound here)"
+    return None
+
+
 def _cluster_command(args: argparse.Namespace) -> int:
     from muster.cluster.local import ClusterShape, LocalCluster
 
@@ -252,6 +284,10 @@ def _cluster_command(args: argparse.Namespace) -> int:
         if isinstance(extra, str):
             print(f"muster: error: {extra}", file=sys.stderr)
             return 2
+        problem = _backup_problem(args.backup_controllers, extra)
+        if problem:
+            print(f"muster: error: {problem}", file=sys.stderr)
+            return 2
         topology = None
         if args.topology:
             try:
@@ -273,6 +309,7 @@ def _cluster_command(args: argparse.Namespace) -> int:
                     args.mem_per_node,
                     args.gpu_type,
                     nodes_per_agent=args.nodes_per_agent,
+                    backup_controllers=args.backup_controllers,
                 ),
                 extra,
                 topology,

@@ -287,19 +287,6 @@ def show_config() -> int:
     return 0
 
 
-def ping() -> int:
-    from muster.protocol.client import ApiError, ConnectError
-
-    settings = load_settings(PROG)
-    try:
-        connect(PROG, settings).get("/v1/ping")
-    except (ApiError, ConnectError):
-        sys.stdout.write(f"Slurmctld(primary) at {settings.ctld_host} is DOWN\n")
-        return 1
-    sys.stdout.write(f"Slurmctld(primary) at {settings.ctld_host} is UP\n")
-    return 0
-
-
 def _id_list(words: list[str]) -> list[str]:
     out = []
     for word in words:
@@ -454,7 +441,13 @@ def run(words: list[str], flags: Flags) -> int:
     if _matches(cmd, "update", 1):
         return update(rest, flags)
     if _matches(cmd, "ping", 2):
+        from muster.cli.scontrol_ha import ping
+
         return ping()
+    if cmd == "takeover":
+        from muster.cli.scontrol_ha import takeover
+
+        return takeover(rest)
     if _matches(cmd, "version", 4):
         sys.stdout.write(version_line() + "\n")
         return 0
@@ -475,7 +468,6 @@ def run(words: list[str], flags: Flags) -> int:
         "suspend",
         "resume",
         "shutdown",
-        "takeover",
         "create",
         "delete",
         "reboot",

@@ -51,6 +51,7 @@ class ClusterShape:
     mem_per_node: int = 128000
     gpu_type: str | None = None
     nodes_per_agent: int = 1  # nodes hosted by one agent process (muster.agent.host)
+    backup_controllers: int = 0  # standby controllers (high availability: PostgreSQL store)
 
 
 @dataclass
@@ -82,6 +83,11 @@ def _loopback_alias_works(addr: str) -> bool:
 ADDRS_PER_BLOCK = 250  # node addresses per 127.0.B.0/24 block: .2 to .251
 
 
+def backup_addr(i: int) -> str:
+    """The loopback address of backup controller ``i`` (from 1): apart from the nodes'."""
+    return f"127.1.0.{i}"
+
+
 def node_addr(k: int) -> str:
     """The loopback address of node ``k`` (from 1) of a local cluster."""
     block, offset = divmod(k - 1, ADDRS_PER_BLOCK)
@@ -99,6 +105,7 @@ def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str]
         "# A local muster cluster written by `muster up`; slurm.conf syntax.",
         "ClusterName=muster",
         f"SlurmctldHost={socket.gethostname().split('.')[0]}(127.0.0.1)",
+        *[f"SlurmctldHost=backup{i}({backup_addr(i)})" for i in range(1, shape.backup_controllers + 1)],
         f"SlurmctldPort={ctld_port}",
         f"StateSaveLocation={state_dir}/ctld",
         f"CtldSocket={state_dir}/ctld/musterctld.sock",
@@ -110,6 +117,7 @@ def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str]
         "SelectType=select/cons_tres",
         "GresTypes=gpu",
         "SlurmdTimeout=15",
+        *(["SlurmctldTimeout=10"] if shape.backup_controllers else []),
         "KillWait=5",
         "MinJobAge=300",
         "ReturnToService=1",
@@ -246,24 +254,38 @@ class LocalCluster:
             f.write(f"{proc.pid}\n")
         return proc.pid
 
+    def controllers(self, cfg: Config | None = None) -> list[str]:
+        """The controllers' process names: the primary, then each backup."""
+        n = len((cfg or self.config()).ctld_addrs)
+        return ["musterctld"] + [f"musterctld-backup{i}" for i in range(1, n)]
+
+    def _controller_alive(self) -> int | None:
+        return next((p for name in self.controllers() if (p := self._alive(name, check_cmdline=False))), None)
+
     def start(self) -> list[str]:
         """Start whichever daemons are not running; return the names started."""
         cfg = self.config()
         started = []
-        if self._alive("musterctld") is None:
+        for index, name in enumerate(self.controllers(cfg)):
+            if self._alive(name) is not None:
+                continue
+            if index == 1 and "musterctld" in started:
+                self._wait_active(30.0)  # the primary is active first, as in Slurm
             self._spawn(
-                "musterctld",
+                name,
                 [
                     sys.executable,
                     "-m",
                     "muster.ctld.main",
                     "--conf",
                     self.conf_path,
+                    "--index",
+                    str(index),
                     "--log-file",
-                    self._logfile("musterctld"),
+                    self._logfile(name),
                 ],
             )
-            started.append("musterctld")
+            started.append(name)
         for agent, nodes in self.agents(cfg).items():
             if self._alive(agent) is None:
                 for node in nodes:
@@ -316,15 +338,46 @@ class LocalCluster:
         raise TimeoutError(f"musterrestd not listening on {host}:{port} after {timeout:.0f}s")
 
     def api(self, method: str, path: str, body: Any = None, timeout: float = 5.0) -> Any:
+        """One request to the active controller (the first that is not in standby)."""
         cfg = self.config()
-        return client.request(method, path, body, unix_path=cfg.ctld_socket, timeout=timeout)
+        last: Exception = client.ConnectError("no controller")
+        for index in range(len(cfg.ctld_addrs)):
+            try:
+                return client.request(method, path, body, unix_path=cfg.ctld_socket_for(index), timeout=timeout)
+            except client.ApiError as e:
+                if e.code != "standby":
+                    raise
+                last = e
+            except client.ConnectError as e:
+                last = e
+        raise last
+
+    def controller_modes(self) -> list[str]:
+        """Each controller's mode: "active", "standby" or "stopped"."""
+        cfg = self.config()
+        modes = []
+        for index, name in enumerate(self.controllers(cfg)):
+            mode = "stopped"
+            if self._alive(name) is not None:
+                try:
+                    answer = client.request("GET", "/v1/ping", unix_path=cfg.ctld_socket_for(index), timeout=2.0)
+                    mode = "standby" if (answer or {}).get("mode") == "standby" else "active"
+                except (client.ConnectError, client.ApiError, OSError):
+                    mode = "starting"
+            modes.append(mode)
+        return modes
+
+    def _wait_active(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and "active" not in self.controller_modes():
+            time.sleep(0.1)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until every configured node has registered and is IDLE or in use."""
         deadline = time.monotonic() + timeout
         last = "controller not answering"
         while time.monotonic() < deadline:
-            if self._alive("musterctld", check_cmdline=False) is None:
+            if self._controller_alive() is None:
                 raise RuntimeError(f"musterctld exited; see {self._logfile('musterctld')}")
             try:
                 nodes = self.api("GET", "/v1/nodes")["nodes"]
@@ -340,7 +393,7 @@ class LocalCluster:
     def stop(self, timeout: float = 10.0) -> list[str]:
         """Stop exactly this cluster's daemons, then any job processes they left behind."""
         stopped = []
-        names = ["musterrestd", "musterctld", *self.agents()]
+        names = ["musterrestd", *self.controllers(), *self.agents()]
         pids = {name: pid for name in names if (pid := self._alive(name)) is not None}
         for name, pid in pids.items():
             try:
@@ -389,22 +442,27 @@ class LocalCluster:
     def status(self) -> list[Daemon]:
         cfg = self.config()
         nodes: dict[str, dict[str, Any]] = {}
-        ctld_pid = self._alive("musterctld")
+        ctld_pid = self._controller_alive()
         if ctld_pid is not None:
             try:
                 nodes = {n["name"]: n for n in self.api("GET", "/v1/nodes")["nodes"]}
             except (client.ConnectError, client.ApiError, OSError):
                 nodes = {}
-        out = [
-            Daemon(
-                "controller",
-                "musterctld",
-                ctld_pid,
-                f"{cfg.ctld_addr}:{cfg.ctld_port}",
-                ctld_pid is not None,
-                "up" if ctld_pid is not None else "stopped",
+        names = self.controllers(cfg)
+        modes = self.controller_modes() if len(names) > 1 else []
+        out = []
+        for index, name in enumerate(names):
+            pid = self._alive(name)
+            out.append(
+                Daemon(
+                    "controller",
+                    name,
+                    pid,
+                    f"{cfg.ctld_addrs[index][1]}:{cfg.ctld_port}",
+                    pid is not None,
+                    (modes[index] if modes else "up") if pid is not None else "stopped",
+                )
             )
-        ]
         pids = {node: self._alive(agent) for agent, hosted in self.agents(cfg).items() for node in hosted}
         for node in cfg.nodes:
             pid = pids.get(node.name)

@@ -257,6 +257,11 @@ class TopologyConf:
         return "topology/block" if self.blocks else "topology/tree"
 
 
+def instance_path(path: str, index: int) -> str:
+    """A file of controller number ``index``: ``path`` for the primary, ``path.N`` else."""
+    return path if index == 0 else f"{path}.{index}"
+
+
 class Config:
     """A parsed configuration: global ``settings``, ``nodes``, ``partitions``, ``warnings``.
 
@@ -394,6 +399,27 @@ class Config:
     def ctld_socket(self) -> str:
         """Unix socket for local clients; default ``<StateSaveLocation>/musterctld.sock``."""
         return self.settings.get("CtldSocket", os.path.join(self.state_save_location, "musterctld.sock"))
+
+    def ctld_socket_for(self, index: int) -> str:
+        """The Unix socket of the controller at ``SlurmctldHost`` number ``index`` (0: the
+        primary's ``ctld_socket``; a backup's gets ``.N`` added, so that controllers of one
+        host, as ``muster up --backup-controllers`` runs them, do not share one)."""
+        return instance_path(self.ctld_socket, index)
+
+    @property
+    def ctld_addrs(self) -> list[tuple[str, str]]:
+        """(host, address) of every ``SlurmctldHost``, the primary first."""
+        out = []
+        for entry in self.ctld_hosts:
+            m = re.compile(HOST_ADDR_RE).match(entry)
+            assert m is not None  # checked while parsing
+            out.append((m.group(1), m.group(2) or m.group(1)))
+        return out or [self._ctld_host_addr()]
+
+    @property
+    def slurmctld_timeout(self) -> int:
+        """``SlurmctldTimeout``: how long a backup waits for a silent active controller."""
+        return self.get_int("SlurmctldTimeout", 120)
 
     @property
     def auth_key_file(self) -> str:

@@ -243,7 +243,9 @@ def build_routes(ctx: Context) -> list[Route]:
             jobs = ctl.hets.submit([part.to_spec() for part in body.components], who)
             ctx.kick()
             return JSONResponse({"job_id": jobs[0].job_id, "job_ids": [j.job_id for j in jobs]})
-        job = ctl.queue.submit(body.spec.to_spec(), who)
+        # the client's token for this submission: a retry after a lost answer (the controller
+        # died, a backup took over) gets the same job back (cli.failover)
+        job = ctl.queue.submit(body.spec.to_spec(), who, request.headers.get("x-muster-request"))
         ctx.kick()
         return JSONResponse({"job_id": job.job_id})
 

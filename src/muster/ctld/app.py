@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 
 from muster.core.clock import Clock, SystemClock
 from muster.core.config import Config
+from muster.core.conftypes import instance_path
 from muster.core.errors import StorageError
 from muster.core.hostlist import compress
 from muster.core.states import JobState
@@ -36,6 +37,7 @@ from muster.ctld.passlog import PassLog
 from muster.ctld.rpcstats import RpcStats
 from muster.ctld.stats import ServerStats
 from muster.ctld.steps import StepBook
+from muster.ctld.store import Store
 from muster.ctld.store_pg import open_store
 from muster.protocol.httpd import SignedClient, Verifier
 from muster.protocol.signing import CTLD
@@ -63,6 +65,8 @@ class CtldApp:
         clock: Clock | None = None,
         db_path: str | None = None,
         tls_client: ssl.SSLContext | None = None,
+        store: Store | None = None,
+        instance: int = 0,
     ) -> None:
         self.config = config
         self.tls_client = tls_client  # the context to reach agents with (TLSType=tls/muster)
@@ -70,7 +74,9 @@ class CtldApp:
         self.clock = clock or SystemClock()
         self.hostname = socket.gethostname().split(".")[0]
         path = db_path or f"{config.state_save_location}/muster.db"
-        self.store = open_store(config, path)  # SQLite, or PostgreSQL when configured
+        # SQLite, or PostgreSQL when configured; an elected controller's store is opened by
+        # ``ctld.standby`` (fenced on its lease epoch)
+        self.store = store if store is not None else open_store(config, path)
         self.controller = Controller(config, self.store, self.clock)
         self.controller.load()
         self.stats = ServerStats(self.clock.now())  # sdiag and /metrics (ctld.stats)
@@ -86,7 +92,11 @@ class CtldApp:
         gc.freeze()
         self.sched_config = SchedConfig.from_settings(dict(config.settings))
         self.verifier = Verifier(
-            key, self.clock, CTLD, f"{config.state_save_location}/replay-floor", require_cert=config.tls.enabled
+            key,
+            self.clock,
+            CTLD,
+            instance_path(f"{config.state_save_location}/replay-floor", instance),
+            require_cert=config.tls.enabled,
         )
         self.client: SignedClient | None = None
         self.dispatcher: Dispatcher | None = None

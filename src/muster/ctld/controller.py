@@ -65,3 +65,7 @@ class Controller(ClusterState):
         self.liveness = Liveness(self, self.training)
         self.resv = ReservationBook(self)
         self.preemption = Preemptions(self)
+
+    def load(self) -> None:
+        super().load()
+        self.queue.load_tokens()  # a retried submission finds the job it made (ctld.jobs)

@@ -34,29 +34,62 @@ from muster.sched.filters import BAD_PARTITION, NO_PARTITION, check_submit
 DEPENDENCY_ERROR = "Job dependency problem"  # Slurm's text for ESLURM_DEPENDENCY
 
 
+# Submissions remembered by their client's request token (``X-Muster-Request``): a client
+# that lost the answer (its controller died, a backup took over) sends the same submission
+# again and gets the same job back. The newest are kept; a retry comes within seconds.
+TOKENS_KEPT = 50_000
+TOKENS_LOADED_JOBS = 20_000  # at load: the tokens of the newest jobs this many ids back
+
+
 class JobActions:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self.tokens: dict[tuple[int, str], int] = {}
 
-    def submit(self, spec: JobSpec, who: Identity) -> Job:
-        """Accept a job (an array: all its tasks) durably; returns the (first) job."""
+    def load_tokens(self) -> None:
+        """The request tokens of recent submissions, from the store (after a takeover too)."""
+        since = self.state.next_job_id - TOKENS_LOADED_JOBS
+        for job_id, uid, token in self.state.store.submit_tokens(since):
+            self.tokens[(uid, token)] = job_id
+
+    def submitted(self, who: Identity, token: str | None) -> Job | None:
+        """The job this caller's earlier submission with ``token`` created, if any."""
+        if not token:
+            return None
+        job_id = self.tokens.get((who.uid, token))
+        if job_id is None:
+            return None
+        return self.state.jobs.get(job_id) or self.state.store.get_job(job_id)
+
+    def submit(self, spec: JobSpec, who: Identity, token: str | None = None) -> Job:
+        """Accept a job (an array: all its tasks) durably; returns the (first) job. A
+        ``token`` seen before from this caller returns the job it created instead."""
+        known = self.submitted(who, token)
+        if known is not None:
+            return known
         now = self.state.clock.now()
         array = array_spec(spec, self.state.config.max_array_size)
         job = self.prepare(spec, who, self.state.next_job_id, now)
         jobs = make_tasks(job, array) if array is not None else [job]
-        self.accept(jobs, who, now)
+        self.accept(jobs, who, now, token)
         return jobs[0]
 
-    def accept(self, jobs: list[Job], who: Identity, now: float) -> None:
+    def accept(self, jobs: list[Job], who: Identity, now: float, token: str | None = None) -> None:
         """Commit new jobs (ids from ``next_job_id`` on, in order) in one transaction, then
         take them into memory."""
         next_id = self.state.next_job_id + len(jobs)
+        first = {"uid": who.uid, "host": who.host, **({"request": token} if token else {})}
         self.state.record(
             now,
-            [(j, "submit", {"uid": who.uid, "host": who.host}) for j in jobs],
+            [(j, "submit", first if i == 0 else {"uid": who.uid, "host": who.host}) for i, j in enumerate(jobs)],
             meta={"next_job_id": str(next_id)},
         )
         self.state.next_job_id = next_id
+        if token:
+            self.tokens[(who.uid, token)] = jobs[0].job_id
+            if len(self.tokens) > TOKENS_KEPT:
+                for key in list(self.tokens)[: len(self.tokens) - TOKENS_KEPT // 2]:
+                    del self.tokens[key]
         for j in jobs:
             self.state.jobs[j.job_id] = j
         self.state.arrays.add(jobs)

@@ -25,6 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "-D", "--foreground", action="store_true", help="accepted for Slurm compatibility; always foreground"
     )
+    ap.add_argument(
+        "--index",
+        type=int,
+        default=None,
+        metavar="N",
+        help="which SlurmctldHost line this controller is (0: the primary; default: the first "
+        "whose host is this host's name, else 0)",
+    )
     ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
     args = ap.parse_args(argv)
 
@@ -36,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             raise ConfigError("; ".join(problems))
         read_topology(config, path)
+        index = controller_index(config, args.index)
         key = load_key(config.auth_key_file)
     except OSError as e:
         print(f"musterctld: error: {e.filename or path}: {e.strerror}", file=sys.stderr)
@@ -62,24 +71,54 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         logging.getLogger("musterctld").info("TLS on (TLSType=tls/muster): CA %s", config.tls.ca_cert)
     try:
-        return asyncio.run(serve(config, key, tls))
+        return asyncio.run(serve(config, key, tls, index))
     except ConfigError as e:  # a value read when the controller loads (accounting, scheduler)
         where = "" if str(e).startswith(path) else f"{path}: "
         print(f"musterctld: error: {where}{e}", file=sys.stderr)
         return 1
 
 
-async def serve(config, key, tls=None) -> int:  # type: ignore[no-untyped-def]
-    from muster.ctld.app import CtldApp
+def controller_index(config, wanted: int | None) -> int:  # type: ignore[no-untyped-def]
+    """Which ``SlurmctldHost`` this process is; several need the PostgreSQL store."""
+    from muster.core.config import ConfigError
+    from muster.ctld.store_pg import dsn_from_config
+
+    hosts = config.ctld_addrs
+    if wanted is None:
+        import socket
+
+        me = socket.gethostname().split(".")[0]
+        wanted = next((i for i, (host, _addr) in enumerate(hosts) if host.split(".")[0] == me), 0)
+    if not 0 <= wanted < len(hosts):
+        raise ConfigError(f"--index {wanted}: the configuration lists {len(hosts)} SlurmctldHost line(s)")
+    if len(config.ctld_hosts) > 1 and dsn_from_config(config) is None:
+        raise ConfigError(
+            "several SlurmctldHost lines (a primary and backups) need the PostgreSQL store, which they "
+            "share: set AccountingStorageType=accounting_storage/postgresql or AccountingStorageURL"
+        )
+    return wanted
+
+
+async def serve(config, key, tls=None, index: int = 0) -> int:  # type: ignore[no-untyped-def]
+    from muster.core.conftypes import instance_path
     from muster.protocol.httpd import bind_tcp, bind_unix, body_limit, make_server
 
     os.makedirs(config.state_save_location, exist_ok=True)
-    app = CtldApp(config, key, tls_client=tls[1] if tls else None)
-    sockets = [bind_tcp(config.ctld_addr, config.ctld_port), bind_unix(config.ctld_socket)]
+    if len(config.ctld_hosts) > 1:  # high availability: standby until elected (ctld.standby)
+        from muster.ctld.standby import HaController
+        from muster.ctld.store_pg import dsn_from_config
+
+        asgi = HaController(config, key, dsn_from_config(config), index, tls_client=tls[1] if tls else None)
+    else:
+        from muster.ctld.app import CtldApp
+
+        asgi = CtldApp(config, key, tls_client=tls[1] if tls else None).asgi
+    addr = config.ctld_addrs[index][1]
+    sockets = [bind_tcp(addr, config.ctld_port), bind_unix(config.ctld_socket_for(index))]
     server = make_server(
-        app.asgi, body_limit=body_limit(config.max_script_size), tls=tls[0] if tls else None
+        asgi, body_limit=body_limit(config.max_script_size), tls=tls[0] if tls else None
     )  # uvicorn handles SIGTERM/SIGINT: graceful stop
-    pidfile = os.path.join(config.state_save_location, "musterctld.pid")
+    pidfile = instance_path(os.path.join(config.state_save_location, "musterctld.pid"), index)
     with open(pidfile, "w") as f:
         f.write(f"{os.getpid()}\n")
     await server.serve(sockets=sockets)

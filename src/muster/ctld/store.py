@@ -154,6 +154,7 @@ class Store:
         except Exception as exc:
             raise self._storage_error(exc) from exc
         try:
+            self._fence()
             yield self.db
             self.db.execute("COMMIT")
         except BaseException as exc:
@@ -176,6 +177,10 @@ class Store:
                 yield
             finally:
                 self._joined -= 1
+
+    def _fence(self) -> None:
+        """Checked first in every transaction: the PostgreSQL store refuses to commit for
+        a controller that is no longer the active one (``PgStore.fence``)."""
 
     def _storage_error(self, exc: BaseException) -> StorageError:
         return StorageError(storage_cause(exc, self.path))
@@ -265,6 +270,20 @@ class Store:
             kinds,
         ).fetchall()
         return {int(job_id): str(kind) for job_id, kind in rows}
+
+    def submit_tokens(self, since_job_id: int) -> list[tuple[int, int, str]]:
+        """``(job_id, uid, request token)`` of the submissions from ``since_job_id`` on that
+        carried a client's token (``ctld.jobs``: a retried submission finds its job)."""
+        rows = self.db.execute(
+            "SELECT job_id, data FROM events WHERE job_id >= ? AND kind = 'submit' AND data LIKE ?",
+            (since_job_id, '%"request":%'),
+        ).fetchall()
+        out = []
+        for job_id, data in rows:
+            d = json.loads(data)
+            if d.get("request"):
+                out.append((int(job_id), int(d.get("uid", -1)), str(d["request"])))
+        return out
 
     def get_job(self, job_id: int) -> Job | None:
         row = self.db.execute("SELECT data FROM jobs WHERE job_id=?", (job_id,)).fetchone()

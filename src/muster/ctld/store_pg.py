@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from muster.core.config import Config
+from muster.core.errors import StorageError
 from muster.ctld.store import Store
 
 _PLACEHOLDER = re.compile(r"\?")
@@ -82,6 +83,10 @@ class _PgConnection:
 
 class PgStore(Store):
     dialect = "postgresql"
+    # With several controllers (``ctld.lease``): the lease epoch this one was elected with.
+    # Every transaction then first reads the lease row (holding it shared until commit) and
+    # commits nothing once another controller has taken over.
+    fence_epoch: int | None = None
 
     def __init__(self, dsn: str) -> None:  # noqa: D107 - Store's contract
         import psycopg
@@ -89,6 +94,22 @@ class PgStore(Store):
         self.path = _redact(dsn)
         self.db = _PgConnection(psycopg.connect(dsn, autocommit=True))  # type: ignore[assignment]
         self.migrate()
+
+    def backend_pid(self) -> int:
+        """This store's session on the server (the lease row records it)."""
+        return int(self.db.conn.info.backend_pid)  # type: ignore[attr-defined]
+
+    def _fence(self) -> None:
+        if self.fence_epoch is None:
+            return
+        from muster.ctld.lease_pg import FENCE_SQL
+
+        row = self.db.execute(FENCE_SQL).fetchone()
+        now = int(row[0]) if row else -1
+        if now != self.fence_epoch:
+            raise StorageError(
+                f"not committed: this controller is no longer the active one (lease epoch {self.fence_epoch}, now {now})"
+            )
 
     def table_exists(self, name: str) -> bool:
         row = self.db.execute("SELECT to_regclass(?) IS NOT NULL", (name,)).fetchone()

@@ -36,7 +36,12 @@ class ApiError(Exception):
 
 
 class ConnectError(Exception):
-    pass
+    """The controller could not be reached, or the exchange broke. ``sent``: the request
+    may have reached it (a retry elsewhere must then be one the controller recognises)."""
+
+    def __init__(self, message: str, sent: bool = False) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 _CONTEXTS: dict[str, Any] = {}  # CA file -> ssl.SSLContext, made once per process
@@ -73,7 +78,7 @@ def _recv_all(sock: _socket.socket) -> bytes:
 def _parse_response(raw: bytes) -> tuple[int, bytes]:
     head, sep, body = raw.partition(b"\r\n\r\n")
     if not sep:
-        raise ConnectError("malformed response from controller")
+        raise ConnectError("malformed response from controller", sent=True)
     lines = head.split(b"\r\n")
     status = int(lines[0].split(b" ", 2)[1])
     chunked = False
@@ -140,7 +145,7 @@ def request(
         sock.sendall(head.encode("utf-8", "replace") + payload)
         raw = _recv_all(sock)
     except OSError as e:
-        raise ConnectError(f"controller connection failed: {e}") from None
+        raise ConnectError(f"controller connection failed: {e}", sent=True) from None
     finally:
         sock.close()
     status, data = _parse_response(raw)

@@ -446,6 +446,36 @@ class SignedClient:
         # launches at once cost seconds of CPU that way). Below the pool's own limit, so
         # as many requests run at once as before.
         self._gate = asyncio.Semaphore(IN_FLIGHT)
+        # Several controllers (a primary and backups): their base URLs, primary first, and
+        # the one that answered last. See ``use_controllers``.
+        self.controllers: list[str] = []
+        self._active = 0
+
+    def use_controllers(self, bases: list[str]) -> None:
+        """Posts to the first of ``bases`` (the primary's URL) go to whichever controller is
+        active: each is tried in turn, from the last that answered, past those that do not
+        answer or answer 503 in standby. What agents post (registrations, heartbeats, reports
+        of ended runs) may be received twice without harm."""
+        self.controllers = list(bases) if len(bases) > 1 else []
+
+    async def _post_active(self, path: str, body: dict[str, Any]) -> Any:
+        last: Exception | None = None
+        for k in range(len(self.controllers)):
+            i = (self._active + k) % len(self.controllers)
+            try:
+                answer = await self.post(self.controllers[i] + path, body, failover=False)
+            except DaemonRequestError as exc:
+                if exc.status != 503 or not isinstance(exc.data, dict) or exc.data.get("code") != "standby":
+                    self._active = i
+                    raise
+                last = exc
+            except (httpx.HTTPError, OSError) as exc:
+                last = exc
+            else:
+                self._active = i
+                return answer
+        assert last is not None
+        raise last
 
     def url(self, host: str, port: int, path: str = "") -> str:
         """The URL of ``path`` on the daemon at ``host:port`` (https with TLS)."""
@@ -478,7 +508,9 @@ class SignedClient:
             stamp = floor + 0.001
         return resp
 
-    async def post(self, url: str, body: dict[str, Any], to: str | None = None) -> Any:
+    async def post(self, url: str, body: dict[str, Any], to: str | None = None, failover: bool = True) -> Any:
+        if failover and self.controllers and to is None and url.startswith(self.controllers[0] + "/"):
+            return await self._post_active(url[len(self.controllers[0]) :], body)
         payload = json.dumps(body, separators=(",", ":")).encode()
         resp = await self._send("POST", url, payload, to)
         try:

@@ -1,0 +1,101 @@
+"""``scontrol ping`` and ``scontrol takeover``: the controllers, primary and backups.
+
+``ping`` asks every ``SlurmctldHost`` in turn and prints one line each, as Slurm does::
+
+    Slurmctld(primary) at head1 is UP
+    Slurmctld(backup) at head2 is UP
+
+(a backup in standby answers, so it is UP; one that does not answer is DOWN). The status is
+1 when no controller answers. ``takeover [INDEX]`` asks backup ``INDEX`` (default 1) to take
+over from the active controller and waits, up to ``SlurmctldTimeout``, until it serves.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from muster.cli.common import CommandError, agent_credential, load_settings
+
+PROG = "scontrol"
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _ask(settings: Any, index: int, method: str, path: str, timeout: float) -> Any:
+    """One request to controller ``index`` itself (no failover)."""
+    from muster.protocol.client import request
+
+    sock = settings.ctld_socket_for(index)
+    if os.path.exists(sock):
+        return request(method, path, {} if method == "POST" else None, unix_path=sock, timeout=timeout)
+    addr = settings.controllers[index][1]
+    credential = agent_credential(settings) if method == "POST" else None
+    tls_ca = settings.tls_ca
+    return request(
+        method,
+        path,
+        {} if method == "POST" else None,
+        address=(addr, settings.ctld_port),
+        headers={"X-Muster-Credential": credential} if credential else None,
+        timeout=timeout,
+        tls=(tls_ca, "ctld") if tls_ca else None,
+    )
+
+
+def ping() -> int:
+    from muster.protocol.client import ApiError, ConnectError
+
+    settings = load_settings(PROG)
+    up = 0
+    for index, (host, _addr) in enumerate(settings.controllers):
+        role = "primary" if index == 0 else "backup"
+        try:
+            _ask(settings, index, "GET", "/v1/ping", 5.0)
+            state = "UP"
+            up += 1
+        except (ApiError, ConnectError, OSError):
+            state = "DOWN"
+        sys.stdout.write(f"Slurmctld({role}) at {host} is {state}\n")
+    return 0 if up else 1
+
+
+def mode(settings: Any, index: int) -> str:
+    """"active", "standby" or "down"."""
+    from muster.protocol.client import ApiError, ConnectError
+
+    try:
+        answer = _ask(settings, index, "GET", "/v1/ping", 5.0)
+    except (ApiError, ConnectError, OSError):
+        return "down"
+    return "standby" if isinstance(answer, dict) and answer.get("mode") == "standby" else "active"
+
+
+def takeover(words: list[str]) -> int:
+    import time
+
+    from muster.protocol.client import ApiError, ConnectError
+
+    settings = load_settings(PROG)
+    count = len(settings.controllers)
+    raw = words[0] if words else "1"
+    if not raw.isdigit() or not 1 <= int(raw) < count:
+        if count < 2:
+            raise CommandError("takeover: no backup controller is configured (one SlurmctldHost line)")
+        raise CommandError(f"takeover: invalid backup index {raw!r}: expected 1 to {count - 1}")
+    index = int(raw)
+    try:
+        _ask(settings, index, "POST", "/v1/ha/takeover", 10.0)
+    except ApiError as e:
+        raise CommandError(f"slurm_takeover error: {e.message}", 1) from None
+    except ConnectError as e:
+        raise CommandError(f"slurm_takeover error: {e}", 1) from None
+    deadline = time.monotonic() + settings.slurmctld_timeout
+    while time.monotonic() < deadline:
+        if mode(settings, index) == "active":
+            return 0
+        time.sleep(0.2)
+    host = settings.controllers[index][0]
+    raise CommandError(f"takeover: {host} did not become active within SlurmctldTimeout", 1)
