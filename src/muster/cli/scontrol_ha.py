@@ -6,8 +6,9 @@
     Slurmctld(backup) at head2 is UP
 
 (a backup in standby answers, so it is UP; one that does not answer is DOWN). The status is
-1 when no controller answers. ``takeover [INDEX]`` asks backup ``INDEX`` (default 1) to take
-over from the active controller and waits, up to ``SlurmctldTimeout``, until it serves.
+1 when no controller answers. ``takeover [INDEX]`` asks controller ``INDEX`` (default 1, the
+first backup; 0, the primary, fails back to it) to take over from the active controller and
+waits, up to ``SlurmctldTimeout``, until it serves.
 """
 
 from __future__ import annotations
@@ -81,10 +82,10 @@ def takeover(words: list[str]) -> int:
     settings = load_settings(PROG)
     count = len(settings.controllers)
     raw = words[0] if words else "1"
-    if not raw.isdigit() or not 1 <= int(raw) < count:
-        if count < 2:
-            raise CommandError("takeover: no backup controller is configured (one SlurmctldHost line)")
-        raise CommandError(f"takeover: invalid backup index {raw!r}: expected 1 to {count - 1}")
+    if count < 2:
+        raise CommandError("takeover: no backup controller is configured (one SlurmctldHost line)")
+    if not raw.isdigit() or not 0 <= int(raw) < count:
+        raise CommandError(f"takeover: invalid controller index {raw!r}: expected 0 to {count - 1}")
     index = int(raw)
     try:
         _ask(settings, index, "POST", "/v1/ha/takeover", 10.0)
