@@ -64,7 +64,7 @@ def ping() -> int:
 
 
 def mode(settings: Any, index: int) -> str:
-    """"active", "standby" or "down"."""
+    """ "active", "standby" or "down"."""
     from muster.protocol.client import ApiError, ConnectError
 
     try:

@@ -1,0 +1,103 @@
+"""Commands reach the active controller among several (cli.failover), on a fake transport."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from muster.cli import failover
+from muster.cli.common import parse_client_settings
+from muster.protocol import client
+from muster.protocol.client import ApiError, ConnectError
+
+CONF = """
+SlurmctldHost=head1(10.0.0.1)
+SlurmctldHost=head2(10.0.0.2)
+SlurmctldHost=head3(10.0.0.3)
+SlurmctldPort=6817
+SlurmctldTimeout=1
+StateSaveLocation=/nonexistent
+"""
+
+
+class Fake:
+    """Each controller's behaviour, by address: a list of outcomes, one per request."""
+
+    def __init__(self, outcomes: dict[str, list[Any]]) -> None:
+        self.outcomes = outcomes
+        self.calls: list[tuple[str, str, dict[str, str] | None]] = []
+
+    def __call__(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        addr = kw["address"][0]
+        self.calls.append((addr, method, kw.get("headers")))
+        todo = self.outcomes[addr]
+        outcome = todo.pop(0) if len(todo) > 1 else todo[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+
+STANDBY = ApiError(503, "Slurm backup controller in standby mode", "standby")
+REFUSED = ConnectError("connection refused")
+LOST = ConnectError("controller connection failed: reset", sent=True)
+
+
+@pytest.fixture
+def settings() -> Any:
+    failover._last[0] = 0
+    return parse_client_settings(CONF, "t.conf")
+
+
+def run(settings: Any, fake: Fake, method: str = "GET", path: str = "/v1/jobs") -> Any:
+    return failover.call_active(settings, method, path, None, 5.0, lambda s: None)
+
+
+def test_settings_list_every_controller_primary_first(settings: Any) -> None:
+    assert settings.controllers == [("head1", "10.0.0.1"), ("head2", "10.0.0.2"), ("head3", "10.0.0.3")]
+    assert settings.ctld_socket_for(2).endswith("musterctld.sock.2")
+
+
+def test_past_a_dead_primary_and_a_standby_to_the_active_one(settings: Any, monkeypatch: Any) -> None:
+    fake = Fake({"10.0.0.1": [REFUSED], "10.0.0.2": [STANDBY], "10.0.0.3": [{"ok": 3}]})
+    monkeypatch.setattr(client, "request", fake)
+    assert run(settings, fake) == {"ok": 3}
+    fake.calls.clear()
+    assert run(settings, fake) == {"ok": 3}  # the next request starts where the last answered
+    assert [c[0] for c in fake.calls] == ["10.0.0.3"]
+
+
+def test_rounds_repeat_while_a_backup_takes_over(settings: Any, monkeypatch: Any) -> None:
+    fake = Fake({"10.0.0.1": [REFUSED], "10.0.0.2": [STANDBY, STANDBY, {"ok": 2}], "10.0.0.3": [REFUSED]})
+    monkeypatch.setattr(client, "request", fake)
+    assert run(settings, fake) == {"ok": 2}
+
+
+def test_no_controller_within_slurmctld_timeout_raises_the_last_error(settings: Any, monkeypatch: Any) -> None:
+    fake = Fake({"10.0.0.1": [REFUSED], "10.0.0.2": [STANDBY], "10.0.0.3": [REFUSED]})
+    monkeypatch.setattr(client, "request", fake)
+    with pytest.raises(ConnectError):
+        run(settings, fake)
+
+
+def test_a_submission_whose_answer_was_lost_is_sent_again_with_the_same_token(settings: Any, monkeypatch: Any) -> None:
+    fake = Fake({"10.0.0.1": [LOST], "10.0.0.2": [{"job_id": 7}], "10.0.0.3": [REFUSED]})
+    monkeypatch.setattr(client, "request", fake)
+    assert run(settings, fake, "POST", "/v1/jobs") == {"job_id": 7}
+    tokens = {c[2][failover.REQUEST_HEADER] for c in fake.calls if c[2]}
+    assert len(tokens) == 1
+
+
+def test_another_change_whose_answer_was_lost_is_not_repeated(settings: Any, monkeypatch: Any) -> None:
+    fake = Fake({"10.0.0.1": [LOST], "10.0.0.2": [{"ok": True}], "10.0.0.3": [REFUSED]})
+    monkeypatch.setattr(client, "request", fake)
+    with pytest.raises(ConnectError):
+        run(settings, fake, "POST", "/v1/jobs/5/requeue")
+    assert [c[0] for c in fake.calls] == ["10.0.0.1"]
+
+
+def test_an_error_of_the_active_controller_is_its_answer(settings: Any, monkeypatch: Any) -> None:
+    fake = Fake({"10.0.0.1": [ApiError(404, "Invalid job id specified", "invalid_job_id")], "10.0.0.2": [{}]})
+    monkeypatch.setattr(client, "request", fake)
+    with pytest.raises(ApiError, match="Invalid job id"):
+        run(settings, fake)
