@@ -58,6 +58,7 @@ def ha(pg_schema: tuple[str, str]) -> Iterator[Harness]:
             "AccountingStorageURL": pg_url(dsn, schema),
             "SlurmctldTimeout": str(TIMEOUT),
             "SlurmdTimeout": "30",
+            "MessageTimeout": "3",
         },
     )
     h.up()
@@ -208,3 +209,25 @@ def test_a_deposed_controller_commits_nothing(pg_schema: tuple[str, str]) -> Non
     assert store.get_meta("k") == "1"
     store.close()
     second.close()
+
+
+def test_a_hung_active_controller_is_replaced_after_its_lease_expires_and_steps_down_on_waking(
+    ha: Harness,
+) -> None:
+    h = ha
+    job = h.sbatch("-o", "/dev/null", "--wrap", "sleep 1")
+    primary = h.cluster._alive("musterctld")
+    assert primary is not None
+    os.kill(primary, signal.SIGSTOP)  # hung: its sessions stay open, its lock held
+    try:
+        took = wait_mode(h, 1, "active", TIMEOUT + 10)
+        print(f"backup active {took:.2f}s after SIGSTOP of the primary (SlurmctldTimeout={TIMEOUT})")
+        after = h.sbatch("-o", "/dev/null", "--wrap", "true")
+        assert after == job + 1
+    finally:
+        os.kill(primary, signal.SIGCONT)
+    wait_mode(h, 0, "standby", 30)  # woken, it learns it was deposed and serves no more
+    assert h.cluster.controller_modes() == ["standby", "active"]
+    assert h.wait_job(job)["state"] == "COMPLETED"
+    assert h.wait_job(after)["state"] == "COMPLETED"
+    assert [i for i, _name in stored_jobs(h)] == [job, after]

@@ -138,6 +138,7 @@ _CLIENT_KEYS = {
         "TLSType",
         "TLSParameters",
         "SlurmctldTimeout",
+        "MessageTimeout",
     )
 }
 
@@ -189,6 +190,11 @@ class ClientSettings:
     def slurmctld_timeout(self) -> float:
         raw = self.settings.get("SlurmctldTimeout", "120")
         return float(raw) if raw.isdigit() else 120.0
+
+    @property
+    def message_timeout(self) -> float:
+        raw = self.settings.get("MessageTimeout", "10")
+        return float(raw) if raw.isdigit() else 10.0
 
     @property
     def cluster_name(self) -> str:

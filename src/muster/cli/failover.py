@@ -3,8 +3,8 @@
 Each controller is tried in the configuration's order, starting with the one that answered
 last: through its Unix socket when it runs on this host, else over TCP. A controller that
 does not answer, or answers 503 "Slurm backup controller in standby mode", passes the turn to
-the next; rounds repeat until one answers or ``SlurmctldTimeout`` has passed (a backup takes
-over within that time).
+the next (one that accepts but does not answer, after ``MessageTimeout``); rounds repeat
+until one answers or ``SlurmctldTimeout`` has passed (a backup takes over within that time).
 
 A request that may have reached a controller that then died is sent again only when doing so
 cannot repeat its effect: reads, and submissions, which carry an ``X-Muster-Request`` token
@@ -61,6 +61,9 @@ def call_active(
     from muster.protocol.client import ApiError, ConnectError, request
 
     ways = targets(settings)
+    # A controller that accepts but does not answer (stopped, hung) is given MessageTimeout,
+    # as Slurm's commands give each controller, before the next is tried.
+    timeout = min(timeout, settings.message_timeout)
     token = os.urandom(16).hex() if method == "POST" else None
     again = repeatable(method, path)
     deadline = time.monotonic() + settings.slurmctld_timeout

@@ -1,7 +1,7 @@
 """scontrol: look at and change jobs, nodes, partitions and the configuration.
 
 Supported: ``show job|node|partition|config|topology|hostnames|hostlist|hostlistsorted``, ``hold``,
-``uhold``, ``release``, ``update job``, ``ping`` and ``version``, with ``-o`` (one line per
+``uhold``, ``release``, ``update job``, ``ping``, ``takeover`` and ``version``, with ``-o`` (one line per
 record), ``-d`` (details) and ``-Q``. The record layouts are Slurm 22.05's, field for field
 where muster knows the value; fields muster does not track show Slurm's own "unknown"
 spellings (``N/A``, ``(null)``), never made-up numbers. The layout functions take wire
@@ -570,6 +570,8 @@ scontrol [<OPTION>] [<COMMAND>]
      delete reservation=<name>  delete a reservation
      show <ENTITY> [<ID>]     display state of identified entity, default
                               is all records
+     takeover [<INDEX>]       ask SlurmctldHost[INDEX] (default 1, the first
+                              backup; 0 fails back to the primary) to take over
      token [lifespan=<seconds>] [username=<user>]
                               get a JSON Web Token (SLURM_JWT=...) for the
                               REST API; only administrators name another user
