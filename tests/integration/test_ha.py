@@ -168,6 +168,9 @@ def test_takeover_moves_the_active_role_and_back(ha: Harness) -> None:
     after = h.sbatch("--wrap", "true", "-o", "/dev/null")
     assert after == before + 1
     assert h.wait_job(after)["state"] == "COMPLETED"
+    step = h.run(["srun", "-N2", "-l", "echo", "hi"])  # srun and its steps on the backup
+    assert step.returncode == 0, step.stderr
+    assert sorted(step.stdout.split("\n")[:2]) == ["0: hi", "1: hi"]
     out = h.run(["scontrol", "takeover", "0"])  # fail back to the primary
     assert out.returncode == 0, out.stderr
     assert h.cluster.controller_modes() == ["active", "standby"]

@@ -40,8 +40,10 @@ def targets(settings: ClientSettings) -> list[tuple[str | None, tuple[str, int] 
 
 
 def repeatable(method: str, path: str) -> bool:
-    """Whether sending this request twice has the effect of sending it once."""
-    return method == "GET" or (method == "POST" and path.split("?")[0] == "/v1/jobs")
+    """Whether sending this request twice has the effect of sending it once: reads, long
+    polls for an allocation, submissions (their token)."""
+    path = path.split("?")[0]
+    return method == "GET" or (method == "POST" and (path == "/v1/jobs" or path.endswith("/await")))
 
 
 def call_active(
@@ -62,8 +64,11 @@ def call_active(
 
     ways = targets(settings)
     # A controller that accepts but does not answer (stopped, hung) is given MessageTimeout,
-    # as Slurm's commands give each controller, before the next is tried.
-    timeout = min(timeout, settings.message_timeout)
+    # as Slurm's commands give each controller, before the next is tried; plus the time a
+    # long poll (``{"wait": seconds}``: srun's step, salloc's allocation) asks it to hold.
+    held = body.get("wait") if isinstance(body, dict) else None
+    held = float(held) if isinstance(held, int | float) else 0.0
+    timeout = min(timeout, settings.message_timeout + held)
     token = os.urandom(16).hex() if method == "POST" else None
     again = repeatable(method, path)
     deadline = time.monotonic() + settings.slurmctld_timeout

@@ -130,7 +130,8 @@ def issue_all(config: Config) -> list[str]:
             raise CertError(f"{tls.ca_key} exists without its certificate {tls.ca_cert}: restore it or remove both")
         make_ca(tls, config.cluster_name)
         made.append(tls.ca_cert)
-    holders = [(tls.ctld(), [config.ctld_host, config.ctld_addr])]
+    # one certificate for the controller role, naming every SlurmctldHost (backups too)
+    holders = [(tls.ctld(), list(dict.fromkeys(v for pair in config.ctld_addrs for v in pair)))]
     holders += [(tls.node(n.name), [n.hostname, n.addr]) for n in config.nodes if n.name != CTLD_NAME]
     for files, names in holders:
         if os.path.exists(files.cert) and os.path.exists(files.key):

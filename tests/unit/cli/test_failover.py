@@ -101,3 +101,17 @@ def test_an_error_of_the_active_controller_is_its_answer(settings: Any, monkeypa
     monkeypatch.setattr(client, "request", fake)
     with pytest.raises(ApiError, match="Invalid job id"):
         run(settings, fake)
+
+
+def test_a_long_poll_is_given_its_wait_on_top_of_message_timeout(settings: Any, monkeypatch: Any) -> None:
+    seen: list[float] = []
+
+    def fake(method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        seen.append(kw["timeout"])
+        return {}
+
+    monkeypatch.setattr(client, "request", fake)
+    failover.call_active(settings, "POST", "/v1/jobs/4/await", {"wait": 30.0}, 60.0, lambda s: None)
+    failover.call_active(settings, "GET", "/v1/jobs", None, 60.0, lambda s: None)
+    assert seen == [40.0, 10.0]  # MessageTimeout (10 by default) + the wait; then MessageTimeout
+    assert failover.repeatable("POST", "/v1/jobs/4/await") and not failover.repeatable("POST", "/v1/jobs/4/cancel")
