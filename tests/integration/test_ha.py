@@ -234,3 +234,28 @@ def test_a_hung_active_controller_is_replaced_after_its_lease_expires_and_steps_
     assert h.wait_job(job)["state"] == "COMPLETED"
     assert h.wait_job(after)["state"] == "COMPLETED"
     assert [i for i, _name in stored_jobs(h)] == [job, after]
+
+
+def test_musterrestd_follows_the_active_controller(ha: Harness) -> None:
+    import httpx
+
+    from restworld import free_port
+
+    h = ha
+    url = h.cluster.start_rest("127.0.0.1", free_port())
+    out = h.run(["scontrol", "token"])
+    assert out.returncode == 0, out.stderr
+    headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": out.stdout.strip().split("=", 1)[1]}
+    v = "/slurm/v0.0.40"
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as c:
+        pings = c.get(f"{v}/ping").json()["pings"]
+        assert [(p["mode"], p["pinged"]) for p in pings] == [("primary", "UP"), ("backup", "UP")]
+        job = h.sbatch("-o", "/dev/null", "--wrap", "true")
+        primary = h.cluster._alive("musterctld")
+        assert primary is not None
+        os.kill(primary, signal.SIGKILL)
+        r = c.get(f"{v}/job/{job}")  # waits out the takeover
+        assert r.status_code == 200, r.text
+        assert r.json()["jobs"][0]["job_id"] == job
+        pings = c.get(f"{v}/ping").json()["pings"]
+        assert [(p["mode"], p["pinged"]) for p in pings] == [("primary", "DOWN"), ("backup", "UP")]

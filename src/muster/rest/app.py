@@ -11,6 +11,7 @@ commands. See docs/rest.md and docs/security.md.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -84,6 +85,25 @@ class Upstream:
         if os.path.exists(sock):  # the token decides who this is, on either transport
             return request(method, path, body, unix_path=sock, headers=headers)
         return request(method, path, body, address=(self.settings.ctld_addr, self.settings.ctld_port), headers=headers)
+
+
+def _pings(settings: ClientSettings, clock: Any) -> list[dict[str, Any]]:
+    """Every SlurmctldHost asked directly: UP or DOWN, and how long it took to answer."""
+    from muster.cli.scontrol_ha import mode
+
+    out = []
+    for index, (host, _addr) in enumerate(settings.controllers):
+        started = clock.monotonic()
+        state = mode(settings, index)
+        out.append(
+            {
+                "hostname": host,
+                "pinged": "DOWN" if state == "down" else "UP",
+                "latency": int((clock.monotonic() - started) * 1e6),
+                "mode": "primary" if index == 0 else "backup",
+            }
+        )
+    return out
 
 
 def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
@@ -161,6 +181,9 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
 
     @route
     async def ping(req: Request) -> JSONResponse:
+        if len(settings.ctld_hosts) > 1:  # each controller, as scontrol ping shows them
+            await ctld(req, "GET", "/v1/ping")  # the caller proven by the active one
+            return answer(req, pings=await asyncio.to_thread(_pings, settings, clock))
         started = clock.monotonic()
         await ctld(req, "GET", "/v1/ping")
         latency = int((clock.monotonic() - started) * 1e6)  # microseconds, as Slurm reports it
