@@ -124,6 +124,13 @@ class Elector:
         self._locked = False
 
     def poll(self) -> Verdict:
+        try:
+            return self._poll()
+        except Exception:
+            self._locked = False  # a failed call may have cost the session, and the lock with it
+            raise
+
+    def _poll(self) -> Verdict:
         got = self._locked or self.backend.try_lock()
         self._locked = got
         lease, now = self.backend.read()

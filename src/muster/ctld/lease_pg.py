@@ -91,6 +91,8 @@ class PgLease:
         return int(row[0])
 
     def renew(self, me: str, epoch: int, timeout: float) -> tuple[Lease | None, float]:
+        if self._conn is None or self._conn.closed:  # the session that held the lock is gone
+            raise ConnectionError("the lease's database session was lost")
         row = self._run(
             f"UPDATE muster_lease SET expires = {_NOW} + %s WHERE id = 1 AND epoch = %s AND holder = %s "
             f"RETURNING {_COLUMNS}, {_NOW}",

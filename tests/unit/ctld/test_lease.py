@@ -213,3 +213,24 @@ def test_active_verdicts() -> None:
 def test_intervals_fit_inside_the_timeout() -> None:
     for timeout in (1.0, 5.0, 120.0):
         assert renew_every(timeout) < timeout and poll_every(timeout) < timeout
+
+
+
+def test_a_poll_that_fails_after_taking_the_lock_forgets_it(db: FakeDb) -> None:
+    """The session may be gone with the lock: the next poll must take the lock again, not
+    bump the epoch on a new session that holds nothing."""
+    primary, backup = pair(db)
+    backend = primary.backend
+    real_read = backend.read
+
+    def read_fails() -> tuple[Lease, float]:
+        db.end(backend.pid)  # type: ignore[attr-defined]  # the session dies mid-poll ...
+        backend.pid = db.session()  # type: ignore[attr-defined]  # ... the next call opens one
+        raise ConnectionError("server closed the connection")
+
+    backend.read = read_fails  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        primary.poll()
+    backend.read = real_read  # type: ignore[method-assign]
+    assert backup.poll() is Verdict.TAKE  # the lock was free: the backup has it
+    assert primary.poll() is not Verdict.TAKE and not primary.active
