@@ -215,7 +215,6 @@ def test_intervals_fit_inside_the_timeout() -> None:
         assert renew_every(timeout) < timeout and poll_every(timeout) < timeout
 
 
-
 def test_a_poll_that_fails_after_taking_the_lock_forgets_it(db: FakeDb) -> None:
     """The session may be gone with the lock: the next poll must take the lock again, not
     bump the epoch on a new session that holds nothing."""
