@@ -54,7 +54,7 @@ def call_active(
     timeout: float,
     agent_credential: Callable[[Any], str | None],
     proof: dict[str, str] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The answer of the active controller (see the module's docstring); ``agent_credential``
     proves the caller over TCP (``cli.common``'s), unless ``proof`` (a JWT's headers, from
     musterrestd) proves it on any transport."""
