@@ -63,6 +63,7 @@ class HaController:
 
     async def run(self) -> None:
         while True:
+            pause = renew_every(self.timeout) if self.app is not None else poll_every(self.timeout)
             try:
                 if self.app is None:
                     verdict = await asyncio.to_thread(self.elector.poll)
@@ -70,6 +71,7 @@ class HaController:
                         await self._activate()
                     elif verdict is Verdict.TERMINATE:
                         log.warning("the active controller renews its lease no more: ending its sessions")
+                        pause = 0.1  # its lock frees as soon as its session has ended
                 else:
                     verdict = await asyncio.to_thread(self.elector.renew)
                     if verdict is not Verdict.KEEP:
@@ -82,7 +84,7 @@ class HaController:
                 log.warning("controller election: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
                 if self.app is not None:
                     await self._deactivate()
-            await asyncio.sleep(renew_every(self.timeout) if self.app is not None else poll_every(self.timeout))
+            await asyncio.sleep(pause if self.app is None else renew_every(self.timeout))
 
     async def _activate(self) -> None:
         from muster.ctld.app import CtldApp
