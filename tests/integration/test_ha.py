@@ -49,11 +49,17 @@ def pg_schema() -> Iterator[tuple[str, str]]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-@pytest.fixture
-def ha(pg_schema: tuple[str, str]) -> Iterator[Harness]:
+def ha_cluster(pg_schema: tuple[str, str], nodes_per_agent: int = 1) -> Iterator[Harness]:
     dsn, schema = pg_schema
     h = Harness(
-        ClusterShape(nodes=2, gpus_per_node=2, cpus_per_node=8, mem_per_node=8000, backup_controllers=1),
+        ClusterShape(
+            nodes=2,
+            gpus_per_node=2,
+            cpus_per_node=8,
+            mem_per_node=8000,
+            nodes_per_agent=nodes_per_agent,
+            backup_controllers=1,
+        ),
         settings={
             "AccountingStorageURL": pg_url(dsn, schema),
             "SlurmctldTimeout": str(TIMEOUT),
@@ -67,6 +73,17 @@ def ha(pg_schema: tuple[str, str]) -> Iterator[Harness]:
         yield h
     finally:
         h.down()
+
+
+@pytest.fixture
+def ha(pg_schema: tuple[str, str]) -> Iterator[Harness]:
+    yield from ha_cluster(pg_schema)
+
+
+@pytest.fixture
+def ha_hosted(pg_schema: tuple[str, str]) -> Iterator[Harness]:
+    """Both nodes hosted by one agent process: their heartbeats travel together."""
+    yield from ha_cluster(pg_schema, nodes_per_agent=2)
 
 
 def stored_jobs(h: Harness) -> list[tuple[int, str]]:
@@ -259,3 +276,21 @@ def test_musterrestd_follows_the_active_controller(ha: Harness) -> None:
         assert r.json()["jobs"][0]["job_id"] == job
         pings = c.get(f"{v}/ping").json()["pings"]
         assert [(p["mode"], p["pinged"]) for p in pings] == [("primary", "DOWN"), ("backup", "UP")]
+
+
+def test_hosted_nodes_heartbeat_to_the_new_active_controller(ha_hosted: Harness) -> None:
+    h = ha_hosted
+    job = h.sbatch("-N2", "-o", "hosted.out", "--wrap", "sleep 3; echo ok")
+    h.wait_state(job, "RUNNING", 30)
+    primary = h.cluster._alive("musterctld")
+    assert primary is not None
+    os.kill(primary, signal.SIGKILL)
+    wait_mode(h, 1, "active", TIMEOUT)
+    assert h.wait_job(job)["state"] == "COMPLETED"
+    deadline = time.monotonic() + 30
+    while True:
+        nodes = h.cluster.api("GET", "/v1/nodes")["nodes"]
+        if all(n["registered"] and n["state"] == "IDLE" for n in nodes):
+            break
+        assert time.monotonic() < deadline, nodes
+        time.sleep(0.2)
