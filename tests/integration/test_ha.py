@@ -174,6 +174,8 @@ def test_kill_9_of_the_active_controller_mid_burst_loses_and_duplicates_nothing(
 
     ping = h.run(["scontrol", "ping"])
     assert ping.stdout.splitlines() == [f"Slurmctld(primary) at {host} is DOWN", "Slurmctld(backup) at backup1 is UP"]
+    config = h.run(["scontrol", "show", "config"])
+    assert config.stdout.splitlines()[-2:] == ping.stdout.splitlines()
 
 
 def test_takeover_moves_the_active_role_and_back(ha: Harness) -> None:

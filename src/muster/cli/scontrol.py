@@ -283,7 +283,12 @@ def show_config() -> int:
         computed["BOOT_TIME"] = _ts(float(answer["boot_time"]))
     host = next((v for k, v in conf.items() if k.lower() == "slurmctldhost"), None)
     computed["SlurmctldHost[0]"] = str(host or settings.ctld_host)
-    write_out(config_text(conf, float(answer.get("now") or 0), settings.ctld_host, settings.path, computed))
+    pings = None
+    if len(settings.ctld_hosts) > 1:
+        from muster.cli.scontrol_ha import ping_lines
+
+        pings = ping_lines(settings)[0]
+    write_out(config_text(conf, float(answer.get("now") or 0), settings.ctld_host, settings.path, computed, pings))
     return 0
 
 

@@ -46,11 +46,11 @@ def _ask(settings: Any, index: int, method: str, path: str, timeout: float) -> A
     )
 
 
-def ping() -> int:
+def ping_lines(settings: Any) -> tuple[list[str], int]:
+    """One line per controller, and how many answered."""
     from muster.protocol.client import ApiError, ConnectError
 
-    settings = load_settings(PROG)
-    up = 0
+    lines, up = [], 0
     for index, (host, _addr) in enumerate(settings.controllers):
         role = "primary" if index == 0 else "backup"
         try:
@@ -59,7 +59,13 @@ def ping() -> int:
             up += 1
         except (ApiError, ConnectError, OSError):
             state = "DOWN"
-        sys.stdout.write(f"Slurmctld({role}) at {host} is {state}\n")
+        lines.append(f"Slurmctld({role}) at {host} is {state}")
+    return lines, up
+
+
+def ping() -> int:
+    lines, up = ping_lines(load_settings(PROG))
+    sys.stdout.write("".join(line + "\n" for line in lines))
     return 0 if up else 1
 
 

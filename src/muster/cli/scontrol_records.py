@@ -333,11 +333,14 @@ def partition_record(part: dict) -> list[str]:
 # --- configuration ----------------------------------------------------------------------------
 
 
-def config_text(settings: dict, now: float, ctld_host: str, conf: str, computed: dict | None = None) -> str:
-    """``scontrol show config`` (``cli.showconfig``): every parameter, Slurm's order and units."""
+def config_text(
+    settings: dict, now: float, ctld_host: str, conf: str, computed: dict | None = None, pings: list | None = None
+) -> str:
+    """``scontrol show config`` (``cli.showconfig``): every parameter, Slurm's order and units,
+    then the controllers' ping lines (``pings``; the primary alone by default)."""
     from muster.cli.showconfig import config_lines
 
     run = {"SLURM_CONF": conf, "SLURM_VERSION": SLURM_VERSION, **(computed or {})}
     lines = [f"Configuration data as of {_ts(now)}", *config_lines(settings, run)]
-    lines += ["", f"Slurmctld(primary) at {ctld_host} is UP"]
+    lines += ["", *(pings or [f"Slurmctld(primary) at {ctld_host} is UP"])]
     return "\n".join(lines) + "\n"
