@@ -240,7 +240,8 @@ def build_routes(ctx: Context) -> list[Route]:
         if body.components:
             for part in body.components[1:]:
                 check_limits(part, who)
-            jobs = ctl.hets.submit([part.to_spec() for part in body.components], who)
+            token = request.headers.get("x-muster-request")
+            jobs = ctl.hets.submit([part.to_spec() for part in body.components], who, token)
             ctx.kick()
             return JSONResponse({"job_id": jobs[0].job_id, "job_ids": [j.job_id for j in jobs]})
         # the client's token for this submission: a retry after a lost answer (the controller

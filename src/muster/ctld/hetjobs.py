@@ -59,8 +59,12 @@ class HetJobs:
             j.het_job_id for j in self.state.jobs.values() if j.het_job_id is not None and not j.state.is_terminal
         }
 
-    def submit(self, specs: list[JobSpec], who: Identity) -> list[Job]:
-        """Accept every component durably, or none (the first refusal is the answer)."""
+    def submit(self, specs: list[JobSpec], who: Identity, token: str | None = None) -> list[Job]:
+        """Accept every component durably, or none (the first refusal is the answer). A
+        ``token`` seen before from this caller returns the components it created."""
+        known = self.queue.submitted(who, token)
+        if known is not None:
+            return components(self.state.jobs, known.job_id) or [known]
         if len(specs) < 2:
             raise InvalidRequest("A heterogeneous job needs at least two components")
         if any(spec.array for spec in specs):
@@ -73,7 +77,7 @@ class HetJobs:
             job.het_job_offset = k
             if k > 0:
                 job.spec.interactive = True  # only the leader runs the batch script
-        self.queue.accept(jobs, who, now)
+        self.queue.accept(jobs, who, now, token)
         self.live.add(first)
         return jobs
 

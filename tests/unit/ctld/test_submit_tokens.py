@@ -53,3 +53,11 @@ def test_tokens_survive_a_restart_and_an_array_is_not_made_twice(tmp_path: pathl
     again = make(db)  # the backup's load after a takeover takes the same path
     assert again.queue.submit(spec(array="0-3"), ALICE, "arr").job_id == job.job_id
     assert len(again.jobs) == 4
+
+
+def test_a_heterogeneous_job_retried_with_its_token_is_not_made_twice(tmp_path: pathlib.Path) -> None:
+    ctl = make(str(tmp_path / "m.db"))
+    first = ctl.hets.submit([spec("a"), spec("b")], ALICE, "het")
+    again = ctl.hets.submit([spec("a"), spec("b")], ALICE, "het")
+    assert [j.job_id for j in again] == [j.job_id for j in first]
+    assert len(ctl.jobs) == 2
