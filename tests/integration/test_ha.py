@@ -181,10 +181,14 @@ def test_kill_9_of_the_active_controller_mid_burst_loses_and_duplicates_nothing(
 def test_takeover_moves_the_active_role_and_back(ha: Harness) -> None:
     h = ha
     before = h.sbatch("--wrap", "true", "-o", "/dev/null")
+    with open(h.cluster.conf_path, "a") as f:  # reconfigured on the active controller ...
+        f.write("PartitionName=extra Nodes=node1 MaxTime=10 State=UP\n")
+    out = h.run(["scontrol", "reconfigure"])
+    assert out.returncode == 0, out.stderr
     out = h.run(["scontrol", "takeover"])
     assert out.returncode == 0, out.stderr
     assert h.cluster.controller_modes() == ["standby", "active"]
-    after = h.sbatch("--wrap", "true", "-o", "/dev/null")
+    after = h.sbatch("--wrap", "true", "-o", "/dev/null", "-p", "extra")  # ... and the backup knows it
     assert after == before + 1
     assert h.wait_job(after)["state"] == "COMPLETED"
     step = h.run(["srun", "-N2", "-l", "echo", "hi"])  # srun and its steps on the backup

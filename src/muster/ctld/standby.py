@@ -9,8 +9,9 @@ standby mode" (commands, agents and musterrestd then try the next ``SlurmctldHos
 * ``POST /v1/ha/takeover``: an administrator asks this backup to take over
   (``scontrol takeover``); the active controller hands over at its next renewal.
 
-Once ``ctld.lease.Elector`` wins the election it opens the store fenced on its epoch,
-builds ``CtldApp`` from the store (the same path a restart takes: jobs, nodes, steps,
+Once ``ctld.lease.Elector`` wins the election it reads the configuration file again
+(``scontrol reconfigure`` may have changed it meanwhile), opens the store fenced on its
+epoch, builds ``CtldApp`` from the store (the same path a restart takes: jobs, nodes, steps,
 accounting) and serves through it, renewing the lease. Deposed or asked to hand over, it
 stops that app (its loops, its store) and is a standby again.
 """
@@ -96,6 +97,7 @@ class HaController:
             store = await asyncio.to_thread(PgStore, self.dsn)
             store.fence_epoch = epoch
             await asyncio.to_thread(self.backend.note_store, epoch, store.backend_pid())
+            self.config = self._fresh_config()
             app = CtldApp(self.config, self.key, tls_client=self.tls_client, store=store, instance=self.index)
             await app.start()
         except Exception:
@@ -113,6 +115,26 @@ class HaController:
             len(app.controller.jobs),
             len(app.controller.nodes),
         )
+
+    def _fresh_config(self) -> Config:
+        """The configuration file as it is now: ``scontrol reconfigure`` may have changed it
+        since this standby started (the file is the same on every head node)."""
+        from muster.core.config import ConfigError, parse_config
+        from muster.ctld.reconfig import read_topology
+        from muster.ctld.reconfig_plan import validate
+
+        path = self.config.path
+        try:
+            with open(path) as f:
+                config = parse_config(f.read(), path)
+            problems = validate(config)
+            if problems:
+                raise ConfigError("; ".join(problems))
+            read_topology(config, path)
+        except (OSError, ConfigError) as e:
+            log.warning("re-reading %s: %s; taking over with the configuration read at start", path, e)
+            return self.config
+        return config
 
     async def _deactivate(self) -> None:
         app, self.app = self.app, None
