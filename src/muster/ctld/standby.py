@@ -59,6 +59,7 @@ class HaController:
         self._task: asyncio.Task[Any] | None = None
         self._guard = ReplayGuard()
         self.became_active = 0.0
+        self._problem = ""  # the last election error logged
 
     # --- the election loop ------------------------------------------------------------
 
@@ -76,15 +77,24 @@ class HaController:
                 else:
                     verdict = await asyncio.to_thread(self.elector.renew)
                     if verdict is not Verdict.KEEP:
-                        why = "asked to hand over" if verdict is Verdict.HAND_OVER else "another controller took over"
+                        why = (
+                            "asked to hand over"
+                            if verdict is Verdict.HAND_OVER
+                            else "lease lost (another controller took over, or the database is unreachable)"
+                        )
                         log.warning("%s; going back to standby", why)
                         await self._deactivate()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database away: keep trying
-                log.warning("controller election: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
+                problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                if problem != self._problem:  # once per new problem, not once a second
+                    log.warning("controller election: %s", problem)
+                self._problem = problem
                 if self.app is not None:
                     await self._deactivate()
+            else:
+                self._problem = ""
             await asyncio.sleep(pause if self.app is None else renew_every(self.timeout))
 
     async def _activate(self) -> None:
