@@ -24,11 +24,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness import ensure_user
 from netns import HEAD_ADDR, NetnsCluster, unavailable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+USER = "musternet-user"
 TIMEOUT = 5  # SlurmdTimeout: short, to see a failure soon
 
 
@@ -101,6 +103,19 @@ def test_each_node_is_its_own_host_and_the_commands_work_from_any_of_them(hosts:
     listing = hosts.run("node2", ["sinfo", "-h", "-N", "-o", "%N %T %o"])
     assert listing.returncode == 0, listing.stderr
     assert listing.stdout.split("\n")[:3] == ["node1 idle 10.77.0.11", "node2 idle 10.77.0.12", "node3 idle 10.77.0.13"]
+    # an ordinary user submits on one node; the job runs as them; another node lists it
+    uid = ensure_user(USER)
+    user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    submitted = hosts.run(
+        "node3", [*user, "sbatch", "--parsable", "-w", "node1", "-o", "who-%j.out", "--wrap", "id -un; hostname"]
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = int(submitted.stdout.strip())
+    assert wait_job(hosts, job_id, timeout=60)["state"] == "COMPLETED"
+    assert pathlib.Path(hosts.workdir, f"who-{job_id}.out").read_text() == f"{USER}\nnode1\n"
+    mine = hosts.run("node2", [*user, "squeue", "-h", "-t", "all", "-o", "%i %u %T"])
+    assert mine.returncode == 0, mine.stderr
+    assert f"{job_id} {USER} COMPLETED" in mine.stdout.splitlines()
     # the controller listens on its link's address (and its Unix socket), nowhere else
     assert listening(hosts, "head") == {(HEAD_ADDR, 6817)}
     assert listening(hosts, "node1") == {("10.77.0.11", 6818)}
