@@ -37,6 +37,7 @@ _CLONE_NEWNET = 0x40000000
 _MS_BIND = 4096
 SUBNET = "10.77.0"
 HEAD_ADDR = f"{SUBNET}.1"
+PREFIX = "mu"  # namespaces mu<pid hex>-<machine>, bridge mu<pid hex>br
 MOUNTS = ("/etc/muster", "/var/spool/muster")  # the paths docs/deploy.md uses, one per machine
 
 
@@ -78,11 +79,44 @@ def unavailable() -> str | None:
     return f"cannot make UTS and mount namespaces: {why}" if why else None
 
 
+def _tags_in_use() -> dict[str, list[str]]:
+    """Tag -> its namespaces, for every run's namespaces that exist."""
+    try:
+        names = os.listdir("/run/netns")
+    except OSError:
+        return {}
+    tags: dict[str, list[str]] = {}
+    for name in names:
+        tag, sep, _machine = name.partition("-")
+        if sep and tag.startswith(PREFIX) and all(c in "0123456789abcdef" for c in tag[len(PREFIX) :]):
+            tags.setdefault(tag, []).append(name)
+    return tags
+
+
+def remove_stale() -> None:
+    """Remove what runs whose test process died (kill -9) left behind: their processes,
+    namespaces and bridges."""
+    for tag, names in _tags_in_use().items():
+        pid = int(tag[len(PREFIX) :], 16)
+        if os.path.exists(f"/proc/{pid}"):
+            continue
+        inodes = {os.stat(f"/run/netns/{name}").st_ino for name in names}
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.stat(f"/proc/{entry}/ns/net").st_ino in inodes:
+                    os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                pass
+        for name in names:
+            _ip("netns", "del", name, check=False)
+        _ip("link", "del", f"{tag}br", check=False)
+
+
 class NetnsCluster:
     """A head node and ``nodes`` compute nodes, each a network namespace (module docstring)."""
 
     def __init__(self, nodes: int, settings: dict[str, str] | None = None, node_line: str = "") -> None:
-        self.tag = f"mu{os.getpid() % 100000:x}"  # unique per test process; interface names stay short
+        self.tag = f"{PREFIX}{os.getpid():x}"  # the test process's pid: unique, and short enough for interface names
         self.root = tempfile.mkdtemp(prefix="muster-netns-")
         os.chmod(self.root, 0o755)
         self.workdir = os.path.join(self.root, "work")  # the shared file system
@@ -149,6 +183,7 @@ class NetnsCluster:
 
     def create(self) -> None:
         """The network, then each machine's files as docs/deploy.md lays them out."""
+        remove_stale()
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("link", "set", self.bridge, "up")
         for machine in self.machines:
@@ -341,11 +376,12 @@ class NetnsCluster:
         for ns in self._netns:
             _ip("netns", "del", ns, check=False)  # its eth0 goes, and the bridge's end with it
         _ip("link", "del", self.bridge, check=False)
-        for path in self._made_mountpoints:
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass
+        if not _tags_in_use():  # another run's binds would be detached by removing them
+            for path in self._made_mountpoints:
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
         if not os.environ.get("MUSTER_KEEP_TEST_STATE"):
             shutil.rmtree(self.root, ignore_errors=True)
 
