@@ -9,7 +9,8 @@ only over those links. tests/netns.py builds and removes the network.
 * A node unplugged mid-run (its link set down): the controller marks it DOWN after
   SlurmdTimeout, the job is requeued and resumes from its checkpoint on the other nodes;
   plugged back in, the node returns to service (ReturnToService=1) and the attempt it
-  still ran is gone.
+  still ran is gone. With no spare node, the job waits for the unplugged one to return and
+  resumes there.
 """
 
 from __future__ import annotations
@@ -190,3 +191,43 @@ def test_an_unplugged_node_goes_down_the_job_resumes_elsewhere_and_the_node_retu
     acct = hosts.run("head", ["sacct", "-D", "-X", "-j", str(job_id), "--parsable2", "--noheader", "-o", "State"])
     assert acct.stdout.split() == ["NODE_FAIL", "COMPLETED"], acct.stdout + acct.stderr
     print(f"{victim} DOWN {down_after:.1f} s after its link went down; IDLE {back_after:.1f} s after it came back")
+
+
+def test_with_no_spare_node_the_job_waits_and_resumes_on_the_node_that_returns(hosts: NetnsCluster) -> None:
+    pytest.importorskip("torch", reason="PyTorch is installed by `make install` (torch==2.13.0, CPU)")
+    drained = hosts.run("head", ["scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=no spare"])
+    assert drained.returncode == 0, drained.stderr
+    try:
+        ckpt = os.path.join(hosts.workdir, "return-ckpt")
+        env = {"TRAIN_SCRIPT": str(EXAMPLES / "train_ddp.py"), "PYTHON": sys.executable, "CKPT_DIR": ckpt}
+        job_id = sbatch(
+            hosts,
+            "-N2",
+            "--ntasks-per-node=1",
+            "--gres=gpu:1",
+            str(EXAMPLES / "train.sbatch"),
+            *("--steps", "40", "--ckpt-every", "5", "--sleep", "0.2"),
+            env=env,
+        )
+        running = wait_job(hosts, job_id, lambda j: j["state"] == "RUNNING", timeout=60)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.path.join(ckpt, "last.pt")):
+            assert time.monotonic() < deadline, "no checkpoint was written"
+            time.sleep(0.2)
+        victim = running["alloc"][1]["node"]
+        hosts.unplug(victim)
+        wait_node(hosts, victim, "DOWN", timeout=TIMEOUT + 15)
+        waiting = wait_job(hosts, job_id, lambda j: j["restart_count"] == 1 and j["state"] == "PENDING", timeout=60)
+        time.sleep(2)  # one node alone cannot run it: it stays pending
+        assert job(hosts, job_id)["state"] == "PENDING", waiting
+        hosts.plug(victim)
+        rerun = wait_job(hosts, job_id, lambda j: j["state"] == "RUNNING", timeout=60)
+        assert rerun["restart_count"] == 1 and victim in [a["node"] for a in rerun["alloc"]]
+        done = wait_job(hosts, job_id)
+        text = pathlib.Path(hosts.workdir, f"train-{job_id}.out").read_text()
+        assert done["state"] == "COMPLETED", text
+        resumed = re.search(r"resumed from step (\d+)", text)
+        assert resumed and int(resumed.group(1)) > 0, text
+        assert "done steps=40" in text, text
+    finally:
+        hosts.run("head", ["scontrol", "update", "NodeName=node3", "State=RESUME"])
