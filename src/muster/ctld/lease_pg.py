@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from muster.core.extras import require
 from muster.ctld.lease import Lease
 
 _COLUMNS = "holder, epoch, expires, lock_pid, store_pid, takeover, takeover_at"
@@ -47,8 +48,7 @@ class PgLease:
 
     def _db(self) -> Any:
         if self._conn is None or self._conn.closed:
-            import psycopg
-
+            psycopg = require("psycopg", "several controllers (SlurmctldHost listed more than once)")
             self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=max(1, int(self.connect_timeout)))
             # a takeover never waits long on a row a hung session holds: it ends that session first
             self._conn.execute("SET lock_timeout = '10s'")

@@ -10,6 +10,7 @@ import sys
 
 from muster import VERSION_STRING
 from muster.core.config import ConfigError, parse_config
+from muster.core.extras import MissingExtra
 from muster.ctld.reconfig import read_topology
 from muster.ctld.reconfig_plan import validate
 from muster.protocol.client import default_conf_path
@@ -75,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:  # a value read when the controller loads (accounting, scheduler)
         where = "" if str(e).startswith(path) else f"{path}: "
         print(f"musterctld: error: {where}{e}", file=sys.stderr)
+        return 1
+    except MissingExtra as e:  # PostgreSQL configured, psycopg not installed
+        print(f"musterctld: error: {e}", file=sys.stderr)
         return 1
 
 

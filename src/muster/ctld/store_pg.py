@@ -25,6 +25,7 @@ from typing import Any
 
 from muster.core.config import Config
 from muster.core.errors import StorageError
+from muster.core.extras import require
 from muster.ctld.store import Store
 
 _PLACEHOLDER = re.compile(r"\?")
@@ -89,8 +90,7 @@ class PgStore(Store):
     fence_epoch: int | None = None
 
     def __init__(self, dsn: str) -> None:  # noqa: D107 - Store's contract
-        import psycopg
-
+        psycopg = require("psycopg", "the PostgreSQL store (AccountingStorageType=accounting_storage/postgresql)")
         self.path = _redact(dsn)
         self.db = _PgConnection(psycopg.connect(dsn, autocommit=True))  # type: ignore[assignment]
         self.migrate()

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from muster.core.config import ConfigError, parse_config
 from muster.core.errors import MusterError
+from muster.core.extras import require
 from muster.core.topoconf import parse_topology, topology_path, wants_topology
 from muster.sched.topology import Topology
 from muster.sim import failcli
@@ -280,6 +281,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     topology = _topology(args, conf)
     failures = failcli.model_from(args)
 
+    if args.plot:  # before a long replay, not after it
+        require("matplotlib", "muster sim --plot")
     trace = read_trace(args.trace, args.format, args.cluster, args.skip_bad_lines)
     for line in trace.bad_lines[:20]:
         err.write(f"{PROG}: skipped malformed line: {line}\n")

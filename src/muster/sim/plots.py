@@ -17,6 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from muster.core.extras import require
 from muster.sim.engine import JobOutcome
 
 __all__ = ["binned", "lanes", "timeline", "write_plots"]
@@ -89,9 +90,7 @@ def write_plots(
     gantt_window: tuple[float, float] | None = None,
 ) -> list[str]:
     """Draw every picture for ``runs`` (label, outcomes) into ``out_dir``; return the paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    require("matplotlib", "muster sim --plot").use("Agg")
     import matplotlib.pyplot as plt
 
     os.makedirs(out_dir, exist_ok=True)

@@ -122,6 +122,22 @@ def test_plots_are_written(
     ]
 
 
+def test_plot_without_matplotlib_names_the_extra_before_replaying(
+    write_swf: Callable[..., str],
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed: import raises
+    assert main([write_swf(ROWS), "--plot", str(tmp_path / "p")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "muster sim: error: muster sim --plot needs matplotlib, which is not installed: pip install 'muster[plot]'\n"
+    )
+    assert "wait mean" not in captured.out  # refused before the replay, not after it
+    assert not (tmp_path / "p").exists()
+
+
 def test_the_progress_bar_reaches_the_end(write_swf: Callable[..., str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main([write_swf(ROWS), "--progress"]) == 0
     assert "100.0%  6/6 jobs" in capsys.readouterr().err
