@@ -228,7 +228,12 @@ def test_a_deposed_controller_commits_nothing(pg_schema: tuple[str, str]) -> Non
     store.fence_epoch = epoch
     store.set_meta("k", "1")  # the active controller commits
     first.close()  # its lock session ends (as when the process dies) ...
-    assert second.try_lock()  # ... and the lock is free for the standby
+    # ... and the lock is free for the standby once the server has ended that session
+    # (its backend exits after the client has gone: not at the same instant)
+    deadline = time.monotonic() + 10
+    while not second.try_lock():
+        assert time.monotonic() < deadline, "the lock of a closed session was never freed"
+        time.sleep(0.05)
     second.take("b#1", 10.0)
     with pytest.raises(StorageError, match="no longer the active one"):
         store.set_meta("k", "2")
