@@ -13,8 +13,12 @@ musterd per machine, the default.
 Without TLS their heartbeats travel together (``HeartbeatBatch``): one signed request,
 every heartbeat interval, carries those of all the nodes the process hosts, so that the
 controller's cost per heartbeat is mostly its own work, not HTTP's; each is answered as if
-it came alone. Over TLS (``TLSType=tls/muster``) a message must come from a certificate
-naming its one sender, so there each node heartbeats alone over its own link.
+it came alone. Over TLS (``TLSType=tls/muster``) a message must come over a certificate
+that names its sender: the batch goes over the process's *host certificate*
+(``slurmd_host_%n_cert.pem`` for ``%n`` = its hostlist, which ``muster up`` and ``muster
+keygen --host-cert`` issue), whose alternative name lists the nodes it may speak for; the
+controller accepts a heartbeat in it only for those nodes. Without a host certificate each
+node heartbeats alone over its own link (its own certificate), as before.
 
 Log lines carry the node they are about (``musterd[node7]``): every task a node's daemon
 starts inherits its name through a context variable (``NODE``).
@@ -25,18 +29,24 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import os
+import ssl
 from typing import Any
 
 from muster.agent.daemon import AgentDaemon
 from muster.core.clock import Clock, SystemClock
+from muster.core.config import Config
 from muster.core.hostlist import compress
 from muster.protocol.httpd import DaemonRequestError, SignedClient
+from muster.protocol.tls import TLSError, client_context
 
 __all__ = ["NODE", "BATCH_WINDOW", "HeartbeatBatch", "NodeField", "serve_nodes"]
 
 # Seconds a heartbeat waits for those of the other hosted nodes. Nodes answered together
 # wait their interval together, so after the first round a batch holds them all.
 BATCH_WINDOW = 0.2
+
+log = logging.getLogger("musterd")
 
 NODE: contextvars.ContextVar[str] = contextvars.ContextVar("musterd_node", default="-")
 
@@ -99,6 +109,26 @@ class HeartbeatBatch:
                 future.set_result(one)
 
 
+def host_tls(config: Config, hostlist: str) -> ssl.SSLContext | None:
+    """The client context presenting this process's host certificate, or None (logged)
+    when it has none: then each node heartbeats alone over TLS."""
+    files = config.tls.host(hostlist)
+    if not (os.path.exists(files.cert) and os.path.exists(files.key)):
+        log.info(
+            "no host certificate %s for %s: each node heartbeats alone over its own link "
+            "(`muster keygen --conf CONF --host-cert %s` makes one)",
+            files.cert,
+            hostlist,
+            hostlist,
+        )
+        return None
+    try:
+        return client_context(files.ca_cert, files)
+    except TLSError as exc:
+        log.warning("host certificate not used, each node heartbeats alone: %s", exc)
+        return None
+
+
 async def serve_nodes(daemons: list[AgentDaemon], clock: Clock | None = None) -> None:
     """Serve every daemon in this event loop until all are stopped (``request_stop``).
 
@@ -121,14 +151,15 @@ async def serve_nodes(daemons: list[AgentDaemon], clock: Clock | None = None) ->
 
     config = daemons[0].config
     client: SignedClient | None = None
-    if not any(d.uses_tls for d in daemons):
-        # Over TLS each message must come from a certificate naming its one sender: there
-        # each node heartbeats alone, over its own link.
+    hostlist = compress(d.node.name for d in daemons)
+    tls = host_tls(config, hostlist) if any(d.uses_tls for d in daemons) else None
+    if tls is not None or not any(d.uses_tls for d in daemons):
         client = SignedClient(
             daemons[0].settings.key,
             clock or SystemClock(),
             timeout=float(config.message_timeout),
-            sender=compress(d.node.name for d in daemons),
+            sender=hostlist,
+            tls=tls,
         )
         client.use_controllers([client.url(addr, config.ctld_port) for _h, addr in config.ctld_addrs])
         batch = HeartbeatBatch(client, client.url(config.ctld_addr, config.ctld_port))

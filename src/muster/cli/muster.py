@@ -99,6 +99,15 @@ def _parser() -> argparse.ArgumentParser:
         help="create what this config names and is missing: AuthKeyFile and, with TLSType=tls/muster, "
         "the CA and a certificate for the controller and for every node (existing files are kept)",
     )
+    keygen.add_argument(
+        "--host-cert",
+        action="append",
+        default=[],
+        metavar="HOSTLIST",
+        help="with --conf and TLS: also a host certificate for the agent process that hosts these "
+        "nodes (musterd --node HOSTLIST), over which it heartbeats for all of them in one request; "
+        "may be repeated",
+    )
 
     sub.add_parser("sim", help="replay a workload trace through the scheduler (see `muster sim --help`)")
 
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return sim_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "keygen":
-        return _keygen(args.path, args.conf)
+        return _keygen(args.path, args.conf, args.host_cert)
 
     if args.command in ("backup", "restore"):
         return _state_command(args)
@@ -148,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _keygen(path: str | None, conf: str | None) -> int:
+def _keygen(path: str | None, conf: str | None, hosts: list[str] | None = None) -> int:
     from muster.protocol.signing import generate_key
 
     if path is None and conf is None:
@@ -184,8 +193,8 @@ def _keygen(path: str | None, conf: str | None) -> int:
         from muster.cluster.certs import issue_all
 
         try:
-            made = issue_all(config)
-        except OSError as e:  # CertError is one
+            made = issue_all(config, hosts)
+        except (OSError, ValueError) as e:  # CertError is an OSError, HostlistError a ValueError
             print(f"muster: error: {e}", file=sys.stderr)
             return 1
         for item in made:
@@ -193,6 +202,9 @@ def _keygen(path: str | None, conf: str | None) -> int:
         print(f"TLS: the cluster CA is {config.tls.ca_cert}; {len(made)} file(s) created, the others kept")
     elif config is not None:
         print("TLS is off in this config (TLSType=tls/none): no certificates made")
+    if hosts and (config is None or not config.tls.enabled):
+        print("muster: error: --host-cert needs --conf with TLSType=tls/muster", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -7,6 +7,12 @@ each configured node's (common name = its ``NodeName``). A holder's certificate 
 lists, as subject alternative names, its muster name, its host name and its address, so
 that other TLS tools can check it too; muster's own peers check the muster name.
 
+``issue_all(config, hosts=[...])`` also issues a *host certificate* for each hostlist given
+(one per agent process hosting those nodes; ``muster up --nodes-per-agent`` passes its
+agents, ``muster keygen --host-cert HOSTLIST`` any): common name ``host <host name>``, a
+``URI:muster:nodes:HOSTLIST`` alternative name listing the nodes it may speak for, the
+host's name and address, and client use only (``core.tlsconf`` says why).
+
 Private keys are written with mode 0600 (the process's umask is 077 while ``openssl``
 runs). The CA key is needed only here, to issue certificates for new nodes: a site may
 move it offline once every node has its certificate.
@@ -24,7 +30,8 @@ import subprocess
 import tempfile
 
 from muster.core.config import Config
-from muster.core.tlsconf import CTLD_NAME, TLSFiles, TLSSettings
+from muster.core.hostlist import expand
+from muster.core.tlsconf import CTLD_NAME, NODES_URI, TLSFiles, TLSSettings
 
 __all__ = ["CertError", "issue_all"]
 
@@ -47,7 +54,16 @@ keyUsage = critical,digitalSignature
 extendedKeyUsage = serverAuth,clientAuth
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
-subjectAltName = {sans}
+subjectAltName = @alt
+[host_ext]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+subjectAltName = @alt
+[alt]
+{sans}
 """
 
 
@@ -55,7 +71,9 @@ class CertError(OSError):
     """A certificate could not be made; the message says which and why."""
 
 
-def _san(names: list[str]) -> str:
+def _san(names: list[str], uris: tuple[str, ...] = ()) -> str:
+    """The ``[alt]`` section: one ``KIND.N = value`` line each (a section, not a
+    comma-separated list, since a hostlist has commas)."""
     out: list[str] = []
     for name in names:
         if not name:
@@ -66,7 +84,8 @@ def _san(names: list[str]) -> str:
             item = f"DNS:{name}"
         if item not in out:
             out.append(item)
-    return ",".join(out)
+    out += [f"URI:{uri}" for uri in uris]
+    return "\n".join(f"{kind}.{i} = {value}" for i, (kind, _, value) in enumerate(x.partition(":") for x in out))
 
 
 def _openssl(args: list[str], sans: str, what: str) -> None:
@@ -76,7 +95,7 @@ def _openssl(args: list[str], sans: str, what: str) -> None:
     with tempfile.TemporaryDirectory(prefix="muster-ca-") as tmp:
         conf = os.path.join(tmp, "openssl.cnf")
         with open(conf, "w") as f:
-            f.write(_OPENSSL_CONF.format(sans=sans or "DNS:localhost"))
+            f.write(_OPENSSL_CONF.format(sans=sans or "DNS.0 = localhost"))
         argv = [exe, "req", "-x509", "-config", conf, "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
         argv += ["-nodes", *args]
         done = subprocess.run(
@@ -109,20 +128,24 @@ def make_ca(tls: TLSSettings, cluster: str) -> None:
     os.chmod(tls.ca_cert, 0o644)  # every command checks the controller against it
 
 
-def make_cert(tls: TLSSettings, files: TLSFiles, names: list[str]) -> None:
-    """Issue ``files.cert``/``files.key`` for holder ``files.name``, signed by the CA."""
+def make_cert(tls: TLSSettings, files: TLSFiles, names: list[str], host: str | None = None) -> None:
+    """Issue ``files.cert``/``files.key`` for holder ``files.name``, signed by the CA; with
+    ``host``, a host certificate for the hostlist ``files.name`` on host ``host``."""
     if not (os.path.exists(tls.ca_key) and os.path.exists(tls.ca_cert)):
         raise CertError(f"cannot issue a certificate for {files.name}: the CA key {tls.ca_key} is not here")
     for path in (files.cert, files.key):
         _directory(path)
-    args = ["-extensions", "leaf_ext", "-CA", tls.ca_cert, "-CAkey", tls.ca_key]
-    args += ["-keyout", files.key, "-out", files.cert, "-days", str(CERT_DAYS), "-subj", _subject(files.name)]
-    _openssl(args, _san([files.name, *names]), f"the certificate of {files.name} ({files.cert})")
+    ext, subject = ("leaf_ext", files.name) if host is None else ("host_ext", f"host {host}"[:64])
+    args = ["-extensions", ext, "-CA", tls.ca_cert, "-CAkey", tls.ca_key]
+    args += ["-keyout", files.key, "-out", files.cert, "-days", str(CERT_DAYS), "-subj", _subject(subject)]
+    sans = _san(names, (NODES_URI + files.name,)) if host is not None else _san([files.name, *names])
+    _openssl(args, sans, f"the certificate of {files.name} ({files.cert})")
     os.chmod(files.cert, 0o644)  # public; the key stays 0600
 
 
-def issue_all(config: Config) -> list[str]:
-    """Create the CA and every holder's certificate that is missing; the files created."""
+def issue_all(config: Config, hosts: list[str] | None = None) -> list[str]:
+    """Create the CA and every holder's certificate that is missing, and a host certificate
+    for each hostlist of ``hosts`` (every node in it configured); the files created."""
     tls = config.tls
     made: list[str] = []
     if not os.path.exists(tls.ca_cert):
@@ -137,5 +160,18 @@ def issue_all(config: Config) -> list[str]:
         if os.path.exists(files.cert) and os.path.exists(files.key):
             continue
         make_cert(tls, files, names)
+        made.append(files.cert)
+    for hostlist in hosts or []:
+        nodes = [config.node(name) for name in expand(hostlist)]
+        missing = [name for name, node in zip(expand(hostlist), nodes, strict=True) if node is None]
+        if missing or not nodes:
+            raise CertError(f"cannot issue a host certificate for {hostlist}: not configured: {','.join(missing)}")
+        files = tls.host(hostlist)
+        if os.path.exists(files.cert) and os.path.exists(files.key):
+            continue
+        first = nodes[0]
+        assert first is not None
+        addrs = sorted({n.addr for n in nodes if n is not None})
+        make_cert(tls, files, [first.hostname, *addrs], host=first.hostname)
         made.append(files.cert)
     return made

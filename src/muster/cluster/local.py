@@ -191,7 +191,11 @@ class LocalCluster:
         if config.tls.enabled:
             from muster.cluster.certs import issue_all
 
-            issue_all(config)
+            # a host certificate per agent process hosting several nodes (agent.host)
+            per = max(1, shape.nodes_per_agent)
+            names = [n.name for n in config.nodes]
+            hosts = [compress(names[k : k + per]) for k in range(0, len(names), per)] if per > 1 else []
+            issue_all(config, hosts)
         with open(os.path.join(self.state_dir, "agents.json"), "w") as f:
             json.dump({"nodes_per_agent": max(1, shape.nodes_per_agent)}, f)
         with open(self.conf_path, "w") as f:

@@ -15,6 +15,13 @@ File defaults sit in ``tls/`` beside the cluster key (``AuthKeyFile``): ``ca_cer
 share a host). ``ca_key_file`` (``ca_key.pem``) is muster's own: only ``muster keygen``
 reads it, to issue certificates; no daemon needs it.
 
+A *host certificate* (``slurmd_host_%n_cert.pem``, muster's own item, ``%n`` being the
+hostlist of the nodes, e.g. ``node[1-64]``) lets one agent process that hosts several nodes
+speak for all of them over one link (``agent.host``): its subject names the host, and a
+``URI:muster:nodes:HOSTLIST`` alternative name lists the nodes it may speak for. It is a
+client certificate only: it names no node as a DNS name, so it cannot pass for a node's
+server.
+
 A certificate names its holder in its subject's common name: ``ctld`` for the controller,
 the ``NodeName`` for an agent. That name, not the address, is what peers check.
 """
@@ -27,6 +34,7 @@ TLS_NONE = "tls/none"
 TLS_MUSTER = "tls/muster"
 TLS_TYPES = (TLS_NONE, TLS_MUSTER)
 CTLD_NAME = "ctld"  # the controller's name in certificates (and in signed messages)
+NODES_URI = "muster:nodes:"  # a host certificate's alternative name: this, then a hostlist
 
 PARAMETERS = {
     "ca_cert_file": "ca_cert.pem",
@@ -35,6 +43,8 @@ PARAMETERS = {
     "ctld_cert_key_file": "ctld_cert_key.pem",
     "slurmd_cert_file": "slurmd_%n_cert.pem",
     "slurmd_cert_key_file": "slurmd_%n_cert_key.pem",
+    "slurmd_host_cert_file": "slurmd_host_%n_cert.pem",
+    "slurmd_host_cert_key_file": "slurmd_host_%n_cert_key.pem",
 }
 
 
@@ -104,3 +114,9 @@ class TLSSettings:
         cert = self.paths["slurmd_cert_file"].replace("%n", name)
         key = self.paths["slurmd_cert_key_file"].replace("%n", name)
         return TLSFiles(name, self.ca_cert, cert, key)
+
+    def host(self, nodes: str) -> TLSFiles:
+        """The host certificate of the agent process hosting ``nodes`` (a hostlist)."""
+        cert = self.paths["slurmd_host_cert_file"].replace("%n", nodes)
+        key = self.paths["slurmd_host_cert_key_file"].replace("%n", nodes)
+        return TLSFiles(nodes, self.ca_cert, cert, key)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -41,6 +42,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from muster.core.clock import Clock, SystemClock
+from muster.core.hostlist import expand
 from muster.protocol.signing import (
     CTLD,
     MAX_SKEW,
@@ -397,10 +399,27 @@ class Verifier:
         if self.require_cert:
             if tls_peer is None:
                 raise WrongPeer(f"message from {sender} over a plain connection (TLSType=tls/muster requires TLS)")
-            if tls_peer != sender:
+            if tls_peer != sender and not speaks_for(tls_peer, sender):
                 named = f"names {tls_peer}" if tls_peer else "is missing"
                 raise WrongPeer(f"message from {sender} over a connection whose client certificate {named}")
         return sender
+
+
+@functools.lru_cache(maxsize=1024)
+def _nodes(hostlist: str) -> frozenset[str]:
+    return frozenset(expand(hostlist))
+
+
+def speaks_for(tls_peer: str, sender: str) -> bool:
+    """Whether a certificate naming ``tls_peer`` (a host certificate's hostlist, or one
+    holder) may carry messages from ``sender`` (a hostlist too): every node the sender
+    names is one the certificate names."""
+    if not tls_peer or not sender:
+        return False
+    try:
+        return _nodes(sender) <= _nodes(tls_peer)
+    except ValueError:  # HostlistError: a name that is no hostlist speaks for no one else
+        return False
 
 
 class WrongPeer(SignatureError):

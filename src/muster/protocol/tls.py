@@ -9,7 +9,8 @@
   the cluster CA and names the one it meant to reach (the connection's ``server_hostname``
   is a muster name: ``ctld`` or a node name, never an address); a daemon also presents its
   own certificate.
-* ``peer_name``: the holder named by a verified peer certificate (its subject's CN).
+* ``peer_name``: the holder named by a verified peer certificate: its subject's CN, or for
+  a host certificate the hostlist of the nodes it speaks for (``core.tlsconf``).
 
 Importing ``ssl`` costs a command tens of milliseconds: commands import this module only
 when they open a TLS connection.
@@ -21,7 +22,7 @@ import os
 import ssl
 from typing import Any
 
-from muster.core.tlsconf import TLSFiles
+from muster.core.tlsconf import NODES_URI, TLSFiles
 
 __all__ = ["TLSError", "client_context", "daemon_contexts", "describe_failure", "peer_name", "server_context"]
 
@@ -68,9 +69,13 @@ def client_context(ca_cert: str, files: TLSFiles | None = None) -> ssl.SSLContex
 
 
 def peer_name(cert: dict[str, Any] | None) -> str | None:
-    """The subject's common name of a certificate ``getpeercert()`` returned (verified)."""
+    """Who a certificate ``getpeercert()`` returned (verified) names: the hostlist of a host
+    certificate's ``URI:muster:nodes:`` name, else the subject's common name."""
     if not cert:
         return None
+    for kind, value in cert.get("subjectAltName", ()):
+        if kind == "URI" and str(value).startswith(NODES_URI):
+            return str(value)[len(NODES_URI) :]
     for rdn in cert.get("subject", ()):
         for key, value in rdn:
             if key == "commonName":

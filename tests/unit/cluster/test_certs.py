@@ -112,3 +112,58 @@ def test_a_daemon_without_its_certificate_does_not_start(tmp_path: pathlib.Path,
         err
         == f"musterctld: error: TLS certificate for ctld missing: {tmp_path}/tls/ctld_cert.pem (run `muster keygen --conf`)\n"
     )
+
+
+def handshake(client: ssl.SSLObject, server: ssl.SSLObject, c_in, c_out, s_in, s_out) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(10):
+        for side in (client, server):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+
+
+def test_a_host_certificate_names_its_host_and_the_nodes_it_speaks_for(tmp_path: pathlib.Path) -> None:
+    cfg = config(tmp_path)
+    made = issue_all(cfg, hosts=["node[1-2]"])
+    tls = cfg.tls
+    files = tls.host("node[1-2]")
+    assert made[-1] == files.cert and files.cert.endswith("slurmd_host_node[1-2]_cert.pem")
+    assert stat.S_IMODE(os.stat(files.key).st_mode) == 0o600
+    assert issue_all(cfg, hosts=["node[1-2]"]) == []
+    bios = [ssl.MemoryBIO() for _ in range(4)]
+    client = client_context(tls.ca_cert, files).wrap_bio(bios[0], bios[1], server_hostname="ctld")
+    srv = server_context(tls.ctld()).wrap_bio(bios[2], bios[3], server_side=True)
+    handshake(client, srv, *bios)
+    peer = srv.getpeercert()
+    assert peer_name(peer) == "node[1-2]"
+    assert dict(x[0] for x in peer["subject"])["commonName"] == "host node1"  # NodeHostname defaults to the NodeName
+    assert ("IP Address", "127.0.0.2") in peer["subjectAltName"]
+
+
+def test_a_host_certificate_cannot_pass_for_a_nodes_server(tmp_path: pathlib.Path) -> None:
+    cfg = config(tmp_path)
+    issue_all(cfg, hosts=["node[1-2]"])
+    tls = cfg.tls
+    bios = [ssl.MemoryBIO() for _ in range(4)]
+    client = client_context(tls.ca_cert, tls.ctld()).wrap_bio(bios[0], bios[1], server_hostname="node1")
+    srv = server_context(tls.host("node[1-2]")).wrap_bio(bios[2], bios[3], server_side=True)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        handshake(client, srv, *bios)
+
+
+def test_a_host_certificate_for_unknown_nodes_is_refused(tmp_path: pathlib.Path) -> None:
+    cfg = config(tmp_path)
+    with pytest.raises(CertError, match="not configured: node9"):
+        issue_all(cfg, hosts=["node[1,9]"])
+
+
+def test_keygen_issues_host_certificates(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "muster.conf"
+    conf.write_text(CONF.format(d=tmp_path))
+    assert muster_main(["keygen", "--conf", str(conf), "--host-cert", "node[1-2]"]) == 0
+    assert "slurmd_host_node[1-2]_cert.pem" in capsys.readouterr().out
+    assert muster_main(["keygen", "--conf", str(conf), "--host-cert", "node[1-"]) == 1
+    assert "muster: error:" in capsys.readouterr().err

@@ -50,3 +50,26 @@ def test_handshake_failures_read_as_one_short_reason() -> None:
     plain.reason = "HTTP_REQUEST"
     assert describe_failure(plain) == "plain HTTP sent to a TLS port (TLSType=tls/muster)"
     assert describe_failure(TimeoutError()) == "TLS handshake timed out"
+
+
+def test_a_host_certificate_speaks_for_the_nodes_it_names_and_no_others() -> None:
+    v = verifier(True)
+    assert v.verify("POST", "/v1/agent/heartbeat", b"{}", signed("node[1-4]"), tls_peer="node[1-4]") == "node[1-4]"
+    assert v.verify("POST", "/v1/agent/heartbeat", b"{}", signed("node[2-3]"), tls_peer="node[1-4]") == "node[2-3]"
+    assert v.verify("POST", "/v1/agent/heartbeat", b"{}", signed("node3"), tls_peer="node[1-4]") == "node3"
+    for sender in ("node5", "node[4-5]", "node1,nodeX"):
+        with pytest.raises(WrongPeer, match=r"client certificate names node\[1-4\]"):
+            v.verify("POST", "/v1/agent/heartbeat", b"{}", signed(sender), tls_peer="node[1-4]")
+    # a single node's certificate speaks for no hostlist
+    with pytest.raises(WrongPeer, match="names node1"):
+        v.verify("POST", "/v1/agent/heartbeat", b"{}", signed("node[1-2]"), tls_peer="node1")
+
+
+def test_a_host_certificates_peer_name_is_the_hostlist_of_its_nodes() -> None:
+    cert = {
+        "subject": ((("organizationName", "muster"),), (("commonName", "host localhost"),)),
+        "subjectAltName": (("DNS", "localhost"), ("URI", "muster:nodes:node[1-3,7]"), ("IP Address", "127.0.0.2")),
+    }
+    assert peer_name(cert) == "node[1-3,7]"
+    other = {"subject": ((("commonName", "node3"),),), "subjectAltName": (("URI", "https://x/"),)}
+    assert peer_name(other) == "node3"
