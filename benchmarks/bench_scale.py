@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--tls",
         action="store_true",
-        help="TLSType=tls/muster (hosted nodes then heartbeat alone, each over its own link)",
+        help="TLSType=tls/muster (an agent process heartbeats for its nodes over its host certificate)",
     )
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]

@@ -37,6 +37,7 @@ from muster.cli.sinfo_fields import (
     columns_from_format,
     columns_from_long_format,
     node_key,
+    node_keys,
     parse_sort,
     sort_rows,
     state_filter_names,
@@ -317,20 +318,33 @@ def to_json(parts: list[dict], nodes: list[dict]) -> str:
     return json.dumps(doc, indent=2)
 
 
-def fetch() -> tuple[list[dict], list[dict], float]:
+def fetch(fields: list[str] | None = None) -> tuple[list[dict], list[dict], float]:
+    """Partitions and nodes; with ``fields``, the nodes hold those keys only (the
+    controller sends them in columns, ``ctld.columns``: a few values per node)."""
     from muster.protocol.client import ApiError, ConnectError
 
     try:
         ctl = connect(PROG)
         part_answer = ctl.get("/v1/partitions")
-        node_answer = ctl.get("/v1/nodes")
+        node_answer = ctl.get("/v1/nodes" + (f"?fields={','.join(fields)}" if fields else ""))
     except ConnectError as e:
         raise CommandError(f"slurm_load_partitions: {connect_message(e)}", 1, raw=True) from None
     except ApiError as e:
         raise CommandError(f"slurm_load_partitions: {e.message}", 1, raw=True) from None
     parts = [p for p in part_answer.get("partitions") or [] if isinstance(p, dict)]
-    nodes = [n for n in node_answer.get("nodes") or [] if isinstance(n, dict)]
+    if fields:
+        keys = node_answer.get("fields") or []
+        nodes = [dict(zip(keys, row, strict=True)) for row in node_answer.get("rows") or []]
+    else:
+        nodes = [n for n in node_answer.get("nodes") or [] if isinstance(n, dict)]
     return parts, nodes, float(node_answer.get("now") or 0)
+
+
+def wanted_fields(req: Request) -> list[str] | None:
+    """The node fields this request reads, or None for all of them (``--json``)."""
+    if req.json:
+        return None
+    return node_keys([c.key for c in req.cols if c.key] + [key for key, _ in req.sort])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -340,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(req)
             return 0
         while True:
-            parts, nodes, now = fetch()
+            parts, nodes, now = fetch(wanted_fields(req))
             if req.json:
                 print_lines([to_json(parts, nodes)])
                 return 0

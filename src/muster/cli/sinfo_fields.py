@@ -287,6 +287,39 @@ FIELDS: dict[str, tuple[str, object, object]] = {
     "z": ("S:C:T", lambda r: _same(r, _sct), _sct),
 }
 
+# The node fields (NodeWire keys) each letter reads besides BASE_KEYS, so that sinfo asks
+# the controller for those alone (``GET /v1/nodes?fields=``, ctld.columns). A letter not
+# here reads the partition only. A key the wire lacks (``sockets``) is read as absent.
+BASE_KEYS = ("name", "state", "drain", "responding")
+NODE_KEYS: dict[str, tuple[str, ...]] = {
+    "b": ("features",),
+    "c": ("cpus",),
+    "C": ("cpus", "cpus_alloc"),
+    "E": ("reason",),
+    "f": ("features",),
+    "G": ("gres", "gpus", "gpu_type"),
+    "H": ("reason_time",),
+    "m": ("real_memory",),
+    "o": ("addr",),
+    "u": ("reason_user",),
+    "U": ("reason_user",),
+    "w": ("weight",),
+    "X": ("cpus",),
+    "Y": ("cpus",),
+    "Z": ("cpus",),
+    "z": ("cpus",),
+}
+PARTITION_ONLY = frozenset("aAdDeFghlLnNOpPrRsStT") | {"statecomplete"}  # besides BASE_KEYS
+
+
+def node_keys(letters: list[str]) -> list[str]:
+    """The node fields that showing, filtering and sorting by ``letters`` reads."""
+    keys = dict.fromkeys(BASE_KEYS + ("reason", "reason_user", "reason_time"))  # the filters, -R
+    for letter in letters:
+        keys.update(dict.fromkeys(NODE_KEYS.get(letter, ())))
+    return list(keys)
+
+
 LONG_NAMES = {
     "available": "a",
     "cpus": "c",

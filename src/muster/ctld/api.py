@@ -39,6 +39,7 @@ from muster.ctld.bodies import (
     SubmitBody,
     UpdateBody,
 )
+from muster.ctld.columns import PartitionCache, jobs_by_node, node_rows
 from muster.ctld.commits import GroupCommit
 from muster.ctld.context import Context
 from muster.ctld.dashboard import build_dashboard_routes
@@ -116,6 +117,7 @@ def build_routes(ctx: Context) -> list[Route]:
 
     private = PrivateData(ctl.config)
     listing = JobListing(ctl.job_versions)  # jobs encoded once per change (ctld.listing)
+    part_lists = PartitionCache()  # partitions' node lists, once per configuration
     ended = GroupCommit(ctl, ctl.launches.job_done)  # agents' reports, one commit a group
     jwt_auth = JwtAuth(ctl.config)  # AuthAltTypes=auth/jwt: tokens from scontrol token
 
@@ -408,17 +410,17 @@ def build_routes(ctx: Context) -> list[Route]:
     @handler
     async def list_nodes(request: Request) -> JSONResponse:
         names = query_list(request, "name")
-        jobs_on: dict[str, list[int]] = {}
-        for job in ctl.jobs.values():
-            if job.is_active:
-                for n in job.nodes:
-                    jobs_on.setdefault(n, []).append(job.job_id)
-        nodes = [node_wire(n, jobs_on.get(n.name, [])) for n in ctl.nodes.values() if not names or n.name in names]
+        chosen = [n for n in ctl.nodes.values() if not names or n.name in names]
+        fields = query_list(request, "fields")
+        if fields is not None:  # in columns, only what the command's format needs (ctld.columns)
+            return JSONResponse({**node_rows(chosen, fields, ctl.jobs.values()), "now": ctx.clock.now()})
+        jobs_on = jobs_by_node(ctl.jobs.values())
+        nodes = [node_wire(n, jobs_on.get(n.name, [])) for n in chosen]
         return JSONResponse({"nodes": nodes, "now": ctx.clock.now()})
 
     @handler
     async def list_partitions(request: Request) -> JSONResponse:
-        parts = [partition_wire(ctl.config, p.name, ctl.nodes) for p in ctl.config.partitions]
+        parts = [partition_wire(ctl.config, p.name, ctl.nodes, part_lists.lists) for p in ctl.config.partitions]
         return JSONResponse({"partitions": parts, "now": ctx.clock.now()})
 
     @handler

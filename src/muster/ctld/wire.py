@@ -6,7 +6,7 @@ computed here once, so every command shows the same thing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from muster.core.config import Config
@@ -164,14 +164,21 @@ def node_wire(node: NodeRuntime, jobs_here: list[int]) -> dict[str, Any]:
     }
 
 
-def partition_wire(config: Config, name: str, nodes: dict[str, NodeRuntime]) -> dict[str, Any]:
+def partition_wire(
+    config: Config,
+    name: str,
+    nodes: dict[str, NodeRuntime],
+    lists: Callable[[Config, str, Sequence[str]], tuple[list[str], str]] | None = None,
+) -> dict[str, Any]:
+    """``lists``: the partition's (node names, hostlist), if kept (``columns.PartitionCache``)."""
     p = config.partition(name)
     assert p is not None
     members = [nodes[n] for n in p.nodes if n in nodes]
+    names, hostlist = lists(config, p.name, p.nodes) if lists is not None else (list(p.nodes), compress(p.nodes))
     return {
         "name": p.name,
-        "nodes": list(p.nodes),
-        "nodelist": compress(p.nodes),
+        "nodes": names,
+        "nodelist": hostlist,
         "default": p.default,
         "state": p.state.upper(),
         "max_time": p.max_time,

@@ -1,0 +1,162 @@
+"""Nodes listed in columns (``ctld.columns``): each row holds what ``node_wire`` holds
+under the same names, and sinfo reading only the fields its format needs prints, byte for
+byte, what it prints from whole wire dicts, for every letter, view, filter and sort."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pathlib
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from muster.cli import sinfo
+from muster.cli.sinfo_fields import FIELDS, LONG_NAMES, NODE_KEYS, PARTITION_ONLY
+from muster.core.clock import ManualClock
+from muster.core.config import parse_config
+from muster.core.errors import InvalidRequest
+from muster.core.job import JobSpec, NodeAlloc
+from muster.ctld.app import CtldApp
+from muster.ctld.columns import NODE_FIELDS, PartitionCache, jobs_by_node, node_rows
+from muster.ctld.controller import Identity
+from muster.ctld.wire import node_wire, partition_wire
+from muster.protocol.httpd import PEER_KEY
+
+CONF = """
+ClusterName=t
+StateSaveLocation={state}
+NodeName=node[1-6] CPUs=32 RealMemory=128000 Gres=gpu:a100:8 Feature=fast,ib
+NodeName=cpu[01-03] CPUs=8 RealMemory=16000 Weight=5
+PartitionName=gpu Nodes=node[1-6] Default=YES MaxTime=INFINITE State=UP
+PartitionName=all Nodes=ALL MaxTime=60 State=UP
+"""
+ALICE = Identity(1001, 1001, "alice", "alice", "h", admin=False)
+ROOT = Identity(0, 0, "root", "root", "h", admin=True)
+
+
+class _Start:  # the scheduler's Start, reduced to what apply_starts reads
+    def __init__(self, job_id: int, node: str, cpus: int, gpus: list[int]) -> None:
+        self.job_id, self.partition, self.backfilled = job_id, "gpu", False
+        self.alloc = [NodeAlloc(node, cpus, 100, gpus)]
+
+
+@pytest.fixture
+def app(tmp_path: pathlib.Path) -> CtldApp:
+    config = parse_config(CONF.format(state=tmp_path), str(tmp_path / "muster.conf"))
+    ctld = CtldApp(config, b"k" * 32, ManualClock(1000.0), str(tmp_path / "muster.db"))
+    ctl = ctld.controller
+    for name in list(ctl.nodes)[:-1]:  # cpu03 never registers: UNKNOWN
+        ctl.agents.register({"node": name, "gpus": 8 if name.startswith("node") else 0, "running": []})
+    starts = []
+    for node, cpus, gpus in (("node1", 32, [0]), ("node2", 2, [0, 1]), ("node3", 4, list(range(8)))):
+        job = ctl.queue.submit(JobSpec(script="#!/bin/sh\ntrue\n", workdir="/w"), ALICE)
+        starts.append(_Start(job.job_id, node, cpus, gpus))
+    ctl.launches.apply_starts(starts, ctl.clock.now())
+    ctl.liveness.update_nodes(ROOT, ["node4"], "DRAIN", "disk full")
+    ctl.liveness.update_nodes(ROOT, ["node2"], "DRAIN", "bad gpu")
+    ctl.liveness.update_nodes(ROOT, ["cpu01"], "DOWN", "power")
+    ctl.nodes["node5"].silent = True
+    return ctld
+
+
+def as_root(ctld: CtldApp) -> TestClient:
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            scope = {**scope, PEER_KEY: (0, 0, 0)}
+        await ctld.asgi(scope, receive, send)
+
+    return TestClient(asgi)  # type: ignore[arg-type]
+
+
+def test_each_row_holds_what_node_wire_holds(app: CtldApp) -> None:
+    ctl = app.controller
+    fields = list(NODE_FIELDS)
+    on = jobs_by_node(ctl.jobs.values())
+    rows = node_rows(ctl.nodes.values(), fields, ctl.jobs.values())["rows"]
+    wire = [node_wire(n, on.get(n.name, [])) for n in ctl.nodes.values()]
+    assert set(fields) == set(wire[0])  # every wire field can be asked for
+    assert [dict(zip(fields, row, strict=True)) for row in rows] == wire
+    assert node_rows(ctl.nodes.values(), ["name"], [])["rows"] == [[n] for n in ctl.nodes]
+    with pytest.raises(InvalidRequest, match="unknown node field"):
+        node_rows(ctl.nodes.values(), ["name", "secret"], [])
+
+
+def test_the_route_answers_in_columns_and_refuses_unknown_fields(app: CtldApp) -> None:
+    client = as_root(app)
+    answer = client.get("/v1/nodes?fields=name,state,jobs").json()
+    assert answer["fields"] == ["name", "state", "jobs"]
+    assert answer["rows"][0] == ["node1", "ALLOCATED", [1]] and answer["rows"][-1] == ["cpu03", "UNKNOWN", []]
+    assert client.get("/v1/nodes?fields=name,nope").status_code == 400
+    assert len(client.get("/v1/nodes").json()["nodes"]) == 9  # the whole view, as before
+
+
+def test_partition_lists_are_kept_per_configuration(app: CtldApp) -> None:
+    ctl = app.controller
+    cache = PartitionCache()
+    for p in ctl.config.partitions:
+        assert partition_wire(ctl.config, p.name, ctl.nodes, cache.lists) == partition_wire(
+            ctl.config, p.name, ctl.nodes
+        )
+    first = cache.lists(ctl.config, "all", ())
+    assert cache.lists(ctl.config, "all", ()) is first  # not computed again
+    other = parse_config(CONF.format(state="/x").replace("node[1-6] Default", "node[1-2] Default"), "t.conf")
+    gpu = other.partition("gpu")
+    assert gpu is not None and cache.lists(other, "gpu", gpu.nodes) == (["node1", "node2"], "node[1-2]")
+
+
+def test_every_letter_reads_the_partition_or_names_its_node_fields() -> None:
+    assert set(FIELDS) <= set(NODE_KEYS) | PARTITION_ONLY
+    assert set(NODE_KEYS) & PARTITION_ONLY == set()
+    assert all(key in NODE_FIELDS for keys in NODE_KEYS.values() for key in keys)
+
+
+ARGVS = [
+    [],
+    ["-l"],
+    ["-s"],
+    ["-N"],
+    ["-N", "-l"],
+    ["-R"],
+    ["-R", "-l"],
+    ["-t", "idle,drain"],
+    ["-d"],
+    ["-r"],
+    ["-n", "node[2-4],cpu01"],
+    ["-p", "all", "-S", "-t,N"],
+    ["-S", "-C,m"],
+    ["-o", "%" + " %".join(k for k in FIELDS if len(k) == 1)],
+    ["-O", ",".join(LONG_NAMES)],
+    ["-N", "-o", "%N %G %E %H %u %w %z %X %Y %Z %f %b %m %c %C %o %n"],
+]
+
+
+@pytest.mark.parametrize("argv", ARGVS, ids=lambda a: " ".join(a) or "default")
+def test_sinfo_prints_the_same_from_columns_as_from_whole_nodes(
+    app: CtldApp, argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = as_root(app)
+    asked: list[str] = []
+
+    class Ctl:
+        def get(self, path: str) -> dict[str, Any]:
+            asked.append(path)
+            answer = client.get(path)
+            assert answer.status_code == 200, answer.text
+            return dict(answer.json())
+
+    monkeypatch.setattr(sinfo, "connect", lambda *a, **k: Ctl())
+
+    def run() -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert sinfo.main(argv) == 0
+        return out.getvalue()
+
+    compact = run()
+    assert any("fields=" in path for path in asked)
+    monkeypatch.setattr(sinfo, "wanted_fields", lambda req: None)
+    asked.clear()
+    assert run() == compact
+    assert not any("fields=" in path for path in asked)
