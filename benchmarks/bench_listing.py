@@ -1,7 +1,8 @@
 """squeue and sinfo at thousands of nodes, both sides, in one process (no sockets):
 
-* the controller: ``GET /v1/nodes``, ``/v1/partitions`` and ``/v1/jobs`` answered through
-  its ASGI app (the route, the wire dicts or cached fragments, the JSON encoding);
+* the controller: what each command asks for (``GET /v1/partitions``, ``/v1/nodes``,
+  ``/v1/jobs``...) answered through its ASGI app (the route, the wire dicts, columns or
+  cached fragments, the JSON encoding), the sum of each request's best time;
 * the command: ``sinfo`` and ``squeue`` (default formats) from those answers' bytes
   (JSON decoding, filtering, grouping, layout), the controller replaced by the bytes.
 
@@ -76,25 +77,26 @@ def best(fn: Callable[[], object], n: int = 5) -> float:
 
 
 class Replay:
-    """Stands in for ``cli.common.Controller``: answers from recorded bytes."""
+    """Stands in for ``cli.common.Controller``: answers from recorded bytes, or records
+    them from ``fetch`` (the controller's app) the first time a path is asked for."""
 
-    def __init__(self, answers: dict[str, bytes]) -> None:
+    def __init__(self, answers: dict[str, bytes], fetch: Callable[[str], bytes] | None = None) -> None:
         self.answers = answers
+        self.fetch = fetch
 
     def get(self, path: str) -> dict:  # type: ignore[type-arg]
-        for prefix, body in self.answers.items():
-            if path.startswith(prefix):
-                return json.loads(body)  # as protocol.client decodes an answer
-        raise KeyError(path)
+        if path not in self.answers and self.fetch is not None:
+            self.answers[path] = self.fetch(path)
+        return json.loads(self.answers[path])  # as protocol.client decodes an answer
 
 
-def command(main: Callable[[list[str]], int], argv: list[str], module: Any, answers: dict[str, bytes]) -> bytes:
+def command(module: Any, argv: list[str], replay: Replay) -> bytes:
     out = io.StringIO()
     saved = module.connect
-    module.connect = lambda *a, **k: Replay(answers)
+    module.connect = lambda *a, **k: replay
     try:
         with contextlib.redirect_stdout(out):
-            assert main(argv) == 0
+            assert module.main(argv) == 0
     finally:
         module.connect = saved
     return out.getvalue().encode()
@@ -107,35 +109,26 @@ def measure(nodes: int, jobs_per_node: int, pending: int) -> dict[str, float]:
     from muster.protocol.httpd import PEER_KEY
 
     app = cluster(nodes, jobs_per_node, pending)
-    client = TestClient(app.asgi)
-    root: Any = {"extensions": {}}
+
+    async def as_root(scope: Any, receive: Any, send: Any) -> None:  # as the Unix socket's root peer
+        if scope["type"] == "http":
+            scope = {**scope, PEER_KEY: (0, 0, 0)}
+        await app.asgi(scope, receive, send)
+
+    client = TestClient(as_root)  # type: ignore[arg-type]
 
     def get(path: str) -> bytes:
         answer = client.get(path)
         assert answer.status_code == 200, answer.text
         return answer.content
 
-    # The ASGI app sees the caller as the Unix socket's peer would be: root.
-    original = app.asgi
-
-    async def as_root(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            scope = {**scope, PEER_KEY: (0, 0, 0)}
-        await original(scope, receive, send)
-
-    client = TestClient(as_root)  # type: ignore[arg-type]
-    del root
-    q = squeue.listing_query(squeue.parse_args([], {}))  # type: ignore[arg-type]
     out: dict[str, float] = {}
-    out["ctld_nodes_ms"] = best(lambda: get("/v1/nodes"))
-    out["ctld_partitions_ms"] = best(lambda: get("/v1/partitions"))
-    out["ctld_jobs_ms"] = best(lambda: get("/v1/jobs" + q))
-    answers = {"/v1/nodes": get("/v1/nodes"), "/v1/partitions": get("/v1/partitions"), "/v1/jobs": get("/v1/jobs" + q)}
-    out["bytes_sinfo"] = len(answers["/v1/nodes"]) + len(answers["/v1/partitions"])
-    out["bytes_squeue"] = len(answers["/v1/jobs"])
-    out["cmd_sinfo_ms"] = best(lambda: command(sinfo.main, [], sinfo, answers))
-    out["cmd_squeue_ms"] = best(lambda: command(squeue.main, [], squeue, answers))
-    out["lines_squeue"] = command(squeue.main, [], squeue, answers).count(b"\n")
+    for name, module in (("sinfo", sinfo), ("squeue", squeue)):
+        answers: dict[str, bytes] = {}
+        command(module, [], Replay(answers, get))  # what the command asks for, recorded
+        out[f"ctld_{name}_ms"] = sum(best(lambda path=path: get(path)) for path in answers)
+        out[f"bytes_{name}"] = sum(len(body) for body in answers.values())
+        out[f"cmd_{name}_ms"] = best(lambda module=module, answers=answers: command(module, [], Replay(answers)))
     return out
 
 
@@ -146,13 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pending", type=int, default=1000, help="pending jobs (default 1,000)")
     args = ap.parse_args(argv)
     print(f"in-process, {args.jobs_per_node} running job(s) per node and {args.pending} pending; best of 5, ms:")
-    print(f"{'nodes':>6} {'ctld nodes':>10} {'partitions':>10} {'jobs':>8} {'sinfo cmd':>10} {'squeue cmd':>10}")
+    print(f"{'nodes':>6} {'sinfo: ctld':>12} {'command':>8} {'squeue: ctld':>13} {'command':>8}")
     for n in [int(x) for x in args.nodes.split(",") if x]:
         r = measure(n, args.jobs_per_node, args.pending)
         print(
-            f"{n:>6} {r['ctld_nodes_ms']:>10.1f} {r['ctld_partitions_ms']:>10.1f} {r['ctld_jobs_ms']:>8.1f} "
-            f"{r['cmd_sinfo_ms']:>10.1f} {r['cmd_squeue_ms']:>10.1f}   "
-            f"({r['bytes_sinfo'] // 1024} kB for sinfo, {r['bytes_squeue'] // 1024} kB for squeue)"
+            f"{n:>6} {r['ctld_sinfo_ms']:>12.1f} {r['cmd_sinfo_ms']:>8.1f} {r['ctld_squeue_ms']:>13.1f} "
+            f"{r['cmd_squeue_ms']:>8.1f}   ({r['bytes_sinfo'] // 1024} kB for sinfo, {r['bytes_squeue'] // 1024} kB "
+            "for squeue)"
         )
         sys.stdout.flush()
     return 0
