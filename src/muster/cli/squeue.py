@@ -43,6 +43,7 @@ from muster.cli.squeue_fields import (
     PATH_VALUES,
     columns_from_format,
     columns_from_long_format,
+    job_keys,
     long_state,
 )
 from muster.cli.squeue_filters import DEFAULT_SORT, Filters, parse_states, sort_jobs
@@ -273,7 +274,19 @@ def listing_query(req: Request) -> str:
     query = req.filters.query()
     if req.json or any(c.value in PATH_VALUES for c in req.cols):
         return query
-    return query + ("&" if query else "?") + "view=brief"
+    query += ("&" if query else "?") + "view=brief"
+    fields = wanted_fields(req)
+    return query + ("&fields=" + ",".join(fields) if fields else "")
+
+
+def wanted_fields(req: Request) -> list[str] | None:
+    """The brief keys this request reads (``squeue_fields.job_keys``): its columns, sort
+    letters and filters, so that the controller sends those alone."""
+    f = req.filters
+    keys = [c.key for c in req.cols if c.key] + [k.strip().lstrip("+-") for k in req.sort.split(",")]
+    keys += ["j"] * bool(f.names) + ["a"] * bool(f.accounts) + ["q"] * bool(f.qos) + ["v"] * bool(f.reservations)
+    keys += ["N"] * (f.nodes is not None)
+    return job_keys(keys)
 
 
 def fetch(req: Request) -> tuple[list[dict], float]:

@@ -244,3 +244,80 @@ def columns_from_format(fmt: str) -> list[Column]:
 def columns_from_long_format(spec: str) -> list[Column]:
     """``-O``: ``Name[:[.]width[suffix]]`` items, 20 columns wide unless told."""
     return named_columns(spec, _named, "Invalid job format specification: {}")
+
+
+# --- what to ask the controller for ---------------------------------------------------------
+
+# The brief job keys (ctld.listing.BRIEF_KEYS; ``spec.K`` a key of the job's spec) that
+# squeue reads whatever it shows: ids as %i writes them, array merging, the filters' and
+# the default sort's keys (P,t,-p).
+BASE_KEYS = (
+    "job_id",
+    "state",
+    "state_code",
+    "completing",
+    "reason",
+    "priority",
+    "partition",
+    "user",
+    "array_job_id",
+    "array_task_id",
+    "array_throttle",
+    "het_job_id",
+    "het_job_offset",
+)
+_START = ("start_time", "state", "planned_start", "spec.begin_time")
+_GRES = ("shape", "spec.gpus_per_node", "spec.gpu_type")
+# Each letter's (and each -O name without one) keys besides BASE_KEYS; the sort letters
+# read the same keys as the columns of those letters.
+JOB_KEYS: dict[str, tuple[str, ...]] = {
+    "a": ("account",),
+    "b": _GRES,
+    "B": ("batch_host",),
+    "c": ("shape",),
+    "C": ("num_cpus",),
+    "D": ("num_nodes",),
+    "e": ("end_time", "time_limit", *_START),
+    "E": ("spec.dependency",),
+    "f": ("spec.constraint",),
+    "g": ("group",),
+    "G": ("gid",),
+    "h": ("spec.exclusive",),
+    "j": ("spec.name",),
+    "k": ("spec.comment",),
+    "l": ("time_limit",),
+    "L": ("time_limit", "run_time"),
+    "m": ("shape", "spec.mem_per_cpu", "spec.mem_per_node"),
+    "M": ("run_time",),
+    "n": ("spec.nodelist",),
+    "N": ("nodelist",),
+    "q": ("qos",),
+    "R": ("nodelist",),
+    "S": _START,
+    "U": ("uid",),
+    "v": ("spec.reservation",),
+    "V": ("submit_time",),
+    "x": ("spec.exclude",),
+    "y": ("spec.nice",),
+    "Y": ("sched_nodelist",),
+    "Z": ("spec.workdir",),
+    "numtasks": ("num_tasks",),
+    "cpus-per-task": ("spec.cpus_per_task",),
+    "tres-alloc": ("tres",),
+    "tres": ("tres",),
+    "eligibletime": ("eligible_time",),
+    "restartcnt": ("restart_count",),
+    "exitcode": ("exit_code", "exit_signal"),
+    "stdin": ("spec.stdin",),
+    "gres": _GRES,
+}
+# Letters that read BASE_KEYS alone, or nothing of the job.
+BASE_ONLY = frozenset("AdFHiIJKOpPQrtTuwz") | {"cluster", "o"}  # %o: the brief view has no command
+
+
+def job_keys(keys: list[str]) -> list[str]:
+    """The brief job keys that columns, sort letters or -O names ``keys`` read."""
+    out = dict.fromkeys(BASE_KEYS)
+    for key in keys:
+        out.update(dict.fromkeys(JOB_KEYS.get(LONG_NAMES.get(key, key), ())))
+    return list(out)

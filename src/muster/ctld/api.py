@@ -46,6 +46,7 @@ from muster.ctld.dashboard import build_dashboard_routes
 from muster.ctld.identity import Identity
 from muster.ctld.jwtauth import USER_HEADER, JwtAuth, token_in
 from muster.ctld.listing import JobListing
+from muster.ctld.listing import select as select_fields
 from muster.ctld.observe_api import build_observe_routes
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
@@ -277,7 +278,12 @@ def build_routes(ctx: Context) -> list[Route]:
             raise InvalidJobId()
         if job_ids is None:
             listing.prune(ctl.jobs)
-        body = listing.body(selected, now, request.query_params.get("view") == "brief", ctl.jobs)
+        brief = request.query_params.get("view") == "brief"
+        fields = query_list(request, "fields")
+        if fields is not None and not brief:
+            raise InvalidRequest("fields= narrows the brief view only (view=brief)")
+        narrowed = select_fields(fields) if fields is not None else None
+        body = listing.body(selected, now, brief, ctl.jobs, narrowed)
         return Response(body, media_type="application/json")
 
     @handler

@@ -102,4 +102,3 @@ class PartitionCache:
         if hit is None:
             hit = self._lists[name] = (list(nodes), compress(nodes))
         return hit
-

@@ -21,6 +21,11 @@ the time of the request, so its fragment is stored without it and ``run_time`` i
 assembly, as is a heterogeneous job's set of component ids (which components are still in
 memory; ``hetindex.with_id_sets``). Who may see which jobs (``PrivateData``) is decided per caller before assembly:
 fragments hold nothing that depends on the caller.
+
+A brief listing may be narrowed to the fields a command's format reads (``?view=brief&
+fields=job_id,state,spec.name``, ``select``): each job's object then holds those of its
+brief keys (``spec.K`` a key of its ``spec``), a few values instead of forty, cached per
+set of fields like the rest.
 """
 
 from __future__ import annotations
@@ -32,16 +37,42 @@ from operator import attrgetter
 from typing import Any
 
 from muster.core.arrays import format_ranges
+from muster.core.errors import InvalidRequest
 from muster.core.job import Job
 from muster.core.states import JobState
 from muster.ctld.hetindex import components
-from muster.ctld.wire import job_wire
+from muster.ctld.wire import BRIEF_FIELDS, BRIEF_SPEC_KEYS, job_wire
 
 # The job's own fields, compared at each request; its nested objects go with its version.
 _NESTED = {"spec", "shape"}
 _fields = attrgetter(*(f.name for f in dataclasses.fields(Job) if f.name not in _NESTED))
 # As starlette's JSONResponse encodes (the uncached path), so both give the same bytes.
 _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode
+
+
+# What a brief job may be narrowed to: its keys (``wire.job_wire(brief=True)``) and spec.K.
+BRIEF_KEYS = frozenset(
+    (*BRIEF_FIELDS, "spec", "shape", "state", "reason", "run_time", "het_job_id_set")
+    + ("nodelist", "sched_nodelist", "num_nodes", "num_cpus", "num_tasks", "num_gpus", "state_code", "tres")
+    + ("account", "qos", "batch_host")
+) | {f"spec.{k}" for k in BRIEF_SPEC_KEYS}
+
+
+def select(fields: list[str]) -> tuple[str, ...]:
+    """The fields a brief listing is narrowed to; an unknown one is refused."""
+    unknown = [f for f in fields if f not in BRIEF_KEYS]
+    if unknown:
+        raise InvalidRequest(f"unknown job field(s): {','.join(unknown)} (known: {','.join(sorted(BRIEF_KEYS))})")
+    return tuple(dict.fromkeys(fields))
+
+
+def _narrow(d: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    out = {k: d[k] for k in fields if k in d}
+    spec = [k[5:] for k in fields if k.startswith("spec.")]
+    if spec and "spec" not in fields:
+        full = d.get("spec") or {}
+        out["spec"] = {k: full[k] for k in spec if k in full}
+    return out
 
 
 def _run_time(job: Job, now: float) -> int:
@@ -55,17 +86,24 @@ class JobListing:
 
     def __init__(self, versions: dict[int, int]) -> None:
         self.versions = versions  # ClusterState.job_versions: read, never written here
-        # (job id, brief) -> (version, fields, fragment, het leader whose id set it shows)
-        self._cache: dict[tuple[int, bool], tuple[int, tuple[Any, ...], bytes, int | None]] = {}
+        # (job id, brief, narrowed to) -> (version, fields, fragment, het leader whose id set it shows)
+        self._cache: dict[tuple[int, bool, tuple[str, ...] | None], tuple[int, tuple[Any, ...], bytes, int | None]] = {}
         self.encoded = 0  # fragments encoded so far (what a test counts)
 
     def fragment(
-        self, job: Job, now: float, brief: bool, jobs: Mapping[int, Job], sets: dict[int, str] | None = None
+        self,
+        job: Job,
+        now: float,
+        brief: bool,
+        jobs: Mapping[int, Job],
+        sets: dict[int, str] | None = None,
+        narrow: tuple[str, ...] | None = None,
     ) -> bytes:
         """The job's JSON object as ``job_wire`` and ``hetindex.with_id_sets`` give it,
         encoded; ``jobs``: all jobs in memory (a heterogeneous job's set of ids is those of
-        its components still there), ``sets``: those sets found so far in this listing."""
-        key = (job.job_id, brief)
+        its components still there), ``sets``: those sets found so far in this listing;
+        ``narrow``: those fields alone (``select``; a brief listing's)."""
+        key = (job.job_id, brief, narrow)
         version = self.versions.get(job.job_id, 0)
         fields = _fields(job)
         hit = self._cache.get(key)
@@ -76,12 +114,16 @@ class JobListing:
             if job.state is JobState.RUNNING:
                 d.pop("run_time", None)
             leader = d.get("het_job_id")
+            if narrow is not None:
+                d = _narrow(d, narrow)
+                if "het_job_id_set" not in narrow:
+                    leader = None
             frag = _encode(d).encode("utf-8")
             self.encoded += 1
             self._cache[key] = (version, fields, frag, leader)
         # What depends on the time of the request or on other jobs, after the rest.
         extra = []
-        if job.state is JobState.RUNNING:
+        if job.state is JobState.RUNNING and (narrow is None or "run_time" in narrow):
             extra.append(f'"run_time":{_run_time(job, now)}')
         if leader is not None:
             sets = {} if sets is None else sets
@@ -93,10 +135,17 @@ class JobListing:
         tail = ",".join(extra).encode() + b"}"
         return frag[:-1] + (b"," + tail if len(frag) > 2 else tail)
 
-    def body(self, jobs: list[Job], now: float, brief: bool, everyone: Mapping[int, Job]) -> bytes:
+    def body(
+        self,
+        jobs: list[Job],
+        now: float,
+        brief: bool,
+        everyone: Mapping[int, Job],
+        narrow: tuple[str, ...] | None = None,
+    ) -> bytes:
         """``{"jobs": [...], "now": now}`` encoded, as JSONResponse would encode it."""
         sets: dict[int, str] = {}
-        parts = b",".join([self.fragment(job, now, brief, everyone, sets) for job in jobs])
+        parts = b",".join([self.fragment(job, now, brief, everyone, sets, narrow) for job in jobs])
         return b'{"jobs":[' + parts + b'],"now":' + _encode(now).encode() + b"}"
 
     def prune(self, present: Mapping[int, Job], slack: int = 64) -> None:

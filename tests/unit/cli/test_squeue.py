@@ -235,7 +235,7 @@ def test_unknown_single_job_id_is_slurm_load_jobs_error(monkeypatch, capsys, ref
     monkeypatch.setattr(squeue, "connect", lambda prog: fake)
     assert squeue.main(["-j", "999999"]) == 1
     assert capsys.readouterr().err == stderr
-    assert fake.paths == ["/v1/jobs?job_id=999999&view=brief"]
+    assert len(fake.paths) == 1 and fake.paths[0].startswith("/v1/jobs?job_id=999999&view=brief&fields=job_id,")
 
 
 def test_unreachable_controller(monkeypatch, capsys) -> None:

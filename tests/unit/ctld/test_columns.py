@@ -1,6 +1,7 @@
-"""Nodes listed in columns (``ctld.columns``): each row holds what ``node_wire`` holds
-under the same names, and sinfo reading only the fields its format needs prints, byte for
-byte, what it prints from whole wire dicts, for every letter, view, filter and sort."""
+"""Nodes listed in columns (``ctld.columns``) and jobs narrowed to some fields
+(``ctld.listing``): each row holds what ``node_wire`` holds under the same names, and
+sinfo and squeue, reading only the fields their format needs, print byte for byte what
+they print from whole wire dicts, for every letter, view, filter and sort."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from muster.cli import sinfo
+from muster.cli import sinfo, squeue
 from muster.cli.sinfo_fields import FIELDS, LONG_NAMES, NODE_KEYS, PARTITION_ONLY
+from muster.cli.squeue_fields import BASE_KEYS as SQUEUE_BASE
+from muster.cli.squeue_fields import BASE_ONLY, EXTRA_FIELDS, JOB_KEYS
+from muster.cli.squeue_fields import FIELDS as SQUEUE_FIELDS
+from muster.cli.squeue_fields import LONG_NAMES as SQUEUE_LONG
+from muster.cli.squeue_filters import SORT_KEYS
 from muster.core.clock import ManualClock
 from muster.core.config import parse_config
 from muster.core.errors import InvalidRequest
@@ -21,6 +27,7 @@ from muster.core.job import JobSpec, NodeAlloc
 from muster.ctld.app import CtldApp
 from muster.ctld.columns import NODE_FIELDS, PartitionCache, jobs_by_node, node_rows
 from muster.ctld.controller import Identity
+from muster.ctld.listing import BRIEF_KEYS
 from muster.ctld.wire import node_wire, partition_wire
 from muster.protocol.httpd import PEER_KEY
 
@@ -160,3 +167,99 @@ def test_sinfo_prints_the_same_from_columns_as_from_whole_nodes(
     asked.clear()
     assert run() == compact
     assert not any("fields=" in path for path in asked)
+
+
+# --- squeue: a brief listing narrowed to the fields the format reads --------------------------
+
+BOB = Identity(1002, 1002, "bob", "bob", "h", admin=False)
+
+
+@pytest.fixture
+def queue(app: CtldApp) -> CtldApp:
+    """Jobs of every kind squeue shows differently: running (one completing), pending with
+    reasons and a planned start, an array's pending tasks, a heterogeneous job, held,
+    another user's, specs with comments, dependencies, constraints, nice and limits."""
+    ctl = app.controller
+    submit = ctl.queue.submit
+    base = {"script": "#!/bin/sh\ntrue\n", "workdir": "/w"}
+    done = submit(JobSpec(**base, name="short", time_limit=60), ALICE)  # type: ignore[arg-type]
+    run = submit(JobSpec(**base, name="train", comment="lr=3e-4", gpus_per_node=2, time_limit=3600), BOB)  # type: ignore[arg-type]
+    ctl.launches.apply_starts([_Start(done.job_id, "node6", 1, [7]), _Start(run.job_id, "node6", 4, [5, 6])], 1000.0)
+    ctl.launches.launch_done(run.job_id)
+    ctl.clock.advance(125)  # type: ignore[attr-defined]
+    ctl.queue.cancel(ctl.jobs[done.job_id], ALICE)  # completing until its node reports the end
+    submit(JobSpec(**base, name="arr", array="1-6%2", mem_per_cpu=100, nice=5), ALICE)  # type: ignore[arg-type]
+    dep = submit(JobSpec(**base, name="after", dependency=f"afterok:{run.job_id}", constraint="ib"), BOB)  # type: ignore[arg-type]
+    ctl.queue.hold(ctl.jobs[dep.job_id], BOB, admin_hold=False)
+    wide = submit(
+        JobSpec(**base, name="wide", min_nodes=4, partitions=["all"], exclude=["node1"], nodelist=["node2"]), ALICE
+    )  # type: ignore[arg-type]
+    ctl.jobs[wide.job_id].planned_start = 9000.0
+    ctl.hets.submit([JobSpec(**base, name="het"), JobSpec(**{**base, "script": None}, cpus_per_task=2)], BOB)  # type: ignore[arg-type]
+    return app
+
+
+SQUEUE_ARGVS = [
+    [],
+    ["-l"],
+    ["-r"],
+    ["--start"],
+    ["-t", "all"],
+    ["-p", "all", "-S", "-V"],
+    ["-n", "train,arr"],
+    ["-A", "alice", "-q", "normal"],
+    ["-w", "node6"],
+    ["-o", "%" + " %".join(SQUEUE_FIELDS)],
+    ["-O", ",".join(SQUEUE_LONG) + "," + ",".join(n for n in EXTRA_FIELDS if n not in ("stdout", "stderr"))],
+] + [["-S", ("-" if i % 2 else "") + key, "-t", "all"] for i, key in enumerate(SORT_KEYS)]
+
+
+@pytest.mark.parametrize("argv", SQUEUE_ARGVS, ids=lambda a: " ".join(a) or "default")
+def test_squeue_prints_the_same_from_narrowed_jobs_as_from_brief_ones(
+    queue: CtldApp, argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = as_root(queue)
+    asked: list[str] = []
+
+    class Ctl:
+        def get(self, path: str) -> dict[str, Any]:
+            asked.append(path)
+            answer = client.get(path)
+            assert answer.status_code == 200, answer.text
+            return dict(answer.json())
+
+    monkeypatch.setattr(squeue, "connect", lambda *a, **k: Ctl())
+
+    def run() -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert squeue.main(argv) == 0
+        return out.getvalue()
+
+    narrowed = run()
+    assert any("fields=" in path for path in asked) and narrowed.count("\n") > 1
+    monkeypatch.setattr(squeue, "wanted_fields", lambda req: None)
+    asked.clear()
+    assert run() == narrowed
+    assert not any("fields=" in path for path in asked)
+
+
+def test_every_squeue_letter_and_name_is_mapped() -> None:
+    mapped = set(JOB_KEYS) | BASE_ONLY
+    assert set(SQUEUE_FIELDS) <= mapped and set(SORT_KEYS) <= mapped
+    assert set(EXTRA_FIELDS) - {"stdout", "stderr"} <= mapped  # output paths: the whole view
+    assert all(key in BRIEF_KEYS for keys in JOB_KEYS.values() for key in keys)
+    assert all(key in BRIEF_KEYS for key in SQUEUE_BASE)
+
+
+def test_narrowed_jobs_hold_the_brief_keys_asked_for_and_unknown_ones_are_refused(queue: CtldApp) -> None:
+    client = as_root(queue)
+    brief = client.get("/v1/jobs?view=brief").json()["jobs"]
+    narrow = client.get("/v1/jobs?view=brief&fields=job_id,run_time,spec.name,spec.nice").json()["jobs"]
+    assert len(narrow) == len(brief)
+    for whole, part in zip(brief, narrow, strict=True):
+        assert part["job_id"] == whole["job_id"] and part.get("run_time") == whole.get("run_time")
+        spec = {k: whole["spec"][k] for k in ("name", "nice") if k in whole["spec"]}
+        assert part["spec"] == spec and set(part) <= {"job_id", "run_time", "spec"}
+    assert client.get("/v1/jobs?view=brief&fields=job_id,secret").status_code == 400
+    assert client.get("/v1/jobs?fields=job_id").status_code == 400  # the whole view is not narrowed

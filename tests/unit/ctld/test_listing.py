@@ -154,7 +154,7 @@ def test_submitting_adds_a_job_and_purging_forgets_it(ctl: Controller) -> None:
     assert first not in ctl.jobs and first not in ctl.job_versions
     _check(ctl, listing)
     listing.prune(ctl.jobs, slack=0)
-    assert {job_id for job_id, _brief in listing._cache} == set(ctl.jobs)
+    assert {key[0] for key in listing._cache} == set(ctl.jobs)
 
 
 def test_a_running_jobs_run_time_is_that_of_the_request(ctl: Controller) -> None:
@@ -201,3 +201,30 @@ def test_a_heterogeneous_jobs_id_set_follows_its_components_in_memory(ctl: Contr
     assert {j["het_job_id_set"] for j in body["jobs"]} == {f"{jobs[0].job_id}-{jobs[-1].job_id}"}
     del ctl.jobs[jobs[-1].job_id]  # a component gone from memory: no commit, still seen
     _check(ctl, listing)
+
+
+def test_a_narrowed_listing_is_cached_and_follows_changes(ctl: Controller) -> None:
+    from muster.ctld.listing import select
+
+    listing = JobListing(ctl.job_versions)
+    running, waiting = _started(ctl), _submit(ctl, name="wait", comment="c")
+    narrow = select(["job_id", "run_time", "spec.name", "state"])
+    now = ctl.clock.now()
+
+    def expected() -> list[dict[str, object]]:
+        out = []
+        for j in ctl.jobs.values():
+            d = job_wire(j, ctl.clock.now(), True)
+            spec = {"name": d["spec"]["name"]} if "name" in d["spec"] else {}
+            out.append({k: d[k] for k in ("job_id", "run_time", "state") if k in d} | {"spec": spec})
+        return out
+
+    assert json.loads(listing.body(list(ctl.jobs.values()), now, True, ctl.jobs, narrow))["jobs"] == expected()
+    encoded = listing.encoded
+    ctl.clock.advance(30)  # type: ignore[attr-defined]
+    body = json.loads(listing.body(list(ctl.jobs.values()), ctl.clock.now(), True, ctl.jobs, narrow))
+    assert listing.encoded == encoded and body["jobs"] == expected()  # run_time moved, nothing re-encoded
+    _update(ctl, waiting)
+    body = json.loads(listing.body(list(ctl.jobs.values()), ctl.clock.now(), True, ctl.jobs, narrow))
+    assert listing.encoded == encoded + 1 and body["jobs"] == expected()
+    assert running in ctl.jobs
