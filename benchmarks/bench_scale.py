@@ -7,7 +7,8 @@ Two parts, both printing figures (never asserting them):
    whether the controller's cost grows with nodes x jobs (it should not).
 2. **Real daemons** (``muster up --nodes N --nodes-per-agent P``): nodes brought up per
    second, the controller's RSS and idle CPU (and so its CPU per heartbeat, HTTP included),
-   the agents' RSS and CPU per hosted node, ``squeue``/``sinfo`` wall time, ``srun -NK
+   the agents' RSS and CPU per hosted node, ``squeue``/``sinfo`` wall time (and ``squeue
+   -r`` over a held array of one job per node), ``srun -NK
    true`` for K in 8/64/256 (first to last task), and how long after a ``kill -9`` of one
    agent process all its nodes are DOWN (a rack losing power; SlurmdTimeout=15). A size whose estimated memory exceeds
    half of what the machine has free is skipped with the reason printed.
@@ -135,7 +136,7 @@ def timed(h: Harness, argv: list[str], n: int = 3) -> float:
 def cluster(nodes: int, per_agent: int, idle: float, tls: bool = False) -> dict[str, Any]:
     h = Harness(
         ClusterShape(nodes=nodes, gpus_per_node=8, cpus_per_node=64, mem_per_node=512000, nodes_per_agent=per_agent),
-        settings={"TLSType": "tls/muster" if tls else "tls/none"},
+        settings={"TLSType": "tls/muster" if tls else "tls/none", "MaxArraySize": str(max(1001, nodes + 1))},
     )
     out: dict[str, Any] = {"nodes": nodes, "agents": -(-nodes // per_agent)}
     try:
@@ -161,6 +162,10 @@ def cluster(nodes: int, per_agent: int, idle: float, tls: bool = False) -> dict[
         out["agent_cpu_pct_per_node"] = 100 * (a1 - a0) / (t1 - t0) / nodes
         out["squeue_ms"] = timed(h, ["squeue"])
         out["sinfo_ms"] = timed(h, ["sinfo"])
+        # a queue of one pending job per node (a held array: one submission), listed whole
+        array = h.sbatch(f"--array=0-{nodes - 1}", "--hold", "-o", "/dev/null", "--wrap", "true")
+        out["squeue_r_ms"] = timed(h, ["squeue", "-r"])
+        h.run(["scancel", str(array)])
         for k in (8, 64, 256):
             if k <= nodes:
                 out[f"srun_N{k}_ms"] = timed(h, ["srun", f"-N{k}", "true"], n=1)
@@ -222,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             f"controller {r['ctld_rss_mb']:.0f} MB, idle CPU {r['ctld_cpu_pct']:.1f} % "
             f"({r['ctld_ms_per_heartbeat']:.2f} ms/heartbeat); agents {r['agent_rss_mb_per_node']:.1f} MB "
             f"and {r['agent_cpu_pct_per_node']:.3f} % CPU per node; squeue {r['squeue_ms']:.0f} ms, "
-            f"sinfo {r['sinfo_ms']:.0f} ms; "
+            f"sinfo {r['sinfo_ms']:.0f} ms, squeue -r of {n} held jobs {r['squeue_r_ms']:.0f} ms; "
             + ", ".join(f"srun -N{k} {r[f'srun_N{k}_ms']:.0f} ms" for k in (8, 64, 256) if f"srun_N{k}_ms" in r)
             + f"; an agent process of {r['rack']} nodes killed: all DOWN after {r['rack_down_s']:.1f} s "
             f"(SlurmdTimeout={r['slurmd_timeout']})"
