@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -292,11 +293,13 @@ def build_app(
     steps: StepRunner | None = None,
     metrics: Callable[[], bytes] | None = None,
     require_cert: bool = False,
+    relay_tls: ssl.SSLContext | None = None,
 ) -> ASGIApp:
     """The ASGI app for both sockets (see the module docstring). ``metrics``: the text of
     ``GET /metrics`` (``agent.metrics``), served without a signature when the site enabled it;
     ``require_cert``: orders must come over TLS from the controller's certificate
-    (``TLSType=tls/muster``)."""
+    (``TLSType=tls/muster``); ``relay_tls``: how this agent reaches the agents it relays step
+    launches to (``agent.steptree``)."""
     routes = build_routes(supervisor, status_extra, steps)
     routes.append(openapi_route(routes))  # GET /openapi.json, signed like the rest
     # The replay floor lives in the agent's own 0700 state directory (protocol.replay).
@@ -307,7 +310,7 @@ def build_app(
         steps.replay = verifier.guard  # a step grant is admitted once, across restarts too
     local = credential_app(key, supervisor.node, clock)
     outer = Starlette(lifespan=lifespan)
-    step_api = StepApi(steps) if steps is not None else None
+    step_api = StepApi(steps, relay_tls) if steps is not None else None
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":

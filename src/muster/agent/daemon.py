@@ -371,6 +371,7 @@ class AgentDaemon:
             self.steps,
             metrics,
             require_cert=self._tls is not None,
+            relay_tls=self._tls[1] if self._tls else None,
         )
         server = self._server = make_server(
             app,

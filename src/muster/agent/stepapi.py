@@ -21,6 +21,14 @@ working directory and how to connect stdio.
 ``token`` is a random value the launch stream's first frame gives srun, so that only the
 srun that launched a step can feed or signal it.
 
+A launch that carries ``"tree"`` (a list of node names, possibly empty) comes through the
+launch tree (``agent.steptree``): once the grant is checked it is answered 200 at once (so
+that whoever relayed it knows this agent is alive, whatever its Prolog takes), relayed to
+the nodes of that subtree (``"tree_width"``, ``"message_timeout"`` say how), and its stream
+carries this node's frames and, ``t``-wrapped, those of every node below; a failure of this
+node's own launch is an ``m`` frame ``{"failed", "judge": false}`` instead of an error
+status. The stream ends when this node's part and every subtree's are over.
+
 ``StepApi`` parses and answers; what a launch, an input or a signal does is the step
 runner's (``agent.steps``).
 """
@@ -34,13 +42,16 @@ import logging
 import os
 import secrets
 import signal
+import ssl
 from typing import Any
 from urllib.parse import parse_qs
 
 from muster.agent.localstep import close_quietly
 from muster.agent.stepplan import StepLaunchError
 from muster.agent.steps import LOW_WATER, StepRunner
+from muster.agent.steptree import Relay
 from muster.protocol.httpd import read_body
+from muster.protocol.stepcred import GrantError, verify_grant
 from muster.protocol.stream import frame, json_frame
 
 __all__ = ["StepApi"]
@@ -51,8 +62,9 @@ log = logging.getLogger(__name__)
 class StepApi:
     """The ASGI app for ``/v1/steps/*`` on the agent's TCP socket, over a ``StepRunner``."""
 
-    def __init__(self, runner: StepRunner) -> None:
+    def __init__(self, runner: StepRunner, relay_tls: ssl.SSLContext | None = None) -> None:
         self.runner = runner
+        self.relay_tls = relay_tls  # TLSType=tls/muster: how this agent reaches the nodes it relays to
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path, method = scope["path"], scope["method"]
@@ -72,6 +84,9 @@ class StepApi:
 
     async def _launch(self, receive: Any, send: Any) -> None:
         body = _parse_json(await read_body(receive))
+        if isinstance(body.get("tree"), list):
+            await self._launch_tree(body, receive, send)
+            return
         step = await self.runner.launch(body)
         await send(
             {
@@ -118,6 +133,101 @@ class StepApi:
         finally:
             watcher.cancel()
             self.runner.detach(step)
+
+    async def _launch_tree(self, body: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            grant = verify_grant(
+                self.runner.key, str(body.get("grant") or ""), str(body.get("sig") or ""), self.runner.clock.now()
+            )
+        except GrantError as e:  # refused here, and relayed nowhere
+            raise StepLaunchError(str(e), 403, "auth") from None
+        width, timeout = (
+            _bounded(body.get("tree_width"), 50, 1, 65533),
+            _bounded(body.get("message_timeout"), 10, 1, 300),
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/x-muster-frames")],
+            }
+        )
+        out: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=64)
+        relay = Relay(body, grant, [str(n) for n in body["tree"]], width, timeout, self.relay_tls, out)
+        producers = relay.start() + 1  # the subtrees first: they start while this node does
+        local = asyncio.create_task(self._pump_local(body, out))
+
+        async def write() -> None:
+            left = producers
+            while left:
+                item = await out.get()
+                chunks = []
+                while True:
+                    if item is None:
+                        left -= 1
+                    else:
+                        chunks.append(item)
+                    if out.empty():
+                        break
+                    item = out.get_nowait()
+                if chunks:
+                    await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        async def watch_disconnect() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        writer, watcher = asyncio.create_task(write()), asyncio.create_task(watch_disconnect())
+        try:
+            await asyncio.wait({writer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (writer, watcher, local):
+                task.cancel()  # srun went away (or the answer is over): nothing below goes on
+            relay.cancel()
+        if writer.done() and not writer.cancelled() and isinstance(writer.exception(), Exception):
+            log.info("step launch stream ended: %s", writer.exception())
+
+    async def _pump_local(self, body: dict[str, Any], out: asyncio.Queue[bytes | None]) -> None:
+        """This node's own part of a tree launch: its frames on ``out``, then ``None``."""
+        launching = asyncio.ensure_future(self.runner.launch(body))
+        try:
+            step = await asyncio.shield(launching)
+        except Exception as e:  # noqa: BLE001 - whatever it was, srun is told, by this node's name
+            if not isinstance(e, StepLaunchError):
+                log.exception("step launch failed")
+            await out.put(json_frame(b"m", -1, {"failed": str(e), "judge": False}) + frame(b"d", -1, b""))
+            await out.put(None)
+            return
+        except asyncio.CancelledError:  # srun went away while the tasks were starting
+            launching.add_done_callback(self._detach_started)
+            raise
+        try:
+            started = [t.task for t in step.tasks]
+            await out.put(json_frame(b"m", -1, {"started": started, "token": step.token, "node": self.runner.node}))
+            while True:
+                item = await step.queue.get()
+                chunks = [] if item is None else [item]
+                while not step.queue.empty():
+                    more = step.queue.get_nowait()
+                    if more is not None:
+                        chunks.append(more)
+                if chunks:
+                    data = b"".join(chunks)
+                    step.buffered -= len(data)
+                    if step.paused and step.buffered < LOW_WATER:
+                        self.runner.resume(step)
+                    await out.put(data)
+                if step.finished and step.queue.empty():
+                    await out.put(frame(b"d", -1, b""))
+                    break
+        finally:
+            self.runner.detach(step)
+        await out.put(None)
+
+    def _detach_started(self, launching: asyncio.Future[Any]) -> None:
+        if not launching.cancelled() and launching.exception() is None:
+            self.runner.detach(launching.result())
 
     async def _stdin(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         query = parse_qs(scope.get("query_string", b"").decode())
@@ -197,6 +307,14 @@ async def _write_all(fd: int, data: bytes) -> bool:
 def _settle(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _bounded(value: Any, default: float, low: float, high: float) -> int:
+    """A number srun passed on (not signed: only bounded), or ``default``."""
+    try:
+        return int(min(high, max(low, float(value))))
+    except (TypeError, ValueError):
+        return int(default)
 
 
 def _parse_json(raw: bytes) -> dict[str, Any]:

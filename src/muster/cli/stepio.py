@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from muster.protocol.stream import ChunkedSender, StreamClient
 
-__all__ = ["RawTerminal", "StepNode", "local_path", "noop", "terminal_size", "write_all"]
+__all__ = ["Link", "RawTerminal", "StepNode", "local_path", "noop", "terminal_size", "write_all"]
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -92,7 +92,7 @@ class StepNode:
     """One node of a running step as srun sees it: where its agent is, its tasks, the
     stream to it."""
 
-    __slots__ = ("name", "addr", "port", "tasks", "conn", "token", "stdin", "done", "tls")
+    __slots__ = ("name", "addr", "port", "tasks", "token", "stdin", "done", "tls")
 
     def __init__(self, info: dict[str, Any], tasks: list[int], tls_ca: str | None) -> None:
         self.name = str(info["name"])
@@ -100,7 +100,29 @@ class StepNode:
         self.addr = str(info["addr"])
         self.port = int(info["port"])
         self.tasks = tasks
-        self.conn: StreamClient | None = None
         self.token = ""
         self.stdin: ChunkedSender | None = None
         self.done = False
+
+
+class Link:
+    """srun's connection to the head of one subtree of the launch tree (``core.launchtree``):
+    the head's own frames come plain, those of the nodes below it ``t``-wrapped
+    (``agent.steptree``). ``deadline``: when the head must have answered (a stopped agent
+    accepts connections and says nothing)."""
+
+    __slots__ = ("conn", "nodes", "deadline", "closed")
+
+    def __init__(self, conn: StreamClient, nodes: list[StepNode], deadline: float) -> None:
+        self.conn = conn
+        self.nodes = nodes  # the head first
+        self.deadline = deadline
+        self.closed = False
+
+    @property
+    def head(self) -> StepNode:
+        return self.nodes[0]
+
+    @property
+    def answered(self) -> bool:
+        return self.conn.status != 0

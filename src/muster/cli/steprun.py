@@ -17,10 +17,12 @@ import os
 import select
 import time
 
-from muster.cli.stepio import RawTerminal, StepNode, local_path, noop, terminal_size, write_all
+from muster.cli.stepio import Link, RawTerminal, StepNode, local_path, noop, terminal_size, write_all
+from muster.cli.stepverdict import await_verdict
 from muster.core.arrays import format_ranges
+from muster.core.launchtree import DEFAULT_WIDTH, subtrees
 from muster.protocol.client import ApiError, ConnectError, request
-from muster.protocol.stream import ChunkedSender, StreamClient, StreamError
+from muster.protocol.stream import ChunkedSender, FrameDecoder, StreamClient, StreamError
 from muster.protocol.wirejson import dumps, loads
 
 TYPE_CHECKING = False
@@ -48,6 +50,11 @@ class StepRun:
         self.lost: list[StepNode] = []
         tls_ca = ctl.settings.tls_ca if ctl is not None else None
         self.nodes = [StepNode(i, list(t), tls_ca) for i, t in zip(answer["nodes"], step["tasks"], strict=True)]
+        self.by_name = {n.name: n for n in self.nodes}
+        # the launch tree: srun contacts at most TreeWidth heads, each relays to its subtree
+        self.width = int(answer.get("tree_width") or DEFAULT_WIDTH)
+        self.msg_timeout = float(answer.get("message_timeout") or 10)
+        self.links: list[Link] = []
         self.node_of = {t: n.name for n in self.nodes for t in n.tasks}
         self.ntasks = sum(len(n.tasks) for n in self.nodes)
         # --multi-prog: each task's own command line (CommandError if one has none)
@@ -157,25 +164,30 @@ class StepRun:
             self.io[name] = {"mode": "stream"}
 
     def _connect(self) -> None:
-        payload = b""
-        for node in self.nodes:
+        """Contact the head of each subtree (``core.launchtree``) with the launch and the
+        names of the nodes it relays it to (``agent.steptree``)."""
+        body: dict[str, Any] | None = None
+        deadline = time.monotonic() + self.msg_timeout
+        for group in subtrees(self.nodes, self.width):
+            head = group[0]
             try:
-                conn = StreamClient.connect((node.addr, node.port), 60.0, node.tls)
-                if not payload:
+                conn = StreamClient.connect((head.addr, head.port), self.msg_timeout, head.tls)
+                if body is None:
                     # The first connection's own address and port are the srun address the
                     # tasks see (SLURM_SRUN_COMM_HOST/PORT, SLURM_LAUNCH_NODE_IPADDR).
                     body = self._launch_body(conn.local_port, str(conn.local_addr))
-                    payload = dumps(body).encode()
-                conn.send("/v1/steps/launch", payload)
+                    body["tree_width"], body["message_timeout"] = self.width, self.msg_timeout
+                conn.send("/v1/steps/launch", dumps({**body, "tree": [n.name for n in group[1:]]}).encode())
             except StreamError as e:
-                self._node_failed(node, str(e))
+                self._drop(group, str(e), judge=True)
                 continue
-            node.conn = conn
+            self.links.append(Link(conn, group, deadline))
             if self.opts.verbose:
-                _note(
-                    f"launching StepId={self.job_id}.{self.step_id} on host {node.name}, "
-                    f"{len(node.tasks)} tasks: {format_ranges(node.tasks)}"
-                )
+                for node in group:
+                    _note(
+                        f"launching StepId={self.job_id}.{self.step_id} on host {node.name}, "
+                        f"{len(node.tasks)} tasks: {format_ranges(node.tasks)}"
+                    )
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -214,9 +226,9 @@ class StepRun:
             os.close(w)
             for fd in self.opened:
                 os.close(fd)
+            for link in self.links:
+                link.conn.close()
             for node in self.nodes:
-                if node.conn is not None:
-                    node.conn.close()
                 if node.stdin is not None:
                     node.stdin.finish()
         return self._outcome()
@@ -224,16 +236,15 @@ class StepRun:
     def _loop(self) -> None:
         while any(not n.done for n in self.nodes):
             watch: list[Any] = [self.wake_r]
-            by_fd: dict[int, StepNode] = {}
-            for n in self.nodes:
-                if not n.done and n.conn is not None:
-                    by_fd[n.conn.fileno()] = n
+            by_fd = {link.conn.fileno(): link for link in self.links if not link.closed}
             watch.extend(by_fd)
             if self.stdin_open and self._stdin_ready():
                 watch.append(self.in_fd)
-            timeout = None
+            now = time.monotonic()
+            ends = [link.deadline for link in by_fd.values() if not link.answered]
             if self.opts.wait and self.first_exit is not None and not self.killing:
-                timeout = max(0.0, self.first_exit + self.opts.wait - time.monotonic())
+                ends.append(self.first_exit + self.opts.wait)
+            timeout = max(0.0, min(ends) - now) if ends else None
             try:
                 ready, _, _ = select.select(watch, [], [], timeout)
             except InterruptedError:
@@ -243,9 +254,13 @@ class StepRun:
             if self.in_fd in ready:
                 self._read_stdin()
             for fd in ready:
-                node = by_fd.get(fd)
-                if node is not None and not node.done:
-                    self._read_node(node)
+                link = by_fd.get(fd)
+                if link is not None and not link.closed:
+                    self._read_link(link)
+            now = time.monotonic()
+            for link in by_fd.values():
+                if not link.closed and not link.answered and now >= link.deadline:
+                    self._drop(link.nodes, f"no answer within {self.msg_timeout:g} s", judge=True, link=link)
             if (
                 self.opts.wait
                 and self.first_exit is not None
@@ -258,15 +273,41 @@ class StepRun:
         for key in list(self.partial):
             self._flush(*key)
 
-    def _read_node(self, node: StepNode) -> None:
-        assert node.conn is not None
+    def _read_link(self, link: Link) -> None:
         try:
-            frames = node.conn.read()
+            frames = link.conn.read()
         except StreamError as e:
             # An answer with an error status comes from a live agent that refused the step
             # (an expired grant, say): nothing for the controller to judge.
-            self._node_failed(node, str(e), judge=not e.status)
+            self._drop(link.nodes, str(e), judge=not e.status, link=link)
             return
+        own = []
+        for kind, task, payload in frames:
+            if kind != b"t":
+                own.append((kind, task, payload))
+                continue
+            name, _, inner = payload.partition(b"\n")
+            node = self.by_name.get(name.decode(errors="replace"))
+            if node is not None and not node.done:
+                self._read_node(node, FrameDecoder().feed(inner))
+        if own and not link.head.done:
+            self._read_node(link.head, own)
+        if link.conn.eof:
+            self._drop(link.nodes, "connection closed before its tasks ended", judge=True, link=link)
+
+    def _drop(self, nodes: list[StepNode], why: str, judge: bool, link: Link | None = None) -> None:
+        """The stream to the head of ``nodes`` failed: the nodes whose part is not over
+        failed with it, the head for ``why``, those below because their relay is gone."""
+        if link is not None:
+            link.closed = True
+        head = nodes[0]
+        if not head.done:
+            self._node_failed(head, why, judge)
+        for node in nodes[1:]:
+            if not node.done:
+                self._node_failed(node, f"its relay {head.name} failed: {why}", judge=False)
+
+    def _read_node(self, node: StepNode, frames: list[tuple[bytes, int, bytes]]) -> None:
         failed: list[tuple[int, int, int]] = []
         for kind, task, payload in frames:
             if kind == b"o" or kind == b"e":
@@ -297,6 +338,8 @@ class StepRun:
                         self._send_stdin(node)
                 if info.get("error"):
                     _note(f"error: {node.name}: {info['error']}")
+                if info.get("failed"):  # reported by its relay, or its launch failed
+                    self._node_failed(node, str(info["failed"]), judge=bool(info.get("judge")))
                 if info.get("aborted") and not self.abort_noted:
                     # scancel, a time limit, the job's end: Slurm's srun says it this way; a
                     # time limit is the step's TIMEOUT, not a cancellation
@@ -310,11 +353,6 @@ class StepRun:
             if self.opts.kill_bad_exit and not self.killing:
                 _note(f"Terminating StepId={self.job_id}.{self.step_id}")
                 self._kill_step()
-        if node.conn.eof and not node.done:
-            node.done = True
-            missing = [t for t in node.tasks if t not in self.exits]
-            if missing:
-                self._node_failed(node, "connection closed before its tasks ended")
 
     def _node_failed(self, node: StepNode, why: str, judge: bool = True) -> None:
         node.done = True
@@ -329,40 +367,10 @@ class StepRun:
                 self.lost.append(node)  # what it means is the controller's call
 
     def _await_verdict(self) -> None:
-        """A node's agent went silent mid-step. Whether the node failed is the controller's
-        call (after SlurmdTimeout), and when it is, the job ends NODE_FAIL and is requeued:
-        srun must not end first and let a batch script fail the job. So srun waits, at most
-        SlurmdTimeout and a little, until the node is declared down, the job ends, the
-        node's agent is back (its tasks are gone then), or srun is told to stop."""
+        """A node's agent went silent mid-step: the controller's verdict first
+        (``cli.stepverdict``), then the failures."""
         names = [n.name for n in self.lost]
-        deadline = time.monotonic() + self.slurmd_timeout + 5
-        first: dict[str, Any] | None = None
-        down = False
-        while time.monotonic() < deadline:
-            try:
-                nodes = self.ctl.get("/v1/nodes?name=" + ",".join(names)).get("nodes") or []
-                job = self.ctl.get(f"/v1/jobs/{self.job_id}").get("job") or {}
-            except (ApiError, ConnectError):
-                nodes, job = [], {}
-            if job and (job.get("state") != "RUNNING" or job.get("completing")):
-                break
-            # DOWN, not merely not responding ("*": silent for a while, not yet judged)
-            if any(n.get("state") == "DOWN" for n in nodes):
-                down = True
-                break
-            starts = {n.get("name"): n.get("agent_start_time") for n in nodes}
-            if first is None:
-                first = starts
-            elif starts != first:
-                break  # the agent restarted: the tasks it ran are gone
-            ready, _, _ = select.select([self.wake_r], [], [], 0.5)
-            if ready:
-                try:
-                    raw = os.read(self.wake_r, 256)
-                except BlockingIOError:
-                    raw = b""
-                if any(sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP) for sig in raw):
-                    break
+        down = await_verdict(self.ctl, self.job_id, names, self.slurmd_timeout, self.wake_r)
         for node in self.lost:
             if down:
                 _note(f"error: Node failure on {node.name}")

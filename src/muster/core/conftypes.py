@@ -456,6 +456,11 @@ class Config:
         return self.get_int("MessageTimeout", 10)
 
     @property
+    def tree_width(self) -> int:
+        """``TreeWidth``: how many agents one sender contacts itself in a launch (``core.launchtree``)."""
+        return max(1, self.get_int("TreeWidth", 50))
+
+    @property
     def kill_wait(self) -> int:
         return self.get_int("KillWait", 30)
 

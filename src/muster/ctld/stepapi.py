@@ -8,7 +8,8 @@ steps to free resources, is answered as soon as it is placed, and otherwise with
 ==========================================  ==================================================
 ``POST /v1/jobs/{id}/steps``                ``{"request": StepRequest, "name", "argv",
                                             "srun_host", "srun_pid", "wait", "busy_now"}`` ->
-                                            ``{"step", "nodes", "grant", "sig", "kill_wait"}``
+                                            ``{"step", "nodes", "grant", "sig", "kill_wait",
+                                            "slurmd_timeout", "tree_width", "message_timeout"}``
                                             or ``{"pending": "job"|"step", "reason"}``
 ``POST /v1/jobs/{id}/steps/{step}/done``    ``{"exit_code", "signal", "cancelled", "end_job"}``
                                             -> ``{"ok": true}``

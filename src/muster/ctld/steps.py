@@ -349,6 +349,7 @@ class StepBook:
                 "name": step.name,
                 "nodes": step.layout.nodes,
                 "addrs": [n["addr"] for n in nodes],
+                "ports": [n["port"] for n in nodes],  # a relaying agent reaches its subtree here
                 "tasks": step.layout.tasks,
                 "cpus": step.layout.cpus,
                 "gpus": step.layout.gpus,
@@ -369,6 +370,8 @@ class StepBook:
             "sig": sig,
             "kill_wait": self.ctl.config.kill_wait,
             "slurmd_timeout": self.ctl.config.slurmd_timeout,
+            "tree_width": self.ctl.config.tree_width,
+            "message_timeout": self.ctl.config.message_timeout,
         }
 
     # --- ending -----------------------------------------------------------------------

@@ -31,7 +31,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["ChunkedSender", "FrameDecoder", "StreamClient", "StreamError", "frame"]
+__all__ = ["ChunkedDecoder", "ChunkedSender", "FrameDecoder", "StreamClient", "StreamError", "frame"]
 
 
 class StreamError(Exception):
@@ -84,7 +84,7 @@ class FrameDecoder:
         return out
 
 
-class _Chunked:
+class ChunkedDecoder:
     """Incremental decoder of an HTTP/1.1 ``Transfer-Encoding: chunked`` body."""
 
     __slots__ = ("_buf", "_left", "done")
@@ -168,7 +168,7 @@ class StreamClient:
         self.local_addr, self.local_port = sock.getsockname()[:2]
         self.status = 0
         self._head = b""
-        self._chunked: _Chunked | None = None
+        self._chunked: ChunkedDecoder | None = None
         self._length = -1
         self._body = b""
         self.frames = FrameDecoder()
@@ -233,7 +233,7 @@ class StreamClient:
                 name, _, value = line.partition(b":")
                 key = name.strip().lower()
                 if key == b"transfer-encoding" and b"chunked" in value.lower():
-                    self._chunked = _Chunked()
+                    self._chunked = ChunkedDecoder()
                 elif key == b"content-length":
                     self._length = int(value.strip())
         if self.status >= 400 or self._chunked is None:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from muster.protocol.stepcred import GrantError, sign_grant, verify_grant
-from muster.protocol.stream import FrameDecoder, StreamError, _Chunked, frame, json_frame
+from muster.protocol.stream import FrameDecoder, StreamError, ChunkedDecoder, frame, json_frame
 
 FRAMES = [
     (b"m", -1, b'{"started":[0,1],"token":"t"}'),
@@ -36,7 +36,7 @@ def chunked(body: bytes, sizes: list[int]) -> bytes:
 def test_frames_come_out_whole_whatever_the_network_does(cuts: list[int], chunks: list[int]) -> None:
     body = b"".join(frame(k, t, p) for k, t, p in FRAMES)
     wire = chunked(body, chunks)
-    dechunk, decoder = _Chunked(), FrameDecoder()
+    dechunk, decoder = ChunkedDecoder(), FrameDecoder()
     got, pos = [], 0
     for n in cuts + [len(wire)]:
         got += decoder.feed(dechunk.feed(wire[pos : pos + n]))

@@ -1,0 +1,55 @@
+"""srun's wait for the controller's verdict on nodes whose agents went silent mid-step.
+
+Whether a node failed is the controller's call (after SlurmdTimeout), and when it is, the
+job ends NODE_FAIL and is requeued: srun must not end first and let a batch script fail
+the job. So srun waits, at most SlurmdTimeout and a little, until a node is declared
+down, the job ends, a node's agent is back (its tasks are gone then), or srun is told to
+stop (SIGINT, SIGTERM, SIGHUP on its wake-up pipe). Standard library and
+``protocol.client`` only: srun starts fast.
+"""
+
+from __future__ import annotations
+
+import _signal
+import os
+import select
+import time
+
+from muster.protocol.client import ApiError, ConnectError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["await_verdict"]
+
+
+def await_verdict(ctl: Any, job_id: int, names: list[str], timeout: float, wake_r: int) -> bool:
+    """Whether one of ``names`` was declared DOWN within ``timeout`` seconds and a little."""
+    deadline = time.monotonic() + timeout + 5
+    first: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        try:
+            nodes = ctl.get("/v1/nodes?name=" + ",".join(names)).get("nodes") or []
+            job = ctl.get(f"/v1/jobs/{job_id}").get("job") or {}
+        except (ApiError, ConnectError):
+            nodes, job = [], {}
+        if job and (job.get("state") != "RUNNING" or job.get("completing")):
+            return False
+        # DOWN, not merely not responding ("*": silent for a while, not yet judged)
+        if any(n.get("state") == "DOWN" for n in nodes):
+            return True
+        starts = {n.get("name"): n.get("agent_start_time") for n in nodes}
+        if first is None:
+            first = starts
+        elif starts != first:
+            return False  # the agent restarted: the tasks it ran are gone
+        ready, _, _ = select.select([wake_r], [], [], 0.5)
+        if ready:
+            try:
+                raw = os.read(wake_r, 256)
+            except BlockingIOError:
+                raw = b""
+            if any(sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP) for sig in raw):
+                return False
+    return False
