@@ -91,7 +91,7 @@ class Relay:
     async def _child(self, group: list[str]) -> None:
         head, rest = group[0], group[1:]
         pending = dict.fromkeys(group)  # the nodes whose part is not over yet, in order
-        why, judge_head = "", True
+        why, judge_head, answered = "", True, False
         writer: asyncio.StreamWriter | None = None
         try:
             where = self.where.get(head)
@@ -107,6 +107,7 @@ class Relay:
                 + payload
             )
             chunks = await asyncio.wait_for(_answer_head(reader), self.timeout)
+            answered = True
             frames = FrameDecoder()
             while pending and not chunks.done:
                 data = await reader.read(262144)
@@ -145,7 +146,8 @@ class Relay:
             if name == head:
                 await self.out.put(failure_frame(name, why, judge_head))
             else:
-                await self.out.put(failure_frame(name, f"not launched: its relay {head} failed ({why})", False))
+                what = "lost with its relay" if answered else "not launched: its relay"
+                await self.out.put(failure_frame(name, f"{what} {head} failed ({why})", False))
         if pending:
             log.warning("step launch through %s: %d node(s) failed: %s", head, len(pending), why)
         await self.out.put(None)

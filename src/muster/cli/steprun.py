@@ -20,7 +20,7 @@ import time
 from muster.cli.stepio import Link, RawTerminal, StepNode, local_path, noop, terminal_size, write_all
 from muster.cli.stepverdict import await_verdict
 from muster.core.arrays import format_ranges
-from muster.core.launchtree import DEFAULT_WIDTH, subtrees
+from muster.core.launchtree import DEFAULT_WIDTH, depth, subtrees
 from muster.protocol.client import ApiError, ConnectError, request
 from muster.protocol.stream import ChunkedSender, FrameDecoder, StreamClient, StreamError
 from muster.protocol.wirejson import dumps, loads
@@ -168,7 +168,11 @@ class StepRun:
         names of the nodes it relays it to (``agent.steptree``)."""
         body: dict[str, Any] | None = None
         deadline = time.monotonic() + self.msg_timeout
-        for group in subtrees(self.nodes, self.width):
+        groups = subtrees(self.nodes, self.width)
+        if self.opts.verbose:
+            heads = ",".join(g[0].name for g in groups)
+            _note(f"launch tree: TreeWidth={self.width}, {depth(len(self.nodes), self.width)} level(s), heads {heads}")
+        for group in groups:
             head = group[0]
             try:
                 conn = StreamClient.connect((head.addr, head.port), self.msg_timeout, head.tls)

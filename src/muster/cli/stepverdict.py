@@ -34,11 +34,12 @@ def await_verdict(ctl: Any, job_id: int, names: list[str], timeout: float, wake_
             job = ctl.get(f"/v1/jobs/{job_id}").get("job") or {}
         except (ApiError, ConnectError):
             nodes, job = [], {}
-        if job and (job.get("state") != "RUNNING" or job.get("completing")):
-            return False
-        # DOWN, not merely not responding ("*": silent for a while, not yet judged)
+        # DOWN, not merely not responding ("*": silent for a while, not yet judged); first,
+        # since a node's death also ends the job
         if any(n.get("state") == "DOWN" for n in nodes):
             return True
+        if job and (job.get("state") != "RUNNING" or job.get("completing")):
+            return False
         starts = {n.get("name"): n.get("agent_start_time") for n in nodes}
         if first is None:
             first = starts
