@@ -12,9 +12,14 @@ Two parts, both printing figures (never asserting them):
    true`` for K in 8/64/256 (first to last task), and how long after a ``kill -9`` of one
    agent process all its nodes are DOWN (a rack losing power; SlurmdTimeout=15). A size whose estimated memory exceeds
    half of what the machine has free is skipped with the reason printed.
+3. **Launch fan-out** (``--launch 8,64,256,512``): one cluster of the largest size per
+   ``TreeWidth`` (50, Slurm's default: srun contacts at most 50 agents, which relay; and
+   65533: flat, srun contacts every node itself): ``srun -NK true`` wall time for each K,
+   and a batch job over all the nodes whose script runs ``srun`` on every node: from the
+   script's start to the first and to the last rank running, and first to last rank.
 
     python benchmarks/bench_scale.py [--sizes 128,512,1024] [--per-agent 64] [--idle 20]
-                                     [--micro-only] [--no-micro]
+                                     [--micro-only] [--no-micro] [--launch 8,64,256,512]
 """
 
 from __future__ import annotations
@@ -188,6 +193,65 @@ def cluster(nodes: int, per_agent: int, idle: float, tls: bool = False) -> dict[
     return out
 
 
+# --- 3. launch fan-out -----------------------------------------------------------------
+
+RANKS_SCRIPT = "#!/bin/bash\necho start $EPOCHREALTIME\nsrun bash -c 'echo rank $SLURM_PROCID $EPOCHREALTIME'\n"
+
+
+def launch(sizes: list[int], per_agent: int, width: int, tls: bool = False, runs: int = 3) -> dict[str, float]:
+    """``srun -NK true`` for each K in ``sizes`` and a batch job over the largest, on a
+    cluster of the largest size whose TreeWidth is ``width``."""
+    nodes = max(sizes)
+    h = Harness(
+        ClusterShape(nodes=nodes, gpus_per_node=8, cpus_per_node=64, mem_per_node=512000, nodes_per_agent=per_agent),
+        settings={"TLSType": "tls/muster" if tls else "tls/none", "TreeWidth": str(width)},
+    )
+    out: dict[str, float] = {}
+    try:
+        h.cluster.create(h.shape, h.settings)
+        h.cluster.start()
+        h.cluster.wait_ready(max(120.0, nodes / 4))
+        time.sleep(3)  # registrations and the first passes settle
+        for k in sizes:
+            out[f"srun_N{k}_ms"] = timed(h, ["srun", f"-N{k}", "true"], n=runs)
+        job_id = h.sbatch(f"-N{nodes}", "-o", "ranks-%j.out", input=RANKS_SCRIPT)
+        h.wait_job(job_id, timeout=600)
+        start, ranks = 0.0, []
+        for line in h.read(f"ranks-{job_id}.out").splitlines():
+            words = line.split()
+            if words[:1] == ["start"]:
+                start = float(words[1])
+            elif words[:1] == ["rank"]:
+                ranks.append(float(words[2]))
+        if len(ranks) != nodes:
+            raise RuntimeError(f"batch job {job_id}: {len(ranks)} of {nodes} ranks ran")
+        out["batch_first_ms"] = (min(ranks) - start) * 1000
+        out["batch_last_ms"] = (max(ranks) - start) * 1000
+        out["batch_spread_ms"] = (max(ranks) - min(ranks)) * 1000
+    finally:
+        h.down()
+    return out
+
+
+def report_launch(sizes: list[int], per_agent: int, tls: bool) -> None:
+    nodes = max(sizes)
+    links = "TLS" if tls else "plain HTTP"
+    print(f"\nlaunch fan-out ({links}), {nodes} nodes in {-(-nodes // per_agent)} agent processes (median of 3 sruns):")
+    results = {width: launch(sizes, per_agent, width, tls) for width in (50, 65533)}
+    print(f"{'':>24}" + "".join(f"{'TreeWidth=' + str(w):>18}" for w in results))
+    for k in sizes:
+        print(
+            f"{'srun -N' + str(k) + ' true':>24}" + "".join(f"{r[f'srun_N{k}_ms']:>15.0f} ms" for r in results.values())
+        )
+    for key, what in (
+        ("batch_first_ms", "script start->first rank"),
+        ("batch_last_ms", "script start->last rank"),
+        ("batch_spread_ms", "first->last rank"),
+    ):
+        print(f"{what:>24}" + "".join(f"{r[key]:>15.0f} ms" for r in results.values()))
+    sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="128,512,1024", help="emulated cluster sizes (default 128,512,1024)")
@@ -200,8 +264,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="TLSType=tls/muster (an agent process heartbeats for its nodes over its host certificate)",
     )
+    ap.add_argument("--launch", default="", help="launch fan-out for these srun sizes, e.g. 8,64,256,512")
+    ap.add_argument("--launch-only", action="store_true", help="the launch fan-out part only")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.launch:
+        report_launch([int(s) for s in args.launch.split(",") if s], args.per_agent, args.tls)
+    if args.launch_only:
+        return 0
     if not args.no_micro:
         print("controller in-process, 8 running jobs per node, 1,000 pending:")
         print(f"{'nodes':>6} {'heartbeat':>11} {'node check':>11} {'pass':>9}")
