@@ -2,13 +2,18 @@
 
 Each action becomes one signed HTTP request to the node's agent. Failures are reported
 back to the controller (a launch that cannot reach its node is requeued); the scheduler
-never waits on the network.
+never waits on the network. An action for many nodes (a job's end, a signal) reaches them
+at the same time, at most ``TreeWidth`` requests in flight, so that a 512-node job's end
+takes the time of a few requests rather than of 512 in a row (and one silent node delays
+no other). A batch job's launch goes to its batch host only: its ranks on the other nodes
+start through srun's launch tree (``agent.steptree``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -51,8 +56,8 @@ class Dispatcher:
                     kill_wait=self.ctl.config.kill_wait,
                     job=_epilog_view(job, action.nodes) if job is not None else None,
                 )
-                for node in action.nodes:
-                    await self._post(node, "/v1/terminate", _body(request))
+                body = _body(request)
+                await self._each(action.nodes, lambda node: self._post(node, "/v1/terminate", body))
             elif isinstance(action, NewLimit):
                 await self._post(
                     action.node, "/v1/update", _body(UpdateRequest(job_id=action.job_id, time_limit=action.time_limit))
@@ -61,13 +66,26 @@ class Dispatcher:
                 request = SignalRequest(
                     job_id=action.job_id, signal=action.signal, batch_only=action.batch_only, whole_job=action.whole_job
                 )
-                for node in action.nodes:  # not sent twice: a signal is not idempotent
-                    await self._post(node, "/v1/signal", _body(request), retry=False)
+                body = _body(request)  # not sent twice: a signal is not idempotent
+                await self._each(action.nodes, lambda node: self._post(node, "/v1/signal", body, retry=False))
             elif isinstance(action, StepSignal):  # scancel N.S
-                for node in action.nodes:
-                    await self._post(node, "/v1/step_signal", action.body(), retry=False)
+                body = action.body()
+                await self._each(action.nodes, lambda node: self._post(node, "/v1/step_signal", body, retry=False))
         except Exception:  # a surprise must not kill the controller's loop
             log.exception("dispatch of %r failed", action)
+
+    async def _each(self, nodes: list[str], call: Callable[[str], Awaitable[bool]]) -> None:
+        """``call`` for every node, at most ``TreeWidth`` at a time."""
+        if len(nodes) == 1:
+            await call(nodes[0])
+            return
+        gate = asyncio.Semaphore(self.ctl.config.tree_width)
+
+        async def one(node: str) -> None:
+            async with gate:
+                await call(node)
+
+        await asyncio.gather(*(one(node) for node in nodes))
 
     async def _send(self, node: str, path: str, body: dict[str, object], wanted: Any = None) -> Any:
         """POST ``body`` to ``node``'s agent; an answer that says no raises
