@@ -10,7 +10,11 @@ followed by ``length`` bytes:
 ``x``  the task ended: JSON ``{"code", "signal"}`` (sent after all of its output)
 ``m``  a JSON message about the node's part of the step (task -1): ``{"started": [tasks],
        "token"}`` first, ``{"error": text}`` when nothing could start
-``d``  the node's part of the step is over; nothing follows
+``d``  the node's part of the step is over (through the launch tree, the stream goes
+       on with other nodes' frames)
+``t``  another node's frames, relayed through the launch tree (``agent.steptree``):
+       ``<node name>\n`` and then that node's own frames; an ``m`` among them that
+       says ``{"failed": why, "judge": bool}`` reports the node's launch or stream lost
 ====  ============================================================================
 
 ``StreamClient`` sends one request and then hands back frames as they arrive; it never
