@@ -167,7 +167,6 @@ class StepRun:
         """Contact the head of each subtree (``core.launchtree``) with the launch and the
         names of the nodes it relays it to (``agent.steptree``)."""
         body: dict[str, Any] | None = None
-        deadline = time.monotonic() + self.msg_timeout
         groups = subtrees(self.nodes, self.width)
         if self.opts.verbose:
             heads = ",".join(g[0].name for g in groups)
@@ -185,7 +184,7 @@ class StepRun:
             except StreamError as e:
                 self._drop(group, str(e), judge=True)
                 continue
-            self.links.append(Link(conn, group, deadline))
+            self.links.append(Link(conn, group, time.monotonic() + self.msg_timeout))
             if self.opts.verbose:
                 for node in group:
                     _note(
