@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from muster.protocol.stepcred import GrantError, sign_grant, verify_grant
-from muster.protocol.stream import FrameDecoder, StreamError, ChunkedDecoder, frame, json_frame
+from muster.protocol.stream import ChunkedDecoder, FrameDecoder, StreamError, frame, json_frame
 
 FRAMES = [
     (b"m", -1, b'{"started":[0,1],"token":"t"}'),
