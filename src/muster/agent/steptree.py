@@ -16,7 +16,9 @@ not answer within ``timeout`` (a stopped agent: the kernel accepts the connectio
 nobody answers), refuses the launch, or whose relay is lost before its tasks end, is
 reported by name in a ``t``-wrapped ``m`` frame ``{"failed": why, "judge": bool}``:
 ``judge`` true when it is for the controller to say whether the node died (the node did
-not answer), false when the node is alive and refused, or was cut off with its relay.
+not answer), false when the node is alive and refused, or was cut off with its relay. A
+head that fails before it answered fails alone: the next node of its group takes its
+place, with the rest of the group (Slurm's forwarding does the same).
 Nothing waits longer than ``timeout`` for a node's first answer, so a dead or stopped agent
 anywhere in the tree is a named failure at srun after about ``timeout`` seconds, not a hang.
 
@@ -89,6 +91,15 @@ class Relay:
             task.cancel()
 
     async def _child(self, group: list[str]) -> None:
+        """Relay to ``group``'s head; a head that fails before it answered fails alone, and
+        the next node of the group takes its place (as Slurm's forwarding does)."""
+        while group and not await self._relay(group):
+            group = group[1:]
+        await self.out.put(None)
+
+    async def _relay(self, group: list[str]) -> bool:
+        """The launch through ``group[0]`` to the rest of ``group``: False when the head
+        failed before it answered (it is reported; the others are not yet contacted)."""
         head, rest = group[0], group[1:]
         pending = dict.fromkeys(group)  # the nodes whose part is not over yet, in order
         why, judge_head, answered = "", True, False
@@ -98,8 +109,8 @@ class Relay:
             if where is None:
                 raise _Refused(f"{head} is not in the step's grant (no address for it)")
             payload = json.dumps({**self.body, "tree": rest}).encode()
-            reader, writer = await asyncio.wait_for(self._connect(head, *where), self.timeout)
-            writer.write(
+            reader, writer = conn = await asyncio.wait_for(self._connect(head, *where), self.timeout)
+            conn[1].write(
                 (
                     f"POST /v1/steps/launch HTTP/1.1\r\nHost: {where[0]}:{where[1]}\r\nConnection: close\r\n"
                     f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
@@ -108,27 +119,7 @@ class Relay:
             )
             chunks = await asyncio.wait_for(_answer_head(reader), self.timeout)
             answered = True
-            frames = FrameDecoder()
-            while pending and not chunks.done:
-                data = await reader.read(262144)
-                if not data:
-                    break
-                own: list[bytes] = []
-                merged: list[bytes] = []
-                for kind, task, payload in frames.feed(chunks.feed(data)):
-                    if kind == b"t":
-                        tag, _, inner = payload.partition(b"\n")
-                        if any(k == b"d" for k, _t, _p in FrameDecoder().feed(inner)):
-                            pending.pop(tag.decode(errors="replace"), None)
-                        merged.append(frame(kind, task, payload))
-                    else:
-                        if kind == b"d":
-                            pending.pop(head, None)
-                        own.append(frame(kind, task, payload))
-                if own:
-                    merged.append(tagged(head, b"".join(own)))
-                if merged:
-                    await self.out.put(b"".join(merged))
+            await self._forward(head, reader, chunks, pending)
             why = "connection closed before its tasks ended"
         except _Refused as e:
             why, judge_head = str(e), False
@@ -142,15 +133,42 @@ class Relay:
         finally:
             if writer is not None:
                 writer.close()
-        for name in pending:
-            if name == head:
-                await self.out.put(failure_frame(name, why, judge_head))
-            else:
-                what = "lost with its relay" if answered else "not launched: its relay"
-                await self.out.put(failure_frame(name, f"{what} {head} failed ({why})", False))
-        if pending:
-            log.warning("step launch through %s: %d node(s) failed: %s", head, len(pending), why)
-        await self.out.put(None)
+        if head in pending:
+            await self.out.put(failure_frame(head, why, judge_head))
+            log.warning("step launch: %s failed: %s", head, why)
+        if not answered:
+            return False
+        for name in rest:
+            if name in pending:
+                await self.out.put(failure_frame(name, f"lost with its relay {head} ({why})", False))
+        return True
+
+    async def _forward(
+        self, head: str, reader: asyncio.StreamReader, chunks: ChunkedDecoder, pending: dict[str, None]
+    ) -> None:
+        """Pass the head's stream on, its own frames wrapped; ``pending`` loses each node
+        whose part is over."""
+        frames = FrameDecoder()
+        while pending and not chunks.done:
+            data = await reader.read(262144)
+            if not data:
+                return
+            own: list[bytes] = []
+            merged: list[bytes] = []
+            for kind, task, payload in frames.feed(chunks.feed(data)):
+                if kind == b"t":
+                    tag, _, inner = payload.partition(b"\n")
+                    if any(k == b"d" for k, _t, _p in FrameDecoder().feed(inner)):
+                        pending.pop(tag.decode(errors="replace"), None)
+                    merged.append(frame(kind, task, payload))
+                else:
+                    if kind == b"d":
+                        pending.pop(head, None)
+                    own.append(frame(kind, task, payload))
+            if own:
+                merged.append(tagged(head, b"".join(own)))
+            if merged:
+                await self.out.put(b"".join(merged))
 
     async def _connect(self, name: str, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self.tls is None:

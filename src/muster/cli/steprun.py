@@ -18,7 +18,7 @@ import select
 import time
 
 from muster.cli.stepio import Link, RawTerminal, StepNode, local_path, noop, terminal_size, write_all
-from muster.cli.stepverdict import await_verdict
+from muster.cli.stepverdict import await_verdict, failure_lines
 from muster.core.arrays import format_ranges
 from muster.core.launchtree import DEFAULT_WIDTH, depth, subtrees
 from muster.protocol.client import ApiError, ConnectError, request
@@ -55,6 +55,7 @@ class StepRun:
         self.width = int(answer.get("tree_width") or DEFAULT_WIDTH)
         self.msg_timeout = float(answer.get("message_timeout") or 10)
         self.links: list[Link] = []
+        self.body: dict[str, Any] | None = None  # the launch, as every head gets it
         self.node_of = {t: n.name for n in self.nodes for t in n.tasks}
         self.ntasks = sum(len(n.tasks) for n in self.nodes)
         # --multi-prog: each task's own command line (CommandError if one has none)
@@ -166,31 +167,36 @@ class StepRun:
     def _connect(self) -> None:
         """Contact the head of each subtree (``core.launchtree``) with the launch and the
         names of the nodes it relays it to (``agent.steptree``)."""
-        body: dict[str, Any] | None = None
         groups = subtrees(self.nodes, self.width)
         if self.opts.verbose:
             heads = ",".join(g[0].name for g in groups)
             _note(f"launch tree: TreeWidth={self.width}, {depth(len(self.nodes), self.width)} level(s), heads {heads}")
         for group in groups:
-            head = group[0]
+            self._open(group)
+
+    def _open(self, group: list[StepNode]) -> None:
+        """Send the launch to ``group``'s head; a head that cannot be reached fails alone,
+        and the next node of the group takes its place (as Slurm's forwarding does)."""
+        for i, head in enumerate(group):
             try:
                 conn = StreamClient.connect((head.addr, head.port), self.msg_timeout, head.tls)
-                if body is None:
+                if self.body is None:
                     # The first connection's own address and port are the srun address the
                     # tasks see (SLURM_SRUN_COMM_HOST/PORT, SLURM_LAUNCH_NODE_IPADDR).
-                    body = self._launch_body(conn.local_port, str(conn.local_addr))
-                    body["tree_width"], body["message_timeout"] = self.width, self.msg_timeout
-                conn.send("/v1/steps/launch", dumps({**body, "tree": [n.name for n in group[1:]]}).encode())
+                    self.body = self._launch_body(conn.local_port, str(conn.local_addr))
+                    self.body["tree_width"], self.body["message_timeout"] = self.width, self.msg_timeout
+                conn.send("/v1/steps/launch", dumps({**self.body, "tree": [n.name for n in group[i + 1 :]]}).encode())
             except StreamError as e:
-                self._drop(group, str(e), judge=True)
+                self._node_failed(head, str(e))
                 continue
-            self.links.append(Link(conn, group, time.monotonic() + self.msg_timeout))
+            self.links.append(Link(conn, group[i:], time.monotonic() + self.msg_timeout))
             if self.opts.verbose:
-                for node in group:
+                for node in group[i:]:
                     _note(
                         f"launching StepId={self.job_id}.{self.step_id} on host {node.name}, "
                         f"{len(node.tasks)} tasks: {format_ranges(node.tasks)}"
                     )
+            return
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -299,16 +305,19 @@ class StepRun:
             self._drop(link.nodes, "connection closed before its tasks ended", judge=True, link=link)
 
     def _drop(self, nodes: list[StepNode], why: str, judge: bool, link: Link | None = None) -> None:
-        """The stream to the head of ``nodes`` failed: the nodes whose part is not over
-        failed with it, the head for ``why``, those below because their relay is gone."""
-        if link is not None:
-            link.closed = True
+        """The stream to the head of ``nodes`` failed: the head for ``why``; once it had
+        answered, the nodes below whose part is not over too, their relay being gone."""
         head = nodes[0]
         if not head.done:
             self._node_failed(head, why, judge)
+        if link is not None:
+            link.closed = True
+            if not link.answered:  # the head failed alone: the next node takes its place
+                self._open(nodes[1:])
+                return
         for node in nodes[1:]:
             if not node.done:
-                self._node_failed(node, f"its relay {head.name} failed: {why}", judge=False)
+                self._node_failed(node, f"lost with its relay {head.name} ({why})", judge=False)
 
     def _read_node(self, node: StepNode, frames: list[tuple[bytes, int, bytes]]) -> None:
         failed: list[tuple[int, int, int]] = []
@@ -380,19 +389,8 @@ class StepRun:
             self._report_failures(node.name, [(t, 1, 0) for t in node.tasks if self.exits.get(t) == (1, 0)])
 
     def _report_failures(self, node: str, failed: list[tuple[int, int, int]]) -> None:
-        groups: dict[tuple[int, int], list[int]] = {}
-        for task, code, sig in failed:
-            groups.setdefault((code, sig), []).append(task)
-        for (code, sig), tasks in groups.items():
-            what = "task" if len(tasks) == 1 else "tasks"
-            if sig:
-                try:
-                    text = _signal.strsignal(sig) or f"Signal {sig}"
-                except ValueError:
-                    text = f"Signal {sig}"
-            else:
-                text = f"Exited with exit code {code}"
-            _note(f"error: {node}: {what} {format_ranges(tasks)}: {text}")
+        for line in failure_lines(node, failed):
+            _note(line)
 
     # --- output -------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""srun's wait for the controller's verdict on nodes whose agents went silent mid-step.
+"""srun's wait for the controller's verdict on nodes whose agents went silent mid-step, and
+its words for tasks that failed.
 
 Whether a node failed is the controller's call (after SlurmdTimeout), and when it is, the
 job ends NODE_FAIL and is requeued: srun must not end first and let a batch script fail
@@ -15,13 +16,14 @@ import os
 import select
 import time
 
+from muster.core.arrays import format_ranges
 from muster.protocol.client import ApiError, ConnectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["await_verdict"]
+__all__ = ["await_verdict", "failure_lines"]
 
 
 def await_verdict(ctl: Any, job_id: int, names: list[str], timeout: float, wake_r: int) -> bool:
@@ -54,3 +56,23 @@ def await_verdict(ctl: Any, job_id: int, names: list[str], timeout: float, wake_
             if any(sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP) for sig in raw):
                 return False
     return False
+
+
+def failure_lines(node: str, failed: list[tuple[int, int, int]]) -> list[str]:
+    """Slurm's lines for ``(task, code, signal)`` that failed on ``node``, one per outcome:
+    ``error: node2: tasks 2-3: Exited with exit code 1``."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for task, code, sig in failed:
+        groups.setdefault((code, sig), []).append(task)
+    lines = []
+    for (code, sig), tasks in groups.items():
+        what = "task" if len(tasks) == 1 else "tasks"
+        if sig:
+            try:
+                text = _signal.strsignal(sig) or f"Signal {sig}"
+            except ValueError:
+                text = f"Signal {sig}"
+        else:
+            text = f"Exited with exit code {code}"
+        lines.append(f"error: {node}: {what} {format_ranges(tasks)}: {text}")
+    return lines
