@@ -16,7 +16,8 @@ Two parts, both printing figures (never asserting them):
    ``TreeWidth`` (50, Slurm's default: srun contacts at most 50 agents, which relay; and
    65533: flat, srun contacts every node itself): ``srun -NK true`` wall time for each K,
    and a batch job over all the nodes whose script runs ``srun`` on every node: from the
-   script's start to the first and to the last rank running, and first to last rank.
+   script's start to the first and to the last rank running, and first to last rank; and
+   whether ``srun -N<all>`` runs with fewer open files allowed than there are nodes.
 
     python benchmarks/bench_scale.py [--sizes 128,512,1024] [--per-agent 64] [--idle 20]
                                      [--micro-only] [--no-micro] [--launch 8,64,256,512]
@@ -196,6 +197,7 @@ def cluster(nodes: int, per_agent: int, idle: float, tls: bool = False) -> dict[
 
 # --- 3. launch fan-out -----------------------------------------------------------------
 
+FEW_FDS = 128  # srun's open-file limit in the last check: fewer than the nodes
 RANKS_SCRIPT = "#!/bin/bash\necho start $EPOCHREALTIME\nsrun bash -c 'echo rank $SLURM_PROCID $EPOCHREALTIME'\n"
 
 
@@ -229,6 +231,9 @@ def launch(sizes: list[int], per_agent: int, width: int, tls: bool = False, runs
         time.sleep(3)  # registrations and the first passes settle
         for k in sizes:
             out[f"srun_N{k}_ms"], out[f"srun_N{k}_cpu_ms"] = timed_cpu(h, ["srun", f"-N{k}", "true"], runs)
+        # srun holds one connection per head: at most TreeWidth, or every node when flat
+        few = h.run(["/bin/sh", "-c", f"ulimit -n {FEW_FDS} && exec srun -N{nodes} true"], timeout=600)
+        out["few_fds_ok"] = float(few.returncode == 0)
         job_id = h.sbatch(f"-N{nodes}", "-o", "ranks-%j.out", input=RANKS_SCRIPT)
         h.wait_job(job_id, timeout=600)
         start, ranks = 0.0, []
@@ -263,6 +268,8 @@ def report_launch(sizes: list[int], per_agent: int, tls: bool) -> None:
         ("batch_spread_ms", "first->last rank"),
     ):
         print(f"{what:>24}" + "".join(f"{r[key]:>15.0f} ms" for r in results.values()))
+    what = f"-N{nodes}, ulimit -n {FEW_FDS}"
+    print(f"{what:>24}" + "".join(f"{'ran' if r['few_fds_ok'] else 'failed':>18}" for r in results.values()))
     sys.stdout.flush()
 
 

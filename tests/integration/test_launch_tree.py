@@ -71,6 +71,12 @@ def test_srun_over_sixteen_nodes_in_a_tree_of_width_two_runs_every_rank(tree: Ha
     assert all(name == f"node{rank // 2 + 1}" and nodeid == rank // 2 for rank, name, nodeid, _ in rows)
 
 
+def test_srun_holds_one_connection_per_head_not_per_node(tree: Harness) -> None:
+    # 14 open files: srun's own (stdio, its wake-up pipe, Python's) and two heads', not 16 nodes'
+    out = tree.run(["/bin/sh", "-c", "ulimit -n 14 && exec srun -N16 true"], timeout=90)
+    assert out.returncode == 0, out.stderr
+
+
 def test_a_batch_job_over_sixteen_nodes_starts_all_ranks_through_the_tree(tree: Harness) -> None:
     script = "#!/bin/bash\nsrun bash -c 'echo $SLURM_PROCID $RANK $WORLD_SIZE $SLURMD_NODENAME $MASTER_ADDR'\n"
     job_id = tree.sbatch("-N16", "--ntasks-per-node=2", "-o", "tree-%j.out", input=script)

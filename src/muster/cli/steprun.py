@@ -52,7 +52,7 @@ class StepRun:
         self.nodes = [StepNode(i, list(t), tls_ca) for i, t in zip(answer["nodes"], step["tasks"], strict=True)]
         self.by_name = {n.name: n for n in self.nodes}
         # the launch tree: srun contacts at most TreeWidth heads, each relays to its subtree
-        self.width = int(answer.get("tree_width") or DEFAULT_WIDTH)
+        self.tree_width = int(answer.get("tree_width") or DEFAULT_WIDTH)
         self.msg_timeout = float(answer.get("message_timeout") or 10)
         self.links: list[Link] = []
         self.body: dict[str, Any] | None = None  # the launch, as every head gets it
@@ -167,10 +167,12 @@ class StepRun:
     def _connect(self) -> None:
         """Contact the head of each subtree (``core.launchtree``) with the launch and the
         names of the nodes it relays it to (``agent.steptree``)."""
-        groups = subtrees(self.nodes, self.width)
+        groups = subtrees(self.nodes, self.tree_width)
         if self.opts.verbose:
             heads = ",".join(g[0].name for g in groups)
-            _note(f"launch tree: TreeWidth={self.width}, {depth(len(self.nodes), self.width)} level(s), heads {heads}")
+            _note(
+                f"launch tree: TreeWidth={self.tree_width}, {depth(len(self.nodes), self.tree_width)} level(s), heads {heads}"
+            )
         for group in groups:
             self._open(group)
 
@@ -184,7 +186,7 @@ class StepRun:
                     # The first connection's own address and port are the srun address the
                     # tasks see (SLURM_SRUN_COMM_HOST/PORT, SLURM_LAUNCH_NODE_IPADDR).
                     self.body = self._launch_body(conn.local_port, str(conn.local_addr))
-                    self.body["tree_width"], self.body["message_timeout"] = self.width, self.msg_timeout
+                    self.body["tree_width"], self.body["message_timeout"] = self.tree_width, self.msg_timeout
                 conn.send("/v1/steps/launch", dumps({**self.body, "tree": [n.name for n in group[i + 1 :]]}).encode())
             except StreamError as e:
                 self._node_failed(head, str(e))
