@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 from harness import Harness  # noqa: E402
 from muster.cluster.local import ClusterShape  # noqa: E402
+from muster.protocol.client import ConnectError  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -235,7 +236,14 @@ def launch(sizes: list[int], per_agent: int, width: int, tls: bool = False, runs
         few = h.run(["/bin/sh", "-c", f"ulimit -n {FEW_FDS} && exec srun -N{nodes} true"], timeout=600)
         out["few_fds_ok"] = float(few.returncode == 0)
         job_id = h.sbatch(f"-N{nodes}", "-o", "ranks-%j.out", input=RANKS_SCRIPT)
-        h.wait_job(job_id, timeout=600)
+        deadline = time.monotonic() + 600
+        while True:  # the controller may be slow to answer on a loaded machine: ask again
+            try:
+                h.wait_job(job_id, timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except ConnectError:
+                if time.monotonic() > deadline:
+                    raise
         start, ranks = 0.0, []
         for line in h.read(f"ranks-{job_id}.out").splitlines():
             words = line.split()
