@@ -271,7 +271,7 @@ class StepRun:
             now = time.monotonic()
             for link in by_fd.values():
                 if not link.closed and not link.answered and now >= link.deadline:
-                    self._drop(link.nodes, f"no answer within {self.msg_timeout:g} s", judge=True, link=link)
+                    self._drop(link, f"no answer within {self.msg_timeout:g} s", judge=True)
             if (
                 self.opts.wait
                 and self.first_exit is not None
@@ -290,7 +290,7 @@ class StepRun:
         except StreamError as e:
             # An answer with an error status comes from a live agent that refused the step
             # (an expired grant, say): nothing for the controller to judge.
-            self._drop(link.nodes, str(e), judge=not e.status, link=link)
+            self._drop(link, str(e), judge=not e.status)
             return
         own = []
         for kind, task, payload in frames:
@@ -304,20 +304,19 @@ class StepRun:
         if own and not link.head.done:
             self._read_node(link.head, own)
         if link.conn.eof:
-            self._drop(link.nodes, "connection closed before its tasks ended", judge=True, link=link)
+            self._drop(link, "connection closed before its tasks ended", judge=True)
 
-    def _drop(self, nodes: list[StepNode], why: str, judge: bool, link: Link | None = None) -> None:
-        """The stream to the head of ``nodes`` failed: the head for ``why``; once it had
-        answered, the nodes below whose part is not over too, their relay being gone."""
-        head = nodes[0]
+    def _drop(self, link: Link, why: str, judge: bool) -> None:
+        """The stream to ``link``'s head failed: the head for ``why``; once it had answered,
+        the nodes below whose part is not over too, their relay being gone."""
+        link.closed = True
+        head = link.head
         if not head.done:
             self._node_failed(head, why, judge)
-        if link is not None:
-            link.closed = True
-            if not link.answered:  # the head failed alone: the next node takes its place
-                self._open(nodes[1:])
-                return
-        for node in nodes[1:]:
+        if not link.answered:  # the head failed alone: the next node takes its place
+            self._open(link.nodes[1:])
+            return
+        for node in link.nodes[1:]:
             if not node.done:
                 self._node_failed(node, f"lost with its relay {head.name} ({why})", judge=False)
 
