@@ -222,7 +222,9 @@ def launch(sizes: list[int], per_agent: int, width: int, tls: bool = False, runs
     nodes = max(sizes)
     h = Harness(
         ClusterShape(nodes=nodes, gpus_per_node=8, cpus_per_node=64, mem_per_node=512000, nodes_per_agent=per_agent),
-        settings={"TLSType": "tls/muster" if tls else "tls/none", "TreeWidth": str(width)},
+        # SlurmdTimeout=300 (Slurm's default): on a loaded machine a starved agent process
+        # must not be called dead in the middle of a launch benchmark
+        settings={"TLSType": "tls/muster" if tls else "tls/none", "TreeWidth": str(width), "SlurmdTimeout": "300"},
     )
     out: dict[str, float] = {}
     try:
