@@ -238,7 +238,8 @@ class StepRun:
             for fd in self.opened:
                 os.close(fd)
             for link in self.links:
-                link.conn.close()
+                if not link.closed:
+                    link.conn.close()
             for node in self.nodes:
                 if node.stdin is not None:
                     node.stdin.finish()
@@ -310,6 +311,7 @@ class StepRun:
         """The stream to ``link``'s head failed: the head for ``why``; once it had answered,
         the nodes below whose part is not over too, their relay being gone."""
         link.closed = True
+        link.conn.close()  # a silent head's socket too: a launch over many must not run out of files
         head = link.head
         if not head.done:
             self._node_failed(head, why, judge)
