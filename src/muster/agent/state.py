@@ -4,7 +4,7 @@ no job and no report.
 Layout under the agent's state directory::
 
     jobs/<job_id>.json                 one record per running batch script (pid, start ticks,
-                                       the job as launched)
+                                       the job as launched; written without fsync, see below)
     reports/<job_id>.<restarts>.json   one job_done report per ended run, until acknowledged
     spool/job<job_id>/slurm_script     the script being run (owned by the user, 0700/0500)
     exits/<job_id>.<restarts>          a batch script's raw wait status, written by its monitor
@@ -15,10 +15,15 @@ Layout under the agent's state directory::
     musterd.pid, musterd.lock          the running agent
     instance                           this state directory's random name (tags job processes)
 
-Every write is atomic (temporary file, fsync, rename, fsync of the directory), so a crash
-leaves either the old file or the new one. Order matters when a job ends: the report is
-written *before* the job record is removed, so a crash in between leaves both and the restart
-sees the report and drops the record; never neither.
+Every write is atomic (temporary file, rename), so a crash leaves either the old file or
+the new one. Reports are also durable (fsync of the file, rename, fsync of the directory):
+a job's end must outlive a crash of the machine, or the controller would take it for lost
+and run it again. Job records and step records are not synced: they matter to an agent
+that restarts while its jobs run, and the page cache outlives the agent's process; a crash
+of the machine takes the jobs with it, and the controller then finds them lost (a record
+that did not reach the disk is gone, or unreadable and ignored). Order matters when a job
+ends: the report is written *before* the job record is removed, so a crash in between
+leaves both and the restart sees the report and drops the record; never neither.
 """
 
 from __future__ import annotations
@@ -82,7 +87,9 @@ class StateDir:
     # -- running jobs ------------------------------------------------------------------
 
     def save_job(self, record: dict[str, Any]) -> None:
-        _write_json(os.path.join(self.jobs_dir, f"{int(record['job_id'])}.json"), record)
+        """The record of a running job (not synced: see the module docstring)."""
+        path = os.path.join(self.jobs_dir, f"{int(record['job_id'])}.json")
+        _write_text(path, json.dumps(record, separators=(",", ":")), durable=False)
 
     def drop_job(self, job_id: int) -> None:
         _unlink(os.path.join(self.jobs_dir, f"{int(job_id)}.json"))

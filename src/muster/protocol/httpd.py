@@ -459,7 +459,10 @@ class SignedClient:
         self.receiver = receiver
         self.tls = tls
         # One pool of kept-alive connections per peer: a TLS handshake per link, not per message.
-        self._client = httpx.AsyncClient(timeout=timeout, verify=tls if tls is not None else True)
+        # Every request the gate lets through keeps its connection afterwards (httpx keeps
+        # 20 by default, for 5 s): a burst of launches then costs no new handshakes.
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=IN_FLIGHT, keepalive_expiry=25.0)
+        self._client = httpx.AsyncClient(timeout=timeout, verify=tls if tls is not None else True, limits=limits)
         # At most this many requests in flight: more wait here, in O(1), not in httpx's
         # pool, whose queue is scanned whole for every request it assigns (a thousand
         # launches at once cost seconds of CPU that way). Below the pool's own limit, so
