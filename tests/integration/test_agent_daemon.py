@@ -654,6 +654,22 @@ def test_a_malformed_launch_is_refused_without_harm(world: AgentWorld) -> None:
     assert world.call("GET", "/v1/status").status_code == 200
 
 
+def test_several_launches_in_one_request_are_each_answered(world: AgentWorld) -> None:
+    """``/v1/launches``: one pass's launches to a node in one request; each starts (or
+    fails) as alone, and the answers come in order, a failure with its status."""
+    good = [world.job("#!/bin/sh\nexit 0\n"), world.job("#!/bin/sh\nexit 4\n")]
+    bad = {"job_id": 4343, "uid": None, "spec": None}
+    body = {"launches": [{"job": j, "cluster": "itest", "kill_wait": 1} for j in (good[0], bad, good[1])]}
+    r = world.call("POST", "/v1/launches", body)
+    assert r.status_code == 200
+    answers = r.json()["answers"]
+    assert answers[0] == {"ok": True} and answers[2] == {"ok": True}
+    assert answers[1]["code"] == "launch_failed" and answers[1]["status"] == 500
+    assert world.ctld.wait_report(good[0]["job_id"])["exit_code"] == 0
+    assert world.ctld.wait_report(good[1]["job_id"])["exit_code"] == 4
+    assert world.call("POST", "/v1/launches", {"launches": [{"job": {"spec": {}}}]}).status_code == 400
+
+
 def test_a_rerun_on_a_neighbour_agent_survives_the_sweep_of_its_old_run(private_world: AgentWorld) -> None:
     """Two agents on one host: the requeued run of a job starts on node2 while node1 still
     sweeps the old run's processes; the sweep must not reach across."""

@@ -16,6 +16,9 @@ credentials that ``protocol.httpd`` puts in the scope:
                               once the script runs; otherwise 500 ``{"error", "code":
                               "launch_failed"}``, and a ``job_done`` report (exit code 1,
                               ``reason``) has already been saved for delivery
+  ``POST /v1/launches``       ``{"launches": [<launch>...]}`` (one pass's launches to this
+                              node) -> ``{"answers": [...]}``: each launch's answer as
+                              above, in order, a failure with its ``"status"``
   ``POST /v1/signal``         ``{"job_id", "signal", "batch_only"}`` -> ``{"ok": true}``
   ``POST /v1/terminate``      ``{"job_id", "reason", "kill_wait", "restart_count"?}`` ->
                               ``{"ok": true, "running": bool}``
@@ -42,6 +45,7 @@ credentials that ``protocol.httpd`` puts in the scope:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -71,6 +75,7 @@ from muster.protocol.httpd import (
 )
 from muster.protocol.messages import (
     LaunchRequest,
+    LaunchRequests,
     MessageError,
     SignalRequest,
     TerminateRequest,
@@ -149,6 +154,23 @@ def build_routes(
         return JSONResponse({"ok": True})
 
     @_handler
+    async def launches(request: Request) -> JSONResponse:
+        """Several launches at once (one scheduling pass's to this node), each answered as
+        ``/v1/launch`` would have answered it, with its status, in order."""
+        msg = _message(LaunchRequests, await _json_body(request))
+        for req in msg.launches:
+            _job_id(req.job)
+
+        async def one(req: LaunchRequest) -> dict[str, Any]:
+            try:
+                await supervisor.launch(req.job, req.kill_wait)
+            except LaunchError as exc:
+                return {"error": str(exc), "code": "launch_failed", "fault": exc.fault, "status": 500}
+            return {"ok": True}
+
+        return JSONResponse({"answers": list(await asyncio.gather(*(one(r) for r in msg.launches)))})
+
+    @_handler
     async def signal_job(request: Request) -> JSONResponse:
         msg = _message(SignalRequest, await _json_body(request))
         try:
@@ -210,6 +232,7 @@ def build_routes(
 
     return [
         Route("/v1/launch", launch, methods=["POST"]),
+        Route("/v1/launches", launches, methods=["POST"]),
         Route("/v1/signal", signal_job, methods=["POST"]),
         Route("/v1/terminate", terminate, methods=["POST"]),
         Route("/v1/update", update, methods=["POST"]),

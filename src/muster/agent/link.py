@@ -67,6 +67,7 @@ class ControllerLink:
         self._reports_due = asyncio.Event()
         self._contact_due = asyncio.Event()
         self._refusals: dict[str, int] = {}
+        self._batches = True  # the controller takes several reports in one request
         # Faults of this node to tell the controller (a failed Prolog or Epilog), carried by
         # heartbeats until one is answered; and the last health check's verdict.
         self.faults: list[dict[str, Any]] = []
@@ -210,9 +211,27 @@ class ControllerLink:
                 pass
 
     async def deliver_once(self) -> bool:
-        """Try every pending report once; False when some must be retried later."""
+        """Try every pending report once; False when some must be retried later. Several
+        go in one request (``/v1/agent/jobs_done``, committed together); when that is not
+        answered yes, they go one by one, each with its own refusals counted."""
+        reports = self.state.reports()
+        if len(reports) > 1 and self._batches:
+            try:
+                await self.client.post(f"{self.base_url}/v1/agent/jobs_done", {"reports": [r for _, r in reports]})
+            except DaemonRequestError as exc:
+                if exc.status == 404 and not exc.data:  # no such route: an older controller
+                    self._batches = False
+                log.debug("%d reports not accepted together (%s); one by one", len(reports), exc)
+            except _NETWORK_ERRORS as exc:
+                log.debug("%d reports not delivered: %s", len(reports), exc)
+                return False
+            else:
+                for key, _report in reports:
+                    log.info("job_done %s acknowledged", key)
+                    self._drop(key)
+                return True
         all_ok = True
-        for key, report in self.state.reports():
+        for key, report in reports:
             try:
                 await self.client.post(f"{self.base_url}/v1/agent/job_done", report)
             except DaemonRequestError as exc:

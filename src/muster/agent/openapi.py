@@ -16,13 +16,14 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.protocol import openapi
-from muster.protocol.messages import LaunchRequest, SignalRequest, TerminateRequest, UpdateRequest
+from muster.protocol.messages import LaunchRequest, LaunchRequests, SignalRequest, TerminateRequest, UpdateRequest
 from muster.protocol.signing import SIG_HEADER
 
 __all__ = ["BODIES", "openapi_route"]
 
 BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("POST", "/v1/launch"): LaunchRequest,
+    ("POST", "/v1/launches"): LaunchRequests,
     ("POST", "/v1/signal"): SignalRequest,
     ("POST", "/v1/terminate"): TerminateRequest,
     ("POST", "/v1/update"): UpdateRequest,

@@ -17,7 +17,7 @@ from muster.core.errors import MusterError
 from muster.ctld.commits import GroupCommit
 from muster.ctld.context import Context
 from muster.ctld.wire import message
-from muster.protocol.messages import Heartbeat, Heartbeats
+from muster.protocol.messages import Heartbeat, Heartbeats, JobsDone
 
 __all__ = ["build_agent_routes"]
 
@@ -73,9 +73,29 @@ def build_agent_routes(
         ctx.kick()
         return JSONResponse({"ok": True})
 
+    @handler
+    async def agent_jobs_done(request: Request) -> JSONResponse:
+        """Several reports of one agent: committed in one group, answered once all are. A
+        report that fails fails the answer (the agent then sends them one by one; the
+        others, committed, change nothing the second time)."""
+        body = await signed_body(request)
+        message(JobsDone, body)  # a misfit is a 400
+        results = await ended.submit_many(body["reports"])
+        failed = None
+        for result in results:
+            if isinstance(result, BaseException):
+                failed = failed or result
+            else:
+                ctx.perform(result)
+        ctx.kick()
+        if failed is not None:
+            raise failed
+        return JSONResponse({"ok": True, "acknowledged": len(results)})
+
     return [
         Route("/v1/agent/register", agent_register, methods=["POST"]),
         Route("/v1/agent/heartbeat", agent_heartbeat, methods=["POST"]),
         Route("/v1/agent/heartbeats", agent_heartbeats, methods=["POST"]),
         Route("/v1/agent/job_done", agent_job_done, methods=["POST"]),
+        Route("/v1/agent/jobs_done", agent_jobs_done, methods=["POST"]),
     ]

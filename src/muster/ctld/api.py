@@ -155,12 +155,14 @@ def build_routes(ctx: Context) -> list[Route]:
         named = body.get("node")
         if named is not None and named != sender:  # a node speaks for itself only
             raise _Refused(SignatureError(f"message from {sender} speaks for node {named}"))
-        batch = body.get("heartbeats")
-        if isinstance(batch, list):  # the nodes one agent process hosts: its sender names them
-            hosted = set(expand(sender))
-            for one in batch:
-                if isinstance(one, dict) and one.get("node") not in hosted:
-                    raise _Refused(SignatureError(f"message from {sender} speaks for node {one.get('node')}"))
+        for key in ("heartbeats", "reports"):
+            batch = body.get(key)
+            if isinstance(batch, list):  # the nodes one agent process hosts: its sender names them
+                hosted = set(expand(sender))
+                for one in batch:
+                    named = one.get("node") if isinstance(one, dict) else None
+                    if (key == "heartbeats" or named is not None) and named not in hosted:
+                        raise _Refused(SignatureError(f"message from {sender} speaks for node {named}"))
         return body
 
     def handler(fn: Any) -> Any:

@@ -27,6 +27,7 @@ from muster.core.conftypes import instance_path
 from muster.core.errors import StorageError
 from muster.core.hostlist import compress
 from muster.core.states import JobState
+from muster.ctld.actions import Launch
 from muster.ctld.api import build_routes
 from muster.ctld.controller import Action, Controller
 from muster.ctld.dashview import Samples
@@ -55,6 +56,9 @@ def _slurm_user(config: Config) -> tuple[str, int]:
         return name, pwd.getpwnam(name).pw_uid
     except KeyError:
         return name, 0
+
+
+LAUNCHES_PER_REQUEST = 8  # a pass's launches to one node go this many to a request
 
 
 class CtldApp:
@@ -162,12 +166,25 @@ class CtldApp:
             self.client.set_timeout(float(config.message_timeout))
 
     def perform(self, actions: list[Action]) -> None:
-        """Start side effects without waiting for them (the request is already durable)."""
+        """Start side effects without waiting for them (the request is already durable).
+        Several launches to one node (a pass's) go in one request."""
         assert self.dispatcher is not None
+        by_host: dict[str, list[Launch]] = {}
         for action in actions:
-            task = asyncio.create_task(self.dispatcher.run(action))
-            self._pending_actions.add(task)
-            task.add_done_callback(self._pending_actions.discard)
+            if isinstance(action, Launch) and action.job.batch_host is not None:
+                by_host.setdefault(action.job.batch_host, []).append(action)
+        for host, launches in by_host.items():
+            if len(launches) > 1:  # in requests of a few, each answered as soon as they run
+                for i in range(0, len(launches), LAUNCHES_PER_REQUEST):
+                    self._start(self.dispatcher.launch_many(host, launches[i : i + LAUNCHES_PER_REQUEST]))
+        for action in actions:
+            if not (isinstance(action, Launch) and len(by_host.get(action.job.batch_host or "", ())) > 1):
+                self._start(self.dispatcher.run(action))
+
+    def _start(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._pending_actions.add(task)
+        task.add_done_callback(self._pending_actions.discard)
 
     # --- what the probes and sdiag ask (``context.Context``) -----------------------------
 

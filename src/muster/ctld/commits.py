@@ -41,6 +41,20 @@ class GroupCommit:
             loop.call_soon(self.flush)
         return await done
 
+    async def submit_many(self, bodies: list[Any]) -> list[list[Action] | BaseException]:
+        """Apply several reports within the next group; each one's actions, or the error
+        it met, once committed."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[list[Action]]] = []
+        first = not self._queue
+        for body in bodies:
+            done: asyncio.Future[list[Action]] = loop.create_future()
+            self._queue.append((body, done))
+            futures.append(done)
+        if first and futures:
+            loop.call_soon(self.flush)
+        return list(await asyncio.gather(*futures, return_exceptions=True))
+
     def flush(self) -> None:
         batch, self._queue = self._queue, []
         if len(batch) == 1:

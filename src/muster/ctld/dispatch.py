@@ -124,12 +124,46 @@ class Dispatcher:
             log.warning("node %s: %s %s failed: %s", node, path, body.get("job_id"), e or type(e).__name__)
             return False
 
-    async def _launch(self, action: Launch) -> None:
-        job = action.job
-        host = job.batch_host
-        attempt = job.restart_count
-        assert host is not None
-        body = _body(
+    async def launch_many(self, host: str, actions: list[Launch]) -> None:
+        """Several launches to ``host`` in one request (``/v1/launches``), each answer
+        handled as ``_launch`` handles its own; an agent without that route gets them one
+        by one."""
+        try:
+            bodies = [self._launch_body(a.job) for a in actions]
+            attempts = [a.job.restart_count for a in actions]
+
+            def wanted() -> bool:
+                return any(self._wanted(a.job, host, n) for a, n in zip(actions, attempts, strict=True))
+
+            try:
+                answer = await self._send(host, "/v1/launches", {"launches": bodies}, wanted)
+            except DaemonRequestError as e:
+                if e.status == 404 and not e.data:  # no such route: an older agent
+                    await asyncio.gather(*(self._launch(a) for a in actions))
+                    return
+                raise
+            except Exception as e:  # noqa: BLE001 - unreachable: the jobs go back to the queue
+                log.warning("cannot reach %s to launch %d jobs: %s", host, len(actions), e or type(e).__name__)
+                for a, n in zip(actions, attempts, strict=True):
+                    self.ctl.launches.launch_failed(a.job.job_id, n, str(e) or type(e).__name__)
+                return
+            answers = answer.get("answers") if isinstance(answer, dict) else None
+            if not isinstance(answers, list) or len(answers) != len(actions):
+                raise ValueError(f"{host} answered {len(actions)} launches with {answer!r}")
+            for a, n, one in zip(actions, attempts, answers, strict=True):
+                job_id = a.job.job_id
+                if isinstance(one, dict) and one.get("code") == "launch_failed":
+                    log.warning("job %s: launch refused by %s: %s", job_id, host, one.get("error"))
+                    self.ctl.launches.launch_failed(job_id, n, str(one.get("error")), str(one.get("fault") or "node"))
+                else:
+                    if not (isinstance(one, dict) and one.get("ok")):
+                        log.warning("job %s: launch refused by %s: %s", job_id, host, one)
+                    self.ctl.launches.launch_done(job_id)
+        except Exception:  # a surprise must not kill the controller's loop
+            log.exception("dispatch of %d launches to %s failed", len(actions), host)
+
+    def _launch_body(self, job: Job) -> dict[str, Any]:
+        return _body(
             LaunchRequest(
                 job=launch_view(job, self.ctl.jobs),
                 cluster=self.ctl.config.cluster_name,
@@ -137,11 +171,20 @@ class Dispatcher:
             )
         )
 
-        def wanted() -> bool:  # still this attempt, still on a node that answers
-            node = self.ctl.nodes.get(host)
-            return (
-                job.state is JobState.RUNNING and job.restart_count == attempt and node is not None and node.responding
-            )
+    def _wanted(self, job: Job, host: str, attempt: int) -> bool:
+        """Still this attempt, still on a node that answers."""
+        node = self.ctl.nodes.get(host)
+        return job.state is JobState.RUNNING and job.restart_count == attempt and node is not None and node.responding
+
+    async def _launch(self, action: Launch) -> None:
+        job = action.job
+        host = job.batch_host
+        attempt = job.restart_count
+        assert host is not None
+        body = self._launch_body(job)
+
+        def wanted() -> bool:
+            return self._wanted(job, host, attempt)
 
         try:
             await self._send(host, "/v1/launch", body, wanted)

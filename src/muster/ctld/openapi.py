@@ -34,7 +34,7 @@ from muster.ctld.context import Context
 from muster.ctld.stepapi import AwaitBody, CompleteBody, DoneBody, GoneBody, StepBody, StepSignalBody
 from muster.ctld.token_api import TokenBody
 from muster.protocol import openapi
-from muster.protocol.messages import Heartbeat, Heartbeats, JobDone, Register
+from muster.protocol.messages import Heartbeat, Heartbeats, JobDone, JobsDone, Register
 from muster.protocol.signing import CRED_HEADER
 
 __all__ = ["BODIES", "QUERIES", "document", "openapi_route"]
@@ -60,6 +60,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("POST", "/v1/agent/heartbeat"): Heartbeat,
     ("POST", "/v1/agent/heartbeats"): Heartbeats,
     ("POST", "/v1/agent/job_done"): JobDone,
+    ("POST", "/v1/agent/jobs_done"): JobsDone,
     ("POST", "/v1/agent/step_gone"): GoneBody,
     ("POST", "/v1/token"): TokenBody,
 }

@@ -37,6 +37,7 @@ MESSAGE_TYPES: dict[tuple[str, str], tuple[str, int]] = {
     ("POST", "/v1/nodes/update"): ("REQUEST_UPDATE_NODE", 3002),
     ("POST", "/v1/jobs"): ("REQUEST_SUBMIT_BATCH_JOB", 4003),
     ("POST", "/v1/agent/job_done"): ("REQUEST_COMPLETE_BATCH_SCRIPT", 5018),
+    ("POST", "/v1/agent/jobs_done"): ("REQUEST_COMPLETE_BATCH_SCRIPT", 5018),
     ("POST", "/v1/jobs/{job_id}/requeue"): ("REQUEST_JOB_REQUEUE", 5023),
     ("POST", "/v1/jobs/signal"): ("REQUEST_KILL_JOB", 5032),
 }

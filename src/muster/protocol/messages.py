@@ -31,7 +31,9 @@ __all__ = [
     "Heartbeat",
     "Heartbeats",
     "JobDone",
+    "JobsDone",
     "LaunchRequest",
+    "LaunchRequests",
     "Register",
     "SignalRequest",
     "TerminateRequest",
@@ -125,11 +127,23 @@ class JobDone(_Message):
     launch_failure: str | None = None
 
 
+class JobsDone(_Message):
+    """The reports an agent has pending, in one request (committed together)."""
+
+    reports: list[JobDone]
+
+
 class LaunchRequest(_Message):
     job: dict[str, Any]  # ``Job.to_dict()``: the agent reads what it needs to start it
     cluster: str = ""
     ctld: str | None = None  # the sending controller's address (informative)
     kill_wait: float | None = None
+
+
+class LaunchRequests(_Message):
+    """Several launches to one node, in one request (those of one scheduling pass)."""
+
+    launches: list[LaunchRequest]
 
 
 class TerminateRequest(_Message):

@@ -108,3 +108,22 @@ def test_a_group_whose_commit_fails_is_undone_in_memory_too(db: str, monkeypatch
     assert {j.job_id: j.state for j in ctl.jobs.values()} == {i: JobState.RUNNING for i in (1, 2, 3)}
     assert _stored_states(db) == {i: JobState.RUNNING for i in (1, 2, 3)}
     assert all(ctl.nodes[f"node{i}"].allocs for i in (1, 2, 3))  # still held, as the store says
+
+
+def test_an_agents_batch_of_reports_is_one_commit_each_answered(db: str) -> None:
+    """``/v1/agent/jobs_done``: one agent's pending reports, in one request, one commit;
+    a report that fails is answered with its error, the others are committed."""
+    ctl = _running(db, 4)
+    group = GroupCommit(ctl, ctl.launches.job_done)
+    bodies = [_report(i, f"node{i}") for i in range(1, 4)]
+    assert asyncio.run(group.submit_many(bodies)) == [[], [], []] and group.commits == 1
+    assert _stored_states(db) == {
+        1: JobState.COMPLETED,
+        2: JobState.COMPLETED,
+        3: JobState.COMPLETED,
+        4: JobState.RUNNING,
+    }
+    # a misfit among them fails alone, after the group is undone and replayed one by one
+    answers = asyncio.run(group.submit_many([_report(4, "node4"), {"job_id": "x"}]))
+    assert answers[0] == [] and isinstance(answers[1], Exception)
+    assert _stored_states(db)[4] is JobState.COMPLETED
