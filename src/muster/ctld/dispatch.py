@@ -126,31 +126,38 @@ class Dispatcher:
 
     async def launch_many(self, host: str, actions: list[Launch]) -> None:
         """Several launches to ``host`` in one request (``/v1/launches``), each answer
-        handled as ``_launch`` handles its own; an agent without that route gets them one
-        by one."""
+        handled as ``_launch`` handles its own. Sent again (no answer) with those still
+        wanted only; refused whole (an agent without that route), they go one by one."""
         try:
-            bodies = [self._launch_body(a.job) for a in actions]
             attempts = [a.job.restart_count for a in actions]
+            sent = list(zip(actions, attempts, [self._launch_body(a.job) for a in actions], strict=True))
+            payload: dict[str, Any] = {"launches": [b for _a, _n, b in sent]}
+            dropped: list[tuple[Launch, int, dict[str, Any]]] = []
 
             def wanted() -> bool:
-                return any(self._wanted(a.job, host, n) for a, n in zip(actions, attempts, strict=True))
+                """Before sending again: only the launches still wanted go."""
+                keep = [x for x in sent if self._wanted(x[0].job, host, x[1])]
+                dropped.extend(x for x in sent if all(x is not k for k in keep))
+                sent[:] = keep
+                payload["launches"] = [b for _a, _n, b in keep]
+                return bool(keep)
 
             try:
-                answer = await self._send(host, "/v1/launches", {"launches": bodies}, wanted)
-            except DaemonRequestError as e:
-                if e.status == 404 and not e.data:  # no such route: an older agent
-                    await asyncio.gather(*(self._launch(a) for a in actions))
-                    return
-                raise
+                answer = await self._send(host, "/v1/launches", payload, wanted)
+            except DaemonRequestError:  # refused whole (no such route: an older agent)
+                await asyncio.gather(*(self._launch(a) for a, _n, _b in sent))
+                return
             except Exception as e:  # noqa: BLE001 - unreachable: the jobs go back to the queue
                 log.warning("cannot reach %s to launch %d jobs: %s", host, len(actions), e or type(e).__name__)
                 for a, n in zip(actions, attempts, strict=True):
                     self.ctl.launches.launch_failed(a.job.job_id, n, str(e) or type(e).__name__)
                 return
+            for a, n, _b in dropped:  # no longer wanted when the request was sent again
+                self.ctl.launches.launch_failed(a.job.job_id, n, "no answer from its node")
             answers = answer.get("answers") if isinstance(answer, dict) else None
-            if not isinstance(answers, list) or len(answers) != len(actions):
-                raise ValueError(f"{host} answered {len(actions)} launches with {answer!r}")
-            for a, n, one in zip(actions, attempts, answers, strict=True):
+            if not isinstance(answers, list) or len(answers) != len(sent):
+                raise ValueError(f"{host} answered {len(sent)} launches with {answer!r}")
+            for (a, n, _b), one in zip(sent, answers, strict=True):
                 job_id = a.job.job_id
                 if isinstance(one, dict) and one.get("code") == "launch_failed":
                     log.warning("job %s: launch refused by %s: %s", job_id, host, one.get("error"))
