@@ -43,6 +43,7 @@ import os
 import secrets
 import signal
 import ssl
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -110,24 +111,8 @@ class StepApi:
         first = json_frame(b"m", -1, {"started": started, "token": step.token, "node": self.runner.node})
         try:
             await send({"type": "http.response.body", "body": first, "more_body": True})
-            while True:
-                item = await step.queue.get()
-                if gone.is_set():
-                    break
-                chunks = [] if item is None else [item]
-                while not step.queue.empty():
-                    more = step.queue.get_nowait()
-                    if more is not None:
-                        chunks.append(more)
-                if chunks:
-                    data = b"".join(chunks)
-                    step.buffered -= len(data)
-                    if step.paused and step.buffered < LOW_WATER:
-                        self.runner.resume(step)
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
-                if step.finished and step.queue.empty():
-                    await send({"type": "http.response.body", "body": frame(b"d", -1, b""), "more_body": False})
-                    break
+            async for data, last in self._output(step, gone):
+                await send({"type": "http.response.body", "body": data, "more_body": not last})
         except OSError:
             pass
         finally:
@@ -205,25 +190,34 @@ class StepApi:
         try:
             started = [t.task for t in step.tasks]
             await out.put(json_frame(b"m", -1, {"started": started, "token": step.token, "node": self.runner.node}))
-            while True:
-                item = await step.queue.get()
-                chunks = [] if item is None else [item]
-                while not step.queue.empty():
-                    more = step.queue.get_nowait()
-                    if more is not None:
-                        chunks.append(more)
-                if chunks:
-                    data = b"".join(chunks)
-                    step.buffered -= len(data)
-                    if step.paused and step.buffered < LOW_WATER:
-                        self.runner.resume(step)
-                    await out.put(data)
-                if step.finished and step.queue.empty():
-                    await out.put(frame(b"d", -1, b""))
-                    break
+            async for data, _last in self._output(step):
+                await out.put(data)
         finally:
             self.runner.detach(step)
         await out.put(None)
+
+    async def _output(self, step: Any, gone: asyncio.Event | None = None) -> AsyncIterator[tuple[bytes, bool]]:
+        """The step's frames as they come, those queued together joined in one chunk, then
+        its ``d`` frame (``True``: the last); stops early once ``gone`` (srun went away) is set.
+        Draining lets a step paused for a slow reader go on."""
+        while True:
+            item = await step.queue.get()
+            if gone is not None and gone.is_set():
+                return
+            chunks = [] if item is None else [item]
+            while not step.queue.empty():
+                more = step.queue.get_nowait()
+                if more is not None:
+                    chunks.append(more)
+            if chunks:
+                data = b"".join(chunks)
+                step.buffered -= len(data)
+                if step.paused and step.buffered < LOW_WATER:
+                    self.runner.resume(step)
+                yield data, False
+            if step.finished and step.queue.empty():
+                yield frame(b"d", -1, b""), True
+                return
 
     def _detach_started(self, launching: asyncio.Future[Any]) -> None:
         if not launching.cancelled() and launching.exception() is None:
