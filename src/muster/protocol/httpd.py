@@ -26,6 +26,7 @@ commands never do.
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import contextlib
 import functools
 import json
@@ -59,6 +60,9 @@ log = logging.getLogger("muster.httpd")
 PEER_KEY = "muster.peer"
 TLS_PEER_KEY = "muster.tls_peer"
 HANDSHAKE_TIMEOUT = 10.0  # seconds a TLS client may take to complete its handshake
+# asyncio allocates each TLS connection a 256 KiB read buffer (4,096 agents' links: 1 GiB of
+# the controller); a TLS record is at most 16 KiB, so 32 KiB reads cost no more calls.
+asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER = 32 * 1024
 BODY_LIMIT = 16 * 1024 * 1024  # bytes of one request body (a 4 MB script and its job fit)
 BODY_BUDGET = 256 * 1024 * 1024  # bytes of all request bodies buffered at one time
 FAILURE_BURST = 30.0  # failed authentications a TCP address may have in a row...
