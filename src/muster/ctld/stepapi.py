@@ -50,7 +50,7 @@ from muster.protocol.httpd import TLS_PEER_KEY, SignatureError
 if TYPE_CHECKING:
     from muster.core.job import Job
 
-MAX_WAIT = 300.0
+MAX_WAIT = 20.0  # a long poll answers "still pending" at least this often; its caller asks again
 POLL = 0.5  # seconds between re-checks while waiting (a cancel is seen this fast)
 
 
