@@ -139,10 +139,8 @@ ARGVS = [
 ]
 
 
-@pytest.mark.parametrize("argv", ARGVS, ids=lambda a: " ".join(a) or "default")
-def test_sinfo_prints_the_same_from_columns_as_from_whole_nodes(
-    app: CtldApp, argv: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _both_ways(command: Any, app: CtldApp, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """``command``'s output asking for the fields it reads, then asking for whole rows."""
     client = as_root(app)
     asked: list[str] = []
 
@@ -153,20 +151,29 @@ def test_sinfo_prints_the_same_from_columns_as_from_whole_nodes(
             assert answer.status_code == 200, answer.text
             return dict(answer.json())
 
-    monkeypatch.setattr(sinfo, "connect", lambda *a, **k: Ctl())
+    monkeypatch.setattr(command, "connect", lambda *a, **k: Ctl())
 
     def run() -> str:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            assert sinfo.main(argv) == 0
+            assert command.main(argv) == 0
         return out.getvalue()
 
-    compact = run()
+    narrowed = run()
     assert any("fields=" in path for path in asked)
-    monkeypatch.setattr(sinfo, "wanted_fields", lambda req: None)
+    monkeypatch.setattr(command, "wanted_fields", lambda req: None)
     asked.clear()
-    assert run() == compact
+    whole = run()
     assert not any("fields=" in path for path in asked)
+    return narrowed, whole
+
+
+@pytest.mark.parametrize("argv", ARGVS, ids=lambda a: " ".join(a) or "default")
+def test_sinfo_prints_the_same_from_columns_as_from_whole_nodes(
+    app: CtldApp, argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compact, whole = _both_ways(sinfo, app, argv, monkeypatch)
+    assert whole == compact
 
 
 # --- squeue: a brief listing narrowed to the fields the format reads --------------------------
@@ -218,30 +225,9 @@ SQUEUE_ARGVS = [
 def test_squeue_prints_the_same_from_narrowed_jobs_as_from_brief_ones(
     queue: CtldApp, argv: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client = as_root(queue)
-    asked: list[str] = []
-
-    class Ctl:
-        def get(self, path: str) -> dict[str, Any]:
-            asked.append(path)
-            answer = client.get(path)
-            assert answer.status_code == 200, answer.text
-            return dict(answer.json())
-
-    monkeypatch.setattr(squeue, "connect", lambda *a, **k: Ctl())
-
-    def run() -> str:
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            assert squeue.main(argv) == 0
-        return out.getvalue()
-
-    narrowed = run()
-    assert any("fields=" in path for path in asked) and narrowed.count("\n") > 1
-    monkeypatch.setattr(squeue, "wanted_fields", lambda req: None)
-    asked.clear()
-    assert run() == narrowed
-    assert not any("fields=" in path for path in asked)
+    narrowed, brief = _both_ways(squeue, queue, argv, monkeypatch)
+    assert narrowed.count("\n") > 1
+    assert brief == narrowed
 
 
 def test_every_squeue_letter_and_name_is_mapped() -> None:
