@@ -57,6 +57,7 @@ down: install
 	$(BIN)/muster down --state-dir $(STATE)
 
 bench: install
+	$(BIN)/python -m compileall -q src
 	SLURM_ANCHOR=$(SLURM_ANCHOR) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python benchmarks/run.py
 
 lint: install
