@@ -8,7 +8,8 @@ behind ``socket`` (whose Python layer imports ``enum`` and ``selectors``) and ``
 
 With ``TLSType=tls/muster`` a TCP connection is TLS: ``tls`` names the cluster CA, and the
 name the server's certificate from it must show (``ctld`` for the controller, a node's
-name for its agent). Only then is ``ssl`` imported (it costs tens of milliseconds); the Unix
+name for its agent). The handshake goes through ``tlsclient`` (the C module behind ``ssl``:
+``ssl`` itself costs 15-20 ms to import), and only when a TCP connection is made; the Unix
 socket, the common case on the controller's host, needs no TLS.
 """
 
@@ -44,25 +45,34 @@ class ConnectError(Exception):
         self.sent = sent
 
 
-_CONTEXTS: dict[str, Any] = {}  # CA file -> ssl.SSLContext, made once per process
-
-
 def tls_wrap(sock: Any, tls_ca: str, server_name: str, where: str) -> Any:
-    """``sock`` (connected) as a TLS socket that checked the server's certificate."""
-    from muster.protocol.tls import TLSError, client_context
+    """``sock`` (connected) as a TLS socket that checked the server's certificate: through
+    ``tlsclient`` (the C module behind ``ssl``, a fraction of its import time), or ``ssl``
+    itself for a name ``tlsclient`` does not take."""
+    from muster.protocol import tlsclient
 
     try:
-        ctx = _CONTEXTS.get(tls_ca)
-        if ctx is None:
-            ctx = _CONTEXTS[tls_ca] = client_context(tls_ca)
-        return ctx.wrap_socket(sock, server_hostname=server_name)
-    except TLSError as e:
+        if server_name.isascii():
+            return tlsclient.wrap(sock, tls_ca, server_name)
+        return _ssl_wrap(sock, tls_ca, server_name)
+    except tlsclient.CAError as e:
         sock.close()
         raise ConnectError(f"TLS: {e}") from None
-    except OSError as e:  # ssl.SSLError and ssl.SSLCertVerificationError are OSErrors
+    except OSError as e:  # SSLError and SSLCertVerificationError are OSErrors
         sock.close()
         reason = getattr(e, "verify_message", None) or getattr(e, "reason", None) or e.strerror or e
         raise ConnectError(f"TLS handshake with {server_name} at {where} failed: {reason}") from None
+
+
+def _ssl_wrap(sock: Any, tls_ca: str, server_name: str) -> Any:
+    from muster.protocol.tls import TLSError, client_context
+    from muster.protocol.tlsclient import CAError
+
+    try:
+        ctx = client_context(tls_ca)
+    except TLSError as e:
+        raise CAError(str(e)) from None
+    return ctx.wrap_socket(sock, server_hostname=server_name)
 
 
 def _recv_all(sock: _socket.socket) -> bytes:

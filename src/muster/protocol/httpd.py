@@ -1,7 +1,6 @@
 """Serving the API from the daemons: uvicorn on our own sockets, with peer credentials.
 
-Only the daemons import this module (it pulls in uvicorn, starlette and httpx); the
-commands never do.
+Only the daemons import this module (it pulls in uvicorn, starlette and httpx), never the commands.
 
 * ``serve(app, sockets)`` runs an ASGI app on already-bound sockets (TCP and/or Unix).
 * On a Unix socket each connection's peer uid/gid/pid (SO_PEERCRED) is placed in the ASGI
@@ -177,7 +176,8 @@ def _protocol_factory(tls: ssl.SSLContext | None, failures: _FailureBudget) -> A
 
 
 def bind_tcp(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted sockets only then (with Nagle, a frame waited ~40 ms)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)
