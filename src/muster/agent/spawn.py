@@ -36,6 +36,7 @@ caller's ``Wording``.
 
 from __future__ import annotations
 
+import _signal
 import errno
 import fcntl
 import os
@@ -140,13 +141,20 @@ def ignored_signals() -> list[signal.Signals]:
     """Signals this process ignores (Python ignores SIGPIPE and SIGXFSZ; ``nohup`` adds
     SIGHUP): an ignored disposition survives exec, and a job must not inherit it."""
     out = []
-    for sig in signal.valid_signals():
+    for num in _signal.valid_signals():  # ints: signal's own wrapper makes an enum of each (~0.1 ms)
         try:
-            if signal.getsignal(sig) == signal.SIG_IGN:
-                out.append(sig)
+            if _signal.getsignal(num) == _signal.SIG_IGN:
+                out.append(_as_signal(num))
         except (OSError, ValueError):
             continue
     return out
+
+
+def _as_signal(num: int) -> signal.Signals:
+    try:
+        return signal.Signals(num)
+    except ValueError:  # a real-time signal has no name
+        return num  # type: ignore[return-value]
 
 
 def parse_umask(text: object) -> int | None:

@@ -14,12 +14,10 @@ pinning when the task is bound (``--cpu-bind``, or ``TaskPlugin=task/affinity``:
 written to a close-on-exec pipe; the child exits with the errno (Slurm's ``slurmstepd:
 error: execve(): cmd: No such file or directory``, code 2).
 
-A task's ``x`` frame follows all of its output. When the last task here has ended, what
-is left of the tasks' sessions is killed (as slurmstepd does), which also closes pipes
-that a leftover background process held open. If srun's connection drops while tasks
-run, the step is stopped (nobody would see its output or its end); once its tasks are
-gone the agent tells the controller (``POST /v1/agent/step_gone``), which frees the step.
-"""
+A task's ``x`` frame follows all of its output. When the last task here has ended, what is left of
+the tasks' sessions is killed (as slurmstepd does), which also closes pipes that a leftover background
+process held open. If srun's connection drops while tasks run, the step is stopped (nobody would see
+its output or its end); once its tasks are gone the agent tells the controller (``/v1/agent/step_gone``)."""
 
 from __future__ import annotations
 
@@ -371,7 +369,6 @@ class StepRunner:
             loop.add_reader(master, self._readable, step, task, master, b"o")
             task.stdin_fd, task.pty = os.dup(master), True
         task.pid = pid
-        task.start_ticks = proctree.process_start_ticks(pid)
         for fd, (r, w) in pipes.items():
             if fd == 0:
                 os.close(r)
@@ -383,6 +380,8 @@ class StepRunner:
                 task.read_fds[r] = kind
                 loop.add_reader(r, self._readable, step, task, r, kind)
         failed = spawn.failure(await read_pipe(err_r))
+        # read once it exec'd (or failed: a zombie until reaped): a fork's /proc is slow to read
+        task.start_ticks = proctree.process_start_ticks(pid)
         if failed is not None:
             # The child failed before exec: its stderr frame says why (it exits soon).
             step.emit(frame(b"e", task.task, f"slurmstepd-{self.node}: error: {failed[1]}\n".encode()))

@@ -376,6 +376,31 @@ def _note(text: str) -> None:
     sys.stderr.flush()
 
 
+def _tls_ahead(ca: str | None) -> object:
+    """With ``TLSType=tls/muster``, make the TLS client context (``_ssl``'s import, OpenSSL's
+    set-up, the CA: a few milliseconds) in a thread while the controller's answers are
+    awaited. Returns a lock released once that is done (``None``: nothing started)."""
+    if not ca:
+        return None
+    import _thread
+
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def make() -> None:
+        try:
+            from muster.protocol import tlsclient
+
+            tlsclient.context(ca)
+        except Exception:  # noqa: BLE001 - raised again, and reported, where the context is used
+            pass
+        finally:
+            done.release()
+
+    _thread.start_new_thread(make, ())
+    return done
+
+
 def _hostname() -> str:
     return os.uname().nodename.split(".")[0]
 
@@ -388,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         return report(PROG, CommandError(f"getcwd failed: {e.strerror}"))
     ctl = None
     own_job: int | None = None
+    tls_made: object = None
     try:
         from muster.cli import hetstep
 
@@ -410,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
             _note(f"{'-' * 20} {'-' * 20}")
             _note("end of defined options")
         ctl = connect(PROG)
+        tls_made = _tls_ahead(ctl.settings.tls_ca if not run.debugger_test else None)
         if run.job_id is None:
             from muster.cli import alloc
 
@@ -472,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
             from muster.cli import alloc
 
             alloc.revoke(ctl, own_job)
+        if tls_made is not None:  # never leave while the thread still works
+            tls_made.acquire(timeout=10)  # type: ignore[attr-defined]
 
 
 USAGE = """\

@@ -56,6 +56,10 @@ def server_context(files: TLSFiles) -> ssl.SSLContext:
     _load_chain(ctx, files)
     _load_ca(ctx, files.ca_cert)
     ctx.verify_mode = ssl.CERT_OPTIONAL
+    # No TLS 1.3 session tickets: no client here resumes a session (a command is one
+    # connection; asyncio and httpx never offer one), so each ticket was work and bytes
+    # for nothing on every connection (srun's launches, every command over TCP).
+    ctx.num_tickets = 0
     return ctx
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import _socket
 import _ssl
+import _thread
 import os
 
 TYPE_CHECKING = False  # typing is not imported on the commands' hot path
@@ -39,6 +40,7 @@ SSLError = _ssl.SSLError
 CertificateError = _ssl.SSLCertVerificationError
 
 _CONTEXTS: dict[str, Any] = {}  # CA file -> _ssl._SSLContext, made once per process
+_MAKING = _thread.allocate_lock()  # one maker at a time: srun makes it ahead in a thread (cli.srun)
 
 
 class CAError(Exception):
@@ -48,9 +50,14 @@ class CAError(Exception):
 def context(ca_cert: str) -> Any:
     """The client context trusting only ``ca_cert`` (made once per process). Raises
     ``CAError``."""
-    ctx = _CONTEXTS.get(ca_cert)
-    if ctx is not None:
+    with _MAKING:
+        ctx = _CONTEXTS.get(ca_cert)
+        if ctx is None:
+            ctx = _CONTEXTS[ca_cert] = _make(ca_cert)
         return ctx
+
+
+def _make(ca_cert: str) -> Any:
     if not os.path.exists(ca_cert):
         raise CAError(f"cluster CA certificate missing: {ca_cert} (run `muster keygen --conf`)")
     ctx = _ssl._SSLContext(_ssl.PROTOCOL_TLS_CLIENT)
@@ -61,7 +68,6 @@ def context(ca_cert: str) -> Any:
         ctx.load_verify_locations(ca_cert)
     except (OSError, SSLError) as e:
         raise CAError(f"cannot load the cluster CA certificate {ca_cert}: {e}") from None
-    _CONTEXTS[ca_cert] = ctx
     return ctx
 
 
