@@ -473,7 +473,9 @@ def main(argv: list[str] | None = None) -> int:
                     _note(f"task:{t}, host:{node.name}, pid:0, executable:{argv0}")
         rc, code, sig, aborted = step.run() if not run.debugger_test else (0, 0, 0, False)
         done = {"exit_code": code, "signal": sig, "cancelled": aborted, "end_job": own_job is not None}
-        usage = step.usage_report()
+        from muster.cli.stepverdict import usage_report
+
+        usage = usage_report(step.usage)
         if usage is not None:
             done["usage"] = usage
         try:

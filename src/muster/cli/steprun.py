@@ -173,15 +173,28 @@ class StepRun:
             _note(
                 f"launch tree: TreeWidth={self.tree_width}, {depth(len(self.nodes), self.tree_width)} level(s), heads {heads}"
             )
-        for group in groups:
-            self._open(group)
+        begun: list[StreamClient | StreamError] = []
+        for group in groups:  # every head's TLS handshake under way before the first is finished
+            try:
+                begun.append(StreamClient.begin((group[0].addr, group[0].port), self.msg_timeout, group[0].tls))
+            except StreamError as e:
+                begun.append(e)
+        for group, first in zip(groups, begun, strict=True):
+            self._open(group, first)
 
-    def _open(self, group: list[StepNode]) -> None:
-        """Send the launch to ``group``'s head; a head that cannot be reached fails alone,
-        and the next node of the group takes its place (as Slurm's forwarding does)."""
+    def _open(self, group: list[StepNode], first: StreamClient | StreamError | None = None) -> None:
+        """Send the launch to ``group``'s head (over ``first``, begun by ``_connect``); a head
+        that cannot be reached fails alone, and the next node of the group takes its place
+        (as Slurm's forwarding does)."""
         for i, head in enumerate(group):
             try:
-                conn = StreamClient.connect((head.addr, head.port), self.msg_timeout, head.tls)
+                if i == 0 and first is not None:
+                    if isinstance(first, StreamError):
+                        raise first
+                    conn = first
+                    conn.finish()
+                else:
+                    conn = StreamClient.connect((head.addr, head.port), self.msg_timeout, head.tls)
                 if self.body is None:
                     # The first connection's own address and port are the srun address the
                     # tasks see (SLURM_SRUN_COMM_HOST/PORT, SLURM_LAUNCH_NODE_IPADDR).
@@ -565,20 +578,6 @@ class StepRun:
         self._forward(_signal.SIGKILL if hard else _signal.SIGTERM, kill=True)
 
     # --- the end ------------------------------------------------------------------------------
-
-    def usage_report(self) -> dict[str, Any] | None:
-        """What the tasks used, for the step's record (sacct's MaxRSS, AveRSS, CPU)."""
-        if not self.usage:
-            return None
-        task, (rss, _u, _s, node) = max(self.usage.items(), key=lambda kv: (kv[1][0], -kv[0]))
-        return {
-            "max_rss_kb": rss,
-            "max_rss_node": node,
-            "max_rss_task": task,
-            "ave_rss_kb": round(sum(u[0] for u in self.usage.values()) / len(self.usage), 1),
-            "user_cpu": round(sum(u[1] for u in self.usage.values()), 3),
-            "system_cpu": round(sum(u[2] for u in self.usage.values()), 3),
-        }
 
     def _outcome(self) -> tuple[int, int, int, bool]:
         """Slurm's rule: the highest exit code, 128+N for a task killed by signal N; a task

@@ -1,5 +1,5 @@
-"""srun's wait for the controller's verdict on nodes whose agents went silent mid-step, and
-its words for tasks that failed.
+"""srun's wait for the controller's verdict on nodes whose agents went silent mid-step, its
+words for tasks that failed, and what the tasks used (``usage_report``).
 
 Whether a node failed is the controller's call (after SlurmdTimeout), and when it is, the
 job ends NODE_FAIL and is requeued: srun must not end first and let a batch script fail
@@ -76,3 +76,19 @@ def failure_lines(node: str, failed: list[tuple[int, int, int]]) -> list[str]:
             text = f"Exited with exit code {code}"
         lines.append(f"error: {node}: {what} {format_ranges(tasks)}: {text}")
     return lines
+
+
+def usage_report(usage: dict[int, tuple[int, float, float, str]]) -> dict[str, Any] | None:
+    """What the tasks used (task -> max RSS KB, user and system CPU, node), for the step's
+    record (sacct's MaxRSS, AveRSS, CPU)."""
+    if not usage:
+        return None
+    task, (rss, _u, _s, node) = max(usage.items(), key=lambda kv: (kv[1][0], -kv[0]))
+    return {
+        "max_rss_kb": rss,
+        "max_rss_node": node,
+        "max_rss_task": task,
+        "ave_rss_kb": round(sum(u[0] for u in usage.values()) / len(usage), 1),
+        "user_cpu": round(sum(u[1] for u in usage.values()), 3),
+        "system_cpu": round(sum(u[2] for u in usage.values()), 3),
+    }

@@ -45,23 +45,39 @@ class ConnectError(Exception):
         self.sent = sent
 
 
-def tls_wrap(sock: Any, tls_ca: str, server_name: str, where: str) -> Any:
+def tls_wrap(sock: Any, tls_ca: str, server_name: str, where: str, begin: bool = False) -> Any:
     """``sock`` (connected) as a TLS socket that checked the server's certificate: through
     ``tlsclient`` (the C module behind ``ssl``, a fraction of its import time), or ``ssl``
-    itself for a name ``tlsclient`` does not take."""
+    itself for a name ``tlsclient`` does not take. With ``begin``, the handshake may be
+    left under way: ``tls_finish`` completes it."""
     from muster.protocol import tlsclient
 
     try:
         if server_name.isascii():
-            return tlsclient.wrap(sock, tls_ca, server_name)
+            return (tlsclient.begin if begin else tlsclient.wrap)(sock, tls_ca, server_name)
         return _ssl_wrap(sock, tls_ca, server_name)
     except tlsclient.CAError as e:
         sock.close()
         raise ConnectError(f"TLS: {e}") from None
     except OSError as e:  # SSLError and SSLCertVerificationError are OSErrors
         sock.close()
-        reason = getattr(e, "verify_message", None) or getattr(e, "reason", None) or e.strerror or e
-        raise ConnectError(f"TLS handshake with {server_name} at {where} failed: {reason}") from None
+        raise _handshake_failed(e, server_name, where) from None
+
+
+def tls_finish(sock: Any, server_name: str, where: str) -> None:
+    """Complete a handshake ``tls_wrap(..., begin=True)`` left under way."""
+    finish = getattr(sock, "finish", None)
+    if finish is None:  # ssl's socket: done already
+        return
+    try:
+        finish()
+    except OSError as e:
+        raise _handshake_failed(e, server_name, where) from None
+
+
+def _handshake_failed(e: OSError, server_name: str, where: str) -> ConnectError:
+    reason = getattr(e, "verify_message", None) or getattr(e, "reason", None) or e.strerror or e
+    return ConnectError(f"TLS handshake with {server_name} at {where} failed: {reason}")
 
 
 def _ssl_wrap(sock: Any, tls_ca: str, server_name: str) -> Any:

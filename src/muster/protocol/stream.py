@@ -128,7 +128,7 @@ class ChunkedDecoder:
         return b"".join(out)
 
 
-def _connect(address: tuple[str, int], timeout: float, tls: tuple[str, str] | None) -> Any:
+def _connect(address: tuple[str, int], timeout: float, tls: tuple[str, str] | None, begin: bool = False) -> Any:
     try:
         sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
         sock.settimeout(timeout)
@@ -141,7 +141,7 @@ def _connect(address: tuple[str, int], timeout: float, tls: tuple[str, str] | No
     from muster.protocol.client import ConnectError, tls_wrap
 
     try:
-        return tls_wrap(sock, tls[0], tls[1], f"{address[0]}:{address[1]}")
+        return tls_wrap(sock, tls[0], tls[1], f"{address[0]}:{address[1]}", begin)
     except ConnectError as e:
         raise StreamError(str(e)) from None
 
@@ -164,6 +164,7 @@ class StreamClient:
         "address",
         "local_addr",
         "local_port",
+        "tls",
     )
 
     def __init__(self, sock: _socket.socket, address: tuple[str, int]) -> None:
@@ -177,6 +178,7 @@ class StreamClient:
         self._body = b""
         self.frames = FrameDecoder()
         self.eof = False
+        self.tls: tuple[str, str] | None = None  # a handshake ``finish`` completes
 
     @classmethod
     def connect(
@@ -184,6 +186,27 @@ class StreamClient:
     ) -> StreamClient:
         """Connect to a node's agent; ``tls``: (cluster CA, node name) with TLSType=tls/muster."""
         return cls(_connect(address, timeout, tls), address)
+
+    @classmethod
+    def begin(cls, address: tuple[str, int], timeout: float = 30.0, tls: tuple[str, str] | None = None) -> StreamClient:
+        """``connect``, the TLS handshake only started: ``finish`` it before ``send``. srun
+        begins with every node it contacts, then finishes each, so that the nodes' halves
+        of the handshakes overlap."""
+        conn = cls(_connect(address, timeout, tls, begin=True), address)
+        conn.tls = tls
+        return conn
+
+    def finish(self) -> None:
+        """Complete the handshake ``begin`` started. Raises ``StreamError``."""
+        if self.tls is None:
+            return
+        from muster.protocol.client import ConnectError, tls_finish
+
+        name, self.tls = self.tls[1], None
+        try:
+            tls_finish(self.sock, name, f"{self.address[0]}:{self.address[1]}")
+        except ConnectError as e:
+            raise StreamError(str(e)) from None
 
     def send(self, path: str, payload: bytes, headers: dict[str, str] | None = None) -> None:
         """Write a POST of ``payload`` (JSON bytes)."""

@@ -31,7 +31,7 @@ TYPE_CHECKING = False  # typing is not imported on the commands' hot path
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["TLSSocket", "context", "wrap"]
+__all__ = ["TLSSocket", "begin", "context", "wrap"]
 
 TLS_1_2 = 0x0303  # ssl.TLSVersion.TLSv1_2
 CERT_REQUIRED = 2  # ssl.CERT_REQUIRED
@@ -78,14 +78,24 @@ class _Socket(_socket.socket):
 
 
 class TLSSocket:
-    """A connected socket after a verified handshake. Its timeout is the socket's own
-    (``_ssl`` waits on the socket within it)."""
+    """A connected socket after a verified handshake (or, from ``begin``, one whose
+    handshake ``finish`` completes). Its timeout is the socket's own (``_ssl`` waits on the
+    socket within it)."""
 
     __slots__ = ("sock", "tls")
 
     def __init__(self, sock: Any, tls: Any) -> None:
         self.sock = sock
         self.tls = tls
+
+    def finish(self) -> None:
+        """Complete the handshake ``begin`` started (nothing once it is done). Raises what
+        ``wrap`` raises."""
+        try:
+            self.tls.do_handshake()
+        except BaseException:
+            self.sock.close()
+            raise
 
     def recv(self, size: int) -> bytes:
         try:
@@ -110,6 +120,30 @@ class TLSSocket:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def begin(sock: Any, ca_cert: str, server_name: str) -> TLSSocket:
+    """Like ``wrap``, but only the handshake's first message is sent: ``finish`` waits for
+    the server's answer and checks it. srun starts the handshakes with all the nodes it
+    launches on before finishing the first, so that each node's part overlaps the others'.
+    Nothing may be written before ``finish``."""
+    if not server_name.isascii():
+        raise ValueError(f"not an ASCII host name: {server_name!r}")
+    ctx = context(ca_cert)
+    timeout = sock.gettimeout()
+    own = _Socket(fileno=sock.detach())
+    try:
+        own.settimeout(0.0)
+        tls = ctx._wrap_socket(own, False, server_name)
+        try:
+            tls.do_handshake()
+        except (_ssl.SSLWantReadError, _ssl.SSLWantWriteError):
+            pass  # the server's turn: finish() waits for it
+        own.settimeout(timeout)
+    except BaseException:
+        own.close()
+        raise
+    return TLSSocket(own, tls)
 
 
 def wrap(sock: Any, ca_cert: str, server_name: str) -> TLSSocket:

@@ -127,3 +127,19 @@ def test_a_name_that_is_not_ascii_goes_through_ssl(server: EchoServer, cluster: 
         tlsclient.wrap(a, cluster.ca_cert, "nöde1")
     with pytest.raises(ConnectError, match="TLS handshake with nöde1 at here failed"):  # ssl refuses it too
         tls_wrap(server.connect(), cluster.ca_cert, "nöde1", "here")
+
+
+def test_a_handshake_begun_is_checked_when_finished(server: EchoServer, cluster: TLSSettings) -> None:
+    conn = tlsclient.begin(server.connect(), cluster.ca_cert, "node1")
+    conn.finish()
+    conn.sendall(b"x")
+    assert conn.recv(1) == b"X"
+    conn.close()
+
+
+def test_a_begun_handshake_with_the_wrong_server_fails_at_finish(server: EchoServer, rogue: TLSSettings) -> None:
+    conn = tlsclient.begin(server.connect(), rogue.ca_cert, "node1")  # only the client's hello went out
+    with pytest.raises(tlsclient.CertificateError):
+        conn.finish()
+    server.close()
+    assert server.received == []
