@@ -10,7 +10,9 @@ module directly, with the same checks as ``tls.client_context``:
   (``check_hostname``: OpenSSL's own host check, as ``ssl`` does it); both are verified
   here, and a context that does not have them is refused;
 * TLS 1.2 at least, and only the cluster CA is trusted (no system store);
-* the handshake happens before any byte of the request is written.
+* the handshake happens before any byte of the request is written (``begin`` sends only
+  the client's first message and ``finish`` completes and checks the rest: srun begins
+  with every node it launches on at once, so that the nodes' halves overlap).
 
 A server name that is not plain ASCII (``ssl`` would IDNA-encode it; muster's names are
 host names) raises ``ValueError``: the caller uses ``ssl`` for it (note that ``ssl``'s
