@@ -376,29 +376,25 @@ def _note(text: str) -> None:
     sys.stderr.flush()
 
 
-def _tls_ahead(ca: str | None) -> object:
-    """With ``TLSType=tls/muster``, make the TLS client context (``_ssl``'s import, OpenSSL's
-    set-up, the CA: a few milliseconds) in a thread while the controller's answers are
-    awaited. Returns a lock released once that is done (``None``: nothing started)."""
+def _tls_ahead(ca: str | None, job_id: int | None) -> None:
+    """With ``TLSType=tls/muster``: ``_ssl``'s import and the TLS client context (OpenSSL's
+    set-up, the CA: a few milliseconds) done while the controller works on srun's requests
+    (the allocation's, then the step's), not after."""
     if not ca:
-        return None
-    import _thread
+        return
+    from muster.protocol.client import when_waiting
 
-    done = _thread.allocate_lock()
-    done.acquire()
+    def load() -> None:
+        from muster.protocol import tlsclient  # noqa: F401 - imported ahead
 
     def make() -> None:
-        try:
-            from muster.protocol import tlsclient
+        from muster.protocol import tlsclient
 
-            tlsclient.context(ca)
-        except Exception:  # noqa: BLE001 - raised again, and reported, where the context is used
-            pass
-        finally:
-            done.release()
+        tlsclient.context(ca)  # a failure is raised again, and reported, at the handshake
 
-    _thread.start_new_thread(make, ())
-    return done
+    if job_id is None:  # the allocation's request first: the import then
+        when_waiting(load)
+    when_waiting(make)
 
 
 def _hostname() -> str:
@@ -413,7 +409,6 @@ def main(argv: list[str] | None = None) -> int:
         return report(PROG, CommandError(f"getcwd failed: {e.strerror}"))
     ctl = None
     own_job: int | None = None
-    tls_made: object = None
     try:
         from muster.cli import hetstep
 
@@ -436,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             _note(f"{'-' * 20} {'-' * 20}")
             _note("end of defined options")
         ctl = connect(PROG)
-        tls_made = _tls_ahead(ctl.settings.tls_ca if not run.debugger_test else None)
+        _tls_ahead(None if run.debugger_test else ctl.settings.tls_ca, run.job_id)
         if run.job_id is None:
             from muster.cli import alloc
 
@@ -501,8 +496,6 @@ def main(argv: list[str] | None = None) -> int:
             from muster.cli import alloc
 
             alloc.revoke(ctl, own_job)
-        if tls_made is not None:  # never leave while the thread still works
-            tls_made.acquire(timeout=10)  # type: ignore[attr-defined]
 
 
 USAGE = """\

@@ -22,6 +22,7 @@ from muster.protocol.wirejson import dumps, loads
 
 TYPE_CHECKING = False  # typing itself costs milliseconds to import; checkers read this name
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 
@@ -43,6 +44,17 @@ class ConnectError(Exception):
     def __init__(self, message: str, sent: bool = False) -> None:
         super().__init__(message)
         self.sent = sent
+
+
+_WAITING_WORK: list[Callable[[], object]] = []
+
+
+def when_waiting(work: Callable[[], object]) -> None:
+    """Do ``work`` (once, its errors ignored) while a request's answer is awaited: after it
+    is sent, before its answer is read; one piece of work per request, in the order given.
+    srun prepares its TLS client this way while the controller places its job and step
+    (its answer would otherwise find srun idle, and the preparation come after it)."""
+    _WAITING_WORK.append(work)
 
 
 def tls_wrap(sock: Any, tls_ca: str, server_name: str, where: str, begin: bool = False) -> Any:
@@ -169,6 +181,11 @@ def request(
             f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n{extra}\r\n"
         )
         sock.sendall(head.encode("utf-8", "replace") + payload)
+        if _WAITING_WORK:
+            try:
+                _WAITING_WORK.pop(0)()
+            except Exception:  # noqa: BLE001, S110 - the work's own user reports its failure
+                pass
         raw = _recv_all(sock)
     except OSError as e:
         raise ConnectError(f"controller connection failed: {e}", sent=True) from None

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import _socket
 import _ssl
-import _thread
 import os
 
 TYPE_CHECKING = False  # typing is not imported on the commands' hot path
@@ -42,7 +41,6 @@ SSLError = _ssl.SSLError
 CertificateError = _ssl.SSLCertVerificationError
 
 _CONTEXTS: dict[str, Any] = {}  # CA file -> _ssl._SSLContext, made once per process
-_MAKING = _thread.allocate_lock()  # one maker at a time: srun makes it ahead in a thread (cli.srun)
 
 
 class CAError(Exception):
@@ -52,11 +50,10 @@ class CAError(Exception):
 def context(ca_cert: str) -> Any:
     """The client context trusting only ``ca_cert`` (made once per process). Raises
     ``CAError``."""
-    with _MAKING:
-        ctx = _CONTEXTS.get(ca_cert)
-        if ctx is None:
-            ctx = _CONTEXTS[ca_cert] = _make(ca_cert)
-        return ctx
+    ctx = _CONTEXTS.get(ca_cert)
+    if ctx is None:
+        ctx = _CONTEXTS[ca_cert] = _make(ca_cert)
+    return ctx
 
 
 def _make(ca_cert: str) -> Any:
