@@ -495,6 +495,18 @@ def test_a_daemon_that_double_forked_away_dies_with_the_job(world: AgentWorld) -
     wait_for(lambda: not process_running(pid), 5, "the orphaned daemon to be swept")
 
 
+def test_the_jobs_orphans_that_end_while_it_runs_are_reaped_by_its_monitor(world: AgentWorld) -> None:
+    # Each `true` is orphaned at once: the monitor, their subreaper, inherits and reaps it,
+    # so it has no child but the script (no zombies pile up under a long job).
+    job = world.job(
+        "#!/bin/sh\nfor i in 1 2 3 4 5; do sh -c 'true &'; done\nsleep 0.5\n"
+        "wc -w < /proc/$PPID/task/$PPID/children > kids-$SLURM_JOB_ID\n"
+    )
+    assert world.launch(job).status_code == 200
+    assert world.ctld.wait_report(job["job_id"])["exit_code"] == 0
+    assert world.read(f"kids-{job['job_id']}").strip() == "1"
+
+
 def test_signals_go_to_the_job_or_only_its_batch_shell(world: AgentWorld) -> None:
     job = world.job(
         "#!/bin/bash\ntrap 'echo got USR1' USR1\ntouch ready-$SLURM_JOB_ID\nfor i in $(seq 100); do sleep 0.1; done\n"

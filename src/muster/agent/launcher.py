@@ -4,6 +4,9 @@
 job's spool directory and returns a ``LaunchPlan``. ``start(plan)`` forks the job's
 *monitor*, which forks the job and outlives the agent if need be (slurmstepd's role in
 Slurm): it leads a session of its own, ignores the agent's signals, holds none of its files,
+is the child subreaper of the job's processes (an orphan of the job becomes the monitor's
+child, not init's, so ``Started.alone`` tells with one read whether the job left anything
+behind, and orphans that end while the job runs are reaped),
 waits for the job's end without reaping it (``waitid(WNOWAIT)``), writes the raw wait status
 to the job's exit file (``StateDir.exit_path``, for an agent that restarted meanwhile) and to
 a pipe the agent reads, and reaps the job only when the agent lets it (closing the release
@@ -31,10 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import pwd
 import shutil
 import signal
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +57,7 @@ __all__ = [
     "LaunchError",
     "LaunchPlan",
     "Started",
+    "append_to_output",
     "prepare",
     "start",
 ]
@@ -200,6 +206,23 @@ def _which(name: str, path: str) -> str:
     return found
 
 
+def append_to_output(path: str, uid: int, text: str) -> None:
+    """Add a line of the agent's to a job's output file without trusting its path: only to
+    an existing regular file that the job's user owns, never following a symlink."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+            os.write(fd, text.encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 # --- the fork --------------------------------------------------------------------------
 
 
@@ -211,9 +234,13 @@ class Started:
     zombie: its pid, group and session are still reserved, so leftovers can be swept
     safely); ``release()`` lets the monitor reap it and exit."""
 
-    def __init__(self, pid: int, monitor: int, status_fd: int, release_fd: int) -> None:
+    def __init__(self, pid: int, monitor: int, status_fd: int, release_fd: int, subreaper: bool = False) -> None:
         self.pid = pid
         self.monitor = monitor
+        # The monitor is the child subreaper of the script's processes: whatever the script
+        # leaves behind (a daemon that double-forked and setsid-ed away included) becomes
+        # the monitor's child when its parent dies, never init's.
+        self.subreaper = subreaper
         self._status_fd = status_fd
         self._release_fd = release_fd
         self._read = b""
@@ -229,6 +256,18 @@ class Started:
         except ValueError:
             return None
 
+    def alone(self) -> bool:
+        """Whether the ended script left no process behind: the monitor, its processes'
+        subreaper, has no child but the script (a zombie until released). One small read
+        instead of a walk over ``/proc``; False whenever that cannot be told."""
+        if not self.subreaper:
+            return False
+        try:
+            with open(f"/proc/{self.monitor}/task/{self.monitor}/children", "rb") as f:
+                return f.read().split() == [str(self.pid).encode()]
+        except OSError:  # no CONFIG_PROC_CHILDREN, or the monitor is gone
+            return False
+
     async def release(self) -> None:
         """Let the monitor reap the script and exit (telling its resource use), and reap it.
         The agent's loop goes on meanwhile (the monitor may still be syncing the exit file)."""
@@ -241,10 +280,27 @@ class Started:
         _reap_soon(self.monitor)  # it exits right after closing the pipe
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+_prctl_fn: Any = None
+
+
+def _prctl() -> Any:
+    """libc's ``prctl``, looked up once in the agent (never in a forked monitor); None
+    where there is none."""
+    global _prctl_fn
+    if _prctl_fn is None:
+        try:
+            _prctl_fn = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _prctl_fn = False
+    return _prctl_fn or None
+
+
 def _fork(plan: LaunchPlan) -> tuple[int, int, int, int, int]:
     """Fork the monitor, which forks the job. Returns (monitor pid, read end of the pipe
     that brings the job's pid, read end of the job's error pipe, read end of the monitor's
     status pipe, write end of the release pipe)."""
+    _prctl()
     err_r, err_w = os.pipe()  # all close-on-exec
     st_r, st_w = os.pipe()
     rel_r, rel_w = os.pipe()
@@ -312,6 +368,8 @@ def _monitor(plan: LaunchPlan, job_spec: spawn.ChildSpec, err_w: int, st_w: int,
     os.setsid()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)
+    prctl = _prctl()
+    subreaper = prctl is not None and prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     keep = {err_w, st_w, rel_r, pid_w}
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -326,10 +384,9 @@ def _monitor(plan: LaunchPlan, job_spec: spawn.ChildSpec, err_w: int, st_w: int,
     if job == 0:  # the job: never returns
         spawn.become(job_spec, err_w)
     os.close(err_w)
-    os.write(pid_w, str(job).encode())
+    os.write(pid_w, f"{job} {int(subreaper)}".encode())
     os.close(pid_w)
-    info = os.waitid(os.P_PID, job, os.WEXITED | os.WNOWAIT)
-    status = _raw_status(info)
+    status = _raw_status(_wait_script(job))
     try:
         os.write(st_w, f"{status}\n".encode())  # first: the agent reports it at once
     except OSError:
@@ -356,6 +413,19 @@ def _monitor(plan: LaunchPlan, job_spec: spawn.ChildSpec, err_w: int, st_w: int,
         pass
     os.close(st_w)
     os._exit(0)
+
+
+def _wait_script(job: int) -> os.waitid_result:
+    """In the monitor: wait for the script's end without reaping it. The script's orphans,
+    reparented to the monitor (its subreaper), that end meanwhile are reaped on the way, so
+    a long job that leaves many behind does not fill the process table with zombies."""
+    while True:
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        if info is not None and info.si_pid == job:
+            return info
+        if info is not None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(info.si_pid, 0)
 
 
 def _raw_status(info: os.waitid_result) -> int:
@@ -396,13 +466,14 @@ async def start(plan: LaunchPlan) -> Started:
     """Fork the monitor and the job; return once the script runs. Raises ``LaunchError``."""
     monitor, pid_r, err_r, st_r, rel_w = _fork(plan)
     try:
-        pid = int((await read_pipe(pid_r)).decode())
-    except ValueError:
+        said = (await read_pipe(pid_r)).decode().split()
+        pid, subreaper = int(said[0]), said[1:] == ["1"]
+    except (ValueError, IndexError):
         for fd in (err_r, st_r, rel_w):
             os.close(fd)
         os.waitpid(monitor, 0)
         raise LaunchError("the job's monitor failed before starting it") from None
-    started = Started(pid, monitor, st_r, rel_w)
+    started = Started(pid, monitor, st_r, rel_w, subreaper)
     try:
         message = await asyncio.wait_for(read_pipe(err_r), EXEC_TIMEOUT)
     except TimeoutError:

@@ -9,7 +9,8 @@ life, and what is on disk at each point (see ``state``):
     running ── time limit / terminate ──► SIGTERM+SIGCONT to the job's processes,
        │                                   SIGKILL every tick from kill_wait on
        ▼ the script exits (its monitor says so with the status; adopted: a pidfd, or polling)
-    leftover processes of the job are SIGKILLed (as Slurm does when the batch step ends),
+    leftover processes of the job are SIGKILLed (as Slurm does when the batch step ends;
+    ``/proc`` is walked only when the job may have left some: see ``_may_have_leftovers``),
     the report is saved, then the record dropped and the spool removed; the controller link
     is woken to deliver the report.
 
@@ -42,7 +43,6 @@ import asyncio
 import logging
 import os
 import signal
-import stat
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -99,6 +99,7 @@ class Supervisor:
         killpg: Killer = _killpg,
         instance: str | None = None,
         signal_steps: Callable[[int, int], bool] = lambda job_id, sig: False,
+        has_steps: Callable[[int], bool] = lambda job_id: False,
         cpus: CpuLedger | None = None,
         hooks: Hooks | None = None,
     ) -> None:
@@ -115,6 +116,9 @@ class Supervisor:
         self.proc_reader = proc_reader
         # Signals the job's steps (srun's tasks) on this node; False when it has none here.
         self.signal_steps = signal_steps
+        # Whether the job has steps (srun's tasks) on this node: their processes carry the
+        # job's tag without descending from its batch script.
+        self.has_steps = has_steps
         # Pins each batch script to its job's CPUs here (TaskPlugin=task/affinity); None: not
         self.cpus = cpus
         self.tag_reader = tag_reader
@@ -450,23 +454,11 @@ class Supervisor:
             self.kill(pid, sig)
 
     def _write_banner(self, t: Tracked, reason: str) -> None:
-        """Tell the job's error file why it stops, without trusting its path: append only to
-        an existing regular file that the job's user owns, never following a symlink."""
+        """Tell the job's error file why it stops (see ``launcher.append_to_output``)."""
         if reason == "cleanup" or not t.stderr_path:
             return
         line = limits.banner(self.node, t.job_id, reason, format_timestamp(self.clock.now()))
-        try:
-            fd = os.open(t.stderr_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return
-        try:
-            st = os.fstat(fd)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == t.uid:
-                os.write(fd, line.encode())
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        launcher.append_to_output(t.stderr_path, t.uid, line)
 
     # --- endings ----------------------------------------------------------------------
 
@@ -478,8 +470,9 @@ class Supervisor:
                 await self._wait_exit(t)
             # The leader is a zombie (or, adopted, gone): its pid, process group and session
             # still cannot be reused, so sweeping them now is safe.
-            for pid in self._members(t) - {t.pid}:
-                self.kill(pid, signal.SIGKILL)
+            if self._may_have_leftovers(t):
+                for pid in self._members(t) - {t.pid}:
+                    self.kill(pid, signal.SIGKILL)
             usage = None
             if t.started is not None:
                 await t.started.release()
@@ -491,6 +484,13 @@ class Supervisor:
             raise
         except Exception:
             log.exception("job %s: watching failed", t.job_id)
+
+    def _may_have_leftovers(self, t: Tracked) -> bool:
+        """Whether ``/proc`` must be walked for the ended job's leftovers: not when its
+        monitor (their subreaper) has no child but the script and no step of it runs here."""
+        if t.started is None or self.has_steps(t.job_id):
+            return True
+        return not t.started.alone()
 
     async def _recorded_status(self, t: Tracked) -> int | None:
         """An adopted script's exit status, from the file its monitor writes as it ends
