@@ -7,7 +7,7 @@ are measured in turn, round by round: SERIAL trivial ``sbatch`` jobs one after t
 then ``--array=1-N``, each until the queue is empty (as ``sidebyside.py`` measures them).
 Besides jobs/s it prints the CPU time the controller and the agents (their reaped children
 included: monitors and scripts) spent per job, which the load of a shared machine disturbs
-less than wall time.
+less than wall time (an agent's live children, its spawner among them, included).
 
 usage: bench_throughput.py SRC [SRC ...] [--serial 300] [--array 1000] [--rounds 1]
 """
@@ -34,12 +34,31 @@ def daemons_cpu(state: str) -> dict[str, float]:
         try:
             with open(pidfile) as f:
                 pid = int(f.read())
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
         except (OSError, ValueError):
             continue
-        out[who] = out.get(who, 0.0) + sum(int(x) for x in fields[11:15]) / TICKS
+        # the daemon, and its live children (an agent's spawner, which forks the monitors
+        # and reaps them, is reaped itself only when the agent stops)
+        for one in [pid, *_children(pid)]:
+            out[who] = out.get(who, 0.0) + _cpu(one)
     return out
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and its reaped children."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / TICKS
 
 
 def main() -> int:

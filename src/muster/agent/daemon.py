@@ -31,6 +31,7 @@ from muster.agent.progress import ProgressWatch
 from muster.agent.state import StateDir
 from muster.agent.steps import StepRunner
 from muster.agent.supervisor import Supervisor
+from muster.agent.zygote import Zygote
 from muster.core.clock import Clock, SystemClock
 from muster.core.config import Config, NodeConf
 from muster.core.topoconf import topology_addr
@@ -141,6 +142,7 @@ class AgentDaemon:
             cpus=self.cpus if bind_by_default else None,
             hooks=self.hooks,
         )
+        self.supervisor.spawner = Zygote.shared()
         self.steps = StepRunner(  # job steps (srun): launched straight from srun
             node=self.node.name,
             key=settings.key,
@@ -191,6 +193,8 @@ class AgentDaemon:
         except OSError as exc:
             tcp.close()
             raise StartupError(f"cannot listen on {path}: {exc.strerror}") from None
+        if self.supervisor.spawner is not None:
+            self.supervisor.spawner.start()  # forks the batch scripts' monitors
         log.info(
             "musterd %s for node %s: listening on %s:%s and %s; state in %s",
             __version__,

@@ -1,13 +1,15 @@
 """Start a batch script as its user: spool the script, fork, drop privileges, exec.
 
 ``prepare(job, ...)`` (in the agent, as root) checks the user, writes the script into the
-job's spool directory and returns a ``LaunchPlan``. ``start(plan)`` forks the job's
-*monitor*, which forks the job and outlives the agent if need be (slurmstepd's role in
-Slurm): it leads a session of its own, ignores the agent's signals, holds none of its files,
-is the child subreaper of the job's processes (an orphan of the job becomes the monitor's
-child, not init's, so ``Started.alone`` tells with one read whether the job left anything
-behind, and orphans that end while the job runs are reaped),
-waits for the job's end without reaping it (``waitid(WNOWAIT)``), writes the raw wait status
+job's spool directory and returns a ``LaunchPlan``. ``start(plan, spawner)`` has the job's
+*monitor* (``agent.monitor``) forked, by the agent's small spawner process (``agent.zygote``:
+a fork of the large agent costs several ms of CPU) or by the agent itself. The monitor forks
+the job and outlives the agent if need be (slurmstepd's role in Slurm): it leads a session
+of its own, ignores the agent's signals, holds none of its files, is the child subreaper of
+the job's processes (an orphan of the job becomes the monitor's child, not init's, so
+``Started.alone`` tells with one read whether the job left anything behind, and orphans that
+end while the job runs are reaped), waits for the job's end without reaping it
+(``waitid(WNOWAIT)``), writes the raw wait status
 to the job's exit file (``StateDir.exit_path``, for an agent that restarted meanwhile) and to
 a pipe the agent reads, and reaps the job only when the agent lets it (closing the release
 pipe; an agent that died closes it too). While the agent runs, a finished job therefore stays
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import pwd
 import shutil
@@ -44,9 +45,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from muster.agent import nodeident, spawn
+from muster.agent import monitor, nodeident, spawn
 from muster.agent.pipes import read_pipe
 from muster.agent.spawn import JOB_FAULT, NODE_FAULT
+from muster.agent.zygote import Zygote
 from muster.core import outputs
 
 __all__ = [
@@ -280,41 +282,29 @@ class Started:
         _reap_soon(self.monitor)  # it exits right after closing the pipe
 
 
-_PR_SET_CHILD_SUBREAPER = 36
-_prctl_fn: Any = None
-
-
-def _prctl() -> Any:
-    """libc's ``prctl``, looked up once in the agent (never in a forked monitor); None
-    where there is none."""
-    global _prctl_fn
-    if _prctl_fn is None:
-        try:
-            _prctl_fn = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            _prctl_fn = False
-    return _prctl_fn or None
-
-
-def _fork(plan: LaunchPlan) -> tuple[int, int, int, int, int]:
-    """Fork the monitor, which forks the job. Returns (monitor pid, read end of the pipe
-    that brings the job's pid, read end of the job's error pipe, read end of the monitor's
-    status pipe, write end of the release pipe)."""
-    _prctl()
+def _fork(plan: LaunchPlan, spawner: Zygote | None) -> tuple[int, int, int, int, int]:
+    """Have the monitor forked (by the spawner when there is one that takes it, else here),
+    which forks the job. Returns (the monitor's pid when forked here, else 0; read end of
+    the pipe that brings the job's and the monitor's pids, read end of the job's error pipe,
+    read end of the monitor's status pipe, write end of the release pipe)."""
     err_r, err_w = os.pipe()  # all close-on-exec
     st_r, st_w = os.pipe()
     rel_r, rel_w = os.pipe()
     pid_r, pid_w = os.pipe()
-    job = _job_spec(plan, close_first=(pid_w, st_w, rel_r))  # those are the monitor's
-    monitor = os.fork()
-    if monitor == 0:  # the monitor: never returns
-        try:
-            _monitor(plan, job, err_w, st_w, rel_r, pid_w)
-        finally:
-            os._exit(1)
-    for fd in (err_w, st_w, rel_r, pid_w):
+    fds = (err_w, st_w, rel_r, pid_w)
+    here = 0
+    if spawner is None or not spawner.send(plan.exit_path, _job_spec(plan, close_first=()), fds):
+        monitor.prctl()
+        job = _job_spec(plan, close_first=(pid_w, st_w, rel_r))  # those are the monitor's
+        here = os.fork()
+        if here == 0:  # the monitor: never returns
+            try:
+                monitor.run(plan.exit_path, job, *fds)
+            finally:
+                os._exit(1)
+    for fd in fds:
         os.close(fd)
-    return monitor, pid_r, err_r, st_r, rel_w
+    return here, pid_r, err_r, st_r, rel_w
 
 
 def _job_spec(plan: LaunchPlan, close_first: tuple[int, ...]) -> spawn.ChildSpec:
@@ -360,91 +350,9 @@ BATCH_WORDS = spawn.Wording(
 )
 
 
-def _monitor(plan: LaunchPlan, job_spec: spawn.ChildSpec, err_w: int, st_w: int, rel_r: int, pid_w: int) -> None:
-    """In the forked monitor: a session of its own, deaf to the agent's signals, no file
-    of the agent's open; fork the job, say its pid, wait for its end without reaping it,
-    write the status to the exit file (for an agent restarted meanwhile) and the status
-    pipe, then reap it when the agent releases it (or has gone: the pipe's end)."""
-    os.setsid()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)
-    prctl = _prctl()
-    subreaper = prctl is not None and prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    keep = {err_w, st_w, rel_r, pid_w}
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    for fd in range(3, _max_fd()):
-        if fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    job = os.fork()
-    if job == 0:  # the job: never returns
-        spawn.become(job_spec, err_w)
-    os.close(err_w)
-    os.write(pid_w, f"{job} {int(subreaper)}".encode())
-    os.close(pid_w)
-    status = _raw_status(_wait_script(job))
-    try:
-        os.write(st_w, f"{status}\n".encode())  # first: the agent reports it at once
-    except OSError:
-        pass  # the agent is gone
-    if plan.exit_path:  # then for an agent that restarts before it has reported; no fsync:
-        try:  # it must outlive the agent, not the machine (the job would not either)
-            tmp = f"{plan.exit_path}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.write(fd, f"{status}\n".encode())
-            os.close(fd)
-            os.rename(tmp, plan.exit_path)
-        except OSError:
-            pass
-    while True:  # the agent releases the script once it has swept its leftovers
-        try:
-            if not os.read(rel_r, 64):
-                break
-        except InterruptedError:
-            continue
-    _, _, usage = os.wait4(job, 0)  # the script and the children it waited for
-    try:
-        os.write(st_w, f"{usage.ru_maxrss} {usage.ru_utime:.3f} {usage.ru_stime:.3f}\n".encode())
-    except OSError:
-        pass
-    os.close(st_w)
-    os._exit(0)
-
-
-def _wait_script(job: int) -> os.waitid_result:
-    """In the monitor: wait for the script's end without reaping it. The script's orphans,
-    reparented to the monitor (its subreaper), that end meanwhile are reaped on the way, so
-    a long job that leaves many behind does not fill the process table with zombies."""
-    while True:
-        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
-        if info is not None and info.si_pid == job:
-            return info
-        if info is not None:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(info.si_pid, 0)
-
-
-def _raw_status(info: os.waitid_result) -> int:
-    """``waitid``'s answer as the raw status ``waitpid`` would have given."""
-    if info.si_code == os.CLD_EXITED:
-        return (info.si_status & 0xFF) << 8
-    core = 0x80 if info.si_code == os.CLD_DUMPED else 0
-    return (info.si_status & 0x7F) | core
-
-
-def _max_fd() -> int:
-    try:
-        return max(int(name) for name in os.listdir("/proc/self/fd")) + 1
-    except (OSError, ValueError):
-        return 1024
-
-
 def _reap_soon(pid: int) -> None:
-    """Reap a monitor that is exiting, without waiting for it here."""
+    """Reap a monitor of the agent's own that is exiting, without waiting for it here (one
+    the spawner forked is not the agent's child: the spawner reaps it)."""
     try:
         if os.waitpid(pid, os.WNOHANG)[0]:
             return
@@ -462,18 +370,19 @@ def _parse_usage(data: bytes) -> dict[str, float] | None:
         return None
 
 
-async def start(plan: LaunchPlan) -> Started:
+async def start(plan: LaunchPlan, spawner: Zygote | None = None) -> Started:
     """Fork the monitor and the job; return once the script runs. Raises ``LaunchError``."""
-    monitor, pid_r, err_r, st_r, rel_w = _fork(plan)
+    here, pid_r, err_r, st_r, rel_w = _fork(plan, spawner)
     try:
         said = (await read_pipe(pid_r)).decode().split()
-        pid, subreaper = int(said[0]), said[1:] == ["1"]
+        pid, subreaper, mon = int(said[0]), said[1] == "1", int(said[2])
     except (ValueError, IndexError):
         for fd in (err_r, st_r, rel_w):
             os.close(fd)
-        os.waitpid(monitor, 0)
+        if here:
+            os.waitpid(here, 0)
         raise LaunchError("the job's monitor failed before starting it") from None
-    started = Started(pid, monitor, st_r, rel_w, subreaper)
+    started = Started(pid, mon, st_r, rel_w, subreaper)
     try:
         message = await asyncio.wait_for(read_pipe(err_r), EXEC_TIMEOUT)
     except TimeoutError:

@@ -54,6 +54,7 @@ from muster.agent.jobrecord import LOST_STATUS, Tracked, cpus_on, end_report, re
 from muster.agent.launcher import JOB_FAULT, PROLOG_FAULT, STALE, LaunchError
 from muster.agent.progress import progress_env
 from muster.agent.state import StateDir
+from muster.agent.zygote import Zygote
 from muster.core.clock import Clock
 from muster.core.timefmt import format_timestamp
 
@@ -116,20 +117,18 @@ class Supervisor:
         self.proc_reader = proc_reader
         # Signals the job's steps (srun's tasks) on this node; False when it has none here.
         self.signal_steps = signal_steps
-        # Whether the job has steps (srun's tasks) on this node: their processes carry the
-        # job's tag without descending from its batch script.
+        # Whether the job has steps here: their tasks carry its tag but not its ancestry.
         self.has_steps = has_steps
         # Pins each batch script to its job's CPUs here (TaskPlugin=task/affinity); None: not
         self.cpus = cpus
-        self.tag_reader = tag_reader
-        self.kill = kill
-        self.killpg = killpg
+        self.tag_reader, self.kill, self.killpg = tag_reader, kill, killpg
         self.jobs: dict[int, Tracked] = {}
         self._launching: set[int] = set()  # and the terminates that overtook those launches:
         self._deferred: dict[int, tuple[str, float | None, int | None]] = {}
         self._tombstones: dict[tuple[int, int], float] = {}
         self._wake = asyncio.Event()
         self.instance = instance or "musterd"
+        self.spawner: Zygote | None = None  # forks the monitors (``agent.zygote``); None: forked here
 
     def tag(self, t: Tracked) -> str:
         """The value of ``MUSTER_JOB_TAG`` in this run's processes (see ``proctree``)."""
@@ -195,7 +194,7 @@ class Supervisor:
                     t.pinned = True
                 plan.exit_path = self.state.exit_path(job_id, attempt)
                 try:
-                    t.started = await launcher.start(plan)
+                    t.started = await launcher.start(plan, self.spawner)
                 except OSError as exc:  # fork, pipe: the node is out of something
                     raise LaunchError(f"cannot spawn the job: {exc.strerror or exc}") from None
                 t.pid, t.monitored = t.started.pid, True
@@ -486,8 +485,8 @@ class Supervisor:
             log.exception("job %s: watching failed", t.job_id)
 
     def _may_have_leftovers(self, t: Tracked) -> bool:
-        """Whether ``/proc`` must be walked for the ended job's leftovers: not when its
-        monitor (their subreaper) has no child but the script and no step of it runs here."""
+        """Whether to walk ``/proc`` for leftovers: not when the job has no step here and its
+        monitor (their subreaper) no other child."""
         if t.started is None or self.has_steps(t.job_id):
             return True
         return not t.started.alone()

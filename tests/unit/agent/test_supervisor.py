@@ -243,7 +243,7 @@ def test_a_terminate_that_overtakes_its_launch_ends_the_job_once_it_runs(
     """The controller's launch and a cancel right after it travel at once; the cancel may
     reach the agent while the launch is still starting the job. The job must not run on."""
 
-    async def start(plan: Any) -> Any:
+    async def start(plan: Any, spawner: Any = None) -> Any:
         assert sup.terminate(9, "cancel", restart_count=0) is False  # arrives mid-launch
         return SimpleNamespace(pid=LEADER)
 
