@@ -38,6 +38,7 @@ __all__ = ["Zygote", "main"]
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 256 * 1024
+MAX_FAILURES = 3
 FDS = 4  # the job's error pipe, the status pipe, the release pipe, the pid pipe
 
 
@@ -49,24 +50,22 @@ class Zygote:
     @classmethod
     def shared(cls) -> Zygote:
         """The one spawner of this agent process."""
-        if cls._shared is None or cls._shared.broken:
+        if cls._shared is None:
             cls._shared = cls()
         return cls._shared
 
     def __init__(self) -> None:
-        self.broken = False
         self._sock: socket.socket | None = None
         self.pid = 0
+        self.failures = 0  # after MAX_FAILURES, monitors are forked by the agent for good
 
     def start(self) -> None:
-        """Start the spawner now rather than at the first launch; a failure is said in the
-        log and launches then fork their monitors in the agent."""
-        if self._sock is None and not self.broken:
+        """Start the spawner now rather than at the first launch (see ``send``)."""
+        if self._sock is None and self.failures < MAX_FAILURES:
             try:
                 self._start()
             except OSError as exc:
-                log.warning("no spawner process (%s): monitors are forked by musterd itself", exc)
-                self.broken = True
+                self._failed(exc)
 
     def _start(self) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -78,37 +77,53 @@ class Zygote:
             self.pid = os.posix_spawn(
                 sys.executable, [sys.executable, "-m", "muster.agent.zygote", str(theirs.fileno())], env
             )
+        except OSError:
+            ours.close()
+            raise
         finally:
             theirs.close()
         self._sock = ours
         return ours
 
     def send(self, exit_path: str, spec: object, fds: tuple[int, int, int, int]) -> bool:
-        """Hand a launch to the spawner; False when it cannot take it (then fork here)."""
-        if self.broken:
+        """Hand a launch to the spawner; False when it cannot take it: the caller forks the
+        monitor itself. A spawner that is gone is started again at the next launch (given
+        up after ``MAX_FAILURES``); launches it held unforked fail as the monitor's."""
+        if self.failures >= MAX_FAILURES:
+            return False
+        try:
+            data = pickle.dumps((exit_path, spec), protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            return False
+        if len(data) > MAX_MESSAGE:
             return False
         try:
             sock = self._sock or self._start()
-            data = pickle.dumps((exit_path, spec), protocol=pickle.HIGHEST_PROTOCOL)
-            if len(data) > MAX_MESSAGE:
-                return False
             sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
         except BlockingIOError:
             return False  # it is behind: this launch does not wait for it
-        except (OSError, pickle.PicklingError):
-            self.broken = True
-            self._reap()
+        except OSError as exc:
+            self._failed(exc)
             return False
         return True
 
-    def _reap(self) -> None:
+    def _failed(self, exc: OSError) -> None:
+        self.failures += 1
+        log.warning(
+            "the spawner process failed (%s): %s",
+            exc,
+            "started again at the next launch" if self.failures < MAX_FAILURES else "musterd forks monitors itself",
+        )
         if self._sock is not None:
             self._sock.close()
+            self._sock = None
         if self.pid:
             try:
-                os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
                 pass
+            self.pid = 0
 
 
 def _reap_monitors(*_: object) -> None:
