@@ -331,7 +331,7 @@ def _job_spec(plan: LaunchPlan, close_first: tuple[int, ...]) -> spawn.ChildSpec
         stderr=stderr,
         words=BATCH_WORDS,
         # The monitor ignores these too (see ``_monitor``): the script must not.
-        reset=[*spawn.ignored_signals(), signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
+        reset=_batch_reset(),
         cpus=plan.cpus,
         make_dirs=tuple(dict.fromkeys((plan.stdout, plan.stderr))),
         close_first=close_first,
@@ -339,6 +339,18 @@ def _job_spec(plan: LaunchPlan, close_first: tuple[int, ...]) -> spawn.ChildSpec
         failure_exit=127,
         identity=nodeident.for_node(plan.node),
     )
+
+
+_reset: list[signal.Signals] = []
+
+
+def _batch_reset() -> list[signal.Signals]:
+    """The signals a batch script gets back at their defaults: those the agent ignores
+    (looked up once: walking every signal's disposition per launch costs) and those the
+    monitor ignores."""
+    if not _reset:
+        _reset.extend(dict.fromkeys([*spawn.ignored_signals(), signal.SIGTERM, signal.SIGINT, signal.SIGHUP]))
+    return _reset
 
 
 BATCH_WORDS = spawn.Wording(
