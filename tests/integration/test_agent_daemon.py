@@ -507,6 +507,23 @@ def test_the_jobs_orphans_that_end_while_it_runs_are_reaped_by_its_monitor(world
     assert world.read(f"kids-{job['job_id']}").strip() == "1"
 
 
+def test_monitors_are_forked_by_the_agents_spawner_which_goes_with_the_agent(private_world: AgentWorld) -> None:
+    w = private_world
+    w.start_agent()
+    assert w.agent is not None
+    job = w.job("#!/bin/sh\nawk '{print $4}' /proc/$PPID/stat > spawner-$SLURM_JOB_ID\n")
+    assert w.launch(job).status_code == 200
+    assert w.ctld.wait_report(job["job_id"])["exit_code"] == 0
+    spawner = int(w.read(f"spawner-{job['job_id']}").strip())  # the monitor's parent
+    with open(f"/proc/{spawner}/stat") as f:
+        assert int(f.read().rsplit(")", 1)[1].split()[1]) == w.agent.pid
+    with open(f"/proc/{spawner}/cmdline", "rb") as f:
+        assert b"muster.agent.zygote" in f.read()
+    w.agent.kill()
+    w.agent.wait(10)
+    wait_for(lambda: not process_running(spawner), 5, "the spawner to leave with its agent")
+
+
 def test_signals_go_to_the_job_or_only_its_batch_shell(world: AgentWorld) -> None:
     job = world.job(
         "#!/bin/bash\ntrap 'echo got USR1' USR1\ntouch ready-$SLURM_JOB_ID\nfor i in $(seq 100); do sleep 0.1; done\n"
