@@ -1,8 +1,8 @@
 """A batch script the agent runs, as it keeps it in memory and on disk, and the report of
 its end.
 
-``Tracked`` is the supervisor's record of one running attempt; ``record()`` is what
-``StateDir.save_job`` writes and ``Tracked.adopted_from`` what a restarted agent reads back
+``Tracked`` is the supervisor's record of one running attempt; ``record()`` (as JSON:
+``record_text()``) is what ``StateDir.save_job`` writes and ``Tracked.adopted_from`` what a restarted agent reads back
 (see ``agent.supervisor``). ``report_body`` and ``end_report`` build the ``job_done`` report
 the controller link delivers (``agent.link``): the node, the attempt, its exit code and
 signal, who ended it (``terminated_by``) and, when they apply, why (``reason``), whose fault
@@ -13,6 +13,7 @@ nothing here reads a clock or touches the disk.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,7 @@ class Tracked:
     monitored: bool = False  # started through a monitor that records its exit status
     started: launcher.Started | None = field(default=None, repr=False)  # this agent's launch
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    job_text: str = field(default="", repr=False)  # ``job`` as JSON; "" once it changes
 
     def record(self) -> dict[str, Any]:
         return {
@@ -60,6 +62,15 @@ class Tracked:
             "monitored": self.monitored,
             "job": self.job,
         }
+
+    def record_text(self) -> str:
+        """``record()`` as JSON, with ``job`` encoded once for all the saves of this run
+        (it is most of the record; whoever changes ``job`` empties ``job_text``)."""
+        if not self.job_text:
+            self.job_text = json.dumps(self.job, separators=(",", ":"))
+        head = self.record()
+        del head["job"]
+        return json.dumps(head, separators=(",", ":"))[:-1] + ',"job":' + self.job_text + "}"
 
     @classmethod
     def adopted_from(cls, rec: Mapping[str, Any], job_id: int, attempt: int, kill_wait: float, now: float) -> Tracked:

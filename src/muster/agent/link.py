@@ -227,7 +227,7 @@ class ControllerLink:
                 return False
             else:
                 for key, _report in reports:
-                    log.info("job_done %s acknowledged", key)
+                    log.debug("job_done %s acknowledged", key)
                     self._drop(key)
                 return True
         all_ok = True
@@ -252,7 +252,7 @@ class ControllerLink:
             except _NETWORK_ERRORS as exc:
                 log.debug("job_done %s not delivered: %s", key, exc)
                 return False
-            log.info("job_done %s acknowledged", key)
+            log.debug("job_done %s acknowledged", key)
             self._drop(key)
         return all_ok
 

@@ -86,10 +86,13 @@ class StateDir:
 
     # -- running jobs ------------------------------------------------------------------
 
-    def save_job(self, record: dict[str, Any]) -> None:
-        """The record of a running job (not synced: see the module docstring)."""
-        path = os.path.join(self.jobs_dir, f"{int(record['job_id'])}.json")
-        _write_text(path, json.dumps(record, separators=(",", ":")), durable=False)
+    def save_job(self, record: dict[str, Any] | str, job_id: int | None = None) -> None:
+        """The record of a running job, a dict or its JSON text (then with ``job_id``); not
+        synced: see the module docstring."""
+        if isinstance(record, dict):
+            job_id, record = record["job_id"], json.dumps(record, separators=(",", ":"))
+        path = os.path.join(self.jobs_dir, f"{int(job_id or 0)}.json")
+        _write_text(path, record, durable=False)
 
     def drop_job(self, job_id: int) -> None:
         _unlink(os.path.join(self.jobs_dir, f"{int(job_id)}.json"))

@@ -175,7 +175,7 @@ class Supervisor:
         try:
             try:
                 try:
-                    self.state.save_job(t.record())
+                    self.state.save_job(t.record_text(), t.job_id)
                 except OSError as exc:
                     raise LaunchError(
                         f"cannot write the job's record under {self.state.root}: {exc.strerror or exc}"
@@ -205,7 +205,7 @@ class Supervisor:
                 raise
             t.start_ticks = proctree.process_start_ticks(t.pid)
             self.jobs[job_id] = t
-            self.state.save_job(t.record())
+            self.state.save_job(t.record_text(), t.job_id)
         finally:
             self._launching.discard(job_id)
             deferred = self._deferred.pop(job_id, None)
@@ -292,7 +292,7 @@ class Supervisor:
             self._signal_job(t, signal.SIGTERM)
             self._signal_job(t, signal.SIGCONT)
             t.kill_at = mono + wait
-            self.state.save_job(t.record())
+            self.state.save_job(t.record_text(), t.job_id)
         else:
             t.kill_at = min(t.kill_at, mono + wait)
         self._wake.set()
@@ -354,9 +354,9 @@ class Supervisor:
         t = self.jobs.get(job_id)
         if t is None:
             return False
-        t.job["time_limit"] = time_limit
+        t.job["time_limit"], t.job_text = time_limit, ""
         t.warned = False
-        self.state.save_job(t.record())
+        self.state.save_job(t.record_text(), t.job_id)
         self._wake.set()
         return True
 

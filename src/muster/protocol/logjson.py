@@ -78,6 +78,12 @@ def setup_logging(
         handler.setFormatter(JsonFormatter(daemon, node))
     else:
         handler.setFormatter(logging.Formatter(text_format))
+    # Neither format names a source line, a thread or a process: a record need not look
+    # them up (walking the stack for the caller costs more than the rest of a record).
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+    logging._srcfile = None  # type: ignore[attr-defined]  # the documented off switch
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

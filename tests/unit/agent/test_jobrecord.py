@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from muster.agent.jobrecord import Tracked, cpus_on, end_report
 
 
@@ -56,3 +58,12 @@ def test_the_end_report_names_the_attempt_and_only_the_extras_that_apply() -> No
 def test_cpus_on_a_node_come_from_the_allocation() -> None:
     job = {"alloc": [{"node": "a", "cpus": 4}, {"node": "b"}]}
     assert (cpus_on(job, "a"), cpus_on(job, "b"), cpus_on(job, "c")) == (4, 1, 1)
+
+
+def test_the_record_as_text_is_the_record_and_follows_a_changed_job() -> None:
+    t = Tracked(job_id=3, restart_count=1, job={"job_id": 3, "time_limit": 5}, uid=7, kill_wait=30, started_at=1.0)
+    assert json.loads(t.record_text()) == t.record()
+    t.pid = 42
+    assert json.loads(t.record_text()) == t.record()
+    t.job["time_limit"], t.job_text = 9, ""  # as the supervisor changes it
+    assert json.loads(t.record_text())["job"]["time_limit"] == 9
