@@ -71,12 +71,16 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setblocking(False)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE * 4)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        # The agent's import path, without its working directory (``-m`` put it first; a
+        # root process must not import from a directory users may write to: ``-P``).
+        here = os.getcwd()
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        paths = [package_root, *(p for p in sys.path if p and os.path.abspath(p) != here)]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)))
         try:
             theirs.set_inheritable(True)
-            self.pid = os.posix_spawn(
-                sys.executable, [sys.executable, "-m", "muster.agent.zygote", str(theirs.fileno())], env
-            )
+            argv = [sys.executable, "-P", "-m", "muster.agent.zygote", str(theirs.fileno())]
+            self.pid = os.posix_spawn(sys.executable, argv, env)
         except OSError:
             ours.close()
             raise
