@@ -138,7 +138,6 @@ class AgentDaemon:
             notify=self._notify,
             # a job's signals reach its steps' tasks once, not its srun processes too
             signal_steps=lambda job_id, sig: self.steps.signal(job_id, sig),
-            has_steps=lambda job_id: any(s.job_id == job_id for s in self.steps.steps.values()),
             cpus=self.cpus if bind_by_default else None,
             hooks=self.hooks,
         )

@@ -100,7 +100,6 @@ class Supervisor:
         killpg: Killer = _killpg,
         instance: str | None = None,
         signal_steps: Callable[[int, int], bool] = lambda job_id, sig: False,
-        has_steps: Callable[[int], bool] = lambda job_id: False,
         cpus: CpuLedger | None = None,
         hooks: Hooks | None = None,
     ) -> None:
@@ -117,8 +116,6 @@ class Supervisor:
         self.proc_reader = proc_reader
         # Signals the job's steps (srun's tasks) on this node; False when it has none here.
         self.signal_steps = signal_steps
-        # Whether the job has steps here: their tasks carry its tag but not its ancestry.
-        self.has_steps = has_steps
         # Pins each batch script to its job's CPUs here (TaskPlugin=task/affinity); None: not
         self.cpus = cpus
         self.tag_reader, self.kill, self.killpg = tag_reader, kill, killpg
@@ -485,9 +482,9 @@ class Supervisor:
             log.exception("job %s: watching failed", t.job_id)
 
     def _may_have_leftovers(self, t: Tracked) -> bool:
-        """Whether to walk ``/proc`` for leftovers: not when the job has no step here and its
-        monitor (their subreaper) no other child."""
-        if t.started is None or self.has_steps(t.job_id):
+        """Whether to walk ``/proc`` for leftovers: not when the monitor, their subreaper, has
+        no other child (step tasks never carry the job's tag: ``agent.taskenv``)."""
+        if t.started is None:
             return True
         return not t.started.alone()
 
