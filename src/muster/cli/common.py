@@ -2,8 +2,12 @@
 and talking to the controller.
 
 Start-up time matters here more than anywhere (a command is typed hundreds of times a day
-and scripts call them in loops), so this module imports only ``os`` and ``sys`` at load
-time and the lean HTTP client when a command first talks to the controller.
+and scripts call them in loops), so this module imports only ``sys`` and the built-in
+``posix`` at load time and the lean HTTP client when a command first talks to the
+controller. Not even ``os``: without ``site`` (the launchers' ``-S``) nothing has imported
+it yet, and it costs ~0.9 ms (its environ mapping pulls in ``_collections_abc``), an eighth
+of the interpreter's own start. ``environ``, ``getenv``, ``path_exists``, ``join`` and
+``dirname`` below do the little the query commands need; rarer paths import ``os``.
 
 Configuration: the commands need only a handful of keys (where the controller listens,
 where the node agents keep their sockets). ``client_settings`` reads just those with a
@@ -19,7 +23,7 @@ signs for us (``POST /v1/credential`` on the agent's socket).
 
 from __future__ import annotations
 
-import os
+import posix
 import sys
 
 from muster.core.conftext import strip_comment
@@ -105,7 +109,7 @@ def parse_iterate(value: str | None) -> float:
 
 def exit_error_code(default: int = 1) -> int:
     """``SLURM_EXIT_ERROR`` overrides the status a command uses for a Slurm error."""
-    raw = os.environ.get("SLURM_EXIT_ERROR")
+    raw = getenv("SLURM_EXIT_ERROR")
     if raw is not None:
         try:
             return int(raw)
@@ -116,6 +120,55 @@ def exit_error_code(default: int = 1) -> int:
 
 def argv_or_sys(argv: list[str] | None) -> list[str]:
     return sys.argv[1:] if argv is None else list(argv)
+
+
+# --- os without os (see the module's docstring) -------------------------------------------------
+
+
+def environ() -> dict[str, str]:
+    """A copy of the process environment, as ``dict(os.environ)`` gives it. Where ``os``
+    is imported already its ``environ`` is the truth (it sees ``putenv`` and a test's
+    ``monkeypatch.setenv``); otherwise the interpreter's start-up snapshot, decoded as
+    ``os`` decodes it."""
+    os = sys.modules.get("os")
+    if os is not None:
+        return dict(os.environ)
+    enc, errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+    return {k.decode(enc, errors): v.decode(enc, errors) for k, v in posix.environ.items()}
+
+
+def getenv(name: str) -> str | None:
+    """``os.environ.get(name)`` (see ``environ``)."""
+    os = sys.modules.get("os")
+    if os is not None:
+        return os.environ.get(name)
+    enc, errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+    raw = posix.environ.get(name.encode(enc, errors))
+    return None if raw is None else raw.decode(enc, errors)
+
+
+def path_exists(path: str) -> bool:
+    """``os.path.exists``."""
+    try:
+        posix.stat(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def join(head: str, tail: str) -> str:
+    """``os.path.join`` of two parts."""
+    if tail.startswith("/") or not head:
+        return tail
+    return head + tail if head.endswith("/") else f"{head}/{tail}"
+
+
+def dirname(path: str) -> str:
+    """``os.path.dirname``."""
+    head = path[: path.rfind("/") + 1]
+    if head and head != "/" * len(head):
+        head = head.rstrip("/")
+    return head
 
 
 # --- configuration --------------------------------------------------------------------------
@@ -153,12 +206,13 @@ def conf_path(environ: dict[str, str] | None = None) -> str:
     installed default; inside a job the agent sets ``SLURM_CONF`` to the cluster's file,
     so that is honoured when there is no installed default (jobs that submit jobs).
     """
-    env = os.environ if environ is None else environ
-    explicit = env.get("MUSTER_CONF") or env.get("SLURM_CONF_MUSTER")
+    get = getenv if environ is None else environ.get
+    explicit = get("MUSTER_CONF") or get("SLURM_CONF_MUSTER")
     if explicit:
         return explicit
-    if not os.path.exists(DEFAULT_CONF) and env.get("SLURM_CONF"):
-        return env["SLURM_CONF"]
+    slurm_conf = get("SLURM_CONF")
+    if slurm_conf and not path_exists(DEFAULT_CONF):
+        return slurm_conf
     return DEFAULT_CONF
 
 
@@ -229,7 +283,7 @@ class ClientSettings:
 
     @property
     def ctld_socket(self) -> str:
-        return self.settings.get("CtldSocket", os.path.join(self.state_save_location, "musterctld.sock"))
+        return self.settings.get("CtldSocket", join(self.state_save_location, "musterctld.sock"))
 
     @property
     def agent_socket_dir(self) -> str | None:
@@ -241,7 +295,7 @@ class ClientSettings:
         ``TLSType=tls/muster``; None when the links are plain."""
         from muster.core.tlsconf import TLSConfError, TLSSettings
 
-        key_file = self.settings.get("AuthKeyFile", os.path.join(os.path.dirname(self.path), "muster.key"))
+        key_file = self.settings.get("AuthKeyFile", join(dirname(self.path), "muster.key"))
         try:
             tls = TLSSettings(self.settings, key_file)
         except TLSConfError as e:
@@ -399,7 +453,7 @@ def connect(prog: str, settings: ClientSettings | None = None) -> Controller:
     if settings is None:
         settings = load_settings(prog)
     sock = settings.ctld_socket
-    if os.path.exists(sock):
+    if path_exists(sock):
         return Controller(settings, unix_path=sock)
     headers = None
     credential = agent_credential(settings)
@@ -414,14 +468,14 @@ def agent_credential(settings: ClientSettings) -> str | None:
     if not directory:
         return None
     try:
-        names = sorted(n for n in os.listdir(directory) if n.startswith("musterd-") and n.endswith(".sock"))
+        names = sorted(n for n in posix.listdir(directory) if n.startswith("musterd-") and n.endswith(".sock"))
     except OSError:
         return None
     from muster.protocol.client import ApiError, ConnectError, request
 
     for name in names:
         try:
-            answer = request("POST", "/v1/credential", {}, unix_path=os.path.join(directory, name), timeout=10.0)
+            answer = request("POST", "/v1/credential", {}, unix_path=join(directory, name), timeout=10.0)
         except (ApiError, ConnectError, OSError, ValueError):
             continue
         if isinstance(answer, dict) and answer.get("credential"):
@@ -484,9 +538,9 @@ def current_user() -> str:
     import pwd
 
     try:
-        return pwd.getpwuid(os.getuid()).pw_name
+        return pwd.getpwuid(posix.getuid()).pw_name
     except KeyError:
-        return str(os.getuid())
+        return str(posix.getuid())
 
 
 def print_lines(lines: list[str]) -> None:
@@ -502,6 +556,8 @@ def write_out(text: str) -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         # Point stdout at /dev/null so the interpreter's final flush stays quiet too.
+        import os
+
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())

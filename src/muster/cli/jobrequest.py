@@ -6,7 +6,7 @@ and the umask that always travels with a job.
 
 from __future__ import annotations
 
-import os
+import posix
 
 from muster.core.optionvalues import OptionValueError
 
@@ -31,6 +31,8 @@ class JobRequest:
         spec = dict(self.spec)
         workdir = cwd
         if self.chdir:
+            import os
+
             workdir = os.path.normpath(os.path.join(cwd, os.path.expanduser(self.chdir)))
         spec["workdir"] = workdir
         spec["environment"] = export_environment(self.export or environ.get("SBATCH_EXPORT") or "ALL", environ)
@@ -55,8 +57,8 @@ class JobRequest:
 
 def current_umask() -> str:
     """This process's umask as Slurm writes it (``0022``)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
+    mask = posix.umask(0o022)
+    posix.umask(mask)
     return f"{mask:04o}"
 
 

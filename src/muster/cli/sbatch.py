@@ -9,7 +9,7 @@ follow Slurm 22.05: 255 for a malformed option, 1 for a script or a submission t
 
 from __future__ import annotations
 
-import os
+import posix
 import sys
 
 from muster.cli.alloc import apply_job_options, finish_job_request, job_getopt
@@ -18,6 +18,7 @@ from muster.cli.common import (
     argv_or_sys,
     connect,
     connect_message,
+    environ,
     exit_error_code,
     info_text,
     load_settings,
@@ -191,7 +192,7 @@ def build(
             if wrap is not None:
                 spec["name"] = "wrap"
             elif path is not None:
-                spec["name"] = os.path.basename(path)
+                spec["name"] = path.rpartition("/")[2]
             else:
                 spec["name"] = "sbatch"
         # Only the first component runs the script; its arguments are $1, $2, ... (the
@@ -286,11 +287,11 @@ def wait_for(ctl: object, job_id: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = argv_or_sys(argv)
     try:
-        cwd = os.getcwd()
+        cwd = posix.getcwd()
     except OSError as e:
         return report(PROG, CommandError(f"getcwd failed: {e.strerror}"))
     try:
-        result = build(args, dict(os.environ), cwd)
+        result = build(args, environ(), cwd)
         if isinstance(result, str):
             sys.stdout.write(result)
             return 0

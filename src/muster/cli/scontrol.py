@@ -10,7 +10,6 @@ dicts (docs/api.md) and return text, so they are tested without a controller.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from muster.cli.common import (
@@ -18,6 +17,7 @@ from muster.cli.common import (
     argv_or_sys,
     connect,
     connect_message,
+    getenv,
     load_settings,
     print_lines,
     report,
@@ -122,7 +122,7 @@ def show_hostnames(expr: str | None) -> int:
 
     if expr is not None and not expr.strip():
         return 0  # an empty list given (``show hostnames ''``): no names, as Slurm prints
-    text = expr or os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    text = expr or getenv("SLURM_JOB_NODELIST") or getenv("SLURM_NODELIST")
     if not text:
         raise CommandError("host list is empty (give one, or run inside a job)")
     try:

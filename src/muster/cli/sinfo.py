@@ -12,7 +12,6 @@ Everything is computed from ``NodeWire``/``PartitionWire`` dicts (docs/api.md).
 
 from __future__ import annotations
 
-import os
 import sys
 
 from muster.cli.columns import Column, render
@@ -21,6 +20,7 @@ from muster.cli.common import (
     argv_or_sys,
     connect,
     connect_message,
+    environ,
     info_text,
     load_settings,
     no_operands,
@@ -349,7 +349,7 @@ def wanted_fields(req: Request) -> list[str] | None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        req = parse_args(argv_or_sys(argv), dict(os.environ))
+        req = parse_args(argv_or_sys(argv), environ())
         if isinstance(req, str):
             sys.stdout.write(req)
             return 0

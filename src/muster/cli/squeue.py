@@ -20,7 +20,6 @@ from dicts alone.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from muster.cli.columns import Column, render
@@ -30,6 +29,7 @@ from muster.cli.common import (
     connect,
     connect_message,
     current_user,
+    environ,
     info_text,
     no_operands,
     option_error,
@@ -327,7 +327,7 @@ def run_once(req: Request) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        req = parse_args(argv_or_sys(argv), dict(os.environ))
+        req = parse_args(argv_or_sys(argv), environ())
         if isinstance(req, str):
             sys.stdout.write(req)
             return 0

@@ -16,7 +16,6 @@ socket, the common case on the controller's host, needs no TLS.
 from __future__ import annotations
 
 import _socket
-import os
 
 from muster.protocol.wirejson import dumps, loads
 
@@ -206,4 +205,6 @@ def request(
 
 
 def default_conf_path() -> str:
+    import os
+
     return os.environ.get("MUSTER_CONF") or os.environ.get("SLURM_CONF_MUSTER") or "/etc/muster/muster.conf"
