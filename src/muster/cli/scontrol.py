@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 
+from muster.cli.argscan import NO_ARG, Opt, OptionError, OptionTable, getopt
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
@@ -24,7 +25,6 @@ from muster.cli.common import (
     version_line,
     write_out,
 )
-from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 from muster.cli.scontrol_records import (
     _ts,
     config_text,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 
+from muster.cli.argscan import NO_ARG, Opt, OptionError, OptionTable, getopt
 from muster.cli.columns import Column, render
 from muster.cli.common import (
     CommandError,
@@ -29,7 +30,6 @@ from muster.cli.common import (
     print_lines,
     report,
 )
-from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 from muster.cli.sinfo_fields import (
     FIELDS,
     Row,

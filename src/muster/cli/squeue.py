@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 
+from muster.cli.argscan import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
 from muster.cli.columns import Column, render
 from muster.cli.common import (
     CommandError,
@@ -38,7 +39,6 @@ from muster.cli.common import (
     report,
 )
 from muster.cli.jobarrays import merge_array_rows
-from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
 from muster.cli.squeue_fields import (
     PATH_VALUES,
     columns_from_format,

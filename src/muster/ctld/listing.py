@@ -82,13 +82,14 @@ def _run_time(job: Job, now: float) -> int:
 class JobListing:
     """Encoded fragments of jobs, by (job id, brief), with what they were encoded from."""
 
-    __slots__ = ("versions", "_cache", "encoded")
+    __slots__ = ("versions", "_cache", "encoded", "_kept")
 
     def __init__(self, versions: dict[int, int]) -> None:
         self.versions = versions  # ClusterState.job_versions: read, never written here
         # (job id, brief, narrowed to) -> (version, fields, fragment, het leader whose id set it shows)
         self._cache: dict[tuple[int, bool, tuple[str, ...] | None], tuple[int, tuple[Any, ...], bytes, int | None]] = {}
         self.encoded = 0  # fragments encoded so far (what a test counts)
+        self._kept = 0  # fragments left by the last prune
 
     def fragment(
         self,
@@ -149,6 +150,10 @@ class JobListing:
         return b'{"jobs":[' + parts + b'],"now":' + _encode(now).encode() + b"}"
 
     def prune(self, present: Mapping[int, Job], slack: int = 64) -> None:
-        """Forget fragments of jobs no longer in memory (purged), once they are many."""
-        if len(self._cache) > 2 * len(present) + slack:
+        """Forget fragments of jobs no longer in memory (purged), once the cache has doubled
+        since the last prune. (Not against the number of jobs: a job may have several
+        fragments, one per view and set of fields, and a cache of live ones alone was
+        copied at every listing.)"""
+        if len(self._cache) > 2 * self._kept + slack:
             self._cache = {k: v for k, v in self._cache.items() if k[0] in present}
+            self._kept = len(self._cache)

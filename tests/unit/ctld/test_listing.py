@@ -228,3 +228,15 @@ def test_a_narrowed_listing_is_cached_and_follows_changes(ctl: Controller) -> No
     body = json.loads(listing.body(list(ctl.jobs.values()), ctl.clock.now(), True, ctl.jobs, narrow))
     assert listing.encoded == encoded + 1 and body["jobs"] == expected()
     assert running in ctl.jobs
+
+
+def test_fragments_of_live_jobs_in_several_views_are_not_copied_at_every_listing(ctl: Controller) -> None:
+    listing = JobListing(ctl.job_versions)
+    for _ in range(3):
+        _submit(ctl)
+    for view in ((True, None), (True, ("job_id",)), (True, ("job_id", "state")), (False, None)):
+        listing.body(list(ctl.jobs.values()), ctl.clock.now(), view[0], ctl.jobs, view[1])
+    listing.prune(ctl.jobs, slack=0)
+    cache = listing._cache
+    listing.prune(ctl.jobs, slack=0)
+    assert listing._cache is cache and len(cache) == 12  # nothing to forget: not rebuilt
