@@ -34,8 +34,16 @@ def state_code(job: dict) -> str:
     return str(job.get("state_code") or "")
 
 
+_DURATIONS: dict[object, str] = {}  # seconds -> text: a queue repeats a few values (0:00) many times
+
+
 def _dur(seconds: object) -> str:
-    return timefmt().format_duration(seconds if seconds is None else int(seconds))  # type: ignore[arg-type]
+    text = _DURATIONS.get(seconds)
+    if text is None:
+        text = timefmt().format_duration(seconds if seconds is None else int(seconds))  # type: ignore[arg-type]
+        if len(_DURATIONS) < 4096:
+            _DURATIONS[seconds] = text
+    return text
 
 
 def _ts(epoch: object, none: str = "N/A") -> str:
