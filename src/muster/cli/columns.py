@@ -190,21 +190,23 @@ def _sized(cols: list[Column], rows: list, least: int) -> list[Column]:
     return out
 
 
-def _cell(c: Column):  # noqa: ANN202 - returns a row -> str function
-    """One column as a function of the row, with its width rule fixed in advance: a
-    queue can be thousands of rows and this is the inner loop."""
+def _cells(c: Column, rows: list) -> list[str]:
+    """One column's text for every row, its width rule applied: a queue can be thousands
+    of rows and this is the inner loop, so it goes column by column (one comprehension
+    each, no function call per cell beyond the value's own)."""
     value, width, prefix, suffix = c.value, c.width, c.prefix, c.suffix
     if value is None:
-        return lambda row: prefix
+        return [prefix] * len(rows)
+    values = list(map(value, rows))  # type: ignore[arg-type]
     if width <= 0:
-        return lambda row: prefix + value(row) + suffix  # type: ignore[operator]
+        return [prefix + v + suffix for v in values]
     if c.right:
         if c.cut:
-            return lambda row: prefix + value(row)[:width].rjust(width) + suffix  # type: ignore[operator]
-        return lambda row: prefix + value(row).rjust(width) + suffix  # type: ignore[operator]
+            return [prefix + v[:width].rjust(width) + suffix for v in values]
+        return [prefix + v.rjust(width) + suffix for v in values]
     if c.cut:
-        return lambda row: prefix + value(row)[:width].ljust(width) + suffix  # type: ignore[operator]
-    return lambda row: prefix + value(row).ljust(width) + suffix  # type: ignore[operator]
+        return [prefix + v[:width].ljust(width) + suffix for v in values]
+    return [prefix + v.ljust(width) + suffix for v in values]
 
 
 def render(rows: list, cols: list[Column], header: bool = True, least: int = 0) -> list[str]:
@@ -220,9 +222,9 @@ def render(rows: list, cols: list[Column], header: bool = True, least: int = 0) 
                 c.prefix + (fit(c.header, c.width, c.right) if c.value is not None else "") + c.suffix for c in cols
             )
         )
-    cells = [_cell(c) for c in cols]
-    join = "".join
-    lines.extend(join([cell(row) for cell in cells]) for row in rows)
+    if not cols:
+        return lines + [""] * len(rows)
+    lines.extend(map("".join, zip(*[_cells(c, rows) for c in cols], strict=True)))
     return lines
 
 
