@@ -154,7 +154,7 @@ def test_submitting_adds_a_job_and_purging_forgets_it(ctl: Controller) -> None:
     assert first not in ctl.jobs and first not in ctl.job_versions
     _check(ctl, listing)
     listing.prune(ctl.jobs, slack=0)
-    assert {key[0] for key in listing._cache} == set(ctl.jobs)
+    assert listing.cached_ids() == set(ctl.jobs)
 
 
 def test_a_running_jobs_run_time_is_that_of_the_request(ctl: Controller) -> None:
@@ -237,6 +237,7 @@ def test_fragments_of_live_jobs_in_several_views_are_not_copied_at_every_listing
     for view in ((True, None), (True, ("job_id",)), (True, ("job_id", "state")), (False, None)):
         listing.body(list(ctl.jobs.values()), ctl.clock.now(), view[0], ctl.jobs, view[1])
     listing.prune(ctl.jobs, slack=0)
-    cache = listing._cache
+    views = dict(listing._views)
     listing.prune(ctl.jobs, slack=0)
-    assert listing._cache is cache and len(cache) == 12  # nothing to forget: not rebuilt
+    assert all(listing._views[k] is v for k, v in views.items())  # nothing to forget: not rebuilt
+    assert sum(len(v) for v in views.values()) == 12
