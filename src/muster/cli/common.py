@@ -509,10 +509,11 @@ _TIMEFMT = None
 
 
 def timefmt():  # noqa: ANN201 - the module
-    """muster.core.timefmt, imported on first use (commands that print no times skip it)."""
+    """muster.core.timetext (timefmt's formatting half), imported on first use (commands
+    that print no times skip it)."""
     global _TIMEFMT
     if _TIMEFMT is None:
-        from muster.core import timefmt as module
+        from muster.core import timetext as module
 
         _TIMEFMT = module
     return _TIMEFMT

@@ -125,13 +125,13 @@ def compress_names(names: list[str]) -> str:
 
 
 def _limit(seconds: object) -> str:
-    from muster.core.timefmt import format_sinfo_limit
+    from muster.core.timetext import format_sinfo_limit
 
     return format_sinfo_limit(None if seconds is None else int(seconds))  # type: ignore[arg-type]
 
 
 def _ts(epoch: object) -> str:
-    from muster.core.timefmt import format_timestamp
+    from muster.core.timetext import format_timestamp
 
     return format_timestamp(epoch, none="Unknown")  # type: ignore[arg-type]
 

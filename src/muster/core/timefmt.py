@@ -13,6 +13,12 @@ from __future__ import annotations
 import time
 
 from muster.core.errors import InvalidRequest
+from muster.core.timetext import (  # noqa: F401 - re-exported: timefmt is where callers look
+    format_duration,
+    format_hms,
+    format_sinfo_limit,
+    format_timestamp,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -83,44 +89,6 @@ def parse_time_limit(text: str) -> int | None:
     return int(first) * 60  # M
 
 
-def format_duration(seconds: int | float | None) -> str:
-    """squeue/sinfo style: ``0:00``, ``12:34``, ``1:02:03``, ``2-03:04:05``, ``UNLIMITED``."""
-    if seconds is None:
-        return "UNLIMITED"
-    if seconds < 0:
-        return "INVALID"
-    days, hours, minutes, secs = _split(int(seconds))
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
-    return f"{minutes}:{secs:02d}"
-
-
-def format_hms(seconds: int | float | None) -> str:
-    """scontrol/sacct style: ``00:00:03``, ``01:00:00``, ``1-02:03:04``, ``UNLIMITED``."""
-    if seconds is None:
-        return "UNLIMITED"
-    if seconds < 0:
-        return "INVALID"
-    days, hours, minutes, secs = _split(int(seconds))
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
-
-
-def format_sinfo_limit(seconds: int | float | None) -> str:
-    """sinfo TIMELIMIT: ``infinite`` for no limit, otherwise like ``format_duration``."""
-    return "infinite" if seconds is None else format_duration(seconds)
-
-
-def format_timestamp(epoch: float | None, none: str = "Unknown") -> str:
-    """``2026-12-02T15:58:47`` in local time; ``none`` (default ``Unknown``) for None or 0."""
-    if not epoch:
-        return none
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
-
-
 def parse_timestamp(text: str, now: float, *, past: bool = False) -> float:
     """Parse a Slurm ``--begin``-style time into an epoch, relative to ``now``.
 
@@ -177,13 +145,6 @@ def parse_timestamp(text: str, now: float, *, past: bool = False) -> float:
             continue
         raise TimeFormatError(f"Invalid time specification {raw!r}")
     return _resolve(date, clock, now, raw, past)
-
-
-def _split(seconds: int) -> tuple[int, int, int, int]:
-    minutes, secs = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    return days, hours, minutes, secs
 
 
 def _parse_now(m: re.Match[str], raw: str, now: float) -> float:
