@@ -22,6 +22,7 @@ from muster.cli.common import (
     load_settings,
     print_lines,
     report,
+    split_ids,
     version_line,
     write_out,
 )
@@ -34,7 +35,6 @@ from muster.cli.scontrol_records import (
     node_record,
     partition_record,
 )
-from muster.cli.scontrol_update import parse_update, split_job_ids
 
 PROG = "scontrol"
 
@@ -172,7 +172,7 @@ def show_jobs(target: str | None, flags: Flags) -> int:
         else:
             # an array's id names all its tasks, as in Slurm
             jobs = []
-            for item in split_job_ids(target):
+            for item in (i.strip() for i in split_ids(target)):
                 query = _job_id(item).replace("+", "%2B")  # a het component: 123+1
                 jobs.extend(ctl.get(f"/v1/jobs?job_id={query}").get("jobs") or [])
     except (ApiError, ConnectError) as e:
@@ -299,7 +299,7 @@ def _id_list(words: list[str]) -> list[str]:
         for prefix in ("jobid=", "job="):
             if item.lower().startswith(prefix):
                 item = item[len(prefix) :]
-        out.extend(split_job_ids(item))
+        out.extend(i.strip() for i in split_ids(item))
     return out
 
 
@@ -367,6 +367,8 @@ def update(words: list[str], flags: Flags) -> int:
         return update_nodes(words)
     if first in ("partitionname", "partition", "stepid"):
         raise CommandError(f"updating {first} records is not supported by muster yet")
+    from muster.cli.scontrol_update import parse_update
+
     ids, body = parse_update(words)
     rc = 0
     ctl = connect(PROG)

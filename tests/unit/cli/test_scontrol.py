@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from muster.cli import scontrol
+from muster.cli import scontrol, scontrol_update
 from muster.cli.common import CommandError
 
 NOW = 1796227645.0
@@ -156,7 +156,7 @@ def test_show_hostnames_and_hostlist(capsys, monkeypatch) -> None:
 
 
 def test_update_parses_keys_case_blind() -> None:
-    ids, body = scontrol.parse_update(
+    ids, body = scontrol_update.parse_update(
         ["JobId=12", "timelimit=7", "Priority=5", "NAME=x", "NumNodes=2-4", "comment=hi there"]
     )
     assert ids == ["12"]
@@ -170,17 +170,17 @@ def test_update_parses_keys_case_blind() -> None:
 
 
 def test_update_start_time_is_relative_to_now() -> None:
-    _, body = scontrol.parse_update(["job=3", "StartTime=now+1hour"], now=NOW)
+    _, body = scontrol_update.parse_update(["job=3", "StartTime=now+1hour"], now=NOW)
     assert body == {"begin_time": NOW + 3600}
 
 
 def test_update_rejects_unknown_keys() -> None:
     with pytest.raises(CommandError, match="not supported: Shared=yes"):
-        scontrol.parse_update(["jobid=3", "Shared=yes"])
+        scontrol_update.parse_update(["jobid=3", "Shared=yes"])
     with pytest.raises(CommandError, match="Invalid TimeLimit"):
-        scontrol.parse_update(["jobid=3", "TimeLimit=soon"])
+        scontrol_update.parse_update(["jobid=3", "TimeLimit=soon"])
     with pytest.raises(CommandError, match="No job ID"):
-        scontrol.parse_update(["TimeLimit=5"])
+        scontrol_update.parse_update(["TimeLimit=5"])
 
 
 @pytest.mark.parametrize(
@@ -199,12 +199,12 @@ def test_update_rejects_unknown_keys() -> None:
 )
 def test_update_refuses_values_slurm_cannot_hold(word: str, message: str) -> None:
     with pytest.raises(CommandError, match=message):
-        scontrol.parse_update(["jobid=3", word.encode().decode("unicode_escape")])
+        scontrol_update.parse_update(["jobid=3", word.encode().decode("unicode_escape")])
 
 
 def test_update_takes_nice_in_range() -> None:
-    assert scontrol.parse_update(["jobid=3", "Nice=-2147483645"])[1] == {"nice": -2147483645}
-    assert scontrol.parse_update(["jobid=3", "nice=+10"])[1] == {"nice": 10}
+    assert scontrol_update.parse_update(["jobid=3", "Nice=-2147483645"])[1] == {"nice": -2147483645}
+    assert scontrol_update.parse_update(["jobid=3", "nice=+10"])[1] == {"nice": 10}
 
 
 class _Fake:
