@@ -8,8 +8,6 @@ Jobs are the controller's ``JobWire`` dicts; a merged row is a copy of its first
 
 from __future__ import annotations
 
-from muster.core.arrays import format_ranges
-
 TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -83,6 +81,8 @@ def _merge_pending(items: list[dict], key: Callable[[dict], object], merged: Cal
         if len(group) == 1:
             out.append(item)
         elif group[0] is item:
+            from muster.core.arrays import format_ranges
+
             text = format_ranges(int(t["array_task_id"]) for t in group)
             if item.get("array_throttle"):
                 text += f"%{item['array_throttle']}"

@@ -47,7 +47,10 @@ from muster.cli.squeue_fields import (
     long_state,
 )
 from muster.cli.squeue_filters import DEFAULT_SORT, Filters, parse_states, sort_jobs
-from muster.core.arrays import JobRef, parse_job_step_ref
+
+TYPE_CHECKING = False  # core.arrays is imported by -j alone
+if TYPE_CHECKING:
+    from muster.core.arrays import JobRef
 
 PROG = "squeue"
 
@@ -212,6 +215,8 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
 
 def _job_refs(value: str) -> list[JobRef]:
     """``-j``: ids, array tasks (``12_3``, ``12_[1-3,5]``); a step suffix (``.0``) is dropped."""
+    from muster.core.arrays import parse_job_step_ref
+
     refs = []
     for item in _split_ids(value):
         try:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from muster.cli.common import CommandError
 from muster.cli.squeue_fields import job_spec, long_state, start_time
-from muster.core.arrays import JobRef
-from muster.core.statenames import parse_job_states
+
+TYPE_CHECKING = False  # core.arrays and core.statenames: imported when -j and -t need them
+if TYPE_CHECKING:
+    from muster.core.arrays import JobRef
 
 DEFAULT_SORT = "P,t,-p"
 
@@ -30,6 +32,8 @@ _STATE_ORDER = {
 def parse_states(text: str) -> set[str] | None:
     """``-t``: short or long names (``core.statenames``), comma separated, any case; ``all``
     means every state (None)."""
+    from muster.core.statenames import parse_job_states
+
     try:
         return parse_job_states(text)
     except ValueError as e:
