@@ -1,11 +1,10 @@
 """scontrol: look at and change jobs, nodes, partitions and the configuration.
 
-Supported: ``show job|node|partition|config|topology|hostnames|hostlist|hostlistsorted``, ``hold``,
-``uhold``, ``release``, ``update job``, ``ping``, ``takeover`` and ``version``, with ``-o`` (one line per
-record), ``-d`` (details) and ``-Q``. The record layouts are Slurm 22.05's, field for field
-where muster knows the value; fields muster does not track show Slurm's own "unknown"
-spellings (``N/A``, ``(null)``), never made-up numbers. The layout functions take wire
-dicts (docs/api.md) and return text, so they are tested without a controller.
+Supported: ``show job|node|partition|config|topology|hostnames|hostlist|hostlistsorted``, ``hold``, ``uhold``,
+``release``, ``update job``, ``ping``, ``takeover`` and ``version``, with ``-o`` (one line per record), ``-d``
+(details) and ``-Q``. The record layouts are Slurm 22.05's, field for field where muster knows the value; fields
+muster does not track show Slurm's own "unknown" spellings (``N/A``, ``(null)``), never made-up numbers. The layout
+functions take wire dicts (docs/api.md) and return text, so they are tested without a controller.
 """
 
 from __future__ import annotations
@@ -367,9 +366,9 @@ def update(words: list[str], flags: Flags) -> int:
         return update_nodes(words)
     if first in ("partitionname", "partition", "stepid"):
         raise CommandError(f"updating {first} records is not supported by muster yet")
-    from muster.cli.scontrol_update import parse_update
+    from muster.cli import scontrol_update  # only here: start-up time
 
-    ids, body = parse_update(words)
+    ids, body = scontrol_update.parse_update(words)
     rc = 0
     ctl = connect(PROG)
     for item in ids:
