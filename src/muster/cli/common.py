@@ -171,6 +171,26 @@ def dirname(path: str) -> str:
     return head
 
 
+def leave(status: object) -> None:
+    """``sys.exit(status)`` for a launcher, without the interpreter's finalization (tearing
+    down every module costs ~1.2 ms, a sixth of a command's start) when nothing needs it:
+    the output is flushed here, and a registered ``atexit`` function, a running thread or a
+    status that is not a number takes the ordinary way out."""
+    if status is not None and not isinstance(status, int):
+        sys.exit(status)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(status)  # the interpreter reports it as it always did
+    import atexit
+
+    threading = sys.modules.get("threading")
+    if atexit._ncallbacks() or (threading is not None and threading.active_count() > 1):
+        sys.exit(status)
+    posix._exit((status or 0) & 0xFF)
+
+
 # --- configuration --------------------------------------------------------------------------
 
 # The keys the commands read, in core.config's spelling.

@@ -13,7 +13,11 @@ name the one directory ``muster`` is imported from, computed here at install tim
     import sys
     sys.path.append('/path/to/checkout/src')
     from muster.cli.squeue import main
-    sys.exit(main())
+    from muster.cli.common import leave
+    leave(main())
+
+``leave`` (the commands in ``FAST_EXIT``; the others end with ``sys.exit(main())``) skips
+the interpreter's finalization when nothing needs it: ~1.2 ms of every run.
 
 ``PYTHONPATH`` is still honoured, before that entry, as with pip's scripts. Where muster
 cannot be imported that way (a zip, an import hook), every script is left as pip wrote it.
@@ -43,6 +47,9 @@ COMMANDS = (
     "sshare",
     "squeue",
 )
+# The commands whose launchers end with common.leave (they write no files of their own and
+# start no threads; leave checks for atexit functions and threads all the same).
+FAST_EXIT = ("sbatch", "scancel", "scontrol", "sinfo", "squeue")
 FLAGS = "-SP"  # one word: a shebang line passes everything after the interpreter as one argument
 MARK = "# muster launcher"
 
@@ -61,7 +68,7 @@ def launcher_text(python: str, root: str, command: str) -> str:
         "import sys\n"
         f"sys.path.append({root!r})\n"
         f"from muster.cli.{command} import main\n"
-        "sys.exit(main())\n"
+        + ("from muster.cli.common import leave\nleave(main())\n" if command in FAST_EXIT else "sys.exit(main())\n")
     )
 
 

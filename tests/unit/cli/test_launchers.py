@@ -60,10 +60,36 @@ def test_os_free_helpers_agree_with_os(monkeypatch: pytest.MonkeyPatch) -> None:
     assert out.stdout.split() == ["True", "y\u00e9"]
 
 
+@pytest.mark.parametrize(
+    ("body", "rc", "out", "err"),
+    [
+        ("sys.stdout.write('unflushed'); leave(3)", 3, "unflushed", ""),
+        ("leave(None)", 0, "", ""),
+        ("leave(256 + 7)", 7, "", ""),
+        ("leave('a message')", 1, "", "a message\n"),
+        ("import atexit; atexit.register(lambda: print('atexit ran')); leave(0)", 0, "atexit ran\n", ""),
+        (
+            "import threading, time; threading.Thread(target=lambda: (time.sleep(0.2), print('joined'))).start(); leave(2)",
+            2,
+            "joined\n",
+            "",
+        ),
+    ],
+)
+def test_leave_exits_as_sys_exit_does(body: str, rc: int, out: str, err: str) -> None:
+    code = f"import sys; sys.path.append({import_root()!r}); from muster.cli.common import leave; {body}"
+    p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True)
+    assert (p.returncode, p.stdout, p.stderr) == (rc, out, err)
+
+
 def test_a_launcher_names_the_interpreter_flags_and_the_import_root() -> None:
     text = launcher_text("/venv/bin/python", "/src", "squeue")
     assert text.startswith("#!/venv/bin/python -SP\n")
-    assert "sys.path.append('/src')\nfrom muster.cli.squeue import main\nsys.exit(main())\n" in text
+    assert "sys.path.append('/src')\nfrom muster.cli.squeue import main\n" in text
+    assert text.endswith("from muster.cli.common import leave\nleave(main())\n")  # squeue is in FAST_EXIT
+    assert launcher_text("/venv/bin/python", "/src", "srun").endswith(
+        "from muster.cli.srun import main\nsys.exit(main())\n"
+    )
     assert " " not in FLAGS  # a shebang passes one argument
 
 
