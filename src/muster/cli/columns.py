@@ -190,23 +190,21 @@ def _sized(cols: list[Column], rows: list, least: int) -> list[Column]:
     return out
 
 
-def _cells(c: Column, rows: list) -> list[str]:
-    """One column's text for every row, its width rule applied: a queue can be thousands
-    of rows and this is the inner loop, so it goes column by column (one comprehension
-    each, no function call per cell beyond the value's own)."""
-    value, width, prefix, suffix = c.value, c.width, c.prefix, c.suffix
-    if value is None:
-        return [prefix] * len(rows)
-    values = list(map(value, rows))  # type: ignore[arg-type]
-    if width <= 0:
-        return [prefix + v + suffix for v in values]
-    if c.right:
-        if c.cut:
-            return [prefix + v[:width].rjust(width) + suffix for v in values]
-        return [prefix + v.rjust(width) + suffix for v in values]
-    if c.cut:
-        return [prefix + v[:width].ljust(width) + suffix for v in values]
-    return [prefix + v.ljust(width) + suffix for v in values]
+def _row_format(cols: list[Column]) -> tuple[str, list]:
+    """A row as one ``%`` format and the value functions that fill it: a queue can be
+    thousands of rows and this is the inner loop, so each line is one formatting in C.
+    ``%W.Ws`` cuts to W and right-justifies (``%-W.Ws`` left), as ``fit`` would."""
+    parts, values = [], []
+    for c in cols:
+        prefix = c.prefix.replace("%", "%%")
+        if c.value is None:
+            parts.append(prefix)  # a literal column: its prefix alone
+            continue
+        w = c.width
+        spec = "%s" if w <= 0 else f"%{'' if c.right else '-'}{w}{f'.{w}' if c.cut else ''}s"
+        parts.append(prefix + spec + c.suffix.replace("%", "%%"))
+        values.append(c.value)
+    return "".join(parts), values
 
 
 def render(rows: list, cols: list[Column], header: bool = True, least: int = 0) -> list[str]:
@@ -222,9 +220,10 @@ def render(rows: list, cols: list[Column], header: bool = True, least: int = 0) 
                 c.prefix + (fit(c.header, c.width, c.right) if c.value is not None else "") + c.suffix for c in cols
             )
         )
-    if not cols:
-        return lines + [""] * len(rows)
-    lines.extend(map("".join, zip(*[_cells(c, rows) for c in cols], strict=True)))
+    fmt, values = _row_format(cols)
+    if not values:
+        return lines + [fmt % ()] * len(rows)
+    lines.extend(map(fmt.__mod__, zip(*[list(map(v, rows)) for v in values], strict=True)))
     return lines
 
 

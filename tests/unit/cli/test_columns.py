@@ -115,3 +115,37 @@ def test_printer_cuts_with_plus_and_writes_parsable_lines() -> None:
         "123456|RUNNING|",
     ]
     assert columns.Printer(parsable=True, header=False).lines(cols, rows) == ["123456|RUNNING"]
+
+
+def _reference(rows: list, cols: list[columns.Column]) -> list[str]:
+    """Each cell on its own: the width rules as Column states them."""
+    out = []
+    for row in rows:
+        line = ""
+        for c in cols:
+            if c.value is None:
+                line += c.prefix
+                continue
+            v = c.value(row)  # type: ignore[operator]
+            if c.width > 0:
+                v = v[: c.width] if c.cut else v
+                v = v.rjust(c.width) if c.right else v.ljust(c.width)
+            line += c.prefix + v + c.suffix
+        out.append(line)
+    return out
+
+
+def test_rows_are_rendered_as_each_cell_on_its_own_would_be() -> None:
+    rows = [{"a": "x"}, {"a": "a%sb%%c"}, {"a": "much longer than the width"}, {"a": ""}]
+    get = lambda r: r["a"]  # noqa: E731
+    for right in (True, False):
+        for cut in (True, False):
+            for width in (0, 1, 5):
+                cols = [
+                    columns.Column("%", "H", get, width, right, cut, "%s|"),
+                    columns.Column("lit%%", "", None, 0, False, False, "ignored"),
+                    columns.Column("", "G", get, 3, not right, True),
+                ]
+                assert columns.render(rows, cols, header=False) == _reference(rows, cols)
+    assert columns.render(rows, [columns.Column("100%", "", None, 0, False, False)], header=False) == ["100%"] * 4
+    assert columns.render(rows, [], header=False) == [""] * 4
