@@ -86,9 +86,9 @@ def test_a_launcher_names_the_interpreter_flags_and_the_import_root() -> None:
     text = launcher_text("/venv/bin/python", "/src", "squeue")
     assert text.startswith("#!/venv/bin/python -SP\n")
     assert "sys.path.append('/src')\nfrom muster.cli.squeue import main\n" in text
-    assert text.endswith("from muster.cli.common import leave\nleave(main())\n")  # squeue is in FAST_EXIT
+    assert text.endswith("from muster.cli.common import leave\nleave(main())\n")
     assert launcher_text("/venv/bin/python", "/src", "srun").endswith(
-        "from muster.cli.srun import main\nsys.exit(main())\n"
+        "from muster.cli.srun import main\nfrom muster.cli.common import leave\nleave(main())\n"
     )
     assert " " not in FLAGS  # a shebang passes one argument
 
