@@ -372,8 +372,21 @@ def _field(letter: str) -> tuple[str, object, bool] | None:
 
 
 def columns_from_format(fmt: str) -> list[Column]:
-    """``-o``: ``%`` letters; ``%#P`` is as wide as the longest value."""
+    """``-o``: ``%`` letters; ``%#P`` is as wide as the longest value; ``%all``: every
+    field (``all_format``)."""
+    if fmt == "%all":
+        fmt = all_format()
     return letter_columns(fmt, _field, "Invalid node format specification: {}", sized=True)
+
+
+def all_format() -> str:
+    """``-o %all``: the letters in Slurm's order, a to z then A to Z, as wide as their
+    values; as Slurm writes it, ``|`` after each lower-case one, `` |`` after each upper-case
+    one, and the last one ends with a space instead. The letters muster has no field for
+    (Slurm's %v, %B, %I, %M, %V...) are left out."""
+    lower = "".join(f"%{c}|" for c in "abcdefghijklmnopqrstuvwxyz" if c in FIELDS)
+    upper = "".join(f"%{c} |" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c in FIELDS)
+    return (lower + upper)[:-1]
 
 
 def _named(name: str) -> tuple[str, object, bool] | None:

@@ -6,7 +6,8 @@ from dicts alone.
 
 * Columns follow Slurm's ``-o`` letters (``%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R`` by
   default) or ``-O`` names (``JobID,Name:30,State``); values longer than a column are
-  cut to its width except node lists, as Slurm does.
+  cut to its width except node lists, as Slurm does. ``-o %all`` shows every field,
+  ``|`` between them.
 * Order: Slurm's default ``-S P,t,-p`` (partition, then state with pending first, then
   priority, highest first), ties by job id. ``--start`` shows pending jobs by expected
   start, unknown last.

@@ -245,8 +245,20 @@ def _named(name: str) -> tuple[str, object, bool] | None:
 
 
 def columns_from_format(fmt: str) -> list[Column]:
-    """``-o``: Slurm's ``%[.][width]letter`` fields with literal text between them."""
+    """``-o``: Slurm's ``%[.][width]letter`` fields with literal text between them;
+    ``%all``: every field, a to z then A to Z, a bar between each (``all_format``)."""
+    if fmt == "%all":
+        fmt = all_format()
     return letter_columns(fmt, FIELDS.get, "Invalid job format specification: {}")
+
+
+def all_format() -> str:
+    """``-o %all``: Slurm's letters in its order, as wide as their values, ``|`` between
+    them; the letters muster has no field for (Slurm's %s, %W, %X) are left out."""
+    return "|".join(f"%{c}" for c in LETTERS if c in FIELDS)
+
+
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def columns_from_long_format(spec: str) -> list[Column]:

@@ -156,3 +156,22 @@ def test_sort_reads_letters_as_slurm_does_and_passes_over_the_rest(partitions, n
     assert [int(line.split()[0]) for line in by_count] == sorted(
         (int(line.split()[0]) for line in by_count), reverse=True
     )
+
+
+# ``sinfo -o %all``'s header from Slurm 22.05 (slurm-anchor), less the fields muster has no
+# value for (%v VERSION, %B MAX_CPUS_PER_NODE, %I PRIO_JOB_FACTOR, %M PREEMPT_MODE, %V CLUSTER).
+SLURM_ALL_HEADER = (
+    "AVAIL|ACTIVE_FEATURES|CPUS|TMP_DISK|FREE_MEM|AVAIL_FEATURES|GROUPS|OVERSUBSCRIBE|TIMELIMIT|MEMORY|HOSTNAMES|"
+    "NODE_ADDR|PRIO_TIER|ROOT|JOB_SIZE|STATE|USER|VERSION|WEIGHT|S:C:T|NODES(A/I) |MAX_CPUS_PER_NODE |"
+    "CPUS(A/I/O/T) |NODES |REASON |NODES(A/I/O/T) |GRES |TIMESTAMP |PRIO_JOB_FACTOR |DEFAULTTIME |PREEMPT_MODE |"
+    "NODELIST |CPU_LOAD |PARTITION |PARTITION |ALLOCNODES |STATE |USER |CLUSTER |SOCKETS |CORES |THREADS "
+)
+
+
+def test_format_all_prints_every_field_as_slurm_separates_them(partitions, nodes) -> None:
+    lines = _lines(partitions, nodes, ["-o", "%all"])
+    expected = SLURM_ALL_HEADER
+    for missing in ("VERSION|", "MAX_CPUS_PER_NODE |", "PRIO_JOB_FACTOR |", "PREEMPT_MODE |", "CLUSTER |"):
+        expected = expected.replace(missing, "", 1)
+    assert lines[0] == expected
+    assert len(lines) > 1 and all(line.count("|") == expected.count("|") and line.endswith(" ") for line in lines)

@@ -297,3 +297,23 @@ def test_json_time_limit_unlimited_and_array_task(monkeypatch, capsys, job_facto
 def test_version(capsys) -> None:
     assert squeue.main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("slurm 22.05")
+
+
+# ``squeue -o %all``'s header from Slurm 22.05 (slurm-anchor), less the three fields muster
+# has no value for: %s (no header), %W LICENSES and %X CORE_SPEC.
+SLURM_ALL_HEADER = (
+    "ACCOUNT|TRES_PER_NODE|MIN_CPUS|MIN_TMP_DISK|END_TIME|FEATURES|GROUP|OVER_SUBSCRIBE|JOBID|NAME|COMMENT|"
+    "TIME_LIMIT|MIN_MEMORY|REQ_NODES|COMMAND|PRIORITY|QOS|REASON||ST|USER|RESERVATION|WCKEY|EXC_NODES|NICE|S:C:T|"
+    "JOBID|EXEC_HOST|CPUS|NODES|DEPENDENCY|ARRAY_JOB_ID|GROUP|SOCKETS_PER_NODE|CORES_PER_SOCKET|THREADS_PER_CORE|"
+    "ARRAY_TASK_ID|TIME_LEFT|TIME|NODELIST|CONTIGUOUS|PARTITION|PRIORITY|NODELIST(REASON)|START_TIME|STATE|UID|"
+    "SUBMIT_TIME|LICENSES|CORE_SPEC|SCHEDNODES|WORK_DIR"
+)
+
+
+def test_format_all_prints_every_field_between_bars(jobs) -> None:
+    lines = _lines(_queue(jobs), ["-o", "%all"])
+    expected = SLURM_ALL_HEADER.replace("REASON||ST", "REASON|ST").replace("|LICENSES|CORE_SPEC|", "|")
+    assert lines[0] == expected
+    assert len(lines) > 1
+    assert all(line.count("|") == expected.count("|") for line in lines)  # values unpadded, one per field
+    assert squeue.render([], squeue.parse_args(["-o", "%allx"], {}).cols, True) == ["ACCOUNTllx"]  # "%all" alone
