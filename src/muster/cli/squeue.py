@@ -289,8 +289,16 @@ def wanted_fields(req: Request) -> list[str] | None:
     """The brief keys this request reads (``squeue_fields.job_keys``): its columns, sort
     letters and filters, so that the controller sends those alone."""
     f = req.filters
-    keys = [c.key for c in req.cols if c.key] + [k.strip().lstrip("+-") for k in req.sort.split(",")]
-    keys += ["j"] * bool(f.names) + ["a"] * bool(f.accounts) + ["q"] * bool(f.qos) + ["v"] * bool(f.reservations)
+    keys = [c.key for c in req.cols if c.key]
+    # Sorting by %t reads the state, as %T does (squeue_filters.SORT_KEYS), not its code.
+    keys += ["T" if k == "t" else k for k in (k.strip().lstrip("+-") for k in req.sort.split(","))]
+    keys += (
+        ["u"] * bool(f.users)
+        + ["j"] * bool(f.names)
+        + ["a"] * bool(f.accounts)
+        + ["q"] * bool(f.qos)
+        + ["v"] * bool(f.reservations)
+    )
     keys += ["N"] * (f.nodes is not None)
     return job_keys(keys)
 

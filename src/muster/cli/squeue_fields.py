@@ -269,17 +269,15 @@ def columns_from_long_format(spec: str) -> list[Column]:
 # --- what to ask the controller for ---------------------------------------------------------
 
 # The brief job keys (ctld.listing.BRIEF_KEYS; ``spec.K`` a key of the job's spec) that
-# squeue reads whatever it shows: ids as %i writes them, array merging, the filters' and
-# the default sort's keys (P,t,-p).
+# squeue reads whatever it shows: ids as %i writes them, array merging, the state filter and
+# the default sort's keys (P,t,-p). A user (%u, -u) and a state's code (%t) only when asked.
 BASE_KEYS = (
     "job_id",
     "state",
-    "state_code",
     "completing",
     "reason",
     "priority",
     "partition",
-    "user",
     "array_job_id",
     "array_task_id",
     "array_throttle",
@@ -314,6 +312,8 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     "q": ("qos",),
     "R": ("nodelist",),
     "S": _START,
+    "t": ("state_code",),
+    "u": ("user",),
     "U": ("uid",),
     "v": ("spec.reservation",),
     "V": ("submit_time",),
@@ -332,7 +332,7 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     "gres": _GRES,
 }
 # Letters that read BASE_KEYS alone, or nothing of the job.
-BASE_ONLY = frozenset("AdFHiIJKOpPQrtTuwz") | {"cluster", "o"}  # %o: the brief view has no command
+BASE_ONLY = frozenset("AdFHiIJKOpPQrTwz") | {"cluster", "o"}  # %o: the brief view has no command
 
 
 def job_keys(keys: list[str]) -> list[str]:

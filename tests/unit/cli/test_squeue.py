@@ -317,3 +317,34 @@ def test_format_all_prints_every_field_between_bars(jobs) -> None:
     assert len(lines) > 1
     assert all(line.count("|") == expected.count("|") for line in lines)  # values unpadded, one per field
     assert squeue.render([], squeue.parse_args(["-o", "%allx"], {}).cols, True) == ["ACCOUNTllx"]  # "%all" alone
+
+
+def test_a_narrowed_listing_asks_for_users_and_state_codes_only_when_read() -> None:
+    def fields(argv: list[str]) -> list[str]:
+        query = squeue.listing_query(squeue.parse_args(argv, {}))
+        return query.split("&fields=")[1].split(",")
+
+    plain = fields(["-h", "-o", "%i"])
+    assert "user" not in plain and "state_code" not in plain and "state" in plain  # the sort reads the state
+    assert "state_code" in fields(["-o", "%t"]) and "state_code" not in fields(["-o", "%i", "-S", "-t"])
+    assert "user" in fields(["-o", "%i", "-u", "root"]) and "user" in fields(["-o", "%i", "-S", "u"])
+    assert {"user", "state_code"} <= set(fields([]))  # the default format shows both
+
+
+def test_the_default_order_in_one_pass_is_the_layered_one() -> None:
+    import random
+
+    from muster.cli.squeue_filters import DEFAULT_SORT, sort_jobs
+
+    rng = random.Random(20)
+    jobs = [
+        {
+            "job_id": rng.randint(1, 60),
+            "partition": rng.choice(["gpu", "debug", "", None]),
+            "state": rng.choice(["PENDING", "RUNNING", "SUSPENDED", "ODD", None]),
+            "priority": rng.choice([0, 1, 5, 4294901760, None]),
+        }
+        for _ in range(300)
+    ]
+    # "P,t,-p,i": the same keys, taken by the layered sorts (the default's own pass is one)
+    assert sort_jobs(jobs, DEFAULT_SORT) == sort_jobs(jobs, "P,t,-p,i")

@@ -219,6 +219,8 @@ SQUEUE_ARGVS = [
     ["-o", "%" + " %".join(SQUEUE_FIELDS)],
     ["-O", ",".join(SQUEUE_LONG) + "," + ",".join(n for n in EXTRA_FIELDS if n not in ("stdout", "stderr"))],
 ] + [["-S", ("-" if i % 2 else "") + key, "-t", "all"] for i, key in enumerate(SORT_KEYS)]
+# Each letter alone, as a narrowed listing holds only what that one letter reads.
+SQUEUE_ARGVS += [["-o", f"%i %{letter}", "-t", "all"] for letter in SQUEUE_FIELDS]
 
 
 @pytest.mark.parametrize("argv", SQUEUE_ARGVS, ids=lambda a: " ".join(a) or "default")
