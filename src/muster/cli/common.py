@@ -183,10 +183,9 @@ def leave(status: object) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         sys.exit(status)  # the interpreter reports it as it always did
-    import atexit
-
+    atexit = sys.modules.get("atexit")  # a function is registered through it: never imported, none
     threading = sys.modules.get("threading")
-    if atexit._ncallbacks() or (threading is not None and threading.active_count() > 1):
+    if (atexit is not None and atexit._ncallbacks()) or (threading is not None and threading.active_count() > 1):
         sys.exit(status)
     posix._exit((status or 0) & 0xFF)
 
