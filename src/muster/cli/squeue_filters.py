@@ -174,20 +174,12 @@ SORT_KEYS: dict[str, object] = {
 }
 
 
-def _default_key(j: dict) -> tuple[str, int, int, int]:
-    """``P,t,-p`` then the job id, as one key."""
-    state = _STATE_ORDER.get(str(j.get("state")), 99)
-    return (str(j.get("partition") or ""), state, -int(j.get("priority") or 0), int(j.get("job_id") or 0))
-
-
 def sort_jobs(jobs: list[dict], order: str = DEFAULT_SORT) -> list[dict]:
     """Slurm's ``-S``: comma-separated letters, ``-`` for descending.
 
     Ties fall back to the default order (``P,t,-p``) and then to the job id, so the output
     never depends on the order the controller happened to send.
     """
-    if order == DEFAULT_SORT:  # the same order as the layers below, in one pass
-        return sorted(jobs, key=_default_key)
     out = sorted(jobs, key=lambda j: int(j.get("job_id") or 0))
     layers = [DEFAULT_SORT] if order == DEFAULT_SORT else [DEFAULT_SORT, order]
     for layer in layers:

@@ -329,22 +329,3 @@ def test_a_narrowed_listing_asks_for_users_and_state_codes_only_when_read() -> N
     assert "state_code" in fields(["-o", "%t"]) and "state_code" not in fields(["-o", "%i", "-S", "-t"])
     assert "user" in fields(["-o", "%i", "-u", "root"]) and "user" in fields(["-o", "%i", "-S", "u"])
     assert {"user", "state_code"} <= set(fields([]))  # the default format shows both
-
-
-def test_the_default_order_in_one_pass_is_the_layered_one() -> None:
-    import random
-
-    from muster.cli.squeue_filters import DEFAULT_SORT, sort_jobs
-
-    rng = random.Random(20)
-    jobs = [
-        {
-            "job_id": rng.randint(1, 60),
-            "partition": rng.choice(["gpu", "debug", "", None]),
-            "state": rng.choice(["PENDING", "RUNNING", "SUSPENDED", "ODD", None]),
-            "priority": rng.choice([0, 1, 5, 4294901760, None]),
-        }
-        for _ in range(300)
-    ]
-    # "P,t,-p,i": the same keys, taken by the layered sorts (the default's own pass is one)
-    assert sort_jobs(jobs, DEFAULT_SORT) == sort_jobs(jobs, "P,t,-p,i")
