@@ -88,7 +88,8 @@ BRIEF_SHAPE_KEYS = ("cpus_per_node", "gpus_per_node", "gpu_type", "mem_per_node"
 
 def job_wire(job: Job, now: float, brief: bool = False) -> dict[str, Any]:
     """A job as commands see it; ``brief``: what squeue needs (``BRIEF_FIELDS``), without
-    empty values (squeue reads every field with a default; 0 is kept)."""
+    empty values (squeue reads every field with a default; 0 is kept, but for an array
+    throttle of 0: none)."""
     if brief:
         d = {name: getattr(job, name) for name in BRIEF_FIELDS}
         d["spec"] = {k: v for k in BRIEF_SPEC_KEYS if _sent(v := getattr(job.spec, k))}
@@ -124,6 +125,8 @@ def job_wire(job: Job, now: float, brief: bool = False) -> dict[str, Any]:
         batch_host=job.batch_host,
     )
     if brief:
+        if not job.array_throttle:
+            del d["array_throttle"]  # 0: no throttle, as every reader takes a missing one
         return {k: v for k, v in d.items() if v is not None and v is not False and v != ""}
     return d
 
