@@ -89,7 +89,7 @@ BRIEF_SHAPE_KEYS = ("cpus_per_node", "gpus_per_node", "gpu_type", "mem_per_node"
 def job_wire(job: Job, now: float, brief: bool = False) -> dict[str, Any]:
     """A job as commands see it; ``brief``: what squeue needs (``BRIEF_FIELDS``), without
     empty values (squeue reads every field with a default; 0 is kept, but for an array
-    throttle of 0: none)."""
+    throttle or a run time of 0, a pending job's: none)."""
     if brief:
         d = {name: getattr(job, name) for name in BRIEF_FIELDS}
         d["spec"] = {k: v for k in BRIEF_SPEC_KEYS if _sent(v := getattr(job.spec, k))}
@@ -125,8 +125,11 @@ def job_wire(job: Job, now: float, brief: bool = False) -> dict[str, Any]:
         batch_host=job.batch_host,
     )
     if brief:
+        # 0 as every reader takes a missing one (a running job's run time: always sent)
         if not job.array_throttle:
-            del d["array_throttle"]  # 0: no throttle, as every reader takes a missing one
+            del d["array_throttle"]
+        if not d["run_time"] and job.state is not JobState.RUNNING:
+            del d["run_time"]
         return {k: v for k, v in d.items() if v is not None and v is not False and v != ""}
     return d
 
