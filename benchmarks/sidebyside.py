@@ -174,11 +174,25 @@ def stop_muster(state: str) -> None:
     )
 
 
-def start_slurm(anchor: str, cwd: str) -> tuple[System, bool]:
-    """Bring up the anchor's real Slurm; returns it and whether this run started it."""
-    setup = subprocess.run(["bash", os.path.join(anchor, "setup.sh")], capture_output=True, text=True, timeout=1800)
-    if setup.returncode != 0:
-        raise SystemExit(f"{anchor}/setup.sh failed: {setup.stdout[-500:]} {setup.stderr[-500:]}")
+def start_slurm(anchor: str, cwd: str) -> tuple[System, bool] | None:
+    """Bring up the anchor's real Slurm; returns it and whether this run started it, or None
+    when it cannot be brought up (said on stderr).
+
+    On a fresh machine the anchor's first start installs the packages and initialises
+    MariaDB, and its wait for slurmdbd can run out before the database is ready; a pid file
+    of what it did start is left behind, which the next setup would take for a running
+    cluster. So a failed setup is stopped and tried once more."""
+    for attempt in (1, 2):
+        setup = subprocess.run(["bash", os.path.join(anchor, "setup.sh")], capture_output=True, text=True, timeout=1800)
+        if setup.returncode == 0:
+            break
+        print(
+            f"{anchor}/setup.sh failed (attempt {attempt}): {setup.stdout[-300:]} {setup.stderr[-300:]}",
+            file=sys.stderr,
+        )
+        subprocess.run(["bash", os.path.join(anchor, "stop.sh")], capture_output=True, timeout=300, check=False)
+    else:
+        return None
     base = {k: v for k, v in os.environ.items() if k not in ("MUSTER_CONF", "SLURM_CONF")}
     env = dict(base, SLURM_CONF="/etc/slurm/slurm.conf", PATH="/usr/bin:/usr/sbin:/bin")
     return System("slurm", env, cwd), "already running" not in setup.stdout
@@ -216,8 +230,12 @@ def main() -> int:
     systems = [start_muster(state)]
     started_slurm = False
     stored = None
-    if anchor:
-        slurm, started_slurm = start_slurm(anchor, work)
+    live = start_slurm(anchor, work) if anchor else None
+    if anchor and live is None:
+        print("real Slurm could not be started: its stored figures are shown instead", file=sys.stderr, flush=True)
+        anchor = None
+    if live is not None:
+        slurm, started_slurm = live
         systems.insert(0, slurm)  # alternate, Slurm first
     else:
         stored = stored_slurm()
