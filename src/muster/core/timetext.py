@@ -12,20 +12,15 @@ import time
 
 def format_duration(seconds: int | float | None) -> str:
     """squeue/sinfo style: ``0:00``, ``12:34``, ``1:02:03``, ``2-03:04:05``, ``UNLIMITED``."""
-    if seconds is None:
-        return "UNLIMITED"
-    if seconds < 0:
-        return "INVALID"
-    days, hours, minutes, secs = _split(int(seconds))
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
-    return f"{minutes}:{secs:02d}"
+    return _clock(seconds, hours_always=False)
 
 
 def format_hms(seconds: int | float | None) -> str:
     """scontrol/sacct style: ``00:00:03``, ``01:00:00``, ``1-02:03:04``, ``UNLIMITED``."""
+    return _clock(seconds, hours_always=True)
+
+
+def _clock(seconds: int | float | None, hours_always: bool) -> str:
     if seconds is None:
         return "UNLIMITED"
     if seconds < 0:
@@ -33,7 +28,11 @@ def format_hms(seconds: int | float | None) -> str:
     days, hours, minutes, secs = _split(int(seconds))
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours_always:
+        return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
 
 
 def format_sinfo_limit(seconds: int | float | None) -> str:
