@@ -19,7 +19,10 @@ from muster.protocol import tlsclient
 from muster.protocol.client import ConnectError, tls_wrap
 from muster.protocol.tls import server_context
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+pytestmark = pytest.mark.skipif(
+    shutil.which("openssl") is None,
+    reason="the fixtures issue certificates as muster keygen does, with the openssl command, which this machine lacks",
+)
 
 
 def authority(root: pathlib.Path, name: str) -> TLSSettings:
