@@ -325,8 +325,9 @@ def fetch(fields: list[str] | None = None) -> tuple[list[dict], list[dict], floa
 
     try:
         ctl = connect(PROG)
-        part_answer = ctl.get("/v1/partitions")
-        node_answer = ctl.get("/v1/nodes" + (f"?fields={','.join(fields)}" if fields else ""))
+        # One request for both (a controller from before partitions=1 answers without them).
+        node_answer = ctl.get("/v1/nodes?partitions=1" + (f"&fields={','.join(fields)}" if fields else ""))
+        part_answer = node_answer if "partitions" in node_answer else ctl.get("/v1/partitions")
     except ConnectError as e:
         raise CommandError(f"slurm_load_partitions: {connect_message(e)}", 1, raw=True) from None
     except ApiError as e:

@@ -420,16 +420,20 @@ def build_routes(ctx: Context) -> list[Route]:
         names = query_list(request, "name")
         chosen = [n for n in ctl.nodes.values() if not names or n.name in names]
         fields = query_list(request, "fields")
+        # partitions=1: the partitions too, as GET /v1/partitions gives them (sinfo: one request)
+        extra = {"partitions": partitions()} if request.query_params.get("partitions") == "1" else {}
         if fields is not None:  # in columns, only what the command's format needs (ctld.columns)
-            return JSONResponse({**node_rows(chosen, fields, ctl.jobs.values()), "now": ctx.clock.now()})
+            return JSONResponse({**node_rows(chosen, fields, ctl.jobs.values()), **extra, "now": ctx.clock.now()})
         jobs_on = jobs_by_node(ctl.jobs.values())
         nodes = [node_wire(n, jobs_on.get(n.name, [])) for n in chosen]
-        return JSONResponse({"nodes": nodes, "now": ctx.clock.now()})
+        return JSONResponse({"nodes": nodes, **extra, "now": ctx.clock.now()})
+
+    def partitions() -> list[dict[str, Any]]:
+        return [partition_wire(ctl.config, p.name, ctl.nodes, part_lists.lists) for p in ctl.config.partitions]
 
     @handler
     async def list_partitions(request: Request) -> JSONResponse:
-        parts = [partition_wire(ctl.config, p.name, ctl.nodes, part_lists.lists) for p in ctl.config.partitions]
-        return JSONResponse({"partitions": parts, "now": ctx.clock.now()})
+        return JSONResponse({"partitions": partitions(), "now": ctx.clock.now()})
 
     @handler
     async def config(request: Request) -> JSONResponse:

@@ -68,8 +68,8 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
 # Query parameters each GET handler reads (all text; lists are comma-separated).
 _ACCT = ["job_id", "user", "account", "partition", "state", "qos", "name", "nodelist", "start", "end", "duplicates"]
 QUERIES: dict[str, list[str]] = {
-    "/v1/jobs": ["job_id", "user", "name", "partition", "state", "view"],
-    "/v1/nodes": ["name"],
+    "/v1/jobs": ["job_id", "user", "name", "partition", "state", "view", "fields"],
+    "/v1/nodes": ["name", "fields", "partitions"],
     "/v1/steps": ["job_id", "user"],
     "/v1/accounting/jobs": _ACCT,
     "/v1/accounting/usage": ["start", "end"],

@@ -99,6 +99,38 @@ def test_the_route_answers_in_columns_and_refuses_unknown_fields(app: CtldApp) -
     assert len(client.get("/v1/nodes").json()["nodes"]) == 9  # the whole view, as before
 
 
+def test_nodes_bring_the_partitions_along_when_asked(app: CtldApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = as_root(app)
+    parts = client.get("/v1/partitions").json()["partitions"]
+    assert client.get("/v1/nodes?partitions=1&fields=name").json()["partitions"] == parts
+    assert client.get("/v1/nodes?partitions=1").json()["partitions"] == parts
+    assert "partitions" not in client.get("/v1/nodes").json()
+    asked: list[str] = []
+
+    class Ctl:  # sinfo makes one request; a controller that ignores partitions=1, two
+        def __init__(self, old: bool) -> None:
+            self.old = old
+
+        def get(self, path: str) -> dict[str, Any]:
+            asked.append(path)
+            answer = dict(client.get(path).json())
+            if self.old and path.startswith("/v1/nodes"):
+                answer.pop("partitions", None)
+            return answer
+
+    outputs = []
+    for old in (False, True):
+        asked.clear()
+        monkeypatch.setattr(sinfo, "connect", lambda *a, old=old, **k: Ctl(old))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert sinfo.main([]) == 0
+        outputs.append(out.getvalue())
+        assert len(asked) == 1 + old and asked[0].startswith("/v1/nodes?partitions=1")
+    assert outputs[0] == outputs[1]
+    assert all(p["name"] in outputs[0] for p in parts)
+
+
 def test_partition_lists_are_kept_per_configuration(app: CtldApp) -> None:
     ctl = app.controller
     cache = PartitionCache()
