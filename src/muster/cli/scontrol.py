@@ -147,11 +147,13 @@ def show_hostlist(expr: str | None) -> int:
 def _job_id(text: str) -> str:
     """A job id as the user wrote it (``123``, ``123_4``, ``123_[1-3]``), checked; array
     task ranges come back one id per task for the query string."""
-    from muster.core.arrays import parse_job_ref
-
     item = text.strip()
     if item.lower().startswith(("jobid=", "job=")):
         item = item.split("=", 1)[1]
+    if item.isascii() and item.isdigit() and item[0] != "0" and len(item) < 10:
+        return item  # a plain id, well inside 32 bits: the common case needs no parser
+    from muster.core.arrays import parse_job_ref
+
     try:
         ref = parse_job_ref(item)
     except ValueError:
@@ -179,8 +181,6 @@ def show_jobs(target: str | None, flags: Flags) -> int:
     if not jobs:
         sys.stdout.write("No jobs in the system\n")
         return 0
-    from muster.cli.jobarrays import merge_array_rows
-
     jobs = sorted(jobs, key=lambda j: int(j.get("job_id") or 0))
     if flags.json:
         from muster.cli.slurmjson import document, squeue_job
@@ -188,7 +188,10 @@ def show_jobs(target: str | None, flags: Flags) -> int:
 
         print_lines([document(["scontrol", "show", "job", "--json"], [squeue_job(j, long_state(j)) for j in jobs])])
         return 0
-    jobs = merge_array_rows(jobs)
+    if any(j.get("array_job_id") is not None for j in jobs):
+        from muster.cli.jobarrays import merge_array_rows
+
+        jobs = merge_array_rows(jobs)
     write_out("".join(format_record(job_record(j, flags.details), flags.oneliner) for j in jobs))
     return 0
 

@@ -174,16 +174,21 @@ SORT_KEYS: dict[str, object] = {
 }
 
 
+def _default_order(j: dict) -> tuple[str, int, int, int]:
+    """``P,t,-p`` and then the job id, in one key (one sort of a thousand rows, not four)."""
+    state = _STATE_ORDER.get(str(j.get("state")), 99)
+    return str(j.get("partition") or ""), state, -int(j.get("priority") or 0), int(j.get("job_id") or 0)
+
+
 def sort_jobs(jobs: list[dict], order: str = DEFAULT_SORT) -> list[dict]:
     """Slurm's ``-S``: comma-separated letters, ``-`` for descending.
 
     Ties fall back to the default order (``P,t,-p``) and then to the job id, so the output
     never depends on the order the controller happened to send.
     """
-    out = sorted(jobs, key=lambda j: int(j.get("job_id") or 0))
-    layers = [DEFAULT_SORT] if order == DEFAULT_SORT else [DEFAULT_SORT, order]
-    for layer in layers:
-        keys = [k.strip() for k in layer.split(",") if k.strip()]
+    out = sorted(jobs, key=_default_order)
+    if order != DEFAULT_SORT:
+        keys = [k.strip() for k in order.split(",") if k.strip()]
         for key in reversed(keys):
             fn = SORT_KEYS.get(key.lstrip("+-"))
             if fn is None:

@@ -329,3 +329,35 @@ def test_a_narrowed_listing_asks_for_users_and_state_codes_only_when_read() -> N
     assert "state_code" in fields(["-o", "%t"]) and "state_code" not in fields(["-o", "%i", "-S", "-t"])
     assert "user" in fields(["-o", "%i", "-u", "root"]) and "user" in fields(["-o", "%i", "-S", "u"])
     assert {"user", "state_code"} <= set(fields([]))  # the default format shows both
+
+
+def test_the_default_order_is_partition_state_priority_down_then_job_id() -> None:
+    """``sort_jobs``'s one-key default order is the four stable sorts Slurm's ``P,t,-p``
+    means (the job id last), and a user's ``-S`` is applied on top of it."""
+    import random
+
+    from muster.cli.squeue_filters import SORT_KEYS, sort_jobs
+
+    rng = random.Random(7)
+    jobs = [
+        {
+            "job_id": i,
+            "partition": rng.choice(["gpu", "debug", None]),
+            "state": rng.choice(["PENDING", "RUNNING", "SUSPENDED", "COMPLETING", None]),
+            "priority": rng.choice([0, 1, 5, None]),
+            "user": rng.choice(["a", "b"]),
+        }
+        for i in rng.sample(range(1, 500), 200)
+    ]
+
+    def by_layers(order: str) -> list[int]:
+        out = sorted(jobs, key=lambda j: j["job_id"])
+        for layer in ("P,t,-p", order):
+            for key in reversed(layer.split(",")):
+                out.sort(key=SORT_KEYS[key.lstrip("-")], reverse=key.startswith("-"))  # type: ignore[arg-type]
+        return [j["job_id"] for j in out]
+
+    assert [j["job_id"] for j in sort_jobs(jobs)] == by_layers("P,t,-p")
+    assert [j["job_id"] for j in sort_jobs(jobs, "u,-i")] == by_layers("u,-i")
+    with pytest.raises(CommandError, match="Invalid sort specification"):
+        sort_jobs(jobs, "P,%")
