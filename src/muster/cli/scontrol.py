@@ -365,11 +365,12 @@ def update(words: list[str], flags: Flags) -> int:
         from muster.cli import reservation
 
         return reservation.update(words)
-    if first in ("nodename", "node"):
-        return update_nodes(words)
     if first in ("partitionname", "partition", "stepid"):
         raise CommandError(f"updating {first} records is not supported by muster yet")
     from muster.cli import scontrol_update  # only here: start-up time
+
+    if first in ("nodename", "node"):
+        return scontrol_update.update_nodes(words)
 
     ids, body = scontrol_update.parse_update(words)
     rc = 0
@@ -388,37 +389,6 @@ def update(words: list[str], flags: Flags) -> int:
                 sys.stderr.write(f"{e.message} for job {item}\n")
             rc = 1
     return rc
-
-
-def update_nodes(words: list[str]) -> int:
-    """``scontrol update NodeName=node[1-2] State=DRAIN Reason="disk"``."""
-    from muster.core.hostlist import HostlistError, expand
-    from muster.protocol.client import ApiError, ConnectError
-
-    body: dict[str, object] = {}
-    for word in words:
-        key, eq, value = word.partition("=")
-        k = key.lower()
-        if not eq:
-            raise CommandError(f"Invalid input: {word}", 1)
-        if k in ("nodename", "node"):
-            try:
-                body["names"] = expand(value)
-            except HostlistError as e:
-                raise CommandError(str(e)) from None
-        elif k == "state":
-            body["state"] = value
-        elif k == "reason":
-            body["reason"] = value
-        else:
-            raise CommandError(f"Update of {key} is not supported by muster", 1)
-    try:
-        connect(PROG).post("/v1/nodes/update", body)
-    except ConnectError as e:
-        raise CommandError(f"slurm_update error: {connect_message(e)}", 1, raw=True) from None
-    except ApiError as e:
-        raise CommandError(f"slurm_update error: {e.message}", 1, raw=True) from None
-    return 0
 
 
 def reconfigure(flags: Flags) -> int:

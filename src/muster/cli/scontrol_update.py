@@ -1,5 +1,5 @@
 """``scontrol update job``'s request: ``JobId=N Key=Value ...`` words into the job ids and
-the body of ``POST /v1/jobs/{id}/update``.
+the body of ``POST /v1/jobs/{id}/update``; ``scontrol update NodeName=...`` sent as is.
 
 Keys are case-blind and limited to what the controller can change (``_UPDATE_KEYS``);
 values are checked here with Slurm's messages (``Invalid TimeLimit value: x``, ``Nice
@@ -10,7 +10,7 @@ caller gives none).
 
 from __future__ import annotations
 
-from muster.cli.common import CommandError, split_ids
+from muster.cli.common import CommandError, connect, connect_message, split_ids
 
 PROG = "scontrol"
 
@@ -107,3 +107,34 @@ def _update_value(field: str, key: str, value: str, now: float | None) -> object
         except TimeFormatError:
             raise CommandError(f"Invalid StartTime value: {value}") from None
     return value
+
+
+def update_nodes(words: list[str]) -> int:
+    """``scontrol update NodeName=node[1-2] State=DRAIN Reason="disk"``."""
+    from muster.core.hostlist import HostlistError, expand
+    from muster.protocol.client import ApiError, ConnectError
+
+    body: dict[str, object] = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        k = key.lower()
+        if not eq:
+            raise CommandError(f"Invalid input: {word}", 1)
+        if k in ("nodename", "node"):
+            try:
+                body["names"] = expand(value)
+            except HostlistError as e:
+                raise CommandError(str(e)) from None
+        elif k == "state":
+            body["state"] = value
+        elif k == "reason":
+            body["reason"] = value
+        else:
+            raise CommandError(f"Update of {key} is not supported by muster", 1)
+    try:
+        connect(PROG).post("/v1/nodes/update", body)
+    except ConnectError as e:
+        raise CommandError(f"slurm_update error: {connect_message(e)}", 1, raw=True) from None
+    except ApiError as e:
+        raise CommandError(f"slurm_update error: {e.message}", 1, raw=True) from None
+    return 0
