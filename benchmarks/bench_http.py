@@ -65,7 +65,7 @@ def main() -> None:
     try:
         trips: dict[str, list[float]] = {p: [] for p in PARSERS}
         cpu: dict[str, list[float]] = {p: [] for p in PARSERS}
-        for parser, h in clusters.items():  # warm up
+        for h in clusters.values():  # warm up
             for _ in range(50):
                 ask(h.cluster.config().ctld_socket, PING)
         for _ in range(ROUNDS):
