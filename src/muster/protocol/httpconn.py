@@ -166,9 +166,13 @@ if HttpToolsProtocol is not None:
 def protocol_class(choice: str | None = None) -> type[asyncio.Protocol]:
     """The HTTP protocol the daemons serve with: ``choice`` ("httptools" or "h11"), else
     ``MUSTER_HTTP``, else httptools where it is installed."""
-    choice = choice or os.environ.get("MUSTER_HTTP") or "httptools"
+    if choice is None:
+        choice = os.environ.get("MUSTER_HTTP", "").lower() or "httptools"
+        if choice not in ("httptools", "h11"):
+            log.warning("MUSTER_HTTP=%s: expected httptools or h11; serving with httptools", choice)
+            choice = "httptools"
     if choice not in ("httptools", "h11"):
-        raise ValueError(f"MUSTER_HTTP={choice}: expected httptools or h11")
+        raise ValueError(f"HTTP parser {choice!r}: expected httptools or h11")
     if choice == "httptools" and HttpToolsProtocol is None:
         _warn_no_httptools()
         choice = "h11"
