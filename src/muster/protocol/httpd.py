@@ -2,10 +2,13 @@
 
 Only the daemons import this module (it pulls in uvicorn, starlette and httpx), never the commands.
 
-* ``serve(app, sockets)`` runs an ASGI app on already-bound sockets (TCP and/or Unix).
-* On a Unix socket each connection's peer uid/gid/pid (SO_PEERCRED) is placed in the ASGI
-  scope as ``scope["muster.peer"] = (pid, uid, gid)``: this is how a user's identity is
-  proven rather than claimed. TCP connections carry no peer credentials.
+* ``make_server(app)`` serves an ASGI app with uvicorn on already-bound sockets (TCP and/or
+  Unix), over ``protocol.httpconn``'s connections: HTTP/1.1 parsed by httptools (h11 where
+  it is missing), each request's head bounded to 16 KiB (431 beyond), and on a Unix
+  socket the peer's uid/gid/pid (SO_PEERCRED) in the ASGI scope as
+  ``scope["muster.peer"] = (pid, uid, gid)``: this is how a user's identity is proven
+  rather than claimed. TCP connections carry no peer credentials. No proxy is trusted:
+  ``X-Forwarded-For`` changes no request's client address.
 * ``SignedClient`` is the daemons' client: every request is signed with the cluster key,
   names its sender and its one receiver (``protocol.signing``).
 * Every request passes ``Guarded`` first (``make_server`` puts it in front of the app): a
@@ -33,16 +36,15 @@ import logging
 import os
 import socket
 import ssl
-import struct
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from muster.core.clock import Clock, SystemClock
 from muster.core.hostlist import expand
+from muster.protocol.httpconn import PEER_KEY, TLS_PEER_KEY, peer_credentials, protocol_factory
 from muster.protocol.signing import (
     CTLD,
     MAX_SKEW,
@@ -52,13 +54,9 @@ from muster.protocol.signing import (
     sign_request,
     verify_request,
 )
-from muster.protocol.tls import describe_failure, peer_name
 
 log = logging.getLogger("muster.httpd")
 
-PEER_KEY = "muster.peer"
-TLS_PEER_KEY = "muster.tls_peer"
-HANDSHAKE_TIMEOUT = 10.0  # seconds a TLS client may take to complete its handshake
 # asyncio allocates each TLS connection a 256 KiB read buffer (4,096 agents' links: 1 GiB of
 # the controller); a TLS record is at most 16 KiB, so 32 KiB reads cost no more calls.
 asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER = 32 * 1024
@@ -66,113 +64,6 @@ BODY_LIMIT = 16 * 1024 * 1024  # bytes of one request body (a 4 MB script and it
 BODY_BUDGET = 256 * 1024 * 1024  # bytes of all request bodies buffered at one time
 FAILURE_BURST = 30.0  # failed authentications a TCP address may have in a row...
 FAILURE_REFILL = 5.0  # ...and then per second
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
-    """(pid, uid, gid) of the process at the other end of a Unix socket (Linux)."""
-    if sock.family != socket.AF_UNIX or not hasattr(socket, "SO_PEERCRED"):
-        return None
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", raw)
-    return pid, uid, gid
-
-
-class _PeerCredProtocol(H11Protocol):
-    """uvicorn's h11 protocol, plus the peer's credentials in every request's scope."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        sock = transport.get_extra_info("socket")
-        creds = peer_credentials(sock) if sock is not None else None
-        tls = transport.get_extra_info("ssl_object") is not None
-        tls_peer = (peer_name(transport.get_extra_info("peercert")) or "") if tls else None
-        inner = self.app
-
-        async def app_with_peer(scope: Any, receive: Any, send: Any) -> None:
-            scope[PEER_KEY] = creds
-            if tls_peer is not None:
-                scope[TLS_PEER_KEY] = tls_peer
-            await inner(scope, receive, send)
-
-        self.app = app_with_peer
-        super().connection_made(transport)
-
-
-class _TLSAcceptor(asyncio.Protocol):
-    """A TCP connection's TLS handshake, then uvicorn's HTTP protocol over it.
-
-    asyncio drops a failed server-side handshake silently; doing the handshake here
-    (``loop.start_tls``) lets each refusal be one line in the daemon's log. Unix-socket
-    connections go straight to the HTTP protocol (their peer is proven by SO_PEERCRED).
-    Data that arrives between the handshake and the HTTP protocol's start is held. A failed
-    handshake counts as a failed authentication of its address (``Guarded``'s budget): an
-    address out of budget is dropped before its handshake costs anything."""
-
-    def __init__(self, ctx: ssl.SSLContext, inner: asyncio.Protocol, failures: _FailureBudget) -> None:
-        self.ctx = ctx
-        self.inner = inner
-        self.failures = failures
-        self.held: list[bytes] = []
-        self.eof = False
-        self.lost: tuple[Exception | None] | None = None
-        self.task: asyncio.Task[None] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        sock = transport.get_extra_info("socket")
-        if sock is None or sock.family == socket.AF_UNIX:
-            transport.set_protocol(self.inner)
-            self.inner.connection_made(transport)
-            return
-        assert isinstance(transport, asyncio.Transport)
-        peer = transport.get_extra_info("peername") or ("?", 0)
-        if self.failures.exhausted(peer[0]):
-            log.warning("refused a connection from %s: too many failed authentications", peer[0])
-            transport.abort()
-            return
-        transport.pause_reading()  # the handshake reads first
-        self.task = asyncio.get_running_loop().create_task(self._handshake(transport))
-
-    async def _handshake(self, transport: asyncio.Transport) -> None:
-        peer = transport.get_extra_info("peername") or ("?", 0)
-        try:
-            tls = await asyncio.get_running_loop().start_tls(
-                transport, self, self.ctx, server_side=True, ssl_handshake_timeout=HANDSHAKE_TIMEOUT
-            )
-        except Exception as exc:  # noqa: BLE001 - every refusal is logged, none is fatal
-            log.warning("refused a connection from %s: %s", peer[0], describe_failure(exc))
-            self.failures.failed(peer[0])
-            transport.abort()
-            return
-        if tls is None:  # closed while shaking hands
-            return
-        tls.set_protocol(self.inner)
-        self.inner.connection_made(tls)
-        if self.held:
-            self.inner.data_received(b"".join(self.held))
-            self.held = []
-        if self.eof:
-            self.inner.eof_received()
-        if self.lost is not None:
-            self.inner.connection_lost(self.lost[0])
-
-    def data_received(self, data: bytes) -> None:
-        self.held.append(data)
-
-    def eof_received(self) -> bool | None:
-        self.eof = True
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = (exc,)
-
-
-def _protocol_factory(tls: ssl.SSLContext | None, failures: _FailureBudget) -> Any:
-    """What uvicorn calls for each connection (its ``http`` setting)."""
-
-    def create(config: Any, server_state: Any, app_state: Any, _loop: Any = None) -> asyncio.Protocol:
-        inner = _PeerCredProtocol(config=config, server_state=server_state, app_state=app_state, _loop=_loop)
-        return inner if tls is None else _TLSAcceptor(tls, inner, failures)
-
-    return create
 
 
 def bind_tcp(host: str, port: int) -> socket.socket:
@@ -230,17 +121,23 @@ def make_server(
     clock: Clock | None = None,
     tls: ssl.SSLContext | None = None,
     hosted: bool = False,
+    http: str | None = None,
 ) -> uvicorn.Server:
     """uvicorn for ``app`` behind ``Guarded``; TCP connections are TLS when ``tls`` is given;
-    ``hosted``: one of several servers in this process, whose signals the process handles."""
+    ``hosted``: one of several servers in this process, whose signals the process handles;
+    ``http``: "httptools" or "h11" (``httpconn.protocol_class``; default: httptools if installed)."""
     guarded = Guarded(app, body_limit, clock or SystemClock())
     config = uvicorn.Config(
         guarded,
-        http=_protocol_factory(tls, guarded.failures),
+        http=protocol_factory(tls, guarded.failures, http),
         lifespan="on",
         log_level=log_level,
         access_log=False,
         timeout_keep_alive=30,
+        # No proxy stands in front of a daemon: with uvicorn's default, a client on the
+        # loopback could name any address in X-Forwarded-For and escape (or spend another
+        # address's) budget of failed authentications. It also costs every request.
+        proxy_headers=False,
     )
     return _HostedServer(config) if hosted else uvicorn.Server(config)
 
