@@ -26,8 +26,6 @@ from __future__ import annotations
 import posix
 import sys
 
-from muster.core.conftext import strip_comment
-
 SLURM_VERSION = "22.05.8"
 
 
@@ -333,7 +331,12 @@ def parse_client_settings(text: str, path: str) -> ClientSettings:
         if line.endswith("\\") and not line.endswith("\\\\"):
             pending = line[:-1]
             continue
-        line = strip_comment(line)
+        if "#" in line:
+            if line.lstrip(" \t\r").startswith("#"):
+                continue  # a whole-line comment (the common case, without conftext's rules)
+            from muster.core.conftext import strip_comment
+
+            line = strip_comment(line)
         if "=" not in line:
             continue
         pairs = _pairs(line)

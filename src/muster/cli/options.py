@@ -31,8 +31,10 @@ from muster.cli.argscan import (  # noqa: F401 - re-exported: the commands' one 
     Parsed,
     getopt,
 )
+from muster.cli.common import CommandError, option_error
 from muster.cli.jobrequest import JobRequest
 from muster.core.optionvalues import (
+    RC_BAD_OPTION,
     OptionValueError,
     parse_array_option,
     parse_count,
@@ -399,3 +401,33 @@ def apply_options(req: JobRequest, parsed: Parsed) -> None:
         if opt.apply is _ignored:
             req.ignored.append(opt.key)
         opt.apply(req, value)  # type: ignore[operator]
+
+
+# --- what sbatch, salloc and srun do with the table ----------------------------------------------
+
+
+def job_getopt(prog: str, argv: list[str], table: OptionTable) -> tuple[Parsed, list[str]]:
+    """Parse sbatch's, salloc's or srun's arguments: options end at the first operand (the
+    script or the command), and a malformed one stops the command with Slurm's 255."""
+    try:
+        return getopt(argv, table, permute=False)
+    except OptionError as e:
+        raise option_error(prog, e, RC_BAD_OPTION) from None
+
+
+def apply_job_options(req: JobRequest, layered: Parsed) -> None:
+    """``apply_options``, with a bad value stopping the command with its exit status."""
+    try:
+        apply_options(req, layered)
+    except OptionValueError as e:
+        raise CommandError(str(e), e.rc) from None
+
+
+def finish_job_request(
+    req: JobRequest, environ: dict[str, str], cwd: str, now: float | None = None
+) -> dict[str, object]:
+    """``JobRequest.finish``, with a bad value stopping the command with its exit status."""
+    try:
+        return req.finish(environ, cwd, now)
+    except OptionValueError as e:
+        raise CommandError(str(e), e.rc) from None
