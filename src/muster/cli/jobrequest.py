@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import posix
 
-from muster.core.optionvalues import OptionValueError
-
 
 class JobRequest:
     """What the options asked for so far. ``spec`` holds JobSpec fields; a few values that
@@ -42,6 +40,7 @@ class JobRequest:
         for text, field, option in ((self.begin, "begin_time", "--begin"), (self.deadline, "deadline", "--deadline")):
             if text is None:
                 continue
+            from muster.core.optionvalues import OptionValueError
             from muster.core.timefmt import TimeFormatError, parse_timestamp
 
             if now is None:

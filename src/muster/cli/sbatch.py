@@ -36,7 +36,6 @@ from muster.cli.options import (
     finish_job_request,
     job_getopt,
 )
-from muster.core.optionvalues import RC_BAD_OPTION
 
 PROG = "sbatch"
 
@@ -174,6 +173,8 @@ def build(
     for group in groups:
         from_script, stray = job_getopt(PROG, group, tbl)
         if stray:
+            from muster.core.optionvalues import RC_BAD_OPTION
+
             raise CommandError(f"Invalid directive found in batch script: {stray[0]}", RC_BAD_OPTION)
         # A script cannot ask for help, a version or another script.
         script_parts.append([(o, v) for o, v in from_script if o.key not in ("help", "usage", "version", "wrap")])
