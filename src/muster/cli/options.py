@@ -15,8 +15,12 @@ A ``JobRequest`` (``muster.cli.jobrequest``) ends as a plain dict with
 ``muster.core.job.JobSpec``'s field names (times in seconds, memory in MB). The commands
 never import ``muster.core.job``: its dataclasses cost start-up time that a command typed
 hundreds of times a day should not pay. Values are read by ``muster.core.optionvalues``,
-whose ``OptionValueError`` carries Slurm's text and exit status; ``#SBATCH`` lines by
+whose ``OptionValueError`` carries Slurm's text and exit status, imported by the first
+value that needs a parser (``--hold --wrap true`` needs none); ``#SBATCH`` lines by
 ``muster.cli.directives``.
+
+``job_getopt``, ``apply_job_options`` and ``finish_job_request`` are what sbatch, salloc
+and srun do with the table, with Slurm's exit statuses for what is wrong.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ Options come from three places and later ones win: the script's ``#SBATCH`` line
 ``SBATCH_*`` environment variables, then the command line. The reply is
 ``Submitted batch job N`` (``N`` alone with ``--parsable``). Error texts and exit statuses
 follow Slurm 22.05: 255 for a malformed option, 1 for a script or a submission that fails.
+
+A plain submission (``sbatch --hold --wrap true``) is most of its time starting up, so
+what only some submissions need is imported when they need it: ``hetargs`` for a ``:``,
+``directives`` for a script with ``#SBATCH`` lines, the value parsers for a value.
 """
 
 from __future__ import annotations
