@@ -320,6 +320,11 @@ class ClientSettings:
         return tls.ca_cert if tls.enabled else None
 
 
+# Lines that describe nodes, partitions and the like (their first key says so): the
+# commands read none of them.
+_NOT_GLOBAL = frozenset(("nodename", "partitionname", "include", "downnodes", "frontendname", "nodeset", "switchname"))
+
+
 def parse_client_settings(text: str, path: str) -> ClientSettings:
     """Read the global keys the commands need from slurm.conf-style text."""
     settings: dict[str, str] = {}
@@ -339,19 +344,10 @@ def parse_client_settings(text: str, path: str) -> ClientSettings:
             line = strip_comment(line)
         if "=" not in line:
             continue
+        if line[: line.index("=")].strip(" \t\r").lower() in _NOT_GLOBAL:
+            continue  # a node or partition line, known by its first word without reading it all
         pairs = _pairs(line)
-        if not pairs:
-            continue
-        first = pairs[0][0].lower()
-        if first in (
-            "nodename",
-            "partitionname",
-            "include",
-            "downnodes",
-            "frontendname",
-            "nodeset",
-            "switchname",
-        ):
+        if not pairs or pairs[0][0].lower() in _NOT_GLOBAL:
             continue
         for key, value in pairs:
             canon = _CLIENT_KEYS.get(key.lower())
