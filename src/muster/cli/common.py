@@ -21,7 +21,8 @@ reads our uid from it); otherwise its TCP port, with a credential the local node
 signs for us (``POST /v1/credential`` on the agent's socket).
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
+# a plain submission the ``__future__`` module; names known only to type checkers are quoted.
 
 import posix
 import sys

@@ -4,7 +4,8 @@ values that need the caller's environment (``--export``, ``--chdir``, ``--begin`
 and the umask that always travels with a job.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
+# a plain submission the ``__future__`` module; names known only to type checkers are quoted.
 
 import posix
 

@@ -23,7 +23,8 @@ value that needs a parser (``--hold --wrap true`` needs none); ``#SBATCH`` lines
 and srun do with the table, with Slurm's exit statuses for what is wrong.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
+# a plain submission the ``__future__`` module; names known only to type checkers are quoted.
 
 import sys
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
 
-def _values() -> ModuleType:
+def _values() -> "ModuleType":
     """``muster.core.optionvalues``, imported by the first value that needs parsing or
     refusing: the options of a plain submission (``--hold``, ``--wrap``, a name) need
     none of its parsers, and a command's start is most of its time."""

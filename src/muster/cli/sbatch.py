@@ -11,7 +11,8 @@ what only some submissions need is imported when they need it: ``hetargs`` for a
 ``directives`` for a script with ``#SBATCH`` lines, the value parsers for a value.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
+# a plain submission the ``__future__`` module; names known only to type checkers are quoted.
 
 import posix
 import sys
