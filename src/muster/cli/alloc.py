@@ -14,18 +14,8 @@ from __future__ import annotations
 
 import sys
 
-from muster.cli.common import CommandError, connect_message, exit_error_code, option_error
-from muster.cli.jobrequest import JobRequest
-from muster.cli.options import (
-    JOB_OPTIONS,
-    Opt,
-    OptionError,
-    OptionTable,
-    Parsed,
-    apply_options,
-    getopt,
-)
-from muster.core.optionvalues import RC_BAD_OPTION, OptionValueError
+from muster.cli.common import CommandError, connect_message, exit_error_code
+from muster.cli.options import JOB_OPTIONS, Opt
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -64,33 +54,6 @@ def job_options(prefix: str, drop_short: frozenset[str] = frozenset()) -> tuple[
         short = None if o.short in drop_short else o.short
         out.append(Opt(o.longs, short, o.arg, o.key, tuple(env), o.apply))
     return tuple(out)
-
-
-def job_getopt(prog: str, argv: list[str], table: OptionTable) -> tuple[Parsed, list[str]]:
-    """Parse sbatch's, salloc's or srun's arguments: options end at the first operand (the
-    script or the command), and a malformed one stops the command with Slurm's 255."""
-    try:
-        return getopt(argv, table, permute=False)
-    except OptionError as e:
-        raise option_error(prog, e, RC_BAD_OPTION) from None
-
-
-def apply_job_options(req: JobRequest, layered: Parsed) -> None:
-    """``apply_options``, with a bad value stopping the command with its exit status."""
-    try:
-        apply_options(req, layered)
-    except OptionValueError as e:
-        raise CommandError(str(e), e.rc) from None
-
-
-def finish_job_request(
-    req: JobRequest, environ: dict[str, str], cwd: str, now: float | None = None
-) -> dict[str, object]:
-    """``JobRequest.finish``, with a bad value stopping the command with its exit status."""
-    try:
-        return req.finish(environ, cwd, now)
-    except OptionValueError as e:
-        raise CommandError(str(e), e.rc) from None
 
 
 def _err(prog: str, message: str) -> None:

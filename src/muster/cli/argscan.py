@@ -10,7 +10,8 @@ these names) so that the query commands (squeue, sinfo, scontrol) import neither
 table nor the value parsers behind it: start-up time.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
+# a plain submission the ``__future__`` module; names known only to type checkers are quoted.
 
 NO_ARG, REQUIRED, OPTIONAL = 0, 1, 2
 

@@ -21,12 +21,11 @@ reads our uid from it); otherwise its TCP port, with a credential the local node
 signs for us (``POST /v1/credential`` on the agent's socket).
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
+# a plain submission the ``__future__`` module; names known only to type checkers are quoted.
 
 import posix
 import sys
-
-from muster.core.conftext import strip_comment
 
 SLURM_VERSION = "22.05.8"
 
@@ -322,6 +321,11 @@ class ClientSettings:
         return tls.ca_cert if tls.enabled else None
 
 
+# Lines that describe nodes, partitions and the like (their first key says so): the
+# commands read none of them.
+_NOT_GLOBAL = frozenset(("nodename", "partitionname", "include", "downnodes", "frontendname", "nodeset", "switchname"))
+
+
 def parse_client_settings(text: str, path: str) -> ClientSettings:
     """Read the global keys the commands need from slurm.conf-style text."""
     settings: dict[str, str] = {}
@@ -333,22 +337,18 @@ def parse_client_settings(text: str, path: str) -> ClientSettings:
         if line.endswith("\\") and not line.endswith("\\\\"):
             pending = line[:-1]
             continue
-        line = strip_comment(line)
+        if "#" in line:
+            if line.lstrip(" \t\r").startswith("#"):
+                continue  # a whole-line comment (the common case, without conftext's rules)
+            from muster.core.conftext import strip_comment
+
+            line = strip_comment(line)
         if "=" not in line:
             continue
+        if line[: line.index("=")].strip(" \t\r").lower() in _NOT_GLOBAL:
+            continue  # a node or partition line, known by its first word without reading it all
         pairs = _pairs(line)
-        if not pairs:
-            continue
-        first = pairs[0][0].lower()
-        if first in (
-            "nodename",
-            "partitionname",
-            "include",
-            "downnodes",
-            "frontendname",
-            "nodeset",
-            "switchname",
-        ):
+        if not pairs or pairs[0][0].lower() in _NOT_GLOBAL:
             continue
         for key, value in pairs:
             canon = _CLIENT_KEYS.get(key.lower())

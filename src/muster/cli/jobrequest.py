@@ -4,11 +4,10 @@ values that need the caller's environment (``--export``, ``--chdir``, ``--begin`
 and the umask that always travels with a job.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
+# a plain submission the ``__future__`` module; names known only to type checkers are quoted.
 
 import posix
-
-from muster.core.optionvalues import OptionValueError
 
 
 class JobRequest:
@@ -42,6 +41,7 @@ class JobRequest:
         for text, field, option in ((self.begin, "begin_time", "--begin"), (self.deadline, "deadline", "--deadline")):
             if text is None:
                 continue
+            from muster.core.optionvalues import OptionValueError
             from muster.core.timefmt import TimeFormatError, parse_timestamp
 
             if now is None:

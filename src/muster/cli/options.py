@@ -15,11 +15,18 @@ A ``JobRequest`` (``muster.cli.jobrequest``) ends as a plain dict with
 ``muster.core.job.JobSpec``'s field names (times in seconds, memory in MB). The commands
 never import ``muster.core.job``: its dataclasses cost start-up time that a command typed
 hundreds of times a day should not pay. Values are read by ``muster.core.optionvalues``,
-whose ``OptionValueError`` carries Slurm's text and exit status; ``#SBATCH`` lines by
+whose ``OptionValueError`` carries Slurm's text and exit status, imported by the first
+value that needs a parser (``--hold --wrap true`` needs none); ``#SBATCH`` lines by
 ``muster.cli.directives``.
+
+``job_getopt``, ``apply_job_options`` and ``finish_job_request`` are what sbatch, salloc
+and srun do with the table, with Slurm's exit statuses for what is wrong.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
+# a plain submission the ``__future__`` module; names known only to type checkers are quoted.
+
+import sys
 
 from muster.cli.argscan import (  # noqa: F401 - re-exported: the commands' one options module
     NO_ARG,
@@ -31,18 +38,34 @@ from muster.cli.argscan import (  # noqa: F401 - re-exported: the commands' one 
     Parsed,
     getopt,
 )
+from muster.cli.common import CommandError, option_error
 from muster.cli.jobrequest import JobRequest
-from muster.core.optionvalues import (
-    OptionValueError,
-    parse_array_option,
-    parse_count,
-    parse_gpus_option,
-    parse_hostnames_option,
-    parse_mem_option,
-    parse_nodes,
-    parse_signal_option,
-    parse_time_option,
-)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+
+
+def _values() -> "ModuleType":
+    """``muster.core.optionvalues``, imported by the first value that needs parsing or
+    refusing: the options of a plain submission (``--hold``, ``--wrap``, a name) need
+    none of its parsers, and a command's start is most of its time."""
+    from muster.core import optionvalues
+
+    return optionvalues
+
+
+class _NothingRaises(Exception):
+    """Stands for ``OptionValueError`` while ``optionvalues`` is not loaded: only its code
+    raises that, so nothing can have been raised."""
+
+
+def _value_error() -> type[Exception]:
+    """What ``except`` must catch for a bad option value (evaluated only as an exception
+    passes, so that catching one does not import the parsers)."""
+    module = sys.modules.get("muster.core.optionvalues")
+    return _NothingRaises if module is None else module.OptionValueError  # type: ignore[no-any-return]
+
 
 # --- appliers ---------------------------------------------------------------------------------
 
@@ -63,7 +86,7 @@ def _flag(field: str, setting: object = True):
 
 def _count(field: str, what: str):
     def apply(req: JobRequest, value: str | None) -> None:
-        req.spec[field] = parse_count(value or "", what)
+        req.spec[field] = _values().parse_count(value or "", what)
 
     return apply
 
@@ -78,17 +101,17 @@ def _apply_partition(req: JobRequest, value: str | None) -> None:
 
 
 def _apply_nodes(req: JobRequest, value: str | None) -> None:
-    lo, hi = parse_nodes(value or "")
+    lo, hi = _values().parse_nodes(value or "")
     req.spec["min_nodes"] = lo
     req.spec["max_nodes"] = hi
 
 
 def _apply_time(req: JobRequest, value: str | None) -> None:
-    req.spec["time_limit"] = parse_time_option(value or "", "--time")
+    req.spec["time_limit"] = _values().parse_time_option(value or "", "--time")
 
 
 def _apply_time_min(req: JobRequest, value: str | None) -> None:
-    req.spec["time_min"] = parse_time_option(value or "", "--time-min")
+    req.spec["time_min"] = _values().parse_time_option(value or "", "--time-min")
 
 
 _MEM_FIELDS = ("mem_per_node", "mem_per_cpu", "mem_per_gpu")
@@ -96,7 +119,7 @@ _MEM_FIELDS = ("mem_per_node", "mem_per_cpu", "mem_per_gpu")
 
 def _mem_applier(field: str, option: str):
     def apply(req: JobRequest, value: str | None) -> None:
-        mb = parse_mem_option(value or "", option)
+        mb = _values().parse_mem_option(value or "", option)
         # --mem, --mem-per-cpu and --mem-per-gpu exclude one another; the last one given wins.
         for other in _MEM_FIELDS:
             req.spec.pop(other, None)
@@ -115,13 +138,13 @@ def _apply_gres(req: JobRequest, value: str | None) -> None:
     try:
         requests = parse_gres(text)
     except ValueError:
-        raise OptionValueError("Invalid generic resource (gres) specification", rc=1) from None
+        raise _values().OptionValueError("Invalid generic resource (gres) specification", rc=1) from None
     gpus = [r for r in requests if r.name == "gpu"]
     if len(gpus) != len(requests) or not gpus:
         # Only GPUs are scheduled; Slurm rejects a GresType it does not know the same way.
-        raise OptionValueError("Invalid generic resource (gres) specification", rc=1)
+        raise _values().OptionValueError("Invalid generic resource (gres) specification", rc=1)
     if len(gpus) > 1:
-        raise OptionValueError("Invalid generic resource (gres) specification: one GPU type per job", rc=1)
+        raise _values().OptionValueError("Invalid generic resource (gres) specification: one GPU type per job", rc=1)
     req.spec["gpus_per_node"] = gpus[0].count
     if gpus[0].type:
         req.spec["gpu_type"] = gpus[0].type
@@ -129,7 +152,7 @@ def _apply_gres(req: JobRequest, value: str | None) -> None:
 
 def _gpu_applier(field: str, option: str):
     def apply(req: JobRequest, value: str | None) -> None:
-        gtype, count = parse_gpus_option(value or "", option)
+        gtype, count = _values().parse_gpus_option(value or "", option)
         req.spec[field] = count
         if gtype:
             req.spec["gpu_type"] = gtype
@@ -143,7 +166,7 @@ def _apply_export(req: JobRequest, value: str | None) -> None:
 
 def _apply_chdir(req: JobRequest, value: str | None) -> None:
     if not (value or "").strip():
-        raise OptionValueError("Invalid --chdir specification: an empty path")
+        raise _values().OptionValueError("Invalid --chdir specification: an empty path")
     req.chdir = value
 
 
@@ -159,7 +182,7 @@ def _apply_exclusive(req: JobRequest, value: str | None) -> None:
     # --exclusive=user and =mcs narrow Slurm's sharing rule; muster gives whole nodes for all.
     # =topo (Slurm 24.05) also keeps every other job out of the switches or blocks it uses.
     if value is not None and value.lower() not in ("", "user", "mcs", "topo"):
-        raise OptionValueError(f"Invalid --exclusive specification: {value}")
+        raise _values().OptionValueError(f"Invalid --exclusive specification: {value}")
     req.spec["exclusive"] = True
     if value is not None and value.lower() == "topo":
         req.spec["exclusive_topo"] = True
@@ -172,15 +195,15 @@ def _apply_requeue(req: JobRequest, value: str | None) -> None:
     if value is not None and value.lower() == "expedite":
         req.spec["expedite"] = True
     elif value is not None and value.lower() not in ("1", "yes", "true"):
-        raise OptionValueError(f"Invalid --requeue specification: {value}")
+        raise _values().OptionValueError(f"Invalid --requeue specification: {value}")
 
 
 def _apply_nodelist(req: JobRequest, value: str | None) -> None:
-    req.spec["nodelist"] = parse_hostnames_option(value or "", "--nodelist")
+    req.spec["nodelist"] = _values().parse_hostnames_option(value or "", "--nodelist")
 
 
 def _apply_exclude(req: JobRequest, value: str | None) -> None:
-    req.spec["exclude"] = parse_hostnames_option(value or "", "--exclude")
+    req.spec["exclude"] = _values().parse_hostnames_option(value or "", "--exclude")
 
 
 def _apply_nice(req: JobRequest, value: str | None) -> None:
@@ -191,9 +214,9 @@ def _apply_nice(req: JobRequest, value: str | None) -> None:
     try:
         nice = int(text)
     except ValueError:
-        raise OptionValueError(f"Invalid --nice value: {value}") from None
+        raise _values().OptionValueError(f"Invalid --nice value: {value}") from None
     if abs(nice) > 2147483645:
-        raise OptionValueError("Invalid nice value, must be between -2147483645 and 2147483645")
+        raise _values().OptionValueError("Invalid nice value, must be between -2147483645 and 2147483645")
     req.spec["nice"] = nice
 
 
@@ -204,28 +227,28 @@ def _apply_open_mode(req: JobRequest, value: str | None) -> None:
     elif text and "truncate".startswith(text):
         req.spec["open_mode"] = "truncate"
     else:
-        raise OptionValueError(f"Invalid --open-mode specification: {value}")
+        raise _values().OptionValueError(f"Invalid --open-mode specification: {value}")
 
 
 def _apply_signal(req: JobRequest, value: str | None) -> None:
-    req.spec["signal"] = parse_signal_option(value or "")
+    req.spec["signal"] = _values().parse_signal_option(value or "")
 
 
 def _apply_array(req: JobRequest, value: str | None) -> None:
-    req.spec["array"] = parse_array_option(value or "")
+    req.spec["array"] = _values().parse_array_option(value or "")
 
 
 def _apply_kill_on_invalid_dep(req: JobRequest, value: str | None) -> None:
     text = (value or "").strip().lower()
     if text not in ("yes", "no"):
-        raise OptionValueError("Invalid --kill-on-invalid-dep specification (use yes or no)")
+        raise _values().OptionValueError("Invalid --kill-on-invalid-dep specification (use yes or no)")
     req.spec["kill_on_invalid_dep"] = text == "yes"
 
 
 def _apply_hang_timeout(req: JobRequest, value: str | None) -> None:
     # muster's own: minutes (or any --time format) without reported progress before the
     # job is signalled and requeued as Hung (see docs/training.md)
-    req.spec["hang_timeout"] = parse_time_option(value or "", "--hang-timeout")
+    req.spec["hang_timeout"] = _values().parse_time_option(value or "", "--hang-timeout")
 
 
 def _apply_switches(req: JobRequest, value: str | None) -> None:
@@ -233,10 +256,10 @@ def _apply_switches(req: JobRequest, value: str | None) -> None:
     # (Slurm's time formats) for them; without it, max_switch_wait decides
     count, sep, wait = (value or "").partition("@")
     if not count.strip().isdigit() or int(count) < 1:
-        raise OptionValueError(f"Invalid --switches specification: {value}")
+        raise _values().OptionValueError(f"Invalid --switches specification: {value}")
     req.spec["switches"] = int(count)
     if sep:
-        seconds = parse_time_option(wait, "--switches")
+        seconds = _values().parse_time_option(wait, "--switches")
         req.spec["switch_wait"] = seconds or 0
 
 
@@ -244,20 +267,20 @@ def _apply_segment(req: JobRequest, value: str | None) -> None:
     # --segment=SIZE (topology/block): the job's nodes in segments of SIZE, each in one block
     text = (value or "").strip()
     if not text.isdigit() or int(text) < 1:
-        raise OptionValueError(f"Invalid --segment specification: {value}")
+        raise _values().OptionValueError(f"Invalid --segment specification: {value}")
     req.spec["segment"] = int(text)
 
 
 def _apply_no_kill(req: JobRequest, value: str | None) -> None:
     # -k, --no-kill[=off]
     if value is not None and value.strip().lower() not in ("", "off", "on", "yes", "no"):
-        raise OptionValueError(f"Invalid --no-kill specification: {value}")
+        raise _values().OptionValueError(f"Invalid --no-kill specification: {value}")
     req.spec["no_kill"] = (value or "").strip().lower() not in ("off", "no")
 
 
 def _apply_tmp(req: JobRequest, value: str | None) -> None:
     # --tmp takes --mem's units (MB by default)
-    req.spec["tmp_disk"] = parse_mem_option(value or "", "--tmp")
+    req.spec["tmp_disk"] = _values().parse_mem_option(value or "", "--tmp")
 
 
 def _apply_oversubscribe(req: JobRequest, value: str | None) -> None:
@@ -399,3 +422,33 @@ def apply_options(req: JobRequest, parsed: Parsed) -> None:
         if opt.apply is _ignored:
             req.ignored.append(opt.key)
         opt.apply(req, value)  # type: ignore[operator]
+
+
+# --- what sbatch, salloc and srun do with the table ----------------------------------------------
+
+
+def job_getopt(prog: str, argv: list[str], table: OptionTable) -> tuple[Parsed, list[str]]:
+    """Parse sbatch's, salloc's or srun's arguments: options end at the first operand (the
+    script or the command), and a malformed one stops the command with Slurm's 255."""
+    try:
+        return getopt(argv, table, permute=False)
+    except OptionError as e:
+        raise option_error(prog, e, _values().RC_BAD_OPTION) from None
+
+
+def apply_job_options(req: JobRequest, layered: Parsed) -> None:
+    """``apply_options``, with a bad value stopping the command with its exit status."""
+    try:
+        apply_options(req, layered)
+    except _value_error() as e:
+        raise CommandError(str(e), e.rc) from None  # type: ignore[attr-defined]
+
+
+def finish_job_request(
+    req: JobRequest, environ: dict[str, str], cwd: str, now: float | None = None
+) -> dict[str, object]:
+    """``JobRequest.finish``, with a bad value stopping the command with its exit status."""
+    try:
+        return req.finish(environ, cwd, now)
+    except _value_error() as e:
+        raise CommandError(str(e), e.rc) from None  # type: ignore[attr-defined]

@@ -19,11 +19,20 @@ from __future__ import annotations
 import os
 import sys
 
-from muster.cli.alloc import apply_job_options, finish_job_request, job_getopt, job_options
+from muster.cli.alloc import job_options
 from muster.cli.common import CommandError, argv_or_sys, connect, info_text, report
 from muster.cli.hetargs import parse_components, propagate
 from muster.cli.jobrequest import JobRequest
-from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionTable, env_options
+from muster.cli.options import (
+    NO_ARG,
+    OPTIONAL,
+    Opt,
+    OptionTable,
+    apply_job_options,
+    env_options,
+    finish_job_request,
+    job_getopt,
+)
 from muster.core.optionvalues import RC_BAD_OPTION
 
 PROG = "salloc"

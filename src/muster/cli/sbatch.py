@@ -5,14 +5,18 @@ Options come from three places and later ones win: the script's ``#SBATCH`` line
 ``SBATCH_*`` environment variables, then the command line. The reply is
 ``Submitted batch job N`` (``N`` alone with ``--parsable``). Error texts and exit statuses
 follow Slurm 22.05: 255 for a malformed option, 1 for a script or a submission that fails.
+
+A plain submission (``sbatch --hold --wrap true``) is most of its time starting up, so
+what only some submissions need is imported when they need it: ``hetargs`` for a ``:``,
+``directives`` for a script with ``#SBATCH`` lines, the value parsers for a value.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
+# a plain submission the ``__future__`` module; names known only to type checkers are quoted.
 
 import posix
 import sys
 
-from muster.cli.alloc import apply_job_options, finish_job_request, job_getopt
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
@@ -24,11 +28,19 @@ from muster.cli.common import (
     load_settings,
     report,
 )
-from muster.cli.directives import script_directive_groups
-from muster.cli.hetargs import parse_components, propagate
 from muster.cli.jobrequest import JobRequest
-from muster.cli.options import JOB_OPTIONS, NO_ARG, UNHONOURED, Opt, OptionTable, Parsed, env_options
-from muster.core.optionvalues import RC_BAD_OPTION
+from muster.cli.options import (
+    JOB_OPTIONS,
+    NO_ARG,
+    UNHONOURED,
+    Opt,
+    OptionTable,
+    Parsed,
+    apply_job_options,
+    env_options,
+    finish_job_request,
+    job_getopt,
+)
 
 PROG = "sbatch"
 
@@ -130,7 +142,15 @@ def build(
     """
     tbl = table()
     # ``sbatch [opts 0] : [opts 1] ... script``: the components of a heterogeneous job
-    cli_parts, operands = parse_components(argv, lambda args: job_getopt(PROG, args, tbl))
+    # (``hetargs`` and ``directives`` are imported only when a ``:`` or an ``#SBATCH`` line
+    # asks for them: a plain submission's start is most of its time)
+    if ":" in argv:
+        from muster.cli.hetargs import parse_components
+
+        cli_parts, operands = parse_components(argv, lambda args: job_getopt(PROG, args, tbl))
+    else:
+        one, operands = job_getopt(PROG, argv, tbl)
+        cli_parts = [one]
     parsed = [item for part in cli_parts for item in part]
 
     keys = {opt.key for opt, _ in parsed}
@@ -150,9 +170,16 @@ def build(
     check_script(script)
 
     script_parts: list[Parsed] = []
-    for group in script_directive_groups(script):
+    groups: list[list[str]] = [[]]
+    if "#SBATCH" in script:
+        from muster.cli.directives import script_directive_groups
+
+        groups = script_directive_groups(script)
+    for group in groups:
         from_script, stray = job_getopt(PROG, group, tbl)
         if stray:
+            from muster.core.optionvalues import RC_BAD_OPTION
+
             raise CommandError(f"Invalid directive found in batch script: {stray[0]}", RC_BAD_OPTION)
         # A script cannot ask for help, a version or another script.
         script_parts.append([(o, v) for o, v in from_script if o.key not in ("help", "usage", "version", "wrap")])
@@ -165,6 +192,8 @@ def build(
         for k in range(count)
     ]
     if count > 1:
+        from muster.cli.hetargs import propagate
+
         layers = propagate(layers)
 
     sub = Submission()

@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import sys
 
-from muster.cli.alloc import apply_job_options, finish_job_request, job_getopt, job_options
+from muster.cli.alloc import job_options
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
@@ -48,7 +48,16 @@ from muster.cli.common import (
     report,
 )
 from muster.cli.jobrequest import JobRequest, export_environment
-from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionTable, env_options
+from muster.cli.options import (
+    NO_ARG,
+    OPTIONAL,
+    Opt,
+    OptionTable,
+    apply_job_options,
+    env_options,
+    finish_job_request,
+    job_getopt,
+)
 from muster.core.optionvalues import RC_BAD_OPTION
 
 PROG = "srun"

@@ -252,7 +252,13 @@ def build_routes(ctx: Context) -> list[Route]:
         # the client's token for this submission: a retry after a lost answer (the controller
         # died, a backup took over) gets the same job back (cli.failover)
         job = ctl.queue.submit(body.spec.to_spec(), who, request.headers.get("x-muster-request"))
-        ctx.kick()
+        if not job.hold or job.spec.deadline is not None:
+            # A held job (an array's tasks alike) can start in no pass, and a pass would
+            # tell nothing new of it (its reason is set, its priority 0), so it asks for
+            # none (one with a --deadline does: a pass ends it if it can no longer be met).
+            # A stream of held submissions then costs no pass over the whole queue each;
+            # the periodic pass (SchedulerInterval) still sees them.
+            ctx.kick()
         return JSONResponse({"job_id": job.job_id})
 
     @handler

@@ -27,7 +27,7 @@ from muster.ctld.arrays import array_spec, make_tasks
 from muster.ctld.hetindex import het_ids
 from muster.ctld.identity import Identity
 from muster.ctld.state import ClusterState
-from muster.ctld.view import node_views, partition_views, reservation_views
+from muster.ctld.view import capacity_views, partition_views, reservation_views
 from muster.sched.dependencies import parse_dependency
 from muster.sched.filters import BAD_PARTITION, NO_PARTITION, check_submit
 
@@ -113,7 +113,7 @@ class JobActions:
             spec,
             shape,
             partition_views(self.state.config),
-            node_views(self.state.nodes.values()),
+            capacity_views(self.state.nodes.values()),
             reservation_views(self.state.reservations.values()),
             user=who.user,
             group=who.group,

@@ -69,7 +69,10 @@ def run_pass(ctl: Controller, config: SchedConfig, now: float, timer: Callable[[
     t2 = timer() if timer else 0.0
     result = PassResult(decisions, expired)
     apply_decisions(decisions, _ControllerBook(ctl, result), now)
-    ctl.queue.kill_invalid_dependencies(decisions.reasons)
+    # A dependency never met makes its job one that can never run (``never``): when no job
+    # is, the reasons of every waiting job (held ones too) need not be read again.
+    never = decisions.never
+    ctl.queue.kill_invalid_dependencies({i: r for i, r in decisions.reasons.items() if i in never} if never else {})
     if timer is not None:
         decisions.stats.phase_seconds["0.snapshot"] = t1 - t0
         decisions.stats.phase_seconds["5.apply"] = timer() - t2

@@ -5,8 +5,9 @@ pass changes, before and after the decision)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 
+from muster.core.job import Job
 from muster.core.states import JobState
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.state import ClusterState
@@ -38,24 +39,75 @@ def node_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
     return out
 
 
+def capacity_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
+    """The nodes as configured, with nothing allocated: what a submission is checked
+    against (``sched.filters.check_submit`` reads names, capacities, GPU types,
+    features and TmpDisk, never what is in use). Cheaper than ``node_views`` by what it
+    leaves out, which a submission to a cluster of thousands of nodes would pay."""
+    return [
+        NodeView(
+            name=node.name,
+            index=node.index,
+            cpus=node.cpus,
+            mem=node.real_memory,
+            gpus=node.gpus,
+            gpu_type=node.gpu_type,
+            features=node.features,
+            weight=node.weight,
+            tmp_disk=node.tmp_disk,
+        )
+        for node in nodes
+    ]
+
+
+class FinishedStates(Mapping[int, str]):
+    """Job id -> terminal state, of the ended jobs in memory and of those purged from it
+    (``ClusterState.finished``; one in memory wins), answered on demand: only dependencies
+    ask, for a few ids, so a pass neither walks nor copies them. Iterating and ``len``
+    walk memory (nothing in a pass does)."""
+
+    __slots__ = ("jobs", "purged")
+
+    def __init__(self, jobs: Mapping[int, Job], purged: Mapping[int, str]) -> None:
+        self.jobs = jobs
+        self.purged = purged
+
+    def __getitem__(self, job_id: int) -> str:
+        job = self.jobs.get(job_id)
+        if job is not None and job.state.is_terminal:
+            return str(job.state)
+        return self.purged[job_id]
+
+    def __iter__(self) -> Iterator[int]:
+        ended = [job_id for job_id, job in self.jobs.items() if job.state.is_terminal]
+        yield from ended
+        seen = set(ended)
+        yield from (job_id for job_id in self.purged if job_id not in seen)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 def build_snapshot(ctl: ClusterState) -> Snapshot:
     pending = []
     running = []
-    finished = dict(ctl.finished)
     # A requeued job waits until its previous attempt's processes are gone (its agent
     # would refuse a second attempt while the first still runs there).
     cleaning = {job_id for node in ctl.nodes.values() for (job_id, _attempt) in node.allocs}
     kept: set[str] = set()  # nodes held for a job still cleaning up (expedited requeue)
+    # Every job in memory is read once per pass (ended ones too, for MinJobAge): the states
+    # are compared by identity and ``Job.is_active`` is written out, nothing more per job.
+    pending_state, running_state = JobState.PENDING, JobState.RUNNING
     for job in ctl.jobs.values():
-        if job.state is JobState.PENDING:
+        state = job.state
+        if state is pending_state:
             if job.job_id not in cleaning:
                 pending.append(job)
             elif job.held_nodes:
                 kept.update(job.held_nodes)
-        elif job.is_active:
+        elif state is running_state or job.completing:
             running.append(job)
-        if job.state.is_terminal:
-            finished[job.job_id] = str(job.state)
+    finished = FinishedStates(ctl.jobs, ctl.finished)
     nodes = node_views(ctl.nodes.values())
     if kept:  # its hold starts once it is pending again; meanwhile nobody starts there
         for view in nodes:

@@ -13,7 +13,8 @@ name for its agent). The handshake goes through ``tlsclient`` (the C module behi
 socket, the common case on the controller's host, needs no TLS.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
+# a plain submission the ``__future__`` module; names known only to type checkers are quoted.
 
 import _socket
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 class ApiError(Exception):
     """The controller answered with an error: ``str()`` is its message."""
 
-    def __init__(self, status: int, message: str, code: str = "error", data: Any = None) -> None:
+    def __init__(self, status: int, message: str, code: str = "error", data: "Any" = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -45,10 +46,10 @@ class ConnectError(Exception):
         self.sent = sent
 
 
-_WAITING_WORK: list[Callable[[], object]] = []
+_WAITING_WORK: "list[Callable[[], object]]" = []
 
 
-def when_waiting(work: Callable[[], object]) -> None:
+def when_waiting(work: "Callable[[], object]") -> None:
     """Do ``work`` (once, its errors ignored) while a request's answer is awaited: after it
     is sent, before its answer is read; one piece of work per request, in the order given.
     srun prepares its TLS client this way while the controller places its job and step
@@ -56,7 +57,7 @@ def when_waiting(work: Callable[[], object]) -> None:
     _WAITING_WORK.append(work)
 
 
-def tls_wrap(sock: Any, tls_ca: str, server_name: str, where: str, begin: bool = False) -> Any:
+def tls_wrap(sock: "Any", tls_ca: str, server_name: str, where: str, begin: bool = False) -> "Any":
     """``sock`` (connected) as a TLS socket that checked the server's certificate: through
     ``tlsclient`` (the C module behind ``ssl``, a fraction of its import time), or ``ssl``
     itself for a name ``tlsclient`` does not take. With ``begin``, the handshake may be
@@ -75,7 +76,7 @@ def tls_wrap(sock: Any, tls_ca: str, server_name: str, where: str, begin: bool =
         raise _handshake_failed(e, server_name, where) from None
 
 
-def tls_finish(sock: Any, server_name: str, where: str) -> None:
+def tls_finish(sock: "Any", server_name: str, where: str) -> None:
     """Complete a handshake ``tls_wrap(..., begin=True)`` left under way."""
     finish = getattr(sock, "finish", None)
     if finish is None:  # ssl's socket: done already
@@ -91,7 +92,7 @@ def _handshake_failed(e: OSError, server_name: str, where: str) -> ConnectError:
     return ConnectError(f"TLS handshake with {server_name} at {where} failed: {reason}")
 
 
-def _ssl_wrap(sock: Any, tls_ca: str, server_name: str) -> Any:
+def _ssl_wrap(sock: "Any", tls_ca: str, server_name: str) -> "Any":
     from muster.protocol.tls import TLSError, client_context
     from muster.protocol.tlsclient import CAError
 
@@ -139,14 +140,14 @@ def _parse_response(raw: bytes) -> tuple[int, bytes]:
 def request(
     method: str,
     path: str,
-    body: Any = None,
+    body: "Any" = None,
     *,
     unix_path: str | None = None,
     address: tuple[str, int] | None = None,
     headers: dict[str, str] | None = None,
     timeout: float = 60.0,
     tls: tuple[str, str] | None = None,
-) -> Any:
+) -> "Any":
     """Send one request and return the decoded JSON answer; raise ApiError on 4xx/5xx.
     Over TCP with ``tls`` = (cluster CA, the server's muster name) the connection is TLS
     (module docstring)."""

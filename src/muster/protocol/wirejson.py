@@ -8,14 +8,15 @@ to ``json.dumps(obj, separators=(",", ":"))`` and ``json.loads(text)`` for the v
 API exchanges; where ``_json`` is missing (another interpreter) it falls back to ``json``.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
+# a plain submission the ``__future__`` module; names known only to type checkers are quoted.
 
 TYPE_CHECKING = False  # typing itself is not imported on the commands' hot path
 if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-_json: ModuleType | None
+_json: "ModuleType | None"
 try:
     import _json
 except ImportError:  # pragma: no cover - CPython always has it
@@ -45,7 +46,7 @@ def _default(obj: object) -> object:
 
 
 if _json is not None:
-    _context: Any = _ScanContext()  # duck-typed: the attributes a JSONDecoder has
+    _context: "Any" = _ScanContext()  # duck-typed: the attributes a JSONDecoder has
     _scan = _json.make_scanner(_context)
     _encode = _json.make_encoder(None, _default, _json.encode_basestring_ascii, None, ":", ",", False, False, True)
 

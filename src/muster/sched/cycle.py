@@ -199,6 +199,10 @@ class _Pass:
                 parts = last = parts_of(job)
                 last_name = job.partition
             all_parts.append(parts)
+            if job.hold == "user" and not overrides:  # the common hold, without a call
+                d.reasons[job.job_id] = Reason.HELD_USER  # (what _ineligible says of it)
+                d.stats.ineligible += 1
+                continue
             if (
                 job.hold
                 or spec.dependency

@@ -22,6 +22,7 @@ controller lists those in ``Job.unknown_deps``) can never be satisfied.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
@@ -99,7 +100,7 @@ class DependencyIndex:
         self,
         pending: list[Job],
         running: list[Job],
-        finished: dict[int, str],
+        finished: Mapping[int, str],
         arrays: dict[int, dict[int, int]] | None = None,
     ) -> None:
         self.started = {j.job_id: (j.start_time or 0.0) for j in running}

@@ -5,6 +5,7 @@ The controller (``ctld.view``) and the simulator build it; ``sched`` only reads 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from muster.core.config import Config
@@ -87,8 +88,9 @@ class Snapshot:
     partitions: dict[str, PartitionView]
     pending: list[Job]  # state PENDING (held ones included: the scheduler gives reasons)
     running: list[Job]  # active jobs: RUNNING, or ended but still completing
-    # job_id -> terminal state, for dependencies on jobs that have left memory too
-    finished: dict[int, str] = field(default_factory=dict)
+    # job_id -> terminal state, for dependencies on jobs that have left memory too (only
+    # read with ``get``, by dependencies: the controller answers it on demand)
+    finished: Mapping[int, str] = field(default_factory=dict)
     reservations: list[ReservationView] = field(default_factory=list)
     # Fair-share factor in [0, 1] by association (``account|user``), user name or account
     # name, looked up in that order (filled by accounting; a job found under none of them
