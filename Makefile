@@ -1,5 +1,13 @@
 # muster: the two commands of the quick start are `make demo` and `make test`.
-PY ?= python3
+# The venv's interpreter: the system's own Python (Debian's /usr/bin/python3) where it is 3.11
+# or newer and can make a venv, else python3 from PATH; `make PY=...` chooses another. Debian
+# builds its Python with profile-guided optimisation and LTO: each command starts 0.4-0.7 ms
+# sooner than on a plain source build such as pyenv's (README, Benchmarks).
+SYSTEM_PY := /usr/bin/python3
+ifeq ($(origin PY),undefined)
+PY := $(shell $(SYSTEM_PY) -c 'import sys, ensurepip, venv; sys.exit(sys.version_info < (3, 11))' \
+	>/dev/null 2>&1 && echo $(SYSTEM_PY) || echo python3)
+endif
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
