@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
+# Real Slurm's commands and the anchor's scripts: the system's, never the venv's.
+SLURM_PATH = "/usr/bin:/usr/sbin:/bin"
 
 
 @dataclass
@@ -181,21 +183,32 @@ def start_slurm(anchor: str, cwd: str) -> tuple[System, bool] | None:
     On a fresh machine the anchor's first start installs the packages and initialises
     MariaDB, and its wait for slurmdbd can run out before the database is ready; a pid file
     of what it did start is left behind, which the next setup would take for a running
-    cluster. So a failed setup is stopped and tried once more."""
+    cluster. So a failed setup is stopped and tried once more.
+
+    The anchor's scripts run with the system's PATH alone: with muster's venv first in PATH
+    (as ``make bench`` and a developer's shell have it), its wait for slurmdbd would ask
+    muster's ``sacctmgr`` and time out against a healthy slurmdbd."""
+    base = {k: v for k, v in os.environ.items() if k not in ("MUSTER_CONF", "SLURM_CONF")}
+    env = dict(base, SLURM_CONF="/etc/slurm/slurm.conf", PATH=SLURM_PATH)
     for attempt in (1, 2):
-        setup = subprocess.run(["bash", os.path.join(anchor, "setup.sh")], capture_output=True, text=True, timeout=1800)
+        setup = subprocess.run(
+            ["bash", os.path.join(anchor, "setup.sh")], env=env, capture_output=True, text=True, timeout=1800
+        )
         if setup.returncode == 0:
             break
         print(
             f"{anchor}/setup.sh failed (attempt {attempt}): {setup.stdout[-300:]} {setup.stderr[-300:]}",
             file=sys.stderr,
         )
-        subprocess.run(["bash", os.path.join(anchor, "stop.sh")], capture_output=True, timeout=300, check=False)
+        stop_slurm(anchor)
     else:
         return None
-    base = {k: v for k, v in os.environ.items() if k not in ("MUSTER_CONF", "SLURM_CONF")}
-    env = dict(base, SLURM_CONF="/etc/slurm/slurm.conf", PATH="/usr/bin:/usr/sbin:/bin")
     return System("slurm", env, cwd), "already running" not in setup.stdout
+
+
+def stop_slurm(anchor: str) -> None:
+    env = dict(os.environ, PATH=SLURM_PATH)
+    subprocess.run(["bash", os.path.join(anchor, "stop.sh")], env=env, capture_output=True, timeout=300, check=False)
 
 
 def stored_slurm() -> dict:
@@ -267,7 +280,7 @@ def main() -> int:
     finally:
         stop_muster(state)
         if started_slurm and anchor:
-            subprocess.run(["bash", os.path.join(anchor, "stop.sh")], capture_output=True, timeout=300, check=False)
+            stop_slurm(anchor)
         shutil.rmtree(work, ignore_errors=True)
     print()
     print(table(rows, note))
