@@ -20,8 +20,6 @@ a row); this module owns the rest, so a width or justification rule lives in one
 Nothing here does I/O or imports more than the language itself: commands start fast.
 """
 
-from __future__ import annotations
-
 from muster.cli.common import CommandError
 
 # Format widths (squeue -o %20i, sacct -o jobid%30, ...) are capped: a wider field than any

@@ -6,8 +6,6 @@ Jobs are the controller's ``JobWire`` dicts; a merged row is a copy of its first
 ``array_tasks_text`` set (the task ids and the throttle, ``5-99%10``).
 """
 
-from __future__ import annotations
-
 TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,7 +60,9 @@ def merge_array_records(records: list[dict]) -> list[dict]:
     )
 
 
-def _merge_pending(items: list[dict], key: Callable[[dict], object], merged: Callable[[dict, str], dict]) -> list[dict]:
+def _merge_pending(
+    items: list[dict], key: "Callable[[dict], object]", merged: "Callable[[dict, str], dict]"
+) -> list[dict]:
     """Pending array tasks sharing ``key`` become one item, ``merged(first, "2-5%2")``, in
     the first one's place; a task alone in its group stays as it is."""
 

@@ -7,8 +7,6 @@ muster does not track show Slurm's own "unknown" spellings (``N/A``, ``(null)``)
 functions take wire dicts (docs/api.md) and return text, so they are tested without a controller.
 """
 
-from __future__ import annotations
-
 import sys
 
 from muster.cli.argscan import NO_ARG, Opt, OptionError, OptionTable, getopt

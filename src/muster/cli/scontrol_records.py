@@ -7,8 +7,6 @@ never made-up numbers. Every function takes wire dicts (docs/api.md) and returns
 with ``-o``), so the layouts are tested without a controller.
 """
 
-from __future__ import annotations
-
 from muster.cli.common import SLURM_VERSION, null_text, timefmt
 
 # --- small value helpers -------------------------------------------------------------------

@@ -10,8 +10,6 @@ Rows come in Slurm's default order ``#P,-t``: partitions as configured, then nod
 Everything is computed from ``NodeWire``/``PartitionWire`` dicts (docs/api.md).
 """
 
-from __future__ import annotations
-
 import sys
 
 from muster.cli.argscan import NO_ARG, Opt, OptionError, OptionTable, getopt

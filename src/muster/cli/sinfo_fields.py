@@ -8,8 +8,6 @@ A row (``Row``) is a partition, or none, and the nodes it covers, as ``NodeWire`
 cutting rules are ``muster.cli.columns``'s; node lists are never cut.
 """
 
-from __future__ import annotations
-
 from muster.cli.columns import Column, letter_columns, named_columns
 
 # --- node states -----------------------------------------------------------------------------

@@ -19,8 +19,6 @@ from dicts alone.
   whole array, ``-j 123_4`` one task.
 """
 
-from __future__ import annotations
-
 import sys
 
 from muster.cli.argscan import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
@@ -214,7 +212,7 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
     return req
 
 
-def _job_refs(value: str) -> list[JobRef]:
+def _job_refs(value: str) -> "list[JobRef]":
     """``-j``: ids, array tasks (``12_3``, ``12_[1-3,5]``); a step suffix (``.0``) is dropped."""
     from muster.core.arrays import parse_job_step_ref
 

@@ -8,8 +8,6 @@ the fields are: ``FIELDS`` (letter -> header, value, cut), ``LONG_NAMES`` (``-O`
 letter) and ``EXTRA_FIELDS`` (``-O`` names with no letter).
 """
 
-from __future__ import annotations
-
 from muster.cli.columns import Column, letter_columns, named_columns
 from muster.cli.common import null_text, timefmt
 from muster.cli.jobarrays import array_job_id_text, array_task_text, job_id_text

@@ -8,8 +8,6 @@ Slurm's ``-S`` (letters, ``-`` for descending) over its default ``P,t,-p`` and t
 job id, so the output never depends on the order the controller sent.
 """
 
-from __future__ import annotations
-
 from muster.cli.common import CommandError
 from muster.cli.squeue_fields import job_spec, long_state, start_time
 
@@ -119,7 +117,7 @@ class Filters:
         return True
 
 
-def _query_ids(refs: list[JobRef]) -> list[str]:
+def _query_ids(refs: "list[JobRef]") -> list[str]:
     """Job ids for the query string: array task ranges one by one (no brackets, no commas)."""
     out = []
     for ref in refs:
