@@ -6,6 +6,7 @@ pass changes, before and after the decision)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from muster.core.job import Job
 from muster.core.states import JobState
@@ -14,26 +15,33 @@ from muster.ctld.state import ClusterState
 from muster.sched.snapshot import NodeView, QosPreempt, ReservationView, Snapshot, partition_views
 
 
+def _configured(node: NodeRuntime) -> dict[str, Any]:
+    """What a node is, as configured: the part of its view that nothing allocated changes."""
+    return {
+        "name": node.name,
+        "index": node.index,
+        "cpus": node.cpus,
+        "mem": node.real_memory,
+        "gpus": node.gpus,
+        "gpu_type": node.gpu_type,
+        "features": node.features,
+        "weight": node.weight,
+        "tmp_disk": node.tmp_disk,
+    }
+
+
 def node_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
     out = []
     for node in nodes:
         used = node.gpu_ids_alloc
         out.append(
             NodeView(
-                name=node.name,
-                index=node.index,
-                cpus=node.cpus,
-                mem=node.real_memory,
-                gpus=node.gpus,
-                gpu_type=node.gpu_type,
-                features=node.features,
-                weight=node.weight,
+                **_configured(node),
                 available=node.available,
                 free_cpus=node.cpus - node.cpus_alloc,
                 free_mem=node.real_memory - node.mem_alloc,
                 free_gpu_ids=[i for i in range(node.gpus) if i not in used],
                 running_jobs=len(node.allocs),
-                tmp_disk=node.tmp_disk,
             )
         )
     return out
@@ -44,20 +52,7 @@ def capacity_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
     against (``sched.filters.check_submit`` reads names, capacities, GPU types,
     features and TmpDisk, never what is in use). Cheaper than ``node_views`` by what it
     leaves out, which a submission to a cluster of thousands of nodes would pay."""
-    return [
-        NodeView(
-            name=node.name,
-            index=node.index,
-            cpus=node.cpus,
-            mem=node.real_memory,
-            gpus=node.gpus,
-            gpu_type=node.gpu_type,
-            features=node.features,
-            weight=node.weight,
-            tmp_disk=node.tmp_disk,
-        )
-        for node in nodes
-    ]
+    return [NodeView(**_configured(node)) for node in nodes]
 
 
 class FinishedStates(Mapping[int, str]):
