@@ -189,6 +189,15 @@ def leave(status: object) -> None:
     posix._exit((status or 0) & 0xFF)
 
 
+def long_running() -> None:
+    """Collect cyclic garbage again: a command's launcher turns the collector off for a run
+    that asks, prints and leaves (``cli.launchers``), and a command that instead repeats
+    (``-i``), waits (``sbatch --wait``) or reads commands calls this first."""
+    import gc
+
+    gc.enable()
+
+
 # --- configuration --------------------------------------------------------------------------
 
 # The keys the commands read, in core.config's spelling.

@@ -26,6 +26,7 @@ from muster.cli.common import (
     exit_error_code,
     info_text,
     load_settings,
+    long_running,
     report,
 )
 from muster.cli.jobrequest import JobRequest
@@ -295,6 +296,7 @@ def wait_for(ctl: object, job_id: int) -> int:
 
     from muster.protocol.client import ApiError, ConnectError
 
+    long_running()
     delay = 0.2
     while True:
         try:

@@ -17,6 +17,7 @@ from muster.cli.common import (
     connect_message,
     getenv,
     load_settings,
+    long_running,
     print_lines,
     report,
     split_ids,
@@ -461,6 +462,7 @@ def interactive(flags: Flags) -> int:
     """No command given: read commands from stdin, one per line, as Slurm's prompt does."""
     import shlex
 
+    long_running()
     rc = 0
     tty = sys.stdin.isatty()
     while True:

@@ -22,6 +22,7 @@ from muster.cli.common import (
     environ,
     info_text,
     load_settings,
+    long_running,
     no_operands,
     option_error,
     parse_iterate,
@@ -362,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                 print_lines(lines)
                 return 0
             print_lines(lines + [""])
+            long_running()
             import time
 
             time.sleep(req.iterate)

@@ -31,6 +31,7 @@ from muster.cli.common import (
     current_user,
     environ,
     info_text,
+    long_running,
     no_operands,
     option_error,
     parse_iterate,
@@ -350,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         import time
 
+        long_running()
         while True:
             print_lines(run_once(req) + [""])
             time.sleep(req.iterate)

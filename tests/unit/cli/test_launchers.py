@@ -127,3 +127,65 @@ def test_a_root_muster_cannot_be_imported_from_keeps_pips_scripts(tmp_path: Path
 
 def test_usage() -> None:
     assert main([]) == 2
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_one_shot_commands_run_without_the_garbage_collector(command: str) -> None:
+    text = launcher_text(sys.executable, import_root(), command)
+    assert text.count("leave(main())") == 1
+    code = text.replace("leave(main())", "import gc; print(gc.isenabled())")
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(command in ("srun", "salloc"))]
+
+
+def _gc_when_sleeping(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """time.sleep records whether the collector is on, then stops the loop (^C)."""
+    import gc
+    import time
+
+    seen: list[bool] = []
+
+    def sleep(_seconds: float) -> None:
+        seen.append(gc.isenabled())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    gc.disable()  # as the launcher leaves it
+    return seen
+
+
+def test_repeating_listings_collect_their_garbage(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from muster.cli import sinfo, squeue
+
+    try:
+        seen = _gc_when_sleeping(monkeypatch)
+        monkeypatch.setattr(squeue, "fetch", lambda req: ([], 0.0))
+        assert squeue.main(["-i", "5"]) == 0
+        gc.disable()
+        monkeypatch.setattr(sinfo, "fetch", lambda fields: ([], [], 0.0))
+        assert sinfo.main(["-i", "5"]) == 0
+        assert seen == [True, True]
+    finally:
+        gc.enable()
+
+
+def test_sbatch_wait_collects_its_garbage() -> None:
+    import gc
+
+    from muster.cli import sbatch
+
+    seen = []
+
+    class Ctl:
+        def get(self, path: str) -> dict:
+            seen.append(gc.isenabled())
+            return {"job": {"state": "COMPLETED", "exit_code": 0}}
+
+    gc.disable()
+    try:
+        assert sbatch.wait_for(Ctl(), 7) == 0
+        assert seen == [True]
+    finally:
+        gc.enable()
