@@ -189,3 +189,18 @@ def test_sbatch_wait_collects_its_garbage() -> None:
         assert seen == [True]
     finally:
         gc.enable()
+
+
+def test_scontrols_prompt_collects_its_garbage(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+    import io
+
+    from muster.cli import scontrol
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("quit\n"))
+    gc.disable()
+    try:
+        assert scontrol.interactive(scontrol.Flags()) == 0
+        assert gc.isenabled()
+    finally:
+        gc.enable()
