@@ -54,10 +54,8 @@ COMMANDS = (
     "sshare",
     "squeue",
 )
-# The commands that run long (a job's tasks, an allocation's shell): the others ask, print and
-# leave, so their launchers turn the cyclic garbage collector off (a listing of 1,000 jobs
-# decodes thousands of objects, and collections of them cost ~1 ms of squeue's 14 ms); the
-# few paths of theirs that repeat or wait turn it on again (``common.long_running``).
+# The commands that run long (a job's tasks, an allocation's shell) keep the garbage collector
+# (module docstring).
 LONG_RUNNING = ("salloc", "srun")
 FLAGS = "-SP"  # one word: a shebang line passes everything after the interpreter as one argument
 MARK = "# muster launcher"
