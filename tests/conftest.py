@@ -4,12 +4,18 @@ daemons) take a private one with ``private_cluster``."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from harness import Harness
 from muster.cluster.local import ClusterShape
+
+# Every controller the tests start checks that the jobs' cached listing fragments are
+# current against all of a job's fields, not only those it compares in production
+# (ctld.listing): a field changed without a new version fails the request.
+os.environ["MUSTER_CHECK_LISTING"] = "1"
 
 
 @pytest.fixture(scope="session")

@@ -230,6 +230,12 @@ class JobActions:
         pool = (
             [self.state.jobs[i] for i in job_ids if i in self.state.jobs] if job_ids else list(self.state.jobs.values())
         )
+        if states:
+            # A job is kept by its code ("CG" while completing) or its long name: the set of
+            # states kept, once, rather than each job's code looked up.
+            by_name = {s for s in JobState if s in states}
+            kept = by_name | {s for s in JobState if s.short in states}
+            completing_kept = "CG" in states
         out = []
         for job in pool:
             if users and job.user not in users:
@@ -239,8 +245,10 @@ class JobActions:
             if partitions and job.partition not in partitions:
                 continue
             if states:
-                code = "CG" if job.completing else job.state.short
-                if code not in states and str(job.state) not in states:
+                if job.completing:
+                    if not completing_kept and job.state not in by_name:
+                        continue
+                elif job.state not in kept:
                     continue
             out.append(job)
         return out

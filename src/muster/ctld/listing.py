@@ -12,9 +12,15 @@ A fragment is current when two things still match what it was encoded from:
   (``ClusterState.record``: submit, start, end, update, hold, release, requeue, cancel) and
   by a reload from the store. Changes to a job's nested objects (its spec, shape,
   allocation) are only ever made inside such a change;
-* the job's own fields, compared at each request (a tuple of them, ``_fields``): the
-  scheduling pass writes priority, reason and planned start without a commit, and progress
-  reports replace theirs.
+* the job's fields that change without a commit, compared at each request (``VOLATILE``):
+  the scheduling pass and the limits write priority, reason and planned start, progress
+  reports are committed only now and then, and a preemption's marks are cleared when its
+  victim has ended. Every other field changes only with the version.
+
+That second list is checked, not trusted: with ``check`` (``MUSTER_CHECK_LISTING=1``, which
+the test suite sets for every controller it starts) a cached fragment is also compared with
+all of the job's own fields, and a field that changed without a new version fails the
+request, naming the field.
 
 A purged job's fragments go with it (``prune``). The run time of a running job depends on
 the time of the request, so its fragment is stored without it and ``run_time`` is added at
@@ -43,9 +49,17 @@ from muster.core.states import JobState
 from muster.ctld.hetindex import components
 from muster.ctld.wire import BRIEF_FIELDS, BRIEF_SPEC_KEYS, job_wire
 
-# The job's own fields, compared at each request; its nested objects go with its version.
+# The job's fields written outside a commit, compared at each request (the module's text).
+VOLATILE = ("priority", "reason", "planned_start", "planned_nodes", "progress") + (
+    "preempted_by",
+    "preempt_deadline",
+    "preempt_mode",
+)
+_volatile = attrgetter(*VOLATILE)
+# All of the job's own fields, compared in ``check`` mode; nested objects go with the version.
 _NESTED = {"spec", "shape"}
-_fields = attrgetter(*(f.name for f in dataclasses.fields(Job) if f.name not in _NESTED))
+_OWN = tuple(f.name for f in dataclasses.fields(Job) if f.name not in _NESTED)
+_own = attrgetter(*_OWN)
 # As starlette's JSONResponse encodes (the uncached path), so both give the same bytes.
 _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode
 
@@ -75,6 +89,19 @@ def _narrow(d: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+_Entry = tuple[int, tuple[Any, ...], bytes, int | None, tuple[Any, ...] | None]
+
+
+def _unchanged(job: Job, entry: _Entry) -> bool:
+    """``check`` mode: the job's own fields are those its fragment was encoded from, or a
+    field changed without a new version (not in ``VOLATILE``, and no ``record``): a bug."""
+    then, now = entry[4], _own(job)
+    if then is None or then == now:
+        return True
+    names = [n for n, a, b in zip(_OWN, then, now, strict=True) if a != b]
+    raise AssertionError(f"job {job.job_id}: {', '.join(names)} changed without a new version (ctld.listing)")
+
+
 def _run_time(job: Job, now: float) -> int:
     return int(max(0, now - (job.start_time or now)))
 
@@ -82,16 +109,15 @@ def _run_time(job: Job, now: float) -> int:
 class JobListing:
     """Encoded fragments of jobs, by view and job id, with what they were encoded from."""
 
-    __slots__ = ("versions", "_views", "_size", "encoded", "_kept")
+    __slots__ = ("versions", "check", "_views", "_size", "encoded", "_kept")
 
-    def __init__(self, versions: dict[int, int]) -> None:
+    def __init__(self, versions: dict[int, int], check: bool = False) -> None:
         self.versions = versions  # ClusterState.job_versions: read, never written here
-        # (brief, narrowed to) -> job id -> (version, fields, fragment, het leader whose id set
-        # it shows): one dict per view, so that a listing's lookups are by job id alone
-        self._views: dict[
-            tuple[bool, tuple[str, ...] | None], dict[int, tuple[int, tuple[Any, ...], bytes, int | None]]
-        ]
-        self._views = {}
+        self.check = check  # compare every own field of a cached job too (the module's text)
+        # (brief, narrowed to) -> job id -> (version, volatile fields, fragment, het leader
+        # whose id set it shows, all own fields when checking): one dict per view, so that
+        # a listing's lookups are by job id alone
+        self._views: dict[tuple[bool, tuple[str, ...] | None], dict[int, _Entry]] = {}
         self._size = 0  # fragments held, in all views
         self.encoded = 0  # fragments encoded so far (what a test counts)
         self._kept = 0  # fragments left by the last prune
@@ -111,9 +137,9 @@ class JobListing:
         ``narrow``: those fields alone (``select``; a brief listing's)."""
         view = self._view(brief, narrow)
         version = self.versions.get(job.job_id, 0)
-        fields = _fields(job)
+        fields = _volatile(job)
         hit = view.get(job.job_id)
-        if hit is not None and hit[0] == version and hit[1] == fields:
+        if hit is not None and hit[0] == version and hit[1] == fields and (not self.check or _unchanged(job, hit)):
             frag, leader = hit[2], hit[3]
         else:
             d = job_wire(job, now, brief)
@@ -127,7 +153,7 @@ class JobListing:
             frag = _encode(d).encode("utf-8")
             self.encoded += 1
             self._size += hit is None
-            view[job.job_id] = (version, fields, frag, leader)
+            view[job.job_id] = (version, fields, frag, leader, _own(job) if self.check else None)
         # What depends on the time of the request or on other jobs, after the rest.
         extra = []
         if job.state is JobState.RUNNING and (narrow is None or "run_time" in narrow):
@@ -152,7 +178,7 @@ class JobListing:
     ) -> bytes:
         """``{"jobs": [...], "now": now}`` encoded, as JSONResponse would encode it."""
         sets: dict[int, str] = {}
-        cache, versions, running = self._view(brief, narrow), self.versions, JobState.RUNNING
+        cache, versions, running, check = self._view(brief, narrow), self.versions, JobState.RUNNING, self.check
         out = []
         for job in jobs:
             # ``fragment``'s cache hit, inlined for the common case (a job whose fragment
@@ -163,7 +189,8 @@ class JobListing:
                 and hit[3] is None
                 and job.state is not running
                 and hit[0] == versions.get(job.job_id, 0)
-                and hit[1] == _fields(job)
+                and hit[1] == _volatile(job)
+                and (not check or _unchanged(job, hit))
             ):
                 out.append(hit[2])
             else:
@@ -180,9 +207,7 @@ class JobListing:
                 self._views[key] = {i: v for i, v in view.items() if i in present}
             self._size = self._kept = sum(len(v) for v in self._views.values())
 
-    def _view(
-        self, brief: bool, narrow: tuple[str, ...] | None
-    ) -> dict[int, tuple[int, tuple[Any, ...], bytes, int | None]]:
+    def _view(self, brief: bool, narrow: tuple[str, ...] | None) -> dict[int, _Entry]:
         view = self._views.get((brief, narrow))
         if view is None:
             view = self._views[(brief, narrow)] = {}

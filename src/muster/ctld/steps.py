@@ -293,6 +293,7 @@ class StepBook:
         """Commit ended steps (and the jobs they end); when the commit fails, memory goes
         back to what the store holds: the jobs as stored, the steps running again."""
         jobs = jobs or []
+        self.ctl.changed(j for j, _k, _d in jobs)  # their listed fragments are stale (ctld.listing)
         try:
             self.store.record_steps(now, steps, jobs)
         except StorageError:

@@ -18,6 +18,7 @@ from muster.core.states import JobState, Reason
 from muster.ctld.controller import Controller, Identity
 from muster.ctld.hetindex import with_id_sets
 from muster.ctld.listing import JobListing
+from muster.ctld.steps import StepBook
 from muster.ctld.store import Store
 from muster.ctld.wire import job_wire
 
@@ -109,6 +110,33 @@ def _progress(ctl: Controller, job_id: int) -> None:
     ctl.jobs[job_id].progress = {"step": 10}
 
 
+def _interactive(ctl: Controller) -> int:
+    job_id = _submit(ctl, name="salloc", interactive=True)
+    ctl.launches.apply_starts([_Start(job_id, "node1")], ctl.clock.now())
+    ctl.launches.launch_done(job_id)
+    return job_id
+
+
+def _released(ctl: Controller, job_id: int) -> None:
+    # salloc releases its allocation: committed with its steps (StepBook._commit)
+    StepBook(ctl, b"k" * 32).complete_allocation(ctl.jobs[job_id], ALICE, 0, 0)
+
+
+def _grace_over(ctl: Controller, job_id: int) -> None:
+    # a preemption's marks, cleared without a commit once its victim is no longer running
+    job = ctl.jobs[job_id]
+    job.preempted_by = job.preempt_deadline = job.preempt_mode = None
+
+
+def _preempted(ctl: Controller) -> int:
+    job_id = _started(ctl)
+    job = ctl.jobs[job_id]
+    with ctl.atomic(job):
+        job.preempted_by, job.preempt_deadline, job.preempt_mode = 1, 1060.0, "REQUEUE"
+        ctl.record(1000.0, [(job, "preempt", {"by": 1})])
+    return job_id
+
+
 CHANGES: dict[str, tuple[Callable[[Controller], int], Callable[[Controller, int], None]]] = {
     "update of a pending job": (_submit, _update),
     "update of partition, nodes and priority": (_submit, _move),
@@ -121,16 +149,21 @@ CHANGES: dict[str, tuple[Callable[[Controller], int], Callable[[Controller, int]
     "cancel of a running job": (_started, _cancel),
     "a scheduling pass": (_submit, _pass),
     "a progress report": (_started, _progress),
+    "a preemption's marks cleared": (_preempted, _grace_over),
+    "an allocation released": (_interactive, _released),
 }
 
 
+@pytest.mark.parametrize("check", [False, True], ids=["production", "checking"])
 @pytest.mark.parametrize("change", CHANGES)
-def test_a_listing_after_a_change_is_the_uncached_one_and_encodes_only_that_job(ctl: Controller, change: str) -> None:
+def test_a_listing_after_a_change_is_the_uncached_one_and_encodes_only_that_job(
+    ctl: Controller, change: str, check: bool
+) -> None:
     make, act = CHANGES[change]
     for _ in range(3):
         _submit(ctl, name="other")
     job_id = make(ctl)
-    listing = JobListing(ctl.job_versions)
+    listing = JobListing(ctl.job_versions, check=check)
     _check(ctl, listing)
     before = listing.encoded
     _check(ctl, listing)
@@ -141,7 +174,7 @@ def test_a_listing_after_a_change_is_the_uncached_one_and_encodes_only_that_job(
 
 
 def test_submitting_adds_a_job_and_purging_forgets_it(ctl: Controller) -> None:
-    listing = JobListing(ctl.job_versions)
+    listing = JobListing(ctl.job_versions, check=True)
     first = _submit(ctl)
     _check(ctl, listing)
     second = _submit(ctl, array="1-3")
@@ -159,7 +192,7 @@ def test_submitting_adds_a_job_and_purging_forgets_it(ctl: Controller) -> None:
 
 def test_a_running_jobs_run_time_is_that_of_the_request(ctl: Controller) -> None:
     job_id = _started(ctl)
-    listing = JobListing(ctl.job_versions)
+    listing = JobListing(ctl.job_versions, check=True)
     _check(ctl, listing)
     ctl.clock.advance(75.0)  # type: ignore[attr-defined]
     _check(ctl, listing)
@@ -170,7 +203,7 @@ def test_a_running_jobs_run_time_is_that_of_the_request(ctl: Controller) -> None
 
 def test_a_failed_commit_leaves_no_stale_fragment(ctl: Controller, monkeypatch: pytest.MonkeyPatch) -> None:
     job_id = _submit(ctl)
-    listing = JobListing(ctl.job_versions)
+    listing = JobListing(ctl.job_versions, check=True)
     _check(ctl, listing)
 
     def fail(*_a: object, **_k: object) -> None:
@@ -186,7 +219,7 @@ def test_a_failed_commit_leaves_no_stale_fragment(ctl: Controller, monkeypatch: 
 def test_one_jobs_query_encodes_that_job_alone(ctl: Controller) -> None:
     for _ in range(20):
         _submit(ctl)
-    listing = JobListing(ctl.job_versions)
+    listing = JobListing(ctl.job_versions, check=True)
     job = ctl.jobs[7]
     assert json.loads(listing.fragment(job, 1000.0, False, ctl.jobs)) == json.loads(json.dumps(job_wire(job, 1000.0)))
     assert listing.encoded == 1
@@ -195,7 +228,7 @@ def test_one_jobs_query_encodes_that_job_alone(ctl: Controller) -> None:
 
 def test_a_heterogeneous_jobs_id_set_follows_its_components_in_memory(ctl: Controller) -> None:
     jobs = ctl.hets.submit([JobSpec(**SCRIPT), JobSpec(**{**SCRIPT, "script": None}), JobSpec(**SCRIPT)], ALICE)
-    listing = JobListing(ctl.job_versions)
+    listing = JobListing(ctl.job_versions, check=True)
     _check(ctl, listing)
     body = json.loads(listing.body(list(ctl.jobs.values()), 1000.0, False, ctl.jobs))
     assert {j["het_job_id_set"] for j in body["jobs"]} == {f"{jobs[0].job_id}-{jobs[-1].job_id}"}
@@ -206,7 +239,7 @@ def test_a_heterogeneous_jobs_id_set_follows_its_components_in_memory(ctl: Contr
 def test_a_narrowed_listing_is_cached_and_follows_changes(ctl: Controller) -> None:
     from muster.ctld.listing import select
 
-    listing = JobListing(ctl.job_versions)
+    listing = JobListing(ctl.job_versions, check=True)
     running, waiting = _started(ctl), _submit(ctl, name="wait", comment="c")
     narrow = select(["job_id", "run_time", "spec.name", "state"])
     now = ctl.clock.now()
@@ -231,7 +264,7 @@ def test_a_narrowed_listing_is_cached_and_follows_changes(ctl: Controller) -> No
 
 
 def test_fragments_of_live_jobs_in_several_views_are_not_copied_at_every_listing(ctl: Controller) -> None:
-    listing = JobListing(ctl.job_versions)
+    listing = JobListing(ctl.job_versions, check=True)
     for _ in range(3):
         _submit(ctl)
     for view in ((True, None), (True, ("job_id",)), (True, ("job_id", "state")), (False, None)):
@@ -241,3 +274,18 @@ def test_fragments_of_live_jobs_in_several_views_are_not_copied_at_every_listing
     listing.prune(ctl.jobs, slack=0)
     assert all(listing._views[k] is v for k, v in views.items())  # nothing to forget: not rebuilt
     assert sum(len(v) for v in views.values()) == 12
+
+
+def test_checking_names_a_field_changed_without_a_new_version(ctl: Controller) -> None:
+    """Production compares only ``VOLATILE`` fields at each request; the test suite's
+    controllers check all of them, so that a writer outside ``record`` is found."""
+    job_id = _submit(ctl)
+    listing = JobListing(ctl.job_versions, check=True)
+    now = ctl.clock.now()
+    listing.body(list(ctl.jobs.values()), now, True, ctl.jobs)
+    listing.fragment(ctl.jobs[job_id], now, False, ctl.jobs)
+    ctl.jobs[job_id].system_comment = "written without a commit"
+    with pytest.raises(AssertionError, match=f"job {job_id}: system_comment changed without a new version"):
+        listing.body(list(ctl.jobs.values()), now, True, ctl.jobs)
+    with pytest.raises(AssertionError, match="system_comment"):
+        listing.fragment(ctl.jobs[job_id], now, False, ctl.jobs)
