@@ -21,7 +21,7 @@ def _ts(epoch: object, none: str = "Unknown") -> str:
 
 
 def _mem(mb: object) -> str:
-    from muster.core.resources import format_mem
+    from muster.core.memtext import format_mem
 
     return format_mem(int(mb or 0))  # type: ignore[arg-type]
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from muster.core.memtext import format_mem  # noqa: F401 - re-exported: resources is where callers look
+
 _MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)B?\s*$", re.IGNORECASE)
 _MEM_FACTORS = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "P": 1024**3}
 
@@ -20,15 +22,6 @@ def parse_mem_mb(text: str) -> int:
         raise ValueError(f"Invalid memory specification: {text}")
     value = float(m.group(1)) * _MEM_FACTORS[m.group(2).upper()]
     return int(-(-value // 1))  # round up: never give less than asked for
-
-
-def format_mem(mb: int) -> str:
-    """TRES style: ``2000M``, ``125G``, ``1000G``: G when it divides evenly."""
-    if mb and mb % 1024 == 0:
-        if mb % (1024 * 1024) == 0:
-            return f"{mb // (1024 * 1024)}T"
-        return f"{mb // 1024}G"
-    return f"{mb}M"
 
 
 class GresRequest:

@@ -5,8 +5,8 @@ commands that print times (squeue, sinfo, scontrol) import neither the parsers n
 errors they raise: start-up time. Pure: a timestamp is formatted from the epoch given.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: the commands that print times import this
+# module, and ``__future__`` would cost them ~0.1 ms.
 import time
 
 

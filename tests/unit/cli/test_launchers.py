@@ -43,6 +43,21 @@ def test_the_busiest_commands_run_without_importing_os(command: str, tmp_path: P
     assert out.stdout.split()[-3:] == ["0", "False", "False"]
 
 
+# What those commands import as they run (``squeue -j``, ``sinfo``, ``scontrol show job``,
+# ``show node``), not at start: as light, without ``__future__`` and without ``re``.
+AT_RUN_TIME = ("muster.core.arrays", "muster.core.timetext", "muster.core.hostlist", "muster.core.memtext")
+
+
+@pytest.mark.parametrize("module", AT_RUN_TIME)
+def test_what_the_busiest_commands_import_as_they_run_is_as_light(module: str) -> None:
+    code = (
+        f"import sys; sys.path.append({import_root()!r}); import {module};"
+        "print(' '.join(m for m in ('__future__', 're', 'enum', 'typing', 'os') if m in sys.modules) or '-')"
+    )
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["-"]
+
+
 def test_os_free_helpers_agree_with_os(monkeypatch: pytest.MonkeyPatch) -> None:
     from muster.cli import common
 
