@@ -48,6 +48,27 @@ def test_squeue_scontrol_and_update_agree_on_a_held_job(cluster: Harness) -> Non
     _ok(cluster.run(["scancel", str(job_id)]))
 
 
+def test_squeue_shows_the_same_jobs_whether_the_controller_or_squeue_selects_them(cluster: Harness) -> None:
+    # squeue checks again only what its query could not say (Filters.by_query): states,
+    # users and one name are the controller's; two names are checked by squeue itself.
+    tag = f"flt{os.getpid()}"
+    a = cluster.sbatch("-H", "-J", f"{tag}a", "--wrap", "true")
+    b = cluster.sbatch("-H", "-J", f"{tag}b", "--wrap", "true")
+
+    def ids(*args: str) -> list[str]:
+        return _ok(cluster.run(["squeue", "-h", "-o", "%i", *args])).split()
+
+    assert ids("-n", f"{tag}a") == [str(a)]
+    assert ids("-n", f"{tag}a", "-t", "PD", "-u", "root") == [str(a)]
+    assert ids("-n", f"{tag}a", "-t", "R") == []
+    assert ids("-n", f"{tag}a,{tag}b") == [str(a), str(b)]
+    _ok(cluster.run(["scancel", str(b)]))
+    assert ids("-n", f"{tag}b") == []
+    assert ids("-n", f"{tag}b", "-t", "CA") == [str(b)]
+    assert ids("-n", f"{tag}a,{tag}b", "-t", "all") == [str(a), str(b)]
+    _ok(cluster.run(["scancel", str(a)]))
+
+
 def test_a_released_job_runs(cluster: Harness) -> None:
     job_id = cluster.sbatch("-H", "-J", "rt-release", "--wrap", "true")
     _ok(cluster.run(["scontrol", "release", str(job_id)]))

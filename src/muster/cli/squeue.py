@@ -263,8 +263,11 @@ def _users(value: str | None) -> list[str]:
     return users
 
 
-def select(jobs: list[dict], req: Request) -> list[dict]:
-    return sort_jobs([j for j in jobs if req.filters.keep(j)], req.sort)
+def select(jobs: list[dict], req: Request, queried: bool = False) -> list[dict]:
+    """The jobs shown, in order. ``queried``: ``jobs`` are the controller's answer to
+    ``listing_query``, so only what that query could not say is checked here."""
+    f = req.filters
+    return sort_jobs(jobs if queried and f.by_query() else [j for j in jobs if f.keep(j)], req.sort)
 
 
 def long_header(now: float) -> str:
@@ -326,7 +329,7 @@ def to_json(jobs: list[dict], now: float) -> str:
 
 def run_once(req: Request) -> list[str]:
     jobs, now = fetch(req)
-    chosen = select(jobs, req)
+    chosen = select(jobs, req, queried=True)
     if not req.expand:
         chosen = merge_array_rows(chosen)
     if req.json:

@@ -82,6 +82,12 @@ class Filters:
             params.append("state=PD,R,S,CG")
         return ("?" + "&".join(params)) if params else ""
 
+    def by_query(self) -> bool:
+        """Whether ``query`` says all of it: the controller then sends only jobs ``keep``
+        keeps (it selects states, users, partitions and a single name alike)."""
+        client_side = self.job_ids or self.accounts or self.qos or self.reservations or self.nodes is not None
+        return not client_side and (not self.names or len(self.names) == 1)
+
     def keep(self, job: dict) -> bool:
         state = long_state(job)
         if self.states is None:

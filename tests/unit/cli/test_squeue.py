@@ -171,6 +171,13 @@ def test_user_and_name_filters(job_factory) -> None:
     assert _lines(jobs, ["-h", "-o", "%i", "-n", "x,y"]) == ["2"]
 
 
+def test_the_controllers_answer_is_checked_only_on_what_its_query_could_not_say(job_factory) -> None:
+    jobs = [job_factory(1, user="alice"), job_factory(2, user="root", state="COMPLETED")]
+    for argv, queried in ((["-u", "root"], [1, 2]), (["-t", "PD"], [1, 2]), (["-n", "x,y"], []), (["-A", "z"], [])):
+        req = squeue.parse_args(["-h", "-o", "%i", *argv], {})
+        assert [j["job_id"] for j in squeue.select(jobs, req, queried=True)] == queried, argv
+
+
 def test_unknown_user_is_an_error() -> None:
     with pytest.raises(CommandError, match="Invalid user: no-such-user-here"):
         squeue.parse_args(["-u", "no-such-user-here"], {})
@@ -253,9 +260,12 @@ def test_unreachable_controller(monkeypatch, capsys) -> None:
 
 def test_main_prints_the_queue(monkeypatch, capsys, jobs, reference) -> None:
     stdout, _ = reference("fmt_squeue_default.txt")
-    fake = _FakeController({"jobs": _queue(jobs), "now": 1796227645.0})
+    # What the controller answers to the default query: the jobs not ended.
+    shown = [j for j in _queue(jobs) if j["state"] in ("PENDING", "RUNNING", "SUSPENDED") or j.get("completing")]
+    fake = _FakeController({"jobs": shown, "now": 1796227645.0})
     monkeypatch.setattr(squeue, "connect", lambda prog: fake)
     assert squeue.main([]) == 0
+    assert "state=PD,R,S,CG" in fake.paths[0]
     assert capsys.readouterr().out.splitlines() == _without_array_job(stdout)
 
 
