@@ -50,7 +50,12 @@ from muster.ctld.hetindex import components
 from muster.ctld.wire import BRIEF_FIELDS, BRIEF_SPEC_KEYS, job_wire
 
 # The job's fields written outside a commit, compared at each request (the module's text).
-VOLATILE = ("priority", "reason", "planned_start", "planned_nodes", "progress") + (
+VOLATILE = (
+    "priority",
+    "reason",
+    "planned_start",
+    "planned_nodes",
+    "progress",
     "preempted_by",
     "preempt_deadline",
     "preempt_mode",
