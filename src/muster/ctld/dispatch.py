@@ -38,6 +38,21 @@ class Dispatcher:
     def __init__(self, controller: Controller, client: SignedClient) -> None:
         self.ctl = controller
         self.client = client
+        # The launches on their way, by job: a new time limit waits for its job's launch to
+        # be answered (sent at once, it could reach the agent before the job does, and be lost).
+        self._launching: dict[int, asyncio.Event] = {}
+
+    def _launches_begin(self, job_ids: list[int]) -> asyncio.Event:
+        answered = asyncio.Event()
+        for job_id in job_ids:
+            self._launching[job_id] = answered
+        return answered
+
+    def _launches_end(self, job_ids: list[int], answered: asyncio.Event) -> None:
+        for job_id in job_ids:
+            if self._launching.get(job_id) is answered:
+                del self._launching[job_id]
+        answered.set()
 
     def _url(self, node_name: str, path: str) -> str:
         node = self.ctl.nodes[node_name]
@@ -59,6 +74,9 @@ class Dispatcher:
                 body = _body(request)
                 await self._each(action.nodes, lambda node: self._post(node, "/v1/terminate", body))
             elif isinstance(action, NewLimit):
+                launching = self._launching.get(action.job_id)
+                if launching is not None:
+                    await launching.wait()
                 await self._post(
                     action.node, "/v1/update", _body(UpdateRequest(job_id=action.job_id, time_limit=action.time_limit))
                 )
@@ -128,6 +146,14 @@ class Dispatcher:
         """Several launches to ``host`` in one request (``/v1/launches``), each answer
         handled as ``_launch`` handles its own. Sent again (no answer) with those still
         wanted only; refused whole (an agent without that route), they go one by one."""
+        job_ids = [a.job.job_id for a in actions]
+        answered = self._launches_begin(job_ids)
+        try:
+            await self._launch_many(host, actions)
+        finally:
+            self._launches_end(job_ids, answered)
+
+    async def _launch_many(self, host: str, actions: list[Launch]) -> None:
         try:
             attempts = [a.job.restart_count for a in actions]
             sent = list(zip(actions, attempts, [self._launch_body(a.job) for a in actions], strict=True))
@@ -184,6 +210,13 @@ class Dispatcher:
         return job.state is JobState.RUNNING and job.restart_count == attempt and node is not None and node.responding
 
     async def _launch(self, action: Launch) -> None:
+        answered = self._launches_begin([action.job.job_id])
+        try:
+            await self._launch_one(action)
+        finally:
+            self._launches_end([action.job.job_id], answered)
+
+    async def _launch_one(self, action: Launch) -> None:
         job = action.job
         host = job.batch_host
         attempt = job.restart_count

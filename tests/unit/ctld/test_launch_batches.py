@@ -14,7 +14,7 @@ from muster.core.config import parse_config
 from muster.core.job import JobSpec, NodeAlloc
 from muster.core.states import JobState
 from muster.ctld import dispatch
-from muster.ctld.actions import Launch
+from muster.ctld.actions import Launch, NewLimit
 from muster.ctld.controller import Controller, Identity
 from muster.ctld.store import Store
 from muster.protocol.httpd import DaemonRequestError
@@ -100,3 +100,42 @@ def test_a_batch_refused_whole_goes_one_by_one(tmp_path: Any) -> None:
     asyncio.run(dispatch.Dispatcher(ctl, client).launch_many("node1", actions))  # type: ignore[arg-type]
     assert client.sent == [("/v1/launches", [1, 2]), ("/v1/launch", [1]), ("/v1/launch", [2])]
     assert not ctl.launching
+
+
+class _SlowLaunches:
+    """A launch answered only when the test says; every request noted as it is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.answer = asyncio.Event()
+
+    def url(self, addr: str, port: int, path: str) -> str:
+        return path
+
+    async def post(self, url: str, body: dict[str, Any], to: str | None = None) -> Any:
+        self.sent.append(url)
+        if url in ("/v1/launch", "/v1/launches"):
+            await self.answer.wait()
+            return {"answers": [{"ok": True}] * len(body["launches"])} if "launches" in body else {"ok": True}
+        return {"ok": True, "running": True}
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_new_time_limit_waits_for_its_jobs_launch(tmp_path: Any, n: int) -> None:
+    # scontrol update TimeLimit= just after the job started: sent at once, the limit could
+    # reach the agent before the job and find nothing to change.
+    ctl, actions = _running(tmp_path, n)
+    client = _SlowLaunches()
+    d = dispatch.Dispatcher(ctl, client)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        launch = asyncio.create_task(d.launch_many("node1", actions) if n > 1 else d.run(actions[0]))
+        limit = asyncio.create_task(d.run(NewLimit(node="node1", job_id=actions[-1].job.job_id, time_limit=2)))
+        await asyncio.sleep(0.05)
+        assert client.sent == ["/v1/launches" if n > 1 else "/v1/launch"]  # the limit waits
+        client.answer.set()
+        await asyncio.gather(launch, limit)
+        assert client.sent[-1] == "/v1/update"
+        assert not d._launching
+
+    asyncio.run(scenario())
