@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml
 # The Slurm commands start without site processing: launchers that name where muster is
 # imported from replace pip's console scripts (src/muster/cli/launchers.py; -I: whatever
 # PYTHONPATH says, the launchers name this checkout's install).
-$(LAUNCHERS): $(STAMP) src/muster/cli/launchers.py
+$(LAUNCHERS): $(STAMP) src/muster/cli/launchers.py src/muster/cli/client.c
 	$(BIN)/python -I -m muster.cli.launchers $(BIN)
 	touch $(LAUNCHERS)
 

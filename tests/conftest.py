@@ -16,6 +16,8 @@ from muster.cluster.local import ClusterShape
 # current against all of a job's fields, not only those it compares in production
 # (ctld.listing): a field changed without a new version fails the request.
 os.environ["MUSTER_CHECK_LISTING"] = "1"
+# The command servers the suite's commands start (cli.cmdserver) leave a minute after its end.
+os.environ.setdefault("MUSTER_CMD_SERVER_IDLE", "60")
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,9 @@ COMMANDS = (
 # The commands that run long (a job's tasks, an allocation's shell) keep the garbage collector
 # (module docstring).
 LONG_RUNNING = ("salloc", "srun")
+# The commands the compiled client hands to the user's command server (``cli.cmdserver``):
+# all but those that run a job's tasks or an allocation's shell in the terminal.
+SERVED = tuple(c for c in COMMANDS if c not in LONG_RUNNING)
 FLAGS = "-SP"  # one word: a shebang line passes everything after the interpreter as one argument
 MARK = "# muster launcher"
 
@@ -113,6 +116,60 @@ def write_launchers(bin_dir: str, python: str, root: str) -> list[str]:
     return written
 
 
+def client_id(python: str, root: str, libexec: str) -> str:
+    """This install's name for its server's socket: another checkout or venv has its own."""
+    import hashlib
+
+    return hashlib.sha256("\0".join((python, root, libexec)).encode()).hexdigest()[:16]
+
+
+def build_client(bin_dir: str, python: str, root: str) -> list[str]:
+    """Put the compiled client (``client.c``) in place of the served commands' launchers,
+    which move to ``BIN/../libexec/muster`` with the server's; returns the commands now
+    served. Without a C compiler, or where the client does not run, nothing changes."""
+    import shutil
+    import tempfile
+
+    compiler = shutil.which(os.environ.get("CC") or "cc")
+    served = [c for c in SERVED if os.path.isfile(os.path.join(bin_dir, c))]
+    if compiler is None or not served:
+        return []
+    libexec = os.path.join(os.path.dirname(bin_dir), "libexec", "muster")
+    os.makedirs(libexec, exist_ok=True)
+    for command in (*served, "cmdserver"):
+        path = os.path.join(libexec, command)
+        with open(f"{path}.muster-tmp", "w") as f:
+            f.write(launcher_text(python, root, command))
+        os.chmod(f"{path}.muster-tmp", 0o755)
+        os.replace(f"{path}.muster-tmp", path)
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "client.c")
+    client = os.path.join(libexec, "client")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "client")
+        cmd = [compiler, "-O2", "-o", out, source, f'-DMUSTER_LIBEXEC="{libexec}"']
+        cmd.append(f'-DMUSTER_ID="{client_id(python, root, libexec)}"')
+        try:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+            probe = os.path.join(tmp, "sbatch")
+            os.link(out, probe)
+            env = {**os.environ, "MUSTER_CMD_SERVER": "0"}
+            version = subprocess.run([probe, "--version"], env=env, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return []
+        if version.returncode != 0 or not version.stdout.startswith("slurm "):
+            return []
+        shutil.copy2(out, f"{client}.muster-tmp")
+    os.replace(f"{client}.muster-tmp", client)
+    for command in served:
+        path = os.path.join(bin_dir, command)
+        tmp_path = f"{path}.muster-tmp"
+        if os.path.exists(tmp_path):
+            os.unlink(tmp_path)
+        os.link(client, tmp_path)
+        os.replace(tmp_path, path)
+    return served
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0].startswith("-"):
@@ -128,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     written = write_launchers(bin_dir, python, root)
     sys.stdout.write(f"muster: {len(written)} commands in {bin_dir} start without site processing\n")
+    served = build_client(bin_dir, python, root)
+    if served:
+        sys.stdout.write(f"muster: {len(served)} of them run in a warm command server (cli/cmdserver.py)\n")
+    else:
+        sys.stdout.write("muster: no C compiler or no working client: every command starts its own interpreter\n")
     return 0
 
 

@@ -4,13 +4,23 @@ install``'s launchers run them without site processing (``cli.launchers``)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from muster.cli.launchers import COMMANDS, FLAGS, import_root, launcher_text, main, works, write_launchers
+from muster.cli.launchers import (
+    COMMANDS,
+    FLAGS,
+    SERVED,
+    import_root,
+    launcher_text,
+    main,
+    works,
+    write_launchers,
+)
 
 # What each command may import beyond the interpreter's own start (``python -S -c pass``):
 # os and what it needs, and muster itself. No enum, re, typing, collections, json or socket.
@@ -120,7 +130,8 @@ def _fake_bin(tmp_path: Path) -> Path:
     return bin_dir
 
 
-def test_launchers_replace_the_commands_scripts_and_run_them(tmp_path: Path) -> None:
+def test_launchers_replace_the_commands_scripts_and_run_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-compiler"))  # the client: the next test
     bin_dir = _fake_bin(tmp_path)
     assert main([str(bin_dir)]) == 0
     assert (bin_dir / "musterctld").read_text() == "#!/bin/sh\necho pip\n"  # a daemon keeps pip's
@@ -131,6 +142,31 @@ def test_launchers_replace_the_commands_scripts_and_run_them(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run([str(sbatch), "--version"], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.startswith("slurm 22.05")
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the commands keep their launchers")
+def test_with_a_compiler_the_served_commands_become_the_client(tmp_path: Path) -> None:
+    bin_dir = _fake_bin(tmp_path)
+    assert main([str(bin_dir)]) == 0
+    libexec = tmp_path / "libexec" / "muster"
+    for command in ("sbatch", "squeue"):  # the commands pip installed, both served
+        assert (bin_dir / command).read_bytes().startswith(b"\x7fELF")
+        assert os.path.samefile(bin_dir / command, libexec / "client")
+        assert (libexec / command).read_text().startswith(f"#!{bin_dir / 'python'} -SP\n")
+    assert "from muster.cli.cmdserver import main" in (libexec / "cmdserver").read_text()
+    # Told not to use a server, the client runs the command's launcher itself.
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "MUSTER_CMD_SERVER": "0"}
+    out = subprocess.run([str(bin_dir / "sbatch"), "--version"], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.startswith("slurm 22.05")
+    bad = subprocess.run([str(bin_dir / "sbatch"), "--no-such-option"], capture_output=True, text=True, env=env)
+    assert (bad.returncode, bad.stderr.splitlines()[0]) == (255, "sbatch: unrecognized option '--no-such-option'")
+    # Installed again, it is built again and nothing is left over.
+    assert main([str(bin_dir)]) == 0
+    assert not [p for p in (*bin_dir.iterdir(), *libexec.iterdir()) if p.name.endswith(".muster-tmp")]
+
+
+def test_served_commands_are_the_one_shot_ones() -> None:
+    assert set(SERVED) == set(COMMANDS) - {"srun", "salloc"}
 
 
 def test_a_root_muster_cannot_be_imported_from_keeps_pips_scripts(tmp_path: Path) -> None:

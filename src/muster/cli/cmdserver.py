@@ -1,0 +1,483 @@
+"""The command server: one user's Slurm commands, run from an interpreter already warm.
+
+A command written in Python pays the interpreter's start before its first line: ~5 ms on
+this project's 2-core machine, more than Slurm's whole ``squeue``. The compiled client
+(``client.c``, installed as the commands by ``muster.cli.launchers``) instead hands its
+command to this server, started by the first command a user runs and left when idle:
+
+* The server imports every one-shot command once, then keeps ``READY`` processes forked
+  from itself waiting on its socket. The one that accepts a client runs that command and
+  exits; the server forks another when it has ended. A command thus starts from a fork,
+  with its modules imported and the forking off its path.
+* The runner takes the client's arguments, environment, working directory, umask,
+  resource limits, ignored signals and its stdin, stdout and stderr, as if the client had
+  run it, and ends with what the interpreter would have done (the status, a traceback, a
+  death by SIGINT). The client forwards the signals it gets (Ctrl-C) to the runner and
+  exits as the runner did: with its status, or by the same signal.
+* What a fork cannot copy exactly it refuses, and the client then runs the command's
+  Python launcher itself, as every command ran before: a client of another user or group
+  (peer credentials, real ids, supplementary groups), other ``PYTHON*`` variables than
+  the server started with, limits it cannot set, a command it does not serve, or muster's
+  own code changed since the server imported it (the server then leaves, and the next
+  command starts a new one).
+
+Trust: the socket is in ``/tmp/muster-cmd-UID``, which the client accepts only when it is
+the user's own directory closed to everyone else, and each side checks the other's peer
+credentials. A runner never serves another user: it does not even answer one.
+
+The server leaves after ``MUSTER_CMD_SERVER_IDLE`` seconds without a command (600 by
+default), when its socket is removed or replaced, or on SIGTERM; ``MUSTER_CMD_SERVER=0``
+makes the client run every command itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib
+import io
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+from typing import NoReturn, TextIO
+
+from muster.cli.launchers import SERVED
+
+READY = 2  # runners waiting on the socket
+CHECK = 5.0  # seconds between the server's checks of its socket and its idle time
+MAGIC = b"MUS1"
+# What the commands import as they run, beyond their own modules: imported once by the server
+# (the TLS path, ssl included, costs a command started alone several milliseconds).
+WARM = (
+    "grp",
+    "pwd",
+    "shlex",
+    "muster.cli.directives",
+    "muster.cli.failover",
+    "muster.cli.hetargs",
+    "muster.cli.jobarrays",
+    "muster.cli.reservation",
+    "muster.cli.scontrol_ha",
+    "muster.cli.scontrol_records",
+    "muster.cli.scontrol_steps",
+    "muster.cli.scontrol_token",
+    "muster.cli.scontrol_topology",
+    "muster.cli.scontrol_update",
+    "muster.cli.sinfo_fields",
+    "muster.cli.slurmjson",
+    "muster.cli.squeue_fields",
+    "muster.cli.squeue_filters",
+    "muster.cli.squeue_steps",
+    "muster.core.arrays",
+    "muster.core.conftext",
+    "muster.core.errors",
+    "muster.core.hostlist",
+    "muster.core.memtext",
+    "muster.core.optionvalues",
+    "muster.core.statenames",
+    "muster.core.timetext",
+    "muster.core.tlsconf",
+    "muster.protocol.client",
+    "muster.protocol.tls",
+    "muster.protocol.tlsclient",
+    "muster.protocol.wirejson",
+)
+PID = struct.Struct("=i")
+
+
+def idle_limit() -> float:
+    try:
+        return float(os.environ.get("MUSTER_CMD_SERVER_IDLE", "600"))
+    except ValueError:
+        return 600.0
+
+
+class Refused(Exception):
+    """A request this server's fork cannot run as the client would: the client runs it."""
+
+
+class Request:
+    """What a client sent: the fields of ``client.c``'s body and its four descriptors."""
+
+    def __init__(self, body: bytes, fds: list[int]) -> None:
+        fields = body.split(b"\0")
+        if len(fds) != 4 or len(fields) < 8:
+            raise Refused("a malformed request")
+        self.fds = fds
+        self.command = fields[0].decode()
+        self.umask = int(fields[1], 8)
+        self.ignored = int(fields[2])
+        self.ids = tuple(int(x) for x in fields[3].split(b":"))
+        self.groups = {int(x) for x in fields[4].split(b",") if x}
+        self.limits = [limit(item) for item in fields[5].split(b",") if item]
+        argc = int(fields[6])
+        self.argv = [os.fsdecode(a) for a in fields[7 : 7 + argc]]
+        self.environ = dict(e.partition(b"=")[::2] for e in fields[7 + argc : -1] if b"=" in e)
+
+
+def limit(item: bytes) -> tuple[int, int, int]:
+    """``RESOURCE:SOFT:HARD`` (-1: unlimited)."""
+    number, soft, hard = (int(x) for x in item.split(b":"))
+    return number, soft, hard
+
+
+def read_request(conn: socket.socket) -> Request:
+    head, fds, _flags, _addr = socket.recv_fds(conn, 65536, 4)
+    try:
+        while len(head) < 8:
+            more = conn.recv(8 - len(head))
+            if not more:
+                raise Refused("the client went away")
+            head += more
+        if head[:4] != MAGIC:
+            raise Refused("not a muster client")
+        (length,) = struct.unpack("=I", head[4:8])
+        body = bytearray(head[8:])
+        while len(body) < length:
+            more = conn.recv(min(length - len(body), 1 << 20))
+            if not more:
+                raise Refused("the client went away")
+            body += more
+        return Request(bytes(body), fds)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def fingerprint() -> dict[str, int]:
+    """The modification times of muster's modules now imported."""
+    prints = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and (name == "muster" or name.startswith("muster.")):
+            try:
+                prints[path] = os.stat(path).st_mtime_ns
+            except OSError:
+                prints[path] = -1
+    return prints
+
+
+def stale(prints: dict[str, int]) -> bool:
+    for path, mtime in prints.items():
+        try:
+            if os.stat(path).st_mtime_ns != mtime:
+                return True
+        except OSError:
+            return True
+    return False
+
+
+NAMESPACES = ("mnt", "net", "uts", "ipc", "pid", "user", "cgroup")
+
+
+def place(pid: int | str) -> tuple[tuple[int, int] | None, ...]:
+    """A process's namespaces and root directory (``client.c``'s ``place``)."""
+    found: list[tuple[int, int] | None] = []
+    for path in (*(f"/proc/{pid}/ns/{kind}" for kind in NAMESPACES), f"/proc/{pid}/root"):
+        try:
+            st = os.stat(path)
+            found.append((st.st_dev, st.st_ino))
+        except OSError:
+            found.append(None)
+    return tuple(found)
+
+
+def check(req: Request, startup_env: dict[bytes, bytes]) -> None:
+    """Refuse what a fork of this server would run otherwise than the client itself."""
+    if req.command not in SERVED:
+        raise Refused(f"not a served command: {req.command}")
+    if req.ids != (os.getuid(), os.getgid()) or req.groups != set(os.getgroups()):
+        raise Refused("another identity")
+    python = {k: v for k, v in req.environ.items() if k.startswith(b"PYTHON")}
+    if python != {k: v for k, v in startup_env.items() if k.startswith(b"PYTHON")}:
+        raise Refused("other PYTHON variables")
+    import resource
+
+    for number, soft, hard in req.limits:
+        want = (resource.RLIM_INFINITY if soft < 0 else soft, resource.RLIM_INFINITY if hard < 0 else hard)
+        try:
+            if resource.getrlimit(number) != want:
+                resource.setrlimit(number, want)
+        except (OSError, ValueError) as e:
+            raise Refused(f"limit {number}: {e}") from None
+
+
+def become(req: Request) -> None:
+    """Take the client's place: its directory, umask, signals, descriptors, environment."""
+    os.fchdir(req.fds[3])
+    os.umask(req.umask)
+    for number in range(1, 32):
+        if req.ignored & (1 << number) and number not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(number, signal.SIG_IGN)
+    for fd in range(3):
+        os.dup2(req.fds[fd], fd)
+    for fd in req.fds:
+        os.close(fd)
+    environ = os.environb
+    environ.clear()  # putenv and unsetenv too: what the command starts inherits them
+    environ.update(req.environ)
+    import posix
+
+    posix.environ.clear()  # what muster.cli.common reads where os is not imported
+    posix.environ.update(req.environ)
+    time.tzset()
+    sys.argv = req.argv
+    tty = os.isatty(1)
+    sys.stdin = reopen(sys.stdin, 0, "r", -1)
+    sys.stdout = reopen(sys.stdout, 1, "w", 1 if tty else -1)  # line-buffered on a terminal, as there
+    sys.stderr = reopen(sys.stderr, 2, "w", 1)
+
+
+def reopen(stream: TextIO, fd: int, mode: str, buffering: int) -> TextIO:
+    """A standard stream on the client's descriptor, encoded as the interpreter's own."""
+    return io.TextIOWrapper(
+        open(fd, mode + "b", buffering=buffering if buffering != 1 else -1, closefd=False),  # noqa: SIM115
+        encoding=stream.encoding,
+        errors=stream.errors,
+        line_buffering=buffering == 1,
+        write_through=fd == 2,
+    )
+
+
+def run(command: str) -> int:
+    """The command's ``main``, ended as the interpreter ends a script: its status."""
+    module = importlib.import_module(f"muster.cli.{command}")
+    try:
+        status = module.main()
+    except SystemExit as e:
+        status = e.code
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        finish()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)  # the interpreter's way: die by the signal
+        raise
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    if status is None:
+        status = 0
+    elif not isinstance(status, int):
+        sys.stderr.write(f"{status}\n")
+        status = 1
+    return finish() or status & 0xFF
+
+
+def finish() -> int:
+    """What the interpreter does on the way out: exit functions, threads, flushing (a
+    failed flush is status 120, as there)."""
+    atexit._run_exitfuncs()
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        threading._shutdown()  # type: ignore[attr-defined]
+    failed = 0
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            failed = 120
+    return failed
+
+
+def populate() -> None:
+    """Copy now, while waiting, the pages the server's fork shares with it: a command then
+    writes its objects without a page fault each (MADV_POPULATE_WRITE, Linux 5.14)."""
+    try:
+        import ctypes
+
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split()
+                if fields[1][1] == "w" and fields[1][3] == "p" and not (len(fields) > 5 and fields[5].startswith("[v")):
+                    start, end = (int(x, 16) for x in fields[0].split("-"))
+                    madvise(start, end - start, 23)
+    except (OSError, AttributeError, ImportError):
+        pass
+
+
+class Server:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.env = dict(os.environb)
+        for name in (*(f"muster.cli.{c}" for c in SERVED), *WARM, "resource", "ctypes"):
+            importlib.import_module(name)
+        self.prints = fingerprint()
+        self.place = place("self")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        tmp = f"{path}.{os.getpid()}"
+        self.listener.bind(tmp)
+        self.listener.listen(128)
+        os.replace(tmp, path)  # atomically: a client never finds the path unbound
+        self.inode = os.stat(path).st_ino
+        self.control, self.reports = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.ready: set[int] = set()
+        self.running: dict[int, socket.socket] = {}
+        self.leaving = False
+        self.last = time.monotonic()
+        self.selector: selectors.BaseSelector | None = None
+
+    # --- the runner -------------------------------------------------------------------------
+
+    def runner(self) -> NoReturn:
+        status = 0
+        try:
+            signal.set_wakeup_fd(-1)
+            for number in (signal.SIGCHLD, signal.SIGTERM):
+                signal.signal(number, signal.SIG_DFL)
+            self.control.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            if self.selector is not None:
+                self.selector.close()
+            for conn in self.running.values():  # other commands' clients: theirs to end
+                conn.close()
+            server = os.getppid()
+            populate()
+            self.listener.settimeout(CHECK)
+            while True:
+                try:
+                    conn, _ = self.listener.accept()
+                    break
+                except TimeoutError:
+                    if os.getppid() != server:
+                        os._exit(0)
+            self.listener.close()
+            status = self.serve(conn)
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+        os._exit(status)
+
+    def serve(self, conn: socket.socket) -> int:
+        conn.settimeout(CHECK)
+        peer = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        if (peer[1], peer[2]) != (os.geteuid(), os.getegid()):
+            return 0  # never serve, nor answer, another user
+        try:
+            req = read_request(conn)
+            if place(peer[0]) != self.place:
+                raise Refused("another namespace or root directory")
+            if stale(self.prints):
+                self.reports.send(b"stale")
+                raise Refused("muster's code changed")
+            check(req, self.env)
+        except (Refused, OSError, ValueError):
+            conn.sendall(b"F")
+            return 0
+        conn.settimeout(None)
+        conn.sendall(b"P" + PID.pack(os.getpid()))
+        try:  # the server reports a death by a signal; one leaving reports nothing
+            socket.send_fds(self.reports, [PID.pack(os.getpid())], [conn.fileno()])
+        except OSError:
+            pass
+        become(req)
+        status = run(req.command)
+        try:
+            conn.sendall(b"X" + PID.pack(status << 8))  # a wait status: the client need not wait for our exit
+        except OSError:
+            pass
+        return status
+
+    # --- the server -------------------------------------------------------------------------
+
+    def fork_runner(self) -> None:
+        pid = os.fork()
+        if pid == 0:
+            self.runner()
+        self.ready.add(pid)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.ready.discard(pid)
+            conn = self.running.pop(pid, None)
+            if conn is not None:
+                try:
+                    conn.sendall(b"X" + PID.pack(status))  # ignored where the runner said it first
+                except OSError:
+                    pass
+                conn.close()
+
+    def ours(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino == self.inode
+        except OSError:
+            return False
+
+    def loop(self) -> None:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "leaving", True))
+        self.control.setblocking(False)
+        selector = self.selector = selectors.DefaultSelector()
+        selector.register(self.control, selectors.EVENT_READ)
+        selector.register(self.wake_r, selectors.EVENT_READ)
+        gc.disable()
+        gc.freeze()  # the runners share the server's objects: no collection copies their pages
+        limit = idle_limit()
+        while not (self.leaving and not self.running):
+            while not self.leaving and len(self.ready) < READY:
+                self.fork_runner()
+            selector.select(CHECK)
+            # Reports first: a runner reports before it runs, so one that has ended is known.
+            self.take_reports()
+            try:
+                os.read(self.wake_r, 4096)
+            except BlockingIOError:
+                pass
+            self.reap()
+            if time.monotonic() - self.last > limit or not self.ours():
+                self.leaving = True
+            if self.leaving:
+                self.shutdown()
+
+    def take_reports(self) -> None:
+        while True:
+            try:
+                msg, fds, _flags, _addr = socket.recv_fds(self.control, 16, 1)
+            except BlockingIOError:
+                return
+            if msg == b"stale":
+                self.leaving = True
+            elif fds and len(msg) == PID.size:
+                pid = PID.unpack(msg)[0]
+                self.ready.discard(pid)
+                self.running[pid] = socket.socket(fileno=fds[0])
+                self.last = time.monotonic()
+            else:
+                for fd in fds:
+                    os.close(fd)
+
+    def shutdown(self) -> None:
+        """Take the socket away. The waiting runners are left alone (one may have taken a
+        command just now); each leaves by itself once it sees the server gone."""
+        if self.ours():
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: cmdserver SOCKET (started by the commands' client)\n")
+        return 2
+    Server(args[0]).loop()
+    return 0

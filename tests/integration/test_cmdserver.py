@@ -1,0 +1,266 @@
+"""The commands run in the user's warm command server (``cli.cmdserver``, through the compiled
+client ``cli/client.c``) exactly as they would by themselves: what they print, their
+status, the directory, input, environment, umask and signals they get; and where the
+server cannot take a command, or must not be trusted, the client runs it itself."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import muster.cli.sdiag as sdiag
+from harness import BIN, Harness, ensure_user
+from muster.cli.launchers import client_id, import_root
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not open(os.path.join(BIN, "squeue"), "rb").read(4) == b"\x7fELF",
+        reason="this install has no compiled client (no C compiler at install time)",
+    ),
+]
+
+LIBEXEC = os.path.join(os.path.dirname(BIN), "libexec", "muster")
+DIRECT = {"MUSTER_CMD_SERVER": "0"}
+
+
+def live_socket(uid: int = 0) -> str | None:
+    """The socket of this install's server for ``uid`` that has a server (the name ends in a
+    hash of the namespaces, ``client.c``'s ``place``; a server killed may leave its socket)."""
+    prefix = client_id(os.path.join(BIN, "python"), import_root(), LIBEXEC)
+    for sock in glob.glob(f"/tmp/muster-cmd-{uid}/{prefix}-*.sock"):
+        if server_pids(sock):
+            return sock
+    return None
+
+
+def server_pids(sock: str) -> list[int]:
+    """The server of ``sock`` and its waiting runners."""
+    out = subprocess.run(["pgrep", "-f", f"cmdserver {sock}"], capture_output=True, text=True).stdout
+    return [int(pid) for pid in out.split()]
+
+
+def wait_for(predicate, timeout: float = 15.0) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def served(h: Harness) -> str:
+    """The socket of a server that runs: the first command starts one."""
+    h.run(["sinfo"])
+    assert wait_for(lambda: (sock := live_socket()) is not None and len(server_pids(sock)) >= 3), "no server"
+    sock = live_socket()
+    assert sock is not None
+    return sock
+
+
+def exe(pid: int) -> str:
+    return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["squeue"],
+        ["sinfo", "-N", "-o", "%N %T %c %G"],
+        ["scontrol", "show", "partition"],
+        ["sbatch", "--version"],
+        ["sbatch", "--no-such-option"],
+        ["scontrol", "show", "job", "999999"],
+        ["squeue", "-o", "%i %j", "-j", "999999"],
+        ["sacct", "-X", "-n", "-j", "999999"],
+    ],
+)
+def test_a_served_command_says_what_it_says_by_itself(cluster: Harness, argv: list[str]) -> None:
+    served(cluster)
+    through_server = cluster.run(argv)
+    by_itself = cluster.run(argv, env=DIRECT)
+    assert (through_server.returncode, through_server.stdout, through_server.stderr) == (
+        by_itself.returncode,
+        by_itself.stdout,
+        by_itself.stderr,
+    )
+
+
+def test_it_takes_the_clients_directory_input_environment_and_umask(cluster: Harness, tmp_path: Path) -> None:
+    served(cluster)
+    work = tmp_path / "work dir"
+    work.mkdir()
+    os.chmod(tmp_path, 0o755)
+    script = '#!/bin/sh\n#SBATCH -J from-stdin -o probe-%j.out\necho "$CMDSERVER_PROBE|$SLURM_UMASK|$TZ|$(pwd)"\n'
+    out = cluster.run(
+        "umask 027; exec sbatch --parsable",
+        input=script,
+        cwd=str(work),
+        env={"CMDSERVER_PROBE": "yes and more", "TZ": "America/New_York"},
+    )
+    assert out.returncode == 0, out.stderr
+    job = cluster.wait_job(int(out.stdout.strip()))
+    assert (job["state"], job["spec"]["name"], job["spec"]["workdir"]) == ("COMPLETED", "from-stdin", str(work))
+    probe = (work / f"probe-{job['job_id']}.out").read_text()
+    assert probe == f"yes and more|0027|America/New_York|{work}\n"
+    # The time zone is the client's: the same submit time, shown in New York and in UTC.
+    shown = {
+        tz: cluster.run(["scontrol", "show", "job", str(job["job_id"])], env={"TZ": tz}).stdout.split("SubmitTime=")[1][
+            :19
+        ]
+        for tz in ("America/New_York", "UTC")
+    }
+    assert shown["America/New_York"] != shown["UTC"]
+    direct = cluster.run(["scontrol", "show", "job", str(job["job_id"])], env={**DIRECT, "TZ": "America/New_York"})
+    assert direct.stdout.split("SubmitTime=")[1][:19] == shown["America/New_York"]
+
+
+def test_ctrl_c_reaches_the_command_and_the_client_dies_of_it(cluster: Harness) -> None:
+    served(cluster)
+    codes = {}
+    for mode, extra in (("served", {}), ("direct", DIRECT)):
+        p = subprocess.Popen(
+            ["sbatch", "--wait", "-J", f"ctrl-c-{mode}", "--wrap", "sleep 30"],
+            env={**cluster.env, **extra},
+            cwd=cluster.workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert wait_for(lambda: bool(cluster.run(["squeue", "-h", "-n", f"ctrl-c-{mode}", "-t", "R"]).stdout))  # noqa: B023
+        # Served, the process the caller started is the small client, not an interpreter.
+        assert exe(p.pid).startswith("python") == (mode == "direct")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        codes[mode] = p.returncode
+        cluster.run(["scancel", "-n", f"ctrl-c-{mode}"])
+    assert codes["served"] == codes["direct"] == 130
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"PYTHONWARNINGS": "ignore"},  # another PYTHON* setting than the server's
+        {"SLURM_JOB_ID": "4242"},  # in a job: nothing may outlive it
+    ],
+)
+def test_a_command_the_server_cannot_copy_runs_by_itself(cluster: Harness, env: dict[str, str]) -> None:
+    served(cluster)
+    p = subprocess.Popen(
+        ["sbatch", "--wait", "-J", "own-python", "--wrap", "sleep 30"],
+        env={**cluster.env, **env},
+        cwd=cluster.workdir,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert wait_for(lambda: bool(cluster.run(["squeue", "-h", "-n", "own-python"]).stdout))
+    assert exe(p.pid).startswith("python")
+    cluster.run(["scancel", "-n", "own-python"])
+    p.communicate(timeout=30)
+
+
+def test_a_socket_directory_the_user_does_not_own_alone_is_never_used(cluster: Harness) -> None:
+    uid = ensure_user("mustercmd")
+    planted = f"/tmp/muster-cmd-{uid}"
+    subprocess.run(["rm", "-rf", planted], check=True)
+    os.mkdir(planted, 0o777)  # root's, open to all: as another user could have made it
+    os.chmod(planted, 0o1777)
+    try:
+        out = cluster.run(["squeue", "-h", "-o", "%i", "-j", "999999"], uid=uid)
+        assert out.returncode == 1 and "Invalid job id" in out.stderr, out
+        time.sleep(0.5)
+        assert os.listdir(planted) == []  # no socket planted, no server started there
+    finally:
+        subprocess.run(["rm", "-rf", planted], check=True)
+    # Its own directory it makes closed to everyone else, with its own server.
+    out = cluster.run(["sinfo", "-h", "-o", "%P"], uid=uid)
+    assert out.returncode == 0 and out.stdout.strip() == "gpu*", out
+    st = os.stat(planted)
+    assert (st.st_uid, st.st_mode & 0o777) == (uid, 0o700)
+    assert wait_for(lambda: live_socket(uid) is not None)
+    sock = live_socket(uid)
+    assert sock is not None
+    for pid in server_pids(sock):
+        assert os.stat(f"/proc/{pid}").st_uid == uid
+    subprocess.run(["pkill", "-f", f"cmdserver {sock}"])
+
+
+def test_a_server_leaves_when_muster_changes_or_its_socket_goes(cluster: Harness) -> None:
+    sock = served(cluster)
+    server = the_server(sock)
+    module = sdiag.__file__
+    assert module is not None
+    before = os.stat(module)
+    try:
+        os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+        out = cluster.run(["sinfo", "-h", "-o", "%P"])  # refused as stale: run by the client itself
+        assert out.returncode == 0 and out.stdout.strip() == "gpu*"
+    finally:
+        os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert wait_for(lambda: server not in server_pids(sock))
+    sock = served(cluster)  # the next command starts a new one
+    server = the_server(sock)
+    os.unlink(sock)
+    assert wait_for(lambda: not server_pids(sock), timeout=20)  # it checks every 5 s
+
+
+def exe_ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def the_server(sock: str) -> int:
+    """The server of ``sock``: the one process of its name with runners (a runner of a
+    server that left is alone, for the few seconds until it sees that)."""
+    pids = server_pids(sock)
+    (server,) = [pid for pid in pids if exe_ppid(pid) not in pids and any(exe_ppid(p) == pid for p in pids)]
+    return server
+
+
+# A client written here, to reach a server as client.c would from where client.c never asks.
+RAW_CLIENT = """
+import os, socket, struct, sys
+fields = ["sbatch", "22", "0", f"{os.getuid()}:{os.getgid()}", ",".join(map(str, os.getgroups())), "", "2",
+          "sbatch", "--version", *(f"{k}={v}" for k, v in os.environ.items())]
+body = b"".join(f.encode() + b"\\0" for f in fields)
+conn = socket.socket(socket.AF_UNIX)
+conn.connect(sys.argv[1])
+cwd = os.open(".", os.O_RDONLY)
+socket.send_fds(conn, [b"MUS1" + struct.pack("=I", len(body)) + body], [0, 1, 2, cwd])
+replies = b""
+while chunk := conn.recv(64):
+    replies += chunk
+sys.stderr.write(repr(replies[:1]) + "\\n")
+"""
+
+
+@pytest.mark.skipif(subprocess.run(["unshare", "--net", "true"]).returncode != 0, reason="no network namespaces")
+def test_a_server_runs_nothing_for_a_client_in_another_namespace(cluster: Harness) -> None:
+    sock = f"/tmp/muster-cmd-0/test-{os.getpid()}.sock"  # a server of this test's own
+    server = subprocess.Popen([os.path.join(LIBEXEC, "cmdserver"), sock], env=cluster.env, stderr=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: len(server_pids(sock)) >= 3)
+        # It reads to the end: the server closes its side, and no other runner holds it open.
+        here = subprocess.run(
+            [sys.executable, "-c", RAW_CLIENT, sock], capture_output=True, text=True, env=cluster.env, timeout=20
+        )
+        assert (here.stdout.startswith("slurm 22.05"), here.stderr) == (True, "b'P'\n")  # runs, as the client would
+        elsewhere = subprocess.run(
+            ["unshare", "--net", sys.executable, "-c", RAW_CLIENT, sock],
+            capture_output=True,
+            text=True,
+            env=cluster.env,
+        )
+        assert (elsewhere.stdout, elsewhere.stderr) == ("", "b'F'\n")  # refused: run it yourself
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 0 and not os.path.exists(sock), err
+    assert wait_for(lambda: not server_pids(sock), timeout=20)  # its runners follow it within 5 s
