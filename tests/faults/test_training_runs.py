@@ -66,8 +66,10 @@ def test_a_failing_gpu_drains_its_node_and_the_job_runs_elsewhere(cluster: Harne
 SCRIPT = """#!/bin/sh
 #SBATCH --hang-timeout=0:06
 if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then
-  for i in 1 2 3; do echo "step $i" >> "$MUSTER_PROGRESS"; sleep 0.3; done
-  echo "checkpoint 2" >> "$MUSTER_PROGRESS"
+  # each line with its time: read at the agent's heartbeat, lines without one would all
+  # take the time of that reading, and the attempt would have no productive time
+  for i in 1 2 3; do echo "step $i $(date +%s.%N)" >> "$MUSTER_PROGRESS"; sleep 0.3; done
+  echo "checkpoint 2 $(date +%s.%N)" >> "$MUSTER_PROGRESS"
   # hangs: reports nothing more; dumps its stacks when muster signals it (SIGUSR1)
   {python} -c "import faulthandler, signal, time
 faulthandler.register(signal.SIGUSR1, file=open('{work}/stacks.$SLURM_JOB_ID', 'w'))

@@ -263,4 +263,4 @@ def test_a_server_runs_nothing_for_a_client_in_another_namespace(cluster: Harnes
         server.terminate()
         _, err = server.communicate(timeout=30)
     assert server.returncode == 0 and not os.path.exists(sock), err
-    assert wait_for(lambda: not server_pids(sock), timeout=20)  # its runners follow it within 5 s
+    assert wait_for(lambda: not server_pids(sock), timeout=10)  # its runners follow it at once

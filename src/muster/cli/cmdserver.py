@@ -37,6 +37,7 @@ import gc
 import importlib
 import io
 import os
+import select
 import selectors
 import signal
 import socket
@@ -318,6 +319,7 @@ class Server:
         os.replace(tmp, path)  # atomically: a client never finds the path unbound
         self.inode = os.stat(path).st_ino
         self.control, self.reports = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.life_r, self.life_w = os.pipe()  # its runners leave when it closes, whatever ends it
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
@@ -342,22 +344,31 @@ class Server:
                 self.selector.close()
             for conn in self.running.values():  # other commands' clients: theirs to end
                 conn.close()
-            server = os.getppid()
+            os.close(self.life_w)
             populate()
-            self.listener.settimeout(CHECK)
-            while True:
-                try:
-                    conn, _ = self.listener.accept()
-                    break
-                except TimeoutError:
-                    if os.getppid() != server:
-                        os._exit(0)
+            conn = self.accept()
             self.listener.close()
+            os.close(self.life_r)
             status = self.serve(conn)
         except BaseException:
             traceback.print_exc()
             status = 1
         os._exit(status)
+
+    def accept(self) -> socket.socket:
+        """The next client, or leave when the server has gone (its end of ``life`` closed,
+        however it ended)."""
+        self.listener.setblocking(False)  # the runners race for each client
+        while True:
+            readable, _, _ = select.select([self.listener.fileno(), self.life_r], [], [])
+            if self.life_r in readable:
+                os._exit(0)
+            try:
+                conn, _ = self.listener.accept()
+            except BlockingIOError:
+                continue  # another runner took it
+            conn.setblocking(True)
+            return conn
 
     def serve(self, conn: socket.socket) -> int:
         conn.settimeout(CHECK)
@@ -466,7 +477,7 @@ class Server:
 
     def shutdown(self) -> None:
         """Take the socket away. The waiting runners are left alone (one may have taken a
-        command just now); each leaves by itself once it sees the server gone."""
+        command just now); those still waiting leave as the server's life pipe closes."""
         if self.ours():
             try:
                 os.unlink(self.path)
