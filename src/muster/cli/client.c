@@ -40,6 +40,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef MUSTER_LIBEXEC
@@ -50,6 +51,8 @@
 #endif
 
 extern char **environ;
+
+#define STARTING 10 /* seconds a server may take to start before another is tried */
 
 static volatile sig_atomic_t runner;  /* the pid running the command, once known */
 static volatile sig_atomic_t pending; /* a signal that came before it was */
@@ -129,6 +132,19 @@ static int socket_path(char *out, size_t size) {
 /* Start a server in the background for the next command: its own session, no terminal,
  * none of this process's descriptors (a caller reading our stdout to its end would wait). */
 static void start_server(const char *sock) {
+    /* One start at a time: the commands that find no server while one is starting (~0.1 s)
+     * leave it to that one. A mark older than STARTING seconds is a start that failed. */
+    char mark[PATH_MAX];
+    struct stat st;
+    snprintf(mark, sizeof mark, "%s.starting", sock);
+    int fd = open(mark, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST && stat(mark, &st) == 0 && time(NULL) - st.st_mtime > STARTING) {
+        unlink(mark);
+        fd = open(mark, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+    }
+    if (fd < 0)
+        return;
+    close(fd);
     pid_t pid = fork();
     if (pid == 0) {
         static char server[PATH_MAX];

@@ -317,6 +317,10 @@ class Server:
         self.listener.bind(tmp)
         self.listener.listen(128)
         os.replace(tmp, path)  # atomically: a client never finds the path unbound
+        try:
+            os.unlink(f"{path}.starting")  # the client's mark: this start is done (client.c)
+        except OSError:
+            pass
         self.inode = os.stat(path).st_ino
         self.control, self.reports = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.life_r, self.life_w = os.pipe()  # its runners leave when it closes, whatever ends it
