@@ -30,6 +30,13 @@ function is registered or a thread still runs.
 cannot be imported that way (a zip, an import hook), every script is left as pip wrote it.
 Only the Slurm commands get launchers: the daemons and ``muster`` itself import third-party
 packages that ``site`` finds.
+
+Where a C compiler is at hand (``cc``, or ``$CC``), ``build_client`` then compiles
+``client.c`` and puts it in place of the ``SERVED`` commands (all but srun and salloc), whose
+launchers move to ``BIN/../libexec/muster`` beside the command server's (``cli.cmdserver``):
+the client hands each command to the user's warm server and runs the launcher itself
+whatever the server cannot take. A client that does not build, or does not run a probe
+command, leaves the launchers where they are.
 """
 
 from __future__ import annotations
