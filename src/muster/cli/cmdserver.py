@@ -286,6 +286,15 @@ def finish() -> int:
     return failed
 
 
+def report(conn: socket.socket, status: int) -> None:
+    """A runner's wait status to its client (ignored where the runner said it first)."""
+    try:
+        conn.sendall(b"X" + PID.pack(status))
+    except OSError:
+        pass
+    conn.close()
+
+
 def populate() -> None:
     """Copy now, while waiting, the pages the server's fork shares with it: a command then
     writes its objects without a page fault each (MADV_POPULATE_WRITE, Linux 5.14)."""
@@ -413,21 +422,24 @@ class Server:
         self.ready.add(pid)
 
     def reap(self) -> None:
+        ended: dict[int, int] = {}
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                break
             if pid == 0:
-                return
+                break
             self.ready.discard(pid)
             conn = self.running.pop(pid, None)
             if conn is not None:
-                try:
-                    conn.sendall(b"X" + PID.pack(status))  # ignored where the runner said it first
-                except OSError:
-                    pass
-                conn.close()
+                report(conn, status)
+            else:
+                ended[pid] = status
+        if ended:
+            # A runner reports before it runs: the report of one that ended before its
+            # report was read is in the queue now.
+            self.take_reports(ended)
 
     def ours(self) -> bool:
         try:
@@ -462,7 +474,8 @@ class Server:
             if self.leaving:
                 self.shutdown()
 
-    def take_reports(self) -> None:
+    def take_reports(self, ended: dict[int, int] | None = None) -> None:
+        """The runners' reports; a runner in ``ended`` has its status reported at once."""
         while True:
             try:
                 msg, fds, _flags, _addr = socket.recv_fds(self.control, 16, 1)
@@ -473,8 +486,12 @@ class Server:
             elif fds and len(msg) == PID.size:
                 pid = PID.unpack(msg)[0]
                 self.ready.discard(pid)
-                self.running[pid] = socket.socket(fileno=fds[0])
+                conn = socket.socket(fileno=fds[0])
                 self.last = time.monotonic()
+                if ended is not None and pid in ended:
+                    report(conn, ended[pid])
+                else:
+                    self.running[pid] = conn
             else:
                 for fd in fds:
                     os.close(fd)

@@ -1,0 +1,42 @@
+"""The command server's bookkeeping (``cli.cmdserver``): each runner's client hears how it
+ended, whichever the server learns first, the runner's report or its end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from muster.cli.launchers import import_root
+
+# Run in a process of its own: reaping there takes any child's status (waitpid(-1)).
+SCRIPT = """
+import os, socket, sys, time
+sys.path.insert(0, {root!r})
+from muster.cli.cmdserver import PID, Server
+
+server = Server.__new__(Server)
+server.ready, server.running, server.last = set(), {{}}, 0.0
+server.control, server.reports = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+server.control.setblocking(False)
+for order in ("report first", "end first"):
+    client, runner_side = socket.socketpair()
+    client.settimeout(10)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(3)
+    socket.send_fds(server.reports, [PID.pack(pid)], [runner_side.fileno()])  # reported, then ended
+    runner_side.close()
+    time.sleep(0.2)  # the runner has ended (a zombie) and its report waits
+    if order == "report first":
+        server.take_reports()
+    server.reap()
+    reply = client.recv(16)
+    print(order, reply[:1].decode(), PID.unpack(reply[1:5])[0] >> 8, len(server.running))
+"""
+
+
+def test_a_runner_that_ended_before_its_report_was_read_is_reported_to_its_client() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(root=import_root())], capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.splitlines() == ["report first X 3 0", "end first X 3 0"], out.stderr
