@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -224,43 +225,123 @@ def the_server(sock: str) -> int:
     return server
 
 
-# A client written here, to reach a server as client.c would from where client.c never asks.
+# A client written here, to reach a server as client.c would from where client.c never asks:
+# ``RAW_CLIENT SOCKET go|nogo ARGV...`` prints the kinds of the replies it had on stderr.
+# With ``nogo`` it never answers the runner's "P" with "G", as a client that gave up waiting.
 RAW_CLIENT = """
 import os, socket, struct, sys
-fields = ["sbatch", "22", "0", f"{os.getuid()}:{os.getgid()}", ",".join(map(str, os.getgroups())), "", "2",
-          "sbatch", "--version", *(f"{k}={v}" for k, v in os.environ.items())]
+sock, go, argv = sys.argv[1], sys.argv[2] == "go", sys.argv[3:]
+fields = [argv[0], "22", "0", f"{os.getuid()}:{os.getgid()}", ",".join(map(str, os.getgroups())), "",
+          str(len(argv)), *argv, *(f"{k}={v}" for k, v in os.environ.items())]
 body = b"".join(f.encode() + b"\\0" for f in fields)
 conn = socket.socket(socket.AF_UNIX)
-conn.connect(sys.argv[1])
-cwd = os.open(".", os.O_RDONLY)
-socket.send_fds(conn, [b"MUS1" + struct.pack("=I", len(body)) + body], [0, 1, 2, cwd])
-replies = b""
-while chunk := conn.recv(64):
-    replies += chunk
-sys.stderr.write(repr(replies[:1]) + "\\n")
+conn.connect(sock)
+conn.sendall(b"MUS1" + struct.pack("=I", len(body)) + body)
+kinds = ""
+while True:
+    try:
+        kind = conn.recv(1)
+    except ConnectionResetError:  # the runner closed with our "G" unread: it had refused
+        break
+    if not kind:
+        break
+    kinds += kind.decode()
+    if kind in (b"P", b"X"):
+        conn.recv(4, socket.MSG_WAITALL)
+    if kind == b"P":
+        if not go:
+            break
+        try:
+            socket.send_fds(conn, [b"G"], [0, 1, 2, os.open(".", os.O_RDONLY)])
+        except OSError:
+            pass  # refused already: its "F" follows
+sys.stderr.write(kinds + "\\n")
 """
 
 
-@pytest.mark.skipif(subprocess.run(["unshare", "--net", "true"]).returncode != 0, reason="no network namespaces")
-def test_a_server_runs_nothing_for_a_client_in_another_namespace(cluster: Harness) -> None:
-    sock = f"/tmp/muster-cmd-0/test-{os.getpid()}.sock"  # a server of this test's own
+@pytest.fixture
+def own_server(cluster: Harness) -> Iterator[str]:
+    """A server of the test's own, at a socket no client.c would use."""
+    sock = f"/tmp/muster-cmd-0/test-{os.getpid()}.sock"
     server = subprocess.Popen([os.path.join(LIBEXEC, "cmdserver"), sock], env=cluster.env, stderr=subprocess.PIPE)
     try:
         assert wait_for(lambda: len(server_pids(sock)) >= 3)
-        # It reads to the end: the server closes its side, and no other runner holds it open.
-        here = subprocess.run(
-            [sys.executable, "-c", RAW_CLIENT, sock], capture_output=True, text=True, env=cluster.env, timeout=20
-        )
-        assert (here.stdout.startswith("slurm 22.05"), here.stderr) == (True, "b'P'\n")  # runs, as the client would
-        elsewhere = subprocess.run(
-            ["unshare", "--net", sys.executable, "-c", RAW_CLIENT, sock],
-            capture_output=True,
-            text=True,
-            env=cluster.env,
-        )
-        assert (elsewhere.stdout, elsewhere.stderr) == ("", "b'F'\n")  # refused: run it yourself
+        yield sock
     finally:
         server.terminate()
         _, err = server.communicate(timeout=30)
     assert server.returncode == 0 and not os.path.exists(sock), err
     assert wait_for(lambda: not server_pids(sock), timeout=10)  # its runners follow it at once
+
+
+def raw(cluster: Harness, sock: str, go: str, *argv: str, prefix: tuple[str, ...] = ()) -> tuple[str, str]:
+    out = subprocess.run(
+        [*prefix, sys.executable, "-c", RAW_CLIENT, sock, go, *argv],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=cluster.workdir,
+        timeout=20,  # it reads to the end: no other runner holds its socket open
+    )
+    return out.stdout, out.stderr
+
+
+@pytest.mark.skipif(subprocess.run(["unshare", "--net", "true"]).returncode != 0, reason="no network namespaces")
+def test_a_server_runs_nothing_for_a_client_in_another_namespace(cluster: Harness, own_server: str) -> None:
+    out, kinds = raw(cluster, own_server, "go", "sbatch", "--version")
+    # It runs, as the client would. (The server's own report of the runner's end follows.)
+    assert (out.startswith("slurm 22.05"), kinds[:2]) == (True, "PX")
+    out, kinds = raw(cluster, own_server, "go", "sbatch", "--version", prefix=("unshare", "--net"))
+    assert (out, kinds[:2]) == ("", "PF")  # refused: run it yourself
+
+
+def test_a_runner_runs_nothing_until_its_client_says_go(cluster: Harness, own_server: str) -> None:
+    for go in ("nogo", "go"):
+        _, kinds = raw(cluster, own_server, go, "sbatch", "--hold", "-J", f"say-{go}", "--wrap", "true")
+        assert kinds[:2] == {"nogo": "P\n", "go": "PX"}[go]
+    time.sleep(1)  # what the runner left without "G" would have submitted by now
+    queued = cluster.run(["squeue", "-h", "-o", "%j", "-n", "say-nogo,say-go"]).stdout.split()
+    cluster.run(["scancel", "-n", "say-go"])
+    assert queued == ["say-go"]
+
+
+def test_a_stopped_server_costs_one_wait_and_the_command_runs_once(cluster: Harness) -> None:
+    sock = served(cluster)
+    before = os.stat(sock).st_ino
+    stopped = server_pids(sock)  # the server and its waiting runners: nobody takes a command
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        out = cluster.run(["sbatch", "--parsable", "--hold", "-J", "past-a-stop", "--wrap", "true"])
+        assert out.returncode == 0, out
+        # The client waited its ANSWER time, ran the command itself and took the socket away.
+        assert not os.path.exists(sock) or os.stat(sock).st_ino != before
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    # Continued, the old server finds its socket gone and leaves; its runner that takes the
+    # waiting connection finds the client gone and runs nothing.
+    assert wait_for(lambda: not set(stopped) & set(server_pids(sock)), timeout=30)
+    queued = cluster.run(["squeue", "-h", "-o", "%i", "-n", "past-a-stop"]).stdout.split()
+    cluster.run(["scancel", "-n", "past-a-stop"])
+    assert queued == [out.stdout.strip()]
+
+
+def test_a_command_whose_client_was_killed_is_hung_up_on(cluster: Harness) -> None:
+    sock = served(cluster)
+    p = subprocess.Popen(
+        ["sbatch", "--wait", "-J", "client-killed", "--wrap", "sleep 60"],
+        env=cluster.env,
+        cwd=cluster.workdir,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert wait_for(lambda: bool(cluster.run(["squeue", "-h", "-n", "client-killed", "-t", "R"]).stdout))
+        ours = os.readlink(f"/proc/self/fd/{p.stdout.fileno()}")  # type: ignore[union-attr]
+        (runner,) = [pid for pid in server_pids(sock) if os.readlink(f"/proc/{pid}/fd/1") == ours]
+        p.kill()
+        p.wait(timeout=10)
+        assert wait_for(lambda: not os.path.exists(f"/proc/{runner}"))  # SIGHUP, as a terminal closing
+    finally:
+        cluster.run(["scancel", "-n", "client-killed"])

@@ -22,9 +22,16 @@
  * The protocol (muster.cli.cmdserver reads it): "MUS1", the body's length (4 bytes, native
  * order), then the body: NUL-terminated fields -- the command, the umask, the ignored
  * signals, the real uid:gid, the groups, the resource limits, the number of arguments, the
- * arguments, then the environment to the end -- and with its first bytes the descriptors
- * 0, 1, 2 and the working directory. Replies: "P" and the pid of the process that runs the
- * command, "F" (run it yourself: nothing ran), "X" and a wait status. */
+ * arguments, then the environment to the end. Replies: "P" and the pid of the process that
+ * took the command, "F" (run it yourself: nothing ran), "X" and a wait status. The runner
+ * starts the command only once the client has answered "P" with "G" (go), which carries
+ * the descriptors 0, 1, 2 and the working directory. A client that had no "P" within
+ * ANSWER milliseconds (a stopped server, say) closes instead, runs the command itself, and
+ * removes the stuck server's socket so that the next command starts another: the command
+ * runs once, whichever side was slow, and none of the client's descriptors is left behind.
+ *
+ * MUSTER_CMD_SERVER=wait: where no server runs, start one and wait for it rather than run
+ * the command alone (muster up uses it to start the user's server). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +41,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -53,6 +61,7 @@
 extern char **environ;
 
 #define STARTING 10 /* seconds a server may take to start before another is tried */
+#define ANSWER 2000 /* milliseconds a server's runner may take to take the command */
 
 static volatile sig_atomic_t runner;  /* the pid running the command, once known */
 static volatile sig_atomic_t pending; /* a signal that came before it was */
@@ -237,21 +246,7 @@ static int request(struct buf *b, const char *name, int argc, char **argv, unsig
 }
 
 static int send_request(int sock, struct buf *b) {
-    int fds[4] = {0, 1, 2, open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)};
-    if (fds[3] < 0)
-        return -1;
-    char control[CMSG_SPACE(sizeof fds)];
-    memset(control, 0, sizeof control);
-    struct iovec iov = {b->data, b->len};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
-    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET, cmsg->cmsg_type = SCM_RIGHTS, cmsg->cmsg_len = CMSG_LEN(sizeof fds);
-    memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
-    ssize_t sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
-    close(fds[3]);
-    if (sent < 0)
-        return -1;
-    for (size_t done = (size_t)sent; done < b->len;) {
+    for (size_t done = 0; done < b->len;) {
         ssize_t n = send(sock, b->data + done, b->len - done, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
             continue;
@@ -260,6 +255,27 @@ static int send_request(int sock, struct buf *b) {
         done += (size_t)n;
     }
     return 0;
+}
+
+/* "G", with the descriptors the command takes: sent only to a runner that has answered, so
+ * that none of them waits in the socket of a server that never does (a caller reading our
+ * stdout to its end would wait with it). */
+static int send_go(int sock) {
+    int fds[4] = {0, 1, 2, open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)};
+    if (fds[3] < 0)
+        return -1;
+    char control[CMSG_SPACE(sizeof fds)];
+    memset(control, 0, sizeof control);
+    struct iovec iov = {"G", 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET, cmsg->cmsg_type = SCM_RIGHTS, cmsg->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
+    ssize_t sent;
+    while ((sent = sendmsg(sock, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+        ;
+    close(fds[3]);
+    return sent == 1 ? 0 : -1;
 }
 
 static int read_full(int sock, char *out, size_t n) {
@@ -281,6 +297,7 @@ int main(int argc, char **argv) {
     /* In a job, a command runs by itself: a job's processes end with it, and a server
      * started there would outlive it. */
     int in_job = getenv("SLURM_JOB_ID") || getenv("SLURM_JOBID");
+    int wait = off && strcmp(off, "wait") == 0;
     if ((off && strcmp(off, "0") == 0) || in_job || socket_path(sock_path, sizeof sock_path) != 0)
         direct(name, argc, argv);
     for (int fd = 0; fd < 3; fd++)
@@ -305,10 +322,18 @@ int main(int argc, char **argv) {
     int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     memcpy(addr.sun_path, sock_path, sizeof sock_path);
-    if (sock < 0 || connect(sock, (struct sockaddr *)&addr, sizeof addr) != 0) {
-        if (errno == ENOENT || errno == ECONNREFUSED)
-            start_server(sock_path);
-        direct(name, argc, argv);
+    struct stat bound;
+    if (sock < 0 || stat(sock_path, &bound) != 0 || connect(sock, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        if (sock < 0 || (errno != ENOENT && errno != ECONNREFUSED))
+            direct(name, argc, argv);
+        start_server(sock_path);
+        for (int tries = wait ? STARTING * 100 : 0;; tries--) {
+            if (tries <= 0)
+                direct(name, argc, argv);
+            usleep(10000);
+            if (stat(sock_path, &bound) == 0 && connect(sock, (struct sockaddr *)&addr, sizeof addr) == 0)
+                break;
+        }
     }
     struct ucred peer;
     socklen_t peer_len = sizeof peer;
@@ -318,6 +343,17 @@ int main(int argc, char **argv) {
         direct(name, argc, argv);
     free(b.data);
 
+    struct pollfd answer = {.fd = sock, .events = POLLIN};
+    int polled;
+    while ((polled = poll(&answer, 1, ANSWER)) < 0 && errno == EINTR)
+        ;
+    if (polled == 0) { /* no runner took it: a stuck server, whose runner will find us gone */
+        struct stat now;
+        if (stat(sock_path, &now) == 0 && now.st_ino == bound.st_ino && now.st_dev == bound.st_dev)
+            unlink(sock_path);
+        close(sock);
+        direct(name, argc, argv);
+    }
     char reply[5];
     for (;;) {
         if (read_full(sock, reply, 1) != 0) {
@@ -326,7 +362,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s: error: muster's command server ended before the command did\n", name);
             return 1;
         }
-        if (reply[0] == 'F' && runner == 0) {
+        if (reply[0] == 'F') { /* sent only before "G": nothing ran */
             close(sock);
             direct(name, argc, argv);
         }
@@ -338,6 +374,10 @@ int main(int argc, char **argv) {
             runner = value;
             if (pending)
                 kill(runner, pending);
+            if (send_go(sock) != 0) { /* the runner has gone without its "G": nothing ran */
+                close(sock);
+                direct(name, argc, argv);
+            }
         } else if (reply[0] == 'X') {
             if (WIFSIGNALED(value)) {
                 int sig = WTERMSIG(value);

@@ -33,23 +33,25 @@ makes the client run every command itself.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import importlib
 import io
 import os
 import select
-import selectors
 import signal
 import socket
 import struct
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from typing import NoReturn, TextIO
 
 from muster.cli.launchers import SERVED
 
 READY = 2  # runners waiting on the socket
+POPULATE_STEP = 256 << 10  # bytes copied between looks at the socket
 CHECK = 5.0  # seconds between the server's checks of its socket and its idle time
 MAGIC = b"MUS1"
 # What the commands import as they run, beyond their own modules: imported once by the server
@@ -103,13 +105,14 @@ class Refused(Exception):
 
 
 class Request:
-    """What a client sent: the fields of ``client.c``'s body and its four descriptors."""
+    """What a client sent: the fields of ``client.c``'s body (its four descriptors come with
+    its "G")."""
 
-    def __init__(self, body: bytes, fds: list[int]) -> None:
+    def __init__(self, body: bytes) -> None:
         fields = body.split(b"\0")
-        if len(fds) != 4 or len(fields) < 8:
+        if len(fields) < 8:
             raise Refused("a malformed request")
-        self.fds = fds
+        self.fds: list[int] = []
         self.command = fields[0].decode()
         self.umask = int(fields[1], 8)
         self.ignored = int(fields[2])
@@ -128,27 +131,34 @@ def limit(item: bytes) -> tuple[int, int, int]:
 
 
 def read_request(conn: socket.socket) -> Request:
-    head, fds, _flags, _addr = socket.recv_fds(conn, 65536, 4)
-    try:
-        while len(head) < 8:
-            more = conn.recv(8 - len(head))
-            if not more:
-                raise Refused("the client went away")
-            head += more
-        if head[:4] != MAGIC:
-            raise Refused("not a muster client")
-        (length,) = struct.unpack("=I", head[4:8])
-        body = bytearray(head[8:])
-        while len(body) < length:
-            more = conn.recv(min(length - len(body), 1 << 20))
-            if not more:
-                raise Refused("the client went away")
-            body += more
-        return Request(bytes(body), fds)
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
+    """Exactly the request: the client's "G" may follow it, with descriptors to keep."""
+    head = b""
+    while len(head) < 8:
+        more = conn.recv(8 - len(head))
+        if not more:
+            raise Refused("the client went away")
+        head += more
+    if head[:4] != MAGIC:
+        raise Refused("not a muster client")
+    (length,) = struct.unpack("=I", head[4:8])
+    body = bytearray(head[8:])
+    while len(body) < length:
+        more = conn.recv(min(length - len(body), 1 << 20))
+        if not more:
+            raise Refused("the client went away")
+        body += more
+    return Request(bytes(body))
+
+
+def take_go(conn: socket.socket) -> list[int] | None:
+    """The client's "G" and its descriptors 0, 1, 2 and working directory; None where the
+    client went away instead (it runs the command itself)."""
+    msg, fds, _flags, _addr = socket.recv_fds(conn, 1, 4)
+    if msg == b"G" and len(fds) == 4:
+        return fds
+    for fd in fds:
+        os.close(fd)
+    return None
 
 
 def fingerprint() -> dict[str, int]:
@@ -295,22 +305,26 @@ def report(conn: socket.socket, status: int) -> None:
     conn.close()
 
 
-def populate() -> None:
-    """Copy now, while waiting, the pages the server's fork shares with it: a command then
-    writes its objects without a page fault each (MADV_POPULATE_WRITE, Linux 5.14)."""
+def populate() -> Iterator[None]:
+    """Copy, while waiting, the pages the server's fork shares with it: a command then writes
+    its objects without a page fault each (MADV_POPULATE_WRITE, Linux 5.14). A step at a
+    time, so that a client that arrives meanwhile does not wait for the rest."""
     try:
         import ctypes
 
         madvise = ctypes.CDLL(None, use_errno=True).madvise
         madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         with open("/proc/self/maps") as maps:
-            for line in maps:
-                fields = line.split()
-                if fields[1][1] == "w" and fields[1][3] == "p" and not (len(fields) > 5 and fields[5].startswith("[v")):
-                    start, end = (int(x, 16) for x in fields[0].split("-"))
-                    madvise(start, end - start, 23)
+            lines = maps.read().splitlines()
     except (OSError, AttributeError, ImportError):
-        pass
+        return
+    for line in lines:
+        fields = line.split()
+        if fields[1][1] == "w" and fields[1][3] == "p" and not (len(fields) > 5 and fields[5].startswith("[v")):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            for at in range(start, end, POPULATE_STEP):
+                madvise(at, min(POPULATE_STEP, end - at), 23)
+                yield
 
 
 class Server:
@@ -340,7 +354,8 @@ class Server:
         self.running: dict[int, socket.socket] = {}
         self.leaving = False
         self.last = time.monotonic()
-        self.selector: selectors.BaseSelector | None = None
+        self.poller = select.poll()
+        self.watched: dict[int, int] = {}  # a running command's client socket: its runner
 
     # --- the runner -------------------------------------------------------------------------
 
@@ -353,16 +368,17 @@ class Server:
             self.control.close()
             os.close(self.wake_r)
             os.close(self.wake_w)
-            if self.selector is not None:
-                self.selector.close()
             for conn in self.running.values():  # other commands' clients: theirs to end
                 conn.close()
             os.close(self.life_w)
-            populate()
             conn = self.accept()
             self.listener.close()
             os.close(self.life_r)
             status = self.serve(conn)
+        except KeyboardInterrupt:  # Ctrl-C before the command started: die by it, as the interpreter
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+            status = 130
         except BaseException:
             traceback.print_exc()
             status = 1
@@ -370,12 +386,18 @@ class Server:
 
     def accept(self) -> socket.socket:
         """The next client, or leave when the server has gone (its end of ``life`` closed,
-        however it ended)."""
+        however it ended). Pages are copied (``populate``) between looks at the socket."""
         self.listener.setblocking(False)  # the runners race for each client
+        work: Iterator[None] | None = populate()
         while True:
-            readable, _, _ = select.select([self.listener.fileno(), self.life_r], [], [])
+            wanted = [self.listener.fileno(), self.life_r]
+            readable, _, _ = select.select(wanted, [], [], 0 if work is not None else None)
             if self.life_r in readable:
                 os._exit(0)
+            if not readable and work is not None:
+                if next(work, False) is False:
+                    work = None  # all copied: wait for clients only
+                continue
             try:
                 conn, _ = self.listener.accept()
             except BlockingIOError:
@@ -384,11 +406,18 @@ class Server:
             return conn
 
     def serve(self, conn: socket.socket) -> int:
+        """Take the client's command, and run it once the client says so (``G``): a client
+        that waited for its answer in vain has run the command itself, and closes instead."""
         conn.settimeout(CHECK)
         peer = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
         if (peer[1], peer[2]) != (os.geteuid(), os.getegid()):
             return 0  # never serve, nor answer, another user
+        try:  # the server hangs up on the runner if the client goes, and reports a death by a signal
+            socket.send_fds(self.reports, [PID.pack(os.getpid())], [conn.fileno()])
+        except OSError:
+            pass
         try:
+            conn.sendall(b"P" + PID.pack(os.getpid()))
             req = read_request(conn)
             if place(peer[0]) != self.place:
                 raise Refused("another namespace or root directory")
@@ -397,14 +426,14 @@ class Server:
                 raise Refused("muster's code changed")
             check(req, self.env)
         except (Refused, OSError, ValueError):
-            conn.sendall(b"F")
+            with contextlib.suppress(OSError):
+                conn.sendall(b"F")
             return 0
         conn.settimeout(None)
-        conn.sendall(b"P" + PID.pack(os.getpid()))
-        try:  # the server reports a death by a signal; one leaving reports nothing
-            socket.send_fds(self.reports, [PID.pack(os.getpid())], [conn.fileno()])
-        except OSError:
-            pass
+        fds = take_go(conn)
+        if fds is None:
+            return 0  # the client gave up on us: nothing ran
+        req.fds = fds
         become(req)
         status = run(req.command)
         try:
@@ -433,6 +462,7 @@ class Server:
             self.ready.discard(pid)
             conn = self.running.pop(pid, None)
             if conn is not None:
+                self.unwatch(conn)
                 report(conn, status)
             else:
                 ended[pid] = status
@@ -452,16 +482,18 @@ class Server:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "leaving", True))
         self.control.setblocking(False)
-        selector = self.selector = selectors.DefaultSelector()
-        selector.register(self.control, selectors.EVENT_READ)
-        selector.register(self.wake_r, selectors.EVENT_READ)
+        self.poller.register(self.control, select.POLLIN)
+        self.poller.register(self.wake_r, select.POLLIN)
         gc.disable()
         gc.freeze()  # the runners share the server's objects: no collection copies their pages
         limit = idle_limit()
         while not (self.leaving and not self.running):
             while not self.leaving and len(self.ready) < READY:
                 self.fork_runner()
-            selector.select(CHECK)
+            for fd, _events in self.poller.poll(CHECK * 1000):
+                if fd in self.watched:  # the client has gone: hang up on its command, as a terminal does
+                    self.poller.unregister(fd)
+                    os.kill(self.watched.pop(fd), signal.SIGHUP)
             # Reports first: a runner reports before it runs, so one that has ended is known.
             self.take_reports()
             try:
@@ -492,9 +524,15 @@ class Server:
                     report(conn, ended[pid])
                 else:
                     self.running[pid] = conn
+                    self.watched[conn.fileno()] = pid
+                    self.poller.register(conn, select.POLLRDHUP)  # not POLLIN: the client's bytes are the runner's
             else:
                 for fd in fds:
                     os.close(fd)
+
+    def unwatch(self, conn: socket.socket) -> None:
+        if self.watched.pop(conn.fileno(), None) is not None:
+            self.poller.unregister(conn)
 
     def shutdown(self) -> None:
         """Take the socket away. The waiting runners are left alone (one may have taken a

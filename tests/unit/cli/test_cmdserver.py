@@ -10,12 +10,13 @@ from muster.cli.launchers import import_root
 
 # Run in a process of its own: reaping there takes any child's status (waitpid(-1)).
 SCRIPT = """
-import os, socket, sys, time
+import os, select, socket, sys, time
 sys.path.insert(0, {root!r})
 from muster.cli.cmdserver import PID, Server
 
 server = Server.__new__(Server)
-server.ready, server.running, server.last = set(), {{}}, 0.0
+server.ready, server.running, server.watched, server.last = set(), {{}}, {{}}, 0.0
+server.poller = select.poll()
 server.control, server.reports = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
 server.control.setblocking(False)
 for order in ("report first", "end first"):
