@@ -177,6 +177,28 @@ def build_client(bin_dir: str, python: str, root: str) -> list[str]:
     return served
 
 
+def start_server(bin_dir: str, timeout: float = 15.0) -> bool:
+    """Start the user's command server now, where ``bin_dir``'s commands are the compiled
+    client and the user has not turned the server off (``muster up``: the session's first
+    commands are then served too, rather than racing the server's start). True once one
+    answers."""
+    client = os.path.join(bin_dir, "sbatch")
+    try:
+        with open(client, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                return False
+    except OSError:
+        return False
+    if os.environ.get("MUSTER_CMD_SERVER") == "0":
+        return False
+    env = {**os.environ, "MUSTER_CMD_SERVER": "wait"}
+    try:
+        done = subprocess.run([client, "--version"], env=env, capture_output=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0].startswith("-"):

@@ -348,6 +348,9 @@ def _cluster_command(args: argparse.Namespace) -> int:
             except (TimeoutError, RuntimeError) as e:
                 print(f"muster: error: {e}", file=sys.stderr)
                 return 1
+        from muster.cli.launchers import start_server
+
+        start_server(os.path.dirname(sys.executable))  # the user's first commands are served too
         n = len(cluster.config().nodes)
         print(
             f"muster: cluster up in {cluster.state_dir}: controller and {n} nodes"

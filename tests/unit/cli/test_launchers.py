@@ -18,6 +18,7 @@ from muster.cli.launchers import (
     import_root,
     launcher_text,
     main,
+    start_server,
     works,
     write_launchers,
 )
@@ -163,6 +164,29 @@ def test_with_a_compiler_the_served_commands_become_the_client(tmp_path: Path) -
     # Installed again, it is built again and nothing is left over.
     assert main([str(bin_dir)]) == 0
     assert not [p for p in (*bin_dir.iterdir(), *libexec.iterdir()) if p.name.endswith(".muster-tmp")]
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the commands keep their launchers")
+def test_start_server_brings_up_the_users_server_unless_turned_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = _fake_bin(tmp_path)
+    assert main([str(bin_dir)]) == 0
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    server = f"{tmp_path}/libexec/muster/cmdserver /tmp/muster-cmd-"
+
+    def servers() -> list[str]:
+        return subprocess.run(["pgrep", "-f", server], capture_output=True, text=True).stdout.split()
+
+    monkeypatch.setenv("MUSTER_CMD_SERVER", "0")
+    assert not start_server(str(bin_dir)) and servers() == []
+    monkeypatch.delenv("MUSTER_CMD_SERVER")
+    try:
+        assert start_server(str(bin_dir))
+        assert len(servers()) >= 1  # it answered: it runs, waiting for this install's commands
+    finally:
+        subprocess.run(["pkill", "-f", server])
+    assert not start_server(str(tmp_path))  # no client there: nothing to start
 
 
 def test_served_commands_are_the_one_shot_ones() -> None:
