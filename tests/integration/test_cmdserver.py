@@ -345,3 +345,26 @@ def test_a_command_whose_client_was_killed_is_hung_up_on(cluster: Harness) -> No
         assert wait_for(lambda: not os.path.exists(f"/proc/{runner}"))  # SIGHUP, as a terminal closing
     finally:
         cluster.run(["scancel", "-n", "client-killed"])
+
+
+def test_a_burst_of_commands_runs_each_exactly_once(cluster: Harness) -> None:
+    served(cluster)
+    burst = [
+        subprocess.Popen(
+            ["sbatch", "--parsable", "--hold", "-J", "burst", "--wrap", "true"],
+            env=cluster.env,
+            cwd=cluster.workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(24)  # many more than the runners waiting: the rest wait in the socket's queue
+    ]
+    outs = [p.communicate(timeout=60) for p in burst]
+    try:
+        assert [p.returncode for p in burst] == [0] * len(burst), outs
+        submitted = sorted(out.strip() for out, _ in outs)
+        queued = sorted(cluster.run(["squeue", "-h", "-o", "%i", "-n", "burst"]).stdout.split())
+        assert queued == submitted and len(set(submitted)) == len(burst)
+    finally:
+        cluster.run(["scancel", "-n", "burst"])
