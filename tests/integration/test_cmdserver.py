@@ -58,9 +58,15 @@ def wait_for(predicate, timeout: float = 15.0) -> bool:  # noqa: ANN001
 
 
 def served(h: Harness) -> str:
-    """The socket of a server that runs: the first command starts one."""
-    h.run(["sinfo"])
-    assert wait_for(lambda: (sock := live_socket()) is not None and len(server_pids(sock)) >= 3), "no server"
+    """The socket of a server that runs: a command starts one where none does (and where a
+    stale one refuses it and leaves, the next command does)."""
+
+    def up() -> bool:
+        h.run(["sinfo"])
+        sock = live_socket()
+        return sock is not None and len(server_pids(sock)) >= 3
+
+    assert wait_for(up), "no server"
     sock = live_socket()
     assert sock is not None
     return sock

@@ -32,6 +32,7 @@ makes the client run every command itself.
 
 from __future__ import annotations
 
+import array
 import atexit
 import contextlib
 import gc
@@ -51,7 +52,10 @@ from typing import NoReturn, TextIO
 from muster.cli.launchers import SERVED
 
 READY = 2  # runners waiting on the socket
-POPULATE_STEP = 256 << 10  # bytes copied between looks at the socket
+POPULATE_STEP = 64  # pages copied between looks at the socket
+PAGE_SHIFT = 12
+WRITTEN = 1 << 63 | 1 << 56  # a pagemap entry's bits: present, mapped by this process alone
+HOT_MAX = 8192  # pages a runner reports written (one datagram)
 CHECK = 5.0  # seconds between the server's checks of its socket and its idle time
 MAGIC = b"MUS1"
 # What the commands import as they run, beyond their own modules: imported once by the server
@@ -305,26 +309,57 @@ def report(conn: socket.socket, status: int) -> None:
     conn.close()
 
 
-def populate() -> Iterator[None]:
-    """Copy, while waiting, the pages the server's fork shares with it: a command then writes
-    its objects without a page fault each (MADV_POPULATE_WRITE, Linux 5.14). A step at a
-    time, so that a client that arrives meanwhile does not wait for the rest."""
+def writable_ranges() -> list[tuple[int, int]]:
+    """This process's private writable mappings (not the kernel's [vdso] and the like)."""
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if fields[1][1] == "w" and fields[1][3] == "p" and not (len(fields) > 5 and fields[5].startswith("[v")):
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                ranges.append((start, end))
+    return ranges
+
+
+def written_pages(ranges: list[tuple[int, int]]) -> list[int]:
+    """The pages of ``ranges`` this process has written since the fork: those no longer
+    shared with the server (present and exclusively mapped, in ``/proc/self/pagemap``)."""
+    pages: list[int] = []
+    with open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
+        for start, end in ranges:
+            first = start >> PAGE_SHIFT
+            pagemap.seek(first * 8)
+            entries = memoryview(pagemap.read((end - start) >> PAGE_SHIFT << 3)).cast("Q")
+            pages.extend(first + i for i, entry in enumerate(entries) if entry & WRITTEN == WRITTEN)
+    return pages
+
+
+def populate(hot: set[int]) -> Iterator[None]:
+    """Copy, while waiting, the pages of the server's that commands write (``hot``, learnt
+    from the runners before): a command then writes its objects without a page fault each
+    (MADV_POPULATE_WRITE, Linux 5.14). A step at a time, so that a client that arrives
+    meanwhile does not wait for the rest; and only those pages (about half of them), so
+    that a runner forked during a command takes less from it."""
     try:
         import ctypes
 
         madvise = ctypes.CDLL(None, use_errno=True).madvise
         madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        with open("/proc/self/maps") as maps:
-            lines = maps.read().splitlines()
     except (OSError, AttributeError, ImportError):
         return
-    for line in lines:
-        fields = line.split()
-        if fields[1][1] == "w" and fields[1][3] == "p" and not (len(fields) > 5 and fields[5].startswith("[v")):
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            for at in range(start, end, POPULATE_STEP):
-                madvise(at, min(POPULATE_STEP, end - at), 23)
-                yield
+    runs: list[list[int]] = []
+    for page in sorted(hot):
+        if runs and page - runs[-1][1] <= 8:  # a small gap: one call rather than two
+            runs[-1][1] = page + 1
+        else:
+            runs.append([page, page + 1])
+    done = 0
+    for first, end in runs:
+        madvise(first << PAGE_SHIFT, (end - first) << PAGE_SHIFT, 23)
+        done += end - first
+        if done >= POPULATE_STEP:
+            done = 0
+            yield
 
 
 class Server:
@@ -356,6 +391,8 @@ class Server:
         self.last = time.monotonic()
         self.poller = select.poll()
         self.watched: dict[int, int] = {}  # a running command's client socket: its runner
+        self.hot: set[int] = set()  # the pages commands write (``populate``)
+        self.ranges: list[tuple[int, int]] = []
 
     # --- the runner -------------------------------------------------------------------------
 
@@ -371,6 +408,7 @@ class Server:
             for conn in self.running.values():  # other commands' clients: theirs to end
                 conn.close()
             os.close(self.life_w)
+            self.ranges = writable_ranges()
             conn = self.accept()
             self.listener.close()
             os.close(self.life_r)
@@ -388,7 +426,7 @@ class Server:
         """The next client, or leave when the server has gone (its end of ``life`` closed,
         however it ended). Pages are copied (``populate``) between looks at the socket."""
         self.listener.setblocking(False)  # the runners race for each client
-        work: Iterator[None] | None = populate()
+        work: Iterator[None] | None = populate(self.hot)
         while True:
             wanted = [self.listener.fileno(), self.life_r]
             readable, _, _ = select.select(wanted, [], [], 0 if work is not None else None)
@@ -438,6 +476,10 @@ class Server:
         status = run(req.command)
         try:
             conn.sendall(b"X" + PID.pack(status << 8))  # a wait status: the client need not wait for our exit
+        except OSError:
+            pass
+        try:  # what it wrote, for the next runners to copy while waiting (``populate``)
+            self.reports.send(b"hot:" + array.array("Q", written_pages(self.ranges)[:HOT_MAX]).tobytes())
         except OSError:
             pass
         return status
@@ -510,11 +552,13 @@ class Server:
         """The runners' reports; a runner in ``ended`` has its status reported at once."""
         while True:
             try:
-                msg, fds, _flags, _addr = socket.recv_fds(self.control, 16, 1)
+                msg, fds, _flags, _addr = socket.recv_fds(self.control, 8 * HOT_MAX + 4, 1)
             except BlockingIOError:
                 return
             if msg == b"stale":
                 self.leaving = True
+            elif msg.startswith(b"hot:"):
+                self.hot.update(array.array("Q", msg[4:]))
             elif fds and len(msg) == PID.size:
                 pid = PID.unpack(msg)[0]
                 self.ready.discard(pid)

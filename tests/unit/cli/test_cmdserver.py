@@ -41,3 +41,28 @@ def test_a_runner_that_ended_before_its_report_was_read_is_reported_to_its_clien
         [sys.executable, "-c", SCRIPT.format(root=import_root())], capture_output=True, text=True, timeout=60
     )
     assert out.stdout.splitlines() == ["report first X 3 0", "end first X 3 0"], out.stderr
+
+
+LEARN = """
+import ctypes, os, sys
+sys.path.insert(0, {root!r})
+from muster.cli.cmdserver import PAGE_SHIFT, writable_ranges, written_pages
+
+buf = bytearray(b"x" * (64 << 12))  # written before the fork: shared with the child after it
+middle = (ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf)) >> PAGE_SHIFT) + 32
+pid = os.fork()
+if pid == 0:
+    ranges = writable_ranges()
+    before = middle in written_pages(ranges)
+    buf[32 << 12] = 0  # on that page: 32 pages past the buffer's start
+    print(before, middle in written_pages(ranges), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_runner_knows_which_of_the_servers_pages_it_wrote() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", LEARN.format(root=import_root())], capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.split() == ["False", "True"], out.stderr
