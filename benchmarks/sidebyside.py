@@ -191,10 +191,8 @@ def start_muster(state: str) -> System:
     if up.returncode != 0 or not os.path.exists(conf):
         raise SystemExit(f"muster up failed: {up.stdout[-500:]} {up.stderr[-500:]}")
     env["MUSTER_CONF"] = conf
-    # A user's first command starts their command server (cli/cmdserver.py) and runs by
-    # itself, as the no-server row measures; the rows are what their session then gets.
-    subprocess.run("sinfo", shell=True, env=env, capture_output=True, timeout=60)
-    time.sleep(1.0)
+    # `muster up` has started the user's command server (cli/cmdserver.py), as a session's
+    # first command would; the no-server row measures every command by itself.
     return System("muster", env, state)
 
 
