@@ -21,6 +21,12 @@ command to this server, started by the first command a user runs and left when i
   own code changed since the server imported it (the server then leaves, and the next
   command starts a new one).
 
+Faults: a runner answers ``P`` as it takes a client, and starts the command only on the
+client's ``G``, which brings the client's descriptors; a client unanswered in time runs
+the command itself instead (``client.c``), so a command runs once whichever side stalls.
+The server watches each running command's client: one that goes (killed) has its command
+hung up on, SIGHUP, as a closed terminal does.
+
 Trust: the socket is in ``/tmp/muster-cmd-UID``, which the client accepts only when it is
 the user's own directory closed to everyone else, and each side checks the other's peer
 credentials. A runner never serves another user: it does not even answer one.
@@ -49,13 +55,10 @@ import traceback
 from collections.abc import Iterator
 from typing import NoReturn, TextIO
 
+from muster.cli.cmdpages import HOT_MAX, populate, writable_ranges, written_pages
 from muster.cli.launchers import SERVED
 
 READY = 2  # runners waiting on the socket
-POPULATE_STEP = 64  # pages copied between looks at the socket
-PAGE_SHIFT = 12
-WRITTEN = 1 << 63 | 1 << 56  # a pagemap entry's bits: present, mapped by this process alone
-HOT_MAX = 8192  # pages a runner reports written (one datagram)
 CHECK = 5.0  # seconds between the server's checks of its socket and its idle time
 MAGIC = b"MUS1"
 # What the commands import as they run, beyond their own modules: imported once by the server
@@ -307,59 +310,6 @@ def report(conn: socket.socket, status: int) -> None:
     except OSError:
         pass
     conn.close()
-
-
-def writable_ranges() -> list[tuple[int, int]]:
-    """This process's private writable mappings (not the kernel's [vdso] and the like)."""
-    ranges = []
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            if fields[1][1] == "w" and fields[1][3] == "p" and not (len(fields) > 5 and fields[5].startswith("[v")):
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                ranges.append((start, end))
-    return ranges
-
-
-def written_pages(ranges: list[tuple[int, int]]) -> list[int]:
-    """The pages of ``ranges`` this process has written since the fork: those no longer
-    shared with the server (present and exclusively mapped, in ``/proc/self/pagemap``)."""
-    pages: list[int] = []
-    with open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
-        for start, end in ranges:
-            first = start >> PAGE_SHIFT
-            pagemap.seek(first * 8)
-            entries = memoryview(pagemap.read((end - start) >> PAGE_SHIFT << 3)).cast("Q")
-            pages.extend(first + i for i, entry in enumerate(entries) if entry & WRITTEN == WRITTEN)
-    return pages
-
-
-def populate(hot: set[int]) -> Iterator[None]:
-    """Copy, while waiting, the pages of the server's that commands write (``hot``, learnt
-    from the runners before): a command then writes its objects without a page fault each
-    (MADV_POPULATE_WRITE, Linux 5.14). A step at a time, so that a client that arrives
-    meanwhile does not wait for the rest; and only those pages (about half of them), so
-    that a runner forked during a command takes less from it."""
-    try:
-        import ctypes
-
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    except (OSError, AttributeError, ImportError):
-        return
-    runs: list[list[int]] = []
-    for page in sorted(hot):
-        if runs and page - runs[-1][1] <= 8:  # a small gap: one call rather than two
-            runs[-1][1] = page + 1
-        else:
-            runs.append([page, page + 1])
-    done = 0
-    for first, end in runs:
-        madvise(first << PAGE_SHIFT, (end - first) << PAGE_SHIFT, 23)
-        done += end - first
-        if done >= POPULATE_STEP:
-            done = 0
-            yield
 
 
 class Server:

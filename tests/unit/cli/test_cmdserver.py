@@ -1,5 +1,6 @@
 """The command server's bookkeeping (``cli.cmdserver``): each runner's client hears how it
-ended, whichever the server learns first, the runner's report or its end."""
+ended, whichever the server learns first, the runner's report or its end; and a runner
+knows which of the server's pages it wrote (``cli.cmdpages``)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_a_runner_that_ended_before_its_report_was_read_is_reported_to_its_clien
 LEARN = """
 import ctypes, os, sys
 sys.path.insert(0, {root!r})
-from muster.cli.cmdserver import PAGE_SHIFT, writable_ranges, written_pages
+from muster.cli.cmdpages import PAGE_SHIFT, writable_ranges, written_pages
 
 buf = bytearray(b"x" * (64 << 12))  # written before the fork: shared with the child after it
 middle = (ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf)) >> PAGE_SHIFT) + 32
