@@ -424,6 +424,7 @@ class Server:
         req.fds = fds
         become(req)
         status = run(req.command)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # done: its client leaving now hangs up on nothing
         try:
             conn.sendall(b"X" + PID.pack(status << 8))  # a wait status: the client need not wait for our exit
         except OSError:

@@ -67,3 +67,23 @@ def test_a_runner_knows_which_of_the_servers_pages_it_wrote() -> None:
         [sys.executable, "-c", LEARN.format(root=import_root())], capture_output=True, text=True, timeout=60
     )
     assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+def test_the_server_keeps_the_pages_its_runners_report_written() -> None:
+    import array
+    import socket
+
+    from muster.cli.cmdserver import Server
+
+    server = Server.__new__(Server)
+    server.hot = set()
+    server.control, server.reports = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.control.setblocking(False)
+    try:
+        for pages in ([7, 8, 9], [9, 40]):
+            server.reports.send(b"hot:" + array.array("Q", pages).tobytes())
+        server.take_reports()
+        assert server.hot == {7, 8, 9, 40}  # the next runners copy these while they wait
+    finally:
+        server.control.close()
+        server.reports.close()
