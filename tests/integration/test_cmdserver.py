@@ -380,3 +380,23 @@ def test_a_burst_of_commands_runs_each_exactly_once(cluster: Harness) -> None:
         assert queued == submitted and len(set(submitted)) == len(burst)
     finally:
         cluster.run(["scancel", "-n", "burst"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_full_socket_directory_leaves_every_command_running_by_itself(cluster: Harness) -> None:
+    uid = ensure_user("mustercmd")
+    directory = f"/tmp/muster-cmd-{uid}"
+    subprocess.run(["pkill", "-u", str(uid), "-f", "libexec/muster/cmdserver"])
+    subprocess.run(["rm", "-rf", directory], check=True)
+    os.mkdir(directory, 0o700)
+    # No room for one more file: neither a server's socket nor the client's start mark.
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"nr_inodes=1,mode=700,uid={uid}", "tmpfs", directory], check=True)
+    try:
+        for _ in range(3):
+            out = cluster.run(["sinfo", "-h", "-o", "%P"], uid=uid, timeout=30)
+            assert (out.returncode, out.stdout.strip()) == (0, "gpu*"), out
+        assert os.listdir(directory) == []
+        assert not subprocess.run(["pgrep", "-u", str(uid), "-f", "cmdserver"], capture_output=True).stdout
+    finally:
+        subprocess.run(["umount", directory], check=True)
+        subprocess.run(["rm", "-rf", directory], check=True)
