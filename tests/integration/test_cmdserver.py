@@ -18,6 +18,7 @@ import pytest
 
 import muster.cli.sdiag as sdiag
 from harness import BIN, Harness, ensure_user
+from muster.cli.cmdserver import place
 from muster.cli.launchers import client_id, import_root
 
 pytestmark = [
@@ -33,11 +34,14 @@ DIRECT = {"MUSTER_CMD_SERVER": "0"}
 
 
 def live_socket(uid: int = 0) -> str | None:
-    """The socket of this install's server for ``uid`` that has a server (the name ends in a
-    hash of the namespaces, ``client.c``'s ``place``; a server killed may leave its socket)."""
+    """The socket of this install's server for ``uid`` here: one that has a server, in this
+    process's namespaces (the name ends in their hash, ``client.c``'s ``place``; servers
+    that tests started in other namespaces may run, and a server killed may leave its
+    socket)."""
     prefix = client_id(os.path.join(BIN, "python"), import_root(), LIBEXEC)
     for sock in glob.glob(f"/tmp/muster-cmd-{uid}/{prefix}-*.sock"):
-        if server_pids(sock):
+        pids = server_pids(sock)
+        if pids and place(pids[0]) == place("self"):
             return sock
     return None
 
