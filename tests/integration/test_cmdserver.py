@@ -258,6 +258,8 @@ while True:
     kinds += kind.decode()
     if kind in (b"P", b"X"):
         conn.recv(4, socket.MSG_WAITALL)
+    if kind == b"F":
+        break  # as client.c: it runs the command itself
     if kind == b"P":
         if not go:
             break
@@ -302,7 +304,16 @@ def test_a_server_runs_nothing_for_a_client_in_another_namespace(cluster: Harnes
     # It runs, as the client would. (The server's own report of the runner's end follows.)
     assert (out.startswith("slurm 22.05"), kinds[:2]) == (True, "PX")
     out, kinds = raw(cluster, own_server, "go", "sbatch", "--version", prefix=("unshare", "--net"))
-    assert (out, kinds[:2]) == ("", "PF")  # refused: run it yourself
+    assert (out, kinds) == ("", "PF\n")  # refused: run it yourself
+    # The "G" that followed the refusal brought the client's streams: the runner closes them,
+    # even while the server (which holds the socket too) cannot.
+    server = the_server(own_server)
+    os.kill(server, signal.SIGSTOP)
+    try:
+        out, kinds = raw(cluster, own_server, "go", "sbatch", "--version", prefix=("unshare", "--net"))
+        assert (out, kinds) == ("", "PF\n")  # and within raw()'s time limit: its pipes were closed
+    finally:
+        os.kill(server, signal.SIGCONT)
 
 
 def test_a_runner_runs_nothing_until_its_client_says_go(cluster: Harness, own_server: str) -> None:

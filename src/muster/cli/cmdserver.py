@@ -168,6 +168,19 @@ def take_go(conn: socket.socket) -> list[int] | None:
     return None
 
 
+def drain(conn: socket.socket) -> None:
+    """Close what the client sends until it hangs up: its "G" may be on its way after an "F",
+    and its descriptors must not wait in a socket that the server holds too (a caller
+    reading the client's stdout to its end would wait with them)."""
+    conn.settimeout(CHECK)
+    while True:
+        msg, fds, _flags, _addr = socket.recv_fds(conn, 1, 4)
+        for fd in fds:
+            os.close(fd)
+        if not msg:
+            return
+
+
 def fingerprint() -> dict[str, int]:
     """The modification times of muster's modules now imported."""
     prints = {}
@@ -416,6 +429,7 @@ class Server:
         except (Refused, OSError, ValueError):
             with contextlib.suppress(OSError):
                 conn.sendall(b"F")
+                drain(conn)
             return 0
         conn.settimeout(None)
         fds = take_go(conn)
