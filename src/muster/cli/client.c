@@ -28,8 +28,9 @@
  * the descriptors 0, 1, 2 and the working directory. A client that had no "P" within
  * ANSWER milliseconds (a stopped server, say) closes instead and runs the command itself;
  * where the server is stopped or gone, it removes its socket, so that the next command
- * starts another. The command runs once, whichever side was slow, and none of the
- * client's descriptors is left behind.
+ * starts another; otherwise it tells the server (SIGUSR1) to fork fresh runners. The
+ * command runs once, whichever side was slow, and none of the client's descriptors is
+ * left behind.
  *
  * MUSTER_CMD_SERVER=wait: where no server runs, start one and wait for it rather than run
  * the command alone (muster up uses it to start the user's server). */
@@ -367,7 +368,9 @@ int main(int argc, char **argv) {
         ;
     if (polled == 0) { /* no runner took it (whichever does later will find us gone) */
         struct stat now;
-        if (stopped(peer.pid) && stat(sock_path, &now) == 0 && now.st_ino == bound.st_ino && now.st_dev == bound.st_dev)
+        if (!stopped(peer.pid))
+            kill(peer.pid, SIGUSR1); /* its runners are stuck: it forks fresh ones */
+        else if (stat(sock_path, &now) == 0 && now.st_ino == bound.st_ino && now.st_dev == bound.st_dev)
             unlink(sock_path);
         close(sock);
         direct(name, argc, argv);

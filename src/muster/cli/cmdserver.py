@@ -351,6 +351,7 @@ class Server:
         self.ready: set[int] = set()
         self.running: dict[int, socket.socket] = {}
         self.leaving = False
+        self.stuck = False
         self.last = time.monotonic()
         self.poller = select.poll()
         self.watched: dict[int, int] = {}  # a running command's client socket: its runner
@@ -363,7 +364,7 @@ class Server:
         status = 0
         try:
             signal.set_wakeup_fd(-1)
-            for number in (signal.SIGCHLD, signal.SIGTERM):
+            for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGUSR1):
                 signal.signal(number, signal.SIG_DFL)
             self.control.close()
             os.close(self.wake_r)
@@ -488,6 +489,9 @@ class Server:
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "leaving", True))
+        # A client that waited in vain for a runner says so (client.c): the waiting ones
+        # are stuck (stopped, say), and fresh ones are forked beside them.
+        signal.signal(signal.SIGUSR1, lambda *_: setattr(self, "stuck", True))
         self.control.setblocking(False)
         self.poller.register(self.control, select.POLLIN)
         self.poller.register(self.wake_r, select.POLLIN)
@@ -495,6 +499,9 @@ class Server:
         gc.freeze()  # the runners share the server's objects: no collection copies their pages
         limit = idle_limit()
         while not (self.leaving and not self.running):
+            if self.stuck:
+                self.stuck = False
+                self.ready.clear()  # still children: reaped, and reported if they take a client
             while not self.leaving and len(self.ready) < READY:
                 self.fork_runner()
             for fd, _events in self.poller.poll(CHECK * 1000):
