@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -33,17 +33,32 @@ LIBEXEC = os.path.join(os.path.dirname(BIN), "libexec", "muster")
 DIRECT = {"MUSTER_CMD_SERVER": "0"}
 
 
-def live_socket(uid: int = 0) -> str | None:
-    """The socket of this install's server for ``uid`` here: one that has a server, in this
-    process's namespaces (the name ends in their hash, ``client.c``'s ``place``; servers
-    that tests started in other namespaces may run, and a server killed may leave its
+def live_socket(uid: int = 0, env: dict[str, str] | None = None) -> str | None:
+    """The socket of this install's server for ``uid`` and the ``PYTHON*`` variables of
+    ``env`` (this process's by default), here: one that has a server, in this process's
+    namespaces (the name ends in their hash, ``client.c``'s ``place``; servers that tests
+    started elsewhere or with other variables may run, and a server killed may leave its
     socket)."""
     prefix = client_id(os.path.join(BIN, "python"), import_root(), LIBEXEC)
+    want = python_vars(os.environ if env is None else env)
     for sock in glob.glob(f"/tmp/muster-cmd-{uid}/{prefix}-*.sock"):
         pids = server_pids(sock)
-        if pids and place(pids[0]) == place("self"):
+        if pids and place(pids[0]) == place("self") and python_vars(environ_of(pids[0])) == want:
             return sock
     return None
+
+
+def python_vars(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith("PYTHON")}
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return {}
+    return dict(e.decode(errors="replace").partition("=")[::2] for e in entries if b"=" in e)
 
 
 def server_pids(sock: str) -> list[int]:
@@ -155,18 +170,11 @@ def test_ctrl_c_reaches_the_command_and_the_client_dies_of_it(cluster: Harness) 
     assert codes["served"] == codes["direct"] == 130
 
 
-@pytest.mark.parametrize(
-    "env",
-    [
-        {"PYTHONWARNINGS": "ignore"},  # another PYTHON* setting than the server's
-        {"SLURM_JOB_ID": "4242"},  # in a job: nothing may outlive it
-    ],
-)
-def test_a_command_the_server_cannot_copy_runs_by_itself(cluster: Harness, env: dict[str, str]) -> None:
+def test_a_command_in_a_job_runs_by_itself(cluster: Harness) -> None:
     served(cluster)
     p = subprocess.Popen(
         ["sbatch", "--wait", "-J", "own-python", "--wrap", "sleep 30"],
-        env={**cluster.env, **env},
+        env={**cluster.env, "SLURM_JOB_ID": "4242"},  # in a job: nothing may outlive it
         cwd=cluster.workdir,
         stdout=subprocess.PIPE,
         text=True,
@@ -175,6 +183,18 @@ def test_a_command_the_server_cannot_copy_runs_by_itself(cluster: Harness, env: 
     assert exe(p.pid).startswith("python")
     cluster.run(["scancel", "-n", "own-python"])
     p.communicate(timeout=30)
+
+
+def test_other_python_variables_have_a_server_of_their_own(cluster: Harness) -> None:
+    default = served(cluster)
+    env = {**cluster.env, "PYTHONWARNINGS": "ignore"}  # how the interpreter would start differs
+    assert wait_for(lambda: cluster.run(["sinfo"], env=env).returncode == 0 and live_socket(env=env) is not None)
+    own = live_socket(env=env)
+    assert own is not None and own != default
+    assert environ_of(the_server(own))["PYTHONWARNINGS"] == "ignore"
+    out = cluster.run(["sinfo", "-h", "-o", "%P"], env=env)
+    assert (out.returncode, out.stdout) == (0, "gpu*\n")
+    subprocess.run(["pkill", "-f", f"cmdserver {own}"])
 
 
 def test_a_socket_directory_the_user_does_not_own_alone_is_never_used(cluster: Harness) -> None:
@@ -305,6 +325,8 @@ def test_a_server_runs_nothing_for_a_client_in_another_namespace(cluster: Harnes
     assert (out.startswith("slurm 22.05"), kinds[:2]) == (True, "PX")
     out, kinds = raw(cluster, own_server, "go", "sbatch", "--version", prefix=("unshare", "--net"))
     assert (out, kinds) == ("", "PF\n")  # refused: run it yourself
+    out, kinds = raw(cluster, own_server, "go", "sbatch", "--version", prefix=("env", "PYTHONWARNINGS=ignore"))
+    assert (out, kinds) == ("", "PF\n")  # so are other PYTHON* variables than the server's
     # The "G" that followed the refusal brought the client's streams: the runner closes them,
     # even while the server (which holds the socket too) cannot.
     server = the_server(own_server)

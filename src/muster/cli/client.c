@@ -105,9 +105,10 @@ static void direct(const char *name, int argc, char **argv) {
     exit(127);
 }
 
-/* Where the process lives: its namespaces and root directory, hashed (FNV-1a). A command
- * must run where its client runs (the network, the mounts, the host name it sees), so each
- * such place has its own server. */
+/* Where the process lives and how its interpreter would start: its namespaces and root
+ * directory, and its PYTHON* variables, hashed (FNV-1a). A command must run where its client
+ * runs (the network, the mounts, the host name it sees), from an interpreter started as its
+ * own would be (PYTHONPATH, PYTHONWARNINGS, ...): each such place has its own server. */
 static unsigned long long place(void) {
     static const char *const kinds[] = {"mnt", "net", "uts", "ipc", "pid", "user", "cgroup"};
     unsigned long long hash = 1469598103934665603ULL;
@@ -125,6 +126,17 @@ static unsigned long long place(void) {
         for (size_t k = 0; k < sizeof parts; k++)
             hash = (hash ^ ((const unsigned char *)parts)[k]) * 1099511628211ULL;
     }
+    unsigned long long python = 0; /* a sum of each variable's own hash: in any order */
+    for (char **e = environ; *e; e++) {
+        if (strncmp(*e, "PYTHON", 6) != 0)
+            continue;
+        unsigned long long one = 1469598103934665603ULL;
+        for (const unsigned char *c = (const unsigned char *)*e; *c; c++)
+            one = (one ^ *c) * 1099511628211ULL;
+        python += one;
+    }
+    for (size_t k = 0; k < sizeof python; k++)
+        hash = (hash ^ ((const unsigned char *)&python)[k]) * 1099511628211ULL;
     return hash;
 }
 

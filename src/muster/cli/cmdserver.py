@@ -17,7 +17,8 @@ command to this server, started by the first command a user runs and left when i
 * What a fork cannot copy exactly it refuses, and the client then runs the command's
   Python launcher itself, as every command ran before: a client of another user or group
   (peer credentials, real ids, supplementary groups), other ``PYTHON*`` variables than
-  the server started with, limits it cannot set, a command it does not serve, or muster's
+  the server started with (the client picks its server by them: a safety net), limits it
+  cannot set, a command it does not serve, or muster's
   own code changed since the server imported it (the server then leaves, and the next
   command starts a new one).
 
