@@ -441,3 +441,23 @@ def test_a_full_socket_directory_leaves_every_command_running_by_itself(cluster:
     finally:
         subprocess.run(["umount", directory], check=True)
         subprocess.run(["rm", "-rf", directory], check=True)
+
+
+def test_a_server_that_only_refuses_leaves_when_idle(cluster: Harness) -> None:
+    sock = f"/tmp/muster-cmd-0/test-idle-{os.getpid()}.sock"
+    env = {**cluster.env, "MUSTER_CMD_SERVER_IDLE": "1"}
+    server = subprocess.Popen([os.path.join(LIBEXEC, "cmdserver"), sock], env=env, stderr=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: len(server_pids(sock)) >= 3)
+        # Refused requests (other PYTHON* variables) every half second, more often than the
+        # idle limit: they are no command run, and do not keep it.
+        deadline = time.monotonic() + 20  # it checks every 5 s at least
+        while os.path.exists(sock) and time.monotonic() < deadline:
+            _, kinds = raw(cluster, sock, "go", "sbatch", "--version", prefix=("env", "PYTHONWARNINGS=ignore"))
+            assert kinds == "PF\n" or not os.path.exists(sock), kinds
+            time.sleep(0.5)
+        assert not os.path.exists(sock)  # gone while still refusing
+        server.wait(timeout=30)
+    finally:
+        server.kill()
+        server.wait()

@@ -516,7 +516,9 @@ class Server:
             except BlockingIOError:
                 pass
             self.reap()
-            if time.monotonic() - self.last > limit or not self.ours():
+            # Idle: no command running, none run to its end for ``limit`` seconds (a server
+            # that only refuses, one of an environment no longer used, leaves).
+            if (not self.running and time.monotonic() - self.last > limit) or not self.ours():
                 self.leaving = True
             if self.leaving:
                 self.shutdown()
@@ -530,13 +532,13 @@ class Server:
                 return
             if msg == b"stale":
                 self.leaving = True
-            elif msg.startswith(b"hot:"):
+            elif msg.startswith(b"hot:"):  # a command has run to its end
                 self.hot.update(array.array("Q", msg[4:]))
+                self.last = time.monotonic()
             elif fds and len(msg) == PID.size:
                 pid = PID.unpack(msg)[0]
                 self.ready.discard(pid)
                 conn = socket.socket(fileno=fds[0])
-                self.last = time.monotonic()
                 if ended is not None and pid in ended:
                     report(conn, ended[pid])
                 else:
