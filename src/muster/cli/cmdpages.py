@@ -10,9 +10,6 @@ instead took a runner forked during a command several milliseconds of CPU from i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-POPULATE_STEP = 64  # pages copied between looks at the socket
 PAGE_SHIFT = 12
 WRITTEN = 1 << 63 | 1 << 56  # a pagemap entry's bits: present, mapped by this process alone
 HOT_MAX = 8192  # pages a runner reports written (one datagram)
@@ -43,12 +40,13 @@ def written_pages(ranges: list[tuple[int, int]]) -> list[int]:
     return pages
 
 
-def populate(hot: set[int]) -> Iterator[None]:
+def populate(hot: set[int]) -> None:
     """Copy, while waiting, the pages of the server's that commands write (``hot``, learnt
     from the runners before): a command then writes its objects without a page fault each
-    (MADV_POPULATE_WRITE, Linux 5.14). A step at a time, so that a client that arrives
-    meanwhile does not wait for the rest; and only those pages (about half of them), so
-    that a runner forked during a command takes less from it."""
+    (MADV_POPULATE_WRITE, Linux 5.14). Only those pages, about half of them, so that a
+    runner forked during a command takes less from it. All of them before the runner looks
+    at the socket: a runner that took a client half-way, having been on a CPU already,
+    would beat the one that waits ready to it."""
     try:
         import ctypes
 
@@ -62,10 +60,5 @@ def populate(hot: set[int]) -> Iterator[None]:
             runs[-1][1] = page + 1
         else:
             runs.append([page, page + 1])
-    done = 0
     for first, end in runs:
         madvise(first << PAGE_SHIFT, (end - first) << PAGE_SHIFT, 23)
-        done += end - first
-        if done >= POPULATE_STEP:
-            done = 0
-            yield

@@ -53,7 +53,6 @@ import struct
 import sys
 import time
 import traceback
-from collections.abc import Iterator
 from typing import NoReturn, TextIO
 
 from muster.cli.cmdpages import HOT_MAX, populate, writable_ranges, written_pages
@@ -374,6 +373,7 @@ class Server:
                 conn.close()
             os.close(self.life_w)
             self.ranges = writable_ranges()
+            populate(self.hot)
             conn = self.accept()
             self.listener.close()
             os.close(self.life_r)
@@ -389,18 +389,12 @@ class Server:
 
     def accept(self) -> socket.socket:
         """The next client, or leave when the server has gone (its end of ``life`` closed,
-        however it ended). Pages are copied (``populate``) between looks at the socket."""
+        however it ended)."""
         self.listener.setblocking(False)  # the runners race for each client
-        work: Iterator[None] | None = populate(self.hot)
         while True:
-            wanted = [self.listener.fileno(), self.life_r]
-            readable, _, _ = select.select(wanted, [], [], 0 if work is not None else None)
+            readable, _, _ = select.select([self.listener.fileno(), self.life_r], [], [])
             if self.life_r in readable:
                 os._exit(0)
-            if not readable and work is not None:
-                if next(work, False) is False:
-                    work = None  # all copied: wait for clients only
-                continue
             try:
                 conn, _ = self.listener.accept()
             except BlockingIOError:
