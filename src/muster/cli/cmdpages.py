@@ -6,12 +6,19 @@ copies in advance, while it waits for a client, the pages that commands write: t
 predecessors found no longer shared once their command had run (``written_pages``, from
 ``/proc/self/pagemap``), about half of the server's writable pages. Copying all of them
 instead took a runner forked during a command several milliseconds of CPU from it.
+
+A runner copies only once it has waited ``POPULATE_AFTER`` seconds without a client: in
+a quick succession of commands (a script's loop) the copying, beside the command that
+runs, slowed it more than it saved the next (``sbatch --version`` back to back: 5.5 ms a
+call copying at once, 4.6-4.7 copying nothing or after 10 ms; 10-30 ms apart, 5.6-5.7 at
+once, 4.7-5.5 after 10 ms, 5.6-6.7 copying nothing; on this project's 2-core machine).
 """
 
 from __future__ import annotations
 
 PAGE_SHIFT = 12
 WRITTEN = 1 << 63 | 1 << 56  # a pagemap entry's bits: present, mapped by this process alone
+POPULATE_AFTER = 0.01  # seconds a runner waits for a client before it copies
 HOT_MAX = 8192  # pages a runner reports written (one datagram)
 
 

@@ -55,7 +55,7 @@ import time
 import traceback
 from typing import NoReturn, TextIO
 
-from muster.cli.cmdpages import HOT_MAX, populate, writable_ranges, written_pages
+from muster.cli.cmdpages import HOT_MAX, POPULATE_AFTER, populate, writable_ranges, written_pages
 from muster.cli.launchers import SERVED
 
 READY = 2  # runners waiting on the socket
@@ -373,7 +373,8 @@ class Server:
                 conn.close()
             os.close(self.life_w)
             self.ranges = writable_ranges()
-            populate(self.hot)
+            if not select.select([self.listener, self.life_r], [], [], POPULATE_AFTER)[0]:
+                populate(self.hot)  # not in a quick succession of commands: it would slow them
             conn = self.accept()
             self.listener.close()
             os.close(self.life_r)
