@@ -361,6 +361,8 @@ class Server:
     # --- the runner -------------------------------------------------------------------------
 
     def runner(self) -> NoReturn:
+        """A runner's life. What it tells the server it never waits to tell (MSG_DONTWAIT:
+        the runners share one socket's buffer, and a server stopped would hold them)."""
         status = 0
         try:
             signal.set_wakeup_fd(-1)
@@ -411,7 +413,7 @@ class Server:
         if (peer[1], peer[2]) != (os.geteuid(), os.getegid()):
             return 0  # never serve, nor answer, another user
         try:  # the server hangs up on the runner if the client goes, and reports a death by a signal
-            socket.send_fds(self.reports, [PID.pack(os.getpid())], [conn.fileno()])
+            socket.send_fds(self.reports, [PID.pack(os.getpid())], [conn.fileno()], socket.MSG_DONTWAIT)
         except OSError:
             pass
         try:
@@ -420,7 +422,7 @@ class Server:
             if place(peer[0]) != self.place:
                 raise Refused("another namespace or root directory")
             if stale(self.prints):
-                self.reports.send(b"stale")
+                self.reports.send(b"stale", socket.MSG_DONTWAIT)
                 raise Refused("muster's code changed")
             check(req, self.env)
         except (Refused, OSError, ValueError):
@@ -440,8 +442,12 @@ class Server:
             conn.sendall(b"X" + PID.pack(status << 8))  # a wait status: the client need not wait for our exit
         except OSError:
             pass
+        null = os.open(os.devnull, os.O_RDWR)  # the client's streams are its own again: a caller
+        for fd in range(3):  # reading them to their end need not wait for our exit
+            os.dup2(null, fd)
         try:  # what it wrote, for the next runners to copy while waiting (``populate``)
-            self.reports.send(b"hot:" + array.array("Q", written_pages(self.ranges)[:HOT_MAX]).tobytes())
+            pages = array.array("Q", written_pages(self.ranges)[:HOT_MAX])
+            self.reports.send(b"hot:" + pages.tobytes(), socket.MSG_DONTWAIT)
         except OSError:
             pass
         return status
