@@ -354,7 +354,6 @@ class Server:
         self.stuck = False
         self.last = time.monotonic()
         self.poller = select.poll()
-        self.watched: dict[int, int] = {}  # a running command's client socket: its runner
         self.hot: set[int] = set()  # the pages commands write (``populate``)
         self.ranges: list[tuple[int, int]] = []
 
@@ -472,7 +471,8 @@ class Server:
             self.ready.discard(pid)
             conn = self.running.pop(pid, None)
             if conn is not None:
-                self.unwatch(conn)
+                with contextlib.suppress(KeyError):  # not watched where it hung up already
+                    self.poller.unregister(conn)
                 report(conn, status)
             else:
                 ended[pid] = status
@@ -507,9 +507,8 @@ class Server:
             while not self.leaving and len(self.ready) < READY:
                 self.fork_runner()
             for fd, _events in self.poller.poll(CHECK * 1000):
-                if fd in self.watched:  # the client has gone: hang up on its command, as a terminal does
-                    self.poller.unregister(fd)
-                    os.kill(self.watched.pop(fd), signal.SIGHUP)
+                if fd not in (self.control.fileno(), self.wake_r):  # a running command's client
+                    self.hang_up(fd)
             # Reports first: a runner reports before it runs, so one that has ended is known.
             self.take_reports()
             try:
@@ -544,15 +543,18 @@ class Server:
                     report(conn, ended[pid])
                 else:
                     self.running[pid] = conn
-                    self.watched[conn.fileno()] = pid
                     self.poller.register(conn, select.POLLRDHUP)  # not POLLIN: the client's bytes are the runner's
             else:
                 for fd in fds:
                     os.close(fd)
 
-    def unwatch(self, conn: socket.socket) -> None:
-        if self.watched.pop(conn.fileno(), None) is not None:
-            self.poller.unregister(conn)
+    def hang_up(self, fd: int) -> None:
+        """A running command's client has gone: hang up on the command, as a terminal does."""
+        for pid, conn in self.running.items():
+            if conn.fileno() == fd:
+                self.poller.unregister(fd)
+                os.kill(pid, signal.SIGHUP)
+                return
 
     def shutdown(self) -> None:
         """Take the socket away. The waiting runners are left alone (one may have taken a

@@ -16,7 +16,7 @@ sys.path.insert(0, {root!r})
 from muster.cli.cmdserver import PID, Server
 
 server = Server.__new__(Server)
-server.ready, server.running, server.watched, server.last = set(), {{}}, {{}}, 0.0
+server.ready, server.running, server.last = set(), {{}}, 0.0
 server.poller = select.poll()
 server.control, server.reports = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
 server.control.setblocking(False)
