@@ -318,7 +318,11 @@ def raw(cluster: Harness, sock: str, go: str, *argv: str, prefix: tuple[str, ...
     return out.stdout, out.stderr
 
 
-@pytest.mark.skipif(subprocess.run(["unshare", "--net", "true"]).returncode != 0, reason="no network namespaces")
+# CI (MUSTER_TEST_REQUIRE_NETNS, .ci/run) runs it wherever: a skip there would hide a failure.
+@pytest.mark.skipif(
+    subprocess.run(["unshare", "--net", "true"]).returncode != 0 and not os.environ.get("MUSTER_TEST_REQUIRE_NETNS"),
+    reason="no network namespaces here (unshare --net fails), and this run does not require them",
+)
 def test_a_server_runs_nothing_for_a_client_in_another_namespace(cluster: Harness, own_server: str) -> None:
     out, kinds = raw(cluster, own_server, "go", "sbatch", "--version")
     # It runs, as the client would. (The server's own report of the runner's end follows.)
