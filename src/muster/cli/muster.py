@@ -30,7 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
     sub = ap.add_subparsers(dest="command", required=True)
 
-    up = sub.add_parser("up", help="start (or restart) a local cluster of emulated GPU nodes on loopback")
+    up = sub.add_parser(
+        "up",
+        help="start (or restart) a local cluster of emulated GPU nodes on loopback",
+        description="Start (or restart) a local cluster of emulated GPU nodes on loopback, and your "
+        "command server (the warm process the Slurm commands run in; MUSTER_CMD_SERVER=0 turns it off).",
+    )
     up.add_argument(
         "--state-dir", default=".muster", help="where config, key, database and logs live (default: ./.muster)"
     )
