@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 	# torch first, as the CPU build on this machine's disk: lightning-fabric (a client the e2e
 	# tests drive) would otherwise pull a CUDA build of several GB.
 	$(BIN)/pip install --quiet torch==2.13.0
-	# The runtime install is lean (`pip install muster`); the tests and the demo take the extras.
+	# The runtime install is lean (`pip install muster-wlm`); the tests and the demo take the extras.
 	$(BIN)/pip install --quiet -e '.[test,plot,pg,clients,e2e]'
 	# Commands read .pyc files even where writing bytecode is turned off: compile once here.
 	$(BIN)/python -m compileall -q src

@@ -12,7 +12,11 @@ Packages (dependencies point one way: ``core`` <- ``sched`` <- {``ctld``, ``sim`
 * ``sim``      the trace-driven simulator.
 """
 
-__version__ = "0.1.0"
+try:
+    # Written by the build from git (hatch-vcs; docs/decisions/0002-versions.md).
+    from muster._version import __version__ as __version__
+except ImportError:  # a source tree never built or installed
+    __version__ = "0+unknown"
 # What `--version` prints: Slurm clients parse "slurm-wlm X.Y.Z"-like strings loosely;
 # we announce ourselves honestly and keep the Slurm version we follow in view.
 VERSION_STRING = f"muster {__version__} (slurm 22.05 compatible)"

@@ -1,4 +1,4 @@
-"""The runtime install is lean and complete: ``pip install muster`` pulls what the
+"""The runtime install is lean and complete: ``pip install muster-wlm`` pulls what the
 controller, the agents and the commands import, and nothing they do not.
 
 * Every third-party module that ``src/muster`` imports is a base dependency of

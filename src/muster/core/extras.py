@@ -1,7 +1,7 @@
 """Optional features and the pip extras that bring their libraries.
 
-``pip install muster`` installs what the controller, the agents and the commands need;
-a feature that needs more names its extra (``pip install 'muster[plot]'``). ``EXTRAS`` is
+``pip install muster-wlm`` installs what the controller, the agents and the commands need;
+a feature that needs more names its extra (``pip install 'muster-wlm[plot]'``). ``EXTRAS`` is
 the one table of which third-party module belongs to which extra; ``require`` imports one
 and, when it is missing, raises ``MissingExtra`` whose message says what needs it and the
 command that installs it. A unit test (tests/unit/test_dependencies.py) checks that every
@@ -31,7 +31,7 @@ class MissingExtra(MusterError):
 
     def __init__(self, module: str, what: str) -> None:
         extra = EXTRAS[module]
-        super().__init__(f"{what} needs {module}, which is not installed: pip install 'muster[{extra}]'")
+        super().__init__(f"{what} needs {module}, which is not installed: pip install 'muster-wlm[{extra}]'")
         self.module = module
         self.extra = extra
 

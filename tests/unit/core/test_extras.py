@@ -13,7 +13,10 @@ def test_a_missing_optional_library_names_its_extra(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     with pytest.raises(MissingExtra) as caught:
         require("matplotlib", "muster sim --plot")
-    assert str(caught.value) == "muster sim --plot needs matplotlib, which is not installed: pip install 'muster[plot]'"
+    assert (
+        str(caught.value)
+        == "muster sim --plot needs matplotlib, which is not installed: pip install 'muster-wlm[plot]'"
+    )
     assert caught.value.extra == "plot"
 
 
@@ -32,5 +35,5 @@ def test_the_postgresql_store_without_psycopg_names_the_pg_extra(monkeypatch: py
     from muster.ctld.store_pg import PgStore
 
     monkeypatch.setitem(sys.modules, "psycopg", None)
-    with pytest.raises(MissingExtra, match=r"needs psycopg, which is not installed: pip install 'muster\[pg\]'"):
+    with pytest.raises(MissingExtra, match=r"needs psycopg, which is not installed: pip install 'muster-wlm\[pg\]'"):
         PgStore("postgresql://muster@db.invalid/muster")

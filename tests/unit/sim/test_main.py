@@ -132,7 +132,7 @@ def test_plot_without_matplotlib_names_the_extra_before_replaying(
     assert main([write_swf(ROWS), "--plot", str(tmp_path / "p")]) == 1
     captured = capsys.readouterr()
     assert captured.err == (
-        "muster sim: error: muster sim --plot needs matplotlib, which is not installed: pip install 'muster[plot]'\n"
+        "muster sim: error: muster sim --plot needs matplotlib, which is not installed: pip install 'muster-wlm[plot]'\n"
     )
     assert "wait mean" not in captured.out  # refused before the replay, not after it
     assert not (tmp_path / "p").exists()
