@@ -67,6 +67,7 @@ def render(d: dict, sort: str = "count") -> list[str]:
         f"sdiag output at {ctime(now)}",
         f"Data since      {ctime(d['since'])}",
         STARS,
+        f"Server version:       muster {d.get('version') or 'N/A'}",
         f"Server thread count:  {d['server_tasks']}",
         f"Agent queue size:     {d['agent_queue']}",
         f"Agent count:          {d['agent_queue']}",

@@ -25,6 +25,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
+from muster import __version__
 from muster.core import goodput
 from muster.core.states import JobState, NodeState
 from muster.ctld.nodes import NodeRuntime
@@ -269,6 +270,11 @@ class ControllerCollector:
 
     def _muster(self, jobs: Iterable[Any]) -> Iterator[Metric]:
         yield from self.stats.registry.collect()
+        info = GaugeMetricFamily(
+            "muster_build_info", "The controller's build: 1, its version in a label", labels=["version"]
+        )
+        info.add_metric([__version__], 1)
+        yield info
         yield _gauge("muster_ctld_start_time_seconds", "When the controller started (epoch)", self.stats.started)
         mono = self.ctl.clock.monotonic()
         last = self.ctl.last_tick

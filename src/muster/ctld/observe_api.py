@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from muster import __version__
 from muster.core.errors import PermissionDenied
 from muster.ctld.context import Context
 from muster.ctld.liveness import STALL_SECONDS
@@ -105,6 +106,7 @@ def build_observe_routes(ctx: Context, caller: Callable[[Request], Any], handler
             jobs_running=sum(1 for j in jobs if str(j.state) == "RUNNING"),
             agent_queue=len(ctx.pending_actions()),
             server_tasks=ctx.server_tasks(),
+            version=__version__,
         )
         return JSONResponse(out)
 

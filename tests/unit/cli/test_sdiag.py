@@ -34,12 +34,14 @@ DIAG = {
     "bf_queue_last": 3,
     "rpc_types": [["REQUEST_JOB_INFO", 2003, 10, 5000], ["REQUEST_SUBMIT_BATCH_JOB", 4003, 5, 50000]],
     "rpc_users": [["root", 0, 3, 3000], ["alice", 1001, 12, 52000]],
+    "version": "0.2.0.dev7+gabc1234",
 }
 
 
 def test_sdiag_prints_slurms_sections() -> None:
     text = "\n".join(render(DIAG))
     for line in (
+        "Server version:       muster 0.2.0.dev7+gabc1234",
         "Server thread count:  7",
         "Agent queue size:     2",
         "Jobs submitted: 5",
@@ -63,6 +65,11 @@ def test_sdiag_prints_slurms_sections() -> None:
     assert rpc[0].split()[0] == "REQUEST_JOB_INFO"  # most called first
     assert "( 2003) count:10     ave_time:500    total_time:5000" in rpc[0]
     assert rpc[2].split()[0] == "alice"
+
+
+def test_sdiag_of_an_older_controller_says_its_version_is_not_known() -> None:
+    old = {k: v for k, v in DIAG.items() if k != "version"}
+    assert "Server version:       muster N/A" in render(old)
 
 
 def test_sdiag_sorts_rpcs_by_id_or_time() -> None:

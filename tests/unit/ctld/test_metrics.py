@@ -88,6 +88,15 @@ def test_counts_are_read_from_memory_at_scrape_time(tmp_path: pathlib.Path) -> N
     assert m[("muster_node_state", (("node", "node2"), ("state", "drained")))] == 1
 
 
+def test_the_build_info_names_the_controllers_version(tmp_path: pathlib.Path) -> None:
+    from muster import __version__
+
+    ctl, stats = make(tmp_path)
+    m = scrape(ctl, stats)
+    assert m[("muster_build_info", (("version", __version__),))] == 1
+    assert __version__ != "0.1.0"  # the build's version from git, not the old literal
+
+
 def test_user_and_account_families_are_left_out_when_private(tmp_path: pathlib.Path) -> None:
     ctl, stats = make(tmp_path)
     ctl.queue.submit(JobSpec(), ALICE)
