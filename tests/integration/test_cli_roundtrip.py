@@ -8,6 +8,7 @@ import os
 import pytest
 
 from harness import Harness
+from muster import __version__
 
 pytestmark = pytest.mark.integration
 
@@ -133,6 +134,7 @@ def test_sinfo_and_scontrol_describe_the_cluster(cluster: Harness) -> None:
     )
     show = _ok(cluster.run(["scontrol", "show", "node", "node1"]))
     assert show.startswith("NodeName=node1 ") and "Partitions=gpu " in show
+    assert f" Version={__version__}\n" in show  # the node's agent, as it registered (a build from git)
     part = _ok(cluster.run(["scontrol", "show", "partition", "gpu"]))
     assert part.startswith("PartitionName=gpu\n") and "Default=YES" in part
     assert _ok(cluster.run(["scontrol", "ping"])).endswith(" is UP\n")
