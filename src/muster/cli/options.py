@@ -245,6 +245,10 @@ def _apply_kill_on_invalid_dep(req: JobRequest, value: str | None) -> None:
     req.spec["kill_on_invalid_dep"] = text == "yes"
 
 
+def _apply_mail_type(req: JobRequest, value: str | None) -> None:
+    req.spec["mail_type"] = _values().parse_mail_type(value or "")
+
+
 def _apply_hang_timeout(req: JobRequest, value: str | None) -> None:
     # muster's own: minutes (or any --time format) without reported progress before the
     # job is signalled and requeued as Hung (see docs/training.md)
@@ -348,9 +352,9 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("hang-timeout", env=("SBATCH_HANG_TIMEOUT",), apply=_apply_hang_timeout),
     Opt("switches", env=("SBATCH_REQ_SWITCH",), apply=_apply_switches),
     Opt("segment", env=("SBATCH_SEGMENT",), apply=_apply_segment),
+    Opt("mail-type", apply=_apply_mail_type),  # the controller runs MailProg (ctld.mailnotes)
+    Opt("mail-user", apply=_set("mail_user")),
     # Accepted for compatibility with existing scripts and tools; they change nothing here.
-    Opt("mail-type", apply=_ignored),
-    Opt("mail-user", apply=_ignored),
     Opt("wckey", env=("SBATCH_WCKEY",), apply=_ignored),
     Opt("distribution", "m", env=("SBATCH_DISTRIBUTION",), apply=_ignored),
     Opt("hint", env=("SBATCH_HINT",), apply=_ignored),

@@ -381,6 +381,9 @@ Parallel run options:
       --kill-on-invalid-dep=yes|no
                               kill the job if its dependency can never be met
   -M, --clusters=names        this cluster's name (--parsable then prints N;cluster)
+      --mail-type=type        notify on state change: BEGIN, END, FAIL, REQUEUE, ALL,
+                              INVALID_DEPEND, TIME_LIMIT[_50|_80|_90], ARRAY_TASKS
+      --mail-user=user        who to send email notification for job state changes
   -n, --ntasks=ntasks         number of tasks to run
       --nice[=value]          decrease scheduling priority by value
       --no-requeue            if set, do not permit the job to be requeued
@@ -427,7 +430,7 @@ Help options:
 Other options:
   -V, --version               output version information and exit
 
-muster accepts Slurm's other sbatch options (--mail-type, --wckey, --hint, ...) and
+muster accepts Slurm's other sbatch options (--wckey, --hint, ...) and
 ignores them; --cpus-per-gpu and --licenses draw a warning.
 """
 

@@ -107,12 +107,16 @@ class JobSpec:
     # ``--requeue=expedite``: after a node failure the job is requeued at the front of the
     # queue and its surviving nodes are held for it (see docs/preemption.md).
     expedite: bool = False
+    # --mail-type (``core.mailtypes``' names, ALL expanded) and --mail-user (default: the
+    # submitting user; MailDomain appended to a name without "@"): see ``ctld.mailnotes``.
+    mail_type: list[str] = _check(factory=list, max_length=16)
+    mail_user: str | None = _check(max_length=1024)
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which
         # shows when squeue lists thousands of jobs.
         d = {name: getattr(self, name) for name in _SPEC_FIELDS}
-        for name in ("argv", "partitions", "nodelist", "exclude"):
+        for name in ("argv", "partitions", "nodelist", "exclude", "mail_type"):
             d[name] = list(d[name])
         d["environment"] = dict(self.environment)
         return d

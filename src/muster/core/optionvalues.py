@@ -151,6 +151,16 @@ def parse_signal_option(value: str) -> str:
     return value.strip()
 
 
+def parse_mail_type(value: str) -> list[str]:
+    """``--mail-type``: Slurm's names, comma-separated (``core.mailtypes``)."""
+    from muster.core import mailtypes
+
+    try:
+        return mailtypes.parse(value)
+    except mailtypes.MailTypeError as e:
+        raise OptionValueError(str(e)) from None
+
+
 def parse_array_option(value: str) -> str:
     """``--array=0-15``, ``1,3,5-7``, ``0-20:2``, ``...%4``; checked here, expanded by the controller."""
     body, pct, limit = value.strip().partition("%")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from muster.core import lifecycle
+from muster.core import lifecycle, mailtypes
 from muster.core.arrays import JobRef
 from muster.core.errors import (
     InvalidJobId,
@@ -98,6 +98,10 @@ class JobActions:
         """Check a request as submission does (partition, shape, what the cluster can
         ever give, accounting) and build its job, not yet recorded; MusterError when it
         is refused."""
+        try:
+            spec.mail_type = mailtypes.check(spec.mail_type)
+        except mailtypes.MailTypeError as e:
+            raise InvalidRequest(str(e)) from None
         unknown_deps = self._unknown_dependencies(spec)
         partition = self._resolve_partition(spec)
         candidates = [self.state.config.partition(p) for p in (spec.partitions or [partition])]

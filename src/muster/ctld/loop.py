@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from muster.core.job import Job
+from muster.core.states import Reason
 from muster.ctld.actions import Action
 from muster.ctld.controller import Controller
 from muster.ctld.view import build_snapshot
@@ -72,6 +73,8 @@ def run_pass(ctl: Controller, config: SchedConfig, now: float, timer: Callable[[
     # A dependency never met makes its job one that can never run (``never``): when no job
     # is, the reasons of every waiting job (held ones too) need not be read again.
     never = decisions.never
+    if never and ctl.mail is not None:  # --mail-type=INVALID_DEPEND, before a kill's END
+        ctl.mail.dependency_never(i for i in never if decisions.reasons.get(i) is Reason.DEPENDENCY_NEVER)
     ctl.queue.kill_invalid_dependencies({i: r for i, r in decisions.reasons.items() if i in never} if never else {})
     if timer is not None:
         decisions.stats.phase_seconds["0.snapshot"] = t1 - t0

@@ -30,6 +30,7 @@ from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex
 from muster.ctld.identity import Identity, identify
+from muster.ctld.mailnotes import MailNotes
 from muster.ctld.nodes import NodeRuntime, configured_fields
 from muster.ctld.reservations import Reservation
 from muster.ctld.stats import ServerStats
@@ -107,6 +108,8 @@ class ClusterState:
     topology: Topology | None = None
     # sdiag's and /metrics's running figures (``stats``); set by the app
     stats: ServerStats | None = field(default=None, repr=False)
+    # what committed changes and automatic drains mail (``mailnotes``); set by the app
+    mail: MailNotes | None = field(default=None, repr=False)
 
     # --- start-up -------------------------------------------------------------------
 
@@ -247,6 +250,8 @@ class ClusterState:
             raise
         if self.stats is not None:
             self.stats.observe_commit(changes, self.clock.monotonic() - t0)
+        if self.mail is not None:
+            self.mail.committed(now, changes)
 
     def changed(self, jobs: Iterable[Job]) -> None:
         """Note that these jobs changed: what was encoded of them is stale (``ctld.listing``)."""
@@ -322,6 +327,8 @@ class ClusterState:
         node.reason_user = self.config.slurm_user or "root"
         self.put_node(node)
         log.warning("node %s drained: %s", name, reason)
+        if self.mail is not None:
+            self.mail.node_event("Drained", name, reason)
         return True
 
     def node_failed_job(self, job: Job, now: float, why: str) -> None:

@@ -8,7 +8,7 @@ submit and an ``#SBATCH`` line cannot disagree: same parser, same messages. The 
 then checks the result against ``SpecModel`` (``ctld.api``) as it does for sbatch.
 
 Fields of the schema that muster has no use for are reported in ``warnings`` (as sbatch
-accepts and ignores ``--mail-type``); fields that would change what the job gets and that
+accepts and ignores ``--wckey``); fields that would change what the job gets and that
 muster cannot honour are refused, as are fields the schema does not have.
 """
 
@@ -34,6 +34,7 @@ _TEXT = {
     "reservation": "reservation",
     "dependency": "dependency",
     "comment": "comment",
+    "mail_user": "mail-user",
     "constraints": "constraint",
     "standard_output": "output",
     "standard_error": "error",
@@ -51,8 +52,6 @@ _MEMORY = {"memory_per_node": "mem", "memory_per_cpu": "mem-per-cpu"}
 # Accepted and ignored, as sbatch accepts the options they stand for.
 IGNORED = frozenset(
     {
-        "mail_type",
-        "mail_user",
         "wckey",
         "distribution",
         "cpu_binding",
@@ -118,10 +117,19 @@ HANDLED = frozenset(
         "kill_warning_delay",
         "kill_warning_flags",
         "flags",
+        "mail_type",
         "user_id",
         "group_id",
     }
 )
+# v0.0.40's mail_type flags that differ from sbatch's --mail-type names.
+_MAIL_FLAGS = {
+    "TIME=100%": "TIME_LIMIT",
+    "TIME=90%": "TIME_LIMIT_90",
+    "TIME=80%": "TIME_LIMIT_80",
+    "TIME=50%": "TIME_LIMIT_50",
+    "INVALID_DEPENDENCY": "INVALID_DEPEND",
+}
 
 
 class JobDescError(Exception):
@@ -250,6 +258,10 @@ def job_request(job: dict[str, Any], script: str | None, user: str) -> tuple[dic
         flags = _strings(job.get("kill_warning_flags") or [], "kill_warning_flags")
         prefix = "B:" if "BATCH_JOB" in flags else ""
         add("signal", f"{prefix}{sig}" + (f"@{delay}" if delay is not None else ""))
+    if job.get("mail_type") is not None:
+        given = job["mail_type"]
+        mail = given.split(",") if isinstance(given, str) else _strings(given, "mail_type")
+        add("mail-type", ",".join(_MAIL_FLAGS.get(m.strip().upper(), m.strip()) for m in mail) or "NONE")
     flags = _strings(job.get("flags") or [], "flags")
     if "KILL_INVALID_DEPENDENCY" in flags:
         add("kill-on-invalid-dep", "yes")

@@ -301,7 +301,30 @@ def test_ignored_options_are_accepted() -> None:
     parsed, _ = getopt(["--mail-type=END", "--wckey=x", "--cpus-per-gpu=4"], table)
     req = JobRequest()
     apply_options(req, parsed)
-    assert req.ignored == ["mail-type", "wckey", "cpus-per-gpu"]
+    assert req.ignored == ["wckey", "cpus-per-gpu"]
+
+
+@pytest.mark.parametrize(
+    ("text", "types"),
+    [
+        ("END", ["END"]),
+        ("begin,end", ["BEGIN", "END"]),
+        ("ALL", ["BEGIN", "END", "FAIL", "REQUEUE", "INVALID_DEPEND", "STAGE_OUT"]),
+        (
+            "ALL,TIME_LIMIT_50,ARRAY_TASKS",
+            ["BEGIN", "END", "FAIL", "REQUEUE", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT_50", "ARRAY_TASKS"],
+        ),
+        ("NONE", []),
+    ],
+)
+def test_mail_type_reads_slurms_names(text: str, types: list[str]) -> None:
+    assert _request([f"--mail-type={text}", "--mail-user=ops@example.org"])["mail_type"] == types
+    assert _request(["--mail-user=ops@example.org"])["mail_user"] == "ops@example.org"
+
+
+def test_an_unknown_mail_type_is_refused_by_name() -> None:
+    with pytest.raises(OptionValueError, match="--mail-type=BEGIN,SOON invalid"):
+        _request(["--mail-type=BEGIN,SOON"])
 
 
 @pytest.mark.parametrize(

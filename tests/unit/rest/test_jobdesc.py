@@ -68,8 +68,18 @@ def test_bad_fields_are_named(job: dict[str, object], words: str) -> None:
 
 
 def test_ignored_fields_come_back_as_warnings() -> None:
-    _, warnings = job_request({"script": SCRIPT, "mail_type": ["END"]}, None, "root")
-    assert warnings == ["mail_type: not used by muster; ignored"]
+    _, warnings = job_request({"script": SCRIPT, "wckey": "x"}, None, "root")
+    assert warnings == ["wckey: not used by muster; ignored"]
+
+
+def test_mail_type_and_mail_user_reach_the_spec() -> None:
+    spec, warnings = job_request(
+        {"script": SCRIPT, "mail_type": ["BEGIN", "TIME=50%", "INVALID_DEPENDENCY"], "mail_user": "a@b.c"}, None, "root"
+    )
+    assert spec["mail_type"] == ["BEGIN", "INVALID_DEPEND", "TIME_LIMIT_50"] and spec["mail_user"] == "a@b.c"
+    assert warnings == []
+    with pytest.raises(JobDescError, match="mail-type"):
+        job_request({"script": SCRIPT, "mail_type": ["SOMETIMES"]}, None, "root")
 
 
 def test_a_missing_script_is_refused() -> None:
