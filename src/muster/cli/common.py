@@ -17,8 +17,10 @@ Importing ``muster.core.config`` instead would validate every node and partition
 cost more start-up time than the whole request; a unit test checks that both agree.
 
 Connection: the controller's Unix socket when it exists on this host (the controller
-reads our uid from it); otherwise its TCP port, with a credential the local node agent
-signs for us (``POST /v1/credential`` on the agent's socket).
+reads our uid from it); otherwise its TCP port, with a credential (``user_credential``):
+with ``AuthType=auth/munge`` one from the local munged (``protocol.munge``: login nodes run
+no agent), else one the local node agent signs for us (``POST /v1/credential`` on the
+agent's socket).
 """
 
 # No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
@@ -213,6 +215,8 @@ _CLIENT_KEYS = {
         "CtldSocket",
         "AgentSocketDir",
         "AuthKeyFile",
+        "AuthType",
+        "AuthInfo",
         "SlurmUser",
         "AdminUsers",
         "TLSType",
@@ -315,6 +319,10 @@ class ClientSettings:
     @property
     def agent_socket_dir(self) -> str | None:
         return self.settings.get("AgentSocketDir")
+
+    @property
+    def auth_type(self) -> str:
+        return self.settings.get("AuthType", "auth/muster").lower()
 
     @property
     def tls_ca(self) -> str | None:
@@ -450,11 +458,11 @@ class Controller:
         if len(self.settings.ctld_hosts) > 1:  # a primary and backups: whichever is active
             from muster.cli.failover import call_active
 
-            return call_active(self.settings, method, path, body, self.timeout, agent_credential)
+            return call_active(self.settings, method, path, body, self.timeout, user_credential)
         headers = self.headers
         if self.calls and self.address is not None and headers and "X-Muster-Credential" in headers:
             # A credential is accepted once: each further request over TCP gets a fresh one.
-            credential = agent_credential(self.settings)
+            credential = user_credential(self.settings)
             headers = self.headers = {"X-Muster-Credential": credential} if credential else None
         self.calls += 1
         answer = request(
@@ -484,10 +492,25 @@ def connect(prog: str, settings: ClientSettings | None = None) -> Controller:
     if path_exists(sock):
         return Controller(settings, unix_path=sock)
     headers = None
-    credential = agent_credential(settings)
+    credential = user_credential(settings)
     if credential:
         headers = {"X-Muster-Credential": credential}
     return Controller(settings, address=(settings.ctld_addr, settings.ctld_port), headers=headers)
+
+
+def user_credential(settings: ClientSettings) -> str | None:
+    """A credential that proves this process's uid to the controller over TCP, good for one
+    request: with ``AuthType=auth/munge`` the local munged's (``AuthInfo=socket=PATH``), so
+    that a login node needs no agent; else, or where no munged answers, a node agent's."""
+    if settings.auth_type == "auth/munge":
+        from time import time
+
+        from muster.protocol import munge
+
+        credential = munge.encode(munge.socket_path(settings.settings.get("AuthInfo")), settings.cluster_name, time())
+        if credential:
+            return credential
+    return agent_credential(settings)
 
 
 def agent_credential(settings: ClientSettings) -> str | None:

@@ -143,6 +143,7 @@ BOOL_KEYS = frozenset({"PriorityFavorSmall"})
 CHOICE_KEYS = {
     "MetricsType": ("metrics/openmetrics", "metrics/none"),
     "LogFormat": ("text", "json"),
+    "AuthType": ("auth/muster", "auth/munge"),
 }
 
 TRUE = frozenset({"yes", "true", "1", "on"})

@@ -427,6 +427,12 @@ class Config:
         return self.settings.get("AuthKeyFile", os.path.join(os.path.dirname(self.path), "muster.key"))
 
     @property
+    def auth_type(self) -> str:
+        """``AuthType``: ``auth/muster`` (agent-signed user credentials, the default) or
+        ``auth/munge`` (MUNGE credentials accepted too: login nodes without an agent)."""
+        return (self.settings.get("AuthType") or "auth/muster").lower()
+
+    @property
     def tls(self) -> TLSSettings:
         """``TLSType`` and ``TLSParameters`` (``core.tlsconf``); checked while parsing."""
         return TLSSettings(self.settings, self.auth_key_file)

@@ -2,7 +2,8 @@
 
 Every request body is validated by a pydantic model (a malformed body gets a 400 naming
 the field); the caller's identity comes from the transport (SO_PEERCRED on the Unix
-socket, or an agent-signed credential on TCP); agent routes require a request signed for
+socket, or a credential on TCP: agent-signed, or MUNGE with
+``AuthType=auth/munge``, see ``ctld.usercred``); agent routes require a request signed for
 ``ctld`` by the node it names. Over TCP nothing is served without one or the other (401,
 one log line). ``PrivateData`` (``ctld.privacy``) decides what of other users a caller
 sees. State changes are delegated to ``Controller``; side effects to the app (``context.Context``).
@@ -55,7 +56,7 @@ from muster.ctld.stepapi import build_step_routes
 from muster.ctld.token_api import build_token_routes
 from muster.ctld.wire import node_wire, partition_wire
 from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, refusal
-from muster.protocol.signing import CRED_HEADER, verify_credential
+from muster.protocol.signing import CRED_HEADER
 
 log = logging.getLogger("musterctld.api")
 IDENTITY_KEY = "muster.identity"  # the caller, once proven, for the rest of the request
@@ -106,10 +107,10 @@ def prove_caller(ctx: Context, request: Request, jwt_auth: JwtAuth | None = None
         if not cred:
             raise AuthError("Authentication failure: no credential")
         try:
-            uid, gid = verify_credential(ctx.key, cred, ctx.clock.now(), ctx.verifier.guard)
+            uid, gid, host = ctx.credentials.verify(cred, ctx.clock.now(), ctx.verifier.guard)
         except SignatureError as e:
             raise AuthError(f"Invalid credential: {e}") from None
-        who = ctx.controller.identity(uid, gid, cred.split(":")[4])
+        who = ctx.controller.identity(uid, gid, host)
     request.scope[IDENTITY_KEY] = who
     return who
 

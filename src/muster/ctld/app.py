@@ -40,6 +40,7 @@ from muster.ctld.stats import ServerStats
 from muster.ctld.steps import StepBook
 from muster.ctld.store import Store
 from muster.ctld.store_pg import open_store
+from muster.ctld.usercred import UserCredentials
 from muster.protocol.httpd import SignedClient, Verifier
 from muster.protocol.signing import CTLD
 from muster.sched.config import SchedConfig
@@ -102,6 +103,7 @@ class CtldApp:
             instance_path(f"{config.state_save_location}/replay-floor", instance),
             require_cert=config.tls.enabled,
         )
+        self.credentials = UserCredentials(config, key)  # AuthType: agent-signed, MUNGE too
         self.client: SignedClient | None = None
         self.dispatcher: Dispatcher | None = None
         self._kick = asyncio.Event()

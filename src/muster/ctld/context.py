@@ -13,6 +13,7 @@ from muster.ctld.controller import Controller
 from muster.ctld.dashview import Samples
 from muster.ctld.stats import ServerStats
 from muster.ctld.steps import StepBook
+from muster.ctld.usercred import UserCredentials
 from muster.protocol.httpd import Verifier
 
 
@@ -22,6 +23,7 @@ class Context(Protocol):
     key: bytes
     clock: Clock
     verifier: Verifier
+    credentials: UserCredentials  # the commands' credentials over TCP (agent-signed, MUNGE)
     hostname: str
     samples: Samples  # the dashboard's charts (``dashview``)
     stats: ServerStats

@@ -28,9 +28,10 @@ from muster.core.config import Config
 from muster.ctld.identity import identify
 from muster.ctld.lease import STANDBY_MESSAGE, Elector, Verdict, poll_every, renew_every
 from muster.ctld.lease_pg import PgLease
+from muster.ctld.usercred import UserCredentials
 from muster.protocol.httpd import PEER_KEY
 from muster.protocol.replay import ReplayGuard
-from muster.protocol.signing import CRED_HEADER, SignatureError, verify_credential
+from muster.protocol.signing import CRED_HEADER, SignatureError
 
 log = logging.getLogger("musterctld")
 
@@ -58,6 +59,7 @@ class HaController:
         self.app: Any = None  # the CtldApp while active
         self._task: asyncio.Task[Any] | None = None
         self._guard = ReplayGuard()
+        self.credentials = UserCredentials(config, key)  # scontrol takeover's, over TCP
         self.became_active = 0.0
         self._problem = ""  # the last election error logged
 
@@ -217,7 +219,7 @@ class HaController:
         if not cred:
             return False
         try:
-            uid, gid = verify_credential(self.key, cred, _now(), self._guard)
+            uid, gid, _host = self.credentials.verify(cred, _now(), self._guard)
         except SignatureError:
             return False
         return identify(self.config, uid, gid).admin

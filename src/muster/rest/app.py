@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from muster.cli.common import ClientSettings, agent_credential, connect, connect_message
+from muster.cli.common import ClientSettings, connect, connect_message, user_credential
 from muster.core.clock import SystemClock
 from muster.protocol.client import ApiError, ConnectError, request
 from muster.protocol.httpd import PEER_KEY
@@ -80,7 +80,7 @@ class Upstream:
         if len(self.settings.ctld_hosts) > 1:  # a primary and backups: whichever is active
             from muster.cli.failover import call_active
 
-            return call_active(self.settings, method, path, body, 60.0, agent_credential, headers)
+            return call_active(self.settings, method, path, body, 60.0, user_credential, headers)
         sock = self.settings.ctld_socket
         if os.path.exists(sock):  # the token decides who this is, on either transport
             return request(method, path, body, unix_path=sock, headers=headers)

@@ -85,7 +85,7 @@ def test_a_key_set_for_the_first_time_reads_from_null() -> None:
 
 
 @pytest.mark.parametrize(
-    "key", ["ClusterName=other", "StateSaveLocation=/elsewhere", "SlurmctldPort=7000", "AuthType=auth/none"]
+    "key", ["ClusterName=other", "StateSaveLocation=/elsewhere", "SlurmctldPort=7000", "AuthType=auth/munge"]
 )
 def test_a_key_fixed_for_the_life_of_the_controller_refuses_the_whole_file(key: str) -> None:
     name = key.split("=")[0]
