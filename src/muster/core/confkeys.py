@@ -58,7 +58,7 @@ DefaultStorageHost DefaultStorageLoc DefaultStoragePass DefaultStoragePort Defau
 DefaultStorageUser
 AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInterval
 GpuFaultFile GpuHealthCheckInterval NodeHostnames
-AccountingStorageURL
+AccountingStorageURL AccountingStoragePassFile
 ExpediteHoldTime
 MetricsType LogFormat
 TLSType TLSParameters

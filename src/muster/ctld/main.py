@@ -10,6 +10,7 @@ import sys
 
 from muster import VERSION_STRING
 from muster.core.config import ConfigError, parse_config
+from muster.core.errors import StorageError
 from muster.core.extras import MissingExtra
 from muster.ctld.reconfig import read_topology
 from muster.ctld.reconfig_plan import validate
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"musterctld: error: {where}{e}", file=sys.stderr)
         return 1
     except MissingExtra as e:  # PostgreSQL configured, psycopg not installed
+        print(f"musterctld: error: {e}", file=sys.stderr)
+        return 1
+    except StorageError as e:  # the store cannot be opened: a newer schema, a lock, a disk
         print(f"musterctld: error: {e}", file=sys.stderr)
         return 1
 

@@ -59,6 +59,7 @@ RESTART_KEYS: dict[str, str] = {
     "AccountingStoragePort": "the state database is open",
     "AccountingStorageUser": "the state database is open",
     "AccountingStoragePass": "the state database is open",
+    "AccountingStoragePassFile": "the state database is open",
     "AccountingStorageLoc": "the state database is open",
     "AccountingStorageURL": "the state database is open",
     "PrivateData": "the request handlers read it when musterctld starts",

@@ -8,6 +8,7 @@ projections are loaded; the schema is versioned and migrated in ``migrate``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -21,6 +22,9 @@ from muster.core.steps import Step
 from muster.ctld import records
 
 SCHEMA_VERSION = 5
+# meta keys a migration leaves: the schema it started from and the copy kept of it
+UPGRADED_FROM = "upgraded_from_schema"
+UPGRADE_BACKUP = "upgrade_backup"
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -78,6 +82,10 @@ _MIGRATIONS: dict[int, list[str]] = {
 }
 
 
+class SchemaTooNew(StorageError):
+    """The store was written by a newer muster (its schema is above ``SCHEMA_VERSION``)."""
+
+
 def _is_db_error(exc: BaseException) -> bool:
     """sqlite3's errors, and psycopg's (the PostgreSQL store), without importing psycopg."""
     return isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg")
@@ -126,18 +134,74 @@ class Store:
         self.migrate()
 
     def migrate(self) -> None:
+        """Bring the schema to ``SCHEMA_VERSION``: every step in one transaction (a step
+        that fails leaves the store as it was), after the file as it was is kept beside it
+        (``_keep_before_migration``). A store of a newer schema is refused, untouched."""
         self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         current = int(row[0]) if row else 0
         if current > SCHEMA_VERSION:
-            raise RuntimeError(
-                f"state database {self.path} has schema {current}, newer than this muster ({SCHEMA_VERSION})"
-            )
+            raise SchemaTooNew(self._too_new(current))
+        if current == SCHEMA_VERSION:
+            return
+        kept = self._keep_before_migration(current) if current else None
         with self.transaction():
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 for stmt in _MIGRATIONS[version]:
                     self.db.execute(stmt)
                 self._set_meta("schema_version", str(version))
+            if kept:
+                # what an older muster names when it finds this store too new (``_too_new``)
+                self._set_meta(UPGRADED_FROM, str(current))
+                self._set_meta(UPGRADE_BACKUP, kept)
+
+    def _keep_before_migration(self, current: int) -> str | None:
+        """A copy of the store as it was, ``<file>.schema-N`` (mode 0600), taken before a
+        migration: what going back to the older muster restores. None where there is no
+        file (``:memory:``; PostgreSQL: pg_dump before upgrading, docs/upgrade.md)."""
+        if self.path == ":memory:":
+            return None
+        kept = f"{self.path}.schema-{current}"
+        part = f"{kept}.part"
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)
+            os.close(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            with contextlib.closing(sqlite3.connect(part)) as copy:
+                self.db.backup(copy)
+                copy.execute("PRAGMA journal_mode=DELETE")
+            os.replace(part, kept)
+        except (OSError, sqlite3.Error) as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
+            cause = exc.strerror if isinstance(exc, OSError) else storage_cause(exc, kept)
+            raise StorageError(
+                f"cannot keep {self.path} as it was before upgrading its schema from {current} "
+                f"to {SCHEMA_VERSION} ({kept}: {cause}); nothing was changed"
+            ) from None
+        return kept
+
+    def _too_new(self, current: int) -> str:
+        """Why this (older) muster refuses the store, and the way back."""
+        head = (
+            f"state database {self.path} has schema {current}, newer than this muster's ({SCHEMA_VERSION}): "
+            "a newer muster wrote it, and this one leaves it untouched. Run that newer muster, or go back: "
+        )
+        row = self.db.execute(
+            "SELECT (SELECT value FROM meta WHERE key=?), (SELECT value FROM meta WHERE key=?)",
+            (UPGRADED_FROM, UPGRADE_BACKUP),
+        ).fetchone()
+        before, kept = (row[0], row[1]) if row else (None, None)
+        if before is not None and kept and int(before) <= SCHEMA_VERSION:
+            return head + (
+                f"stop musterctld and run `muster restore {kept}` (the store as it was at schema {before}, "
+                "kept by the upgrade; what changed since is lost), or restore a `muster backup` file "
+                "taken before the upgrade (docs/upgrade.md)"
+            )
+        return head + (
+            f"restore a backup of schema {SCHEMA_VERSION} or older taken before the upgrade "
+            "(`muster restore FILE`; PostgreSQL: pg_restore of its pg_dump; docs/upgrade.md)"
+        )
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

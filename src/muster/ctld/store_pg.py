@@ -4,11 +4,15 @@ Selected in the configuration, as Slurm selects its accounting storage::
 
     AccountingStorageType=accounting_storage/postgresql
     AccountingStorageHost=db.example  AccountingStoragePort=5432
-    AccountingStorageUser=muster      AccountingStoragePass=...
+    AccountingStorageUser=muster      AccountingStoragePassFile=/etc/muster/dbpass
     AccountingStorageLoc=muster       (the database name)
 
-or with one muster key, ``AccountingStorageURL=postgresql://user:pass@host:5432/db`` (any
-libpq connection string). The whole store moves: events, jobs, accounting records,
+or with one muster key, ``AccountingStorageURL=postgresql://user@host:5432/db`` (any
+libpq connection string). The password is read from ``AccountingStoragePassFile`` (a file
+no one but its owner may read, else refused), or by libpq itself from ``PGPASSFILE`` or
+``~/.pgpass`` when the connection string has none; a password written in muster.conf
+(``AccountingStoragePass``, or in the URL) is refused while that file is readable by
+others (muster.conf is world-readable: the commands read it). The whole store moves: events, jobs, accounting records,
 associations; the controller still answers only after the transaction has committed.
 
 ``PgStore`` *is* a ``Store``: the same methods run the same SQL through ``_PgConnection``,
@@ -20,13 +24,18 @@ store gains works on both.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
-from muster.core.config import Config
+from muster.core.config import Config, ConfigError
 from muster.core.errors import StorageError
 from muster.core.extras import require
 from muster.ctld.store import Store
+
+# Held shared by every ``PgStore`` session, on its schema's store: ``muster store-copy``
+# takes it exclusively, so neither waits on nor writes under the other.
+STORE_LOCK = "hashtext(current_schema() || ':muster:store')"
 
 _PLACEHOLDER = re.compile(r"\?")
 _USER_COLUMN = re.compile(r"(?<![\w\"'.%])user(?![\w\"'])")
@@ -91,9 +100,18 @@ class PgStore(Store):
 
     def __init__(self, dsn: str) -> None:  # noqa: D107 - Store's contract
         psycopg = require("psycopg", "the PostgreSQL store (AccountingStorageType=accounting_storage/postgresql)")
-        self.path = _redact(dsn)
+        self.path = redact(dsn)
         self.db = _PgConnection(psycopg.connect(dsn, autocommit=True))  # type: ignore[assignment]
+        row = self.db.execute(f"SELECT pg_try_advisory_lock_shared({STORE_LOCK})").fetchone()
+        if not (row and row[0]):
+            self.db.close()
+            raise StorageError(
+                f"the store in {self.path} is being copied (muster store-copy); start again when it ends"
+            )
         self.migrate()
+
+    def _keep_before_migration(self, current: int) -> str | None:
+        return None  # pg_dump before upgrading (docs/upgrade.md)
 
     def backend_pid(self) -> int:
         """This store's session on the server (the lease row records it)."""
@@ -116,26 +134,78 @@ class PgStore(Store):
         return bool(row and row[0])
 
 
-def _redact(dsn: str) -> str:
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
+def redact(dsn: str) -> str:
+    """A connection string fit to print: its password (if any) replaced by ``***``."""
+    dsn = re.sub(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", "password=***", dsn)
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", dsn)
 
 
 def dsn_from_config(config: Config) -> str | None:
-    """The PostgreSQL connection string the configuration asks for, or None for SQLite."""
+    """The PostgreSQL connection string the configuration asks for, or None for SQLite;
+    with the password of ``AccountingStoragePassFile`` when one is named. ``ConfigError``
+    when that file is unsafe or a password sits in a world-readable muster.conf."""
     url = config.get("AccountingStorageURL")
-    if url:
-        return url
     kind = (config.get("AccountingStorageType") or "").lower()
-    if kind not in ("accounting_storage/postgresql", "accounting_storage/pgsql"):
+    if not url and kind not in ("accounting_storage/postgresql", "accounting_storage/pgsql"):
         return None
+    inline = config.get("AccountingStoragePass")
+    if url:
+        inline = inline or ("password" if re.search(r"://[^/@:]+:[^@/]+@|password\s*=", url) else None)
+    if inline:
+        _refuse_world_readable(config.path)
+    password = _password_file(config.get("AccountingStoragePassFile"))
+    if url:
+        return _with_password(url, password) if password else url
     parts = {
         "host": config.get("AccountingStorageHost") or "localhost",
         "port": config.get("AccountingStoragePort") or "5432",
         "user": config.get("AccountingStorageUser"),
-        "password": config.get("AccountingStoragePass"),
+        "password": password or config.get("AccountingStoragePass"),
         "dbname": config.get("AccountingStorageLoc") or "muster",
     }
     return " ".join(f"{k}={_quote(v)}" for k, v in parts.items() if v)
+
+
+def _refuse_world_readable(conf: str) -> None:
+    try:
+        mode = os.stat(conf).st_mode
+    except OSError:
+        return  # not a file (a configuration given as text): nothing to judge
+    if mode & 0o004:
+        raise ConfigError(
+            f"{conf}: the database password must not be written in a file every user can read "
+            f"(mode {mode & 0o777:04o}): put it in a file of its own, mode 0600, named by "
+            "AccountingStoragePassFile= (or in ~/.pgpass), and remove it from AccountingStoragePass/"
+            "AccountingStorageURL"
+        )
+
+
+def _password_file(path: str | None) -> str | None:
+    """The password in ``path``: its first line. Refused unless only its owner can read it."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ConfigError(f"AccountingStoragePassFile={path}: {exc.strerror}") from None
+    with os.fdopen(fd, encoding="utf-8") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if mode & 0o077:
+            raise ConfigError(
+                f"AccountingStoragePassFile={path} is readable by others (mode {mode & 0o777:04o}): chmod 600 {path}"
+            )
+        line = f.readline().rstrip("\r\n")
+    if not line:
+        raise ConfigError(f"AccountingStoragePassFile={path} is empty")
+    return line
+
+
+def _with_password(dsn: str, password: str) -> str:
+    """``dsn`` (a URL or keywords) with ``password`` added, as libpq reads both."""
+    require("psycopg", "the PostgreSQL store (AccountingStorageType=accounting_storage/postgresql)")
+    from psycopg.conninfo import make_conninfo
+
+    return str(make_conninfo(dsn, password=password))
 
 
 def _quote(value: str) -> str:
