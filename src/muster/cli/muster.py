@@ -1,13 +1,17 @@
 """``muster``: local clusters (up, down, status), keys, the controller's state (backup,
-restore), the demo and the simulator."""
+restore, store-copy), the demo and the simulator."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from muster import VERSION_STRING
+
+if TYPE_CHECKING:
+    from muster.cluster.store_copy import Endpoint
 
 # A local cluster gives each node its own loopback address (cluster.local.node_addr).
 MAX_LOCAL_NODES = 16384
@@ -123,6 +127,21 @@ def _parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=what)
         cmd.add_argument("file")
         cmd.add_argument("--conf", default=None, help="config file (default: $MUSTER_CONF or /etc/muster/muster.conf)")
+    copy = sub.add_parser(
+        "store-copy",
+        help="copy the controller's whole store between SQLite and PostgreSQL (refused while a controller uses it)",
+        description="Copy every table of a muster store (jobs, events, accounting, associations, "
+        "reservations, nodes, steps; job ids continue) from one database to another, in one "
+        "transaction, and check it row for row. A location is sqlite:PATH (or a path), "
+        "postgresql://... or libpq keywords (host=... dbname=...); one left out is the store "
+        "the config names. docs/upgrade.md.",
+    )
+    copy.add_argument("--from", dest="source", default=None, metavar="STORE", help="the store to copy")
+    copy.add_argument("--to", dest="dest", default=None, metavar="STORE", help="where to copy it")
+    copy.add_argument(
+        "--overwrite", action="store_true", help="replace a destination that already holds a store (refused otherwise)"
+    )
+    copy.add_argument("--conf", default=None, help="config file (default: $MUSTER_CONF or /etc/muster/muster.conf)")
     dash = sub.add_parser("dashboard", help="print a one-time link that signs you in to the controller's web dashboard")
     dash.add_argument(
         "--base-url",
@@ -151,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command in ("backup", "restore"):
         return _state_command(args)
+    if args.command == "store-copy":
+        return _store_copy(args)
     if args.command == "dashboard":
         from muster.cli.dashboard import run
 
@@ -254,6 +275,46 @@ def _state_command(args: argparse.Namespace) -> int:
     if kept:
         print(f"muster: the state it replaced is kept in {kept}")
     return 0
+
+
+def _store_copy(args: argparse.Namespace) -> int:
+    """``muster store-copy [--from STORE] [--to STORE]`` (``cluster.store_copy``)."""
+    from muster.cluster.store_copy import CopyError, copy_store, parse_endpoint
+    from muster.core.config import ConfigError
+    from muster.core.extras import MissingExtra
+
+    if args.source is None and args.dest is None:
+        print("muster: error: store-copy needs --from STORE or --to STORE (or both)", file=sys.stderr)
+        return 2
+    try:
+        source = parse_endpoint(args.source) if args.source is not None else _configured_store(args.conf)
+        dest = parse_endpoint(args.dest) if args.dest is not None else _configured_store(args.conf)
+        done = copy_store(source, dest, overwrite=args.overwrite)
+    except OSError as e:
+        print(f"muster: error: {e.filename}: {e.strerror}" if e.filename else f"muster: error: {e}", file=sys.stderr)
+        return 1
+    except (ConfigError, CopyError, MissingExtra) as e:
+        print(f"muster: error: {e}", file=sys.stderr)
+        return 1
+    total = sum(done.rows.values())
+    print(f"muster: copied {done.source} to {done.dest} (schema {done.schema}): {total} rows, checked row for row")
+    for table, n in done.rows.items():
+        print(f"  {table:<14} {n}")
+    print(f"muster: the next job id is {done.next_job_id}")
+    if done.kept:
+        print(f"muster: the store it replaced is kept in {done.kept}")
+    return 0
+
+
+def _configured_store(conf: str | None) -> Endpoint:
+    """The store the config names (the side of the copy left out)."""
+    from muster.cluster.store_copy import configured_store
+    from muster.core.config import parse_config
+    from muster.protocol.client import default_conf_path
+
+    path = conf or default_conf_path()
+    with open(path, encoding="utf-8") as f:
+        return configured_store(parse_config(f.read(), path))
 
 
 def _backup_problem(backups: int, extra: dict[str, str]) -> str | None:
