@@ -60,6 +60,7 @@ AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInte
 GpuFaultFile GpuHealthCheckInterval NodeHostnames
 AccountingStorageURL AccountingStoragePassFile
 ExpediteHoldTime
+AdminMail
 MetricsType LogFormat
 TLSType TLSParameters
 """

@@ -33,6 +33,8 @@ from muster.ctld.controller import Action, Controller
 from muster.ctld.dashview import Samples
 from muster.ctld.dispatch import Dispatcher
 from muster.ctld.loop import run_pass
+from muster.ctld.mailer import Mailer
+from muster.ctld.mailnotes import MailNotes
 from muster.ctld.openapi import openapi_route
 from muster.ctld.passlog import PassLog
 from muster.ctld.rpcstats import RpcStats
@@ -86,6 +88,10 @@ class CtldApp:
         self.controller.load()
         self.stats = ServerStats(self.clock.now())  # sdiag and /metrics (ctld.stats)
         self.controller.stats = self.stats
+        # --mail-type notices and automation's node events, through MailProg (ctld.mailer)
+        self.mailer = Mailer(lambda: self.controller.config, self.stats.registry)
+        self.controller.mail = MailNotes(self.controller, self.mailer.send, self.clock.now())
+        self.controller.mail.watch_running()
         self.pass_log = PassLog(self.clock)
         self._store_open = True
         self.steps = StepBook(self.controller, key)  # job steps: srun, salloc
@@ -137,6 +143,7 @@ class CtldApp:
             asyncio.create_task(self._periodic(self.controller.purge, 30.0), name="purge"),
             asyncio.create_task(self._periodic(self._sweep_steps, 1.0), name="steps"),
             asyncio.create_task(self._periodic(self._sample, self.samples.every), name="samples"),
+            asyncio.create_task(self._periodic(self._mail_tick, 1.0), name="mail"),
         ]
         self._sample()
         self.kick()
@@ -150,6 +157,7 @@ class CtldApp:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._pending_actions:
             await asyncio.wait(self._pending_actions, timeout=5)
+        await self.mailer.stop()
         if self.client is not None:
             await self.client.aclose()
         self._store_open = False
@@ -261,6 +269,11 @@ class CtldApp:
         if actions:
             self.perform(actions)
             self.kick()
+
+    def _mail_tick(self) -> None:
+        """--mail-type=TIME_LIMIT_50/80/90: the running jobs that passed those shares."""
+        if self.controller.mail is not None:
+            self.controller.mail.time_limits(self.clock.now())
 
     def _sample(self) -> None:
         self.samples.take(self.controller.nodes.values(), self.controller.jobs.values(), self.clock.now())

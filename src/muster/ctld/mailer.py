@@ -111,12 +111,14 @@ class Mailer:
         self._queued.set(len(self.queue) + len(self.running))
 
     async def stop(self) -> None:
-        """Stop the workers and kill what MailProg runs (the controller is stopping)."""
-        for task in list(self.workers):
-            task.cancel()
-        await asyncio.gather(*self.workers, return_exceptions=True)
+        """Kill what MailProg runs and stop the workers (the controller is stopping); the
+        messages still queued are lost, as Slurm's are."""
         for proc in list(self.running):
             _kill(proc)
+        workers = list(self.workers)
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
 
     # --- running MailProg ----------------------------------------------------------------
 
@@ -159,6 +161,9 @@ class Mailer:
                 await proc.wait()
                 self._failure("timeout", prog, mail, f"killed after {self.timeout:g} s")
                 return
+            except asyncio.CancelledError:  # the controller is stopping: leave nothing behind
+                _kill(proc)
+                raise
         finally:
             self.running.discard(proc)
         if proc.returncode != 0:

@@ -246,3 +246,17 @@ def test_a_missing_mailprog_and_a_full_queue_never_raise(tmp_path: pathlib.Path)
     asyncio.run(go())
     assert mailer.failures_count == 1
     assert not os.path.exists(tmp_path / "nowhere")
+
+
+def test_stopping_kills_what_mailprog_runs(tmp_path: pathlib.Path) -> None:
+    mailer = _mailer(_prog(tmp_path, "exec sleep 600\n"))
+
+    async def go() -> int:
+        mailer.send(Mail("a", "m"))
+        while not mailer.running:
+            await asyncio.sleep(0.01)
+        (proc,) = mailer.running
+        await mailer.stop()
+        return await asyncio.wait_for(proc.wait(), 5)
+
+    assert asyncio.run(go()) == -9
