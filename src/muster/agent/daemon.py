@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster import __version__
-from muster.agent import gpus, nodeident
+from muster.agent import gpus, hardware, nodeident
 from muster.agent.affinity import CpuLedger, task_affinity
 from muster.agent.app import build_app
 from muster.agent.env import EnvContext
@@ -102,6 +102,9 @@ class AgentDaemon:
         self.state = StateDir(settings.state_dir)
         self.start_time = self.clock.now()
         self.inventory = gpus.GpuInventory()
+        # The machine's CPUs and memory, found in prepare when the agent detects hardware for
+        # real (--gpu-detect nvidia); None: it emulates the configured node (auto, emulate).
+        self.hardware: hardware.Hardware | None = None
         self.gpu_health: GpuHealth | None = None  # set once the GPUs are known (prepare)
         self._gpu_faults: set[GpuFault] = set()  # reported to the controller already
         self.progress = ProgressWatch(self.state.root)  # MUSTER_PROGRESS files of jobs here
@@ -165,6 +168,8 @@ class AgentDaemon:
         self._lock()
         self.supervisor.instance = self.state.instance_id()
         self.inventory = gpus.detect(self.node.gpus, self.node.gpu_type, self.settings.gpu_mode)
+        if self.settings.gpu_mode == "nvidia":
+            self.hardware = hardware.probe()
         self.gpu_health = GpuHealth(
             self.inventory, default_fault_file(self.state.root, self.config.get("GpuFaultFile"))
         )
@@ -220,8 +225,7 @@ class AgentDaemon:
             "node": self.node.name,
             "addr": self.node.addr,
             "port": self.node.port,
-            "cpus": self.node.cpus,
-            "real_memory": self.node.real_memory,
+            **self._resources(),
             "gpus": self.inventory.count,
             "gpu_type": self.inventory.gpu_type,
             "gpu_source": self.inventory.source,
@@ -230,6 +234,28 @@ class AgentDaemon:
             "agent_start_time": self.start_time,
             "boot_time": _boot_time(),
             "version": __version__,
+        }
+
+    def _resources(self) -> dict[str, Any]:
+        """What the node has: the machine's own figures, or the configuration's when
+        emulating (the controller then takes them as given: ``emulated``)."""
+        hw, node = self.hardware, self.node
+        if hw is None:
+            return {
+                "cpus": node.cpus,
+                "sockets": node.sockets,
+                "cores_per_socket": node.cores_per_socket,
+                "threads_per_core": node.threads_per_core,
+                "real_memory": node.real_memory,
+                "emulated": True,
+            }
+        return {
+            "cpus": hw.cpus,
+            "sockets": hw.sockets * hw.boards,
+            "cores_per_socket": hw.cores_per_socket,
+            "threads_per_core": hw.threads_per_core,
+            "real_memory": hw.real_memory,
+            "emulated": False,
         }
 
     @property

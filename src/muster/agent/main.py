@@ -2,6 +2,7 @@
 
     musterd [--conf PATH] [--node NAME|HOSTLIST] [--state-dir DIR] [--log-file FILE]
             [--gpu-detect auto|nvidia|emulate] [-D] [-v] [-V]
+    musterd -C [--node NAME]
 
 * ``--conf``: the cluster config (default ``$MUSTER_CONF``, else /etc/muster/muster.conf);
   its ``AuthKeyFile`` holds the cluster key.
@@ -15,6 +16,8 @@
   For several nodes it holds ``%n`` (replaced by each node's name) or is the directory
   of their state directories (``DIR/<node>``).
 * ``--gpu-detect``: see ``muster.agent.gpus`` (default ``$MUSTER_GPU_DETECT`` or ``auto``).
+* ``-C``: print this machine's real hardware as a slurm.conf node line plus its uptime
+  (``slurmd -C``; ``muster.agent.hardware``) and exit; reads no configuration.
 * ``-D``: accepted for Slurm compatibility; musterd always stays in the foreground (run it
   under systemd or ``muster up``).
 
@@ -84,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
         help="how to find GPUs: auto (detect, else emulate the configured count), nvidia, emulate",
     )
     ap.add_argument(
+        "-C",
+        dest="print_hardware",
+        action="store_true",
+        help="print this machine's hardware as a slurm.conf node line and its uptime, and exit",
+    )
+    ap.add_argument(
         "-D", "--foreground", action="store_true", help="accepted for Slurm compatibility; always foreground"
     )
     ap.add_argument("-v", "--verbose", action="count", default=0)
@@ -108,8 +117,21 @@ def _read_topology(config: Config, path: str) -> None:
         logging.getLogger("musterd").warning("topology not read: %s", exc)
 
 
+def print_hardware(node: str | None) -> int:
+    """``musterd -C``: the real CPUs, memory and NVIDIA GPUs, never the configuration's."""
+    from muster.agent import gpus, hardware
+
+    logging.getLogger(gpus.__name__).setLevel(logging.ERROR)  # no GPU is not a warning here
+    found = gpus.detect(0, None, "nvidia")
+    name = node or socket.gethostname().split(".")[0]
+    print(hardware.slurmd_line(name, hardware.probe(), found.count))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.print_hardware:
+        return print_hardware(args.node)
     path = os.path.abspath(args.conf or default_conf_path())
     try:
         with open(path) as f:

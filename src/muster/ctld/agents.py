@@ -44,18 +44,48 @@ class Agents:
         node.agent_start_time = msg.agent_start_time
         node.boot_time = msg.boot_time
         node.version = msg.version
-        reported_gpus = node.gpus if msg.gpus is None else msg.gpus
-        if reported_gpus < node.gpus and not node.drain:
+        low = self._low_resources(node, msg)
+        if low and not node.drain:
             node.drain = True
-            node.reason = f"gres/gpu count reported lower than configured ({reported_gpus} < {node.gpus})"
+            node.reason = low
             node.reason_time = now
             node.reason_user = "root"
             self.state.put_node(node)
+            log.warning("node %s: drained at registration: %s", node.name, low)
         if node.admin_down and node.reason == "Not responding" and self.state.config.return_to_service >= 1:
             node.admin_down = False
             node.reason = ""
             self.state.put_node(node)
         return {"ok": True, "kill": self._stale_jobs(node, msg.running)}
+
+    def _low_resources(self, node: NodeRuntime, msg: Register) -> str:
+        """Why a node that registers has less than its configuration says, in Slurm's
+        words ("" when it has enough). An agent that emulates its node reports the
+        configuration's CPUs and memory (``emulated``), and ``SlurmdParameters=config_overrides``
+        trusts the configuration whatever is reported, as in Slurm."""
+        params = (self.state.config.get("SlurmdParameters") or "").lower().split(",")
+        if "config_overrides" in (p.strip() for p in params):
+            return ""
+        conf = self.state.config.node(node.name)
+        if not msg.emulated and conf is not None:
+            if msg.real_memory is not None and msg.real_memory < conf.real_memory:
+                return f"Low RealMemory (reported:{msg.real_memory} < 100.00% of configured:{conf.real_memory})"
+            if msg.cpus is not None and msg.cpus < conf.cpus:
+                return f"Low CPUs (reported:{msg.cpus} < configured:{conf.cpus})"
+            topology = ("Sockets", "SocketsPerBoard", "Boards", "CoresPerSocket", "ThreadsPerCore")
+            if any(key in conf.params for key in topology) and None not in (
+                msg.sockets,
+                msg.cores_per_socket,
+                msg.threads_per_core,
+            ):
+                reported = (msg.sockets or 0) * (msg.cores_per_socket or 0) * (msg.threads_per_core or 0)
+                configured = conf.sockets * conf.cores_per_socket * conf.threads_per_core
+                if reported < configured:
+                    return f"Low socket*core*thread count (reported:{reported} < configured:{configured})"
+        reported_gpus = node.gpus if msg.gpus is None else msg.gpus
+        if reported_gpus < node.gpus:
+            return f"gres/gpu count reported lower than configured ({reported_gpus} < {node.gpus})"
+        return ""
 
     def heartbeat(self, body: Heartbeat | Mapping[str, Any]) -> dict[str, Any]:
         msg = message(Heartbeat, body)

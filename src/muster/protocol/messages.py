@@ -58,8 +58,14 @@ class Register(_Message):
     node: str = Field(min_length=1)
     addr: str | None = None
     port: int | None = Field(None, ge=0, le=65535)
+    # What the node has: found on the machine (``musterd --gpu-detect nvidia``) or, when the
+    # agent emulates (``emulated``), the configuration's figures. None: not said.
     cpus: int | None = Field(None, ge=0)
+    sockets: int | None = Field(None, ge=0)
+    cores_per_socket: int | None = Field(None, ge=0)
+    threads_per_core: int | None = Field(None, ge=0)
     real_memory: int | None = Field(None, ge=0)
+    emulated: bool = False
     gpus: int | None = Field(None, ge=0)  # None: as configured
     gpu_type: str | None = None
     gpu_source: str | None = None
