@@ -61,6 +61,7 @@ def test_a_good_credential_gives_its_uid_once() -> None:
         ("muster-user-v1:c1:soon", int(NOW), NOW, "malformed credential time"),
         (munge.payload("c1", NOW - 60), int(NOW), NOW, "time is not its own"),
         (munge.payload("c1", NOW + 5), int(NOW), NOW, "time is not its own"),
+        (munge.payload("c1", NOW + 2.1), int(NOW), NOW, "time is not its own"),
         (munge.payload("c1", NOW), int(NOW), NOW + 3600, "outside the allowed window"),
     ],
 )
@@ -77,6 +78,14 @@ def test_a_credential_from_before_the_replay_floor_is_refused(tmp_path) -> None:
     decoder = FakeDecoder({"MUNGE:x:": (0, 0, munge.payload("c1", NOW), int(NOW))})
     with pytest.raises(SignatureError, match="replay floor"):
         munge.verify(decoder, "MUNGE:x:", "c1", NOW + 1, ReplayGuard(path=str(floor), now=NOW))
+
+
+@pytest.mark.parametrize("offset", [-1.0, -0.003, 0.0, 0.999, 1.5])
+def test_munged_s_whole_second_may_lag_or_lead_the_payloads_time(offset: float) -> None:
+    # munged reads a coarse clock: its stamp can be the second before the client's time
+    cred = "MUNGE:lag:"
+    decoder = FakeDecoder({cred: (1, 1, munge.payload("c1", NOW + offset), int(NOW))})
+    assert munge.verify(decoder, cred, "c1", NOW + 1, ReplayGuard()).uid == 1
 
 
 def test_the_guard_remembers_the_credentials_digest() -> None:
