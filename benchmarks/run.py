@@ -18,6 +18,7 @@ BENCHES = [
     "bench_srun.py",
     "bench_sim.py",
     "bench_tls.py",
+    "bench_munge.py",
     "bench_http.py",
 ]
 
