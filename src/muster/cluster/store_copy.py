@@ -26,7 +26,7 @@ The contract:
 * **The schema travels as it is.** The destination gets the source's schema version (the
   same migrations run on it up to that version), and the next controller start migrates it
   as it would have migrated the source: an old SQLite file copied into PostgreSQL is
-  migrated there (``tests/unit/ctld/test_store_schema.py`` does exactly that).
+  migrated there (``tests/integration/test_store_copy.py`` does it with every old schema).
 """
 
 from __future__ import annotations
