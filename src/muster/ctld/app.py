@@ -28,7 +28,9 @@ from muster.core.errors import StorageError
 from muster.core.hostlist import compress
 from muster.core.states import JobState
 from muster.ctld.actions import Launch
+from muster.ctld.agentversions import AgentVersions
 from muster.ctld.api import build_routes
+from muster.ctld.certexpiry import CertExpiry
 from muster.ctld.controller import Action, Controller
 from muster.ctld.dashview import Samples
 from muster.ctld.dispatch import Dispatcher
@@ -92,6 +94,8 @@ class CtldApp:
         self.mailer = Mailer(lambda: self.controller.config, self.stats.registry)
         self.controller.mail = MailNotes(self.controller, self.mailer.send, self.clock.now())
         self.controller.mail.watch_running()
+        self.stats.registry.register(CertExpiry(lambda: self.controller.config))  # /metrics: TLS expiry
+        self.stats.registry.register(AgentVersions(lambda: self.controller.nodes.values()))
         self.pass_log = PassLog(self.clock)
         self._store_open = True
         self.steps = StepBook(self.controller, key)  # job steps: srun, salloc
