@@ -70,7 +70,10 @@ def test_no_requeue_ends_the_job_node_fail(fast_failing: Harness) -> None:
     h.cluster.wait_ready(30)
 
 
-def test_a_restarted_agent_ends_the_step_tasks_its_killed_predecessor_left(fast_failing: Harness) -> None:
+def test_a_restarted_agent_ends_the_step_whose_srun_did_not_come_back(fast_failing: Harness) -> None:
+    """The step's supervisor outlives the killed agent and the new agent takes the step
+    back; with its srun gone too, nobody comes back for it within SlurmdTimeout (4 s
+    here): the step is stopped and its tasks end."""
     h = fast_failing
     pids = os.path.join(h.workdir, "step-pids")
     srun = subprocess.Popen(
@@ -88,16 +91,15 @@ def test_a_restarted_agent_ends_the_step_tasks_its_killed_predecessor_left(fast_
             time.sleep(0.05)
         tasks = [int(p) for p in h.read(pids).split()]
         os.kill(h.cluster._alive("node2"), signal.SIGKILL)
+        srun.kill()
+        srun.wait()
         time.sleep(0.3)
         assert all(process_running(p) for p in tasks)  # the agent's death alone does not end them
-        h.cluster.start()  # a new agent for node2 finds and ends them
-        deadline = time.monotonic() + 15
+        h.cluster.start()  # a new agent for node2 takes the step back, waits for srun, ends it
+        deadline = time.monotonic() + 30
         while any(process_running(p) for p in tasks):
-            assert time.monotonic() < deadline, "the orphaned tasks are still running"
+            assert time.monotonic() < deadline, "the step's tasks are still running"
             time.sleep(0.05)
-        _out, err = srun.communicate(timeout=30)
-        assert srun.returncode != 0
-        assert "node2" in err
     finally:
         if srun.poll() is None:
             srun.kill()

@@ -155,6 +155,7 @@ class AgentDaemon:
             bind_default="task" if bind_by_default else "none",
             state=self.state,
             hooks=self.hooks,
+            reattach_wait=float(self.config.slurmd_timeout),  # a restarted agent waits this for srun
         )
 
     # --- startup ----------------------------------------------------------------------
@@ -310,12 +311,12 @@ class AgentDaemon:
         client = self.client
         self.steps.report = lambda path, body: client.post(base + path, body)
         self.supervisor.recover()
-        self.steps.recover()  # tasks of steps a killed agent left: their srun is gone
+        self.steps.recover()  # steps a previous agent ran: taken back, srun reconnects
         self._tasks = [
             asyncio.create_task(self.supervisor.run_limits(), name="limits"),
             asyncio.create_task(self.link.run(), name="heartbeat"),
             asyncio.create_task(self.link.deliver(), name="reports"),
-            asyncio.create_task(self.steps.stop_all_when(self._stopping), name="steps"),
+            asyncio.create_task(self.steps.hold_all_when(self._stopping), name="steps"),  # steps outlive the agent
             asyncio.create_task(self._health_checks(), name="health"),
             asyncio.create_task(self._gpu_checks(), name="gpu-health"),
         ]

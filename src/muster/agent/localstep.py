@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.agent import proctree
+from muster.agent.runstate import RunEvent, RunState, advance
 
 __all__ = ["Step", "Task", "close_quietly", "record_key", "step_members", "task_members"]
 
@@ -28,10 +29,8 @@ class Task:
     start_ticks: int | None = None  # tells our task from a later process given its pid
     status: tuple[int, int] | None = None  # (exit code, signal) once reaped
     stdin_fd: int | None = None
-    read_fds: dict[int, bytes] = field(default_factory=dict)  # fd -> frame kind (o, e)
     pty: bool = False  # its stdin_fd is a terminal's master (srun --pty)
     usage: dict[str, float] | None = None  # getrusage when reaped: rss (KB), user, sys (s)
-    reported: bool = False
 
 
 @dataclass(slots=True)
@@ -45,32 +44,49 @@ class Step:
     kill_wait: float
     interactive: bool = False  # the job is srun's or salloc's (no batch script)
     tasks: list[Task] = field(default_factory=list)
-    queue: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
-    buffered: int = 0
-    paused: bool = False
-    terminated: str | None = None
+    state: RunState = RunState.LAUNCHING  # its run state (``agent.runstate``)
+    terminated: str | None = None  # why it is being stopped (the reason of TERMINATING)
     kill_handle: asyncio.TimerHandle | None = None
-    swept: bool = False
-    finished: bool = False  # every task here ended and its output is queued
     pinned: bool = False  # holds the job's CPUs in the ledger
     time_limit: float | None = None  # ``srun -t`` inside an allocation: the step's own limit
+    limit_at: float | None = None  # when that limit is reached (wall clock, for a restarted agent)
     limit_handle: asyncio.TimerHandle | None = None
-    noted: bool = False  # its tasks' pids are on disk (StateDir.save_step)
-    orphaned: bool = False  # srun's stream is gone
+    noted: bool = False  # its record is on disk (StateDir.save_step)
+    orphaned: bool = False  # srun's stream is gone: the agent reports the step's end itself
     job: dict[str, Any] = field(default_factory=dict)  # what the Prolog/Epilog are told
+    # its supervisor (``agent.stepd``) and the files it shares with the agent
+    stepd_pid: int = 0
+    stepd_ticks: int | None = None
+    stepd_gone: bool = False  # the supervisor has exited (or was lost)
+    log_fd: int = -1  # the step's log, read here
+    bell_fd: int = -1  # rings when the log grows
+    ctl_fd: int = -1  # the agent's lines to the supervisor
+    pidfd: int = -1  # the supervisor's, readable once it exits
+    scan_pos: int = 0  # bytes of the log read here (whole frames only)
+    started: bool = False  # the log's ``p`` frame is read: the tasks' pids are known
+    attached: int = 0  # srun streams open on the step here
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    claim_handle: asyncio.TimerHandle | None = None  # a taken-back step waits for its srun
 
-    def emit(self, data: bytes) -> None:
-        """Queue frames for srun (``agent.stepapi`` sends them and counts them back out)."""
-        self.buffered += len(data)
-        self.queue.put_nowait(data)
+    @property
+    def finished(self) -> bool:
+        """Every task here ended and its output is in the log."""
+        return self.state in (RunState.ENDED, RunState.REPORTED)
 
-    def pause(self) -> None:
-        """Stop reading the tasks' output while too much waits for srun (back-pressure)."""
-        self.paused = True
-        loop = asyncio.get_running_loop()
-        for t in self.tasks:
-            for fd in t.read_fds:
-                loop.remove_reader(fd)
+    def advance(self, event: RunEvent) -> None:
+        self.state = advance(f"step {self.id_text} on {self.node}", self.state, event)
+
+    def wake(self) -> None:
+        """Wake whoever waits for the step's log to grow or its end (``changed``)."""
+        waiters, self.waiters = self.waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def changed(self) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(fut)
+        await fut
 
     @property
     def key(self) -> tuple[int, int]:
@@ -146,18 +162,41 @@ def kill_quietly(pid: int, sig: int) -> None:
 
 
 def step_from_record(rec: dict[str, Any], node: str) -> tuple[Step, list[Task]]:
-    """A step a previous agent noted on disk (``StateDir.save_step``), and its tasks.
-    Raises KeyError, TypeError or ValueError for a malformed record."""
+    """A step a previous agent noted on disk (``StateDir.save_step``), and its tasks: its
+    pids for a record of an agent older than the step supervisor (``"stepd"`` absent), the
+    tasks' numbers otherwise (their pids are in the step's log). Raises KeyError,
+    TypeError or ValueError for a malformed record."""
     step = Step(int(rec["job_id"]), int(rec["attempt"]), int(rec["step_id"]), -1, node, "", 0.0)
-    tasks = [Task(int(t), 0, int(pid), None if ticks is None else int(ticks)) for t, pid, ticks in rec["tasks"]]
+    if not rec.get("stepd"):
+        tasks = [Task(int(t), 0, int(pid), None if ticks is None else int(ticks)) for t, pid, ticks in rec["tasks"]]
+        return step, tasks
+    step.uid = int(rec["uid"])
+    step.token = str(rec["token"])
+    step.kill_wait = float(rec["kill_wait"])
+    step.interactive = bool(rec.get("interactive"))
+    step.job = dict(rec.get("job") or {})
+    step.terminated = rec.get("terminated") or None
+    step.limit_at = None if rec.get("limit_at") is None else float(rec["limit_at"])
+    step.orphaned = bool(rec.get("orphaned"))
+    tasks = [Task(int(t), int(local)) for t, local in rec["tasks"]]
     return step, tasks
 
 
 def step_record(step: Step) -> dict[str, Any]:
-    """What is noted on disk of a running step, for an agent restarted after this one."""
+    """What is noted on disk of a running step, for an agent restarted after this one
+    (the tasks' pids and ends are in the step's log, written by its supervisor)."""
     return {
+        "stepd": 1,
         "job_id": step.job_id,
         "attempt": step.attempt,
         "step_id": step.step_id,
-        "tasks": [[t.task, t.pid, t.start_ticks] for t in step.tasks if t.pid],
+        "uid": step.uid,
+        "token": step.token,
+        "kill_wait": step.kill_wait,
+        "interactive": step.interactive,
+        "job": step.job,
+        "tasks": [[t.task, t.local] for t in step.tasks],
+        "terminated": step.terminated,
+        "limit_at": step.limit_at,
+        "orphaned": step.orphaned,
     }

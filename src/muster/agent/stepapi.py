@@ -48,8 +48,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from muster.agent.localstep import close_quietly
+from muster.agent.stepd import frames_in
 from muster.agent.stepplan import StepLaunchError
-from muster.agent.steps import LOW_WATER, StepRunner
+from muster.agent.steps import CHUNK, StepRunner
 from muster.agent.steptree import Relay
 from muster.protocol.httpd import read_body
 from muster.protocol.stepcred import GrantError, verify_grant
@@ -78,6 +79,8 @@ class StepApi:
                 await self._stdin(scope, receive, send)
             elif path == "/v1/steps/signal":
                 await self._signal_request(receive, send)
+            elif path == "/v1/steps/attach":
+                await self._attach(receive, send)
             else:
                 raise StepLaunchError(f"no route {path}", 404, "not_found")
         except StepLaunchError as e:
@@ -89,35 +92,63 @@ class StepApi:
             await self._launch_tree(body, receive, send)
             return
         step = await self.runner.launch(body)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/x-muster-frames")],
-            }
-        )
-        gone = asyncio.Event()
-
-        async def watch_disconnect() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    gone.set()
-                    step.queue.put_nowait(None)
-                    return
-
-        watcher = asyncio.create_task(watch_disconnect())
+        step.attached += 1
         started = [t.task for t in step.tasks]
         first = json_frame(b"m", -1, {"started": started, "token": step.token, "node": self.runner.node})
+        await self._stream(step, first, 0, receive, send)
+
+    async def _attach(self, receive: Any, send: Any) -> None:
+        """srun again, after this agent restarted or its stream broke: the step's frames
+        after the ``frames`` srun has had (``o``, ``e``, ``x`` and ``m``), then ``d``."""
+        body = _parse_json(await read_body(receive))
         try:
-            await send({"type": "http.response.body", "body": first, "more_body": True})
-            async for data, last in self._output(step, gone):
-                await send({"type": "http.response.body", "body": data, "more_body": not last})
+            key = (int(body["job_id"]), int(body["step_id"]))
+            skip = max(0, int(body.get("frames") or 0))
+        except (KeyError, TypeError, ValueError):
+            raise StepLaunchError("attach needs job_id, step_id, token and frames") from None
+        step = self.runner.attach(key[0], key[1], str(body.get("token") or ""))
+        if step is None:
+            raise StepLaunchError(f"no such step {key[0]}.{key[1]} here", 404, "not_found")
+        log.info("step %s: srun reattached on %s after %d frame(s)", step.id_text, self.runner.node, skip)
+        await self._stream(step, b"", skip, receive, send)
+
+    async def _stream(self, step: Any, first: bytes, skip: int, receive: Any, send: Any) -> None:
+        """Answer with the step's frames (after ``first``) until its ``d``, srun's leaving or
+        the agent's stopping; then the runner is told (``detach``)."""
+        delivered = False
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/x-muster-frames")],
+                }
+            )
+            gone = asyncio.Event()
+
+            async def watch_disconnect() -> None:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        gone.set()
+                        step.wake()
+                        return
+
+            watcher = asyncio.create_task(watch_disconnect())
+            try:
+                if first:
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
+                async for data, last in self._output(step, gone, skip):
+                    await send({"type": "http.response.body", "body": data, "more_body": not last})
+                    delivered = last
+                if not delivered and not gone.is_set():  # the agent stops: srun reconnects later
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                watcher.cancel()
         except OSError:
             pass
         finally:
-            watcher.cancel()
-            self.runner.detach(step)
+            self.runner.detach(step, delivered)
 
     async def _launch_tree(self, body: dict[str, Any], receive: Any, send: Any) -> None:
         try:
@@ -187,41 +218,53 @@ class StepApi:
         except asyncio.CancelledError:  # srun went away while the tasks were starting
             launching.add_done_callback(self._detach_started)
             raise
+        step.attached += 1
+        delivered = False
         try:
             started = [t.task for t in step.tasks]
             await out.put(json_frame(b"m", -1, {"started": started, "token": step.token, "node": self.runner.node}))
-            async for data, _last in self._output(step):
+            async for data, last in self._output(step):
                 await out.put(data)
+                delivered = last
         finally:
-            self.runner.detach(step)
+            self.runner.detach(step, delivered)
         await out.put(None)
 
-    async def _output(self, step: Any, gone: asyncio.Event | None = None) -> AsyncIterator[tuple[bytes, bool]]:
-        """The step's frames as they come, those queued together joined in one chunk, then
-        its ``d`` frame (``True``: the last); stops early once ``gone`` (srun went away) is set.
-        Draining lets a step paused for a slow reader go on."""
-        while True:
-            item = await step.queue.get()
-            if gone is not None and gone.is_set():
-                return
-            chunks = [] if item is None else [item]
-            while not step.queue.empty():
-                more = step.queue.get_nowait()
-                if more is not None:
-                    chunks.append(more)
-            if chunks:
-                data = b"".join(chunks)
-                step.buffered -= len(data)
-                if step.paused and step.buffered < LOW_WATER:
-                    self.runner.resume(step)
-                yield data, False
-            if step.finished and step.queue.empty():
+    async def _output(
+        self, step: Any, gone: asyncio.Event | None = None, skip: int = 0
+    ) -> AsyncIterator[tuple[bytes, bool]]:
+        """The step's frames from its log as they come (``p`` frames kept back, the first
+        ``skip`` of the others too: srun had them), then its ``d`` frame (``True``: the
+        last); stops early once ``gone`` (srun went away) is set or the agent stops. srun's
+        progress through the log is told to the supervisor (its back-pressure)."""
+        pos = 0
+        while not (gone is not None and gone.is_set()) and not self.runner.closing:
+            if pos < step.scan_pos and step.log_fd >= 0:
+                data = os.pread(step.log_fd, min(CHUNK, step.scan_pos - pos), pos)
+                frames, used = frames_in(data)
+                pos += used
+                chunks = []
+                for kind, task, payload in frames:
+                    if kind == b"p":
+                        continue
+                    if skip:
+                        skip -= 1
+                        continue
+                    chunks.append(frame(kind, task, payload))
+                if chunks:
+                    yield b"".join(chunks), False
+                self.runner.ack(step, pos)
+                continue
+            if step.finished:
                 yield frame(b"d", -1, b""), True
                 return
+            await step.changed()
 
     def _detach_started(self, launching: asyncio.Future[Any]) -> None:
         if not launching.cancelled() and launching.exception() is None:
-            self.runner.detach(launching.result())
+            step = launching.result()
+            step.attached += 1
+            self.runner.detach(step, False)
 
     async def _stdin(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         query = parse_qs(scope.get("query_string", b"").decode())

@@ -1,35 +1,50 @@
 """Job steps on this node: start the tasks srun asks for, stream their output back, signal
-and stop them.
+and stop them, and take them back after a restart of the agent.
 
 srun reaches the agent through ``agent.stepapi`` (its HTTP face), authorized by the grant
 the controller signed for the step; the runner checks the request, plans the tasks
-(``agent.stepplan``) and keeps each running step as a ``localstep.Step``.
+(``agent.stepplan``) and keeps each running step as a ``localstep.Step`` whose life is one
+run state (``agent.runstate``: LAUNCHING, RUNNING, TERMINATING, ENDED, REPORTED).
 
-Each task is forked here and becomes the user's process through ``agent.spawn`` (the one
-become-the-user sequence, shared with batch scripts) with the task's choices: stdio from
-the agent's pipes, files opened as the user, srun's terminal (``--pty``) or nothing;
-``/tmp`` when the working directory cannot be entered, as Slurm does, with a warning; CPU
-pinning when the task is bound (``--cpu-bind``, or ``TaskPlugin=task/affinity``: see
-``agent.affinity``); ``execvpe`` of the command with the task's ``PATH``. A failure is
-written to a close-on-exec pipe; the child exits with the errno (Slurm's ``slurmstepd:
-error: execve(): cmd: No such file or directory``, code 2).
+Each step has a supervisor process (``agent.stepd``, slurmstepd's role), forked here with
+the tasks' pipes (or terminal) and recipes: it forks each task, which becomes the user's
+process through ``agent.spawn`` (the one become-the-user sequence, shared with batch
+scripts) with the task's choices: stdio from the pipes, files opened as the user, srun's
+terminal (``--pty``) or nothing; ``/tmp`` when the working directory cannot be entered, as
+Slurm does, with a warning; CPU pinning when the task is bound (``--cpu-bind``, or
+``TaskPlugin=task/affinity``: see ``agent.affinity``); ``execvpe`` of the command with the
+task's ``PATH``. A failure is said on a close-on-exec pipe; the child exits with the errno
+(Slurm's ``slurmstepd: error: execve(): cmd: No such file or directory``, code 2).
 
-A task's ``x`` frame follows all of its output. When the last task here has ended, what is left of
-the tasks' sessions is killed (as slurmstepd does), which also closes pipes that a leftover background
-process held open. If srun's connection drops while tasks run, the step is stopped (nobody would see
-its output or its end); once its tasks are gone the agent tells the controller (``/v1/agent/step_gone``)."""
+The supervisor writes the tasks' output and ends into the step's log
+(``<state>/steps/<job>.<attempt>.<step>.log``) and rings a FIFO; the agent reads the log
+(``_scan``: the tasks' pids, their ends) and streams it to srun from wherever srun says it
+is (``agent.stepapi``). A task's ``x`` frame follows all of its output. The agent keeps the
+tasks' stdin and signals their processes itself; the node's own words (the CANCELLED line)
+go into the log through the supervisor's control FIFO.
+
+SIGTERM to the agent does not stop steps: their streams end without their ``d`` frame, srun
+reconnects to the next agent (``/v1/steps/attach``), which took the step back from its
+record and its log (``recover``) and sends what srun has not had. If srun's connection drops
+while the agent runs, or srun does not come back to a restarted agent within SlurmdTimeout,
+the step is stopped (nobody would see its output or its end); once its tasks are gone the
+agent tells the controller (``/v1/agent/step_gone``)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import json
 import logging
 import os
 import secrets
 import signal
+import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from muster.agent import proctree, spawn, stepplan
+from muster.agent import monitor, proctree, runstate, spawn, stepd, stepplan
 from muster.agent.affinity import CpuLedger
 from muster.agent.env import EnvContext
 from muster.agent.hooks import Hooks
@@ -44,8 +59,8 @@ from muster.agent.localstep import (
     step_members,
     step_record,
 )
-from muster.agent.pipes import read_pipe
 from muster.agent.progress import progress_env
+from muster.agent.runstate import RunEvent, RunState
 from muster.agent.state import StateDir
 from muster.agent.stepplan import StepLaunchError, TaskPlan
 from muster.core.clock import Clock
@@ -59,8 +74,7 @@ __all__ = ["StepRunner"]
 
 log = logging.getLogger(__name__)
 
-HIGH_WATER = 4 << 20  # bytes of output queued for srun before the tasks' pipes are paused
-LOW_WATER = 1 << 20
+CHUNK = 1 << 20  # bytes of the log read at once for srun
 
 
 class StepRunner:
@@ -76,12 +90,19 @@ class StepRunner:
         bind_default: str = "none",
         state: StateDir | None = None,
         hooks: Hooks | None = None,
+        reattach_wait: float = 300.0,
     ) -> None:
         self.node = node
         self.hooks = hooks  # the site's Prolog runs before a job's first step here
-        # Where the pids of running steps are noted, so that a restarted agent can find
-        # and end the tasks its predecessor left (see ``recover``).
-        self.state = state
+        # Where running steps are noted, with their logs, so that a restarted agent takes
+        # them back (see ``recover``); a private directory when none is given.
+        if state is None:
+            state = StateDir(tempfile.mkdtemp(prefix="musterd-steps-"))
+            state.create()
+        self.state: StateDir | None = state
+        # How long a taken-back step waits for its srun to reconnect (SlurmdTimeout)
+        self.reattach_wait = reattach_wait
+        self.closing = False  # the agent stops: streams end, steps go on
         # The host's CPUs as the jobs here hold them; tasks are pinned with --cpu-bind, or
         # by default when bind_default is "task" (TaskPlugin=task/affinity).
         self.cpus = cpus if cpus is not None else CpuLedger()
@@ -104,7 +125,7 @@ class StepRunner:
     # --- what a previous agent left ------------------------------------------------------
 
     def _note(self, step: Step) -> None:
-        if self.state is None or step.finished:
+        if self.state is None or step.state is RunState.REPORTED or step.log_fd < 0:
             return
         try:
             self.state.save_step(record_key(step), step_record(step))
@@ -113,13 +134,19 @@ class StepRunner:
             log.warning("step %s: cannot note its tasks on disk: %s", step.id_text, e)
 
     def recover(self) -> int:
-        """End the tasks of steps a previous agent ran here and tell the controller.
+        """Take back the steps a previous agent ran here. Returns how many were found.
 
-        Their srun's connection died with that agent and cannot be taken over, so nobody
-        would see their output or their end; left alone they would hold the job's GPUs
-        and CPUs unseen. Each one's session, group and descendants are killed (a task
-        whose pid now belongs to another process is left alone) and the step is reported
-        gone, killed by SIGKILL. Returns how many steps were found."""
+        A step run by a supervisor (``agent.stepd``) goes on: its log is read from the
+        start (the tasks' pids, the ends written while no agent ran), and it waits for its
+        srun to reconnect (``attach``) for ``reattach_wait`` seconds (SlurmdTimeout: an
+        agent away longer finds its node DOWN anyway); a step whose srun does not come back
+        is stopped, and its end reported to the controller, as if srun had gone away. A step
+        whose supervisor is gone has lost its tasks: their ends are written as killed.
+
+        A step an older agent ran without a supervisor cannot be taken back: its tasks'
+        output pipes died with that agent. Their sessions, groups and descendants are
+        killed (a task whose pid now belongs to another process is left alone) and the step
+        is reported gone, killed by SIGKILL."""
         if self.state is None:
             return 0
         records = self.state.steps()
@@ -131,6 +158,10 @@ class StepRunner:
                 log.error("ignoring a malformed step record %s: %r", key, rec)
                 self.state.drop_step(key)
                 continue
+            step.tasks = tasks
+            if rec.get("stepd"):
+                self._take_back(step)
+                continue
             for t in tasks:
                 holder = procs.get(t.pid)
                 alive = holder is not None and holder.start_ticks == t.start_ticks
@@ -140,11 +171,70 @@ class StepRunner:
                 t.status = (0, signal.SIGKILL)
             for pid in doomed:
                 kill_quietly(pid, signal.SIGKILL)
-            log.warning("step %s: left by the previous agent; %d process(es) killed", step.id_text, len(doomed))
-            step.tasks = tasks
+            log.warning(
+                "step %s: left by an agent without step supervisors; %d process(es) killed", step.id_text, len(doomed)
+            )
             self.state.drop_step(key)
             self._report_gone(step)
         return len(records)
+
+    def _take_back(self, step: Step) -> None:
+        base = self._base(step)
+        try:
+            step.log_fd = os.open(base + ".log", os.O_RDONLY)
+            step.bell_fd = os.open(base + ".bell", os.O_RDWR | os.O_NONBLOCK)
+            step.ctl_fd = os.open(base + ".ctl", os.O_RDWR | os.O_NONBLOCK)
+        except OSError as e:
+            log.error("step %s: its files are gone (%s); reporting it lost", step.id_text, e)
+            self._forget(step)
+            for t in step.tasks:
+                t.status = (0, signal.SIGKILL)
+            self._report_gone(step)
+            return
+        step.noted = True
+        step.state = RunState.RUNNING if step.terminated is None else RunState.TERMINATING
+        self.steps[step.key] = step
+        self._scan(step)  # the pids, and the ends written meanwhile
+        if not step.started:  # the supervisor died before it said the pids: nothing to find
+            step.stepd_gone = True
+            for t in step.tasks:
+                t.status = (0, signal.SIGKILL)
+            step.started = True
+            self._ended(step)
+        else:
+            self._watch(step)
+        log.info(
+            "step %s: taken back on %s (%s); waiting %.0fs for its srun",
+            step.id_text,
+            self.node,
+            step.state,
+            self.reattach_wait,
+        )
+        if not step.finished:
+            if step.terminated is not None:  # it was being stopped: KILL after its grace
+                loop = asyncio.get_running_loop()
+                step.kill_handle = loop.call_later(step.kill_wait, self._kill_now, step)
+            if step.limit_at is not None:
+                delay = max(0.0, step.limit_at - self.clock.now())
+                step.limit_handle = asyncio.get_running_loop().call_later(delay, self.stop, step, "timeout", None)
+        if step.orphaned:  # its srun had gone before the restart
+            if step.finished:
+                self._hand_over(step)
+            return
+        step.claim_handle = asyncio.get_running_loop().call_later(self.reattach_wait, self._unclaimed, step)
+
+    def _unclaimed(self, step: Step) -> None:
+        """No srun came back for a taken-back step: as if it had gone away."""
+        step.claim_handle = None
+        if step.attached or self.steps.get(step.key) is not step:
+            return
+        log.info("step %s: its srun did not come back within %.0fs", step.id_text, self.reattach_wait)
+        step.orphaned = True
+        if step.finished:
+            self._hand_over(step)
+        else:
+            self._note(step)
+            self.stop(step, "srun", None)
 
     # --- queries ----------------------------------------------------------------------
 
@@ -187,22 +277,23 @@ class StepRunner:
                 self.stop(step, reason, kill_wait)
         return found
 
-    async def stop_all_when(self, stopping: Callable[[], bool]) -> None:
-        """When the agent is being stopped, stop every step (TERM, KILL a second later) so
-        that srun's connections end and the HTTP server can close them. Unlike a batch
-        script, a step cannot be adopted by the next agent: its srun connection is gone."""
+    async def hold_all_when(self, stopping: Callable[[], bool]) -> None:
+        """When the agent is being stopped, end the streams to srun (without their ``d``
+        frame: srun reconnects to the next agent) so that the HTTP server can close them.
+        The steps go on under their supervisors; the next agent takes them back."""
         while not stopping():
             await asyncio.sleep(0.5)  # cheap: dozens of nodes may share a process (agent.host)
+        self.closing = True
         for step in list(self.steps.values()):
-            log.info("step %s: musterd is stopping; stopping the step", step.id_text)
-            self.stop(step, "shutdown", 1.0)
+            log.info("step %s: musterd is stopping; the step goes on under its supervisor", step.id_text)
+            step.wake()
 
     # --- launching (srun's requests arrive through ``agent.stepapi``) ----------------------
 
     async def launch(self, body: dict[str, Any]) -> Step:
         """Check the request and its grant, run the Prolog if this is the job's first launch
-        here, fork every task; the step is then registered and its output queued. Raises
-        ``StepLaunchError``."""
+        here, have the step's supervisor fork every task; the step is then registered and
+        its record noted on disk. Raises ``StepLaunchError``."""
         step, plans = self._prepare(body)
         if self.hooks is not None:  # the first of this job's launches here runs the Prolog
             prolog = await self.hooks.ensure_prolog(step.job)
@@ -210,23 +301,47 @@ class StepRunner:
                 raise StepLaunchError(f"{prolog.reason} on {self.node}", 500, "launch_failed")
         self.steps[step.key] = step
         try:
-            await self._spawn_all(step, plans)
+            await self._start(step, plans)
         except BaseException:
             self._forget(step)
             raise
-        self._note(step)
         if step.time_limit and not step.finished:
+            step.limit_at = self.clock.now() + step.time_limit
             step.limit_handle = asyncio.get_running_loop().call_later(step.time_limit, self.stop, step, "timeout", None)
+        self._note(step)
         return step
 
-    def detach(self, step: Step) -> None:
-        """srun's stream has ended: a finished step is forgotten; one still running is
-        stopped (nobody would see its output or its end) and reported once its tasks end."""
+    def attach(self, job_id: int, step_id: int, token: str) -> Step | None:
+        """srun's stream to a running (or ended, not yet handed over) step: the launch's,
+        or srun's again after this agent restarted or its stream broke."""
+        if self.closing:  # srun tries again, and finds the next agent
+            raise StepLaunchError(f"musterd on {self.node} is stopping", 503, "unavailable")
+        step = self.steps.get((job_id, step_id))
+        if step is None or not secrets.compare_digest(step.token, token):
+            return None
+        step.attached += 1
+        if step.claim_handle is not None:
+            step.claim_handle.cancel()
+            step.claim_handle = None
+        return step
+
+    def detach(self, step: Step, delivered: bool) -> None:
+        """An srun stream has ended; ``delivered``: with the step's end. A step handed over
+        is forgotten; while the agent stops, the step goes on (the next agent takes it
+        back); one whose srun went away is stopped (nobody would see its output or its
+        end) and reported once its tasks end."""
+        step.attached = max(0, step.attached - 1)
+        if self.closing or step.attached or self.steps.get(step.key) is not step:
+            return
         if step.finished:
-            self._forget(step)
+            if delivered:
+                self._done(step)
+            else:
+                self._hand_over(step)
         else:
             log.info("step %s: srun went away; stopping the step", step.id_text)
             step.orphaned = True
+            self._note(step)
             self.stop(step, "srun", None)
 
     def _prepare(self, body: dict[str, Any]) -> tuple[Step, list[TaskPlan]]:
@@ -320,26 +435,50 @@ class StepRunner:
             if when < cutoff:
                 del self._launched[k]
 
-    # --- starting -----------------------------------------------------------------------
+    # --- starting: the step's supervisor forks its tasks (``agent.stepd``) -------------------
 
-    async def _spawn_all(self, step: Step, plans: list[TaskPlan]) -> None:
-        """Fork every task; a task that cannot start reports why on its stderr frame and
-        ends with the errno as its exit code, as Slurm's do. Tasks sharing an output file
-        start one after another, so that only the first truncates it."""
-        shared = stepplan.shares_files(plans)
-        pending = []
-        for plan, task in zip(plans, step.tasks, strict=True):
-            started = self._fork(step, plan, task)
-            if shared:
-                await started
-            else:
-                pending.append(started)
-        if pending:
-            await asyncio.gather(*pending)
+    def _base(self, step: Step) -> str:
+        assert self.state is not None
+        return os.path.join(self.state.steps_dir, record_key(step))
+
+    async def _start(self, step: Step, plans: list[TaskPlan]) -> None:
+        """Make each task's pipes (or terminal) and recipe, fork the step's supervisor with
+        them, and wait until it says the tasks' pids. The agent keeps the tasks' stdin and
+        reads their output from the step's log."""
+        base = self._base(step)
+        for suffix in (".bell", ".ctl"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(base + suffix)
+            os.mkfifo(base + suffix, 0o600)
+        log_w = os.open(base + ".log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
+        step.log_fd = os.open(base + ".log", os.O_RDONLY)
+        step.bell_fd = os.open(base + ".bell", os.O_RDWR | os.O_NONBLOCK)
+        step.ctl_fd = os.open(base + ".ctl", os.O_RDWR | os.O_NONBLOCK)
+        starts: list[stepd.TaskStart] = []
+        try:
+            for plan, task in zip(plans, step.tasks, strict=True):
+                starts.append(self._task_start(plan, task))
+            monitor.prctl()  # looked up before the fork, never in the supervisor
+            pid = os.fork()
+            if pid == 0:  # the supervisor: never returns
+                stepd.run(
+                    self.node, stepd.StepFiles(log_w, step.bell_fd, step.ctl_fd), starts, stepplan.shares_files(plans)
+                )
+        finally:
+            os.close(log_w)
+            for start in starts:  # the supervisor's and the tasks' ends
+                for fd in (*start.err, *start.outputs, *start.child_fds):
+                    close_quietly(fd)
+        step.stepd_pid = pid
+        self._watch(step)
+        while not step.started:
+            if step.stepd_gone:
+                raise StepLaunchError(f"the step's supervisor on {self.node} died", 500, "launch_failed")
+            await step.changed()
+        self._settle(step)
         log.info("step %s: started tasks %s on %s", step.id_text, [t.task for t in step.tasks], self.node)
 
-    async def _fork(self, step: Step, plan: TaskPlan, task: Task) -> None:
-        loop = asyncio.get_running_loop()
+    def _task_start(self, plan: TaskPlan, task: Task) -> stepd.TaskStart:
         pipes: dict[int, tuple[int, int]] = {}
         terminal: tuple[int, int] | None = None
         if plan.stdin.mode == "pty":
@@ -355,122 +494,184 @@ class StepRunner:
             pipes[1] = os.pipe()
         if plan.stderr.mode == "pipe":
             pipes[2] = os.pipe()
-        err_r, err_w = os.pipe()
-        spec = stepplan.child_spec(plan, pipes, terminal, close_first=(err_r,))
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            spawn.become(spec, err_w)
-        os.close(err_w)
-        if terminal is not None:  # its output is read, and its input written, at the master
+        err = os.pipe()
+        spec = stepplan.child_spec(plan, pipes, terminal, close_first=(err[0],))
+        outputs: dict[int, bytes] = {}
+        child: list[int] = []
+        if terminal is not None:  # its output is read at the master, its input written there
             master, slave = terminal
-            os.close(slave)
-            os.set_blocking(master, False)
-            task.read_fds[master] = b"o"
-            loop.add_reader(master, self._readable, step, task, master, b"o")
+            outputs[master] = b"o"
+            child.append(slave)
             task.stdin_fd, task.pty = os.dup(master), True
-        task.pid = pid
         for fd, (r, w) in pipes.items():
             if fd == 0:
-                os.close(r)
+                child.append(r)
                 task.stdin_fd = w
             else:
-                os.close(w)
-                os.set_blocking(r, False)
-                kind = b"o" if fd == 1 else b"e"
-                task.read_fds[r] = kind
-                loop.add_reader(r, self._readable, step, task, r, kind)
-        failed = spawn.failure(await read_pipe(err_r))
-        # read once it exec'd (or failed: a zombie until reaped): a fork's /proc is slow to read
-        task.start_ticks = proctree.process_start_ticks(pid)
-        if failed is not None:
-            # The child failed before exec: its stderr frame says why (it exits soon).
-            step.emit(frame(b"e", task.task, f"slurmstepd-{self.node}: error: {failed[1]}\n".encode()))
-        self._watch_exit(step, task)
+                outputs[r] = b"o" if fd == 1 else b"e"
+                child.append(w)
+        # the child closes its own ends once they are its stdio (the others are not in the
+        # supervisor, which holds no stdin write end: the tasks' input ends with the agent's)
+        spec = dataclasses.replace(spec, close_after=tuple(child))
+        return stepd.TaskStart(plan.task, spec, err, outputs, tuple(child))
 
-    def _watch_exit(self, step: Step, task: Task) -> None:
+    # --- watching: the step's log and its supervisor ----------------------------------------
+
+    def _watch(self, step: Step) -> None:
+        """Read the log whenever its bell rings; learn the supervisor's end from a pidfd
+        (polled where there is none)."""
         loop = asyncio.get_running_loop()
+        loop.add_reader(step.bell_fd, self._scan, step)
         try:
-            pidfd = os.pidfd_open(task.pid)
+            step.pidfd = os.pidfd_open(step.stepd_pid)
         except (AttributeError, OSError):
-            loop.create_task(self._poll_exit(step, task))
-            return
-
-        def ready() -> None:
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
-            self._reap(step, task)
-
-        loop.add_reader(pidfd, ready)
-
-    async def _poll_exit(self, step: Step, task: Task) -> None:
-        while task.status is None:
-            await asyncio.sleep(0.05)
-            self._reap(step, task, block=False)
-
-    def _reap(self, step: Step, task: Task, block: bool = True) -> None:
-        try:
-            pid, status, usage = os.wait4(task.pid, 0 if block else os.WNOHANG)
-        except ChildProcessError:
-            pid, status, usage = task.pid, 0, None
-        if pid == 0:
-            return
-        if usage is not None:  # the task and the children it waited for (sacct's MaxRSS, CPU)
-            task.usage = {"rss": usage.ru_maxrss, "user": round(usage.ru_utime, 3), "sys": round(usage.ru_stime, 3)}
-        if os.WIFSIGNALED(status):
-            task.status = (0, os.WTERMSIG(status))
+            step.pidfd = -1
+        if step.pidfd >= 0 and step.stepd_ticks is not None:
+            if proctree.process_start_ticks(step.stepd_pid) != step.stepd_ticks:  # another's pid now
+                self._stepd_exited(step)
+                return
+        if step.pidfd >= 0:
+            loop.add_reader(step.pidfd, self._stepd_exited, step)
         else:
-            task.status = (os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0, 0)
-        self._maybe_report(step, task)
-        if all(t.status is not None for t in step.tasks) and not step.swept:
-            # The last task here ended: what is left of the tasks' sessions goes too.
-            step.swept = True
-            self._kill_leftovers(step)
+            loop.create_task(self._poll_stepd(step))
 
-    # --- output ---------------------------------------------------------------------------
+    async def _poll_stepd(self, step: Step) -> None:
+        while not step.stepd_gone:
+            await asyncio.sleep(0.5)
+            if proctree.process_start_ticks(step.stepd_pid) is None:
+                self._stepd_exited(step)
 
-    def _readable(self, step: Step, task: Task, fd: int, kind: bytes) -> None:
+    def _stepd_exited(self, step: Step) -> None:
+        if step.stepd_gone:
+            return
+        step.stepd_gone = True
+        if step.pidfd >= 0:
+            asyncio.get_running_loop().remove_reader(step.pidfd)
+            close_quietly(step.pidfd)
+            step.pidfd = -1
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(step.stepd_pid, os.WNOHANG)  # ours unless a previous agent forked it
+        self._scan(step)
+        if not step.finished and step.started:
+            # It died before its tasks' ends were written (killed with SIGKILL, OOM): the
+            # tasks are lost with it. Their ends are written here, once, in its stead.
+            log.error("step %s: its supervisor on %s died; its tasks are lost", step.id_text, self.node)
+            missing = [t for t in step.tasks if t.status is None]
+            for pid in self._members(step):
+                kill_quietly(pid, signal.SIGKILL)
+            lost = f"slurmstepd-{self.node}: error: the step's supervisor died\n".encode()
+            frames = frame(b"e", -1, lost) + b"".join(
+                json_frame(b"x", t.task, {"code": 0, "signal": signal.SIGKILL}) for t in missing
+            )
+            self._append_log(step, frames)
+            self._scan(step)
+        step.wake()
+
+    def _append_log(self, step: Step, data: bytes) -> None:
+        """Write to the log of a step whose supervisor is gone (the log's one writer then)."""
         try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if data:
-            step.emit(frame(kind, task.task, data))
-            if step.buffered > HIGH_WATER and not step.paused:
-                step.pause()
-            return
-        asyncio.get_running_loop().remove_reader(fd)
-        close_quietly(fd)
-        task.read_fds.pop(fd, None)
-        self._maybe_report(step, task)
+            fd = os.open(self._base(step) + ".log", os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            log.error("step %s: cannot write its log: %s", step.id_text, e)
 
-    def resume(self, step: Step) -> None:
-        step.paused = False
-        loop = asyncio.get_running_loop()
+    def _scan(self, step: Step) -> None:
+        """Read what the log gained: the tasks' pids (``p``) and ends (``x``); wake the
+        streams to srun."""
+        if step.bell_fd >= 0:
+            with contextlib.suppress(OSError):
+                while os.read(step.bell_fd, 65536):
+                    pass
+        while step.log_fd >= 0:
+            try:
+                data = os.pread(step.log_fd, 1 << 20, step.scan_pos)
+                frames, used = stepd.frames_in(data)
+            except (OSError, ValueError) as e:
+                log.error("step %s: its log cannot be read: %s", step.id_text, e)
+                break
+            for kind, task, payload in frames:
+                if kind == b"p":
+                    self._pids(step, payload)
+                elif kind == b"x":
+                    self._task_ended(step, task, payload)
+            step.scan_pos += used
+            if used == 0 or len(data) < 1 << 20:
+                break
+        if step.started and not step.finished and all(t.status is not None for t in step.tasks):
+            self._ended(step)
+        step.wake()
+
+    def _pids(self, step: Step, payload: bytes) -> None:
+        info = json.loads(payload)
+        by_task = {t.task: t for t in step.tasks}
+        for task, pid, ticks in info["tasks"]:
+            t = by_task.get(int(task))
+            if t is not None:
+                t.pid, t.start_ticks = int(pid), None if ticks is None else int(ticks)
+        step.stepd_pid, step.stepd_ticks = int(info["stepd"][0]), info["stepd"][1]
+        step.started = True
+
+    def _task_ended(self, step: Step, task: int, payload: bytes) -> None:
+        info = json.loads(payload)
         for t in step.tasks:
-            for fd, kind in t.read_fds.items():
-                loop.add_reader(fd, self._readable, step, t, fd, kind)
+            if t.task == task and t.status is None:
+                t.status = (int(info.get("code") or 0), int(info.get("signal") or 0))
+                t.usage = {k: info[k] for k in ("rss", "user", "sys") if k in info} or None
 
-    def _maybe_report(self, step: Step, task: Task) -> None:
-        if task.reported or task.status is None or task.read_fds:
+    def _settle(self, step: Step) -> None:
+        """The tasks run (or have all ended already)."""
+        if step.state is RunState.LAUNCHING or step.state is RunState.TERMINATING:
+            step.advance(RunEvent.STARTED)
+
+    def _ended(self, step: Step) -> None:
+        """Every task here ended and its output is in the log."""
+        self._settle(step)
+        step.advance(RunEvent.EXITED)
+        runstate.check(
+            f"step {step.id_text}", step.state, reason=step.terminated, statuses=[t.status for t in step.tasks]
+        )
+        if step.kill_handle is not None:
+            step.kill_handle.cancel()
+            step.kill_handle = None
+        if step.limit_handle is not None:
+            step.limit_handle.cancel()
+            step.limit_handle = None
+        for t in step.tasks:
+            if t.stdin_fd is not None:
+                close_quietly(t.stdin_fd)
+                t.stdin_fd = None
+        log.info("step %s: all tasks ended on %s", step.id_text, self.node)
+        if step.orphaned and not step.attached:
+            self._hand_over(step)
+
+    def _hand_over(self, step: Step) -> None:
+        """Nobody will stream this ended step's end to srun: tell the controller, forget it."""
+        self._report_gone(step)
+        self._done(step)
+
+    def _done(self, step: Step) -> None:
+        if step.state is RunState.ENDED:
+            step.advance(RunEvent.REPORTED)
+        self._forget(step)
+
+    def ack(self, step: Step, pos: int) -> None:
+        """Tell the supervisor how much of the log srun has had (its back-pressure)."""
+        if step.ctl_fd >= 0 and not step.stepd_gone:
+            with contextlib.suppress(OSError):
+                os.write(step.ctl_fd, b'{"ack":%d}\n' % pos)
+
+    def _say(self, step: Step, kind: bytes, text: str) -> None:
+        """A frame of the node's own (task -1) into the step's log, through its supervisor."""
+        line = json.dumps({"emit": [kind.decode(), -1, text]}).encode() + b"\n"
+        if step.stepd_gone:
+            self._append_log(step, frame(kind, -1, text.encode()))
+            self._scan(step)
             return
-        task.reported = True
-        code, sig = task.status
-        step.emit(json_frame(b"x", task.task, {"code": code, "signal": sig, **(task.usage or {})}))
-        if all(t.reported for t in step.tasks):
-            step.finished = True
-            if step.kill_handle is not None:
-                step.kill_handle.cancel()
-            for t in step.tasks:
-                if t.stdin_fd is not None:
-                    close_quietly(t.stdin_fd)
-                    t.stdin_fd = None
-            step.queue.put_nowait(None)
-            log.info("step %s: all tasks ended on %s", step.id_text, self.node)
-            if step.orphaned:
-                self._forget(step)
-                self._report_gone(step)
+        with contextlib.suppress(OSError):
+            os.write(step.ctl_fd, line)
 
     # --- signals --------------------------------------------------------------------------
 
@@ -488,14 +689,16 @@ class StepRunner:
             return
         if step.terminated is None:
             step.terminated = reason
+            step.advance(RunEvent.STOP)
             if reason not in ("cleanup", "srun"):
                 when = format_timestamp(self.clock.now())
                 line = (
                     f"slurmstepd-{self.node}: error: *** STEP {step.id_text} ON {self.node} "
                     f"CANCELLED AT {when}{REASON_WORDS.get(reason, '')} ***\n"
                 )
-                step.emit(frame(b"e", -1, line.encode()))  # the node's, no task's
-                step.emit(json_frame(b"m", -1, {"aborted": reason}))  # srun says so
+                self._say(step, b"e", line)  # the node's, no task's
+                self._say(step, b"m", json.dumps({"aborted": reason}))  # srun says so
+            self._note(step)  # a restarted agent goes on stopping it
             self.signal_tasks(step, signal.SIGTERM)
             self.signal_tasks(step, signal.SIGCONT)
             wait = step.kill_wait if kill_wait is None else kill_wait
@@ -511,6 +714,8 @@ class StepRunner:
             return
         if step.terminated is None:
             step.terminated = "srun"
+            step.advance(RunEvent.STOP)
+            self._note(step)
         if step.kill_handle is not None:
             step.kill_handle.cancel()
         # Each task's process group at once, as Slurm's stepd does: a shell whose child is
@@ -528,24 +733,6 @@ class StepRunner:
         self.signal_tasks(step, signal.SIGKILL)
         # Keep at it until everything is gone (a fork racing the kill).
         step.kill_handle = asyncio.get_running_loop().call_later(1.0, self._kill_now, step)
-
-    def _kill_leftovers(self, step: Step) -> None:
-        """Kill what the tasks left behind. Their process groups go at once (cheap, and
-        safe: a group id is not reused while the group has members); a full look through
-        ``/proc`` follows only if some output pipe is still held open a moment later, by a
-        process that left its task's group."""
-        for t in step.tasks:
-            try:
-                os.killpg(t.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-        def sweep() -> None:
-            if not step.finished:
-                for pid in self._members(step):
-                    kill_quietly(pid, signal.SIGKILL)
-
-        asyncio.get_running_loop().call_later(0.2, sweep)
 
     def _report_gone(self, step: Step) -> None:
         if self.report is None:
@@ -588,12 +775,26 @@ class StepRunner:
         if step.limit_handle is not None:
             step.limit_handle.cancel()
             step.limit_handle = None
-        loop = asyncio.get_running_loop()
+        for handle in (step.kill_handle, step.claim_handle):
+            if handle is not None:
+                handle.cancel()
+        step.kill_handle = step.claim_handle = None
         for t in step.tasks:
-            for fd in t.read_fds:
-                loop.remove_reader(fd)
-                close_quietly(fd)
-            t.read_fds.clear()
             if t.stdin_fd is not None:
                 close_quietly(t.stdin_fd)
                 t.stdin_fd = None
+        loop = asyncio.get_running_loop()
+        for fd in (step.bell_fd, step.pidfd):
+            if fd >= 0:
+                loop.remove_reader(fd)
+        for fd in (step.log_fd, step.bell_fd, step.ctl_fd, step.pidfd):
+            if fd >= 0:
+                close_quietly(fd)
+        step.log_fd = step.bell_fd = step.ctl_fd = step.pidfd = -1
+        step.stepd_gone = True  # nothing here watches it any more
+        if self.state is not None:
+            base = self._base(step)
+            for suffix in (".log", ".bell", ".ctl"):
+                with contextlib.suppress(OSError):
+                    os.unlink(base + suffix)
+        step.wake()

@@ -92,7 +92,7 @@ class StepNode:
     """One node of a running step as srun sees it: where its agent is, its tasks, the
     stream to it."""
 
-    __slots__ = ("name", "addr", "port", "tasks", "token", "stdin", "done", "tls")
+    __slots__ = ("name", "addr", "port", "tasks", "token", "stdin", "done", "tls", "seen", "retry_at", "until", "why")
 
     def __init__(self, info: dict[str, Any], tasks: list[int], tls_ca: str | None) -> None:
         self.name = str(info["name"])
@@ -103,6 +103,12 @@ class StepNode:
         self.token = ""
         self.stdin: ChunkedSender | None = None
         self.done = False
+        # Resuming the node's stream after its agent restarted (``/v1/steps/attach``): the
+        # frames of the step's log had so far, when to try again, until when, and why
+        self.seen = 0
+        self.retry_at: float | None = None
+        self.until: float | None = None
+        self.why = ""
 
 
 class Link:
@@ -111,13 +117,14 @@ class Link:
     (``agent.steptree``). ``deadline``: when the head must have answered (a stopped agent
     accepts connections and says nothing)."""
 
-    __slots__ = ("conn", "nodes", "deadline", "closed")
+    __slots__ = ("conn", "nodes", "deadline", "closed", "attach")
 
-    def __init__(self, conn: StreamClient, nodes: list[StepNode], deadline: float) -> None:
+    def __init__(self, conn: StreamClient, nodes: list[StepNode], deadline: float, attach: bool = False) -> None:
         self.conn = conn
         self.nodes = nodes  # the head first
         self.deadline = deadline
         self.closed = False
+        self.attach = attach  # a resumed stream of one node (no launch tree below it)
 
     @property
     def head(self) -> StepNode:

@@ -267,6 +267,7 @@ class StepRun:
                 watch.append(self.in_fd)
             now = time.monotonic()
             ends = [link.deadline for link in by_fd.values() if not link.answered]
+            ends.extend(n.retry_at for n in self.nodes if n.retry_at is not None)
             if self.opts.wait and self.first_exit is not None and not self.killing:
                 ends.append(self.first_exit + self.opts.wait)
             timeout = max(0.0, min(ends) - now) if ends else None
@@ -286,6 +287,9 @@ class StepRun:
             for link in by_fd.values():
                 if not link.closed and not link.answered and now >= link.deadline:
                     self._drop(link, f"no answer within {self.msg_timeout:g} s", judge=True)
+            for node in self.nodes:
+                if node.retry_at is not None and now >= node.retry_at:
+                    self._reattach(node)
             if (
                 self.opts.wait
                 and self.first_exit is not None
@@ -322,10 +326,29 @@ class StepRun:
 
     def _drop(self, link: Link, why: str, judge: bool) -> None:
         """The stream to ``link``'s head failed: the head for ``why``; once it had answered,
-        the nodes below whose part is not over too, their relay being gone."""
+        the nodes below whose part is not over too, their relay being gone. A stream that
+        broke (not a refusal) after its nodes' tasks started is resumed: each node is asked
+        again, directly, for what srun has not had (``_reattach``)."""
         link.closed = True
         link.conn.close()  # a silent head's socket too: a launch over many must not run out of files
         head = link.head
+        if link.attach:
+            retry = judge or link.conn.status == 503  # refused only while that agent stops
+            if not head.done:
+                if retry:
+                    self._resume(head, why)
+                else:
+                    self._node_failed(head, why, judge=False)
+            return
+        if link.answered and judge and any(n.token for n in link.nodes if not n.done):
+            for node in link.nodes:
+                if node.done:
+                    continue
+                if node.token:
+                    self._resume(node, why)
+                else:
+                    self._node_failed(node, f"lost with its relay {head.name} ({why})", judge=False)
+            return
         if not head.done:
             self._node_failed(head, why, judge)
         if not link.answered:  # the head failed alone: the next node takes its place
@@ -335,9 +358,40 @@ class StepRun:
             if not node.done:
                 self._node_failed(node, f"lost with its relay {head.name} ({why})", judge=False)
 
+    def _resume(self, node: StepNode, why: str) -> None:
+        """The node's stream broke (its agent restarting, say): ask again until SlurmdTimeout."""
+        now = time.monotonic()
+        if node.until is None:
+            node.until = now + self.slurmd_timeout
+            if self.opts.verbose:
+                _note(f"{node.name}: stream lost ({why}); reconnecting")
+        node.why = why
+        node.retry_at = now + 0.2
+
+    def _reattach(self, node: StepNode) -> None:
+        """One try at the node's stream again, after the ``seen`` frames of its log."""
+        node.retry_at = None
+        if node.done:
+            return
+        if node.until is not None and time.monotonic() > node.until:
+            node.until = None
+            self._node_failed(node, node.why, judge=True)
+            return
+        body = {"job_id": self.job_id, "step_id": self.step_id, "token": node.token, "frames": node.seen}
+        try:
+            conn = StreamClient.connect((node.addr, node.port), self.msg_timeout, node.tls)
+            conn.send("/v1/steps/attach", dumps(body).encode())
+        except StreamError:
+            node.retry_at = time.monotonic() + 0.25
+            return
+        self.links.append(Link(conn, [node], time.monotonic() + self.msg_timeout, attach=True))
+
     def _read_node(self, node: StepNode, frames: list[tuple[bytes, int, bytes]]) -> None:
         failed: list[tuple[int, int, int]] = []
+        node.until = None  # it answers: a later break has its own SlurmdTimeout
         for kind, task, payload in frames:
+            if kind in (b"o", b"e", b"x"):  # frames of the step's log: counted to resume
+                node.seen += 1
             if kind == b"o" or kind == b"e":
                 self._output(kind, task, payload)
             elif kind == b"x":
@@ -360,6 +414,8 @@ class StepRun:
                     failed.append((task, code, sig))
             elif kind == b"m":
                 info = loads(payload)
+                if "aborted" in info:  # of the log too (``started``, ``failed`` are not)
+                    node.seen += 1
                 if info.get("token"):
                     node.token = str(info["token"])
                     if self.pending_stdin and self._targets(node):

@@ -1,0 +1,165 @@
+"""Issue 33 item 1 with real daemons: job steps outlive their agent. A restarted agent takes
+each step back from its supervisor (``agent.stepd``), srun reconnects and gets the output it
+missed, once, and the ends written while no agent ran are delivered once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from harness import Harness, process_running
+from muster.cluster.local import ClusterShape
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Harness]:
+    # SlurmdTimeout well above a restart: the nodes stay up while their agents restart
+    h = Harness(
+        ClusterShape(nodes=3, gpus_per_node=1, cpus_per_node=4, mem_per_node=8000),
+        settings={"SlurmdTimeout": "60", "KillWait": "2"},
+    )
+    h.up()
+    try:
+        yield h
+    finally:
+        h.down()
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def restart_agent(h: Harness, node: str, sig: int = signal.SIGTERM) -> None:
+    """Stop ``node``'s agent with ``sig`` and start it again with the same command line
+    and state directory (what ``systemctl restart musterd`` does)."""
+    pid = h.agent_pid(node)
+    os.kill(pid, sig)
+    wait_until(lambda: not process_running(pid), f"the agent of {node} to stop")
+    h.cluster.start()
+    wait_until(lambda: h.cluster.node_pid(node), f"the agent of {node} to run again")
+
+
+class Lines:
+    """srun's stdout, read as it comes (in a thread: the test restarts agents meanwhile)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+        assert proc.stdout is not None
+        self._thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            with self._lock:
+                self.lines.append(line.rstrip("\n"))
+
+    def of(self, rank: int) -> list[str]:
+        with self._lock:
+            return [x.split(" ", 1)[1] for x in self.lines if x.split(" ", 1)[0] == str(rank)]
+
+    def join(self) -> None:
+        self._thread.join(timeout=30)
+
+
+def srun(h: Harness, *argv: str, err: Any = subprocess.PIPE) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        ["srun", *argv],
+        cwd=h.workdir,
+        env=h.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+    )
+
+
+def test_a_three_node_step_keeps_running_while_each_agent_is_restarted_in_turn(cluster: Harness) -> None:
+    h = cluster
+    stop, jobid = os.path.join(h.workdir, "turns-stop"), os.path.join(h.workdir, "turns-jobid")
+    # each rank prints numbered lines until told to stop, then "end"
+    script = (
+        f'[ "$SLURM_PROCID" = 0 ] && echo $SLURM_JOB_ID > {jobid}; i=0; '
+        f'while [ ! -e {stop} ]; do i=$((i+1)); echo "$SLURM_PROCID $i"; sleep 0.02; done; '
+        'echo "$SLURM_PROCID end"'
+    )
+    errfile = open(os.path.join(h.workdir, "turns-err"), "w+")  # noqa: SIM115 - closed below
+    proc = srun(h, "-N3", "-n3", "sh", "-c", script, err=errfile)
+    out = Lines(proc)
+    try:
+        wait_until(lambda: all(out.of(r) for r in range(3)), "every rank's first line")
+        job_id = int(h.read(jobid))
+        nodes = [a["node"] for a in h.job(job_id)["alloc"]]
+        assert len(nodes) == 3
+        for node in nodes:
+            rank = nodes.index(node)
+            before = len(out.of(rank))
+            restart_agent(h, node)
+            # its rank's output goes on reaching srun through the new agent
+            wait_until(
+                lambda r=rank, n=before: len(out.of(r)) > n + 20, f"output of rank {rank} after {node} restarted"
+            )
+            assert proc.poll() is None
+        with open(stop, "w"):
+            pass
+        proc.wait(timeout=60)
+        out.join()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        errfile.seek(0)
+        err = errfile.read()
+        errfile.close()
+    assert proc.returncode == 0, err
+    for rank in range(3):
+        lines = out.of(rank)
+        assert lines[-1] == "end", (rank, lines[-5:])
+        numbers = [int(x) for x in lines[:-1]]
+        assert numbers == list(range(1, len(numbers) + 1)), f"rank {rank}: lines lost, repeated or out of order"
+    assert h.wait_job(job_id)["state"] == "COMPLETED"
+    assert "CANCELLED" not in err
+
+
+def test_a_step_that_ends_while_its_agent_is_killed_is_reported_once_when_it_returns(cluster: Harness) -> None:
+    h = cluster
+    go, pidfile = os.path.join(h.workdir, "end-go"), os.path.join(h.workdir, "end-pid")
+    script = (
+        f'echo $$ > {pidfile}; echo "first words"; while [ ! -e {go} ]; do sleep 0.02; done; echo "last words"; exit 3'
+    )
+    proc = srun(h, "-J", "ends-alone", "-N1", "-w", "node2", "sh", "-c", script)
+    try:
+        task = int(wait_until(lambda: os.path.exists(pidfile) and h.read(pidfile).strip(), "the task to start"))
+        pid = h.agent_pid("node2")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not process_running(pid), "the agent to die")
+        with open(go, "w"):
+            pass
+        wait_until(lambda: not process_running(task), "the task to end while no agent runs")
+        h.cluster.start()
+        stdout, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 3, err
+    assert stdout.splitlines() == ["first words", "last words"]
+    assert err.count("task 0: Exited with exit code 3") == 1, err
+    jobs = h.cluster.api("GET", "/v1/jobs?name=ends-alone&all=1")["jobs"]
+    job = max(jobs, key=lambda j: j["job_id"])
+    assert job["state"] == "FAILED" and job["exit_code"] == 3
