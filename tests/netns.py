@@ -5,9 +5,10 @@ Every machine of the cluster (``head`` and ``node1``..``nodeN``) is a network na
 with one link, ``eth0``, a veth whose other end is a port of a bridge in the test's own
 namespace; the bridge has no address, so the test reaches no daemon over the network and
 the daemons reach each other only over those links (10.77.0.1 for the head node,
-10.77.0.11 and on for the nodes). Each daemon also runs in its own UTS and mount
-namespaces (``muster.agent.nodeident.enter``): ``hostname`` is the machine's, /etc/hosts
-names every machine, and the machine's own directories are bind-mounted over
+10.77.0.11 and on for the nodes, 10.77.0.5 for the login node that ``login=True`` adds).
+Each daemon also runs in its own UTS and mount namespaces
+(``muster.agent.nodeident.enter``): ``hostname`` is the machine's, /etc/hosts names every
+machine, and the machine's own directories are bind-mounted over
 ``/etc/muster`` (config, key, certificates) and ``/var/spool/muster`` (state), the paths
 docs/deploy.md uses. The work directory is shared, as a cluster's NFS home is.
 
@@ -37,6 +38,7 @@ _CLONE_NEWNET = 0x40000000
 _MS_BIND = 4096
 SUBNET = "10.77.0"
 HEAD_ADDR = f"{SUBNET}.1"
+LOGIN_ADDR = f"{SUBNET}.5"
 PREFIX = "mu"  # namespaces mu<pid hex>-<machine>, bridge mu<pid hex>br
 MOUNTS = ("/etc/muster", "/var/spool/muster")  # the paths docs/deploy.md uses, one per machine
 
@@ -115,7 +117,9 @@ def remove_stale() -> None:
 class NetnsCluster:
     """A head node and ``nodes`` compute nodes, each a network namespace (module docstring)."""
 
-    def __init__(self, nodes: int, settings: dict[str, str] | None = None, node_line: str = "") -> None:
+    def __init__(
+        self, nodes: int, settings: dict[str, str] | None = None, node_line: str = "", login: bool = False
+    ) -> None:
         self.tag = f"{PREFIX}{os.getpid():x}"  # the test process's pid: unique, and short enough for interface names
         self.root = tempfile.mkdtemp(prefix="muster-netns-")
         os.chmod(self.root, 0o755)
@@ -123,8 +127,12 @@ class NetnsCluster:
         os.makedirs(self.workdir)
         os.chmod(self.workdir, 0o1777)
         self.nodes = [f"node{k}" for k in range(1, nodes + 1)]
-        self.machines = ["head", *self.nodes]
+        # ``login``: a login node too (docs/deploy.md, "Login nodes"): the commands, the
+        # configuration and the CA certificate, no agent and no muster key
+        self.logins = ["login"] if login else []
+        self.machines = ["head", *self.nodes, *self.logins]
         self.addr = {"head": HEAD_ADDR, **{n: node_addr(k) for k, n in enumerate(self.nodes, 1)}}
+        self.addr.update({"login": LOGIN_ADDR} if login else {})
         self.settings = settings or {}
         self.node_line = node_line or "CPUs=4 RealMemory=8000 Gres=gpu:2"
         self.bridge = f"{self.tag}br"
@@ -225,6 +233,9 @@ class NetnsCluster:
                 f"tls/slurmd_{node}_cert_key.pem",
             ):
                 shutil.copy2(os.path.join(head_etc, name), os.path.join(self.etc(node), name))  # modes kept
+        for login in self.logins:
+            os.makedirs(os.path.join(self.etc(login), "tls"), mode=0o755)
+            shutil.copy2(os.path.join(head_etc, "tls/ca_cert.pem"), os.path.join(self.etc(login), "tls/ca_cert.pem"))
 
     # --- processes ------------------------------------------------------------------
 
