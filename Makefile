@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # (setup.sh starts it); empty: muster next to the stored Slurm figures.
 SLURM_ANCHOR ?= $(wildcard $(CURDIR)/../shared/tools/slurm-anchor)
 
-.PHONY: install test test-unit test-fast demo down bench lint clean
+.PHONY: install test test-unit test-fast demo down bench lint dist clean
 
 install: $(STAMP) $(LAUNCHERS) $(TORCHX)/.installed
 
@@ -72,6 +72,14 @@ lint: install
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
+
+# The wheel and the sdist of this commit, versioned from git (docs/decisions/0002-versions.md);
+# the wheel carries the systemd units (share/muster/systemd).
+dist: install
+	rm -rf dist
+	$(BIN)/python -c 'import sys; from hatchling.build import build_sdist; build_sdist("dist")'
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
+	ls dist
 
 clean:
 	-$(BIN)/muster down --state-dir $(STATE) 2>/dev/null
