@@ -1,4 +1,5 @@
-"""What agents tell the controller: registrations, heartbeats (what runs, what ended and is
+"""What agents tell the controller: registrations (a node with less than its configuration
+says is drained with Slurm's reason), heartbeats (what runs, what ended and is
 being reported, faults of the node, its health check's verdict). Heartbeats also reconcile
 memory with the nodes: a batch job its node neither runs nor reports, for a few
 heartbeats, is lost (``ClusterState.node_failed_job``).
