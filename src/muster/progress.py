@@ -76,6 +76,11 @@ def checkpoint(n: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """``muster-progress step|checkpoint N``."""
     args = sys.argv[1:] if argv is None else argv
+    if args in (["-V"], ["--version"]):
+        from muster import VERSION_STRING
+
+        print(VERSION_STRING)
+        return 0
     if len(args) != 2 or args[0] not in ("step", "checkpoint") or not args[1].lstrip("-").isdigit():
         print("usage: muster-progress step|checkpoint N", file=sys.stderr)
         return 2

@@ -151,6 +151,6 @@ def test_every_command_prints_the_builds_version_in_slurms_form(command: str) ->
     assert _version_of(command) == f"slurm 22.05.8 (muster {muster.__version__})"
 
 
-@pytest.mark.parametrize("command", ["muster", "musterd", "musterctld", "musterrestd"])
+@pytest.mark.parametrize("command", ["muster", "musterd", "musterctld", "musterrestd", "muster-progress"])
 def test_the_daemons_print_the_builds_version(command: str) -> None:
     assert _version_of(command) == f"muster {muster.__version__} (slurm 22.05 compatible)"
