@@ -183,3 +183,42 @@ def test_a_store_of_a_newer_schema_stops_the_controller_with_the_way_back() -> N
         assert {"waiting", "queued"} <= set(ok(h.run(["squeue", "-h", "-o", "%j"])).split())
     finally:
         h.down()
+
+
+def test_a_controller_does_not_open_a_postgresql_store_while_it_is_copied(pg_url: str, tmp_path: Path) -> None:
+    from muster.cluster.store_copy import CopyError, _Pg, copy_store, parse_endpoint
+    from muster.core.errors import StorageError
+    from muster.ctld.store_pg import PgStore
+
+    copying = _Pg(parse_endpoint(pg_url), read_only=False)  # a copy into it, under way
+    try:
+        with pytest.raises(StorageError, match="is being copied .muster store-copy.; start again when it ends"):
+            PgStore(pg_url)
+    finally:
+        copying.close()
+    store = PgStore(pg_url)  # the copy is over: it opens, and holds its shared lock
+    try:
+        with pytest.raises(CopyError, match="a controller has the store in .* open .musterctld.; stop it"):
+            copy_store(parse_endpoint(str(FIXTURES / "schema-5.db")), parse_endpoint(pg_url), overwrite=True)
+    finally:
+        store.close()
+    assert copy_store(parse_endpoint(str(FIXTURES / "schema-5.db")), parse_endpoint(pg_url), overwrite=True).rows
+
+
+def test_a_postgresql_store_of_a_newer_schema_is_refused_untouched(pg_url: str) -> None:
+    import psycopg
+
+    from muster.ctld.store import SchemaTooNew
+    from muster.ctld.store_pg import PgStore
+
+    PgStore(pg_url).close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE meta SET value=%s WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
+    with pytest.raises(SchemaTooNew) as err:
+        PgStore(pg_url)
+    assert f"has schema {SCHEMA_VERSION + 1}, newer than this muster's ({SCHEMA_VERSION})" in str(err.value)
+    assert "PostgreSQL: pg_restore of its pg_dump" in str(err.value)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (
+            str(SCHEMA_VERSION + 1),
+        )

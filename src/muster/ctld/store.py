@@ -128,10 +128,15 @@ class Store:
         if path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.migrate()
+        try:
+            self._refuse_newer()  # before anything is set on the file, even its journal mode
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.migrate()
+        except BaseException:
+            self.db.close()  # a store refused (too new) or not migrated holds nothing open
+            raise
 
     def migrate(self) -> None:
         """Bring the schema to ``SCHEMA_VERSION``: every step in one transaction (a step
@@ -154,6 +159,14 @@ class Store:
                 # what an older muster names when it finds this store too new (``_too_new``)
                 self._set_meta(UPGRADED_FROM, str(current))
                 self._set_meta(UPGRADE_BACKUP, kept)
+
+    def _refuse_newer(self) -> None:
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.DatabaseError:
+            return  # a new file, or one that ``migrate`` judges
+        if row and int(row[0]) > SCHEMA_VERSION:
+            raise SchemaTooNew(self._too_new(int(row[0])))
 
     def _keep_before_migration(self, current: int) -> str | None:
         """A copy of the store as it was, ``<file>.schema-N`` (mode 0600), taken before a

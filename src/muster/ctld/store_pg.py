@@ -108,7 +108,11 @@ class PgStore(Store):
             raise StorageError(
                 f"the store in {self.path} is being copied (muster store-copy); start again when it ends"
             )
-        self.migrate()
+        try:
+            self.migrate()
+        except BaseException:
+            self.db.close()  # a store refused (too new) or not migrated holds nothing open
+            raise
 
     def _keep_before_migration(self, current: int) -> str | None:
         return None  # pg_dump before upgrading (docs/upgrade.md)

@@ -126,6 +126,7 @@ def test_a_store_of_a_newer_schema_is_refused_untouched_with_the_way_back(tmp_pa
     with contextlib.closing(sqlite3.connect(path)) as db:  # as a release with schema N+2 leaves it
         db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 2),))
         db.commit()
+        db.execute("PRAGMA journal_mode=DELETE")  # as a backup is: not even WAL is switched on
     before = dump(path)
     with open(path, "rb") as f:
         raw = f.read()
