@@ -178,6 +178,8 @@ def step_from_record(rec: dict[str, Any], node: str) -> tuple[Step, list[Task]]:
     step.terminated = rec.get("terminated") or None
     step.limit_at = None if rec.get("limit_at") is None else float(rec["limit_at"])
     step.orphaned = bool(rec.get("orphaned"))
+    step.stepd_pid = int(rec.get("stepd_pid") or 0)
+    step.stepd_ticks = None if rec.get("stepd_ticks") is None else int(rec["stepd_ticks"])
     tasks = [Task(int(t), int(local)) for t, local in rec["tasks"]]
     return step, tasks
 
@@ -199,4 +201,6 @@ def step_record(step: Step) -> dict[str, Any]:
         "terminated": step.terminated,
         "limit_at": step.limit_at,
         "orphaned": step.orphaned,
+        "stepd_pid": step.stepd_pid,  # its supervisor (its ``p`` frame says it too)
+        "stepd_ticks": step.stepd_ticks,
     }

@@ -195,14 +195,8 @@ class StepRunner:
         step.state = RunState.RUNNING if step.terminated is None else RunState.TERMINATING
         self.steps[step.key] = step
         self._scan(step)  # the pids, and the ends written meanwhile
-        if not step.started:  # the supervisor died before it said the pids: nothing to find
-            step.stepd_gone = True
-            for t in step.tasks:
-                t.status = (0, signal.SIGKILL)
-            step.started = True
-            self._ended(step)
-        else:
-            self._watch(step)
+        if not step.finished:
+            self._watch(step)  # a supervisor found gone ends the tasks it left unsaid
         log.info(
             "step %s: taken back on %s (%s); waiting %.0fs for its srun",
             step.id_text,
@@ -470,6 +464,8 @@ class StepRunner:
                 for fd in (*start.err, *start.outputs, *start.child_fds):
                     close_quietly(fd)
         step.stepd_pid = pid
+        step.stepd_ticks = proctree.process_start_ticks(pid)
+        self._note(step)  # from now on a restarted agent takes the step back
         self._watch(step)
         while not step.started:
             if step.stepd_gone:
@@ -523,7 +519,10 @@ class StepRunner:
         loop = asyncio.get_running_loop()
         loop.add_reader(step.bell_fd, self._scan, step)
         try:
-            step.pidfd = os.pidfd_open(step.stepd_pid)
+            step.pidfd = os.pidfd_open(step.stepd_pid) if step.stepd_pid > 0 else -1
+        except ProcessLookupError:
+            self._stepd_exited(step)
+            return
         except (AttributeError, OSError):
             step.pidfd = -1
         if step.pidfd >= 0 and step.stepd_ticks is not None:
@@ -552,10 +551,12 @@ class StepRunner:
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(step.stepd_pid, os.WNOHANG)  # ours unless a previous agent forked it
         self._scan(step)
-        if not step.finished and step.started:
+        if not step.finished:
             # It died before its tasks' ends were written (killed with SIGKILL, OOM): the
             # tasks are lost with it. Their ends are written here, once, in its stead.
             log.error("step %s: its supervisor on %s died; its tasks are lost", step.id_text, self.node)
+            if not step.started:  # before it said the pids: nothing of theirs can be found
+                step.started = True
             missing = [t for t in step.tasks if t.status is None]
             for pid in self._members(step):
                 kill_quietly(pid, signal.SIGKILL)
@@ -721,6 +722,8 @@ class StepRunner:
         # Each task's process group at once, as Slurm's stepd does: a shell whose child is
         # killed first would otherwise end on its own (137), not "Killed".
         for t in step.tasks:
+            if t.pid <= 0:
+                continue  # not forked yet (never the agent's own group)
             try:
                 os.killpg(t.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
