@@ -278,6 +278,7 @@ class _Pg(_Side):
         # the controllers' shared lock on this schema's store (store_pg.STORE_LOCK), exclusively
         row = self.conn.execute(f"SELECT pg_try_advisory_xact_lock({STORE_LOCK})").fetchone()
         if not row[0]:
+            self.conn.close()
             raise CopyError(f"a controller has the store in {end} open (musterctld); stop it before copying")
         self._cursors = 0
 
