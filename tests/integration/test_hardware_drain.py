@@ -35,6 +35,8 @@ def test_a_node_with_less_memory_than_configured_is_drained_low_realmemory(monke
         assert 0 < reported < HUGE and reason.group(1).endswith(f"configured:{HUGE})")
         assert "State=IDLE+DRAIN " in show and f" Version={__version__}\n" in show
         assert "Low RealMemory" in h.run(["sinfo", "-R", "-h", "-o", "%n %E"]).stdout
+        versions = h.run(["sinfo", "-h", "-N", "-o", "%N %v"]).stdout.splitlines()
+        assert versions == [f"node1 {__version__}", f"node2 {__version__}"]  # sinfo %v: each agent's
         # the node that fits the machine is in service, and jobs go there only
         fits = h.run(["scontrol", "show", "node", "node2"]).stdout
         assert "State=IDLE " in fits and "Reason=" not in fits, fits

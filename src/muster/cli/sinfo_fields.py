@@ -184,6 +184,11 @@ def _same(row: Row, fn) -> str:  # noqa: ANN001 - a node -> str function
     return fn(row.nodes[0]) if row.nodes else ""
 
 
+def _version(node: dict) -> str:
+    """The version of the node's agent, as it registered (``N/A`` before it did)."""
+    return str(node.get("version") or "N/A")
+
+
 def gres_text(node: dict) -> str:
     """The node's GRES as Slurm prints them (``gpu:a100:8``), ``(null)`` without any."""
     if node.get("gres"):
@@ -274,6 +279,7 @@ FIELDS: dict[str, tuple[str, object, object]] = {
         lambda r: _same(r, lambda n: str(n.get("reason_user") or "Unknown")),
         lambda n: n.get("reason_user"),
     ),
+    "v": ("VERSION", lambda r: _same(r, _version), _version),
     "w": (
         "WEIGHT",
         lambda r: _same(r, lambda n: str(n.get("weight") or 1)),
@@ -301,6 +307,7 @@ NODE_KEYS: dict[str, tuple[str, ...]] = {
     "o": ("addr",),
     "u": ("reason_user",),
     "U": ("reason_user",),
+    "v": ("version",),
     "w": ("weight",),
     "X": ("cpus",),
     "Y": ("cpus",),
@@ -350,6 +357,7 @@ LONG_NAMES = {
     "timestamp": "H",
     "user": "u",
     "userlong": "U",
+    "version": "v",
     "weight": "w",
     "defaulttime": "L",
     "sockets": "X",
@@ -381,7 +389,7 @@ def all_format() -> str:
     """``-o %all``: the letters in Slurm's order, a to z then A to Z, as wide as their
     values; as Slurm writes it, ``|`` after each lower-case one, `` |`` after each upper-case
     one, and the last one ends with a space instead. The letters muster has no field for
-    (Slurm's %v, %B, %I, %M, %V...) are left out."""
+    (Slurm's %B, %I, %M, %V...) are left out."""
     lower = "".join(f"%{c}|" for c in "abcdefghijklmnopqrstuvwxyz" if c in FIELDS)
     upper = "".join(f"%{c} |" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c in FIELDS)
     return (lower + upper)[:-1]

@@ -136,6 +136,18 @@ def test_format_long_names(partitions, nodes) -> None:
     assert got == ["debug        4 idle      "]
 
 
+def test_version_is_each_nodes_agent_version(partitions, nodes) -> None:
+    first, second = nodes[0]["name"], nodes[1]["name"]
+    for n in nodes:
+        n["version"] = "0.1.0" if n["name"] == first else "0.2.0.dev7+gabc"
+    got = _lines(partitions, nodes, ["-h", "-N", "-o", "%N %v"])
+    assert f"{first} 0.1.0" in got and f"{second} 0.2.0.dev7+gabc" in got
+    long = _lines(partitions, nodes, ["-h", "-N", "-n", first, "-O", "nodelist:10,version:20"])
+    assert long[0].split() == [first, "0.1.0"]
+    del nodes[0]["version"]  # not registered yet
+    assert f"{first} N/A" in _lines(partitions, nodes, ["-h", "-N", "-o", "%N %v"])
+
+
 def test_unknown_option(capsys, reference) -> None:
     _, stderr = reference("fmt_err_sinfo_unknown_option.txt")
     assert sinfo.main(["--bogus"]) == 1
@@ -159,7 +171,7 @@ def test_sort_reads_letters_as_slurm_does_and_passes_over_the_rest(partitions, n
 
 
 # ``sinfo -o %all``'s header from Slurm 22.05 (slurm-anchor), less the fields muster has no
-# value for (%v VERSION, %B MAX_CPUS_PER_NODE, %I PRIO_JOB_FACTOR, %M PREEMPT_MODE, %V CLUSTER).
+# value for (%B MAX_CPUS_PER_NODE, %I PRIO_JOB_FACTOR, %M PREEMPT_MODE, %V CLUSTER).
 SLURM_ALL_HEADER = (
     "AVAIL|ACTIVE_FEATURES|CPUS|TMP_DISK|FREE_MEM|AVAIL_FEATURES|GROUPS|OVERSUBSCRIBE|TIMELIMIT|MEMORY|HOSTNAMES|"
     "NODE_ADDR|PRIO_TIER|ROOT|JOB_SIZE|STATE|USER|VERSION|WEIGHT|S:C:T|NODES(A/I) |MAX_CPUS_PER_NODE |"
@@ -171,7 +183,7 @@ SLURM_ALL_HEADER = (
 def test_format_all_prints_every_field_as_slurm_separates_them(partitions, nodes) -> None:
     lines = _lines(partitions, nodes, ["-o", "%all"])
     expected = SLURM_ALL_HEADER
-    for missing in ("VERSION|", "MAX_CPUS_PER_NODE |", "PRIO_JOB_FACTOR |", "PREEMPT_MODE |", "CLUSTER |"):
+    for missing in ("MAX_CPUS_PER_NODE |", "PRIO_JOB_FACTOR |", "PREEMPT_MODE |", "CLUSTER |"):
         expected = expected.replace(missing, "", 1)
     assert lines[0] == expected
     assert len(lines) > 1 and all(line.count("|") == expected.count("|") and line.endswith(" ") for line in lines)
