@@ -514,12 +514,17 @@ def user_credential(settings: ClientSettings) -> str | None:
 
 
 def agent_credential(settings: ClientSettings) -> str | None:
-    """A credential signed by a node agent on this host, or None when none answers."""
+    """A credential signed by a node agent on this host, or by a login node's credential
+    daemon (``agent.credd``, ``mustercredd.sock``), or None when none answers."""
     directory = settings.agent_socket_dir
     if not directory:
         return None
     try:
-        names = sorted(n for n in posix.listdir(directory) if n.startswith("musterd-") and n.endswith(".sock"))
+        names = sorted(
+            n
+            for n in posix.listdir(directory)
+            if n == "mustercredd.sock" or (n.startswith("musterd-") and n.endswith(".sock"))
+        )
     except OSError:
         return None
     from muster.protocol.client import ApiError, ConnectError, request

@@ -2,11 +2,13 @@
 
 * agent-signed (always): ``uid:gid:time:nonce:node:hmac``, made by a node agent for a caller
   it identified by SO_PEERCRED on its local socket (``protocol.signing``);
+* login-host (always): made by a login node's credential daemon (``agent.credd``) with a
+  host key derived from the cluster key, for hosts that run no agent (``protocol.hostcred``);
 * MUNGE (``AuthType=auth/munge``): made by the caller's local munged, decoded by the
   controller's munged (``AuthInfo=socket=PATH``), for hosts that run no agent (login nodes;
   ``protocol.munge``).
 
-Both kinds are good for one request: the controller's replay guard (``protocol.replay``,
+Every kind is good for one request: the controller's replay guard (``protocol.replay``,
 persisted across restarts) refuses a second use.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from muster.core.config import Config
-from muster.protocol import munge
+from muster.protocol import hostcred, munge
 from muster.protocol.replay import ReplayGuard, SignatureError
 from muster.protocol.signing import verify_credential
 
@@ -46,5 +48,7 @@ class UserCredentials:
                 raise SignatureError(self.munge_problem)
             got = munge.verify(self.munge, cred, self.cluster, now, guard)
             return got.uid, got.gid, got.origin
+        if hostcred.is_host_credential(cred):
+            return hostcred.verify(self.key, cred, now, guard)
         uid, gid = verify_credential(self.key, cred, now, guard)
         return uid, gid, cred.split(":")[4]
