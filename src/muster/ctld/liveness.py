@@ -121,6 +121,10 @@ class Liveness:
             timeout,
             len(job_ids),
         )
+        if self.state.mail is not None:  # AdminMail: automation took a node out (docs/mail.md)
+            self.state.mail.node_event(
+                "Down", node.name, f"Not responding for {silence:.0f} s, {len(job_ids)} job(s) on it"
+            )
         actions: list[Action] = []
         for job_id in job_ids:
             job = self.state.jobs.get(job_id)

@@ -16,8 +16,9 @@ clock: ``now`` is given. Where its hooks are called:
   once per attempt; a share of the limit already passed before the controller started is
   not mailed again after a restart.
 * ``node_event``: by ``ClusterState.drain`` (a node drained by automation: launch or
-  Prolog failures, health check, GPU faults, suspect nodes) -> to ``AdminMail``.
-  Further events (a node replaced, quarantined) call it with their own word.
+  Prolog failures, health check, GPU faults, suspect nodes) and by ``liveness`` (a node
+  DOWN after SlurmdTimeout of silence) -> to ``AdminMail``. Further events (a node
+  replaced, quarantined) call it with their own word.
 
 Subjects are Slurm's (``Slurm Job_id=12 Name=train Began, Queued time 00:00:01``,
 ``... Ended, Run time 00:01:00, COMPLETED, ExitCode 0``, ``Slurm Array Summary
@@ -175,7 +176,7 @@ class MailNotes:
 
     def node_event(self, word: str, node: str, reason: str) -> None:
         """Tell the administrators (``AdminMail``) what automation did to a node: ``word``
-        is ``Drained`` today (``Replaced``, ``Quarantined`` when those exist)."""
+        is ``Drained`` or ``Down`` today (``Replaced``, ``Quarantined`` when those exist)."""
         try:
             config = self.memory.config
             to = (config.get("AdminMail") or "").strip()

@@ -171,6 +171,16 @@ def test_an_automatic_drain_mails_the_admin_address(ctl: Controller, sent: list[
     assert sent[0].env["MUSTER_EVENT"] == "node_drained" and sent[0].env["MUSTER_NODE"] == "node2"
 
 
+def test_a_node_judged_down_mails_the_admin_address(ctl: Controller, sent: list[Mail]) -> None:
+    advance(ctl, 30)
+    for name in ("node1", "node2", "node3"):
+        ctl.agents.heartbeat({"node": name, "running": []})
+    ctl.liveness.check_nodes()
+    assert [(m.recipient, m.subject) for m in sent] == [
+        ("ops@example.org", "Muster Node=node4 Down, Reason=Not responding for 30 s, 0 job(s) on it")
+    ]
+
+
 def test_an_unknown_mail_type_is_refused_at_submission(ctl: Controller) -> None:
     from muster.core.errors import InvalidRequest
 
