@@ -34,8 +34,10 @@ from muster.core.extras import require
 from muster.ctld.store import Store
 
 # Held shared by every ``PgStore`` session, on its schema's store: ``muster store-copy``
-# takes it exclusively, so neither waits on nor writes under the other.
-STORE_LOCK = "hashtext(current_schema() || ':muster:store')"
+# takes it exclusively, so neither waits on nor writes under the other. A two-key advisory
+# lock: never the same lock as the election's one-key lock (``lease_pg``), whatever the
+# cluster's name.
+STORE_LOCK = "hashtext(current_schema()), hashtext('muster:store')"
 
 _PLACEHOLDER = re.compile(r"\?")
 _USER_COLUMN = re.compile(r"(?<![\w\"'.%])user(?![\w\"'])")
