@@ -1,7 +1,8 @@
 """A batch script the agent runs, as it keeps it in memory and on disk, and the report of
 its end.
 
-``Tracked`` is the supervisor's record of one running attempt; ``record()`` (as JSON:
+``Tracked`` is the supervisor's record of one running attempt, whose life is one run state
+(``agent.runstate``: LAUNCHING, RUNNING, TERMINATING, ENDED); ``record()`` (as JSON:
 ``record_text()``) is what ``StateDir.save_job`` writes and ``Tracked.adopted_from`` what a restarted agent reads back
 (see ``agent.supervisor``). ``report_body`` and ``end_report`` build the ``job_done`` report
 the controller link delivers (``agent.link``): the node, the attempt, its exit code and
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.agent import launcher
+from muster.agent.runstate import RunEvent, RunState, advance
 
 __all__ = ["LOST_STATUS", "Tracked", "cpus_on", "end_report", "report_body"]
 
@@ -36,7 +38,8 @@ class Tracked:
     pid: int | None = None
     start_ticks: int | None = None
     adopted: bool = False
-    terminated_by: str | None = None
+    state: RunState = RunState.LAUNCHING  # its run state (``agent.runstate``)
+    terminated_by: str | None = None  # why it is being stopped (the reason of TERMINATING)
     kill_at: float | None = None  # monotonic time from which SIGKILL is sent
     warned: bool = False
     stderr_path: str | None = None
@@ -45,6 +48,9 @@ class Tracked:
     started: launcher.Started | None = field(default=None, repr=False)  # this agent's launch
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     job_text: str = field(default="", repr=False)  # ``job`` as JSON; "" once it changes
+
+    def advance(self, event: RunEvent) -> None:
+        self.state = advance(f"job {self.job_id} attempt {self.restart_count}", self.state, event)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -85,6 +91,7 @@ class Tracked:
             pid=rec.get("pid"),
             start_ticks=rec.get("start_ticks"),
             adopted=True,
+            state=RunState.RUNNING if rec.get("terminated_by") is None else RunState.TERMINATING,
             terminated_by=rec.get("terminated_by"),
             warned=bool(rec.get("warned")),
             stderr_path=rec.get("stderr_path"),

@@ -46,13 +46,14 @@ import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from muster.agent import launcher, limits, proctree
+from muster.agent import launcher, limits, proctree, runstate
 from muster.agent.affinity import CpuLedger
 from muster.agent.env import EnvContext, batch_environment
 from muster.agent.hooks import Hooks
 from muster.agent.jobrecord import LOST_STATUS, Tracked, cpus_on, end_report, report_body
 from muster.agent.launcher import JOB_FAULT, PROLOG_FAULT, STALE, LaunchError
 from muster.agent.progress import progress_env
+from muster.agent.runstate import RunEvent
 from muster.agent.state import StateDir
 from muster.agent.zygote import Zygote
 from muster.core.clock import Clock
@@ -198,8 +199,10 @@ class Supervisor:
             except LaunchError as exc:
                 log.warning("job %s: launch failed (%s fault): %s", job_id, exc.fault, exc)
                 self._unpin(t)
+                t.advance(RunEvent.LAUNCH_FAILED)
                 self._launch_failed(t, exc)
                 raise
+            t.advance(RunEvent.STARTED)
             t.start_ticks = proctree.process_start_ticks(t.pid)
             self.jobs[job_id] = t
             self.state.save_job(t.record_text(), t.job_id)
@@ -281,6 +284,7 @@ class Supervisor:
             return False
         if t.terminated_by is None:
             t.terminated_by = reason
+            t.advance(RunEvent.STOP)
         wait = float(kill_wait if kill_wait is not None else t.kill_wait)
         mono = self.clock.monotonic()
         if t.kill_at is None:
@@ -530,6 +534,8 @@ class Supervisor:
         else:
             exit_code, sig = limits.exit_fields(status)
             by, reason = t.terminated_by, None
+        t.advance(RunEvent.EXITED)
+        runstate.check(f"job {t.job_id}", t.state, reason=t.terminated_by, statuses=[])
         log.info("job %s: ended exit_code=%s signal=%s terminated_by=%s", t.job_id, exit_code, sig, by)
         self.state.save_report(end_report(self.node, t, exit_code, sig, by, now, reason=reason, usage=usage))
         if self.hooks is not None:  # the job's end here: the site's Epilog

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from muster.agent.jobrecord import Tracked
+from muster.agent.localstep import Step
 from muster.agent.runstate import TRANSITIONS, IllegalRunTransition, RunEvent, RunState, advance, check, live
 
 L, R, T, E, D = RunState.LAUNCHING, RunState.RUNNING, RunState.TERMINATING, RunState.ENDED, RunState.REPORTED
@@ -62,3 +64,26 @@ def test_the_invariants_hold_for_runs_that_keep_them_and_fail_for_those_that_do_
         check("s", E, reason=None, statuses=[(0, 0), None])
     with pytest.raises(AssertionError, match="every exit status"):
         check("s", R, reason=None, statuses=[(0, 0)])
+
+
+def test_a_batch_script_taken_back_is_running_or_terminating_as_its_record_says() -> None:
+    stopping = Tracked.adopted_from({"pid": 5, "terminated_by": "timeout"}, 7, 0, 30.0, 0.0)
+    assert stopping.state is T
+    running = Tracked.adopted_from({"pid": 5}, 7, 0, 30.0, 0.0)
+    assert running.state is R
+    running.advance(RunEvent.EXITED)
+    assert running.state is E
+    with pytest.raises(IllegalRunTransition, match="job 7 attempt 0"):
+        running.advance(RunEvent.STOP)
+
+
+def test_a_step_moves_through_its_states_and_knows_when_it_is_finished() -> None:
+    step = Step(5, 0, 1, 1000, "node1", "token", 30.0)
+    assert step.state is L and not step.finished
+    for event in (RunEvent.STARTED, RunEvent.STOP, RunEvent.EXITED):
+        step.advance(event)
+    assert step.state is E and step.finished
+    step.advance(RunEvent.REPORTED)
+    assert step.finished
+    with pytest.raises(IllegalRunTransition, match="step 5.1 on node1"):
+        step.advance(RunEvent.EXITED)
