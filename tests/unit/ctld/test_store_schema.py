@@ -49,6 +49,19 @@ def dump(path: str) -> dict[str, list[dict[str, Any]]]:
         return {n: [dict(r) for r in db.execute(f'SELECT * FROM "{n}" ORDER BY rowid')] for n in names}
 
 
+def column_defaults(path: str) -> dict[str, dict[str, Any]]:
+    """Each column's declared default, as a value (``DEFAULT 0`` -> 0, none -> None)."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {
+            n: {
+                c[1]: None if c[4] is None else db.execute(f"SELECT {c[4]}").fetchone()[0]
+                for c in db.execute(f'PRAGMA table_info("{n}")')
+            }
+            for n in names
+        }
+
+
 def test_there_is_a_fixture_for_every_schema_version() -> None:
     for version in VERSIONS:
         with contextlib.closing(sqlite3.connect(f"file:{FIXTURES / f'schema-{version}.db'}?mode=ro", uri=True)) as db:
@@ -63,10 +76,15 @@ def test_a_store_of_every_schema_migrates_with_every_row_kept(version: int, tmp_
     Store(path).close()
     after = dump(path)
 
+    defaults = column_defaults(path)
     for table, rows in before.items():
         if table == "meta":
             continue
-        assert after[table] == rows, f"{table} changed in the migration from schema {version}"
+        old_cols = list(rows[0]) if rows else []
+        assert [{c: r[c] for c in old_cols} for r in after[table]] == rows, f"{table} changed from schema {version}"
+        for row in after[table]:  # a column a later schema added holds its default
+            for col in set(row) - set(old_cols):
+                assert row[col] == defaults[table][col], (table, col)
     meta = {r["key"]: r["value"] for r in after["meta"]}
     assert meta["schema_version"] == str(SCHEMA_VERSION)
     assert meta["next_job_id"] == "7"
