@@ -222,3 +222,43 @@ def test_a_postgresql_store_of_a_newer_schema_is_refused_untouched(pg_url: str) 
         assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (
             str(SCHEMA_VERSION + 1),
         )
+
+
+def test_a_store_moves_between_postgresql_databases_and_the_password_file_reaches_libpq(
+    pg_url: str, tmp_path: Path
+) -> None:
+    import psycopg
+
+    from muster.core.config import parse_config
+    from muster.ctld.store_pg import PgStore, dsn_from_config
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA second")
+    first = copy_via_cli([*MUSTER, "store-copy", "--from", str(FIXTURES / "schema-4.db"), "--to", pg_url])
+    assert "(schema 4)" in first
+    second = f"{pg_url} options=-csearch_path=second"
+    moved = copy_via_cli([*MUSTER, "store-copy", "--from", pg_url, "--to", second])
+    assert "(schema 4)" in moved and "muster: the next job id is 7" in moved
+
+    secret = tmp_path / "dbpass"
+    secret.write_text("not-needed-by-trust\n")
+    secret.chmod(0o600)
+    conf = tmp_path / "muster.conf"
+    conf.write_text(
+        "ClusterName=t\nNodeName=node1 CPUs=1 RealMemory=100\nPartitionName=p Nodes=ALL Default=YES\n"
+        f'AccountingStorageURL="{second}"\nAccountingStoragePassFile={secret}\n'
+    )
+    dsn = dsn_from_config(parse_config(conf.read_text(), str(conf)))
+    assert dsn is not None and "password=not-needed-by-trust" in dsn
+    store = PgStore(dsn)  # libpq takes the composed string; the copy migrates on open
+    try:
+        assert store.max_job_id() == 6 and store.get_meta("schema_version") == str(SCHEMA_VERSION)
+        assert "not-needed" not in store.path
+    finally:
+        store.close()
+
+
+def copy_via_cli(argv: list[str]) -> str:
+    out = subprocess.run(argv, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout

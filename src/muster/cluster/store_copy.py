@@ -530,6 +530,7 @@ def _into_sqlite(src: _Side, dest: Endpoint, tables: list[Table], version: int, 
         finally:
             dst.close()
         if os.path.exists(path):
+            _refuse_if_open(dest)  # again: a controller may have started on it meanwhile
             result.kept = _set_aside(path)
         os.replace(part, path)
     except BaseException:
