@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from harness import Harness
 from muster.cluster.local import ClusterShape
@@ -45,6 +48,7 @@ def mc() -> Iterator[Harness]:
         "MailDomain": "example.org",
         "AdminMail": "ops",
         "Prolog": prolog,
+        "MetricsType": "metrics/openmetrics",
     }
     h.up()
     try:
@@ -153,6 +157,22 @@ def test_an_automatic_drain_mails_the_admin_address(mc: Harness) -> None:
     finally:
         mc.run(["scancel", str(job_id)])
         mc.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
+
+
+def test_the_alerting_rules_read_metrics_the_controller_exports(mc: Harness) -> None:
+    """Every metric deploy/prometheus/muster-alerts.yml reads is on this controller's
+    /metrics (the TLS expiry only under TLSType=tls/muster: tests/unit/ctld/test_certexpiry.py)."""
+    rules = yaml.safe_load((pathlib.Path(__file__).parents[2] / "deploy/prometheus/muster-alerts.yml").read_text())
+    exprs = [str(r["expr"]) for g in rules["groups"] for r in g["rules"]]
+    wanted = {n for e in exprs for n in re.findall(r"\b((?:slurm|muster)_[a-z_]+)", e)}
+    cfg = mc.cluster.config()
+    with urllib.request.urlopen(f"http://{cfg.ctld_addr}:{cfg.ctld_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    exported = set(re.findall(r"^# TYPE (\S+) (\S+)", text, re.M))
+    names = {n for n, _ in exported} | {f"{n}_total" for n, t in exported if t == "counter"}
+    names |= {f"{n}_count" for n, t in exported if t == "histogram"}
+    missing = sorted(n for n in wanted if n not in names and not n.startswith("muster_tls_"))
+    assert not missing, missing
 
 
 def test_a_hanging_mailprog_does_not_stall_scheduling(mc: Harness) -> None:
