@@ -262,3 +262,17 @@ def copy_via_cli(argv: list[str]) -> str:
     out = subprocess.run(argv, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+def test_a_postgresql_store_of_a_newer_schema_is_not_overwritten(pg_url: str) -> None:
+    import psycopg
+
+    from muster.cluster.store_copy import CopyError, copy_store, parse_endpoint
+
+    copy_via_cli([*MUSTER, "store-copy", "--from", str(FIXTURES / "schema-5.db"), "--to", pg_url])
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE meta SET value=%s WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
+    with pytest.raises(CopyError, match=f"holds a store of schema {SCHEMA_VERSION + 1}, newer than this muster"):
+        copy_store(parse_endpoint(str(FIXTURES / "schema-4.db")), parse_endpoint(pg_url), overwrite=True)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (6,)

@@ -496,6 +496,9 @@ def _into_pg(src: _Side, dest: Endpoint, tables: list[Table], version: int, over
         held = dst.holds_data()
         if held and not overwrite:
             raise CopyError(f"{dest} already holds a muster store ({held}); --overwrite replaces it")
+        there = dst.schema_version() or 0
+        if there > SCHEMA_VERSION:  # its tables are not all known here: not ours to drop
+            raise CopyError(f"{dest} holds a store of schema {there}, newer than this muster ({SCHEMA_VERSION})")
         dst.drop([t.name for t in store_tables(SCHEMA_VERSION)])
         result = CopyResult(str(src.end), str(dest), version)
         _transfer(src, dst, tables, version, result)
