@@ -95,6 +95,8 @@ def test_begin_and_end_go_to_the_submitting_user_at_maildomain(mc: Harness) -> N
     assert began["argv"][2] == ended["argv"][2] == f"{user}@example.org"
     assert ended["env"]["SLURM_JOB_MAIL_TYPE"] == "Ended" and ended["env"]["SLURM_JOB_STATE"] == "COMPLETED"
     assert ended["env"]["SLURM_JOB_USER"] == user and ended["env"]["SLURM_JOB_NAME"] == "train"
+    shown = mc.run(["scontrol", "show", "job", str(job_id)]).stdout
+    assert f"MailUser={user} MailType=BEGIN,END" in shown
 
 
 def test_fail_goes_to_mail_user(mc: Harness) -> None:

@@ -213,6 +213,10 @@ def job_record(job: dict, details: bool = False) -> list[str]:
         lines.append(f"TresPerTask={_gres_word(spec['gpus_per_task'], gtype)}")
     if spec.get("mem_per_gpu"):
         lines.append(f"MemPerTres=gres:gpu:{spec['mem_per_gpu']}")
+    if spec.get("mail_type"):  # --mail-type (docs/mail.md); MailDomain is added when mailing
+        lines.append(
+            f"MailUser={spec.get('mail_user') or job.get('user') or ''} MailType={','.join(spec['mail_type'])}"
+        )
     return lines
 
 
