@@ -134,6 +134,26 @@ def test_requeue_and_hung_mail_requeued(ctl: Controller, sent: list[Mail]) -> No
     assert sent[0].env["SLURM_JOB_MAIL_TYPE"] == "Requeued"
 
 
+def test_a_hung_job_mails_its_user_when_fail_is_asked(ctl: Controller, sent: list[Mail]) -> None:
+    from muster.ctld.training import hang_grace
+
+    job = ctl.queue.submit(JobSpec(name="stuck", mail_type=["FAIL"], hang_timeout=10), ALICE)
+    start(ctl, job)
+
+    def beat(seconds: float) -> None:  # the nodes keep answering; the job's progress stops
+        advance(ctl, seconds)
+        for name, node in ctl.nodes.items():
+            ctl.agents.heartbeat({"node": name, "running": [list(k) for k in node.allocs]})
+        ctl.liveness.check_nodes()
+
+    r = {"job_id": job.job_id, "attempt": 0, "first": ctl.clock.now(), "step": 1, "step_time": ctl.clock.now()}
+    ctl.agents.heartbeat({"node": "node1", "running": [[job.job_id, 0]], "progress": [r]})
+    beat(11)
+    beat(hang_grace(10))
+    assert [m.subject for m in sent] == [f"Slurm Job_id={job.job_id} Name=stuck Requeued, Run time 00:00:16, Hung"]
+    assert sent[0].env["MUSTER_EVENT"] == "hung" and sent[0].env["MUSTER_REASON"].startswith("Hung: no progress")
+
+
 def test_invalid_dependency_is_mailed_once(ctl: Controller, sent: list[Mail]) -> None:
     job = ctl.queue.submit(JobSpec(name="d", mail_type=["INVALID_DEPEND"]), ALICE)
     assert ctl.mail is not None
