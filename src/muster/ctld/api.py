@@ -60,6 +60,7 @@ from muster.protocol.signing import CRED_HEADER
 
 log = logging.getLogger("musterctld.api")
 IDENTITY_KEY = "muster.identity"  # the caller, once proven, for the rest of the request
+MUNGE_KEY = "muster.munge"  # munged's answer for the request's MUNGE credential, asked off the loop
 
 
 class _Refused(Exception):
@@ -107,7 +108,8 @@ def prove_caller(ctx: Context, request: Request, jwt_auth: JwtAuth | None = None
         if not cred:
             raise AuthError("Authentication failure: no credential")
         try:
-            uid, gid, host = ctx.credentials.verify(cred, ctx.clock.now(), ctx.verifier.guard)
+            decoded = request.scope.get(MUNGE_KEY)
+            uid, gid, host = ctx.credentials.verify(cred, ctx.clock.now(), ctx.verifier.guard, decoded)
         except SignatureError as e:
             raise AuthError(f"Invalid credential: {e}") from None
         who = ctx.controller.identity(uid, gid, host)
@@ -173,6 +175,10 @@ def build_routes(ctx: Context) -> list[Route]:
             try:
                 unproven = request.scope.get(PEER_KEY) is None or token_in(request.headers) is not None
                 if unproven and not request.url.path.startswith("/v1/agent/"):
+                    if IDENTITY_KEY not in request.scope:  # MUNGE: munged is asked in a thread
+                        decoded = await ctx.credentials.decode_munge(request.headers.get(CRED_HEADER))
+                        if decoded is not None:
+                            request.scope[MUNGE_KEY] = decoded
                     caller(request)  # over TCP (or with a token) nothing is served to an unproven caller
                 return await fn(request)
             except _Refused as e:

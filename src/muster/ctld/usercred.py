@@ -14,6 +14,7 @@ persisted across restarts) refuses a second use.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from muster.core.config import Config
@@ -42,11 +43,25 @@ class UserCredentials:
                 self.munge_problem = f"MUNGE is not available on the controller: cannot load libmunge ({e})"
                 log.error("AuthType=auth/munge: %s; only agent-signed credentials are accepted", self.munge_problem)
 
-    def verify(self, cred: str, now: float, guard: ReplayGuard) -> tuple[int, int, str]:
+    async def decode_munge(self, cred: str | None) -> munge.Decoded | munge.MungeError | None:
+        """munged's answer for a MUNGE credential, asked in a thread: with munged down (a
+        stale socket) or hung, libmunge retries for seconds, which must not stall the
+        controller's event loop. None for anything else (checked by ``verify``)."""
+        if self.munge is None or not cred or not munge.is_munge(cred):
+            return None
+        try:
+            return await asyncio.to_thread(self.munge.decode, cred)
+        except munge.MungeError as e:
+            return e
+
+    def verify(
+        self, cred: str, now: float, guard: ReplayGuard, decoded: munge.Decoded | munge.MungeError | None = None
+    ) -> tuple[int, int, str]:
+        """``decoded``: ``decode_munge``'s answer for ``cred``, when the caller asked it."""
         if munge.is_munge(cred):
             if self.munge is None:
                 raise SignatureError(self.munge_problem)
-            got = munge.verify(self.munge, cred, self.cluster, now, guard)
+            got = munge.verify(self.munge, cred, self.cluster, now, guard, decoded)
             return got.uid, got.gid, got.origin
         if hostcred.is_host_credential(cred):
             return hostcred.verify(self.key, cred, now, guard)

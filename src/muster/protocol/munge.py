@@ -215,15 +215,26 @@ class MungeDecoder:
         return Decoded(uid.value, gid.value, data, encoded.value, origin)
 
 
-def verify(decoder: MungeDecoder, cred: str, cluster: str, now: float, guard: ReplayGuard) -> Decoded:
+def verify(
+    decoder: MungeDecoder,
+    cred: str,
+    cluster: str,
+    now: float,
+    guard: ReplayGuard,
+    decoded: Decoded | MungeError | None = None,
+) -> Decoded:
     """The decoded credential of a caller, or ``SignatureError`` saying why it is refused
-    (see the module's docstring for the checks)."""
+    (see the module's docstring for the checks). ``decoded``: munged's answer for ``cred``
+    when the caller already asked (off the event loop: a munged that is down or hung makes
+    libmunge retry for seconds)."""
     import hashlib
 
     from muster.protocol.replay import SignatureError
 
     try:
-        got = decoder.decode(cred)
+        if isinstance(decoded, MungeError):
+            raise decoded
+        got = decoded if decoded is not None else decoder.decode(cred)
     except MungeError as e:
         raise SignatureError(f"MUNGE: {e}") from None
     parts = got.payload.decode("utf-8", "replace").split(":")

@@ -127,3 +127,43 @@ def test_a_controller_without_libmunge_says_so_and_still_takes_agent_credentials
     with pytest.raises(SignatureError, match="MUNGE is not available on the controller: cannot load libmunge"):
         creds.verify("MUNGE:x:", NOW, ReplayGuard())
     assert creds.verify(make_credential(key, 5, 5, "node2", NOW), NOW, ReplayGuard()) == (5, 5, "node2")
+
+
+def test_munged_is_asked_off_the_event_loop() -> None:
+    # A munged that is down or hung makes libmunge retry for seconds: the controller's loop
+    # must go on serving meanwhile (ctld.api asks through decode_munge first).
+    import asyncio
+    import threading
+
+    release = threading.Event()
+
+    class Hung(FakeDecoder):
+        def decode(self, cred: str) -> munge.Decoded:
+            assert release.wait(30)
+            return super().decode(cred)
+
+    creds = UserCredentials(_config("AuthType=auth/munge\nAuthInfo=socket=/nonexistent\n"), b"k" * 32)
+    creds.munge = Hung({"MUNGE:x:": (1001, 1001, munge.payload("c1", NOW), int(NOW))})
+
+    async def scenario() -> tuple[int, int, str]:
+        pending = asyncio.ensure_future(creds.decode_munge("MUNGE:x:"))
+        await asyncio.sleep(0)  # the decode is in its thread now, blocked
+        assert not pending.done()  # ...and this coroutine runs all the same
+        release.set()
+        decoded = await pending
+        assert isinstance(decoded, munge.Decoded)
+        return creds.verify("MUNGE:x:", NOW, ReplayGuard(), decoded)
+
+    assert asyncio.run(scenario()) == (1001, 1001, "10.0.0.5")
+    assert asyncio.run(creds.decode_munge("uid:gid:agent:credential")) is None  # not MUNGE: verify checks it
+
+
+def test_munged_s_refusal_asked_off_the_loop_is_reported_by_verify() -> None:
+    import asyncio
+
+    creds = UserCredentials(_config("AuthType=auth/munge\nAuthInfo=socket=/nonexistent\n"), b"k" * 32)
+    creds.munge = FakeDecoder({})
+    decoded = asyncio.run(creds.decode_munge("MUNGE:unknown:"))
+    assert isinstance(decoded, munge.MungeError)
+    with pytest.raises(SignatureError, match="MUNGE: invalid credential"):
+        creds.verify("MUNGE:unknown:", NOW, ReplayGuard(), decoded)
