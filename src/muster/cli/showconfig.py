@@ -33,7 +33,7 @@ AllowSpecResourcesUsage|No|
 AuthAltTypes|(null)|
 AuthAltParameters|(null)|
 AuthInfo|(null)|
-AuthType|auth/munge|
+AuthType|auth/muster|
 BatchStartTimeout|10|sec
 BcastExclude|/lib,/usr/lib,/lib64,/usr/lib64|
 BcastParameters|(null)|
