@@ -63,6 +63,14 @@ def parse(text: str) -> list[str]:
     return [t for t in TYPES if t in chosen]
 
 
+def check_user(text: str) -> str:
+    """``--mail-user``: one recipient (a user name or an address), handed to MailProg as an
+    argument: it must not look like an option nor carry blanks or control characters."""
+    if not text or text.startswith("-") or any(c.isspace() or not c.isprintable() for c in text):
+        raise MailTypeError(f"--mail-user={text!r} invalid: one user name or address, not starting with '-'")
+    return text
+
+
 def check(types: list[str]) -> list[str]:
     """A list from the API: each a known type (``ALL`` and ``NONE`` read as ``parse`` reads
     them); returns the canonical list."""

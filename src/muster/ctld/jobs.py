@@ -100,6 +100,8 @@ class JobActions:
         is refused."""
         try:
             spec.mail_type = mailtypes.check(spec.mail_type)
+            if spec.mail_user is not None:
+                spec.mail_user = mailtypes.check_user(spec.mail_user)
         except mailtypes.MailTypeError as e:
             raise InvalidRequest(str(e)) from None
         unknown_deps = self._unknown_dependencies(spec)

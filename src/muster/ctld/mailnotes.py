@@ -188,7 +188,7 @@ class MailNotes:
                 "MUSTER_NODE": node,
                 "MUSTER_REASON": reason,
             }
-            self.send(Mail(address(to, config), f"Muster Node={node} {word}, Reason={reason}", env))
+            self.send(Mail(address(to, config), _one_line(f"Muster Node={node} {word}, Reason={reason}"), env))
         except Exception:
             log.exception("mail: could not prepare the notice of node %s", node)
 
@@ -277,7 +277,7 @@ class MailNotes:
             subject = f"Slurm Job_id={job.job_id} Name={name} {word}{tail}"
         config = self.memory.config
         full = {**self._job_env(job, config), "SLURM_JOB_MAIL_TYPE": word, **env}
-        self.send(Mail(address(job.spec.mail_user or job.user, config), subject, full))
+        self.send(Mail(address(job.spec.mail_user or job.user, config), _one_line(subject), full))
 
     def _job_env(self, job: Job, config: Config) -> dict[str, str]:
         """What Slurm gives every MailProg call about the job (PrologSlurmctld's set)."""
@@ -333,6 +333,12 @@ class MailNotes:
         if job.exit_signal:
             env["SLURM_JOB_TERM_SIGNAL_MAX"] = str(job.exit_signal)
         return env
+
+
+def _one_line(text: str) -> str:
+    """A subject with no line breaks or control characters (a job name may carry them, and
+    a mail program would read what follows a line break as headers)."""
+    return "".join(c if c.isprintable() else " " for c in text)
 
 
 def _end_type(ended: bool, types: list[str]) -> str | None:

@@ -209,6 +209,20 @@ def test_an_unknown_mail_type_is_refused_at_submission(ctl: Controller) -> None:
     assert not ctl.jobs
 
 
+@pytest.mark.parametrize("user", ["-oProxyCommand=x", "a b", "a\nCc: b", ""])
+def test_a_mail_user_mailprog_could_read_as_an_option_is_refused(ctl: Controller, user: str) -> None:
+    from muster.core.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="--mail-user"):
+        ctl.queue.submit(JobSpec(name="x", mail_type=["END"], mail_user=user), ALICE)
+
+
+def test_a_job_name_cannot_break_the_subject_into_headers(ctl: Controller, sent: list[Mail]) -> None:
+    job = ctl.queue.submit(JobSpec(name="x\nBcc: evil@example.org", mail_type=["BEGIN"]), ALICE)
+    start(ctl, job)
+    assert sent[0].subject.startswith(f"Slurm Job_id={job.job_id} Name=x Bcc: evil@example.org Began")
+
+
 # --- running MailProg -----------------------------------------------------------------------
 
 
