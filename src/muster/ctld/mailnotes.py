@@ -148,6 +148,8 @@ class MailNotes:
                 continue
             self.invalid_sent.add(key)
             self._mail(job, mt.INVALID_DEPEND, "", {})
+        if len(self.invalid_sent) > 10_000:  # forget the jobs that left memory
+            self.invalid_sent = {k for k in self.invalid_sent if k[0] in self.memory.jobs}
 
     def watch_running(self) -> None:
         """Watch the running jobs that ask for time-limit warnings (at start-up)."""
