@@ -736,3 +736,12 @@ def test_under_task_affinity_batch_scripts_are_pinned_to_cpus_of_their_own(world
     pinned = [world.read(f"slurm-{job['job_id']}.out").split()[-1] for job in jobs]
     assert all(p.isdigit() for p in pinned), pinned
     assert pinned[0] != pinned[1]
+
+
+def test_a_controller_that_took_over_has_the_agent_register_at_once(world: AgentWorld) -> None:
+    seen = len(world.ctld.registrations)
+    r = world.call("POST", "/v1/register", {"controller": 0})
+    assert r.status_code == 200, r.text
+    # now, not at its next heartbeat
+    wait_for(lambda: len(world.ctld.registrations) > seen, 5, "a registration")
+    assert world.call("POST", "/v1/register", {}, sign=False).status_code == 401

@@ -1,9 +1,14 @@
 """High availability with real daemons: a primary and a backup controller on one PostgreSQL
-store; kill -9 of the active one in the middle of a submission burst."""
+store; kill -9 of the active one in the middle of a submission burst. Clients and agents
+that find the active controller: ``scontrol ping`` from any host, commands on the standby's
+head node, the standby's own /metrics, a hung (SIGSTOP) active controller passed over and
+remembered, agents registering at once with a new controller, a job's true end time
+across a takeover, and a single controller restarted while a submission waits for it."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -49,7 +54,9 @@ def pg_schema() -> Iterator[tuple[str, str]]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-def ha_cluster(pg_schema: tuple[str, str], nodes_per_agent: int = 1) -> Iterator[Harness]:
+def ha_cluster(
+    pg_schema: tuple[str, str], nodes_per_agent: int = 1, settings: dict[str, str] | None = None
+) -> Iterator[Harness]:
     dsn, schema = pg_schema
     h = Harness(
         ClusterShape(
@@ -65,6 +72,7 @@ def ha_cluster(pg_schema: tuple[str, str], nodes_per_agent: int = 1) -> Iterator
             "SlurmctldTimeout": str(TIMEOUT),
             "SlurmdTimeout": "30",
             "MessageTimeout": "3",
+            **(settings or {}),
         },
     )
     h.up()
@@ -112,7 +120,10 @@ def test_kill_9_of_the_active_controller_mid_burst_loses_and_duplicates_nothing(
     ping = h.run(["scontrol", "ping"])
     assert ping.returncode == 0
     host = h.cluster.config().ctld_addrs[0][0]
-    assert ping.stdout.splitlines() == [f"Slurmctld(primary) at {host} is UP", "Slurmctld(backup) at backup1 is UP"]
+    assert ping.stdout.splitlines() == [
+        f"Slurmctld(primary) at {host} is UP (active)",
+        "Slurmctld(backup) at backup1 is UP",
+    ]
 
     runner = h.sbatch("-J", "runner", "-o", "runner.out", "--wrap", "sleep 6; echo finished")
     h.wait_state(runner, "RUNNING", 30)
@@ -173,7 +184,10 @@ def test_kill_9_of_the_active_controller_mid_burst_loses_and_duplicates_nothing(
     assert all(n["registered"] and n["state"] not in ("DOWN", "UNKNOWN") for n in nodes), nodes
 
     ping = h.run(["scontrol", "ping"])
-    assert ping.stdout.splitlines() == [f"Slurmctld(primary) at {host} is DOWN", "Slurmctld(backup) at backup1 is UP"]
+    assert ping.stdout.splitlines() == [
+        f"Slurmctld(primary) at {host} is DOWN",
+        "Slurmctld(backup) at backup1 is UP (active)",
+    ]
     config = h.run(["scontrol", "show", "config"])
     assert config.stdout.splitlines()[-2:] == ping.stdout.splitlines()
 
@@ -305,3 +319,184 @@ def test_hosted_nodes_heartbeat_to_the_new_active_controller(ha_hosted: Harness)
             break
         assert time.monotonic() < deadline, nodes
         time.sleep(0.2)
+
+
+MESSAGE_TIMEOUT = 3  # ha_cluster's
+
+
+@pytest.fixture
+def ha_metrics(pg_schema: tuple[str, str]) -> Iterator[Harness]:
+    yield from ha_cluster(pg_schema, settings={"MetricsType": "metrics/openmetrics"})
+
+
+def host_conf(h: Harness, name: str, socket_dir: str, agents: bool) -> str:
+    """The cluster's configuration as another host sees it: the controllers' sockets are
+    looked for in ``socket_dir`` (only those linked there exist on "that host"), and the
+    node agents' only where ``agents``."""
+    text = open(h.cluster.conf_path).read()
+    os.makedirs(socket_dir, exist_ok=True)
+    text = re.sub(r"CtldSocket=\S+", f"CtldSocket={socket_dir}/musterctld.sock", text)
+    if not agents:
+        text = re.sub(r"AgentSocketDir=\S+", f"AgentSocketDir={socket_dir}/no-agents", text)
+    path = os.path.join(h.root, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def scrape(sock: str, path: str) -> tuple[str, list[str]]:
+    """(HTTP status, lines) of an unsigned GET, as Prometheus scrapes."""
+    out = subprocess.run(
+        ["curl", "-s", "-w", "\n%{http_code}", "--unix-socket", sock, f"http://ctld{path}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    *body, code = out.stdout.splitlines()
+    return code, body
+
+
+def timed(h: Harness, argv: list[str], conf: str | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
+    start = time.monotonic()
+    out = h.run(argv, env={"MUSTER_CONF": conf} if conf else None)
+    return out, time.monotonic() - start
+
+
+def test_ping_commands_and_metrics_from_every_host_and_agents_back_at_once_after_a_takeover(
+    ha_metrics: Harness,
+) -> None:
+    h = ha_metrics
+    cfg = h.cluster.config()
+    primary_host = cfg.ctld_addrs[0][0]
+    # a compute node (an agent, no controller here) and the standby's head (no agent)
+    node_conf = host_conf(h, "node.conf", os.path.join(h.root, "node-host"), agents=True)
+    head2_dir = os.path.join(h.root, "head2-host")
+    head2_conf = host_conf(h, "head2.conf", head2_dir, agents=False)
+    os.symlink(cfg.ctld_socket_for(1), os.path.join(head2_dir, "musterctld.sock.1"))
+
+    up = [f"Slurmctld(primary) at {primary_host} is UP (active)", "Slurmctld(backup) at backup1 is UP"]
+    for conf in (None, node_conf, head2_conf):
+        ping = h.run(["scontrol", "ping"], env={"MUSTER_CONF": conf} if conf else None)
+        assert ping.returncode == 0, ping.stderr
+        assert ping.stdout.splitlines() == up, conf
+
+    # every command on the standby's head reaches the active controller
+    on_head2 = h.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"], env={"MUSTER_CONF": head2_conf})
+    assert on_head2.returncode == 0, on_head2.stderr
+    assert h.wait_job(int(on_head2.stdout.strip()))["state"] == "COMPLETED"
+    assert h.run(["squeue"], env={"MUSTER_CONF": head2_conf}).returncode == 0
+
+    # the standby serves its own metrics: up, and in standby
+    code, body = scrape(cfg.ctld_socket_for(1), "/metrics")
+    assert code == "200"
+    assert "muster_controller_standby 1.0" in body and "muster_controller_active 0.0" in body
+    code, body = scrape(cfg.ctld_socket_for(0), "/metrics/muster")
+    assert code == "200" and "muster_controller_active 1.0" in body
+
+    primary = h.cluster._alive("musterctld")
+    assert primary is not None
+    os.kill(primary, signal.SIGKILL)
+    killed = time.monotonic()
+    wait_mode(h, 1, "active", TIMEOUT + 10)
+    took = time.monotonic() - killed
+    # the agents register with the new controller at once, and it schedules
+    first = time.monotonic()
+    after = h.sbatch("-o", "/dev/null", "--wrap", "true")
+    assert h.wait_job(after, timeout=30)["state"] == "COMPLETED"
+    print(f"backup active {took:.2f}s after kill -9; a new job ran {time.monotonic() - first:.2f}s after that")
+    nodes = h.cluster.api("GET", "/v1/nodes")["nodes"]
+    assert all(n["registered"] for n in nodes), nodes
+
+    ping = h.run(["scontrol", "ping"], env={"MUSTER_CONF": node_conf})
+    assert ping.stdout.splitlines() == [
+        f"Slurmctld(primary) at {primary_host} is DOWN",
+        "Slurmctld(backup) at backup1 is UP (active)",
+    ]
+    on_head2 = h.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"], env={"MUSTER_CONF": head2_conf})
+    assert on_head2.returncode == 0, on_head2.stderr
+
+
+def test_a_hung_active_controller_is_passed_over_and_remembered(ha_metrics: Harness) -> None:
+    h = ha_metrics
+    ends = h.sbatch("-o", "/dev/null", "--wrap", "touch began; sleep 1")  # ends while no controller is active
+    started = h.wait_state(ends, "RUNNING", 30)["start_time"]
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(h.workdir, "began")):  # its script runs
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    primary = h.cluster._alive("musterctld")
+    assert primary is not None
+    os.kill(primary, signal.SIGSTOP)  # hung: it accepts connections and answers nothing
+    try:
+        first, took = timed(h, ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"])
+        assert first.returncode == 0, first.stderr  # waited for the backup to take over
+        print(f"sbatch during the takeover of a SIGSTOPped controller: {took:.2f}s")
+        second, quick = timed(h, ["squeue", "-h", "-o", "%i"])
+        assert second.returncode == 0, second.stderr
+        print(f"the next command: {quick:.2f}s")
+        # it went straight to the active controller: what the first found is remembered
+        assert quick < MESSAGE_TIMEOUT  # never a MessageTimeout spent on the hung one
+        assert h.cluster.controller_modes()[1] == "active"
+        third, quick = timed(h, ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"])
+        assert third.returncode == 0, third.stderr
+        assert int(third.stdout) == int(first.stdout) + 1
+        print(f"a submission after that: {quick:.2f}s")
+    finally:
+        os.kill(primary, signal.SIGCONT)
+    wait_mode(h, 0, "standby", 30)
+    # the job's end is stamped when it happened (its agent's report), not when a controller
+    # could hear of it, SlurmctldTimeout later
+    done = h.wait_job(ends)
+    assert done["state"] == "COMPLETED"
+    print(f"job of 1 s: recorded {done['end_time'] - started:.2f}s from start to end across the takeover")
+    assert done["end_time"] - started < TIMEOUT / 2
+
+
+@pytest.fixture
+def single() -> Iterator[Harness]:
+    h = Harness(
+        ClusterShape(nodes=1, gpus_per_node=0, cpus_per_node=2, mem_per_node=1000),
+        settings={"MessageTimeout": "20"},
+    )
+    h.up()
+    try:
+        yield h
+    finally:
+        h.down()
+
+
+def test_a_submission_waits_for_a_controller_being_restarted(single: Harness) -> None:
+    h = single
+    pid = h.cluster._alive("musterctld")
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while h.cluster._alive("musterctld") is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    errors = os.path.join(h.root, "sbatch.err")
+    with open(errors, "w") as err_file:
+        submit = subprocess.Popen(
+            ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"],
+            cwd=h.workdir,
+            env=h.env,
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            text=True,
+        )
+    try:
+        # it keeps trying, and says so once, while the controller is away
+        deadline = time.monotonic() + 15
+        while "retrying" not in h.read(errors):
+            assert submit.poll() is None, h.read(errors)
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        h.cluster.start()
+        out, _ = submit.communicate(timeout=60)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+            submit.wait()
+    assert submit.returncode == 0, h.read(errors)
+    assert "Unable to contact slurm controller (connect failure)" in h.read(errors)
+    assert h.wait_job(int(out.strip()))["state"] == "COMPLETED"

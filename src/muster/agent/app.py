@@ -26,6 +26,10 @@ credentials that ``protocol.httpd`` puts in the scope:
                               for a running job) -> ``{"ok": true, "running": bool}``
   ``GET /v1/status``          ``{"node", "running": [job_id], "attempts": [[id, restarts]],
                               "pending_reports": n, "registered": bool}``
+  ``POST /v1/register``       ``{"controller": index}`` -> ``{"ok": true}``: a controller that
+                              just started or took over asks the agent to register with it
+                              now (``controller``: its index among the SlurmctldHost lines)
+                              rather than at its next heartbeat
   ``GET /openapi.json``       these routes as OpenAPI 3.1 (``agent.openapi``)
   ==========================  ==============================================================
 
@@ -140,6 +144,7 @@ def build_routes(
     supervisor: Supervisor,
     status_extra: Callable[[], dict[str, Any]],
     steps: StepRunner | None = None,
+    contact: Callable[[int | None], None] | None = None,
 ) -> list[Route]:
     node = supervisor.node
 
@@ -230,6 +235,14 @@ def build_routes(
             }
         )
 
+    @_handler
+    async def register_again(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        index = body.get("controller")
+        if contact is not None:
+            contact(index if isinstance(index, int) and not isinstance(index, bool) else None)
+        return JSONResponse({"ok": True})
+
     return [
         Route("/v1/launch", launch, methods=["POST"]),
         Route("/v1/launches", launches, methods=["POST"]),
@@ -238,6 +251,7 @@ def build_routes(
         Route("/v1/update", update, methods=["POST"]),
         Route("/v1/step_signal", step_signal, methods=["POST"]),
         Route("/v1/status", status, methods=["GET"]),
+        Route("/v1/register", register_again, methods=["POST"]),
     ]
 
 
@@ -317,13 +331,14 @@ def build_app(
     metrics: Callable[[], bytes] | None = None,
     require_cert: bool = False,
     relay_tls: ssl.SSLContext | None = None,
+    contact: Callable[[int | None], None] | None = None,
 ) -> ASGIApp:
     """The ASGI app for both sockets (see the module docstring). ``metrics``: the text of
     ``GET /metrics`` (``agent.metrics``), served without a signature when the site enabled it;
     ``require_cert``: orders must come over TLS from the controller's certificate
     (``TLSType=tls/muster``); ``relay_tls``: how this agent reaches the agents it relays step
     launches to (``agent.steptree``)."""
-    routes = build_routes(supervisor, status_extra, steps)
+    routes = build_routes(supervisor, status_extra, steps, contact)
     routes.append(openapi_route(routes))  # GET /openapi.json, signed like the rest
     # The replay floor lives in the agent's own 0700 state directory (protocol.replay).
     floor = os.path.join(supervisor.state.root, "replay-floor")

@@ -268,6 +268,11 @@ class AgentDaemon:
         if self.link is not None:
             self.link.wake()
 
+    def _register_again(self, controller: int | None) -> None:
+        """A controller that started or took over asks for this node: register with it now."""
+        if self.link is not None:
+            self.link.register_again(controller)
+
     def _status_extra(self) -> dict[str, Any]:
         return {
             "pending_reports": len(self.state.reports()),
@@ -403,6 +408,7 @@ class AgentDaemon:
             metrics,
             require_cert=self._tls is not None,
             relay_tls=self._tls[1] if self._tls else None,
+            contact=self._register_again,
         )
         server = self._server = make_server(
             app,

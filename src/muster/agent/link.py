@@ -5,8 +5,9 @@ meanwhile; nothing here ever stops one except a ``kill`` list the controller sen
 
 * ``run`` registers, then heartbeats every ``interval`` seconds. It registers again
   whenever a heartbeat is answered 404 (the controller does not know this node, or asks it
-  to re-register) and after the controller was unreachable (it may have restarted and lost
-  what it knew). While unreachable it retries with a backoff from 0.2 s up to ``interval``
+  to re-register), after the controller was unreachable (it may have restarted and lost
+  what it knew), and at once when a controller that just started or took over asks
+  (``register_again``: scheduling resumes within a second, not a heartbeat later). While unreachable it retries with a backoff from 0.2 s up to ``interval``
   (at most 5 s). Every answer's ``kill`` list is obeyed: those jobs are terminated with
   reason ``cancel``.
 * ``deliver`` sends the saved ``job_done`` reports, oldest first, deleting each once the
@@ -41,6 +42,7 @@ MAX_BACKOFF = 5.0
 MAX_REFUSALS = 3
 _REFUSED = frozenset({400, 404, 409, 422})
 _NETWORK_ERRORS = (httpx.HTTPError, OSError, ValueError)
+_CALLED = object()  # a contact given up for a registration a new controller asked for
 
 
 class ControllerLink:
@@ -66,6 +68,7 @@ class ControllerLink:
         self.reachable: bool | None = None  # None: not tried yet
         self._reports_due = asyncio.Event()
         self._contact_due = asyncio.Event()
+        self._register_now = asyncio.Event()
         self._refusals: dict[str, int] = {}
         self._batches = True  # the controller takes several reports in one request
         # Faults of this node to tell the controller (a failed Prolog or Epilog), carried by
@@ -83,6 +86,17 @@ class ControllerLink:
     def wake(self) -> None:
         """There is a new report to deliver."""
         self._reports_due.set()
+
+    def register_again(self, controller: int | None = None) -> None:
+        """A controller that just started or took over asks this node to register with it
+        at once (``POST /v1/register``): the next contact, now, is a registration, sent first
+        to that controller (its index among the configured ones)."""
+        if controller is not None:
+            self.client.prefer_controller(controller)
+        self.registered = False
+        self._contact_due.set()
+        self._register_now.set()  # a contact under way (to a hung controller?) gives way
+        self.wake()  # reports waiting for a controller go to the new one too
 
     def add_fault(self, fault: dict[str, Any]) -> None:
         """Tell the controller of a fault of this node with the next heartbeat, at once."""
@@ -102,7 +116,9 @@ class ControllerLink:
         while True:
             delay = self.interval
             try:
-                answer = await self.contact()
+                answer = await self._contact_unless_called()
+                if answer is _CALLED:
+                    continue  # a new controller asked for us: register with it now
                 backoff = MIN_BACKOFF
                 self._obey(answer)
             except DaemonRequestError as exc:
@@ -130,6 +146,23 @@ class ControllerLink:
                 await asyncio.wait_for(self._contact_due.wait(), delay)
             except TimeoutError:
                 pass
+
+    async def _contact_unless_called(self) -> Any:
+        """``contact``, abandoned when a controller that just started or took over asks this
+        node to register (the contact may be waiting on a hung controller meanwhile)."""
+        self._register_now.clear()
+        contact = asyncio.ensure_future(self.contact())
+        called = asyncio.ensure_future(self._register_now.wait())
+        try:
+            await asyncio.wait({contact, called}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            called.cancel()
+        if contact.done():
+            return contact.result()
+        contact.cancel()
+        await asyncio.gather(contact, return_exceptions=True)
+        self.registered = False
+        return _CALLED
 
     async def contact(self) -> Any:
         """One registration (when due) or one heartbeat; returns the controller's answer."""

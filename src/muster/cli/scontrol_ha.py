@@ -1,14 +1,19 @@
 """``scontrol ping`` and ``scontrol takeover``: the controllers, primary and backups.
 
-``ping`` asks every ``SlurmctldHost`` in turn and prints one line each, as Slurm does::
+``ping`` asks every ``SlurmctldHost`` in turn and prints one line each, as Slurm does, and
+marks the active controller (the one serving) when there are several::
 
-    Slurmctld(primary) at head1 is UP
-    Slurmctld(backup) at head2 is UP
+    Slurmctld(primary) at head1 is DOWN
+    Slurmctld(backup) at head2 is UP (active)
 
-(a backup in standby answers, so it is UP; one that does not answer is DOWN). The status is
-1 when no controller answers. ``takeover [INDEX]`` asks controller ``INDEX`` (default 1, the
-first backup; 0, the primary, fails back to it) to take over from the active controller and
-waits, up to ``SlurmctldTimeout``, until it serves.
+(a backup in standby answers, so it is UP; one that does not answer, or is hung, is DOWN;
+with three or more controllers the backups are ``backup1``, ``backup2``... as in Slurm). It
+works from any host: over TCP it proves the caller with a credential as every command does.
+The status is 1 when no controller answers.
+
+``takeover [INDEX]`` asks controller ``INDEX`` (default 1, the first backup; 0, the
+primary, fails back to it) to take over from the active controller and waits, up to
+``SlurmctldTimeout``, until it serves.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from __future__ import annotations
 import os
 import sys
 
-from muster.cli.common import CommandError, agent_credential, load_settings
+from muster.cli.common import CommandError, load_settings, user_credential
 
 PROG = "scontrol"
+PING_TIMEOUT = 3.0  # a controller that accepted but says nothing this long is DOWN (hung)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,40 +32,59 @@ if TYPE_CHECKING:
 
 
 def _ask(settings: Any, index: int, method: str, path: str, timeout: float) -> Any:
-    """One request to controller ``index`` itself (no failover)."""
+    """One request to controller ``index`` itself (no failover). Over TCP it carries a
+    credential (this host's, or one from a controller here: ``cli.failover``)."""
+    from muster.cli.failover import CONNECT_TIMEOUT, local_credential, targets
     from muster.protocol.client import request
 
     sock = settings.ctld_socket_for(index)
+    body = {} if method == "POST" else None
     if os.path.exists(sock):
-        return request(method, path, {} if method == "POST" else None, unix_path=sock, timeout=timeout)
+        return request(method, path, body, unix_path=sock, timeout=timeout, connect_timeout=CONNECT_TIMEOUT)
     addr = settings.controllers[index][1]
-    credential = agent_credential(settings) if method == "POST" else None
+    credential = user_credential(settings) or local_credential(settings, targets(settings))
     tls_ca = settings.tls_ca
     return request(
         method,
         path,
-        {} if method == "POST" else None,
+        body,
         address=(addr, settings.ctld_port),
         headers={"X-Muster-Credential": credential} if credential else None,
         timeout=timeout,
         tls=(tls_ca, "ctld") if tls_ca else None,
+        connect_timeout=CONNECT_TIMEOUT,
     )
 
 
+def role_name(index: int, count: int) -> str:
+    """Slurm's name of controller ``index``: primary, backup (the one backup), backupN."""
+    if index == 0:
+        return "primary"
+    return "backup" if count == 2 else f"backup{index}"
+
+
 def ping_lines(settings: Any) -> tuple[list[str], int]:
-    """One line per controller, and how many answered."""
+    """One line per controller, and how many answered. A controller that answers at all is
+    UP (a refusal is an answer). With several controllers the active one, the one that
+    serves commands, is marked ``(active)``; the others are backups in standby."""
     from muster.protocol.client import ApiError, ConnectError
 
+    hosts = settings.controllers
     lines, up = [], 0
-    for index, (host, _addr) in enumerate(settings.controllers):
-        role = "primary" if index == 0 else "backup"
+    for index, (host, _addr) in enumerate(hosts):
+        active = False
         try:
-            _ask(settings, index, "GET", "/v1/ping", 5.0)
+            answer = _ask(settings, index, "GET", "/v1/ping", PING_TIMEOUT)
             state = "UP"
-            up += 1
-        except (ApiError, ConnectError, OSError):
+            active = not (isinstance(answer, dict) and answer.get("mode") == "standby")
+        except ApiError as e:
+            state = "UP"
+            active = e.code != "standby"
+        except (ConnectError, OSError):
             state = "DOWN"
-        lines.append(f"Slurmctld({role}) at {host} is {state}")
+        up += state == "UP"
+        mark = " (active)" if active and len(hosts) > 1 else ""
+        lines.append(f"Slurmctld({role_name(index, len(hosts))}) at {host} is {state}{mark}")
     return lines, up
 
 

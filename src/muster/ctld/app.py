@@ -78,6 +78,7 @@ class CtldApp:
         instance: int = 0,
     ) -> None:
         self.config = config
+        self.instance = instance  # which SlurmctldHost this is (0: the primary)
         self.tls_client = tls_client  # the context to reach agents with (TLSType=tls/muster)
         self.key = key
         self.clock = clock or SystemClock()
@@ -149,6 +150,8 @@ class CtldApp:
             asyncio.create_task(self._periodic(self._sample, self.samples.every), name="samples"),
             asyncio.create_task(self._periodic(self._mail_tick, 1.0), name="mail"),
         ]
+        # the agents register now, not at their next heartbeat (a restart, a takeover)
+        self._tasks.append(asyncio.create_task(self.dispatcher.call_agents(self.instance), name="call-agents"))
         self._sample()
         self.kick()
         log.info(

@@ -32,6 +32,7 @@ log = logging.getLogger("musterctld.dispatch")
 
 RETRIES = 3  # a request that may not have arrived is sent again this many times at most
 RETRY_DELAY = 1.0  # seconds before the first retry, growing by as much each time
+CALL_AGENTS_AFTER = 0.2  # a starting controller asks the agents to register this long after
 
 
 class Dispatcher:
@@ -141,6 +142,25 @@ class Dispatcher:
         except Exception as e:  # noqa: BLE001 - logged: the controller's loop goes on
             log.warning("node %s: %s %s failed: %s", node, path, body.get("job_id"), e or type(e).__name__)
             return False
+
+    async def call_agents(self, controller: int, delay: float = CALL_AGENTS_AFTER) -> int:
+        """Ask every agent not registered yet to register now (``POST /v1/register``): a
+        controller that just started or took over knows nothing of the nodes until they
+        do, and their next heartbeat may be a minute away. ``controller``: this one's index
+        among the SlurmctldHost lines (the agents try it first). Agents that do not answer
+        register when they next reach a controller. Returns how many were asked."""
+        await asyncio.sleep(delay)  # serving by then: the registrations find it listening
+        names = [n.name for n in self.ctl.nodes.values() if not n.registered]
+
+        async def ask(name: str) -> None:
+            try:
+                await self.client.post(self._url(name, "/v1/register"), {"controller": controller}, to=name)
+            except Exception as e:  # noqa: BLE001 - it registers when it next reaches us
+                log.debug("node %s: asked to register: %s", name, e or type(e).__name__)
+
+        await asyncio.gather(*(ask(name) for name in names))
+        log.info("asked %d node agent(s) to register with this controller", len(names))
+        return len(names)
 
     async def launch_many(self, host: str, actions: list[Launch]) -> None:
         """Several launches to ``host`` in one request (``/v1/launches``), each answer

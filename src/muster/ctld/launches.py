@@ -139,6 +139,7 @@ class Launches:
         if msg.node and job.alloc and msg.node not in job.nodes:
             return []  # a node the job went on without (--no-kill): its share is already free
         exit_code, sig, by = msg.exit_code, msg.signal, msg.terminated_by
+        ended = ended_at(msg.end_time, job.start_time, now)
         if msg.usage is not None:
             job.usage = msg.usage.model_dump()
         others = [n for n in job.nodes if n != msg.node]
@@ -157,10 +158,10 @@ class Launches:
                 self.state.node_failed_job(job, now, msg.reason or "lost by its node agent")
                 return [Terminate(job.job_id, attempt, others, "cleanup")] if others else []
             if by == "timeout":
-                lifecycle.end(job, JobEvent.TIMEOUT, now, completing=False)
+                lifecycle.end(job, JobEvent.TIMEOUT, ended, completing=False)
                 lifecycle.cleaned(job, exit_code, sig)
             else:
-                lifecycle.finish(job, exit_code, sig, now)
+                lifecycle.finish(job, exit_code, sig, ended)
             kind = str(job.state).lower()
         elif job.completing:
             lifecycle.cleaned(job, exit_code, sig)
@@ -170,3 +171,14 @@ class Launches:
         self.state.release_resources(job)
         self.state.record(now, [(job, kind, {"exit_code": exit_code, "signal": sig, "by": by})])
         return [Terminate(job.job_id, attempt, others, "cleanup")] if others else []
+
+
+def ended_at(reported: float | None, started: float | None, now: float) -> float:
+    """When a run ended: the time its agent saw it end (a report delivered late, after a
+    controller outage or takeover, keeps its true end), bounded by what the controller
+    knows: not after now, not before the run started (a node's clock may be off). Without
+    a report's time, now."""
+    if reported is None or reported != reported:  # absent, or NaN
+        return now
+    end = min(reported, now)
+    return max(end, started) if started is not None else end

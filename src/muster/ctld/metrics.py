@@ -276,6 +276,9 @@ class ControllerCollector:
         info.add_metric([__version__], 1)
         yield info
         yield _gauge("muster_ctld_start_time_seconds", "When the controller started (epoch)", self.stats.started)
+        # a backup in standby serves the same two with 1 and 0 (ctld.standby)
+        yield _gauge("muster_controller_active", "Whether this controller is the active one (1)", 1)
+        yield _gauge("muster_controller_standby", "Whether this controller is a backup in standby (1)", 0)
         mono = self.ctl.clock.monotonic()
         last = self.ctl.last_tick
         yield _gauge(

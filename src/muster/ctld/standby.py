@@ -6,6 +6,11 @@ standby mode" (commands, agents and musterrestd then try the next ``SlurmctldHos
 
 * ``GET /v1/ping``: 200 with ``{"mode": "standby"}`` (``scontrol ping`` shows it UP);
 * ``GET /livez``: 200 while the process answers;
+* ``GET /metrics``: 200 (with ``MetricsType`` set) with gauges saying it is a standby
+  (``muster_controller_active 0``, ``muster_controller_standby 1``), so that Prometheus sees
+  it up; the cluster's figures are the active controller's;
+* ``POST /v1/credential`` on its Unix socket: a credential for the caller's uid, so that a
+  command on this head node reaches the active controller over TCP without an agent here;
 * ``POST /v1/ha/takeover``: an administrator asks this backup to take over
   (``scontrol takeover``); the active controller hands over at its next renewal.
 
@@ -176,7 +181,53 @@ class HaController:
         if path == "/v1/ping" or path == "/livez":
             await _answer(send, 200, {"ok": True, "mode": "standby", "controller": self.name})
             return
+        if path == "/v1/credential" and scope.get("method") == "POST":
+            await self._credential(scope, receive, send)
+            return
+        if path == "/metrics" or path.startswith("/metrics/"):
+            await self._metrics(send)
+            return
         await _answer(send, 503, {"error": STANDBY_MESSAGE, "code": "standby"})
+
+    async def _credential(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """A command on this head node, which may run no agent, reaches the active controller
+        over TCP with a credential signed here for the uid its Unix socket shows, as an
+        agent signs one (``cli.failover``)."""
+        from muster.protocol.signing import make_credential
+
+        while (await receive()).get("more_body"):
+            pass
+        peer = scope.get(PEER_KEY)
+        if not peer:
+            await _answer(send, 403, {"error": "credentials are only issued on the local socket", "code": "auth"})
+            return
+        await _answer(send, 200, {"credential": make_credential(self.key, peer[1], peer[2], self.name, _now())})
+
+    async def _metrics(self, send: Any) -> None:
+        """The standby's own ``/metrics`` (200, as Prometheus expects of a live target): that it
+        is up and in standby. The cluster's figures are the active controller's to serve."""
+        from muster.ctld.observe_api import CONTENT_TYPE, metrics_enabled
+
+        if not metrics_enabled(self.config):
+            text, status, kind = b"metrics are disabled: MetricsType is not set\n", 404, b"text/plain"
+        else:
+            text = (
+                b"# HELP muster_controller_active Whether this controller is the active one (1)\n"
+                b"# TYPE muster_controller_active gauge\n"
+                b"muster_controller_active 0.0\n"
+                b"# HELP muster_controller_standby Whether this controller is a backup in standby (1)\n"
+                b"# TYPE muster_controller_standby gauge\n"
+                b"muster_controller_standby 1.0\n"
+            )
+            status, kind = 200, CONTENT_TYPE.encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", kind), (b"content-length", str(len(text)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": text})
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:

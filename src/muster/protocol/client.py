@@ -103,8 +103,27 @@ def _ssl_wrap(sock: "Any", tls_ca: str, server_name: str) -> "Any":
     return ctx.wrap_socket(sock, server_hostname=server_name)
 
 
-def _recv_all(sock: _socket.socket) -> bytes:
+def _recv_all(sock: _socket.socket, stalled: "tuple[float, Callable[[], bool]] | None" = None) -> bytes:
     chunks = []
+    if stalled is not None:
+        # No byte within ``stalled[0]`` seconds: ask ``stalled[1]`` whether the server is
+        # hung (True: give up now) or only slow (keep waiting, up to the socket's timeout).
+        patience, hung = stalled
+        timeout = sock.gettimeout()
+        sock.settimeout(min(patience, timeout) if timeout is not None else patience)
+        try:
+            first = sock.recv(65536)
+        except TimeoutError:
+            if hung():
+                raise ConnectError(
+                    "controller not responding (hung: it accepted but does not answer)", sent=True
+                ) from None
+            sock.settimeout(None if timeout is None else max(0.001, timeout - patience))
+            first = sock.recv(65536)
+        sock.settimeout(timeout)
+        if not first:
+            return b""
+        chunks.append(first)
     while True:
         chunk = sock.recv(65536)
         if not chunk:
@@ -147,10 +166,15 @@ def request(
     headers: dict[str, str] | None = None,
     timeout: float = 60.0,
     tls: tuple[str, str] | None = None,
+    connect_timeout: float | None = None,
+    stalled: "tuple[float, Callable[[], bool]] | None" = None,
 ) -> "Any":
     """Send one request and return the decoded JSON answer; raise ApiError on 4xx/5xx.
     Over TCP with ``tls`` = (cluster CA, the server's muster name) the connection is TLS
-    (module docstring)."""
+    (module docstring). ``connect_timeout`` bounds the connection and TLS handshake apart
+    from the answer's ``timeout``; ``stalled`` = (seconds, hung) asks ``hung()`` when no
+    answer has begun after that long, and gives up at once when it says so (``cli.failover``:
+    a stopped controller is told from a slow one)."""
     # Text that is not UTF-8 (a command-line argument of raw bytes arrives as surrogates)
     # is sent with "?" in their place: the controller then answers "not found", not a crash.
     payload = b"" if body is None else dumps(body).encode("utf-8", "replace")
@@ -165,7 +189,7 @@ def request(
             host = f"{address[0]}:{address[1]}"
         else:
             raise ConnectError("no controller address configured")
-        sock.settimeout(timeout)
+        sock.settimeout(timeout if connect_timeout is None else min(timeout, connect_timeout))
         sock.connect(target)
     except OSError as e:
         where = unix_path or (f"{address[0]}:{address[1]}" if address else "?")
@@ -174,6 +198,8 @@ def request(
         ) from None
     if tls is not None and address is not None:
         sock = tls_wrap(sock, tls[0], tls[1], host)
+    if connect_timeout is not None:
+        sock.settimeout(timeout)
     try:
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         head = (
@@ -186,7 +212,7 @@ def request(
                 _WAITING_WORK.pop(0)()
             except Exception:  # noqa: BLE001, S110 - the work's own user reports its failure
                 pass
-        raw = _recv_all(sock)
+        raw = _recv_all(sock, stalled)
     except OSError as e:
         raise ConnectError(f"controller connection failed: {e}", sent=True) from None
     finally:

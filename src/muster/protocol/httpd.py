@@ -336,6 +336,7 @@ def refusal(exc: SignatureError) -> dict[str, Any]:
 
 
 IN_FLIGHT = 64  # requests a SignedClient has in flight at once (httpx's pool allows 100)
+HUNG_MEMORY = 30.0  # a controller that timed out is tried last for this long
 
 
 class SignedClient:
@@ -373,6 +374,7 @@ class SignedClient:
         # the one that answered last. See ``use_controllers``.
         self.controllers: list[str] = []
         self._active = 0
+        self._hung: dict[int, float] = {}  # controllers that timed out, and when (monotonic)
 
     def use_controllers(self, bases: list[str]) -> None:
         """Posts to the first of ``bases`` (the primary's URL) go to whichever controller is
@@ -381,10 +383,25 @@ class SignedClient:
         of ended runs) may be received twice without harm."""
         self.controllers = list(bases) if len(bases) > 1 else []
 
+    def prefer_controller(self, index: int) -> None:
+        """Try controller ``index`` first from now on (it said it is the active one)."""
+        if 0 <= index < len(self.controllers):
+            self._active = index
+            self._hung.pop(index, None)
+
+    def _order(self) -> list[int]:
+        """The controllers to try: from the one that answered last, those that timed out
+        lately (hung: stopped, swapped) last, so that one hung controller costs one
+        timeout, not one per message."""
+        n = len(self.controllers)
+        now = self.clock.monotonic()
+        ring = [(self._active + k) % n for k in range(n)]
+        recent = {i for i, at in self._hung.items() if now - at < HUNG_MEMORY}
+        return [i for i in ring if i not in recent] + [i for i in ring if i in recent]
+
     async def _post_active(self, path: str, body: dict[str, Any]) -> Any:
         last: Exception | None = None
-        for k in range(len(self.controllers)):
-            i = (self._active + k) % len(self.controllers)
+        for i in self._order():
             try:
                 answer = await self.post(self.controllers[i] + path, body, failover=False)
             except DaemonRequestError as exc:
@@ -393,9 +410,12 @@ class SignedClient:
                     raise
                 last = exc
             except (httpx.HTTPError, OSError) as exc:
+                if isinstance(exc, httpx.TimeoutException):
+                    self._hung[i] = self.clock.monotonic()
                 last = exc
             else:
                 self._active = i
+                self._hung.pop(i, None)
                 return answer
         assert last is not None
         raise last

@@ -111,6 +111,13 @@ class TLSSocket:
     def pending(self) -> int:
         return int(self.tls.pending())
 
+    def settimeout(self, timeout: float | None) -> None:
+        self.sock.settimeout(timeout)
+
+    def gettimeout(self) -> float | None:
+        t = self.sock.gettimeout()
+        return None if t is None else float(t)
+
     def fileno(self) -> int:
         return int(self.sock.fileno())
 

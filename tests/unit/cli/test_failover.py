@@ -17,6 +17,7 @@ SlurmctldHost=head2(10.0.0.2)
 SlurmctldHost=head3(10.0.0.3)
 SlurmctldPort=6817
 SlurmctldTimeout=1
+MessageTimeout=1
 StateSaveLocation=/nonexistent
 """
 
@@ -44,8 +45,9 @@ LOST = ConnectError("controller connection failed: reset", sent=True)
 
 
 @pytest.fixture
-def settings() -> Any:
+def settings(tmp_path: Any, monkeypatch: Any) -> Any:
     failover._last[0] = 0
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # this test's own memory of controllers
     return parse_client_settings(CONF, "t.conf")
 
 
@@ -113,5 +115,55 @@ def test_a_long_poll_is_given_its_wait_on_top_of_message_timeout(settings: Any, 
     monkeypatch.setattr(client, "request", fake)
     failover.call_active(settings, "POST", "/v1/jobs/4/await", {"wait": 30.0}, 60.0, lambda s: None)
     failover.call_active(settings, "GET", "/v1/jobs", None, 60.0, lambda s: None)
-    assert seen == [40.0, 10.0]  # MessageTimeout (10 by default) + the wait; then MessageTimeout
+    assert seen == [31.0, 1.0]  # MessageTimeout + the wait; then MessageTimeout
     assert failover.repeatable("POST", "/v1/jobs/4/await") and not failover.repeatable("POST", "/v1/jobs/4/cancel")
+
+
+HUNG = ConnectError("controller not responding (hung: it accepted but does not answer)", sent=True)
+
+
+def test_a_hung_controller_is_passed_over_and_remembered_by_the_next_command(settings: Any, monkeypatch: Any) -> None:
+    fake = Fake({"10.0.0.1": [HUNG], "10.0.0.2": [{"ok": 2}], "10.0.0.3": [REFUSED]})
+    monkeypatch.setattr(client, "request", fake)
+    assert run(settings, fake) == {"ok": 2}
+    active, hung = failover.recall(settings, 1e12)
+    assert active == 1 and list(hung) == [0]
+    failover._last[0] = 0  # a new command: only the file remembers
+    fake.calls.clear()
+    assert run(settings, fake) == {"ok": 2}
+    assert [c[0] for c in fake.calls] == ["10.0.0.2"]
+
+
+def test_hung_controllers_are_tried_last_until_forgotten() -> None:
+    assert failover.order(3, None, {}, 100.0, 10.0) == [0, 1, 2]
+    assert failover.order(3, 2, {}, 100.0, 10.0) == [2, 0, 1]
+    assert failover.order(3, 0, {0: 95.0}, 100.0, 10.0) == [1, 2, 0]
+    assert failover.order(3, 0, {0: 85.0}, 100.0, 10.0) == [0, 1, 2]  # long ago: tried first again
+    assert failover.order(2, 7, {}, 100.0, 10.0) == [0, 1]  # a stale index from another configuration
+
+
+def test_the_memory_is_private_and_only_a_hint(settings: Any, tmp_path: Any) -> None:
+    import os
+
+    failover.remember(settings, 1, {0: 12.5})
+    path = failover.memory_path(settings)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert failover.recall(settings, 100.0) == (1, {0: 12.5})
+    assert failover.recall(settings, 10.0) == (1, {})  # a time to come (before a reboot) is ignored
+    with open(path, "w") as f:
+        f.write("active=x\nhung=junk\n")
+    assert failover.recall(settings, 100.0) == (None, {})
+    os.chmod(tmp_path, 0o777)  # a directory others may write: its file is not trusted
+    try:
+        assert failover.recall(settings, 100.0) == (None, {})
+    finally:
+        os.chmod(tmp_path, 0o700)
+
+
+def test_one_controller_that_refuses_is_retried_within_message_timeout(monkeypatch: Any, tmp_path: Any) -> None:
+    settings = parse_client_settings("SlurmctldHost=head1(10.0.0.1)\nMessageTimeout=5\n", "one.conf")
+    fake = Fake({"10.0.0.1": [REFUSED, REFUSED, {"ok": 1}]})
+    monkeypatch.setattr(client, "request", fake)
+    assert failover.call_active(settings, "POST", "/v1/jobs", {}, 60.0, lambda s: None) == {"ok": 1}
+    assert len(fake.calls) == 3
+    assert not any(p.name.startswith("muster-ctld") for p in tmp_path.iterdir())
