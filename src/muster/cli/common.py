@@ -453,7 +453,7 @@ class Controller:
         self.tls_ca = settings.tls_ca if address is not None else None
 
     def call(self, method: str, path: str, body: object = None) -> dict:
-        from muster.protocol.client import request
+        from muster.protocol.client import ConnectError, request
 
         if len(self.settings.ctld_hosts) > 1:  # a primary and backups: whichever is active
             from muster.cli.failover import call_active
@@ -465,16 +465,21 @@ class Controller:
             credential = user_credential(self.settings)
             headers = self.headers = {"X-Muster-Credential": credential} if credential else None
         self.calls += 1
-        answer = request(
-            method,
-            path,
-            body,
-            unix_path=self.unix_path,
-            address=self.address,
-            headers=headers,
-            timeout=self.timeout,
-            tls=(self.tls_ca, "ctld") if self.tls_ca else None,
-        )
+        try:
+            answer = request(
+                method,
+                path,
+                body,
+                unix_path=self.unix_path,
+                address=self.address,
+                headers=headers,
+                timeout=self.timeout,
+                tls=(self.tls_ca, "ctld") if self.tls_ca else None,
+            )
+        except ConnectError as e:  # not reached (stopped, restarting?): retried (cli.failover)
+            from muster.cli.failover import retry_single
+
+            return retry_single(e, self.settings, method, path, body, self.timeout, user_credential)
         return answer if isinstance(answer, dict) else {}
 
     def get(self, path: str) -> dict:
