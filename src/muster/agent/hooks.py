@@ -92,6 +92,12 @@ class Hooks:
         self._prologs: dict[tuple[int, int], asyncio.Future[HookResult]] = {}
         self._epilogs: dict[tuple[int, int], bool] = {}
         self.node = node
+        self.configure(config)
+
+    def configure(self, config: Config) -> list[str]:
+        """Take the programs and their settings from ``config`` (at start, and again on
+        SIGHUP: the next job's Prolog is the new one); the keys whose value changed."""
+        before = self._settings() if hasattr(self, "timeout") else None
         self.cluster = config.cluster_name
         self.prolog = (config.get("Prolog") or "").strip() or None
         self.epilog = (config.get("Epilog") or "").strip() or None
@@ -101,6 +107,18 @@ class Hooks:
             s.strip().upper() for s in (config.get("HealthCheckNodeState") or "ANY").split(",") if s.strip()
         }
         self.timeout = float(config.get_int("PrologEpilogTimeout", 0)) or DEFAULT_TIMEOUT
+        after = self._settings()
+        return [] if before is None else [k for k in after if after[k] != before[k]]
+
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "Prolog": self.prolog,
+            "Epilog": self.epilog,
+            "HealthCheckProgram": self.health_program,
+            "HealthCheckInterval": self.health_interval,
+            "HealthCheckNodeState": self.health_states,
+            "PrologEpilogTimeout": self.timeout,
+        }
 
     @staticmethod
     def _key(job: dict[str, Any]) -> tuple[int, int]:

@@ -23,6 +23,11 @@
 
 Exit status: 0 after a graceful stop (SIGTERM/SIGINT; running jobs are left running),
 1 when it cannot start (the reason is printed as ``musterd: error: ...``).
+
+Signals, as slurmd's (``protocol.daemonsignals``): SIGHUP rereads the configuration file
+and applies what a running agent can (``reconfigure``: the Prolog, the Epilog, the health
+check's program, interval and states, PrologEpilogTimeout; the rest is logged as needing a
+restart), SIGUSR2 reopens the log file, SIGTERM/SIGINT stop the agent (jobs keep running).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from muster.agent.host import NodeField, serve_nodes
 from muster.core.config import Config, ConfigError, parse_config
 from muster.core.hostlist import HostlistError, expand
 from muster.core.topoconf import attach_topology, topology_path, wants_topology
+from muster.protocol import daemonsignals
 from muster.protocol.client import default_conf_path
 from muster.protocol.logjson import setup_logging
 from muster.protocol.signing import SignatureError, load_key
@@ -128,8 +134,47 @@ def print_hardware(node: str | None) -> int:
     return 0
 
 
+def reconfigure(daemons: list[AgentDaemon], path: str) -> None:
+    """SIGHUP: read ``path`` again; each node takes what a running agent applies (its
+    hooks), and says so; a file that does not parse, or no longer names a node, changes
+    nothing."""
+    log = logging.getLogger("musterd")
+    try:
+        with open(path, encoding="utf-8") as f:
+            fresh = parse_config(f.read(), path)
+    except OSError as exc:
+        log.error("SIGHUP: cannot read %s: %s; the running configuration is kept", path, exc.strerror)
+        return
+    except ConfigError as exc:
+        log.error("SIGHUP: %s; the running configuration is kept", exc)
+        return
+    missing = [d.node.name for d in daemons if fresh.node(d.node.name) is None]
+    if missing:
+        log.error("SIGHUP: %s no longer defines node %s; the running configuration is kept", path, missing[0])
+        return
+    for daemon in daemons:
+        changed = daemon.hooks.configure(fresh)
+        if changed:
+            log.info("reconfigure: node %s: %s applied", daemon.node.name, ", ".join(changed))
+        else:
+            log.info("reconfigure: node %s: nothing this agent applies live changed", daemon.node.name)
+    log.info("reconfigure: other keys (Gres, TLS, ports, limits, ...) apply when musterd restarts")
+
+
+async def _serve(daemons: list[AgentDaemon], path: str) -> None:
+    daemonsignals.install(
+        asyncio.get_running_loop(),
+        "musterd",
+        reconfigure=lambda: reconfigure(daemons, path),
+        stop=lambda: None,
+        terminate=False,  # SIGTERM/SIGINT: ``main``'s stop_all and uvicorn, as before
+    )
+    await (daemons[0].serve() if len(daemons) == 1 else serve_nodes(daemons))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    daemonsignals.early("musterd")
     if args.print_hardware:
         return print_hardware(args.node)
     path = os.path.abspath(args.conf or default_conf_path())
@@ -194,13 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     # process hosting several nodes handles the signals here only, stopping all of them.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop_all)
-    # slurmd rereads its config on SIGHUP; musterd does not (yet), but must not die of it.
-    signal.signal(
-        signal.SIGHUP,
-        lambda *_: logging.getLogger("musterd").info("SIGHUP ignored: restart musterd to reread the configuration"),
-    )
     try:
-        asyncio.run(daemons[0].serve() if len(daemons) == 1 else serve_nodes(daemons))
+        asyncio.run(_serve(daemons, path))
     except StartupError as exc:
         logging.getLogger("musterd").error("%s", exc)
         return _fail(str(exc))

@@ -11,9 +11,11 @@ steps. Both commands use SQLite's online backup API (``sqlite3.Connection.backup
   it an administrator's command (the file holds every user's jobs). The copy is written
   aside, checked (``PRAGMA integrity_check``), made a self-contained single file (no
   ``-wal``) with mode 0600, then renamed into place.
-* **restore** is refused while a controller runs on that state directory (its pid file and
-  socket are checked): a running controller keeps its memory and would write over the
-  restored file. The file is checked first (a muster database, a schema this muster
+* **restore** is refused while a controller runs on that state directory: it takes the
+  controller's own lock (``ctld.statelock``) for the time it writes, so it is refused while
+  musterctld holds it and a musterctld started meanwhile is refused (its pid file and socket
+  are checked too, for a controller of an older muster). A running controller keeps its
+  memory and would write over the restored file. The files it writes are 0600. The file is checked first (a muster database, a schema this muster
   reads, intact); the current database is kept beside it as ``muster.db.pre-restore``;
   then the backup is copied in. The next musterctld start loads the restored state.
 
@@ -30,7 +32,8 @@ import sqlite3
 from dataclasses import dataclass
 
 from muster.core.config import Config
-from muster.ctld.store import SCHEMA_VERSION
+from muster.ctld.statelock import StateLocked, held
+from muster.ctld.store import SCHEMA_VERSION, private_files
 from muster.ctld.store_pg import dsn_from_config
 
 __all__ = ["BackupError", "Summary", "backup", "controller_pid", "restore", "state_db"]
@@ -137,6 +140,17 @@ def restore(config: Config, source: str) -> tuple[Summary, str | None]:
     and where the state it replaced was kept (None when there was none)."""
     if dsn_from_config(config) is not None:
         raise BackupError(PG_HINT.replace("pg_dump -Fc and pg_restore", "pg_restore"))
+    try:
+        os.makedirs(config.state_save_location, mode=0o700, exist_ok=True)
+        with held(config.state_save_location, "muster-restore"):
+            return _restore(config, source)
+    except StateLocked as exc:
+        raise BackupError(f"{exc.holder} runs on {config.state_save_location}; stop it before restoring") from None
+    except OSError as exc:
+        raise BackupError(f"{exc.filename or config.state_save_location}: {exc.strerror}") from None
+
+
+def _restore(config: Config, source: str) -> tuple[Summary, str | None]:
     pid = controller_pid(config)
     if pid is not None:
         who = f"musterctld (pid {pid})" if pid else "a controller"
@@ -146,13 +160,14 @@ def restore(config: Config, source: str) -> tuple[Summary, str | None]:
         summary = _describe(src, source)
         kept = None
         try:
-            os.makedirs(config.state_save_location, exist_ok=True)
             if os.path.exists(target):
                 kept = f"{target}.pre-restore"
                 _unlink(kept)
+                private_files(kept)
                 with contextlib.closing(sqlite3.connect(target)) as cur, contextlib.closing(sqlite3.connect(kept)) as k:
                     cur.backup(k)
                 os.chmod(kept, 0o600)
+            private_files(target)
             with contextlib.closing(sqlite3.connect(target)) as dst:
                 src.backup(dst)
                 dst.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -171,6 +171,7 @@ class LocalCluster:
             os.makedirs(os.path.join(self.state_dir, sub), exist_ok=True)
         # Jobs of ordinary users must reach the agents' credential sockets.
         os.chmod(os.path.join(self.state_dir, "run"), 0o755)
+        os.chmod(os.path.join(self.state_dir, "log"), 0o700)  # the daemons' logs name users' jobs
         key_path = os.path.join(self.state_dir, "muster.key")
         if not os.path.exists(key_path):
             generate_key(key_path)
@@ -250,7 +251,8 @@ class LocalCluster:
         return pid
 
     def _spawn(self, name: str, argv: list[str]) -> int:
-        log = open(self._logfile(name), "ab")
+        # 0600 whatever the umask, as the daemon itself creates it (``protocol.logjson``)
+        log = os.fdopen(os.open(self._logfile(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
         env = dict(os.environ, MUSTER_CONF=self.conf_path)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
         log.close()

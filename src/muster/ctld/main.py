@@ -1,4 +1,13 @@
-"""``musterctld``: the controller process."""
+"""``musterctld``: the controller process.
+
+Under signals it behaves like slurmctld (``protocol.daemonsignals``): SIGHUP rereads the
+configuration file as ``scontrol reconfigure`` does (``ctld.reconfig.apply_file``), SIGUSR2
+reopens the log file, SIGTERM and SIGINT stop it within about two seconds whatever its
+clients' and agents' connections are doing, and it exits 0. One controller per state
+directory: it holds ``ctld.statelock``'s lock from before its store is opened until the
+process ends. Everything it writes is private: the umask is 077 whatever it was given, the
+state directory 0700 (0711 with the Unix socket in it), the store's files 0600.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +23,8 @@ from muster.core.errors import StorageError
 from muster.core.extras import MissingExtra
 from muster.ctld.reconfig import read_topology
 from muster.ctld.reconfig_plan import validate
+from muster.ctld.statelock import StateLocked, hold, private_dir
+from muster.protocol import daemonsignals
 from muster.protocol.client import default_conf_path
 from muster.protocol.logjson import setup_logging
 from muster.protocol.signing import SignatureError, load_key
@@ -37,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
     args = ap.parse_args(argv)
+    os.umask(0o077)  # its files hold users' scripts, environments and keys: docs/security.md
+    daemonsignals.early("musterctld")
 
     path = args.conf or default_conf_path()
     try:
@@ -72,6 +85,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"musterctld: error: {e}", file=sys.stderr)
             return 1
         logging.getLogger("musterctld").info("TLS on (TLSType=tls/muster): CA %s", config.tls.ca_cert)
+    try:  # before the store is opened, for as long as the process lives
+        private_dir(config.state_save_location, config.ctld_socket_for(index))
+        lock = hold(config.state_save_location, index)
+    except OSError as e:
+        print(f"musterctld: error: {e.filename or config.state_save_location}: {e.strerror}", file=sys.stderr)
+        return 1
+    except StateLocked as e:
+        print(f"musterctld: error: {e}; not starting a second controller on it", file=sys.stderr)
+        return 1
     try:
         return asyncio.run(serve(config, key, tls, index))
     except ConfigError as e:  # a value read when the controller loads (accounting, scheduler)
@@ -84,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     except StorageError as e:  # the store cannot be opened: a newer schema, a lock, a disk
         print(f"musterctld: error: {e}", file=sys.stderr)
         return 1
+    finally:
+        os.close(lock)  # the store is closed: the next controller may open it
 
 
 def controller_index(config, wanted: int | None) -> int:  # type: ignore[no-untyped-def]
@@ -111,8 +135,8 @@ async def serve(config, key, tls=None, index: int = 0) -> int:  # type: ignore[n
     from muster.core.conftypes import instance_path
     from muster.protocol.httpd import bind_tcp, bind_unix, body_limit, make_server
 
-    os.makedirs(config.state_save_location, exist_ok=True)
-    if len(config.ctld_hosts) > 1:  # high availability: standby until elected (ctld.standby)
+    ha = len(config.ctld_hosts) > 1
+    if ha:  # high availability: standby until elected (ctld.standby)
         from muster.ctld.standby import HaController
         from muster.ctld.store_pg import dsn_from_config
 
@@ -120,12 +144,31 @@ async def serve(config, key, tls=None, index: int = 0) -> int:  # type: ignore[n
     else:
         from muster.ctld.app import CtldApp
 
-        asgi = CtldApp(config, key, tls_client=tls[1] if tls else None).asgi
+        ctld = CtldApp(config, key, tls_client=tls[1] if tls else None)
+        asgi = ctld.asgi
     addr = config.ctld_addrs[index][1]
     sockets = [bind_tcp(addr, config.ctld_port), bind_unix(config.ctld_socket_for(index))]
-    server = make_server(
-        asgi, body_limit=body_limit(config.max_script_size), tls=tls[0] if tls else None
-    )  # uvicorn handles SIGTERM/SIGINT: graceful stop
+    server = daemonsignals.quiet(
+        make_server(asgi, body_limit=body_limit(config.max_script_size), tls=tls[0] if tls else None)
+    )
+
+    def reconfigure() -> None:
+        from muster.core.errors import InvalidRequest, StorageError
+        from muster.ctld.reconfig import apply_file
+
+        app = getattr(asgi, "app", None) if ha else ctld  # high availability: the active one, if this is
+        if app is None:
+            logging.getLogger("musterctld").info("SIGHUP: standby; the file is read when this controller takes over")
+            return
+        try:
+            apply_file(app)
+        except (InvalidRequest, StorageError) as exc:  # logged by reconfigure too, with each refusal
+            logging.getLogger("musterctld").error("SIGHUP: %s", exc)
+
+    def stop() -> None:
+        server.should_exit = True
+
+    daemonsignals.install(asyncio.get_running_loop(), "musterctld", reconfigure=reconfigure, stop=stop)
     pidfile = instance_path(os.path.join(config.state_save_location, "musterctld.pid"), index)
     with open(pidfile, "w") as f:
         f.write(f"{os.getpid()}\n")

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from starlette.requests import Request
 
-__all__ = ["build_reconfig_routes", "in_use", "read_config", "reconfigure"]
+__all__ = ["apply_file", "build_reconfig_routes", "in_use", "read_config", "reconfigure"]
 
 log = logging.getLogger("musterctld")
 
@@ -244,6 +244,15 @@ def reconfigure(ctl: ClusterState) -> Plan:
     return p
 
 
+def apply_file(ctx: Context) -> Plan:
+    """``reconfigure`` the controller of ``ctx`` and hand the applied file to its loops:
+    what ``scontrol reconfigure`` and SIGHUP both do (the same refusals, the same log)."""
+    applied = reconfigure(ctx.controller)
+    ctx.use_config(applied.fresh)
+    ctx.kick()
+    return applied
+
+
 def build_reconfig_routes(
     ctx: Context,
     caller: Callable[[Request], Identity],
@@ -255,9 +264,7 @@ def build_reconfig_routes(
         if not who.admin:
             raise PermissionDenied("Access/permission denied")
         # Synchronous from here to the swap: no other request or pass runs in between.
-        applied = reconfigure(ctx.controller)
-        ctx.use_config(applied.fresh)
-        ctx.kick()
+        applied = apply_file(ctx)
         return JSONResponse({"changed": applied.diff, "node_side": applied.node_side})
 
     return [Route("/v1/reconfigure", reconfig, methods=["POST"])]

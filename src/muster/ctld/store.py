@@ -119,6 +119,19 @@ def _disk_full(path: str) -> bool:
     return st.f_bavail * st.f_frsize < 64 * 1024
 
 
+def private_files(path: str) -> None:
+    """The database file created 0600 whatever the umask, and it and its ``-wal`` and
+    ``-shm`` made 0600 if an older muster left them readable (SQLite gives a new ``-wal``
+    and ``-shm`` the mode of the database file). They hold every job's script and
+    environment: docs/security.md."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    for name in (path, f"{path}-wal", f"{path}-shm"):
+        with contextlib.suppress(FileNotFoundError, PermissionError):  # not ours: left as it is
+            if os.stat(name).st_mode & 0o077:
+                os.chmod(name, 0o600)
+
+
 class Store:
     # >0 while a group commit is open (``group``): a transaction then joins it
     _joined = 0
@@ -127,6 +140,7 @@ class Store:
         self.path = path
         if path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            private_files(path)
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
             self._refuse_newer()  # before anything is set on the file, even its journal mode

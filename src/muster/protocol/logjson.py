@@ -9,17 +9,24 @@ passed explicitly win; otherwise ``job_id`` and ``node`` are read from the messa
 names them the way muster's log lines do ("job 12: ...", "JobId=12", "node gpu3 not
 responding"), so
 every existing line gains them. A traceback goes into ``exc_info`` as text.
+
+A log file (``--log-file``) is ``PrivateFileHandler``'s: created 0600 whatever the umask
+(a daemon's lines name users, jobs and their environments; an existing file keeps the mode
+its administrator gave it), and reopened by name on SIGUSR2 (``reopen_logs``), as Slurm's
+daemons reopen theirs for logrotate (``protocol.daemonsignals``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from datetime import UTC, datetime
+from io import TextIOWrapper
 from typing import Any
 
-__all__ = ["LOG_FORMATS", "JsonFormatter", "setup_logging"]
+__all__ = ["LOG_FORMATS", "JsonFormatter", "PrivateFileHandler", "reopen_logs", "setup_logging"]
 
 LOG_FORMATS = ("text", "json")
 _JOB_RE = re.compile(r"\b(?:job |JobId=)(\d+)\b")
@@ -62,6 +69,37 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, separators=(",", ":"))
 
 
+class PrivateFileHandler(logging.FileHandler):
+    """Appends to a file created with mode 0600; ``reopen`` opens the path again (logrotate
+    moved the file away: the next lines go to a new file of that name)."""
+
+    def _open(self) -> TextIOWrapper:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return open(fd, "a", encoding=self.encoding, errors=self.errors)  # noqa: SIM115  # the handler keeps it
+
+    def reopen(self) -> None:
+        """The file at the path now; on failure (its directory gone) the old file stays in
+        use and ``OSError`` is raised."""
+        self.acquire()
+        try:
+            fresh = self._open()
+            old, self.stream = self.stream, fresh
+            if old is not None:
+                old.close()
+        finally:
+            self.release()
+
+
+def reopen_logs() -> list[str]:
+    """Reopen every log file of this process (SIGUSR2); the paths reopened."""
+    done = []
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrivateFileHandler):
+            handler.reopen()
+            done.append(handler.baseFilename)
+    return done
+
+
 def setup_logging(
     log_format: str | None,
     *,
@@ -73,7 +111,7 @@ def setup_logging(
 ) -> None:
     """Configure the root logger once for a daemon: ``log_format`` is LogFormat's value
     (``text`` when unset; ``ConfigError`` was raised at parse time for anything else)."""
-    handler: logging.Handler = logging.FileHandler(filename) if filename else logging.StreamHandler()
+    handler: logging.Handler = PrivateFileHandler(filename) if filename else logging.StreamHandler()
     if (log_format or "text").lower() == "json":
         handler.setFormatter(JsonFormatter(daemon, node))
     else:

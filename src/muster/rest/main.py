@@ -1,10 +1,15 @@
 """``musterrestd``: Slurm's REST API (data_parser v0.0.40) for muster, as slurmrestd serves it.
 
-    musterrestd [-f CONF] [-a rest_auth/jwt,rest_auth/local] LISTEN...
+    musterrestd [-f CONF] [-a rest_auth/jwt,rest_auth/local] [-L LOGFILE] LISTEN...
 
 ``LISTEN`` is ``HOST:PORT`` (TCP: every request carries a token) or ``unix:/PATH`` (a local
 socket: a token, or no token when the peer is musterrestd's own user). musterrestd holds no
 secret: the controller checks each token (docs/rest.md, docs/security.md).
+
+Signals, as Slurm's daemons (``protocol.daemonsignals``): SIGHUP rereads the configuration
+file (how to reach the controller, ClusterName) and serves the next requests with it (a
+file that cannot be read or parsed is logged and the running one kept); SIGUSR2 reopens
+the log file (``-L``); SIGTERM/SIGINT stop it within about two seconds, exit status 0.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import os
 import sys
 
 from muster import VERSION_STRING
+from muster.protocol import daemonsignals
+from muster.protocol.logjson import setup_logging
 
 
 def parse_listen(text: str) -> tuple[str, str | int]:
@@ -43,9 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("-s", "--openapi-plugins", default=None, help="accepted for slurmrestd compatibility")
     ap.add_argument("-d", "--data-parser", default=None, help="accepted for slurmrestd compatibility (v0.0.40)")
+    ap.add_argument("-L", "--log-file", default=None, help="log to this file (mode 0600) instead of stderr")
     ap.add_argument("-v", "--verbose", action="count", default=0)
     ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
     args = ap.parse_args(argv)
+    daemonsignals.early("musterrestd")
     if args.conf:
         os.environ["MUSTER_CONF"] = args.conf
     try:
@@ -68,9 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     except CommandError as e:
         print(f"musterrestd: error: {e.message}", file=sys.stderr)
         return 1
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose > 1 else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    setup_logging(
+        None, daemon="musterrestd", filename=args.log_file, level=logging.DEBUG if args.verbose > 1 else logging.INFO
     )
     from muster.protocol.httpd import bind_tcp, bind_unix
 
@@ -82,11 +90,52 @@ def main(argv: list[str] | None = None) -> int:
     return asyncio.run(serve(settings, sockets, "rest_auth/local" in plugins))
 
 
+class Reloadable:
+    """The REST app of the configuration read last: SIGHUP builds a new one, which the
+    next requests get (those in flight finish with the one they started with)."""
+
+    def __init__(self, settings, local: bool) -> None:  # type: ignore[no-untyped-def]
+        from muster.rest.app import build_app
+
+        self.local = local
+        self.settings = settings
+        self.app = build_app(settings, local=local)
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        await self.app(scope, receive, send)
+
+    def reload(self) -> None:
+        from muster.cli.common import CommandError, load_settings
+        from muster.rest.app import build_app
+
+        log = logging.getLogger("musterrestd")
+        try:
+            fresh = load_settings("musterrestd")
+        except CommandError as e:
+            log.error("SIGHUP: %s; the running configuration is kept", e.message)
+            return
+        self.app = build_app(fresh, local=self.local)
+        before, self.settings = self.settings, fresh
+        log.info(
+            "reconfigure: %s read: ClusterName=%s, controller%s %s (was %s)",
+            fresh.path,
+            fresh.cluster_name,
+            "s" if len(fresh.ctld_hosts) > 1 else "",
+            ",".join(fresh.ctld_hosts),
+            ",".join(before.ctld_hosts),
+        )
+
+
 async def serve(settings, sockets, local: bool) -> int:  # type: ignore[no-untyped-def]
     from muster.protocol.httpd import make_server
-    from muster.rest.app import build_app
 
-    server = make_server(build_app(settings, local=local))  # uvicorn stops on SIGTERM/SIGINT
+    app = Reloadable(settings, local)
+    server = daemonsignals.quiet(make_server(app))
+
+    def stop() -> None:
+        server.should_exit = True
+
+    daemonsignals.install(asyncio.get_running_loop(), "musterrestd", reconfigure=app.reload, stop=stop)
     await server.serve(sockets=sockets)
     return 0
 
