@@ -1,11 +1,14 @@
 """The cluster CA and per-host certificates for ``TLSType=tls/muster``, made with ``openssl``.
 
-``issue_all(config)`` creates whatever is missing, never replacing a file: the CA (an
-EC P-256 key and a self-signed certificate valid ten years), then one certificate per
-holder, signed by the CA, valid 825 days: the controller's (common name ``ctld``) and
-each configured node's (common name = its ``NodeName``). A holder's certificate also
-lists, as subject alternative names, its muster name, its host name and its address, so
-that other TLS tools can check it too; muster's own peers check the muster name.
+``issue_all(config)`` creates whatever is missing: the CA (an EC P-256 key and a
+self-signed certificate valid ten years), then one certificate per holder, signed by the
+CA, valid 825 days: the controller's (common name ``ctld``) and each configured node's
+(common name = its ``NodeName``). A holder's certificate also lists, as subject alternative
+names, its muster name, its host name and its address, so that other TLS tools can check
+it too; muster's own peers check the muster name. A certificate is replaced only when the
+configuration names its holder somewhere it does not list (the controller's names every
+``SlurmctldHost``: a head node added to the file gets a certificate that names it); the old
+pair is kept as ``*.old``. The CA is never replaced.
 
 ``issue_all(config, hosts=[...])`` also issues a *host certificate* for each hostlist given
 (one per agent process hosting those nodes; ``muster up --nodes-per-agent`` passes its
@@ -78,14 +81,40 @@ def _san(names: list[str], uris: tuple[str, ...] = ()) -> str:
     for name in names:
         if not name:
             continue
-        try:
-            item = f"IP:{ipaddress.ip_address(name)}"
-        except ValueError:
-            item = f"DNS:{name}"
+        item = _san_item(name)
         if item not in out:
             out.append(item)
     out += [f"URI:{uri}" for uri in uris]
     return "\n".join(f"{kind}.{i} = {value}" for i, (kind, _, value) in enumerate(x.partition(":") for x in out))
+
+
+def missing_names(cert: str, names: list[str]) -> list[str]:
+    """Those of ``names`` (host names, addresses) that the certificate ``cert`` does not list
+    among its subject alternative names; all of them when it cannot be read."""
+    exe = shutil.which("openssl")
+    if exe is None:
+        raise CertError("the openssl command is needed to read TLS certificates (install OpenSSL 3)")
+    done = subprocess.run(
+        [exe, "x509", "-in", cert, "-noout", "-ext", "subjectAltName"], capture_output=True, text=True
+    )
+    listed: set[str] = set()
+    for item in done.stdout.replace("\n", ",").split(","):
+        kind, _, value = item.strip().partition(":")
+        if kind == "DNS":
+            listed.add(f"DNS:{value}")
+        elif kind == "IP Address":
+            try:
+                listed.add(f"IP:{ipaddress.ip_address(value)}")
+            except ValueError:
+                continue
+    return [name for name in names if name and _san_item(name) not in listed]
+
+
+def _san_item(name: str) -> str:
+    try:
+        return f"IP:{ipaddress.ip_address(name)}"
+    except ValueError:
+        return f"DNS:{name}"
 
 
 def _openssl(args: list[str], sans: str, what: str) -> None:
@@ -158,7 +187,18 @@ def issue_all(config: Config, hosts: list[str] | None = None) -> list[str]:
     holders += [(tls.node(n.name), [n.hostname, n.addr]) for n in config.nodes if n.name != CTLD_NAME]
     for files, names in holders:
         if os.path.exists(files.cert) and os.path.exists(files.key):
-            continue
+            missing = missing_names(files.cert, [files.name, *names])
+            if not missing:
+                continue
+            # The configuration names it somewhere the certificate does not (a head node
+            # added, an address changed): issued again, the old pair kept beside it.
+            if not os.path.exists(tls.ca_key):
+                raise CertError(
+                    f"{files.cert} does not name {', '.join(missing)}: the CA key {tls.ca_key} is needed "
+                    "to issue it again (run muster keygen where the CA key is)"
+                )
+            for path in (files.cert, files.key):
+                os.replace(path, path + ".old")
         make_cert(tls, files, names)
         made.append(files.cert)
     for hostlist in hosts or []:

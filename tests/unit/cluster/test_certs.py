@@ -167,3 +167,25 @@ def test_keygen_issues_host_certificates(tmp_path: pathlib.Path, capsys: pytest.
     assert "slurmd_host_node[1-2]_cert.pem" in capsys.readouterr().out
     assert muster_main(["keygen", "--conf", str(conf), "--host-cert", "node[1-"]) == 1
     assert "muster: error:" in capsys.readouterr().err
+
+
+def test_keygen_issues_the_controller_a_certificate_again_when_a_head_node_is_added(tmp_path: pathlib.Path) -> None:
+    from muster.cluster.certs import missing_names
+
+    cfg = config(tmp_path)
+    issue_all(cfg)
+    tls = cfg.tls
+    first = pathlib.Path(tls.ctld().cert).read_bytes()
+    node_cert = pathlib.Path(tls.node("node1").cert).read_bytes()
+    text = CONF.format(d=tmp_path).replace(
+        "SlurmctldHost=head(127.0.0.1)\n", "SlurmctldHost=head(127.0.0.1)\nSlurmctldHost=head2(10.9.8.7)\n"
+    )
+    two = parse_config(text, str(tmp_path / "muster.conf"))
+    assert missing_names(tls.ctld().cert, ["head2", "10.9.8.7"]) == ["head2", "10.9.8.7"]
+    assert issue_all(two) == [tls.ctld().cert]  # only the controller's: it missed the new head
+    assert missing_names(tls.ctld().cert, ["ctld", "head", "127.0.0.1", "head2", "10.9.8.7"]) == []
+    assert pathlib.Path(tls.ctld().cert + ".old").read_bytes() == first
+    assert pathlib.Path(tls.node("node1").cert).read_bytes() == node_cert
+    assert stat.S_IMODE(os.stat(tls.ctld().key).st_mode) == 0o600
+    assert issue_all(two) == []
+    server_context(tls.ctld())  # the new pair goes together
