@@ -34,6 +34,13 @@ def cluster() -> Iterator[Harness]:
         h.down()
 
 
+@pytest.fixture(autouse=True)
+def steps_accepted(cluster: Harness) -> None:
+    """A grant signed within FLOOR_STEP (2 s) before a restarted agent's replay floor is
+    refused (``protocol.replay``): an earlier test's restarts must be that far behind."""
+    wait_until(lambda: cluster.run(["srun", "-N3", "true"]).returncode == 0, "steps accepted on every node")
+
+
 def wait_until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -163,3 +170,31 @@ def test_a_step_that_ends_while_its_agent_is_killed_is_reported_once_when_it_ret
     jobs = h.cluster.api("GET", "/v1/jobs?name=ends-alone&all=1")["jobs"]
     job = max(jobs, key=lambda j: j["job_id"])
     assert job["state"] == "FAILED" and job["exit_code"] == 3
+
+
+def test_a_batch_jobs_srun_ranks_outlive_a_restart_of_every_agent(cluster: Harness) -> None:
+    """The operator's case: a training job whose ranks are srun steps of a batch script."""
+    h = cluster
+    stop, out = os.path.join(h.workdir, "batch-stop"), "batch-ranks-%j.out"
+    rank = f'i=0; while [ ! -e {stop} ]; do i=$((i+1)); echo "$SLURM_PROCID $i"; sleep 0.02; done; echo "$SLURM_PROCID end"'
+    job_id = h.sbatch("-N2", "-n2", "-o", out, "--wrap", f"srun sh -c '{rank}'")
+    job = h.wait_state(job_id, "RUNNING")
+    path = os.path.join(h.workdir, f"batch-ranks-{job_id}.out")
+
+    def lines(r: int) -> list[str]:
+        text = h.read(path) if os.path.exists(path) else ""
+        return [x.split(" ", 1)[1] for x in text.splitlines() if x.split(" ", 1)[0] == str(r)]
+
+    wait_until(lambda: lines(0) and lines(1), "both ranks' first lines")
+    for node in [a["node"] for a in job["alloc"]]:
+        before = [len(lines(r)) for r in (0, 1)]
+        restart_agent(h, node)
+        wait_until(lambda b=before: all(len(lines(r)) > b[r] + 20 for r in (0, 1)), f"output after {node} restarted")
+    with open(stop, "w"):
+        pass
+    assert h.wait_job(job_id)["state"] == "COMPLETED"
+    for r in (0, 1):
+        got = lines(r)
+        assert got[-1] == "end"
+        assert [int(x) for x in got[:-1]] == list(range(1, len(got)))
+    assert "CANCELLED" not in h.read(path)
