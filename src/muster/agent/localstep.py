@@ -1,5 +1,6 @@
-"""A job step as this node runs it: its tasks (pid, pipes, end), its output queue, and
-which processes are its.
+"""A job step as this node runs it: its tasks (pid, stdin, end), its run state
+(``agent.runstate``), its supervisor and the files it shares with it, its record on disk,
+and which processes are its.
 
 ``Step`` and ``Task`` are the step runner's records (``agent.steps``); ``task_members``
 and ``step_members`` are pure walks over a ``/proc`` snapshot (``agent.proctree``) that

@@ -16,6 +16,10 @@ working directory and how to connect stdio.
                                the tasks here that take it; its end closes their stdin
 ``POST /v1/steps/signal``      ``{"job_id", "step_id", "token", "signal", "kill"}`` ->
                                ``{"ok": true}``; ``kill`` stops the step (TERM, KillWait, KILL)
+``POST /v1/steps/attach``      ``{"job_id", "step_id", "token", "frames"}`` -> the step's stream
+                               again, after the first ``frames`` of its log (``o``, ``e``, ``x``
+                               and ``m`` frames), then ``d``: srun resuming after this agent
+                               restarted (503 while it stops, 404 for a step it does not know)
 =============================  ==================================================================
 
 ``token`` is a random value the launch stream's first frame gives srun, so that only the
@@ -28,6 +32,10 @@ the nodes of that subtree (``"tree_width"``, ``"message_timeout"`` say how), and
 carries this node's frames and, ``t``-wrapped, those of every node below; a failure of this
 node's own launch is an ``m`` frame ``{"failed", "judge": false}`` instead of an error
 status. The stream ends when this node's part and every subtree's are over.
+
+The frames come from the step's log, which the step's supervisor (``agent.stepd``)
+writes and which outlives the agent; a stopping agent ends its streams without their ``d``
+frame, and srun attaches to the next one.
 
 ``StepApi`` parses and answers; what a launch, an input or a signal does is the step
 runner's (``agent.steps``).
