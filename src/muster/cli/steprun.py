@@ -5,6 +5,11 @@ collect the tasks' ends, and turn them into srun's exit status and messages.
 srun's exit status, the step's exit code and signal for the controller's record, and
 whether the user aborted it. The rules (Slurm's) are in ``muster.cli.srun``'s docstring.
 
+A node's stream that ends without its ``d`` frame after the step started there (its agent
+restarting, say) is resumed: srun asks that node's agent again (``/v1/steps/attach``, every
+0.2 s for up to SlurmdTimeout) with the number of the step's log frames it has had from it
+(``o``, ``e``, ``x`` and ``m`` ``aborted``), and gets the rest: no line lost or repeated.
+
 Everything happens in one thread around one ``select``: node streams, srun's stdin, and a
 self-pipe that the signal handlers write to (``_signal.set_wakeup_fd``), so that a signal
 is acted on at once and never in the middle of writing output.
