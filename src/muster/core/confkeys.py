@@ -63,6 +63,7 @@ ExpediteHoldTime
 AdminMail
 MetricsType LogFormat
 TLSType TLSParameters
+MinAgentProtocol
 """
 
 _NODE_KEYS = """
@@ -109,7 +110,7 @@ INT_KEYS = frozenset(
     MaxStepCount MaxTasksPerNode MessageTimeout InactiveLimit WaitTime BatchStartTimeout
     TreeWidth TCPTimeout HealthCheckInterval CompleteWait MaxBatchRequeue GpuHealthCheckInterval
     UnkillableStepTimeout PrologEpilogTimeout SchedulerTimeSlice ResumeTimeout SuspendTimeout
-    GetEnvTimeout EioTimeout GroupUpdateTime KeepAliveTime
+    GetEnvTimeout EioTimeout GroupUpdateTime KeepAliveTime MinAgentProtocol
     PriorityWeightAge PriorityWeightAssoc PriorityWeightFairshare PriorityWeightJobSize
     PriorityWeightPartition PriorityWeightQOS
     """.split()
