@@ -52,6 +52,7 @@ from muster.sched.config import SchedConfig
 log = logging.getLogger("musterctld")
 
 TICK = 0.5  # seconds between the loop's liveness ticks (a stall is a gap of several)
+STOP_ACTIONS_WAIT = 0.5  # seconds a stop waits for the calls to agents in flight
 
 
 def _slurm_user(config: Config) -> tuple[str, int]:
@@ -163,7 +164,10 @@ class CtldApp:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._pending_actions:
-            await asyncio.wait(self._pending_actions, timeout=5)
+            # calls to agents still in flight get this long (a stop takes 2 s at most): the
+            # store holds what they carry out, and the agents' registration with the next
+            # controller reconciles what they run with it (stale runs killed, lost ones ended)
+            await asyncio.wait(self._pending_actions, timeout=STOP_ACTIONS_WAIT)
         await self.mailer.stop()
         if self.client is not None:
             await self.client.aclose()
