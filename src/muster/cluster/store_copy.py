@@ -10,8 +10,10 @@ The contract:
 
 * **One consistent snapshot of the source**, never written: SQLite is read in one read
   transaction, PostgreSQL in one ``REPEATABLE READ READ ONLY`` transaction.
-* **Refused while a controller uses either end.** SQLite: a process that has the file open
-  (``/proc/*/fd``; musterctld keeps it open while it runs). PostgreSQL: every ``PgStore``
+* **Refused while a controller uses either end.** SQLite in a controller's state directory:
+  the controller's own lock (``ctld.statelock``), held for the whole copy (a musterctld
+  started meanwhile is refused); any SQLite file: a process that has it open (``/proc/*/fd``;
+  a controller of an older muster too). PostgreSQL: every ``PgStore``
   holds a shared advisory lock on its schema's store for its whole session
   (``store_pg.STORE_LOCK``); the copy takes it exclusively, for its transaction, on both
   ends, and a controller that starts meanwhile waits no longer than it takes to refuse.
@@ -43,6 +45,7 @@ from typing import Any
 from muster.cluster.backup import controller_pid, state_db
 from muster.core.config import Config
 from muster.core.extras import require
+from muster.ctld.statelock import StateLocked, held, lock_path
 from muster.ctld.store import _MIGRATIONS, SCHEMA_VERSION
 from muster.ctld.store_pg import STORE_LOCK, dsn_from_config, redact, translate
 
@@ -426,6 +429,25 @@ def copy_store(source: Endpoint, dest: Endpoint, overwrite: bool = False) -> Cop
     """Copy the whole store at ``source`` to ``dest`` (see the module docstring)."""
     if source.kind == dest.kind and source.target == dest.target:
         raise CopyError("the source and the destination are the same store")
+    with contextlib.ExitStack() as locks:
+        for state_dir in dict.fromkeys(os.path.dirname(e.target) for e in (source, dest) if e.kind == "sqlite"):
+            _lock_state_dir(state_dir, locks)
+        return _copy(source, dest, overwrite)
+
+
+def _lock_state_dir(state_dir: str, locks: contextlib.ExitStack) -> None:
+    """A SQLite store in a controller's state directory (its ``musterctld.lock`` is there):
+    the controller's own lock (``ctld.statelock``), held for the whole copy, so that the copy
+    is refused while musterctld runs and musterctld is refused while the copy runs."""
+    if not os.path.exists(lock_path(state_dir)):
+        return
+    try:
+        locks.enter_context(held(state_dir, "muster-store-copy"))
+    except StateLocked as exc:
+        raise CopyError(f"{exc.holder} runs on {state_dir}; stop it before copying its store") from None
+
+
+def _copy(source: Endpoint, dest: Endpoint, overwrite: bool) -> CopyResult:
     src = _open_source(source)
     try:
         version = src.schema_version()

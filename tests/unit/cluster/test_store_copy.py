@@ -120,6 +120,47 @@ def test_a_store_a_process_has_open_is_refused(source: Path, tmp_path: Path) -> 
         holder.wait(10)
 
 
+def test_a_state_directory_a_controller_holds_is_refused_and_the_copy_holds_it(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from muster.ctld.statelock import StateLocked, hold
+
+    state_dir = str(source.parent)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from muster.ctld.statelock import hold; hold(sys.argv[1], 0, 'musterctld');"
+            "print('held', flush=True); sys.stdin.read()",
+            state_dir,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(CopyError, match=rf"musterctld \(pid {holder.pid}\) runs on {state_dir}; stop it"):
+            copy_store(parse_endpoint(str(source)), parse_endpoint(str(tmp_path / "copy.db")))
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(10)
+    seen: list[str] = []
+    real = store_copy._transfer
+
+    def during(*args: Any) -> None:  # a controller starting while the copy runs is refused
+        with pytest.raises(StateLocked) as err:
+            hold(state_dir, 0, "musterctld")
+        seen.append(err.value.holder)
+        real(*args)
+
+    monkeypatch.setattr(store_copy, "_transfer", during)
+    copy_store(parse_endpoint(str(source)), parse_endpoint(str(tmp_path / "copy.db")))
+    assert seen == [f"muster-store-copy (pid {os.getpid()})"]
+    os.close(hold(state_dir, 0, "musterctld"))  # and let go after it
+
+
 def test_a_copy_that_fails_half_way_writes_nothing(
     source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
