@@ -9,6 +9,7 @@ import http.client
 import os
 import socket
 import ssl
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -53,6 +54,11 @@ def test_prometheus_scrapes_the_controller_and_an_agent_over_tls_with_the_ca_alo
         status, text = https_get(cfg.ctld_addr, cfg.ctld_port, "ctld", ca)
         assert status == 200, text
         assert samples(text)[("muster_build_info", (("version", __version__),))] == 1
+        # the controller's certificate (825 days, muster keygen) and the CA's expiry (ctld.certexpiry)
+        got = samples(text)
+        left = got[("muster_tls_cert_expiry_timestamp_seconds", (("cert", "ctld"),))] - time.time()
+        assert 824 * 86400 < left <= 825 * 86400 + 60
+        assert got[("muster_tls_cert_readable", (("cert", "ca"),))] == 1
         node = cfg.node("node1")
         assert node is not None
         status, text = https_get(node.addr, node.port, node.addr, ca)
