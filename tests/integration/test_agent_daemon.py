@@ -678,7 +678,10 @@ def test_the_job_inherits_no_ignored_signals_from_the_agent(world: AgentWorld) -
 
 def test_a_malformed_launch_is_refused_without_harm(world: AgentWorld) -> None:
     assert world.call("POST", "/v1/launch", {"job": {"spec": {}}}).status_code == 400
-    r = world.call("POST", "/v1/launch", {"job": {"job_id": 4242, "uid": None, "spec": None}})
+    # a job that is no LaunchJob (protocol.messages) is refused whole, naming the field
+    r = world.call("POST", "/v1/launch", {"job": {"job_id": 4242, "spec": None}})
+    assert r.status_code == 400 and "job.spec" in r.json()["error"], r.text
+    r = world.call("POST", "/v1/launch", {"job": {"job_id": 4242, "uid": None, "spec": {}}})
     assert r.status_code == 500 and r.json()["code"] == "launch_failed"
     assert world.call("GET", "/v1/status").status_code == 200
 
@@ -687,7 +690,7 @@ def test_several_launches_in_one_request_are_each_answered(world: AgentWorld) ->
     """``/v1/launches``: one pass's launches to a node in one request; each starts (or
     fails) as alone, and the answers come in order, a failure with its status."""
     good = [world.job("#!/bin/sh\nexit 0\n"), world.job("#!/bin/sh\nexit 4\n")]
-    bad = {"job_id": 4343, "uid": None, "spec": None}
+    bad = {"job_id": 4343, "uid": None, "spec": {}}
     body = {"launches": [{"job": j, "cluster": "itest", "kill_wait": 1} for j in (good[0], bad, good[1])]}
     r = world.call("POST", "/v1/launches", body)
     assert r.status_code == 200

@@ -151,9 +151,8 @@ def build_routes(
     @_handler
     async def launch(request: Request) -> JSONResponse:
         msg = _message(LaunchRequest, await _json_body(request))
-        _job_id(msg.job)
         try:
-            await supervisor.launch(msg.job, msg.kill_wait)
+            await supervisor.launch(msg.job.model_dump(), msg.kill_wait)
         except LaunchError as exc:
             return JSONResponse({"error": str(exc), "code": "launch_failed", "fault": exc.fault}, status_code=500)
         return JSONResponse({"ok": True})
@@ -163,12 +162,10 @@ def build_routes(
         """Several launches at once (one scheduling pass's to this node), each answered as
         ``/v1/launch`` would have answered it, with its status, in order."""
         msg = _message(LaunchRequests, await _json_body(request))
-        for req in msg.launches:
-            _job_id(req.job)
 
         async def one(req: LaunchRequest) -> dict[str, Any]:
             try:
-                await supervisor.launch(req.job, req.kill_wait)
+                await supervisor.launch(req.job.model_dump(), req.kill_wait)
             except LaunchError as exc:
                 return {"error": str(exc), "code": "launch_failed", "fault": exc.fault, "status": 500}
             return {"ok": True}
@@ -202,7 +199,9 @@ def build_routes(
             # The job's end reaches a node that runs no batch script of it: its Epilog here
             # (the batch host runs it when the script ends).
             supervisor.spawn(
-                supervisor.hooks.epilog_once({**msg.job, "job_id": msg.job_id, "restart_count": msg.restart_count})
+                supervisor.hooks.epilog_once(
+                    {**msg.job.model_dump(), "job_id": msg.job_id, "restart_count": msg.restart_count}
+                )
             )
         return JSONResponse({"ok": True, "running": running})
 
@@ -298,7 +297,7 @@ class _SignedOnly:
                 self.verifier.name,
                 exc,
             )
-            await send_json(send, 401, refusal(exc))
+            await send_json(send, getattr(exc, "status", 401), refusal(exc))
             return
         sent = False
 

@@ -32,6 +32,8 @@ import httpx
 from muster.agent.state import StateDir
 from muster.agent.supervisor import Supervisor
 from muster.protocol.httpd import DaemonRequestError, SignedClient
+from muster.protocol.messages import Register, dump, read
+from muster.protocol.versions import LEGACY, MIN_PROTOCOL
 
 __all__ = ["ControllerLink"]
 
@@ -66,6 +68,7 @@ class ControllerLink:
         self.max_backoff = max(MIN_BACKOFF, min(MAX_BACKOFF, interval))
         self.registered = False
         self.reachable: bool | None = None  # None: not tried yet
+        self.ctld_protocol: int | None = None  # the controller's wire protocol, as it last answered
         self._reports_due = asyncio.Event()
         self._contact_due = asyncio.Event()
         self._register_now = asyncio.Event()
@@ -164,11 +167,31 @@ class ControllerLink:
         self.registered = False
         return _CALLED
 
+    async def _register(self, body: dict[str, Any]) -> Any:
+        """Register in this build's protocol; a controller of an older one (muster 0.2.0)
+        refuses the fields it does not know (400 "invalid Register"): then again, written
+        for the oldest protocol accepted (``messages.dump``), so that either side of an
+        upgrade may go first. Notes the controller's protocol from its answer."""
+        msg = read(Register, body)
+        url = f"{self.base_url}/v1/agent/register"
+        try:
+            answer = await self.client.post(url, dump(msg))
+        except DaemonRequestError as exc:
+            if exc.status != 400 or not exc.message.startswith("invalid Register"):
+                raise
+            log.info(
+                "controller refused this protocol's registration (%s): registering in protocol %d", exc, MIN_PROTOCOL
+            )
+            answer = await self.client.post(url, dump(msg, MIN_PROTOCOL))
+        protocol = answer.get("protocol") if isinstance(answer, dict) else None
+        self.ctld_protocol = protocol if isinstance(protocol, int) else LEGACY
+        return answer
+
     async def contact(self) -> Any:
         """One registration (when due) or one heartbeat; returns the controller's answer."""
         if not self.registered:
             body = self.registration()
-            answer = await self.client.post(f"{self.base_url}/v1/agent/register", body)
+            answer = await self._register(body)
             self._mark_reachable(True)
             self.registered = True
             log.info(

@@ -18,6 +18,7 @@ from muster.ctld.commits import GroupCommit
 from muster.ctld.context import Context
 from muster.ctld.wire import message
 from muster.protocol.messages import Heartbeat, Heartbeats, JobsDone
+from muster.protocol.versions import peer_protocol
 
 __all__ = ["build_agent_routes"]
 
@@ -44,8 +45,8 @@ def build_agent_routes(
 
     @handler
     async def agent_register(request: Request) -> JSONResponse:
-        body = await signed_body(request)
-        answer = ctl.agents.register(body)
+        body = await signed_body(request)  # its protocol is in range (``signing.check_protocol``)
+        answer = ctl.agents.register(body, peer_protocol(request.headers))
         ctx.kick()
         return JSONResponse(answer)
 

@@ -20,8 +20,11 @@ from muster.ctld.state import ClusterState, LostWatch
 from muster.ctld.training import Training
 from muster.ctld.wire import message
 from muster.protocol.messages import Attempt, Heartbeat, Register
+from muster.protocol.versions import MIN_PROTOCOL, PROTOCOL
 
 log = logging.getLogger("musterctld")
+
+OLD_AGENT = "Agent too old"  # the drain reason's start for an agent under MinAgentProtocol
 
 
 class Agents:
@@ -29,10 +32,18 @@ class Agents:
         self.state = state
         self.launches = launches
         self.training = training
+        # The wire protocol each node's agent registered with (``protocol.versions``):
+        # what ``dispatch`` writes to it. A node not registered since this controller
+        # started is written to in the oldest protocol accepted.
+        self.protocols: dict[str, int] = {}
 
-    def register(self, body: Register | Mapping[str, Any]) -> dict[str, Any]:
+    def protocol(self, node: str) -> int:
+        return self.protocols.get(node, MIN_PROTOCOL)
+
+    def register(self, body: Register | Mapping[str, Any], protocol: int = PROTOCOL) -> dict[str, Any]:
         """An agent (re)registers: it answers again, with what it runs; the answer names
-        the runs it must end (``kill``)."""
+        the runs it must end (``kill``) and this controller's protocol. ``protocol``: the
+        one its request was written in (checked to be in range already)."""
         msg = message(Register, body)
         now = self.state.clock.now()
         node = self.state.node(msg.node)
@@ -45,6 +56,8 @@ class Agents:
         node.agent_start_time = msg.agent_start_time
         node.boot_time = msg.boot_time
         node.version = msg.version
+        self.protocols[node.name] = protocol
+        self._check_protocol(node, protocol, now)
         low = self._low_resources(node, msg)
         if low and not node.drain:
             node.drain = True
@@ -57,7 +70,26 @@ class Agents:
             node.admin_down = False
             node.reason = ""
             self.state.put_node(node)
-        return {"ok": True, "kill": self._stale_jobs(node, msg.running)}
+        return {"ok": True, "kill": self._stale_jobs(node, msg.running), "protocol": PROTOCOL}
+
+    def _check_protocol(self, node: NodeRuntime, protocol: int, now: float) -> None:
+        """``MinAgentProtocol=N``: a node whose agent speaks an older protocol keeps what it
+        runs and takes no new work (drained, as Slurm drains a node for its reasons) until
+        its agent registers with protocol N or later, which undrains it."""
+        minimum = self.state.config.get_int("MinAgentProtocol", 0)
+        if protocol < minimum:
+            reason = (
+                f"{OLD_AGENT}: protocol {protocol} (muster {node.version or 'unknown'}) < MinAgentProtocol={minimum}"
+            )
+            if not node.drain or node.reason.startswith(OLD_AGENT):
+                if (node.drain, node.reason) != (True, reason):
+                    log.warning("node %s: drained at registration: %s", node.name, reason)
+                node.drain, node.reason, node.reason_time, node.reason_user = True, reason, now, "root"
+                self.state.put_node(node)
+        elif node.drain and node.reason.startswith(OLD_AGENT):
+            node.drain, node.reason, node.reason_time = False, "", None
+            self.state.put_node(node)
+            log.info("node %s: its agent speaks protocol %d now: in service again", node.name, protocol)
 
     def _low_resources(self, node: NodeRuntime, msg: Register) -> str:
         """Why a node that registers has less than its configuration says, in Slurm's
@@ -101,7 +133,26 @@ class Agents:
         self._watch_lost(node, dict(msg.ended) | dict(msg.running), now)
         if msg.progress is not None:
             self.training.progress(node.name, msg.progress)
-        return {"ok": True, "kill": self._stale_jobs(node, msg.running)}
+        return {"ok": True, "kill": self._stale_jobs(node, msg.running), "protocol": PROTOCOL}
+
+    def _check_protocol(self, node: NodeRuntime, protocol: int, now: float) -> None:
+        """``MinAgentProtocol=N``: a node whose agent speaks an older protocol keeps what it
+        runs and takes no new work (drained, as Slurm drains a node for its reasons) until
+        its agent registers with protocol N or later, which undrains it."""
+        minimum = self.state.config.get_int("MinAgentProtocol", 0)
+        if protocol < minimum:
+            reason = (
+                f"{OLD_AGENT}: protocol {protocol} (muster {node.version or 'unknown'}) < MinAgentProtocol={minimum}"
+            )
+            if not node.drain or node.reason.startswith(OLD_AGENT):
+                if (node.drain, node.reason) != (True, reason):
+                    log.warning("node %s: drained at registration: %s", node.name, reason)
+                node.drain, node.reason, node.reason_time, node.reason_user = True, reason, now, "root"
+                self.state.put_node(node)
+        elif node.drain and node.reason.startswith(OLD_AGENT):
+            node.drain, node.reason, node.reason_time = False, "", None
+            self.state.put_node(node)
+            log.info("node %s: its agent speaks protocol %d now: in service again", node.name, protocol)
 
     def node_faults(self, body: Heartbeat | Mapping[str, Any]) -> list[Action]:
         """What a heartbeat says is wrong with its node: a failed Prolog (drain, requeue the

@@ -55,6 +55,7 @@ from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.token_api import build_token_routes
 from muster.ctld.wire import node_wire, partition_wire
+from muster.protocol import versions
 from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, refusal
 from muster.protocol.signing import CRED_HEADER
 
@@ -173,6 +174,8 @@ def build_routes(ctx: Context) -> list[Route]:
     def handler(fn: Any) -> Any:
         async def wrapped(request: Request) -> JSONResponse:
             try:
+                if not request.url.path.startswith("/v1/agent/"):  # a daemon's: ``signing.check_protocol``
+                    versions.check(request.headers, "client", "this controller")
                 unproven = request.scope.get(PEER_KEY) is None or token_in(request.headers) is not None
                 if unproven and not request.url.path.startswith("/v1/agent/"):
                     if IDENTITY_KEY not in request.scope:  # MUNGE: munged is asked in a thread
@@ -192,7 +195,10 @@ def build_routes(ctx: Context) -> list[Route]:
                     request.headers.get("x-muster-to", "-"),
                     e.cause,
                 )
-                return JSONResponse(refusal(e.cause), status_code=401)
+                return JSONResponse(refusal(e.cause), status_code=getattr(e.cause, "status", 401))
+            except versions.ProtocolMismatch as e:
+                log.warning("refused %s %s: %s", request.method, request.url.path, e)
+                return JSONResponse({"error": str(e), "code": "protocol"}, status_code=e.status)
             except AuthError as e:
                 client = request.client.host if request.client else "?"
                 log.warning("refused %s %s from %s: %s", request.method, request.url.path, client, e)

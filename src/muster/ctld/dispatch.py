@@ -26,7 +26,7 @@ from muster.ctld.controller import Controller
 from muster.ctld.hetjobs import launch_view
 from muster.ctld.steps import StepSignal
 from muster.protocol.httpd import DaemonRequestError, SignedClient
-from muster.protocol.messages import LaunchRequest, SignalRequest, TerminateRequest, UpdateRequest
+from muster.protocol.messages import EpilogJob, LaunchRequest, SignalRequest, TerminateRequest, UpdateRequest, dump
 
 log = logging.getLogger("musterctld.dispatch")
 
@@ -70,23 +70,24 @@ class Dispatcher:
                     restart_count=action.attempt,
                     reason=action.reason,
                     kill_wait=self.ctl.config.kill_wait,
-                    job=_epilog_view(job, action.nodes) if job is not None else None,
+                    job=EpilogJob.model_validate(_epilog_view(job, action.nodes)) if job is not None else None,
                 )
-                body = _body(request)
-                await self._each(action.nodes, lambda node: self._post(node, "/v1/terminate", body))
+                await self._each(
+                    action.nodes, lambda node: self._post(node, "/v1/terminate", self._body(request, node))
+                )
             elif isinstance(action, NewLimit):
                 launching = self._launching.get(action.job_id)
                 if launching is not None:
                     await launching.wait()
-                await self._post(
-                    action.node, "/v1/update", _body(UpdateRequest(job_id=action.job_id, time_limit=action.time_limit))
-                )
+                request = UpdateRequest(job_id=action.job_id, time_limit=action.time_limit)
+                await self._post(action.node, "/v1/update", self._body(request, action.node))
             elif isinstance(action, SignalJob):
                 request = SignalRequest(
                     job_id=action.job_id, signal=action.signal, batch_only=action.batch_only, whole_job=action.whole_job
                 )
-                body = _body(request)  # not sent twice: a signal is not idempotent
-                await self._each(action.nodes, lambda node: self._post(node, "/v1/signal", body, retry=False))
+                await self._each(  # not sent twice: a signal is not idempotent
+                    action.nodes, lambda node: self._post(node, "/v1/signal", self._body(request, node), retry=False)
+                )
             elif isinstance(action, StepSignal):  # scancel N.S
                 body = action.body()
                 await self._each(action.nodes, lambda node: self._post(node, "/v1/step_signal", body, retry=False))
@@ -176,7 +177,7 @@ class Dispatcher:
     async def _launch_many(self, host: str, actions: list[Launch]) -> None:
         try:
             attempts = [a.job.restart_count for a in actions]
-            sent = list(zip(actions, attempts, [self._launch_body(a.job) for a in actions], strict=True))
+            sent = list(zip(actions, attempts, [self._launch_body(a.job, host) for a in actions], strict=True))
             payload: dict[str, Any] = {"launches": [b for _a, _n, b in sent]}
             dropped: list[tuple[Launch, int, dict[str, Any]]] = []
 
@@ -205,24 +206,31 @@ class Dispatcher:
                 raise ValueError(f"{host} answered {len(sent)} launches with {answer!r}")
             for (a, n, _b), one in zip(sent, answers, strict=True):
                 job_id = a.job.job_id
-                if isinstance(one, dict) and one.get("code") == "launch_failed":
-                    log.warning("job %s: launch refused by %s: %s", job_id, host, one.get("error"))
-                    self.ctl.launches.launch_failed(job_id, n, str(one.get("error")), str(one.get("fault") or "node"))
-                else:
-                    if not (isinstance(one, dict) and one.get("ok")):
-                        log.warning("job %s: launch refused by %s: %s", job_id, host, one)
+                if isinstance(one, dict) and one.get("ok"):
                     self.ctl.launches.launch_done(job_id)
+                    continue
+                # refused (a launch failure, or an answer with an error status): a failed launch
+                error = str(one.get("error") or one) if isinstance(one, dict) else repr(one)
+                log.warning("job %s: launch refused by %s: %s", job_id, host, error)
+                fault = str(one.get("fault") or "node") if isinstance(one, dict) else "node"
+                self.ctl.launches.launch_failed(job_id, n, error, fault)
         except Exception:  # a surprise must not kill the controller's loop
             log.exception("dispatch of %d launches to %s failed", len(actions), host)
 
-    def _launch_body(self, job: Job) -> dict[str, Any]:
-        return _body(
-            LaunchRequest(
-                job=launch_view(job, self.ctl.jobs),
-                cluster=self.ctl.config.cluster_name,
-                kill_wait=self.ctl.config.kill_wait,
-            )
+    def _body(self, request: BaseModel, node: str) -> dict[str, Any]:
+        """A typed request (``protocol.messages``) as the JSON body ``node``'s agent reads:
+        in the protocol it registered with (fields it does not know left out)."""
+        return dump(request, self.ctl.agents.protocol(node))
+
+    def _launch_body(self, job: Job, host: str) -> dict[str, Any]:
+        request = LaunchRequest.model_validate(
+            {
+                "job": launch_view(job, self.ctl.jobs),
+                "cluster": self.ctl.config.cluster_name,
+                "kill_wait": self.ctl.config.kill_wait,
+            }
         )
+        return self._body(request, host)
 
     def _wanted(self, job: Job, host: str, attempt: int) -> bool:
         """Still this attempt, still on a node that answers."""
@@ -241,7 +249,7 @@ class Dispatcher:
         host = job.batch_host
         attempt = job.restart_count
         assert host is not None
-        body = self._launch_body(job)
+        body = self._launch_body(job, host)
 
         def wanted() -> bool:
             return self._wanted(job, host, attempt)
@@ -250,22 +258,19 @@ class Dispatcher:
             await self._send(host, "/v1/launch", body, wanted)
         except DaemonRequestError as e:
             # The agent answered why it could not start the job, and whose fault it is (it
-            # also saved a report saying so, for the case this answer is lost).
+            # also saved a report saying so, for the case this answer is lost); any other
+            # refusal (HTTP 4xx: it cannot read or will not take this controller's launches;
+            # 5xx) fails the launch too: requeued, the node judged by ``launch_failed``.
             log.warning("job %s: launch refused by %s: %s", job.job_id, host, e)
             if e.data.get("code") == "launch_failed":
                 self.ctl.launches.launch_failed(job.job_id, attempt, e.message, str(e.data.get("fault") or "node"))
             else:
-                self.ctl.launches.launch_done(job.job_id)
+                self.ctl.launches.launch_failed(job.job_id, attempt, str(e), "node" if e.status < 500 else None)
         except Exception as e:  # noqa: BLE001 - unreachable: the job goes back to the queue
             log.warning("job %s: cannot reach %s to launch: %s", job.job_id, host, e or type(e).__name__)
             self.ctl.launches.launch_failed(job.job_id, attempt, str(e) or type(e).__name__)
         else:
             self.ctl.launches.launch_done(job.job_id)
-
-
-def _body(request: BaseModel) -> dict[str, Any]:
-    """A typed request (``protocol.messages``) as the JSON body it travels as."""
-    return request.model_dump(exclude_none=True)
 
 
 def _epilog_view(job: Job, nodes: list[str]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ socket, the common case on the controller's host, needs no TLS.
 
 import _socket
 
+from muster.protocol.versions import PROTOCOL  # the wire's protocol number, said in every request
 from muster.protocol.wirejson import dumps, loads
 
 TYPE_CHECKING = False  # typing itself costs milliseconds to import; checkers read this name
@@ -204,7 +205,8 @@ def request(
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         head = (
             f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n{extra}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+            f"X-Muster-Protocol: {PROTOCOL}\r\n{extra}\r\n"
         )
         sock.sendall(head.encode("utf-8", "replace") + payload)
         if _WAITING_WORK:

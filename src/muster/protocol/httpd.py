@@ -48,6 +48,7 @@ from muster.protocol.httpconn import PEER_KEY, TLS_PEER_KEY, peer_credentials, p
 from muster.protocol.signing import (
     CTLD,
     MAX_SKEW,
+    ProtocolMismatch,
     ReplayGuard,
     SignatureError,
     StaleMessage,
@@ -328,7 +329,10 @@ class WrongPeer(SignatureError):
 
 
 def refusal(exc: SignatureError) -> dict[str, Any]:
-    """The 401 body for a refused signed request (a stale one says the floor to re-sign at)."""
+    """The 401 body for a refused signed request (a stale one says the floor to re-sign at;
+    one from a peer of a protocol outside the range, answered 426, says so and only that)."""
+    if isinstance(exc, ProtocolMismatch):
+        return {"error": str(exc), "code": "protocol"}
     body: dict[str, Any] = {"error": f"authentication failed: {exc}", "code": "auth"}
     if isinstance(exc, StaleMessage):
         body.update(code="stale", floor=exc.floor)

@@ -3,7 +3,9 @@
 Every message a daemon receives from another is validated against its model here before
 any code reads it: a field that is missing, renamed, misspelled or of the wrong type is
 refused (HTTP 400 naming the field) instead of silently falling back to a default. Fields
-that an older or newer peer may not send are optional with the default written once, here.
+that an older or newer peer may not send are optional with the default written once, here;
+a field this build does not know (a newer peer's) is ignored. ``dump`` writes a message for
+a peer's protocol (``versions``): what that protocol's reader does not know stays out.
 
 Agent -> controller: ``Register`` (once per agent start, and after the controller was
 away), ``Heartbeat`` (every HeartbeatInterval: what runs, what ended and is being reported,
@@ -20,9 +22,11 @@ The commands never import this module (it imports pydantic): their messages are 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from muster.protocol.versions import PROTOCOL
 
 __all__ = [
     "Attempt",
@@ -39,7 +43,15 @@ __all__ = [
     "TerminateRequest",
     "UpdateRequest",
     "Usage",
+    "EpilogAlloc",
+    "EpilogJob",
+    "EpilogSpec",
+    "LaunchAlloc",
+    "LaunchJob",
+    "LaunchShape",
+    "LaunchSpec",
     "MessageError",
+    "dump",
     "read",
 ]
 
@@ -48,13 +60,22 @@ Attempt = tuple[int, int]
 
 
 class _Message(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # A newer peer of a protocol this build accepts may send fields it does not know:
+    # they are ignored, never refused (``versions``). Fields a protocol added are listed in
+    # ``since`` (field -> the protocol that added it): ``dump`` leaves them out for a peer
+    # of an older protocol, whose reader (muster 0.2.0's) refuses unknown fields.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    since: ClassVar[dict[str, int]] = {}
+    keep_none: ClassVar[bool] = False  # None values travel (else: left out, the reader's default)
 
 
 M = TypeVar("M", bound=_Message)
 
 
 class Register(_Message):
+    since: ClassVar[dict[str, int]] = {"sockets": 3, "cores_per_socket": 3, "threads_per_core": 3, "emulated": 3}
+
     node: str = Field(min_length=1)
     addr: str | None = None
     port: int | None = Field(None, ge=0, le=65535)
@@ -139,8 +160,172 @@ class JobsDone(_Message):
     reports: list[JobDone]
 
 
+class LaunchSpec(_Message):
+    """What the user asked for (``core.job.JobSpec``'s fields), as the agent reads it."""
+
+    since: ClassVar[dict[str, int]] = {"mail_type": 3, "mail_user": 3}
+
+    name: str = "sbatch"
+    script: str | None = None
+    argv: list[str] = []
+    workdir: str = "/"
+    stdout: str | None = None
+    stderr: str | None = None
+    stdin: str | None = None
+    environment: dict[str, str] = {}
+    partitions: list[str] = []
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
+    cpus_per_task: int = 1
+    mem_per_node: int | None = None
+    mem_per_cpu: int | None = None
+    mem_per_gpu: int | None = None
+    gpus_per_node: int = 0
+    gpu_type: str | None = None
+    gpus: int | None = None
+    gpus_per_task: int | None = None
+    time_limit: int | None = None
+    time_min: int | None = None
+    exclusive: bool = False
+    nodelist: list[str] = []
+    exclude: list[str] = []
+    constraint: str | None = None
+    begin_time: float | None = None
+    hold: bool = False
+    requeue: bool | None = None
+    nice: int = 0
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    dependency: str | None = None
+    comment: str | None = None
+    open_mode: str | None = None
+    signal: str | None = None
+    array: str | None = None
+    kill_on_invalid_dep: bool = False
+    interactive: bool = False
+    hang_timeout: int | None = None
+    switches: int | None = None
+    switch_wait: int | None = None
+    segment: int | None = None
+    exclusive_topo: bool = False
+    min_cpus: int | None = None
+    tmp_disk: int | None = None
+    overcommit: bool = False
+    deadline: float | None = None
+    no_kill: bool = False
+    expedite: bool = False
+    mail_type: list[str] = []
+    mail_user: str | None = None
+
+
+class LaunchShape(_Message):
+    """What the job needs on each node (``core.job.Shape``)."""
+
+    nodes: int = 1
+    cpus_per_node: int = 1
+    mem_per_node: int = 0
+    gpus_per_node: int = 0
+    gpu_type: str | None = None
+    ntasks: int = 1
+    exclusive: bool = False
+
+
+class LaunchAlloc(_Message):
+    """The job's share of one node (``core.job.NodeAlloc``)."""
+
+    node: str
+    cpus: int = 0
+    mem: int = 0
+    gpu_ids: list[int] = []
+
+
+class LaunchJob(_Message):
+    """A job as its batch host's agent is told of it (``core.job.Job.to_dict()``, and for
+    a heterogeneous job's leader every component's): what the agent needs to start it, its
+    environment and its hooks. ``None`` values travel (muster 0.2.0's agents read them)."""
+
+    keep_none: ClassVar[bool] = True
+
+    job_id: int
+    spec: LaunchSpec = LaunchSpec()
+    shape: LaunchShape = LaunchShape()
+    user: str = ""
+    uid: int | None = None
+    group: str = ""
+    gid: int | None = None
+    submit_time: float = 0.0
+    submit_host: str = "localhost"
+    partition: str = ""
+    time_limit: int | None = None
+    state: str = "PENDING"
+    reason: str = "None"
+    priority: int = 0
+    admin_priority: int | None = None
+    hold: str | None = None
+    eligible_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    alloc: list[LaunchAlloc] = []
+    exit_code: int = 0
+    exit_signal: int = 0
+    restart_count: int = 0
+    completing: bool = False
+    planned_start: float | None = None
+    planned_nodes: list[str] = []
+    cancelled_by: int | None = None
+    scheduler: str = ""
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_task_count: int | None = None
+    array_task_min: int | None = None
+    array_task_max: int | None = None
+    array_task_step: int | None = None
+    array_throttle: int = 0
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+    unknown_deps: list[int] = []
+    usage: dict[str, float] | None = None
+    launch_failures: int = 0
+    system_comment: str | None = None
+    progress: dict[str, Any] | None = None
+    attempts: list[dict[str, Any]] = []
+    preempted_by: int | None = None
+    preempt_deadline: float | None = None
+    preempt_mode: str | None = None
+    held_nodes: list[str] = []
+    hold_until: float | None = None
+    expedited: bool = False
+    het_components: list[LaunchJob] | None = None
+
+
+class EpilogSpec(_Message):
+    name: str = "sbatch"
+    workdir: str = "/"
+
+
+class EpilogAlloc(_Message):
+    node: str
+    gpu_ids: list[int] = []
+
+
+class EpilogJob(_Message):
+    """What a node's Epilog is told of the job whose end reaches it (``TerminateRequest.job``)."""
+
+    keep_none: ClassVar[bool] = True
+
+    user: str = ""
+    uid: int | None = None
+    gid: int | None = None
+    partition: str = ""
+    spec: EpilogSpec = EpilogSpec()
+    alloc: list[EpilogAlloc] = []
+
+
 class LaunchRequest(_Message):
-    job: dict[str, Any]  # ``Job.to_dict()``: the agent reads what it needs to start it
+    job: LaunchJob
     cluster: str = ""
     ctld: str | None = None  # the sending controller's address (informative)
     kill_wait: float | None = None
@@ -157,7 +342,7 @@ class TerminateRequest(_Message):
     restart_count: int | None = None  # None: whichever attempt runs
     reason: str = "cancel"
     kill_wait: float | None = None
-    job: dict[str, Any] | None = None  # what the node's Epilog is told of the job
+    job: EpilogJob | None = None  # what the node's Epilog is told of the job
 
 
 class SignalRequest(_Message):
@@ -188,3 +373,34 @@ def read(model: type[M], body: M | Mapping[str, Any]) -> M:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "body"
         raise MessageError(f"invalid {model.__name__}: {where}: {first.get('msg', 'invalid value')}") from None
+
+
+def dump(msg: BaseModel, protocol: int = PROTOCOL) -> dict[str, Any]:
+    """``msg`` as the JSON object that a peer of ``protocol`` reads: the fields added after
+    that protocol left out (Nomad's minimum-version gate: a new field reaches only the
+    peers that understand it), and ``None`` values left out (the reader's default) except
+    where the model keeps them (a job's)."""
+    return _dump(msg, protocol, getattr(msg, "keep_none", False))
+
+
+def _dump(msg: BaseModel, protocol: int, keep_none: bool) -> dict[str, Any]:
+    since: dict[str, int] = getattr(msg, "since", {})
+    out: dict[str, Any] = {}
+    for name in type(msg).model_fields:
+        if since.get(name, 0) > protocol:
+            continue
+        value = getattr(msg, name)
+        if value is None and not keep_none:
+            continue
+        out[name] = _plain(value, protocol, keep_none)
+    return out
+
+
+def _plain(value: Any, protocol: int, keep_none: bool) -> Any:
+    if isinstance(value, BaseModel):
+        return _dump(value, protocol, keep_none or getattr(value, "keep_none", False))
+    if isinstance(value, list | tuple):
+        return [_plain(v, protocol, keep_none) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v, protocol, keep_none) for k, v in value.items()}
+    return value

@@ -10,6 +10,9 @@ A signed request carries five headers:
 * ``X-Muster-Signature``: HMAC-SHA256 over a purpose tag, method, path (with its query),
   time, nonce, sender, receiver and the SHA-256 of the body.
 
+and, unsigned, the protocol it is written in (``versions``: ``X-Muster-Protocol``,
+``X-Muster-Version``); a peer outside the supported range is refused for that first.
+
 A receiver refuses a message addressed to anyone else, so a message captured on its way
 to node1 is worthless at node2, and ``replay`` makes sure it is worthless at node1 after
 its first delivery, across restarts too.
@@ -26,6 +29,7 @@ import os
 import secrets
 import stat
 
+from muster.protocol import versions
 from muster.protocol.replay import MAX_SKEW, ReplayGuard, SignatureError, StaleMessage
 
 TIME_HEADER = "x-muster-time"
@@ -41,10 +45,12 @@ __all__ = [
     "CRED_HEADER",
     "CTLD",
     "MAX_SKEW",
+    "ProtocolMismatch",
     "ReplayGuard",
     "SignatureError",
     "StaleMessage",
     "WrongReceiver",
+    "check_protocol",
     "generate_key",
     "load_key",
     "make_credential",
@@ -56,6 +62,13 @@ __all__ = [
 
 class WrongReceiver(SignatureError):
     """A genuine message addressed to another daemon."""
+
+
+class ProtocolMismatch(SignatureError):
+    """A message from a peer whose protocol this build does not speak (``versions``): no
+    signature was checked; ``str()`` names both sides' protocols and builds."""
+
+    status = versions.ProtocolMismatch.status
 
 
 def generate_key(path: str) -> bytes:
@@ -98,7 +111,28 @@ def sign_request(
     ts = f"{now:.3f}"
     nonce = secrets.token_hex(16)
     sig = _mac(key, _REQUEST, method.upper(), path, ts, nonce, sender, receiver, hashlib.sha256(body).hexdigest())
-    return {TIME_HEADER: ts, NONCE_HEADER: nonce, FROM_HEADER: sender, TO_HEADER: receiver, SIG_HEADER: sig}
+    return {
+        TIME_HEADER: ts,
+        NONCE_HEADER: nonce,
+        FROM_HEADER: sender,
+        TO_HEADER: receiver,
+        SIG_HEADER: sig,
+        **versions.headers(),  # not signed: muster 0.2.0's receivers check the signature without it
+    }
+
+
+def _speaker(name: str) -> str:
+    return "controller" if name == CTLD else f"agent {name}"
+
+
+def check_protocol(headers: dict[str, str], me: str) -> int:
+    """The protocol of a daemon's request (``versions``); ``ProtocolMismatch`` outside the
+    supported range, before any signature is checked, so that an old or new peer is told
+    why, not that its signature is wrong."""
+    try:
+        return versions.check(headers, _speaker(headers.get(FROM_HEADER) or "?"), "this " + _speaker(me).split()[0])
+    except versions.ProtocolMismatch as exc:
+        raise ProtocolMismatch(str(exc)) from None
 
 
 def verify_request(
@@ -114,7 +148,9 @@ def verify_request(
     """The sender of a request signed for ``me``; ``SignatureError`` when it must be refused.
 
     The order matters: the signature first (nothing unauthenticated is believed, not even
-    its names), then the receiver, then the replay guard (which records the message)."""
+    its names), then the receiver, then the replay guard (which records the message).
+    Before all that, the protocol (``check_protocol``): a peer outside the range is told so."""
+    check_protocol(headers, me)
     try:
         ts_text = headers[TIME_HEADER]
         nonce = headers[NONCE_HEADER]
