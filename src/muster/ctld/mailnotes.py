@@ -124,6 +124,9 @@ class MailNotes:
         # running jobs asking for TIME_LIMIT_50/80/90 -> the shares mailed for their attempt
         self.watch: dict[int, tuple[int, set[str]]] = {}
         self.invalid_sent: set[tuple[int, int]] = set()
+        # arrays mailed as a whole whose end went out: (array job id, its tasks' restarts)
+        # (tasks that end together are committed together: one mail for them all)
+        self.arrays_ended: set[tuple[int, int]] = set()
 
     # --- hooks ---------------------------------------------------------------------------
 
@@ -240,6 +243,10 @@ class MailNotes:
         tasks = self._tasks(job)
         if any(not t.state.is_terminal for t in tasks):
             return
+        key = (job.array_job_id or 0, sum(t.restart_count for t in tasks))
+        if key in self.arrays_ended:
+            return  # another task of this commit's already mailed it
+        self.arrays_ended = _remember(self.arrays_ended, key)
         states = {t.state for t in tasks}
         codes = [t.exit_code for t in tasks]
         lo, hi = min(codes, default=0), max(codes, default=0)
@@ -267,7 +274,8 @@ class MailNotes:
         array = job.array_job_id
         if array is not None and mt.ARRAY_TASKS not in job.spec.mail_type and kind in (mt.BEGIN, mt.END, mt.FAIL):
             if kind == mt.BEGIN:
-                if any(t is not job and (t.start_time is not None or t.restart_count > 0) for t in self._tasks(job)):
+                tasks = self._tasks(job)
+                if job.restart_count or any(_began_before(t, job) for t in tasks):
                     return  # not the array's first task to start
                 tail = ""
             summary = True
@@ -335,6 +343,24 @@ class MailNotes:
         if job.exit_signal:
             env["SLURM_JOB_TERM_SIGNAL_MAX"] = str(job.exit_signal)
         return env
+
+
+def _began_before(t: Job, job: Job) -> bool:
+    """Task ``t`` of ``job``'s array began before it: an earlier start (the lower job id
+    first among tasks started in one pass), or a run already requeued."""
+    if t is job:
+        return False
+    if t.restart_count > 0:
+        return True
+    return t.start_time is not None and (t.start_time, t.job_id) < (job.start_time or 0.0, job.job_id)
+
+
+def _remember(keys: set[tuple[int, int]], key: tuple[int, int]) -> set[tuple[int, int]]:
+    """``keys`` with ``key``, bounded: the older half is forgotten past 10,000 arrays."""
+    if len(keys) >= 10_000:
+        keys = set(sorted(keys)[5_000:])
+    keys.add(key)
+    return keys
 
 
 def _one_line(text: str) -> str:

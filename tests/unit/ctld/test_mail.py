@@ -183,6 +183,30 @@ def test_an_array_is_mailed_as_a_whole_unless_array_tasks(ctl: Controller, sent:
     assert sent[0].env["SLURM_ARRAY_TASK_ID"] == "3"
 
 
+def test_array_tasks_started_and_ended_in_one_commit_make_one_summary_each(ctl: Controller, sent: list[Mail]) -> None:
+    from muster.core import lifecycle
+
+    first = ctl.queue.submit(JobSpec(name="c", array="0-2", mail_type=["BEGIN", "END"]), ALICE)
+    a = first.array_job_id
+    tasks = [ctl.jobs[i] for i in sorted(ctl.arrays.tasks[a].values())]
+
+    class S:
+        def __init__(self, job: Any, node: str) -> None:
+            self.job_id, self.partition, self.backfilled = job.job_id, "gpu", False
+            self.alloc = [NodeAlloc(node, 1, 0, [])]
+
+    ctl.launches.apply_starts([S(t, n) for t, n in zip(tasks, ("node1", "node2", "node3"), strict=True)], 1000.0)
+    advance(ctl, 3)
+    for t in tasks:  # as a group commit of their agents' reports does it (ctld.commits)
+        lifecycle.finish(t, 0, 0, ctl.clock.now())
+        ctl.release_resources(t)
+    ctl.record(ctl.clock.now(), [(t, "completed", {"exit_code": 0}) for t in tasks])
+    assert subjects(sent) == [
+        f"Slurm Array Summary Job_id={a}_* ({a}) Name=c Began",
+        f"Slurm Array Summary Job_id={a}_* ({a}) Name=c Ended, COMPLETED, ExitCode [0-0]",
+    ]
+
+
 def test_an_automatic_drain_mails_the_admin_address(ctl: Controller, sent: list[Mail]) -> None:
     ctl.drain("node2", "launch failed: no such directory")
     assert [(m.recipient, m.subject) for m in sent] == [
