@@ -152,7 +152,11 @@ def test_sighup_gives_the_agent_a_new_prolog(umask0_cluster: Harness) -> None:
         os.kill(pid, signal.SIGHUP)
         wait_for("the agent's reconfigure line", lambda: "node1: Prolog applied" in text(log_path(h, "node1")))
         job = h.sbatch("-w", "node1", "--wrap", "true")
-        assert h.wait_job(job)["state"] == "COMPLETED"
+        try:
+            ended = h.wait_job(job)
+        except AssertionError:
+            raise AssertionError(f"{h.job(job)}; nodes {h.node_states()}") from None
+        assert ended["state"] == "COMPLETED", ended
         assert text(marker).split() == [str(job)]
         assert h.agent_pid("node1") == pid
     finally:
