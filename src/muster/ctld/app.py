@@ -151,7 +151,9 @@ class CtldApp:
             asyncio.create_task(self._periodic(self._sample, self.samples.every), name="samples"),
             asyncio.create_task(self._periodic(self._mail_tick, 1.0), name="mail"),
         ]
-        # the agents register now, not at their next heartbeat (a restart, a takeover)
+        # the agents register now, not at their next heartbeat (a restart, a takeover);
+        # until they do, none is judged on the time the loading took
+        self.controller.serving(self.clock.now())
         self._tasks.append(asyncio.create_task(self.dispatcher.call_agents(self.instance), name="call-agents"))
         self._sample()
         self.kick()

@@ -95,6 +95,10 @@ class Liveness:
             except StorageError:
                 continue  # logged; judged again on the next check, once the store commits
         self.state.note_node_service(now)
+        try:
+            self.state.note_nodes_up(now)
+        except StorageError:
+            pass  # only a hint for the next controller: written at a later check
         actions += self.training.check_hangs()
         return actions
 

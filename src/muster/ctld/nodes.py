@@ -38,6 +38,10 @@ class NodeRuntime:
     reason_user: str = ""
     last_seen: float | None = None
     silent: bool = False  # no heartbeat for a while, not yet SlurmdTimeout: "*" in sinfo
+    # in service when the controller last knew (``ClusterState.known_up``) and not heard
+    # from since this controller started: shown in that state, not UNKNOWN, until its
+    # agent registers or SlurmdTimeout passes (a restart, a takeover); takes no work yet
+    presumed: bool = False
     agent_start_time: float | None = None
     boot_time: float | None = None
     version: str = ""
@@ -69,7 +73,7 @@ class NodeRuntime:
     def base_state(self) -> NodeState:
         if self.admin_down or (self.registered and not self.responding):
             return NodeState.DOWN
-        if not self.registered:
+        if not self.registered and not self.presumed:
             return NodeState.UNKNOWN
         if not self.allocs:
             return NodeState.IDLE

@@ -23,6 +23,7 @@ from muster.core import lifecycle
 from muster.core.clock import Clock
 from muster.core.config import Config
 from muster.core.errors import MusterError, StorageError
+from muster.core.hostlist import compress, expand
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
@@ -42,6 +43,7 @@ log = logging.getLogger("musterctld")
 # A job requeued after a node failure is eligible again this many seconds later (its reason
 # meanwhile BeginTime, as in Slurm): time for the rest of its old attempt to be killed.
 REQUEUE_BEGIN_DELAY = 3.0
+NODES_UP = "nodes_up"  # the store's meta key: the nodes in service, as a hostlist
 
 _TERMINAL = frozenset(s for s in JobState if s.is_terminal)
 # Where a job stands after each state-changing event of the log (``check_log``).
@@ -90,6 +92,9 @@ class ClusterState:
     arrays: ArrayIndex = field(default_factory=ArrayIndex)
     # Associations, QOS, fair-share and limits (muster.ctld.accounting); set by load().
     accounting: Accounting | None = None
+    # the nodes in service as last recorded (meta ``nodes_up``, a hostlist): after a restart
+    # or a takeover they are shown as they were until their agents register (``liveness``)
+    known_up: set[str] = field(default_factory=set)
     # node -> out of service as last recorded in the store's node_events (sreport's Down)
     out_of_service: dict[str, bool] = field(default_factory=dict)
     # pending jobs that carry a planned start from the last pass (``sched.apply``)
@@ -143,11 +148,17 @@ class ClusterState:
             self.reservations[name] = Reservation.from_dict(data)
         stored_next = int(self.store.get_meta("next_job_id", "0") or 0)
         self.next_job_id = max(self.config.first_job_id, stored_next, self.store.max_job_id() + 1)
-        # Nodes with work on them are presumed alive until SlurmdTimeout says otherwise.
+        # Nodes with work on them are presumed alive until SlurmdTimeout says otherwise; the
+        # nodes in service when the last controller knew are shown so meanwhile.
+        try:
+            self.known_up = set(expand(self.store.get_meta(NODES_UP, "") or ""))
+        except ValueError:  # not a hostlist: only a hint, not worth a refused start
+            self.known_up = set()
         for node in self.nodes.values():
             if node.allocs:
                 node.last_seen = now
                 node.responding = True
+            node.presumed = not node.admin_down and (bool(node.allocs) or node.name in self.known_up)
         self.accounting = Accounting.load(self.config, self.store, now)
         self.out_of_service = self.store.last_node_states()
 
@@ -392,6 +403,32 @@ class ClusterState:
             self.record(now, [(job, "lost_node", {"node": name, "why": why})])
         log.warning("job %d runs on without node %s (--no-kill): %s", job.job_id, name, why)
         return True
+
+    def serving(self, now: float) -> None:
+        """The controller serves from now (loading may have taken a while): the nodes it has
+        not heard from since it started get their whole SlurmdTimeout from now, so that a
+        restart or a takeover never brings a healthy node nearer to DOWN."""
+        self.started_at = now
+        for node in self.nodes.values():
+            if not node.registered and node.last_seen is not None:
+                node.last_seen = now
+
+    def note_nodes_up(self, now: float) -> None:
+        """Forget the presumption about nodes not heard from within SlurmdTimeout of this
+        controller's start, and record (one row, only when it changed) which nodes are in
+        service, for the next controller to show until their agents register."""
+        expired = now - self.started_at > self.config.slurmd_timeout
+        up = set()
+        for node in self.nodes.values():
+            if not node.registered and node.presumed and expired:
+                node.presumed = False
+            if node.admin_down:
+                continue
+            if (node.registered and node.responding) or (not node.registered and node.presumed):
+                up.add(node.name)
+        if up != self.known_up:
+            self.store.set_meta(NODES_UP, compress(sorted(up)) if up else "")
+            self.known_up = up
 
     def note_node_service(self, now: float) -> None:
         """Record nodes that went out of service (DOWN, or drained and empty) or came back,
