@@ -1,0 +1,210 @@
+"""The support window (docs/upgrade.md): this release's daemons and muster 0.2.0's (release
+N-1, tag v0.2.0 on commit 22f68a7) in one cluster, either side first.
+
+The old release is unpacked from git into a temporary directory (``git archive``) and its
+daemons and commands run with this venv's Python and ``PYTHONPATH`` on its tree (its
+dependencies are the same). (a) today's controller with a 0.2.0 agent, (c) with 0.2.0's
+sbatch, squeue and scancel: jobs run to COMPLETED, a running one is listed and cancelled;
+(b) a 0.2.0 controller with today's agent (which registers again in protocol 2 when the
+old controller refuses protocol 3's fields): a job runs to COMPLETED. A peer outside the
+window (protocol 99, in a request signed with the cluster key) is refused with the line
+that says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from harness import Harness
+from muster.cluster.local import ClusterShape
+from muster.protocol import versions
+from muster.protocol.signing import CTLD, load_key, sign_request
+
+pytestmark = pytest.mark.integration
+
+V020 = "22f68a7"  # tag v0.2.0
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHAPE = ClusterShape(nodes=1, gpus_per_node=0, cpus_per_node=4, mem_per_node=4000)
+
+
+@pytest.fixture(scope="module")
+def old_src() -> Iterator[str]:
+    """muster 0.2.0's ``src`` directory, unpacked from git for this module's tests."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    probe = subprocess.run(["git", "cat-file", "-e", f"{V020}^{{commit}}"], cwd=ROOT, capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"commit {V020} (v0.2.0) is not in this clone")
+    tree = tempfile.mkdtemp(prefix="muster-v0.2.0-")
+    try:
+        archive = subprocess.Popen(["git", "archive", V020, "src"], cwd=ROOT, stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", tree], stdin=archive.stdout, check=True)
+        assert archive.wait() == 0
+        yield os.path.join(tree, "src")
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+
+
+def _spawn(h: Harness, name: str, module: str, args: list[str], pythonpath: str | None) -> None:
+    """Start one daemon of ``h``'s cluster (its pid file where ``LocalCluster.stop`` finds
+    it), from the tree on ``pythonpath`` (None: this one)."""
+    cluster = h.cluster
+    env = dict(os.environ, MUSTER_CONF=cluster.conf_path)
+    env.pop("PYTHONPATH", None)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    log_path = os.path.join(cluster.state_dir, "log", f"{name}.log")
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, "--conf", cluster.conf_path, *args, "--log-file", log_path],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env=env,
+        )
+    with open(os.path.join(cluster.state_dir, "run", f"{name}.pid"), "w") as f:
+        f.write(f"{proc.pid}\n")
+
+
+def _start(h: Harness, ctld_from: str | None, agent_from: str | None) -> None:
+    h.cluster.create(h.shape, h.settings)
+    _spawn(h, "musterctld", "muster.ctld.main", ["--index", "0"], ctld_from)
+    state = os.path.join(h.cluster.state_dir, "nodes", "node1")
+    os.makedirs(state, exist_ok=True)
+    _spawn(h, "node1", "muster.agent.main", ["--node", "node1", "--state-dir", state], agent_from)
+
+
+def _log(h: Harness, name: str) -> str:
+    with open(os.path.join(h.cluster.state_dir, "log", f"{name}.log"), errors="replace") as f:
+        return f.read()
+
+
+def _wait(check: Callable[[], Any], what: str, h: Harness, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as exc:  # noqa: BLE001 - a controller still starting
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.1)
+    raise AssertionError(
+        f"{what}: {last!r}\n--- controller ---\n{_log(h, 'musterctld')}\n--- agent ---\n{_log(h, 'node1')}"
+    )
+
+
+def _node(h: Harness) -> dict[str, Any]:
+    nodes: list[dict[str, Any]] = h.cluster.api("GET", "/v1/nodes")["nodes"]
+    return next(n for n in nodes if n["name"] == "node1")
+
+
+def _idle(h: Harness) -> dict[str, Any]:
+    return _wait(lambda: (n := _node(h))["state"] == "IDLE" and n, "node1 never became IDLE", h)
+
+
+def _old_command(h: Harness, old_src: str, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run muster 0.2.0's ``command`` (its ``main``) against ``h``'s controller."""
+    code = f"import sys; from muster.cli.{command} import main; sys.exit(main(sys.argv[1:]))"
+    return h.run([sys.executable, "-c", code, *args], env={"PYTHONPATH": old_src, "MUSTER_CMD_SERVER": "0"})
+
+
+def _completed(h: Harness, job_id: int) -> dict[str, Any]:
+    job = _wait(
+        lambda: (j := h.job(job_id))["state"] not in ("PENDING", "RUNNING") and not j["completing"] and j,
+        f"job {job_id} never ended",
+        h,
+    )
+    assert job["state"] == "COMPLETED", job
+    return job
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    h = Harness(SHAPE, tls=False)
+    try:
+        yield h
+    finally:
+        h.down()
+
+
+def test_todays_controller_runs_a_v020_agent_and_v020_commands(harness: Harness, old_src: str) -> None:
+    h = harness
+    _start(h, ctld_from=None, agent_from=old_src)
+    node = _idle(h)
+    assert node["version"] == "0.1.0"  # what 0.2.0's agents say of themselves (its __init__)
+    # (a) a job submitted with today's sbatch runs on the old agent
+    job_id = h.sbatch("-o", "today-%j.out", "--wrap", "echo ran $SLURM_JOB_ID")
+    _completed(h, job_id)
+    assert h.read(f"today-{job_id}.out") == f"ran {job_id}\n"
+    # (c) 0.2.0's sbatch, squeue and scancel against today's controller
+    out = _old_command(h, old_src, "sbatch", "--parsable", "-o", "old-%j.out", "--wrap", "echo old $SLURM_JOB_ID")
+    assert out.returncode == 0, out.stderr
+    old_job = int(out.stdout.strip().split(";")[0])
+    _completed(h, old_job)
+    assert h.read(f"old-{old_job}.out") == f"old {old_job}\n"
+    out = _old_command(h, old_src, "sbatch", "--parsable", "--wrap", "sleep 300")
+    assert out.returncode == 0, out.stderr
+    sleeper = int(out.stdout.strip().split(";")[0])
+    _wait(lambda: h.job(sleeper)["state"] == "RUNNING", "the sleeper never ran", h)
+    listed = _old_command(h, old_src, "squeue", "-h", "-o", "%i %T")
+    assert listed.returncode == 0, listed.stderr
+    assert f"{sleeper} RUNNING" in listed.stdout.splitlines()
+    out = _old_command(h, old_src, "scancel", str(sleeper))
+    assert out.returncode == 0, out.stderr
+    _wait(lambda: h.job(sleeper)["state"] == "CANCELLED", "the sleeper was not cancelled", h)
+
+
+def test_a_v020_controller_runs_todays_agent(harness: Harness, old_src: str) -> None:
+    h = harness
+    _start(h, ctld_from=old_src, agent_from=None)
+    _idle(h)
+    assert "registering in protocol 2" in _log(h, "node1")
+    out = _old_command(h, old_src, "sbatch", "--parsable", "-o", "b-%j.out", "--wrap", "echo b $SLURM_JOB_ID")
+    assert out.returncode == 0, out.stderr
+    job_id = int(out.stdout.strip().split(";")[0])
+    _completed(h, job_id)
+    assert h.read(f"b-{job_id}.out") == f"b {job_id}\n"
+
+
+def test_a_peer_outside_the_window_is_refused_saying_so(harness: Harness) -> None:
+    h = harness
+    _start(h, ctld_from=None, agent_from=None)
+    _idle(h)
+    cfg = h.cluster.config()
+    body = json.dumps({"node": "node1", "version": "9.0.0"}).encode()
+    head = sign_request(
+        load_key(cfg.auth_key_file), "POST", "/v1/agent/register", body, time.time(), sender="node1", receiver=CTLD
+    )
+    head[versions.PROTOCOL_HEADER], head[versions.VERSION_HEADER] = "99", "9.0.0"
+    request = urllib.request.Request(
+        f"http://{cfg.ctld_addrs[0][1]}:{cfg.ctld_port}/v1/agent/register",
+        body,
+        {**head, "content-type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=10)  # noqa: S310 - loopback, http
+    assert info.value.code == 426
+    answer = json.loads(info.value.read())
+    assert answer == {
+        "code": "protocol",
+        "error": f"agent node1 speaks protocol 99 (muster 9.0.0), this controller {versions.MIN_PROTOCOL}.."
+        f"{versions.MAX_PROTOCOL} (muster {versions.build()}): upgrade this controller",
+    }
+    assert "speaks protocol 99" in _log(h, "musterctld")
+    assert _node(h)["state"] == "IDLE"  # nothing changed for the node
