@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         logging.getLogger("musterctld").info("TLS on (TLSType=tls/muster): CA %s", config.tls.ca_cert)
     try:  # before the store is opened, for as long as the process lives
-        private_dir(config.state_save_location, config.ctld_socket_for(index))
+        private_dir(config.state_save_location, users_reach(config, index))
         lock = hold(config.state_save_location, index)
     except OSError as e:
         print(f"musterctld: error: {e.filename or config.state_save_location}: {e.strerror}", file=sys.stderr)
@@ -108,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.close(lock)  # the store is closed: the next controller may open it
+
+
+def users_reach(config, index: int) -> list[str]:  # type: ignore[no-untyped-def]
+    """What other users must reach by name, which may lie in the state directory: the
+    controller's socket, and an agent's spool and sockets on the same host."""
+    spool = (config.get("SlurmdSpoolDir") or "/var/spool/muster").split("%")[0]  # musterd's default
+    return [config.ctld_socket_for(index), spool, config.get("AgentSocketDir") or ""]
 
 
 def controller_index(config, wanted: int | None) -> int:  # type: ignore[no-untyped-def]

@@ -12,8 +12,9 @@ refused while a controller runs, and a controller started during a restore is re
 until it is done.
 
 The state directory and the files in it are private (``private_dir``): 0700, or 0711 when
-the controller's Unix socket is inside it (other users must reach the socket by name; they
-still cannot list the directory, and every file in it is 0600).
+the controller's Unix socket, or an agent's spool or socket directory, is inside it (other
+users must reach those by name; they still cannot list the directory, and every file of
+the controller's in it is 0600).
 """
 
 from __future__ import annotations
@@ -83,11 +84,13 @@ def held(state_dir: str, who: str) -> Iterator[None]:
         os.close(fd)
 
 
-def private_dir(path: str, socket_path: str | None = None) -> int:
+def private_dir(path: str, reached: list[str] | tuple[str, ...] = ()) -> int:
     """Create ``path`` (and its parents, as the umask says) if missing and make it 0700,
-    or 0711 when ``socket_path`` lies in it; the mode set."""
+    or 0711 when one of ``reached`` (what other users must reach by name: the controller's
+    socket, an agent's spool on the same host) lies in it; the mode set."""
     os.makedirs(path, exist_ok=True)
-    inside = socket_path is not None and os.path.dirname(os.path.abspath(socket_path)) == os.path.abspath(path)
+    root = os.path.abspath(path)
+    inside = any(os.path.commonpath([root, os.path.abspath(p)]) == root for p in reached if p)
     mode = 0o711 if inside else 0o700
     os.chmod(path, mode)
     return mode

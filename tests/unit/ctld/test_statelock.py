@@ -56,13 +56,16 @@ def test_each_controller_of_several_has_its_own_lock(tmp_path: pathlib.Path) -> 
         os.close(backup)
 
 
-def test_the_state_directory_is_0700_or_0711_with_the_socket_in_it(tmp_path: pathlib.Path) -> None:
+def test_the_state_directory_is_0700_or_0711_with_what_users_reach_in_it(tmp_path: pathlib.Path) -> None:
     old = os.umask(0)
     try:
         inner = tmp_path / "a" / "state"
-        assert private_dir(str(inner), str(tmp_path / "elsewhere.sock")) == 0o700
+        assert private_dir(str(inner), [str(tmp_path / "elsewhere.sock"), str(tmp_path / "a")]) == 0o700
         assert stat.S_IMODE(inner.stat().st_mode) == 0o700
-        assert private_dir(str(inner), str(inner / "musterctld.sock")) == 0o711
+        assert private_dir(str(inner), [str(inner / "musterctld.sock")]) == 0o711
         assert stat.S_IMODE(inner.stat().st_mode) == 0o711
+        # an agent's spool under it (SlurmdSpoolDir=<state>/nodes/%n): its users reach it too
+        assert private_dir(str(inner), ["", str(inner / "nodes" / "")]) == 0o711
+        assert private_dir(str(inner), []) == 0o700
     finally:
         os.umask(old)
