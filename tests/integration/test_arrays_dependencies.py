@@ -187,15 +187,13 @@ def test_a_dependency_that_can_never_be_met_waits_or_is_cancelled(cluster: Harne
         cluster.run(["scancel", str(waits)])
 
 
-def test_a_dependency_on_an_unknown_job_is_accepted_and_pends(cluster: Harness) -> None:
-    out = cluster.run(["sbatch", "--dependency=afterok:999999", "--wrap", "true"])
-    assert out.returncode == 0 and out.stdout.startswith("Submitted batch job ")
-    job_id = int(out.stdout.split()[-1])
-    try:
-        job = cluster.wait_job(job_id, lambda j: j["reason"] == "DependencyNeverSatisfied", timeout=20)
-        assert job["state"] == "PENDING"
-    finally:
-        cluster.run(["scancel", str(job_id)])
+@pytest.mark.parametrize("kind", ["afterok", "afterany", "afternotok", "aftercorr"])
+def test_a_dependency_on_a_job_that_never_existed_is_refused(cluster: Harness, kind: str) -> None:
+    before = _squeue(cluster, "-o", "%i")
+    out = cluster.run(["sbatch", f"--dependency={kind}:999999", "--wrap", "true"])
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr == "sbatch: error: Batch job submission failed: Job dependency problem\n"
+    assert _squeue(cluster, "-o", "%i") == before
 
 
 @pytest.mark.parametrize("spec", ["afterok", "afterok:", "bogus:12", "afterok:12?afterany:3,after:4"])

@@ -169,23 +169,26 @@ class JobActions:
         return job
 
     def _unknown_dependencies(self, spec: JobSpec) -> list[int]:
-        """Check ``--dependency``'s syntax (Slurm's "Job dependency problem" otherwise) and
-        list the ids that name no job, in memory or in the store: Slurm 22.05 accepts such
-        a job and leaves it pending for ever (DependencyNeverSatisfied)."""
+        """Check ``--dependency``: Slurm's "Job dependency problem" for a malformed one and
+        for one that names a job id that never existed (in memory or in the store), as
+        Slurm's controller refuses a dependency on a job it does not know. A job that
+        existed and ended is judged by how it ended. Returns the ids left unknown: none
+        (``Job.unknown_deps`` stays for jobs recorded before this check)."""
         if not spec.dependency:
             return []
         try:
             dep = parse_dependency(spec.dependency)
         except ValueError:
             raise InvalidRequest(DEPENDENCY_ERROR) from None
-        return [
-            job_id
-            for job_id in dep.job_ids()
-            if job_id not in self.state.jobs
-            and job_id not in self.state.finished
-            and job_id not in self.state.arrays.tasks
-            and self.state.store.get_job(job_id) is None
-        ]
+        for job_id in dep.job_ids():
+            if (
+                job_id not in self.state.jobs
+                and job_id not in self.state.finished
+                and job_id not in self.state.arrays.tasks
+                and self.state.store.get_job(job_id) is None
+            ):
+                raise InvalidRequest(DEPENDENCY_ERROR)
+        return []
 
     def _resolve_partition(self, spec: JobSpec) -> str:
         if not spec.partitions:

@@ -15,8 +15,9 @@ have ended and then needs one that failed.
 The answer is one of three words: ``MET``, ``WAIT`` (can resolve later) or ``NEVER``
 (e.g. ``afterok`` on a job that failed: Slurm's DependencyNeverSatisfied). A job id the
 snapshot knows nothing about has left memory and counts as met, as Slurm does once a job
-is purged; an id that named no job at all when the dependent job was submitted (the
-controller lists those in ``Job.unknown_deps``) can never be satisfied.
+is purged. The controller refuses a submission naming a job id that never existed
+("Job dependency problem"); jobs recorded before it did list such ids in
+``Job.unknown_deps``, which can never be satisfied.
 """
 
 from __future__ import annotations

@@ -60,11 +60,16 @@ def test_max_array_size_and_bad_dependencies_are_refused_before_anything_is_kept
     assert not ctl.jobs and ctl.next_job_id == 1
 
 
-def test_a_dependency_on_a_job_that_never_existed_is_recorded(db: str) -> None:
+@pytest.mark.parametrize("kind", ["afterok", "afterany", "afternotok", "aftercorr", "after"])
+def test_a_dependency_on_a_job_that_never_existed_is_refused(db: str, kind: str) -> None:
     ctl = make(db)
     known = ctl.queue.submit(spec(), ALICE).job_id
-    job = ctl.queue.submit(spec(dependency=f"afterok:{known}:999999?afterany:{known}_2"), ALICE)
-    assert job.unknown_deps == [999999]
+    for text in (f"{kind}:999999", f"{kind}:{known}:999999", f"afterany:{known}?{kind}:999999"):
+        with pytest.raises(InvalidRequest, match="^Job dependency problem$"):
+            ctl.queue.submit(spec(dependency=text), ALICE)
+    assert sorted(ctl.jobs) == [known] and ctl.next_job_id == known + 1
+    job = ctl.queue.submit(spec(dependency=f"afterok:{known}?afterany:{known}_2"), ALICE)
+    assert job.unknown_deps == []
 
 
 def test_cancel_of_a_whole_array_is_one_transaction_and_checks_owners(db: str) -> None:
@@ -83,8 +88,9 @@ def test_cancel_of_a_whole_array_is_one_transaction_and_checks_owners(db: str) -
 
 def test_kill_on_invalid_dep_cancels_only_jobs_that_asked(db: str) -> None:
     ctl = make(db)
-    killed = ctl.queue.submit(spec(dependency="afterok:999", kill_on_invalid_dep=True), ALICE).job_id
-    kept = ctl.queue.submit(spec(dependency="afterok:999"), ALICE).job_id
+    base = ctl.queue.submit(spec(), ALICE).job_id
+    killed = ctl.queue.submit(spec(dependency=f"afterok:{base}", kill_on_invalid_dep=True), ALICE).job_id
+    kept = ctl.queue.submit(spec(dependency=f"afterok:{base}"), ALICE).job_id
     reasons = {killed: Reason.DEPENDENCY_NEVER, kept: Reason.DEPENDENCY_NEVER}
     assert ctl.queue.kill_invalid_dependencies(reasons) == 1
     assert ctl.jobs[killed].state is JobState.CANCELLED
