@@ -9,10 +9,12 @@ answers or ``SlurmctldTimeout`` has passed (a backup takes over within that time
 
 A controller that accepts but does not answer (stopped, hung) must not cost a command its
 whole ``MessageTimeout``: connecting (and the TLS handshake) gets ``CONNECT_TIMEOUT``, and
-an answer that has not begun after ``STALL_AFTER`` seconds makes the client ask the same
-controller ``GET /livez`` on a new connection (``PROBE_TIMEOUT``). A live controller
-answers that at once, however long the request itself takes, and the request is waited for
-up to ``MessageTimeout``; a silent one is hung: the client moves on to the next.
+for a request that may be sent again (below), an answer that has not begun after
+``STALL_AFTER`` seconds makes the client ask the same controller ``GET /livez`` on a new
+connection (``PROBE_TIMEOUT``). A live controller answers that at once, however long the
+request itself takes, and the request is waited for up to ``MessageTimeout``; a silent one
+is hung: the client moves on to the next. Any other change waits for its answer up to
+``MessageTimeout`` (it may have been applied), as in Slurm.
 
 What was learnt is remembered across commands in a small per-user file (``memory_path``):
 which controller answered last, and which were found hung and when. A command right after
@@ -287,7 +289,8 @@ def call_active(
                     timeout=timeout,
                     tls=(tls_ca, "ctld") if address is not None and tls_ca else None,
                     connect_timeout=CONNECT_TIMEOUT if several else None,
-                    stalled=(STALL_AFTER + held, _probe(way, tls_ca)) if several else None,
+                    # given up on only when it may be sent again: a change waits its answer
+                    stalled=(STALL_AFTER + held, _probe(way, tls_ca)) if several and again else None,
                 )
             except ConnectError as e:
                 if several and ("hung" in str(e) or "timed out" in str(e)):
