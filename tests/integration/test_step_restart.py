@@ -198,3 +198,36 @@ def test_a_batch_jobs_srun_ranks_outlive_a_restart_of_every_agent(cluster: Harne
         assert got[-1] == "end"
         assert [int(x) for x in got[:-1]] == list(range(1, len(got)))
     assert "CANCELLED" not in h.read(path)
+
+
+def test_stdin_streams_as_it_comes_and_a_restart_ends_it_without_waiting_for_srun(cluster: Harness) -> None:
+    """srun's stdin reaches the task line by line (not once srun's input ends), and an
+    agent stopped while that stream is open stops at once: the task's input ends with
+    the agent (it is not carried to the next one), the step goes on and ends well."""
+    h = cluster
+    script = 'read a; echo "got $a"; while read b; do echo "more $b"; done; echo "input over"'
+    proc = subprocess.Popen(
+        ["srun", "-N1", "-w", "node3", "sh", "-c", script],
+        cwd=h.workdir,
+        env=h.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    out = Lines(proc)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write("first\n")
+        proc.stdin.flush()
+        wait_until(lambda: "got first" in out.lines, "the first line to reach the task while stdin is open")
+        restart_agent(h, "node3")  # returns once the old agent is gone: the open stream held nothing
+        wait_until(lambda: "input over" in out.lines, "the task to see the end of its input")
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+        out.join()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert out.lines == ["got first", "input over"]

@@ -203,10 +203,11 @@ class StepApi:
                 pass
 
         writer, watcher = asyncio.create_task(write()), asyncio.create_task(watch_disconnect())
+        closing = asyncio.create_task(self.runner.closed.wait())  # the agent stops: srun resumes each node
         try:
-            await asyncio.wait({writer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({writer, watcher, closing}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (writer, watcher, local):
+            for task in (writer, watcher, local, closing):
                 task.cancel()  # srun went away (or the answer is over): nothing below goes on
             relay.cancel()
         if writer.done() and not writer.cancelled() and isinstance(writer.exception(), Exception):
@@ -285,11 +286,12 @@ class StepApi:
         if step is None or not secrets.compare_digest(step.token, token):
             raise StepLaunchError(f"no such step {key[0]}.{key[1]} here", 404, "not_found")
         targets = [t for t in step.tasks if t.stdin_fd is not None]
-        try:
+
+        async def feed() -> None:
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
-                    break
+                    return
                 data = message.get("body", b"")
                 for t in targets:
                     if t.stdin_fd is not None and data:
@@ -297,14 +299,29 @@ class StepApi:
                             close_quietly(t.stdin_fd)
                             t.stdin_fd = None
                 if not message.get("more_body"):
-                    break
+                    return
+
+        # A stopping agent ends the stream at once (its server waits for every request):
+        # the tasks' stdin then ends with the agent, the steps go on.
+        feeding, closing = asyncio.ensure_future(feed()), asyncio.ensure_future(self.runner.closed.wait())
+        try:
+            await asyncio.wait({feeding, closing}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            feeding.cancel()
+            closing.cancel()
             for t in targets:
                 if t.stdin_fd is not None:
-                    if t.pty:  # a terminal's end of input is ^D (twice: after a partial line too)
+                    if (
+                        t.pty and not self.runner.closing
+                    ):  # a terminal's end of input is ^D (twice: after a partial line too)
                         await _write_all(t.stdin_fd, b"\x04\x04")
                     close_quietly(t.stdin_fd)
                     t.stdin_fd = None
+        if feeding.done() and not feeding.cancelled() and feeding.exception() is not None:
+            raise feeding.exception()  # type: ignore[misc]
+        if self.runner.closing:
+            await _json(send, 503, {"error": f"musterd on {self.runner.node} is stopping", "code": "unavailable"})
+            return
         await _json(send, 200, {"ok": True})
 
     async def _signal_request(self, receive: Any, send: Any) -> None:

@@ -103,6 +103,7 @@ class StepRunner:
         # How long a taken-back step waits for its srun to reconnect (SlurmdTimeout)
         self.reattach_wait = reattach_wait
         self.closing = False  # the agent stops: streams end, steps go on
+        self.closed = asyncio.Event()  # set with ``closing``, for those who wait on it
         # The host's CPUs as the jobs here hold them; tasks are pinned with --cpu-bind, or
         # by default when bind_default is "task" (TaskPlugin=task/affinity).
         self.cpus = cpus if cpus is not None else CpuLedger()
@@ -278,6 +279,7 @@ class StepRunner:
         while not stopping():
             await asyncio.sleep(0.5)  # cheap: dozens of nodes may share a process (agent.host)
         self.closing = True
+        self.closed.set()
         for step in list(self.steps.values()):
             log.info("step %s: musterd is stopping; the step goes on under its supervisor", step.id_text)
             step.wake()

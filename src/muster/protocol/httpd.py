@@ -17,6 +17,8 @@ Only the daemons import this module (it pulls in uvicorn, starlette and httpx), 
   share one memory budget (503 beyond it), and a TCP peer address whose requests keep
   failing authentication (401) is answered 429, without reading its bodies, until its
   budget of failures refills: a flooder slows itself, not the daemon's other clients.
+  One route is streamed rather than buffered: ``/v1/steps/stdin`` (srun's stdin, which
+  may never end; the agent checks its token before reading, and copies it as it comes).
 * With a TLS context (``TLSType=tls/muster``), TCP connections are TLS (``protocol.tls``):
   a refused handshake (a certificate not from the cluster CA, plain HTTP, a timeout) is
   one line in the log, and each request's scope carries the verified peer certificate's
@@ -185,6 +187,11 @@ class _FailureBudget:
         self._buckets[addr] = (max(0.0, self._tokens(addr) - 1.0), self.clock.monotonic())
 
 
+# The one route whose body is streamed to the app rather than read first: a step's stdin,
+# which the agent copies to the tasks' pipes as srun sends it (``agent.stepapi``).
+STREAMED_PATH = "/v1/steps/stdin"
+
+
 class Guarded:
     """Bounded request bodies and a failed-authentication rate limit (module docstring)."""
 
@@ -206,6 +213,10 @@ class Guarded:
             await send_json(
                 send, 429, {"error": "Too many failed authentications; retry later", "code": "rate_limited"}, True
             )
+            return
+        if scope["path"] == STREAMED_PATH:
+            # srun's stdin: copied to the tasks as it comes (it may never end), never held
+            await self.app(scope, receive, send)
             return
         declared = None
         for name, value in scope["headers"]:
