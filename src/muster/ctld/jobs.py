@@ -20,6 +20,7 @@ from muster.core.errors import (
     Unsatisfiable,
 )
 from muster.core.job import Job, JobSpec, compute_shape
+from muster.core.labels import check_label
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
 from muster.ctld.actions import Action, NewLimit, SignalJob, Terminate
@@ -104,6 +105,8 @@ class JobActions:
                 spec.mail_user = mailtypes.check_user(spec.mail_user)
         except mailtypes.MailTypeError as e:
             raise InvalidRequest(str(e)) from None
+        check_label("job name", spec.name)
+        check_label("comment", spec.comment)
         unknown_deps = self._unknown_dependencies(spec)
         partition = self._resolve_partition(spec)
         candidates = [self.state.config.partition(p) for p in (spec.partitions or [partition])]
@@ -400,8 +403,10 @@ class JobActions:
                     raise PermissionDenied()
                 job.spec.nice = int(value)
             elif key == "name":
+                check_label("job name", str(value))
                 job.spec.name = str(value)
             elif key == "comment":
+                check_label("comment", str(value))
                 job.spec.comment = str(value)
             elif key == "array_throttle":
                 if job.array_job_id is None:

@@ -37,6 +37,7 @@ from muster.core import lifecycle
 from muster.core.errors import InvalidRequest, PermissionDenied, StorageError
 from muster.core.hostlist import compress
 from muster.core.job import Job
+from muster.core.labels import check_label
 from muster.core.lifecycle import JobEvent
 from muster.core.resources import format_mem
 from muster.core.signals import parse_signal_spec
@@ -252,6 +253,8 @@ class StepBook:
         self.check_owner(job, who)
         if job.state is not JobState.RUNNING or job.completing:
             raise InvalidRequest(ENDED_JOB)
+        name = name or (argv[0].rsplit("/", 1)[-1] if argv else "step")
+        check_label("step name", name)
         try:
             outcome = plan_step(request, self.shares(job))
         except StepRejected as e:
@@ -268,7 +271,7 @@ class StepBook:
             job_id=job.job_id,
             step_id=step_id,
             attempt=job.restart_count,
-            name=name or (argv[0].rsplit("/", 1)[-1] if argv else "step"),
+            name=name,
             uid=job.uid,
             user=job.user,
             state=StepState.RUNNING,
