@@ -81,7 +81,9 @@ from muster.protocol.messages import (
     LaunchRequest,
     LaunchRequests,
     MessageError,
+    RegisterAgainRequest,
     SignalRequest,
+    StepSignalRequest,
     TerminateRequest,
     UpdateRequest,
     read,
@@ -207,14 +209,13 @@ def build_routes(
 
     @_handler
     async def step_signal(request: Request) -> JSONResponse:
-        body = await _json_body(request)
-        job_id = _job_id(body)
+        msg = _message(StepSignalRequest, await _json_body(request))
+        job_id, step_id = msg.job_id, msg.step_id
         try:
-            attempt, step_id = int(body.get("attempt") or 0), int(body["step_id"])
-            sig = parse_signal(body.get("signal", 15))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise _BadRequest(f"step_signal needs step_id, attempt and signal: {exc}") from None
-        if steps is None or not steps.signal_step(job_id, attempt, step_id, sig, bool(body.get("kill"))):
+            sig = parse_signal(msg.signal)
+        except ValueError as exc:
+            raise _BadRequest(str(exc)) from None
+        if steps is None or not steps.signal_step(job_id, msg.attempt, step_id, sig, msg.kill):
             return _error(f"step {job_id}.{step_id} is not running on {node}", "invalid_job_id", 404)
         return JSONResponse({"ok": True})
 
@@ -236,10 +237,9 @@ def build_routes(
 
     @_handler
     async def register_again(request: Request) -> JSONResponse:
-        body = await _json_body(request)
-        index = body.get("controller")
+        msg = _message(RegisterAgainRequest, await _json_body(request))
         if contact is not None:
-            contact(index if isinstance(index, int) and not isinstance(index, bool) else None)
+            contact(msg.controller)
         return JSONResponse({"ok": True})
 
     return [

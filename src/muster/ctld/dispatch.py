@@ -26,7 +26,15 @@ from muster.ctld.controller import Controller
 from muster.ctld.hetjobs import launch_view
 from muster.ctld.steps import StepSignal
 from muster.protocol.httpd import DaemonRequestError, SignedClient
-from muster.protocol.messages import EpilogJob, LaunchRequest, SignalRequest, TerminateRequest, UpdateRequest, dump
+from muster.protocol.messages import (
+    EpilogJob,
+    LaunchRequest,
+    RegisterAgainRequest,
+    SignalRequest,
+    TerminateRequest,
+    UpdateRequest,
+    dump,
+)
 
 log = logging.getLogger("musterctld.dispatch")
 
@@ -152,10 +160,11 @@ class Dispatcher:
         register when they next reach a controller. Returns how many were asked."""
         await asyncio.sleep(delay)  # serving by then: the registrations find it listening
         names = [n.name for n in self.ctl.nodes.values() if not n.registered]
+        body = dump(RegisterAgainRequest(controller=controller))
 
         async def ask(name: str) -> None:
             try:
-                await self.client.post(self._url(name, "/v1/register"), {"controller": controller}, to=name)
+                await self.client.post(self._url(name, "/v1/register"), body, to=name)
             except Exception as e:  # noqa: BLE001 - it registers when it next reaches us
                 log.debug("node %s: asked to register: %s", name, e or type(e).__name__)
 

@@ -58,6 +58,7 @@ from muster.core.steps import (
 from muster.ctld.actions import Action, Terminate
 from muster.ctld.identity import Identity
 from muster.ctld.state import ClusterState
+from muster.protocol.messages import StepSignalRequest, dump
 from muster.protocol.stepcred import GRANT_TTL, sign_grant
 
 __all__ = ["StepBook", "StepSignal", "step_tres", "step_wire"]
@@ -129,13 +130,11 @@ class StepSignal:
     kill: bool
 
     def body(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "attempt": self.attempt,
-            "step_id": self.step_id,
-            "signal": self.signal,
-            "kill": self.kill,
-        }
+        """The agent's ``StepSignalRequest`` (``protocol.messages``), as it travels."""
+        request = StepSignalRequest(
+            job_id=self.job_id, attempt=self.attempt, step_id=self.step_id, signal=self.signal, kill=self.kill
+        )
+        return dump(request)
 
 
 class StepBook:

@@ -13,7 +13,7 @@ faults of the node, its health, job progress), ``JobDone`` (one per ended run of
 script, retried until acknowledged).
 
 Controller -> agent: ``LaunchRequest``, ``TerminateRequest``, ``SignalRequest``,
-``UpdateRequest`` (``dispatch`` sends them; ``agent.app`` serves them).
+``StepSignalRequest``, ``UpdateRequest``, ``RegisterAgainRequest`` (``dispatch`` sends them; ``agent.app`` serves them).
 
 The commands never import this module (it imports pydantic): their messages are in
 ``client`` and ``wirejson``.
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from muster.protocol.versions import PROTOCOL
 
@@ -39,7 +39,9 @@ __all__ = [
     "LaunchRequest",
     "LaunchRequests",
     "Register",
+    "RegisterAgainRequest",
     "SignalRequest",
+    "StepSignalRequest",
     "TerminateRequest",
     "UpdateRequest",
     "Usage",
@@ -352,6 +354,24 @@ class SignalRequest(_Message):
     # the batch shell too, at the same time as the tasks (preemption's warning, as Slurm
     # sends SIGTERM to the whole job): a trap in the script runs before its children die
     whole_job: bool = False
+
+
+class StepSignalRequest(_Message):
+    """``scancel N.S``: a signal for one step's tasks on a node (``kill``: the step is being
+    killed, not only signalled)."""
+
+    job_id: int
+    attempt: int = 0
+    step_id: int
+    signal: int | str = 15
+    kill: bool = False
+
+
+class RegisterAgainRequest(_Message):
+    """A controller that just started or took over asks an agent to register with it now
+    (protocol 3; a 0.2.0 agent answers 404 and registers at its next contact)."""
+
+    controller: StrictInt | None = None  # its index among the SlurmctldHost lines
 
 
 class UpdateRequest(_Message):

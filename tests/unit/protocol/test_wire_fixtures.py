@@ -32,6 +32,14 @@ def _fixtures(protocol: int) -> list[tuple[str, dict[str, Any]]]:
     return [(f.stem, json.loads(f.read_text())) for f in files]
 
 
+# Messages 0.2.0's agents read without a model: the keys their handlers read (``/v1/register``
+# was new in protocol 3: a 0.2.0 agent answers 404 and registers at its next contact).
+OLD_DICT_READERS = {
+    "StepSignalRequest": {"job_id", "attempt", "step_id", "signal", "kill"},
+    "RegisterAgainRequest": set(),
+}
+
+
 def _strip(value: Any) -> Any:
     """``value`` without its ``None`` values (a writer may leave them out or say them)."""
     if isinstance(value, dict):
@@ -92,6 +100,9 @@ def test_todays_writers_write_the_pinned_protocol_3(name: str, body: dict[str, A
 def test_v020s_readers_take_what_today_writes_to_protocol_2(name: str, body: dict[str, Any], old: Any) -> None:
     msg = messages.read(_model(messages, name), body)
     sent = json.loads(json.dumps(messages.dump(msg, 2)))
+    if name in OLD_DICT_READERS:  # 0.2.0 read it as a dict: the keys its handler read are there
+        assert OLD_DICT_READERS[name] <= set(sent)
+        return
     read = old.read(_model(old, name), sent)
     assert read is not None
 
