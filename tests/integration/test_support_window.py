@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -182,25 +183,39 @@ def test_a_v020_controller_runs_todays_agent(harness: Harness, old_src: str) -> 
     assert h.read(f"b-{job_id}.out") == f"b {job_id}\n"
 
 
+def _refusal(url: str, path: str, sender: str, receiver: str, key: bytes) -> dict[str, Any]:
+    """The answer to a request of protocol 99 (muster 9.0.0) signed with the cluster key."""
+    body = json.dumps({"node": sender, "version": "9.0.0"}).encode()
+    head = sign_request(key, "POST", path, body, time.time(), sender=sender, receiver=receiver)
+    head[versions.PROTOCOL_HEADER], head[versions.VERSION_HEADER] = "99", "9.0.0"
+    request = urllib.request.Request(url + path, body, {**head, "content-type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=10)  # noqa: S310 - loopback, http
+    assert info.value.code == 426
+    answer: dict[str, Any] = json.loads(info.value.read())
+    return answer
+
+
+def _command_refusal(socket_path: str) -> str:
+    """What the controller answers a command of protocol 99 (a raw request on its socket)."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(10)
+        sock.connect(socket_path)
+        sock.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Muster-Protocol: 99\r\n\r\n")
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
 def test_a_peer_outside_the_window_is_refused_saying_so(harness: Harness) -> None:
     h = harness
     _start(h, ctld_from=None, agent_from=None)
     _idle(h)
     cfg = h.cluster.config()
-    body = json.dumps({"node": "node1", "version": "9.0.0"}).encode()
-    head = sign_request(
-        load_key(cfg.auth_key_file), "POST", "/v1/agent/register", body, time.time(), sender="node1", receiver=CTLD
-    )
-    head[versions.PROTOCOL_HEADER], head[versions.VERSION_HEADER] = "99", "9.0.0"
-    request = urllib.request.Request(
-        f"http://{cfg.ctld_addrs[0][1]}:{cfg.ctld_port}/v1/agent/register",
-        body,
-        {**head, "content-type": "application/json"},
-    )
-    with pytest.raises(urllib.error.HTTPError) as info:
-        urllib.request.urlopen(request, timeout=10)  # noqa: S310 - loopback, http
-    assert info.value.code == 426
-    answer = json.loads(info.value.read())
+    key = load_key(cfg.auth_key_file)
+    # an agent of protocol 99, as today's controller sees it
+    answer = _refusal(f"http://{cfg.ctld_addrs[0][1]}:{cfg.ctld_port}", "/v1/agent/register", "node1", CTLD, key)
     assert answer == {
         "code": "protocol",
         "error": f"agent node1 speaks protocol 99 (muster 9.0.0), this controller {versions.MIN_PROTOCOL}.."
@@ -208,3 +223,14 @@ def test_a_peer_outside_the_window_is_refused_saying_so(harness: Harness) -> Non
     }
     assert "speaks protocol 99" in _log(h, "musterctld")
     assert _node(h)["state"] == "IDLE"  # nothing changed for the node
+    # a controller of protocol 99, as today's agent sees it
+    node = cfg.node("node1")
+    assert node is not None
+    answer = _refusal(f"http://{node.addr}:{node.port}", "/v1/terminate", CTLD, "node1", key)
+    assert answer["code"] == "protocol"
+    assert answer["error"].startswith("controller speaks protocol 99 (muster 9.0.0), this agent ")
+    assert answer["error"].endswith(": upgrade this agent")
+    # a command of protocol 99
+    reply = _command_refusal(cfg.ctld_socket)
+    assert reply.startswith("HTTP/1.1 426"), reply
+    assert "client speaks protocol 99 (muster unknown), this controller" in reply
