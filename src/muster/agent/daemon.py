@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster import __version__
-from muster.agent import gpus, hardware, nodeident
+from muster.agent import cgroups, gpus, hardware, nodeident
 from muster.agent.affinity import CpuLedger, task_affinity
 from muster.agent.app import build_app
+from muster.agent.cgroupfs import CgroupUnusable, NodeCgroups
 from muster.agent.env import EnvContext
 from muster.agent.gpuhealth import GpuFault, GpuHealth, default_fault_file
 from muster.agent.hooks import Hooks
@@ -174,6 +175,7 @@ class AgentDaemon:
         self.gpu_health = GpuHealth(
             self.inventory, default_fault_file(self.state.root, self.config.get("GpuFaultFile"))
         )
+        self._setup_cgroups()
         with open(os.path.join(self.state.root, "musterd.pid"), "w") as f:
             f.write(f"{os.getpid()}\n")
         try:  # an emulated node's jobs see its host name (NodeHostnames)
@@ -210,6 +212,35 @@ class AgentDaemon:
             self.state.root,
         )
         return [tcp, unix]
+
+    def _setup_cgroups(self) -> None:
+        """Jobs in cgroups (ProctrackType=proctrack/cgroup, TaskPlugin=task/cgroup, with
+        cgroup.conf beside the config). A node that cannot confine them as configured
+        runs none: it says why with its first heartbeat and the controller drains it."""
+        cfg = self.config
+        if not cgroups.tracking_wanted(cfg.get("ProctrackType"), cfg.get("TaskPlugin")):
+            return
+        path = cgroups.conf_path_beside(self.settings.conf_path)
+        try:
+            with open(path) as f:
+                text = f.read()
+        except FileNotFoundError:
+            text = ""
+        except OSError as exc:
+            raise StartupError(f"cannot read {path}: {exc.strerror}") from None
+        try:
+            conf = cgroups.constraints_wanted(cgroups.parse_cgroup_conf(text, path), cfg.get("TaskPlugin"))
+        except cgroups.CgroupConfError as exc:
+            raise StartupError(str(exc)) from None
+        try:
+            # muster/<node>_<instance>: emulated clusters sharing a host never share a cgroup
+            name = f"{self.node.name}_{self.supervisor.instance}"
+            self.supervisor.cgroups = NodeCgroups.probe(conf, name, self.inventory.count)
+        except CgroupUnusable as exc:
+            self.supervisor.refuse = f"cgroup: {exc}"
+            log.error("node %s cannot confine jobs, it runs none: %s", self.node.name, exc)
+            return
+        log.info("node %s: jobs confined by %s", self.node.name, self.supervisor.cgroups.describe())
 
     def _lock(self) -> None:
         path = os.path.join(self.state.root, "musterd.lock")
@@ -312,6 +343,8 @@ class AgentDaemon:
         )
         self.link.send_heartbeat = self.send_heartbeat
         self.hooks.on_fault = self.link.add_fault
+        if self.supervisor.refuse is not None:  # the controller drains the node with this reason
+            self.link.add_fault({"kind": "cgroup", "reason": self.supervisor.refuse})
         self.link.progress_source = self._progress_reports
         client = self.client
         self.steps.report = lambda path, body: client.post(base + path, body)
@@ -378,6 +411,8 @@ class AgentDaemon:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.supervisor.aclose()
+        if self.supervisor.cgroups is not None:
+            self.supervisor.cgroups.remove_node()  # only if no job is left in it
         if self.client is not None:
             await self.client.aclose()
         log.info("musterd stopped; %d job(s) left running", len(self.supervisor.jobs))

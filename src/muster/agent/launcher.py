@@ -101,6 +101,7 @@ class LaunchPlan:
     cpus: list[int] | None = None  # the job's CPUs on this node, when it is pinned to them
     exit_path: str = ""  # where the monitor leaves the exit status (``StateDir.exit_path``)
     node: str = ""
+    cgroup_procs: tuple[str, ...] = ()  # the job's cgroups the script joins (``agent.cgroupfs``)
 
 
 def user_entry(job: Mapping[str, Any]) -> pwd.struct_passwd:
@@ -338,6 +339,7 @@ def _job_spec(plan: LaunchPlan, close_first: tuple[int, ...]) -> spawn.ChildSpec
         exec_own=not (plan.spool and plan.exe.startswith(plan.spool + os.sep)),  # not our script
         failure_exit=127,
         identity=nodeident.for_node(plan.node),
+        cgroup_procs=plan.cgroup_procs,
     )
 
 

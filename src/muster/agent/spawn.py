@@ -9,7 +9,8 @@ which never returns. It does, in this order, and nothing else:
    that signals reach the whole job and the agent's own signals never do; with
    ``terminal`` (``srun --pty``) it then takes that terminal as its controlling one; with
    ``identity`` (an emulated node's, ``agent.nodeident``) it enters namespaces of its own
-   where the host name and /etc/hosts are the node's;
+   where the host name and /etc/hosts are the node's; before that it joins the cgroups of
+   ``cgroup_procs`` (``agent.cgroupfs``), so that all it forks is born confined and tracked;
 3. ``setgroups``, ``setgid``, ``setuid`` when ``groups`` is set (the agent is root and the
    user is another); from here on it cannot regain root;
 4. ``umask`` when one is given, and ``chdir(cwd)`` as the user: a directory the user cannot
@@ -135,6 +136,7 @@ class ChildSpec:
     exec_own: bool = True  # a failing exec is the job's fault (not the agent's own script)
     failure_exit: int | None = 127  # None: the errno
     identity: nodeident.NodeIdentity | None = None  # an emulated node's host name (as root)
+    cgroup_procs: tuple[str, ...] = ()  # cgroup.procs files to join, as root (``agent.cgroupfs``)
 
 
 def ignored_signals() -> list[signal.Signals]:
@@ -168,6 +170,15 @@ def parse_umask(text: object) -> int | None:
     return value if 0 <= value <= 0o777 else None
 
 
+def _join(procs: str) -> None:
+    """Move this process into a cgroup (``0``: the writer), before it may fork."""
+    fd = os.open(procs, os.O_WRONLY)
+    try:
+        os.write(fd, b"0")
+    finally:
+        os.close(fd)
+
+
 def failure(message: bytes) -> tuple[str, str] | None:
     """What a child reported before dying: (fault, "step: detail"); None when it said
     nothing (exec succeeded)."""
@@ -187,6 +198,9 @@ def become(spec: ChildSpec, report_fd: int) -> NoReturn:
             os.close(fd)
         step = words.session
         os.setsid()
+        for path in spec.cgroup_procs:
+            step = f"joining the cgroup {os.path.dirname(path)}"
+            _join(path)
         if spec.terminal is not None:
             step = "taking the terminal"
             fcntl.ioctl(spec.terminal, termios.TIOCSCTTY, 0)

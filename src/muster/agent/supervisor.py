@@ -46,8 +46,9 @@ import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from muster.agent import launcher, limits, proctree, runstate
+from muster.agent import cgroups, launcher, limits, proctree, runstate
 from muster.agent.affinity import CpuLedger
+from muster.agent.cgroupfs import NodeCgroups
 from muster.agent.env import EnvContext, batch_environment
 from muster.agent.hooks import Hooks
 from muster.agent.jobrecord import LOST_STATUS, Tracked, cpus_on, end_report, report_body
@@ -69,6 +70,15 @@ TOMBSTONE_SECONDS = 600.0
 ProcReader = Callable[[], Mapping[int, proctree.ProcInfo]]
 TagReader = Callable[[int], str | None]
 Killer = Callable[[int, int], None]
+
+
+def _with_peak(usage: dict[str, float] | None, peak: int | None) -> dict[str, float] | None:
+    """The script's usage with the cgroup's peak memory (the whole job's) as its max RSS."""
+    if peak is None:
+        return usage
+    out = dict(usage or {"max_rss_kb": 0, "user_cpu": 0.0, "system_cpu": 0.0})
+    out["max_rss_kb"] = max(float(out.get("max_rss_kb") or 0), peak / 1024)
+    return out
 
 
 def _kill(pid: int, sig: int) -> None:
@@ -105,6 +115,10 @@ class Supervisor:
         hooks: Hooks | None = None,
     ) -> None:
         self.node = node
+        # The node's job cgroups (``agent.cgroupfs``); None: jobs are not put in cgroups.
+        self.cgroups: NodeCgroups | None = None
+        # Why this node must run no job (cgroup confinement configured but impossible)
+        self.refuse: str | None = None
         # The site's Prolog and Epilog (``agent.hooks``); None: none configured
         self.hooks = hooks
         self._background: set[asyncio.Task[None]] = set()
@@ -182,6 +196,8 @@ class Supervisor:
                     prolog = await self.hooks.ensure_prolog(job)
                     if not prolog.ok:
                         raise LaunchError(prolog.reason, PROLOG_FAULT)
+                if self.refuse is not None:
+                    raise LaunchError(self.refuse)
                 try:
                     plan = self._plan(job, self.tag(t))
                 except (KeyError, TypeError, ValueError) as exc:
@@ -190,6 +206,8 @@ class Supervisor:
                 if self.cpus is not None:
                     plan.cpus = self.cpus.job_cpus(job_id, cpus_on(job, self.node))
                     t.pinned = True
+                if self.cgroups is not None:
+                    plan.cgroup_procs = self._confine(job, plan.cpus)
                 plan.exit_path = self.state.exit_path(job_id, attempt)
                 try:
                     t.started = await launcher.start(plan, self.spawner)
@@ -214,6 +232,22 @@ class Supervisor:
         self._wake.set()
         if deferred is not None:  # cancelled while it was starting: it ends now
             self.terminate(job_id, *deferred)
+
+    def _confine(self, job: dict[str, Any], cpus: list[int] | None) -> tuple[str, ...]:
+        """The job's cgroup here, with its limits; the files its script joins."""
+        assert self.cgroups is not None
+        mine: dict[str, Any] = next((a for a in job.get("alloc") or [] if a.get("node") == self.node), {})
+        limits = cgroups.job_limits(
+            self.cgroups.conf,
+            int(mine.get("mem") or 0),
+            cpus,
+            [int(g) for g in mine.get("gpu_ids") or []],
+            self.cgroups.devices,
+        )
+        try:
+            return self.cgroups.create_job(int(job["job_id"]), limits)
+        except OSError as exc:
+            raise LaunchError(f"cannot set up the job's cgroup: {exc.strerror or exc}") from None
 
     def spawn(self, work: Any) -> None:
         """Run a coroutine in the background, holding on to it until it is done."""
@@ -427,6 +461,8 @@ class Supervisor:
             return set(), {}
         procs = self.proc_reader()
         members = proctree.job_members(procs, t.pid, self.tag(t), t.uid, exclude={os.getpid()}, tag_of=self.tag_reader)
+        if self.cgroups is not None:  # whatever hid from the walk is still in its cgroup
+            members |= self.cgroups.pids(t.job_id) - {os.getpid()}
         if t.adopted and not self._leader_alive(t, procs):
             members.discard(t.pid)  # its pid may belong to someone else by now
         return members, procs
@@ -449,7 +485,7 @@ class Supervisor:
         grouped: set[int] = set()
         if t.pid is not None and t.pid in members:
             self.killpg(t.pid, sig)  # the leader lives: its group id cannot be anyone else's
-            grouped = {p for p in members if procs[p].pgid == t.pid}
+            grouped = {p for p in members if p in procs and procs[p].pgid == t.pid}
         for pid in sorted(members - grouped):
             self.kill(pid, sig)
 
@@ -470,6 +506,11 @@ class Supervisor:
                 await self._wait_exit(t)
             # The leader is a zombie (or, adopted, gone): its pid, process group and session
             # still cannot be reused, so sweeping them now is safe.
+            ooms, peak = 0, None
+            if self.cgroups is not None:
+                ooms, peak = self.cgroups.oom_kills(t.job_id), self.cgroups.peak_bytes(t.job_id)
+                # every process of the job, those that escaped its session included
+                await asyncio.to_thread(self.cgroups.kill_all, t.job_id)
             if self._may_have_leftovers(t):
                 for pid in self._members(t) - {t.pid}:
                     self.kill(pid, signal.SIGKILL)
@@ -479,7 +520,11 @@ class Supervisor:
                 usage = t.started.usage
             else:
                 status = await self._recorded_status(t)
-            self._finish(t, status, usage)
+            if self.cgroups is not None:
+                usage = _with_peak(usage, peak)
+                if not self.cgroups.remove_job(t.job_id):
+                    log.warning("job %s: its cgroup could not be removed yet", t.job_id)
+            self._finish(t, status, usage, ooms)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -526,14 +571,20 @@ class Supervisor:
         while self._leader_alive(t):  # no pidfd (old kernel): poll
             await asyncio.sleep(0.2)
 
-    def _finish(self, t: Tracked, status: int | None, usage: dict[str, float] | None = None) -> None:
+    def _finish(self, t: Tracked, status: int | None, usage: dict[str, float] | None = None, ooms: int = 0) -> None:
         now = self.clock.now()
+        by: str | None
+        reason: str | None
         if status is None:
             exit_code, sig = 0, 0
             by, reason = t.terminated_by or "node_fail", LOST_STATUS
         else:
             exit_code, sig = limits.exit_fields(status)
             by, reason = t.terminated_by, None
+        if ooms and by is None:  # the kernel's OOM killer struck inside the job's cgroup
+            by, reason = "oom", f"{ooms} oom_kill event(s) in the job's cgroup"
+            if t.stderr_path:
+                launcher.append_to_output(t.stderr_path, t.uid, cgroups.oom_message(ooms, f"{t.job_id}.batch"))
         t.advance(RunEvent.EXITED)
         runstate.check(f"job {t.job_id}", t.state, reason=t.terminated_by, statuses=[])
         log.info("job %s: ended exit_code=%s signal=%s terminated_by=%s", t.job_id, exit_code, sig, by)

@@ -160,6 +160,9 @@ class Launches:
             if by == "timeout":
                 lifecycle.end(job, JobEvent.TIMEOUT, ended, completing=False)
                 lifecycle.cleaned(job, exit_code, sig)
+            elif by == "oom":  # the node's cgroup saw OOM kills: OUT_OF_MEMORY, ExitCode 0:125
+                lifecycle.end(job, JobEvent.OUT_OF_MEMORY, ended, completing=False)
+                lifecycle.cleaned(job, 0, OOM_SIGNAL)
             else:
                 lifecycle.finish(job, exit_code, sig, ended)
             kind = str(job.state).lower()
@@ -171,6 +174,9 @@ class Launches:
         self.state.release_resources(job)
         self.state.record(now, [(job, kind, {"exit_code": exit_code, "signal": sig, "by": by})])
         return [Terminate(job.job_id, attempt, others, "cleanup")] if others else []
+
+
+OOM_SIGNAL = 125  # Slurm's ExitCode of an OUT_OF_MEMORY job: 0:125
 
 
 def ended_at(reported: float | None, started: float | None, now: float) -> float:

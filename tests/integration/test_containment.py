@@ -1,0 +1,212 @@
+"""Jobs confined by cgroups on their node (ProctrackType=proctrack/cgroup,
+TaskPlugin=task/cgroup, cgroup.conf): real memory limits and OOM kills, real device
+denials on emulated GPU device nodes, a daemon that escaped its session and cleared its
+environment killed at the job's end, and a node that cannot confine jobs drained with
+the reason. Needs root and a writable cgroup v1 hierarchy (skipped otherwise)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from harness import Harness, ensure_user, process_running
+from muster.cluster.local import ClusterShape
+
+pytestmark = pytest.mark.integration
+
+CGROUP = "/sys/fs/cgroup"
+CONFINED = {"ProctrackType": "proctrack/cgroup", "TaskPlugin": "task/cgroup"}
+# Emulated GPUs: device nodes of drivers every Linux has (/dev/full, /dev/zero), so that an
+# allowed open really succeeds and a denied one fails in the device cgroup with EPERM.
+GPU_DEVICES = [(1, 7), (1, 5)]
+
+
+def _v1_usable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    for ctl in ("freezer", "memory", "devices"):
+        probe = os.path.join(CGROUP, ctl, f"muster-probe-{os.getpid()}")
+        try:
+            os.mkdir(probe)
+            os.rmdir(probe)
+        except OSError as exc:
+            return f"no writable cgroup v1 {ctl} hierarchy: {exc}"
+    return None
+
+
+SKIP = _v1_usable()
+
+
+def _wait(cond, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Harness, str]]:
+    if SKIP:
+        pytest.skip(SKIP)
+    devdir = tempfile.mkdtemp(prefix="muster-gpudev-")
+    os.chmod(devdir, 0o755)
+    for i, (major, minor) in enumerate(GPU_DEVICES):
+        os.mknod(os.path.join(devdir, f"gpu{i}"), 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        os.chmod(os.path.join(devdir, f"gpu{i}"), 0o666)
+    h = Harness(ClusterShape(nodes=1, gpus_per_node=2, cpus_per_node=2, mem_per_node=4000), settings=CONFINED)
+    h.cluster.create(h.shape, h.settings)
+    with open(os.path.join(os.path.dirname(h.cluster.conf_path), "cgroup.conf"), "w") as f:
+        f.write(
+            "CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\nConstrainDevices=yes\n"
+            f"GpuDeviceFiles={devdir}/gpu[0-1]  # muster's own key\n"
+        )
+    try:
+        h.up()
+        yield h, devdir
+    finally:
+        h.down()
+        shutil.rmtree(devdir, ignore_errors=True)
+        leftovers = [
+            os.path.join(CGROUP, ctl, "muster", d)
+            for ctl in ("freezer", "memory", "devices")
+            if os.path.isdir(os.path.join(CGROUP, ctl, "muster"))
+            for d in os.listdir(os.path.join(CGROUP, ctl, "muster"))
+            if d.startswith("node1_") and os.path.isdir(os.path.join(CGROUP, ctl, "muster", d))
+        ]
+        for path in leftovers:  # the agent removes its node's directory as it stops
+            os.rmdir(path)
+        assert not leftovers, f"cgroups left behind: {leftovers}"
+
+
+def _job_cgroups(job_id: int) -> list[str]:
+    out = []
+    for ctl in ("freezer", "memory", "devices"):
+        base = os.path.join(CGROUP, ctl, "muster")
+        if os.path.isdir(base):
+            out += [
+                os.path.join(base, d, f"job_{job_id}")
+                for d in os.listdir(base)
+                if os.path.isdir(os.path.join(base, d, f"job_{job_id}"))
+            ]
+    return out
+
+
+def test_a_job_over_its_mem_ends_out_of_memory_with_slurms_line(cluster: tuple[Harness, str]) -> None:
+    h, _ = cluster
+    uid = ensure_user("mustertest")
+    script = (
+        "#!/bin/sh\n"
+        "cat /proc/self/cgroup\n"
+        "python3 -c \"b = bytearray(400 * 2**20); b[::4096] = b'x' * (len(b) // 4096); print('survived')\"\n"
+        "echo after\n"
+    )
+    job = h.sbatch("--mem=64M", "-o", "oom-%j.out", uid=uid, input=script)
+    done = h.wait_job(job)
+    assert done["state"] == "OUT_OF_MEMORY", done
+    out = h.read(f"oom-{job}.out")
+    assert "survived" not in out and "after" in out  # the kernel killed the allocator, not the shell
+    assert f"slurmstepd: error: Detected 1 oom_kill event in StepId={job}.batch. " in out, out
+    assert "Some of the step tasks have been OOM Killed." in out
+    assert re.search(rf"memory:/muster/node1_\w+/job_{job}/step_batch", out), out
+    show = h.run(["scontrol", "show", "job", str(job)]).stdout
+    assert "JobState=OUT_OF_MEMORY Reason=OutOfMemory" in show and "ExitCode=0:125" in show, show
+    acct = h.run(["sacct", "-j", str(job), "-n", "-P", "-o", "JobID,State,ExitCode,MaxRSS"]).stdout
+    assert f"{job}|OUT_OF_MEMORY|0:125|" in acct, acct
+    _wait(lambda: not _job_cgroups(job), "the job's cgroups to be removed")
+
+
+def test_a_job_within_its_mem_completes_under_its_limit(cluster: tuple[Harness, str]) -> None:
+    h, _ = cluster
+    script = (
+        "#!/bin/sh\n"
+        'cg=$(sed -n "s/^[0-9]*:memory://p" /proc/self/cgroup)\n'
+        'cat /sys/fs/cgroup/memory$(dirname "$cg")/memory.limit_in_bytes\n'
+    )
+    job = h.sbatch("--mem=96M", "-o", "fits-%j.out", input=script)
+    assert h.wait_job(job)["state"] == "COMPLETED"
+    assert h.read(f"fits-{job}.out").split() == [str(96 * 2**20)]
+
+
+def test_a_job_opens_only_its_own_gpu_device(cluster: tuple[Harness, str]) -> None:
+    h, devdir = cluster
+    uid = ensure_user("mustertest")
+    script = (
+        "#!/usr/bin/env python3\n"
+        "import os\n"
+        "mine = int(os.environ['CUDA_VISIBLE_DEVICES'])\n"
+        "for i in (0, 1):\n"
+        "    try:\n"
+        f"        os.close(os.open('{devdir}/gpu%d' % i, os.O_RDONLY))\n"
+        "        print(i, 'mine' if i == mine else 'other', 'opened')\n"
+        "    except OSError as e:\n"
+        "        print(i, 'mine' if i == mine else 'other', e.strerror)\n"
+    )
+    job = h.sbatch("--gres=gpu:1", "--mem=64M", "-o", "dev-%j.out", uid=uid, input=script)
+    assert h.wait_job(job)["state"] == "COMPLETED"
+    lines = sorted(h.read(f"dev-{job}.out").splitlines(), key=lambda s: s.split()[1])
+    assert lines[0].split(" ", 1)[1] == "mine opened", lines
+    assert lines[1].split(" ", 1)[1] == "other Operation not permitted", lines
+    # the host itself (outside the job's cgroup) still opens both
+    for i in (0, 1):
+        os.close(os.open(os.path.join(devdir, f"gpu{i}"), os.O_RDONLY))
+
+
+def test_a_daemon_that_cleared_its_environment_and_setsid_is_killed_at_the_end(
+    cluster: tuple[Harness, str],
+) -> None:
+    h, _ = cluster
+    uid = ensure_user("mustertest")
+    pidfile = os.path.join(h.workdir, f"daemon-{time.monotonic_ns()}.pid")
+    script = (
+        "#!/usr/bin/env python3\n"
+        "import os\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        open('{pidfile}.tmp', 'w').write(str(os.getpid()))\n"
+        f"        os.rename('{pidfile}.tmp', '{pidfile}')\n"
+        "        os.execve('/bin/sleep', ['sleep', '600'], {})  # no MUSTER_JOB_TAG, no SLURM_*\n"
+        "    os._exit(0)\n"
+        "os.wait()\n"
+        f"while not os.path.exists('{pidfile}'): pass\n"
+    )
+    job = h.sbatch("--mem=64M", "-o", "/dev/null", uid=uid, input=script)
+    _wait(lambda: os.path.exists(pidfile), "the daemon to start")
+    with open(pidfile) as f:
+        daemon = int(f.read())
+    try:
+        assert h.wait_job(job)["state"] == "COMPLETED"
+        _wait(lambda: not process_running(daemon), "the daemon to be killed")
+        _wait(lambda: not _job_cgroups(job), "the job's cgroups to be removed")
+    finally:
+        if process_running(daemon):
+            os.kill(daemon, 9)
+
+
+def test_a_node_that_cannot_confine_jobs_is_drained_with_the_reason() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    missing = tempfile.mkdtemp(prefix="muster-nocgroup-")
+    os.rmdir(missing)  # a mount point that does not exist
+    h = Harness(ClusterShape(nodes=1, gpus_per_node=0, cpus_per_node=1, mem_per_node=1000), settings=CONFINED)
+    try:
+        h.cluster.create(h.shape, h.settings)
+        with open(os.path.join(os.path.dirname(h.cluster.conf_path), "cgroup.conf"), "w") as f:
+            f.write(f"CgroupMountpoint={missing}\nConstrainRAMSpace=yes\n")
+        h.up()
+        _wait(lambda: "DRAIN" in h.run(["scontrol", "show", "node", "node1"]).stdout, "node1 to drain")
+        show = h.run(["scontrol", "show", "node", "node1"]).stdout
+        assert f"Reason=cgroup: no cgroup hierarchy under {missing} [" in show, show
+        assert "cgroup: no cgroup hierarchy" in h.run(["sinfo", "-R", "-h", "-o", "%n %E"]).stdout
+        job = h.sbatch("--wrap", "true")
+        assert h.job(job)["state"] == "PENDING"  # never run unconfined
+    finally:
+        h.down()
