@@ -175,7 +175,7 @@ def build_routes(ctx: Context) -> list[Route]:
         async def wrapped(request: Request) -> JSONResponse:
             try:
                 if not request.url.path.startswith("/v1/agent/"):  # a daemon's: ``signing.check_protocol``
-                    versions.check(request.headers, "client", "this controller")
+                    versions.check(request.headers, "client", "", "this controller")
                 unproven = request.scope.get(PEER_KEY) is None or token_in(request.headers) is not None
                 if unproven and not request.url.path.startswith("/v1/agent/"):
                     if IDENTITY_KEY not in request.scope:  # MUNGE: munged is asked in a thread

@@ -121,16 +121,22 @@ def sign_request(
     }
 
 
-def _speaker(name: str) -> str:
-    return "controller" if name == CTLD else f"agent {name}"
-
-
 def check_protocol(headers: dict[str, str], me: str) -> int:
     """The protocol of a daemon's request (``versions``); ``ProtocolMismatch`` outside the
     supported range, before any signature is checked, so that an old or new peer is told
-    why, not that its signature is wrong."""
+    why, not that its signature is wrong. muster 0.1.0 said no protocol either, but signed
+    without naming sender and receiver: such a request is protocol 1."""
+    me_text = "this controller" if me == CTLD else "this agent"
+    sender = headers.get(FROM_HEADER)
+    if (
+        versions.PROTOCOL_HEADER not in headers
+        and SIG_HEADER in headers
+        and (sender is None or TO_HEADER not in headers)
+    ):
+        raise ProtocolMismatch(versions.refusal_text("daemon", "", 1, "0.1.0", me_text))
+    kind, name = ("controller", "") if sender == CTLD else ("agent", sender or "?")
     try:
-        return versions.check(headers, _speaker(headers.get(FROM_HEADER) or "?"), "this " + _speaker(me).split()[0])
+        return versions.check(headers, kind, name, me_text)
     except versions.ProtocolMismatch as exc:
         raise ProtocolMismatch(str(exc)) from None
 

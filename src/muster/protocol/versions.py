@@ -80,20 +80,22 @@ def peer_protocol(head: "Mapping[str, str]") -> int:
         return 0
 
 
-def refusal_text(peer: str, protocol: int, peer_build: str, me: str) -> str:
-    """The one line that refuses ``peer`` (e.g. ``agent gpu1``) speaking ``protocol``."""
-    side = "the " + peer.split(" ")[0] if protocol < MIN_PROTOCOL else me
+def refusal_text(kind: str, name: str, protocol: int, peer_build: str, me: str) -> str:
+    """The one line that refuses a peer (``kind`` ``agent``, ``controller``, ``client``;
+    ``name`` its name, or "") speaking ``protocol``; ``me``: ``this controller``..."""
+    peer = f"{kind} {name}" if name else kind
+    side = f"the {kind}" if protocol < MIN_PROTOCOL else me
     return (
         f"{peer} speaks protocol {protocol} (muster {peer_build or 'unknown'}), "
         f"{me} {MIN_PROTOCOL}..{MAX_PROTOCOL} (muster {build()}): upgrade {side}"
     )
 
 
-def check(head: "Mapping[str, str]", peer: str, me: str) -> int:
-    """The peer's protocol when this build accepts it; else ``ProtocolMismatch``. ``peer``
-    names the sender as the message should (``agent gpu1``, ``controller``, ``client``),
-    ``me`` this side (``this controller``, ``this agent``)."""
+def check(head: "Mapping[str, str]", kind: str, name: str, me: str) -> int:
+    """The peer's protocol when this build accepts it; else ``ProtocolMismatch``. ``kind``
+    and ``name`` name the sender as the message should (``agent``, ``gpu1``), ``me`` this
+    side (``this controller``, ``this agent``)."""
     protocol = peer_protocol(head)
     if MIN_PROTOCOL <= protocol <= MAX_PROTOCOL:
         return protocol
-    raise ProtocolMismatch(refusal_text(peer, protocol, head.get(VERSION_HEADER, ""), me))
+    raise ProtocolMismatch(refusal_text(kind, name, protocol, head.get(VERSION_HEADER, ""), me))

@@ -176,6 +176,16 @@ def test_an_old_agent_is_told_to_upgrade_not_that_its_signature_is_wrong() -> No
     assert "signature" not in text
 
 
+def test_a_v010_daemon_is_told_it_is_too_old() -> None:
+    """muster 0.1.0 signed without naming sender and receiver, and said no protocol."""
+    head = _signed(None)
+    del head["x-muster-from"], head["x-muster-to"]
+    with pytest.raises(
+        ProtocolMismatch, match=r"^daemon speaks protocol 1 \(muster 0\.1\.0\), this controller .*: upgrade the daemon$"
+    ):
+        _verify(head)
+
+
 def test_a_newer_controller_is_refused_by_this_agent_saying_which_side_to_upgrade() -> None:
     with pytest.raises(ProtocolMismatch, match=r"^controller speaks protocol 99 .*: upgrade this agent$"):
         _verify(_signed("99", sender=CTLD, receiver="gpu1"), me="gpu1")
