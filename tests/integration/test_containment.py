@@ -123,6 +123,23 @@ def test_a_job_over_its_mem_ends_out_of_memory_with_slurms_line(cluster: tuple[H
     _wait(lambda: not _job_cgroups(job), "the job's cgroups to be removed")
 
 
+def test_a_step_over_the_jobs_mem_is_confined_in_the_jobs_cgroup(cluster: tuple[Harness, str]) -> None:
+    h, _ = cluster
+    uid = ensure_user("mustertest")
+    script = (
+        "#!/bin/sh\n"
+        "srun grep memory: /proc/self/cgroup\n"
+        "srun python3 -c \"b = bytearray(400 * 2**20); b[::4096] = b'x' * (len(b) // 4096); print('survived')\"\n"
+        "echo srun said $?\n"
+    )
+    job = h.sbatch("--mem=64M", "-o", "step-%j.out", uid=uid, input=script)
+    assert h.wait_job(job)["state"] == "OUT_OF_MEMORY"
+    out = h.read(f"step-{job}.out")
+    assert re.search(rf"memory:/muster/node1_\w+/job_{job}/step_0\n", out), out
+    assert "survived" not in out and "srun said 0" not in out, out
+    _wait(lambda: not _job_cgroups(job), "the job's cgroups to be removed")
+
+
 def test_a_job_within_its_mem_completes_under_its_limit(cluster: tuple[Harness, str]) -> None:
     h, _ = cluster
     script = (

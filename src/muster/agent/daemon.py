@@ -238,9 +238,11 @@ class AgentDaemon:
             self.supervisor.cgroups = NodeCgroups.probe(conf, name, self.inventory.count)
         except CgroupUnusable as exc:
             self.supervisor.refuse = f"cgroup: {exc}"
+            self.steps.confine = self.supervisor.confine_step  # refuses steps too
             log.error("node %s cannot confine jobs, it runs none: %s", self.node.name, exc)
             return
         log.info("node %s: jobs confined by %s", self.node.name, self.supervisor.cgroups.describe())
+        self.steps.confine = self.supervisor.confine_step
 
     def _lock(self) -> None:
         path = os.path.join(self.state.root, "musterd.lock")

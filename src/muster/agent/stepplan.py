@@ -75,6 +75,7 @@ class TaskPlan:
     cpus: tuple[int, ...] | None = None  # pinned to these (``--cpu-bind``, task/affinity)
     bind_verbose: bool = False
     pty_size: tuple[int, int] | None = None  # srun --pty: the terminal's rows and columns
+    cgroup_procs: tuple[str, ...] = ()  # the step's cgroups, joined before exec (``agent.cgroupfs``)
 
 
 def task_plans(
@@ -299,4 +300,5 @@ def child_spec(
         search_path=True,
         failure_exit=None,
         identity=nodeident.for_node(plan.node),
+        cgroup_procs=plan.cgroup_procs,
     )

@@ -40,6 +40,7 @@ The terminate reasons the agent understands are those of the API (``cancel``, ``
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -249,6 +250,43 @@ class Supervisor:
         except OSError as exc:
             raise LaunchError(f"cannot set up the job's cgroup: {exc.strerror or exc}") from None
 
+    def confine_step(self, grant: Mapping[str, Any], step_id: int) -> tuple[str, ...]:
+        """A job step's cgroup here (in the job's, made with the job's limits if it is the
+        job's first here); the files its tasks join. Raises ``OSError``."""
+        if self.refuse is not None:
+            raise OSError(errno.EPERM, self.refuse)
+        if self.cgroups is None:
+            return ()
+        job = grant.get("job") or {}
+        nodes = list(job.get("nodes") or [])
+        here = nodes.index(self.node) if self.node in nodes else -1
+        mems, gpu_ids = list(job.get("mem") or []), list(job.get("gpu_ids") or [])
+        if 0 <= here < len(gpu_ids):
+            gpus = [int(g) for g in gpu_ids[here]]
+        else:  # a controller that does not say the job's GPUs: the step's own
+            step = grant.get("step") or {}
+            snodes = list(step.get("nodes") or [])
+            sgpus = list(step.get("gpus") or [])
+            at = snodes.index(self.node) if self.node in snodes else -1
+            gpus = [int(g) for g in sgpus[at]] if 0 <= at < len(sgpus) else []
+        mem = int(mems[here] or 0) if 0 <= here < len(mems) else 0
+        limits = cgroups.job_limits(self.cgroups.conf, mem, None, gpus, self.cgroups.devices)
+        return self.cgroups.create_job(int(grant["job_id"]), limits, step=str(step_id))
+
+    def _sweep_cgroup(self, job_id: int) -> None:
+        """The job ended and no batch script of it runs here (steps only): kill what is
+        left in its cgroup and remove it."""
+        cg = self.cgroups
+        if cg is None or job_id in self._launching or not os.path.isdir(cg.job_dir(job_id)):
+            return
+
+        def sweep() -> None:
+            cg.kill_all(job_id)
+            if not cg.remove_job(job_id):
+                log.warning("job %s: its cgroup could not be removed yet", job_id)
+
+        self.spawn(asyncio.to_thread(sweep))
+
     def spawn(self, work: Any) -> None:
         """Run a coroutine in the background, holding on to it until it is done."""
         task = asyncio.ensure_future(work)
@@ -315,6 +353,7 @@ class Supervisor:
             return False
         if t is None:
             self._terminate_absent(job_id, reason, restart_count, kill_wait)
+            self._sweep_cgroup(job_id)
             return False
         if t.terminated_by is None:
             t.terminated_by = reason

@@ -341,6 +341,8 @@ class StepBook:
                 "restart_count": job.restart_count,
                 "nodes": [a.node for a in alloc],
                 "cpus": [a.cpus for a in alloc],
+                "mem": [a.mem for a in alloc],  # MB per node: the job's cgroup limit there
+                "gpu_ids": [list(a.gpu_ids) for a in alloc],  # its GPUs per node (devices cgroup)
                 "ntasks": job.shape.ntasks,
                 "ntasks_per_node": spec.ntasks_per_node,
                 "cpus_per_task": spec.cpus_per_task,
