@@ -21,8 +21,9 @@ The commands never import this module (it imports pydantic): their messages are 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
@@ -399,28 +400,63 @@ def dump(msg: BaseModel, protocol: int = PROTOCOL) -> dict[str, Any]:
     """``msg`` as the JSON object that a peer of ``protocol`` reads: the fields added after
     that protocol left out (Nomad's minimum-version gate: a new field reaches only the
     peers that understand it), and ``None`` values left out (the reader's default) except
-    where the model keeps them (a job's)."""
-    return _dump(msg, protocol, getattr(msg, "keep_none", False))
+    where the model keeps them (a job's). One ``model_dump`` with an exclusion planned once
+    per message type and protocol."""
+    cls = type(msg)
+    exclude, keeps = _plan(cls, protocol)
+    data = msg.model_dump(exclude=exclude or None, exclude_none=not keeps)
+    if keeps:
+        _drop_none(cls, data)
+    return data
 
 
-def _dump(msg: BaseModel, protocol: int, keep_none: bool) -> dict[str, Any]:
-    since: dict[str, int] = getattr(msg, "since", {})
-    out: dict[str, Any] = {}
-    for name in type(msg).model_fields:
+@functools.cache
+def _plan(cls: type[BaseModel], protocol: int) -> tuple[dict[str, Any], bool]:
+    """The nested ``exclude`` of ``cls``'s fields newer than ``protocol``, and whether a
+    model in it keeps its ``None`` values."""
+    since: dict[str, int] = getattr(cls, "since", {})
+    keeps: bool = getattr(cls, "keep_none", False)
+    exclude: dict[str, Any] = {}
+    itself: list[tuple[str, bool]] = []
+    for name, field in cls.model_fields.items():
         if since.get(name, 0) > protocol:
+            exclude[name] = True
             continue
-        value = getattr(msg, name)
-        if value is None and not keep_none:
-            continue
-        out[name] = _plain(value, protocol, keep_none)
-    return out
+        for sub, many in _models(field.annotation):
+            if sub is cls:  # a job's het_components: jobs without components of their own
+                itself.append((name, many))
+                continue
+            inner, sub_keeps = _plan(sub, protocol)
+            keeps = keeps or sub_keeps
+            if inner:
+                exclude[name] = {"__all__": inner} if many else inner
+    own = dict(exclude)
+    for name, many in itself:
+        if own:
+            exclude[name] = {"__all__": own} if many else own
+    return exclude, keeps
 
 
-def _plain(value: Any, protocol: int, keep_none: bool) -> Any:
-    if isinstance(value, BaseModel):
-        return _dump(value, protocol, keep_none or getattr(value, "keep_none", False))
-    if isinstance(value, list | tuple):
-        return [_plain(v, protocol, keep_none) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v, protocol, keep_none) for k, v in value.items()}
-    return value
+def _models(annotation: Any, many: bool = False) -> list[tuple[type[BaseModel], bool]]:
+    """The message types in a field's annotation, each with whether it is a list of them."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [(annotation, many)]
+    origin = get_origin(annotation)
+    if origin is dict:
+        return []
+    many = many or origin in (list, tuple)
+    return [found for arg in get_args(annotation) for found in _models(arg, many)]
+
+
+def _drop_none(cls: type[BaseModel], data: dict[str, Any]) -> None:
+    """Leave out ``None`` values where ``cls`` (and the models in it) do not keep them."""
+    if getattr(cls, "keep_none", False):
+        return
+    for name in [k for k, v in data.items() if v is None]:
+        del data[name]
+    for name, value in data.items():
+        field = cls.model_fields.get(name)
+        for sub, _many in _models(field.annotation) if field is not None else []:
+            for item in value if isinstance(value, list | tuple) else [value]:
+                if isinstance(item, dict):
+                    _drop_none(sub, item)

@@ -198,3 +198,15 @@ def test_the_protocol_header_is_not_a_way_around_the_signature() -> None:
     head["x-muster-signature"] = hashlib.sha256(b"forged").hexdigest()
     with pytest.raises(SignatureError, match="bad signature"):
         _verify(head)
+
+
+def test_a_heterogeneous_jobs_components_are_written_for_the_peers_protocol_too() -> None:
+    launch = dict(_fixtures(3))["LaunchRequest"]
+    component = {**launch["job"], "job_id": 4243}
+    leader = {**launch["job"], "het_job_id": 4242, "het_components": [launch["job"], component]}
+    msg = messages.read(messages.LaunchRequest, {**launch, "job": leader})
+    old = messages.dump(msg, 2)["job"]
+    assert "mail_type" not in old["spec"] and all("mail_type" not in c["spec"] for c in old["het_components"])
+    new = messages.dump(msg, 3)["job"]
+    assert [c["spec"]["mail_type"] for c in new["het_components"]] == [["END", "FAIL"]] * 2
+    assert new["het_components"][1]["job_id"] == 4243 and new["het_components"][0]["spec"]["stdin"] is None
