@@ -231,3 +231,53 @@ def test_stdin_streams_as_it_comes_and_a_restart_ends_it_without_waiting_for_sru
             proc.kill()
             proc.wait()
     assert out.lines == ["got first", "input over"]
+
+
+@pytest.fixture
+def chain() -> Iterator[Harness]:
+    """Three nodes in a launch tree of width 1: srun -> node1 -> node2 -> node3."""
+    h = Harness(
+        ClusterShape(nodes=3, gpus_per_node=1, cpus_per_node=4, mem_per_node=8000),
+        settings={"SlurmdTimeout": "60", "KillWait": "2", "TreeWidth": "1", "MessageTimeout": "10"},
+    )
+    h.up()
+    try:
+        yield h
+    finally:
+        h.down()
+
+
+def test_a_step_launched_through_the_tree_outlives_a_restart_of_its_relays(chain: Harness) -> None:
+    """Restarting a relay's agent ends the streams it relays; the nodes below keep their
+    part of the step for MessageTimeout, and srun asks each of them directly."""
+    h = chain
+    stop = os.path.join(h.workdir, "chain-stop")
+    script = f'i=0; while [ ! -e {stop} ]; do i=$((i+1)); echo "$SLURM_PROCID $i"; sleep 0.02; done; echo "$SLURM_PROCID end"'
+    errfile = open(os.path.join(h.workdir, "chain-err"), "w+")  # noqa: SIM115 - closed below
+    proc = srun(h, "-v", "-N3", "-n3", "-w", "node[1-3]", "sh", "-c", script, err=errfile)
+    out = Lines(proc)
+    try:
+        wait_until(lambda: all(out.of(r) for r in range(3)), "every rank's first line")
+        for node in ("node1", "node2"):  # the head, then the relay below it
+            before = [len(out.of(r)) for r in range(3)]
+            restart_agent(h, node)
+            wait_until(
+                lambda b=before: all(len(out.of(r)) > b[r] + 20 for r in range(3)), f"output after {node} restarted"
+            )
+        with open(stop, "w"):
+            pass
+        proc.wait(timeout=60)
+        out.join()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        errfile.seek(0)
+        err = errfile.read()
+        errfile.close()
+    assert proc.returncode == 0, err
+    assert "launch tree: TreeWidth=1" in err
+    for rank in range(3):
+        lines = out.of(rank)
+        assert lines[-1] == "end"
+        assert [int(x) for x in lines[:-1]] == list(range(1, len(lines)))

@@ -179,7 +179,9 @@ class StepApi:
         out: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=64)
         relay = Relay(body, grant, [str(n) for n in body["tree"]], width, timeout, self.relay_tls, out)
         producers = relay.start() + 1  # the subtrees first: they start while this node does
-        local = asyncio.create_task(self._pump_local(body, out))
+        # through a relay: when it goes (its agent restarting), srun asks this node directly
+        grace = float(timeout) if body.get("relayed") else 0.0
+        local = asyncio.create_task(self._pump_local(body, out, grace))
 
         async def write() -> None:
             left = producers
@@ -213,8 +215,9 @@ class StepApi:
         if writer.done() and not writer.cancelled() and isinstance(writer.exception(), Exception):
             log.info("step launch stream ended: %s", writer.exception())
 
-    async def _pump_local(self, body: dict[str, Any], out: asyncio.Queue[bytes | None]) -> None:
-        """This node's own part of a tree launch: its frames on ``out``, then ``None``."""
+    async def _pump_local(self, body: dict[str, Any], out: asyncio.Queue[bytes | None], grace: float = 0.0) -> None:
+        """This node's own part of a tree launch: its frames on ``out``, then ``None``;
+        ``grace``: how long the step waits for srun when the stream ends early."""
         launching = asyncio.ensure_future(self.runner.launch(body))
         try:
             step = await asyncio.shield(launching)
@@ -236,7 +239,7 @@ class StepApi:
                 await out.put(data)
                 delivered = last
         finally:
-            self.runner.detach(step, delivered)
+            self.runner.detach(step, delivered, grace)
         await out.put(None)
 
     async def _output(

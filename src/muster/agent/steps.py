@@ -222,11 +222,12 @@ class StepRunner:
         step.claim_handle = asyncio.get_running_loop().call_later(self.reattach_wait, self._unclaimed, step)
 
     def _unclaimed(self, step: Step) -> None:
-        """No srun came back for a taken-back step: as if it had gone away."""
+        """No srun came back for a taken-back step (or one whose relay went): as if it had
+        gone away."""
         step.claim_handle = None
         if step.attached or self.steps.get(step.key) is not step:
             return
-        log.info("step %s: its srun did not come back within %.0fs", step.id_text, self.reattach_wait)
+        log.info("step %s: its srun did not come back", step.id_text)
         step.orphaned = True
         if step.finished:
             self._hand_over(step)
@@ -324,13 +325,19 @@ class StepRunner:
             step.claim_handle = None
         return step
 
-    def detach(self, step: Step, delivered: bool) -> None:
+    def detach(self, step: Step, delivered: bool, grace: float = 0.0) -> None:
         """An srun stream has ended; ``delivered``: with the step's end. A step handed over
         is forgotten; while the agent stops, the step goes on (the next agent takes it
         back); one whose srun went away is stopped (nobody would see its output or its
-        end) and reported once its tasks end."""
+        end) and reported once its tasks end. With ``grace`` (a stream through a relay of
+        the launch tree, whose agent may be restarting) srun has that long to come back
+        directly (``attach``) before the step is taken for abandoned."""
         step.attached = max(0, step.attached - 1)
         if self.closing or step.attached or self.steps.get(step.key) is not step:
+            return
+        if grace > 0 and not delivered and step.claim_handle is None:
+            loop = asyncio.get_running_loop()
+            step.claim_handle = loop.call_later(grace, self._unclaimed, step)
             return
         if step.finished:
             if delivered:

@@ -108,7 +108,9 @@ class Relay:
             where = self.where.get(head)
             if where is None:
                 raise _Refused(f"{head} is not in the step's grant (no address for it)")
-            payload = json.dumps({**self.body, "tree": rest}).encode()
+            # "relayed": a node below keeps its step a moment when this relay goes (srun
+            # then asks it directly: ``StepRunner.detach``)
+            payload = json.dumps({**self.body, "tree": rest, "relayed": True}).encode()
             reader, writer = conn = await asyncio.wait_for(self._connect(head, *where), self.timeout)
             conn[1].write(
                 (
