@@ -1,11 +1,12 @@
-"""Tell muster how a training job advances: ``step(n)`` and ``checkpoint(n)``.
+"""Tell muster how a training job advances: ``step(n)``, ``checkpoint(n)``, ``section(name)``.
 
     from muster import progress
     for step in range(start, steps):
         train_one_step()
         progress.step(step)
         if step % 100 == 0:
-            save_checkpoint()
+            with progress.section("checkpoint"):  # slow on purpose: not a hang
+                save_checkpoint()
             progress.checkpoint(step)
 
 The node agent gives every batch script and srun task ``MUSTER_PROGRESS``: a file it
@@ -14,6 +15,7 @@ since the epoch), which is also the shell form for jobs not written in Python::
 
     echo "step $i" >> "$MUSTER_PROGRESS"          # the time is optional
     muster-progress checkpoint "$i"               # the same, as a command
+    muster-progress begin eval; evaluate; muster-progress end eval
 
 The agent forwards the latest step and checkpoint of each job with its heartbeats; the
 controller uses them for hang detection (``--hang-timeout``) and goodput accounting
@@ -21,8 +23,18 @@ controller uses them for hang detection (``--hang-timeout``) and goodput account
 does nothing, so a script runs unchanged on a laptop. Any rank may report; reporting from
 every rank lets muster tell which node hosted a rank that stopped.
 
-This module uses only the standard library (os, sys, time) and never raises into the
-training loop: a report that cannot be written is dropped.
+A declared section (``with section("eval"):``, or lines ``begin NAME`` / ``end NAME``) is
+time the job knows to be slow: the controller judges no hang while a section is open.
+
+Hang evidence: the first report of a process installs a ``faulthandler`` handler for
+SIGUSR1 (unless the process already handles SIGUSR1) that writes the stacks of all its
+threads to ``$MUSTER_PROGRESS.stacks``. When the controller judges the job hung, the agent
+sends SIGUSR1 only to processes that catch it, so reporting progress never makes the
+diagnostic signal fatal (see ``muster.agent.hangevidence``).
+
+This module uses only the standard library (os, sys, time; faulthandler and signal once, at
+the first report) and never raises into the training loop: a report that cannot be written
+is dropped.
 """
 
 from __future__ import annotations
@@ -30,12 +42,34 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["ENV", "checkpoint", "main", "path", "step"]
+__all__ = ["ENV", "begin", "checkpoint", "end", "main", "path", "section", "step"]
 
 ENV = "MUSTER_PROGRESS"
 _fd: int | None = None
 _fd_path: str | None = None
+_handler_for: tuple[int, str] | None = None  # (pid, progress file) the stacks handler serves
+
+
+def _install_stacks_handler(target: str) -> None:
+    """SIGUSR1 -> every thread's Python stack into ``<target>.stacks`` (see the module
+    docstring); only where SIGUSR1 has its default action and the agent made that file."""
+    global _handler_for
+    if _handler_for == (os.getpid(), target):
+        return
+    _handler_for = (os.getpid(), target)
+    try:
+        import faulthandler
+        import signal
+
+        if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
+            return  # the program handles SIGUSR1 itself
+        fd = os.open(target + ".stacks", os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        faulthandler.register(signal.SIGUSR1, file=fd, all_threads=True, chain=False)
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        pass  # no stacks file (an older agent), or no signals here: evidence from outside only
 
 
 def path() -> str | None:
@@ -43,12 +77,13 @@ def path() -> str | None:
     return os.environ.get(ENV) or None
 
 
-def _write(kind: str, n: int) -> bool:
+def _write(kind: str, n: int | str) -> bool:
     global _fd, _fd_path
     target = path()
     if target is None:
         return False
-    line = f"{kind} {int(n)} {time.time():.3f}\n".encode()
+    word = n if isinstance(n, str) else str(int(n))
+    line = f"{kind} {word} {time.time():.3f}\n".encode()
     try:
         if _fd is None or _fd_path != target:
             if _fd is not None:
@@ -57,6 +92,7 @@ def _write(kind: str, n: int) -> bool:
             _fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
             _fd_path = target
         os.write(_fd, line)  # one short O_APPEND write: lines of ranks never interleave
+        _install_stacks_handler(target)
         return True
     except (OSError, ValueError):
         return False
@@ -73,21 +109,47 @@ def checkpoint(n: int) -> bool:
     return _write("checkpoint", n)
 
 
+def _name(name: str) -> str:
+    word = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name))[:64]
+    return word or "section"
+
+
+def begin(name: str) -> bool:
+    """A slow section (checkpoint save, evaluation) starts: no hang is judged until ``end``."""
+    return _write("begin", _name(name))
+
+
+def end(name: str) -> bool:
+    """The section ``name`` that ``begin`` opened is over."""
+    return _write("end", _name(name))
+
+
+@contextmanager
+def section(name: str) -> Iterator[None]:
+    """``with progress.section("checkpoint"): save()``: ``begin`` and ``end`` around a block."""
+    begin(name)
+    try:
+        yield
+    finally:
+        end(name)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``muster-progress step|checkpoint N``."""
+    """``muster-progress step|checkpoint N`` or ``muster-progress begin|end NAME``."""
     args = sys.argv[1:] if argv is None else argv
     if args in (["-V"], ["--version"]):
         from muster import VERSION_STRING
 
         print(VERSION_STRING)
         return 0
-    if len(args) != 2 or args[0] not in ("step", "checkpoint") or not args[1].lstrip("-").isdigit():
-        print("usage: muster-progress step|checkpoint N", file=sys.stderr)
+    sections = len(args) == 2 and args[0] in ("begin", "end") and bool(args[1])
+    if not sections and (len(args) != 2 or args[0] not in ("step", "checkpoint") or not args[1].lstrip("-").isdigit()):
+        print("usage: muster-progress step|checkpoint N  or  muster-progress begin|end NAME", file=sys.stderr)
         return 2
     if path() is None:
         print(f"muster-progress: {ENV} is not set (not inside a muster job); nothing reported", file=sys.stderr)
         return 0
-    if not _write(args[0], int(args[1])):
+    if not _write(args[0], _name(args[1]) if sections else int(args[1])):
         print(f"muster-progress: cannot write to {path()}", file=sys.stderr)
         return 1
     return 0

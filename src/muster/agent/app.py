@@ -20,6 +20,10 @@ credentials that ``protocol.httpd`` puts in the scope:
                               node) -> ``{"answers": [...]}``: each launch's answer as
                               above, in order, a failure with its ``"status"``
   ``POST /v1/signal``         ``{"job_id", "signal", "batch_only"}`` -> ``{"ok": true}``
+  ``POST /v1/hang_evidence``  ``{"job_id"}`` -> ``{"ok": true, "processes": n}``: the
+                              controller judged the job hung; the evidence of each of its
+                              processes here (``agent.hangevidence``; SIGUSR1 only to those
+                              that catch it) goes with the next heartbeat
   ``POST /v1/terminate``      ``{"job_id", "reason", "kill_wait", "restart_count"?}`` ->
                               ``{"ok": true, "running": bool}``
   ``POST /v1/update``         ``{"job_id", "time_limit"}`` (muster's addition: a new limit
@@ -62,8 +66,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from muster.agent import hangevidence
 from muster.agent.limits import parse_signal
 from muster.agent.openapi import openapi_route
+from muster.agent.progress import progress_dir, save_evidence, stacks_path
 from muster.agent.stepapi import StepApi
 from muster.agent.steps import StepRunner
 from muster.agent.supervisor import LaunchError, Supervisor
@@ -191,6 +197,37 @@ def build_routes(
             return _error(f"job {msg.job_id} is not running on {node}", "invalid_job_id", 404)
         return JSONResponse({"ok": True})
 
+    collecting: set[asyncio.Task[None]] = set()
+
+    @_handler
+    async def hang_evidence(request: Request) -> JSONResponse:
+        msg = _message(SignalRequest, await _json_body(request))
+        found: dict[int, set[int]] = {}  # attempt -> its processes here
+        t = supervisor.jobs.get(msg.job_id)
+        if t is not None:
+            found.setdefault(t.restart_count, set()).update(supervisor._members(t))  # noqa: SLF001
+        if steps is not None:
+            for attempt, pids in steps.job_members(msg.job_id).items():
+                found.setdefault(attempt, set()).update(pids)
+        if not found:
+            return _error(f"job {msg.job_id} is not running on {node}", "invalid_job_id", 404)
+        attempt = max(found)
+        pids = found[attempt] - {os.getpid()}
+        root = supervisor.state.root
+        stacks = stacks_path(os.path.join(progress_dir(root), f"{msg.job_id}.{attempt}"))
+
+        async def collect() -> None:
+            try:
+                evidence = await asyncio.to_thread(hangevidence.collect, pids, stacks)
+                save_evidence(root, msg.job_id, attempt, evidence)
+            except Exception:  # evidence is best effort: never the agent's end
+                log.exception("job %s: hang evidence failed", msg.job_id)
+
+        task = asyncio.create_task(collect(), name=f"evidence-{msg.job_id}")
+        collecting.add(task)
+        task.add_done_callback(collecting.discard)
+        return JSONResponse({"ok": True, "processes": len(pids)})
+
     @_handler
     async def terminate(request: Request) -> JSONResponse:
         msg = _message(TerminateRequest, await _json_body(request))
@@ -246,6 +283,7 @@ def build_routes(
         Route("/v1/launch", launch, methods=["POST"]),
         Route("/v1/launches", launches, methods=["POST"]),
         Route("/v1/signal", signal_job, methods=["POST"]),
+        Route("/v1/hang_evidence", hang_evidence, methods=["POST"]),
         Route("/v1/terminate", terminate, methods=["POST"]),
         Route("/v1/update", update, methods=["POST"]),
         Route("/v1/step_signal", step_signal, methods=["POST"]),

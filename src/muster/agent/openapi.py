@@ -25,6 +25,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("POST", "/v1/launch"): LaunchRequest,
     ("POST", "/v1/launches"): LaunchRequests,
     ("POST", "/v1/signal"): SignalRequest,
+    ("POST", "/v1/hang_evidence"): SignalRequest,
     ("POST", "/v1/terminate"): TerminateRequest,
     ("POST", "/v1/update"): UpdateRequest,
 }

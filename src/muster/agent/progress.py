@@ -3,15 +3,22 @@
 
 * ``prepare(root, job_id, attempt, uid, gid)`` creates ``<state>/progress/<job>.<attempt>``
   (the directory root's, 0711; the file the job user's, 0600) and returns its path, which
-  the batch script and every srun task get as ``MUSTER_PROGRESS``. Only the agent creates
-  files there, so a job cannot point the (root) agent at another file.
+  the batch script and every srun task get as ``MUSTER_PROGRESS``; beside it
+  ``<job>.<attempt>.stacks`` (also the user's, 0600), where ``muster.progress``'s SIGUSR1
+  handler writes Python stacks when the agent collects a hang's evidence
+  (``agent.hangevidence``). Only the agent creates files there, so a job cannot point the
+  (root) agent at another file.
 * ``ProgressWatch.poll(now, active)`` reads what was appended since the last poll (at most
   ``READ_LIMIT`` bytes: a flood keeps only its tail) and returns the reports that changed,
   one dict per job attempt: ``job_id``, ``attempt``, ``first`` (time of its first step
-  here), ``step``/``step_time``, ``ckpt_step``/``ckpt_time``. Files of attempts no longer
+  here), ``step``/``step_time``, ``ckpt_step``/``ckpt_time``, ``section`` (the name of a
+  declared slow section open here, else None) and ``section_time`` (its last begin or end),
+  and, once, ``evidence`` (``add_evidence``: a hang's evidence collected here). Files of attempts no longer
   ``active`` here are removed once their last report was handed out.
 
-Line grammar: ``step N [TIME]`` or ``checkpoint N [TIME]`` (``ckpt`` is accepted); TIME is
+Line grammar: ``step N [TIME]`` or ``checkpoint N [TIME]`` (``ckpt`` is accepted),
+``begin NAME [TIME]`` and ``end NAME [TIME]`` (a slow section: checkpoint save, evaluation;
+each rank's begin counts until its end); TIME is
 seconds since the epoch, taken as the agent's own time of reading when absent, in the future
 or unparsable. Other lines are ignored. Steps only go forward (a restarted attempt writes to
 a new file).
@@ -20,12 +27,22 @@ a new file).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ENV", "ProgressWatch", "parse_lines", "prepare", "progress_dir", "progress_env"]
+__all__ = [
+    "ENV",
+    "ProgressWatch",
+    "parse_lines",
+    "prepare",
+    "progress_dir",
+    "progress_env",
+    "save_evidence",
+    "stacks_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +55,40 @@ def progress_dir(root: str) -> str:
     return os.path.join(root, "progress")
 
 
+EVIDENCE_SUFFIX = ".evidence"
+
+
+def save_evidence(root: str, job_id: int, attempt: int, evidence: list[dict[str, Any]]) -> None:
+    """Leave a hang's evidence (``agent.hangevidence.collect``) for ``ProgressWatch`` to send
+    with the attempt's next report (written whole, then renamed into place)."""
+    directory = progress_dir(root)
+    os.makedirs(directory, mode=0o711, exist_ok=True)
+    final = os.path.join(directory, f"{int(job_id)}.{int(attempt)}{EVIDENCE_SUFFIX}")
+    tmp = final + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(evidence, f)
+    os.replace(tmp, final)
+
+
+def stacks_path(path: str) -> str:
+    """Where the processes reporting to progress file ``path`` dump their Python stacks."""
+    return path + ".stacks"
+
+
 def prepare(root: str, job_id: int, attempt: int, uid: int, gid: int) -> str:
-    """The progress file of this job attempt on this node, created for the job's user."""
+    """The progress file of this job attempt on this node (and its stacks file), created
+    for the job's user."""
     directory = progress_dir(root)
     os.makedirs(directory, mode=0o711, exist_ok=True)
     path = os.path.join(directory, f"{int(job_id)}.{int(attempt)}")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        if os.geteuid() == 0 and uid >= 0:
-            os.fchown(fd, uid, gid if gid >= 0 else -1)
-    finally:
-        os.close(fd)
+    for name in (path, stacks_path(path)):
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            if os.geteuid() == 0 and uid >= 0:
+                os.fchown(fd, uid, gid if gid >= 0 else -1)
+        finally:
+            os.close(fd)
     return path
 
 
@@ -78,10 +118,13 @@ class _Latest:
     step_time: float | None = None
     ckpt_step: int | None = None
     ckpt_time: float | None = None
+    sections: dict[str, int] = field(default_factory=dict)  # open sections: name -> ranks in it
+    section_time: float | None = None
+    evidence: list[dict[str, Any]] | None = None
     changed: bool = False
 
     def report(self, job_id: int, attempt: int) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "job_id": job_id,
             "attempt": attempt,
             "first": self.first,
@@ -89,20 +132,30 @@ class _Latest:
             "step_time": self.step_time,
             "ckpt_step": self.ckpt_step,
             "ckpt_time": self.ckpt_time,
+            "section": min(self.sections) if self.sections else None,
+            "section_time": self.section_time,
         }
+        if self.evidence is not None:
+            out["evidence"], self.evidence = self.evidence, None
+        return out
 
 
-def parse_lines(text: str, now: float) -> list[tuple[str, int, float]]:
-    """``(kind, n, time)`` for each well-formed line; kind is ``step`` or ``checkpoint``."""
-    out = []
+def parse_lines(text: str, now: float) -> list[tuple[str, int | str, float]]:
+    """``(kind, n, time)`` for each well-formed line; kind is ``step`` or ``checkpoint``
+    (n: the step) or ``begin`` or ``end`` (n: the section's name)."""
+    out: list[tuple[str, int | str, float]] = []
     for line in text.splitlines():
         words = line.split()
-        if len(words) < 2 or words[0] not in ("step", "checkpoint", "ckpt"):
+        if len(words) < 2 or words[0] not in ("step", "checkpoint", "ckpt", "begin", "end"):
             continue
-        try:
-            n = int(words[1])
-        except ValueError:
-            continue
+        n: int | str
+        if words[0] in ("begin", "end"):
+            n = words[1][:64]
+        else:
+            try:
+                n = int(words[1])
+            except ValueError:
+                continue
         t = now
         if len(words) > 2:
             try:
@@ -111,7 +164,7 @@ def parse_lines(text: str, now: float) -> list[tuple[str, int, float]]:
                 t = now
             if not (0 < t <= now):  # a clock ahead of ours, or junk: our time of reading
                 t = now
-        out.append(("step" if words[0] == "step" else "checkpoint", n, t))
+        out.append(("checkpoint" if words[0] == "ckpt" else words[0], n, t))
     return out
 
 
@@ -119,6 +172,29 @@ class ProgressWatch:
     def __init__(self, root: str) -> None:
         self.root = root
         self.files: dict[tuple[int, int], _Latest] = {}
+
+    def add_evidence(self, job_id: int, attempt: int, evidence: list[dict[str, Any]]) -> None:
+        """A hang's evidence collected here (``agent.hangevidence``): it goes with the
+        attempt's next report."""
+        latest = self.files.setdefault((int(job_id), int(attempt)), _Latest())
+        latest.evidence = evidence
+        latest.changed = True
+
+    def _take_evidence(self, directory: str, name: str) -> None:
+        """``<job>.<attempt>.evidence`` (``save_evidence``): handed to the next report."""
+        job, _, att = name[: -len(EVIDENCE_SUFFIX)].partition(".")
+        path = os.path.join(directory, name)
+        try:
+            if job.isdigit() and att.isdigit():
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                with os.fdopen(fd, "rb") as f:
+                    data = json.loads(f.read(1 << 20))
+                if isinstance(data, list):
+                    self.add_evidence(int(job), int(att), data)
+        except (OSError, ValueError) as exc:
+            log.warning("hang evidence %s unreadable: %s", name, exc)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
     def poll(self, now: float, active: set[tuple[int, int]]) -> list[dict[str, Any]]:
         directory = progress_dir(self.root)
@@ -131,6 +207,9 @@ class ProgressWatch:
             return []
         reports = []
         for name in names:
+            if name.endswith(EVIDENCE_SUFFIX):
+                self._take_evidence(directory, name)
+        for name in names:
             job, _, att = name.partition(".")
             if not (job.isdigit() and att.isdigit()):
                 continue
@@ -142,11 +221,14 @@ class ProgressWatch:
                 reports.append(latest.report(*key))
             elif key not in active and not self._young(os.path.join(directory, name), now):
                 # (a young file may belong to a launch under way: not yet among ``active``)
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(directory, name))
+                for gone in (name, stacks_path(name)):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(directory, gone))
                 del self.files[key]
         for key in [k for k in self.files if f"{k[0]}.{k[1]}" not in names]:
-            del self.files[key]
+            latest = self.files.pop(key)
+            if latest.evidence is not None:  # collected for an attempt whose file is gone
+                reports.append(latest.report(*key))
         return reports
 
     @staticmethod
@@ -186,7 +268,14 @@ class ProgressWatch:
         latest.offset = start + end
         data = data[cut:end]
         for kind, n, t in parse_lines(data.decode(errors="replace"), now):
-            if kind == "step":
+            if isinstance(n, str):  # a section's begin or end
+                count = latest.sections.get(n, 0) + (1 if kind == "begin" else -1)
+                if count > 0:
+                    latest.sections[n] = count
+                else:
+                    latest.sections.pop(n, None)
+                latest.section_time = t
+            elif kind == "step":
                 if latest.first is None:
                     latest.first = t
                 if latest.step is None or n >= latest.step:

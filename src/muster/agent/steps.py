@@ -240,6 +240,14 @@ class StepRunner:
     def running_jobs(self) -> list[int]:
         return sorted({s.job_id for s in self.steps.values()})
 
+    def job_members(self, job_id: int) -> dict[int, set[int]]:
+        """The living processes of the job's steps here, by attempt (hang evidence)."""
+        out: dict[int, set[int]] = {}
+        for step in list(self.steps.values()):
+            if step.job_id == job_id and not step.finished:
+                out.setdefault(step.attempt, set()).update(self._members(step))
+        return out
+
     # --- control from the controller ----------------------------------------------------
 
     def signal(self, job_id: int, sig: int) -> bool:

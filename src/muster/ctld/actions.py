@@ -30,6 +30,9 @@ class SignalJob:
     signal: int
     batch_only: bool
     whole_job: bool = False  # the batch shell and the tasks at once (preemption)
+    # a hang's evidence (``ctld.training``): each node reads its processes of the job and
+    # sends ``signal`` only to those that catch it (``agent.hangevidence``)
+    evidence: bool = False
 
 
 @dataclass(slots=True)

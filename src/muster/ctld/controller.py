@@ -61,6 +61,7 @@ class Controller(ClusterState):
         self.hets = HetJobs(self.queue)
         self.launches = Launches(self)
         self.training = Training(self)
+        self.launches.judged_end = self.training.judged_end
         self.agents = Agents(self, self.launches, self.training)
         self.liveness = Liveness(self, self.training)
         self.resv = ReservationBook(self)

@@ -93,8 +93,9 @@ class Dispatcher:
                 request = SignalRequest(
                     job_id=action.job_id, signal=action.signal, batch_only=action.batch_only, whole_job=action.whole_job
                 )
+                route = "/v1/hang_evidence" if action.evidence else "/v1/signal"
                 await self._each(  # not sent twice: a signal is not idempotent
-                    action.nodes, lambda node: self._post(node, "/v1/signal", self._body(request, node), retry=False)
+                    action.nodes, lambda node: self._post(node, route, self._body(request, node), retry=False)
                 )
             elif isinstance(action, StepSignal):  # scancel N.S
                 body = action.body()

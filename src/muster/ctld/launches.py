@@ -6,10 +6,11 @@ agents' reports of ended runs. See docs/faults.md.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from muster.core import lifecycle
+from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
 from muster.ctld.actions import Action, Launch, Terminate
@@ -24,6 +25,8 @@ log = logging.getLogger("musterctld")
 class Launches:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        # ``Training.judged_end``: an attempt judged hung ends Hung whatever its script did
+        self.judged_end: Callable[[Job, str | None], list[Action] | None] | None = None
 
     def apply_starts(self, starts: list[Any], now: float) -> list[Action]:
         """Record the scheduler's start decisions, then hand back launches to perform."""
@@ -151,6 +154,10 @@ class Launches:
                 lifecycle.cleaned(job, exit_code, sig)
                 self.state.record(now, [(job, "cleaned", {"exit_code": exit_code, "signal": sig, "by": by})])
             return [Terminate(job.job_id, attempt, others, "preempt")] if others else []
+        if job.state is JobState.RUNNING and self.judged_end is not None:
+            hung = self.judged_end(job, by)
+            if hung is not None:
+                return hung
         if job.state is JobState.RUNNING:
             if by == "node_fail":
                 # The agent lost the job (e.g. it restarted and the exit status is gone):

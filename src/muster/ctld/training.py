@@ -11,22 +11,35 @@ controller method and never performs I/O towards agents itself.
   on that node; merged per job into ``Job.progress`` (per node too, to find laggards) and
   committed with the job at its first step, at each new checkpoint and at most every
   ``SAVE_EVERY`` seconds otherwise, so a restart of the controller keeps them.
-* **Hangs** (``check_hangs``): a running job with a hang timeout (``--hang-timeout``, else
-  its partition's ``HangTimeout=``) that reported a step and then nothing for that long is
-  sent SIGUSR1 on all its nodes (time to dump its stacks: ``faulthandler``, py-spy), and, if
-  it still reports nothing within ``hang_grace`` (a quarter of the timeout, 5 to 60 s), it is
-  requeued with reason Hung (ended FAILED with reason Hung under ``--no-requeue``). The
-  nodes that hosted the stalled ranks (those behind the others, or all that reported when
-  none is behind) are noted as suspects and excluded from the job's next attempt.
-* **Suspect nodes** (``incident``): a node that hosts a hung or failed run ``SUSPECT_COUNT``
-  times within ``SUSPECT_WINDOW`` seconds is drained, the reason naming the jobs
-  (``suspect: hung or failed ranks of jobs 12,15``). Incidents are kept in memory only.
+* **Hangs** (``check_hangs``): a running job that reported a step and then nothing (no
+  step, no section begin or end) for its hang timeout, outside a declared slow section
+  (``progress.section``), is *judged hung*: the judgement is committed with the job, and
+  each of its nodes is asked for evidence (``SignalJob(evidence=True)``: the agent reads
+  every process of the job from /proc, py-spy where installed, and sends SIGUSR1 only to
+  the processes that catch it, see ``agent.hangevidence``). The evidence comes back with
+  the nodes' heartbeats and is stored as ``hang_evidence`` events of the job. Once every
+  node's evidence is in, or ``hang_grace`` (a quarter of the timeout, 5 to 60 s) after the
+  judgement, the job is requeued with reason Hung (ended FAILED with reason Hung under
+  ``--no-requeue``). A judged attempt ends Hung whatever it does meanwhile: a batch
+  script that exits during the grace is requeued as Hung by ``judged_end``, never
+  COMPLETED. The timeout: ``--hang-timeout``, else its partition's ``HangTimeout=``
+  (``0`` there: not watched), else ``auto_timeout``: the requeue comes at most
+  ``max(3 x median step time, 60 s)`` after the last report. The nodes that hosted the
+  stalled ranks (those behind the others, or all that reported when none is behind) are
+  excluded from the job's next attempt.
+* **Suspect nodes** (``incident``): a node is drained, the reason naming the jobs
+  (``suspect: hung or failed ranks of jobs 12,15``), when within ``SUSPECT_WINDOW`` seconds
+  it lost ``SUSPECT_COUNT`` jobs to node failures, or hosted hung runs of jobs of
+  ``SUSPECT_COUNT`` different users. Hangs of one user's jobs alone never drain a node: a
+  job that hangs wherever it runs is the job's fault, not the nodes'. Incidents are kept in
+  memory only.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+import statistics
 from typing import Any
 
 from muster.core import lifecycle
@@ -38,25 +51,35 @@ from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.ctld.actions import Action, SignalJob, Terminate
 from muster.ctld.state import ClusterState
 
-__all__ = ["Training", "hang_grace"]
+__all__ = ["Training", "auto_timeout", "hang_grace"]
 
 log = logging.getLogger("musterctld")
 
 SAVE_EVERY = 60.0  # seconds between commits of a job's progress (checkpoints: at once)
 SUSPECT_COUNT = 2
 SUSPECT_WINDOW = 24 * 3600.0
-HANG_SIGNAL = signal.SIGUSR1
+HANG_SIGNAL = signal.SIGUSR1  # sent only to the job's processes that catch it
+AUTO_FLOOR = 60.0  # seconds: the automatic bound never goes below this
+STEP_SAMPLES = 15  # recent seconds-per-step values kept for the median
 
 
 def hang_grace(timeout: float) -> float:
-    """Seconds between the hang signal and the requeue."""
+    """Seconds between the judgement (evidence asked for) and the requeue, at most."""
     return min(60.0, max(5.0, timeout / 4))
+
+
+def auto_timeout(step_secs: list[float]) -> float:
+    """A job without a hang timeout of its own: judged hung at ``B - hang_grace(B)`` of
+    silence, ``B = max(3 x median step time, 60 s)``, so that it is requeued within ``B``."""
+    bound = max(3 * statistics.median(step_secs), AUTO_FLOOR) if step_secs else AUTO_FLOOR
+    return bound - hang_grace(bound)
 
 
 class Training:
     def __init__(self, ctl: ClusterState) -> None:
         self.ctl = ctl
-        self.incidents: dict[str, list[tuple[float, int, str]]] = {}
+        # node -> recent incidents: (time, job id, kind, the job's user)
+        self.incidents: dict[str, list[tuple[float, int, str, str]]] = {}
         self._saved: dict[int, float] = {}  # job id -> when its progress was last committed
         # ids of the jobs that reported progress (only those can hang): ``check_hangs``
         # looks at them, not at every job; None until built from memory at the first check
@@ -123,6 +146,8 @@ class Training:
                 attempt = int(r.get("attempt") or 0)
             except (KeyError, TypeError, ValueError):
                 continue
+            if job is not None and isinstance(r.get("evidence"), list):
+                self._evidence(job, node, attempt, r["evidence"], now)
             if job is None or job.restart_count != attempt or node not in job.nodes:
                 continue  # an earlier attempt's late report
             if job.state is not JobState.RUNNING:
@@ -166,10 +191,29 @@ class Training:
             important = p.get("first") is None
             p["first"] = first
         if step is not None and step_time is not None:
+            last, last_time = p.get("step"), p.get("step_time")
+            if last is not None and last_time is not None and step > last and step_time > last_time:
+                secs = [*(p.get("step_secs") or []), (step_time - last_time) / (step - last)]
+                p["step_secs"] = [round(x, 3) for x in secs[-STEP_SAMPLES:]]
             if p.get("step") is None or step >= p["step"]:
                 p["step"] = int(step)
             p["step_time"] = max(step_time, p.get("step_time") or 0.0)
             nodes[node] = [int(step), step_time]
+        section, section_time = r.get("section"), num("section_time")
+        sections = dict(p.get("sections") or {})
+        if isinstance(section, str) and section:
+            sections[node] = [section[:64], section_time]
+        else:
+            sections.pop(node, None)
+        if sections:
+            p["sections"] = sections
+        else:
+            p.pop("sections", None)
+        active = max(
+            (t for t in (p.get("step_time"), section_time, p.get("active_time")) if t is not None), default=None
+        )
+        if active is not None:
+            p["active_time"] = active
         if ckpt is not None and ckpt_time is not None and (p.get("ckpt_step") is None or ckpt > p["ckpt_step"]):
             p["ckpt_step"], p["ckpt_time"] = int(ckpt), ckpt_time
             important = True
@@ -180,17 +224,20 @@ class Training:
     # --- hangs -------------------------------------------------------------------------
 
     def hang_timeout(self, job: Job) -> float | None:
+        """Seconds of silence after which the job is judged hung; None: not watched."""
         if job.spec.hang_timeout:
             return float(job.spec.hang_timeout)
         conf = self.ctl.config.partition(job.partition)
         raw = conf.params.get("HangTimeout") if conf is not None else None
-        if not raw:
-            return None
-        try:
-            seconds = parse_time_limit(raw)
-        except TimeFormatError:
-            return None
-        return float(seconds) if seconds else None
+        if raw:
+            try:
+                seconds = parse_time_limit(raw)
+            except TimeFormatError:
+                return None
+            if not seconds:
+                return None  # HangTimeout=0: this partition's jobs are not watched
+            return float(seconds)
+        return auto_timeout(list((job.progress or {}).get("step_secs") or []))
 
     def check_hangs(self) -> list[Action]:
         """Signal, then requeue, the jobs whose progress stopped (see the module docstring)."""
@@ -216,32 +263,77 @@ class Training:
                 not self.ctl.nodes[n].responding or self.ctl.nodes[n].silent for n in job.nodes if n in self.ctl.nodes
             ):
                 continue  # a silent node is the node check's business, not a hang
-            quiet = now - float(p["step_time"])
-            signalled = p.get("hang_signalled")
-            if signalled is not None and float(p["step_time"]) > float(signalled) - timeout:
-                # it reported again since it was signalled: not hung after all
-                p.pop("hang_signalled", None)
-                signalled = None
+            judged = p.get("hang_judged")
+            if judged is not None:
+                arrived = set(p.get("evidence") or {})
+                if now - float(judged) >= hang_grace(timeout) or set(job.nodes) <= arrived:
+                    try:
+                        actions += self._hung(job, now)
+                    except StorageError:
+                        continue
+                continue
+            if p.get("sections"):
+                continue  # a declared slow section (checkpoint, evaluation): not a hang
+            quiet = now - float(p.get("active_time") or p["step_time"])
             if quiet < timeout:
                 continue
-            if signalled is None:
-                p["hang_signalled"] = now
-                log.warning(
-                    "job %s: no progress for %.0f s (hang timeout %.0f s; last step %s); "
-                    "sending SIGUSR1, requeue in %.0f s",
-                    job.job_id,
-                    quiet,
-                    timeout,
-                    p.get("step"),
-                    hang_grace(timeout),
-                )
-                actions.append(SignalJob(job.job_id, job.nodes, int(HANG_SIGNAL), batch_only=False))
-            elif now - float(signalled) >= hang_grace(timeout):
-                try:
-                    actions += self._hung(job, now, quiet)
-                except StorageError:
-                    continue
+            try:
+                actions += self._judge(job, now, quiet, timeout)
+            except StorageError:
+                continue
         return actions
+
+    def _judge(self, job: Job, now: float, quiet: float, timeout: float) -> list[Action]:
+        """The attempt is hung: say so in the store, then ask its nodes for evidence."""
+        with self.ctl.atomic(job):
+            p = dict(job.progress or {})
+            p["hang_judged"], p["hang_quiet"] = now, round(quiet, 1)
+            job.progress = p
+            self.ctl.record(now, [(job, "hang_judged", {"quiet": quiet, "timeout": timeout, "step": p.get("step")})])
+        self._saved[job.job_id] = now
+        log.warning(
+            "job %s: judged hung: no progress for %.0f s (hang timeout %.0f s; last step %s); "
+            "collecting evidence on %s, requeue within %.0f s",
+            job.job_id,
+            quiet,
+            timeout,
+            p.get("step"),
+            ",".join(job.nodes),
+            hang_grace(timeout),
+        )
+        return [SignalJob(job.job_id, list(job.nodes), int(HANG_SIGNAL), batch_only=False, evidence=True)]
+
+    def judged_end(self, job: Job, by: str | None) -> list[Action] | None:
+        """The running attempt of ``job`` ended by itself (``by`` None) or at its time limit
+        after the controller judged it hung: it ends Hung (requeued), never COMPLETED.
+        None: not judged, the end is the ordinary one."""
+        if job.state is not JobState.RUNNING or not (job.progress or {}).get("hang_judged"):
+            return None
+        if by not in (None, "timeout"):
+            return None
+        attempt = job.restart_count
+        actions = self._hung(job, self.ctl.clock.now())
+        self.ctl.release_resources(job, attempt)
+        return actions
+
+    def _evidence(self, job: Job, node: str, attempt: int, evidence: list[Any], now: float) -> None:
+        """One node's evidence of a hung attempt: a ``hang_evidence`` event of the job, and
+        its count in the attempt's progress (or its summary, when it was requeued already)."""
+        procs = [e for e in evidence if isinstance(e, dict)][:256]
+        where: dict[str, Any] | None = None
+        if job.restart_count == attempt and job.state is JobState.RUNNING:
+            where = job.progress
+        else:
+            where = next((a for a in reversed(job.attempts) if a.get("attempt") == attempt), None)
+            if where is None and job.restart_count == attempt:
+                where = job.progress
+        with self.ctl.atomic(job):
+            if where is not None:
+                counts = dict(where.get("evidence") or {})
+                counts[node] = len(procs)
+                where["evidence"] = counts
+            self.ctl.record(now, [(job, "hang_evidence", {"node": node, "attempt": attempt, "processes": procs})])
+        log.info("job %s: hang evidence of attempt %s from %s: %d process(es)", job.job_id, attempt, node, len(procs))
 
     def suspects(self, job: Job) -> list[str]:
         """The nodes that hosted the stalled ranks: those behind the others, else all that
@@ -254,13 +346,16 @@ class Training:
         behind = sorted(n for n, v in here.items() if v[0] < top)
         return behind or sorted(here)
 
-    def _hung(self, job: Job, now: float, quiet: float) -> list[Action]:
-
+    def _hung(self, job: Job, now: float) -> list[Action]:
+        p = job.progress or {}
         attempt, nodes = job.restart_count, job.nodes
         bad = self.suspects(job)
+        quiet = float(p.get("hang_quiet") or 0.0)
+        counts = p.get("evidence") or {}
+        found = ", ".join(f"{n}: {c}" for n, c in sorted(counts.items())) or "none yet"
         why = (
-            f"Hung: no progress for {quiet:.0f} s after step {(job.progress or {}).get('step')} "
-            f"(suspect nodes: {','.join(bad)})"
+            f"Hung: no progress for {quiet:.0f} s after step {p.get('step')} "
+            f"(suspect nodes: {','.join(bad)}; evidence of processes: {found})"
         )
         with self.ctl.atomic(job):
             job.system_comment = why
@@ -273,6 +368,10 @@ class Training:
                 job.exit_code = 1
                 kind = "failed"
             job.reason = Reason.HUNG
+            closed = next((a for a in reversed(job.attempts) if a.get("attempt") == attempt), None)
+            if closed is not None:  # what ``scontrol show job`` says of it (HangEvidence=)
+                closed["evidence"] = dict(counts)
+                closed["hang_judged"] = p.get("hang_judged")
             self.ctl.record(now, [(job, kind, {"why": why, "nodes": nodes, "attempt": job.restart_count})])
         self.ctl.launching.pop(job.job_id, None)
         log.warning("job %s: %s; %s", job.job_id, why, "requeued" if kind == "hung" else "ended")
@@ -284,11 +383,16 @@ class Training:
     # --- suspect nodes -----------------------------------------------------------------
 
     def incident(self, node: str, job_id: int, kind: str, now: float) -> list[Action]:
-        """``node`` hosted a hung or failed run of ``job_id``; drain it on the repeat."""
+        """``node`` hosted a hung (``kind`` "hang") or failed run of ``job_id``: drain it
+        after ``SUSPECT_COUNT`` failures, or hangs of ``SUSPECT_COUNT`` users' jobs."""
+        job = self.ctl.jobs.get(job_id)
+        user = job.user if job is not None else ""
         recent = [i for i in self.incidents.get(node, []) if now - i[0] <= SUSPECT_WINDOW]
-        recent.append((now, job_id, kind))
+        recent.append((now, job_id, kind, user))
         self.incidents[node] = recent[-16:]
-        if len(recent) >= SUSPECT_COUNT:
+        failures = sum(1 for i in recent if i[2] != "hang")
+        hang_users = {i[3] for i in recent if i[2] == "hang"}
+        if failures >= SUSPECT_COUNT or len(hang_users) >= SUSPECT_COUNT:
             jobs = ",".join(str(j) for j in sorted({i[1] for i in recent}))
             try:
                 if self.ctl.drain(node, f"suspect: hung or failed ranks of jobs {jobs}", now):

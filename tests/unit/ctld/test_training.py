@@ -14,7 +14,7 @@ from muster.core.job import JobSpec, NodeAlloc
 from muster.core.states import JobState, Reason
 from muster.ctld.controller import Controller, Identity, SignalJob, Terminate
 from muster.ctld.store import Store
-from muster.ctld.training import hang_grace
+from muster.ctld.training import auto_timeout, hang_grace
 
 CONF = """
 ClusterName=t
@@ -23,6 +23,7 @@ NodeName=node[1-4] CPUs=32 RealMemory=128000 Gres=gpu:8
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP HangTimeout=2
 """
 ALICE = Identity(1001, 1001, "alice", "alice", "h", admin=False)
+BOB = Identity(1002, 1002, "bob", "bob", "h", admin=False)
 
 
 @pytest.fixture
@@ -45,8 +46,8 @@ def advance(ctl: Controller, seconds: float) -> None:
         ctl.agents.heartbeat({"node": name, "running": [list(k) for k in node.allocs]})
 
 
-def run(ctl: Controller, nodes: list[str], **spec: Any) -> Any:
-    job = ctl.queue.submit(JobSpec(**spec), ALICE)
+def run(ctl: Controller, nodes: list[str], who: Identity = ALICE, **spec: Any) -> Any:
+    job = ctl.queue.submit(JobSpec(**spec), who)
 
     class S:
         job_id, partition, backfilled = job.job_id, "gpu", False
@@ -58,9 +59,15 @@ def run(ctl: Controller, nodes: list[str], **spec: Any) -> Any:
 
 
 def report(
-    ctl: Controller, node: str, job: Any, step: int | None = None, ckpt: int | None = None, first: float | None = None
+    ctl: Controller,
+    node: str,
+    job: Any,
+    step: int | None = None,
+    ckpt: int | None = None,
+    first: float | None = None,
+    **more: Any,
 ) -> None:
-    r: dict[str, Any] = {"job_id": job.job_id, "attempt": job.restart_count, "first": first or now(ctl)}
+    r: dict[str, Any] = {"job_id": job.job_id, "attempt": job.restart_count, "first": first or now(ctl), **more}
     if step is not None:
         r.update(step=step, step_time=now(ctl))
     if ckpt is not None:
@@ -131,7 +138,7 @@ def test_a_report_of_an_earlier_attempt_is_ignored(ctl: Controller) -> None:
 # --- hangs --------------------------------------------------------------------------------
 
 
-def test_a_job_whose_progress_stops_is_signalled_then_requeued_as_hung(ctl: Controller) -> None:
+def test_a_job_whose_progress_stops_is_judged_then_requeued_as_hung(ctl: Controller) -> None:
     job = run(ctl, ["node1", "node2"], hang_timeout=60)
     report(ctl, "node1", job, step=5, ckpt=4)
     report(ctl, "node2", job, step=4)  # node2's rank fell behind
@@ -140,7 +147,9 @@ def test_a_job_whose_progress_stops_is_signalled_then_requeued_as_hung(ctl: Cont
     advance(ctl, 31)
     actions = ctl.liveness.check_nodes()
     assert [type(a) for a in actions] == [SignalJob] and actions[0].signal == 10  # SIGUSR1
+    assert actions[0].evidence  # to the processes that catch it only (agent.hangevidence)
     assert job.state is JobState.RUNNING
+    assert [k for _t, k, _d in ctl.store.events(job.job_id)][-1] == "hang_judged"
     advance(ctl, hang_grace(60))
     actions = ctl.liveness.check_nodes()
     assert job.state is JobState.PENDING and job.restart_count == 1
@@ -150,14 +159,84 @@ def test_a_job_whose_progress_stops_is_signalled_then_requeued_as_hung(ctl: Cont
     assert job.attempts[-1]["outcome"] == "Hung"
 
 
-def test_progress_after_the_signal_cancels_the_requeue(ctl: Controller) -> None:
+def test_a_judged_attempt_ends_hung_even_if_it_reports_or_exits_0_in_the_grace(ctl: Controller) -> None:
     job = run(ctl, ["node1"], hang_timeout=60)
     report(ctl, "node1", job, step=1)
     advance(ctl, 61)
-    assert ctl.liveness.check_nodes()  # signalled
-    report(ctl, "node1", job, step=2)
+    assert ctl.liveness.check_nodes()  # judged
+    report(ctl, "node1", job, step=2)  # too late: the judgement stands
+    ctl.launches.job_done({"job_id": job.job_id, "restart_count": 0, "node": "node1", "exit_code": 0})
+    assert job.state is JobState.PENDING and job.restart_count == 1 and job.reason is Reason.HUNG
+    assert job.attempts[-1]["outcome"] == "Hung"
+    assert not ctl.nodes["node1"].allocs
+
+
+def test_evidence_is_stored_and_the_requeue_comes_once_every_node_sent_it(ctl: Controller) -> None:
+    job = run(ctl, ["node1", "node2"], hang_timeout=60)
+    report(ctl, "node1", job, step=3)
+    report(ctl, "node2", job, step=3)
+    advance(ctl, 61)
+    ctl.liveness.check_nodes()
+    proc = {"pid": 42, "state": "S (sleeping)", "wchan": "hrtimer_nanosleep", "signalled": None}
+    report(ctl, "node1", job, evidence=[proc, {**proc, "pid": 43}])
+    assert ctl.liveness.check_nodes() == [] and job.state is JobState.RUNNING  # node2's still due
+    report(ctl, "node2", job, evidence=[proc])
+    ctl.liveness.check_nodes()
+    assert job.state is JobState.PENDING and job.reason is Reason.HUNG
+    assert job.attempts[-1]["evidence"] == {"node1": 2, "node2": 1}
+    assert "node1: 2, node2: 1" in (job.system_comment or "")
+    stored = [d for _t, k, d in ctl.store.events(job.job_id) if k == "hang_evidence"]
+    assert sorted((d["node"], [p["pid"] for p in d["processes"]]) for d in stored) == [
+        ("node1", [42, 43]),
+        ("node2", [42]),
+    ]
+
+
+def test_late_evidence_is_stored_with_the_requeued_attempt(ctl: Controller) -> None:
+    job = run(ctl, ["node1"], hang_timeout=60)
+    report(ctl, "node1", job, step=3)
+    advance(ctl, 61)
+    ctl.liveness.check_nodes()
     advance(ctl, hang_grace(60))
-    assert ctl.liveness.check_nodes() == [] and job.state is JobState.RUNNING
+    ctl.liveness.check_nodes()
+    assert job.state is JobState.PENDING
+    ctl.agents.heartbeat(
+        {"node": "node1", "running": [], "progress": [{"job_id": job.job_id, "attempt": 0, "evidence": [{"pid": 7}]}]}
+    )
+    assert job.attempts[-1]["evidence"] == {"node1": 1}
+    assert [d["attempt"] for _t, k, d in ctl.store.events(job.job_id) if k == "hang_evidence"] == [0]
+
+
+def test_no_hang_is_judged_inside_a_declared_section(ctl: Controller) -> None:
+    job = run(ctl, ["node1"], hang_timeout=60)
+    report(ctl, "node1", job, step=1)
+    advance(ctl, 10)
+    report(ctl, "node1", job, section="checkpoint", section_time=now(ctl))
+    advance(ctl, 300)
+    assert ctl.liveness.check_nodes() == []
+    report(ctl, "node1", job, section=None, section_time=now(ctl))  # the section ends
+    advance(ctl, 59)
+    assert ctl.liveness.check_nodes() == []  # quiet counts from the section's end
+    advance(ctl, 2)
+    assert [type(a) for a in ctl.liveness.check_nodes()] == [SignalJob]
+
+
+def test_without_a_timeout_the_bound_is_three_median_steps_or_a_minute(ctl: Controller) -> None:
+    assert auto_timeout([]) + hang_grace(60) == 60
+    assert auto_timeout([1.0, 2.0, 100.0]) + hang_grace(60) == 60  # a minute at least
+    assert auto_timeout([40.0, 50.0, 45.0]) + hang_grace(135) == 135  # 3 x 45 s
+    ctl.config.partition("gpu").params.pop("HangTimeout")
+    job = run(ctl, ["node1"])
+    for step in range(1, 5):
+        report(ctl, "node1", job, step=step)
+        advance(ctl, 50)  # 50 s a step: judged within 150 s of the last report
+    advance(ctl, auto_timeout([50.0]) - 50 - 1)
+    assert ctl.liveness.check_nodes() == []
+    advance(ctl, 2)
+    assert [type(a) for a in ctl.liveness.check_nodes()] == [SignalJob]
+    advance(ctl, hang_grace(150))
+    ctl.liveness.check_nodes()
+    assert job.reason is Reason.HUNG
 
 
 def test_the_partition_default_applies_and_silent_jobs_are_never_hung(ctl: Controller) -> None:
@@ -170,18 +249,56 @@ def test_the_partition_default_applies_and_silent_jobs_are_never_hung(ctl: Contr
     assert quiet.state is JobState.RUNNING
 
 
-def test_a_node_that_hosts_two_hangs_is_drained_as_suspect(ctl: Controller) -> None:
-    for _ in range(2):
-        job = run(ctl, ["node1"], hang_timeout=10)
-        report(ctl, "node1", job, step=1)
-        advance(ctl, 11)
-        ctl.liveness.check_nodes()
-        advance(ctl, hang_grace(10))
-        ctl.liveness.check_nodes()
-        assert job.reason is Reason.HUNG
-        ctl.queue.cancel(job, ALICE)
+def hang(ctl: Controller, job: Any, node: str) -> None:
+    report(ctl, node, job, step=1)
+    advance(ctl, 11)
+    ctl.liveness.check_nodes()
+    advance(ctl, hang_grace(10))
+    ctl.liveness.check_nodes()
+    assert job.reason is Reason.HUNG
+
+
+def test_a_node_that_hosts_hangs_of_two_users_jobs_is_drained_as_suspect(ctl: Controller) -> None:
+    for who in (ALICE, BOB):
+        job = run(ctl, ["node1"], who, hang_timeout=10)
+        hang(ctl, job, "node1")
+        ctl.queue.cancel(job, who)
     node = ctl.nodes["node1"]
     assert node.drain and node.reason.startswith("suspect: hung or failed ranks of jobs")
+
+
+def test_hangs_of_one_users_jobs_never_drain_a_node(ctl: Controller) -> None:
+    job = run(ctl, ["node1"], hang_timeout=10)
+    hang(ctl, job, "node1")
+    assert job.spec.exclude == ["node1"]
+    job.spec.exclude = []  # hangs on node1 again, then on node2: the job's fault
+    ctl.launches.apply_starts(
+        [
+            type(
+                "S",
+                (),
+                {
+                    "job_id": job.job_id,
+                    "partition": "gpu",
+                    "backfilled": False,
+                    "alloc": [NodeAlloc("node1", 1, 0, [0, 1])],
+                },
+            )()
+        ],
+        now(ctl),
+    )
+    hang(ctl, job, "node1")
+    ctl.queue.cancel(job, ALICE)
+    other = run(ctl, ["node2"], hang_timeout=10)
+    hang(ctl, other, "node2")
+    assert not ctl.nodes["node1"].drain and not ctl.nodes["node2"].drain
+
+
+def test_node_failures_still_drain_on_the_repeat(ctl: Controller) -> None:
+    now_ = now(ctl)
+    ctl.training.incident("node3", 1, "node failure", now_)
+    ctl.training.incident("node3", 2, "node failure", now_)
+    assert ctl.nodes["node3"].drain
 
 
 # --- goodput ----------------------------------------------------------------------------------
