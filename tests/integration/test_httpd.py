@@ -164,6 +164,35 @@ def test_a_body_over_the_limit_gets_413(server: Server) -> None:
     assert status == 413
 
 
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_a_client_sending_a_body_over_the_limit_reads_the_413_not_a_reset(
+    server: Server, transport: str, declared: bool
+) -> None:
+    """The whole request in one write, as the commands send it (16 times the limit): the
+    server answers, reads and drops the rest, and only then closes."""
+    body = b"x" * (16 << 20)
+    if declared:
+        request = b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    else:
+        chunks = b"".join(b"%x\r\n%s\r\n" % (1 << 16, body[i : i + (1 << 16)]) for i in range(0, len(body), 1 << 16))
+        request = b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+    with server.tcp() if transport == "tcp" else server.unix() as s:
+        s.sendall(request)  # no BrokenPipeError / ConnectionResetError: the body was read
+        status, headers, answer = read_response(s, bytearray())
+        assert status == 413 and headers["connection"] == "close"
+        assert json.loads(answer) == {"error": "Request body too large (limit 1048576 bytes)", "code": "too_large"}
+        assert closed(s)
+
+
+def test_the_client_reads_the_413_and_says_so(server: Server) -> None:
+    from muster.protocol import client
+
+    with pytest.raises(client.ApiError) as err:
+        client.request("POST", "/a", {"script": "x" * (8 << 20)}, unix_path=server.path, timeout=10)
+    assert (err.value.status, err.value.code) == (413, "too_large")
+
+
 def test_failed_authentications_are_throttled_whatever_x_forwarded_for_says(server: Server) -> None:
     statuses = []
     for i in range(60):  # a burst of 30 failures, then 429 (Guarded's budget)

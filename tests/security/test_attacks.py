@@ -325,7 +325,7 @@ def _unix_post(world: Harness, path: str, body: bytes) -> None:
 def test_a_script_over_max_script_size_is_refused(world: Harness, users: Any) -> None:
     out = world.run(["sbatch", "--wrap", "echo " + "x" * 5000], uid=users.alice)
     assert out.returncode == 1
-    assert "Batch job submission failed: Batch script is too large" in out.stderr
+    assert "Batch job submission failed: Pathname of a file, directory or other parameter too long" in out.stderr
 
 
 def test_an_array_over_max_array_size_is_refused(world: Harness, users: Any) -> None:

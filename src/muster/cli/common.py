@@ -223,6 +223,7 @@ _CLIENT_KEYS = {
         "TLSParameters",
         "SlurmctldTimeout",
         "MessageTimeout",
+        "SchedulerParameters",  # max_script_size: sbatch checks a script before sending it
     )
 }
 
@@ -270,6 +271,16 @@ class ClientSettings:
     def ctld_socket_for(self, index: int) -> str:
         """The Unix socket of controller ``index`` (a backup's has ``.N`` added)."""
         return self.ctld_socket if index == 0 else f"{self.ctld_socket}.{index}"
+
+    @property
+    def max_script_size(self) -> int:
+        """``SchedulerParameters=max_script_size=N`` (4 MB, as Slurm's default); the
+        controller checks it again, so a value that does not read is left to it."""
+        for item in self.settings.get("SchedulerParameters", "").split(","):
+            key, _, value = item.strip().partition("=")
+            if key.lower() == "max_script_size" and value.isdigit():
+                return int(value)
+        return 4 * 1024 * 1024
 
     @property
     def slurmctld_timeout(self) -> float:

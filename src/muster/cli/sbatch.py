@@ -45,6 +45,9 @@ from muster.cli.options import (
 
 PROG = "sbatch"
 
+# Slurm's text (ESLURM_PATHNAME_TOO_LONG) for a script over max_script_size.
+TOO_LONG = "Pathname of a file, directory or other parameter too long"
+SMALL_SCRIPT = 1024  # characters: a script this short is left to the controller's check
 WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
 
 # sbatch's own options (not part of the job request).
@@ -250,6 +253,7 @@ def submit(sub: Submission, out: object = None) -> int:
                 "  Use 'sacctmgr list clusters' to see available clusters.",
                 exit_error_code(),
             )
+    check_script_size(sub.spec.get("script"))
     try:
         ctl = connect(PROG)
         body: dict[str, object] = {"spec": sub.spec}
@@ -273,6 +277,23 @@ def submit(sub: Submission, out: object = None) -> int:
     return 0
 
 
+def check_script_size(script: object) -> None:
+    """A script over ``max_script_size`` is refused here, before it is sent, in Slurm's
+    words (the controller checks again; a conf that cannot be read is left to ``connect``)."""
+    if not isinstance(script, str) or len(script) <= SMALL_SCRIPT:
+        return
+    try:
+        most = load_settings(PROG).max_script_size
+    except CommandError:
+        return
+    size = len(script.encode("utf-8", "replace"))
+    if size > most:
+        raise CommandError(
+            f"Batch job submission failed: {TOO_LONG} (the batch script has {size} bytes; max_script_size is {most})",
+            exit_error_code(),
+        )
+
+
 def submission_error(code: str, message: str, data: object, spec: dict[str, object]) -> str:
     """The text after ``sbatch: error:`` for a rejected submission (may span lines)."""
     lines = []
@@ -286,6 +307,8 @@ def submission_error(code: str, message: str, data: object, spec: dict[str, obje
     detail = data.get("detail") if isinstance(data, dict) else None
     if detail:
         lines.append(str(detail))
+    if code == "too_large":  # the request was over the controller's body limit
+        message = f"{TOO_LONG} ({message})"
     lines.append(f"Batch job submission failed: {message}")
     return "\nsbatch: error: ".join(lines)
 

@@ -228,8 +228,9 @@ def build_routes(ctx: Context) -> list[Route]:
         if spec.script is not None:
             size = len(spec.script.encode())
             if size > cfg.max_script_size:
-                raise InvalidRequest(
-                    f"Batch script is too large ({size} bytes; max_script_size is {cfg.max_script_size})"
+                raise InvalidRequest(  # Slurm's words (ESLURM_PATHNAME_TOO_LONG), and why
+                    "Pathname of a file, directory or other parameter too long "
+                    f"(the batch script has {size} bytes; max_script_size is {cfg.max_script_size})"
                 )
         adding = 1
         if spec.array:

@@ -208,13 +208,22 @@ def request(
             f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
             f"X-Muster-Protocol: {PROTOCOL}\r\n{extra}\r\n"
         )
-        sock.sendall(head.encode("utf-8", "replace") + payload)
-        if _WAITING_WORK:
-            try:
-                _WAITING_WORK.pop(0)()
-            except Exception:  # noqa: BLE001, S110 - the work's own user reports its failure
-                pass
-        raw = _recv_all(sock, stalled)
+        raw = b""
+        try:
+            sock.sendall(head.encode("utf-8", "replace") + payload)
+        except (BrokenPipeError, ConnectionResetError):
+            # The server answered before reading all of the body (413: too large) and
+            # closed: its answer may be waiting to be read; nothing read is a failure.
+            raw = _recv_all(sock)
+            if not raw:
+                raise
+        if not raw:
+            if _WAITING_WORK:
+                try:
+                    _WAITING_WORK.pop(0)()
+                except Exception:  # noqa: BLE001, S110 - the work's own user reports its failure
+                    pass
+            raw = _recv_all(sock, stalled)
     except OSError as e:
         raise ConnectError(f"controller connection failed: {e}", sent=True) from None
     finally:

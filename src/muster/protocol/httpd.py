@@ -12,8 +12,11 @@ Only the daemons import this module (it pulls in uvicorn, starlette and httpx), 
 * ``SignedClient`` is the daemons' client: every request is signed with the cluster key,
   names its sender and its one receiver (``protocol.signing``).
 * Every request passes ``Guarded`` first (``make_server`` puts it in front of the app): a
-  body over the size limit is answered 413 after reading at most the limit (a declared
-  ``Content-Length`` over it: before reading anything), all bodies being buffered at once
+  body over the size limit is answered 413 (JSON, ``code`` "too_large") after holding at
+  most the limit (a declared ``Content-Length`` over it: before reading anything); then
+  the rest is read and dropped (up to ``DRAIN_LIMIT`` bytes and ``DRAIN_SECONDS``) before
+  the connection closes, so a client still sending reads the answer, not a reset. All
+  bodies being buffered at once
   share one memory budget (503 beyond it), and a TCP peer address whose requests keep
   failing authentication (401) is answered 429, without reading its bodies, until its
   budget of failures refills: a flooder slows itself, not the daemon's other clients.
@@ -64,6 +67,10 @@ log = logging.getLogger("muster.httpd")
 # the controller); a TLS record is at most 16 KiB, so 32 KiB reads cost no more calls.
 asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER = 32 * 1024
 BODY_LIMIT = 16 * 1024 * 1024  # bytes of one request body (a 4 MB script and its job fit)
+# After the 413 answer to a body over the limit, the rest is read and dropped up to this
+# size and time before the connection closes, so the client reads the answer, not a reset.
+DRAIN_LIMIT = 256 * 1024 * 1024
+DRAIN_SECONDS = 10.0
 BODY_BUDGET = 256 * 1024 * 1024  # bytes of all request bodies buffered at one time
 FAILURE_BURST = 30.0  # failed authentications a TCP address may have in a row...
 FAILURE_REFILL = 5.0  # ...and then per second
@@ -145,6 +152,25 @@ def make_server(
     return _HostedServer(config) if hosted else uvicorn.Server(config)
 
 
+async def _drain(receive: Any, most: int = DRAIN_LIMIT, seconds: float = DRAIN_SECONDS) -> None:
+    """Read and drop the rest of a request body refused as too large (up to ``most`` bytes
+    for at most ``seconds``), its answer already sent, so that a client still sending
+    reads the answer: a connection closed with data unread is reset, and a reset can lose
+    the answer before the client reads it."""
+    dropped = 0
+
+    async def drop() -> None:
+        nonlocal dropped
+        while dropped <= most:
+            message = await receive()
+            dropped += len(message.get("body", b""))
+            if message["type"] != "http.request" or not message.get("more_body"):
+                return
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(drop(), seconds)
+
+
 async def read_body(receive: Any) -> bytes:
     chunks = []
     while True:
@@ -154,13 +180,15 @@ async def read_body(receive: Any) -> bytes:
             return b"".join(chunks)
 
 
-async def send_json(send: Any, status: int, body: dict[str, Any], close: bool = False) -> None:
+async def send_json(send: Any, status: int, body: dict[str, Any], close: bool = False, more: bool = False) -> None:
+    """``body`` as the JSON answer; ``more``: the response is ended later (an empty body
+    message), so that the request can still be read after the answer has gone out."""
     payload = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     if close:  # the rest of the request is not read: the connection cannot be reused
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
+    await send({"type": "http.response.body", "body": payload, "more_body": more})
 
 
 class _FailureBudget:
@@ -223,7 +251,8 @@ class Guarded:
             if name.lower() == b"content-length":
                 declared = value
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await self._too_large(scope, send, declared.decode("latin-1"))
+            drain = declared.isdigit() and int(declared) <= DRAIN_LIMIT
+            await self._too_large(scope, receive if drain else None, send, declared.decode("latin-1"))
             return
         chunks: list[bytes] = []
         size = held = 0
@@ -235,7 +264,8 @@ class Guarded:
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > self.limit:
-                    await self._too_large(scope, send, f"more than {self.limit}")
+                    rest = receive if message.get("more_body") else None
+                    await self._too_large(scope, rest, send, f"more than {self.limit}")
                     return
                 if self.buffered + len(chunk) > self.budget:
                     log.warning(
@@ -271,7 +301,10 @@ class Guarded:
         finally:
             self.buffered -= held
 
-    async def _too_large(self, scope: dict[str, Any], send: Any, size: str) -> None:
+    async def _too_large(self, scope: dict[str, Any], rest: Any, send: Any, size: str) -> None:
+        """Answer 413 (400 for a Content-Length that is no number); with ``rest`` (the
+        request's ``receive``), the rest of the body is then read and dropped before the
+        connection closes (``_drain``)."""
         if not size.isdigit() and not size.startswith("more"):
             await send_json(send, 400, {"error": "invalid Content-Length", "code": "invalid"}, True)
             return
@@ -282,9 +315,13 @@ class Guarded:
             size,
             self.limit,
         )
-        await send_json(
-            send, 413, {"error": f"Request body too large (limit {self.limit} bytes)", "code": "too_large"}, True
-        )
+        error = {"error": f"Request body too large (limit {self.limit} bytes)", "code": "too_large"}
+        if rest is None:
+            await send_json(send, 413, error, True)
+            return
+        await send_json(send, 413, error, True, more=True)
+        await _drain(rest)
+        await send({"type": "http.response.body", "body": b""})
 
 
 class Verifier:

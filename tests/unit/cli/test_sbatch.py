@@ -206,3 +206,34 @@ def test_unreachable_controller(monkeypatch, capsys) -> None:
     assert err.startswith(
         "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"
     )
+
+
+TOO_LONG = "sbatch: error: Batch job submission failed: Pathname of a file, directory or other parameter too long"
+
+
+@pytest.mark.parametrize(("params", "most"), [("", 4 * 1024 * 1024), ("bf_continue,max_script_size=2048", 2048)])
+def test_a_script_over_max_script_size_is_refused_before_it_is_sent(
+    monkeypatch, capsys, tmp_path, params: str, most: int
+) -> None:
+    conf = tmp_path / "muster.conf"
+    conf.write_text(f"ClusterName=t\nSchedulerParameters={params}\n" if params else "ClusterName=t\n")
+    monkeypatch.setenv("MUSTER_CONF", str(conf))
+    fake = _Fake()
+    monkeypatch.setattr(sbatch, "connect", lambda prog: fake)
+    script = "#!/bin/sh\n" + "#" * (most - 10) + "\n"  # most + 1 bytes
+    rc, out, err = _run([_script(tmp_path, script)], capsys)
+    assert (rc, out) == (1, "")
+    assert err == f"{TOO_LONG} (the batch script has {most + 1} bytes; max_script_size is {most})\n"
+    assert fake.bodies == []
+    assert _run([_script(tmp_path, script[:-2] + "\n")], capsys)[0] == 0  # exactly the limit: sent
+    assert len(fake.bodies) == 1
+
+
+def test_a_body_over_the_controllers_limit_is_reported_in_slurms_words(monkeypatch, capsys) -> None:
+    from muster.protocol.client import ApiError
+
+    err = ApiError(413, "Request body too large (limit 16777216 bytes)", "too_large")
+    monkeypatch.setattr(sbatch, "connect", lambda prog: _Fake(error=err))
+    rc, out, stderr = _run(["--wrap=true"], capsys)
+    assert (rc, out) == (1, "")
+    assert stderr == f"{TOO_LONG} (Request body too large (limit 16777216 bytes))\n"
