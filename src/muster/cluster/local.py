@@ -94,6 +94,21 @@ def node_addr(k: int) -> str:
     return f"127.0.{block}.{offset + 2}"
 
 
+def cgroups_usable(mount: str = "/sys/fs/cgroup") -> bool:
+    """Whether this machine lets musterd confine jobs in cgroups with memory limits: root,
+    and a writable v1 freezer and memory hierarchy or a v2 one with the memory controller."""
+    if os.geteuid() != 0:
+        return False
+    v2 = os.path.join(mount, "cgroup.controllers")
+    if os.path.exists(v2):
+        try:
+            with open(v2) as f:
+                return "memory" in f.read().split() and os.access(mount, os.W_OK)
+        except OSError:
+            return False
+    return all(os.access(os.path.join(mount, c), os.W_OK) for c in ("freezer", "memory"))
+
+
 def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str] | None = None) -> str:
     """The config of a local cluster; ``overrides`` replace or add global settings."""
     ctld_port = _free_port("127.0.0.1")
@@ -183,6 +198,9 @@ class LocalCluster:
         jwt_key = os.path.join(self.state_dir, "jwt_hs256.key")
         if not os.path.exists(jwt_key):
             generate_jwt_key(jwt_key)
+        confine = not {"ProctrackType", "TaskPlugin"} & set(overrides or {}) and cgroups_usable()
+        if confine:  # jobs confined wherever the machine allows it (docs/containment.md)
+            overrides = {"ProctrackType": "proctrack/cgroup", "TaskPlugin": "task/cgroup", **(overrides or {})}
         text = render_config(self.state_dir, shape, overrides)
         config = parse_config(text, self.conf_path)  # extra settings that break it: ConfigError, no file
         if topology is not None:
@@ -201,6 +219,10 @@ class LocalCluster:
             json.dump({"nodes_per_agent": max(1, shape.nodes_per_agent)}, f)
         with open(self.conf_path, "w") as f:
             f.write(text)
+        cgroup_conf = os.path.join(os.path.dirname(self.conf_path), "cgroup.conf")
+        if confine and not os.path.exists(cgroup_conf):
+            with open(cgroup_conf, "w") as f:
+                f.write("# written by `muster up`: --mem is enforced (docs/containment.md)\nConstrainRAMSpace=yes\n")
 
     @property
     def nodes_per_agent(self) -> int:
