@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 ARRAY_ERROR = "Invalid job array specification"
+MAX_THROTTLE = 2**31 - 1  # a ``%N`` throttle is a 32-bit count
 
 
 class ArraySpec:
@@ -98,7 +99,10 @@ def parse_array(text: str, max_size: int) -> ArraySpec:
     body, pct, limit_text = text.strip().partition("%")
     throttle = 0
     if pct:
-        if not limit_text.isdigit():
+        # ``%N``: at most N tasks at once, N at least 1: ``%0`` (which would never run a
+        # task) is refused with the array error; ``scontrol update ArrayTaskThrottle=0``
+        # is what lifts a limit.
+        if not limit_text.isdigit() or not 0 < int(limit_text) <= MAX_THROTTLE:
             raise ValueError(ARRAY_ERROR)
         throttle = int(limit_text)
     indices = parse_ranges(body, max_size)

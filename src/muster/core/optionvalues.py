@@ -164,7 +164,7 @@ def parse_mail_type(value: str) -> list[str]:
 def parse_array_option(value: str) -> str:
     """``--array=0-15``, ``1,3,5-7``, ``0-20:2``, ``...%4``; checked here, expanded by the controller."""
     body, pct, limit = value.strip().partition("%")
-    ok = bool(body) and (not pct or limit.isdigit())
+    ok = bool(body) and (not pct or (limit.isdigit() and 0 < int(limit) < 2**31))  # %0 never runs a task
     for part in body.split(","):
         rng, colon, step = part.partition(":")
         lo, dash, hi = rng.partition("-")

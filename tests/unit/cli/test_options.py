@@ -146,7 +146,7 @@ def test_signal_and_array_checks() -> None:
             parse_signal_option(bad)
     assert parse_array_option("0-15%4") == "0-15%4"
     assert parse_array_option("1,3,5-7:2") == "1,3,5-7:2"
-    for bad in ("a", "5-1", "1-3%x", "1:2"):
+    for bad in ("a", "5-1", "1-3%x", "1:2", "1-5%0", "1-5%", "1-5%2147483648"):
         with pytest.raises(OptionValueError, match="Invalid job array specification"):
             parse_array_option(bad)
 

@@ -28,7 +28,10 @@ def test_array_specifications(text: str, indices: tuple[int, ...], throttle: int
     assert parse_array(text, 1001) == ArraySpec(indices, throttle)
 
 
-@pytest.mark.parametrize("text", ["", "a", "1-", "5-1", "0-10:0", "1:2", "1-3%x", "0-1001", "1001"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "a", "1-", "5-1", "0-10:0", "1:2", "1-3%x", "0-1001", "1001", "1-5%0", "1-5%00", "1-5%2147483648", "1-5%"],
+)
 def test_bad_array_specifications(text: str) -> None:
     with pytest.raises(ValueError, match="Invalid job array specification"):
         parse_array(text, 1001)
