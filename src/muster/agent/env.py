@@ -11,7 +11,7 @@ names and formats follow what Slurm 22.05 gives a batch script (see
   ``SLURM_SUBMIT_DIR``, ``SLURM_SUBMIT_HOST``, ``SLURM_CLUSTER_NAME``, ``SLURM_CONF``,
   ``SLURM_PRIO_PROCESS``, ``SLURM_JOB_START_TIME``/``SLURM_JOB_END_TIME`` (epoch seconds),
   ``SLURM_RESTART_COUNT`` (only after a requeue, as Slurm), array and reservation variables
-  when they apply, ``ENVIRONMENT=BATCH`` and, muster's own, ``MUSTER_JOB_ID``;
+  and ``SLURM_OPEN_MODE`` (``a``/``t``, with ``--open-mode``) when they apply, ``ENVIRONMENT=BATCH`` and, muster's own, ``MUSTER_JOB_ID``;
 * layout: ``SLURM_JOB_NODELIST``/``SLURM_NODELIST`` (compressed hostlist),
   ``SLURM_JOB_NUM_NODES``/``SLURM_NNODES``, ``SLURM_NTASKS``/``SLURM_NPROCS``,
   ``SLURM_TASKS_PER_NODE`` and ``SLURM_JOB_CPUS_PER_NODE`` in Slurm's run-length form
@@ -201,9 +201,16 @@ def batch_environment(job: Mapping[str, Any], ctx: EnvContext) -> dict[str, str]
         slurm["SLURM_RESTART_COUNT"] = str(restarts)
     if spec.get("reservation"):
         slurm["SLURM_JOB_RESERVATION"] = str(spec["reservation"])
+    open_mode = OPEN_MODES.get(str(spec.get("open_mode")))
+    if open_mode:  # as sbatch --open-mode sets it: the script's sruns open their files alike
+        slurm["SLURM_OPEN_MODE"] = open_mode
     slurm.update(_het(job, ctx))
     env.update(slurm)
     return env
+
+
+# ``--open-mode`` as Slurm's batch environment says it (``SLURM_OPEN_MODE``, which srun reads).
+OPEN_MODES = {"append": "a", "truncate": "t"}
 
 
 # What a heterogeneous job's batch script is told of each component k, as

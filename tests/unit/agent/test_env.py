@@ -103,6 +103,21 @@ def test_restart_count_appears_only_after_a_requeue() -> None:
     assert batch_environment({**ENVPROBE, "restart_count": 1}, CTX)["SLURM_RESTART_COUNT"] == "1"
 
 
+@pytest.mark.parametrize(("mode", "value"), [("append", "a"), ("truncate", "t"), (None, None)])
+def test_open_mode_is_told_to_the_batch_script_as_slurm_tells_it(mode: str | None, value: str | None) -> None:
+    env = batch_environment({**ENVPROBE, "spec": {**ENVPROBE["spec"], "open_mode": mode}}, CTX)
+    assert env.get("SLURM_OPEN_MODE") == value
+
+
+def test_srun_in_the_batch_script_opens_its_files_as_the_job_asked() -> None:
+    from muster.cli import srun
+
+    for mode, expected in (("append", "append"), ("truncate", "truncate")):
+        env = batch_environment({**ENVPROBE, "spec": {**ENVPROBE["spec"], "open_mode": mode}}, CTX)
+        run = srun.build(["true"], env, "/tmp")
+        assert not isinstance(run, str) and run.open_mode == expected
+
+
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
