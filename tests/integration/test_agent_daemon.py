@@ -464,7 +464,7 @@ def test_the_time_limit_sends_term_then_kill_and_reports_a_timeout(world: AgentW
     assert 1.5 < elapsed < 8
     text = world.read(f"slurm-{job['job_id']}.out")
     banner = next(line for line in text.splitlines() if "CANCELLED AT" in line)
-    assert banner.startswith(f"musterd-node1: error: *** JOB {job['job_id']} ON node1 CANCELLED AT ")
+    assert banner.startswith(f"slurmstepd: error: *** JOB {job['job_id']} ON node1 CANCELLED AT ")
     assert banner.endswith(" DUE TO TIME LIMIT ***")
 
 

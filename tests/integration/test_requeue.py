@@ -24,7 +24,7 @@ def test_scontrol_requeue_from_inside_the_job_reruns_it_under_the_same_id(cluste
     job = cluster.wait_job(job_id, lambda j: j["restart_count"] == 1 and j["state"] == "COMPLETED", timeout=60)
     assert job["exit_code"] == 0
     lines = cluster.read(f"requeue-{job_id}.out").splitlines()
-    assert [x for x in lines if not x.startswith("musterd-")] == ["attempt 0", "attempt 1", "finished"]
+    assert [x for x in lines if not x.startswith("slurmstepd: ")] == ["attempt 0", "attempt 1", "finished"]
     assert any("DUE TO JOB REQUEUE" in x for x in lines)  # appended to, not truncated
 
 

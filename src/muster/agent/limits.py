@@ -49,4 +49,6 @@ def exit_fields(status: int) -> tuple[int, int]:
 
 
 def banner(node: str, job_id: int, reason: str, when: str) -> str:
-    return f"musterd-{node}: error: *** JOB {job_id} ON {node} CANCELLED AT {when}{_REASON_WORDS.get(reason, '')} ***\n"
+    """Slurm's line: ``slurmstepd: error: *** JOB 123 ON node1 CANCELLED AT <when> DUE TO
+    TIME LIMIT ***`` (the prefix is slurmstepd's, as log parsers and users grep for it)."""
+    return f"slurmstepd: error: *** JOB {job_id} ON {node} CANCELLED AT {when}{_REASON_WORDS.get(reason, '')} ***\n"
