@@ -150,6 +150,10 @@ def _parser() -> argparse.ArgumentParser:
         "tunnel (default: the controller's address and port from the config)",
     )
 
+    hang = sub.add_parser("hang-evidence", help="what each process of a job's hung attempts was doing")
+    hang.add_argument("job", help="the job id")
+    hang.add_argument("--json", action="store_true", help="the controller's answer as JSON")
+
     demo = sub.add_parser("demo", help="start a local cluster and run the training scenario on it")
     demo.add_argument("--state-dir", default=".muster-demo")
     demo.add_argument("--nodes", type=_positive, default=4)
@@ -176,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         from muster.cli.dashboard import run
 
         return run(args.base_url)
+    if args.command == "hang-evidence":
+        from muster.cli.hangevidence import run as show_evidence
+
+        return show_evidence(args.job, args.json)
     try:
         return _cluster_command(args)
     except (OSError, ValueError) as e:  # a config error (ConfigError is a ValueError), a disk

@@ -63,6 +63,21 @@ def job_state(job: dict) -> str:
     return str(job.get("state") or "UNKNOWN")
 
 
+def _hang_evidence(job: dict) -> str | None:
+    """muster's: the processes read on each node of the latest attempt judged hung, and
+    the command that shows them (docs/training.md)."""
+    found = [a for a in job.get("attempts") or [] if a.get("hang_judged") or a.get("evidence")]
+    progress = job.get("progress") or {}
+    if progress.get("hang_judged"):
+        found.append({**progress, "attempt": job.get("restart_count")})
+    if not found:
+        return None
+    last = found[-1]
+    counts = last.get("evidence") or {}
+    where = ",".join(f"{n}:{c}" for n, c in sorted(counts.items())) or "pending"
+    return f"attempt={last.get('attempt')} processes={where} (muster hang-evidence {job.get('job_id')})"
+
+
 def _num_nodes(job: dict) -> str:
     spec = _spec(job)
     if job.get("state") == "PENDING" and spec.get("min_nodes") and spec.get("max_nodes"):
@@ -198,6 +213,9 @@ def job_record(job: dict, details: bool = False) -> list[str]:
         lines.append(f"Comment={spec['comment']}")
     if job.get("system_comment"):
         lines.append(f"SystemComment={job['system_comment']}")
+    hang = _hang_evidence(job)
+    if hang:
+        lines.append(f"HangEvidence={hang}")
     lines += [
         f"StdErr={job.get('stderr_path') or ''}",
         f"StdIn={spec.get('stdin') or '/dev/null'}",

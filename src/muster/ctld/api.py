@@ -328,6 +328,16 @@ def build_routes(ctx: Context) -> list[Route]:
         return Response(body, media_type="application/json")
 
     @handler
+    async def hang_evidence(request: Request) -> JSONResponse:
+        """What each process of the job's hung attempts was doing (``ctld.training``): the
+        ``hang_evidence`` events of the job, oldest first."""
+        job = ctl.queue.get_job(job_ref(request.path_params["job_id"]).job_id)
+        if not private.jobs([job], caller(request)):
+            raise InvalidJobId()
+        found = [{"time": t, **d} for t, kind, d in ctl.store.events(job.job_id) if kind == "hang_evidence"]
+        return JSONResponse({"job_id": job.job_id, "evidence": found})
+
+    @handler
     async def signal_jobs(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, SignalBody)
@@ -516,6 +526,7 @@ def build_routes(ctx: Context) -> list[Route]:
         Route("/v1/jobs", list_jobs, methods=["GET"]),
         Route("/v1/jobs/signal", signal_jobs, methods=["POST"]),
         Route("/v1/jobs/{job_id}", get_job, methods=["GET"]),
+        Route("/v1/jobs/{job_id}/hang_evidence", hang_evidence, methods=["GET"]),
         Route("/v1/jobs/{job_id}/hold", hold, methods=["POST"]),
         Route("/v1/jobs/{job_id}/release", release, methods=["POST"]),
         Route("/v1/jobs/{job_id}/update", update, methods=["POST"]),
