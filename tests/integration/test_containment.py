@@ -68,35 +68,31 @@ def cluster() -> Iterator[tuple[Harness, str]]:
             "CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\nConstrainDevices=yes\n"
             f"GpuDeviceFiles={devdir}/gpu[0-1]  # muster's own key\n"
         )
+    instance = ""
     try:
         h.up()
+        with open(os.path.join(h.cluster.state_dir, "nodes", "node1", "instance")) as f:
+            instance = f.read().strip()  # the node's cgroup directory is muster/node1_<instance>
         yield h, devdir
     finally:
         h.down()
         shutil.rmtree(devdir, ignore_errors=True)
+        mine = f"node1_{instance}" if instance else None
         leftovers = [
-            os.path.join(CGROUP, ctl, "muster", d)
+            path
             for ctl in ("freezer", "memory", "devices")
-            if os.path.isdir(os.path.join(CGROUP, ctl, "muster"))
-            for d in os.listdir(os.path.join(CGROUP, ctl, "muster"))
-            if d.startswith("node1_") and os.path.isdir(os.path.join(CGROUP, ctl, "muster", d))
+            if mine and os.path.isdir(path := os.path.join(CGROUP, ctl, "muster", mine))
         ]
-        for path in leftovers:  # the agent removes its node's directory as it stops
-            os.rmdir(path)
         assert not leftovers, f"cgroups left behind: {leftovers}"
 
 
-def _job_cgroups(job_id: int) -> list[str]:
-    out = []
-    for ctl in ("freezer", "memory", "devices"):
-        base = os.path.join(CGROUP, ctl, "muster")
-        if os.path.isdir(base):
-            out += [
-                os.path.join(base, d, f"job_{job_id}")
-                for d in os.listdir(base)
-                if os.path.isdir(os.path.join(base, d, f"job_{job_id}"))
-            ]
-    return out
+def _job_cgroups(h: Harness, job_id: int) -> list[str]:
+    """The job's cgroup directories that still exist (this cluster's node only: other
+    clusters on the host have jobs of the same ids)."""
+    with open(os.path.join(h.cluster.state_dir, "nodes", "node1", "instance")) as f:
+        node = f"node1_{f.read().strip()}"
+    paths = [os.path.join(CGROUP, ctl, "muster", node, f"job_{job_id}") for ctl in ("freezer", "memory", "devices")]
+    return [p for p in paths if os.path.isdir(p)]
 
 
 def test_a_job_over_its_mem_ends_out_of_memory_with_slurms_line(cluster: tuple[Harness, str]) -> None:
@@ -120,7 +116,7 @@ def test_a_job_over_its_mem_ends_out_of_memory_with_slurms_line(cluster: tuple[H
     assert "JobState=OUT_OF_MEMORY Reason=OutOfMemory" in show and "ExitCode=0:125" in show, show
     acct = h.run(["sacct", "-j", str(job), "-n", "-P", "-o", "JobID,State,ExitCode,MaxRSS"]).stdout
     assert f"{job}|OUT_OF_MEMORY|0:125|" in acct, acct
-    _wait(lambda: not _job_cgroups(job), "the job's cgroups to be removed")
+    _wait(lambda: not _job_cgroups(h, job), "the job's cgroups to be removed")
 
 
 def test_a_step_over_the_jobs_mem_is_confined_in_the_jobs_cgroup(cluster: tuple[Harness, str]) -> None:
@@ -137,7 +133,7 @@ def test_a_step_over_the_jobs_mem_is_confined_in_the_jobs_cgroup(cluster: tuple[
     out = h.read(f"step-{job}.out")
     assert re.search(rf"memory:/muster/node1_\w+/job_{job}/step_0\n", out), out
     assert "survived" not in out and "srun said 0" not in out, out
-    _wait(lambda: not _job_cgroups(job), "the job's cgroups to be removed")
+    _wait(lambda: not _job_cgroups(h, job), "the job's cgroups to be removed")
 
 
 def test_a_job_within_its_mem_completes_under_its_limit(cluster: tuple[Harness, str]) -> None:
@@ -202,7 +198,7 @@ def test_a_daemon_that_cleared_its_environment_and_setsid_is_killed_at_the_end(
     try:
         assert h.wait_job(job)["state"] == "COMPLETED"
         _wait(lambda: not process_running(daemon), "the daemon to be killed")
-        _wait(lambda: not _job_cgroups(job), "the job's cgroups to be removed")
+        _wait(lambda: not _job_cgroups(h, job), "the job's cgroups to be removed")
     finally:
         if process_running(daemon):
             os.kill(daemon, 9)

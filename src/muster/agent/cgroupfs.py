@@ -180,6 +180,11 @@ class NodeCgroups:
     def create_job(self, job_id: int, limits: JobLimits, step: str = "batch") -> tuple[str, ...]:
         """The job's cgroup with its limits, and the step's in it; returns the
         ``cgroup.procs`` files a process writes to join the step. Raises ``OSError``."""
+        if not all(os.path.isdir(p) for p in self._dirs(cgroups.node_rel(self.node)).values()):
+            try:  # removed behind the agent's back (an admin, a cleanup): made again
+                self._make_node_dirs()
+            except CgroupUnusable as exc:
+                raise OSError(str(exc)) from None
         rel = cgroups.job_rel(self.node, job_id)
         for ctl, path in self._dirs(rel).items():
             fresh = not os.path.isdir(path)

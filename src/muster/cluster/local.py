@@ -19,6 +19,7 @@ its log); killing it takes all its nodes down, like a rack losing power.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -107,6 +108,37 @@ def cgroups_usable(mount: str = "/sys/fs/cgroup") -> bool:
         except OSError:
             return False
     return all(os.access(os.path.join(mount, c), os.W_OK) for c in ("freezer", "memory"))
+
+
+CGROUP_ROOTS = tuple(f"/sys/fs/cgroup/{c}" for c in ("freezer", "memory", "devices", "cpuset", "unified", ""))
+
+
+def remove_cgroup_tree(rel: str, timeout: float = 5.0) -> None:
+    """Kill every process in the cgroup ``rel`` (under each hierarchy) and remove it."""
+    for root in CGROUP_ROOTS:
+        base = os.path.join(root, rel)
+        if not os.path.isdir(base):
+            continue
+        deadline = time.monotonic() + timeout
+        for path in sorted((d for d, _s, _f in os.walk(base)), key=len, reverse=True):
+            while True:
+                try:
+                    with open(os.path.join(path, "cgroup.procs")) as f:
+                        pids = [int(p) for p in f.read().split()]
+                    if os.path.exists(os.path.join(path, "freezer.state")):
+                        with open(os.path.join(path, "freezer.state"), "w") as f:
+                            f.write("THAWED")
+                    for pid in pids:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.02)
 
 
 def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str] | None = None) -> str:
@@ -444,7 +476,25 @@ class LocalCluster:
             except FileNotFoundError:
                 pass
         self._kill_job_processes()
+        self._remove_cgroups()
         return stopped
+
+    def _remove_cgroups(self) -> None:
+        """The cgroups of this cluster's nodes (``muster/<node>_<instance>``, see
+        docs/containment.md): what still runs in them is killed, then they are removed."""
+        nodes_dir = os.path.join(self.state_dir, "nodes")
+        try:
+            names = os.listdir(nodes_dir)
+        except OSError:
+            return
+        for node in names:
+            try:
+                with open(os.path.join(nodes_dir, node, "instance")) as f:
+                    instance = f.read().strip()
+            except OSError:
+                continue
+            if instance:
+                remove_cgroup_tree(f"muster/{node}_{instance}")
 
     def _kill_job_processes(self) -> None:
         """Job processes carry SLURM_CONF=<this cluster's config> in their environment; any
