@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -289,14 +290,22 @@ def test_sigterm_stops_the_controller_quickly_and_one_controller_holds_its_state
         unix = cfg.ctld_socket_for(0)
         tcp = (cfg.ctld_addrs[0][1], cfg.ctld_port)
 
+        def on_tcp() -> socket.socket:  # over TLS where the cluster's links are (MUSTER_TEST_TLS=1)
+            s = socket.create_connection(tcp)
+            if not cfg.tls.enabled:
+                return s
+            ctx = ssl.create_default_context(cafile=cfg.tls.ca_cert)
+            ctx.check_hostname = False  # the controller's certificate names "ctld", not an address
+            return ctx.wrap_socket(s)
+
         def on_unix() -> socket.socket:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.connect(unix)
             return s
 
         opened += [_keepalive(on_unix, ping) for _ in range(3)]
-        opened.append(_keepalive(lambda: socket.create_connection(tcp), ping))
-        half = socket.create_connection(tcp)
+        opened.append(_keepalive(on_tcp, ping))
+        half = on_tcp()
         half.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
         opened.append(half)
 
