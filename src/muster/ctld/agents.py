@@ -75,21 +75,24 @@ class Agents:
     def _check_protocol(self, node: NodeRuntime, protocol: int, now: float) -> None:
         """``MinAgentProtocol=N``: a node whose agent speaks an older protocol keeps what it
         runs and takes no new work (drained, as Slurm drains a node for its reasons) until
-        its agent registers with protocol N or later, which undrains it."""
+        its agent registers with protocol N or later, or the key is lowered or unset (seen
+        at the next heartbeat after ``scontrol reconfigure``), which undrains it. A node
+        drained for another reason keeps that reason."""
         minimum = self.state.config.get_int("MinAgentProtocol", 0)
+        ours = node.drain and node.reason.startswith(OLD_AGENT)
         if protocol < minimum:
             reason = (
                 f"{OLD_AGENT}: protocol {protocol} (muster {node.version or 'unknown'}) < MinAgentProtocol={minimum}"
             )
-            if not node.drain or node.reason.startswith(OLD_AGENT):
-                if (node.drain, node.reason) != (True, reason):
-                    log.warning("node %s: drained at registration: %s", node.name, reason)
-                node.drain, node.reason, node.reason_time, node.reason_user = True, reason, now, "root"
-                self.state.put_node(node)
-        elif node.drain and node.reason.startswith(OLD_AGENT):
+            if (node.drain and not ours) or node.reason == reason:
+                return
+            node.drain, node.reason, node.reason_time, node.reason_user = True, reason, now, "root"
+            self.state.put_node(node)
+            log.warning("node %s: drained: %s", node.name, reason)
+        elif ours:
             node.drain, node.reason, node.reason_time = False, "", None
             self.state.put_node(node)
-            log.info("node %s: its agent speaks protocol %d now: in service again", node.name, protocol)
+            log.info("node %s: its agent's protocol %d is accepted again: in service", node.name, protocol)
 
     def _low_resources(self, node: NodeRuntime, msg: Register) -> str:
         """Why a node that registers has less than its configuration says, in Slurm's
@@ -129,6 +132,8 @@ class Agents:
         node.responding = True
         node.silent = False
         node.last_seen = now
+        if node.drain and node.reason.startswith(OLD_AGENT) or self.state.config.get("MinAgentProtocol"):
+            self._check_protocol(node, self.protocol(node.name), now)  # a reconfigured minimum
         # Runs that ended here and whose reports are on their way: not lost.
         self._watch_lost(node, dict(msg.ended) | dict(msg.running), now)
         if msg.progress is not None:

@@ -138,3 +138,14 @@ def test_min_agent_protocol_drains_older_agents_until_they_upgrade(tmp_path: Any
     assert ctl.nodes["node2"].reason == "maintenance"
     ctl.agents.register({"node": "node2", "gpus": 8}, protocol=3)
     assert ctl.nodes["node2"].drain and ctl.nodes["node2"].reason == "maintenance"
+
+
+def test_a_reconfigured_min_agent_protocol_is_applied_at_the_next_heartbeat(tmp_path: Any) -> None:
+    ctl = _controller(tmp_path)
+    ctl.agents.register({"node": "node1", "gpus": 8, "version": "0.1.0"}, protocol=2)
+    ctl.config.settings["MinAgentProtocol"] = "3"  # as scontrol reconfigure would bring it
+    ctl.agents.heartbeat({"node": "node1"})
+    assert ctl.nodes["node1"].drain and ctl.nodes["node1"].reason.startswith("Agent too old: protocol 2")
+    del ctl.config.settings["MinAgentProtocol"]
+    ctl.agents.heartbeat({"node": "node1"})
+    assert not ctl.nodes["node1"].drain and ctl.nodes["node1"].reason == ""
