@@ -69,6 +69,18 @@ def save(path: str, step: int, model: nn.Module, opt: torch.optim.Optimizer) -> 
     os.replace(tmp, path)
 
 
+def more(step: int, steps: int, until: str | None, device: torch.device) -> bool:
+    """Whether to run ``step``: up to ``steps``, then, with ``until``, while that file is
+    missing. Rank 0 looks and tells the others, so that every rank stops at the same step."""
+    if step <= steps:
+        return True
+    if until is None:
+        return False
+    go_on = torch.tensor([0.0 if os.path.exists(until) else 1.0], device=device)
+    dist.broadcast(go_on, src=0)
+    return bool(go_on.item())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=50, help="total training steps")
@@ -77,6 +89,12 @@ def main() -> int:
         "--ckpt-dir", default=None, help="checkpoint directory (default: $CKPT_DIR or checkpoints/job-$SLURM_JOB_ID)"
     )
     ap.add_argument("--sleep", type=float, default=0.0, help="seconds to sleep per step (to watch it)")
+    ap.add_argument(
+        "--until",
+        default=None,
+        metavar="FILE",
+        help="after --steps, go on until FILE exists (seen by rank 0, agreed by all: a rehearsal's job that must outlast it)",
+    )
     ap.add_argument("--lr", type=float, default=0.01)
     args = ap.parse_args()
 
@@ -123,7 +141,9 @@ def main() -> int:
     loss_fn = nn.MSELoss()
 
     loss = torch.tensor(0.0)
-    for step in range(start + 1, args.steps + 1):
+    step = start
+    while more(step + 1, args.steps, args.until, device):
+        step += 1
         x, y = batch(step, rank, device)
         opt.zero_grad()
         loss = loss_fn(ddp(x), y)
@@ -148,7 +168,7 @@ def main() -> int:
     mine = flat.clone()
     dist.all_reduce(flat)
     same = torch.allclose(flat / world, mine, atol=1e-5)
-    log(rank, f"done steps={args.steps} final_loss={loss.item():.4f} replicas_agree={same}")
+    log(rank, f"done steps={step} final_loss={loss.item():.4f} replicas_agree={same}")
     # Everyone is done communicating before anyone tears down: a rank that destroys its
     # process group (rank 0 also hosts the rendezvous store) while a peer is still in a
     # collective can make gloo abort at exit ("terminate called without an active exception").
