@@ -35,6 +35,7 @@ from muster.protocol.messages import (
     UpdateRequest,
     dump,
 )
+from muster.protocol.versions import ROUTE_SINCE
 
 log = logging.getLogger("musterctld.dispatch")
 
@@ -143,6 +144,9 @@ class Dispatcher:
         raise AssertionError("unreachable")
 
     async def _post(self, node: str, path: str, body: dict[str, object], retry: bool = True) -> bool:
+        if ROUTE_SINCE.get(path, 0) > self.ctl.agents.protocol(node):
+            log.debug("node %s: its agent's protocol has no %s: not asked", node, path)
+            return False
         try:
             if retry:
                 await self._send(node, path, body)

@@ -13,7 +13,8 @@ signature error.
   request without one is taken as protocol 2 (``LEGACY``).
 * Protocol 3: muster 0.3.0 (this milestone): ``Register`` says the node's sockets, cores
   per socket, threads per core and whether it emulates; a job's spec carries ``mail_type``
-  and ``mail_user``. These are sent only to peers of protocol 3 or later (``messages.dump``).
+  and ``mail_user``; the agent route ``/v1/hang_evidence``. These are sent only to peers of
+  protocol 3 or later (``messages.dump``, ``ROUTE_SINCE``).
 
 Every request carries ``X-Muster-Protocol`` (the integer) and, from the daemons,
 ``X-Muster-Version`` (the build, for the message). The headers are not signed: they only
@@ -26,6 +27,11 @@ PROTOCOL = 3
 MIN_PROTOCOL = 2  # release N-1: muster 0.2.0
 MAX_PROTOCOL = PROTOCOL
 LEGACY = 2  # what a request without a protocol header speaks (muster 0.2.0 sent none)
+
+# Agent routes a protocol added: the controller calls them only on agents that speak it
+# (an older agent would answer 404). ``/v1/register`` is not gated: a starting controller
+# calls agents that have not registered yet, and an old one's 404 is harmless.
+ROUTE_SINCE = {"/v1/hang_evidence": 3}
 
 PROTOCOL_HEADER = "x-muster-protocol"
 VERSION_HEADER = "x-muster-version"
@@ -40,6 +46,7 @@ __all__ = [
     "MIN_PROTOCOL",
     "PROTOCOL",
     "PROTOCOL_HEADER",
+    "ROUTE_SINCE",
     "VERSION_HEADER",
     "ProtocolMismatch",
     "build",

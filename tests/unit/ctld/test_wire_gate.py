@@ -13,7 +13,7 @@ from muster.core.config import parse_config
 from muster.core.job import JobSpec, NodeAlloc
 from muster.core.states import JobState
 from muster.ctld import dispatch
-from muster.ctld.actions import Launch
+from muster.ctld.actions import Launch, SignalJob
 from muster.ctld.controller import Controller, Identity
 from muster.ctld.store import Store
 from muster.protocol.httpd import DaemonRequestError
@@ -149,3 +149,13 @@ def test_a_reconfigured_min_agent_protocol_is_applied_at_the_next_heartbeat(tmp_
     del ctl.config.settings["MinAgentProtocol"]
     ctl.agents.heartbeat({"node": "node1"})
     assert not ctl.nodes["node1"].drain and ctl.nodes["node1"].reason == ""
+
+
+def test_a_route_new_in_protocol_3_is_not_called_on_older_agents(tmp_path: Any) -> None:
+    ctl = _controller(tmp_path)
+    ctl.agents.register({"node": "node1", "gpus": 8}, protocol=2)
+    ctl.agents.register({"node": "node2", "gpus": 8}, protocol=3)
+    client = _Client([{"ok": True}])
+    action = SignalJob(job_id=7, nodes=["node1", "node2"], signal=10, batch_only=False, evidence=True)
+    asyncio.run(dispatch.Dispatcher(ctl, client).run(action))  # type: ignore[arg-type]
+    assert [url for url, _body in client.bodies] == ["/v1/hang_evidence"]  # node2's only
