@@ -32,6 +32,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from muster.core.clock import Clock, SystemClock
+
 __all__ = ["DIAG_SIGNAL", "catches", "collect", "describe"]
 
 log = logging.getLogger(__name__)
@@ -121,7 +123,7 @@ def _size(path: str) -> int:
         return -1
 
 
-def _signal_and_read(pid: int, stacks: str | None) -> str | None:
+def _signal_and_read(pid: int, stacks: str | None, clock: Clock) -> str | None:
     """Send the diagnostic signal to ``pid`` (it catches it) and return what it appended to
     ``stacks`` (its handler's dump), waiting until the file stops growing."""
     before = _size(stacks) if stacks else -1
@@ -131,9 +133,9 @@ def _signal_and_read(pid: int, stacks: str | None) -> str | None:
         return None
     if stacks is None or before < 0:
         return None
-    deadline = time.monotonic() + DUMP_WAIT
+    deadline = clock.monotonic() + DUMP_WAIT
     last, still = before, 0
-    while time.monotonic() < deadline:
+    while clock.monotonic() < deadline:
         time.sleep(0.05)
         now = _size(stacks)
         if now == last:
@@ -158,7 +160,9 @@ def _signal_and_read(pid: int, stacks: str | None) -> str | None:
     return data.decode(errors="replace")
 
 
-def collect(pids: Iterable[int], stacks: str | None = None, proc: str = "/proc") -> list[dict[str, Any]]:
+def collect(
+    pids: Iterable[int], stacks: str | None = None, proc: str = "/proc", clock: Clock | None = None
+) -> list[dict[str, Any]]:
     """The evidence of each living process of ``pids`` (see the module docstring). Blocking
     (signalled processes get time to write, py-spy takes seconds): run it off the event loop."""
     py_spy = shutil.which("py-spy")
@@ -170,7 +174,7 @@ def collect(pids: Iterable[int], stacks: str | None = None, proc: str = "/proc")
             continue
         if info["catches_usr1"]:
             info["signalled"] = "SIGUSR1"
-            dump = _signal_and_read(pid, stacks)
+            dump = _signal_and_read(pid, stacks, clock or SystemClock())
             if dump:
                 info["python"] = dump
         else:

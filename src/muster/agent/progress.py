@@ -13,7 +13,8 @@
   one dict per job attempt: ``job_id``, ``attempt``, ``first`` (time of its first step
   here), ``step``/``step_time``, ``ckpt_step``/``ckpt_time``, ``section`` (the name of a
   declared slow section open here, else None) and ``section_time`` (its last begin or end),
-  and, once, ``evidence`` (``add_evidence``: a hang's evidence collected here). Files of attempts no longer
+  and, once, ``evidence`` (a hang's evidence collected here: ``save_evidence`` leaves it in
+  ``<job>.<attempt>.evidence``, the next poll takes it). Files of attempts no longer
   ``active`` here are removed once their last report was handed out.
 
 Line grammar: ``step N [TIME]`` or ``checkpoint N [TIME]`` (``ckpt`` is accepted),

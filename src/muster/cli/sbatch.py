@@ -396,7 +396,7 @@ Parallel run options:
   -e, --error=err             file for batch script's standard error
       --export[=names]        specify environment variables to export
       --hang-timeout=minutes  requeue the job (reason Hung) when its reported progress
-                              stops that long (muster.progress; SIGUSR1 first)
+                              stops that long (muster.progress; evidence first)
   -H, --hold                  submit job in held state
   -i, --input=in              file for batch script's standard input
   -J, --job-name=jobname      name of job
