@@ -23,8 +23,9 @@ controller method and never performs I/O towards agents itself.
   ``--no-requeue``). A judged attempt ends Hung whatever it does meanwhile: a batch
   script that exits during the grace is requeued as Hung by ``judged_end``, never
   COMPLETED. The timeout: ``--hang-timeout``, else its partition's ``HangTimeout=``
-  (``0`` there: not watched), else ``auto_timeout``: the requeue comes at most
-  ``max(3 x median step time, 60 s)`` after the last report. The nodes that hosted the
+  (``0`` there: not watched), else, once the job reported two steps (a step time is
+  known), ``auto_timeout``: the requeue comes at most ``max(3 x median step time, 60 s)``
+  after the last report. The nodes that hosted the
   stalled ranks (those behind the others, or all that reported when none is behind) are
   excluded from the job's next attempt.
 * **Suspect nodes** (``incident``): a node is drained, the reason naming the jobs
@@ -68,10 +69,13 @@ def hang_grace(timeout: float) -> float:
     return min(60.0, max(5.0, timeout / 4))
 
 
-def auto_timeout(step_secs: list[float]) -> float:
+def auto_timeout(step_secs: list[float]) -> float | None:
     """A job without a hang timeout of its own: judged hung at ``B - hang_grace(B)`` of
-    silence, ``B = max(3 x median step time, 60 s)``, so that it is requeued within ``B``."""
-    bound = max(3 * statistics.median(step_secs), AUTO_FLOOR) if step_secs else AUTO_FLOOR
+    silence, ``B = max(3 x median step time, 60 s)``, so that it is requeued within ``B``.
+    None (not watched) until a step time is known: a job that reported one step only."""
+    if not step_secs:
+        return None
+    bound = max(3 * statistics.median(step_secs), AUTO_FLOOR)
     return bound - hang_grace(bound)
 
 
