@@ -42,6 +42,8 @@ log = logging.getLogger("musterctld.dispatch")
 RETRIES = 3  # a request that may not have arrived is sent again this many times at most
 RETRY_DELAY = 1.0  # seconds before the first retry, growing by as much each time
 CALL_AGENTS_AFTER = 0.2  # a starting controller asks the agents to register this long after
+CALL_AGENTS_AT_ONCE = 16  # ... this many at a time
+CALL_AGENT_TIMEOUT = 2.0  # ... each within this long (a node that is down answers nothing)
 
 
 class Dispatcher:
@@ -166,12 +168,16 @@ class Dispatcher:
         await asyncio.sleep(delay)  # serving by then: the registrations find it listening
         names = [n.name for n in self.ctl.nodes.values() if not n.registered]
         body = dump(RegisterAgainRequest(controller=controller))
+        # A few at a time, each briefly: nodes that are down must not hold the client's
+        # requests in flight (launches share them) for MessageTimeout each.
+        gate = asyncio.Semaphore(CALL_AGENTS_AT_ONCE)
 
         async def ask(name: str) -> None:
-            try:
-                await self.client.post(self._url(name, "/v1/register"), body, to=name)
-            except Exception as e:  # noqa: BLE001 - it registers when it next reaches us
-                log.debug("node %s: asked to register: %s", name, e or type(e).__name__)
+            async with gate:
+                try:
+                    await self.client.post(self._url(name, "/v1/register"), body, to=name, timeout=CALL_AGENT_TIMEOUT)
+                except Exception as e:  # noqa: BLE001 - it registers when it next reaches us
+                    log.debug("node %s: asked to register: %s", name, e or type(e).__name__)
 
         await asyncio.gather(*(ask(name) for name in names))
         log.info("asked %d node agent(s) to register with this controller", len(names))

@@ -480,7 +480,9 @@ class SignedClient:
         """Wait this long for later requests (a reconfigured MessageTimeout)."""
         self._client.timeout = httpx.Timeout(timeout)
 
-    async def _send(self, method: str, url: str, payload: bytes, to: str | None) -> httpx.Response:
+    async def _send(
+        self, method: str, url: str, payload: bytes, to: str | None, timeout: float | None = None
+    ) -> httpx.Response:
         path = httpx.URL(url).raw_path.decode()
         stamp = self.clock.now()
         for _ in range(2):
@@ -493,7 +495,12 @@ class SignedClient:
             extensions = {"sni_hostname": to or self.receiver} if self.tls is not None else None
             async with self._gate:
                 resp = await self._client.request(
-                    method, url, content=payload if method == "POST" else None, headers=headers, extensions=extensions
+                    method,
+                    url,
+                    content=payload if method == "POST" else None,
+                    headers=headers,
+                    extensions=extensions,
+                    timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
                 )
             floor = _stale_floor(resp)
             # The receiver restarted since our clock's "now": sign again at its floor,
@@ -503,11 +510,13 @@ class SignedClient:
             stamp = floor + 0.001
         return resp
 
-    async def post(self, url: str, body: dict[str, Any], to: str | None = None, failover: bool = True) -> Any:
+    async def post(
+        self, url: str, body: dict[str, Any], to: str | None = None, failover: bool = True, timeout: float | None = None
+    ) -> Any:
         if failover and self.controllers and to is None and url.startswith(self.controllers[0] + "/"):
             return await self._post_active(url[len(self.controllers[0]) :], body)
         payload = json.dumps(body, separators=(",", ":")).encode()
-        resp = await self._send("POST", url, payload, to)
+        resp = await self._send("POST", url, payload, to, timeout)
         try:
             data = resp.json() if resp.content else None
         except ValueError:
