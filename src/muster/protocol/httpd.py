@@ -49,6 +49,7 @@ import uvicorn
 
 from muster.core.clock import Clock, SystemClock
 from muster.core.hostlist import expand
+from muster.protocol.daemonsignals import STOP_GRACE
 from muster.protocol.httpconn import PEER_KEY, TLS_PEER_KEY, peer_credentials, protocol_factory
 from muster.protocol.signing import (
     CTLD,
@@ -144,6 +145,10 @@ def make_server(
         log_level=log_level,
         access_log=False,
         timeout_keep_alive=30,
+        # A stop closes idle kept-alive connections at once and cuts requests still in
+        # flight (a half-sent body, a long poll) after this long: every daemon stops within
+        # seconds (``daemonsignals``), not when its slowest client lets go.
+        timeout_graceful_shutdown=STOP_GRACE,
         # No proxy stands in front of a daemon: with uvicorn's default, a client on the
         # loopback could name any address in X-Forwarded-For and escape (or spend another
         # address's) budget of failed authentications. It also costs every request.
