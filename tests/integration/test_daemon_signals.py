@@ -316,6 +316,22 @@ def test_sigterm_stops_the_controller_quickly_and_one_controller_holds_its_state
         print(f"musterctld stopped {took:.2f} s after SIGTERM with {len(opened)} client connections open")
         assert "SIGTERM: stopping" in text(log_path(h, "musterctld"))
 
+        # An agent with half a request on its port stops too (its jobs would keep running).
+        agent = h.agent_pid("node1")
+        node = cfg.node("node1")
+        assert node is not None
+        to_agent = socket.create_connection((node.addr, node.port))
+        if cfg.tls.enabled:
+            ctx = ssl.create_default_context(cafile=cfg.tls.ca_cert)
+            ctx.check_hostname = False
+            to_agent = ctx.wrap_socket(to_agent)
+        to_agent.sendall(b"POST /v1/launch HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        opened.append(to_agent)
+        started = time.monotonic()
+        os.kill(agent, signal.SIGTERM)
+        wait_for("the agent to stop", lambda: not process_running(agent), timeout=10)
+        print(f"musterd stopped {time.monotonic() - started:.2f} s after SIGTERM with half a request open")
+
         # The state directory is free again: a controller starts on it, and exits 0 on SIGTERM.
         second = subprocess.Popen(
             [sys.executable, "-m", "muster.ctld.main", "--conf", h.cluster.conf_path],
