@@ -398,9 +398,15 @@ class StepBook:
         steps: list[tuple[Step, str]] = []
         step = self.active.get(job.job_id, {}).pop(step_id, None)
         if step is not None:
+            ended_job = job.state is not JobState.RUNNING or step.attempt != job.restart_count
             if cancelled or (job.job_id, step_id) in self.cancelled:
                 self.cancelled.discard((job.job_id, step_id))
                 step.state = StepState.CANCELLED
+            elif ended_job and not end_job and (exit_code or signal):
+                # The job ended under the step (scancel, its time limit, a requeue): its
+                # tasks were stopped with it, so the step is CANCELLED (NODE_FAIL with its
+                # node), as in Slurm's accounting, not FAILED with the signal srun saw.
+                step.state = StepState.NODE_FAIL if job.state is JobState.NODE_FAIL else StepState.CANCELLED
             elif exit_code == 0 and signal == 0:
                 step.state = StepState.COMPLETED
             elif step.request.time_limit is not None and now >= step.start_time + step.request.time_limit:

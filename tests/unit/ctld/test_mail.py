@@ -14,6 +14,7 @@ import pytest
 
 from muster.core.clock import ManualClock
 from muster.core.config import parse_config
+from muster.core.errors import InvalidRequest
 from muster.core.job import JobSpec, NodeAlloc
 from muster.ctld.controller import Controller, Identity
 from muster.ctld.mailer import Mailer
@@ -242,7 +243,10 @@ def test_a_mail_user_mailprog_could_read_as_an_option_is_refused(ctl: Controller
 
 
 def test_a_job_name_cannot_break_the_subject_into_headers(ctl: Controller, sent: list[Mail]) -> None:
-    job = ctl.queue.submit(JobSpec(name="x\nBcc: evil@example.org", mail_type=["BEGIN"]), ALICE)
+    with pytest.raises(InvalidRequest, match="Invalid job name"):  # refused at submission now...
+        ctl.queue.submit(JobSpec(name="x\nBcc: evil@example.org", mail_type=["BEGIN"]), ALICE)
+    job = ctl.queue.submit(JobSpec(name="x", mail_type=["BEGIN"]), ALICE)
+    job.spec.name = "x\nBcc: evil@example.org"  # ...but a job recorded before may hold one
     start(ctl, job)
     assert sent[0].subject.startswith(f"Slurm Job_id={job.job_id} Name=x Bcc: evil@example.org Began")
 

@@ -97,6 +97,33 @@ def test_steps_of_a_job_that_ends_are_cancelled_and_their_nodes_cleaned(db: str)
     assert ctl.store.load_steps([job_id])[0].state == StepState.CANCELLED
 
 
+@pytest.mark.parametrize(("exit_code", "signal"), [(143, 0), (0, 15), (0, 9)])
+def test_a_step_that_srun_reports_after_its_job_was_cancelled_is_cancelled(
+    db: str, exit_code: int, signal: int
+) -> None:
+    """``scancel`` of a batch job while its srun step runs: srun sees its tasks killed and
+    reports first (before the sweep): the step's row is CANCELLED, as Slurm's sacct says."""
+    ctl, book = make(db)
+    job_id = running_job(ctl, JobSpec(script="#!/bin/sh\n"), ["node1"])
+    step = book.create(ctl.jobs[job_id], ALICE, StepRequest())
+    assert not isinstance(step, StepWait)
+    ctl.queue.cancel(ctl.jobs[job_id], ALICE)
+    book.finish(ctl.jobs[job_id], ALICE, step.step_id, exit_code=exit_code, signal=signal)
+    rows = ctl.store.load_steps([job_id])
+    assert [(s.step_id, s.state, s.exit_code, s.exit_signal) for s in rows] == [(0, "CANCELLED", exit_code, signal)]
+    assert book.steps_of(job_id) == []
+
+
+def test_a_step_that_ended_well_as_its_job_ended_stays_completed(db: str) -> None:
+    ctl, book = make(db)
+    job_id = running_job(ctl, JobSpec(script="#!/bin/sh\n"), ["node1"])
+    step = book.create(ctl.jobs[job_id], ALICE, StepRequest())
+    assert not isinstance(step, StepWait)
+    ctl.queue.cancel(ctl.jobs[job_id], ALICE)
+    book.finish(ctl.jobs[job_id], ALICE, step.step_id, exit_code=0, signal=0)
+    assert [s.state for s in ctl.store.load_steps([job_id])] == ["COMPLETED"]
+
+
 def test_an_interactive_allocation_ends_with_its_holders_exit_code(db: str) -> None:
     ctl, book = make(db)
     job_id = running_job(ctl, JobSpec(interactive=True, argv=["bash"]), ["node1"])
