@@ -47,7 +47,7 @@ CONNECT_TIMEOUT = 1.0  # to connect and finish the TLS handshake: a live control
 STALL_AFTER = 1.0  # no answer begun after this long: is the controller alive at all?
 PROBE_TIMEOUT = 1.0  # for that question (``GET /livez`` on a new connection)
 QUIET_FOR = 2.0  # retrying is silent this long, then says so once
-REASK_HUNG = 5.0  # a controller found hung is asked again after this long, not every round
+REASK_HUNG = 2.0  # a controller found hung is asked again after this long, not every round
 
 _last = [0]  # the controller that answered last, in this process
 
