@@ -32,7 +32,7 @@ import httpx
 from muster.agent.state import StateDir
 from muster.agent.supervisor import Supervisor
 from muster.protocol.httpd import DaemonRequestError, SignedClient
-from muster.protocol.messages import Register, dump, read
+from muster.protocol.messages import Heartbeat, JobDone, MessageError, Register, dump, read
 from muster.protocol.versions import LEGACY, MIN_PROTOCOL
 
 __all__ = ["ControllerLink"]
@@ -218,16 +218,28 @@ class ControllerLink:
         progress = dict(self._progress)
         if progress:
             body["progress"] = list(progress.values())
+        sent = self._written(Heartbeat, body)
         if self.send_heartbeat is not None:
-            answer = await self.send_heartbeat(body)
+            answer = await self.send_heartbeat(sent)
         else:
-            answer = await self.client.post(f"{self.base_url}/v1/agent/heartbeat", body)
+            answer = await self.client.post(f"{self.base_url}/v1/agent/heartbeat", sent)
         self._mark_reachable(True)
         self.faults = [f for f in self.faults if f not in faults]
         for key, report in progress.items():
             if self._progress.get(key) is report:
                 del self._progress[key]
         return answer
+
+    def _written(self, model: type[Heartbeat] | type[JobDone], body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as the controller's protocol reads it (``messages.dump``: what it does
+        not know left out, so that a report is never refused, and dropped, for a field an
+        older controller does not know); the oldest protocol accepted until a registration
+        answers. A body that does not fit its model goes as it is: the controller's refusal
+        names the fault."""
+        try:
+            return dump(read(model, body), self.ctld_protocol or MIN_PROTOCOL)
+        except MessageError:
+            return body
 
     def _obey(self, answer: Any) -> None:
         if not isinstance(answer, dict):
@@ -273,7 +285,8 @@ class ControllerLink:
         reports = self.state.reports()
         if len(reports) > 1 and self._batches:
             try:
-                await self.client.post(f"{self.base_url}/v1/agent/jobs_done", {"reports": [r for _, r in reports]})
+                batch = {"reports": [self._written(JobDone, r) for _, r in reports]}
+                await self.client.post(f"{self.base_url}/v1/agent/jobs_done", batch)
             except DaemonRequestError as exc:
                 if exc.status == 404 and not exc.data:  # no such route: an older controller
                     self._batches = False
@@ -289,7 +302,7 @@ class ControllerLink:
         all_ok = True
         for key, report in reports:
             try:
-                await self.client.post(f"{self.base_url}/v1/agent/job_done", report)
+                await self.client.post(f"{self.base_url}/v1/agent/job_done", self._written(JobDone, report))
             except DaemonRequestError as exc:
                 if exc.status not in _REFUSED:
                     log.warning("job_done %s not accepted yet: %s", key, exc)

@@ -142,6 +142,8 @@ class Usage(_Message):
 class JobDone(_Message):
     """One ended run of a batch script (or a launch that failed), as its agent saw it."""
 
+    keep_none: ClassVar[bool] = True  # every field said, as 0.2.0's agents wrote reports
+
     job_id: int
     restart_count: int = Field(0, ge=0)
     node: str | None = None
