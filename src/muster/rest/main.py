@@ -54,7 +54,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", "--verbose", action="count", default=0)
     ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
     args = ap.parse_args(argv)
-    daemonsignals.early("musterrestd")
     if args.conf:
         os.environ["MUSTER_CONF"] = args.conf
     try:
@@ -72,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from muster.cli.common import CommandError, load_settings
 
+    daemonsignals.early("musterrestd")  # from here on SIGHUP and SIGUSR2 never kill it
     try:
         settings = load_settings("musterrestd")
     except CommandError as e:
@@ -105,15 +105,23 @@ class Reloadable:
         await self.app(scope, receive, send)
 
     def reload(self) -> None:
-        from muster.cli.common import CommandError, load_settings
+        from muster.cli.common import conf_path, parse_client_settings
+        from muster.core.config import ConfigError, parse_config
         from muster.rest.app import build_app
 
         log = logging.getLogger("musterrestd")
+        path = conf_path()
         try:
-            fresh = load_settings("musterrestd")
-        except CommandError as e:
-            log.error("SIGHUP: %s; the running configuration is kept", e.message)
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            parse_config(text, path)  # checked whole, as the other daemons check it
+        except OSError as e:
+            log.error("SIGHUP: cannot read %s: %s; the running configuration is kept", path, e.strerror)
             return
+        except ConfigError as e:
+            log.error("SIGHUP: %s; the running configuration is kept", e)
+            return
+        fresh = parse_client_settings(text, path)
         self.app = build_app(fresh, local=self.local)
         before, self.settings = self.settings, fresh
         log.info(

@@ -27,3 +27,25 @@ def test_listen_forms() -> None:
 def test_bad_command_lines_fail_clearly(argv: list[str], message: str, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(argv) == 1
     assert message in capsys.readouterr().err
+
+
+def test_sighup_serves_the_next_requests_with_the_file_read_again(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from muster.cli.common import load_settings
+    from muster.rest.main import Reloadable
+
+    conf = tmp_path / "muster.conf"
+    text = "ClusterName=first\nSlurmctldHost=head(127.0.0.1)\nNodeName=n1 CPUs=2\n"
+    conf.write_text(text)
+    monkeypatch.setenv("MUSTER_CONF", str(conf))
+    app = Reloadable(load_settings("musterrestd"), local=False)
+    served = app.app
+    conf.write_text(text.replace("first", "second"))
+    app.reload()
+    assert app.app is not served and app.settings.cluster_name == "second"
+    served = app.app
+    conf.write_text("NodeName=\n")  # refused: the running app and settings stay
+    app.reload()
+    assert app.app is served and app.settings.cluster_name == "second"
+    conf.unlink()
+    app.reload()
+    assert app.app is served
