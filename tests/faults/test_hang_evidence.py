@@ -77,9 +77,10 @@ def evidence(h: Harness, jid: int) -> list[dict[str, Any]]:
     return list(json.loads(out.stdout)["evidence"])
 
 
-def hung_then_done(h: Harness, jid: int) -> dict[str, Any]:
+def hung_then_done(h: Harness, jid: int, restarts: int | None = 1) -> dict[str, Any]:
     job = h.wait_job(jid, timeout=90)
-    assert job["state"] == "COMPLETED" and job["restart_count"] == 1, job["state"]
+    assert job["state"] == "COMPLETED", job["state"]
+    assert restarts is None or job["restart_count"] == restarts, job["attempts"]
     assert job["attempts"][0]["outcome"] == "Hung"
     assert "Hung" in (job["system_comment"] or "")
     out = h.run(["sacct", "-j", str(jid), "-D", "-X", "-n", "-P", "-o", "State,Reason,Restarts"])
@@ -164,3 +165,35 @@ def test_a_job_that_hangs_on_two_nodes_drains_neither(cluster: Harness) -> None:
     assert seen[0] != seen[1]  # it hung on node A, then on node B
     states = h.node_states()
     assert all("DRAIN" not in states[n] for n in seen), states
+
+
+RANKS_JOB = """#!/bin/bash
+#SBATCH -N 2 --ntasks-per-node=1 --hang-timeout=0:03 --requeue
+if [ "${{SLURM_RESTART_COUNT:-0}}" != 0 ]; then exit 0; fi
+srun {python} -c "
+import time
+from muster import progress
+for i in range(1, 4):
+    progress.step(i)
+    time.sleep(0.2)
+time.sleep(300)
+"
+"""
+
+
+def test_evidence_comes_from_every_rank_on_every_node(cluster: Harness) -> None:
+    h = cluster
+    jid = submit(h, "ranks.sh", RANKS_JOB)
+    # (its next attempt may start on a node where the hung one is still being killed: that
+    # launch is refused and the attempt ends NODE_FAIL, a third one completes)
+    hung_then_done(h, jid, restarts=None)
+    records = evidence(h, jid)
+    ranks = {
+        r["node"]: [p for p in r["processes"] if p["cmdline"].startswith(sys.executable) and "srun" not in p["cmdline"]]
+        for r in records
+    }
+    assert len(ranks) == 2, records  # both nodes answered
+    sruns = [p for r in records for p in r["processes"] if "/srun" in p["cmdline"]]
+    assert sruns and all(p["catches_usr1"] and p["signalled"] is None for p in sruns)  # it would forward it
+    for node, procs in ranks.items():
+        assert procs and all(p["signalled"] == "SIGUSR1" and "line 7" in p["python"] for p in procs), node

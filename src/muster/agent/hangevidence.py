@@ -17,7 +17,9 @@ job here was doing. ``collect(pids, stacks_path)`` reads, for each process:
 
 A process that catches no SIGUSR1 (a bash script, ``sleep``, any program that did not ask
 for it) is never sent it: its default action would end it, and with it the evidence and the
-job's verdict. Every text is cut to a bound (``FIELD_LIMIT``) so that a node's evidence
+job's verdict. Nor is a launcher that catches it to *forward* it (srun, salloc, mpirun:
+``FORWARDERS``): its tasks may not catch it; they are read where they run, each node
+reading its own. Every text is cut to a bound (``FIELD_LIMIT``) so that a node's evidence
 stays small enough to travel with its heartbeat (``TOTAL_LIMIT`` over all processes).
 """
 
@@ -34,7 +36,7 @@ from typing import Any
 
 from muster.core.clock import Clock, SystemClock
 
-__all__ = ["DIAG_SIGNAL", "catches", "collect", "describe"]
+__all__ = ["DIAG_SIGNAL", "FORWARDERS", "catches", "collect", "describe", "forwards"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ FIELD_LIMIT = 8192  # characters kept of one text (a stack, a py-spy dump)
 TOTAL_LIMIT = 64 * 1024  # characters of evidence per job per node, all processes together
 DUMP_WAIT = 2.0  # seconds a signalled process is given to finish writing its stacks
 PY_SPY_TIMEOUT = 10.0
+# launchers that pass SIGUSR1 on to their tasks (which may not catch it): never signalled
+FORWARDERS = frozenset({"srun", "salloc", "mpirun", "mpiexec", "orterun", "prterun", "hydra_pmi_proxy"})
 
 
 def _read(path: str, limit: int = FIELD_LIMIT) -> str | None:
@@ -93,6 +97,13 @@ def describe(pid: int, proc: str = "/proc") -> dict[str, Any] | None:
     if stack:
         info["kernel_stack"] = stack
     return info
+
+
+def forwards(info: dict[str, Any]) -> bool:
+    """Whether the process is a launcher that forwards signals to its tasks (by its name,
+    or the program among its first arguments: ``python -SP .../srun``)."""
+    words = [info.get("name") or "", *(info.get("cmdline") or "").split(" ")[:3]]
+    return any(os.path.basename(w) in FORWARDERS for w in words)
 
 
 def _is_python(info: dict[str, Any]) -> bool:
@@ -172,13 +183,13 @@ def collect(
         info = describe(pid, proc)
         if info is None:
             continue
-        if info["catches_usr1"]:
+        if info["catches_usr1"] and not forwards(info):
             info["signalled"] = "SIGUSR1"
             dump = _signal_and_read(pid, stacks, clock or SystemClock())
             if dump:
                 info["python"] = dump
         else:
-            info["signalled"] = None  # its default action would end it: read from outside only
+            info["signalled"] = None  # fatal by default, or passed on to tasks: outside only
         if py_spy and _is_python(info):
             info["py_spy"] = _py_spy(pid, py_spy)
         size = sum(len(v) for v in info.values() if isinstance(v, str))

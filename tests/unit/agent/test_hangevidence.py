@@ -98,3 +98,10 @@ def test_the_module_and_command_write_sections(tmp_path: pathlib.Path) -> None:
     assert bad.returncode == 2 and "begin|end NAME" in bad.stderr
     words = [line.split()[:2] for line in open(path).read().splitlines()]
     assert words == [["begin", "eval_run"], ["end", "eval_run"], ["begin", "checkpoint"], ["end", "checkpoint"]]
+
+
+def test_launchers_that_forward_signals_are_never_signalled() -> None:
+    assert hangevidence.forwards({"name": "python3", "cmdline": "/v/bin/python -SP /v/bin/srun -N2 train.py"})
+    assert hangevidence.forwards({"name": "mpirun", "cmdline": "mpirun -np 8 ./a.out"})
+    assert not hangevidence.forwards({"name": "bash", "cmdline": "/bin/bash /spool/slurm_script"})
+    assert not hangevidence.forwards({"name": "python", "cmdline": "python train.py --srun-like srun"})
