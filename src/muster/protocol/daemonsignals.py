@@ -30,7 +30,7 @@ from muster.protocol.logjson import reopen_logs
 
 __all__ = ["STOP_GRACE", "early", "install", "quiet", "reopen"]
 
-STOP_GRACE = 1.0  # seconds a request in flight has to finish once a stop is asked
+STOP_GRACE = 1  # seconds a request in flight has to finish once a stop is asked (uvicorn takes an int)
 
 
 def reopen(daemon: str) -> None:
