@@ -368,6 +368,7 @@ def ops() -> Iterator[dict[str, Any]]:
             "uid": ensure_user(USER),
             "submitted": [],  # every job id sbatch acknowledged
             "train_during": {},  # the DDP job's state after each operation
+            "stale": [],  # this step's refusals of the race STALE_CREDENTIAL names
         }
     finally:
         if cluster is not None:
@@ -392,6 +393,27 @@ def as_user(
 
 def submit(state: dict[str, Any], *args: str) -> int:
     out = as_user(state, "login", ["sbatch", "--parsable", *args])
+    assert out.returncode == 0, out.stderr
+    job_id = int(out.stdout.strip().split(";")[0])
+    state["submitted"].append(job_id)
+    return job_id
+
+
+STALE_CREDENTIAL = (
+    "a command's credential minted just before a standby takes over reaches it just after: refused "
+    "'Invalid credential: message signed before this daemon's replay floor' (the new active controller's "
+    "floor is the moment it took over) and not retried with a fresh credential by cli/failover.py"
+)
+
+
+def submit_across_a_change(state: dict[str, Any], *args: str) -> int:
+    """``submit`` while the active controller changes: a refusal of the race STALE_CREDENTIAL
+    names is noted in ``state["stale"]`` (the step ends xfail once its checks are done) and the
+    submission made again; any other failure fails."""
+    out = as_user(state, "login", ["sbatch", "--parsable", *args])
+    if out.returncode != 0 and "replay floor" in out.stderr:
+        state["stale"].append(out.stderr.strip())
+        out = as_user(state, "login", ["sbatch", "--parsable", *args])
     assert out.returncode == 0, out.stderr
     job_id = int(out.stdout.strip().split(";")[0])
     state["submitted"].append(job_id)
@@ -504,16 +526,9 @@ def test_2_a_user_on_the_login_host_submits_a_three_node_ddp_job(ops: dict[str, 
     assert all(ranks_alive(ops).values()), (ranks_alive(ops), text)
 
 
-STEPS_ACROSS_AGENT_RESTARTS = (
-    "srun does not survive its agent's restart yet (seen here: the stopping musterd on the batch host waits ~30 s "
-    "on srun's open stream, srun says 'connection closed before its tasks ended' and does not reconnect, the new "
-    "agent takes the step back, waits 30 s for its srun and ends the ranks): landing with agent/stepd.py"
-)
-
-
 def test_3_each_agent_restarted_in_turn(ops: dict[str, Any]) -> None:
     """systemctl restart musterd (KillMode=process) on each node in turn: the agent stops,
-    the next one registers. What becomes of the ranks is the next step's to judge."""
+    the next one registers. What became of the ranks meanwhile is the next step's to judge."""
     hosts: OpsCluster = ops["hosts"]
     stops, ranks = ops["agent_stop_s"], ops["ranks_after_stop"] = {}, {}
     ops["steps_before_restarts"] = len(re.findall(r"^0: \[rank 0\] step \d+ ", read(train_out(ops)), re.M))
@@ -538,7 +553,6 @@ def test_3_each_agent_restarted_in_turn(ops: dict[str, Any]) -> None:
     print("agents stopped (SIGTERM) in " + ", ".join(f"{n} {s:.1f} s" for n, s in stops.items()))
 
 
-@pytest.mark.xfail(strict=True, reason=STEPS_ACROSS_AGENT_RESTARTS)
 def test_3b_the_ranks_went_on_across_the_agent_restarts(ops: dict[str, Any]) -> None:
     hosts: OpsCluster = ops["hosts"]
     stops = ops["agent_stop_s"]
@@ -574,10 +588,11 @@ def test_4_sighup_reconfigures_and_sigusr2_reopens_the_log_of_the_active_control
 def test_5_kill_9_of_the_active_controller_the_standby_takes_over_and_schedules(ops: dict[str, Any]) -> None:
     hosts: OpsCluster = ops["hosts"]
     proc = hosts.procs["musterctld-head"]
+    ops["stale"] = []
     killed = time.monotonic()
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    after = submit(ops, "-p", "ops", "-o", "/dev/null", "--wrap", "sleep 2")  # waits for the standby
+    after = submit_across_a_change(ops, "-p", "ops", "-o", "/dev/null", "--wrap", "sleep 2")  # waits for the standby
     took = time_to_running(hosts, killed, after)
     active = hosts.wait_modes({"head": "stopped", "head2": "active"}) + time.monotonic() - killed
     print(f"kill -9 of the active controller: a job submitted right after RUNNING {took:.2f} s after the kill")
@@ -590,22 +605,27 @@ def test_5_kill_9_of_the_active_controller_the_standby_takes_over_and_schedules(
     ], ping.stdout + ping.stderr
     assert wait_job(hosts, after, ended)["state"] == "COMPLETED"
     ops["train_during"]["kill -9"] = job(hosts, ops["train"])["state"]
+    if ops["stale"]:
+        pytest.xfail(f"{STALE_CREDENTIAL}: {ops['stale']}")
 
 
 def test_6_the_killed_head_comes_back_as_standby_and_takes_over_again(ops: dict[str, Any]) -> None:
     hosts: OpsCluster = ops["hosts"]
     hosts.start_unit("musterctld-head", "head", "musterctld.service")
     hosts.wait_modes({"head": "standby", "head2": "active"})
+    ops["stale"] = []
     moved = time.monotonic()
     out = hosts.run("head", ["scontrol", "takeover", "0"])
     assert out.returncode == 0, out.stderr
     hosts.wait_modes({"head": "active", "head2": "standby"})
-    back = submit(ops, "-p", "ops", "-o", "/dev/null", "--wrap", "true")
+    back = submit_across_a_change(ops, "-p", "ops", "-o", "/dev/null", "--wrap", "true")
     took = time_to_running(hosts, moved, back)
     print(f"scontrol takeover 0: a job submitted after it RUNNING {took:.2f} s after the takeover began")
     assert took < BOUND
     assert wait_job(hosts, back, ended)["state"] == "COMPLETED"
     ops["train_during"]["takeover"] = job(hosts, ops["train"])["state"]
+    if ops["stale"]:
+        pytest.xfail(f"{STALE_CREDENTIAL}: {ops['stale']}")
 
 
 def test_7_every_submission_is_in_the_store_exactly_once(ops: dict[str, Any]) -> None:
@@ -623,7 +643,6 @@ def test_7_every_submission_is_in_the_store_exactly_once(ops: dict[str, Any]) ->
         assert acct.stdout.split() == [str(job_id)], acct.stdout + acct.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=STEPS_ACROSS_AGENT_RESTARTS)
 def test_8_the_ddp_job_ran_through_it_all_and_completed_once_with_every_ranks_output_intact(
     ops: dict[str, Any],
 ) -> None:
