@@ -163,12 +163,35 @@ def _pg() -> tuple[dict[str, Any], str] | str:
 
 def install_wheel(where: str) -> str:
     """docs/deploy.md, section 1: a venv, the wheel built from this checkout, the launchers.
-    The venv's dependencies are the project venv's (a path file: no index is reached)."""
+    The venv's dependencies are the project venv's (a path file: no index is reached).
+
+    The wheel is built from a copy of the working tree (the files git tracks or would), at the
+    version git gives the checkout: building in place would rewrite the checkout's
+    ``_version.py`` under every other muster running from it."""
+    import warnings
+
+    import setuptools_scm
+
+    with warnings.catch_warnings():  # the scheme's newer name is not known to every release
+        warnings.simplefilter("ignore", DeprecationWarning)
+        version = setuptools_scm.get_version(root=str(ROOT), version_scheme="release-branch-semver")
+    files = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    ).stdout.split(b"\0")
+    tree = os.path.join(where, "src")
+    for name in filter(None, (f.decode() for f in files)):
+        if os.path.isfile(ROOT / name):  # not one deleted meanwhile
+            os.makedirs(os.path.dirname(os.path.join(tree, name)), exist_ok=True)
+            shutil.copy2(ROOT / name, os.path.join(tree, name))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", f"{where}/dist", ROOT],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", f"{where}/dist", tree],
         check=True,
         capture_output=True,
         timeout=300,
+        env={**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": version},
     )
     (wheel,) = pathlib.Path(where, "dist").glob("muster_wlm-*.whl")
     venv = f"{where}/opt-muster"
