@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import stat
 import tempfile
 import time
@@ -223,3 +224,42 @@ def test_a_node_that_cannot_confine_jobs_is_drained_with_the_reason() -> None:
         assert h.job(job)["state"] == "PENDING"  # never run unconfined
     finally:
         h.down()
+
+
+def test_a_restarted_agent_still_kills_through_the_cgroup_and_removes_it(cluster: tuple[Harness, str]) -> None:
+    h, _ = cluster
+    uid = ensure_user("mustertest")
+    stamp = time.monotonic_ns()
+    pidfile, go = os.path.join(h.workdir, f"adopt-{stamp}.pid"), os.path.join(h.workdir, f"adopt-{stamp}.go")
+    script = (
+        "#!/usr/bin/env python3\n"
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        open('{pidfile}.tmp', 'w').write(str(os.getpid()))\n"
+        f"        os.rename('{pidfile}.tmp', '{pidfile}')\n"
+        "        os.execve('/bin/sleep', ['sleep', '600'], {})\n"
+        "    os._exit(0)\n"
+        "os.wait()\n"
+        f"while not os.path.exists('{go}'): time.sleep(0.05)\n"
+    )
+    job = h.sbatch("--mem=64M", "-o", f"adopt-{stamp}.out", uid=uid, input=script)
+    _wait(lambda: os.path.exists(pidfile), "the daemon to start")
+    with open(pidfile) as f:
+        daemon = int(f.read())
+    try:
+        agent = h.agent_pid("node1")
+        os.kill(agent, signal.SIGTERM)
+        _wait(lambda: not process_running(agent), "the agent to stop")
+        assert _job_cgroups(h, job) and process_running(daemon)  # the job runs on, confined
+        with open(go, "w"):  # the script ends while its agent is down, or once it is back
+            pass
+        h.cluster.start()
+        h.cluster.wait_ready(60)
+        assert h.wait_job(job)["state"] == "COMPLETED"
+        _wait(lambda: not process_running(daemon), "the daemon to be killed")
+        _wait(lambda: not _job_cgroups(h, job), "the job's cgroups to be removed")
+    finally:
+        if process_running(daemon):
+            os.kill(daemon, 9)

@@ -666,7 +666,12 @@ class Supervisor:
                     log.warning("job %s: gone while musterd was down; reporting it lost", job_id)
                 else:
                     log.info("job %s: ended while musterd was down; its monitor kept the status", job_id)
-                self._finish(t, status)
+                ooms = 0
+                if self.cgroups is not None:  # what it left behind is still in its cgroup
+                    ooms = self.cgroups.oom_kills(job_id)
+                    self.cgroups.kill_all(job_id)  # before the report: a rerun may come here
+                    self.cgroups.remove_job(job_id)
+                self._finish(t, status, ooms=ooms)
         self._wake.set()
 
     def _unpin(self, t: Tracked) -> None:
