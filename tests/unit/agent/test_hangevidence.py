@@ -37,6 +37,7 @@ def test_only_processes_that_catch_sigusr1_are_signalled_and_none_dies(tmp_path:
     try:
         assert py.stdout is not None and py.stdout.readline() == "ready\n"
         wait_for(lambda: (hangevidence.describe(shell.pid) or {}).get("state", "").startswith("S"), "the shell")
+        wait_for(lambda: "sleep" in ((hangevidence.describe(py.pid) or {}).get("wchan") or ""), "time.sleep")
         found = {e["pid"]: e for e in hangevidence.collect([shell.pid, py.pid, 999_999_999], stacks_path(path))}
         assert set(found) == {shell.pid, py.pid}  # a pid that is gone is left out
         sh = found[shell.pid]
