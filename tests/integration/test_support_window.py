@@ -89,11 +89,15 @@ def _start(h: Harness, ctld_from: str | None, agent_from: str | None) -> None:
 
 
 def _log(h: Harness, name: str) -> str:
-    with open(os.path.join(h.cluster.state_dir, "log", f"{name}.log"), errors="replace") as f:
-        return f.read()
+    path = os.path.join(h.cluster.state_dir, "log", f"{name}.log")
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError as exc:
+        return f"({path}: {exc}; state directory listing: {os.listdir(h.root) if os.path.isdir(h.root) else 'gone'})"
 
 
-def _wait(check: Callable[[], Any], what: str, h: Harness, timeout: float = 60.0) -> Any:
+def _wait(check: Callable[[], Any], what: str, h: Harness, timeout: float = 120.0) -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
