@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from muster.agent import monitor, nodeident, spawn
+from muster.agent import monitor, nodeident, rlimits, spawn
 from muster.agent.pipes import read_pipe
 from muster.agent.spawn import JOB_FAULT, NODE_FAULT
 from muster.agent.zygote import Zygote
@@ -102,6 +102,7 @@ class LaunchPlan:
     exit_path: str = ""  # where the monitor leaves the exit status (``StateDir.exit_path``)
     node: str = ""
     cgroup_procs: tuple[str, ...] = ()  # the job's cgroups the script joins (``agent.cgroupfs``)
+    rlimits: tuple[tuple[int, int, int], ...] = ()  # the submit shell's limits (``agent.rlimits``)
 
 
 def user_entry(job: Mapping[str, Any]) -> pwd.struct_passwd:
@@ -174,6 +175,7 @@ def prepare(
         umask=umask,
         spool=spool,
         node=node,
+        rlimits=rlimits.plan(spec.get("rlimits"), f"job {job['job_id']}"),
     )
 
 
@@ -340,6 +342,7 @@ def _job_spec(plan: LaunchPlan, close_first: tuple[int, ...]) -> spawn.ChildSpec
         failure_exit=127,
         identity=nodeident.for_node(plan.node),
         cgroup_procs=plan.cgroup_procs,
+        rlimits=plan.rlimits,
     )
 
 

@@ -13,9 +13,11 @@ which never returns. It does, in this order, and nothing else:
    ``cgroup_procs`` (``agent.cgroupfs``), so that all it forks is born confined and tracked;
 3. ``setgroups``, ``setgid``, ``setuid`` when ``groups`` is set (the agent is root and the
    user is another); from here on it cannot regain root;
-4. ``umask`` when one is given, and ``chdir(cwd)`` as the user: a directory the user cannot
-   enter is refused or, with ``cwd_fallback``, replaced by that one after Slurm's warning
-   (``slurmstepd: error: couldn't chdir to ...``) on ``warn_fd``;
+4. ``umask`` when one is given, the submit shell's soft resource limits (``rlimits``,
+   planned by ``agent.rlimits`` within the node's hard limits: one that fails anyway is
+   left as the node's, never a launch failure), and ``chdir(cwd)`` as the user: a
+   directory the user cannot enter is refused or, with ``cwd_fallback``, replaced by that
+   one after Slurm's warning (``slurmstepd: error: couldn't chdir to ...``) on ``warn_fd``;
 5. creates the missing directories of ``make_dirs``, then opens stdin, stdout and stderr
    (``Stream``: a descriptor the agent prepared, a file, or stdout's), all *as the user*: the
    user cannot make root create or truncate a file they could not write themselves;
@@ -41,6 +43,7 @@ import _signal
 import errno
 import fcntl
 import os
+import resource
 import signal
 import termios
 from collections.abc import Callable, Sequence
@@ -137,6 +140,7 @@ class ChildSpec:
     failure_exit: int | None = 127  # None: the errno
     identity: nodeident.NodeIdentity | None = None  # an emulated node's host name (as root)
     cgroup_procs: tuple[str, ...] = ()  # cgroup.procs files to join, as root (``agent.cgroupfs``)
+    rlimits: tuple[tuple[int, int, int], ...] = ()  # (resource, soft, hard) to set (``agent.rlimits``)
 
 
 def ignored_signals() -> list[signal.Signals]:
@@ -214,6 +218,11 @@ def become(spec: ChildSpec, report_fd: int) -> NoReturn:
             os.setuid(spec.uid)
         if spec.umask is not None:
             os.umask(spec.umask)
+        for number, soft, hard in spec.rlimits:
+            try:
+                resource.setrlimit(number, (soft, hard))
+            except (OSError, ValueError):
+                pass  # the node's limit stays (the agent logged what it could not give)
         own = True
         step = words.chdir.format(cwd=spec.cwd)
         try:

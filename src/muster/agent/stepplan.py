@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from muster.agent import nodeident, spawn
+from muster.agent import nodeident, rlimits, spawn
 from muster.agent.affinity import CpuLedger, binding_env
 from muster.agent.env import EnvContext
 from muster.agent.localstep import Step
@@ -76,6 +76,7 @@ class TaskPlan:
     bind_verbose: bool = False
     pty_size: tuple[int, int] | None = None  # srun --pty: the terminal's rows and columns
     cgroup_procs: tuple[str, ...] = ()  # the step's cgroups, joined before exec (``agent.cgroupfs``)
+    rlimits: tuple[tuple[int, int, int], ...] = ()  # srun's shell's limits (``agent.rlimits``)
 
 
 def task_plans(
@@ -106,6 +107,7 @@ def task_plans(
         "het": body.get("het"),  # one component's part of a het step (cli.hetstep)
     }
     append = body.get("open_mode") == "append"
+    limits = rlimits.plan(body.get("rlimits"), f"step {grant.get('job_id')}.{grant.get('step_id')}")
     plans = []
     for local, task in enumerate(layout["tasks"][index]):
 
@@ -149,6 +151,7 @@ def task_plans(
                 stderr=stderr,
                 node=node,
                 pty_size=pty_size(body.get("pty_size")) if stdin.mode == "pty" else None,
+                rlimits=limits,
             )
         )
     return plans
@@ -301,4 +304,5 @@ def child_spec(
         failure_exit=None,
         identity=nodeident.for_node(plan.node),
         cgroup_procs=plan.cgroup_procs,
+        rlimits=plan.rlimits,
     )

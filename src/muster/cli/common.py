@@ -224,6 +224,8 @@ _CLIENT_KEYS = {
         "SlurmctldTimeout",
         "MessageTimeout",
         "SchedulerParameters",  # max_script_size: sbatch checks a script before sending it
+        "PropagateResourceLimits",  # which soft limits sbatch, srun and salloc send
+        "PropagateResourceLimitsExcept",
     )
 }
 

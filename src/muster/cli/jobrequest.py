@@ -1,7 +1,8 @@
 """The job request a command builds from its options: JobSpec fields so far, and the
 values that need the caller's environment (``--export``, ``--chdir``, ``--begin``) until
-``JobRequest.finish`` resolves them; with ``--export``'s rules (``export_environment``)
-and the umask that always travels with a job.
+``JobRequest.finish`` resolves them; with ``--export``'s rules (``export_environment``),
+the umask that always travels with a job and the soft resource limits that propagate
+(``submit_limits``).
 """
 
 # No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
@@ -15,7 +16,7 @@ class JobRequest:
     need the caller's environment (``--export``, ``--chdir``, ``--begin``, ``--deadline``) wait in their own
     attributes until ``finish`` resolves them."""
 
-    __slots__ = ("spec", "export", "chdir", "begin", "deadline", "ignored")
+    __slots__ = ("spec", "export", "chdir", "begin", "deadline", "propagate", "ignored")
 
     def __init__(self) -> None:
         self.spec: dict[str, object] = {}
@@ -23,6 +24,7 @@ class JobRequest:
         self.chdir: str | None = None
         self.begin: str | None = None
         self.deadline: str | None = None
+        self.propagate: str | None = None  # --propagate's names ("" for a bare --propagate)
         self.ignored: list[str] = []
 
     def finish(self, environ: dict[str, str], cwd: str, now: float | None = None) -> dict[str, object]:
@@ -38,6 +40,10 @@ class JobRequest:
         # Slurm carries the submitter's umask with the job (whatever --export says); the
         # agent applies it before it creates the job's output files.
         spec["environment"]["SLURM_UMASK"] = environ.get("SLURM_UMASK") or current_umask()
+        # So do the shell's soft resource limits that propagate (``core.rlimits``).
+        limits = submit_limits(self.propagate, environ)
+        if limits:
+            spec["rlimits"] = limits
         for text, field, option in ((self.begin, "begin_time", "--begin"), (self.deadline, "deadline", "--deadline")):
             if text is None:
                 continue
@@ -60,6 +66,41 @@ def current_umask() -> str:
     mask = posix.umask(0o022)
     posix.umask(mask)
     return f"{mask:04o}"
+
+
+def submit_limits(option: str | None, environ: dict[str, str]) -> dict[str, int]:
+    """This process's soft limits that propagate: those ``--propagate`` names (``option``),
+    else those the configuration's PropagateResourceLimits(Except) leave (default: all).
+    An unreadable configuration propagates all (connecting to the controller says what is
+    wrong with it)."""
+    from muster.core.rlimits import NAMES, UNLIMITED, RlimitError, propagated
+
+    only = excluded = None
+    if option is None:
+        from muster.cli.common import conf_path, parse_client_settings
+
+        path = conf_path(environ)
+        try:
+            with open(path) as f:
+                settings = parse_client_settings(f.read(), path).settings
+        except OSError:
+            settings = {}
+        only = settings.get("PropagateResourceLimits")
+        excluded = settings.get("PropagateResourceLimitsExcept")
+    try:
+        names = propagated(only, excluded, option)
+    except RlimitError:  # a configuration the daemons refuse: they say so
+        names = frozenset(NAMES)
+    if not names:
+        return {}
+    import resource  # a small C module (~0.2 ms): only the commands that submit pay it
+
+    out: dict[str, int] = {}
+    for name in NAMES:
+        if name in names:
+            soft = resource.getrlimit(getattr(resource, "RLIMIT_" + name))[0]
+            out[name] = UNLIMITED if soft == resource.RLIM_INFINITY else soft
+    return out
 
 
 def export_environment(export: str, environ: dict[str, str]) -> dict[str, str]:

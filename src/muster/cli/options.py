@@ -287,6 +287,18 @@ def _apply_tmp(req: JobRequest, value: str | None) -> None:
     req.spec["tmp_disk"] = _values().parse_mem_option(value or "", "--tmp")
 
 
+def _apply_propagate(req: JobRequest, value: str | None) -> None:
+    # --propagate[=rlim[,rlim...]]: which soft limits of this shell the job gets (a bare
+    # --propagate: ALL), whatever PropagateResourceLimits says (``core.rlimits``)
+    from muster.core.rlimits import RlimitError, parse_names
+
+    try:
+        parse_names(value or "ALL")
+    except RlimitError:
+        raise _values().OptionValueError(f"--propagate={value} is not valid.", rc=1) from None
+    req.propagate = value or ""
+
+
 def _apply_oversubscribe(req: JobRequest, value: str | None) -> None:
     req.spec["exclusive"] = False
 
@@ -364,7 +376,7 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("no-kill", "k", OPTIONAL, env=("SBATCH_NO_KILL",), apply=_apply_no_kill),
     Opt("tmp", apply=_apply_tmp),
     Opt("licenses", "L", apply=_ignored),
-    Opt("propagate", None, OPTIONAL, apply=_ignored),
+    Opt("propagate", None, OPTIONAL, apply=_apply_propagate),
     Opt("get-user-env", None, OPTIONAL, apply=_ignored),
     Opt("profile", apply=_ignored),
     Opt("acctg-freq", apply=_ignored),

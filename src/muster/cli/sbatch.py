@@ -418,6 +418,7 @@ Parallel run options:
                               how to open the output and error files
   -p, --partition=partition   partition requested
       --parsable              outputs only the jobid
+      --propagate[=rlimits]   propagate all [or specific list of] rlimits
   -q, --qos=qos               quality of service
   -Q, --quiet                 quiet mode (suppress informational messages)
       --requeue[=expedite]    if set, permit the job to be requeued; expedite: after

@@ -131,6 +131,7 @@ class Run:
         self.preserve_env: dict[str, str] = {}  # -E: the allocation's counts, kept
         self.immediate: int | None = None  # -I[secs]: give up when not running by then
         self.het: dict[str, int] | None = None  # one component's part of a het step (cli.hetstep)
+        self.rlimits: dict[str, int] | None = None  # the soft limits the tasks get (core.rlimits)
         self.name = ""
         self.defined: list[tuple[str, str]] = []  # the options given, for -v's summary
 
@@ -247,6 +248,7 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
         except OSError as e:
             raise CommandError(f"Unable to open multi-prog config file {operands[0]}: {e.strerror}", 1) from None
     spec = finish_job_request(req, environ, cwd)
+    run.rlimits = spec.get("rlimits")  # type: ignore[assignment]
     run.cwd = str(spec["workdir"])
     run.env = export_environment(req.export or environ.get("SLURM_EXPORT_ENV") or "ALL", environ)
     het = run.env.pop("MUSTER_HET_STEP", None) or environ.get("MUSTER_HET_STEP")
@@ -555,6 +557,7 @@ Parallel run options:
   -O, --overcommit            overcommit resources
       --overlap               share resources with the job's other steps
   -p, --partition=partition   partition requested
+      --propagate[=rlimits]   propagate all [or specific list of] rlimits
       --pty                   run task zero in a pseudo terminal (an interactive shell)
   -q, --qos=qos               quality of service
   -Q, --quiet                 quiet mode (suppress informational messages)

@@ -113,6 +113,7 @@ class StepRun:
             "task_argv": None if self.task_argv is None else {str(t): a for t, a in self.task_argv.items()},
             "kill_wait": self.kill_wait,
             "het": getattr(run, "het", None),
+            "rlimits": getattr(run, "rlimits", None),  # the soft limits that propagate
         }
 
     def _stdin_spec(self) -> dict[str, Any]:

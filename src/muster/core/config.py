@@ -58,6 +58,7 @@ from muster.core.confkeys import (
 from muster.core.conftext import strip_comment
 from muster.core.conftypes import Config, ConfigError, NodeConf, PartitionConf
 from muster.core.hostlist import HostlistError, expand
+from muster.core.rlimits import RlimitError, parse_names
 from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.core.tlsconf import CTLD_NAME, TLS_MUSTER, TLSConfError, check_type, parse_parameters
 
@@ -205,6 +206,14 @@ class _Parser:
             m = re.compile(PORT_RANGE_RE).match(value)
             if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
                 raise ConfigError(f"{where}: bad SlurmctldPort {value!r}: expected PORT or PORT-PORT")
+        elif canon in ("PropagateResourceLimits", "PropagateResourceLimitsExcept"):
+            try:
+                parse_names(value)
+            except RlimitError as e:
+                raise ConfigError(f"{where}: bad {canon} {value!r}: {e}") from None
+            other = "PropagateResourceLimitsExcept" if canon == "PropagateResourceLimits" else "PropagateResourceLimits"
+            if other in self.settings:  # Slurm: only one of the two may be specified
+                raise ConfigError(f"{where}: {canon} and {other} cannot both be set")
         elif canon in ("TLSType", "TLSParameters"):
             try:
                 if canon == "TLSType":

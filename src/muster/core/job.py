@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.core.rlimits import NAMES as RLIMIT_NAMES
 from muster.core.states import JobState, Reason
 from muster.core.timefmt import MAX_TIME_LIMIT
 
@@ -111,6 +112,9 @@ class JobSpec:
     # submitting user; MailDomain appended to a name without "@"): see ``ctld.mailnotes``.
     mail_type: list[str] = _check(factory=list, max_length=16)
     mail_user: str | None = _check(max_length=1024)
+    # The submit shell's soft resource limits that propagate (``core.rlimits``: name ->
+    # value, -1 unlimited), applied to the batch script and every task; None: none travel.
+    rlimits: dict[str, int] | None = _check(max_length=len(RLIMIT_NAMES))
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which
@@ -119,6 +123,8 @@ class JobSpec:
         for name in ("argv", "partitions", "nodelist", "exclude", "mail_type"):
             d[name] = list(d[name])
         d["environment"] = dict(self.environment)
+        if self.rlimits is not None:
+            d["rlimits"] = dict(self.rlimits)
         return d
 
     @classmethod

@@ -11,6 +11,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from muster.core import rlimits
 from muster.core.errors import InvalidRequest
 from muster.core.job import COUNT, JobSpec
 from muster.core.resources import parse_gres
@@ -19,7 +20,8 @@ from muster.core.timefmt import MAX_TIME_LIMIT
 
 class _SpecBase(BaseModel):
     """What the submission schema adds to JobSpec's own fields: ``gres`` as sbatch's text
-    (turned into ``gpus_per_node``/``gpu_type``), and the conversion to a ``JobSpec``."""
+    (turned into ``gpus_per_node``/``gpu_type``), and the conversion to a ``JobSpec`` (with
+    the names and values of ``rlimits`` checked: ``core.rlimits``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -39,6 +41,11 @@ class _SpecBase(BaseModel):
                 data["gpus_per_node"] = max(data["gpus_per_node"], r.count)
                 if r.type:
                     data["gpu_type"] = r.type
+        if data.get("rlimits") is not None:
+            try:
+                data["rlimits"] = rlimits.check(data["rlimits"])
+            except rlimits.RlimitError as e:
+                raise InvalidRequest(str(e)) from None
         return JobSpec.from_dict(data)
 
 

@@ -168,7 +168,7 @@ class JobsDone(_Message):
 class LaunchSpec(_Message):
     """What the user asked for (``core.job.JobSpec``'s fields), as the agent reads it."""
 
-    since: ClassVar[dict[str, int]] = {"mail_type": 3, "mail_user": 3}
+    since: ClassVar[dict[str, int]] = {"mail_type": 3, "mail_user": 3, "rlimits": 3}
 
     name: str = "sbatch"
     script: str | None = None
@@ -224,6 +224,9 @@ class LaunchSpec(_Message):
     expedite: bool = False
     mail_type: list[str] = []
     mail_user: str | None = None
+    # The submit shell's soft limits to set in the job's processes (``core.rlimits``:
+    # name -> value, -1 unlimited); None: none. Not sent to a protocol 2 agent (``since``).
+    rlimits: dict[str, int] | None = None
 
 
 class LaunchShape(_Message):

@@ -12,9 +12,10 @@ signature error.
 * Protocol 2: muster 0.2.0 (v0.2.0, commit 22f68a7). It sent no protocol header: a
   request without one is taken as protocol 2 (``LEGACY``).
 * Protocol 3: muster 0.3.0 (this milestone): ``Register`` says the node's sockets, cores
-  per socket, threads per core and whether it emulates; a job's spec carries ``mail_type``
-  and ``mail_user``; the agent route ``/v1/hang_evidence``. These are sent only to peers of
-  protocol 3 or later (``messages.dump``, ``ROUTE_SINCE``).
+  per socket, threads per core and whether it emulates; a job's spec carries ``mail_type``,
+  ``mail_user`` and ``rlimits`` (the submit shell's resource limits); the agent route
+  ``/v1/hang_evidence``. These are sent only to peers of protocol 3 or later
+  (``messages.dump``, ``ROUTE_SINCE``).
 
 Every request carries ``X-Muster-Protocol`` (the integer) and, from the daemons,
 ``X-Muster-Version`` (the build, for the message). The headers are not signed: they only
