@@ -5,6 +5,7 @@ memory test runs only where the memory controller is delegated to the v2 hierarc
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import stat
@@ -189,23 +190,60 @@ def test_v2_memory_limit_or_the_reason_it_cannot_be_kept(node: str) -> None:
     cg.remove_node()
 
 
-def test_v2_devices_and_missing_hierarchies_are_refused_with_a_reason(tmp_path: os.PathLike[str]) -> None:
+def test_missing_hierarchies_and_device_files_are_refused_with_a_reason(tmp_path: os.PathLike[str]) -> None:
     missing = os.path.join(tmp_path, "none")
     with pytest.raises(CgroupUnusable, match=f"no cgroup hierarchy under {missing}"):
         detect_version(CgroupConf(mountpoint=missing))
     with pytest.raises(CgroupUnusable, match="cgroup/v1: no freezer hierarchy"):
         detect_version(CgroupConf(plugin="cgroup/v1", mountpoint=missing))
-    fake = os.path.join(tmp_path, "v2")
-    os.mkdir(fake)
-    open(os.path.join(fake, "cgroup.controllers"), "w").close()
-    with pytest.raises(CgroupUnusable, match="ConstrainDevices needs an eBPF device program"):
-        NodeCgroups.probe(CgroupConf(plugin="cgroup/v2", mountpoint=fake, constrain_devices=True), "n")
     plain = os.path.join(tmp_path, "gpu0")
     open(plain, "w").close()
     with pytest.raises(CgroupUnusable, match="is not a device file"):
         gpu_devices(CgroupConf(gpu_files=(plain,)), 1)
     with pytest.raises(CgroupUnusable, match="names no device for GPU 0"):
         gpu_devices(CgroupConf(gpu_files=()), 1)
+
+
+@pytest.mark.skipif(not V2, reason="needs root and a writable cgroup v2 hierarchy")
+def test_v2_devices_are_denied_by_an_ebpf_program(node: str) -> None:
+    d = tempfile.mkdtemp(prefix="muster-gpudev-")
+    try:
+        for name, minor in (("gpu0", 7), ("gpu1", 5)):  # /dev/full's and /dev/zero's numbers
+            os.mknod(os.path.join(d, name), 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+        conf = cgroups.parse_cgroup_conf(f"CgroupPlugin=cgroup/v2\nConstrainDevices=yes\nGpuDeviceFiles={d}/gpu[0-1]")
+        cg = NodeCgroups.probe(conf, node, gpus=2)
+        assert cg.devices == {0: ("c", 1, 7), 1: ("c", 1, 5)}
+        procs = cg.create_job(9, cgroups.job_limits(conf, 0, None, [1], cg.devices))  # holds GPU 1
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                for path in procs:
+                    with open(path, "w") as f:
+                        f.write("0")
+                said = []
+                for name in ("gpu0", "gpu1"):
+                    try:
+                        os.close(os.open(os.path.join(d, name), os.O_RDONLY))
+                        said.append(f"{name}:ok")
+                    except OSError as exc:
+                        said.append(f"{name}:{exc.errno}")
+                os.write(w, " ".join(said).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            said = f.read()
+        os.waitpid(pid, 0)
+        assert said == f"gpu0:{errno.EPERM} gpu1:ok"
+        os.close(os.open(os.path.join(d, "gpu0"), os.O_RDONLY))  # outside the job: allowed
+        assert cg.kill_all(9) and cg.remove_job(9)
+        cg.remove_node()
+    finally:
+        for name in os.listdir(d):
+            os.unlink(os.path.join(d, name))
+        os.rmdir(d)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")

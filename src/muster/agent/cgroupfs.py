@@ -16,8 +16,8 @@ what; this writes it, as root, in the agent):
 
 v1 controllers used: ``freezer`` (tracking, always), ``memory`` (ConstrainRAMSpace),
 ``devices`` (ConstrainDevices), ``cpuset`` (ConstrainCores). v2: one directory; the
-``memory`` and ``cpuset`` controllers must be enabled down to it; devices would need an
-eBPF program and are refused (the node drains) rather than silently not confined.
+``memory`` and ``cpuset`` controllers must be enabled down to it; devices are refused by an
+eBPF program attached to the job's directory (``agent.devbpf``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from muster.agent import cgroups
+from muster.agent import cgroups, devbpf
 from muster.agent.cgroups import CgroupConf, JobLimits
 
 __all__ = ["CgroupUnusable", "NodeCgroups", "detect_version", "gpu_devices"]
@@ -117,7 +117,10 @@ class NodeCgroups:
             assert unified is not None
             roots = {"": unified}
             if conf.constrain_devices:
-                raise CgroupUnusable("cgroup/v2: ConstrainDevices needs an eBPF device program, which muster lacks")
+                try:
+                    devbpf.check()
+                except OSError as exc:
+                    raise CgroupUnusable(f"cgroup/v2: ConstrainDevices needs eBPF device programs: {exc}") from None
         self = cls(conf, node, version, roots, devices)
         self._make_node_dirs()
         return self
@@ -209,6 +212,8 @@ class NodeCgroups:
                         _write(os.path.join(path, "memory.swap.max"), str(swap))
             if limits.cpus:
                 _write(os.path.join(path, "cpuset.cpus"), _cpulist(limits.cpus))
+            if limits.deny:  # no devices.deny on v2: an eBPF program on the job's cgroup
+                devbpf.attach(path, limits.deny)
             return
         if ctl == "memory" and limits.mem_bytes is not None:
             _write(os.path.join(path, "memory.limit_in_bytes"), str(limits.mem_bytes))

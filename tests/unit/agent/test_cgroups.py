@@ -84,3 +84,23 @@ def test_paths_and_oom_line() -> None:
     )
     assert "Detected 2 oom_kill events in StepId=7.0." in cgroups.oom_message(2, "7.0")
     assert cgroups.conf_path_beside("/etc/muster/muster.conf") == "/etc/muster/cgroup.conf"
+
+
+def test_the_v2_device_program_refuses_each_denied_device_and_allows_the_rest() -> None:
+    import struct
+
+    from muster.agent import devbpf
+
+    code = devbpf.program([("c", 195, 0), ("b", 8, 1)])
+    insns = [struct.unpack("<BBhi", code[i : i + 8]) for i in range(0, len(code), 8)]
+    assert len(insns) == 4 + 2 * 5 + 2
+    # each rule: type, major, minor compares that skip to the next rule, then return 0
+    assert [(op, off, imm) for op, _regs, off, imm in insns[4:9]] == [
+        (0x55, 4, 2),
+        (0x55, 3, 195),
+        (0x55, 2, 0),
+        (0xB7, 0, 0),
+        (0x95, 0, 0),
+    ]
+    assert insns[9][3] == 1 and insns[11][3] == 1  # a block device, minor 1
+    assert [(op, imm) for op, _r, _o, imm in insns[-2:]] == [(0xB7, 1), (0x95, 0)]  # the rest: allowed
