@@ -88,6 +88,9 @@ class Training:
         # ids of the jobs that reported progress (only those can hang): ``check_hangs``
         # looks at them, not at every job; None until built from memory at the first check
         self._reporting: set[int] | None = None
+        # no judgement within a couple of heartbeats of the start or of a stall (``_listening``)
+        self._listen_from = ctl.clock.now()
+        self._stalls = ctl.stalls
 
     # --- GPU faults --------------------------------------------------------------------
 
@@ -243,13 +246,22 @@ class Training:
             return float(seconds)
         return auto_timeout(list((job.progress or {}).get("step_secs") or []))
 
+    def _listening(self, now: float) -> bool:
+        """Whether silence is evidence now: not within a couple of heartbeats of this
+        controller's start or of a stall of its own (reports sent meanwhile are still on
+        their way, and a judgement is final)."""
+        if self.ctl.stalls != self._stalls:
+            self._stalls, self._listen_from = self.ctl.stalls, now
+        return now - self._listen_from >= max(5.0, 2 * self.ctl.heartbeat_interval)
+
     def check_hangs(self) -> list[Action]:
-        """Signal, then requeue, the jobs whose progress stopped (see the module docstring)."""
+        """Judge, then requeue, the jobs whose progress stopped (see the module docstring)."""
 
         now = self.ctl.clock.now()
         actions: list[Action] = []
         if self._reporting is None:  # first check: the jobs loaded from the store
             self._reporting = {j.job_id for j in self.ctl.jobs.values() if j.progress}
+        listening = self._listening(now)
         for job_id in sorted(self._reporting):
             job = self.ctl.jobs.get(job_id)
             p = job.progress if job is not None else None
@@ -279,7 +291,7 @@ class Training:
             if p.get("sections"):
                 continue  # a declared slow section (checkpoint, evaluation): not a hang
             quiet = now - float(p.get("active_time") or p["step_time"])
-            if quiet < timeout:
+            if quiet < timeout or not listening:
                 continue
             try:
                 actions += self._judge(job, now, quiet, timeout)

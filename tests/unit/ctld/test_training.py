@@ -171,6 +171,24 @@ def test_a_judged_attempt_ends_hung_even_if_it_reports_or_exits_0_in_the_grace(c
     assert not ctl.nodes["node1"].allocs
 
 
+def test_no_judgement_right_after_a_stall_or_a_restart_of_the_controller(ctl: Controller) -> None:
+    job = run(ctl, ["node1"], hang_timeout=60)
+    report(ctl, "node1", job, step=1)
+    advance(ctl, 61)
+    ctl.stalls += 1  # the controller did not run for a while: reports may be on their way
+    assert ctl.liveness.check_nodes() == []
+    report(ctl, "node1", job, step=2)  # there it is
+    advance(ctl, 10)
+    assert ctl.liveness.check_nodes() == [] and job.state is JobState.RUNNING
+    advance(ctl, 55)  # silent again for 65 s: judged on restart only once it could listen
+    again = Controller(ctl.config, ctl.store, ctl.clock)
+    again.load()
+    assert again.training.check_hangs() == []
+    assert isinstance(ctl.clock, ManualClock)
+    ctl.clock.advance(5)
+    assert [type(a) for a in again.training.check_hangs()] == [SignalJob]
+
+
 def test_evidence_is_stored_and_the_requeue_comes_once_every_node_sent_it(ctl: Controller) -> None:
     job = run(ctl, ["node1", "node2"], hang_timeout=60)
     report(ctl, "node1", job, step=3)
