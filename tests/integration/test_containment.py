@@ -263,3 +263,60 @@ def test_a_restarted_agent_still_kills_through_the_cgroup_and_removes_it(cluster
     finally:
         if process_running(daemon):
             os.kill(daemon, 9)
+
+
+def test_on_cgroup_v2_a_job_is_tracked_killed_and_kept_off_other_gpus() -> None:
+    unified = next((p for p in (CGROUP, f"{CGROUP}/unified") if os.path.exists(f"{p}/cgroup.controllers")), None)
+    if os.geteuid() != 0 or unified is None:
+        pytest.skip("needs root and a cgroup v2 mount")
+    devdir = tempfile.mkdtemp(prefix="muster-gpudev-")
+    os.chmod(devdir, 0o755)
+    for i, (major, minor) in enumerate(GPU_DEVICES):
+        os.mknod(os.path.join(devdir, f"gpu{i}"), 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        os.chmod(os.path.join(devdir, f"gpu{i}"), 0o666)
+    h = Harness(ClusterShape(nodes=1, gpus_per_node=2, cpus_per_node=2, mem_per_node=4000), settings=CONFINED)
+    h.cluster.create(h.shape, h.settings)
+    with open(os.path.join(os.path.dirname(h.cluster.conf_path), "cgroup.conf"), "w") as f:
+        f.write(f"CgroupPlugin=cgroup/v2\nConstrainDevices=yes\nGpuDeviceFiles={devdir}/gpu[0-1]\n")
+    pidfile = os.path.join(h.workdir, "v2daemon.pid")
+    daemon = 0
+    try:
+        h.up()
+        with open(os.path.join(h.cluster.state_dir, "nodes", "node1", "instance")) as f:
+            node_dir = os.path.join(unified, "muster", f"node1_{f.read().strip()}")
+        script = (
+            "#!/usr/bin/env python3\n"
+            "import os\n"
+            "print(open('/proc/self/cgroup').read().splitlines()[-1])\n"
+            "mine = int(os.environ['CUDA_VISIBLE_DEVICES'])\n"
+            "for i in (0, 1):\n"
+            "    try:\n"
+            f"        os.close(os.open('{devdir}/gpu%d' % i, os.O_RDONLY))\n"
+            "        print(i, 'mine' if i == mine else 'other', 'opened')\n"
+            "    except OSError as e:\n"
+            "        print(i, 'mine' if i == mine else 'other', e.strerror)\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    if os.fork() == 0:\n"
+            f"        open('{pidfile}.tmp', 'w').write(str(os.getpid()))\n"
+            f"        os.rename('{pidfile}.tmp', '{pidfile}')\n"
+            "        os.execve('/bin/sleep', ['sleep', '600'], {})\n"
+            "    os._exit(0)\n"
+            "os.wait()\n"
+            f"while not os.path.exists('{pidfile}'): pass\n"
+        )
+        job = h.sbatch("--gres=gpu:1", "-o", "v2-%j.out", uid=ensure_user("mustertest"), input=script)
+        assert h.wait_job(job)["state"] == "COMPLETED"
+        with open(pidfile) as f:
+            daemon = int(f.read())
+        out = h.read(f"v2-{job}.out").splitlines()
+        assert re.fullmatch(rf"0::/muster/node1_\w+/job_{job}/step_batch", out[0]), out
+        mine_other = sorted(out[1:3], key=lambda s: s.split()[1])
+        assert [s.split(" ", 1)[1] for s in mine_other] == ["mine opened", "other Operation not permitted"], out
+        _wait(lambda: not process_running(daemon), "the daemon to be killed")
+        _wait(lambda: not os.path.exists(os.path.join(node_dir, f"job_{job}")), "the job's cgroup to be removed")
+    finally:
+        h.down()
+        shutil.rmtree(devdir, ignore_errors=True)
+        if daemon and process_running(daemon):
+            os.kill(daemon, 9)
