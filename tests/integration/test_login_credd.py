@@ -125,6 +125,15 @@ def test_a_host_credential_is_accepted_once_and_only_under_its_own_hosts_key(log
         login.ask("host:0:0:1:2:bad host:ff")
 
 
+def test_a_credential_made_before_the_controller_started_is_refused_as_stale(login: Login) -> None:
+    # within the 5-minute window, but before this controller's replay floor (its start): the
+    # code tells the command that a fresh credential may be tried (cli.failover)
+    cred = hostcred.make_credential(load_key(login.key), 0, 0, "login1", time.time() - 250)
+    with pytest.raises(ApiError, match="replay floor") as refused:
+        login.ask(cred)
+    assert (refused.value.status, refused.value.code) == (401, "stale")
+
+
 def test_keygen_and_the_daemon_refuse_bad_keys_with_a_clear_error(login: Login) -> None:
     again = subprocess.run([*CREDD, "keygen", "login1", login.key, "--conf", login.cluster.cluster.conf_path],
                            capture_output=True, text=True)  # fmt: skip

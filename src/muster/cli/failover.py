@@ -34,6 +34,10 @@ other change whose answer was lost fails with the error, as in Slurm.
 Over TCP a command proves who runs it with a credential from the node agent on this host.
 A head node that runs a standby controller and no agent gets one from that controller's
 Unix socket instead (the standby signs it for the caller's uid, as an agent would).
+A credential is good for one request, and only after the receiving controller's replay
+floor (the moment it started or took over): one made just before a takeover and checked
+just after is refused as stale (401, code ``stale``), nothing done, and the request is sent
+once more with a fresh credential, first in the next round.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from __future__ import annotations
 import os
 
 STANDBY_CODE = "standby"
+STALE_CODE = "stale"  # core.errors.StaleCredential's: this module imports no muster.core
 REQUEST_HEADER = "X-Muster-Request"
 _ROUND_PAUSE = 0.2
 CONNECT_TIMEOUT = 1.0  # to connect and finish the TLS handshake: a live controller takes ms
@@ -256,6 +261,7 @@ def call_active(
     if remembered is None:
         remembered = _last[0]
     learnt = False  # something to write back
+    remade = False  # a stale credential was answered (StaleCredential) and made again
     tls_ca = None
     said = False
     last: Exception | None = None
@@ -303,6 +309,13 @@ def call_active(
                 last = e
                 continue
             except ApiError as e:
+                if e.status == 401 and e.code == STALE_CODE and proof is None and not remade:
+                    # The credential was made before this controller took over (or started):
+                    # refused, nothing done. Once more, first in the next round, with a fresh one.
+                    remade = True
+                    remembered = index
+                    last = e
+                    continue
                 if e.status != 503 or e.code != STANDBY_CODE:
                     _answered(settings, index, remembered, hung, learnt)
                     raise

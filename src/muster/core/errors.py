@@ -78,6 +78,14 @@ class AuthError(MusterError):
     code = "auth"
 
 
+class StaleCredential(AuthError):
+    """A command's credential made before the controller's replay floor: it started or took
+    over since the credential was made (``protocol.replay``). Nothing was done; the command
+    may send the request again with a fresh credential (``cli.failover``)."""
+
+    code = "stale"
+
+
 class IllegalTransition(MusterError):
     """A job or node was asked to move along an edge the lifecycle table does not have."""
 
@@ -109,6 +117,7 @@ ERRORS_BY_CODE: dict[str, type[MusterError]] = {
         Unsatisfiable,
         PermissionDenied,
         AuthError,
+        StaleCredential,
         IllegalTransition,
         NotFound,
         StorageError,

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from muster.core.arrays import JobRef, parse_array, parse_job_ref
-from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError, ResourceBusy
+from muster.core.errors import AuthError, InvalidJobId, InvalidRequest, MusterError, ResourceBusy, StaleCredential
 from muster.core.hetjob import NOT_WHOLE
 from muster.core.hostlist import compress, expand
 from muster.core.job import Job
@@ -56,7 +56,7 @@ from muster.ctld.stepapi import build_step_routes
 from muster.ctld.token_api import build_token_routes
 from muster.ctld.wire import node_wire, partition_wire
 from muster.protocol import versions
-from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, refusal
+from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, StaleMessage, refusal
 from muster.protocol.signing import CRED_HEADER
 
 log = logging.getLogger("musterctld.api")
@@ -111,6 +111,8 @@ def prove_caller(ctx: Context, request: Request, jwt_auth: JwtAuth | None = None
         try:
             decoded = request.scope.get(MUNGE_KEY)
             uid, gid, host = ctx.credentials.verify(cred, ctx.clock.now(), ctx.verifier.guard, decoded)
+        except StaleMessage as e:  # made before this controller started or took over
+            raise StaleCredential(f"Invalid credential: {e}") from None
         except SignatureError as e:
             raise AuthError(f"Invalid credential: {e}") from None
         who = ctx.controller.identity(uid, gid, host)

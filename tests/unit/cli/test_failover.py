@@ -167,3 +167,25 @@ def test_one_controller_that_refuses_is_retried_within_message_timeout(monkeypat
     assert failover.call_active(settings, "POST", "/v1/jobs", {}, 60.0, lambda s: None) == {"ok": 1}
     assert len(fake.calls) == 3
     assert not any(p.name.startswith("muster-ctld") for p in tmp_path.iterdir())
+
+
+def test_a_credential_made_before_a_takeover_is_made_again_once(settings: Any, monkeypatch: Any) -> None:
+    stale = ApiError(401, "Invalid credential: message signed before this daemon's replay floor 5.000", "stale")
+    fake = Fake({"10.0.0.1": [stale, {"job_id": 9}], "10.0.0.2": [STANDBY], "10.0.0.3": [REFUSED]})
+    monkeypatch.setattr(client, "request", fake)
+    made = iter(range(100))
+    answer = failover.call_active(settings, "POST", "/v1/jobs", None, 5.0, lambda s: f"cred-{next(made)}")
+    assert answer == {"job_id": 9}
+    to_active = [c[2] for c in fake.calls if c[0] == "10.0.0.1"]
+    assert len(to_active) == 2  # refused once, then accepted: the same request (its token), a new credential
+    assert to_active[0][failover.REQUEST_HEADER] == to_active[1][failover.REQUEST_HEADER]
+    assert to_active[0]["X-Muster-Credential"] != to_active[1]["X-Muster-Credential"]
+
+
+def test_a_credential_refused_as_stale_twice_is_the_answer(settings: Any, monkeypatch: Any) -> None:
+    stale = ApiError(401, "Invalid credential: message signed before this daemon's replay floor 5.000", "stale")
+    fake = Fake({"10.0.0.1": [stale], "10.0.0.2": [STANDBY], "10.0.0.3": [REFUSED]})
+    monkeypatch.setattr(client, "request", fake)
+    with pytest.raises(ApiError, match="replay floor"):
+        failover.call_active(settings, "GET", "/v1/jobs", None, 5.0, lambda s: "cred")
+    assert [c[0] for c in fake.calls].count("10.0.0.1") == 2
