@@ -272,9 +272,6 @@ class Training:
                 continue
             if p.get("step_time") is None:
                 continue
-            timeout = self.hang_timeout(job)
-            if timeout is None:
-                continue
             if any(
                 not self.ctl.nodes[n].responding or self.ctl.nodes[n].silent for n in job.nodes if n in self.ctl.nodes
             ):
@@ -282,11 +279,14 @@ class Training:
             judged = p.get("hang_judged")
             if judged is not None:
                 arrived = set(p.get("evidence") or {})
-                if now - float(judged) >= hang_grace(timeout) or set(job.nodes) <= arrived:
+                if now - float(judged) >= float(p.get("hang_grace") or 5.0) or set(job.nodes) <= arrived:
                     try:
                         actions += self._hung(job, now)
                     except StorageError:
                         continue
+                continue
+            timeout = self.hang_timeout(job)
+            if timeout is None:
                 continue
             if p.get("sections"):
                 continue  # a declared slow section (checkpoint, evaluation): not a hang
@@ -303,7 +303,7 @@ class Training:
         """The attempt is hung: say so in the store, then ask its nodes for evidence."""
         with self.ctl.atomic(job):
             p = dict(job.progress or {})
-            p["hang_judged"], p["hang_quiet"] = now, round(quiet, 1)
+            p["hang_judged"], p["hang_quiet"], p["hang_grace"] = now, round(quiet, 1), hang_grace(timeout)
             job.progress = p
             self.ctl.record(now, [(job, "hang_judged", {"quiet": quiet, "timeout": timeout, "step": p.get("step")})])
         self._saved[job.job_id] = now
