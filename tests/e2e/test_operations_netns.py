@@ -391,7 +391,6 @@ def ops() -> Iterator[dict[str, Any]]:
             "uid": ensure_user(USER),
             "submitted": [],  # every job id sbatch acknowledged
             "train_during": {},  # the DDP job's state after each operation
-            "stale": [],  # this step's refusals of the race STALE_CREDENTIAL names
         }
     finally:
         if cluster is not None:
@@ -416,27 +415,6 @@ def as_user(
 
 def submit(state: dict[str, Any], *args: str) -> int:
     out = as_user(state, "login", ["sbatch", "--parsable", *args])
-    assert out.returncode == 0, out.stderr
-    job_id = int(out.stdout.strip().split(";")[0])
-    state["submitted"].append(job_id)
-    return job_id
-
-
-STALE_CREDENTIAL = (
-    "a command's credential minted just before a standby takes over reaches it just after: refused "
-    "'Invalid credential: message signed before this daemon's replay floor' (the new active controller's "
-    "floor is the moment it took over) and not retried with a fresh credential by cli/failover.py"
-)
-
-
-def submit_across_a_change(state: dict[str, Any], *args: str) -> int:
-    """``submit`` while the active controller changes: a refusal of the race STALE_CREDENTIAL
-    names is noted in ``state["stale"]`` (the step ends xfail once its checks are done) and the
-    submission made again; any other failure fails."""
-    out = as_user(state, "login", ["sbatch", "--parsable", *args])
-    if out.returncode != 0 and "replay floor" in out.stderr:
-        state["stale"].append(out.stderr.strip())
-        out = as_user(state, "login", ["sbatch", "--parsable", *args])
     assert out.returncode == 0, out.stderr
     job_id = int(out.stdout.strip().split(";")[0])
     state["submitted"].append(job_id)
@@ -611,11 +589,10 @@ def test_4_sighup_reconfigures_and_sigusr2_reopens_the_log_of_the_active_control
 def test_5_kill_9_of_the_active_controller_the_standby_takes_over_and_schedules(ops: dict[str, Any]) -> None:
     hosts: OpsCluster = ops["hosts"]
     proc = hosts.procs["musterctld-head"]
-    ops["stale"] = []
     killed = time.monotonic()
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    after = submit_across_a_change(ops, "-p", "ops", "-o", "/dev/null", "--wrap", "sleep 2")  # waits for the standby
+    after = submit(ops, "-p", "ops", "-o", "/dev/null", "--wrap", "sleep 2")  # waits for the standby
     took = time_to_running(hosts, killed, after)
     active = hosts.wait_modes({"head": "stopped", "head2": "active"}) + time.monotonic() - killed
     print(f"kill -9 of the active controller: a job submitted right after RUNNING {took:.2f} s after the kill")
@@ -628,27 +605,22 @@ def test_5_kill_9_of_the_active_controller_the_standby_takes_over_and_schedules(
     ], ping.stdout + ping.stderr
     assert wait_job(hosts, after, ended)["state"] == "COMPLETED"
     ops["train_during"]["kill -9"] = job(hosts, ops["train"])["state"]
-    if ops["stale"]:
-        pytest.xfail(f"{STALE_CREDENTIAL}: {ops['stale']}")
 
 
 def test_6_the_killed_head_comes_back_as_standby_and_takes_over_again(ops: dict[str, Any]) -> None:
     hosts: OpsCluster = ops["hosts"]
     hosts.start_unit("musterctld-head", "head", "musterctld.service")
     hosts.wait_modes({"head": "standby", "head2": "active"})
-    ops["stale"] = []
     moved = time.monotonic()
     out = hosts.run("head", ["scontrol", "takeover", "0"])
     assert out.returncode == 0, out.stderr
     hosts.wait_modes({"head": "active", "head2": "standby"})
-    back = submit_across_a_change(ops, "-p", "ops", "-o", "/dev/null", "--wrap", "true")
+    back = submit(ops, "-p", "ops", "-o", "/dev/null", "--wrap", "true")
     took = time_to_running(hosts, moved, back)
     print(f"scontrol takeover 0: a job submitted after it RUNNING {took:.2f} s after the takeover began")
     assert took < BOUND
     assert wait_job(hosts, back, ended)["state"] == "COMPLETED"
     ops["train_during"]["takeover"] = job(hosts, ops["train"])["state"]
-    if ops["stale"]:
-        pytest.xfail(f"{STALE_CREDENTIAL}: {ops['stale']}")
 
 
 def test_7_every_submission_is_in_the_store_exactly_once(ops: dict[str, Any]) -> None:
