@@ -112,7 +112,7 @@ def test_a_job_over_its_mem_ends_out_of_memory_with_slurms_line(cluster: tuple[H
     assert "survived" not in out and "after" in out  # the kernel killed the allocator, not the shell
     assert f"slurmstepd: error: Detected 1 oom_kill event in StepId={job}.batch. " in out, out
     assert "Some of the step tasks have been OOM Killed." in out
-    assert re.search(rf"memory:/muster/node1_\w+/job_{job}/step_batch", out), out
+    assert re.search(rf"memory:/muster/node1_\w+/job_{job}/step_batch/task_0\n", out), out
     show = h.run(["scontrol", "show", "job", str(job)]).stdout
     assert "JobState=OUT_OF_MEMORY Reason=OutOfMemory" in show and "ExitCode=0:125" in show, show
     acct = h.run(["sacct", "-j", str(job), "-n", "-P", "-o", "JobID,State,ExitCode,MaxRSS"]).stdout
@@ -125,15 +125,18 @@ def test_a_step_over_the_jobs_mem_is_confined_in_the_jobs_cgroup(cluster: tuple[
     uid = ensure_user("mustertest")
     script = (
         "#!/bin/sh\n"
-        "srun grep memory: /proc/self/cgroup\n"
-        "srun python3 -c \"b = bytearray(400 * 2**20); b[::4096] = b'x' * (len(b) // 4096); print('survived')\"\n"
+        "srun -n2 -l grep memory: /proc/self/cgroup\n"
+        "srun -n1 python3 -c \"b = bytearray(400 * 2**20); b[::4096] = b'x' * (len(b) // 4096); print('survived')\"\n"
         "echo srun said $?\n"
     )
-    job = h.sbatch("--mem=64M", "-o", "step-%j.out", uid=uid, input=script)
+    job = h.sbatch("-n2", "--mem=64M", "-o", "step-%j.out", uid=uid, input=script)
     assert h.wait_job(job)["state"] == "OUT_OF_MEMORY"
     out = h.read(f"step-{job}.out")
-    assert re.search(rf"memory:/muster/node1_\w+/job_{job}/step_0\n", out), out
+    for task in (0, 1):  # each task in its own cgroup, in the step's
+        assert re.search(rf"{task}: \d+:memory:/muster/node1_\w+/job_{job}/step_0/task_{task}\n", out), out
     assert "survived" not in out and "srun said 0" not in out, out
+    assert f"slurmstepd: error: Detected 1 oom_kill event in StepId={job}.1. " in out, out  # the second srun's
+    assert f"StepId={job}.batch" not in out
     _wait(lambda: not _job_cgroups(h, job), "the job's cgroups to be removed")
 
 
@@ -142,7 +145,7 @@ def test_a_job_within_its_mem_completes_under_its_limit(cluster: tuple[Harness, 
     script = (
         "#!/bin/sh\n"
         'cg=$(sed -n "s/^[0-9]*:memory://p" /proc/self/cgroup)\n'
-        'cat /sys/fs/cgroup/memory$(dirname "$cg")/memory.limit_in_bytes\n'
+        'cat /sys/fs/cgroup/memory$(dirname "$(dirname "$cg")")/memory.limit_in_bytes\n'  # the job's
     )
     job = h.sbatch("--mem=96M", "-o", "fits-%j.out", input=script)
     assert h.wait_job(job)["state"] == "COMPLETED"
@@ -310,7 +313,7 @@ def test_on_cgroup_v2_a_job_is_tracked_killed_and_kept_off_other_gpus() -> None:
         with open(pidfile) as f:
             daemon = int(f.read())
         out = h.read(f"v2-{job}.out").splitlines()
-        assert re.fullmatch(rf"0::/muster/node1_\w+/job_{job}/step_batch", out[0]), out
+        assert re.fullmatch(rf"0::/muster/node1_\w+/job_{job}/step_batch/task_0", out[0]), out
         mine_other = sorted(out[1:3], key=lambda s: s.split()[1])
         assert [s.split(" ", 1)[1] for s in mine_other] == ["mine opened", "other Operation not permitted"], out
         _wait(lambda: not process_running(daemon), "the daemon to be killed")

@@ -180,9 +180,10 @@ class NodeCgroups:
         except OSError as exc:
             raise CgroupUnusable(f"cgroup/v2: cannot enable {', '.join(need)} in {path}: {exc.strerror}") from None
 
-    def create_job(self, job_id: int, limits: JobLimits, step: str = "batch") -> tuple[str, ...]:
-        """The job's cgroup with its limits, and the step's in it; returns the
-        ``cgroup.procs`` files a process writes to join the step. Raises ``OSError``."""
+    def create_job(self, job_id: int, limits: JobLimits, step: str = "batch", task: int = 0) -> tuple[str, ...]:
+        """The job's cgroup with its limits, the step's in it and the task's in that;
+        returns the ``cgroup.procs`` files a process writes to join the task's. A job's
+        cgroup is limited once, when made (its later steps find it). Raises ``OSError``."""
         if not all(os.path.isdir(p) for p in self._dirs(cgroups.node_rel(self.node)).values()):
             try:  # removed behind the agent's back (an admin, a cleanup): made again
                 self._make_node_dirs()
@@ -190,15 +191,21 @@ class NodeCgroups:
                 raise OSError(str(exc)) from None
         rel = cgroups.job_rel(self.node, job_id)
         for ctl, path in self._dirs(rel).items():
-            fresh = not os.path.isdir(path)
-            _mkdir(path)
-            if fresh:
+            try:
+                os.mkdir(path, 0o755)
+            except FileExistsError:
+                continue
+            try:
                 self._limit(ctl, path, limits)
+            except OSError:
+                os.rmdir(path)  # never left in place unlimited
+                raise
         procs = []
-        for ctl, path in self._dirs(cgroups.step_rel(self.node, job_id, step)).items():
-            _mkdir(path)
-            if ctl == "cpuset":
-                _copy_cpuset(path)
+        for ctl, path in self._dirs(cgroups.task_rel(self.node, job_id, step, task)).items():
+            for level in (os.path.dirname(path), path):
+                _mkdir(level)
+                if ctl == "cpuset":
+                    _copy_cpuset(level)
             procs.append(os.path.join(path, "cgroup.procs"))
         return tuple(procs)
 
@@ -240,18 +247,24 @@ class NodeCgroups:
                 out.update(int(p) for p in _read(os.path.join(dirpath, "cgroup.procs")).split())
         return out
 
-    def oom_kills(self, job_id: int) -> int:
-        """OOM kills counted in the job's memory cgroup and its steps'."""
+    def oom_kills(self, job_id: int) -> dict[str, int]:
+        """OOM kills in the job's memory cgroup, by step (``batch``, ``0``, ...): on v1 each
+        step's directory counts its own (its tasks' included); on v2 only the job's has the
+        memory controller, and its count is the batch step's."""
         if self.version == "v1" and "memory" not in self.roots:
-            return 0
+            return {}
         base = self.job_dir(job_id, "" if self.version == "v2" else "memory")
-        name = "memory.events" if self.version == "v2" else "memory.oom_control"
-        if self.version == "v2":  # hierarchical: the job's own counts its steps'
-            return _counter(os.path.join(base, name), "oom_kill")
-        total = 0
+        if self.version == "v2":
+            count = _counter(os.path.join(base, "memory.events"), "oom_kill")
+            return {"batch": count} if count else {}
+        out: dict[str, int] = {}
         for dirpath, _dirs, _files in os.walk(base):
-            total += _counter(os.path.join(dirpath, name), "oom_kill")
-        return total
+            count = _counter(os.path.join(dirpath, "memory.oom_control"), "oom_kill")
+            if count:
+                rel = os.path.relpath(dirpath, base).split(os.sep)[0]
+                step = rel[len("step_") :] if rel.startswith("step_") else "batch"
+                out[step] = out.get(step, 0) + count
+        return out
 
     def peak_bytes(self, job_id: int) -> int | None:
         if self.version == "v1":

@@ -13,8 +13,9 @@ by it), tuned by ``cgroup.conf`` beside the main config. muster reads the same k
 * muster's own ``GpuDeviceFiles`` (a hostlist-style expression, ``/dev/nvidia[0-7]`` by
   default): the device file of each GPU index, as Slurm's gres.conf ``File=`` says it.
 
-Layout: ``<mount>[/<controller>]/muster/<node>/job_<id>/step_<name>`` (``step_batch`` for
-the batch script); limits sit on the job's directory, processes in the step's.
+Layout: ``<mount>[/<controller>]/muster/<node>/job_<id>/step_<name>/task_<n>`` (``step_batch``
+for the batch script, whose one task is ``task_0``; ``n`` is the task's local id on the node);
+limits sit on the job's directory, processes in the tasks'.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "oom_message",
     "parse_cgroup_conf",
     "step_rel",
+    "task_rel",
     "tracking_wanted",
     "constraints_wanted",
 ]
@@ -180,6 +182,10 @@ def job_rel(node: str, job_id: int) -> str:
 
 def step_rel(node: str, job_id: int, step: str) -> str:
     return f"{job_rel(node, job_id)}/step_{step}"
+
+
+def task_rel(node: str, job_id: int, step: str, task: int) -> str:
+    return f"{step_rel(node, job_id, step)}/task_{task}"
 
 
 def device_rule(dev: tuple[str, int, int]) -> str:

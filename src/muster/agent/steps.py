@@ -123,8 +123,8 @@ class StepRunner:
         self.report: Callable[[str, dict[str, Any]], Awaitable[Any]] | None = None
         self._reports: set[asyncio.Task[None]] = set()
         # Set by the daemon under cgroup confinement (``Supervisor.confine_step``): the
-        # step's cgroup.procs files for (grant, step id); its tasks join them before exec.
-        self.confine: Callable[[Mapping[str, Any], int], tuple[str, ...]] | None = None
+        # cgroup.procs files of (grant, step id, local task id); the task joins them before exec.
+        self.confine: Callable[[Mapping[str, Any], int, int], tuple[str, ...]] | None = None
 
     # --- what a previous agent left ------------------------------------------------------
 
@@ -438,13 +438,12 @@ class StepRunner:
         )
         if self.confine is not None:
             try:
-                procs = self.confine(grant, step_id)
+                for plan in plans:
+                    plan.cgroup_procs = self.confine(grant, step_id, plan.local)
             except OSError as e:
                 raise StepLaunchError(
                     f"cannot set up the step's cgroup on {self.node}: {e}", 500, "launch_failed"
                 ) from None
-            for plan in plans:
-                plan.cgroup_procs = procs
         step.tasks = [Task(plan.task, plan.local) for plan in plans]
         step.pinned = stepplan.pin_tasks(self.cpus, step, plans, grant, bind, self.bind_default, self.node)
         limit = layout.get("time_limit")

@@ -250,9 +250,10 @@ class Supervisor:
         except OSError as exc:
             raise LaunchError(f"cannot set up the job's cgroup: {exc.strerror or exc}") from None
 
-    def confine_step(self, grant: Mapping[str, Any], step_id: int) -> tuple[str, ...]:
-        """A job step's cgroup here (in the job's, made with the job's limits if it is the
-        job's first here); the files its tasks join. Raises ``OSError``."""
+    def confine_step(self, grant: Mapping[str, Any], step_id: int, task: int = 0) -> tuple[str, ...]:
+        """A job step's task's cgroup here (in the step's, in the job's, made with the
+        job's limits if it is the job's first here); the files the task joins. Raises
+        ``OSError``."""
         if self.refuse is not None:
             raise OSError(errno.EPERM, self.refuse)
         if self.cgroups is None:
@@ -271,7 +272,7 @@ class Supervisor:
             gpus = [int(g) for g in sgpus[at]] if 0 <= at < len(sgpus) else []
         mem = int(mems[here] or 0) if 0 <= here < len(mems) else 0
         limits = cgroups.job_limits(self.cgroups.conf, mem, None, gpus, self.cgroups.devices)
-        return self.cgroups.create_job(int(grant["job_id"]), limits, step=str(step_id))
+        return self.cgroups.create_job(int(grant["job_id"]), limits, step=str(step_id), task=task)
 
     def _sweep_cgroup(self, job_id: int) -> None:
         """The job ended and no batch script of it runs here (steps only): kill what is
@@ -545,7 +546,8 @@ class Supervisor:
                 await self._wait_exit(t)
             # The leader is a zombie (or, adopted, gone): its pid, process group and session
             # still cannot be reused, so sweeping them now is safe.
-            ooms, peak = 0, None
+            ooms: dict[str, int] = {}
+            peak = None
             if self.cgroups is not None:
                 ooms, peak = self.cgroups.oom_kills(t.job_id), self.cgroups.peak_bytes(t.job_id)
                 # every process of the job, those that escaped its session included
@@ -610,7 +612,9 @@ class Supervisor:
         while self._leader_alive(t):  # no pidfd (old kernel): poll
             await asyncio.sleep(0.2)
 
-    def _finish(self, t: Tracked, status: int | None, usage: dict[str, float] | None = None, ooms: int = 0) -> None:
+    def _finish(
+        self, t: Tracked, status: int | None, usage: dict[str, float] | None = None, ooms: dict[str, int] | None = None
+    ) -> None:
         now = self.clock.now()
         by: str | None
         reason: str | None
@@ -621,9 +625,11 @@ class Supervisor:
             exit_code, sig = limits.exit_fields(status)
             by, reason = t.terminated_by, None
         if ooms and by is None:  # the kernel's OOM killer struck inside the job's cgroup
-            by, reason = "oom", f"{ooms} oom_kill event(s) in the job's cgroup"
-            if t.stderr_path:
-                launcher.append_to_output(t.stderr_path, t.uid, cgroups.oom_message(ooms, f"{t.job_id}.batch"))
+            by, reason = "oom", f"{sum(ooms.values())} oom_kill event(s) in the job's cgroup"
+            for step, count in sorted(ooms.items()):
+                if t.stderr_path:
+                    line = cgroups.oom_message(count, f"{t.job_id}.{step}")
+                    launcher.append_to_output(t.stderr_path, t.uid, line)
         t.advance(RunEvent.EXITED)
         runstate.check(f"job {t.job_id}", t.state, reason=t.terminated_by, statuses=[])
         log.info("job %s: ended exit_code=%s signal=%s terminated_by=%s", t.job_id, exit_code, sig, by)
@@ -666,7 +672,7 @@ class Supervisor:
                     log.warning("job %s: gone while musterd was down; reporting it lost", job_id)
                 else:
                     log.info("job %s: ended while musterd was down; its monitor kept the status", job_id)
-                ooms = 0
+                ooms: dict[str, int] = {}
                 if self.cgroups is not None:  # what it left behind is still in its cgroup
                     ooms = self.cgroups.oom_kills(job_id)
                     self.cgroups.kill_all(job_id)  # before the report: a rerun may come here

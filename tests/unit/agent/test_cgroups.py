@@ -79,6 +79,7 @@ def test_devices_deny_the_other_gpus_and_cores_are_kept_only_when_constrained() 
 
 def test_paths_and_oom_line() -> None:
     assert cgroups.step_rel("node1_ab", 7, "batch") == "muster/node1_ab/job_7/step_batch"
+    assert cgroups.task_rel("node1_ab", 7, "0", 3) == "muster/node1_ab/job_7/step_0/task_3"
     assert cgroups.oom_message(1, "7.batch") == (
         "slurmstepd: error: Detected 1 oom_kill event in StepId=7.batch. Some of the step tasks have been OOM Killed.\n"
     )
