@@ -26,7 +26,8 @@ The scenario, one step per test, in order, on one cluster:
    (the log file, moved away, is opened again); it stays up;
 5. kill -9 of the active controller: the standby takes over and a job the user submits right
    after runs (the time from the kill to RUNNING is printed);
-6. the killed head is started again (a standby) and ``scontrol takeover 0`` hands back to it;
+6. the killed head is started again (a standby) and ``scontrol takeover 0``, run on the
+   active head node, hands back to it;
 7. the DDP job ends COMPLETED, once, without a restart, with every rank's output intact, and
    every submission of the scenario is in the store exactly once.
 """
@@ -612,7 +613,8 @@ def test_6_the_killed_head_comes_back_as_standby_and_takes_over_again(ops: dict[
     hosts.start_unit("musterctld-head", "head", "musterctld.service")
     hosts.wait_modes({"head": "standby", "head2": "active"})
     moved = time.monotonic()
-    out = hosts.run("head", ["scontrol", "takeover", "0"])
+    # asked on the active head node (no agent there: the credential is its controller's)
+    out = hosts.run("head2", ["scontrol", "takeover", "0"])
     assert out.returncode == 0, out.stderr
     hosts.wait_modes({"head": "active", "head2": "standby"})
     back = submit(ops, "-p", "ops", "-o", "/dev/null", "--wrap", "true")

@@ -9,8 +9,9 @@ standby mode" (commands, agents and musterrestd then try the next ``SlurmctldHos
 * ``GET /metrics``: 200 (with ``MetricsType`` set) with gauges saying it is a standby
   (``muster_controller_active 0``, ``muster_controller_standby 1``), so that Prometheus sees
   it up; the cluster's figures are the active controller's;
-* ``POST /v1/credential`` on its Unix socket: a credential for the caller's uid, so that a
-  command on this head node reaches the active controller over TCP without an agent here;
+* ``POST /v1/credential`` on its Unix socket (also while active): a credential for the
+  caller's uid, so that a command on this head node reaches the active controller over TCP
+  without an agent here, and ``scontrol takeover`` on the active one reaches a backup;
 * ``POST /v1/ha/takeover``: an administrator asks this backup to take over
   (``scontrol takeover``); the active controller hands over at its next renewal.
 
@@ -172,6 +173,11 @@ class HaController:
         if path == "/v1/ha/takeover" and scope.get("method") == "POST":
             await self._takeover(scope, receive, send)
             return
+        if path == "/v1/credential" and scope.get("method") == "POST":
+            # active or not: ``scontrol takeover`` on the active head node (no agent there)
+            # needs one to ask the backup, over TCP, to take over
+            await self._credential(scope, receive, send)
+            return
         app = self.app
         if app is not None:
             await app.asgi(scope, receive, send)
@@ -180,9 +186,6 @@ class HaController:
             return
         if path == "/v1/ping" or path == "/livez":
             await _answer(send, 200, {"ok": True, "mode": "standby", "controller": self.name})
-            return
-        if path == "/v1/credential" and scope.get("method") == "POST":
-            await self._credential(scope, receive, send)
             return
         if path == "/metrics" or path.startswith("/metrics/"):
             await self._metrics(send)
