@@ -128,6 +128,24 @@ def test_v1_limits_tracking_freezer_kill_and_removal(node: str, tmp_path: os.Pat
 
 
 @pytest.mark.skipif(not V1, reason="needs root and a writable cgroup v1 memory hierarchy")
+def test_v1_swap_is_limited_only_with_constrain_swap_space(node: str) -> None:
+    if not os.path.exists(os.path.join(MOUNT, "memory", "memory.memsw.limit_in_bytes")):
+        pytest.skip("the kernel does not account swap (swapaccount=0)")
+    conf = CgroupConf(plugin="cgroup/v1", constrain_ram=True, constrain_swap=True, allowed_swap=50)
+    cg = NodeCgroups.probe(conf, node)
+    cg.create_job(10, cgroups.job_limits(conf, 64, None, [], {}))
+    cg.create_job(11, cgroups.job_limits(CgroupConf(constrain_ram=True), 64, None, [], {}))
+    limits = {}
+    for job in (10, 11):
+        with open(os.path.join(cg.job_dir(job, "memory"), "memory.memsw.limit_in_bytes")) as f:
+            limits[job] = int(f.read())
+    assert limits[10] == 96 * 2**20  # RAM + 50% of it in swap
+    assert limits[11] > 2**60  # not constrained: the kernel's unlimited
+    assert cg.remove_job(10) and cg.remove_job(11)
+    cg.remove_node()
+
+
+@pytest.mark.skipif(not V1, reason="needs root and a writable cgroup v1 memory hierarchy")
 def test_v1_oom_kill_is_counted(node: str) -> None:
     conf = CgroupConf(plugin="cgroup/v1", constrain_ram=True)
     cg = NodeCgroups.probe(conf, node)
