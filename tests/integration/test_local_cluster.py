@@ -11,6 +11,8 @@ import tempfile
 
 import pytest
 
+from muster.cluster.local import cgroups_usable
+
 pytestmark = pytest.mark.integration
 
 MUSTER = [sys.executable, "-m", "muster.cli.muster"]
@@ -46,6 +48,13 @@ def test_up_status_restart_and_down() -> None:
         assert "AuthAltTypes=auth/jwt" in conf and f"AuthAltParameters=jwt_key={state}/jwt_hs256.key" in conf
         assert "every TCP link is TLS" in up.stdout  # TLSType=tls/muster by default
         assert oct(os.stat(f"{state}/tls/slurmd_node1_cert_key.pem").st_mode & 0o777) == "0o600"
+        if cgroups_usable():  # jobs confined by default wherever the machine allows (docs/containment.md)
+            assert (
+                "ProctrackType=proctrack/cgroup" in conf
+                and "ConstrainRAMSpace=yes" in open(f"{state}/cgroup.conf").read()
+            )
+        else:
+            assert "--mem is not enforced" in up.stderr
 
         daemons = json.loads(muster("status", "--state-dir", state, "--json").stdout)
         assert [d["name"] for d in daemons] == ["musterctld", "node1", "node2"]

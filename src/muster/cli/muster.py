@@ -400,6 +400,12 @@ def _cluster_command(args: argparse.Namespace) -> int:
                 extra,
                 topology,
             )
+            if "cgroup" not in (cluster.config().get("ProctrackType") or ""):  # never silently
+                print(
+                    "muster: note: jobs are not confined in cgroups (that needs root and writable "
+                    "cgroups, docs/containment.md): --mem is not enforced",
+                    file=sys.stderr,
+                )
         elif extra or topology is not None:
             print(
                 "muster: error: --conf-extra and --topology apply to a new cluster only; "
