@@ -4,9 +4,10 @@
 Everything comes from the environment muster (like torchrun) gives every task: ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, so that
 ``torch.distributed.init_process_group()`` needs no arguments. The backend is NCCL when
-CUDA is there and gloo otherwise. With one GPU visible per task (muster binds each rank to
-its own GPU when a node's GPUs split evenly), the device is ``cuda:0``; with all of them
-visible it is ``cuda:LOCAL_RANK``.
+CUDA is there and gloo otherwise. By default (Slurm's, and muster's) every task sees all of
+the step's GPUs on its node and takes ``cuda:LOCAL_RANK``; when ``--gpu-bind`` or
+``--gpus-per-task`` gives each task its own (fewer than ``SLURM_GPUS_ON_NODE``), it takes
+the first of its own, ``cuda:0``.
 
 Checkpoints: every ``--ckpt-every`` steps rank 0 writes ``<ckpt-dir>/last.pt`` (atomically:
 a temporary file, then a rename). Started with a checkpoint present, every rank loads it and
@@ -44,7 +45,10 @@ def log(rank: int, text: str) -> None:
 def pick_device(local_rank: int) -> torch.device:
     if not torch.cuda.is_available():
         return torch.device("cpu")
-    index = 0 if torch.cuda.device_count() == 1 else local_rank
+    count = torch.cuda.device_count()
+    on_node = int(os.environ.get("SLURM_GPUS_ON_NODE") or count)
+    # all of the node's step GPUs visible: one each by local rank; else the task's own first
+    index = local_rank % count if count >= on_node else 0
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
 

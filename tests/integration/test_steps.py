@@ -22,17 +22,70 @@ def lines_of(text: str) -> list[str]:
     return [line for line in text.splitlines() if line]
 
 
-def test_eight_ranks_on_one_node_each_see_their_own_gpu(cluster: Harness) -> None:
-    out = cluster.run(
-        "srun -N1 -n8 --gres=gpu:8 -l env | grep -E '^ ?[0-9]: (CUDA_VISIBLE_DEVICES|SLURMD_NODENAME|RANK)='"
-    )
+def test_eight_ranks_on_one_node_see_all_eight_gpus_unless_bound(cluster: Harness) -> None:
+    grep = " | grep -E '^ ?[0-9]: (CUDA_VISIBLE_DEVICES|SLURMD_NODENAME|RANK)='"
+    out = cluster.run("srun -N1 -n8 --gres=gpu:8 -l env" + grep)
     assert out.returncode == 0, out.stderr
     cuda = dict(re.findall(r"^(\d): CUDA_VISIBLE_DEVICES=(\S+)$", out.stdout, re.M))
     assert sorted(cuda) == [str(i) for i in range(8)]
-    assert len(set(cuda.values())) == 8 and all("," not in v for v in cuda.values())
+    # Slurm's default: every task sees all of the step's GPUs on its node
+    assert set(cuda.values()) == {",".join(str(g) for g in range(8))}
     nodes = set(re.findall(r"SLURMD_NODENAME=(\S+)", out.stdout))
     assert len(nodes) == 1
     assert dict(re.findall(r"^(\d): RANK=(\d)$", out.stdout, re.M)) == {str(i): str(i) for i in range(8)}
+
+    out = cluster.run("srun -N1 -n8 --gres=gpu:8 --gpu-bind=single:1 -l env" + grep)
+    assert out.returncode == 0, out.stderr
+    cuda = dict(re.findall(r"^(\d): CUDA_VISIBLE_DEVICES=(\S+)$", out.stdout, re.M))
+    assert cuda == {str(i): str(i) for i in range(8)}
+
+
+def _two_tasks(cluster: Harness, *opts: str) -> tuple[list[str], str]:
+    """CUDA_VISIBLE_DEVICES of the two tasks of ``srun -N1 -n2 --gres=gpu:2 OPTS``."""
+    out = cluster.run(
+        ["srun", "-N1", "-n2", "--gres=gpu:2", *opts, "-l", "bash", "-c", "echo $CUDA_VISIBLE_DEVICES $SLURM_STEP_GPUS"]
+    )
+    assert out.returncode == 0, out.stderr
+    rows = dict(line.split(": ", 1) for line in lines_of(out.stdout))
+    seen = []
+    for task in ("0", "1"):
+        cuda, step_gpus = rows[task.rjust(1)].split()
+        assert cuda == step_gpus
+        seen.append(cuda)
+    return seen, out.stderr
+
+
+def test_two_tasks_on_two_gpus_bind_as_gpu_bind_says(cluster: Harness) -> None:
+    seen, _ = _two_tasks(cluster)
+    assert seen[0] == seen[1] and len(seen[0].split(",")) == 2  # both see both: set_device(LOCAL_RANK)
+    for opts, order in (
+        (("--gpu-bind=single:1",), "up"),
+        (("--gpu-bind=per_task:1",), "up"),
+        (("--gpus-per-task=1",), "up"),  # Slurm's default then is per_task:1
+        (("--gpu-bind=map_gpu:1,0",), "down"),
+        (("--gpu-bind=mask_gpu:0x2,0x1",), "down"),
+    ):
+        seen, _ = _two_tasks(cluster, *opts)
+        assert all("," not in s for s in seen), (opts, seen)
+        assert (int(seen[0]) < int(seen[1])) == (order == "up"), (opts, seen)
+    seen, _ = _two_tasks(cluster, "--gpus-per-task=1", "--gpu-bind=none")
+    assert seen[0] == seen[1] and len(seen[0].split(",")) == 2
+    seen, err = _two_tasks(cluster, "--gpu-bind=verbose,single:1")
+    notes = sorted(re.findall(r"gpu-bind: usable_gres=0x[0-9a-f]+; .*local_inx=(\d); global_list=(\d+);", err))
+    assert notes == [("0", seen[0]), ("1", seen[1])], err
+
+
+@pytest.mark.parametrize("bad", ["bogus", "single", "map_gpu:x", "mask_gpu:0"])
+def test_a_bad_gpu_bind_is_refused_with_slurms_error(cluster: Harness, bad: str) -> None:
+    out = cluster.run(["srun", "-n2", "--gres=gpu:2", f"--gpu-bind={bad}", "true"])
+    assert out.returncode == 255
+    assert out.stderr.strip() == f"srun: error: Invalid --gpu-bind argument: {bad}"
+
+
+def test_a_map_gpu_past_the_steps_gpus_refuses_the_step(cluster: Harness) -> None:
+    out = cluster.run(["srun", "-N1", "-n2", "--gres=gpu:2", "--gpu-bind=map_gpu:0,2", "true"])
+    assert out.returncode != 0
+    assert "map_gpu names GPU 2 of a node with 2 GPUs in the step" in out.stderr
 
 
 def test_gpus_per_task_binds_every_rank_across_two_nodes(cluster: Harness) -> None:
@@ -143,9 +196,9 @@ def test_srun_inside_a_batch_script_inherits_the_layout(cluster: Harness) -> Non
     job = cluster.wait_job(job_id)
     assert job["state"] == "COMPLETED", cluster.read(f"steps-{job_id}.out")
     text = cluster.read(f"steps-{job_id}.out")
-    ranks = sorted(re.findall(r"^(\d): (\d)/4 0 (\d)$", text, re.M))
+    ranks = sorted(re.findall(r"^(\d): (\d)/4 0 (\S+)$", text, re.M))
     assert [r[0] for r in ranks] == ["0", "1", "2", "3"] and [r[1] for r in ranks] == ["0", "1", "2", "3"]
-    assert sorted(r[2] for r in ranks) == ["0", "0", "1", "1"]  # each rank its own GPU index
+    assert {r[2] for r in ranks} == {"0,1"}  # Slurm's default: each rank sees its node's 2 GPUs
     assert "second step 1" in text
 
 

@@ -25,7 +25,9 @@ and formats follow what Slurm 22.05 gives srun's tasks
 * GPUs, when the task sees some: ``CUDA_VISIBLE_DEVICES``, ``GPU_DEVICE_ORDINAL``,
   ``ROCR_VISIBLE_DEVICES``, ``ZE_AFFINITY_MASK`` (the task's binding, see ``core.steps``),
   ``SLURM_STEP_GPUS`` (the same), ``SLURM_GPUS_ON_NODE`` (the step's GPUs on the node),
-  ``SLURMD_TRES_BIND`` with ``--gpus-per-task``;
+  ``SLURMD_TRES_BIND`` with ``--gpu-bind`` (``gpu:<its value>``) or ``--gpus-per-task``
+  (``gpu:per_task:N``). The indices are the node's physical ones, as Slurm without
+  ``ConstrainDevices`` sets them (muster confines devices by cgroup but does not renumber);
 * beyond Slurm, what ``torch.distributed`` reads (unless ``launch["torch_env"]`` is false):
   ``MASTER_ADDR`` (the step's first node's address), ``MASTER_PORT``
   (``core.steps.master_port``), ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
@@ -182,7 +184,9 @@ def _gpus(step: Mapping[str, Any], index: int, local: int) -> dict[str, str]:
     out = visible_devices(mine)
     out["SLURM_STEP_GPUS"] = ",".join(str(g) for g in mine)
     out["SLURM_GPUS_ON_NODE"] = str(len(node_gpus))
-    if step.get("gpus_per_task"):
+    if step.get("gpu_bind"):
+        out["SLURMD_TRES_BIND"] = f"gpu:{step['gpu_bind']}"
+    elif step.get("gpus_per_task"):
         out["SLURMD_TRES_BIND"] = f"gpu:per_task:{step['gpus_per_task']}"
     return out
 

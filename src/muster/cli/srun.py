@@ -202,7 +202,13 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
                 raise CommandError(f"Invalid --distribution specification: {value}", RC_BAD_OPTION)
             run.step["distribution"] = "block" if dist == "*" else dist
         elif k == "gpu-bind":
-            run.step["gpu_bind"] = (value or "").split(":")[0] or None
+            from muster.core.gpubind import GpuBindError, parse_gpu_bind
+
+            try:
+                parse_gpu_bind(value)
+            except GpuBindError as e:
+                raise CommandError(str(e), RC_BAD_OPTION) from None
+            run.step["gpu_bind"] = (value or "").strip() or None
         elif k == "cpu-bind":
             from muster.core.cpubind import CpuBindError, parse_cpu_bind
 
@@ -512,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
 USAGE = """\
 Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [-t minutes]
             [-J jobname] [-o out] [-e err] [-i in] [-D dir] [-l] [-u] [-K] [-W sec]
-            [-m block|cyclic] [--gres=list] [--gpus-per-task=n] [--gpu-bind=none|closest]
+            [-m block|cyclic] [--gres=list] [--gpus-per-task=n] [--gpu-bind=...]
             [--cpu-bind=type] [--multi-prog] [--pty]
             [--exclusive] [--overlap] [--jobid=id] [--no-torch-env] executable [args...]
 """
@@ -576,8 +582,9 @@ GPU scheduling options:
       --gpus-per-node=n       number of GPUs required per allocated node
       --gpus-per-task=n       number of GPUs required per spawned task
       --gres=list             required generic resources (gpu[:type]:count)
-      --gpu-bind=none|closest bind each task to its own GPUs (muster's default when the
-                              node's GPUs split evenly between its tasks) or not
+      --gpu-bind=[verbose,]type  bind tasks to GPUs: none, closest, single:<tasks_per_gpu>,
+                              per_task:<gpus_per_task>, map_gpu:<list>, mask_gpu:<list>
+                              (default: each task sees all of the step's GPUs on its node)
 
 muster options:
       --no-torch-env          do not set MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,

@@ -170,6 +170,22 @@ class StepRun:
                 self.err_fd = fd
             self.io[name] = {"mode": "stream"}
 
+    def _gpu_bind_note(self) -> None:
+        """``--gpu-bind=verbose,...``: each task's binding on stderr (``core.gpubind``)."""
+        bind = str((getattr(self.opts, "step", None) or {}).get("gpu_bind") or "")
+        if not bind.lower().startswith("verbose"):
+            return
+        from muster.core.gpubind import verbose_line
+
+        grant = loads(self.answer["grant"]) if isinstance(self.answer.get("grant"), str) else {}
+        step = grant.get("step") or {}
+        lines = []
+        for node_gpus, tasks in zip(step.get("gpus") or [], step.get("task_gpus") or [], strict=False):
+            for local, mine in enumerate(tasks):
+                if node_gpus:
+                    lines.append(verbose_line(list(node_gpus), list(mine), local) + "\n")
+        write_all(self.err_fd, "".join(lines).encode())
+
     def _connect(self) -> None:
         """Contact the head of each subtree (``core.launchtree``) with the launch and the
         names of the nodes it relays it to (``agent.steptree``)."""
@@ -240,6 +256,7 @@ class StepRun:
                     for t in node.tasks:
                         self.exits[t] = (1, 0)
                 return self._outcome()
+            self._gpu_bind_note()
             self._connect()
             if raw is not None:
                 raw.enter()  # keystrokes (Ctrl-C included) go to task 0's terminal

@@ -28,12 +28,11 @@ Placement, in order (each rule is Slurm's unless marked *muster*):
 5. GPUs: ``--gpus-per-task`` or ``--gres=gpu:N``/``--gpus-per-node`` hold that many of the
    node's free GPUs (lowest indices first); a step that asks for no GPU holds none and
    sees all of the job's GPUs on its nodes.
-6. Binding (``CUDA_VISIBLE_DEVICES`` per task): ``--gpu-bind=none`` shows every task all of
-   its node's step GPUs. Otherwise, with ``--gpus-per-task`` each task sees its own; and
-   (*muster*, what DDP wants and issue 4 asks) when a node's step GPUs split evenly between
-   two or more tasks, each task sees its own share. Real Slurm shows every task all the
-   node's GPUs unless asked; scripts that pick ``cuda:LOCAL_RANK`` should pick ``cuda:0``
-   when one device is visible (``examples/train_ddp.py`` does).
+6. Binding (``CUDA_VISIBLE_DEVICES`` per task), Slurm's (``core.gpubind``): every task sees
+   all of its node's step GPUs, so ``torch.cuda.set_device(local_rank)`` works; with
+   ``--gpus-per-task=N`` each task sees its own N (``per_task:N``); ``--gpu-bind`` chooses
+   otherwise (``none``, ``closest``, ``single:N``, ``per_task:N``, ``map_gpu:``,
+   ``mask_gpu:``). A ``map_gpu``/``mask_gpu`` naming a GPU the step lacks on a node rejects it.
 """
 
 from __future__ import annotations
@@ -41,6 +40,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+from muster.core.gpubind import GpuBindError, task_gpus
 
 __all__ = [
     "BATCH_STEP",
@@ -358,17 +359,11 @@ def _task_ids(counts: list[int], distribution: str) -> list[list[int]]:
 
 
 def _bind(request: StepRequest, gpus: list[int], ntasks: int) -> list[list[int]]:
-    """The GPUs each local task sees (see rule 6 of the module docstring)."""
-    bind = (request.gpu_bind or "").lower()
-    if bind == "none" or not gpus:
-        return [list(gpus) for _ in range(ntasks)]
-    if request.gpus_per_task:
-        g = request.gpus_per_task
-        return [gpus[i * g : (i + 1) * g] for i in range(ntasks)]
-    if ntasks > 1 and len(gpus) % ntasks == 0:
-        g = len(gpus) // ntasks
-        return [gpus[i * g : (i + 1) * g] for i in range(ntasks)]
-    return [list(gpus) for _ in range(ntasks)]
+    """The GPUs each local task sees (rule 6 of the module docstring, ``core.gpubind``)."""
+    try:
+        return task_gpus(request.gpu_bind, gpus, ntasks, request.gpus_per_task)
+    except GpuBindError as e:
+        raise StepRejected(str(e)) from None
 
 
 def master_port(job_id: int, step_id: int) -> int:

@@ -38,6 +38,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.core.errors import AuthError, InvalidJobId, InvalidRequest
+from muster.core.gpubind import GpuBindError, parse_gpu_bind
 from muster.core.states import JobState
 from muster.core.steps import StepRejected, StepRequest, StepWait
 from muster.ctld.actions import parse_signal
@@ -69,7 +70,7 @@ class StepRequestModel(BaseModel):
     overcommit: bool = False
     nodelist: list[str] = []
     exclude: list[str] = []
-    gpu_bind: str | None = Field(None, max_length=64)
+    gpu_bind: str | None = Field(None, max_length=4096)
     time_limit: int | None = Field(None, ge=1)
 
 
@@ -173,7 +174,9 @@ def build_step_routes(
         book.watch(job)
         try:
             step_request = StepRequest.from_dict(body.request.model_dump())
-        except StepRejected as e:
+            if ":" in (step_request.gpu_bind or ""):  # an older srun sent only the word before ':'
+                parse_gpu_bind(step_request.gpu_bind)
+        except (StepRejected, GpuBindError) as e:
             raise InvalidRequest(str(e)) from None
         deadline = ctx.clock.monotonic() + min(body.wait, MAX_WAIT)
         while True:

@@ -363,6 +363,7 @@ class StepBook:
                 "cpus_per_task": step.request.cpus_per_task,
                 "ntasks_per_node": step.request.ntasks_per_node,
                 "gpus_per_task": step.request.gpus_per_task,
+                "gpu_bind": step.request.gpu_bind,  # SLURMD_TRES_BIND
                 "time_limit": step.request.time_limit,  # the agent stops the step then
                 "master_port": master_port(job.job_id, step.step_id),
             },

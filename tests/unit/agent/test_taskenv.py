@@ -84,7 +84,7 @@ def slurm_part(env: dict[str, str]) -> dict[str, str]:
 @pytest.mark.parametrize("task", [0, 1, 2, 3])
 def test_srun_task_variables_are_slurms(task: int) -> None:
     ref = read_reference(f"env_srun_task{task}.txt")
-    grant = grant_for(StepRequest(ntasks_per_node=2, gpus_per_node=2, gpu_bind="none"), 48)
+    grant = grant_for(StepRequest(ntasks_per_node=2, gpus_per_node=2), 48)  # Slurm's default binding
     ours = slurm_part(env_of(grant, task))
     assert set(ours) == set(ref) - CHILD_ONLY
     different = {k: (ours[k], ref[k]) for k in ours if ours[k] != ref[k]}
@@ -112,9 +112,32 @@ def test_gpus_per_task_binds_each_task_like_slurm(task: int) -> None:
         assert ours[key] == ref[key], key
 
 
-def test_muster_binds_each_task_to_its_share_of_the_nodes_gpus_by_default() -> None:
+def test_every_task_sees_all_of_its_nodes_step_gpus_by_default_as_in_slurm() -> None:
     grant = grant_for(StepRequest(ntasks_per_node=2, gpus_per_node=2), 48)
-    assert [env_of(grant, t)["CUDA_VISIBLE_DEVICES"] for t in range(4)] == ["0", "1", "0", "1"]
+    envs = [env_of(grant, t) for t in range(4)]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0,1"] * 4
+    assert [e["SLURM_STEP_GPUS"] for e in envs] == ["0,1"] * 4
+    assert not any("SLURMD_TRES_BIND" in e for e in envs)
+
+
+@pytest.mark.parametrize(
+    ("bind", "seen"),
+    [
+        ("single:1", ["0", "1"]),
+        ("map_gpu:1,0", ["1", "0"]),
+        ("mask_gpu:0x2,0x1", ["1", "0"]),
+        ("per_task:1", ["0", "1"]),
+        ("verbose,none", ["0,1", "0,1"]),
+    ],
+)
+def test_gpu_bind_sets_each_tasks_gpu_variables(bind: str, seen: list[str]) -> None:
+    grant = grant_for(StepRequest(ntasks_per_node=2, gpus_per_node=2, gpu_bind=bind), 48)
+    grant["step"]["gpu_bind"] = bind
+    envs = [env_of(grant, t) for t in range(2)]
+    for var in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_STEP_GPUS"):
+        assert [e[var] for e in envs] == seen, var
+    assert {e["SLURM_GPUS_ON_NODE"] for e in envs} == {"2"}
+    assert {e["SLURMD_TRES_BIND"] for e in envs} == {f"gpu:{bind}"}
 
 
 def test_pytorch_finds_its_peers_from_the_environment() -> None:

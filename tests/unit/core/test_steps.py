@@ -73,11 +73,21 @@ def test_tasks_are_laid_out(request_: StepRequest, cpus: tuple[int, ...], tasks:
     assert layout.ntasks == sum(len(t) for t in tasks)
 
 
-def test_eight_tasks_on_eight_gpus_each_see_their_own() -> None:
+def test_eight_tasks_on_eight_gpus_each_see_all_of_them_as_in_slurm() -> None:
     layout = place(StepRequest(ntasks=8, gpus_per_node=8), shares(32, gpus=8))
     assert layout.nodes == ["node1"]
-    assert layout.task_gpus == [[[g] for g in range(8)]]
+    assert layout.task_gpus == [[list(range(8))] * 8]
     assert layout.holds_gpus
+
+
+def test_gpu_bind_single_gives_each_of_eight_tasks_its_own_gpu() -> None:
+    layout = place(StepRequest(ntasks=8, gpus_per_node=8, gpu_bind="single:1"), shares(32, gpus=8))
+    assert layout.task_gpus == [[[g] for g in range(8)]]
+
+
+def test_a_map_gpu_naming_a_gpu_the_step_lacks_rejects_the_step() -> None:
+    with pytest.raises(StepRejected, match="map_gpu"):
+        place(StepRequest(ntasks=2, gpus_per_node=2, gpu_bind="map_gpu:0,2"), shares(4, gpus=2))
 
 
 def test_gpus_per_task_binds_each_task_and_holds_them() -> None:
@@ -86,9 +96,9 @@ def test_gpus_per_task_binds_each_task_and_holds_them() -> None:
     assert layout.gpus == [[0, 1], [0, 1]] and layout.holds_gpus
 
 
-def test_a_step_without_a_gpu_request_sees_the_jobs_gpus_split_between_its_tasks() -> None:
+def test_a_step_without_a_gpu_request_shows_every_task_the_jobs_gpus() -> None:
     layout = place(StepRequest(ntasks_per_node=2), shares(2, 2, gpus=2))
-    assert layout.task_gpus == [[[0], [1]], [[0], [1]]]
+    assert layout.task_gpus == [[[0, 1], [0, 1]], [[0, 1], [0, 1]]]
     assert not layout.holds_gpus  # seen, not held: another step may see them too
 
 
