@@ -35,6 +35,7 @@ from muster.agent.cgroups import CgroupConf, JobLimits
 __all__ = ["CgroupUnusable", "NodeCgroups", "detect_version", "gpu_devices"]
 
 V1_TRACK = "freezer"
+KILL_PAUSE = 0.01  # seconds between the rounds of kill_all
 
 
 class CgroupUnusable(Exception):
@@ -286,12 +287,12 @@ class NodeCgroups:
             _write(os.path.join(self.job_dir(job_id), "freezer.state"), "FROZEN" if frozen else "THAWED")
 
     def kill_all(self, job_id: int, timeout: float = 5.0) -> bool:
-        """SIGKILL every process of the job; True once none is left (within ``timeout``)."""
+        """SIGKILL every process of the job; True once none is left (within about ``timeout``
+        seconds, counted in rounds: no clock is read here)."""
         if not os.path.isdir(self.job_dir(job_id)):
             return True
-        deadline = time.monotonic() + timeout
         kill_file = os.path.join(self.job_dir(job_id), "cgroup.kill")
-        while True:
+        for _ in range(max(1, int(timeout / KILL_PAUSE))):
             pids = self.pids(job_id)
             if not pids:
                 return True
@@ -305,9 +306,8 @@ class NodeCgroups:
                         os.kill(pid, signal.SIGKILL)
                 with contextlib.suppress(OSError):
                     self.freeze(job_id, False)  # a frozen process cannot die of its SIGKILL
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
+            time.sleep(KILL_PAUSE)
+        return not self.pids(job_id)
 
     def remove_job(self, job_id: int) -> bool:
         """Remove the job's directories, leaves first; False if some remain (still busy)."""
