@@ -6,9 +6,10 @@ constraint can be honoured; it returns the object, or raises ``CgroupUnusable`` 
 reason the node then drains with (``agent.daemon``). Per job (``agent.cgroups`` computes
 what; this writes it, as root, in the agent):
 
-* ``create_job(job_id, limits)``: ``job_<id>`` with the limits, and ``step_batch`` in it;
-  returns the ``cgroup.procs`` files the forked child writes ``0`` into (``agent.spawn``)
-  before it drops root, so that everything it ever forks is born inside;
+* ``create_job(job_id, limits, step, task)``: ``job_<id>`` with the limits (once, when
+  made), ``step_<step>/task_<task>`` in it; returns the ``cgroup.procs`` files the forked
+  child writes ``0`` into (``agent.spawn``) before it drops root, so that everything it
+  ever forks is born inside;
 * ``oom_kills``, ``peak_bytes``: the memory controller's counters for the end report;
 * ``kill_all``: v2 ``cgroup.kill``; v1 freeze, SIGKILL every pid listed, thaw, until empty
   (a process that cleared its environment and ``setsid``-ed is in the list all the same);
