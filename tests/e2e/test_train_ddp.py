@@ -1,7 +1,7 @@
 """Issue 4's check, with real PyTorch: ``sbatch -N2 --ntasks-per-node=2 --gres=gpu:2
 examples/train.sbatch`` on a local cluster whose nodes are distinct loopback addresses.
 Four ranks on two nodes initialise torch.distributed (gloo) from the environment alone,
-the all-reduce agrees, every rank sees its own GPU index, and a second run resumes from the
+the all-reduce agrees, every rank sees both of its node's GPUs (Slurm's default binding), and a second run resumes from the
 first one's checkpoint."""
 
 from __future__ import annotations
@@ -50,11 +50,14 @@ def test_ddp_training_finds_its_peers_from_the_environment_and_resumes(cluster: 
     assert sorted(s[1] for s in starts) == ["0", "1", "2", "3"], text
     assert all(label == rank for label, rank, *_ in starts)
     nodes: dict[str, set[str]] = {}
+    locals_: dict[str, set[str]] = {}
     for _label, _rank, local, node, cuda, master in starts:
-        assert cuda == local, "each rank sees its own GPU index"
+        assert cuda == "0,1", "every rank sees its node's two GPUs (Slurm's default)"
         nodes.setdefault(node, set()).add(cuda)
+        locals_.setdefault(node, set()).add(local)  # and picks cuda:LOCAL_RANK among them
         assert master.startswith("127.0.0.")
-    assert len(nodes) == 2 and all(v == {"0", "1"} for v in nodes.values())
+    assert len(nodes) == 2 and all(v == {"0,1"} for v in nodes.values())
+    assert all(v == {"0", "1"} for v in locals_.values())
     assert len({s[5] for s in starts}) == 1  # one rendezvous for all
     assert len(re.findall(r"allreduce ok sum=6 expected=6", text)) == 4
     assert len(re.findall(r"done steps=20 .* replicas_agree=True", text)) == 4
