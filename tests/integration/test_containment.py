@@ -150,6 +150,10 @@ def test_a_job_within_its_mem_completes_under_its_limit(cluster: tuple[Harness, 
     job = h.sbatch("--mem=96M", "-o", "fits-%j.out", input=script)
     assert h.wait_job(job)["state"] == "COMPLETED"
     assert h.read(f"fits-{job}.out").split() == [str(96 * 2**20)]
+    # a job that asked for no memory gets the node's, as in Slurm (RealMemory=4000)
+    job = h.sbatch("-o", "fits-%j.out", input=script)
+    assert h.wait_job(job)["state"] == "COMPLETED"
+    assert h.read(f"fits-{job}.out").split() == [str(4000 * 2**20)]
 
 
 def test_a_job_opens_only_its_own_gpu_device(cluster: tuple[Harness, str]) -> None:

@@ -94,9 +94,10 @@ class NodeCgroups:
     version: str
     roots: dict[str, str]  # controller ("" on v2) -> the hierarchy's root directory
     devices: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # GPU index -> its device
+    node_mem_mb: int = 0  # the node's memory: the limit of a job that asked for none (as Slurm)
 
     @classmethod
-    def probe(cls, conf: CgroupConf, node: str, gpus: int = 0) -> NodeCgroups:
+    def probe(cls, conf: CgroupConf, node: str, gpus: int = 0, mem_mb: int = 0) -> NodeCgroups:
         """The node's cgroups, ready for jobs; raises ``CgroupUnusable`` with the reason."""
         version = detect_version(conf)
         devices = gpu_devices(conf, gpus) if conf.constrain_devices else {}
@@ -123,7 +124,7 @@ class NodeCgroups:
                     devbpf.check()
                 except OSError as exc:
                     raise CgroupUnusable(f"cgroup/v2: ConstrainDevices needs eBPF device programs: {exc}") from None
-        self = cls(conf, node, version, roots, devices)
+        self = cls(conf, node, version, roots, devices, mem_mb)
         self._make_node_dirs()
         return self
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster import __version__
-from muster.agent import cgroups, gpus, hardware, nodeident
+from muster.agent import cgroups, gpus, hardware, jobcontainer, nodeident
 from muster.agent.affinity import CpuLedger, task_affinity
 from muster.agent.app import build_app
 from muster.agent.cgroupfs import CgroupUnusable, NodeCgroups
@@ -176,6 +176,7 @@ class AgentDaemon:
             self.inventory, default_fault_file(self.state.root, self.config.get("GpuFaultFile"))
         )
         self._setup_cgroups()
+        self._setup_job_container()
         with open(os.path.join(self.state.root, "musterd.pid"), "w") as f:
             f.write(f"{os.getpid()}\n")
         try:  # an emulated node's jobs see its host name (NodeHostnames)
@@ -235,7 +236,7 @@ class AgentDaemon:
         try:
             # muster/<node>_<instance>: emulated clusters sharing a host never share a cgroup
             name = f"{self.node.name}_{self.supervisor.instance}"
-            self.supervisor.cgroups = NodeCgroups.probe(conf, name, self.inventory.count)
+            self.supervisor.cgroups = NodeCgroups.probe(conf, name, self.inventory.count, self.node.real_memory)
         except CgroupUnusable as exc:
             self.supervisor.refuse = f"cgroup: {exc}"
             self.steps.confine = self.supervisor.confine_step  # refuses steps too
@@ -243,6 +244,28 @@ class AgentDaemon:
             return
         log.info("node %s: jobs confined by %s", self.node.name, self.supervisor.cgroups.describe())
         self.steps.confine = self.supervisor.confine_step
+
+    def _setup_job_container(self) -> None:
+        """JobContainerType=job_container/tmpfs: each job's private /tmp, as
+        job_container.conf beside the config says (``agent.jobcontainer``). Read at start."""
+        kind = (self.config.get("JobContainerType") or "job_container/none").strip().lower()
+        if kind == "job_container/none":
+            return
+        if kind != jobcontainer.TMPFS:
+            raise StartupError(f"JobContainerType={kind}: muster knows job_container/tmpfs and job_container/none")
+        path = jobcontainer.conf_path_beside(self.settings.conf_path)
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError as exc:
+            raise StartupError(f"JobContainerType={kind} needs {path}: {exc.strerror}") from None
+        try:
+            container = jobcontainer.parse_conf(text, path, self.node.name)
+        except jobcontainer.JobContainerError as exc:
+            raise StartupError(str(exc)) from None
+        self.supervisor.container = container
+        self.steps.private_dirs = container.prepare
+        log.info("node %s: jobs get a private %s under %s", self.node.name, ",".join(container.dirs), container.base)
 
     def _lock(self) -> None:
         path = os.path.join(self.state.root, "musterd.lock")

@@ -103,6 +103,7 @@ class LaunchPlan:
     node: str = ""
     cgroup_procs: tuple[str, ...] = ()  # the job's cgroups the script joins (``agent.cgroupfs``)
     rlimits: tuple[tuple[int, int, int], ...] = ()  # the submit shell's limits (``agent.rlimits``)
+    private_dirs: tuple[tuple[str, str], ...] = ()  # the job's private /tmp (``agent.jobcontainer``)
 
 
 def user_entry(job: Mapping[str, Any]) -> pwd.struct_passwd:
@@ -343,6 +344,7 @@ def _job_spec(plan: LaunchPlan, close_first: tuple[int, ...]) -> spawn.ChildSpec
         identity=nodeident.for_node(plan.node),
         cgroup_procs=plan.cgroup_procs,
         rlimits=plan.rlimits,
+        private_dirs=plan.private_dirs,
     )
 
 

@@ -9,8 +9,10 @@ which never returns. It does, in this order, and nothing else:
    that signals reach the whole job and the agent's own signals never do; with
    ``terminal`` (``srun --pty``) it then takes that terminal as its controlling one; with
    ``identity`` (an emulated node's, ``agent.nodeident``) it enters namespaces of its own
-   where the host name and /etc/hosts are the node's; before that it joins the cgroups of
-   ``cgroup_procs`` (``agent.cgroupfs``), so that all it forks is born confined and tracked;
+   where the host name and /etc/hosts are the node's; with ``private_dirs`` a mount
+   namespace where /tmp is the job's (``agent.jobcontainer``); before that it joins the
+   cgroups of ``cgroup_procs`` (``agent.cgroupfs``), so that all it forks is born confined
+   and tracked;
 3. ``setgroups``, ``setgid``, ``setuid`` when ``groups`` is set (the agent is root and the
    user is another); from here on it cannot regain root;
 4. ``umask`` when one is given, the submit shell's soft resource limits (``rlimits``,
@@ -50,7 +52,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from muster.agent import affinity, nodeident
+from muster.agent import affinity, jobcontainer, nodeident
 
 __all__ = [
     "JOB_FAULT",
@@ -141,6 +143,7 @@ class ChildSpec:
     identity: nodeident.NodeIdentity | None = None  # an emulated node's host name (as root)
     cgroup_procs: tuple[str, ...] = ()  # cgroup.procs files to join, as root (``agent.cgroupfs``)
     rlimits: tuple[tuple[int, int, int], ...] = ()  # (resource, soft, hard) to set (``agent.rlimits``)
+    private_dirs: tuple[tuple[str, str], ...] = ()  # the job's private /tmp (``agent.jobcontainer``), as root
 
 
 def ignored_signals() -> list[signal.Signals]:
@@ -211,6 +214,9 @@ def become(spec: ChildSpec, report_fd: int) -> NoReturn:
         if spec.identity is not None:
             step = f"taking the host name {spec.identity.hostname}"
             nodeident.enter(spec.identity)
+        if spec.private_dirs:
+            step = "making the job's private directories"
+            jobcontainer.enter(spec.private_dirs)
         if spec.groups is not None:
             step = words.identity.format(uid=spec.uid, gid=spec.gid)
             os.setgroups(spec.groups)

@@ -77,6 +77,7 @@ class TaskPlan:
     pty_size: tuple[int, int] | None = None  # srun --pty: the terminal's rows and columns
     cgroup_procs: tuple[str, ...] = ()  # the step's cgroups, joined before exec (``agent.cgroupfs``)
     rlimits: tuple[tuple[int, int, int], ...] = ()  # srun's shell's limits (``agent.rlimits``)
+    private_dirs: tuple[tuple[str, str], ...] = ()  # the job's private /tmp (``agent.jobcontainer``)
 
 
 def task_plans(
@@ -305,4 +306,5 @@ def child_spec(
         identity=nodeident.for_node(plan.node),
         cgroup_procs=plan.cgroup_procs,
         rlimits=plan.rlimits,
+        private_dirs=plan.private_dirs,
     )

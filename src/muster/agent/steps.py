@@ -125,6 +125,9 @@ class StepRunner:
         # Set by the daemon under cgroup confinement (``Supervisor.confine_step``): the
         # cgroup.procs files of (grant, step id, local task id); the task joins them before exec.
         self.confine: Callable[[Mapping[str, Any], int, int], tuple[str, ...]] | None = None
+        # Set by the daemon with JobContainerType=job_container/tmpfs (``JobContainer.prepare``):
+        # a job id -> the binds of its private /tmp.
+        self.private_dirs: Callable[[int], tuple[tuple[str, str], ...]] | None = None
 
     # --- what a previous agent left ------------------------------------------------------
 
@@ -444,6 +447,15 @@ class StepRunner:
                 raise StepLaunchError(
                     f"cannot set up the step's cgroup on {self.node}: {e}", 500, "launch_failed"
                 ) from None
+        if self.private_dirs is not None:  # JobContainerType=job_container/tmpfs
+            try:
+                binds = self.private_dirs(job_id)
+            except OSError as e:
+                raise StepLaunchError(
+                    f"cannot make the job's private directories on {self.node}: {e}", 500, "launch_failed"
+                ) from None
+            for plan in plans:
+                plan.private_dirs = binds
         step.tasks = [Task(plan.task, plan.local) for plan in plans]
         step.pinned = stepplan.pin_tasks(self.cpus, step, plans, grant, bind, self.bind_default, self.node)
         limit = layout.get("time_limit")

@@ -52,6 +52,7 @@ from muster.agent.affinity import CpuLedger
 from muster.agent.cgroupfs import NodeCgroups
 from muster.agent.env import EnvContext, batch_environment
 from muster.agent.hooks import Hooks
+from muster.agent.jobcontainer import JobContainer
 from muster.agent.jobrecord import LOST_STATUS, Tracked, cpus_on, end_report, report_body
 from muster.agent.launcher import JOB_FAULT, PROLOG_FAULT, STALE, LaunchError
 from muster.agent.progress import progress_env
@@ -120,6 +121,8 @@ class Supervisor:
         self.cgroups: NodeCgroups | None = None
         # Why this node must run no job (cgroup confinement configured but impossible)
         self.refuse: str | None = None
+        # The jobs' private /tmp (JobContainerType=job_container/tmpfs); None: the machine's
+        self.container: JobContainer | None = None
         # The site's Prolog and Epilog (``agent.hooks``); None: none configured
         self.hooks = hooks
         self._background: set[asyncio.Task[None]] = set()
@@ -209,6 +212,11 @@ class Supervisor:
                     t.pinned = True
                 if self.cgroups is not None:
                     plan.cgroup_procs = self._confine(job, plan.cpus)
+                if self.container is not None:
+                    try:
+                        plan.private_dirs = self.container.prepare(job_id)
+                    except OSError as exc:
+                        raise LaunchError(f"cannot make the job's private directories: {exc}") from None
                 plan.exit_path = self.state.exit_path(job_id, attempt)
                 try:
                     t.started = await launcher.start(plan, self.spawner)
@@ -240,7 +248,7 @@ class Supervisor:
         mine: dict[str, Any] = next((a for a in job.get("alloc") or [] if a.get("node") == self.node), {})
         limits = cgroups.job_limits(
             self.cgroups.conf,
-            int(mine.get("mem") or 0),
+            int(mine.get("mem") or 0) or self.cgroups.node_mem_mb,  # none asked: the node's
             cpus,
             [int(g) for g in mine.get("gpu_ids") or []],
             self.cgroups.devices,
@@ -270,7 +278,7 @@ class Supervisor:
             sgpus = list(step.get("gpus") or [])
             at = snodes.index(self.node) if self.node in snodes else -1
             gpus = [int(g) for g in sgpus[at]] if 0 <= at < len(sgpus) else []
-        mem = int(mems[here] or 0) if 0 <= here < len(mems) else 0
+        mem = (int(mems[here] or 0) if 0 <= here < len(mems) else 0) or self.cgroups.node_mem_mb
         limits = cgroups.job_limits(self.cgroups.conf, mem, None, gpus, self.cgroups.devices)
         return self.cgroups.create_job(int(grant["job_id"]), limits, step=str(step_id), task=task)
 
@@ -355,6 +363,8 @@ class Supervisor:
         if t is None:
             self._terminate_absent(job_id, reason, restart_count, kill_wait)
             self._sweep_cgroup(job_id)
+            if self.container is not None and job_id not in self._launching:
+                self.container.remove(job_id)  # steps only here: the job's private /tmp
             return False
         if t.terminated_by is None:
             t.terminated_by = reason
@@ -637,6 +647,8 @@ class Supervisor:
         if self.hooks is not None:  # the job's end here: the site's Epilog
             self.spawn(self.hooks.epilog_once(t.job))
         self._unpin(t)
+        if self.container is not None:  # the job's private /tmp goes with it
+            self.container.remove(t.job_id)
         self.state.drop_job(t.job_id)
         self.state.drop_exit(t.job_id, t.restart_count)
         self.state.clean_spool(t.job_id)

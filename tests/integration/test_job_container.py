@@ -1,0 +1,82 @@
+"""A private /tmp per job (JobContainerType=job_container/tmpfs, job_container.conf's
+BasePath/AutoBasePath/Dirs): what a job writes to /tmp is seen by its own steps, not by
+another job running beside it on the same node, not in the machine's /tmp, and is gone
+after the job. Needs root (mount namespaces)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from harness import Harness, ensure_user
+from muster.cluster.local import ClusterShape
+
+pytestmark = pytest.mark.integration
+
+
+def _wait(cond, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Harness, str]]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mount namespaces)")
+    # Not under /tmp: the job's working directory and output files must stay reachable
+    # once its /tmp is its own (as under Slurm).
+    h = Harness(
+        ClusterShape(nodes=1, gpus_per_node=0, cpus_per_node=2, mem_per_node=2000),
+        root=tempfile.mkdtemp(prefix="muster-jc-", dir="/var/tmp"),
+        settings={"JobContainerType": "job_container/tmpfs"},
+    )
+    h.cluster.create(h.shape, h.settings)
+    base = os.path.join(h.root, "jobtmp")
+    with open(os.path.join(os.path.dirname(h.cluster.conf_path), "job_container.conf"), "w") as f:
+        f.write(f"AutoBasePath=true\nBasePath={base}/%n\nDirs=/tmp,/dev/shm\n")
+    try:
+        h.up()
+        yield h, os.path.join(base, "node1")
+    finally:
+        h.down()
+
+
+def test_a_jobs_tmp_is_its_own_and_gone_after_it(cluster: tuple[Harness, str]) -> None:
+    h, base = cluster
+    uid = ensure_user("mustertest")
+    marker = f"muster-private-{os.getpid()}-{time.monotonic_ns()}"
+    writer = (
+        "#!/bin/bash\n"
+        f"echo secret > /tmp/{marker}\n"
+        f"echo shm > /dev/shm/{marker}\n"
+        f"srun cat /tmp/{marker} /dev/shm/{marker}\n"  # the job's step sees the job's /tmp
+        f"touch {h.workdir}/{marker}.written\n"
+        f"while [ ! -e {h.workdir}/{marker}.checked ]; do sleep 0.05; done\n"
+    )
+    job_a = h.sbatch("-o", "a-%j.out", uid=uid, input=writer)
+    _wait(lambda: os.path.exists(os.path.join(h.workdir, f"{marker}.written")), "job A to write its /tmp")
+    # backed by the job's directory under BasePath, never by the machine's /tmp
+    assert os.path.exists(os.path.join(base, str(job_a), "_tmp", marker))
+    assert not os.path.exists(f"/tmp/{marker}") and not os.path.exists(f"/dev/shm/{marker}")
+
+    reader = f"#!/bin/bash\nls /tmp/{marker} /dev/shm/{marker} 2>&1\necho mine > /tmp/{marker}\ncat /tmp/{marker}\n"
+    job_b = h.sbatch("-o", "b-%j.out", uid=uid, input=reader)
+    assert h.wait_job(job_b)["state"] == "COMPLETED"
+    b_out = h.read(f"b-{job_b}.out")
+    assert b_out.count("No such file or directory") == 2 and b_out.endswith("mine\n"), b_out
+
+    with open(os.path.join(h.workdir, f"{marker}.checked"), "w"):
+        pass
+    assert h.wait_job(job_a)["state"] == "COMPLETED"
+    assert h.read(f"a-{job_a}.out") == "secret\nshm\n"
+    # both jobs' directories are removed at their end
+    _wait(lambda: not os.path.exists(os.path.join(base, str(job_a))), "job A's private /tmp to be removed")
+    _wait(lambda: not os.path.exists(os.path.join(base, str(job_b))), "job B's private /tmp to be removed")
+    assert not os.path.exists(f"/tmp/{marker}")
