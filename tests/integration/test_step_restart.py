@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -36,8 +37,7 @@ def cluster() -> Iterator[Harness]:
 
 @pytest.fixture(autouse=True)
 def steps_accepted(cluster: Harness) -> None:
-    """A grant signed within FLOOR_STEP (2 s) before a restarted agent's replay floor is
-    refused (``protocol.replay``): an earlier test's restarts must be that far behind."""
+    """Every agent answers steps again after an earlier test's restarts."""
     wait_until(lambda: cluster.run(["srun", "-N3", "true"]).returncode == 0, "steps accepted on every node")
 
 
@@ -49,6 +49,14 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> An
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def answers(addr: str, port: int) -> bool:
+    try:
+        socket.create_connection((addr, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def restart_agent(h: Harness, node: str, sig: int = signal.SIGTERM) -> None:
@@ -141,6 +149,29 @@ def test_a_three_node_step_keeps_running_while_each_agent_is_restarted_in_turn(c
         assert numbers == list(range(1, len(numbers) + 1)), f"rank {rank}: lines lost, repeated or out of order"
     assert h.wait_job(job_id)["state"] == "COMPLETED"
     assert "CANCELLED" not in err
+
+
+def test_a_step_started_right_after_its_agent_restarted_runs_although_signed_before_the_floor(
+    cluster: Harness,
+) -> None:
+    """Issue 37: the persisted replay limit runs ahead of the last message (FLOOR_STEP), so
+    a grant the controller signs right after a restart can be older than the new floor.
+    Here the limit is pushed 10 s ahead while the agent is down: every grant signed in the
+    next 10 s is "before the floor", and the step still runs at the first try (grants are
+    refused when used before, ``protocol.replay.GrantLedger``, not when old)."""
+    h, node = cluster, "node3"
+    pid = h.agent_pid(node)
+    os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: not process_running(pid), f"the agent of {node} to stop")
+    with open(os.path.join(h.cluster.state_dir, "nodes", node, "replay-floor"), "w") as f:
+        f.write(f"{time.time() + 10:.3f}\n")
+    h.cluster.start()
+    conf = next(n for n in h.cluster.config().nodes if n.name == node)
+    wait_until(lambda: answers(conf.addr, conf.port), f"the agent of {node} to answer again")
+    r = h.run(["srun", "-N1", "-w", node, "echo", "ran"])
+    assert r.returncode == 0 and r.stdout.strip() == "ran", r.stderr
+    ledger = h.read(os.path.join(h.cluster.state_dir, "nodes", node, "step-grants"))
+    assert ledger.startswith("ledger ") and len(ledger.splitlines()) >= 2  # the grant is noted
 
 
 def test_a_step_that_ends_while_its_agent_is_killed_is_reported_once_when_it_returns(cluster: Harness) -> None:

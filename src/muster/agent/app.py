@@ -94,6 +94,7 @@ from muster.protocol.messages import (
     UpdateRequest,
     read,
 )
+from muster.protocol.replay import GrantLedger
 from muster.protocol.signing import CTLD, make_credential
 
 __all__ = ["build_app"]
@@ -382,7 +383,9 @@ def build_app(
     verifier = Verifier(key, clock, supervisor.node, floor, require_cert=require_cert)
     signed = _SignedOnly(Starlette(routes=routes), verifier)
     if steps is not None:
-        steps.replay = verifier.guard  # a step grant is admitted once, across restarts too
+        steps.replay = verifier.guard
+        # a step grant is admitted once, across restarts too (protocol.replay.GrantLedger)
+        steps.grants = GrantLedger(os.path.join(supervisor.state.root, "step-grants"), clock.now())
     local = credential_app(key, supervisor.node, clock)
     outer = Starlette(lifespan=lifespan)
     step_api = StepApi(steps, relay_tls) if steps is not None else None

@@ -66,7 +66,7 @@ from muster.agent.stepplan import StepLaunchError, TaskPlan
 from muster.core.clock import Clock
 from muster.core.cpubind import CpuBindError, parse_cpu_bind
 from muster.core.timefmt import format_timestamp
-from muster.protocol.replay import ReplayGuard, SignatureError
+from muster.protocol.replay import GrantLedger, ReplayGuard, SignatureError
 from muster.protocol.stepcred import GRANT_TTL, GrantError, verify_grant
 from muster.protocol.stream import frame, json_frame
 
@@ -118,6 +118,10 @@ class StepRunner:
         # Set by the app: the agent's replay guard. A grant issued before the agent's
         # replay floor may have been launched by a previous agent here: refused.
         self.replay: ReplayGuard | None = None
+        # Set by the app: the grants launched here, on disk until they expire. With it, a
+        # grant is refused when already used rather than when issued before the floor, so
+        # a new step's grant signed just before this agent restarted is honoured.
+        self.grants: GrantLedger | None = None
         # Set by the daemon: a signed POST to the controller (path, body). Used to say that
         # a step whose srun went away has ended here, so its resources are freed.
         self.report: Callable[[str, dict[str, Any]], Awaitable[Any]] | None = None
@@ -364,7 +368,7 @@ class StepRunner:
     def _prepare(self, body: dict[str, Any]) -> tuple[Step, list[TaskPlan]]:
         try:
             grant = verify_grant(self.key, str(body.get("grant") or ""), str(body.get("sig") or ""), self.clock.now())
-            if self.replay is not None:
+            if self.replay is not None and self.grants is None:
                 self.replay.admit(float(grant["issued"]))
         except GrantError as e:
             raise StepLaunchError(str(e), 403, "auth") from None
@@ -383,6 +387,14 @@ class StepRunner:
         self._prune_launched()
         if (job_id, attempt, step_id) in self._launched:
             raise StepLaunchError(f"step {job_id}.{step_id} was already launched on {self.node}", 409, "conflict")
+        if self.grants is not None:  # once ever on this node, across restarts (protocol.replay)
+            try:
+                self.grants.admit(
+                    (job_id, attempt, step_id), float(grant["issued"]), float(grant["expires"]), self.clock.now()
+                )
+            except SignatureError as e:
+                log.warning("refused a step credential at %s: %s", self.node, e)
+                raise StepLaunchError(f"step credential refused: {e}", 403, "auth") from None
         me = os.geteuid()
         if me != 0 and uid != me:
             raise StepLaunchError(

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 MAX_SKEW = 300.0  # seconds a signature stays valid; nonces are remembered this long
 FLOOR_STEP = 2.0  # how far ahead of the newest accepted message the persisted limit runs
 
-__all__ = ["FLOOR_STEP", "MAX_SKEW", "ReplayGuard", "SignatureError", "StaleMessage"]
+__all__ = ["FLOOR_STEP", "MAX_SKEW", "GrantLedger", "ReplayGuard", "SignatureError", "StaleMessage"]
 
 
 class SignatureError(Exception):
@@ -147,3 +147,102 @@ def _write_floor(path: str, value: float) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+class GrantLedger:
+    """The step grants a node has launched, on disk until they expire: a grant is used once.
+
+    A floor is too blunt for grants: a grant the controller signed just before this agent
+    restarted, for a step that was never launched here, is honest, and srun cannot re-sign
+    it. So the agent notes each grant's (job, attempt, step) and expiry in ``path``
+    (appended, fsync'ed) *before* it launches the step, and a restarted agent reads the
+    notes back: a grant is refused when it is noted (launched before, by this run or an
+    earlier one), expired, or issued before ``floor``, the time from which the notes are
+    complete (the first start with this file: the agent's clock then; a missing or
+    unreadable file starts a new ledger at the clock, which refuses every grant issued
+    before, as a floor does). Notes of expired grants are dropped when the file is
+    compacted, and ``pruned`` (kept in the file) remembers up to when: a grant that expired
+    before it is refused even if the clock is later set back. A note that cannot be written
+    (full or read-only disk) refuses the launch: an unrecorded launch could be replayed
+    after the next restart.
+    """
+
+    COMPACT_AFTER = 1000  # notes appended before the file is rewritten with the live ones
+
+    def __init__(self, path: str, now: float) -> None:
+        self.path = path
+        self._used: dict[tuple[int, int, int], float] = {}
+        self._appended = 0
+        loaded = _read_ledger(path)
+        if loaded is None:
+            self.floor, self.pruned = now, now
+        else:
+            self.floor, self.pruned, self._used = loaded
+        self._compact(now)
+
+    def admit(self, key: tuple[int, int, int], issued: float, expires: float, now: float) -> None:
+        """Note the grant of step ``key`` (job, attempt, step) as used, or raise
+        ``SignatureError`` saying why it must not be launched."""
+        if key in self._used:
+            raise SignatureError(f"step {key[0]}.{key[2]} was already launched on this node")
+        if issued < self.floor:
+            raise StaleMessage(f"credential issued before this node's step ledger began {self.floor:.3f}", self.floor)
+        if expires < self.pruned or expires < now:
+            raise SignatureError("expired step credential")
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, f"{key[0]} {key[1]} {key[2]} {expires:.3f}\n".encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise SignatureError(f"cannot record the step credential in {self.path}: {e.strerror or e}") from None
+        self._used[key] = expires
+        self._appended += 1
+        if self._appended >= self.COMPACT_AFTER:
+            self._compact(now)
+
+    def _compact(self, now: float) -> None:
+        live = {k: e for k, e in self._used.items() if e >= now}
+        pruned = max(self.pruned, now)
+        lines = [f"ledger {self.floor:.3f} {pruned:.3f}\n"]
+        lines += [f"{j} {a} {s} {e:.3f}\n" for (j, a, s), e in live.items()]
+        tmp = f"{self.path}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, "".join(lines).encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError as e:  # the old file (if any) still holds every note: keep using it
+            log.error("cannot rewrite the step ledger %s (%s)", self.path, e.strerror or e)
+            return
+        self._used, self.pruned, self._appended = live, pruned, 0
+
+
+def _read_ledger(path: str) -> tuple[float, float, dict[tuple[int, int, int], float]] | None:
+    """(floor, pruned, notes) from a ledger file; None when it is missing or has no header.
+    A torn last line (a crash while appending) is skipped: its launch was never accepted."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    try:
+        tag, floor, pruned = lines[0].split()
+        if tag != "ledger":
+            return None
+        head = (float(floor), float(pruned))
+    except (IndexError, ValueError):
+        return None
+    used: dict[tuple[int, int, int], float] = {}
+    for line in lines[1:]:
+        try:
+            job, attempt, step, expires = line.split()
+            used[(int(job), int(attempt), int(step))] = float(expires)
+        except ValueError:
+            continue
+    return head[0], head[1], used

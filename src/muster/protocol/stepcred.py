@@ -10,9 +10,9 @@ anything, and starts the step's tasks only as the user the grant names.
 
 A grant can be presented to every node of the step (that is its purpose) but an agent
 launches a given (job, step) once: a replayed launch is refused there, by the agent's list
-of launched steps while it runs and, after a restart, by its replay floor (a grant issued
-before it is refused, ``protocol.replay``). A node that is not in the grant's node set
-refuses it too.
+of launched steps while it runs and, after a restart, by its ledger of the grants it
+launched (``protocol.replay.GrantLedger``, on disk until they expire). A node that is not
+in the grant's node set refuses it too.
 """
 
 from __future__ import annotations
