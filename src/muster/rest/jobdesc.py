@@ -73,7 +73,6 @@ IGNORED = frozenset(
         "container_id",
         "kill_on_node_fail",
         "spank_environment",
-        "rlimits",
         "tres_bind",
         "tres_freq",
         "selinux_context",
@@ -95,6 +94,7 @@ HANDLED = frozenset(
         "script",
         "argv",
         "environment",
+        "rlimits",
         "current_working_directory",
         "minimum_nodes",
         "maximum_nodes",
@@ -285,9 +285,15 @@ def job_request(job: dict[str, Any], script: str | None, user: str) -> tuple[dic
     cwd = job.get("current_working_directory")
     if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd)):
         raise JobDescError("current_working_directory: must be an absolute path")
-    # A REST job gets exactly the environment it sends (there is no caller's shell).
+    # A REST job gets exactly the environment it sends (there is no caller's shell), and
+    # the resource limits it sends: never the REST daemon's own.
     req.export = "NONE" if not environ else "ALL"
+    req.propagate = "NONE"
     spec = req.finish(environ, cwd or _home(user))
+    if job.get("rlimits") is not None:
+        limits = _rlimits(job["rlimits"])
+        if limits:
+            spec["rlimits"] = limits
     if job.get("begin_time") is not None:
         begin = number_value(job["begin_time"], "begin_time")
         if begin is not None:
@@ -304,6 +310,29 @@ def job_request(job: dict[str, Any], script: str | None, user: str) -> tuple[dic
     if job.get("argv") is not None:
         spec["argv"] = _strings(job["argv"], "argv")
     return spec, warnings
+
+
+def _rlimits(value: Any) -> dict[str, int]:
+    """v0.0.40's ``rlimits`` (``{"nofile": {"set": true, "number": 4096}, "memlock":
+    {"infinite": true}, ...}``, lower-case names) as a job's limits (``core.rlimits``)."""
+    from muster.core.rlimits import NAMES, UNLIMITED
+
+    if not isinstance(value, dict):
+        raise JobDescError("rlimits: expected an object")
+    out: dict[str, int] = {}
+    for key, given in value.items():
+        name = str(key).upper()
+        if name not in NAMES:
+            raise JobDescError(f"rlimits: Bad rlimit name: {key}")
+        if isinstance(given, dict) and given.get("infinite"):
+            out[name] = UNLIMITED
+            continue
+        number = number_value(given, f"rlimits.{key}")
+        if number is not None:
+            if number < 0:
+                raise JobDescError(f"rlimits.{key}: expected a number of 0 or more")
+            out[name] = number
+    return out
 
 
 def _environment(value: Any) -> dict[str, str]:
