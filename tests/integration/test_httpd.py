@@ -185,6 +185,29 @@ def test_a_client_sending_a_body_over_the_limit_reads_the_413_not_a_reset(
         assert closed(s)
 
 
+@pytest.mark.parametrize("http", PARSERS)
+def test_idle_connections_are_closed_after_the_keep_alive_timeout(tmp_path: Any, http: str) -> None:
+    """One that never sends a request (uvicorn alone would keep it for ever) and one kept
+    alive after its answer: both closed by the server after ``keep_alive`` seconds."""
+    tcp = bind_tcp("127.0.0.1", 0)
+    addr = tcp.getsockname()[:2]
+    server = make_server(echo, log_level="error", http=http, keep_alive=1)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[tcp])))
+    thread.start()
+    try:
+        while not server.started:
+            assert thread.is_alive(), "the server did not start"
+            threading.Event().wait(0.01)
+        with socket.create_connection(addr, timeout=20) as silent, socket.create_connection(addr, timeout=20) as kept:
+            status, headers, _ = ask(kept, b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert status == 200 and headers.get("connection") != "close"
+            assert silent.recv(1) == b""  # closed by the server (the socket's timeout is the deadline)
+            assert kept.recv(1) == b""
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
 def test_the_client_reads_the_413_and_says_so(server: Server) -> None:
     from muster.protocol import client
 

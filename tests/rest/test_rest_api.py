@@ -150,6 +150,39 @@ def test_bad_submissions_get_errors_in_slurms_form_and_change_nothing(rest: Rest
         assert r.status_code == 404 and r.json()["errors"][0]["error_number"] == 2017
 
 
+def _slurm_error(r: object, status: int) -> dict:
+    """The one entry of a Slurm ``errors[]`` answer with this status (meta included)."""
+    assert r.status_code == status, r.text  # type: ignore[attr-defined]
+    body = r.json()  # type: ignore[attr-defined]
+    assert set(body) >= {"meta", "errors", "warnings"} and len(body["errors"]) == 1, body
+    return body["errors"][0]  # type: ignore[no-any-return]
+
+
+def test_unknown_versions_urls_and_methods_are_answered_in_slurms_error_form(rest: Rest) -> None:
+    with rest.client(ALICE) as c:
+        err = _slurm_error(c.get("/slurm/v0.0.39/jobs"), 404)
+        assert err["description"].startswith(
+            "Unsupported API version 'v0.0.39' in /slurm/v0.0.39/jobs: this server speaks v0.0.40"
+        )
+        assert {"error", "error_number", "source"} <= set(err)
+        err = _slurm_error(c.get("/slurmdb/v0.0.99/jobs"), 404)
+        assert "Unsupported API version 'v0.0.99'" in err["description"] and "v0.0.40" in err["description"]
+        err = _slurm_error(c.get(f"{V}/no-such-thing"), 404)
+        assert err["description"] == f"Unable to find requested URL: {V}/no-such-thing"
+        err = _slurm_error(c.put(f"{V}/jobs"), 405)
+        assert err["description"] == f"Method PUT not allowed for {V}/jobs"
+
+
+def test_an_oversized_body_is_answered_in_slurms_error_form(rest: Rest) -> None:
+    with rest.client(ALICE) as c:
+        before = len(c.get(f"{V}/jobs").json()["jobs"])
+        body = _job(rest, "#!/bin/sh\n" + "#" * (17 << 20))  # over musterrestd's 16 MB bodies
+        err = _slurm_error(c.post(f"{V}/job/submit", json=body), 413)
+        assert err["description"].startswith("Request body too large (limit ")
+        assert err["source"] == "musterrestd"
+        assert len(c.get(f"{V}/jobs").json()["jobs"]) == before  # and the server still answers
+
+
 def test_nodes_partitions_and_admin_only_node_update(rest: Rest) -> None:
     with rest.client(ALICE) as c:
         nodes = c.get(f"{V}/nodes").json()["nodes"]

@@ -12,6 +12,8 @@ Only the daemons import this module (through ``httpd``).
 * On a Unix socket each connection's peer uid/gid/pid (SO_PEERCRED) is placed in the ASGI
   scope as ``scope["muster.peer"] = (pid, uid, gid)``: this is how a user's identity is
   proven rather than claimed. TCP connections carry no peer credentials.
+* An idle connection is closed after the server's ``timeout_keep_alive`` from its start,
+  not only after a response as uvicorn does (a connection that never sends a request).
 * Over TLS each request's scope carries the verified peer certificate's name as
   ``scope["muster.tls_peer"]`` ("" for a TLS client without a certificate; absent on
   plain connections). ``TLSAcceptor`` does the handshakes (below).
@@ -25,6 +27,7 @@ import os
 import socket
 import ssl
 import struct
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -58,6 +61,11 @@ class _PeerCred:
     """Mixed into uvicorn's protocols: the peer's credentials in every request's scope."""
 
     app: Any
+    # uvicorn's protocols' own (annotations only: nothing here hides theirs)
+    loop: asyncio.AbstractEventLoop
+    timeout_keep_alive: float
+    timeout_keep_alive_task: asyncio.TimerHandle | None
+    timeout_keep_alive_handler: Callable[[], None]
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         sock = transport.get_extra_info("socket")
@@ -74,6 +82,13 @@ class _PeerCred:
 
         self.app = app_with_peer
         super().connection_made(transport)  # type: ignore[misc]
+        # uvicorn arms its keep-alive timeout only once a response is complete: a client that
+        # connects and never sends a request would hold its connection (and a file
+        # descriptor) for ever. Armed here, it is disarmed by the first byte, as uvicorn does.
+        if self.timeout_keep_alive_task is None and not transport.is_closing():
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
 
 class H11PeerProtocol(_PeerCred, H11Protocol):  # type: ignore[misc]  # a Transport, not a BaseTransport

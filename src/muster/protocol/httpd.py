@@ -41,7 +41,7 @@ import logging
 import os
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -71,6 +71,7 @@ BODY_LIMIT = 16 * 1024 * 1024  # bytes of one request body (a 4 MB script and it
 # After the 413 answer to a body over the limit, the rest is read and dropped up to this
 # size and time before the connection closes, so the client reads the answer, not a reset.
 DRAIN_LIMIT = 256 * 1024 * 1024
+KEEP_ALIVE = 30  # seconds an idle connection is kept open (before and between requests)
 DRAIN_SECONDS = 10.0
 BODY_BUDGET = 256 * 1024 * 1024  # bytes of all request bodies buffered at one time
 FAILURE_BURST = 30.0  # failed authentications a TCP address may have in a row...
@@ -133,18 +134,22 @@ def make_server(
     tls: ssl.SSLContext | None = None,
     hosted: bool = False,
     http: str | None = None,
+    refusal: Refusal | None = None,
+    keep_alive: int = KEEP_ALIVE,
 ) -> uvicorn.Server:
     """uvicorn for ``app`` behind ``Guarded``; TCP connections are TLS when ``tls`` is given;
     ``hosted``: one of several servers in this process, whose signals the process handles;
-    ``http``: "httptools" or "h11" (``httpconn.protocol_class``; default: httptools if installed)."""
-    guarded = Guarded(app, body_limit, clock or SystemClock())
+    ``http``: "httptools" or "h11" (``httpconn.protocol_class``; default: httptools if installed);
+    ``refusal``: the JSON body of Guarded's own refusals (``plain_refusal``'s shape by default);
+    ``keep_alive``: seconds an idle connection is kept (one that never sent a request too)."""
+    guarded = Guarded(app, body_limit, clock or SystemClock(), refusal=refusal)
     config = uvicorn.Config(
         guarded,
         http=protocol_factory(tls, guarded.failures, http),
         lifespan="on",
         log_level=log_level,
         access_log=False,
-        timeout_keep_alive=30,
+        timeout_keep_alive=keep_alive,  # httpconn arms it from the connection's start too
         # A stop closes idle kept-alive connections at once and cuts requests still in
         # flight (a half-sent body, a long poll) after this long: every daemon stops within
         # seconds (``daemonsignals``), not when its slowest client lets go.
@@ -225,15 +230,33 @@ class _FailureBudget:
 STREAMED_PATH = "/v1/steps/stdin"
 
 
+# How a daemon words ``Guarded``'s refusals: (scope, status, message, code) -> JSON body.
+Refusal = Callable[[dict[str, Any], int, str, str], dict[str, Any]]
+
+
+def plain_refusal(scope: dict[str, Any], status: int, message: str, code: str) -> dict[str, Any]:
+    """The daemons' own error shape (what ``protocol.client`` reads)."""
+    return {"error": message, "code": code}
+
+
 class Guarded:
     """Bounded request bodies and a failed-authentication rate limit (module docstring)."""
 
-    def __init__(self, app: Any, limit: int, clock: Clock, budget: int = BODY_BUDGET) -> None:
+    def __init__(
+        self, app: Any, limit: int, clock: Clock, budget: int = BODY_BUDGET, refusal: Refusal | None = None
+    ) -> None:
         self.app = app
         self.limit = limit
         self.budget = budget
         self.buffered = 0
         self.failures = _FailureBudget(clock)
+        self.refusal = refusal or plain_refusal
+
+    async def _refuse(
+        self, scope: dict[str, Any], send: Any, status: int, message: str, code: str, more: bool = False
+    ) -> None:
+        """Guarded's own answers (400, 413, 429, 503), in the shape the app's clients read."""
+        await send_json(send, status, self.refusal(scope, status, message, code), True, more=more)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -243,9 +266,7 @@ class Guarded:
         addr = client[0] if client and not scope.get(PEER_KEY) else None  # TCP only
         if addr is not None and self.failures.exhausted(addr):
             log.warning("refused %s %s from %s: too many failed authentications", scope["method"], scope["path"], addr)
-            await send_json(
-                send, 429, {"error": "Too many failed authentications; retry later", "code": "rate_limited"}, True
-            )
+            await self._refuse(scope, send, 429, "Too many failed authentications; retry later", "rate_limited")
             return
         if scope["path"] == STREAMED_PATH:
             # srun's stdin: copied to the tasks as it comes (it may never end), never held
@@ -276,9 +297,7 @@ class Guarded:
                     log.warning(
                         "refused %s %s: request bodies use all %d bytes", scope["method"], scope["path"], self.budget
                     )
-                    await send_json(
-                        send, 503, {"error": "Server busy: too much request data in flight", "code": "busy"}, True
-                    )
+                    await self._refuse(scope, send, 503, "Server busy: too much request data in flight", "busy")
                     return
                 self.buffered += len(chunk)
                 held += len(chunk)
@@ -311,7 +330,7 @@ class Guarded:
         request's ``receive``), the rest of the body is then read and dropped before the
         connection closes (``_drain``)."""
         if not size.isdigit() and not size.startswith("more"):
-            await send_json(send, 400, {"error": "invalid Content-Length", "code": "invalid"}, True)
+            await self._refuse(scope, send, 400, "invalid Content-Length", "invalid")
             return
         log.warning(
             "refused %s %s: request body of %s bytes over the limit of %d",
@@ -320,11 +339,11 @@ class Guarded:
             size,
             self.limit,
         )
-        error = {"error": f"Request body too large (limit {self.limit} bytes)", "code": "too_large"}
+        message = f"Request body too large (limit {self.limit} bytes)"
         if rest is None:
-            await send_json(send, 413, error, True)
+            await self._refuse(scope, send, 413, message, "too_large")
             return
-        await send_json(send, 413, error, True, more=True)
+        await self._refuse(scope, send, 413, message, "too_large", more=True)
         await _drain(rest)
         await send({"type": "http.response.body", "body": b""})
 

@@ -53,6 +53,19 @@ _ERRORS = {
 _INVALID = (9000, "Unable to parse query or body")
 
 
+# Guarded's refusals (protocol.httpd: a body too large, too much in flight, too many
+# failed authentications) as Slurm's error numbers and texts.
+_REFUSALS = {"busy": _ERRORS["busy"], "rate_limited": _ERRORS["auth"]}
+
+
+def refusal_document(scope: dict[str, Any], status: int, message: str, code: str, cluster: str = "") -> dict[str, Any]:
+    """What musterrestd answers for a request its server refused before any route saw it
+    (``httpd.make_server``'s ``refusal``): Slurm's ``errors[]`` document, as for any error."""
+    number, text = _REFUSALS.get(code, _INVALID)
+    command = [str(scope.get("method", "")), str(scope.get("path", ""))]
+    return layout.error_document(command, message, text, number, "musterrestd", cluster)
+
+
 class RestError(Exception):
     """An answer in ``errors[]`` form with this HTTP status."""
 
@@ -462,7 +475,27 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
     async def openapi(req: Request) -> JSONResponse:
         return JSONResponse(doc)
 
+    async def no_route(req: Request, exc: Exception) -> JSONResponse:
+        """An unknown URL (another plugin version included) or method, in ``errors[]`` form."""
+        status = getattr(exc, "status_code", 404)
+        path = req.url.path
+        # "/slurm/v0.0.40" and the like: the plugins and versions served, read from the routes
+        prefixes = {"/".join(str(getattr(r, "path", "")).split("/")[:3]) for r in req.app.routes}
+        parts = path.split("/")
+        if status == 405:
+            description = f"Method {req.method} not allowed for {path}"
+        elif len(parts) > 2 and parts[1] in ("slurm", "slurmdb") and f"/{parts[1]}/{parts[2]}" not in prefixes:
+            speaks = ", ".join(sorted({p.rsplit("/", 1)[1] for p in prefixes if p.startswith(f"/{parts[1]}/")}))
+            description = f"Unsupported API version {parts[2]!r} in {path}: this server speaks {speaks}"
+        else:
+            description = f"Unable to find requested URL: {path}"
+        document = layout.error_document(
+            [req.method, path], description, _INVALID[1], _INVALID[0], "musterrestd", cluster
+        )
+        return JSONResponse(document, status_code=status)
+
     return Starlette(
+        exception_handlers={404: no_route, 405: no_route},
         routes=[
             Route("/openapi/v3", openapi),
             Route("/openapi.json", openapi),
@@ -487,5 +520,5 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
             Route(f"{SLURMDB}/users", users),
             Route(f"{SLURMDB}/associations", associations),
             Route(f"{SLURMDB}/qos", qos),
-        ]
+        ],
     )

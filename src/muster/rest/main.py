@@ -136,9 +136,14 @@ class Reloadable:
 
 async def serve(settings, sockets, local: bool) -> int:  # type: ignore[no-untyped-def]
     from muster.protocol.httpd import make_server
+    from muster.rest.app import refusal_document
 
     app = Reloadable(settings, local)
-    server = daemonsignals.quiet(make_server(app))
+
+    def refusal(scope, status, message, code):  # type: ignore[no-untyped-def]
+        return refusal_document(scope, status, message, code, app.settings.cluster_name)
+
+    server = daemonsignals.quiet(make_server(app, refusal=refusal))
 
     def stop() -> None:
         server.should_exit = True
