@@ -30,7 +30,7 @@ from muster.cli.common import ClientSettings, connect, connect_message, user_cre
 from muster.core.clock import SystemClock
 from muster.protocol.client import ApiError, ConnectError, request
 from muster.protocol.httpd import PEER_KEY
-from muster.rest import layout
+from muster.rest import layout, versions
 from muster.rest.jobdesc import JobDescError, job_request, number_value
 
 log = logging.getLogger("musterrestd")
@@ -38,6 +38,7 @@ log = logging.getLogger("musterrestd")
 VERSION = "v0.0.40"
 SLURM = f"/slurm/{VERSION}"
 SLURMDB = f"/slurmdb/{VERSION}"
+VERSIONS = versions.VERSIONS  # every version served: one model, each version a view (rest.versions)
 _FORWARDED = ("x-slurm-user-name", "x-slurm-user-token", "authorization")
 
 # The controller's error codes as Slurm's error numbers and texts.
@@ -124,7 +125,7 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
     upstream = Upstream(settings)
     clock = SystemClock()
     cluster = settings.cluster_name
-    doc = openapi_document()
+    doc = versions.combined_document(openapi_document())
 
     def credentials(req: Request) -> dict[str, str] | None:
         """The headers that prove the caller to the controller; None for rest_auth/local."""
@@ -146,9 +147,14 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
         except ConnectError as e:
             raise RestError(502, connect_message(e), "connect") from None
 
-    def answer(req: Request, body: dict[str, Any] | None = None, **fields: Any) -> JSONResponse:
+    def answer(
+        req: Request, body: dict[str, Any] | None = None, *, schema: str | None = None, **fields: Any
+    ) -> JSONResponse:
+        """The answer in v0.0.40's layout, shown as the request's version shows it."""
         who = req.headers.get("x-slurm-user-name", "")
-        return JSONResponse(layout.document([req.method, req.url.path], cluster, who, **(body or {}), **fields))
+        document = layout.document([req.method, req.url.path], cluster, who, **(body or {}), **fields)
+        path = req.url.path
+        return JSONResponse(versions.render(versions.version_of(path), path, document, schema))
 
     def route(fn: Callable[[Request], Awaitable[JSONResponse]]) -> Callable[[Request], Awaitable[JSONResponse]]:
         async def wrapped(req: Request) -> JSONResponse:
@@ -265,14 +271,20 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
         if job is None:
             raise RestError(400, "job: missing (a job description is required)")
         try:
+            if isinstance(job, dict):
+                job, ignored = versions.job_desc(versions.version_of(req.url.path), job)
+            else:
+                ignored = []
             spec, warnings = job_request(job, body.get("script"), caller_name(req))
-        except JobDescError as e:
+        except (JobDescError, ValueError) as e:
             raise RestError(400, str(e)) from None
+        warnings = ignored + warnings
         data = await ctld(req, "POST", "/v1/jobs", {"spec": spec})
         job_id = int(data["job_id"])
         result = {"job_id": job_id, "step_id": "batch", "error_code": 0, "error": "", "job_submit_user_msg": ""}
         return answer(
             req,
+            schema="openapi_job_submit_response",
             job_id=job_id,
             step_id="batch",
             job_submit_user_msg="",
@@ -317,7 +329,9 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
             await ctld(req, "POST", f"/v1/jobs/{path}/release", {})
         jid = req.path_params["job_id"]
         entry = {"job_id": int(jid) if jid.isdigit() else 0, "step_id": "", "error": "", "error_code": 0, "why": ""}
-        return answer(req, results=[entry], job_id=jid, step_id="", job_submit_user_msg="")
+        return answer(
+            req, schema="openapi_job_post_response", results=[entry], job_id=jid, step_id="", job_submit_user_msg=""
+        )
 
     @route
     async def cancel_job(req: Request) -> JSONResponse:
@@ -335,7 +349,63 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
                 code = str(r.get("code") or "error")
                 status = {"invalid_job_id": 404, "permission_denied": 403}.get(code, 400)
                 raise RestError(status, str(r.get("error") or "failed"), code)
+        if versions.at_least(versions.version_of(req.url.path), "v0.0.42"):  # openapi_kill_job_resp
+            jid = req.path_params["job_id"]
+            number = int(jid) if jid.isdigit() else 0
+            status_entry = {
+                "error": {"string": "No error", "code": 0, "message": ""},
+                "step_id": jid,
+                "job_id": {"set": True, "infinite": False, "number": number},
+                "federation": {"sibling": ""},
+            }
+            return answer(req, status=[status_entry])
         return answer(req)
+
+    _REQUEUE_FLAGS = {"incomplete", "hold"}
+
+    def requeue_flags(flags: Any) -> bool:
+        """Whether the requeued jobs are held; only flags muster honours are accepted."""
+        if isinstance(flags, str):
+            flags = [f for f in flags.split(",") if f]
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+            raise RestError(400, "flags: expected a list of flags (Incomplete, Hold)")
+        unknown = [f for f in flags if f.lower() not in _REQUEUE_FLAGS]
+        if unknown:
+            raise RestError(400, f"flags: {unknown[0]} is not supported by muster (Incomplete, Hold)")
+        return any(f.lower() == "hold" for f in flags)
+
+    async def requeue_one(req: Request, text: str, hold: bool) -> dict[str, Any]:
+        """One job requeued as the caller; its ``job_array_response_msg_entry``."""
+        if not text or not all(c.isalnum() or c in "_[]-,%" for c in text):
+            raise RestError(404, f"Invalid job id: {text}", "invalid_job_id")
+        number = int(text) if text.isdigit() else 0
+        await ctld(req, "POST", f"/v1/jobs/{quote(text, safe='')}/requeue", {"hold": hold})
+        return {"job_id": number, "step_id": "", "error": "No error", "error_code": 0, "why": ""}
+
+    @route
+    async def requeue_job(req: Request) -> JSONResponse:
+        hold = requeue_flags(req.query_params.get("flags") or "")
+        return answer(req, status=[await requeue_one(req, req.path_params["job_id"], hold)])
+
+    @route
+    async def requeue_jobs(req: Request) -> JSONResponse:
+        body = await json_body(req)
+        unknown = sorted(set(body) - {"flags", "jobs"})
+        if unknown:
+            raise RestError(400, f"{unknown[0]}: not a field of jobs/requeue")
+        hold = requeue_flags(body.get("flags") or [])
+        ids = body.get("jobs")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str | int) for i in ids):
+            raise RestError(400, "jobs: expected a list of job ids")
+        status = []
+        for i in ids:  # each job on its own: one refused does not stop the others
+            try:
+                status.append([await requeue_one(req, str(i), hold)])
+            except RestError as e:
+                number_, text = _ERRORS.get(e.code, _INVALID)
+                entry = {"job_id": int(i) if str(i).isdigit() else 0, "step_id": "", "error": text}
+                status.append([{**entry, "error_code": number_, "why": e.description}])
+        return answer(req, status=status)
 
     def node_list(data: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -475,6 +545,37 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
     async def openapi(req: Request) -> JSONResponse:
         return JSONResponse(doc)
 
+    def version_routes(v: str) -> list[Route]:
+        """One version's routes: the same handlers, each answer shown as ``v`` shows it."""
+        s, db = f"/slurm/{v}", f"/slurmdb/{v}"
+        out = [
+            Route(f"{s}/ping", ping),
+            Route(f"{s}/diag", diag),
+            Route(f"{s}/jobs", jobs),
+            Route(f"{s}/job/submit", submit, methods=["POST"]),
+            Route(f"{s}/job/{{job_id}}", job, methods=["GET"]),
+            Route(f"{s}/job/{{job_id}}", update_job, methods=["POST"]),
+            Route(f"{s}/job/{{job_id}}", cancel_job, methods=["DELETE"]),
+            Route(f"{s}/nodes", nodes),
+            Route(f"{s}/node/{{node_name}}", node, methods=["GET"]),
+            Route(f"{s}/node/{{node_name}}", update_node, methods=["POST"]),
+            Route(f"{s}/partitions", partitions),
+            Route(f"{s}/partition/{{partition_name}}", partition),
+            Route(f"{s}/reservations", reservations),
+            Route(f"{s}/reservation/{{reservation_name}}", reservation),
+            Route(f"{s}/shares", shares),
+            Route(f"{db}/jobs", db_jobs),
+            Route(f"{db}/job/{{job_id}}", db_job),
+            Route(f"{db}/accounts", accounts),
+            Route(f"{db}/users", users),
+            Route(f"{db}/associations", associations),
+            Route(f"{db}/qos", qos),
+        ]
+        if versions.at_least(v, versions.REQUEUE_SINCE):
+            out.append(Route(f"{s}/job/{{job_id}}/requeue", requeue_job, methods=["GET"]))
+            out.append(Route(f"{s}/jobs/requeue", requeue_jobs, methods=["POST"]))
+        return out
+
     async def no_route(req: Request, exc: Exception) -> JSONResponse:
         """An unknown URL (another plugin version included) or method, in ``errors[]`` form."""
         status = getattr(exc, "status_code", 404)
@@ -499,26 +600,6 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
         routes=[
             Route("/openapi/v3", openapi),
             Route("/openapi.json", openapi),
-            Route(f"{SLURM}/ping", ping),
-            Route(f"{SLURM}/diag", diag),
-            Route(f"{SLURM}/jobs", jobs),
-            Route(f"{SLURM}/job/submit", submit, methods=["POST"]),
-            Route(f"{SLURM}/job/{{job_id}}", job, methods=["GET"]),
-            Route(f"{SLURM}/job/{{job_id}}", update_job, methods=["POST"]),
-            Route(f"{SLURM}/job/{{job_id}}", cancel_job, methods=["DELETE"]),
-            Route(f"{SLURM}/nodes", nodes),
-            Route(f"{SLURM}/node/{{node_name}}", node, methods=["GET"]),
-            Route(f"{SLURM}/node/{{node_name}}", update_node, methods=["POST"]),
-            Route(f"{SLURM}/partitions", partitions),
-            Route(f"{SLURM}/partition/{{partition_name}}", partition),
-            Route(f"{SLURM}/reservations", reservations),
-            Route(f"{SLURM}/reservation/{{reservation_name}}", reservation),
-            Route(f"{SLURM}/shares", shares),
-            Route(f"{SLURMDB}/jobs", db_jobs),
-            Route(f"{SLURMDB}/job/{{job_id}}", db_job),
-            Route(f"{SLURMDB}/accounts", accounts),
-            Route(f"{SLURMDB}/users", users),
-            Route(f"{SLURMDB}/associations", associations),
-            Route(f"{SLURMDB}/qos", qos),
+            *(r for v in VERSIONS for r in version_routes(v)),
         ],
     )

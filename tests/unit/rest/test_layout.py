@@ -11,7 +11,7 @@ from muster.cli.common import parse_client_settings
 from muster.core.job import Job, JobSpec, NodeAlloc, Shape
 from muster.core.states import JobState
 from muster.ctld.wire import job_wire
-from muster.rest import layout
+from muster.rest import layout, versions
 from muster.rest.app import build_app, openapi_document
 
 models = pytest.importorskip("slurmrestpy.models")
@@ -130,7 +130,7 @@ def test_accounting_and_the_rest_parse_with_the_generated_client() -> None:
 
 
 def test_the_openapi_document_covers_exactly_what_is_served() -> None:
-    doc = openapi_document()
+    doc = versions.combined_document(openapi_document())  # every version, as /openapi/v3
     settings = parse_client_settings("ClusterName=t\n", "/nonexistent.conf")
     app = build_app(settings)
     served: set[tuple[str, str]] = set()
