@@ -33,7 +33,7 @@ def cluster() -> Iterator[tuple[Harness, str]]:
     # Not under /tmp: the job's working directory and output files must stay reachable
     # once its /tmp is its own (as under Slurm).
     h = Harness(
-        ClusterShape(nodes=1, gpus_per_node=0, cpus_per_node=2, mem_per_node=2000),
+        ClusterShape(nodes=2, gpus_per_node=0, cpus_per_node=2, mem_per_node=2000),
         root=tempfile.mkdtemp(prefix="muster-jc-", dir="/var/tmp"),
         settings={"JobContainerType": "job_container/tmpfs"},
     )
@@ -43,13 +43,14 @@ def cluster() -> Iterator[tuple[Harness, str]]:
         f.write(f"AutoBasePath=true\nBasePath={base}/%n\nDirs=/tmp,/dev/shm\n")
     try:
         h.up()
-        yield h, os.path.join(base, "node1")
+        yield h, base
     finally:
         h.down()
 
 
 def test_a_jobs_tmp_is_its_own_and_gone_after_it(cluster: tuple[Harness, str]) -> None:
-    h, base = cluster
+    h, root = cluster
+    base = os.path.join(root, "node1")
     uid = ensure_user("mustertest")
     marker = f"muster-private-{os.getpid()}-{time.monotonic_ns()}"
     writer = (
@@ -60,14 +61,14 @@ def test_a_jobs_tmp_is_its_own_and_gone_after_it(cluster: tuple[Harness, str]) -
         f"touch {h.workdir}/{marker}.written\n"
         f"while [ ! -e {h.workdir}/{marker}.checked ]; do sleep 0.05; done\n"
     )
-    job_a = h.sbatch("-o", "a-%j.out", uid=uid, input=writer)
+    job_a = h.sbatch("-w", "node1", "-o", "a-%j.out", uid=uid, input=writer)
     _wait(lambda: os.path.exists(os.path.join(h.workdir, f"{marker}.written")), "job A to write its /tmp")
     # backed by the job's directory under BasePath, never by the machine's /tmp
     assert os.path.exists(os.path.join(base, str(job_a), "_tmp", marker))
     assert not os.path.exists(f"/tmp/{marker}") and not os.path.exists(f"/dev/shm/{marker}")
 
     reader = f"#!/bin/bash\nls /tmp/{marker} /dev/shm/{marker} 2>&1\necho mine > /tmp/{marker}\ncat /tmp/{marker}\n"
-    job_b = h.sbatch("-o", "b-%j.out", uid=uid, input=reader)
+    job_b = h.sbatch("-w", "node1", "-o", "b-%j.out", uid=uid, input=reader)
     assert h.wait_job(job_b)["state"] == "COMPLETED"
     b_out = h.read(f"b-{job_b}.out")
     assert b_out.count("No such file or directory") == 2 and b_out.endswith("mine\n"), b_out
@@ -80,3 +81,26 @@ def test_a_jobs_tmp_is_its_own_and_gone_after_it(cluster: tuple[Harness, str]) -
     _wait(lambda: not os.path.exists(os.path.join(base, str(job_a))), "job A's private /tmp to be removed")
     _wait(lambda: not os.path.exists(os.path.join(base, str(job_b))), "job B's private /tmp to be removed")
     assert not os.path.exists(f"/tmp/{marker}")
+
+
+def test_a_jobs_private_tmp_goes_from_every_node_it_ran_on(cluster: tuple[Harness, str]) -> None:
+    h, root = cluster
+    uid = ensure_user("mustertest")
+    flag = os.path.join(h.workdir, f"release-{os.getpid()}-{time.monotonic_ns()}")
+    script = (
+        "#!/bin/bash\n"
+        "srun -N2 -n2 bash -c 'echo $SLURMD_NODENAME > /tmp/where; cat /tmp/where'\n"
+        f"while [ ! -e {flag} ]; do sleep 0.05; done\n"
+    )
+    job = h.sbatch("-N2", "-o", "n-%j.out", uid=uid, input=script)
+    for node in ("node1", "node2"):  # each node's tasks wrote their node's directory
+        where = os.path.join(root, node, str(job), "_tmp", "where")
+        _wait(lambda where=where: os.path.exists(where), f"{node}'s task to write its /tmp")
+        with open(where) as f:
+            assert f.read() == f"{node}\n"
+    with open(flag, "w"):
+        pass
+    assert h.wait_job(job)["state"] == "COMPLETED"
+    assert sorted(h.read(f"n-{job}.out").split()) == ["node1", "node2"]
+    for node in ("node1", "node2"):  # the batch host at the script's end, the other at the job's
+        _wait(lambda node=node: not os.path.exists(os.path.join(root, node, str(job))), f"{node}'s directory to go")
