@@ -177,6 +177,35 @@ def test_the_probes_answer_without_a_credential(mcluster: Harness) -> None:
     assert get(f"http://{cfg.ctld_addr}:{cfg.ctld_port}/v1/diag")[0] == 401
 
 
+def test_slurm_26_05_gpu_families_count_a_running_gpu_job(mcluster: Harness) -> None:
+    """Slurm 26.05's GPU names on their endpoints, read with Prometheus's parser (scrape)."""
+    h = mcluster
+    job_id = h.sbatch("--gres=gpu:3", "--wrap", "sleep 120")
+    try:
+        h.wait_state(job_id, "RUNNING")
+        job = h.job(job_id)
+        deadline = time.monotonic() + 60
+        while True:  # earlier tests' jobs may still be completing (they hold their GPUs until then)
+            nodes = scrape(h, "/metrics/nodes")
+            if nodes[("slurm_nodes_gpus_alloc", ())] == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert nodes[("slurm_nodes_gpus_alloc", ())] == 3
+        assert nodes[("slurm_nodes_gpus_total", ())] == 12
+        assert nodes[("slurm_node_gpus_alloc", (("node", job["nodelist"]),))] == 3
+        assert nodes[("slurm_node_gpus", (("node", job["nodelist"]),))] == 4
+        parts = scrape(h, "/metrics/partitions")
+        label = (("partition", job["partition"]),)
+        assert parts[("slurm_partition_jobs_gpus_alloc", label)] == 3
+        assert parts[("slurm_partition_gpus", label)] == 12
+        ua = scrape(h, "/metrics/jobs-users-accts")
+        assert ua[("slurm_user_jobs_gpus_alloc", (("username", job["user"]),))] == 3
+        assert ua[("slurm_account_jobs_gpus_alloc", (("account", job["account"] or job["user"]),))] == 3
+        assert scrape(h, "/metrics/jobs")[("slurm_jobs_gpus_alloc", ())] == 3
+    finally:
+        h.run(["scancel", str(job_id)])
+
+
 def test_sdiag_shows_the_counts_and_only_an_admin_may_reset_them(mcluster: Harness) -> None:
     h = mcluster
     h.wait_job(h.sbatch("--wrap", "true"))

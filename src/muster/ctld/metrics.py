@@ -190,6 +190,13 @@ class ControllerCollector:
             if node.registered and node.last_seen is not None:
                 lag.add_metric(name, max(0.0, now - node.last_seen))
         yield _gauge("slurm_nodes", "Nodes in the configuration", len(self.ctl.nodes))
+        # Slurm 26.05's cluster-wide GPU figures (beside the per-node ones above)
+        yield _gauge(
+            "slurm_nodes_gpus_alloc",
+            "GPUs of all nodes allocated to jobs",
+            sum(len(n.gpu_ids_alloc) for n in self.ctl.nodes.values()),
+        )
+        yield _gauge("slurm_nodes_gpus_total", "GPUs of all nodes", sum(n.gpus for n in self.ctl.nodes.values()))
         for word in _NODE_BASE.values():
             yield _gauge(f"slurm_nodes_{word}", f"Nodes whose base state is {word}", base[word])
         for flag in _NODE_FLAGS:
@@ -209,6 +216,12 @@ class ControllerCollector:
             )
             for word in (*_JOB_WORDS.values(), *_JOB_FLAGS)
         }
+        # what the partition's running and completing jobs hold (Slurm 26.05: by the jobs,
+        # where slurm_partition_*_alloc below counts the partition's nodes)
+        for word, what in (("cpus_alloc", "CPUs"), ("gpus_alloc", "GPUs")):
+            families[word] = GaugeMetricFamily(
+                f"slurm_partition_jobs_{word}", f"{what} held by the partition's jobs", labels=["partition"]
+            )
         total = GaugeMetricFamily("slurm_partition_jobs", "Jobs of the partition", labels=["partition"])
         res = {
             name: GaugeMetricFamily(name, doc, labels=["partition"])
@@ -354,7 +367,7 @@ def _tally(jobs: Iterable[Any]) -> _Tally:
     100,000 jobs makes a few hundred groups), then the groups into the tallies."""
     pending, running = JobState.PENDING, JobState.RUNNING
     groups: dict[tuple[Any, ...], int] = {}
-    held: dict[tuple[str, str], Tally[str]] = {}  # (user, account) -> resources held
+    held: dict[tuple[str, str, str], Tally[str]] = {}  # (user, account, partition) -> resources held
     t = _Tally()
     for job in jobs:
         state = job.state
@@ -373,7 +386,7 @@ def _tally(jobs: Iterable[Any]) -> _Tally:
         )
         groups[key] = groups.get(key, 0) + 1
         if state is running or job.completing:
-            res = held.setdefault((job.user, account), Tally())
+            res = held.setdefault((job.user, account, job.partition), Tally())
             for a in job.alloc:
                 res["cpus_alloc"] += a.cpus
                 res["gpus_alloc"] += len(a.gpu_ids)
@@ -397,8 +410,9 @@ def _tally(jobs: Iterable[Any]) -> _Tally:
         ):
             for w in words:
                 tally[w] += n
-    for (user, account), res in held.items():
+    for (user, account, partition), res in held.items():
         t.total.update(res)
+        t.by_part.setdefault(partition, Tally()).update(res)
         t.by_user.setdefault(user, Tally()).update(res)
         t.by_account.setdefault(account, Tally()).update(res)
     return t

@@ -88,6 +88,37 @@ def test_counts_are_read_from_memory_at_scrape_time(tmp_path: pathlib.Path) -> N
     assert m[("muster_node_state", (("node", "node2"), ("state", "drained")))] == 1
 
 
+def test_slurm_26_05_gpu_families_count_a_running_gpu_job(tmp_path: pathlib.Path) -> None:
+    ctl, stats = make(tmp_path)
+    running = ctl.queue.submit(JobSpec(gpus_per_node=3), ALICE)
+    ctl.queue.submit(JobSpec(partitions=["debug"], gpus_per_node=1), BOB)  # pending: holds nothing
+    start(ctl, running.job_id, "node3", 3)  # node3 is in both partitions; the job in gpu only
+    text = ControllerCollector(ctl, stats, user_labels=True).render().decode()
+    m = scrape(ctl, stats)
+    # /metrics/nodes: the cluster's GPUs, unlabelled, beside slurm_node_gpus{node}
+    assert m[("slurm_nodes_gpus_alloc", ())] == 3 and m[("slurm_nodes_gpus_total", ())] == 32
+    assert "# TYPE slurm_nodes_gpus_alloc gauge" in text and "# TYPE slurm_nodes_gpus_total gauge" in text
+    # /metrics/partitions: what the partition's jobs hold, and its nodes' GPUs
+    assert m[("slurm_partition_jobs_gpus_alloc", (("partition", "gpu"),))] == 3
+    assert m[("slurm_partition_jobs_gpus_alloc", (("partition", "debug"),))] == 0
+    assert m[("slurm_partition_jobs_cpus_alloc", (("partition", "gpu"),))] == 4
+    assert m[("slurm_partition_gpus", (("partition", "gpu"),))] == 32
+    assert m[("slurm_partition_gpus", (("partition", "debug"),))] == 16
+    assert m[("slurm_partition_gpus_alloc", (("partition", "debug"),))] == 3  # node3's, by node
+    # /metrics/jobs-users-accts
+    assert m[("slurm_user_jobs_gpus_alloc", (("username", "alice"),))] == 3
+    assert m[("slurm_account_jobs_gpus_alloc", (("account", "alice"),))] == 3
+    assert ("slurm_user_jobs_gpus_alloc", (("username", "bob"),)) not in m  # only non-zero series
+    assert m[("slurm_jobs_gpus_alloc", ())] == 3
+    # each section alone carries its own families, as Slurm's endpoints split them
+    nodes = ControllerCollector(ctl, stats, user_labels=True).render(["nodes"]).decode()
+    names = {f.name for f in text_string_to_metric_families(nodes)}
+    assert {"slurm_nodes_gpus_alloc", "slurm_nodes_gpus_total", "slurm_node_gpus_alloc"} <= names
+    parts = ControllerCollector(ctl, stats, user_labels=True).render(["partitions"]).decode()
+    names = {f.name for f in text_string_to_metric_families(parts)}
+    assert {"slurm_partition_jobs_gpus_alloc", "slurm_partition_gpus"} <= names
+
+
 def test_the_build_info_names_the_controllers_version(tmp_path: pathlib.Path) -> None:
     from muster import __version__
 
