@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -64,6 +66,26 @@ def test_up_status_restart_and_down() -> None:
         assert len(addresses) == 2  # each node on its own loopback address
 
         os.kill(daemons[2]["pid"], signal.SIGKILL)
+        # Another process holds node2's lock: the agent `up` starts exits at once, and `up`
+        # says so (which agent, why, its log) instead of reporting it started.
+        lock = os.open(f"{state}/nodes/node2/musterd.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            deadline = time.monotonic() + 30  # the killed agent's children let go of it first
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, "the killed agent's lock was never released"
+                    time.sleep(0.05)
+            held = muster("up", "--state-dir", state)
+        finally:
+            os.close(lock)
+        assert held.returncode == 1 and "started" not in held.stdout, held.stdout
+        assert held.stderr.startswith(
+            f"muster: error: agent node2 (node2) exited at once: musterd: error: another musterd uses "
+            f"{state}/nodes/node2 (log: {state}/log/node2.log)"
+        ), held.stderr
         again = muster("up", "--state-dir", state)
         assert again.returncode == 0, again.stderr
         assert "started: node2" in again.stdout

@@ -416,6 +416,11 @@ def _cluster_command(args: argparse.Namespace) -> int:
         else:
             print(f"muster: reusing the existing cluster in {cluster.state_dir} (its config and state are kept)")
         started = cluster.start()
+        failed = cluster.agents_up(started, args.timeout)
+        if failed:  # never reported as started: say which and why
+            for line in failed:
+                print(f"muster: error: {line}", file=sys.stderr)
+            return 1
         try:
             cluster.wait_ready(args.timeout)
         except (TimeoutError, RuntimeError) as e:

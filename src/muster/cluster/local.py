@@ -370,6 +370,59 @@ class LocalCluster:
                 started.append(agent)
         return started
 
+    def agents_up(self, started: list[str], timeout: float = 30.0) -> list[str]:
+        """Wait until each agent among ``started`` holds its nodes (it writes its pid into
+        each node's ``musterd.pid`` once it has the node's lock) or has exited. Returns a
+        line per agent that did not come up: why (its log's last line) and where its log
+        is. An agent that exits at once (another musterd holds its node's lock, a bad
+        setting) is never reported as started."""
+        agents = self.agents()
+        waiting = [name for name in started if name in agents]
+        failed: dict[str, str] = {}
+        deadline = time.monotonic() + timeout
+        while waiting:
+            for name in list(waiting):
+                pid = self._alive(name, check_cmdline=False)
+                if pid is None:
+                    failed[name] = f"exited at once: {self._last_log_line(name)}"
+                    waiting.remove(name)
+                elif all(self._node_pid(node) == pid for node in agents[name]):
+                    waiting.remove(name)
+            if waiting and time.monotonic() > deadline:
+                for name in waiting:
+                    failed[name] = f"did not take its nodes within {timeout:.0f}s: {self._last_log_line(name)}"
+                break
+            if waiting:
+                time.sleep(0.05)
+        return [
+            f"agent {name} ({compress(agents[name])}) {why} (log: {self._logfile(name)})"
+            for name, why in failed.items()
+        ]
+
+    def _node_pid(self, node: str) -> int | None:
+        try:
+            with open(os.path.join(self.state_dir, "nodes", node, "musterd.pid")) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _last_log_line(self, name: str) -> str:
+        """The last line of daemon ``name``'s log (the message of a JSON line), or a note."""
+        try:
+            with open(self._logfile(name), "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 8192))
+                lines = [x for x in f.read().decode(errors="replace").splitlines() if x.strip()]
+        except OSError:
+            return "no log"
+        if not lines:
+            return "nothing logged"
+        last = lines[-1].strip()
+        try:
+            record = json.loads(last)
+        except ValueError:
+            return last
+        return str(record.get("msg") or record.get("message") or last) if isinstance(record, dict) else last
+
     def start_rest(self, host: str, port: int, timeout: float = 30.0) -> str:
         """Start musterrestd (JWT auth) on ``host:port`` unless it runs; return its URL."""
         if self._alive("musterrestd") is None:
