@@ -91,6 +91,9 @@ def test_the_served_openapi_document_matches_what_is_served(rest: Rest) -> None:
     checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
     schema = schemathesis.openapi.from_url(f"{rest.url}/openapi/v3", headers=rest.headers(ALICE))
+    # v0.0.41-v0.0.44 are views of the same handlers between these two (rest.versions; each
+    # is validated against its document in test_rest_versions.py): fuzz the oldest and newest
+    schema = schema.include(path_regex=r"^/slurm(db)?/v0\.0\.4[05]/")
     failures: list[str] = []
     for result in schema.get_all_operations():
         op = result.ok()
