@@ -24,8 +24,9 @@ The scenario, one step per test, in order, on one cluster:
 3. each agent is stopped (SIGTERM) and started again in turn: the ranks go on;
 4. SIGHUP to the active controller (a partition added to the file is served), then SIGUSR2
    (the log file, moved away, is opened again); it stays up;
-5. kill -9 of the active controller: the standby takes over and a job the user submits right
-   after runs (the time from the kill to RUNNING is printed);
+5. kill -9 of the active controller in the middle of the user's burst of submissions: the
+   standby takes over and a job the user submits right after runs (the time from the kill
+   to RUNNING is printed); every submission of the burst is acknowledged and runs;
 6. the killed head is started again (a standby) and ``scontrol takeover 0``, run on the
    active head node, hands back to it;
 7. the DDP job ends COMPLETED, once, without a restart, with every rank's output intact, and
@@ -232,7 +233,9 @@ class OpsCluster(NetnsCluster):
 
     def __init__(self, venv: str, pg: dict[str, Any], dbname: str) -> None:
         settings = {
-            "SlurmdTimeout": "30",  # longer than an agent's restart (docs/deploy.md, section 6)
+            # longer than an agent's restart (docs/deploy.md, section 6), as short as that allows:
+            # a launch lost with a killed controller is noticed after it
+            "SlurmdTimeout": "15",
             "SlurmctldTimeout": str(CTLD_TIMEOUT),
             "MessageTimeout": "5",
             "KillWait": "2",
@@ -588,24 +591,57 @@ def test_4_sighup_reconfigures_and_sigusr2_reopens_the_log_of_the_active_control
     ops["train_during"]["signals"] = job(hosts, ops["train"])["state"]
 
 
+def start_burst(state: dict[str, Any], count: int, ids: str) -> subprocess.Popen[str]:
+    """The user submitting ``count`` jobs one after the other on the login host, each
+    acknowledged id appended to ``ids``."""
+    hosts: OpsCluster = state["hosts"]
+    uid = state["uid"]
+    script = (
+        f"for i in $(seq 1 {count}); do sbatch --parsable -p ops -J burst-$i -o /dev/null --wrap true >>{ids} "
+        "|| echo FAILED $i >&2; done"
+    )
+    return subprocess.Popen(
+        [*hosts._enter("login"), "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sh", "-c", script],
+        cwd=hosts.workdir,
+        env=hosts.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_5_kill_9_of_the_active_controller_the_standby_takes_over_and_schedules(ops: dict[str, Any]) -> None:
     hosts: OpsCluster = ops["hosts"]
     proc = hosts.procs["musterctld-head"]
-    killed = time.monotonic()
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
-    after = submit(ops, "-p", "ops", "-o", "/dev/null", "--wrap", "sleep 2")  # waits for the standby
-    took = time_to_running(hosts, killed, after)
-    active = hosts.wait_modes({"head": "stopped", "head2": "active"}) + time.monotonic() - killed
+    ids = os.path.join(hosts.workdir, "burst-ids")
+    burst = start_burst(ops, 8, ids)
+    try:
+        wait_text(ids, r"^\d+$", count=2)  # some acknowledged, more on their way
+        killed = time.monotonic()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        after = submit(ops, "-p", "ops", "-o", "/dev/null", "--wrap", "sleep 2")  # waits for the standby
+        took = time_to_running(hosts, killed, after)
+        _out, err = burst.communicate(timeout=BOUND)
+    finally:
+        if burst.poll() is None:
+            burst.kill()
+            burst.wait()
     print(f"kill -9 of the active controller: a job submitted right after RUNNING {took:.2f} s after the kill")
-    ops.setdefault("figures", {})["kill9_to_running_s"] = took
-    assert took < BOUND and active < BOUND
+    assert took < BOUND
+    # every submission of the burst across the kill acknowledged, once each
+    assert burst.returncode == 0 and "FAILED" not in err, err
+    acked = [int(line) for line in read(ids).split()]
+    assert len(acked) == 8, (acked, err)
+    ops["submitted"] += acked
+    hosts.wait_modes({"head": "stopped", "head2": "active"})
     ping = as_user(ops, "login", ["scontrol", "ping"])
     assert ping.stdout.splitlines() == [
         "Slurmctld(primary) at head is DOWN",
         "Slurmctld(backup) at head2 is UP (active)",
     ], ping.stdout + ping.stderr
-    assert wait_job(hosts, after, ended)["state"] == "COMPLETED"
+    for job_id in [after, *acked]:
+        assert wait_job(hosts, job_id, ended)["state"] == "COMPLETED"
     ops["train_during"]["kill -9"] = job(hosts, ops["train"])["state"]
 
 
@@ -634,11 +670,21 @@ def test_7_every_submission_is_in_the_store_exactly_once(ops: dict[str, Any]) ->
     ops["train_done"] = wait_job(hosts, ops["train"], ended, timeout=120)
     with psycopg.connect(f"{ops['dsn']} dbname={ops['dbname']}") as conn:
         ids = [int(r[0]) for r in conn.execute("SELECT job_id FROM jobs ORDER BY job_id").fetchall()]
-    assert len(set(ops["submitted"])) == len(ops["submitted"]) == 3  # no id acknowledged twice
+    assert len(set(ops["submitted"])) == len(ops["submitted"]) == 11  # no id acknowledged twice
     assert ids == sorted(ops["submitted"]), (ids, ops["submitted"])  # none lost, none doubled
+    # each is one job in accounting, COMPLETED. A job whose start the killed controller had
+    # committed but not yet sent to its node is ended NODE_FAIL by the new one once the
+    # node's grace (SlurmdTimeout) has passed and run again under its id: an attempt that
+    # never ran, listed by sacct -D
+    never_ran = []
     for job_id in ops["submitted"]:
-        acct = hosts.run("login", ["sacct", "-X", "-n", "-P", "-D", "-j", str(job_id), "-o", "JobID"])
-        assert acct.stdout.split() == [str(job_id)], acct.stdout + acct.stderr
+        acct = hosts.run("login", ["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "JobID,State"])
+        assert acct.stdout.split() == [f"{job_id}|COMPLETED"], acct.stdout + acct.stderr
+        attempts = hosts.run("login", ["sacct", "-X", "-n", "-P", "-D", "-j", str(job_id), "-o", "State"])
+        states = attempts.stdout.split()
+        assert states[-1] == "COMPLETED" and set(states) <= {"NODE_FAIL", "COMPLETED"}, states
+        never_ran += [job_id] * states.count("NODE_FAIL")
+    print(f"submissions: {len(ops['submitted'])}, each once; launches lost with the killed controller: {never_ran}")
 
 
 def test_8_the_ddp_job_ran_through_it_all_and_completed_once_with_every_ranks_output_intact(
