@@ -83,6 +83,12 @@ def test_srun_specific_options() -> None:
     assert not build(["true"], {"MUSTER_TORCH_ENV": "0"}).torch_env
 
 
+def test_gpu_bind_is_sent_whole_from_the_option_or_slurm_gpu_bind() -> None:
+    assert build(["--gpu-bind=verbose,map_gpu:1,0", "true"]).step["gpu_bind"] == "verbose,map_gpu:1,0"
+    assert build(["true"], {"SLURM_GPU_BIND": "single:1"}).step["gpu_bind"] == "single:1"
+    assert "gpu_bind" not in build(["true"]).step
+
+
 @pytest.mark.parametrize(
     ("argv", "rc", "text"),
     [
@@ -91,6 +97,8 @@ def test_srun_specific_options() -> None:
         ([], 1, "No command given"),
         (["--multi-prog", "/nonexistent.conf"], 1, "Unable to open multi-prog config file"),
         (["--cpu-bind=cors", "true"], 255, 'unrecognized --cpu-bind argument "cors"'),
+        (["--gpu-bind=single", "true"], 255, "Invalid --gpu-bind argument: single"),
+        (["--gpu-bind=map_gpu:0,x", "true"], 255, "Invalid --gpu-bind argument: map_gpu:0,x"),
     ],
 )
 def test_bad_command_lines(argv: list[str], rc: int, text: str) -> None:
