@@ -44,6 +44,14 @@ RETRY_DELAY = 1.0  # seconds before the first retry, growing by as much each tim
 CALL_AGENTS_AFTER = 0.2  # a starting controller asks the agents to register this long after
 CALL_AGENTS_AT_ONCE = 16  # ... this many at a time
 CALL_AGENT_TIMEOUT = 2.0  # ... each within this long (a node that is down answers nothing)
+BUSY_RETRY = 1.0  # seconds between launches to a node where an older attempt still ends
+BUSY_SLACK = 10.0  # ... for at most KillWait and this long; then the job is requeued
+
+
+def older_attempt_ends(message: str, fault: str | None) -> bool:
+    """The agent refused a launch because an older attempt of the job still runs there (it
+    is being killed: a requeue, a hang): a launch to retry once it is gone, not a failure."""
+    return fault == "stale" and "still runs on" in message
 
 
 class Dispatcher:
@@ -53,6 +61,10 @@ class Dispatcher:
         # The launches on their way, by job: a new time limit waits for its job's launch to
         # be answered (sent at once, it could reach the agent before the job does, and be lost).
         self._launching: dict[int, asyncio.Event] = {}
+        # Launches waiting for an older attempt of their job to end on their node: since when
+        # (monotonic), by (job, attempt); and the tasks that send them again.
+        self._busy: dict[tuple[int, int], float] = {}
+        self._retries: set[asyncio.Task[None]] = set()
 
     def _launches_begin(self, job_ids: list[int]) -> asyncio.Event:
         answered = asyncio.Event()
@@ -227,12 +239,16 @@ class Dispatcher:
             for (a, n, _b), one in zip(sent, answers, strict=True):
                 job_id = a.job.job_id
                 if isinstance(one, dict) and one.get("ok"):
+                    self._busy.pop((job_id, n), None)
                     self.ctl.launches.launch_done(job_id)
                     continue
                 # refused (a launch failure, or an answer with an error status): a failed launch
                 error = str(one.get("error") or one) if isinstance(one, dict) else repr(one)
-                log.warning("job %s: launch refused by %s: %s", job_id, host, error)
                 fault = str(one.get("fault") or "node") if isinstance(one, dict) else "node"
+                if older_attempt_ends(error, fault):
+                    self._launch_later(a.job, host, n, error)
+                    continue
+                log.warning("job %s: launch refused by %s: %s", job_id, host, error)
                 self.ctl.launches.launch_failed(job_id, n, error, fault)
         except Exception:  # a surprise must not kill the controller's loop
             log.exception("dispatch of %d launches to %s failed", len(actions), host)
@@ -281,6 +297,9 @@ class Dispatcher:
             # also saved a report saying so, for the case this answer is lost); any other
             # refusal (HTTP 4xx: it cannot read or will not take this controller's launches;
             # 5xx) fails the launch too: requeued, the node judged by ``launch_failed``.
+            if e.data.get("code") == "launch_failed" and older_attempt_ends(e.message, str(e.data.get("fault"))):
+                self._launch_later(job, host, attempt, e.message)
+                return
             log.warning("job %s: launch refused by %s: %s", job.job_id, host, e)
             if e.data.get("code") == "launch_failed":
                 self.ctl.launches.launch_failed(job.job_id, attempt, e.message, str(e.data.get("fault") or "node"))
@@ -290,7 +309,36 @@ class Dispatcher:
             log.warning("job %s: cannot reach %s to launch: %s", job.job_id, host, e or type(e).__name__)
             self.ctl.launches.launch_failed(job.job_id, attempt, str(e) or type(e).__name__)
         else:
+            self._busy.pop((job.job_id, attempt), None)
             self.ctl.launches.launch_done(job.job_id)
+
+    def _launch_later(self, job: Job, host: str, attempt: int, why: str) -> None:
+        """Launch this attempt again in ``BUSY_RETRY`` s: an older attempt of the job is still
+        being killed on ``host`` (its end frees the node). The launch counts as under way
+        meanwhile (no "vanished from its node" judgement); after KillWait and ``BUSY_SLACK``
+        the job is requeued (the node is not blamed)."""
+        mono = self.ctl.clock.monotonic()
+        since = self._busy.setdefault((job.job_id, attempt), mono)
+        if mono - since > self.ctl.config.kill_wait + BUSY_SLACK:
+            self._busy.pop((job.job_id, attempt), None)
+            log.warning(
+                "job %s: an older attempt still runs on %s after %.0f s: %s", job.job_id, host, mono - since, why
+            )
+            self.ctl.launches.launch_failed(job.job_id, attempt, why, None)
+            return
+        log.info("job %s: attempt %d waits for an older attempt to end on %s", job.job_id, attempt, host)
+        self.ctl.launching[job.job_id] = mono
+
+        async def again() -> None:
+            await asyncio.sleep(BUSY_RETRY)
+            if self._wanted(job, host, attempt):
+                await self._launch(Launch(job))
+            else:
+                self._busy.pop((job.job_id, attempt), None)
+
+        task = asyncio.get_running_loop().create_task(again())
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
 
 
 def _epilog_view(job: Job, nodes: list[str]) -> dict[str, Any]:

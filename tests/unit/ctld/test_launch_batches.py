@@ -139,3 +139,52 @@ def test_a_new_time_limit_waits_for_its_jobs_launch(tmp_path: Any, n: int) -> No
         assert not d._launching
 
     asyncio.run(scenario())
+
+
+STILL_RUNS = {"error": "job 1 attempt 0 still runs on node1", "code": "launch_failed", "fault": "stale", "status": 500}
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_launch_refused_while_an_older_attempt_ends_is_sent_again(
+    tmp_path: Any, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 34: a requeued job's attempt reaches the node where its older attempt is still
+    # being killed; it waits there (the job stays RUNNING, its launch under way), not NODE_FAIL
+    monkeypatch.setattr(dispatch, "BUSY_RETRY", 0.0)
+    ctl, actions = _running(tmp_path, n)
+    refused: Any = (
+        {"answers": [STILL_RUNS, {"ok": True}]} if n > 1 else DaemonRequestError(500, STILL_RUNS["error"], STILL_RUNS)
+    )
+    client = _Client([refused, {"ok": True}])
+    d = dispatch.Dispatcher(ctl, client)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        await (d.launch_many("node1", actions) if n > 1 else d.run(actions[0]))
+        assert ctl.launching.get(1) is not None  # under way: not judged vanished meanwhile
+        while d._retries:
+            await asyncio.gather(*d._retries)
+
+    asyncio.run(scenario())
+    assert client.sent[-1] == ("/v1/launch", [1])
+    assert all(ctl.jobs[i].state is JobState.RUNNING for i in range(1, n + 1))
+    assert ctl.jobs[1].launch_failures == 0 and not ctl.launching and not d._busy
+
+
+def test_an_older_attempt_that_never_ends_requeues_the_job_without_blaming_the_node(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dispatch, "BUSY_RETRY", 0.0)
+    monkeypatch.setattr(dispatch, "BUSY_SLACK", -1e9)  # out of time at once
+    ctl, actions = _running(tmp_path, 1)
+    client = _Client([DaemonRequestError(500, STILL_RUNS["error"], STILL_RUNS)] * 2)
+    d = dispatch.Dispatcher(ctl, client)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        await d.run(actions[0])
+        while d._retries:
+            await asyncio.gather(*d._retries)
+
+    asyncio.run(scenario())
+    job = ctl.jobs[1]
+    assert job.state is JobState.PENDING and job.restart_count == 1
+    assert not ctl.nodes["node1"].drain
