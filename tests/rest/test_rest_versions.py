@@ -150,3 +150,52 @@ def test_slurmrestpy_v0041_and_v0042_clients_submit_read_and_cancel(rest: Rest) 
         while "CANCELLED" not in api("get_job")(str(job_id)).jobs[0].job_state:
             assert time.monotonic() < deadline
             time.sleep(0.2)
+
+
+@pytest.mark.parametrize("prefix", ["v0041", "v0042", "v0043", "v0044"])
+def test_slurm_25_11s_generated_client_runs_each_version(rest: Rest, prefix: str) -> None:
+    """slurmrestapi (PyPI 25.11.4.0: openapi-generator's client of Slurm 25.11.4's own
+    document, pydantic models checking every answer and its enums)."""
+    slurmrestapi = pytest.importorskip("slurmrestapi")
+    models = pytest.importorskip("slurmrestapi.models")
+    cfg = slurmrestapi.Configuration(host=rest.url)
+    cfg.api_key = {"user": ALICE, "token": rest.tokens[ALICE]}
+    client = slurmrestapi.ApiClient(cfg)
+    slurm, slurmdb = slurmrestapi.SlurmApi(client), slurmrestapi.SlurmdbApi(client)
+
+    def api(name: str) -> Any:
+        return getattr(slurm, f"slurm_{prefix}_{name}")
+
+    ping = api("get_ping")().pings[0]
+    assert ping.hostname
+    req = getattr(models, f"{prefix.capitalize()}JobSubmitReq").from_dict(
+        {
+            "job": {
+                "name": f"gen-{prefix}",
+                "script": "#!/bin/sh\nsleep 300\n",
+                "current_working_directory": rest.h.workdir,
+                "environment": ["PATH=/usr/bin:/bin"],
+                "tres_per_node": "gres/gpu:1",
+                "time_limit": {"set": True, "infinite": False, "number": 10},
+            }
+        }
+    )
+    job_id = api("post_job_submit")(req).job_id
+    assert job_id
+    deadline = time.monotonic() + 60
+    while "RUNNING" not in (info := api("get_job")(str(job_id)).jobs[0]).job_state:
+        assert time.monotonic() < deadline, info.job_state
+        time.sleep(0.2)
+    assert info.user_name == ALICE and info.time_limit.number == 10
+    assert info.job_resources.nodes.count == 1
+    if prefix == "v0044":
+        assert info.step_id.sluid.startswith("s")
+    assert job_id in [j.job_id for j in api("get_jobs")().jobs]
+    assert {n.name for n in api("get_nodes")().nodes} == {"node1", "node2"}
+    assert api("get_partitions")().partitions[0].name == "gpu"
+    api("get_diag")()
+    api("delete_job")(str(job_id))
+    while "CANCELLED" not in api("get_job")(str(job_id)).jobs[0].job_state:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    getattr(slurmdb, f"slurmdb_{prefix}_get_jobs")()
