@@ -5,6 +5,10 @@ Slurm documents, with Slurm's unit (``MinJobAge = 300 sec``). Keys Slurm compute
 time are filled from what the controller answers (``BOOT_TIME``, ``SLURM_CONF``,
 ``SLURM_VERSION``, ``SlurmctldHost[0]``, ``MaxNodeCount``). Keys muster adds
 (``CtldSocket``, ``AuthKeyFile``, ...) and Slurm keys this table lacks follow, sorted.
+Where muster's behaviour without a key differs from Slurm's documented default, the line
+says what muster does: an unset ``ProctrackType`` is ``proctrack/linuxproc`` (processes
+tracked by their parentage in ``/proc``; Slurm documents ``proctrack/cgroup``, which muster
+uses only when the key says so: docs/containment.md).
 Standard library only: the commands start fast.
 """
 
@@ -126,7 +130,7 @@ PrioritySiteFactorParameters|(null)|
 PrioritySiteFactorPlugin|(null)|
 PriorityType|priority/basic|
 PrivateData|none|
-ProctrackType|proctrack/cgroup|
+ProctrackType|proctrack/linuxproc|
 Prolog|(null)|
 PrologEpilogTimeout|65534|
 PrologSlurmctld|(null)|
