@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core.rlimits import NAMES as RLIMIT_NAMES
+from muster.core.rlimits import shared as shared_rlimits
 from muster.core.states import JobState, Reason
 from muster.core.timefmt import MAX_TIME_LIMIT
 
@@ -115,6 +116,10 @@ class JobSpec:
     # The submit shell's soft resource limits that propagate (``core.rlimits``: name ->
     # value, -1 unlimited), applied to the batch script and every task; None: none travel.
     rlimits: dict[str, int] | None = _check(max_length=len(RLIMIT_NAMES))
+
+    def __post_init__(self) -> None:
+        if self.rlimits:  # one dict per distinct set of limits, shared by the jobs that have it
+            self.rlimits = shared_rlimits(self.rlimits)
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow copies by hand: dataclasses.asdict deep-copies and is ~10x slower, which

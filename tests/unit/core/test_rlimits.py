@@ -64,3 +64,15 @@ def test_the_configuration_checks_its_propagation_keys() -> None:
         parse_config("PropagateResourceLimits=NOFILE,BOGUS\n")
     with pytest.raises(ConfigError, match="cannot both be set"):
         parse_config("PropagateResourceLimits=NOFILE\nPropagateResourceLimitsExcept=STACK\n")
+
+
+def test_jobs_with_equal_limits_share_one_dict() -> None:
+    from muster.core.job import JobSpec
+
+    a = JobSpec.from_dict({"rlimits": {"NOFILE": 1000, "STACK": 16777216}})
+    b = JobSpec.from_dict({"rlimits": {"STACK": 16777216, "NOFILE": 1000}})
+    c = JobSpec.from_dict({"rlimits": {"NOFILE": 1001}})
+    assert a.rlimits is b.rlimits and a.rlimits is not c.rlimits
+    assert a.to_dict()["rlimits"] == {"NOFILE": 1000, "STACK": 16777216}
+    assert a.to_dict()["rlimits"] is not a.rlimits  # what leaves is a copy
+    assert JobSpec().rlimits is None
