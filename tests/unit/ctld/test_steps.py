@@ -169,3 +169,21 @@ def test_listing_shows_the_batch_step_first(db: str) -> None:
     assert rows[1]["tres"] == "cpu=1,gres/gpu=1,mem=1000M,node=1"
     assert step_wire(book.steps_of(job_id)[0], 1000.0)["tres_per_node"] == "gres:gpu:1"
     assert parse_step_id("12.batch") == (12, -5) and parse_step_id("12") == (12, None)
+
+
+def test_a_steps_gpu_binding_travels_in_its_grant_and_survives_a_restart(db: str) -> None:
+    ctl, book = make(db)
+    job_id = running_job(ctl, JobSpec(script="#!/bin/sh\n"), ["node1"], cpus=4, gpus=2)
+    job = ctl.jobs[job_id]
+    default = book.create(job, ALICE, StepRequest(ntasks=2))  # Slurm's default: both see both
+    assert not isinstance(default, StepWait) and default.layout.task_gpus == [[[0, 1], [0, 1]]]
+    book.finish(job, ALICE, default.step_id, exit_code=0, signal=0)
+    step = book.create(job, ALICE, StepRequest(ntasks=2, gpus_per_node=2, gpu_bind="verbose,map_gpu:1,0"))
+    assert not isinstance(step, StepWait)
+    answer = book.answer(job, step)
+    grant = verify_grant(KEY, answer["grant"], answer["sig"], ctl.clock.now())
+    assert grant["step"]["task_gpus"] == [[[1], [0]]]
+    assert grant["step"]["gpu_bind"] == "verbose,map_gpu:1,0"  # the tasks' SLURMD_TRES_BIND
+    _ctl2, book2 = make(db)
+    [again] = book2.steps_of(job_id)
+    assert again.request.gpu_bind == "verbose,map_gpu:1,0" and again.layout.task_gpus == [[[1], [0]]]
