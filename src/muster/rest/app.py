@@ -1,5 +1,6 @@
 """musterrestd's routes: Slurm's REST API (OpenAPI plugins ``slurmctld`` and ``slurmdbd``,
-data_parser v0.0.40) in front of the controller's own API.
+data_parser v0.0.40 to v0.0.45: each version a view of one model, ``rest.versions``) in front
+of the controller's own API.
 
 Every request is made to the controller *as the caller*: with the caller's token
 (``X-SLURM-USER-NAME``/``X-SLURM-USER-TOKEN`` or ``Authorization: Bearer``), which the
@@ -163,12 +164,9 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
             except RestError as e:
                 number, text = _ERRORS.get(e.code, _INVALID if e.status == 400 else (-1, "Unspecified error"))
                 status = e.status if e.status < 500 or e.status in (502, 503) else 500
-                return JSONResponse(
-                    layout.error_document(
-                        [req.method, req.url.path], e.description, text, number, fn.__name__, cluster
-                    ),
-                    status_code=status,
-                )
+                path = req.url.path
+                document = layout.error_document([req.method, path], e.description, text, number, fn.__name__, cluster)
+                return JSONResponse(versions.render(versions.version_of(path), path, document), status_code=status)
             except Exception as e:  # a bug: one line to the client, the traceback to the log
                 log.exception("%s %s failed", req.method, req.url.path)
                 return JSONResponse(

@@ -1,4 +1,4 @@
-"""``musterrestd``: Slurm's REST API (data_parser v0.0.40) for muster, as slurmrestd serves it.
+"""``musterrestd``: Slurm's REST API (data_parser v0.0.40 to v0.0.45) for muster, as slurmrestd serves it.
 
     musterrestd [-f CONF] [-a rest_auth/jwt,rest_auth/local] [-L LOGFILE] LISTEN...
 
@@ -49,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         help="authentication plugins, comma separated: rest_auth/local (Unix socket peer), rest_auth/jwt",
     )
     ap.add_argument("-s", "--openapi-plugins", default=None, help="accepted for slurmrestd compatibility")
-    ap.add_argument("-d", "--data-parser", default=None, help="accepted for slurmrestd compatibility (v0.0.40)")
+    ap.add_argument(
+        "-d",
+        "--data-parser",
+        default=None,
+        help="accepted for slurmrestd compatibility (v0.0.40 to v0.0.45; all are served)",
+    )
     ap.add_argument("-L", "--log-file", default=None, help="log to this file (mode 0600) instead of stderr")
     ap.add_argument("-v", "--verbose", action="count", default=0)
     ap.add_argument("-V", "--version", action="version", version=VERSION_STRING)
@@ -66,9 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"musterrestd: error: unknown authentication plugin: {sorted(unknown)[0]}", file=sys.stderr)
         return 1
-    if args.data_parser and "v0.0.40" not in args.data_parser:
-        print(f"musterrestd: error: data parser {args.data_parser} not available (v0.0.40 is)", file=sys.stderr)
-        return 1
+    if args.data_parser:  # slurmrestd's -d: every version named must be one served (all are)
+        from muster.rest.versions import VERSIONS
+
+        names = [p.strip() for p in args.data_parser.split(",") if p.strip()]
+        missing = [n for n in names if n.removeprefix("data_parser/").split("+")[0] not in VERSIONS]
+        if missing:
+            served = ", ".join(VERSIONS)
+            print(f"musterrestd: error: data parser {missing[0]} not available ({served} are)", file=sys.stderr)
+            return 1
     from muster.cli.common import CommandError, load_settings
 
     daemonsignals.early("musterrestd")  # from here on SIGHUP and SIGUSR2 never kill it

@@ -20,7 +20,8 @@ def test_listen_forms() -> None:
     ("argv", "message"),
     [
         (["-a", "rest_auth/munge", ":6820"], "unknown authentication plugin: rest_auth/munge"),
-        (["-d", "data_parser/v0.0.42", ":6820"], "data parser data_parser/v0.0.42 not available"),
+        (["-d", "data_parser/v0.0.39", ":6820"], "data parser data_parser/v0.0.39 not available"),
+        (["-d", "v0.0.44,v0.0.46", ":6820"], "data parser v0.0.46 not available"),
         (["nope"], "invalid listen address"),
     ],
 )
