@@ -6,6 +6,7 @@ after the job. Needs root (mount namespaces)."""
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -85,6 +86,8 @@ def test_a_jobs_tmp_is_its_own_and_gone_after_it(cluster: tuple[Harness, str]) -
 
 def test_a_jobs_private_tmp_goes_from_every_node_it_ran_on(cluster: tuple[Harness, str]) -> None:
     h, root = cluster
+    show = h.run(["scontrol", "show", "config"]).stdout
+    assert re.search(r"^JobContainerType +=\s+job_container/tmpfs$", show, re.M), show
     uid = ensure_user("mustertest")
     flag = os.path.join(h.workdir, f"release-{os.getpid()}-{time.monotonic_ns()}")
     script = (
