@@ -82,6 +82,8 @@ def test_each_version_serves_its_endpoints_in_its_own_shape(rest: Rest, document
         one = _check(document, c.get(f"{s}/job/{job_id}"), "get", f"{s}/job/{{job_id}}")
         assert one["jobs"][0]["job_id"] == job_id and one["jobs"][0]["job_resources"]["nodes"]["count"] == 1
         listed = _check(document, c.get(f"{s}/jobs"), "get", f"{s}/jobs")
+        upd = _check(document, c.post(f"{s}/job/{job_id}", json={"comment": v}), "post", f"{s}/job/{{job_id}}")
+        assert upd["results"][0]["job_id"] == job_id and ("job_id" in upd) == (v == "v0.0.41")
         assert job_id in [j["job_id"] for j in listed["jobs"]]
         if v >= "v0.0.44":
             sluid = running["step_id"]["sluid"]
@@ -104,7 +106,7 @@ def test_each_version_serves_its_endpoints_in_its_own_shape(rest: Rest, document
 
         gone = _check(document, c.delete(f"{s}/job/{job_id}"), "delete", f"{s}/job/{{job_id}}")
         if v >= "v0.0.42":
-            assert gone["status"][0]["job_id"]["number"] == job_id
+            assert gone["status"][0]["job_id"]["number"] == job_id and gone["status"][0]["error"]["code"] == 0
         _wait(c, v, job_id, lambda j: "CANCELLED" in j["job_state"], "cancelled")
         if v >= "v0.0.45":  # accounting: this run's SLUID and the first run's
             deadline = time.monotonic() + 30

@@ -351,7 +351,7 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
             jid = req.path_params["job_id"]
             number = int(jid) if jid.isdigit() else 0
             status_entry = {
-                "error": {"string": "No error", "code": 0, "message": ""},
+                "error": {"string": "No error", "code": 0, "message": "No error"},
                 "step_id": jid,
                 "job_id": {"set": True, "infinite": False, "number": number},
                 "federation": {"sibling": ""},
