@@ -107,3 +107,13 @@ def test_a_jobs_private_tmp_goes_from_every_node_it_ran_on(cluster: tuple[Harnes
     assert sorted(h.read(f"n-{job}.out").split()) == ["node1", "node2"]
     for node in ("node1", "node2"):  # the batch host at the script's end, the other at the job's
         _wait(lambda node=node: not os.path.exists(os.path.join(root, node, str(job))), f"{node}'s directory to go")
+
+
+def test_an_sruns_own_allocation_gets_a_private_tmp_too(cluster: tuple[Harness, str]) -> None:
+    h, root = cluster
+    uid = ensure_user("mustertest")
+    out = h.run(["srun", "-w", "node2", "bash", "-c", "echo $SLURM_JOB_ID > /tmp/id; ls -A /tmp; cat /tmp/id"], uid=uid)
+    assert out.returncode == 0, out.stderr
+    listing, job = out.stdout.split()
+    assert listing == "id"  # nothing but what the job wrote: a /tmp of its own
+    _wait(lambda: not os.path.exists(os.path.join(root, "node2", job)), "the allocation's directory to go")
