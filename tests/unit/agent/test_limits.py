@@ -60,7 +60,5 @@ def test_exit_statuses_split_into_code_and_signal() -> None:
 
 def test_the_banner_reads_like_slurmstepds() -> None:
     line = banner("node1", 8633, "timeout", "2026-12-02T15:58:47")
-    assert (
-        line == "slurmstepd: error: *** JOB 8633 ON node1 CANCELLED AT 2026-12-02T15:58:47 DUE TO TIME LIMIT ***\n"
-    )
+    assert line == "slurmstepd: error: *** JOB 8633 ON node1 CANCELLED AT 2026-12-02T15:58:47 DUE TO TIME LIMIT ***\n"
     assert "DUE TO" not in banner("node1", 1, "cancel", "t")
