@@ -108,6 +108,14 @@ def test_each_version_serves_its_endpoints_in_its_own_shape(rest: Rest, document
         if v >= "v0.0.42":
             assert gone["status"][0]["job_id"]["number"] == job_id and gone["status"][0]["error"]["code"] == 0
         _wait(c, v, job_id, lambda j: "CANCELLED" in j["job_state"], "cancelled")
+        if v >= "v0.0.45":  # a finished job: Incomplete leaves it, a plain requeue runs it again
+            quick = c.post(f"{s}/job/submit", json={"job": {**job, "script": "#!/bin/sh\ntrue\n"}}).json()["job_id"]
+            _wait(c, v, quick, lambda j: "COMPLETED" in j["job_state"], "completed")
+            r = c.get(f"{s}/job/{quick}/requeue", params={"flags": "Incomplete"})
+            assert r.status_code == 400 and "already completing or completed" in r.text
+            assert c.get(f"{s}/job/{quick}").json()["jobs"][0]["restart_cnt"] == 0
+            _check(document, c.get(f"{s}/job/{quick}/requeue"), "get", f"{s}/job/{{job_id}}/requeue")
+            _wait(c, v, quick, lambda j: j["restart_cnt"] == 1 and "COMPLETED" in j["job_state"], "ran again")
         if v >= "v0.0.45":  # accounting: this run's SLUID and the first run's
             deadline = time.monotonic() + 30
             while True:

@@ -361,8 +361,9 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
 
     _REQUEUE_FLAGS = {"incomplete", "hold"}
 
-    def requeue_flags(flags: Any) -> bool:
-        """Whether the requeued jobs are held; only flags muster honours are accepted."""
+    def requeue_flags(flags: Any) -> tuple[bool, bool]:
+        """Whether the requeued jobs are held, and whether only unfinished ones are
+        (Incomplete); only flags muster honours are accepted."""
         if isinstance(flags, str):
             flags = [f for f in flags.split(",") if f]
         if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
@@ -370,20 +371,27 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
         unknown = [f for f in flags if f.lower() not in _REQUEUE_FLAGS]
         if unknown:
             raise RestError(400, f"flags: {unknown[0]} is not supported by muster (Incomplete, Hold)")
-        return any(f.lower() == "hold" for f in flags)
+        return any(f.lower() == "hold" for f in flags), any(f.lower() == "incomplete" for f in flags)
 
-    async def requeue_one(req: Request, text: str, hold: bool) -> dict[str, Any]:
+    _FINISHED = {"COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED"}
+
+    async def requeue_one(req: Request, text: str, flags: tuple[bool, bool]) -> dict[str, Any]:
         """One job requeued as the caller; its ``job_array_response_msg_entry``."""
         if not text or not all(c.isalnum() or c in "_[]-,%" for c in text):
             raise RestError(404, f"Invalid job id: {text}", "invalid_job_id")
         number = int(text) if text.isdigit() else 0
+        hold, incomplete = flags
+        if incomplete:  # only a job (or tasks) not yet finished
+            data = await ctld(req, "GET", f"/v1/jobs?job_id={quote(text, safe='')}")
+            if any(str(j.get("state") or "") in _FINISHED for j in data.get("jobs") or []):
+                raise RestError(400, "Job/step already completing or completed")
         await ctld(req, "POST", f"/v1/jobs/{quote(text, safe='')}/requeue", {"hold": hold})
         return {"job_id": number, "step_id": "", "error": "No error", "error_code": 0, "why": ""}
 
     @route
     async def requeue_job(req: Request) -> JSONResponse:
-        hold = requeue_flags(req.query_params.get("flags") or "")
-        return answer(req, status=[await requeue_one(req, req.path_params["job_id"], hold)])
+        flags = requeue_flags(req.query_params.get("flags") or "")
+        return answer(req, status=[await requeue_one(req, req.path_params["job_id"], flags)])
 
     @route
     async def requeue_jobs(req: Request) -> JSONResponse:
@@ -391,14 +399,14 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
         unknown = sorted(set(body) - {"flags", "jobs"})
         if unknown:
             raise RestError(400, f"{unknown[0]}: not a field of jobs/requeue")
-        hold = requeue_flags(body.get("flags") or [])
+        flags = requeue_flags(body.get("flags") or [])
         ids = body.get("jobs")
         if not isinstance(ids, list) or not ids or not all(isinstance(i, str | int) for i in ids):
             raise RestError(400, "jobs: expected a list of job ids")
         status = []
         for i in ids:  # each job on its own: one refused does not stop the others
             try:
-                status.append([await requeue_one(req, str(i), hold)])
+                status.append([await requeue_one(req, str(i), flags)])
             except RestError as e:
                 number_, text = _ERRORS.get(e.code, _INVALID)
                 entry = {"job_id": int(i) if str(i).isdigit() else 0, "step_id": "", "error": text}
