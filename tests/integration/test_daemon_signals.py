@@ -166,6 +166,37 @@ def test_sighup_gives_the_agent_a_new_prolog(umask0_cluster: Harness) -> None:
         os.kill(pid, signal.SIGHUP)
 
 
+def test_sighup_starts_a_health_check_program_on_an_agent_that_had_none(umask0_cluster: Harness) -> None:
+    # issue 37: the health loop ended at start when no program was configured
+    h = umask0_cluster
+    pid = h.agent_pid("node1")
+    marker = os.path.join(h.root, "health-ran")
+    program = os.path.join(h.root, "health.sh")
+    with open(program, "w") as f:
+        f.write(f"#!/bin/sh\necho $SLURMD_NODENAME >> {marker}\n")
+    os.chmod(program, 0o755)
+    with open(h.cluster.conf_path) as f:
+        original = f.read()
+    assert "HealthCheckProgram" not in original
+    try:
+        with open(h.cluster.conf_path, "w") as f:
+            f.write(original + f"HealthCheckProgram={program}\nHealthCheckInterval=1\n")
+        os.kill(pid, signal.SIGHUP)
+        wait_for("the health check program to run", lambda: text(marker).split()[:1] == ["node1"])
+        wait_for("its next run, on its interval", lambda: len(text(marker).split()) >= 2)
+        assert set(text(marker).split()) == {"node1"}  # node2's agent was not reconfigured
+        assert h.agent_pid("node1") == pid
+        assert h.node_states()["node1"] in ("IDLE", "MIXED", "ALLOCATED")  # it passed: not drained
+    finally:
+        with open(h.cluster.conf_path, "w") as f:
+            f.write(original)
+        os.kill(pid, signal.SIGHUP)
+        wait_for(
+            "the program removed",
+            lambda: text(log_path(h, "node1")).count("node1: HealthCheckProgram, HealthCheckInterval applied") >= 2,
+        )
+
+
 def _get(sock: str, path: str) -> tuple[int, dict[str, object]]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(10)

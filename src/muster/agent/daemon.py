@@ -34,6 +34,7 @@ from muster.agent.steps import StepRunner
 from muster.agent.supervisor import Supervisor
 from muster.agent.zygote import Zygote
 from muster.core.clock import Clock, SystemClock
+from muster.core.confhash import config_hash
 from muster.core.config import Config, NodeConf
 from muster.core.topoconf import topology_addr
 from muster.protocol.httpd import SignedClient, bind_tcp, bind_unix, body_limit, make_server
@@ -102,6 +103,7 @@ class AgentDaemon:
         self.clock = clock or SystemClock()
         self.state = StateDir(settings.state_dir)
         self.start_time = self.clock.now()
+        self.config_hash = file_config_hash(settings.conf_path)  # again at SIGHUP (``main.reconfigure``)
         self.inventory = gpus.GpuInventory()
         # The machine's CPUs and memory, found in prepare when the agent detects hardware for
         # real (--gpu-detect nvidia); None: it emulates the configured node (auto, emulate).
@@ -291,6 +293,7 @@ class AgentDaemon:
             "agent_start_time": self.start_time,
             "boot_time": _boot_time(),
             "version": __version__,
+            "config_hash": self.config_hash,
         }
 
     def _resources(self) -> dict[str, Any]:
@@ -367,6 +370,7 @@ class AgentDaemon:
             interval=heartbeat_interval(cfg),
         )
         self.link.send_heartbeat = self.send_heartbeat
+        self.link.config_hash = self.config_hash
         self.hooks.on_fault = self.link.add_fault
         if self.supervisor.refuse is not None:  # the controller drains the node with this reason
             self.link.add_fault({"kind": "cgroup", "reason": self.supervisor.refuse})
@@ -387,17 +391,24 @@ class AgentDaemon:
     async def _health_checks(self) -> None:
         """HealthCheckProgram at start, then every HealthCheckInterval seconds (when the
         node's state is one HealthCheckNodeState names); the verdict travels with the
-        heartbeats, and the controller drains or returns the node to service."""
-        if self.hooks.health_program is None:
-            return
+        heartbeats, and the controller drains or returns the node to service. The loop
+        follows SIGHUP: a program added runs at once (then on its interval), one removed
+        stops (a failure it reported is withdrawn), a new interval applies from now."""
+        hooks = self.hooks
         while True:
-            if self.hooks.health_due(busy=bool(self.supervisor.jobs or self.steps.steps)):
-                result = await self.hooks.run_health_check()
-                assert self.link is not None
-                self.link.set_health(result.ok, result.reason)
-            if self.hooks.health_interval <= 0:
-                return
-            await asyncio.sleep(self.hooks.health_interval)
+            hooks.health_changed.clear()
+            if hooks.health_program is not None:
+                if hooks.health_due(busy=bool(self.supervisor.jobs or self.steps.steps)):
+                    result = await hooks.run_health_check()
+                    assert self.link is not None
+                    self.link.set_health(result.ok, result.reason)
+            elif self.link is not None and self.link.health is not None and not self.link.health.get("ok"):
+                self.link.set_health(True, "")  # no program any more: nothing says the node is unwell
+            interval = hooks.health_interval if hooks.health_program is not None else 0.0
+            try:  # the interval, or until a reconfigure changes the check
+                await asyncio.wait_for(hooks.health_changed.wait(), interval if interval > 0 else None)
+            except TimeoutError:
+                pass
 
     def _progress_reports(self) -> list[dict[str, Any]]:
         """What jobs here reported of their progress since the last heartbeat."""
@@ -486,3 +497,13 @@ class AgentDaemon:
                 os.unlink(socket_path(self.config, self.node.name, self.state.root))
             except OSError:
                 pass
+
+
+def file_config_hash(path: str) -> str | None:
+    """``core.confhash`` of the file at ``path``; None when it cannot be read (the agent
+    then says nothing of its configuration, and is not reported)."""
+    try:
+        with open(path, "rb") as f:
+            return config_hash(f.read())
+    except OSError:
+        return None

@@ -92,6 +92,9 @@ class Hooks:
         self._prologs: dict[tuple[int, int], asyncio.Future[HookResult]] = {}
         self._epilogs: dict[tuple[int, int], bool] = {}
         self.node = node
+        # Set when a reconfigure changes the health check (program, interval, states): the
+        # agent's health loop starts, stops or re-times itself (``AgentDaemon._health_checks``).
+        self.health_changed = asyncio.Event()
         self.configure(config)
 
     def configure(self, config: Config) -> list[str]:
@@ -108,7 +111,10 @@ class Hooks:
         }
         self.timeout = float(config.get_int("PrologEpilogTimeout", 0)) or DEFAULT_TIMEOUT
         after = self._settings()
-        return [] if before is None else [k for k in after if after[k] != before[k]]
+        changed = [] if before is None else [k for k in after if after[k] != before[k]]
+        if any(k.startswith("HealthCheck") for k in changed):
+            self.health_changed.set()
+        return changed
 
     def _settings(self) -> dict[str, Any]:
         return {
