@@ -147,3 +147,41 @@ def test_every_module_is_listed_in_its_packages_readme() -> None:
         if f"`{name}`" not in readme and f"`{name}.py`" not in readme:
             unlisted.append(f"{path.relative_to(SRC)} (in src/muster/{package}/README.md)")
     assert not unlisted, "say what these modules own in their package's README:\n" + "\n".join(unlisted)
+
+
+# One parser per syntax (issue 39): each syntax has one owner, and the pattern a second reader
+# or writer would have to spell is found nowhere else.
+ONE_OWNER = [
+    # Slurm's compact counts, 2(x2),1: written only by core.counts.format_counts
+    ("core/counts.py", re.compile(r"\(x\{"), "a compact count writer (use core.counts.format_counts)"),
+    # GRES text's TRES prefixes: read only by core.resources.parse_gres
+    ("core/resources.py", re.compile(r"""["']gres[/:]["']"""), "a GRES parser (use core.resources.parse_gres)"),
+]
+
+
+def test_each_syntax_has_one_owner() -> None:
+    offenders = []
+    for owner, pattern, what in ONE_OWNER:
+        for path in SRC.rglob("*.py"):
+            name = path.relative_to(SRC).as_posix()
+            if name == owner:
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    offenders.append(f"{name}:{number}: {what}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_enforce_part_limits_is_read_by_one_function() -> None:
+    """Whoever names the key hands its value to sched.config.part_limits_mode."""
+    key = re.compile(r"""(?i)["']enforcepartlimits["']""")
+    keep = {"sched/config.py", "core/confkeys.py", "cli/showconfig.py"}  # the owner, the key list, a sample
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        name = path.relative_to(SRC).as_posix()
+        if name in keep:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if key.search(line) and "part_limits_mode(" not in line:
+                offenders.append(f"{name}:{number}: {line.strip()}")
+    assert not offenders, "read EnforcePartLimits with sched.config.part_limits_mode:\n" + "\n".join(offenders)

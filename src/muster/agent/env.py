@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from muster.core.counts import format_counts
 from muster.core.hostlist import compress
 
 __all__ = [
@@ -82,20 +83,6 @@ def visible_devices(ids: Sequence[int]) -> dict[str, str]:
     """Each of ``GPU_VARS`` naming the GPU indices ``ids``, joined by commas."""
     joined = ",".join(str(i) for i in ids)
     return {name: joined for name in GPU_VARS}
-
-
-def format_counts(counts: Sequence[int]) -> str:
-    """Slurm's run-length list: ``[2, 2, 1]`` -> ``2(x2),1``."""
-    parts: list[str] = []
-    i = 0
-    while i < len(counts):
-        j = i
-        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
-            j += 1
-        run = j - i + 1
-        parts.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
-        i = j + 1
-    return ",".join(parts)
 
 
 def tasks_per_node(ntasks: int, cpus: Sequence[int], cpus_per_task: int, ntasks_per_node: int | None) -> list[int]:

@@ -129,25 +129,15 @@ def _mem_applier(field: str, option: str):
 
 
 def _apply_gres(req: JobRequest, value: str | None) -> None:
-    from muster.core.resources import parse_gres
+    from muster.core.resources import gpu_request
 
-    text = (value or "").strip()
-    if text.lower() == "none":
-        req.spec["gpus_per_node"] = 0
-        return
     try:
-        requests = parse_gres(text)
-    except ValueError:
-        raise _values().OptionValueError("Invalid generic resource (gres) specification", rc=1) from None
-    gpus = [r for r in requests if r.name == "gpu"]
-    if len(gpus) != len(requests) or not gpus:
-        # Only GPUs are scheduled; Slurm rejects a GresType it does not know the same way.
-        raise _values().OptionValueError("Invalid generic resource (gres) specification", rc=1)
-    if len(gpus) > 1:
-        raise _values().OptionValueError("Invalid generic resource (gres) specification: one GPU type per job", rc=1)
-    req.spec["gpus_per_node"] = gpus[0].count
-    if gpus[0].type:
-        req.spec["gpu_type"] = gpus[0].type
+        count, gtype = gpu_request(value or "")
+    except ValueError as e:
+        raise _values().OptionValueError(str(e), rc=1) from None
+    req.spec["gpus_per_node"] = count
+    if gtype:
+        req.spec["gpu_type"] = gtype
 
 
 def _gpu_applier(field: str, option: str):

@@ -33,6 +33,7 @@ from muster.cli.options import (
     finish_job_request,
     job_getopt,
 )
+from muster.core.counts import format_counts
 from muster.core.optionvalues import RC_BAD_OPTION
 
 PROG = "salloc"
@@ -134,8 +135,8 @@ def allocation_environment(job: dict[str, object], spec: dict[str, object], envi
         SLURM_NODELIST=nodelist,
         SLURM_JOB_NUM_NODES=str(len(nodes)),
         SLURM_NNODES=str(len(nodes)),
-        SLURM_JOB_CPUS_PER_NODE=_counts(cpus),
-        SLURM_TASKS_PER_NODE=_counts(_tasks_per_node(spec, cpus)),
+        SLURM_JOB_CPUS_PER_NODE=format_counts(cpus),
+        SLURM_TASKS_PER_NODE=format_counts(_tasks_per_node(spec, cpus)),
         SLURM_JOB_PARTITION=str(job.get("partition") or ""),
         SLURM_JOB_ACCOUNT=str(job.get("account") or ""),
         SLURM_JOB_QOS=str(job.get("qos") or "normal"),
@@ -168,19 +169,6 @@ def _tasks_per_node(spec: dict[str, object], cpus: list[int]) -> list[int]:
         counts[i] += extra
         left -= extra
     return counts
-
-
-def _counts(values: list[int]) -> str:
-    parts = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[i]:
-            j += 1
-        run = j - i + 1
-        parts.append(f"{values[i]}(x{run})" if run > 1 else str(values[i]))
-        i = j + 1
-    return ",".join(parts)
 
 
 def run_command(command: list[str], env: dict[str, str]) -> int:

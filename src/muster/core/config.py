@@ -33,10 +33,6 @@ from muster.core.confkeys import (
     CHOICE_KEYS,
     FALSE,
     GLOBAL,
-    GRES_COUNT_RE,
-    GRES_FACTORS,
-    GRES_NAME_RE,
-    GRES_TYPE_RE,
     HOST_ADDR_RE,
     INT_KEYS,
     KEY_RE,
@@ -58,6 +54,7 @@ from muster.core.confkeys import (
 from muster.core.conftext import strip_comment
 from muster.core.conftypes import Config, ConfigError, NodeConf, PartitionConf
 from muster.core.hostlist import HostlistError, expand
+from muster.core.resources import GresError, parse_gres_entry
 from muster.core.rlimits import RlimitError, parse_names
 from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.core.tlsconf import CTLD_NAME, TLS_MUSTER, TLSConfError, check_type, parse_parameters
@@ -486,23 +483,14 @@ def _parse_gres(text: str, where: str) -> tuple[int, str | None, dict[str, int],
     seen_gpu = False
     for entry in split_list(text):
         spec = entry.split("(", 1)[0]  # drop socket binding such as "(S:0-1)"
-        fields = [f for f in spec.split(":") if f.lower() != "no_consume"]
-        name = fields[0] if fields else ""
-        if not re.compile(GRES_NAME_RE).match(name) or len(fields) > 3:
-            raise ConfigError(f"{where}: bad Gres {entry!r}: expected NAME[:TYPE][:COUNT]")
-        count_match = re.compile(GRES_COUNT_RE).match(fields[-1]) if len(fields) > 1 else None
-        if count_match is not None:
-            count = int(count_match.group(1)) * GRES_FACTORS[count_match.group(2).upper()]
-            type_fields = fields[1:-1]
-        else:
-            if len(fields) == 3:
-                raise ConfigError(f"{where}: bad Gres count in {entry!r}")
-            count = 1
-            type_fields = fields[1:]
-        gres_type = type_fields[0] if type_fields else None
-        if gres_type is not None and not re.compile(GRES_TYPE_RE).match(gres_type):
-            # "gpu:-2", "gpu:1.5": a count that is not one, not a type name
-            raise ConfigError(f"{where}: bad Gres count in {entry!r}")
+        spec = ":".join(f for f in spec.split(":") if f.lower() != "no_consume")
+        try:
+            gres = parse_gres_entry(spec)
+        except GresError as e:
+            if e.count:
+                raise ConfigError(f"{where}: bad Gres count in {entry!r}") from None
+            raise ConfigError(f"{where}: bad Gres {entry!r}: expected NAME[:TYPE][:COUNT]") from None
+        name, gres_type, count = gres.name, gres.type, gres.count
         if name != "gpu":
             others[name] = others.get(name, 0) + count
             continue

@@ -162,12 +162,6 @@ KEY_RE = r"([A-Za-z0-9_.]+)[ \t]*=[ \t]*"
 WORD_RE = r"\S*"
 HOST_ADDR_RE = r"^([^()\s]+)(?:\(([^()\s]+)\))?$"
 PORT_RANGE_RE = r"^(\d+)(?:-(\d+))?$"
-GRES_COUNT_RE = r"(?i)^(\d+)([KMGT]?)$"
-# A GRES type: letters, digits, "_", "." or "-", not starting with a sign and not a number
-# ("a100", "1g.5gb" for MIG slices; "-2" or "1.5" is a bad count, not a type).
-GRES_TYPE_RE = r"^(?![0-9.]+$)[A-Za-z0-9][A-Za-z0-9_.\-]*$"
-GRES_NAME_RE = r"^[A-Za-z0-9_]+$"
-GRES_FACTORS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
 def split_list(value: str) -> list[str]:

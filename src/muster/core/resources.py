@@ -48,45 +48,84 @@ class GresRequest:
         return ":".join(p for p in (self.name, self.type, str(self.count)) if p)
 
 
-_MAX_GRES_COUNT = 2**31 - 1
+# The one reader of GRES text (``name[[:type]:count]``): job requests (``--gres``, the API's
+# ``gres``) call ``parse_gres``/``gpu_request``, slurm.conf's ``Gres=`` calls ``parse_gres_entry``.
+_GRES_NAME_RE = r"^[A-Za-z][A-Za-z0-9_\-]*$"
+# A type: letters, digits, "_", "." or "-", not starting with a sign and not a number
+# ("a100", "1g.5gb" for MIG slices; "-2" or "1.5" is a bad count, not a type).
+_GRES_TYPE_RE = r"^(?![0-9.]+$)[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+_GRES_COUNT_RE = r"^([0-9]+)([KMGTkmgt]?)$"  # ASCII digits only: int() would take "\u0663"
+_GRES_FACTORS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_MAX_GRES_COUNT = 2**64 - 1  # gres.conf's Count is 64 bits (bandwidth:lustre:4G is a node's)
+_MAX_REQUEST_COUNT = 2**31 - 1  # a request's count: never a real one above this
+GRES_SPEC_ERROR = "Invalid generic resource (gres) specification"
+
+
+class GresError(ValueError):
+    """Malformed GRES text. ``str()`` is Slurm's message; ``count`` says whether the count
+    (rather than the entry's shape or name) was what was wrong, for callers that say more."""
+
+    def __init__(self, entry: str, count: bool = False, message: str = GRES_SPEC_ERROR) -> None:
+        super().__init__(message)
+        self.entry = entry
+        self.count = count
+
+
+def parse_gres_entry(entry: str, max_count: int = _MAX_GRES_COUNT) -> GresRequest:
+    """One ``name[[:type]:count]``: ``gpu``, ``gpu:2``, ``gpu:a100``, ``gpu:a100:4``, ``nic:1k``.
+
+    The count defaults to 1 and may carry Slurm's K/M/G/T suffix (times 1024 each), up to
+    ``max_count``. Raises GresError on anything else.
+    """
+    fields = entry.split(":")
+    if len(fields) > 3 or not re.match(_GRES_NAME_RE, fields[0]):
+        raise GresError(entry)
+    count_match = re.match(_GRES_COUNT_RE, fields[-1]) if len(fields) > 1 else None
+    if count_match is not None:
+        count = int(count_match.group(1)) * _GRES_FACTORS[count_match.group(2).upper()]
+        gtype = fields[1] if len(fields) == 3 else None
+    elif len(fields) == 3:
+        raise GresError(entry, count=True)  # "gpu:a100:x", "gpu:a100:-1"
+    else:
+        count, gtype = 1, (fields[1] if len(fields) == 2 else None)
+    if gtype is not None and not re.match(_GRES_TYPE_RE, gtype):
+        raise GresError(entry, count=True)  # "gpu:-2", "gpu:1.5": a count that is not one, not a type
+    if count > max_count:
+        raise GresError(entry, count=True)
+    return GresRequest(fields[0], gtype, count)
 
 
 def parse_gres(text: str) -> list[GresRequest]:
-    """Parse ``gpu:2``, ``gpu:a100:4``, ``gpu``, ``gres/gpu:2``, comma separated lists.
+    """A request's comma separated list: ``gpu:2``, ``gpu:a100:4,nic``; each entry may carry
+    the ``gres/`` (or older ``gres:``) prefix Slurm writes in TRES strings.
 
-    Raises ValueError("Invalid generic resource (gres) specification") on malformed text.
+    Raises GresError("Invalid generic resource (gres) specification") on malformed text.
     """
     out: list[GresRequest] = []
     for item in text.split(","):
         item = item.strip()
-        if item.startswith("gres/"):
-            item = item[5:]
-        if not item:
-            raise ValueError("Invalid generic resource (gres) specification")
-        parts = item.split(":")
-        name = parts[0]
-        gtype: str | None = None
-        count = 1
-        if len(parts) == 2:
-            if parts[1].isascii() and parts[1].isdigit():
-                count = int(parts[1])
-            else:
-                gtype = parts[1]
-        elif len(parts) == 3:
-            gtype = parts[1]
-            if not (parts[2].isascii() and parts[2].isdigit()):
-                raise ValueError("Invalid generic resource (gres) specification")
-            count = int(parts[2])
-        elif len(parts) > 3:
-            raise ValueError("Invalid generic resource (gres) specification")
-        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", name) or (
-            gtype is not None and not re.fullmatch(r"[A-Za-z0-9_\-\.]+", gtype)
-        ):
-            raise ValueError("Invalid generic resource (gres) specification")
-        if count > _MAX_GRES_COUNT:  # Slurm keeps the count in 32 bits: never a real request
-            raise ValueError("Invalid generic resource (gres) specification")
-        out.append(GresRequest(name, gtype, count))
+        for prefix in ("gres/", "gres:"):
+            if item.startswith(prefix):
+                item = item[len(prefix) :]
+        out.append(parse_gres_entry(item, _MAX_REQUEST_COUNT))
     return out
+
+
+def gpu_request(text: str) -> tuple[int, str | None]:
+    """A job's ``--gres`` as the GPUs it asks for on each node: ``(count, type or None)``.
+
+    ``none`` asks for none (Slurm's ``--gres=none``). Only GPUs are scheduled: another name
+    is refused as Slurm refuses a GresType it does not know, and so is a second GPU entry
+    (``gpu:a100:1,gpu:v100:1``), since a job runs on one GPU type here.
+    """
+    if text.strip().lower() == "none":
+        return 0, None
+    requests = parse_gres(text)
+    if any(r.name != "gpu" for r in requests):
+        raise GresError(text)
+    if len(requests) > 1:
+        raise GresError(text, message=f"{GRES_SPEC_ERROR}: one GPU type per job")
+    return requests[0].count, requests[0].type
 
 
 def parse_gpus(text: str) -> tuple[str | None, int]:

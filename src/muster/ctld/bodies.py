@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from muster.core import rlimits
 from muster.core.errors import InvalidRequest
 from muster.core.job import COUNT, JobSpec
-from muster.core.resources import parse_gres
+from muster.core.resources import gpu_request
 from muster.core.timefmt import MAX_TIME_LIMIT
 
 
@@ -32,15 +32,12 @@ class _SpecBase(BaseModel):
         gres = data.pop("gres")
         if gres:
             try:
-                requests = parse_gres(gres)
+                count, gtype = gpu_request(gres)
             except ValueError as e:
                 raise InvalidRequest(str(e)) from None
-            for r in requests:
-                if r.name != "gpu":
-                    raise InvalidRequest("Invalid generic resource (gres) specification")
-                data["gpus_per_node"] = max(data["gpus_per_node"], r.count)
-                if r.type:
-                    data["gpu_type"] = r.type
+            data["gpus_per_node"] = max(data["gpus_per_node"], count)
+            if gtype:
+                data["gpu_type"] = gtype
         if data.get("rlimits") is not None:
             try:
                 data["rlimits"] = rlimits.check(data["rlimits"])

@@ -29,6 +29,7 @@ from muster.ctld.hetindex import het_ids
 from muster.ctld.identity import Identity
 from muster.ctld.state import ClusterState
 from muster.ctld.view import capacity_views, partition_views, reservation_views
+from muster.sched.config import part_limits_mode
 from muster.sched.dependencies import parse_dependency
 from muster.sched.filters import BAD_PARTITION, NO_PARTITION, check_submit
 
@@ -126,7 +127,7 @@ class JobActions:
             reservation_views(self.state.reservations.values()),
             user=who.user,
             group=who.group,
-            enforce_part_limits=(self.state.config.get("EnforcePartLimits") or "NO").upper(),
+            enforce_part_limits=part_limits_mode(self.state.config.get("EnforcePartLimits")),
         )
         if rejection is not None:
             err: MusterError

@@ -21,6 +21,7 @@ from typing import Any
 from muster.cli.jobrequest import JobRequest
 from muster.cli.options import JOB_OPTIONS, OptionTable, apply_options
 from muster.core.optionvalues import OptionValueError
+from muster.core.resources import parse_gres
 
 _TABLE = OptionTable(JOB_OPTIONS)
 
@@ -158,21 +159,22 @@ def _strings(value: Any, field: str) -> list[str]:
     return list(value)
 
 
-def _gres(value: Any, field: str) -> str:
-    """``gres/gpu:2`` or ``gres:gpu:2`` (Slurm writes both) -> ``gpu:2``; only GPUs."""
+def _gres(value: Any, field: str, per_node: bool = True) -> str:
+    """``gres/gpu:2`` or ``gres:gpu:2`` (Slurm writes both) -> ``gpu:2`` for ``--gres``, or
+    ``[type:]count`` for ``--gpus``/``--gpus-per-task`` (``per_node`` false); only GPUs."""
     if not isinstance(value, str):
         raise JobDescError(f"{field}: expected a string")
-    items = []
-    for item in value.split(","):
-        item = item.strip()
-        for prefix in ("gres/", "gres:"):
-            if item.startswith(prefix):
-                item = item[len(prefix) :]
-        if item:
-            items.append(item)
-    if not items or any(not i.startswith("gpu") for i in items):
+    try:
+        requests = parse_gres(value)
+    except ValueError as e:
+        raise JobDescError(f"{field}: {e}: {value!r}") from None
+    if any(r.name != "gpu" for r in requests):
         raise JobDescError(f"{field}: only gres/gpu is supported, not {value!r}")
-    return ",".join(items)
+    if per_node:
+        return ",".join(str(r) for r in requests)
+    if len(requests) > 1:
+        raise JobDescError(f"{field}: one GPU type per job, not {value!r}")
+    return f"{requests[0].type}:{requests[0].count}" if requests[0].type else str(requests[0].count)
 
 
 def _home(user: str) -> str:
@@ -226,9 +228,9 @@ def job_request(job: dict[str, Any], script: str | None, user: str) -> tuple[dic
     if job.get("tres_per_node") is not None:
         add("gres", _gres(job["tres_per_node"], "tres_per_node"))
     if job.get("tres_per_job") is not None:
-        add("gpus", _gres(job["tres_per_job"], "tres_per_job"))
+        add("gpus", _gres(job["tres_per_job"], "tres_per_job", per_node=False))
     if job.get("tres_per_task") is not None:
-        add("gpus-per-task", _gres(job["tres_per_task"], "tres_per_task"))
+        add("gpus-per-task", _gres(job["tres_per_task"], "tres_per_task", per_node=False))
     if job.get("hold"):
         add("hold", None)
     if job.get("requeue") is not None:

@@ -97,9 +97,7 @@ class SchedConfig:
         favor = lower.get("priorityfavorsmall")
         if favor is not None and favor.upper() in ("YES", "NO"):
             changes["favor_small"] = favor.upper() == "YES"
-        enforce = lower.get("enforcepartlimits", "").upper()
-        if enforce in ("NO", "ANY", "ALL", "YES"):
-            changes["enforce_part_limits"] = "ALL" if enforce == "YES" else enforce
+        changes["enforce_part_limits"] = part_limits_mode(lower.get("enforcepartlimits"))
 
         pretype = lower.get("preempttype", "").lower()
         if pretype in ("preempt/none", "preempt/qos", "preempt/partition_prio"):
@@ -135,6 +133,18 @@ class SchedConfig:
                 if depth is not None and depth > 0:
                     changes["bf_max_job_test"] = depth
         return dataclasses.replace(default, **changes)  # type: ignore[arg-type]
+
+
+def part_limits_mode(text: str | None) -> str:
+    """slurm.conf's ``EnforcePartLimits`` as ``NO``, ``ANY`` or ``ALL``: its only reader.
+
+    ``YES`` means ``ALL`` (Slurm's older spelling); absent or unreadable text means ``NO``,
+    Slurm's default. Case does not matter.
+    """
+    value = (text or "").strip().upper()
+    if value == "YES":
+        return "ALL"
+    return value if value in ("ANY", "ALL") else "NO"
 
 
 def preempt_mode(text: str | None) -> str | None:

@@ -20,6 +20,7 @@ from muster.core.config import ConfigError, parse_config
 from muster.core.errors import MusterError
 from muster.core.extras import require
 from muster.core.topoconf import parse_topology, topology_path, wants_topology
+from muster.sched.config import part_limits_mode
 from muster.sched.topology import Topology
 from muster.sim import failcli
 from muster.sim.cluster import Cluster, ClusterError, cluster_from_config, uniform_cluster
@@ -293,7 +294,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         cluster = _cluster(trace, args, conf, topology)
     except ClusterError as e:
         raise UsageError(str(e)) from None
-    enforce = ((conf.get("EnforcePartLimits") if conf is not None else None) or "NO").upper()
+    enforce = part_limits_mode(conf.get("EnforcePartLimits") if conf is not None else None)
     jobs, refused = replayable(selected, trace.unit, cluster, estimate, enforce)
     for why, count in refused.most_common():
         err.write(f"{PROG}: warning: {count:,} jobs not replayed, refused at submission: {why}\n")
