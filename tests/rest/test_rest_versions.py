@@ -162,6 +162,7 @@ def test_slurmrestpy_v0041_and_v0042_clients_submit_read_and_cancel(rest: Rest) 
             time.sleep(0.2)
 
 
+@pytest.mark.filterwarnings("ignore:.*is deprecated:DeprecationWarning")  # v0.0.41, as Slurm 25.11 marks it
 @pytest.mark.parametrize("prefix", ["v0041", "v0042", "v0043", "v0044"])
 def test_slurm_25_11s_generated_client_runs_each_version(rest: Rest, prefix: str) -> None:
     """slurmrestapi (PyPI 25.11.4.0: openapi-generator's client of Slurm 25.11.4's own

@@ -35,6 +35,8 @@ RELEASES = {
     "v0.0.45": ("26", "05", "0"),
 }
 BASE = "v0.0.40"
+# Versions Slurm 25.11 marks deprecated (still served, and marked so in /openapi/v3).
+DEPRECATED = ("v0.0.40", "v0.0.41")
 # Versions that serve job requeue (GET job/{id}/requeue, POST jobs/requeue).
 REQUEUE_SINCE = "v0.0.45"
 
@@ -474,6 +476,10 @@ def combined_document(base: dict[str, Any]) -> dict[str, Any]:
         doc = openapi_document(base, version)
         out["paths"].update(doc["paths"])
         out["components"]["schemas"].update(doc["components"]["schemas"])
+    for path, ops in out["paths"].items():  # as Slurm 25.11 marks them
+        if path.split("/")[2:3] and path.split("/")[2] in DEPRECATED:
+            for op in ops.values():
+                op["deprecated"] = True
     return out
 
 

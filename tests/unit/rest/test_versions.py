@@ -131,6 +131,13 @@ def test_job_desc_fields_follow_the_version() -> None:
         versions.job_desc("v0.0.41", {"oom_kill_step": 1})
 
 
+def test_the_combined_document_marks_what_slurm_25_11_deprecates() -> None:
+    paths = versions.combined_document(BASE)["paths"]
+    assert paths["/slurm/v0.0.41/jobs"]["get"]["deprecated"] is True
+    assert paths["/slurmdb/v0.0.40/jobs"]["get"]["deprecated"] is True
+    assert "deprecated" not in paths["/slurm/v0.0.42/jobs"]["get"]
+
+
 def test_requeue_is_served_and_documented_from_v0045_only() -> None:
     app = build_app(parse_client_settings("ClusterName=t\n", "/nonexistent.conf"))
     paths = {getattr(r, "path", "") for r in app.routes}
