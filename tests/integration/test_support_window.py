@@ -14,20 +14,16 @@ that says so.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
-import subprocess
-import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+import oldrelease
 from harness import Harness
 from muster.cluster.local import ClusterShape
 from muster.protocol import versions
@@ -35,83 +31,24 @@ from muster.protocol.signing import CTLD, load_key, sign_request
 
 pytestmark = pytest.mark.integration
 
-V020 = "22f68a7"  # tag v0.2.0
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPE = ClusterShape(nodes=1, gpus_per_node=0, cpus_per_node=4, mem_per_node=4000)
 
 
 @pytest.fixture(scope="module")
 def old_src() -> Iterator[str]:
     """muster 0.2.0's ``src`` directory, unpacked from git for this module's tests."""
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    probe = subprocess.run(["git", "cat-file", "-e", f"{V020}^{{commit}}"], cwd=ROOT, capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"commit {V020} (v0.2.0) is not in this clone")
-    tree = tempfile.mkdtemp(prefix="muster-v0.2.0-")
-    try:
-        archive = subprocess.Popen(["git", "archive", V020, "src"], cwd=ROOT, stdout=subprocess.PIPE)
-        subprocess.run(["tar", "-x", "-C", tree], stdin=archive.stdout, check=True)
-        assert archive.wait() == 0
-        yield os.path.join(tree, "src")
-    finally:
-        shutil.rmtree(tree, ignore_errors=True)
-
-
-def _spawn(h: Harness, name: str, module: str, args: list[str], pythonpath: str | None) -> None:
-    """Start one daemon of ``h``'s cluster (its pid file where ``LocalCluster.stop`` finds
-    it), from the tree on ``pythonpath`` (None: this one)."""
-    cluster = h.cluster
-    env = dict(os.environ, MUSTER_CONF=cluster.conf_path)
-    env.pop("PYTHONPATH", None)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
-    log_path = os.path.join(cluster.state_dir, "log", f"{name}.log")
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", module, "--conf", cluster.conf_path, *args, "--log-file", log_path],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            env=env,
-        )
-    with open(os.path.join(cluster.state_dir, "run", f"{name}.pid"), "w") as f:
-        f.write(f"{proc.pid}\n")
+    yield from oldrelease.unpack_old_src()
 
 
 def _start(h: Harness, ctld_from: str | None, agent_from: str | None) -> None:
     h.cluster.create(h.shape, h.settings)
-    _spawn(h, "musterctld", "muster.ctld.main", ["--index", "0"], ctld_from)
-    state = os.path.join(h.cluster.state_dir, "nodes", "node1")
-    os.makedirs(state, exist_ok=True)
-    _spawn(h, "node1", "muster.agent.main", ["--node", "node1", "--state-dir", state], agent_from)
+    oldrelease.spawn_ctld(h, ctld_from)
+    oldrelease.spawn_agent(h, "node1", agent_from)
 
 
-def _log(h: Harness, name: str) -> str:
-    path = os.path.join(h.cluster.state_dir, "log", f"{name}.log")
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except OSError as exc:
-        return f"({path}: {exc}; state directory listing: {os.listdir(h.root) if os.path.isdir(h.root) else 'gone'})"
-
-
-def _wait(check: Callable[[], Any], what: str, h: Harness, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as exc:  # noqa: BLE001 - a controller still starting
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.1)
-    raise AssertionError(
-        f"{what}: {last!r}\n--- controller ---\n{_log(h, 'musterctld')}\n--- agent ---\n{_log(h, 'node1')}"
-    )
+_log = oldrelease.log
+_wait = oldrelease.wait
+_old_command = oldrelease.old_command
 
 
 def _node(h: Harness) -> dict[str, Any]:
@@ -121,12 +58,6 @@ def _node(h: Harness) -> dict[str, Any]:
 
 def _idle(h: Harness) -> dict[str, Any]:
     return _wait(lambda: (n := _node(h))["state"] == "IDLE" and n, "node1 never became IDLE", h)
-
-
-def _old_command(h: Harness, old_src: str, command: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run muster 0.2.0's ``command`` (its ``main``) against ``h``'s controller."""
-    code = f"import sys; from muster.cli.{command} import main; sys.exit(main(sys.argv[1:]))"
-    return h.run([sys.executable, "-c", code, *args], env={"PYTHONPATH": old_src, "MUSTER_CMD_SERVER": "0"})
 
 
 def _completed(h: Harness, job_id: int) -> dict[str, Any]:

@@ -85,6 +85,9 @@ class ControllerLink:
         # How heartbeats travel: alone (None), or with those of the other nodes this
         # process hosts (``agent.host.HeartbeatBatch.send``), answered the same way.
         self.send_heartbeat: Callable[[dict[str, Any]], Awaitable[Any]] | None = None
+        # ``core.confhash`` of the muster.conf this agent read (at start, at SIGHUP), said
+        # in every heartbeat: the controller reports a node whose file differs from its own.
+        self.config_hash: str | None = None
 
     def wake(self) -> None:
         """There is a new report to deliver."""
@@ -212,6 +215,8 @@ class ControllerLink:
             body["faults"] = faults
         if self.health is not None:
             body["health"] = self.health
+        if self.config_hash:
+            body["config_hash"] = self.config_hash
         if self.progress_source is not None:
             for report in self.progress_source():
                 self._progress[(int(report["job_id"]), int(report["attempt"]))] = report

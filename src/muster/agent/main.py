@@ -41,7 +41,7 @@ import socket
 import sys
 
 from muster import VERSION_STRING
-from muster.agent.daemon import AgentDaemon, AgentSettings, StartupError
+from muster.agent.daemon import AgentDaemon, AgentSettings, StartupError, file_config_hash
 from muster.agent.gpus import MODES
 from muster.agent.host import NodeField, serve_nodes
 from muster.core.config import Config, ConfigError, parse_config
@@ -152,7 +152,11 @@ def reconfigure(daemons: list[AgentDaemon], path: str) -> None:
     if missing:
         log.error("SIGHUP: %s no longer defines node %s; the running configuration is kept", path, missing[0])
         return
+    digest = file_config_hash(path)
     for daemon in daemons:
+        daemon.config_hash = digest  # said at the next heartbeat (``ctld.agents``)
+        if daemon.link is not None:
+            daemon.link.config_hash = digest
         changed = daemon.hooks.configure(fresh)
         if changed:
             log.info("reconfigure: node %s: %s applied", daemon.node.name, ", ".join(changed))

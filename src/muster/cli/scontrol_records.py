@@ -286,6 +286,11 @@ def node_record(node: dict) -> list[str]:
         f"Gres={gres or '(null)'}",
         f"NodeAddr={node.get('addr')} NodeHostName={node.get('hostname') or node.get('addr')} "
         f"Port={node.get('port')} Version={node.get('version') or 'N/A'}",
+        *(
+            [f"ConfigHash={node.get('config_hash')} DiffersFromController={node['config_mismatch']}"]
+            if node.get("config_mismatch")
+            else []
+        ),
         f"RealMemory={int(node.get('real_memory') or 0)} AllocMem={int(node.get('mem_alloc') or 0)} "
         f"FreeMem=N/A Sockets={sockets} Boards=1",
         f"State={node_state(node)} ThreadsPerCore={threads} TmpDisk=0 Weight={node.get('weight') or 1} "

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from muster.core.confhash import config_hash
+from muster.core.config import Config
 from muster.core.errors import MusterError
 from muster.core.states import HEALTH_DRAIN_PREFIX, JobState
 from muster.ctld.actions import Action
@@ -36,6 +38,9 @@ class Agents:
         # what ``dispatch`` writes to it. A node not registered since this controller
         # started is written to in the oldest protocol accepted.
         self.protocols: dict[str, int] = {}
+        # The hash of the controller's own muster.conf, read once per configuration it
+        # runs (a reconfigure replaces ``state.config``); None: unreadable, nothing compared.
+        self._ours: tuple[Config | None, str | None] = (None, None)
 
     def protocol(self, node: str) -> int:
         return self.protocols.get(node, MIN_PROTOCOL)
@@ -57,6 +62,7 @@ class Agents:
         node.boot_time = msg.boot_time
         node.version = msg.version
         self.protocols[node.name] = protocol
+        self.check_config(node, msg.config_hash)
         self._check_protocol(node, protocol, now)
         low = self._low_resources(node, msg)
         if low and not node.drain:
@@ -138,7 +144,44 @@ class Agents:
         self._watch_lost(node, dict(msg.ended) | dict(msg.running), now)
         if msg.progress is not None:
             self.training.progress(node.name, msg.progress)
+        if msg.config_hash is not None:
+            self.check_config(node, msg.config_hash)
         return {"ok": True, "kill": self._stale_jobs(node, msg.running), "protocol": PROTOCOL}
+
+    def config_hash(self) -> str | None:
+        """``core.confhash`` of the configuration file this controller runs."""
+        config = self.state.config
+        if self._ours[0] is not config:
+            try:
+                with open(config.path, "rb") as f:
+                    digest: str | None = config_hash(f.read())
+            except OSError:
+                digest = None
+            self._ours = (config, digest)
+        return self._ours[1]
+
+    def check_config(self, node: NodeRuntime, reported: str | None) -> None:
+        """An agent said which muster.conf it runs (``reported``; None: an agent that does
+        not say, muster 0.2.0): one that differs from the controller's is logged once per
+        node and change, in Slurm's words, and kept for ``scontrol show node`` and
+        ``muster_node_config_mismatch``; it is not drained (Slurm does not either)."""
+        ours = self.config_hash()
+        before = (node.config_hash, node.config_mismatch)
+        mismatch = (ours or "") if reported and reported != ours else ""
+        node.config_hash = reported or ""
+        if (node.config_hash, mismatch) == before or (not mismatch and not before[1]):
+            node.config_mismatch = mismatch
+            return
+        if mismatch:
+            log.error(
+                "Node %s appears to have a different muster.conf than the musterctld (hash %s vs the controller's %s)",
+                node.name,
+                reported,
+                ours,
+            )
+        else:
+            log.info("node %s: its muster.conf is the controller's again", node.name)
+        node.config_mismatch = mismatch
 
     def _check_protocol(self, node: NodeRuntime, protocol: int, now: float) -> None:
         """``MinAgentProtocol=N``: a node whose agent speaks an older protocol keeps what it

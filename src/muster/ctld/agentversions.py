@@ -16,7 +16,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["AgentVersions"]
+__all__ = ["AgentVersions", "ConfigMismatch"]
 
 
 class AgentVersions(Collector):
@@ -30,4 +30,25 @@ class AgentVersions(Collector):
         )
         for version, count in sorted(counts.items()):
             fam.add_metric([version], count)
+        yield fam
+
+
+class ConfigMismatch(Collector):
+    """``muster_node_config_mismatch{node}`` 1 for each registered node whose agent runs a
+    muster.conf other than the controller's (``Agents.check_config``); nodes that agree,
+    or do not say (muster 0.2.0), have no series. The alert ``MusterNodeConfigMismatch``
+    (deploy/prometheus/muster-alerts.yml) fires on it."""
+
+    def __init__(self, nodes: Callable[[], Iterable[Any]]) -> None:
+        self.nodes = nodes
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        fam = GaugeMetricFamily(
+            "muster_node_config_mismatch",
+            "1: the node's agent runs a muster.conf that differs from the controller's",
+            labels=["node"],
+        )
+        for node in self.nodes():
+            if node.registered and node.config_mismatch:
+                fam.add_metric([node.name], 1)
         yield fam

@@ -28,7 +28,7 @@ from muster.core.errors import StorageError
 from muster.core.hostlist import compress
 from muster.core.states import JobState
 from muster.ctld.actions import Launch
-from muster.ctld.agentversions import AgentVersions
+from muster.ctld.agentversions import AgentVersions, ConfigMismatch
 from muster.ctld.api import build_routes
 from muster.ctld.certexpiry import CertExpiry
 from muster.ctld.controller import Action, Controller
@@ -98,6 +98,7 @@ class CtldApp:
         self.controller.mail.watch_running()
         self.stats.registry.register(CertExpiry(lambda: self.controller.config))  # /metrics: TLS expiry
         self.stats.registry.register(AgentVersions(lambda: self.controller.nodes.values()))
+        self.stats.registry.register(ConfigMismatch(lambda: self.controller.nodes.values()))
         self.pass_log = PassLog(self.clock)
         self._store_open = True
         self.steps = StepBook(self.controller, key)  # job steps: srun, salloc

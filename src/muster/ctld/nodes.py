@@ -45,6 +45,10 @@ class NodeRuntime:
     agent_start_time: float | None = None
     boot_time: float | None = None
     version: str = ""
+    # ``core.confhash`` of the agent's muster.conf ("": not said, muster 0.2.0), and the
+    # controller's own when the two differ ("" when they agree): ``Agents.check_config``
+    config_hash: str = ""
+    config_mismatch: str = ""
     hostname: str = ""  # NodeHostname (Slurm's default: the node's name)
     # allocations, kept up to date by the controller's ``ClusterState`` (its one owner):
     # (job id, attempt) -> (cpus, mem, gpu ids)

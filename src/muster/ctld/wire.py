@@ -167,6 +167,8 @@ def node_wire(node: NodeRuntime, jobs_here: list[int]) -> dict[str, Any]:
         "jobs": jobs_here,
         "weight": node.weight,
         "version": node.version,
+        "config_hash": node.config_hash,
+        "config_mismatch": node.config_mismatch,  # the controller's hash when they differ
     }
 
 

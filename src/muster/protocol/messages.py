@@ -77,7 +77,13 @@ M = TypeVar("M", bound=_Message)
 
 
 class Register(_Message):
-    since: ClassVar[dict[str, int]] = {"sockets": 3, "cores_per_socket": 3, "threads_per_core": 3, "emulated": 3}
+    since: ClassVar[dict[str, int]] = {
+        "sockets": 3,
+        "cores_per_socket": 3,
+        "threads_per_core": 3,
+        "emulated": 3,
+        "config_hash": 3,
+    }
 
     node: str = Field(min_length=1)
     addr: str | None = None
@@ -98,6 +104,8 @@ class Register(_Message):
     agent_start_time: float | None = None
     boot_time: float | None = None
     version: str = ""
+    # ``core.confhash`` of the agent's muster.conf; None: not said (muster 0.2.0)
+    config_hash: str | None = None
 
 
 class Fault(_Message):
@@ -118,6 +126,8 @@ class Health(_Message):
 
 
 class Heartbeat(_Message):
+    since: ClassVar[dict[str, int]] = {"config_hash": 3}
+
     node: str = Field(min_length=1)
     running: list[Attempt] = []
     ended: list[Attempt] = []  # ended here, reports on their way
@@ -125,6 +135,7 @@ class Heartbeat(_Message):
     health: Health | None = None
     # what jobs said of their progress since the last heartbeat (``ctld.training``)
     progress: list[dict[str, Any]] | None = None
+    config_hash: str | None = None  # as in ``Register``: a file changed since is seen
 
 
 class Heartbeats(_Message):
