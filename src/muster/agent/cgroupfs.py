@@ -250,6 +250,23 @@ class NodeCgroups:
                 out.update(int(p) for p in _read(os.path.join(dirpath, "cgroup.procs")).split())
         return out
 
+    def step_task_pids(self, job_id: int) -> set[int]:
+        """The processes of the job's srun steps (``step_<n>``), not of its batch step: a
+        signal for the job's tasks reaches them through srun, which forwards it."""
+        base = self.job_dir(job_id)
+        out: set[int] = set()
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return out
+        for name in names:
+            if not name.startswith("step_") or name == "step_batch":
+                continue
+            for dirpath, _dirs, _files in os.walk(os.path.join(base, name)):
+                with contextlib.suppress(OSError):
+                    out.update(int(p) for p in _read(os.path.join(dirpath, "cgroup.procs")).split())
+        return out
+
     def oom_kills(self, job_id: int) -> dict[str, int]:
         """OOM kills in the job's memory cgroup, by step (``batch``, ``0``, ...): on v1 each
         step's directory counts its own (its tasks' included); on v2 only the job's has the

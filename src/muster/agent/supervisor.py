@@ -431,7 +431,11 @@ class Supervisor:
         process of this job to forward it (it answers False for a batch job's steps)."""
         if self.signal_steps(t.job_id, sig):
             return
-        for pid in self._members(t) - {t.pid}:
+        # The job's cgroup also holds its srun steps' tasks (each under its step supervisor,
+        # not the batch shell): srun forwards the signal to them, so they are left to it,
+        # else each would get it twice.
+        steps = self.cgroups.step_task_pids(t.job_id) if self.cgroups is not None else set()
+        for pid in self._members(t) - {t.pid} - steps:
             self.kill(pid, sig)
 
     def update(self, job_id: int, time_limit: int | None) -> bool:
