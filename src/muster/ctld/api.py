@@ -40,6 +40,7 @@ from muster.ctld.bodies import (
     SpecModel,
     SubmitBody,
     UpdateBody,
+    known_only,
 )
 from muster.ctld.columns import PartitionCache, jobs_by_node, node_rows
 from muster.ctld.commits import GroupCommit
@@ -62,6 +63,19 @@ from muster.protocol.signing import CRED_HEADER
 log = logging.getLogger("musterctld.api")
 IDENTITY_KEY = "muster.identity"  # the caller, once proven, for the rest of the request
 MUNGE_KEY = "muster.munge"  # munged's answer for the request's MUNGE credential, asked off the loop
+IGNORED_KEY = "muster.ignored"  # the body's fields a newer command sent that this controller ignored
+IGNORED_HEADER = "X-Muster-Ignored"  # ... named in the answer, for the command to say so
+# Commands of the next release are served (the window runs both ways for commands: they
+# may be upgraded before the controller, or it rolled back before them); their bodies'
+# fields this controller does not know are ignored, logged and named in the answer.
+NEWER_COMMANDS = versions.PROTOCOL + 1
+
+
+def check_client_protocol(head: Any) -> int:
+    """A command's protocol, when this controller serves it (N-1..N+1); else ``ProtocolMismatch``."""
+    if versions.peer_protocol(head) == NEWER_COMMANDS:
+        return NEWER_COMMANDS
+    return versions.check(head, "client", "", "this controller")
 
 
 class _Refused(Exception):
@@ -136,7 +150,21 @@ def build_routes(ctx: Context) -> list[Route]:
             data = json.loads(raw or b"{}")
         except (ValueError, RecursionError):
             raise InvalidRequest("invalid request: body is not valid JSON") from None
-        try:
+        protocol = versions.peer_protocol(request.headers)
+        if protocol > versions.PROTOCOL:  # a newer command: its new fields are ignored, said so
+            data, ignored = known_only(model, data)
+            if ignored:
+                log.warning(
+                    "%s %s: a command of protocol %d sent fields this controller (protocol %d) does not know; "
+                    "ignored: %s",
+                    request.method,
+                    request.url.path,
+                    protocol,
+                    versions.PROTOCOL,
+                    ", ".join(ignored),
+                )
+                request.scope[IGNORED_KEY] = ignored
+        try:  # the same protocol or older: an unknown field is refused, named (a typo, a bug)
             return model.model_validate(data)
         except ValidationError as e:
             raise InvalidRequest(_validation_message(e)) from None
@@ -177,7 +205,7 @@ def build_routes(ctx: Context) -> list[Route]:
         async def wrapped(request: Request) -> JSONResponse:
             try:
                 if not request.url.path.startswith("/v1/agent/"):  # a daemon's: ``signing.check_protocol``
-                    versions.check(request.headers, "client", "", "this controller")
+                    check_client_protocol(request.headers)
                 unproven = request.scope.get(PEER_KEY) is None or token_in(request.headers) is not None
                 if unproven and not request.url.path.startswith("/v1/agent/"):
                     if IDENTITY_KEY not in request.scope:  # MUNGE: munged is asked in a thread
@@ -185,7 +213,11 @@ def build_routes(ctx: Context) -> list[Route]:
                         if decoded is not None:
                             request.scope[MUNGE_KEY] = decoded
                     caller(request)  # over TCP (or with a token) nothing is served to an unproven caller
-                return await fn(request)
+                response = await fn(request)
+                ignored = request.scope.get(IGNORED_KEY)
+                if ignored:
+                    response.headers[IGNORED_HEADER] = ",".join(ignored)
+                return response
             except _Refused as e:
                 client = request.client.host if request.client else "?"
                 log.warning(

@@ -2,12 +2,16 @@
 
 ``SpecModel`` is derived from ``core.job.JobSpec``: each field carries the checks
 ``core.job`` declares, so the submission schema and the job model cannot drift apart.
+
+Every body refuses a field it does not know (a typo, a bug), except from a command one
+protocol newer than the controller: ``known_only`` leaves out its new fields first, and
+``ctld.api`` logs them and names them in the answer (docs/upgrade.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -124,3 +128,43 @@ class ReservationBody(BaseModel):
     accounts: list[str] | None = None
     flags: list[str] | None = None
     partition: str | None = None
+
+
+def known_only(model: type[BaseModel], data: Any, where: str = "") -> tuple[Any, list[str]]:
+    """``data`` without the fields ``model`` (and the models nested in it) does not know,
+    and the paths of those left out (``spec.new_limit``, ``components[1].x``). For a
+    command one release newer than this controller (``ctld.api``): its new fields are
+    ignored, and said so, while the known ones are checked as ever."""
+    if not isinstance(data, dict):
+        return data, []
+    out: dict[str, Any] = {}
+    ignored: list[str] = []
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            ignored.append(f"{where}{key}")
+            continue
+        sub = _model_in(field.annotation)
+        if sub is not None and isinstance(value, dict):
+            value, more = known_only(sub, value, f"{where}{key}.")
+            ignored += more
+        elif sub is not None and isinstance(value, list):
+            items = []
+            for i, item in enumerate(value):
+                item, more = known_only(sub, item, f"{where}{key}[{i}].")
+                items.append(item)
+                ignored += more
+            value = items
+        out[key] = value
+    return out, ignored
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (itself, in a list, or optional), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
