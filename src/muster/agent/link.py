@@ -121,12 +121,17 @@ class ControllerLink:
         backoff = MIN_BACKOFF
         while True:
             delay = self.interval
+            registering = not self.registered
             try:
                 answer = await self._contact_unless_called()
                 if answer is _CALLED:
                     continue  # a new controller asked for us: register with it now
                 backoff = MIN_BACKOFF
                 self._obey(answer)
+                if registering and self.registered:
+                    # a heartbeat at once: it says what ended here too (a registration does
+                    # not), so that a new controller sees at once which launches never came
+                    delay = 0.0
             except DaemonRequestError as exc:
                 self._mark_reachable(True)
                 if exc.status == 404 and self.registered:

@@ -16,6 +16,7 @@ from starlette.routing import Route
 from muster.core.errors import MusterError
 from muster.ctld.commits import GroupCommit
 from muster.ctld.context import Context
+from muster.ctld.unlaunched import relaunch_unlaunched
 from muster.ctld.wire import message
 from muster.protocol.messages import Heartbeat, Heartbeats, JobsDone
 from muster.protocol.versions import peer_protocol
@@ -41,6 +42,8 @@ def build_agent_routes(
         if msg.faults or msg.health is not None:
             ctx.perform(ctl.agents.node_faults(msg))
             ctx.kick()
+        # a start a previous controller committed and never sent: sent now (``unlaunched``)
+        ctx.perform(relaunch_unlaunched(ctl, msg.node, msg.running, msg.ended))
         return 200, answer
 
     @handler

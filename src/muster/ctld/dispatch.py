@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,6 +47,15 @@ CALL_AGENTS_AT_ONCE = 16  # ... this many at a time
 CALL_AGENT_TIMEOUT = 2.0  # ... each within this long (a node that is down answers nothing)
 BUSY_RETRY = 1.0  # seconds between launches to a node where an older attempt still ends
 BUSY_SLACK = 10.0  # ... for at most KillWait and this long; then the job is requeued
+# For tests only: with this set to 1 the controller exits (as if killed) in place of sending
+# a launch, after the start was committed: the crash window ``unlaunched`` recovers from.
+CRASH_BEFORE_LAUNCH = "MUSTER_TEST_CRASH_BEFORE_LAUNCH"
+
+
+def _crash_before_launch() -> None:
+    if os.environ.get(CRASH_BEFORE_LAUNCH) == "1":
+        log.critical("%s=1: exiting before sending a launch (a test's crash)", CRASH_BEFORE_LAUNCH)
+        os._exit(137)
 
 
 def older_attempt_ends(message: str, fault: str | None) -> bool:
@@ -199,6 +209,7 @@ class Dispatcher:
         """Several launches to ``host`` in one request (``/v1/launches``), each answer
         handled as ``_launch`` handles its own. Sent again (no answer) with those still
         wanted only; refused whole (an agent without that route), they go one by one."""
+        _crash_before_launch()
         job_ids = [a.job.job_id for a in actions]
         answered = self._launches_begin(job_ids)
         try:
@@ -274,6 +285,7 @@ class Dispatcher:
         return job.state is JobState.RUNNING and job.restart_count == attempt and node is not None and node.responding
 
     async def _launch(self, action: Launch) -> None:
+        _crash_before_launch()
         answered = self._launches_begin([action.job.job_id])
         try:
             await self._launch_one(action)
