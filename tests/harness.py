@@ -10,11 +10,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from typing import Any
 
 from muster.cluster.local import ClusterShape, LocalCluster
+from waiting import wait_for
 
 BIN = os.path.dirname(sys.executable)
 
@@ -142,17 +142,30 @@ class Harness:
     ) -> dict[str, Any]:
         """Wait until the job has ended (and is no longer completing), or ``done`` says so."""
         check = done or (lambda j: j["state"] not in ("PENDING", "RUNNING") and not j["completing"])
-        deadline = time.monotonic() + timeout
-        while True:
-            job = self.job(job_id)
-            if check(job):
-                return job
-            if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} did not reach the expected state: {job['state']}")
-            time.sleep(0.05)
+        seen: list[dict[str, Any]] = []
+
+        def reached() -> dict[str, Any] | None:
+            seen[:] = [self.job(job_id)]
+            return seen[0] if check(seen[0]) else None
+
+        try:
+            return wait_for(reached, timeout, what=f"job {job_id} to reach the expected state")
+        except AssertionError:
+            raise AssertionError(f"job {job_id} did not reach the expected state: {seen[0]['state']}") from None
 
     def wait_state(self, job_id: int, state: str, timeout: float = 60) -> dict[str, Any]:
         return self.wait_job(job_id, lambda j: j["state"] == state, timeout)
+
+    def passes(self) -> int:
+        """How many scheduling passes the controller has ended (sdiag's cycles)."""
+        return int(self.cluster.api("GET", "/v1/diag")["cycles"])
+
+    def wait_passes(self, count: int = 2, timeout: float = 30) -> None:
+        """Wait until ``count`` more scheduling passes have ended: with two, one of them began
+        after this call, so a job still pending then was considered and left to wait (what a
+        test that asserts "it does not start" waits for, instead of a fixed sleep)."""
+        target = self.passes() + count
+        wait_for(lambda: self.passes() >= target, timeout, what=f"{count} more scheduling passes")
 
     def node_states(self) -> dict[str, str]:
         """Each node's state as sinfo's long form names it (IDLE, DOWN, ...)."""

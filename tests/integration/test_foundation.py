@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -59,19 +59,20 @@ def test_scancel_kills_the_whole_process_tree(cluster: Harness) -> None:
     marker = f"muster-tree-{os.getpid()}-{time.monotonic_ns()}"
     job_id = cluster.sbatch("--wrap", f"(sleep 300; echo {marker}) & setsid sleep 301 & sleep 302")
     cluster.wait_state(job_id, "RUNNING")
-    time.sleep(0.5)
+
+    def tree() -> list[str]:
+        left = os.popen("pgrep -f 'sleep 30[012]' -a").read()
+        return [line for line in left.splitlines() if _environ_job(line) == str(job_id)]
+
+    wait_for(lambda: len(tree()) >= 3, 10, what="the job's three sleeps to start")
     out = cluster.run(["scancel", str(job_id)])
     assert out.returncode == 0, out.stderr
     job = cluster.wait_job(job_id)
     assert job["state"] == "CANCELLED"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        left = os.popen("pgrep -f 'sleep 30[012]' -a").read()
-        if not any(str(job_id) in _environ_job(line) for line in left.splitlines()):
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"processes survived scancel: {left}")
+    try:
+        wait_for(lambda: not tree(), 10, what="the job's processes to end")
+    except AssertionError:
+        pytest.fail(f"processes survived scancel: {tree()}")
 
 
 def _environ_job(pgrep_line: str) -> str:
@@ -150,7 +151,7 @@ def test_controller_kill9_loses_no_job(private_cluster: Harness) -> None:
     pid = h.cluster._alive("musterctld")
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    time.sleep(0.3)
+    wait_for(lambda: h.cluster._alive("musterctld") is None, 10, what="the killed controller to be gone")
     h.cluster.start()
     h.cluster.wait_ready(30)
     for job_id in running + queued:

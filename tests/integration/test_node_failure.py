@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness, process_running
+from harness import Harness, process_running, wait_for
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
@@ -85,21 +85,20 @@ def test_a_restarted_agent_ends_the_step_whose_srun_did_not_come_back(fast_faili
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while not (os.path.exists(pids) and len(h.read(pids).split()) == 2):
-            assert time.monotonic() < deadline and srun.poll() is None, "the tasks did not start"
-            time.sleep(0.05)
+
+        def started() -> bool:
+            assert srun.poll() is None, "srun ended before its tasks started"
+            return os.path.exists(pids) and len(h.read(pids).split()) == 2
+
+        wait_for(started, 30, what="the tasks to start")
         tasks = [int(p) for p in h.read(pids).split()]
         os.kill(h.cluster._alive("node2"), signal.SIGKILL)
         srun.kill()
         srun.wait()
-        time.sleep(0.3)
+        wait_for(lambda: h.cluster._alive("node2") is None, 10, what="the killed agent to be gone")
         assert all(process_running(p) for p in tasks)  # the agent's death alone does not end them
         h.cluster.start()  # a new agent for node2 takes the step back, waits for srun, ends it
-        deadline = time.monotonic() + 30
-        while any(process_running(p) for p in tasks):
-            assert time.monotonic() < deadline, "the step's tasks are still running"
-            time.sleep(0.05)
+        wait_for(lambda: not any(process_running(p) for p in tasks), 30, what="the step's tasks to end")
     finally:
         if srun.poll() is None:
             srun.kill()
@@ -111,7 +110,7 @@ def test_controller_kill9_under_load_loses_no_job(fast_failing: Harness) -> None
     h = fast_failing
     ids = [h.sbatch("--wrap", "sleep 0.2", "-o", "/dev/null") for _ in range(60)]
     os.kill(h.cluster._alive("musterctld"), signal.SIGKILL)
-    time.sleep(0.2)
+    wait_for(lambda: h.cluster._alive("musterctld") is None, 10, what="the killed controller to be gone")
     h.cluster.start()
     h.cluster.wait_ready(30)
     for job_id in ids:

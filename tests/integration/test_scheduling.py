@@ -40,8 +40,9 @@ def test_backfill_starts_the_short_job_in_the_pass_its_submission_triggers(four_
     assert job_c["scheduler"] == "Backfill"
 
     d = h.sbatch(*gpu, "-N1", "-t", "60:00", "-J", "D", "--wrap", "sleep 1")
-    time.sleep(1.0)
-    assert h.job(d)["state"] == "PENDING"  # it would delay B
+    # a pass has considered D (its submission's own) and left it waiting: it would delay B
+    job_d = h.wait_job(d, lambda j: j["reason"] != "None", timeout=10)
+    assert job_d["state"] == "PENDING", job_d
 
     start = h.run(["squeue", "--start", "-h", "-j", str(b), "-o", "%i %S"]).stdout.split()
     assert start[0] == str(b) and start[1] != "N/A"
@@ -78,7 +79,7 @@ def test_a_reservation_keeps_other_jobs_off_its_nodes(four_by_eight: Harness) ->
     blocked = h.sbatch("-N2", "-t", "10:00", "--wrap", "sleep 1")
     assert {a["node"] for a in h.wait_job(inside)["alloc"]} == reserved
     assert {a["node"] for a in h.wait_job(outside)["alloc"]}.isdisjoint(reserved)
-    time.sleep(0.5)
+    h.wait_passes()  # passes with the outside job's node free again
     assert h.job(blocked)["state"] == "PENDING"
 
     other = h.run(

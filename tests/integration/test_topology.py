@@ -4,7 +4,6 @@ on one leaf when one is free, its ranks in topology order; scontrol show topolog
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -60,8 +59,8 @@ def test_a_four_node_job_lands_on_one_free_leaf_in_topology_order(tree: Harness)
     for b in blockers:
         h.wait_state(b, "RUNNING")
     waiting = h.sbatch("-N4", "--exclusive", "--switches=1@0:06", "-t", "5:00", "--wrap", "true")
-    time.sleep(2)
-    assert h.job(waiting)["state"] == "PENDING"
+    # a pass has seen it and left it waiting for one leaf (it ends its 6 s wait later)
+    assert h.wait_job(waiting, lambda j: j["reason"] != "None", timeout=10)["state"] == "PENDING"
     job = h.wait_job(waiting, timeout=30)
     assert job["state"] == "COMPLETED" and job["start_time"] - job["submit_time"] >= 5.5
     leaves = {(int(a["node"][4:]) - 1) // 4 for a in job["alloc"]}

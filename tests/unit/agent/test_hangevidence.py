@@ -7,10 +7,10 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 
 from muster.agent import hangevidence
 from muster.agent.progress import ProgressWatch, prepare, save_evidence, stacks_path
+from waiting import wait_for as _wait_for
 
 REPORTER = """
 import sys, time
@@ -22,11 +22,7 @@ time.sleep(60)
 
 
 def wait_for(check, what: str, timeout: float = 20.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-    return value
+    return _wait_for(check, timeout, interval=0.02, what=what)
 
 
 def test_only_processes_that_catch_sigusr1_are_signalled_and_none_dies(tmp_path: pathlib.Path) -> None:

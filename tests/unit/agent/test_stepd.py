@@ -15,16 +15,11 @@ import pytest
 
 from muster.agent import spawn, stepd, stepplan
 from muster.protocol.stream import frame
+from waiting import wait_for
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+    return wait_for(check, timeout, interval=0.01, what=what)
 
 
 class Supervised:
@@ -136,7 +131,7 @@ def test_output_stops_being_read_past_the_high_water_mark_until_srun_has_it(supe
             delivered = size
             s.ack(delivered)
         assert size <= delivered + limit
-        time.sleep(0.005)
+        time.sleep(0.005)  # sleep: srun's read loop, as fast as it polls
     frames = s.frames()
     assert sum(len(p) for k, _, p in frames if k == b"o") == total
     assert json.loads(frames[-1][2])["code"] == 0
