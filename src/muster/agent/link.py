@@ -138,6 +138,12 @@ class ControllerLink:
                     log.warning("controller asks this node to register again: %s", exc)
                     self.registered = False
                     delay = 0.0
+                elif exc.status == 400 and self.registered and exc.message.startswith("invalid Heartbeat"):
+                    # an older controller took over (a rollback) and refuses a field of the
+                    # protocol we registered in: register again, in its protocol
+                    log.warning("controller refused heartbeat (%s): registering again", exc)
+                    self.registered, self.ctld_protocol = False, None
+                    delay, backoff = backoff, min(backoff * 2, self.max_backoff)
                 else:
                     if exc.status == 401:
                         log.error("controller refused our signature (same key? clocks in sync?): %s", exc)
