@@ -200,3 +200,34 @@ def _meta(path: str) -> dict[str, str]:
         return dict(conn.execute("SELECT key, value FROM meta").fetchall())
     finally:
         conn.close()
+
+
+def test_restarting_a_v020_agent_cancels_the_steps_on_its_node_not_the_job(harness: Harness, old_src: str) -> None:
+    """Why the procedure upgrades a 0.2.0 agent only once the srun steps on its node have
+    ended: 0.2.0's agent runs a step's tasks itself (today's step supervisors outlive the
+    agent), so stopping it cancels them (srun: ``STEP N.0 ON node2 CANCELLED ... DUE TO
+    MUSTERD SHUTDOWN``, the step CANCELLED); the batch script outlives it and goes on."""
+    h = harness
+    h.cluster.create(h.shape, h.settings)
+    oldrelease.spawn_ctld(h, old_src)
+    agents = {name: oldrelease.spawn_agent(h, name, old_src) for name in NODES[:2]}
+    _all_up(h, dict.fromkeys(NODES[:2], OLD_AGENT_VERSION))
+    with open(os.path.join(h.workdir, "cut.sh"), "w") as f:
+        f.write(
+            "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -o cut-%j.out\n"
+            "srun -N 2 -n 2 -o cut-%j-%t.out bash -c 'for i in $(seq 1 12); do echo $i; sleep 1; done'\n"
+            'echo "step rc $?"\n'
+        )
+    job_id = _submit(h, old_src, "cut.sh")
+    first = os.path.join(h.workdir, f"cut-{job_id}-1.out")
+    _wait(h, lambda: os.path.exists(first) and os.path.getsize(first) > 0, "the step never printed")
+    _stop(agents["node2"])
+    agents["node2"] = oldrelease.spawn_agent(h, "node2", None)
+    job = _wait(h, lambda: (j := h.job(job_id))["state"] != "RUNNING" and not j["completing"] and j, "job")
+    assert job["state"] == "COMPLETED", job  # the batch script's last command succeeded
+    out = h.read(f"cut-{job_id}.out")
+    assert f"STEP {job_id}.0 ON node2 CANCELLED" in out and "DUE TO MUSTERD SHUTDOWN" in out, out
+    assert out.endswith("step rc 143\n"), out
+    steps = _old(h, old_src, "sacct", "-n", "-P", "-j", str(job_id), "-o", "JobID,State")
+    assert f"{job_id}.0|CANCELLED" in steps.splitlines(), steps
+    assert len(h.read(f"cut-{job_id}-1.out").splitlines()) < 12
