@@ -6,6 +6,10 @@ Layout under the agent's state directory::
     jobs/<job_id>.json                 one record per running batch script (pid, start ticks,
                                        the job as launched; written without fsync, see below)
     reports/<job_id>.<restarts>.json   one job_done report per ended run, until acknowledged
+    delivered/<job_id>.<restarts>      an empty mark of each report acknowledged (kept
+                                       ``DELIVERED_KEEP``): a launch of that attempt that
+                                       comes late (from a deposed controller that resumed)
+                                       is answered as done, never run a second time
     spool/job<job_id>/slurm_script     the script being run (owned by the user, 0700/0500)
     exits/<job_id>.<restarts>          a batch script's raw wait status, written by its monitor
                                        (``launcher``) when it ends, read by an agent restarted
@@ -36,9 +40,14 @@ import shutil
 import stat
 from typing import Any
 
+from muster.core.clock import SystemClock
+
 __all__ = ["StateDir"]
 
 log = logging.getLogger(__name__)
+
+DELIVERED_KEEP = 7 * 86400.0  # seconds a delivered report's mark is kept
+PRUNE_EVERY = 1000  # ... pruned at start and after this many deliveries
 
 
 class StateDir:
@@ -50,6 +59,8 @@ class StateDir:
         self.spool_dir = os.path.join(self.root, "spool")
         self.steps_dir = os.path.join(self.root, "steps")
         self.exits_dir = os.path.join(self.root, "exits")
+        self.delivered_dir = os.path.join(self.root, "delivered")
+        self._drops = 0
 
     def create(self) -> None:
         """Make the directories. The root and spool are traversable (0711) so that a job's
@@ -61,8 +72,10 @@ class StateDir:
             (self.spool_dir, 0o711),
             (self.steps_dir, 0o700),
             (self.exits_dir, 0o700),
+            (self.delivered_dir, 0o700),
         ):
             os.makedirs(path, mode=mode, exist_ok=True)
+        self.prune_delivered()
         # A pre-existing directory keeps its mode, but jobs of other users must be able to
         # reach their spooled script: let anyone traverse (not list) the way to it.
         for path in (self.root, self.spool_dir):
@@ -124,12 +137,41 @@ class StateDir:
         return key
 
     def has_report(self, job_id: int, restart_count: int) -> bool:
+        """This attempt ended here: its report waits for the controller, or was acknowledged
+        (``delivered/``, for ``DELIVERED_KEEP``)."""
         key = self.report_key(job_id, restart_count)
-        return key in self._unsaved or os.path.exists(os.path.join(self.reports_dir, f"{key}.json"))
+        return (
+            key in self._unsaved
+            or os.path.exists(os.path.join(self.reports_dir, f"{key}.json"))
+            or os.path.exists(os.path.join(self.delivered_dir, key))
+        )
 
     def drop_report(self, key: str) -> None:
+        """The controller has the report: marked delivered (first, so that a crash between
+        the two leaves both, never neither), then removed."""
+        try:
+            os.close(os.open(os.path.join(self.delivered_dir, key), os.O_WRONLY | os.O_CREAT, 0o600))
+        except OSError as exc:  # only the late-launch guard is lost
+            log.error("cannot mark the report %s delivered: %s", key, exc.strerror or exc)
         self._unsaved.pop(key, None)
         _unlink(os.path.join(self.reports_dir, f"{key}.json"))
+        self._drops += 1
+        if self._drops % PRUNE_EVERY == 0:
+            self.prune_delivered()
+
+    def prune_delivered(self, now: float | None = None) -> None:
+        """Forget the marks of reports delivered more than ``DELIVERED_KEEP`` ago."""
+        limit = (SystemClock().now() if now is None else now) - DELIVERED_KEEP
+        try:
+            entries = list(os.scandir(self.delivered_dir))
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                if entry.stat().st_mtime < limit:
+                    _unlink(entry.path)
+            except OSError:
+                continue
 
     def reports(self) -> list[tuple[str, dict[str, Any]]]:
         """Pending reports, oldest first (those kept only in memory last)."""

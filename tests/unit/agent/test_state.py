@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from muster.agent.state import StateDir
+from muster.agent.state import DELIVERED_KEEP, StateDir
 
 
 def test_job_records_round_trip_and_are_private(tmp_path) -> None:
@@ -81,3 +81,19 @@ def test_step_records_round_trip_and_are_private(tmp_path) -> None:
     state.drop_step("7.0.1")
     state.drop_step("7.0.1")  # twice is harmless
     assert state.steps() == []
+
+
+def test_a_delivered_report_leaves_a_mark_that_its_attempt_ended_here_until_pruned(tmp_path) -> None:
+    # a launch of that attempt that comes late (a deposed controller resumed) finds it ended
+    state = StateDir(str(tmp_path))
+    state.create()
+    key = state.save_report({"job_id": 5, "restart_count": 1, "exit_code": 0})
+    state.drop_report(key)
+    assert state.reports() == [] and state.ended() == []  # not reported again
+    assert state.has_report(5, 1) and not state.has_report(5, 2)
+    assert stat.S_IMODE(os.stat(state.delivered_dir).st_mode) == 0o700
+    mark = os.path.join(state.delivered_dir, key)
+    state.prune_delivered(os.stat(mark).st_mtime + 3600)  # recent: kept
+    assert state.has_report(5, 1)
+    state.prune_delivered(os.stat(mark).st_mtime + DELIVERED_KEEP + 1)
+    assert not state.has_report(5, 1)

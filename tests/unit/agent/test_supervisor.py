@@ -194,6 +194,13 @@ def test_a_job_terminated_before_its_launch_arrived_is_not_started(sup: Supervis
         asyncio.run(sup.launch({"job_id": 9, "restart_count": 0, "uid": 0, "spec": {}}))
 
 
+def test_a_launch_of_an_attempt_whose_end_was_delivered_is_answered_as_done_and_not_run(sup: Supervisor) -> None:
+    # a deposed controller that resumes and sends the launch again, after the job ran here
+    sup.state.drop_report(sup.state.save_report({"job_id": 9, "restart_count": 0, "exit_code": 0}))
+    asyncio.run(sup.launch({"job_id": 9, "restart_count": 0, "uid": 0, "spec": {}}))
+    assert sup.jobs == {} and sup.state.jobs() == [] and sup.state.reports() == []
+
+
 def test_a_restarted_agent_reports_jobs_that_vanished_as_node_failures(sup: Supervisor, clock: ManualClock) -> None:
     sup.state.save_job(
         {
