@@ -169,7 +169,7 @@ class Agents:
         before = (node.config_hash, node.config_mismatch)
         mismatch = (ours or "") if reported and reported != ours else ""
         node.config_hash = reported or ""
-        if (node.config_hash, mismatch) == before or (not mismatch and not before[1]):
+        if (node.config_hash, mismatch) == before or not reported or (not mismatch and not before[1]):
             node.config_mismatch = mismatch
             return
         if mismatch:
