@@ -56,6 +56,8 @@ NODE_FIELDS: dict[str, Callable[[NodeRuntime], Any]] = {
     "jobs": lambda n: [],  # replaced by the jobs on the node when asked for
     "weight": attrgetter("weight"),
     "version": attrgetter("version"),
+    "config_hash": attrgetter("config_hash"),
+    "config_mismatch": attrgetter("config_mismatch"),
 }
 
 
