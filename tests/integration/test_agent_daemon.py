@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+import waiting
 from harness import process_running
 from muster.core.clock import SystemClock
 from muster.protocol import client as lean_client
@@ -48,14 +49,7 @@ def _free_port() -> int:
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return waiting.wait_for(check, timeout, what=what)
 
 
 # --- the fake controller ---------------------------------------------------------------
@@ -596,7 +590,7 @@ def test_reports_wait_for_a_controller_that_is_down(private_world: AgentWorld) -
     w.launch(job)
     reports = os.path.join(w.state_dir, "reports")
     wait_for(lambda: os.listdir(reports), 5, "a saved report")
-    time.sleep(1.5)  # the agent retries meanwhile
+    time.sleep(1.5)  # sleep: the outage lasts a while, and the agent retries meanwhile
     n = len(w.ctld.registrations)
     w.ctld.start()
     report = w.ctld.wait_report(job["job_id"])
@@ -619,7 +613,7 @@ def test_a_stopped_agent_leaves_jobs_running_and_its_successor_adopts_them(priva
     lost_pid = int(wait_for(lambda: _read(w, f"lost-{lost['job_id']}.pid"), 5, "pid"))
     done_pid = int(wait_for(lambda: _read(w, f"done-{done['job_id']}.pid"), 5, "pid"))
     assert w.stop_agent() == 0
-    time.sleep(0.3)
+    time.sleep(0.3)  # sleep: a negative check: whatever the stop would kill has had time to die
     assert process_running(keep_pid) and process_running(lost_pid) and process_running(done_pid)
     os.kill(lost_pid, signal.SIGKILL)  # ends while no agent watches: its monitor keeps the status
     n = len(w.ctld.registrations)
@@ -718,7 +712,7 @@ def test_a_rerun_on_a_neighbour_agent_survives_the_sweep_of_its_old_run(private_
     w.call("POST", "/v1/terminate", {"job_id": old["job_id"], "reason": "node_fail", "kill_wait": 1})
     wait_for(lambda: w.ctld.report_for(old["job_id"]), 10, "the old run's report")
     wait_for(lambda: not process_running(old_daemon), 5, "the old run's daemon to be swept")
-    time.sleep(0.3)
+    time.sleep(0.3)  # sleep: a negative check: a sweep that reached the rerun has had time to end it
     assert process_running(rerun_pid)
     w.call("POST", "/v1/terminate", {"job_id": old["job_id"], "reason": "cancel", "kill_wait": 1}, node="node2")
     wait_for(lambda: not process_running(rerun_pid), 5, "the rerun to stop")

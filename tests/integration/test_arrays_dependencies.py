@@ -107,7 +107,7 @@ def test_the_throttle_caps_running_tasks_and_squeue_merges_pending_ones(cluster:
         assert merged == [f"{first}_0|RUNNING", f"{first}_1|RUNNING", f"{first}_[2-5%2]|PENDING"]
         one_each = cluster.run([*sacct, "--array"]).stdout.split()
         assert one_each[2:] == [f"{first}_{k}|PENDING" for k in range(2, 6)]
-        time.sleep(1.5)  # a few passes: still only two run
+        cluster.wait_passes()  # passes that could start more: still only two run
         assert len(_squeue(cluster, "-j", str(first), "-t", "R")) == 2
     finally:
         cluster.run(["scancel", str(first)])

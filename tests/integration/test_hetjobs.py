@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_for
 from muster.core.hostlist import expand
 
 pytestmark = pytest.mark.integration
@@ -39,13 +39,7 @@ def _vars(text: str) -> dict[str, str]:
 
 
 def _until(check, timeout: float = 30.0):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
+    return wait_for(check, timeout, interval=0.1)
 
 
 def test_a_two_component_job_runs_one_script_with_every_components_variables(cluster: Harness) -> None:
@@ -122,8 +116,8 @@ def test_nothing_starts_until_every_component_fits_and_a_pending_one_is_not_canc
     out = cluster.run(["sbatch", "--parsable", "-N1", ":", "-N2", script])
     assert out.returncode == 0, out.stderr
     leader = int(out.stdout.strip())
-    time.sleep(1.5)
-    assert cluster.job(leader)["state"] == "PENDING"  # its component 0 would fit, alone
+    # a pass has seen it and left it waiting: its component 0 would fit, alone
+    assert cluster.wait_job(leader, lambda j: j["reason"] != "None", timeout=10)["state"] == "PENDING"
     assert cluster.job(leader + 1)["state"] == "PENDING"
     refused = cluster.run(["scancel", f"{leader}+1"])
     assert refused.returncode != 0

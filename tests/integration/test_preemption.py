@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_for
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
@@ -75,9 +75,11 @@ def test_a_two_node_job_preempts_two_scavengers_which_checkpoint_requeue_and_res
     ]
     for j in scav:
         h.wait_state(j, "RUNNING")
-    deadline = time.monotonic() + 20  # the checkpoints reach the controller with a heartbeat
-    while time.monotonic() < deadline and not all((h.job(j).get("progress") or {}).get("ckpt_time") for j in scav[::2]):
-        time.sleep(0.2)
+    wait_for(  # the checkpoints reach the controller with a heartbeat
+        lambda: all((h.job(j).get("progress") or {}).get("ckpt_time") for j in scav[::2]),
+        20,
+        what="the checkpoints of jobs 0 and 2 to reach the controller",
+    )
     time.sleep(2)
     big = h.sbatch("-N2", "--gpus-per-node=2", "--qos=high", "--wrap", "echo $SLURM_JOB_NODELIST; sleep 3")
     asked = time.monotonic()
@@ -97,9 +99,7 @@ def test_a_two_node_job_preempts_two_scavengers_which_checkpoint_requeue_and_res
     # the victims restart once the preemptor is done, and resume from their checkpoint
     for j in victims:
         h.wait_job(j, lambda x: x["state"] == "RUNNING" and x["restart_count"] == 1, timeout=30)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not all("resumed" in h.read(f"scav-{j}.out") for j in victims):
-        time.sleep(0.2)
+    wait_for(lambda: all("resumed" in h.read(f"scav-{j}.out") for j in victims), 20, what="the victims to resume")
     for j in victims:
         assert h.read(f"scav-{j}.out").splitlines() == ["fresh", "resumed from step 7 of run 0"]
     sacct = ok(h.run(["sacct", "-D", "-X", "-n", "-P", "-j", str(victims[0]), "--format=JobID,State"]))
@@ -116,8 +116,7 @@ def test_an_expedite_job_whose_node_dies_restarts_first_on_its_held_node_plus_on
     taken = h.wait_state(busy, "RUNNING")["alloc"][0]["node"]
     (spare,) = {"node1", "node2", "node3", "node4"} - {first, dying, taken}
     other = h.sbatch("-N2", "--gpus-per-node=2", "--wrap", "sleep 300")  # waits: one node is free
-    time.sleep(1)
-    assert h.job(other)["state"] == "PENDING"
+    assert h.wait_job(other, lambda j: j["reason"] != "None", timeout=10)["state"] == "PENDING"  # a pass saw it
     os.kill(h.cluster._alive(dying), signal.SIGKILL)
     rerun = h.wait_job(train, lambda j: j["restart_count"] == 1 and j["state"] == "RUNNING", timeout=30)
     assert sorted(a["node"] for a in rerun["alloc"]) == sorted([first, spare])  # its held node, plus one

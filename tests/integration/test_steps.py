@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_for
 from muster.core.hostlist import expand
 
 pytestmark = pytest.mark.integration
@@ -255,12 +255,12 @@ def test_squeue_and_scontrol_show_running_steps(cluster: Harness) -> None:
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            out = cluster.run(["squeue", "-s"])
-            if "longstep" in out.stdout or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+
+        def shown_step() -> subprocess.CompletedProcess[str] | None:
+            listing = cluster.run(["squeue", "-s"])
+            return listing if "longstep" in listing.stdout else None
+
+        out = wait_for(shown_step, 20, interval=0.1, what="squeue -s to show the step")
         assert out.stdout.splitlines()[0].split() == ["STEPID", "NAME", "PARTITION", "USER", "TIME", "NODELIST"]
         row = next(line for line in out.stdout.splitlines() if "longstep" in line).split()
         step_id = row[0]
@@ -279,17 +279,30 @@ def test_squeue_and_scontrol_show_running_steps(cluster: Harness) -> None:
 
 
 def test_two_ctrl_c_within_a_second_abort_the_step(cluster: Harness) -> None:
+    ready = f"int-ready-{os.getpid()}-{time.monotonic_ns()}"
     proc = subprocess.Popen(
-        ["srun", "-n2", "-l", "bash", "-c", "trap 'echo got INT' INT; while true; do sleep 0.1; done"],
+        [
+            "srun",
+            "-n2",
+            "-l",
+            "bash",
+            "-c",
+            f"trap 'echo got INT' INT; touch {ready}.$SLURM_PROCID; while true; do sleep 0.1; done",
+        ],
         env=cluster.env,
         cwd=cluster.workdir,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(2.0)
+
+        def trapped() -> bool:  # both tasks have set their trap
+            assert proc.poll() is None, "srun ended before its tasks were ready"
+            return all(os.path.exists(os.path.join(cluster.workdir, f"{ready}.{i}")) for i in (0, 1))
+
+        wait_for(trapped, 30, what="both tasks to trap SIGINT")
         proc.send_signal(signal.SIGINT)
-        time.sleep(0.3)
+        time.sleep(0.3)  # sleep: the second Ctrl-C comes within a second of the first: the behaviour
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
         assert out.count(b"got INT") >= 2  # the first Ctrl-C reached both tasks
