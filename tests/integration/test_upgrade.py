@@ -14,6 +14,14 @@ jobs (held, with priorities set by scontrol, one with an afterok dependency); ``
 backup``; the controller stopped and today's started on the same state while the step runs;
 once the step has ended (the batch script still running), each agent stopped and started as
 today's, one at a time; the job let finish; then the controller rolled back to 0.2.0.
+
+What this found, and docs/upgrade.md now says: 0.2.0 and this release share store schema 5,
+so the upgrade migrates nothing (no ``muster.db.schema-5`` copy) and the 0.2.0 controller,
+rolled back, opens the store as it is (no refusal, no restore needed); a 0.2.0 agent stopped
+while an srun step runs on its node cancels that step's tasks there (the second test), so
+the agents are upgraded once the steps have ended; and today's agent, registered with
+today's controller, must register again when a 0.2.0 controller takes over (it refuses
+protocol 3's ``config_hash`` in heartbeats).
 """
 
 from __future__ import annotations
