@@ -239,3 +239,28 @@ def test_restarting_a_v020_agent_cancels_the_steps_on_its_node_not_the_job(harne
     steps = _old(h, old_src, "sacct", "-n", "-P", "-j", str(job_id), "-o", "JobID,State")
     assert f"{job_id}.0|CANCELLED" in steps.splitlines(), steps
     assert len(h.read(f"cut-{job_id}-1.out").splitlines()) < 12
+
+
+def test_an_agent_rolled_back_to_v020_takes_back_its_batch_job(harness: Harness, old_src: str) -> None:
+    """Rolling back, Agents: today's agent replaced by 0.2.0's while a batch job runs on its
+    node (today's controller): the old agent re-attaches the job, which completes once."""
+    h = harness
+    h.cluster.create(h.shape, h.settings)
+    oldrelease.spawn_ctld(h, None)
+    agent = oldrelease.spawn_agent(h, "node1", None)
+    _all_up(h, {"node1": __version__})
+    job_id = h.sbatch(
+        "-w", "node1", "-o", "back-%j.out", "--wrap", "echo start; while [ ! -e go ]; do sleep 0.2; done; echo end"
+    )
+    out = os.path.join(h.workdir, f"back-{job_id}.out")
+    _wait(h, lambda: os.path.exists(out) and "start" in h.read(out), "the job never started")
+    _stop(agent)
+    agent = oldrelease.spawn_agent(h, "node1", old_src)
+    _all_up(h, {"node1": OLD_AGENT_VERSION})
+    assert h.job(job_id)["state"] == "RUNNING"
+    with open(os.path.join(h.workdir, "go"), "w"):
+        pass
+    job = _wait(h, lambda: (j := h.job(job_id))["state"] != "RUNNING" and not j["completing"] and j, "job")
+    assert job["state"] == "COMPLETED", (job, oldrelease.log(h, "node1"))
+    assert h.read(f"back-{job_id}.out") == "start\nend\n"
+    assert job["restart_count"] == 0
