@@ -183,25 +183,6 @@ class Agents:
             log.info("node %s: its muster.conf is the controller's again", node.name)
         node.config_mismatch = mismatch
 
-    def _check_protocol(self, node: NodeRuntime, protocol: int, now: float) -> None:
-        """``MinAgentProtocol=N``: a node whose agent speaks an older protocol keeps what it
-        runs and takes no new work (drained, as Slurm drains a node for its reasons) until
-        its agent registers with protocol N or later, which undrains it."""
-        minimum = self.state.config.get_int("MinAgentProtocol", 0)
-        if protocol < minimum:
-            reason = (
-                f"{OLD_AGENT}: protocol {protocol} (muster {node.version or 'unknown'}) < MinAgentProtocol={minimum}"
-            )
-            if not node.drain or node.reason.startswith(OLD_AGENT):
-                if (node.drain, node.reason) != (True, reason):
-                    log.warning("node %s: drained at registration: %s", node.name, reason)
-                node.drain, node.reason, node.reason_time, node.reason_user = True, reason, now, "root"
-                self.state.put_node(node)
-        elif node.drain and node.reason.startswith(OLD_AGENT):
-            node.drain, node.reason, node.reason_time = False, "", None
-            self.state.put_node(node)
-            log.info("node %s: its agent speaks protocol %d now: in service again", node.name, protocol)
-
     def node_faults(self, body: Heartbeat | Mapping[str, Any]) -> list[Action]:
         """What a heartbeat says is wrong with its node: a failed Prolog (drain, requeue the
         job held), Epilog (drain) or GPU (drain, requeue its jobs elsewhere), and the last
