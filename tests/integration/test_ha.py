@@ -502,3 +502,53 @@ def test_a_submission_waits_for_a_controller_being_restarted(single: Harness) ->
     assert submit.returncode == 0, h.read(errors)
     assert "Unable to contact slurm controller (connect failure)" in h.read(errors)
     assert h.wait_job(int(out.strip()))["state"] == "COMPLETED"
+
+
+@pytest.fixture
+def ha_hang(pg_schema: tuple[str, str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    """An HA pair whose controllers stop (SIGSTOP) before the launch they would send next
+    once ``$MUSTER_TEST_STOP_BEFORE_LAUNCH`` (a file) exists: one-shot, it is removed."""
+    monkeypatch.setenv("MUSTER_TEST_STOP_BEFORE_LAUNCH", str(tmp_path / "stop-before-launch"))
+    yield from ha_cluster(pg_schema)
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+def test_a_launch_hung_in_a_stopped_controller_is_sent_by_the_next_one_and_runs_once(ha_hang: Harness) -> None:
+    # the controller stops between committing the start and sending it; the backup takes
+    # over, launches it at the node's first heartbeat; woken, the old one sends its launch
+    # too: the agent answers it as done (the run ended, its report delivered) and runs nothing
+    h = ha_hang
+    flag = os.environ["MUSTER_TEST_STOP_BEFORE_LAUNCH"]
+    open(flag, "w").close()
+    runs = os.path.join(h.workdir, "runs")
+    job_id = h.sbatch("-o", "/dev/null", "--wrap", f"date +%s.%N >> {runs}")
+    primary = h.cluster._alive("musterctld")
+    assert primary is not None
+    deadline = time.monotonic() + 30
+    while os.path.exists(flag) or not _stopped(primary):
+        assert time.monotonic() < deadline, "the controller did not stop before the launch"
+        time.sleep(0.05)
+    stopped = time.time()
+    try:
+        wait_mode(h, 1, "active", TIMEOUT + 20)
+        job = h.wait_job(job_id, timeout=60)
+        assert (job["state"], job["restart_count"]) == ("COMPLETED", 0), job
+        took = float(h.read(runs).split()[0]) - stopped
+        print(f"job {job_id} started {took:.2f} s after its controller stopped (SlurmctldTimeout={TIMEOUT})")
+    finally:
+        os.kill(primary, signal.SIGCONT)
+    wait_mode(h, 0, "standby", 30)
+    node = job["alloc"][0]["node"]
+    agent_log = h.cluster._logfile(next(a for a, nodes in h.cluster.agents().items() if node in nodes))
+    deadline = time.monotonic() + 15
+    repeated, started = f"job {job_id}: launch repeated; it already ran here", f"job {job_id}: started pid"
+    while repeated not in (text := h.read(agent_log)) and text.count(started) < 2:
+        assert time.monotonic() < deadline, "the woken controller's launch did not reach the agent"
+        time.sleep(0.1)
+    assert text.count(started) == 1 and len(h.read(runs).split()) == 1  # ran once
+    acct = h.run(["sacct", "-D", "-X", "-n", "-P", "-j", str(job_id), "--format=JobID,State"])
+    assert acct.stdout.split() == [f"{job_id}|COMPLETED"], acct.stdout

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -50,12 +51,23 @@ BUSY_SLACK = 10.0  # ... for at most KillWait and this long; then the job is req
 # For tests only: with this set to 1 the controller exits (as if killed) in place of sending
 # a launch, after the start was committed: the crash window ``unlaunched`` recovers from.
 CRASH_BEFORE_LAUNCH = "MUSTER_TEST_CRASH_BEFORE_LAUNCH"
+# For tests only: a file's path; while that file exists, the next launch removes it and
+# stops the controller (SIGSTOP) just before it is sent: a hung controller, continued later.
+STOP_BEFORE_LAUNCH = "MUSTER_TEST_STOP_BEFORE_LAUNCH"
 
 
 def _crash_before_launch() -> None:
     if os.environ.get(CRASH_BEFORE_LAUNCH) == "1":
         log.critical("%s=1: exiting before sending a launch (a test's crash)", CRASH_BEFORE_LAUNCH)
         os._exit(137)
+    flag = os.environ.get(STOP_BEFORE_LAUNCH)
+    if flag:
+        try:
+            os.unlink(flag)
+        except FileNotFoundError:
+            return
+        log.critical("%s: stopping before sending a launch (a test's hang)", STOP_BEFORE_LAUNCH)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def older_attempt_ends(message: str, fault: str | None) -> bool:
