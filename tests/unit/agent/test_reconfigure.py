@@ -20,7 +20,10 @@ BASE = "ClusterName=t\nNodeName=n[1-2] CPUs=2\nPartitionName=p Nodes=ALL Default
 def agents(path: pathlib.Path, text: str) -> list[Any]:
     path.write_text(text)
     config = parse_config(text, str(path))
-    return [SimpleNamespace(node=SimpleNamespace(name=n), hooks=Hooks(config, n)) for n in ("n1", "n2")]
+    return [
+        SimpleNamespace(node=SimpleNamespace(name=n), hooks=Hooks(config, n), link=None, config_hash=None)
+        for n in ("n1", "n2")
+    ]
 
 
 def test_the_hooks_follow_the_file(tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
