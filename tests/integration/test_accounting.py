@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import waiting
 from harness import Harness
 from muster.cluster.local import ClusterShape
 from stores import NO_PG, pg_dsn
@@ -80,14 +81,7 @@ def reason(h: Harness, job_id: int) -> str:
 
 
 def wait_for(check, timeout: float = 30.0):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.2)
+    return waiting.wait_for(check, timeout, interval=0.2)
 
 
 def test_sacctmgr_builds_the_tree_and_refuses_unknown_accounts(acct_cluster: Harness) -> None:
@@ -107,11 +101,15 @@ def test_the_quiet_account_overtakes_a_flood(acct_cluster: Harness) -> None:
     h = acct_cluster
     flood = [h.sbatch("-A", "A", "-J", "flood", "--gres=gpu:8", "--wrap", "sleep 4") for _ in range(5)]
     wait_for(lambda: h.job(flood[1])["state"] == "RUNNING")
-    time.sleep(1.0)  # A accrues usage; B has none
+    time.sleep(1.0)  # sleep: A accrues usage while its jobs run; B has none
     late = h.sbatch("-A", "B", "-J", "late", "--gres=gpu:8", "--wrap", "sleep 1")
-    time.sleep(1.5)
-    rows = ok(h.run(["sprio", "-h", "-o", "%i %F %Y"])).split()
-    table = {int(rows[i]): (int(rows[i + 1]), int(rows[i + 2])) for i in range(0, len(rows), 3)}
+
+    def factors() -> dict[int, tuple[int, int]] | None:  # once usage reaches the factors
+        rows = ok(h.run(["sprio", "-h", "-o", "%i %F %Y"])).split()
+        table = {int(rows[i]): (int(rows[i + 1]), int(rows[i + 2])) for i in range(0, len(rows), 3)}
+        return table if late in table and flood[2] in table and table[late][0] > table[flood[2]][0] else None
+
+    table = wait_for(factors, 30)
     assert table[late][0] > table[flood[2]][0], table  # FAIRSHARE: B's factor is the higher
     assert table[late][1] > table[flood[2]][1], table  # so is its priority
     header = ok(h.run(["sprio", "-w"])).splitlines()

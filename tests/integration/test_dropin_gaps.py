@@ -6,11 +6,10 @@ of a job cancelled while its srun step ran."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_for
 from muster.protocol import client
 
 pytestmark = pytest.mark.integration
@@ -25,11 +24,7 @@ def _queued(cluster: Harness) -> list[str]:
 
 
 def _wait_for(what: str, check: object, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    wait_for(check, timeout, what=what)  # type: ignore[arg-type]
 
 
 def _step_running(cluster: Harness, step: str) -> bool:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_for
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
@@ -67,12 +66,12 @@ def test_a_job_across_both_agent_processes_gets_each_nodes_environment(two_racks
 def test_killing_an_agent_process_takes_exactly_its_nodes_down(two_racks: Harness) -> None:
     h = two_racks
     os.kill(h.agent_pid("node1"), signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        states = h.node_states()
-        if all(states[f"node{i}"] == "DOWN" for i in range(1, 5)):
-            break
-        time.sleep(0.2)
+    wait_for(
+        lambda: all(h.node_states()[f"node{i}"] == "DOWN" for i in range(1, 5)),
+        30,
+        interval=0.2,
+        what="node1-node4 to be DOWN",
+    )
     states = h.node_states()
     assert {name for name, state in states.items() if state == "DOWN"} == {f"node{i}" for i in range(1, 5)}
     assert all(states[f"node{i}"] == "IDLE" for i in range(5, 9))

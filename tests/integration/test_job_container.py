@@ -13,18 +13,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness, ensure_user
+from harness import Harness, ensure_user, wait_for
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
 
 
 def _wait(cond, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    wait_for(cond, timeout, what=what)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_for
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
@@ -128,11 +128,10 @@ def test_an_agent_killed_inside_the_tree_mid_step_fails_the_job_node_fail(fresh:
     script = "#!/bin/bash\nsrun bash -c 'echo up $SLURM_PROCID; exec sleep 30'\n"
     job_id = h.sbatch("-N16", "--no-requeue", "-o", "killed-%j.out", input=script)
     h.wait_state(job_id, "RUNNING", timeout=30)
-    deadline = time.monotonic() + 30
     out = os.path.join(h.workdir, f"killed-{job_id}.out")
-    while not os.path.exists(out) or h.read(out).count("up ") < 16:
-        assert time.monotonic() < deadline, "the ranks did not all start"
-        time.sleep(0.2)
+    wait_for(
+        lambda: os.path.exists(out) and h.read(out).count("up ") >= 16, 30, interval=0.2, what="all 16 ranks to start"
+    )
     os.kill(h.agent_pid("node14"), signal.SIGKILL)  # node13-node16: node14 relays to node15 and node16
     done = h.wait_job(job_id, timeout=60)
     assert done["state"] == "NODE_FAIL"

@@ -8,7 +8,6 @@ import json
 import os
 import pathlib
 import re
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import Harness
+from harness import Harness, wait_for
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
@@ -66,13 +65,16 @@ def mails(h: Harness) -> list[dict[str, Any]]:
 
 
 def wait_mails(h: Harness, match: Callable[[dict[str, Any]], bool], count: int, timeout: float = 60) -> list[Any]:
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def enough() -> list[Any] | None:
         got = [m for m in mails(h) if match(m)]
-        if len(got) >= count or time.monotonic() > deadline:
-            assert len(got) >= count, f"{len(got)} of {count} mails: {mails(h)}"
-            return got
-        time.sleep(0.1)
+        return got if len(got) >= count else None
+
+    try:
+        return wait_for(enough, timeout, interval=0.1, what=f"{count} mails")
+    except AssertionError:
+        got = [m for m in mails(h) if match(m)]
+        raise AssertionError(f"{len(got)} of {count} mails: {mails(h)}") from None
 
 
 def of_job(job_id: int) -> Callable[[dict[str, Any]], bool]:

@@ -5,12 +5,11 @@ needs a restart refuses the whole file."""
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_for
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
@@ -92,10 +91,12 @@ def test_reconfigure_refuses_a_bad_file_whole_and_applies_a_good_one_live(two_no
     row = h.run(["sprio", "-h", "-j", str(held), "-o", "%i %P"]).stdout.split()
     assert row == [str(held), "4321"]  # its partition factor (1.0) times the new weight
     # the scheduling pass the reconfigure asked for ranked the queue with the new weight
-    deadline = time.monotonic() + 10
-    while priority(h, later) < ranked_before + 4321 - 1000 - 1:  # partition weight 1000 -> 4321
-        assert time.monotonic() < deadline, "the next pass did not use the new weight"
-        time.sleep(0.2)
+    wait_for(  # partition weight 1000 -> 4321
+        lambda: priority(h, later) >= ranked_before + 4321 - 1000 - 1,
+        10,
+        interval=0.2,
+        what="the next pass to use the new weight",
+    )
 
     job = h.sbatch("-p", "debug", "--wrap", "hostname")
     done = h.wait_job(job)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness import Harness, process_running
+from harness import Harness, process_running, wait_for
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
@@ -42,13 +42,7 @@ def steps_accepted(cluster: Harness) -> None:
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return wait_for(check, timeout, what=what)
 
 
 def answers(addr: str, port: int) -> bool:
