@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import muster.cli.sdiag as sdiag
+import waiting
 from harness import BIN, Harness, ensure_user
 from muster.cli.cmdserver import place
 from muster.cli.launchers import client_id, import_root
@@ -68,12 +69,12 @@ def server_pids(sock: str) -> list[int]:
 
 
 def wait_for(predicate, timeout: float = 15.0) -> bool:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
+    """waiting.wait_for as a yes or no, for the asserts here that say what they expect."""
+    try:
+        waiting.wait_for(predicate, timeout)
+    except AssertionError:
+        return False
+    return True
 
 
 def served(h: Harness) -> str:
@@ -206,7 +207,7 @@ def test_a_socket_directory_the_user_does_not_own_alone_is_never_used(cluster: H
     try:
         out = cluster.run(["squeue", "-h", "-o", "%i", "-j", "999999"], uid=uid)
         assert out.returncode == 1 and "Invalid job id" in out.stderr, out
-        time.sleep(0.5)
+        time.sleep(0.5)  # sleep: a negative check: a server started in the background had time to show
         assert os.listdir(planted) == []  # no socket planted, no server started there
     finally:
         subprocess.run(["rm", "-rf", planted], check=True)
@@ -346,7 +347,7 @@ def test_a_runner_runs_nothing_until_its_client_says_go(cluster: Harness, own_se
     for go in ("nogo", "go"):
         _, kinds = raw(cluster, own_server, go, "sbatch", "--hold", "-J", f"say-{go}", "--wrap", "true")
         assert kinds[:2] == {"nogo": "P\n", "go": "PX"}[go]
-    time.sleep(1)  # what the runner left without "G" would have submitted by now
+    time.sleep(1)  # sleep: a negative check: what the runner left without "G" would have submitted by now
     queued = cluster.run(["squeue", "-h", "-o", "%j", "-n", "say-nogo,say-go"]).stdout.split()
     cluster.run(["scancel", "-n", "say-go"])
     assert queued == ["say-go"]
@@ -378,7 +379,7 @@ def test_a_stopped_server_costs_one_wait_and_the_command_runs_once(cluster: Harn
     if stop == "server":
         # Continued, the old server finds its socket gone and leaves.
         assert wait_for(lambda: not set(stopped) & set(server_pids(sock)), timeout=30)
-    time.sleep(1)  # the runner that takes the waiting connection finds the client gone: nothing runs
+    time.sleep(1)  # sleep: a negative check: the runner that takes the connection finds the client gone
     queued = cluster.run(["squeue", "-h", "-o", "%i", "-n", "past-a-stop"]).stdout.split()
     cluster.run(["scancel", "-n", "past-a-stop"])
     assert sorted(queued) == sorted([out.stdout.strip()] + ([again.stdout.strip()] if stop == "runners" else []))
@@ -459,7 +460,7 @@ def test_a_server_that_only_refuses_leaves_when_idle(cluster: Harness) -> None:
         while os.path.exists(sock) and time.monotonic() < deadline:
             _, kinds = raw(cluster, sock, "go", "sbatch", "--version", prefix=("env", "PYTHONWARNINGS=ignore"))
             assert kinds == "PF\n" or not os.path.exists(sock), kinds
-            time.sleep(0.5)
+            time.sleep(0.5)  # sleep: the behaviour: a refused request every half second
         assert not os.path.exists(sock)  # gone while still refusing
         server.wait(timeout=30)
     finally:

@@ -206,7 +206,6 @@ BARE_SLEEPS_LEFT = {
     "faults/test_training_runs.py": 1,
     "integration/test_arrays_dependencies.py": 1,
     "integration/test_cgroupfs.py": 1,
-    "integration/test_cmdserver.py": 5,
     "integration/test_containment.py": 1,
     "integration/test_daemon_signals.py": 1,
     "integration/test_dashboard.py": 1,
