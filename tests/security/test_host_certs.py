@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_for
 from muster.cluster.local import ClusterShape
 from muster.protocol.tls import client_context
 from security.test_tls import addr_of, https, log_of, signed, wait_for_line
@@ -55,10 +54,13 @@ def test_the_agents_heartbeat_in_one_request_per_process_over_tls(racks: Harness
     assert set(h.node_states().values()) == {"IDLE"}
     for agent in h.cluster.agents():
         assert "no host certificate" not in log_of(h, agent)
-    time.sleep(3)  # a heartbeat interval (SlurmdTimeout/5 = 1 s) or more
-    diag = h.run(["sdiag"]).stdout
-    batches = re.search(r"POST /v1/agent/heartbeats\s+\(\s*0\)\s+count:(\d+)", diag)
-    assert batches is not None and int(batches.group(1)) >= 2, diag
+
+    def batched() -> str | None:  # two heartbeat intervals (SlurmdTimeout/5 = 1 s) or more
+        diag = h.run(["sdiag"]).stdout
+        batches = re.search(r"POST /v1/agent/heartbeats\s+\(\s*0\)\s+count:(\d+)", diag)
+        return diag if batches is not None and int(batches.group(1)) >= 2 else None
+
+    diag = wait_for(batched, 30, interval=0.2, what="two batched heartbeats in sdiag")
     single = re.search(r"POST /v1/agent/heartbeat\s+\(\s*0\)\s+count:(\d+)", diag)
     assert single is None, diag  # no node heartbeats alone
 

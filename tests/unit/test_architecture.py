@@ -226,7 +226,6 @@ BARE_SLEEPS_LEFT = {
     "rest/test_rest_versions.py": 6,
     "restworld.py": 2,
     "security/test_attacks.py": 2,
-    "security/test_host_certs.py": 1,
     "security/test_tls.py": 2,
 }
 
