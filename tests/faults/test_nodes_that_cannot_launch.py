@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_for
 from muster.cluster.local import ClusterShape
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -72,13 +71,17 @@ def node(h: Harness, name: str) -> dict:
 
 
 def wait_node(h: Harness, name: str, check, timeout: float = 30) -> dict:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        n = node(h, name)
-        if check(n):
-            return n
-        assert time.monotonic() < deadline, f"node {name}: {n['state']} drain={n['drain']} {n['reason']!r}"
-        time.sleep(0.1)
+    seen: list[dict] = []  # type: ignore[type-arg]
+
+    def reached() -> dict | None:  # type: ignore[type-arg]
+        seen[:] = [node(h, name)]
+        return seen[0] if check(seen[0]) else None
+
+    try:
+        return wait_for(reached, timeout, interval=0.1, what=f"node {name}")
+    except AssertionError:
+        n = seen[0]
+        raise AssertionError(f"node {name}: {n['state']} drain={n['drain']} {n['reason']!r}") from None
 
 
 def resume(h: Harness, name: str) -> None:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_for
 from muster.cluster.local import ClusterShape
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -35,13 +34,7 @@ def node(h: Harness, name: str) -> dict:
 
 
 def wait(check, timeout: float = 40, what: str = ""):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    return wait_for(check, timeout, interval=0.1, what=what)
 
 
 def test_a_failing_gpu_drains_its_node_and_the_job_runs_elsewhere(cluster: Harness) -> None:
