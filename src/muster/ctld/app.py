@@ -120,7 +120,8 @@ class CtldApp:
         self.client: SignedClient | None = None
         self.dispatcher: Dispatcher | None = None
         self._kick = asyncio.Event()
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: list[asyncio.Task[Any]] = []  # the loops, running for the process's life
+        self._once: list[asyncio.Task[Any]] = []  # tasks that end by themselves (not loops)
         self._pending_actions: set[asyncio.Task[Any]] = set()
         self.passes = 0
         self.samples = Samples()  # the dashboard's charts: utilisation and queue over time
@@ -155,7 +156,7 @@ class CtldApp:
         # the agents register now, not at their next heartbeat (a restart, a takeover);
         # until they do, none is judged on the time the loading took
         self.controller.serving(self.clock.now())
-        self._tasks.append(asyncio.create_task(self.dispatcher.call_agents(self.instance), name="call-agents"))
+        self._once.append(asyncio.create_task(self.dispatcher.call_agents(self.instance), name="call-agents"))
         self._sample()
         self.kick()
         log.info(
@@ -163,9 +164,9 @@ class CtldApp:
         )
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        for t in self._tasks + self._once:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._once, return_exceptions=True)
         if self._pending_actions:
             # calls to agents still in flight get this long (a stop takes 2 s at most): the
             # store holds what they carry out, and the agents' registration with the next
