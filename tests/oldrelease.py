@@ -2,9 +2,11 @@
 one local cluster: the support window's tests (integration/test_support_window.py) and the
 upgrade procedure's (integration/test_upgrade.py).
 
-The old release is unpacked from git into a temporary directory (``git archive``) and its
-daemons and commands run with this venv's Python and ``PYTHONPATH`` on its tree (its
-dependencies are the same). ``spawn`` starts one daemon of a ``Harness``'s cluster where
+The old release is built as docs/upgrade.md says a site gets it: its wheel, built from its
+commit (``git archive`` of 22f68a7, ``pip wheel --no-build-isolation`` with this venv's
+hatchling: no network), installed with ``pip install --no-deps --target`` into a
+temporary directory; its daemons and commands run with this venv's Python and
+``PYTHONPATH`` on that directory (its dependencies are the same as this release's). ``spawn`` starts one daemon of a ``Harness``'s cluster where
 ``LocalCluster.stop`` finds it (its pid file), so ``Harness.down`` ends it.
 """
 
@@ -28,8 +30,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def unpack_old_src() -> Iterator[str]:
-    """muster 0.2.0's ``src`` directory, unpacked from git (a pytest fixture's body: it skips
-    when git or the commit is missing, and removes the tree afterwards)."""
+    """A directory holding muster 0.2.0 as its wheel installs it, built from git (a pytest
+    fixture's body: it skips when git or the commit is missing, and removes everything
+    afterwards)."""
     # CI (``MUSTER_TEST_REQUIRE_OLD_RELEASE=1``, .ci/run) fails instead: a shallow clone
     # without the release would otherwise skip the upgrade's tests silently.
     missing = pytest.fail if os.environ.get("MUSTER_TEST_REQUIRE_OLD_RELEASE") == "1" else pytest.skip
@@ -40,10 +43,17 @@ def unpack_old_src() -> Iterator[str]:
         missing(f"commit {V020} (v0.2.0) is not in this clone (a shallow clone? fetch its history)")
     tree = tempfile.mkdtemp(prefix="muster-v0.2.0-")
     try:
-        archive = subprocess.Popen(["git", "archive", V020, "src"], cwd=ROOT, stdout=subprocess.PIPE)
-        subprocess.run(["tar", "-x", "-C", tree], stdin=archive.stdout, check=True)
+        source, dist, site = (os.path.join(tree, d) for d in ("source", "dist", "site"))
+        os.mkdir(source)
+        archive = subprocess.Popen(["git", "archive", V020], cwd=ROOT, stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", source], stdin=archive.stdout, check=True)
         assert archive.wait() == 0
-        yield os.path.join(tree, "src")
+        pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", dist, source], check=True)
+        (wheel,) = (os.path.join(dist, w) for w in os.listdir(dist) if w.endswith(".whl"))
+        subprocess.run([*pip, "install", "--no-deps", "--no-compile", "--target", site, wheel], check=True)
+        assert os.path.isfile(os.path.join(site, "muster", "ctld", "main.py")), os.listdir(site)
+        yield site
     finally:
         shutil.rmtree(tree, ignore_errors=True)
 

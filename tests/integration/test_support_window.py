@@ -1,9 +1,9 @@
 """The support window (docs/upgrade.md): this release's daemons and muster 0.2.0's (release
 N-1, tag v0.2.0 on commit 22f68a7) in one cluster, either side first.
 
-The old release is unpacked from git into a temporary directory (``git archive``) and its
-daemons and commands run with this venv's Python and ``PYTHONPATH`` on its tree (its
-dependencies are the same). (a) today's controller with a 0.2.0 agent, (c) with 0.2.0's
+The old release is its wheel, built from git and installed into a temporary directory
+(``oldrelease``); its daemons and commands run with this venv's Python and ``PYTHONPATH``
+on that directory (its dependencies are the same). (a) today's controller with a 0.2.0 agent, (c) with 0.2.0's
 sbatch, squeue and scancel: jobs run to COMPLETED, a running one is listed and cancelled;
 (b) a 0.2.0 controller with today's agent (which registers again in protocol 2 when the
 old controller refuses protocol 3's fields): a job runs to COMPLETED. A peer outside the
@@ -36,7 +36,7 @@ SHAPE = ClusterShape(nodes=1, gpus_per_node=0, cpus_per_node=4, mem_per_node=400
 
 @pytest.fixture(scope="module")
 def old_src() -> Iterator[str]:
-    """muster 0.2.0's ``src`` directory, unpacked from git for this module's tests."""
+    """muster 0.2.0 as its wheel installs it, built from git for this module's tests."""
     yield from oldrelease.unpack_old_src()
 
 

@@ -2,11 +2,11 @@
 v0.2.0 on commit 22f68a7) upgraded to this release and the controller rolled back, with a
 job running and jobs pending (issue 34, item 6).
 
-The old release runs from its tree unpacked with ``git archive`` (``oldrelease``), with this
-venv's Python and ``PYTHONPATH`` on that tree, not from a wheel built of it: building a wheel
-needs the build backend fetched from the network (the tests run offline), and a wheel of the
-same files, installed, runs exactly that code; what is under test is the daemons of two
-releases on one state directory, not pip.
+The old release is its wheel, built from its commit and installed into a temporary
+directory (``oldrelease``: ``git archive``, ``pip wheel --no-build-isolation`` with this
+venv's hatchling, ``pip install --no-deps --target``); its daemons and commands run with
+this venv's Python and ``PYTHONPATH`` on that directory (the two releases' dependencies are
+the same).
 
 Steps, as docs/upgrade.md "Upgrade procedure" and "Rolling back" say: a 0.2.0 controller and
 three 0.2.0 agents; a batch job whose 3-node srun step prints numbered lines, and pending
