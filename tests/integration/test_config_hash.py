@@ -38,7 +38,16 @@ def _nodes(h: Harness) -> dict[str, dict[str, Any]]:
     return {n["name"]: n for n in h.cluster.api("GET", "/v1/nodes")["nodes"]}
 
 
-def test_an_agent_with_another_config_file_is_reported(harness: Harness) -> None:
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_agent_with_another_config_file_is_reported(harness: Harness, request: pytest.FixtureRequest) -> None:
     h = harness
     h.cluster.create(h.shape, h.settings)
     ours = h.cluster.conf_path
@@ -53,7 +62,10 @@ def test_an_agent_with_another_config_file_is_reported(harness: Harness) -> None
         node2_hash = config_hash(f.read())
     oldrelease.spawn_ctld(h, None)
     oldrelease.spawn_agent(h, "node1", None)
-    oldrelease.spawn_agent(h, "node2", None, conf=pushed)
+    node2 = oldrelease.spawn_agent(h, "node2", None, conf=pushed)
+    # The cluster's stop knows its daemons by the cluster's muster.conf on their command
+    # line: this one reads another file, so the test stops it itself.
+    request.addfinalizer(lambda: _stop(node2))
     logs = ("node1", "node2")
     nodes = oldrelease.wait(
         lambda: (n := _nodes(h))["node2"]["config_mismatch"] and n["node1"]["state"] == "IDLE" and n,
