@@ -33,6 +33,7 @@ The contract:
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import re
@@ -146,42 +147,44 @@ def _q(name: str) -> str:
     return f'"{name}"'
 
 
-class _Side:
-    """One end of the copy, behind the few operations the copy needs."""
+class _Side(abc.ABC):
+    """One end of the copy, behind the few operations the copy needs (``_Sqlite``, ``_Pg``)."""
 
     kind = ""
 
     def __init__(self, end: Endpoint) -> None:
         self.end = end
 
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any: ...
 
-    def exists(self, table: str) -> bool:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def exists(self, table: str) -> bool: ...
 
-    def columns(self, table: str) -> list[str]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def columns(self, table: str) -> list[str]: ...
 
-    def rows(self, table: Table, cols: list[str]) -> Iterator[tuple[Any, ...]]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def rows(self, table: Table, cols: list[str]) -> Iterator[tuple[Any, ...]]: ...
 
+    @abc.abstractmethod
     def counter(self, table: Table) -> int:
         """The last value handed out for ``table.serial`` (past deleted rows too)."""
-        raise NotImplementedError
+        ...
 
-    def set_counter(self, table: Table, value: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def set_counter(self, table: Table, value: int) -> None: ...
 
+    @abc.abstractmethod
     def create(self, version: int) -> None:
         """The store's tables as migrations 1..``version`` make them."""
-        raise NotImplementedError
+        ...
 
-    def insert(self, table: str, cols: list[str], rows: Iterator[tuple[Any, ...]]) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def insert(self, table: str, cols: list[str], rows: Iterator[tuple[Any, ...]]) -> None: ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def close(self) -> None: ...
 
     def schema_version(self) -> int | None:
         if not self.exists("meta"):
