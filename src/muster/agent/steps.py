@@ -67,7 +67,7 @@ from muster.core.clock import Clock
 from muster.core.cpubind import CpuBindError, parse_cpu_bind
 from muster.core.timefmt import format_timestamp
 from muster.protocol.replay import GrantLedger, ReplayGuard, SignatureError
-from muster.protocol.stepcred import GRANT_TTL, GrantError, verify_grant
+from muster.protocol.stepcred import GRANT_TTL, GrantError, attach_token, verify_grant
 from muster.protocol.stream import frame, json_frame
 
 __all__ = ["StepRunner"]
@@ -421,7 +421,7 @@ class StepRunner:
             step_id,
             uid,
             self.node,
-            secrets.token_hex(16),
+            attach_token(str(body.get("sig") or "")),
             float(body.get("kill_wait") or self.kill_wait),
             bool(job.get("interactive")),
         )

@@ -27,6 +27,7 @@ from muster.cli.stepverdict import await_verdict, failure_lines
 from muster.core.arrays import format_ranges
 from muster.core.launchtree import DEFAULT_WIDTH, depth, subtrees
 from muster.protocol.client import ApiError, ConnectError, request
+from muster.protocol.stepcred import attach_token
 from muster.protocol.stream import ChunkedSender, FrameDecoder, StreamClient, StreamError
 from muster.protocol.wirejson import dumps, loads
 
@@ -50,6 +51,8 @@ class StepRun:
         self.answer = answer
         step = answer["step"]
         self.step_id = int(step["step_id"])
+        # what names the step's stream on every node before any launch answers (``_reattach``)
+        self.attach_token = attach_token(str(answer.get("sig") or ""))
         self.kill_wait = float(answer.get("kill_wait") or 30)
         self.slurmd_timeout = float(answer.get("slurmd_timeout") or 300)
         self.lost: list[StepNode] = []
@@ -331,8 +334,10 @@ class StepRun:
         except StreamError as e:
             # An answer with an error status comes from a live agent that refused the step
             # (an expired grant, say): nothing for the controller to judge.
-            self._drop(link, str(e), judge=not e.status)
+            self._drop(link, str(e), judge=not e.status, broken=not e.status)
             return
+        if link.attach and link.answered and not link.head.token:
+            link.head.token = self.attach_token  # a launch resumed before it answered
         own = []
         for kind, task, payload in frames:
             if kind != b"t":
@@ -347,14 +352,20 @@ class StepRun:
         if link.conn.eof:
             self._drop(link, "connection closed before its tasks ended", judge=True)
 
-    def _drop(self, link: Link, why: str, judge: bool) -> None:
+    def _drop(self, link: Link, why: str, judge: bool, broken: bool = False) -> None:
         """The stream to ``link``'s head failed: the head for ``why``; once it had answered,
         the nodes below whose part is not over too, their relay being gone. A stream that
         broke (not a refusal) after its nodes' tasks started is resumed: each node is asked
-        again, directly, for what srun has not had (``_reattach``)."""
+        again, directly, for what srun has not had (``_reattach``); so is a lone node's
+        launch whose connection broke (``broken``) before it answered: its agent may have
+        died between starting the tasks and saying so, and the next agent has them (or
+        answers that it has no such step, and the node fails)."""
         link.closed = True
         link.conn.close()  # a silent head's socket too: a launch over many must not run out of files
         head = link.head
+        if broken and not link.attach and not link.answered and len(link.nodes) == 1 and not head.done:
+            self._resume(head, why)
+            return
         if link.attach:
             retry = judge or link.conn.status == 503  # refused only while that agent stops
             if not head.done:
@@ -400,7 +411,8 @@ class StepRun:
             node.until = None
             self._node_failed(node, node.why, judge=True)
             return
-        body = {"job_id": self.job_id, "step_id": self.step_id, "token": node.token, "frames": node.seen}
+        token = node.token or self.attach_token
+        body = {"job_id": self.job_id, "step_id": self.step_id, "token": token, "frames": node.seen}
         try:
             conn = StreamClient.connect((node.addr, node.port), self.msg_timeout, node.tls)
             conn.send("/v1/steps/attach", dumps(body).encode())

@@ -22,7 +22,7 @@ import hmac
 import json
 from typing import Any
 
-__all__ = ["GrantError", "GRANT_TTL", "sign_grant", "verify_grant"]
+__all__ = ["GrantError", "GRANT_TTL", "attach_token", "sign_grant", "verify_grant"]
 
 GRANT_TTL = 300.0  # seconds a grant may wait between the controller and the agents
 _PURPOSE = b"muster-step-grant\n"
@@ -59,6 +59,15 @@ def verify_grant(key: bytes, text: str, sig: str, now: float) -> dict[str, Any]:
     if issued > expires:
         raise GrantError("malformed step credential")
     return grant
+
+
+def attach_token(sig: str) -> str:
+    """The token that names srun's stream of a step on a node (``/v1/steps/attach``, its
+    stdin and signals), derived from the step credential's signature: srun knows it before
+    the launch answers, so that an agent killed between starting the tasks and answering
+    leaves srun able to find them on the next agent. Only the credential's holders (srun,
+    the controller, the step's agents) can compute it."""
+    return hashlib.sha256(b"muster-step-attach\n" + sig.encode()).hexdigest()[:32]
 
 
 def _mac(key: bytes, text: str) -> str:

@@ -266,3 +266,61 @@ def test_overcommit_reaches_job_and_step_and_verbose_lists_the_options_given() -
         "mincpus": "2",
         "tmp": "1G",
     }
+
+
+def test_a_launch_whose_agent_died_before_answering_is_found_on_the_next_agent(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # The agent forked the tasks and died before its answer (the token) reached srun: srun
+    # asks the next agent for the step with the token it derives from its credential.
+    import json
+    import socket
+    import threading
+
+    from muster.protocol.stepcred import attach_token
+    from muster.protocol.stream import frame, json_frame
+
+    server = socket.create_server(("127.0.0.1", 0))
+    asked: list[tuple[str, dict[str, object]]] = []
+
+    def read_request(conn: socket.socket) -> tuple[str, dict[str, object]]:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(next(ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")).split(b":")[1])
+        while len(body) < length:
+            body += conn.recv(65536)
+        return head.split(b" ")[1].decode(), json.loads(body)
+
+    def agents() -> None:
+        conn, _ = server.accept()  # the first agent: takes the launch, dies without a word
+        asked.append(read_request(conn))
+        conn.close()
+        conn, _ = server.accept()  # the next one: has the step, and its log
+        asked.append(read_request(conn))
+        frames = frame(b"o", 0, b"still here\n") + json_frame(b"x", 0, {"code": 3}) + frame(b"d", -1, b"")
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(frames), frames))
+        conn.close()
+
+    thread = threading.Thread(target=agents, daemon=True)
+    thread.start()
+    run = srun.Run()
+    run.label = False
+    answer = {
+        "step": {"step_id": 0, "tasks": [[0]]},
+        "nodes": [{"name": "node1", "addr": "127.0.0.1", "port": server.getsockname()[1]}],
+        "grant": "{}",
+        "sig": "the-credential-signature",
+        "slurmd_timeout": 30,
+    }
+    try:
+        outcome = StepRun(run, 5, answer).run()
+    finally:
+        server.close()
+    thread.join(timeout=30)
+    assert [path for path, _ in asked] == ["/v1/steps/launch", "/v1/steps/attach"]
+    assert asked[1][1] == {"job_id": 5, "step_id": 0, "token": attach_token("the-credential-signature"), "frames": 0}
+    assert outcome[0] == 3
+    assert capfd.readouterr().out == "still here\n"
