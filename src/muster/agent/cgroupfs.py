@@ -352,6 +352,10 @@ class NodeCgroups:
     def describe(self) -> str:
         return f"cgroup/{self.version} ({', '.join(sorted(c or 'unified' for c in self.roots))})"
 
+    def containment(self) -> str:
+        """What this node confines, as registered (``cgroups.containment``)."""
+        return cgroups.containment(self.version, self.conf)
+
 
 def gpu_devices(conf: CgroupConf, gpus: int) -> dict[int, tuple[str, int, int]]:
     """GPU index -> (kind, major, minor) of its device file (``GpuDeviceFiles``); raises

@@ -41,6 +41,7 @@ __all__ = [
     "task_rel",
     "tracking_wanted",
     "constraints_wanted",
+    "containment",
 ]
 
 PLUGINS = ("autodetect", "cgroup/v1", "cgroup/v2")
@@ -140,6 +141,26 @@ class JobLimits:
     cpus: tuple[int, ...] = ()
     deny: tuple[tuple[str, int, int], ...] = ()  # ("c", major, minor) the job may not use
     allow: tuple[tuple[str, int, int], ...] = ()  # its own GPUs' devices
+
+
+NO_CONTAINMENT = "none"  # proctrack/linuxproc: processes tracked by parentage, nothing confined
+
+
+def containment(version: str, conf: CgroupConf) -> str:
+    """What the node's cgroups do, as its agent registers it (``scontrol show node``'s
+    ``Containment=``, sinfo's ``%K``): ``cgroup/<version>:`` and the active mechanisms,
+    ``freezer`` (v1) or ``freeze`` (v2's ``cgroup.freeze``: tracking, killing, suspend),
+    ``memory``, ``swap``, ``devices`` (v2: ``devices(ebpf)``), ``cores``."""
+    active = ["freezer" if version == "v1" else "freeze"]
+    if conf.constrain_ram:
+        active.append("memory")
+    if conf.constrain_swap:
+        active.append("swap")
+    if conf.constrain_devices:
+        active.append("devices" if version == "v1" else "devices(ebpf)")
+    if conf.constrain_cores:
+        active.append("cores")
+    return f"cgroup/{version}:{','.join(active)}"
 
 
 def job_limits(

@@ -294,7 +294,18 @@ class AgentDaemon:
             "boot_time": _boot_time(),
             "version": __version__,
             "config_hash": self.config_hash,
+            "containment": self.containment(),
         }
+
+    def containment(self) -> str:
+        """What confines this node's jobs, said at registration (docs/containment.md):
+        its cgroups' mechanisms, ``none`` (not configured), or why it cannot."""
+        sup = self.supervisor
+        if sup.cgroups is not None:
+            return sup.cgroups.containment()
+        if sup.refuse is not None:
+            return f"unusable: {sup.refuse}"
+        return cgroups.NO_CONTAINMENT
 
     def _resources(self) -> dict[str, Any]:
         """What the node has: the machine's own figures, or the configuration's when

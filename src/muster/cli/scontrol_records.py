@@ -304,6 +304,8 @@ def node_record(node: dict) -> list[str]:
         "CurrentWatts=0 AveWatts=0",
         "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",
     ]
+    if node.get("containment"):  # muster's own: what confines jobs there (docs/containment.md)
+        lines.append(f"Containment={node['containment']}")
     if node.get("reason"):
         who = node.get("reason_user") or "root"
         lines.append(f"Reason={node['reason']} [{who}@{_ts(node.get('reason_time'))}]")

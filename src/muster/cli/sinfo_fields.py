@@ -207,6 +207,10 @@ def _reason(node: dict) -> str:
     return str(node.get("reason") or "none")
 
 
+def _containment(node: dict) -> str:
+    return str(node.get("containment") or "N/A")
+
+
 def _sct(node: dict) -> str:
     """Sockets:cores:threads; a node that reports no topology is one socket of its CPUs."""
     sockets = int(node.get("sockets") or 1)
@@ -244,6 +248,8 @@ FIELDS: dict[str, tuple[str, object, object]] = {
         lambda r: _same(r, lambda n: _ts(n.get("reason_time"))),
         lambda n: n.get("reason_time"),
     ),
+    # muster's own (a letter Slurm leaves free): what confines jobs on the node
+    "K": ("CONTAINMENT", lambda r: _same(r, _containment), _containment),
     "l": ("TIMELIMIT", lambda r: _limit((r.part or {}).get("max_time")), None),
     "L": (
         "DEFAULTTIME",
@@ -303,6 +309,7 @@ NODE_KEYS: dict[str, tuple[str, ...]] = {
     "f": ("features",),
     "G": ("gres", "gpus", "gpu_type"),
     "H": ("reason_time",),
+    "K": ("containment",),
     "m": ("real_memory",),
     "o": ("addr",),
     "u": ("reason_user",),
@@ -328,6 +335,7 @@ def node_keys(letters: list[str]) -> list[str]:
 LONG_NAMES = {
     "available": "a",
     "cpus": "c",
+    "containment": "K",
     "cpusstate": "C",
     "disk": "d",
     "freemem": "e",
@@ -377,6 +385,9 @@ def _field(letter: str) -> tuple[str, object, bool] | None:
     return None if field is None else (field[0], field[1], letter not in _UNCUT)
 
 
+_MUSTER_ONLY = frozenset("K")  # letters Slurm leaves free, muster uses: not in %all
+
+
 def columns_from_format(fmt: str) -> list[Column]:
     """``-o``: ``%`` letters; ``%#P`` is as wide as the longest value; ``%all``: every
     field (``all_format``)."""
@@ -389,9 +400,9 @@ def all_format() -> str:
     """``-o %all``: the letters in Slurm's order, a to z then A to Z, as wide as their
     values; as Slurm writes it, ``|`` after each lower-case one, `` |`` after each upper-case
     one, and the last one ends with a space instead. The letters muster has no field for
-    (Slurm's %B, %I, %M, %V...) are left out."""
+    (Slurm's %B, %I, %M, %V...) are left out, and so are muster's own (%K)."""
     lower = "".join(f"%{c}|" for c in "abcdefghijklmnopqrstuvwxyz" if c in FIELDS)
-    upper = "".join(f"%{c} |" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c in FIELDS)
+    upper = "".join(f"%{c} |" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c in FIELDS and c not in _MUSTER_ONLY)
     return (lower + upper)[:-1]
 
 

@@ -61,6 +61,7 @@ class Agents:
         node.agent_start_time = msg.agent_start_time
         node.boot_time = msg.boot_time
         node.version = msg.version
+        node.containment = msg.containment or ""
         self.protocols[node.name] = protocol
         self.check_config(node, msg.config_hash)
         self._check_protocol(node, protocol, now)

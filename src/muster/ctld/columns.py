@@ -58,6 +58,7 @@ NODE_FIELDS: dict[str, Callable[[NodeRuntime], Any]] = {
     "version": attrgetter("version"),
     "config_hash": attrgetter("config_hash"),
     "config_mismatch": attrgetter("config_mismatch"),
+    "containment": attrgetter("containment"),
 }
 
 

@@ -49,6 +49,9 @@ class NodeRuntime:
     # controller's own when the two differ ("" when they agree): ``Agents.check_config``
     config_hash: str = ""
     config_mismatch: str = ""
+    # what confines jobs there, as its agent registered it (``Register.containment``;
+    # "": not said): scontrol show node's Containment=, sinfo's %K
+    containment: str = ""
     hostname: str = ""  # NodeHostname (Slurm's default: the node's name)
     # allocations, kept up to date by the controller's ``ClusterState`` (its one owner):
     # (job id, attempt) -> (cpus, mem, gpu ids)

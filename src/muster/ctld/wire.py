@@ -169,6 +169,7 @@ def node_wire(node: NodeRuntime, jobs_here: list[int]) -> dict[str, Any]:
         "version": node.version,
         "config_hash": node.config_hash,
         "config_mismatch": node.config_mismatch,  # the controller's hash when they differ
+        "containment": node.containment,
     }
 
 

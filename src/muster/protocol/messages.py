@@ -83,6 +83,7 @@ class Register(_Message):
         "threads_per_core": 3,
         "emulated": 3,
         "config_hash": 3,
+        "containment": 3,
     }
 
     node: str = Field(min_length=1)
@@ -106,6 +107,9 @@ class Register(_Message):
     version: str = ""
     # ``core.confhash`` of the agent's muster.conf; None: not said (muster 0.2.0)
     config_hash: str | None = None
+    # What confines the node's jobs (``agent.cgroups.containment``): ``cgroup/v1:freezer,
+    # memory,...``, ``none``, or ``unusable: <why>``; None: not said (muster 0.2.0)
+    containment: str | None = None
 
 
 class Fault(_Message):
@@ -371,6 +375,10 @@ class SignalRequest(_Message):
     # the batch shell too, at the same time as the tasks (preemption's warning, as Slurm
     # sends SIGTERM to the whole job): a trap in the script runs before its children die
     whole_job: bool = False
+    # a preempted job's deadline (epoch seconds): the agent writes it where
+    # ``muster.progress.preempt_deadline()`` reads it, before it signals (an agent that
+    # does not know the field only signals)
+    deadline: float | None = None
 
 
 class StepSignalRequest(_Message):
