@@ -11,7 +11,9 @@
 
 The node agent gives every batch script and srun task ``MUSTER_PROGRESS``: a file it
 watches. Each call appends one line, ``step N TIME`` or ``checkpoint N TIME`` (TIME: seconds
-since the epoch), which is also the shell form for jobs not written in Python::
+since the epoch; a step line also says ``rank=R``, from ``RANK`` or ``SLURM_PROCID``, and
+``busy=SECONDS`` when given: the agent times each rank's steps to find stragglers), which is
+also the shell form for jobs not written in Python::
 
     echo "step $i" >> "$MUSTER_PROGRESS"          # the time is optional
     muster-progress checkpoint "$i"               # the same, as a command
@@ -32,6 +34,20 @@ threads to ``$MUSTER_PROGRESS.stacks``. When the controller judges the job hung,
 sends SIGUSR1 only to processes that catch it, so reporting progress never makes the
 diagnostic signal fatal (see ``muster.agent.hangevidence``).
 
+Preemption (the checkpoint handshake, docs/preemption.md): a job chosen to make room for
+another gets SIGTERM and a deadline; ``preempt_deadline()`` says when (seconds since the
+epoch, None while the job is not asked to leave) and ``should_checkpoint()`` whether it is
+asked. A job that then saves and calls ``checkpoint(step)`` is stopped at once (its GPUs go
+to the preemptor), having lost nothing; one that does not answer is stopped at the deadline::
+
+    signal.signal(signal.SIGTERM, lambda *_: None)  # or set a flag; the loop polls anyway
+    for step in range(start, steps):
+        train_one_step()
+        if progress.should_checkpoint():
+            save_checkpoint()
+            progress.checkpoint(step)
+            break
+
 This module uses only the standard library (os, sys, time; faulthandler and signal once, at
 the first report) and never raises into the training loop: a report that cannot be written
 is dropped.
@@ -45,7 +61,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["ENV", "begin", "checkpoint", "end", "main", "path", "section", "step"]
+__all__ = [
+    "ENV",
+    "begin",
+    "checkpoint",
+    "end",
+    "main",
+    "path",
+    "preempt_deadline",
+    "section",
+    "should_checkpoint",
+    "step",
+]
 
 ENV = "MUSTER_PROGRESS"
 _fd: int | None = None
@@ -77,13 +104,19 @@ def path() -> str | None:
     return os.environ.get(ENV) or None
 
 
-def _write(kind: str, n: int | str) -> bool:
+def _rank() -> str:
+    """This process's rank (``RANK``, else ``SLURM_PROCID``), as a ``rank=R`` word, or ''."""
+    rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or ""
+    return f" rank={rank}" if rank.isdigit() else ""
+
+
+def _write(kind: str, n: int | str, extra: str = "") -> bool:
     global _fd, _fd_path
     target = path()
     if target is None:
         return False
     word = n if isinstance(n, str) else str(int(n))
-    line = f"{kind} {word} {time.time():.3f}\n".encode()
+    line = f"{kind} {word} {time.time():.3f}{extra}\n".encode()
     try:
         if _fd is None or _fd_path != target:
             if _fd is not None:
@@ -98,15 +131,47 @@ def _write(kind: str, n: int | str) -> bool:
         return False
 
 
-def step(n: int) -> bool:
-    """Step ``n`` is done. Returns whether the report was written."""
-    return _write("step", n)
+def step(n: int, busy: float | None = None) -> bool:
+    """Step ``n`` is done. Returns whether the report was written.
+
+    The line names this process's rank (``rank=R``), so that the agent times each rank's
+    steps (straggler detection, docs/training.md). ``busy``: the seconds this rank itself
+    worked on the step, without the time it waited for the others in collectives; pass it
+    in synchronous data-parallel training, where every rank's step takes as long as the
+    slowest one's and only the busy time shows which node is slow."""
+    extra = _rank()
+    if busy is not None:
+        try:
+            extra += f" busy={max(0.0, float(busy)):.4f}"
+        except (TypeError, ValueError):
+            pass
+    return _write("step", n, extra)
 
 
 def checkpoint(n: int) -> bool:
     """A checkpoint holding the work up to step ``n`` is written (call it once the file is
     safely on disk). Returns whether the report was written."""
     return _write("checkpoint", n)
+
+
+def preempt_deadline() -> float | None:
+    """When this job will be stopped because it is preempted (seconds since the epoch), or
+    None: not preempted, or outside a muster job. Cheap enough to call at every step (one
+    failed ``open`` while not preempted)."""
+    target = path()
+    if target is None:
+        return None
+    try:
+        with open(target + ".preempt", "rb") as f:  # written by the node agent
+            return float(f.read(64).split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def should_checkpoint() -> bool:
+    """Whether this job is asked to save a checkpoint and leave (it is preempted): save,
+    then call ``checkpoint(step)``, which stops it at once instead of at its deadline."""
+    return preempt_deadline() is not None
 
 
 def _name(name: str) -> str:
@@ -149,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     if path() is None:
         print(f"muster-progress: {ENV} is not set (not inside a muster job); nothing reported", file=sys.stderr)
         return 0
-    if not _write(args[0], _name(args[1]) if sections else int(args[1])):
+    written = step(int(args[1])) if args[0] == "step" else _write(args[0], _name(args[1]) if sections else int(args[1]))
+    if not written:
         print(f"muster-progress: cannot write to {path()}", file=sys.stderr)
         return 1
     return 0

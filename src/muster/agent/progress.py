@@ -13,15 +13,22 @@
   one dict per job attempt: ``job_id``, ``attempt``, ``first`` (time of its first step
   here), ``step``/``step_time``, ``ckpt_step``/``ckpt_time``, ``section`` (the name of a
   declared slow section open here, else None) and ``section_time`` (its last begin or end),
-  and, once, ``evidence`` (a hang's evidence collected here: ``save_evidence`` leaves it in
+  ``ranks`` (each rank's ``[step, time, median seconds per step, samples]`` over its last
+  ``PACE_WINDOW`` steps: the straggler detector's input, ``core.stragglers``; rank "" for
+  lines that name none), and, once, ``evidence`` (a hang's evidence collected here: ``save_evidence`` leaves it in
   ``<job>.<attempt>.evidence``, the next poll takes it). Files of attempts no longer
   ``active`` here are removed once their last report was handed out.
+* ``save_deadline(root, job_id, attempt, deadline)``: a preempted job's deadline (epoch
+  seconds, one line) in ``<job>.<attempt>.preempt`` (the agent's, 0644), written before the
+  warning signal is sent, where ``muster.progress.preempt_deadline()`` reads it (the
+  checkpoint handshake, ``ctld.preemption``).
 
 Line grammar: ``step N [TIME]`` or ``checkpoint N [TIME]`` (``ckpt`` is accepted),
 ``begin NAME [TIME]`` and ``end NAME [TIME]`` (a slow section: checkpoint save, evaluation;
 each rank's begin counts until its end); TIME is
 seconds since the epoch, taken as the agent's own time of reading when absent, in the future
-or unparsable. Other lines are ignored. Steps only go forward (a restarted attempt writes to
+or unparsable. Trailing ``key=value`` words: ``rank=R`` (the reporting rank) and ``busy=S`` (the
+seconds the rank worked on that step, its waits excluded). Other lines are ignored. Steps only go forward (a restarted attempt writes to
 a new file).
 """
 
@@ -31,16 +38,20 @@ import contextlib
 import json
 import logging
 import os
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "ENV",
     "ProgressWatch",
+    "deadline_path",
     "parse_lines",
     "prepare",
     "progress_dir",
     "progress_env",
+    "save_deadline",
     "save_evidence",
     "stacks_path",
 ]
@@ -48,6 +59,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 READ_LIMIT = 64 * 1024
+PACE_WINDOW = 9  # step durations per rank behind its rolling median (stragglers)
+MAX_RANKS = 256  # ranks timed per job attempt on one node (a report stays small)
 KEEP_YOUNG = 60.0  # seconds a file of an attempt not (yet) running here is kept unread
 ENV = "MUSTER_PROGRESS"  # the name muster.progress reads
 
@@ -69,6 +82,26 @@ def save_evidence(root: str, job_id: int, attempt: int, evidence: list[dict[str,
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(evidence, f)
+    os.replace(tmp, final)
+
+
+def deadline_path(path: str) -> str:
+    """Where the processes reporting to progress file ``path`` read their preemption
+    deadline (``muster.progress.preempt_deadline``)."""
+    return path + ".preempt"
+
+
+def save_deadline(root: str, job_id: int, attempt: int, deadline: float) -> None:
+    """Leave a preempted attempt's deadline beside its progress file (written whole, then
+    renamed into place, so a reader never sees half a line)."""
+    directory = progress_dir(root)
+    os.makedirs(directory, mode=0o711, exist_ok=True)
+    final = deadline_path(os.path.join(directory, f"{int(job_id)}.{int(attempt)}"))
+    tmp = final + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{float(deadline):.3f}\n")
+    os.chmod(tmp, 0o644)  # whatever the umask: the job's user reads it
     os.replace(tmp, final)
 
 
@@ -112,6 +145,39 @@ def progress_env(root: str, job: dict[str, Any]) -> dict[str, str]:
 
 
 @dataclass(slots=True)
+class _Rank:
+    """One rank's steps on this node: its latest, and its last ``PACE_WINDOW`` step
+    durations (seconds per step: its ``busy`` time when it says it, else the time since its
+    previous step over the steps between)."""
+
+    step: int
+    time: float
+    durations: deque[float] = field(default_factory=lambda: deque(maxlen=PACE_WINDOW))
+
+    def add(self, n: int, t: float, busy: float | None) -> None:
+        if n <= self.step:
+            return  # a repeated or late line (ranks reporting without a rank word)
+        if busy is not None:
+            self.durations.append(busy)
+        elif t > self.time:
+            self.durations.append((t - self.time) / (n - self.step))
+        self.step, self.time = n, max(t, self.time)
+
+    def wire(self) -> list[Any]:
+        """``[step, time, median seconds per step, samples]`` (``core.stragglers.node_pace``)."""
+        median = statistics.median(self.durations) if self.durations else None
+        return [self.step, self.time, None if median is None else round(median, 4), len(self.durations)]
+
+
+def _busy(extra: dict[str, str]) -> float | None:
+    try:
+        busy = float(extra["busy"])
+    except (KeyError, ValueError):
+        return None
+    return busy if 0 <= busy < 1e7 else None
+
+
+@dataclass(slots=True)
 class _Latest:
     offset: int = 0
     first: float | None = None
@@ -122,6 +188,7 @@ class _Latest:
     sections: dict[str, int] = field(default_factory=dict)  # open sections: name -> ranks in it
     section_time: float | None = None
     evidence: list[dict[str, Any]] | None = None
+    ranks: dict[str, _Rank] = field(default_factory=dict)  # rank ("" unsaid) -> its steps here
     changed: bool = False
 
     def report(self, job_id: int, attempt: int) -> dict[str, Any]:
@@ -136,6 +203,8 @@ class _Latest:
             "section": min(self.sections) if self.sections else None,
             "section_time": self.section_time,
         }
+        if self.ranks:
+            out["ranks"] = {r: v.wire() for r, v in self.ranks.items()}
         if self.evidence is not None:
             out["evidence"], self.evidence = self.evidence, None
         return out
@@ -144,9 +213,18 @@ class _Latest:
 def parse_lines(text: str, now: float) -> list[tuple[str, int | str, float]]:
     """``(kind, n, time)`` for each well-formed line; kind is ``step`` or ``checkpoint``
     (n: the step) or ``begin`` or ``end`` (n: the section's name)."""
-    out: list[tuple[str, int | str, float]] = []
+    return [(kind, n, t) for kind, n, t, _extra in parse_records(text, now)]
+
+
+def parse_records(text: str, now: float) -> list[tuple[str, int | str, float, dict[str, str]]]:
+    """``parse_lines`` with each line's ``key=value`` words (``rank=3 busy=0.52``)."""
+    out: list[tuple[str, int | str, float, dict[str, str]]] = []
     for line in text.splitlines():
         words = line.split()
+        extra: dict[str, str] = {}
+        while len(words) > 2 and "=" in words[-1]:
+            key, _, value = words.pop().partition("=")
+            extra[key[:16]] = value[:32]
         if len(words) < 2 or words[0] not in ("step", "checkpoint", "ckpt", "begin", "end"):
             continue
         n: int | str
@@ -165,7 +243,7 @@ def parse_lines(text: str, now: float) -> list[tuple[str, int | str, float]]:
                 t = now
             if not (0 < t <= now):  # a clock ahead of ours, or junk: our time of reading
                 t = now
-        out.append(("checkpoint" if words[0] == "ckpt" else words[0], n, t))
+        out.append(("checkpoint" if words[0] == "ckpt" else words[0], n, t, extra))
     return out
 
 
@@ -222,7 +300,7 @@ class ProgressWatch:
                 reports.append(latest.report(*key))
             elif key not in active and not self._young(os.path.join(directory, name), now):
                 # (a young file may belong to a launch under way: not yet among ``active``)
-                for gone in (name, stacks_path(name)):
+                for gone in (name, stacks_path(name), deadline_path(name)):
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(directory, gone))
                 del self.files[key]
@@ -268,7 +346,7 @@ class ProgressWatch:
             return
         latest.offset = start + end
         data = data[cut:end]
-        for kind, n, t in parse_lines(data.decode(errors="replace"), now):
+        for kind, n, t, extra in parse_records(data.decode(errors="replace"), now):
             if isinstance(n, str):  # a section's begin or end
                 count = latest.sections.get(n, 0) + (1 if kind == "begin" else -1)
                 if count > 0:
@@ -281,6 +359,12 @@ class ProgressWatch:
                     latest.first = t
                 if latest.step is None or n >= latest.step:
                     latest.step, latest.step_time = n, t
+                rank = extra.get("rank", "")
+                pace = latest.ranks.get(rank)
+                if pace is not None:
+                    pace.add(n, t, _busy(extra))
+                elif len(latest.ranks) < MAX_RANKS:
+                    latest.ranks[rank] = _Rank(n, t)
             elif latest.ckpt_step is None or n >= latest.ckpt_step:
                 latest.ckpt_step, latest.ckpt_time = n, t
             latest.changed = True

@@ -71,3 +71,41 @@ def test_a_flood_keeps_only_its_tail(tmp_path: pathlib.Path) -> None:
         f.writelines(f"step {i}\n" for i in range(20000))
     (r,) = ProgressWatch(str(tmp_path)).poll(100.0, {(1, 0)})
     assert r["step"] == 19999
+
+
+def test_each_rank_is_timed_apart_and_its_median_reported(tmp_path: pathlib.Path) -> None:
+    """Stragglers' input: a rolling median of each rank's step durations (busy time when
+    the rank says it), ranks interleaved in one file; a line without a rank is rank ''."""
+    from muster.agent.progress import PACE_WINDOW, parse_records
+
+    assert parse_records("step 3 10.0 rank=2 busy=0.5\nstep 4 rank=1\n", 20.0) == [
+        ("step", 3, 10.0, {"rank": "2", "busy": "0.5"}),
+        ("step", 4, 20.0, {"rank": "1"}),
+    ]
+    path = prepare(str(tmp_path), 7, 0, -1, -1)
+    with open(path, "a") as f:
+        for i in range(12):
+            f.write(f"step {i} {1000 + i * 1.0:.3f} rank=0\n")
+            f.write(f"step {i} {1000 + i * 1.5:.3f} rank=1\n")
+            f.write(f"step {i} {1000 + i * 3.0:.3f} rank=2 busy=0.25\n")
+        f.write("step 2 1100.0\nstep 4 1102.0\nstep 3 1103.0\n")  # no rank: a late line is skipped
+    (r,) = ProgressWatch(str(tmp_path)).poll(2000.0, {(7, 0)})
+    assert r["step"] == 11
+    ranks = r["ranks"]
+    assert ranks["0"] == [11, 1011.0, 1.0, PACE_WINDOW]
+    assert ranks["1"] == [11, 1016.5, 1.5, PACE_WINDOW]
+    assert ranks["2"] == [11, 1033.0, 0.25, PACE_WINDOW]
+    assert ranks[""] == [4, 1102.0, 1.0, 1]
+
+
+def test_the_module_says_its_rank_and_busy_time(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = prepare(str(tmp_path), 8, 0, -1, -1)
+    monkeypatch.setenv("MUSTER_PROGRESS", path)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    assert progress.step(1) and progress.step(2, busy=0.5)
+    monkeypatch.setenv("RANK", "5")
+    assert progress.main(["step", "3"]) == 0
+    lines = pathlib.Path(path).read_text().splitlines()
+    assert lines[0].endswith(" rank=3") and lines[1].endswith(" rank=3 busy=0.5000")
+    assert lines[2].endswith(" rank=5")
