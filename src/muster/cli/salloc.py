@@ -7,7 +7,9 @@ allocation N`` / ``salloc: job N queued and waiting for resources`` when it must
 ``$SHELL``) with the allocation's variables set (``SLURM_JOB_ID``, ``SLURM_JOB_NODELIST``,
 ``SLURM_NNODES``, ``SLURM_NTASKS`` when asked, ...), so that ``srun`` inside runs steps in
 it. When the command ends the allocation is released (``salloc: Relinquishing job
-allocation N``) and salloc exits with the command's status.
+allocation N``) and salloc exits with the command's status. With ``--no-shell`` salloc runs
+nothing and exits 0 once the allocation is granted: the job stays RUNNING, holding its
+resources, until ``scancel`` or its time limit ends it (``srun --jobid=N`` runs steps in it).
 
 While the command runs salloc ignores SIGINT and SIGQUIT (they are the command's, as at
 a shell prompt) and passes SIGTERM and SIGHUP on to it. If the allocation is revoked
@@ -59,7 +61,7 @@ def build(
     argv: list[str], environ: dict[str, str], cwd: str
 ) -> tuple[dict[str, object], list[str], bool, float | None] | str:
     """The request (a heterogeneous job's: the first component's, ``components`` holding
-    every one), the command, ``-Q`` and ``-I``."""
+    every one), the command (empty for ``--no-shell``), ``-Q`` and ``-I``."""
     tbl = table()
     # ``salloc [opts 0] : [opts 1] ... [command]``: a heterogeneous job's components
     parts, operands = parse_components(argv, lambda args: job_getopt(PROG, args, tbl))
@@ -68,8 +70,6 @@ def build(
     text = info_text(keys, HELP, USAGE)
     if text is not None:
         return text
-    if "no-shell" in keys:
-        raise CommandError("--no-shell is not supported by muster")
     from_env = env_options(tbl, environ)
     layers = [from_env + part for part in parts]
     specs = []
@@ -88,10 +88,12 @@ def build(
             immediate = max(1, int(value)) if value else 1
         except ValueError:
             raise CommandError(f"Invalid --immediate value: {value}", RC_BAD_OPTION) from None
-    command = operands or [environ.get("SHELL") or "/bin/sh"]
+    no_shell = "no-shell" in keys
+    command = [] if no_shell else operands or [environ.get("SHELL") or "/bin/sh"]
     for one in specs:
         if not one.get("name"):
-            one["name"] = os.path.basename(command[0]) or "interactive"
+            # Slurm names a --no-shell allocation "no-shell"
+            one["name"] = (os.path.basename(command[0]) if command else "no-shell") or "interactive"
         one["argv"] = list(command)
         one["environment"] = {}
         for key in ("stdout", "stderr", "stdin"):
@@ -240,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if not quiet:
             _note(f"Granted job allocation {job_id}")
+        if not command:  # --no-shell: the allocation stays until scancel or its time limit
+            job_id = None
+            return 0
         env = allocation_environment(job, spec, dict(os.environ))
         if components:
             env.update(het_environment(ctl, job_id, [spec, *components]))
@@ -271,6 +276,8 @@ Parallel run options:
   -c, --cpus-per-task=ncpus   number of cpus required per task
   -J, --job-name=jobname      name of job
   -n, --ntasks=N              number of processors required
+      --no-shell              immediately exit after allocating resources,
+                              without running a command
       --ntasks-per-node=n     number of tasks to invoke on each node
   -N, --nodes=N               number of nodes on which to run (N = min[-max])
   -p, --partition=partition   partition requested

@@ -163,9 +163,14 @@ class Request:
         self.sort: list[tuple[str, bool]] = []
 
 
+# Every state and state flag sinfo(1) names (NODE STATE CODES) and the flags ``-t`` also takes;
+# states muster's nodes never enter (CLOUD, POWERED_DOWN, ...) are accepted and match none.
 _KNOWN_STATES = frozenset(
-    "alloc allocated comp completing down drain drained draining drng fail future futr idle "
-    "maint mix mixed no_respond not_responding planned reboot resv unk unknown".split()
+    "alloc allocated blocked boot cloud comp completing down drain drained draining drng "
+    "dynamic_future dynamic_norm err error fail failing future futr idle inval invalid_reg "
+    "maint mix mixed no_respond not_responding npc perfctrs planned power_down power_up "
+    "powered_down powering_down powering_up reboot reboot_issued reboot_requested resv "
+    "reserved unk unknown".split()
 )
 
 
@@ -215,8 +220,9 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
         elif key == "summarize":
             req.summary = True
         elif key == "states":
-            # Slurm's list: "a,b" is either state, "a&b" both (the two do not mix)
-            text = (value or "").lower()
+            # Slurm's list: "a,b" is either state, "a&b" (22.05) or "a+b" (later) every one
+            # of them (the two kinds do not mix)
+            text = (value or "").lower().replace("+", "&")
             req.states_all = "&" in text
             states = {s.strip() for s in text.replace("&", ",").split(",") if s.strip()}
             bad = sorted(states - _KNOWN_STATES - {"all"})
@@ -258,6 +264,9 @@ def select_nodes(nodes: list[dict], req: Request) -> list[dict]:
             continue
         if req.states:
             have = state_filter_names(n)
+            if n.get("drain"):
+                # DRAIN is either; DRAINING a drained node that still runs jobs, DRAINED one that does not
+                have -= {"drained"} if base_state(n) in ("ALLOCATED", "MIXED") else {"draining", "drng"}
             if not (req.states <= have if req.states_all else req.states & have):
                 continue
         if req.reasons and not (

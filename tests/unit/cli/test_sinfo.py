@@ -187,3 +187,34 @@ def test_format_all_prints_every_field_as_slurm_separates_them(partitions, nodes
         expected = expected.replace(missing, "", 1)
     assert lines[0] == expected
     assert len(lines) > 1 and all(line.count("|") == expected.count("|") and line.endswith(" ") for line in lines)
+
+
+@pytest.mark.parametrize(
+    "state",
+    # sinfo(1), NODE STATE CODES and the flags --states takes, in any case
+    "ALLOC ALLOCATED BLOCKED BOOT CLOUD COMP COMPLETING DOWN DRAIN DRAINED DRAINING FAIL FAILING "
+    "FUTURE FUTR IDLE INVAL MAINT MIX MIXED NO_RESPOND NOT_RESPONDING NPC PERFCTRS PLANNED POWER_DOWN "
+    "POWERED_DOWN POWERING_DOWN POWERING_UP REBOOT_ISSUED REBOOT_REQUESTED RESV RESERVED UNK UNKNOWN".split(),
+)
+def test_every_state_slurm_lists_is_accepted(partitions, nodes, state) -> None:
+    req = sinfo.parse_args(["-t", state.lower() if len(state) % 2 else state], {})
+    assert isinstance(req, sinfo.Request)
+    sinfo.report_lines(partitions, nodes, req, NOW)
+
+
+def test_states_no_node_enters_select_none(partitions, nodes) -> None:
+    assert _lines(partitions, nodes, ["-h", "-N", "-t", "boot,powered_down,cloud"]) == []
+
+
+def test_drained_and_draining_are_told_apart(partitions, nodes) -> None:
+    nodes[0].update(drain=True)  # node1 mixed+drain: DRAINING
+    nodes[2].update(drain=True)  # node3 idle+drain: DRAINED
+    base = ["-h", "-p", "gpu", "-o", "%N"]
+    assert _lines(partitions, nodes, base + ["-t", "draining"]) == ["node1"]
+    assert _lines(partitions, nodes, base + ["-t", "drained"]) == ["node3"]
+    assert _lines(partitions, nodes, base + ["-t", "drain"]) == ["node[1,3]"]
+
+
+def test_plus_joins_states_that_must_all_hold(partitions, nodes) -> None:
+    nodes[5].update(state="DOWN", drain=True)
+    assert _lines(partitions, nodes, ["-h", "-p", "gpu", "-o", "%N", "-t", "down+drain"]) == ["node6"]
