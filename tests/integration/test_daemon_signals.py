@@ -70,6 +70,21 @@ def log_path(h: Harness, name: str) -> str:
     return os.path.join(h.cluster.state_dir, "log", f"{name}.log")
 
 
+def hup_agent(h: Harness, name: str, pid: int) -> str:
+    """SIGHUP to ``name``'s agent, and its reconfigure line once it has read the file: a test
+    that changes the configuration waits for this before the next one changes it again (a
+    signal handled late would apply the next test's file)."""
+    said = f"reconfigure: node {name}: "
+
+    def lines() -> list[str]:
+        return [line.split(said, 1)[1] for line in text(log_path(h, name)).splitlines() if said in line]
+
+    before = len(lines())
+    os.kill(pid, signal.SIGHUP)
+    wait_for(f"{name}'s reconfigure line", lambda: len(lines()) > before)
+    return lines()[before]
+
+
 def ctld_pid(h: Harness) -> int:
     pid = h.cluster._alive("musterctld")
     assert pid is not None
@@ -109,6 +124,10 @@ def test_sighup_reconfigures_the_controller_which_stays_up_and_keeps_its_jobs(um
         with open(h.cluster.conf_path, "w") as f:
             f.write(original)
         os.kill(pid, signal.SIGHUP)
+        wait_for(  # applied before the next test changes the file again
+            "the value gone from scontrol show config",
+            lambda: "4321" not in h.run(["scontrol", "show", "config"]).stdout,
+        )
         h.run(["scancel", str(held)])
 
 
@@ -150,8 +169,7 @@ def test_sighup_gives_the_agent_a_new_prolog(umask0_cluster: Harness) -> None:
     try:
         with open(h.cluster.conf_path, "w") as f:
             f.write(original + f"Prolog={prolog}\n")
-        os.kill(pid, signal.SIGHUP)
-        wait_for("the agent's reconfigure line", lambda: "node1: Prolog applied" in text(log_path(h, "node1")))
+        assert hup_agent(h, "node1", pid) == "Prolog applied"
         job = h.sbatch("-w", "node1", "--wrap", "true")
         try:
             ended = h.wait_job(job)
@@ -163,7 +181,7 @@ def test_sighup_gives_the_agent_a_new_prolog(umask0_cluster: Harness) -> None:
     finally:
         with open(h.cluster.conf_path, "w") as f:
             f.write(original)
-        os.kill(pid, signal.SIGHUP)
+        assert hup_agent(h, "node1", pid) == "Prolog applied"
 
 
 def test_sighup_starts_a_health_check_program_on_an_agent_that_had_none(umask0_cluster: Harness) -> None:
@@ -181,7 +199,7 @@ def test_sighup_starts_a_health_check_program_on_an_agent_that_had_none(umask0_c
     try:
         with open(h.cluster.conf_path, "w") as f:
             f.write(original + f"HealthCheckProgram={program}\nHealthCheckInterval=1\n")
-        os.kill(pid, signal.SIGHUP)
+        assert hup_agent(h, "node1", pid) == "HealthCheckProgram, HealthCheckInterval applied"
         wait_for("the health check program to run", lambda: text(marker).split()[:1] == ["node1"])
         wait_for("its next run, on its interval", lambda: len(text(marker).split()) >= 2)
         assert set(text(marker).split()) == {"node1"}  # node2's agent was not reconfigured
@@ -190,11 +208,7 @@ def test_sighup_starts_a_health_check_program_on_an_agent_that_had_none(umask0_c
     finally:
         with open(h.cluster.conf_path, "w") as f:
             f.write(original)
-        os.kill(pid, signal.SIGHUP)
-        wait_for(
-            "the program removed",
-            lambda: text(log_path(h, "node1")).count("node1: HealthCheckProgram, HealthCheckInterval applied") >= 2,
-        )
+        assert hup_agent(h, "node1", pid) == "HealthCheckProgram, HealthCheckInterval applied"  # removed
 
 
 def _get(sock: str, path: str) -> tuple[int, dict[str, object]]:
