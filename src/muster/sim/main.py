@@ -433,7 +433,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    if argv[:1] == ["ettr"]:  # `muster sim ettr`: one training run's ETTR under a failure mix
+        from muster.sim.ettrcli import main as ettr_main
+
+        return ettr_main(argv[1:])
+    args = build_parser().parse_args(argv)
     try:
         return run(args, sys.stdout, sys.stderr)
     except (MusterError, ConfigError) as e:
