@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -44,10 +43,9 @@ def test_a_dead_node_fails_its_job_which_is_requeued_and_reruns_elsewhere(fast_f
     victim = job["alloc"][1]["node"]
     pid = h.cluster._alive(victim)
     assert pid is not None
-    killed = time.monotonic()
     os.kill(pid, signal.SIGKILL)
-    rerun = h.wait_job(job_id, lambda j: j["restart_count"] == 1 and j["state"] == "RUNNING", timeout=30)
-    assert time.monotonic() - killed < 4 + 3 + 6  # SlurmdTimeout, the requeue delay, a heartbeat or two
+    # how soon is benchmarks/bench_failure.py's figure; here only that it happens
+    rerun = h.wait_job(job_id, lambda j: j["restart_count"] == 1 and j["state"] == "RUNNING", timeout=60)
     assert victim not in [a["node"] for a in rerun["alloc"]]
     nodes = {n["name"]: n for n in h.cluster.api("GET", "/v1/nodes")["nodes"]}
     assert nodes[victim]["state"] == "DOWN" and nodes[victim]["reason"] == "Not responding"
