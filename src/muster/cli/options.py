@@ -272,6 +272,23 @@ def _apply_no_kill(req: JobRequest, value: str | None) -> None:
     req.spec["no_kill"] = (value or "").strip().lower() not in ("off", "no")
 
 
+def _apply_spare_nodes(req: JobRequest, value: str | None) -> None:
+    # muster's own: --spare-nodes=N[@SIG]: up to N failed nodes replaced in the running
+    # allocation (docs/recovery.md); SIG (a name or number) tells the job when it happens
+    count, sep, sig = (value or "").partition("@")
+    if not count.strip().isdigit():
+        raise _values().OptionValueError(f"Invalid --spare-nodes specification: {value}")
+    req.spec["spare_nodes"] = int(count)
+    if sep:
+        from muster.core.signals import parse_signal
+
+        try:
+            parse_signal(sig.strip())
+        except ValueError:
+            raise _values().OptionValueError(f"Invalid --spare-nodes signal: {sig}") from None
+        req.spec["replace_signal"] = sig.strip()
+
+
 def _apply_tmp(req: JobRequest, value: str | None) -> None:
     # --tmp takes --mem's units (MB by default)
     req.spec["tmp_disk"] = _values().parse_mem_option(value or "", "--tmp")
@@ -364,6 +381,7 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("mincpus", apply=_count("min_cpus", "--mincpus")),
     Opt("overcommit", "O", NO_ARG, apply=_flag("overcommit")),
     Opt("no-kill", "k", OPTIONAL, env=("SBATCH_NO_KILL",), apply=_apply_no_kill),
+    Opt("spare-nodes", env=("SBATCH_SPARE_NODES",), apply=_apply_spare_nodes),
     Opt("tmp", apply=_apply_tmp),
     Opt("licenses", "L", apply=_ignored),
     Opt("propagate", None, OPTIONAL, apply=_apply_propagate),

@@ -261,9 +261,6 @@ for _name, _width, _fn in (
     ("Goodput", 8, lambda r, u: "" if r.get("goodput") is None else f"{100 * float(r['goodput']):.1f}%"),
     ("LastStep", 8, _text("last_step")),
     ("LastCheckpoint", 14, _text("last_ckpt")),
-    # What a preempted attempt lost: GPU time since its last checkpoint (docs/preemption.md).
-    ("LostWork", 10, lambda r, u: _hms(r.get("lost_work"))),
-    ("LostWorkRAW", 11, lambda r, u: "" if r.get("lost_work") is None else str(int(r["lost_work"]))),
 ):
     _field(_name, _width, _fn)
 

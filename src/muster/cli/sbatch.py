@@ -401,6 +401,8 @@ Parallel run options:
   -i, --input=in              file for batch script's standard input
   -J, --job-name=jobname      name of job
   -k, --no-kill               do not kill the job when one of its nodes (not the first) fails
+      --spare-nodes=N[@SIG]   replace up to N failed nodes (not the first) in the
+                              running job instead of requeueing it; SIG tells it
       --kill-on-invalid-dep=yes|no
                               kill the job if its dependency can never be met
   -M, --clusters=names        this cluster's name (--parsable then prints N;cluster)

@@ -391,6 +391,13 @@ class _Parser:
                     raise ConfigError(f"{where}: partition {part.name!r} names unknown node {name!r}")
                 wanted.add(name)
             part.nodes = sorted(wanted, key=order.__getitem__)
+        for part in self.partitions:  # muster's SpareNodes=: a pool inside the partition
+            spares = part.params.get("SpareNodes", "").strip()
+            if spares:
+                where = self.where(part.lineno)
+                for name in _hostlist(spares, "SpareNodes", where):
+                    if name not in part.nodes:
+                        raise ConfigError(f"{where}: SpareNodes names {name!r}, not a node of partition {part.name!r}")
         if defaults > 1:
             first = next(p for p in self.partitions if p.default)
             self.warnings.append(f"{self.path}: several partitions have Default=YES; {first.name!r} is the default")

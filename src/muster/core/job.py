@@ -109,6 +109,12 @@ class JobSpec:
     # ``--requeue=expedite``: after a node failure the job is requeued at the front of the
     # queue and its surviving nodes are held for it (see docs/preemption.md).
     expedite: bool = False
+    # ``--spare-nodes=N[@SIG]``: up to N times, a failed node of the running job (not its
+    # batch host) is replaced in the allocation by a free node of its partition, the job
+    # keeping its id (``ctld.replacement``, docs/recovery.md); ``replace_signal``: the
+    # signal (a name or number) its batch script and tasks get then. 0: requeue as before.
+    spare_nodes: int = _check(0, ge=0, le=COUNT)
+    replace_signal: str | None = _check(max_length=16)
     # --mail-type (``core.mailtypes``' names, ALL expanded) and --mail-user (default: the
     # submitting user; MailDomain appended to a name without "@"): see ``ctld.mailnotes``.
     mail_type: list[str] = _check(factory=list, max_length=16)
@@ -300,12 +306,12 @@ class Job:
     preempted_by: int | None = None
     preempt_deadline: float | None = None
     preempt_mode: str | None = None  # REQUEUE or CANCEL, what happens at the deadline
-    # when the victim was told (its grace began): a checkpoint it reports after this ends
-    # the grace at once (the checkpoint handshake, ``ctld.preemption``)
-    preempt_time: float | None = None
     held_nodes: list[str] = field(default_factory=list)
     hold_until: float | None = None
     expedited: bool = False
+    # In-allocation replacements of failed nodes (``ctld.replacement``), oldest first:
+    # {"old", "new", "cause", "time", "detected", "attempt"} (times: epoch seconds).
+    replacements: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[str]:
@@ -338,6 +344,7 @@ class Job:
         d["alloc"] = [{"node": a.node, "cpus": a.cpus, "mem": a.mem, "gpu_ids": list(a.gpu_ids)} for a in self.alloc]
         d["planned_nodes"] = list(self.planned_nodes)
         d["held_nodes"] = list(self.held_nodes)
+        d["replacements"] = [dict(r) for r in self.replacements]
         d["state"] = str(self.state)
         d["reason"] = str(self.reason)
         return d

@@ -18,6 +18,7 @@ from muster.core.states import HEALTH_DRAIN_PREFIX, JobState
 from muster.ctld.actions import Action
 from muster.ctld.launches import Launches
 from muster.ctld.nodes import NodeRuntime
+from muster.ctld.replacement import HEALTH_CHECK
 from muster.ctld.state import ClusterState, LostWatch
 from muster.ctld.training import Training
 from muster.ctld.wire import message
@@ -206,12 +207,27 @@ class Agents:
                 reason = health.reason
                 if not reason.startswith(HEALTH_DRAIN_PREFIX):
                     reason = HEALTH_DRAIN_PREFIX + (reason or "HealthCheckProgram failed")
-                self.state.drain(node.name, reason[:1024])
+                if self.state.drain(node.name, reason[:1024]):  # newly failed
+                    actions += self._replace_off(node.name, reason)
             elif node.drain and node.reason.startswith(HEALTH_DRAIN_PREFIX):
                 node.drain = False
                 node.reason, node.reason_time, node.reason_user = "", None, ""
                 self.state.put_node(node)
                 log.info("node %s: its health check passes again; back in service", node.name)
+        return actions
+
+    def _replace_off(self, name: str, reason: str) -> list[Action]:
+        """A failed health check drains the node and leaves its jobs running, except those
+        that asked for replacements (``--spare-nodes``): their share moves to another node
+        (``ctld.replacement``); where none can take it they run on, as before."""
+        actions: list[Action] = []
+        now = self.state.clock.now()
+        for job_id in self.state.job_ids_on(name):
+            job = self.state.jobs.get(job_id)
+            if job is None or job.spec.spare_nodes <= 0:
+                continue
+            repaired = self.training.replacements.job_lost_node(job, name, HEALTH_CHECK, reason, now)
+            actions += repaired or []
         return actions
 
     def _stale_jobs(self, node: NodeRuntime, running: list[Attempt]) -> list[int]:

@@ -103,6 +103,7 @@ class CtldApp:
         self._store_open = True
         self.steps = StepBook(self.controller, key)  # job steps: srun, salloc
         self.steps.load()
+        self.controller.training.replacements.steps_of = self.steps.steps_of  # (ctld.replacement)
         self.controller.hets.load()
         # Everything loaded so far lives for the process: keep it out of the cyclic GC's
         # full collections, which would otherwise pause a scheduling pass now and then.

@@ -19,6 +19,7 @@ from muster.core.states import JobState
 from muster.ctld.actions import Action, Terminate
 from muster.ctld.identity import Identity
 from muster.ctld.nodes import NodeRuntime
+from muster.ctld.replacement import NOT_RESPONDING, SET_DOWN
 from muster.ctld.state import ClusterState
 from muster.ctld.training import Training
 
@@ -136,7 +137,12 @@ class Liveness:
                 continue
             try:
                 if job.state is JobState.RUNNING:
-                    if self.state.lose_node(job, node.name, now, f"node {node.name} not responding"):
+                    why = f"node {node.name} not responding"
+                    repaired = self.training.replacements.job_lost_node(job, node.name, NOT_RESPONDING, why, now)
+                    if repaired is not None:
+                        actions += repaired
+                        continue
+                    if self.state.lose_node(job, node.name, now, why):
                         continue
                     survivors = [n for n in job.nodes if n != node.name]
                     attempt = job.restart_count
@@ -177,7 +183,12 @@ class Liveness:
                     job = self.state.jobs.get(job_id)
                     if job is not None and job.state is JobState.RUNNING and name in job.nodes:
                         attempt, nodes = job.restart_count, job.nodes
-                        if self.state.lose_node(job, name, now, f"node {name} set DOWN"):
+                        why = f"node {name} set DOWN"
+                        repaired = self.training.replacements.job_lost_node(job, name, SET_DOWN, why, now)
+                        if repaired is not None:
+                            actions += repaired
+                            continue
+                        if self.state.lose_node(job, name, now, why):
                             actions.append(Terminate(job.job_id, attempt, [name], "node_fail"))
                             continue
                         self.state.node_failed_job(job, now, f"node {name} set DOWN")

@@ -41,7 +41,6 @@ from __future__ import annotations
 import logging
 import signal
 import statistics
-from collections.abc import Callable
 from typing import Any
 
 from muster.core import lifecycle
@@ -51,6 +50,7 @@ from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
 from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.ctld.actions import Action, SignalJob, Terminate
+from muster.ctld.replacement import GPU_FAULT, Replacements
 from muster.ctld.state import ClusterState
 
 __all__ = ["Training", "auto_timeout", "hang_grace"]
@@ -81,8 +81,11 @@ def auto_timeout(step_secs: list[float]) -> float | None:
 
 
 class Training:
-    def __init__(self, ctl: ClusterState) -> None:
+    def __init__(self, ctl: ClusterState, replacements: Replacements | None = None) -> None:
         self.ctl = ctl
+        # a failed node of a running job that asked for it is replaced in its allocation
+        # (``ctld.replacement``); ``liveness`` and ``agents`` reach it through here
+        self.replacements = replacements if replacements is not None else Replacements(ctl)
         # node -> recent incidents: (time, job id, kind, the job's user)
         self.incidents: dict[str, list[tuple[float, int, str, str]]] = {}
         self._saved: dict[int, float] = {}  # job id -> when its progress was last committed
@@ -92,8 +95,6 @@ class Training:
         # no judgement within a couple of heartbeats of the start or of a stall (``_listening``)
         self._listen_from = ctl.clock.now()
         self._stalls = ctl.stalls
-        # a job reported a new checkpoint (``Preemptions.checkpointed``: the handshake)
-        self.on_checkpoint: Callable[[Job, float], object] | None = None
 
     # --- GPU faults --------------------------------------------------------------------
 
@@ -105,6 +106,10 @@ class Training:
         actions: list[Action] = []
         for job in self._jobs_on(node):
             attempt, nodes = job.restart_count, job.nodes
+            repaired = self.replacements.job_lost_node(job, node, GPU_FAULT, f"{reason} on {node}", now)
+            if repaired is not None:
+                actions += repaired
+                continue
             try:
                 self._fail_over(job, [node], f"{reason} on {node}", now)
             except StorageError:
@@ -171,12 +176,9 @@ class Training:
                 )
                 important = True
             else:
-                before = (job.progress or {}).get("ckpt_step")
                 important = self._merge(job, node, r)
                 if self._reporting is not None:
                     self._reporting.add(job.job_id)
-                if self.on_checkpoint is not None and (job.progress or {}).get("ckpt_step") != before:
-                    self.on_checkpoint(job, now)  # commits the job itself when it matters
             last = self._saved.get(job.job_id)
             if important or last is None or now - last >= SAVE_EVERY:
                 try:

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from muster.core.config import Config
+from muster.core.conftypes import PartitionConf
+from muster.core.hostlist import expand
 from muster.core.job import Job
 from muster.sched.config import preempt_mode
 from muster.sched.topology import Topology
@@ -123,6 +125,14 @@ class QosPreempt:
     exempt_time: int | None = None
 
 
+def spares(part: PartitionConf) -> frozenset[str]:
+    """A partition's ``SpareNodes=`` pool (muster's; checked when the configuration is read):
+    nodes kept out of its jobs' placement, for replacing failed nodes of running jobs
+    (``sched.replace``, docs/recovery.md)."""
+    text = part.params.get("SpareNodes", "").strip()
+    return frozenset(expand(text)) if text else frozenset()
+
+
 def partition_views(config: Config) -> dict[str, PartitionView]:
     """The partitions as the scheduler sees them, from the configuration: the one builder
     the controller (``ctld.view``) and the simulator (``sim.cluster``) both use."""
@@ -130,7 +140,8 @@ def partition_views(config: Config) -> dict[str, PartitionView]:
     return {
         p.name: PartitionView(
             name=p.name,
-            nodes=tuple(p.nodes),
+            # the partition's SpareNodes= pool is kept for replacements (``sched.replace``)
+            nodes=tuple(p.nodes) if not p.params.get("SpareNodes") else tuple(n for n in p.nodes if n not in spares(p)),
             state=p.state.upper(),
             max_time=p.max_time,
             default_time=p.default_time,

@@ -1,0 +1,192 @@
+"""In-allocation replacement: a failed node of a running job swapped for a free one, same job id.
+
+``Replacements.job_lost_node`` is the one entry point the controller calls when a node of
+a running job fails (``liveness``: not responding or set DOWN; ``training``: a GPU fault;
+``agents``: a failed health check). It answers the actions that repair the job, or None:
+then the caller does what it did before (``--no-kill``, else NODE_FAIL and requeue).
+docs/recovery.md says what the operator and the user see; the failure ledger of another
+part of the controller is fed from the same call (see the note there).
+
+A job is repaired when it asked for it (``--spare-nodes=N``: at most N replacements over
+its life), the failed node is not its batch host (the script runs there: the job is
+requeued as before), it is no heterogeneous job, and ``sched.replace.choose_replacement``
+finds a node (same leaf switch or block first, the partition's ``SpareNodes=`` pool first,
+never a drained or down node). The change goes through ``ClusterState.record`` (stored,
+so it survives a restart or a takeover; event ``replaced``): the failed node's share of
+the allocation moves to the new node at the same position (so SLURM_NODEID of the other
+nodes does not change), with as many CPUs, as much memory and as many GPUs. Then:
+
+* the steps that ran on the failed node are stopped on their other nodes (their srun
+  sees the step fail; the batch script goes on, and its next srun is placed by the
+  controller on the repaired allocation, with the new SLURM_JOB_NODELIST and MASTER_ADDR);
+* the failed node, when it still answers (a GPU fault, a failed health check), is told to
+  end the job's processes there;
+* ``--spare-nodes=N@SIG``: the batch script and its processes get SIG.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from muster.core.errors import StorageError
+from muster.core.job import Job, NodeAlloc
+from muster.core.signals import parse_signal
+from muster.core.states import JobState
+from muster.core.steps import Step
+from muster.ctld.actions import Action, SignalJob, Terminate
+from muster.ctld.state import ClusterState
+from muster.ctld.steps import StepSignal
+from muster.sched.replace import Candidate, Need, choose_replacement
+from muster.sched.snapshot import spares
+
+__all__ = ["Replacements"]
+
+log = logging.getLogger("musterctld")
+
+# Causes, as sacct and the events show them.
+NOT_RESPONDING = "not_responding"
+SET_DOWN = "set_down"
+GPU_FAULT = "gpu_fault"
+HEALTH_CHECK = "health_check"
+
+
+def _features(constraint: str | None) -> frozenset[str]:
+    """The features a plain ``--constraint=a&b`` (or ``a,b``) asks for every node; an
+    expression with ``|``, brackets or counts is not understood here: none required."""
+    text = (constraint or "").strip()
+    if not text or any(c in text for c in "|[]*()"):
+        return frozenset()
+    return frozenset(p.strip() for p in text.replace(",", "&").split("&") if p.strip())
+
+
+class Replacements:
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        # the running steps of a job (``StepBook.steps_of``), set by the application
+        self.steps_of: Callable[[int], list[Step]] | None = None
+
+    def job_lost_node(
+        self, job: Job, node: str, cause: str, why: str, now: float, detected: float | None = None
+    ) -> list[Action] | None:
+        """Node ``node`` of running ``job`` failed (``cause``: one of this module's causes,
+        ``why``: the words for logs and sacct). The actions that swapped a spare into the
+        job, or None when it is not replaced (the caller requeues it as before)."""
+        if job.state is not JobState.RUNNING or node not in job.nodes or job.spec.spare_nodes <= 0:
+            return None
+        if job.het_job_id is not None:
+            return None
+        if job.batch_host == node:
+            log.warning("job %s: its batch host %s failed (%s): not replaceable, requeued", job.job_id, node, why)
+            return None
+        if len(job.replacements) >= job.spec.spare_nodes:
+            log.warning(
+                "job %s: node %s failed but its %d replacement(s) are used", job.job_id, node, len(job.replacements)
+            )
+            return None
+        pick = self._choose(job, node)
+        if pick is None:
+            log.warning("job %s: node %s failed (%s) and no node can replace it", job.job_id, node, why)
+            return None
+        new, gpu_ids = pick
+        attempt = job.restart_count
+        index = job.nodes.index(node)
+        old = job.alloc[index]
+        event: dict[str, Any] = {
+            "old": node,
+            "new": new,
+            "cause": cause,
+            "why": why[:256],
+            "time": now,
+            "detected": now if detected is None else detected,
+            "attempt": attempt,
+            "index": index,
+        }
+        try:
+            with self.state.atomic(job):
+                job.alloc[index] = NodeAlloc(new, old.cpus, old.mem, list(gpu_ids))
+                job.replacements.append(event)
+                self._move_hold(job, node, attempt)
+                self.state.record(now, [(job, "replaced", event)])
+        except StorageError:
+            return None  # logged; memory is the store's again: the caller requeues the job
+        log.warning("job %s: node %s (%s) replaced by %s in its allocation", job.job_id, node, why, new)
+        return self._actions(job, node, cause, attempt)
+
+    def _choose(self, job: Job, failed: str) -> tuple[str, tuple[int, ...]] | None:
+        state = self.state
+        conf = state.config.partition(job.partition)
+        if conf is None:
+            return None
+        share = job.alloc[job.nodes.index(failed)]
+        need = Need(
+            cpus=share.cpus,
+            mem=share.mem,
+            gpus=len(share.gpu_ids),
+            gpu_type=job.shape.gpu_type,
+            whole_node=job.shape.exclusive,
+            features=_features(job.spec.constraint),
+        )
+        pool = spares(conf)
+        now = state.clock.now()
+        barred = set(job.spec.exclude)
+        allowed: set[str] | None = None
+        for resv in state.reservations.values():
+            if not resv.active(now):
+                continue
+            if resv.name == job.spec.reservation:
+                allowed = set(resv.nodes)
+            else:
+                barred.update(resv.nodes)
+        candidates = []
+        for name in conf.nodes:
+            n = state.nodes.get(name)
+            if n is None or (allowed is not None and name not in allowed):
+                continue
+            used_gpus = n.gpu_ids_alloc
+            candidates.append(
+                Candidate(
+                    name=name,
+                    index=n.index,
+                    usable=n.available,
+                    free_cpus=n.cpus - n.cpus_alloc,
+                    free_mem=n.real_memory - n.mem_alloc,
+                    free_gpu_ids=tuple(g for g in range(n.gpus) if g not in used_gpus),
+                    gpu_type=n.gpu_type,
+                    idle=not n.allocs,
+                    spare=name in pool,
+                    weight=n.weight,
+                    features=frozenset(n.features),
+                )
+            )
+        return choose_replacement(failed, need, candidates, job.nodes, barred, state.topology)
+
+    def _move_hold(self, job: Job, failed: str, attempt: int) -> None:
+        """The per-node and per-job indexes of what the run holds follow the new allocation."""
+        node = self.state.nodes.get(failed)
+        if node is not None:
+            node.allocs.pop((job.job_id, attempt), None)
+        where = self.state.held.get(job.job_id, {}).get(attempt)
+        if where is not None:
+            where.discard(failed)
+        self.state.hold_resources(job)
+
+    def _actions(self, job: Job, failed: str, cause: str, attempt: int) -> list[Action]:
+        actions: list[Action] = []
+        for step in self.steps_of(job.job_id) if self.steps_of is not None else []:
+            if step.attempt != attempt or failed not in step.layout.nodes:
+                continue
+            others = [n for n in step.layout.nodes if n != failed]
+            if others:  # their srun sees the step fail; the batch script goes on
+                actions.append(StepSignal(job.job_id, attempt, step.step_id, others, 15, True))  # type: ignore[arg-type]
+        if cause != NOT_RESPONDING:
+            actions.append(Terminate(job.job_id, attempt, [failed], "node_fail"))
+        if job.spec.replace_signal and job.batch_host is not None:
+            try:
+                sig = parse_signal(job.spec.replace_signal)
+            except ValueError:
+                sig = 0
+            if sig:
+                actions.append(SignalJob(job.job_id, [job.batch_host], sig, batch_only=False, whole_job=True))
+        return actions

@@ -1,0 +1,144 @@
+"""ctld.replacement on a manual clock: a failed node of a running job that asked for
+--spare-nodes is swapped for a free node (the spare pool first) in the same job id; the
+change is stored; without the option, or when the batch host fails, the job is requeued."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+
+from muster.core.clock import ManualClock
+from muster.core.config import ConfigError, parse_config
+from muster.core.job import Job, JobSpec, NodeAlloc
+from muster.core.states import JobState
+from muster.ctld.actions import SignalJob, Terminate
+from muster.ctld.controller import Controller, Identity
+from muster.ctld.replacement import GPU_FAULT, HEALTH_CHECK, NOT_RESPONDING, SET_DOWN
+from muster.ctld.store import Store
+from muster.sched.snapshot import partition_views
+
+CONF = """
+ClusterName=t
+SlurmdTimeout=10
+ReturnToService=1
+NodeName=node[1-6] CPUs=32 RealMemory=128000 Gres=gpu:8
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP SpareNodes=node[5-6]
+"""
+
+ALICE = Identity(1001, 1001, "alice", "alice", "h", admin=False)
+ROOT = Identity(0, 0, "root", "root", "h", admin=True)
+
+
+@pytest.fixture
+def ctl(tmp_path: pathlib.Path) -> Controller:
+    c = Controller(parse_config(CONF, "t.conf"), Store(str(tmp_path / "m.db")), ManualClock(1000.0))
+    c.load()
+    for name in c.nodes:
+        c.agents.register({"node": name, "gpus": 8, "running": []})
+    return c
+
+
+def running(ctl: Controller, nodes: list[str], **spec: Any) -> Job:
+    job = ctl.queue.submit(JobSpec(**spec), ALICE)
+
+    class S:
+        def __init__(self) -> None:
+            self.job_id, self.partition, self.backfilled = job.job_id, "gpu", False
+            self.alloc = [NodeAlloc(n, 4, 1000, [0, 1]) for n in nodes]
+
+    ctl.launches.apply_starts([S()], ctl.clock.now())
+    ctl.launches.launch_done(job.job_id)
+    return job
+
+
+def silence(ctl: Controller, dead: str) -> list[Any]:
+    """Every node but ``dead`` answers until ``dead`` goes DOWN; the actions of that check."""
+    clock = ctl.clock
+    assert isinstance(clock, ManualClock)
+    actions: list[Any] = []
+    ctl.liveness.loop_tick()
+    for _ in range(12):
+        clock.advance(1)
+        ctl.liveness.loop_tick()
+        for name in ctl.nodes:
+            if name != dead:  # a batch host says it runs its jobs
+                mine = [[j.job_id, j.restart_count] for j in ctl.jobs.values() if j.batch_host == name]
+                ctl.agents.heartbeat({"node": name, "running": mine})
+        actions += ctl.liveness.check_nodes()
+    assert not ctl.nodes[dead].responding
+    return actions
+
+
+def test_a_dead_node_is_replaced_by_a_spare_in_the_same_job(ctl: Controller, tmp_path: pathlib.Path) -> None:
+    job = running(ctl, ["node1", "node2", "node3"], spare_nodes=1, min_nodes=3)
+    actions = silence(ctl, "node2")
+    assert job.state is JobState.RUNNING and job.restart_count == 0
+    assert job.nodes == ["node1", "node5", "node3"]  # same place: SLURM_NODEID of the others kept
+    assert job.alloc[1].gpu_ids == [0, 1] and job.alloc[1].cpus == 4 and job.alloc[1].mem == 1000
+    assert ctl.nodes["node5"].allocs and not ctl.nodes["node2"].allocs
+    (r,) = job.replacements
+    assert (r["old"], r["new"], r["cause"], r["attempt"]) == ("node2", "node5", NOT_RESPONDING, 0)
+    assert not any(isinstance(a, Terminate) for a in actions)  # the job goes on
+    # stored: a controller that starts on the same store sees the repaired allocation
+    again = Controller(parse_config(CONF, "t.conf"), Store(str(tmp_path / "m.db")), ManualClock(1100.0))
+    again.load()
+    stored = again.jobs[job.job_id]
+    assert stored.nodes == ["node1", "node5", "node3"] and stored.replacements[0]["new"] == "node5"
+    assert again.nodes["node5"].allocs and not again.nodes["node2"].allocs
+    assert "replaced" in [kind for _t, kind, _d in again.store.events(job.job_id)]
+
+
+def test_the_budget_is_the_number_asked_for_then_the_job_is_requeued(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2", "node3"], spare_nodes=1, min_nodes=3)
+    ctl.liveness.update_nodes(ROOT, ["node2"], "DOWN", "bad cable")
+    assert job.state is JobState.RUNNING and job.nodes == ["node1", "node5", "node3"]
+    assert job.replacements[0]["cause"] == SET_DOWN
+    actions = ctl.liveness.update_nodes(ROOT, ["node3"], "DOWN", "bad cable")
+    assert job.state is JobState.PENDING and job.restart_count == 1
+    assert any(isinstance(a, Terminate) for a in actions)
+
+
+def test_without_spare_nodes_a_failed_node_requeues_the_job_as_before(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2"])
+    silence(ctl, "node2")
+    assert job.state is JobState.PENDING and job.restart_count == 1 and not job.replacements
+
+
+def test_the_batch_host_is_not_replaced(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2"], spare_nodes=2)
+    silence(ctl, "node1")
+    assert job.state is JobState.PENDING and job.restart_count == 1 and not job.replacements
+
+
+def test_a_drained_spare_is_never_taken_and_an_idle_node_is_taken_after_the_pool(ctl: Controller) -> None:
+    ctl.liveness.update_nodes(ROOT, ["node5", "node6"], "DRAIN", "repair")
+    job = running(ctl, ["node1", "node2"], spare_nodes=1)
+    ctl.liveness.update_nodes(ROOT, ["node2"], "DOWN", "x")
+    assert job.nodes == ["node1", "node3"]
+
+
+def test_a_gpu_fault_and_a_failed_health_check_replace_the_node_and_stop_the_job_there(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2", "node3"], spare_nodes=2, replace_signal="USR2")
+    actions = ctl.training.gpu_fault("node2", "GPU 1: XID 79")
+    assert job.nodes == ["node1", "node5", "node3"] and job.replacements[-1]["cause"] == GPU_FAULT
+    assert Terminate(job.job_id, 0, ["node2"], "node_fail") in actions
+    sig = [a for a in actions if isinstance(a, SignalJob)]
+    assert sig and sig[0].nodes == ["node1"] and sig[0].signal == 12
+    actions = ctl.agents.node_faults({"node": "node3", "health": {"ok": False, "reason": "disk"}})
+    assert job.nodes == ["node1", "node5", "node6"] and job.replacements[-1]["cause"] == HEALTH_CHECK
+    assert ctl.nodes["node3"].drain and job.state is JobState.RUNNING
+
+
+def test_a_failed_health_check_leaves_a_job_without_the_option_running_there(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2"])
+    assert ctl.agents.node_faults({"node": "node2", "health": {"ok": False, "reason": "disk"}}) == []
+    assert job.nodes == ["node1", "node2"] and job.state is JobState.RUNNING
+
+
+def test_spares_are_kept_out_of_placement_and_must_be_nodes_of_the_partition() -> None:
+    views = partition_views(parse_config(CONF, "t.conf"))
+    assert views["gpu"].nodes == ("node1", "node2", "node3", "node4")
+    with pytest.raises(ConfigError, match="SpareNodes"):
+        parse_config(CONF.replace("SpareNodes=node[5-6]", "SpareNodes=node9"), "t.conf")
