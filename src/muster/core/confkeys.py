@@ -59,7 +59,7 @@ DefaultStorageUser
 AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInterval
 GpuFaultFile GpuHealthCheckInterval NodeHostnames
 AccountingStorageURL AccountingStoragePassFile
-ExpediteHoldTime
+ExpediteHoldTime QuarantineFailures QuarantineWindow
 AdminMail
 MetricsType LogFormat
 TLSType TLSParameters
@@ -111,6 +111,7 @@ INT_KEYS = frozenset(
     TreeWidth TCPTimeout HealthCheckInterval CompleteWait MaxBatchRequeue GpuHealthCheckInterval
     UnkillableStepTimeout PrologEpilogTimeout SchedulerTimeSlice ResumeTimeout SuspendTimeout
     GetEnvTimeout EioTimeout GroupUpdateTime KeepAliveTime MinAgentProtocol
+    QuarantineFailures QuarantineWindow
     PriorityWeightAge PriorityWeightAssoc PriorityWeightFairshare PriorityWeightJobSize
     PriorityWeightPartition PriorityWeightQOS
     """.split()

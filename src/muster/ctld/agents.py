@@ -193,22 +193,31 @@ class Agents:
         msg = message(Heartbeat, body)
         node = self.state.node(msg.node)
         actions: list[Action] = []
+        now = self.state.clock.now()
         for fault in msg.faults:
             reason = (fault.reason or f"{fault.kind} failed")[:1024]
             if fault.kind == "gpu":  # drain, and requeue the jobs on it elsewhere
                 actions += self.training.gpu_fault(node.name, reason)
                 continue
-            if fault.kind == "prolog" and fault.job_id is not None:
-                actions += self.launches.launch_failed(fault.job_id, fault.attempt or 0, reason, "prolog", node.name)
-            self.state.drain(node.name, reason)
+            job = self.state.jobs.get(fault.job_id) if fault.job_id is not None else None
+            if fault.kind == "prolog" and job is not None:
+                if job.state is JobState.RUNNING and job.restart_count == (fault.attempt or 0):
+                    # the launch's own failure: recorded, drained (or not: the job's own) and held
+                    actions += self.launches.launch_failed(job.job_id, fault.attempt or 0, reason, "prolog", node.name)
+                    continue
+            kind = fault.kind if fault.kind in ("prolog", "epilog") else "health"
+            self.state.node_fault(node.name, kind, now, job=job, evidence=reason, drain=reason)
         health = msg.health
         if health is not None:
             if not health.ok:
                 reason = health.reason
                 if not reason.startswith(HEALTH_DRAIN_PREFIX):
                     reason = HEALTH_DRAIN_PREFIX + (reason or "HealthCheckProgram failed")
+                fresh = not node.drain  # the failure ledger records each drain, not each check
                 if self.state.drain(node.name, reason[:1024]):  # newly failed
                     actions += self._replace_off(node.name, reason)
+                if fresh and node.drain:
+                    self.state.node_fault(node.name, "health", now, evidence=reason)
             elif node.drain and node.reason.startswith(HEALTH_DRAIN_PREFIX):
                 node.drain = False
                 node.reason, node.reason_time, node.reason_user = "", None, ""

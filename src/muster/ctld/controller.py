@@ -57,6 +57,7 @@ class Controller(ClusterState):
     preemption: Preemptions = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.queue = JobActions(self)
         self.hets = HetJobs(self.queue)
         self.launches = Launches(self)

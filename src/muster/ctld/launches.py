@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from muster.core import lifecycle
+from muster.core.attribution import JOB
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
@@ -83,18 +84,21 @@ class Launches:
                 self.state.record(now, [(job, "failed", {"exit_code": 1, "signal": 0, "launch": message})])
             log.warning("job %s: its launch on %s failed by its own fault: %s", job_id, host, message)
             return []
+        own = False  # the same job failed the same way on other nodes: its fault (no drain storm)
         if fault in ("node", "prolog") and host is not None:
-            self.state.drain(host, (message if fault == "prolog" else f"launch failed: {message}")[:1024], now)
+            drain = message if fault == "prolog" else f"launch failed: {message}"
+            kind = "prolog" if fault == "prolog" else "launch"
+            own = self.state.node_fault(host, kind, now, job=job, evidence=message, drain=drain) == JOB
         others = [n for n in job.nodes if n != host]
         limit = self.max_launch_requeue
         with self.state.atomic(job):
             self.state.release_resources(job)
             job.launch_failures += 1
             job.system_comment = f"Launch failed on {host}: {message}"
-            held = fault == "prolog" or job.launch_failures >= limit
+            held = fault == "prolog" or own or job.launch_failures >= limit
             lifecycle.requeue(job, now, hold="user" if held else None)
             if held:
-                job.reason = Reason.LAUNCH_FAILED if fault == "prolog" else Reason.HOLD_MAX_REQUEUE
+                job.reason = Reason.LAUNCH_FAILED if fault == "prolog" or own else Reason.HOLD_MAX_REQUEUE
             self.state.record(
                 now, [(job, "launch_failed", {"error": message, "node": host, "fault": fault, "held": held})]
             )
@@ -103,7 +107,7 @@ class Launches:
             job_id,
             host,
             message,
-            ("held" if fault == "prolog" else f"held after {job.launch_failures} failed launches")
+            ("held" if fault == "prolog" or own else f"held after {job.launch_failures} failed launches")
             if held
             else "requeued",
         )

@@ -194,6 +194,8 @@ class Liveness:
                         self.state.node_failed_job(job, now, f"node {name} set DOWN")
                         actions.append(Terminate(job.job_id, attempt, nodes, "node_fail"))
             elif st in ("RESUME", "UNDRAIN", "IDLE"):
+                if node.drain or node.admin_down:  # the failure ledger counts afresh from here
+                    self.state.ledger.resume(now, name, who.user)
                 node.drain = False
                 if st != "UNDRAIN":
                     node.admin_down = False

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core import lifecycle
+from muster.core.attribution import JOB, UNKNOWN
 from muster.core.clock import Clock
 from muster.core.config import Config
 from muster.core.errors import MusterError, StorageError
@@ -31,6 +32,7 @@ from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.ctld.accounting import Accounting
 from muster.ctld.arrays import ArrayIndex
 from muster.ctld.identity import Identity, identify
+from muster.ctld.ledger import Ledger
 from muster.ctld.mailnotes import MailNotes
 from muster.ctld.nodes import NodeRuntime, configured_fields
 from muster.ctld.reservations import Reservation
@@ -65,6 +67,10 @@ _AFTER: dict[str, frozenset[JobState]] = {
     "lost_node": frozenset({JobState.RUNNING}),  # --no-kill: it runs on without a failed node
     "cleaned": _TERMINAL,
 }
+
+
+# the drain reason of a node the failure ledger took out of service (``node_fault``)
+QUARANTINE_PREFIX = "quarantined: "
 
 
 @dataclass(slots=True)
@@ -115,6 +121,11 @@ class ClusterState:
     stats: ServerStats | None = field(default=None, repr=False)
     # what committed changes and automatic drains mail (``mailnotes``); set by the app
     mail: MailNotes | None = field(default=None, repr=False)
+    # every node failure, with its evidence and whose fault it was (``ledger``, ``node_fault``)
+    ledger: Ledger = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.ledger = Ledger(self.store, lambda: self.config)
 
     # --- start-up -------------------------------------------------------------------
 
@@ -161,6 +172,7 @@ class ClusterState:
             node.presumed = not node.admin_down and (bool(node.allocs) or node.name in self.known_up)
         self.accounting = Accounting.load(self.config, self.store, now)
         self.out_of_service = self.store.last_node_states()
+        self.ledger.load(now)
 
     def check_log(self) -> list[str]:
         """Check the jobs loaded against the event log (flux-core's idea: the log is the
@@ -338,6 +350,88 @@ class ClusterState:
         node.reason_user = self.config.slurm_user or "root"
         self.put_node(node)
         log.warning("node %s drained: %s", name, reason)
+        if self.mail is not None:
+            self.mail.node_event("Drained", name, reason)
+        return True
+
+    def node_fault(
+        self,
+        node: str,
+        kind: str,
+        now: float,
+        *,
+        job: Job | None = None,
+        job_id: int = 0,
+        evidence: str = "",
+        ranks: tuple[int, ...] = (),
+        drain: str | None = None,
+    ) -> str:
+        """The one entry for a failure seen on a node (a node of a running job lost, a launch,
+        Prolog, Epilog, health or pre-flight check failed, a GPU fault, a hang, a replacement):
+        the failure ledger's record, with its attribution (``core.attribution``), returned.
+        ``drain`` (a reason) drains the node, unless the failure is the job's own (the same
+        job failed the same way on other nodes): then nothing is drained and those other
+        nodes, drained for it, are given back (no drain storm). A node whose failures reach
+        ``QuarantineFailures`` within ``QuarantineWindow`` is quarantined. A ledger row that
+        cannot be committed is logged; the drain stands."""
+        if node not in self.nodes:
+            return UNKNOWN
+        f, who = self.ledger.failure(
+            now, node, kind, job.job_id if job else job_id, job.user if job else "", evidence, ranks
+        )
+        action = ""
+        if who == JOB:
+            given = self._give_back(f)
+            action = "not drained: the job's own failure" + (f" (given back: {','.join(given)})" if given else "")
+        elif drain is not None and self.drain(node, drain[:1024], now):
+            action = "drained"
+        try:
+            self.ledger.add(f, who, action)
+        except StorageError as exc:
+            log.error("node %s: %s failure not recorded in the failure ledger: %s", node, kind, exc)
+            return who
+        if who != JOB:
+            due = self.ledger.quarantine_due(node, now)
+            if due:
+                self.quarantine(node, QUARANTINE_PREFIX + self.ledger.summary(due), now)
+        return who
+
+    def _give_back(self, f: Any) -> list[str]:
+        """Nodes drained for failures now seen to be ``f``'s job's own, returned to service
+        (only where the drain is still that automatic one)."""
+        given = []
+        for name in self.ledger.same_cause_nodes(f):
+            node = self.nodes.get(name)
+            if node is None or not node.drain or node.admin_down or node.reason.startswith(QUARANTINE_PREFIX):
+                continue
+            ours = any(
+                e.action == "drained" and e.failure.kind == f.kind and e.failure.time == node.reason_time
+                for e in self.ledger.history(name)
+            )
+            if not ours:
+                continue
+            node.drain, node.reason, node.reason_time, node.reason_user = False, "", None, ""
+            try:
+                self.put_node(node)
+            except StorageError:
+                continue
+            log.warning("node %s: back in service: its %s failure was job %s's own", name, f.kind, f.job_id)
+            given.append(name)
+        return given
+
+    def quarantine(self, name: str, reason: str, now: float) -> bool:
+        """Take a node that keeps failing out of service until an operator resumes it
+        (``scontrol update nodename=X state=resume``); an automatic drain's reason is
+        replaced (a passing health check must not return it). Returns whether it was done now."""
+        node = self.nodes.get(name)
+        if node is None or node.admin_down or node.reason.startswith(QUARANTINE_PREFIX):
+            return False
+        node.drain = True
+        node.reason = reason[:1024]
+        node.reason_time = now
+        node.reason_user = self.config.slurm_user or "root"
+        self.put_node(node)
+        log.warning("node %s %s", name, reason)
         if self.mail is not None:
             self.mail.node_event("Drained", name, reason)
         return True

@@ -25,6 +25,8 @@ SCHEMA_VERSION = 5
 # meta keys a migration leaves: the schema it started from and the copy kept of it
 UPGRADED_FROM = "upgraded_from_schema"
 UPGRADE_BACKUP = "upgrade_backup"
+# the event kind of the failure ledger's records (``add_ledger``)
+LEDGER_KIND = "ledger"
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -429,6 +431,23 @@ class Store:
     def last_node_states(self) -> dict[str, bool]:
         """Whether each node was last recorded out of service."""
         return {node: down for node, _t, down, _r, _d in self.node_events()}
+
+    # --- the failure ledger (``ctld.ledger``) ----------------------------------------------
+    # Rows of the event log with kind ``ledger`` and no job id (the job is in ``data``): the
+    # log is append-only, in both backends, and ``events(job_id)`` never shows them.
+
+    def add_ledger(self, now: float, data: dict[str, Any]) -> None:
+        """One record of the failure ledger, committed."""
+        with self.transaction():
+            self._event(now, None, LEDGER_KIND, data)
+
+    def ledger(self, since: float) -> list[tuple[float, dict[str, Any]]]:
+        """The ledger's records from ``since`` on, oldest first: ``(time, data)``."""
+        rows = self.db.execute(
+            "SELECT time, data FROM events WHERE kind = ? AND job_id IS NULL AND time >= ? ORDER BY seq",
+            (LEDGER_KIND, since),
+        ).fetchall()
+        return [(float(t), json.loads(d)) for t, d in rows]
 
     # --- reservations ----------------------------------------------------------------------
 

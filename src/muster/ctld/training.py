@@ -28,12 +28,11 @@ controller method and never performs I/O towards agents itself.
   after the last report. The nodes that hosted the
   stalled ranks (those behind the others, or all that reported when none is behind) are
   excluded from the job's next attempt.
-* **Suspect nodes** (``incident``): a node is drained, the reason naming the jobs
-  (``suspect: hung or failed ranks of jobs 12,15``), when within ``SUSPECT_WINDOW`` seconds
-  it lost ``SUSPECT_COUNT`` jobs to node failures, or hosted hung runs of jobs of
-  ``SUSPECT_COUNT`` different users. Hangs of one user's jobs alone never drain a node: a
-  job that hangs wherever it runs is the job's fault, not the nodes'. Incidents are kept in
-  memory only.
+* **Failed nodes** (``incident``): a node that lost a job (node failure) or hosted its hung
+  ranks gets a record in the failure ledger (``ClusterState.node_fault``, ``ctld.ledger``,
+  stored); a node that keeps failing is quarantined there (``quarantined: ...``). Hangs of
+  one user's jobs alone never quarantine a node: a job that hangs wherever it runs is the
+  job's fault, not the nodes' (``core.attribution``).
 """
 
 from __future__ import annotations
@@ -58,8 +57,6 @@ __all__ = ["Training", "auto_timeout", "hang_grace"]
 log = logging.getLogger("musterctld")
 
 SAVE_EVERY = 60.0  # seconds between commits of a job's progress (checkpoints: at once)
-SUSPECT_COUNT = 2
-SUSPECT_WINDOW = 24 * 3600.0
 HANG_SIGNAL = signal.SIGUSR1  # sent only to the job's processes that catch it
 AUTO_FLOOR = 60.0  # seconds: the automatic bound never goes below this
 STEP_SAMPLES = 15  # recent seconds-per-step values kept for the median
@@ -86,8 +83,6 @@ class Training:
         # a failed node of a running job that asked for it is replaced in its allocation
         # (``ctld.replacement``); ``liveness`` and ``agents`` reach it through here
         self.replacements = replacements if replacements is not None else Replacements(ctl)
-        # node -> recent incidents: (time, job id, kind, the job's user)
-        self.incidents: dict[str, list[tuple[float, int, str, str]]] = {}
         self._saved: dict[int, float] = {}  # job id -> when its progress was last committed
         # ids of the jobs that reported progress (only those can hang): ``check_hangs``
         # looks at them, not at every job; None until built from memory at the first check
@@ -102,7 +97,7 @@ class Training:
         """A GPU of ``node`` failed: drain the node, requeue its jobs elsewhere."""
 
         now = self.ctl.clock.now()
-        self.ctl.drain(node, reason[:1024], now)
+        self.ctl.node_fault(node, "gpu", now, evidence=reason, drain=reason[:1024])
         actions: list[Action] = []
         for job in self._jobs_on(node):
             attempt, nodes = job.restart_count, job.nodes
@@ -401,26 +396,19 @@ class Training:
         log.warning("job %s: %s; %s", job.job_id, why, "requeued" if kind == "hung" else "ended")
         actions: list[Action] = [Terminate(job.job_id, attempt, nodes, "requeue" if kind == "hung" else "hung")]
         for node in bad:
-            actions += self.incident(node, job.job_id, "hang", now)
+            actions += self.incident(node, job.job_id, "hang", now, why)
         return actions
 
-    # --- suspect nodes -----------------------------------------------------------------
+    # --- failed nodes ------------------------------------------------------------------
 
-    def incident(self, node: str, job_id: int, kind: str, now: float) -> list[Action]:
-        """``node`` hosted a hung (``kind`` "hang") or failed run of ``job_id``: drain it
-        after ``SUSPECT_COUNT`` failures, or hangs of ``SUSPECT_COUNT`` users' jobs."""
+    def incident(self, node: str, job_id: int, kind: str, now: float, evidence: str = "") -> list[Action]:
+        """``node`` hosted a hung (``kind`` "hang") or failed run of ``job_id``: a record of
+        the failure ledger, which quarantines a node that keeps failing (``node_fault``)."""
         job = self.ctl.jobs.get(job_id)
-        user = job.user if job is not None else ""
-        recent = [i for i in self.incidents.get(node, []) if now - i[0] <= SUSPECT_WINDOW]
-        recent.append((now, job_id, kind, user))
-        self.incidents[node] = recent[-16:]
-        failures = sum(1 for i in recent if i[2] != "hang")
-        hang_users = {i[3] for i in recent if i[2] == "hang"}
-        if failures >= SUSPECT_COUNT or len(hang_users) >= SUSPECT_COUNT:
-            jobs = ",".join(str(j) for j in sorted({i[1] for i in recent}))
-            try:
-                if self.ctl.drain(node, f"suspect: hung or failed ranks of jobs {jobs}", now):
-                    self.incidents.pop(node, None)
-            except StorageError:
-                pass
+        try:
+            self.ctl.node_fault(
+                node, "hang" if kind == "hang" else "node_fail", now, job=job, job_id=job_id, evidence=evidence or kind
+            )
+        except StorageError:
+            pass
         return []

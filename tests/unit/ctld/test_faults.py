@@ -171,10 +171,22 @@ def test_repeated_launch_failures_hold_the_job(ctl: Controller) -> None:
     job = ctl.queue.submit(JobSpec(), ALICE)
     for attempt, node in enumerate(["node1", "node2", "node3"]):
         start(ctl, job.job_id, [node])
-        ctl.launches.launch_failed(job.job_id, attempt, "fork failed", "node")
+        ctl.launches.launch_failed(job.job_id, attempt, f"fork failed {attempt}", None)  # unreachable
     assert job.state is JobState.PENDING and job.hold
     assert job.reason is Reason.HOLD_MAX_REQUEUE and job.launch_failures == 3
     assert "fork failed" in (job.system_comment or "")
+
+
+def test_a_launch_that_fails_the_same_way_on_two_nodes_is_the_jobs_and_drains_none(ctl: Controller) -> None:
+    job = ctl.queue.submit(JobSpec(), ALICE)
+    for attempt, node in enumerate(["node1", "node2"]):
+        start(ctl, job.job_id, [node])
+        ctl.launches.launch_failed(job.job_id, attempt, "fork failed", "node")
+    assert job.state is JobState.PENDING and job.hold  # held at the second: no third node tried
+    assert job.reason is Reason.LAUNCH_FAILED and job.launch_failures == 2
+    assert not any(n.drain for n in ctl.nodes.values())  # node1, drained first, given back
+    kinds = [(e.failure.node, e.attribution) for n in ("node1", "node2") for e in ctl.ledger.history(n)]
+    assert kinds == [("node1", "unknown"), ("node2", "job")]
 
 
 def test_a_launch_that_fails_by_the_jobs_own_fault_fails_the_job_not_the_node(ctl: Controller) -> None:

@@ -276,13 +276,13 @@ def hang(ctl: Controller, job: Any, node: str) -> None:
     assert job.reason is Reason.HUNG
 
 
-def test_a_node_that_hosts_hangs_of_two_users_jobs_is_drained_as_suspect(ctl: Controller) -> None:
+def test_a_node_that_hosts_hangs_of_two_users_jobs_is_quarantined(ctl: Controller) -> None:
     for who in (ALICE, BOB):
         job = run(ctl, ["node1"], who, hang_timeout=10)
         hang(ctl, job, "node1")
         ctl.queue.cancel(job, who)
     node = ctl.nodes["node1"]
-    assert node.drain and node.reason.startswith("suspect: hung or failed ranks of jobs")
+    assert node.drain and node.reason.startswith("quarantined: 2 failures in 86400 s (hang job ")
 
 
 def test_hangs_of_one_users_jobs_never_drain_a_node(ctl: Controller) -> None:

@@ -1,0 +1,133 @@
+"""Whose fault a failure was (the node's, the job's, or unknown) and when a node that keeps
+failing is quarantined: the pure rules of the failure ledger (``ctld.ledger``).
+
+A ``Failure`` is one record of the ledger: a node failure, a failed launch, Prolog, Epilog,
+health or pre-flight check, a GPU fault, a hang. ``attribute`` judges one record against the
+others of the same window:
+
+* evidence that names the node itself (a GPU fault, a failed health or pre-flight check, an
+  Epilog that failed after the job ended) is the **node**'s;
+* the same job (for a hang: the same user's jobs) failing the same way (the same kind) on
+  another node is the **job**'s fault: a job that breaks wherever it runs must not drain
+  every node it touches (no "drain storm");
+* a node that failed for another job (another user's, for hangs) in the window is the
+  **node**'s;
+* anything else is **unknown**: the first failure of a kind that either could cause.
+
+``quarantine_due`` says when a node is taken out of service: ``threshold`` failures not
+attributed to a job within ``window`` seconds since an operator last resumed it, where the
+failures of one job (of one user, for hangs) count once.
+
+Pure: no clock, no I/O; ``now`` is a parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "JOB",
+    "KINDS",
+    "NODE",
+    "NODE_EVIDENCE",
+    "UNKNOWN",
+    "Failure",
+    "attribute",
+    "blame_key",
+    "quarantine_due",
+]
+
+NODE, JOB, UNKNOWN = "node", "job", "unknown"
+
+# Every kind a ledger record may have. "replacement" (a node of a running job swapped for a
+# spare) and "resume" (an operator returned the node) are records without a fault of their own.
+KINDS = (
+    "node_fail",
+    "launch",
+    "prolog",
+    "epilog",
+    "health",
+    "gpu",
+    "hang",
+    "preflight",
+    "replacement",
+    "resume",
+)
+# Kinds whose evidence is about the node itself, whatever job ran there.
+NODE_EVIDENCE = frozenset({"epilog", "health", "gpu", "preflight"})
+_NOT_FAULTS = frozenset({"replacement", "resume"})
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One record of the ledger. ``job_id`` 0: no job (a health check between jobs)."""
+
+    time: float
+    node: str
+    kind: str
+    job_id: int = 0
+    user: str = ""
+    evidence: str = ""
+    ranks: tuple[int, ...] = ()
+
+
+def blame_key(f: Failure) -> str:
+    """What one failure is counted by: its job, or its user for a hang (a user whose jobs
+    hang wherever they run is one cause, however many jobs), or the record itself."""
+    if f.kind == "hang" and f.user:
+        return f"user:{f.user}"
+    if f.job_id:
+        return f"job:{f.job_id}"
+    return f"at:{f.kind}:{f.time!r}"
+
+
+def _same_cause(a: Failure, b: Failure) -> bool:
+    return a.kind == b.kind and blame_key(a) == blame_key(b) and not blame_key(a).startswith("at:")
+
+
+def attribute(f: Failure, others: Iterable[Failure], window: float) -> str:
+    """``NODE``, ``JOB`` or ``UNKNOWN`` for ``f``, judged against ``others`` (the ledger's
+    records; ``f`` itself among them or not) within ``window`` seconds of it."""
+    if f.kind in _NOT_FAULTS:
+        return UNKNOWN
+    if f.kind in NODE_EVIDENCE:
+        return NODE
+    near = [o for o in others if o != f and abs(o.time - f.time) <= window and o.kind not in _NOT_FAULTS]
+    if any(o.node != f.node and _same_cause(o, f) for o in near):
+        return JOB
+    if any(o.node == f.node and blame_key(o) != blame_key(f) and not _is_jobs(o, near, window) for o in near):
+        return NODE
+    return UNKNOWN
+
+
+def _is_jobs(o: Failure, near: Sequence[Failure], window: float) -> bool:
+    """Whether ``o`` followed its job (or user) to another node: then it is no evidence
+    against its node either."""
+    if o.kind in NODE_EVIDENCE:
+        return False
+    return any(p.node != o.node and _same_cause(p, o) and abs(p.time - o.time) <= window for p in near)
+
+
+def quarantine_due(
+    node: str,
+    records: Sequence[Failure],
+    now: float,
+    threshold: int,
+    window: float,
+    since: float | None = None,
+) -> list[Failure]:
+    """The failures that quarantine ``node`` now (empty: not due): at least ``threshold``
+    distinct causes (``blame_key``) among its records within ``window`` seconds of ``now``,
+    after ``since`` (the operator's last resume), none attributed to a job."""
+    if threshold <= 0:
+        return []
+    mine = [
+        r
+        for r in records
+        if r.node == node and r.kind not in _NOT_FAULTS and now - r.time <= window and (since is None or r.time > since)
+    ]
+    counted = [r for r in mine if attribute(r, records, window) != JOB]
+    if len({blame_key(r) for r in counted}) >= threshold:
+        return counted
+    return []

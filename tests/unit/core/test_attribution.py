@@ -1,0 +1,67 @@
+"""The failure ledger's rules (``core.attribution``): whose fault, and when a node is quarantined."""
+
+from __future__ import annotations
+
+from muster.core.attribution import JOB, NODE, UNKNOWN, Failure, attribute, quarantine_due
+
+DAY = 86400.0
+
+
+def test_the_same_job_failing_the_same_way_on_different_nodes_is_the_jobs_fault() -> None:
+    fs = [Failure(100.0 + i, f"node{i}", "prolog", job_id=7, user="alice") for i in range(1, 4)]
+    assert [attribute(f, fs, DAY) for f in fs] == [JOB, JOB, JOB]
+    assert all(quarantine_due(f"node{i}", fs, 200.0, 1, DAY) == [] for i in range(1, 4))
+
+
+def test_a_node_failing_for_different_jobs_is_the_nodes_fault() -> None:
+    fs = [Failure(100.0, "node1", "launch", job_id=7), Failure(200.0, "node1", "launch", job_id=8)]
+    assert [attribute(f, fs, DAY) for f in fs] == [NODE, NODE]
+    assert quarantine_due("node1", fs, 300.0, 2, DAY) == fs
+
+
+def test_a_first_failure_alone_is_unknown_and_node_evidence_is_the_nodes() -> None:
+    one = Failure(100.0, "node1", "node_fail", job_id=7)
+    assert attribute(one, [one], DAY) == UNKNOWN
+    for kind in ("gpu", "health", "preflight", "epilog"):
+        f = Failure(100.0, "node1", kind, evidence="x")
+        assert attribute(f, [f], DAY) == NODE
+
+
+def test_node_evidence_never_follows_a_job() -> None:
+    fs = [Failure(100.0, f"node{i}", "gpu", job_id=7) for i in (1, 2)]
+    assert [attribute(f, fs, DAY) for f in fs] == [NODE, NODE]
+
+
+def test_a_different_kind_on_another_node_does_not_clear_the_node() -> None:
+    fs = [Failure(100.0, "node1", "launch", job_id=7), Failure(110.0, "node2", "prolog", job_id=7)]
+    assert [attribute(f, fs, DAY) for f in fs] == [UNKNOWN, UNKNOWN]
+
+
+def test_hangs_count_by_user() -> None:
+    one_user = [Failure(100.0 + i, "node1", "hang", job_id=i, user="alice") for i in range(3)]
+    assert quarantine_due("node1", one_user, 200.0, 2, DAY) == []
+    two = [*one_user, Failure(150.0, "node1", "hang", job_id=9, user="bob")]
+    assert len(quarantine_due("node1", two, 200.0, 2, DAY)) == 4
+    moving = [
+        Failure(100.0, "node1", "hang", job_id=1, user="alice"),
+        Failure(200.0, "node2", "hang", job_id=1, user="alice"),
+    ]
+    assert [attribute(f, moving, DAY) for f in moving] == [JOB, JOB]
+
+
+def test_a_job_that_followed_its_nodes_is_no_evidence_against_another_node() -> None:
+    storm = [Failure(100.0 + i, f"node{i}", "launch", job_id=7) for i in range(1, 4)]
+    other = Failure(200.0, "node1", "launch", job_id=8)
+    assert attribute(other, [*storm, other], DAY) == UNKNOWN
+    assert quarantine_due("node1", [*storm, other], 300.0, 2, DAY) == []
+
+
+def test_the_window_the_threshold_and_the_resume() -> None:
+    fs = [Failure(0.0, "node1", "node_fail", job_id=1), Failure(10.0, "node1", "node_fail", job_id=2)]
+    assert quarantine_due("node1", fs, 20.0, 2, DAY)
+    assert quarantine_due("node1", fs, 20.0, 3, DAY) == []
+    assert quarantine_due("node1", fs, DAY + 5.0, 2, DAY) == []  # the first has left the window
+    assert quarantine_due("node1", fs, 20.0, 2, DAY, since=5.0) == []  # resumed after the first
+    assert quarantine_due("node1", fs, 20.0, 0, DAY) == []  # 0: never
+    resumed = [*fs, Failure(15.0, "node1", "resume"), Failure(16.0, "node1", "replacement", job_id=3)]
+    assert len(quarantine_due("node1", resumed, 20.0, 2, DAY)) == 2  # neither is a fault
