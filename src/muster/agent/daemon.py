@@ -23,6 +23,7 @@ from muster.agent import cgroups, gpus, hardware, jobcontainer, nodeident
 from muster.agent.affinity import CpuLedger, task_affinity
 from muster.agent.app import build_app
 from muster.agent.cgroupfs import CgroupUnusable, NodeCgroups
+from muster.agent.containers import Containers
 from muster.agent.env import EnvContext
 from muster.agent.gpuhealth import GpuFault, GpuHealth, default_fault_file
 from muster.agent.hooks import Hooks
@@ -36,6 +37,7 @@ from muster.agent.zygote import Zygote
 from muster.core.clock import Clock, SystemClock
 from muster.core.confhash import config_hash
 from muster.core.config import Config, NodeConf
+from muster.core.hostlist import expand
 from muster.core.topoconf import topology_addr
 from muster.protocol.httpd import SignedClient, bind_tcp, bind_unix, body_limit, make_server
 from muster.protocol.tls import TLSError, daemon_contexts
@@ -179,6 +181,7 @@ class AgentDaemon:
         )
         self._setup_cgroups()
         self._setup_job_container()
+        self._setup_containers()
         with open(os.path.join(self.state.root, "musterd.pid"), "w") as f:
             f.write(f"{os.getpid()}\n")
         try:  # an emulated node's jobs see its host name (NodeHostnames)
@@ -268,6 +271,22 @@ class AgentDaemon:
         self.supervisor.container = container
         self.steps.private_dirs = container.prepare
         log.info("node %s: jobs get a private %s under %s", self.node.name, ",".join(container.dirs), container.base)
+
+    def _setup_containers(self) -> None:
+        """oci.conf beside the config: this node runs container tasks (``agent.containers``).
+        A bad oci.conf or a missing runtime is reported with the first heartbeat (the
+        controller drains the node) and container tasks are refused here."""
+        cg = self.supervisor.cgroups
+        gpu_files = cg.conf.gpu_files if cg is not None else tuple(expand(cgroups.DEFAULT_GPU_FILES))
+        spool = os.path.join(self.state.root, "containers")
+        found = Containers.configure(self.settings.conf_path, spool, self.node.name, gpu_files)
+        if found is None:
+            return
+        self.supervisor.oci = self.steps.containers = found
+        if found.broken is not None:
+            log.error("node %s cannot run containers: %s", self.node.name, found.broken)
+        else:
+            log.info("node %s: container tasks run by %s", self.node.name, found.runtime)
 
     def _lock(self) -> None:
         path = os.path.join(self.state.root, "musterd.lock")
@@ -385,6 +404,9 @@ class AgentDaemon:
         self.hooks.on_fault = self.link.add_fault
         if self.supervisor.refuse is not None:  # the controller drains the node with this reason
             self.link.add_fault({"kind": "cgroup", "reason": self.supervisor.refuse})
+        self.steps.on_fault = self.link.add_fault
+        if self.steps.containers is not None and self.steps.containers.broken is not None:
+            self.link.add_fault({"kind": "container", "reason": self.steps.containers.broken})
         self.link.progress_source = self._progress_reports
         client = self.client
         self.steps.report = lambda path, body: client.post(base + path, body)

@@ -12,9 +12,12 @@ which never returns. It does, in this order, and nothing else:
    where the host name and /etc/hosts are the node's; with ``private_dirs`` a mount
    namespace where /tmp is the job's (``agent.jobcontainer``); before that it joins the
    cgroups of ``cgroup_procs`` (``agent.cgroupfs``), so that all it forks is born confined
-   and tracked;
+   and tracked; with ``hide`` (a container task) a mount namespace where those paths are
+   empty (``agent.containers``);
 3. ``setgroups``, ``setgid``, ``setuid`` when ``groups`` is set (the agent is root and the
-   user is another); from here on it cannot regain root;
+   user is another); from here on it cannot regain root, except with ``exec_as_root`` (a
+   container task: the OCI runtime runs as root and makes the user's process), where the
+   saved ids stay root's and root is taken back just before exec;
 4. ``umask`` when one is given, the submit shell's soft resource limits (``rlimits``,
    planned by ``agent.rlimits`` within the node's hard limits: one that fails anyway is
    left as the node's, never a launch failure), and ``chdir(cwd)`` as the user: a
@@ -52,7 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from muster.agent import affinity, jobcontainer, nodeident
+from muster.agent import affinity, containers, jobcontainer, nodeident
 
 __all__ = [
     "JOB_FAULT",
@@ -144,6 +147,11 @@ class ChildSpec:
     cgroup_procs: tuple[str, ...] = ()  # cgroup.procs files to join, as root (``agent.cgroupfs``)
     rlimits: tuple[tuple[int, int, int], ...] = ()  # (resource, soft, hard) to set (``agent.rlimits``)
     private_dirs: tuple[tuple[str, str], ...] = ()  # the job's private /tmp (``agent.jobcontainer``), as root
+    # A container task (``agent.containers``): the OCI runtime is exec'd as root (it makes the
+    # container, whose process is the user's); the user's identity is taken only for the
+    # working directory and the stdio files, and given back before exec.
+    exec_as_root: bool = False
+    hide: tuple[str, ...] = ()  # paths the runtime must not see (``containers.hide``), as root
 
 
 def ignored_signals() -> list[signal.Signals]:
@@ -217,11 +225,18 @@ def become(spec: ChildSpec, report_fd: int) -> NoReturn:
         if spec.private_dirs:
             step = "making the job's private directories"
             jobcontainer.enter(spec.private_dirs)
+        if spec.hide:
+            step = "preparing the container runtime's namespace"
+            containers.hide(spec.hide)
         if spec.groups is not None:
             step = words.identity.format(uid=spec.uid, gid=spec.gid)
             os.setgroups(spec.groups)
-            os.setgid(spec.gid)
-            os.setuid(spec.uid)
+            if spec.exec_as_root:  # the saved ids stay root's, to be taken back before exec
+                os.setresgid(spec.gid, spec.gid, 0)
+                os.setresuid(spec.uid, spec.uid, 0)
+            else:
+                os.setgid(spec.gid)
+                os.setuid(spec.uid)
         if spec.umask is not None:
             os.umask(spec.umask)
         for number, soft, hard in spec.rlimits:
@@ -272,6 +287,11 @@ def become(spec: ChildSpec, report_fd: int) -> NoReturn:
         env["SLURM_TASK_PID"] = str(os.getpid())
         if affinity.apply(spec.cpus) and spec.bind_note is not None:
             os.write(2, spec.bind_note(os.getpid()).encode())
+        if spec.exec_as_root and spec.groups is not None:
+            step = "taking root back for the container runtime"
+            os.setresuid(0, 0, 0)
+            os.setresgid(0, 0, 0)
+            os.setgroups([0])
         step = words.exec.format(exe=spec.exe)
         own = spec.exec_own
         if spec.search_path:

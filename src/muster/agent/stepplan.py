@@ -78,6 +78,8 @@ class TaskPlan:
     cgroup_procs: tuple[str, ...] = ()  # the step's cgroups, joined before exec (``agent.cgroupfs``)
     rlimits: tuple[tuple[int, int, int], ...] = ()  # srun's shell's limits (``agent.rlimits``)
     private_dirs: tuple[tuple[str, str], ...] = ()  # the job's private /tmp (``agent.jobcontainer``)
+    container: bool = False  # argv runs the task's container as root (``agent.containers``)
+    hide: tuple[str, ...] = ()  # what the container runtime must not see (``containers.hide``)
 
 
 def task_plans(
@@ -307,4 +309,6 @@ def child_spec(
         cgroup_procs=plan.cgroup_procs,
         rlimits=plan.rlimits,
         private_dirs=plan.private_dirs,
+        exec_as_root=plan.container,
+        hide=plan.hide,
     )

@@ -44,8 +44,9 @@ import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from muster.agent import monitor, proctree, runstate, spawn, stepd, stepplan
+from muster.agent import containers, monitor, proctree, runstate, spawn, stepd, stepplan
 from muster.agent.affinity import CpuLedger
+from muster.agent.containers import ContainerError, Containers
 from muster.agent.env import EnvContext
 from muster.agent.hooks import Hooks
 from muster.agent.localstep import (
@@ -59,6 +60,7 @@ from muster.agent.localstep import (
     step_members,
     step_record,
 )
+from muster.agent.ocibundle import ContainerRequest
 from muster.agent.progress import progress_env
 from muster.agent.runstate import RunEvent, RunState
 from muster.agent.state import StateDir
@@ -132,6 +134,10 @@ class StepRunner:
         # Set by the daemon with JobContainerType=job_container/tmpfs (``JobContainer.prepare``):
         # a job id -> the binds of its private /tmp.
         self.private_dirs: Callable[[int], tuple[tuple[str, str], ...]] | None = None
+        # Set by the daemon when oci.conf is beside the config (``agent.containers``); the
+        # fault it reports when a container cannot run here (the controller drains the node).
+        self.containers: Containers | None = None
+        self.on_fault: Callable[[dict[str, Any]], None] | None = None
 
     # --- what a previous agent left ------------------------------------------------------
 
@@ -310,6 +316,12 @@ class StepRunner:
         here, have the step's supervisor fork every task; the step is then registered and
         its record noted on disk. Raises ``StepLaunchError``."""
         step, plans = self._prepare(body)
+        if body.get("container"):
+            try:
+                await self._containerize(body, step, plans)
+            except StepLaunchError:
+                self._forget(step)  # its CPUs back
+                raise
         if self.hooks is not None:  # the first of this job's launches here runs the Prolog
             prolog = await self.hooks.ensure_prolog(step.job)
             if not prolog.ok:
@@ -434,6 +446,7 @@ class StepRunner:
             "partition": str(job.get("partition") or ""),
             "spec": {"name": str(job.get("name") or ""), "workdir": cwd},
             "alloc": [{"node": n} for n in nodes],
+            "gpus": containers.step_gpus(layout, self.node),  # the step's GPUs here
         }
         if self.state is not None:  # MUSTER_PROGRESS: this node's file for the job attempt
             env = {**env, **progress_env(self.state.root, step.job)}
@@ -474,6 +487,52 @@ class StepRunner:
         step.time_limit = float(limit) if limit else None
         self._launched[(job_id, attempt, step_id)] = self.clock.monotonic()
         return step, plans
+
+    async def _containerize(self, body: dict[str, Any], step: Step, plans: list[TaskPlan]) -> None:
+        """Each task in its container (srun's ``--container-*``): its bundle written, its
+        command line the runtime's. Unpacking an image takes a while: done off the loop."""
+        try:
+            request = containers.request_of(body)
+        except ContainerError as e:
+            raise StepLaunchError(str(e)) from None
+        if request is None:
+            return
+        if self.containers is None:
+            raise StepLaunchError(f"containers are not configured on {self.node} (no oci.conf)")
+        gpus = [int(g) for g in step.job.get("gpus") or []]
+        try:
+            await asyncio.to_thread(self._wrap, request, step, plans, gpus)
+        except containers.NodeFault as e:
+            log.error("node %s cannot run containers: %s", self.node, e)
+            if self.on_fault is not None:
+                self.on_fault({"kind": "container", "reason": str(e)})
+            raise StepLaunchError(f"{e} on {self.node}", 500, "launch_failed") from None
+        except ContainerError as e:
+            raise StepLaunchError(str(e)) from None
+        except OSError as e:
+            raise StepLaunchError(
+                f"cannot prepare the container on {self.node}: {e.strerror or e}", 500, "launch_failed"
+            ) from None
+
+    def _wrap(self, request: ContainerRequest, step: Step, plans: list[TaskPlan], gpus: list[int]) -> None:
+        assert self.containers is not None
+        for plan in plans:
+            who = containers.identity(plan.uid, plan.gid, plan.groups, plan.umask)
+            plan.argv = self.containers.prepare(
+                request,
+                job_id=step.job_id,
+                step_id=step.step_id,
+                task=plan.task,
+                argv=plan.argv,
+                env=plan.env,
+                host_cwd=plan.cwd,
+                who=who,
+                gpus=gpus,
+                user=str(step.job.get("user") or plan.uid),
+            )
+            plan.env = {"PATH": os.environ.get("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin"}
+            plan.cwd = "/"
+            plan.container, plan.hide = True, self.containers.masks
 
     def _prune_launched(self) -> None:
         cutoff = self.clock.monotonic() - 2 * GRANT_TTL

@@ -50,6 +50,7 @@ from typing import Any
 from muster.agent import cgroups, launcher, limits, proctree, runstate
 from muster.agent.affinity import CpuLedger
 from muster.agent.cgroupfs import NodeCgroups
+from muster.agent.containers import Containers
 from muster.agent.env import EnvContext, batch_environment
 from muster.agent.hooks import Hooks
 from muster.agent.jobcontainer import JobContainer
@@ -123,6 +124,8 @@ class Supervisor:
         self.refuse: str | None = None
         # The jobs' private /tmp (JobContainerType=job_container/tmpfs); None: the machine's
         self.container: JobContainer | None = None
+        # oci.conf's containers (``agent.containers``): a job's copies and bundles go at its end
+        self.oci: Containers | None = None
         # The site's Prolog and Epilog (``agent.hooks``); None: none configured
         self.hooks = hooks
         self._background: set[asyncio.Task[None]] = set()
@@ -365,6 +368,8 @@ class Supervisor:
             self._sweep_cgroup(job_id)
             if self.container is not None and job_id not in self._launching:
                 self.container.remove(job_id)  # steps only here: the job's private /tmp
+            if self.oci is not None and job_id not in self._launching:
+                self.oci.remove(job_id)  # and its containers
             return False
         if t.terminated_by is None:
             t.terminated_by = reason
@@ -653,6 +658,8 @@ class Supervisor:
         self._unpin(t)
         if self.container is not None:  # the job's private /tmp goes with it
             self.container.remove(t.job_id)
+        if self.oci is not None:  # and its containers
+            self.oci.remove(t.job_id)
         self.state.drop_job(t.job_id)
         self.state.drop_exit(t.job_id, t.restart_count)
         self.state.clean_spool(t.job_id)

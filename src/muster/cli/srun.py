@@ -47,6 +47,7 @@ from muster.cli.common import (
     info_text,
     report,
 )
+from muster.cli.containeropts import CONTAINER_OPTIONS, container_request
 from muster.cli.jobrequest import JobRequest, export_environment
 from muster.cli.options import (
     NO_ARG,
@@ -89,6 +90,7 @@ SRUN_OPTIONS: tuple[Opt, ...] = (
     Opt("exact", None, NO_ARG),
     Opt("disable-status", "X", NO_ARG),
     Opt("slurmd-debug"),
+    *CONTAINER_OPTIONS,  # pyxis's --container-* and Slurm's --container (cli.containeropts)
 )
 
 _FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGALRM")
@@ -132,6 +134,7 @@ class Run:
         self.immediate: int | None = None  # -I[secs]: give up when not running by then
         self.het: dict[str, int] | None = None  # one component's part of a het step (cli.hetstep)
         self.rlimits: dict[str, int] | None = None  # the soft limits the tasks get (core.rlimits)
+        self.container: dict[str, object] | None = None  # the tasks' container (cli.containeropts)
         self.name = ""
         self.defined: list[tuple[str, str]] = []  # the options given, for -v's summary
 
@@ -240,6 +243,7 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
             run.quiet = True
         elif k == "test-only":
             raise CommandError("--test-only is not supported by muster")
+    run.container = container_request(layered, cwd)
     if environ.get("MUSTER_TORCH_ENV", "1").strip().lower() in ("0", "no", "false", "off"):
         run.torch_env = False
     if not operands:

@@ -117,6 +117,7 @@ class StepRun:
             "kill_wait": self.kill_wait,
             "het": getattr(run, "het", None),
             "rlimits": getattr(run, "rlimits", None),  # the soft limits that propagate
+            "container": getattr(run, "container", None),  # the tasks' container (cli.containeropts)
         }
 
     def _stdin_spec(self) -> dict[str, Any]:

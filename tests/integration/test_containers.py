@@ -1,0 +1,255 @@
+"""Container tasks through a real OCI runtime (crun), pyxis's options and Slurm's: a 2-node
+srun whose ranks run in a tiny busybox image (built here from /bin/busybox) and see the
+rendezvous env, the job's cgroup and only their GPU's device node; mounts and working
+directory; a named, writable container reused by the steps of one batch job; a missing
+image refused with a clear error; a node whose runtime is missing drained with the reason.
+
+Needs root, crun and busybox-static (skipped without them, failed in CI where
+``MUSTER_TEST_REQUIRE_CRUN=1``) and a writable cgroup v1 hierarchy (the job's cgroup)."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from harness import Harness, ensure_user, wait_for
+from muster.cluster.local import ClusterShape
+
+pytestmark = pytest.mark.integration
+
+CGROUP = "/sys/fs/cgroup"
+# Emulated GPUs: device nodes of drivers every Linux has (/dev/full, /dev/zero).
+GPU_DEVICES = [(1, 7), (1, 5)]
+OS_NAME = "muster-test-busybox"
+APPLETS = ("sh", "cat", "ls", "echo", "id", "pwd", "touch", "test", "grep", "hostname", "nc", "seq", "sleep", "timeout")
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    missing = [t for t in ("crun", "busybox") if shutil.which(t) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed (apt-get install crun busybox-static)"
+    for ctl in ("freezer", "memory", "devices"):
+        probe = os.path.join(CGROUP, ctl, f"muster-probe-{os.getpid()}")
+        try:
+            os.mkdir(probe)
+            os.rmdir(probe)
+        except OSError as exc:
+            return f"no writable cgroup v1 {ctl} hierarchy: {exc}"
+    return None
+
+
+def _skip_or_fail(reason: str) -> None:
+    if os.environ.get("MUSTER_TEST_REQUIRE_CRUN") == "1" and "cgroup" not in reason:
+        pytest.fail(f"MUSTER_TEST_REQUIRE_CRUN=1: {reason}")
+    pytest.skip(reason)
+
+
+def build_image(path: str) -> None:
+    """A rootfs tarball: busybox (static) and its applets, /etc/os-release, /tmp."""
+    busybox = shutil.which("busybox")
+    assert busybox is not None
+
+    def add_dir(tar: tarfile.TarFile, name: str, mode: int = 0o755) -> None:
+        info = tarfile.TarInfo(name)
+        info.type, info.mode = tarfile.DIRTYPE, mode
+        tar.addfile(info)
+
+    with tarfile.open(path, "w:gz") as tar:
+        for d in ("bin", "etc", "proc", "sys", "dev", "root", "work"):
+            add_dir(tar, d)
+        add_dir(tar, "tmp", 0o1777)
+        tar.add(busybox, "bin/busybox")
+        for applet in APPLETS:
+            link = tarfile.TarInfo(f"bin/{applet}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(link)
+        data = f'NAME="{OS_NAME}"\nID=muster\n'.encode()
+        info = tarfile.TarInfo("etc/os-release")
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Harness, str]]:
+    why = _why_not()
+    if why:
+        _skip_or_fail(why)
+    root = tempfile.mkdtemp(prefix="muster-oci-", dir="/var/tmp")
+    os.chmod(root, 0o755)
+    devdir = os.path.join(root, "gpudev")
+    os.mkdir(devdir, 0o755)
+    for i, (major, minor) in enumerate(GPU_DEVICES):
+        os.mknod(os.path.join(devdir, f"gpu{i}"), 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    images = os.path.join(root, "images")
+    os.mkdir(images, 0o755)
+    image = os.path.join(root, "busybox.tar.gz")
+    build_image(image)
+    os.chmod(image, 0o644)
+    shutil.copy(image, os.path.join(images, "muster/busybox:1.0.tar.gz".replace("/", "+")))
+    h = Harness(
+        ClusterShape(nodes=3, gpus_per_node=2, cpus_per_node=2, mem_per_node=2000),
+        root=root,
+        settings={"ProctrackType": "proctrack/cgroup", "TaskPlugin": "task/cgroup"},
+    )
+    h.cluster.create(h.shape, h.settings)
+    conf_dir = os.path.dirname(h.cluster.conf_path)
+    with open(os.path.join(conf_dir, "cgroup.conf"), "w") as f:
+        f.write(f"CgroupPlugin=cgroup/v1\nGpuDeviceFiles={devdir}/gpu[0-1]\n")
+    with open(os.path.join(conf_dir, "oci.conf"), "w") as f:
+        f.write(
+            "# node3's runtime is not installed: it must be drained, never run a task unconfined\n"
+            f"ContainerImageDir={images}\n"
+            'NodeName=node3 RunTimeRun="/nonexistent/crun run --bundle %b %n.%j.%s.%t"\n'
+        )
+    try:
+        h.up()
+        yield h, image
+    finally:
+        h.down()
+
+
+def _lines(out: str, tag: str) -> dict[int, str]:
+    """``N: tag=value`` lines of a labelled srun's output, by task."""
+    found = {}
+    for line in out.splitlines():
+        m = re.match(rf"\s*(\d+): {tag}=(.*)$", line)
+        if m:
+            found[int(m.group(1))] = m.group(2)
+    return found
+
+
+def test_a_two_node_srun_runs_each_rank_in_the_image(cluster: tuple[Harness, str]) -> None:
+    h, image = cluster
+    uid = ensure_user("mustertest")
+    script = (
+        "echo os=$(grep ^NAME= /etc/os-release); echo rank=$SLURM_PROCID; echo world=$SLURM_NTASKS; "
+        "echo master=$MASTER_ADDR:$MASTER_PORT; echo uid=$(id -u); echo job=$SLURM_JOB_ID; "
+        "echo cuda=$CUDA_VISIBLE_DEVICES; echo gpus=$(ls /dev | grep ^gpu); "
+        "echo cgroup=$(grep -E ':memory:|:freezer:' /proc/self/cgroup | head -1); echo host=$(hostname); "
+        # a rendezvous over the host's network: rank 1 connects to rank 0 at MASTER_ADDR
+        "if [ $SLURM_PROCID = 0 ]; then echo got=$(timeout 60 nc -l -p $MASTER_PORT); else "
+        "for i in $(seq 600); do echo from-rank-1 | nc $MASTER_ADDR $MASTER_PORT 2>/dev/null && break; sleep 0.1; done; fi"
+    )
+    out = h.run(
+        [
+            "srun",
+            "-N2",
+            "-n2",
+            "-w",
+            "node[1-2]",
+            "--gres=gpu:1",
+            "-l",
+            f"--container-image={image}",
+            "sh",
+            "-c",
+            script,
+        ],
+        uid=uid,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    os_ = _lines(out.stdout, "os")
+    assert os_ == {0: f'NAME="{OS_NAME}"', 1: f'NAME="{OS_NAME}"'}, out.stdout  # inside the image
+    assert _lines(out.stdout, "rank") == {0: "0", 1: "1"}
+    assert _lines(out.stdout, "world") == {0: "2", 1: "2"}
+    masters = set(_lines(out.stdout, "master").values())
+    assert len(masters) == 1 and re.fullmatch(r"[\w.-]+:\d+", masters.pop()), out.stdout  # one rendezvous
+    assert _lines(out.stdout, "got") == {0: "from-rank-1"}, out.stdout  # and it works
+    assert _lines(out.stdout, "uid") == {0: str(uid), 1: str(uid)}  # the user, not root
+    job = _lines(out.stdout, "job")[0]
+    for task, line in _lines(out.stdout, "cgroup").items():
+        assert f"/job_{job}/step_0/task_0" in line, f"task {task} is not in the job's cgroup: {line}"
+    hosts = _lines(out.stdout, "host")
+    assert hosts == {0: "node1", 1: "node2"}, out.stdout
+    # only the GPU the rank holds has a device node inside
+    cuda, gpus = _lines(out.stdout, "cuda"), _lines(out.stdout, "gpus")
+    for task in (0, 1):
+        assert cuda[task] in ("0", "1"), out.stdout
+        assert gpus[task] == f"gpu{cuda[task]}", out.stdout
+
+
+def test_mounts_workdir_and_an_image_by_name(cluster: tuple[Harness, str]) -> None:
+    h, _image = cluster
+    uid = ensure_user("mustertest")
+    out = h.run(
+        [
+            "srun",
+            "-w",
+            "node1",
+            "--container-image=muster/busybox:1.0",  # ContainerImageDir's muster+busybox:1.0.tar.gz
+            f"--container-mounts={h.workdir}:/data,{h.root}/images:/images:ro",
+            "--container-workdir=/data",
+            "sh",
+            "-c",
+            "pwd; echo written > from-container; touch /images/x 2>/dev/null && echo RO-BROKEN; "
+            "echo sees=$(ls /images); test -e /etc/passwd-of-host || echo isolated",
+        ],
+        uid=uid,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "/data", out.stdout
+    assert "RO-BROKEN" not in out.stdout
+    assert "sees=muster+busybox:1.0.tar.gz" in lines, out.stdout
+    assert h.read("from-container") == "written\n"
+    assert os.stat(os.path.join(h.workdir, "from-container")).st_uid == uid
+
+
+def test_a_named_writable_container_is_reused_by_the_jobs_next_step(cluster: tuple[Harness, str]) -> None:
+    h, image = cluster
+    uid = ensure_user("mustertest")
+    script = (
+        "#!/bin/sh\n"
+        f"srun --container-image={image} --container-name=work --container-writable "
+        "sh -c 'echo step0 > /etc/state; echo wrote'\n"
+        "srun --container-name=work cat /etc/state\n"
+        f"srun --container-image={image} sh -c 'cat /etc/state 2>/dev/null || echo fresh'\n"
+    )
+    job = h.sbatch("-w", "node2", "-o", "named-%j.out", uid=uid, input=script)
+    done = h.wait_job(job)
+    out = h.read(f"named-{job}.out")
+    assert done["state"] == "COMPLETED", out
+    assert out.splitlines() == ["wrote", "step0", "fresh"], out
+    spool = os.path.join(h.cluster.state_dir, "nodes", "node2", "containers")
+    assert os.path.isdir(os.path.join(spool, "images")), "the image is unpacked once into the node's spool"
+    gone = os.path.join(spool, "jobs", str(job))
+    wait_for(lambda: not os.path.exists(gone), 60, what="the job's containers to be removed at its end")
+
+
+def test_a_missing_image_is_a_clear_error(cluster: tuple[Harness, str]) -> None:
+    h, _ = cluster
+    uid = ensure_user("mustertest")
+    out = h.run(["srun", "-w", "node1", "--container-image=/nonexistent/image.tar", "true"], uid=uid)
+    assert out.returncode != 0
+    assert "container image /nonexistent/image.tar not found on node1" in out.stderr, out.stderr
+    bad = h.run(["srun", "--container-mounts=relative:/x", "--container-image=/x.tar", "true"], uid=uid)
+    assert bad.returncode != 0 and "--container-mounts" in bad.stderr, bad.stderr
+    assert h.node_states()["node1"] in ("IDLE", "MIXED", "ALLOCATED"), "a job's error must not drain the node"
+
+
+def test_a_node_whose_runtime_is_missing_is_drained_and_runs_nothing(cluster: tuple[Harness, str]) -> None:
+    h, image = cluster
+    uid = ensure_user("mustertest")
+
+    def reason() -> str:
+        node = next(n for n in h.cluster.api("GET", "/v1/nodes")["nodes"] if n["name"] == "node3")
+        return str(node.get("reason") or "")
+
+    wait_for(lambda: "/nonexistent/crun not found" in reason(), 60, what="node3 drained for its runtime")
+    # put back in service by an admin, it refuses the container task and is drained again
+    resumed = h.run(["scontrol", "update", "nodename=node3", "state=resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    wait_for(lambda: not reason(), 30, what="node3 resumed")
+    out = h.run(["srun", "-w", "node3", f"--container-image={image}", "sh", "-c", "echo RAN"], uid=uid)
+    assert out.returncode != 0 and "RAN" not in out.stdout, out.stdout
+    assert "/nonexistent/crun not found" in out.stderr, out.stderr
+    wait_for(lambda: "/nonexistent/crun not found" in reason(), 60, what="node3 drained again")
