@@ -216,6 +216,8 @@ def job_record(job: dict, details: bool = False) -> list[str]:
     hang = _hang_evidence(job)
     if hang:
         lines.append(f"HangEvidence={hang}")
+    if job.get("stragglers"):  # muster's: nodes slower than their peers (docs/training.md)
+        lines.append(f"Stragglers={job['stragglers']}")
     lines += [
         f"StdErr={job.get('stderr_path') or ''}",
         f"StdIn={spec.get('stdin') or '/dev/null'}",

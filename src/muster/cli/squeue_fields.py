@@ -227,6 +227,8 @@ EXTRA_FIELDS: dict[str, tuple[str, object]] = {
     "stdin": ("STDIN", lambda j: str(job_spec(j).get("stdin") or "/dev/null")),
     "gres": ("TRES_PER_NODE", tres_per_node),
     "cluster": ("CLUSTER", lambda j: ""),
+    # muster's: the job's nodes flagged slower than their peers (docs/training.md)
+    "stragglers": ("STRAGGLERS", lambda j: str(j.get("stragglers") or "")),
 }
 
 # The output paths are not in the brief view: a column showing them asks for the full one.
@@ -328,6 +330,7 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     "exitcode": ("exit_code", "exit_signal"),
     "stdin": ("spec.stdin",),
     "gres": _GRES,
+    "stragglers": ("stragglers",),
 }
 # Letters that read BASE_KEYS alone, or nothing of the job.
 BASE_ONLY = frozenset("AdFHiIJKOpPQrTwz") | {"cluster", "o"}  # %o: the brief view has no command

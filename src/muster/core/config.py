@@ -345,6 +345,8 @@ class _Parser:
             _preempt_mode(params["PreemptMode"], where)
         if "ExpediteRequeue" in params:  # muster's: the partition's jobs default to --requeue=expedite
             _bool(params["ExpediteRequeue"], "ExpediteRequeue", where)
+        if params.get("Stragglers", "flag").lower() not in ("flag", "exclude", "off"):  # muster's
+            raise ConfigError(f"{where}: Stragglers={params['Stragglers']!r}: expected flag, exclude or off")
         if "HangTimeout" in params:  # muster's: a training job's default --hang-timeout
             _time(params["HangTimeout"], "HangTimeout", where)
         part.params = params

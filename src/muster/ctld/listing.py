@@ -73,7 +73,7 @@ _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=None, sep
 BRIEF_KEYS = frozenset(
     (*BRIEF_FIELDS, "spec", "shape", "state", "reason", "run_time", "het_job_id_set")
     + ("nodelist", "sched_nodelist", "num_nodes", "num_cpus", "num_tasks", "num_gpus", "state_code", "tres")
-    + ("account", "qos", "batch_host")
+    + ("account", "qos", "batch_host", "stragglers")
 ) | {f"spec.{k}" for k in BRIEF_SPEC_KEYS}
 
 

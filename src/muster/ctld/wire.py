@@ -16,6 +16,7 @@ from muster.core.job import Job
 from muster.core.outputs import PatternFields, resolve_paths
 from muster.core.resources import format_tres
 from muster.core.states import COMPLETING_SHORT, JobState
+from muster.core.stragglers import text as straggler_text
 from muster.ctld.nodes import NodeRuntime
 from muster.protocol.messages import MessageError, read
 
@@ -123,6 +124,7 @@ def job_wire(job: Job, now: float, brief: bool = False) -> dict[str, Any]:
         account=job.spec.account or job.user,
         qos=job.spec.qos or "normal",
         batch_host=job.batch_host,
+        stragglers=straggler_text((job.progress or {}).get("stragglers") or {}),  # node3(+34%)
     )
     if brief:
         # 0 as every reader takes a missing one (a running job's run time: always sent)

@@ -79,8 +79,29 @@ def job_info(j: dict[str, Any]) -> dict[str, Any]:
         resv_name=str(spec.get("reservation") or ""),
         time_minimum=minutes(spec.get("time_min")) if spec.get("time_min") else number(0),
         cluster=str(j.get("cluster") or ""),
+        stragglers=_stragglers(j),
     )
     return out
+
+
+def _stragglers(j: dict[str, Any]) -> list[dict[str, Any]]:
+    """muster's: the job's nodes flagged slower than their peers (docs/training.md), each
+    with how much slower (a fraction) and both median step times in seconds."""
+    progress = j.get("progress") if isinstance(j.get("progress"), dict) else {}
+    found = (progress or {}).get("stragglers")
+    if not isinstance(found, dict):
+        return []
+    return [
+        {
+            "node": node,
+            "slower": v.get("slower"),
+            "median_step_seconds": v.get("median"),
+            "peers_median_step_seconds": v.get("peers"),
+            "flagged_time": number(v.get("since")),
+        }
+        for node, v in sorted(found.items())
+        if isinstance(v, dict)
+    ]
 
 
 def sacct_record(r: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,125 @@
+"""Stragglers of running jobs in the controller: each node's pace from its ranks' step times, judged against its peers' (``core.stragglers``), kept and shown with the job, and acted on as its partition says.
+
+* ``node_pace`` turns a progress report's ``ranks`` (each rank's latest step and rolling
+  median step time, measured by the node agent) into the node's pace, which
+  ``Training.progress`` keeps in ``Job.progress["pace"]`` (node -> ``[median, samples,
+  rank]``).
+* ``check`` (called by ``Training.check_hangs`` at every node check, for the jobs that
+  report progress) judges a running job's nodes with ``core.stragglers.judge`` and keeps
+  the verdict in the job's progress: ``straggler_watch`` (each node's state between
+  judgements) and ``stragglers`` (node -> ``{"slower", "median", "peers", "since"}``: how
+  much slower than the median of its peers, both medians in seconds per step, when
+  flagged). A change of the flagged set is committed with the job (event ``straggler``)
+  and logged; ``scontrol show job`` shows ``Stragglers=node3(+34%)``, squeue ``-O
+  stragglers``, the REST job view ``stragglers``, and /metrics
+  ``muster_job_straggler{job,node}``.
+* The partition's ``Stragglers=`` (muster's key) says what happens: ``flag`` (the default:
+  shown and counted), ``exclude`` (also added to the job's excluded nodes, so that its next
+  attempt, after any requeue, runs elsewhere; the running attempt is left alone) or ``off``
+  (not judged). Swapping a straggler at the job's next checkpoint (in-allocation
+  replacement) is not done.
+
+A judgement is skipped while the job is judged hung or has a node not responding (the hang
+and node checks' business), and for heterogeneous jobs' components alike: only the nodes
+of the job's own allocation are compared.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from muster.core.errors import StorageError
+from muster.core.job import Job
+from muster.core.states import JobState
+from muster.core.stragglers import Pace, Rules, Watch, flagged, judge
+from muster.core.stragglers import node_pace as _node_pace
+from muster.ctld.state import ClusterState
+
+__all__ = ["ACTIONS", "RULES", "action", "check", "node_pace"]
+
+log = logging.getLogger("musterctld")
+
+RULES = Rules()
+ACTIONS = ("flag", "exclude", "off")
+
+
+def node_pace(ranks: Any) -> list[Any] | None:
+    """``[median, samples, rank]`` of a node from a report's ``ranks``; None: not yet known."""
+    if not isinstance(ranks, dict):
+        return None
+    pace = _node_pace(ranks, RULES.min_samples)
+    return None if pace is None else [round(pace.median, 4), pace.samples, pace.rank[:16]]
+
+
+def action(ctl: ClusterState, job: Job) -> str:
+    """The job's partition's ``Stragglers=`` (``flag``, ``exclude``, ``off``); ``flag``
+    when unset."""
+    conf = ctl.config.partition(job.partition)
+    raw = (conf.params.get("Stragglers") if conf is not None else None) or "flag"
+    return raw.strip().lower() if raw.strip().lower() in ACTIONS else "flag"
+
+
+def _paces(job: Job) -> dict[str, Pace]:
+    out: dict[str, Pace] = {}
+    for node, v in ((job.progress or {}).get("pace") or {}).items():
+        if node in job.nodes and isinstance(v, list) and len(v) == 3:
+            try:
+                out[node] = Pace(float(v[0]), int(v[1]), str(v[2]))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def check(ctl: ClusterState, job: Job, now: float, avoid: Callable[[Job, list[str]], None]) -> None:
+    """Judge ``job``'s nodes now; keep the verdict; commit and act on a change (see the
+    module docstring). ``avoid``: adds nodes to the job's excluded nodes (``Training.avoid``)."""
+    p = job.progress
+    if job.state is not JobState.RUNNING or not p or not p.get("pace") or p.get("hang_judged"):
+        return
+    if any(not ctl.nodes[n].responding for n in job.nodes if n in ctl.nodes):
+        return
+    what = action(ctl, job)
+    if what == "off":
+        return
+    old = {n: Watch.from_list(v) for n, v in (p.get("straggler_watch") or {}).items()}
+    new = judge(_paces(job), old, now, RULES)
+    before, after = set(flagged(old)), flagged(new)
+    p = dict(p)
+    p["straggler_watch"] = {n: w.to_list() for n, w in new.items()}
+    shown = {
+        n: {"slower": round(w.slower, 3), "median": round(w.median, 4), "peers": round(w.peers, 4), "since": w.flagged}
+        for n, w in after.items()
+    }
+    if shown:
+        p["stragglers"] = shown
+    else:
+        p.pop("stragglers", None)
+    if set(after) == before:
+        job.progress = p  # the evidence moves: kept in memory, committed with the progress
+        return
+    added = sorted(set(after) - before)
+    try:
+        with ctl.atomic(job):
+            job.progress = p
+            excluded = []
+            if what == "exclude" and added:
+                avoid(job, added)
+                excluded = [n for n in added if n in job.spec.exclude]
+            ctl.record(
+                now,
+                [(job, "straggler", {"stragglers": shown, "added": added, "excluded": excluded})],
+            )
+    except StorageError:
+        return  # memory is the store's again: judged anew at the next check
+    if added:
+        log.warning(
+            "job %s: straggler(s) %s: median step %s; %s",
+            job.job_id,
+            ",".join(f"{n}(+{round(after[n].slower * 100)}%)" for n in added),
+            ", ".join(f"{n} {after[n].median:.3f} s vs peers {after[n].peers:.3f} s" for n in added),
+            "excluded from its next attempt" if what == "exclude" else "flagged",
+        )
+    for node in sorted(before - set(after)):
+        log.info("job %s: %s is no straggler any more", job.job_id, node)
