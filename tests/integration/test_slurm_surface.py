@@ -3,12 +3,15 @@ each checked as its man page describes it, on one shared cluster."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from harness import Harness
 from muster.cluster.local import ClusterShape
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -45,3 +48,82 @@ def test_salloc_no_shell_exits_at_once_and_leaves_the_allocation_running(cluster
     # "... or you can terminate the job manually using the scancel command."
     assert h.run(["scancel", str(job_id)]).returncode == 0
     assert h.wait_job(job_id)["state"] == "CANCELLED"
+
+
+# Each task holds 40 MB (task 0) or 60 MB (task 1), says so in a file, and waits.
+HOG = """\
+import os, time
+rank = int(os.environ["SLURM_PROCID"])
+hold = b"x" * ((40 + 20 * rank) << 20)  # every page written: resident
+open(f"ready.{os.environ['SLURM_JOB_ID']}.{rank}", "w").close()
+time.sleep(600)
+"""
+
+
+def _wait_step_running(h: Harness, job_id: int, step: str) -> None:
+    def running() -> bool:
+        out = h.run(["squeue", "-h", "-s", "-j", str(job_id), "-o", "%i"])
+        return f"{job_id}.{step}" in out.stdout.split()
+
+    wait_for(running, 120, what=f"step {job_id}.{step} to run")
+
+
+def test_sstat_shows_what_a_running_steps_tasks_use(cluster: Harness) -> None:
+    # sstat(1): "Status information for running jobs ... CPU, Task, Node, Resident Set Size
+    # (RSS) and Virtual Memory (VM)"; Max*/Min*/Ave* over the tasks of the step, *Task the task.
+    h = cluster
+    with open(os.path.join(h.workdir, "hog.py"), "w") as f:
+        f.write(HOG)
+    hog = f"{sys.executable} hog.py"
+    job_id = h.sbatch("-N1", "-n2", "-t", "5", "--wrap", f"srun -n2 {hog}")
+    try:
+        _wait_step_running(h, job_id, "0")
+        wait_for(
+            lambda: all(os.path.exists(os.path.join(h.workdir, f"ready.{job_id}.{t}")) for t in (0, 1)),
+            120,
+            what="both tasks to hold their memory",
+        )
+        fmt = "JobID,NTasks,MaxRSS,MaxRSSTask,MaxRSSNode,AveRSS,MaxVMSize,Nodelist,Pids"
+        out = h.run(["sstat", "-j", str(job_id), "-n", "-P", "-o", fmt])
+        assert out.returncode == 0, out.stderr
+        row = dict(zip(fmt.split(","), out.stdout.strip().split("|"), strict=True))
+        assert row["JobID"] == f"{job_id}.0" and row["NTasks"] == "2"
+        max_rss = int(row["MaxRSS"].rstrip("K"))
+        assert max_rss >= 60 << 10, row  # task 1 holds 60 MB, task 0 40 MB
+        assert row["MaxRSSTask"] == "1"
+        assert int(row["AveRSS"].rstrip("K")) < max_rss
+        assert int(row["MaxVMSize"].rstrip("K")) >= max_rss
+        job = h.job(job_id)
+        assert row["MaxRSSNode"] == row["Nodelist"] == job["nodelist"]
+        pids = [int(p) for p in row["Pids"].split(",")]
+        for pid in pids:  # the tasks' own processes
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                assert f"SLURM_JOB_ID={job_id}".encode() in f.read().split(b"\0")
+        # -a: every running step, the batch script first; -i: JobID, Nodelist, Pids
+        every = h.run(["sstat", "-a", "-j", str(job_id), "-n", "-P", "-o", "JobID"])
+        assert every.stdout.split() == [f"{job_id}.batch", f"{job_id}.0"], every
+        pidrows = h.run(["sstat", "-i", "-P", "-j", f"{job_id}.0"]).stdout.splitlines()
+        assert pidrows[0] == "JobID|Nodelist|Pids"
+        assert pidrows[1].split("|")[2] == row["Pids"]
+        # a step that does not run: Slurm's words, a non-zero exit
+        missing = h.run(["sstat", "-j", f"{job_id}.7"])
+        assert missing.returncode != 0
+        assert f"StepId={job_id}.7 not found running" in missing.stderr
+    finally:
+        h.run(["scancel", str(job_id)])
+    h.wait_job(job_id)
+    gone = h.run(["sstat", "-j", str(job_id)])
+    assert gone.returncode != 0 and "not running" in gone.stderr
+
+
+def test_sstat_usage_help_and_fields(cluster: Harness) -> None:
+    h = cluster
+    usage = h.run(["sstat", "--usage"])
+    assert usage.returncode == 0 and usage.stdout.startswith("Usage: sstat [options] -j <job(.stepid)>")
+    names = h.run(["sstat", "-e"]).stdout.split()
+    for name in ("JobID", "MaxRSS", "AveCPU", "MinCPU", "Pids", "Nodelist", "TRESUsageInTot", "AveDiskRead"):
+        assert name in names
+    nothing = h.run(["sstat"])
+    assert nothing.returncode != 0 and "sstat: error:" in nothing.stderr
+    bad = h.run(["sstat", "-j", "1", "-o", "NoSuchField"])
+    assert bad.returncode != 0 and 'Invalid field requested: "NoSuchField"' in bad.stderr

@@ -28,6 +28,11 @@ credentials that ``protocol.httpd`` puts in the scope:
                               ``{"ok": true, "running": bool}``
   ``POST /v1/update``         ``{"job_id", "time_limit"}`` (muster's addition: a new limit
                               for a running job) -> ``{"ok": true, "running": bool}``
+  ``POST /v1/step_stats``     ``{"job_id"}`` -> ``{"node", "steps": [{"step", "tasks": [{"task",
+                              "pids", "rss_kb", "vmsize_kb", "cpu_s", "pages", "read_bytes",
+                              "write_bytes"}]}]}``: what the job's running steps (and its
+                              batch script, step ``batch``) use here now (sstat,
+                              ``agent.stepstats``); 404 ``invalid_job_id`` if none runs here
   ``GET /v1/status``          ``{"node", "running": [job_id], "attempts": [[id, restarts]],
                               "pending_reports": n, "registered": bool}``
   ``POST /v1/register``       ``{"controller": index}`` -> ``{"ok": true}``: a controller that
@@ -66,7 +71,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from muster.agent import hangevidence
+from muster.agent import hangevidence, stepstats
 from muster.agent.limits import parse_signal
 from muster.agent.openapi import openapi_route
 from muster.agent.progress import progress_dir, save_evidence, stacks_path
@@ -274,6 +279,18 @@ def build_routes(
         )
 
     @_handler
+    async def step_stats(request: Request) -> JSONResponse:
+        msg = _message(SignalRequest, await _json_body(request))  # {"job_id"} is all it reads
+        t = supervisor.jobs.get(msg.job_id)
+        batch = supervisor._members(t) if t is not None else None  # noqa: SLF001
+        found = await asyncio.to_thread(
+            stepstats.job_stats, msg.job_id, list(steps.steps.values()) if steps is not None else [], batch
+        )
+        if not found:
+            return _error(f"job {msg.job_id} is not running on {node}", "invalid_job_id", 404)
+        return JSONResponse({"node": node, "steps": found})
+
+    @_handler
     async def register_again(request: Request) -> JSONResponse:
         msg = _message(RegisterAgainRequest, await _json_body(request))
         if contact is not None:
@@ -288,6 +305,7 @@ def build_routes(
         Route("/v1/terminate", terminate, methods=["POST"]),
         Route("/v1/update", update, methods=["POST"]),
         Route("/v1/step_signal", step_signal, methods=["POST"]),
+        Route("/v1/step_stats", step_stats, methods=["POST"]),
         Route("/v1/status", status, methods=["GET"]),
         Route("/v1/register", register_again, methods=["POST"]),
     ]

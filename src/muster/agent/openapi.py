@@ -26,6 +26,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("POST", "/v1/launches"): LaunchRequests,
     ("POST", "/v1/signal"): SignalRequest,
     ("POST", "/v1/hang_evidence"): SignalRequest,
+    ("POST", "/v1/step_stats"): SignalRequest,
     ("POST", "/v1/terminate"): TerminateRequest,
     ("POST", "/v1/update"): UpdateRequest,
 }

@@ -60,6 +60,7 @@ COMMANDS = (
     "srun",
     "sshare",
     "squeue",
+    "sstat",
 )
 # The commands that run long (a job's tasks, an allocation's shell) keep the garbage collector
 # (module docstring).

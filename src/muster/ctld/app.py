@@ -207,6 +207,11 @@ class CtldApp:
             if not (isinstance(action, Launch) and len(by_host.get(action.job.batch_host or "", ())) > 1):
                 self._start(self.dispatcher.run(action))
 
+    async def ask_agent(self, node: str, path: str, body: dict[str, Any]) -> Any:
+        """A query to one node's agent, answered now (``Dispatcher.ask``)."""
+        assert self.dispatcher is not None
+        return await self.dispatcher.ask(node, path, body)
+
     def _start(self, work: Any) -> None:
         task = asyncio.create_task(work)
         self._pending_actions.add(task)

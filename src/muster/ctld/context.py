@@ -46,6 +46,10 @@ class Context(Protocol):
     def perform(self, actions: Sequence[Any]) -> None:
         """Hand actions to dispatch without waiting for them."""
 
+    async def ask_agent(self, node: str, path: str, body: dict[str, Any]) -> Any:
+        """A query to one node's agent, answered now (sstat): its answer; None where its
+        protocol lacks the route; ``DaemonRequestError`` where it says no."""
+
     def use_config(self, config: Config) -> None:
         """Take a configuration ``scontrol reconfigure`` applied to the controller: what
         the app itself keeps of it (the scheduler's settings, the agents' client)."""

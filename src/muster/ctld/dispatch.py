@@ -193,6 +193,14 @@ class Dispatcher:
             log.warning("node %s: %s %s failed: %s", node, path, body.get("job_id"), e or type(e).__name__)
             return False
 
+    async def ask(self, node: str, path: str, body: dict[str, object]) -> Any:
+        """POST ``body`` to ``node``'s agent once and return its answer: a query (sstat's
+        step statistics), never retried; None where the agent's protocol lacks the route.
+        An answer that says no raises ``DaemonRequestError``."""
+        if ROUTE_SINCE.get(path, 0) > self.ctl.agents.protocol(node):
+            return None
+        return await self.client.post(self._url(node, path), body, to=node)
+
     async def call_agents(self, controller: int, delay: float = CALL_AGENTS_AFTER) -> int:
         """Ask every agent not registered yet to register now (``POST /v1/register``): a
         controller that just started or took over knows nothing of the nodes until they

@@ -71,6 +71,7 @@ QUERIES: dict[str, list[str]] = {
     "/v1/jobs": ["job_id", "user", "name", "partition", "state", "view", "fields"],
     "/v1/nodes": ["name", "fields", "partitions"],
     "/v1/steps": ["job_id", "user"],
+    "/v1/jobs/{job_id}/stats": ["node"],
     "/v1/accounting/jobs": _ACCT,
     "/v1/accounting/usage": ["start", "end"],
     "/dash/login": ["token"],

@@ -21,6 +21,12 @@ steps to free resources, is answered as soon as it is placed, and otherwise with
                                             holder releases it) -> ``{"ok": true}``
 ``GET /v1/steps?job_id=1,2&user=a``         ``{"steps": [StepWire], "now"}``: running steps,
                                             each batch job's ``N.batch`` first
+``GET /v1/jobs/{id}/stats?node=N``          ``{"job_id", "nodes": {node: [{"step", "tasks":
+                                            [{"task", "pids", "rss_kb", ...}]}]}, "errors":
+                                            {node: text}}``: what the running job's steps use
+                                            now on each of its nodes (or node ``N``), asked of
+                                            the agents at once (sstat, ``scontrol listpids``;
+                                            ``agent.stepstats``)
 ``POST /v1/agent/step_gone`` (signed)       ``{"node", "job_id", "attempt", "step_id",
                                             "exit_code", "signal"}``: a step whose srun went
                                             away has ended on that node -> ``{"ok": true}``
@@ -29,6 +35,7 @@ steps to free resources, is answered as soon as it is placed, and otherwise with
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -280,6 +287,39 @@ def build_step_routes(
         return JSONResponse({"steps": book.listing(jobs), "now": ctx.clock.now()})
 
     @handler
+    async def job_stats(request: Request) -> JSONResponse:
+        who = caller(request)
+        job = job_of(request)
+        book.check_owner(job, who)
+        if job.state is not JobState.RUNNING:
+            raise InvalidRequest(f"job {job.job_id} is not running")
+        nodes = list(job.nodes)
+        wanted = request.query_params.get("node")
+        if wanted:
+            if wanted not in nodes:
+                raise InvalidRequest(f"job {job.job_id} does not run on node {wanted}")
+            nodes = [wanted]
+
+        async def one(node: str) -> tuple[str, Any]:
+            try:
+                return node, await ctx.ask_agent(node, "/v1/step_stats", {"job_id": job.job_id})
+            except Exception as exc:  # noqa: BLE001 - one silent node must not hide the others
+                return node, exc
+
+        found: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+        for node, answer in await asyncio.gather(*(one(n) for n in nodes)):
+            if isinstance(answer, dict):
+                found[node] = answer.get("steps") or []
+            elif answer is None:
+                errors[node] = "its agent is too old to say"
+            elif getattr(answer, "status", None) == 404:
+                found[node] = []  # nothing of the job runs there now
+            else:
+                errors[node] = str(answer) or type(answer).__name__
+        return JSONResponse({"job_id": job.job_id, "nodes": found, "errors": errors})
+
+    @handler
     async def step_gone(request: Request) -> JSONResponse:
         raw = await request.body()
         path = request.scope["path"]
@@ -302,6 +342,7 @@ def build_step_routes(
         Route("/v1/jobs/{job_id}/steps/{step_id}/done", step_done, methods=["POST"]),
         Route("/v1/jobs/{job_id}/steps/{step_id}/signal", signal_step, methods=["POST"]),
         Route("/v1/jobs/{job_id}/await", await_job, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/stats", job_stats, methods=["GET"]),
         Route("/v1/jobs/{job_id}/complete", complete, methods=["POST"]),
         Route("/v1/steps", list_steps, methods=["GET"]),
     ]

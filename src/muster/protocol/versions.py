@@ -16,6 +16,7 @@ signature error.
   ``mail_user`` and ``rlimits`` (the submit shell's resource limits); the agent route
   ``/v1/hang_evidence``. These are sent only to peers of protocol 3 or later
   (``messages.dump``, ``ROUTE_SINCE``).
+  Also in protocol 3: the agent route ``/v1/step_stats`` (sstat, ``scontrol listpids``).
 
 Every request carries ``X-Muster-Protocol`` (the integer) and, from the daemons,
 ``X-Muster-Version`` (the build, for the message). The headers are not signed: they only
@@ -32,7 +33,7 @@ LEGACY = 2  # what a request without a protocol header speaks (muster 0.2.0 sent
 # Agent routes a protocol added: the controller calls them only on agents that speak it
 # (an older agent would answer 404). ``/v1/register`` is not gated: a starting controller
 # calls agents that have not registered yet, and an old one's 404 is harmless.
-ROUTE_SINCE = {"/v1/hang_evidence": 3}
+ROUTE_SINCE = {"/v1/step_stats": 3, "/v1/hang_evidence": 3}
 
 PROTOCOL_HEADER = "x-muster-protocol"
 VERSION_HEADER = "x-muster-version"
