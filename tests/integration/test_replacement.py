@@ -1,0 +1,127 @@
+"""In-allocation replacement with real daemons (issue 36 items 1-2): a 3-node job with
+``--spare-nodes=1`` on a 4-node cluster whose partition keeps node4 as its spare
+(``SpareNodes=node4``). One non-batch node dies (its agent and its tasks SIGKILLed): the job
+keeps its id and restart count, the running srun step fails, and the batch loop's next srun
+runs on the repaired allocation and prints the new hostnames. Without the option the job
+is requeued as before."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from harness import Harness, wait_for
+from muster.cluster.local import ClusterShape
+
+pytestmark = pytest.mark.integration
+
+LOOP = """#!/bin/bash
+# the common pattern: re-run srun after it fails; its next run uses the repaired allocation
+n=0
+while [ $n -lt 3 ]; do
+  n=$((n+1))
+  srun -l bash -c "echo round $n host \\$SLURMD_NODENAME of \\$SLURM_JOB_NODELIST rank \\$SLURM_NODEID; \
+if [ $n = 1 ]; then sleep 600; fi" && break
+  echo "srun failed: $?"
+done
+echo "loop over after round $n"
+"""
+
+
+@pytest.fixture(scope="module")
+def spared() -> Iterator[Harness]:
+    h = Harness(
+        ClusterShape(nodes=4, gpus_per_node=2, cpus_per_node=4, mem_per_node=8000),
+        settings={"SlurmdTimeout": "4", "KillWait": "2"},
+    )
+    h.cluster.create(h.shape, h.settings, h.topology)
+    with open(h.cluster.conf_path) as f:
+        text = f.read()
+    with open(h.cluster.conf_path, "w") as f:
+        f.write(text.replace("PartitionName=gpu Nodes=ALL", "PartitionName=gpu Nodes=ALL SpareNodes=node4"))
+    h.up()
+    try:
+        yield h
+    finally:
+        h.down()
+
+
+def _pids_of(job_id: int, node: str) -> list[int]:
+    """Processes of the job that run "on" ``node`` (all nodes share this host)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if env.get(b"SLURM_JOB_ID") == str(job_id).encode() and env.get(b"SLURMD_NODENAME") == node.encode():
+            out.append(int(entry))
+    return out
+
+
+def _kill_node(h: Harness, job_id: int, node: str) -> None:
+    """The node dies: its agent and the job's processes there, SIGKILLed."""
+    pid = h.cluster._alive(node)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    for task in _pids_of(job_id, node):
+        try:
+            os.kill(task, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _bring_back(h: Harness) -> None:
+    h.cluster.start()
+    h.cluster.wait_ready(60)
+    wait_for(lambda: all(s != "DOWN" for s in h.node_states().values()), 60, what="every node back in service")
+
+
+def test_a_dead_node_is_replaced_by_the_spare_and_the_loops_next_srun_runs_there(spared: Harness) -> None:
+    h = spared
+    script = os.path.join(h.workdir, "loop.sh")
+    with open(script, "w") as f:
+        f.write(LOOP)
+    job_id = h.sbatch("-N3", "--ntasks-per-node=1", "--spare-nodes=1", "-o", "loop-%j.out", script)
+    job = h.wait_state(job_id, "RUNNING")
+    assert [a["node"] for a in job["alloc"]] == ["node1", "node2", "node3"]  # node4: the spare
+    out = os.path.join(h.workdir, f"loop-{job_id}.out")
+    wait_for(lambda: os.path.exists(out) and h.read(out).count("round 1 host") == 3, 60, what="round 1 on 3 nodes")
+
+    _kill_node(h, job_id, "node2")
+    repaired = h.wait_job(job_id, lambda j: [a["node"] for a in j["alloc"]] == ["node1", "node4", "node3"], 60)
+    assert repaired["state"] == "RUNNING" and repaired["restart_count"] == 0
+
+    done = h.wait_job(job_id, timeout=90)
+    text = h.read(out)
+    assert done["state"] == "COMPLETED" and done["restart_count"] == 0, text
+    second = sorted(line.split(": ", 1)[-1] for line in text.splitlines() if "round 2 host" in line)
+    assert second == [
+        "round 2 host node1 of node[1,3-4] rank 0",
+        "round 2 host node3 of node[1,3-4] rank 2",  # SLURM_NODEID kept: node4 took node2's place
+        "round 2 host node4 of node[1,3-4] rank 1",
+    ], text
+    assert re.search(r"srun failed: \d+", text) and "loop over after round 2" in text, text
+    (event,) = done["replacements"]
+    assert (event["old"], event["new"], event["cause"]) == ("node2", "node4", "not_responding")
+    _bring_back(h)
+
+
+def test_without_spare_nodes_a_dead_node_requeues_the_job_as_before(spared: Harness) -> None:
+    h = spared
+    job_id = h.sbatch("-N3", "--requeue", "--wrap", "sleep 600")
+    job = h.wait_state(job_id, "RUNNING")
+    victim = job["alloc"][1]["node"]
+    _kill_node(h, job_id, victim)
+    requeued = h.wait_job(job_id, lambda j: j["restart_count"] == 1, 60)
+    assert not requeued.get("replacements")
+    _bring_back(h)
+    h.run(["scancel", str(job_id)])
+    h.wait_job(job_id, timeout=60)
