@@ -28,6 +28,9 @@ controller method and never performs I/O towards agents itself.
   after the last report. The nodes that hosted the
   stalled ranks (those behind the others, or all that reported when none is behind) are
   excluded from the job's next attempt.
+* **Stragglers** (``ctld.stragglers``): each node's pace (its slowest rank's median step
+  time) is kept from the reports' ``ranks``, and the nodes of each reporting job are
+  judged against each other at every check.
 * **Failed nodes** (``incident``): a node that lost a job (node failure) or hosted its hung
   ranks gets a record in the failure ledger (``ClusterState.node_fault``, ``ctld.ledger``,
   stored); a node that keeps failing is quarantined there (``quarantined: ...``). Hangs of
@@ -48,6 +51,7 @@ from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
 from muster.core.timefmt import TimeFormatError, parse_time_limit
+from muster.ctld import stragglers
 from muster.ctld.actions import Action, SignalJob, Terminate
 from muster.ctld.replacement import GPU_FAULT, Replacements
 from muster.ctld.state import ClusterState
@@ -209,6 +213,9 @@ class Training:
                 p["step"] = int(step)
             p["step_time"] = max(step_time, p.get("step_time") or 0.0)
             nodes[node] = [int(step), step_time]
+        pace = stragglers.node_pace(r.get("ranks"))  # its slowest rank's median step time
+        if pace is not None:
+            p["pace"] = {**(p.get("pace") or {}), node: pace}
         section, section_time = r.get("section"), num("section_time")
         sections = dict(p.get("sections") or {})
         if isinstance(section, str) and section:
@@ -273,6 +280,8 @@ class Training:
                 # again with its first report
                 self._reporting.discard(job_id)
                 continue
+            stragglers.check(self.ctl, job, now, self.avoid)  # its nodes against each other
+            p = job.progress or {}
             if p.get("step_time") is None:
                 continue
             if any(
