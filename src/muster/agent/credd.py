@@ -25,6 +25,10 @@ import logging
 import os
 import socket
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported when used: the daemon starts with little
+    from muster.core.config import Config
 
 PROG = "mustercredd"
 SOCKET_NAME = "mustercredd.sock"
@@ -44,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _config(path: str | None):  # noqa: ANN202 - muster.core.config.Config
+def _config(path: str | None) -> Config:
     from muster.core.config import ConfigError, parse_config
     from muster.protocol.client import default_conf_path
 

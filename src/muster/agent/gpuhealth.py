@@ -27,6 +27,7 @@ to the controller; an NVML or nvidia-smi error never raises out of ``check``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -259,13 +260,16 @@ class GpuHealth:
             try:
                 handle = nv.nvmlDeviceGetHandleByIndex(i)
                 ecc = _try(
-                    lambda h=handle: nv.nvmlDeviceGetTotalEccErrors(
-                        h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+                    functools.partial(
+                        nv.nvmlDeviceGetTotalEccErrors,
+                        handle,
+                        nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                        nv.NVML_VOLATILE_ECC,
                     )
                 )
                 if isinstance(ecc, int) and ecc > 0:
                     faults.add(GpuFault(i, f"{ECC} ({ecc})"))
-                rows = _try(lambda h=handle: nv.nvmlDeviceGetRemappedRows(h))
+                rows = _try(functools.partial(nv.nvmlDeviceGetRemappedRows, handle))
                 if isinstance(rows, tuple | list) and len(rows) >= 4 and rows[3]:
                     faults.add(GpuFault(i, REMAP))
             except Exception as exc:

@@ -183,7 +183,11 @@ def detect(
         inv = emulate(configured, gpu_type)
         log.info("GPUs: emulating %d (%s) as configured", configured, gpu_type or "untyped")
         return inv
-    for source, probe in (("nvidia-smi", lambda: _from_nvidia_smi(runner)), ("nvml", nvml)):
+    probes: tuple[tuple[str, Callable[[], list[GpuInfo]]], ...] = (
+        ("nvidia-smi", lambda: _from_nvidia_smi(runner)),
+        ("nvml", nvml),
+    )
+    for source, probe in probes:
         found = probe()
         if not found:
             continue

@@ -52,7 +52,7 @@ def hook_environment(job: dict[str, Any], node: str, cluster: str) -> dict[str, 
     """Slurm's Prolog/Epilog environment for one job on ``node``."""
     spec = job.get("spec") or {}
     alloc = job.get("alloc") or []
-    here = next((a for a in alloc if a.get("node") == node), {})
+    here: dict[str, Any] = next((a for a in alloc if a.get("node") == node), {})
     env = {
         "PATH": SAFE_PATH,
         "SLURM_CLUSTER_NAME": cluster,

@@ -204,14 +204,14 @@ class ControllerLink:
     async def contact(self) -> Any:
         """One registration (when due) or one heartbeat; returns the controller's answer."""
         if not self.registered:
-            body = self.registration()
-            answer = await self._register(body)
+            registration = self.registration()
+            answer = await self._register(registration)
             self._mark_reachable(True)
             self.registered = True
             log.info(
                 "registered with the controller at %s (%d running jobs)",
                 self.base_url,
-                len(body.get("running", [])),
+                len(registration.get("running", [])),
             )
             self.wake()
             return answer

@@ -18,8 +18,9 @@ import os
 import pwd
 from typing import Any
 
+from muster.cli.argscan import OptionTable
 from muster.cli.jobrequest import JobRequest
-from muster.cli.options import JOB_OPTIONS, OptionTable, apply_options
+from muster.cli.options import JOB_OPTIONS, apply_options
 from muster.core.optionvalues import OptionValueError
 from muster.core.resources import parse_gres
 

@@ -26,8 +26,10 @@ __all__ = ["Book", "apply_decisions"]
 class Book(Protocol):
     """Who owns the jobs a pass decided about."""
 
-    # The pending jobs the pass saw, by id (jobs that left meanwhile may be missing).
-    waiting: Mapping[int, Job]
+    @property
+    def waiting(self) -> Mapping[int, Job]:
+        """The pending jobs the pass saw, by id (jobs that left meanwhile may be missing)."""
+
     # Ids of the jobs that carry a planned start from an earlier pass.
     planned: set[int]
 
