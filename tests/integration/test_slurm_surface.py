@@ -127,3 +127,41 @@ def test_sstat_usage_help_and_fields(cluster: Harness) -> None:
     assert nothing.returncode != 0 and "sstat: error:" in nothing.stderr
     bad = h.run(["sstat", "-j", "1", "-o", "NoSuchField"])
     assert bad.returncode != 0 and 'Invalid field requested: "NoSuchField"' in bad.stderr
+
+
+def test_scontrol_listpids_lists_each_steps_processes_on_this_node(cluster: Harness) -> None:
+    # scontrol(1): "listpids [job_id[.step_id]] [NodeName]: Print a listing of the process IDs
+    # in a job step (if JOBID.STEPID provided), or all of the job steps in a job (if job_id is
+    # provided) ... only for those processes spawned by Slurm and their descendants."
+    h = cluster
+    job_id = h.sbatch("-N1", "-n2", "-t", "5", "--wrap", "srun -n2 sleep 300")
+    try:
+        _wait_step_running(h, job_id, "0")
+        node = h.job(job_id)["nodelist"]
+
+        def step_rows() -> list[list[str]]:
+            out = h.run(["scontrol", "listpids", f"{job_id}.0", node])
+            if out.returncode != 0:  # the step runs, its tasks not yet: "has no processes"
+                assert "has no processes on this node" in out.stderr, out.stderr
+                return []
+            lines = out.stdout.splitlines()
+            assert lines[0].split() == ["PID", "JOBID", "STEPID", "LOCALID", "GLOBALID"]
+            rows = [line.split() for line in lines[1:]]
+            return rows if {r[4] for r in rows} >= {"0", "1"} else []
+
+        rows = wait_for(step_rows, 60, what="both tasks of step 0 listed")
+        assert {r[1] for r in rows} == {str(job_id)} and {r[2] for r in rows} == {"0"}
+        for pid, *_ in rows:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                assert f.read().split(b"\0")[0].endswith(b"sleep")
+        # the whole job: the batch script's processes too; no job id: every job here
+        whole = h.run(["scontrol", "listpids", str(job_id)]).stdout.split("\n")[1:]
+        steps = {line.split()[2] for line in whole if line}
+        assert steps == {"batch", "0"}, whole
+        everything = h.run(["scontrol", "listpids"]).stdout
+        assert all(line in everything for line in whole if line)
+        bad = h.run(["scontrol", "listpids", "x.y"])
+        assert bad.returncode != 0 and "Invalid job id specified" in bad.stderr
+    finally:
+        h.run(["scancel", str(job_id)])
+    h.wait_job(job_id)

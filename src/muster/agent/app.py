@@ -284,7 +284,11 @@ def build_routes(
         t = supervisor.jobs.get(msg.job_id)
         batch = supervisor._members(t) if t is not None else None  # noqa: SLF001
         found = await asyncio.to_thread(
-            stepstats.job_stats, msg.job_id, list(steps.steps.values()) if steps is not None else [], batch
+            stepstats.job_stats,
+            msg.job_id,
+            list(steps.steps.values()) if steps is not None else [],
+            batch,
+            (t.pid or 0) if t is not None else 0,
         )
         if not found:
             return _error(f"job {msg.job_id} is not running on {node}", "invalid_job_id", 404)

@@ -67,10 +67,12 @@ def job_stats(
     job_id: int,
     steps: Iterable[Step],
     batch_pids: set[int] | None,
+    batch_leader: int = 0,
     procs: Mapping[int, proctree.ProcInfo] | None = None,
     proc_root: str = "/proc",
 ) -> list[dict[str, object]]:
-    """``[{"step": id or "batch", "attempt", "tasks": [{"task", "pids", "rss_kb", ...}]}]`` for
+    """``[{"step": id or "batch", "attempt", "tasks": [{"task", "local", "leader", "pids",
+    "rss_kb", ...}]}]`` (``leader``: the task's own pid, the others its descendants) for
     the job's unfinished steps here (and its batch script's processes, ``batch_pids``, less
     those of its steps)."""
     if procs is None:
@@ -87,11 +89,12 @@ def job_stats(
             if t.status is not None:
                 continue  # ended here: sacct has what it used
             pids = task_members(procs, children, t) - {me, 1}
-            tasks.append({"task": t.task, **usage(pids, proc_root)})
+            tasks.append({"task": t.task, "local": t.local, "leader": t.pid, **usage(pids, proc_root)})
         in_steps |= step_members(procs, step.tasks, exclude=me)
         if tasks:
             out.append({"step": step.step_id, "attempt": step.attempt, "tasks": tasks})
     if batch_pids:
         pids = batch_pids - in_steps - {me, 1}
-        out.insert(0, {"step": "batch", "tasks": [{"task": 0, **usage(pids, proc_root)}]})
+        task = {"task": 0, "local": 0, "leader": batch_leader, **usage(pids, proc_root)}
+        out.insert(0, {"step": "batch", "tasks": [task]})
     return out

@@ -442,6 +442,10 @@ def run(words: list[str], flags: Flags) -> int:
         from muster.cli import reservation
 
         return reservation.create(rest) if cmd == "create" else reservation.delete(rest[1:] or rest[:1])
+    if cmd == "listpids":
+        from muster.cli.scontrol_listpids import listpids
+
+        return listpids(rest)
     if cmd in (
         "suspend",
         "resume",
@@ -452,7 +456,6 @@ def run(words: list[str], flags: Flags) -> int:
         "notify",
         "top",
         "wait_job",
-        "listpids",
     ):
         raise CommandError(f"scontrol {cmd} is not supported by muster yet")
     raise CommandError(f"invalid keyword: {words[0]}", 1, raw=True)
@@ -540,6 +543,8 @@ scontrol [<OPTION>] [<COMMAND>]
                               when run by an administrator)
      uhold <job_list>         place a job on user hold
      release <job_list>       release a held job
+     listpids [<job_id>[.<step_id>]] [<NodeName>]
+                              list the processes of jobs' steps on this node
      ping                     print status of slurmctld daemons
      reconfigure              have the controller re-read and apply the configuration
                               file, whole or not at all (a refusal says why)
