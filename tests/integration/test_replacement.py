@@ -7,6 +7,7 @@ is requeued as before."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -111,6 +112,14 @@ def test_a_dead_node_is_replaced_by_the_spare_and_the_loops_next_srun_runs_there
     assert re.search(r"srun failed: \d+", text) and "loop over after round 2" in text, text
     (event,) = done["replacements"]
     assert (event["old"], event["new"], event["cause"]) == ("node2", "node4", "not_responding")
+    # sacct: one attempt, its nodes as they ended, the replacement as an event of the job
+    acct = h.run(["sacct", "-D", "-X", "-j", str(job_id), "--parsable2", "--noheader", "-o", "JobID,NodeList,Replaced"])
+    assert acct.returncode == 0, acct.stderr
+    (row,) = acct.stdout.splitlines()
+    assert re.fullmatch(rf"{job_id}\|node\[1,3-4\]\|node2>node4@\d{{4}}-\d\d-\d\dT[\d:]+\(not_responding\)", row), row
+    as_json = json.loads(h.run(["sacct", "-j", str(job_id), "--json"]).stdout)
+    (record,) = as_json["jobs"]
+    assert [(e["old"], e["new"]) for e in record["replacements"]] == [("node2", "node4")]
     _bring_back(h)
 
 

@@ -160,6 +160,13 @@ def _timelimit(r: dict) -> str:
     return "UNLIMITED" if limit is None else _hms(limit)
 
 
+def _replaced(r: dict, _u: str | None) -> str:
+    """``node2>node4@2026-12-07T16:54:37(not_responding)``, one per replacement, by commas."""
+    return ",".join(
+        f"{e.get('old')}>{e.get('new')}@{_ts(e.get('time'))}({e.get('cause')})" for e in r.get("replacements") or []
+    )
+
+
 def _text(key: str) -> Callable[[dict, str | None], str]:
     return lambda r, _u: "" if r.get(key) is None else str(r.get(key))
 
@@ -260,6 +267,9 @@ for _name, _width, _fn in (
     ("ProductiveTime", 14, lambda r, u: _hms(r.get("productive"))),
     ("Goodput", 8, lambda r, u: "" if r.get("goodput") is None else f"{100 * float(r['goodput']):.1f}%"),
     ("LastStep", 8, _text("last_step")),
+    # Failed nodes replaced in the running allocation, same attempt (docs/recovery.md).
+    ("Replaced", 40, _replaced),
+    ("ReplacedCount", 13, lambda r, u: str(len(r.get("replacements") or []))),
     ("LastCheckpoint", 14, _text("last_ckpt")),
 ):
     _field(_name, _width, _fn)

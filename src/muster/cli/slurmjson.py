@@ -189,6 +189,10 @@ def sacct_job(r: dict) -> dict:
         "reservation": {"id": 0, "name": str(r.get("reservation") or "")},
         "priority": number(r.get("priority") if r.get("priority") != "" else None),
         "restart_cnt": int(r.get("restart_count") or 0),
+        # muster's: failed nodes replaced in this attempt's allocation (docs/recovery.md)
+        "replacements": [
+            {k: e.get(k) for k in ("old", "new", "cause", "time", "detected")} for e in r.get("replacements") or []
+        ],
         # A string, as Slurm <= 23.02 printed it: torchx (0.7, the release on PyPI) looks the
         # state up as ``SLURM_STATES[job["state"]["current"]]``; v0.0.40 makes it a list.
         "state": {"current": state, "reason": str(r.get("reason") or "None")},

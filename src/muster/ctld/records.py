@@ -357,6 +357,10 @@ def record_wire(
         "reservation": spec.get("reservation") or "",
         "comment": spec.get("comment") or "",
         "system_comment": d.get("system_comment") or "",
+        # in-allocation replacements of this attempt's failed nodes (``ctld.replacement``)
+        "replacements": [
+            r for r in d.get("replacements") or [] if r.get("attempt", 0) == d.get("attempt", d.get("restart_count", 0))
+        ],
         "ntasks": None,
         "steps": [],
     }
