@@ -74,7 +74,7 @@ from starlette.routing import Route
 from muster.agent import hangevidence, stepstats
 from muster.agent.limits import parse_signal
 from muster.agent.openapi import openapi_route
-from muster.agent.progress import progress_dir, save_evidence, stacks_path
+from muster.agent.progress import progress_dir, save_deadline, save_evidence, stacks_path
 from muster.agent.stepapi import StepApi
 from muster.agent.steps import StepRunner
 from muster.agent.supervisor import LaunchError, Supervisor
@@ -193,6 +193,8 @@ def build_routes(
             sig = parse_signal(msg.signal)
         except ValueError as exc:
             raise _BadRequest(str(exc)) from None
+        if msg.deadline is not None:
+            _save_deadline(msg.job_id, msg.deadline)
         # The batch host's supervisor signals the batch script's processes but the shell
         # (srun forwards to its tasks on every node); otherwise the step runner signals the
         # steps it runs without an srun to forward (an allocation's). Each task: once.
@@ -202,6 +204,21 @@ def build_routes(
         if not found:
             return _error(f"job {msg.job_id} is not running on {node}", "invalid_job_id", 404)
         return JSONResponse({"ok": True})
+
+    def _save_deadline(job_id: int, deadline: float) -> None:
+        """A preempted job's deadline, for each attempt of it that runs here, where
+        ``muster.progress.preempt_deadline()`` reads it (before the signal that warns it)."""
+        attempts = set()
+        t = supervisor.jobs.get(job_id)
+        if t is not None:
+            attempts.add(t.restart_count)
+        if steps is not None:
+            attempts.update(steps.job_members(job_id))
+        for attempt in attempts:
+            try:
+                save_deadline(supervisor.state.root, job_id, attempt, deadline)
+            except OSError as exc:  # the signal still goes: the job is warned all the same
+                log.warning("job %s: cannot write its preemption deadline: %s", job_id, exc.strerror or exc)
 
     collecting: set[asyncio.Task[None]] = set()
 

@@ -271,6 +271,9 @@ for _name, _width, _fn in (
     ("Replaced", 40, _replaced),
     ("ReplacedCount", 13, lambda r, u: str(len(r.get("replacements") or []))),
     ("LastCheckpoint", 14, _text("last_ckpt")),
+    # What a preempted attempt lost: GPU time since its last checkpoint (docs/preemption.md).
+    ("LostWork", 10, lambda r, u: _hms(r.get("lost_work"))),
+    ("LostWorkRAW", 11, lambda r, u: "" if r.get("lost_work") is None else str(int(r["lost_work"]))),
 ):
     _field(_name, _width, _fn)
 

@@ -306,6 +306,9 @@ class Job:
     preempted_by: int | None = None
     preempt_deadline: float | None = None
     preempt_mode: str | None = None  # REQUEUE or CANCEL, what happens at the deadline
+    # when the victim was told (its grace began): a checkpoint it reports after this ends
+    # the grace at once (the checkpoint handshake, ``ctld.preemption``)
+    preempt_time: float | None = None
     held_nodes: list[str] = field(default_factory=list)
     hold_until: float | None = None
     expedited: bool = False

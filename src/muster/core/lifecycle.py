@@ -140,6 +140,7 @@ def requeue(job: Job, now: float, *, hold: str | None = None, outcome: str | Non
     job.preempted_by = None
     job.preempt_deadline = None
     job.preempt_mode = None
+    job.preempt_time = None
     job.alloc = []
     job.start_time = None
     job.end_time = None

@@ -33,6 +33,9 @@ class SignalJob:
     # a hang's evidence (``ctld.training``): each node reads its processes of the job and
     # sends ``signal`` only to those that catch it (``agent.hangevidence``)
     evidence: bool = False
+    # a preempted job's deadline (epoch seconds): written where ``muster.progress`` reads it
+    # before the signal is sent (the checkpoint handshake, ``ctld.preemption``)
+    deadline: float | None = None
 
 
 @dataclass(slots=True)

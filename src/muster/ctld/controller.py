@@ -67,6 +67,7 @@ class Controller(ClusterState):
         self.liveness = Liveness(self, self.training)
         self.resv = ReservationBook(self)
         self.preemption = Preemptions(self)
+        self.training.on_checkpoint = self.preemption.checkpointed  # the checkpoint handshake
 
     def load(self) -> None:
         super().load()

@@ -128,7 +128,11 @@ class Dispatcher:
                 await self._post(action.node, "/v1/update", self._body(request, action.node))
             elif isinstance(action, SignalJob):
                 request = SignalRequest(
-                    job_id=action.job_id, signal=action.signal, batch_only=action.batch_only, whole_job=action.whole_job
+                    job_id=action.job_id,
+                    signal=action.signal,
+                    batch_only=action.batch_only,
+                    whole_job=action.whole_job,
+                    deadline=action.deadline,
                 )
                 route = "/v1/hang_evidence" if action.evidence else "/v1/signal"
                 await self._each(  # not sent twice: a signal is not idempotent

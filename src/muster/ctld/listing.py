@@ -59,6 +59,7 @@ VOLATILE = (
     "preempted_by",
     "preempt_deadline",
     "preempt_mode",
+    "preempt_time",
 )
 _volatile = attrgetter(*VOLATILE)
 # All of the job's own fields, compared in ``check`` mode; nested objects go with the version.

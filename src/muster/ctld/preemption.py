@@ -1,14 +1,22 @@
-"""Carrying out the preemptions a pass decided (``sched.preempt``) and ending the victims
-when their grace time is over.
+"""Carrying out the preemptions a pass decided (``sched.preempt``), the checkpoint
+handshake, and ending the victims when their grace time is over.
 
-* ``apply``: each victim is committed with its preemptor, its mode and its deadline (now +
-  GraceTime), its SystemComment says why (``Preempted by job 12 (last checkpoint 40 s
-  ago)``), and its batch shell and tasks get SIGTERM, or the signal of its ``--signal``,
-  so that they can write a checkpoint. Each preemptor holds the nodes it will start on until its victims are
-  gone (plus ``HOLD_SLACK`` seconds), so nobody else takes them meanwhile.
+* ``apply``: each victim is told (``warn``): committed with its preemptor, its mode, when it
+  was told and its deadline (now + GraceTime), its SystemComment says why (``Preempted by
+  job 12 (last checkpoint 40 s ago)``), and its batch shell and tasks get SIGTERM, or the
+  signal of its ``--signal``, so that they can write a checkpoint; the deadline goes with
+  the signal, and the agent leaves it where ``muster.progress.preempt_deadline()`` reads it.
+  Each preemptor holds the nodes it will start on until its victims are gone (plus
+  ``HOLD_SLACK`` seconds), so nobody else takes them meanwhile.
+* ``checkpointed`` (the handshake): a victim that reports a new checkpoint in its grace
+  time (``muster.progress.checkpoint(step)``, with a heartbeat) has answered: its deadline
+  becomes now, so the next pass ends it and its resources go to the preemptor at once,
+  not at the end of GraceTime. Slurm cannot tell this answer from any other exit.
 * ``expire`` (each pass): a victim past its deadline is killed and requeued under the same
   id with its restart count + 1 (PreemptMode=REQUEUE; its previous attempt shows PREEMPTED
   in ``sacct -D``), or ends PREEMPTED (CANCEL, or a job submitted with ``--no-requeue``).
+  sacct's ``LostWork`` is the work it lost: from its last checkpoint to its end, times its
+  GPUs (``ctld.records``).
 
 Like every controller responsibility it returns ``Action`` objects and performs no I/O.
 """
@@ -50,27 +58,19 @@ class Preemptions:
             if victim is None or victim.state is not JobState.RUNNING or victim.preempted_by is not None:
                 continue
             mode = p.mode if victim.spec.requeue is not False else "CANCEL"
-            try:
-                with ctl.atomic(victim):
-                    victim.preempted_by = p.preemptor
-                    victim.preempt_deadline = now + p.grace_time
-                    victim.preempt_mode = mode
-                    victim.system_comment = p.reason
-                    data = {"by": p.preemptor, "mode": mode, "grace": p.grace_time, "lost": round(p.lost, 1)}
-                    ctl.record(now, [(victim, "preempt", data)])
-            except StorageError:
+            told = self.warn(victim, p.preemptor, mode, float(p.grace_time), p.reason, now, lost=p.lost)
+            if not told:
                 continue
             grace_of[p.preemptor] = max(grace_of.get(p.preemptor, 0.0), float(p.grace_time))
             log.warning(
-                "job %s: %s; %s in %d s (%.0f s of work since its last checkpoint)",
+                "job %s: %s; %s in %d s unless it checkpoints first (%.0f s of work since its last checkpoint)",
                 victim.job_id,
                 p.reason,
                 "requeued" if mode == "REQUEUE" else "cancelled",
                 p.grace_time,
                 p.lost,
             )
-            sig, batch, whole = _signal_of(victim)
-            actions.append(SignalJob(victim.job_id, victim.nodes, sig, batch, whole))
+            actions += told
         for job_id, nodes in holds.items():
             job = ctl.jobs.get(job_id)
             if job is None or job.state is not JobState.PENDING or job_id not in grace_of:
@@ -84,12 +84,67 @@ class Preemptions:
                 continue
         return actions
 
+    def warn(
+        self, job: Job, by: int, mode: str, grace: float, reason: str, now: float, lost: float | None = None
+    ) -> list[Action]:
+        """Tell a running job to checkpoint and leave (the handshake's first half, for
+        preemption and for any other caller that wants a job's nodes back, e.g. a job
+        being replaced): committed with ``by`` (the job it makes room for), ``mode``
+        (REQUEUE or CANCEL at the deadline), its deadline ``now + grace`` and ``reason``
+        (its SystemComment); returns the signal to send, with the deadline, or nothing when
+        the job is not running, already told, or the store refused the change. A new
+        checkpoint it then reports ends its grace at once (``checkpointed``); otherwise
+        ``expire`` ends it at the deadline."""
+        ctl = self.ctl
+        if job.state is not JobState.RUNNING or job.preempted_by is not None:
+            return []
+        try:
+            with ctl.atomic(job):
+                job.preempted_by = by
+                job.preempt_time = now
+                job.preempt_deadline = now + grace
+                job.preempt_mode = mode
+                job.system_comment = reason
+                data: dict[str, object] = {"by": by, "mode": mode, "grace": grace}
+                if lost is not None:
+                    data["lost"] = round(lost, 1)
+                ctl.record(now, [(job, "preempt", data)])
+        except StorageError:
+            return []
+        sig, batch, whole = _signal_of(job)
+        return [SignalJob(job.job_id, job.nodes, sig, batch, whole, deadline=job.preempt_deadline)]
+
+    def checkpointed(self, job: Job, now: float) -> bool:
+        """The handshake's second half: ``job`` reported a new checkpoint (``ctld.training``).
+        A victim in its grace time has answered: its deadline becomes ``now`` (committed),
+        so that the next pass ends it and its preemptor starts. Returns whether it was one."""
+        deadline, told = job.preempt_deadline, job.preempt_time
+        if job.state is not JobState.RUNNING or deadline is None or told is None or deadline <= now:
+            return False
+        step = (job.progress or {}).get("ckpt_step")
+        try:
+            with self.ctl.atomic(job):
+                job.preempt_deadline = now
+                self.ctl.record(
+                    now, [(job, "preempt_answered", {"ckpt_step": step, "early": round(deadline - now, 1)})]
+                )
+        except StorageError:
+            return False
+        log.warning(
+            "job %s: checkpoint at step %s saved %.0f s into its grace time: ended now, %.0f s early",
+            job.job_id,
+            step,
+            now - told,
+            deadline - now,
+        )
+        return True
+
     def expire(self, now: float) -> list[Action]:
         """End the victims whose grace time is over."""
         actions: list[Action] = []
         for job in [j for j in self.ctl.jobs.values() if j.preempt_deadline is not None]:
             if job.state is not JobState.RUNNING:
-                job.preempted_by = job.preempt_deadline = job.preempt_mode = None
+                job.preempted_by = job.preempt_deadline = job.preempt_mode = job.preempt_time = None
                 continue
             if job.preempt_deadline is not None and job.preempt_deadline <= now:
                 try:
@@ -115,7 +170,7 @@ def end_victim(ctl: ClusterState, job: Job, now: float) -> None:
             lifecycle.requeue(job, now, outcome="PREEMPTED")
         else:
             lifecycle.end(job, JobEvent.PREEMPT, now, completing=True)
-            job.preempted_by = job.preempt_deadline = job.preempt_mode = None
+            job.preempted_by = job.preempt_deadline = job.preempt_mode = job.preempt_time = None
         ctl.record(now, [(job, "preempted", {"by": by, "nodes": nodes, "attempt": job.restart_count})])
     ctl.launching.pop(job.job_id, None)
     log.warning("job %s: preempted by job %s, %s", job.job_id, by, "requeued" if requeue else "cancelled")

@@ -64,7 +64,7 @@ def project(db: Any, now: float, job: Any, kind: str, data: str | None = None) -
     """Keep ``acct_jobs`` in step with one job event (called inside the store's transaction)."""
     attempt = job.restart_count
     if attempt > 0 and kind in _REQUEUE_KINDS:
-        _close_attempt(db, now, job.job_id, attempt - 1, kind)
+        _close_attempt(db, now, job.job_id, attempt - 1, kind, getattr(job, "attempts", None) or [])
     if data is None:
         data = _dumps(job.to_dict())
     db.execute(
@@ -75,7 +75,7 @@ def project(db: Any, now: float, job: Any, kind: str, data: str | None = None) -
     )
 
 
-def _close_attempt(db: Any, now: float, job_id: int, attempt: int, kind: str) -> None:
+def _close_attempt(db: Any, now: float, job_id: int, attempt: int, kind: str, summaries: list[dict[str, Any]]) -> None:
     row = db.execute("SELECT state, data FROM acct_jobs WHERE job_id=? AND attempt=?", (job_id, attempt)).fetchone()
     if row is None or row[0] != "RUNNING":
         return
@@ -90,6 +90,9 @@ def _close_attempt(db: Any, now: float, job_id: int, attempt: int, kind: str) ->
     d["completing"] = False
     d["exit_code"] = 0
     d["exit_signal"] = 0
+    if kind == "preempted":  # the job has moved on: its summary of this attempt says what was lost
+        closed = [a for a in summaries if a.get("attempt") == attempt]
+        d["lost_work"] = lost_work(closed[-1]) if closed else None
     db.execute(
         "UPDATE acct_jobs SET state=?, end_time=?, data=? WHERE job_id=? AND attempt=?",
         (d["state"], now, _dumps(d), job_id, attempt),
@@ -254,6 +257,31 @@ def _batch_state(d: dict[str, Any]) -> tuple[str, str]:
     return "CANCELLED", "0:15"
 
 
+def lost_work(summary: dict[str, Any]) -> float | None:
+    """GPU-seconds of work a preempted attempt lost (sacct's ``LostWork``): from its last
+    checkpoint (``muster.progress.checkpoint``; from its start when it saved none in this
+    attempt) to its end, times its GPUs (a job without GPUs weighs as one, i.e. wall time).
+    ``summary``: the attempt's ``core.goodput`` summary; None when it is incomplete."""
+    try:
+        start, end = float(summary["start"]), float(summary["end"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    ckpt = summary.get("ckpt_time")
+    since = float(ckpt) if isinstance(ckpt, int | float) and start <= ckpt <= end else start
+    return round(max(0.0, end - since) * max(1, int(summary.get("gpus") or 0)), 1)
+
+
+def _row_lost_work(d: dict[str, Any]) -> float | None:
+    """The work this row's attempt lost to preemption: None unless it was preempted."""
+    if d.get("lost_work") is not None:  # a requeued attempt's row, closed by ``_close_attempt``
+        return float(d["lost_work"])
+    if d.get("state") != "PREEMPTED":
+        return None
+    attempt = d.get("attempt", d.get("restart_count", 0))
+    mine = [a for a in d.get("attempts") or [] if a.get("attempt") == attempt and a.get("outcome") == "PREEMPTED"]
+    return lost_work(mine[-1]) if mine else None
+
+
 def _goodput(d: dict[str, Any], now: float) -> dict[str, Any]:
     """sacct's goodput fields (muster's own; see docs/training.md): None where the job
     reported nothing, never a guess."""
@@ -365,6 +393,7 @@ def record_wire(
         "steps": [],
     }
     rec.update(_goodput(d, now))
+    rec["lost_work"] = _row_lost_work(d)
     steps = list(steps)
     recorded_batch = any(s.get("step_id") == BATCH_STEP for s in steps)
     if started and spec.get("script") is not None and not recorded_batch:

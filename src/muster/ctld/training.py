@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import signal
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from muster.core import lifecycle
@@ -94,6 +95,8 @@ class Training:
         # no judgement within a couple of heartbeats of the start or of a stall (``_listening``)
         self._listen_from = ctl.clock.now()
         self._stalls = ctl.stalls
+        # a job reported a new checkpoint (``Preemptions.checkpointed``: the handshake)
+        self.on_checkpoint: Callable[[Job, float], object] | None = None
 
     # --- GPU faults --------------------------------------------------------------------
 
@@ -175,9 +178,12 @@ class Training:
                 )
                 important = True
             else:
+                before = (job.progress or {}).get("ckpt_step")
                 important = self._merge(job, node, r)
                 if self._reporting is not None:
                     self._reporting.add(job.job_id)
+                if self.on_checkpoint is not None and (job.progress or {}).get("ckpt_step") != before:
+                    self.on_checkpoint(job, now)  # commits the job itself when it matters
             last = self._saved.get(job.job_id)
             if important or last is None or now - last >= SAVE_EVERY:
                 try:

@@ -57,6 +57,10 @@ class SchedConfig:
     preempt_type: str = "preempt/none"
     preempt_mode: str = "OFF"
     preempt_exempt_time: int = 0
+    # How victims are ordered among those the policy allows (``sched.preempt``):
+    # "lost_work" (default: the least GPU-time lost since a checkpoint, then the smallest)
+    # or "priority" (Slurm's: the lowest priority first); PreemptParameters=victim_order=...
+    preempt_victim_order: str = "lost_work"
 
     @property
     def backfill(self) -> bool:
@@ -108,6 +112,10 @@ class SchedConfig:
         exempt = _duration(lower.get("preemptexempttime"))
         if exempt is not None:
             changes["preempt_exempt_time"] = exempt
+        for item in _split_params(lower.get("preemptparameters", "")):
+            name, _, raw = item.partition("=")
+            if name.strip() == "victim_order" and raw.strip().lower() in ("lost_work", "priority"):
+                changes["preempt_victim_order"] = raw.strip().lower()
 
         for item in _split_params(lower.get("schedulerparameters", "")):
             name, _, raw = item.partition("=")

@@ -14,16 +14,18 @@ its partition's, else the cluster's) is REQUEUE or CANCEL, and it has run at lea
 is not chosen again.
 
 ``Preempting.plan`` answers for one waiting job, after the pass placed everything it could:
-the fewest, lowest-priority victims whose resources, with what is free now, let the job
-start on enough of its candidate nodes (its constraints, ``-w``/``-x``, GPU type and
-reservation windows already decided the candidates, ``filters``). Nodes are chosen
-greedily: at each step the node that needs the fewest more victims, then whose victims
-have the lowest priority, then lose the least work; on one node, victims are taken lowest
-priority first and, among equals, **those that lose the least work since their last
-reported checkpoint** (``Job.progress["ckpt_time"]``; since their start when they reported
-none), then the most recently started. Victims that turn out not to be needed are
-dropped again. A job that would not fit even with every preemptable job gone preempts
-nobody.
+the fewest victims that lose the least work, whose resources, with what is free now, let
+the job start on enough of its candidate nodes (its constraints, ``-w``/``-x``, GPU type and
+reservation windows already decided the candidates, ``filters``). Among the jobs the policy
+allows, victims are ordered by ``victim_key``: **the least work lost** (``victim_cost``:
+GPU-seconds since their last reported checkpoint, ``Job.progress["ckpt_time"]``, or since
+their start when they reported none), then the smallest (fewest GPUs), then the lowest
+priority, then the most recently started. ``PreemptParameters=victim_order=priority``
+orders them as Slurm does instead: the lowest priority first, then the most recently
+started. Nodes are chosen greedily: at each step the node that needs the fewest more
+victims, then whose victims lose the least work (``lost_work`` order) or have the lowest
+priority (``priority`` order). Victims that turn out not to be needed are dropped again. A
+job that would not fit even with every preemptable job gone preempts nobody.
 
 The preemptor does not start in this pass: its victims get their grace time first. It
 *holds* the chosen nodes (``Decisions.holds``): later passes take what is free on them
@@ -47,7 +49,7 @@ from muster.sched.filters import Request
 from muster.sched.profile import NodeProfile
 from muster.sched.snapshot import QosPreempt, Snapshot
 
-__all__ = ["Preempting", "hold_active", "held_request", "lost_work"]
+__all__ = ["Preempting", "hold_active", "held_request", "lost_work", "victim_cost", "victim_key"]
 
 _NO_QOS = QosPreempt()
 _DEFAULT_QOS = "normal"
@@ -70,6 +72,24 @@ def lost_work(job: Job, now: float) -> tuple[float, float | None]:
         age = max(0.0, now - float(ckpt))
         return age, age
     return max(0.0, now - start), None
+
+
+def victim_cost(job: Job, now: float) -> tuple[float, int]:
+    """(GPU-seconds of work ``job`` loses if stopped now, its GPUs): ``lost_work`` times its
+    GPUs (a job without GPUs weighs as one, i.e. wall time)."""
+    gpus = sum(len(a.gpu_ids) for a in job.alloc)
+    return lost_work(job, now)[0] * max(1, gpus), gpus
+
+
+def victim_key(job: Job, cost: tuple[float, int], order: str = "lost_work") -> tuple[float, ...]:
+    """How victims are ordered, the first one taken first (``cost``: its ``victim_cost``).
+    ``lost_work``: the least work lost, then the smallest, then the lowest priority, then
+    the most recently started; ``priority`` (Slurm's): the lowest priority, then the most
+    recently started. The job id breaks the last tie."""
+    latest = -(job.start_time or 0.0)
+    if order == "priority":
+        return (float(job.priority), latest, float(job.job_id))
+    return (cost[0], float(cost[1]), float(job.priority), latest, float(job.job_id))
 
 
 def held_request(req: Request, held: Iterable[str]) -> Request | None:
@@ -112,6 +132,8 @@ class Preempting:
         self.claimed: set[int] = set()  # victims chosen in this pass
         self.on_node: dict[str, list[Job]] = {}
         self._lost: dict[int, tuple[float, float | None]] = {}
+        self._keys: dict[int, tuple[float, ...]] = {}  # victim_key of each running job
+        self._by_priority = config.preempt_victim_order == "priority"
         self._lowest_tier: int | None = None
         # (request key, preemptor's QOS or partition[, duration]) that found no victims: a
         # later job asking the same finds none either (a pass only claims more)
@@ -124,6 +146,7 @@ class Preempting:
         tiers = []
         for job in snap.running:
             self._lost[job.job_id] = lost_work(job, now)
+            self._keys[job.job_id] = victim_key(job, victim_cost(job, now), config.preempt_victim_order)
             for a in job.alloc:
                 self.on_node.setdefault(a.node, []).append(job)
             part = snap.partitions.get(job.partition)
@@ -171,9 +194,8 @@ class Preempting:
         theirs = self.snap.partitions.get(victim.partition)
         return mine is not None and theirs is not None and theirs.priority_tier < mine.priority_tier
 
-    def _victim_key(self, job: Job) -> tuple[float, float, float, int]:
-        # lowest priority first; among equals the least work lost, then the latest start
-        return (job.priority, self._lost[job.job_id][0], -(job.start_time or 0.0), job.job_id)
+    def _victim_key(self, job: Job) -> tuple[float, ...]:
+        return self._keys[job.job_id]
 
     # -- planning -----------------------------------------------------------------------
     def plan(self, job: Job, req: Request, duration: float) -> tuple[list[str], list[Job]] | None:
@@ -213,12 +235,11 @@ class Preempting:
                 extra = self._extra(node, req, victims, allowed)
                 if extra is None:
                     continue
-                key = (
-                    len(extra),
-                    max((v.priority for v in extra), default=-1),
-                    sum(self._lost[v.job_id][0] for v in extra),
-                    node.index,
-                )
+                if self._by_priority:  # Slurm's: the lowest-priority victims
+                    cost: tuple[float, ...] = (max((v.priority for v in extra), default=-1),)
+                else:  # the least GPU-time lost, then the fewest GPUs taken
+                    cost = (sum(self._keys[v.job_id][0] for v in extra), sum(self._keys[v.job_id][1] for v in extra))
+                key = (len(extra), *cost, node.index)
                 if best is None or key < best[0]:
                     best = (key, node, extra)
             if best is None:

@@ -1,5 +1,6 @@
-"""Preemption planned inside the pass: the fewest, lowest-priority victims, the least work
-lost among equals, never for a job that could not run, and holds until the victims leave."""
+"""Preemption planned inside the pass: the fewest victims, those that lose the least work
+(test_preempt_victims.py) or Slurm's lowest-priority ones, never for a job that could not
+run, and holds until the victims leave."""
 
 from __future__ import annotations
 
@@ -63,8 +64,8 @@ def test_the_fewest_victims_are_chosen() -> None:
     assert victims(h) == [whole]
 
 
-def test_the_lowest_priority_victims_are_chosen() -> None:
-    h = cluster(nodes=3)
+def test_with_slurms_victim_order_the_lowest_priority_victims_are_chosen() -> None:
+    h = cluster(config=SchedConfig(**{**_fields(QOS), "preempt_victim_order": "priority"}), nodes=3)
     a = scavenger(h, at=0, priority=50)
     b = scavenger(h, at=1, priority=5)
     c = scavenger(h, at=2, priority=20)
