@@ -11,7 +11,9 @@ written"); the controller keeps the running attempt's latest report in ``Job.pro
   attempt never reported a step;
 * lost ``L``: for an attempt that did not complete (node failure, hang, requeue, time-out,
   failure, cancel), the time since its last checkpoint (or since its first step when it
-  wrote none): that work has to be done again. 0 for a completed or running attempt;
+  wrote none): that work has to be done again. 0 for a completed or running attempt,
+  except for the work it redid after in-allocation replacements of its nodes (each
+  replacement records the time since the last checkpoint, ``replaced_lost``);
 * productive ``P = E - S - L``.
 
 and weights them by the attempt's GPUs (the GPU-time the site paid for; a job without GPUs
@@ -53,8 +55,15 @@ def close_attempt(job: Any, now: float, outcome: str) -> None:
             "step_time": p.get("step_time"),
             "ckpt_step": p.get("ckpt_step"),
             "ckpt_time": p.get("ckpt_time"),
+            "replaced_lost": _replaced_lost(job.replacements, job.restart_count),
         }
     )
+
+
+def _replaced_lost(replacements: list[dict[str, Any]], attempt: int) -> float:
+    """Seconds of work an attempt lost to in-allocation replacements (``ctld.replacement``:
+    each records the time since the last checkpoint when its node failed)."""
+    return sum(float(r.get("lost") or 0) for r in replacements if r.get("attempt", 0) == attempt)
 
 
 def _split(a: dict[str, Any], running: bool) -> dict[str, Any]:
@@ -65,12 +74,12 @@ def _split(a: dict[str, Any], running: bool) -> dict[str, Any]:
         return {"elapsed": elapsed, "startup": elapsed, "lost": 0.0, "lost_steps": None, "reported": False}
     first = min(max(float(first), start), end)
     startup = first - start
-    lost = 0.0
+    lost = min(float(a.get("replaced_lost") or 0), max(0.0, end - first))  # redone after a replacement
     lost_steps = None
     if not running and a.get("outcome") != "COMPLETED":
         ckpt = a.get("ckpt_time")
         since = max(first, min(float(ckpt), end)) if ckpt is not None else first
-        lost = end - since
+        lost = min(end - first, lost + end - since)
         step = a.get("step")
         if step is not None:
             lost_steps = max(0, int(step) - int(a.get("ckpt_step") or 0))
@@ -92,6 +101,7 @@ def _attempts(job: dict[str, Any], now: float) -> list[dict[str, Any]]:
                 "gpus": gpus,
                 "outcome": "RUNNING",
                 **{k: p.get(k) for k in ("first", "step", "step_time", "ckpt_step", "ckpt_time")},
+                "replaced_lost": _replaced_lost(job.get("replacements") or [], job.get("restart_count", 0)),
             }
         )
     return attempts

@@ -61,6 +61,15 @@ def _features(constraint: str | None) -> frozenset[str]:
     return frozenset(p.strip() for p in text.replace(",", "&").split("&") if p.strip())
 
 
+def _lost_work(job: Job, now: float) -> float:
+    p = job.progress or {}
+    first, ckpt = p.get("first"), p.get("ckpt_time")
+    if not isinstance(first, int | float):
+        return 0.0
+    since = max(float(first), float(ckpt)) if isinstance(ckpt, int | float) else float(first)
+    return max(0.0, now - since)
+
+
 class Replacements:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
@@ -102,6 +111,9 @@ class Replacements:
             "detected": now if detected is None else detected,
             "attempt": attempt,
             "index": index,
+            # the work since the last checkpoint (or the first step), redone after the swap:
+            # goodput counts it as lost (``core.goodput``); 0 for a job that reports no progress
+            "lost": _lost_work(job, now),
         }
         try:
             with self.state.atomic(job):

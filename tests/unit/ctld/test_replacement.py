@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from muster.core import goodput
 from muster.core.clock import ManualClock
 from muster.core.config import ConfigError, parse_config
 from muster.core.job import Job, JobSpec, NodeAlloc
@@ -142,3 +143,17 @@ def test_spares_are_kept_out_of_placement_and_must_be_nodes_of_the_partition() -
     assert views["gpu"].nodes == ("node1", "node2", "node3", "node4")
     with pytest.raises(ConfigError, match="SpareNodes"):
         parse_config(CONF.replace("SpareNodes=node[5-6]", "SpareNodes=node9"), "t.conf")
+
+
+def test_the_work_since_the_last_checkpoint_counts_as_lost_in_goodput(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2"], spare_nodes=1)
+    start = ctl.clock.now()
+    job.progress = {"first": start + 10, "step": 50, "step_time": start + 100, "ckpt_step": 40, "ckpt_time": start + 80}
+    clock = ctl.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(100)
+    ctl.liveness.update_nodes(ROOT, ["node2"], "DOWN", "x")
+    assert job.replacements[0]["lost"] == 20.0  # 100 - 80: the work since the checkpoint
+    clock.advance(100)
+    g = goodput.summary(job.to_dict(), ctl.clock.now())
+    assert g["lost"] == 20.0 and g["startup"] == 10.0 and g["productive"] == 170.0
