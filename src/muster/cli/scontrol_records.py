@@ -311,6 +311,13 @@ def node_record(node: dict) -> list[str]:
     if node.get("reason"):
         who = node.get("reason_user") or "root"
         lines.append(f"Reason={node['reason']} [{who}@{_ts(node.get('reason_time'))}]")
+    for f in node.get("failures") or []:  # muster's own: the failure ledger (docs/recovery.md)
+        evidence = " ".join(str(f.get("evidence") or "(null)").split())
+        lines.append(
+            f"Failure={_ts(f.get('time'))} Kind={f.get('kind')} JobId={f.get('job_id') or 'None'} "
+            f"Attribution={f.get('attribution') or 'None'} Action={f.get('action') or 'None'} "
+            f"Evidence={evidence}"
+        )
     return lines
 
 

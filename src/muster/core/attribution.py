@@ -16,7 +16,9 @@ others of the same window:
 
 ``quarantine_due`` says when a node is taken out of service: ``threshold`` failures not
 attributed to a job within ``window`` seconds since an operator last resumed it, where the
-failures of one job (of one user, for hangs) count once.
+failures of one job (of one user, for hangs) count once, and so do the failures that came
+while the node was already out of service (launches in flight when it was drained, the
+other jobs lost in the same outage).
 
 Pure: no clock, no I/O; ``now`` is a parameter.
 """
@@ -70,6 +72,9 @@ class Failure:
     user: str = ""
     evidence: str = ""
     ranks: tuple[int, ...] = ()
+    # False: the node was already out of service (drained, down) when this failure came, or
+    # it is one more job lost in the same outage: one incident, counted once for quarantine
+    counted: bool = True
 
 
 def blame_key(f: Failure) -> str:
@@ -125,7 +130,11 @@ def quarantine_due(
     mine = [
         r
         for r in records
-        if r.node == node and r.kind not in _NOT_FAULTS and now - r.time <= window and (since is None or r.time > since)
+        if r.node == node
+        and r.counted
+        and r.kind not in _NOT_FAULTS
+        and now - r.time <= window
+        and (since is None or r.time > since)
     ]
     counted = [r for r in mine if attribute(r, records, window) != JOB]
     if len({blame_key(r) for r in counted}) >= threshold:

@@ -217,7 +217,7 @@ class Agents:
                 if self.state.drain(node.name, reason[:1024]):  # newly failed
                     actions += self._replace_off(node.name, reason)
                 if fresh and node.drain:
-                    self.state.node_fault(node.name, "health", now, evidence=reason)
+                    self.state.node_fault(node.name, "health", now, evidence=reason, counted=True)
             elif node.drain and node.reason.startswith(HEALTH_DRAIN_PREFIX):
                 node.drain = False
                 node.reason, node.reason_time, node.reason_user = "", None, ""

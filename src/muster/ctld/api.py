@@ -60,6 +60,9 @@ from muster.protocol import versions
 from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, StaleMessage, refusal
 from muster.protocol.signing import CRED_HEADER
 
+# failure-ledger records shown per node by ``scontrol show node X``
+FAILURES_SHOWN = 5
+
 log = logging.getLogger("musterctld.api")
 IDENTITY_KEY = "muster.identity"  # the caller, once proven, for the rest of the request
 MUNGE_KEY = "muster.munge"  # munged's answer for the request's MUNGE credential, asked off the loop
@@ -492,7 +495,17 @@ def build_routes(ctx: Context) -> list[Route]:
             return JSONResponse({**node_rows(chosen, fields, ctl.jobs.values()), **extra, "now": ctx.clock.now()})
         jobs_on = jobs_by_node(ctl.jobs.values())
         nodes = [node_wire(n, jobs_on.get(n.name, [])) for n in chosen]
+        if names:  # nodes asked for by name: their latest failure-ledger records too (scontrol show node X)
+            for d in nodes:
+                d["failures"] = [e.to_dict() for e in ctl.ledger.history(d["name"], FAILURES_SHOWN)]
         return JSONResponse({"nodes": nodes, **extra, "now": ctx.clock.now()})
+
+    @handler
+    async def node_failures(request: Request) -> JSONResponse:
+        """A node's failure-ledger records kept in memory, oldest first (docs/recovery.md)."""
+        node = ctl.node(request.path_params["name"])
+        history = [e.to_dict() for e in ctl.ledger.history(node.name)]
+        return JSONResponse({"node": node.name, "failures": history, "now": ctx.clock.now()})
 
     def partitions() -> list[dict[str, Any]]:
         return [partition_wire(ctl.config, p.name, ctl.nodes, part_lists.lists) for p in ctl.config.partitions]
@@ -567,6 +580,7 @@ def build_routes(ctx: Context) -> list[Route]:
         Route("/v1/jobs/{job_id}/requeue", requeue, methods=["POST"]),
         Route("/v1/nodes", list_nodes),
         Route("/v1/nodes/update", update_nodes, methods=["POST"]),
+        Route("/v1/nodes/{name}/failures", node_failures),
         Route("/v1/partitions", list_partitions),
         Route("/v1/config", config),
         Route("/v1/reservations", list_reservations, methods=["GET"]),

@@ -35,6 +35,7 @@ DEFAULT_FAILURES = 2  # QuarantineFailures: distinct causes within the window (0
 DEFAULT_WINDOW = 86400  # QuarantineWindow, seconds
 KEEP = 32  # records kept in memory per node (and per cause)
 EVIDENCE_MAX = 1024  # characters of evidence kept per record
+REPEAT = 300.0  # seconds within which the same failure of a job on a node is one record
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Entry:
             "evidence": f.evidence,
             "attribution": self.attribution,
             "action": self.action,
+            "counted": f.counted,
         }
 
     @classmethod
@@ -69,6 +71,7 @@ class Entry:
             user=str(d.get("user") or ""),
             evidence=str(d.get("evidence") or ""),
             ranks=tuple(int(r) for r in d.get("ranks") or ()),
+            counted=bool(d.get("counted", True)),
         )
         return cls(f, str(d.get("attribution") or ""), str(d.get("action") or ""))
 
@@ -125,12 +128,28 @@ class Ledger:
         user: str = "",
         evidence: str = "",
         ranks: tuple[int, ...] = (),
+        counted: bool = True,
     ) -> tuple[Failure, str]:
-        """A failure judged against the records it may share a cause with (not yet stored)."""
+        """A failure judged against the records it may share a cause with (not yet stored).
+        ``counted`` False: the node was out of service already (``Failure.counted``)."""
         if kind not in KINDS:
             raise ValueError(f"unknown ledger kind {kind!r}")
-        f = Failure(now, node, kind, job_id, user, evidence[:EVIDENCE_MAX], ranks)
+        same_outage = any(e.failure.kind == kind and e.failure.time == now for e in self.by_node.get(node, ()))
+        f = Failure(now, node, kind, job_id, user, evidence[:EVIDENCE_MAX], ranks, counted and not same_outage)
         return f, attribute(f, [*self.related(f), f], self.window)
+
+    def repeated(self, f: Failure) -> Entry | None:
+        """The record ``f`` repeats: the same failure of the same job on the same node told
+        again within ``REPEAT`` seconds (a launch's answer and the agent's heartbeat both
+        report a failed Prolog)."""
+        if not f.job_id:
+            return None
+        for e in reversed(self.by_node.get(f.node, ())):
+            if f.time - e.failure.time > REPEAT:
+                break
+            if e.failure.kind == f.kind and e.failure.job_id == f.job_id:
+                return e
+        return None
 
     def related(self, f: Failure) -> list[Failure]:
         """The records ``f`` is judged against: its node's and its cause's."""

@@ -20,7 +20,7 @@ from muster.ctld.actions import Action, Terminate
 from muster.ctld.identity import Identity
 from muster.ctld.nodes import NodeRuntime
 from muster.ctld.replacement import NOT_RESPONDING, SET_DOWN
-from muster.ctld.state import ClusterState
+from muster.ctld.state import QUARANTINE_PREFIX, ClusterState
 from muster.ctld.training import Training
 
 log = logging.getLogger("musterctld")
@@ -194,7 +194,7 @@ class Liveness:
                         self.state.node_failed_job(job, now, f"node {name} set DOWN")
                         actions.append(Terminate(job.job_id, attempt, nodes, "node_fail"))
             elif st in ("RESUME", "UNDRAIN", "IDLE"):
-                if node.drain or node.admin_down:  # the failure ledger counts afresh from here
+                if node.reason.startswith(QUARANTINE_PREFIX):  # the failure ledger counts afresh from here
                     self.state.ledger.resume(now, name, who.user)
                 node.drain = False
                 if st != "UNDRAIN":

@@ -365,6 +365,7 @@ class ClusterState:
         evidence: str = "",
         ranks: tuple[int, ...] = (),
         drain: str | None = None,
+        counted: bool | None = None,
     ) -> str:
         """The one entry for a failure seen on a node (a node of a running job lost, a launch,
         Prolog, Epilog, health or pre-flight check failed, a GPU fault, a hang, a replacement):
@@ -372,13 +373,26 @@ class ClusterState:
         ``drain`` (a reason) drains the node, unless the failure is the job's own (the same
         job failed the same way on other nodes): then nothing is drained and those other
         nodes, drained for it, are given back (no drain storm). A node whose failures reach
-        ``QuarantineFailures`` within ``QuarantineWindow`` is quarantined. A ledger row that
+        ``QuarantineFailures`` within ``QuarantineWindow`` is quarantined; a failure that
+        comes while the node is out of service already does not count (``counted``: whether
+        it was in service, for a caller that drained it first). A ledger row that
         cannot be committed is logged; the drain stands."""
         if node not in self.nodes:
             return UNKNOWN
+        here = self.nodes[node]
         f, who = self.ledger.failure(
-            now, node, kind, job.job_id if job else job_id, job.user if job else "", evidence, ranks
+            now,
+            node,
+            kind,
+            job.job_id if job else job_id,
+            job.user if job else "",
+            evidence,
+            ranks,
+            counted=not (here.drain or here.admin_down) if counted is None else counted,
         )
+        earlier = self.ledger.repeated(f)
+        if earlier is not None:  # told twice: one record, one verdict
+            return earlier.attribution
         action = ""
         if who == JOB:
             given = self._give_back(f)

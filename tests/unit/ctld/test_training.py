@@ -315,7 +315,9 @@ def test_hangs_of_one_users_jobs_never_drain_a_node(ctl: Controller) -> None:
 def test_node_failures_still_drain_on_the_repeat(ctl: Controller) -> None:
     now_ = now(ctl)
     ctl.training.incident("node3", 1, "node failure", now_)
-    ctl.training.incident("node3", 2, "node failure", now_)
+    ctl.training.incident("node3", 2, "node failure", now_)  # the same outage: one incident
+    assert not ctl.nodes["node3"].drain
+    ctl.training.incident("node3", 3, "node failure", now_ + 60)
     assert ctl.nodes["node3"].drain
 
 
