@@ -10,6 +10,7 @@ Needs root, crun and busybox-static (skipped without them, failed in CI where
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -240,9 +241,12 @@ def test_a_node_whose_runtime_is_missing_is_drained_and_runs_nothing(cluster: tu
     h, image = cluster
     uid = ensure_user("mustertest")
 
+    def node3() -> dict:
+        return next(n for n in h.cluster.api("GET", "/v1/nodes")["nodes"] if n["name"] == "node3")
+
     def reason() -> str:
-        node = next(n for n in h.cluster.api("GET", "/v1/nodes")["nodes"] if n["name"] == "node3")
-        return str(node.get("reason") or "")
+        node = node3()
+        return str(node.get("reason") or "") if node.get("drain") else ""
 
     wait_for(lambda: "/nonexistent/crun not found" in reason(), 60, what="node3 drained for its runtime")
     # put back in service by an admin, it refuses the container task and is drained again
@@ -252,4 +256,53 @@ def test_a_node_whose_runtime_is_missing_is_drained_and_runs_nothing(cluster: tu
     out = h.run(["srun", "-w", "node3", f"--container-image={image}", "sh", "-c", "echo RAN"], uid=uid)
     assert out.returncode != 0 and "RAN" not in out.stdout, out.stdout
     assert "/nonexistent/crun not found" in out.stderr, out.stderr
-    wait_for(lambda: "/nonexistent/crun not found" in reason(), 60, what="node3 drained again")
+    # drained again: with the reason, or (a second fault of the node) quarantined for it
+    wait_for(
+        lambda: "/nonexistent/crun not found" in reason() or reason().startswith("quarantined"),
+        60,
+        what="node3 drained again",
+    )
+    assert node3()["drain"] is True
+
+
+def test_slurms_container_option_runs_a_users_bundle_made_safe(cluster: tuple[Harness, str]) -> None:
+    h, image = cluster
+    uid = ensure_user("mustertest")
+    bundle = os.path.join(h.workdir, "bundle")
+    os.makedirs(os.path.join(bundle, "rootfs"))
+    with tarfile.open(image) as tar:
+        tar.extractall(os.path.join(bundle, "rootfs"))  # our own image, built above
+    hook_mark = os.path.join(h.root, "hook-ran")
+    config = {
+        "ociVersion": "1.0.2",
+        "root": {"path": "rootfs", "readonly": True},
+        "process": {
+            "args": ["sh"],
+            "cwd": "/etc",
+            "env": ["PATH=/bin", "GREETING=from-bundle"],
+            "user": {"uid": 0, "gid": 0},
+        },
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+        ],
+        "hooks": {"prestart": [{"path": "/bin/sh", "args": ["sh", "-c", f"touch {hook_mark}"]}]},  # root on the host
+        "linux": {"namespaces": [{"type": "mount"}, {"type": "network"}]},
+    }
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump(config, f)
+    out = h.run(
+        [
+            "srun",
+            "-w",
+            "node1",
+            "--container=bundle",
+            "sh",
+            "-c",
+            "echo $GREETING; id -u; pwd; grep ^NAME= /etc/os-release",
+        ],
+        uid=uid,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == ["from-bundle", str(uid), "/etc", f'NAME="{OS_NAME}"'], out.stdout
+    assert not os.path.exists(hook_mark), "a bundle's hooks must never run as root on the host"

@@ -590,6 +590,17 @@ GPU scheduling options:
                               per_task:<gpus_per_task>, map_gpu:<list>, mask_gpu:<list>
                               (default: each task sees all of the step's GPUs on its node)
 
+Container options (pyxis's, and Slurm's --container; docs/containers.md):
+      --container-image=IMAGE a rootfs tarball or directory, or NAME[:TAG] from the
+                              site's image directory
+      --container-mounts=SRC[:DST[:FLAGS]][,...]  bind mounts (FLAGS: ro, rprivate...)
+      --container-workdir=DIR working directory inside the container
+      --container-name=NAME   keep the container for the job's later steps
+      --container-writable    writable container (--container-readonly: the default)
+      --[no-]container-mount-home  bind the home directory (default: yes)
+      --container-env=NAMES   keep the host's value of these variables
+      --container=PATH        an OCI bundle of your own (with oci.conf on the nodes)
+
 muster options:
       --no-torch-env          do not set MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
                               LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK (or MUSTER_TORCH_ENV=0)

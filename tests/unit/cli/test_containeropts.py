@@ -1,0 +1,61 @@
+"""srun's container options (cli.containeropts): the launch body's ``container``."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster.cli import srun
+from muster.cli.common import CommandError
+
+
+def container(*argv: str, env: dict[str, str] | None = None) -> object:
+    return srun.build([*argv, "true"], env or {"PATH": "/bin"}, "/home/ada/run").container
+
+
+def test_no_container_options_no_container() -> None:
+    assert container() is None
+
+
+def test_pyxis_options_become_the_request() -> None:
+    assert container(
+        "--container-image=nvcr.io/nvidia/pytorch:24.01",
+        "--container-mounts=/data:/data:ro,/scratch",
+        "--container-workdir=/data",
+        "--container-name=train",
+        "--container-writable",
+        "--no-container-mount-home",
+        "--container-env=PATH, HOME",
+    ) == {
+        "image": "nvcr.io/nvidia/pytorch:24.01",
+        "mounts": "/data:/data:ro,/scratch",
+        "workdir": "/data",
+        "name": "train",
+        "writable": True,
+        "mount_home": False,
+        "env": "PATH,HOME",
+    }
+
+
+def test_paths_are_made_absolute_against_sruns_directory() -> None:
+    assert container("--container-image=./img.tar.gz") == {"image": "/home/ada/run/img.tar.gz"}
+    assert container("--container=bundle") == {"bundle": "/home/ada/run/bundle"}
+    assert container(env={"PATH": "/bin", "SLURM_CONTAINER": "/b"}) == {"bundle": "/b"}
+
+
+def test_a_name_alone_reuses_the_jobs_container() -> None:
+    assert container("--container-name=train") == {"name": "train"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--container-workdir=/x"], "--container-image"),
+        (["--container-image=/i.tar", "--container=/b"], "cannot be used together"),
+        (["--container-image=/i.tar", "--container-mounts=rel:/x"], "invalid mount"),
+        (["--container-image=/i.tar", "--container-workdir=rel"], "absolute"),
+        (["--container-name=../x"], "not a valid container name"),
+    ],
+)
+def test_bad_container_options_are_refused(argv: list[str], error: str) -> None:
+    with pytest.raises(CommandError, match=error):
+        container(*argv)
