@@ -269,9 +269,21 @@ class Simulation:
         self.work = [JobWork(tj.run, tj.size) for tj in jobs] if failures else []
         self.node_failures = NodeFailures(failures) if failures else None
         self._ends: dict[int, float] = {}  # job index -> when its running attempt ends
+        self._began: dict[int, float] = {}  # job index -> when its running attempt began
         self._arrivals_left = len(jobs)
         if failures:
             self._strict_order = False
+        # Spares (``FailureModel.spares``): the last nodes of the machine are held out of
+        # scheduling; a failed node under a running job is swapped for one of them in place.
+        self._pool: list[int] = []
+        self.replacements = 0
+        self.recoveries: list[float] = []  # per interruption: failure -> running again, restart overhead aside
+        if failures and failures.spares:
+            if failures.spares >= len(cluster.nodes):
+                raise ValueError(f"{failures.spares} spares leave no node of the {len(cluster.nodes)} to schedule on")
+            self._pool = list(range(len(cluster.nodes) - failures.spares, len(cluster.nodes)))
+            for i in self._pool:
+                cluster.nodes[i].available = False
 
     # -- building jobs ------------------------------------------------------------------
 
@@ -332,7 +344,7 @@ class Simulation:
                 elif kind == _PREEMPT:
                     done += self._preempted(index, now)
                 else:
-                    self.cluster.nodes[index].available = True
+                    self._repaired(index)
                     assert self.node_failures is not None
                     self._push(now + self.node_failures.next_gap(), _FAIL, index)
             if self._pending:
@@ -363,7 +375,8 @@ class Simulation:
             return True
         if self._arrivals_left or self._running:
             return True
-        return bool(self._pending) and not all(v.available for v in self.cluster.nodes)
+        pool = self._pool  # spares standing by are unavailable by design, not down
+        return bool(self._pending) and not all(v.available for k, v in enumerate(self.cluster.nodes) if k not in pool)
 
     def _fail(self, index: int, now: float) -> None:
         """Node ``index`` fails: out of service for the repair time; the attempts of the
@@ -373,10 +386,16 @@ class Simulation:
         assert model is not None and stream is not None
         stream.cause()
         view.available = False
+        if index in self._pool:  # an idle spare failed: out of the pool until repaired
+            self._pool.remove(index)
         for job in [j for j in self._running.values() if view.name in j.nodes]:
             i = job.job_id - 1
             assert job.start_time is not None
-            self.work[i].interrupt(now - job.start_time)
+            self.work[i].interrupt(now - self._began.get(i, job.start_time))
+            if self._replace(job, view.name, now):
+                self.recoveries.append(0.0)
+                continue
+            self.work[i].failed_at = now
             self._ends.pop(i, None)
             self._killed.discard(job.job_id)
             lifecycle.end(job, JobEvent.NODE_FAIL, now, completing=False)
@@ -388,6 +407,45 @@ class Simulation:
                 job.expedited, job.held_nodes, job.hold_until = True, held, now + _EXPEDITE_HOLD
             self._arrive(job)
         self._push(now + model.repair, _REPAIR, index)
+
+    def _replace(self, job: Job, failed: str, now: float) -> bool:
+        """Swap the failed node of a running job for a spare of the pool, if one can hold
+        its share; the job restarts there from its checkpoint, without a requeue."""
+        k = next(k for k, a in enumerate(job.alloc) if a.node == failed)
+        a = job.alloc[k]
+        for spare in self._pool:
+            view = self.cluster.nodes[spare]
+            if view.free_cpus >= a.cpus and view.free_mem >= a.mem and set(a.gpu_ids) <= set(view.free_gpu_ids):
+                break
+        else:
+            return False
+        self._pool.remove(spare)
+        view.available = True  # in service from now on; the failed node refills the pool once repaired
+        self._release([a])
+        job.alloc[k] = NodeAlloc(view.name, a.cpus, a.mem, list(a.gpu_ids))
+        taken = set(a.gpu_ids)
+        view.free_cpus -= a.cpus
+        view.free_mem -= a.mem
+        view.free_gpu_ids = [g for g in view.free_gpu_ids if g not in taken]
+        view.running_jobs += 1
+        self.replacements += 1
+        i = job.job_id - 1
+        assert self.failures is not None
+        run = self.work[i].begin(self.failures)
+        if job.job_id in self._killed and job.time_limit is not None:
+            run = min(run, job.time_limit)
+        self._began[i] = now
+        self._ends[i] = now + run
+        self._push(now + run, _END, i)
+        return True
+
+    def _repaired(self, index: int) -> None:
+        """A node is back from repair: it refills the pool of spares, or returns to service."""
+        model = self.failures
+        if model is not None and len(self._pool) < model.spares:
+            self._pool.append(index)
+            return
+        self.cluster.nodes[index].available = True
 
     @staticmethod
     def _shape_key(job: Job) -> tuple[int, int, int, int]:
@@ -484,7 +542,13 @@ class Simulation:
             if self.failures is not None:
                 # The attempt's wall time: the work left and the overheads of checkpoints and
                 # restarts, which the model does not count against the time limit.
-                run = self.work[index].begin(self.failures)
+                work = self.work[index]
+                run = work.begin(self.failures)
+                self._began[index] = now
+                if work.failed_at is not None:  # started again after a failure's requeue
+                    work.waited += now - work.failed_at
+                    self.recoveries.append(now - work.failed_at)
+                    work.failed_at = None
             if killed:
                 assert limit is not None
                 self._killed.add(job.job_id)
@@ -564,7 +628,7 @@ class Simulation:
         tj = self.trace_jobs[index]
         if self.failures is not None:
             assert job.start_time is not None
-            self.work[index].finish(now - job.start_time)
+            self.work[index].finish(now - self._began.pop(index, job.start_time))
         killed = job.job_id in self._killed
         if killed:
             lifecycle.end(job, JobEvent.TIMEOUT, now, completing=False)

@@ -48,6 +48,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--expedite", action="store_true", help="a job hit by a failure requeues at the front")
     f.add_argument("--seed", type=int, default=1, metavar="N", help="random seed of the failures (1)")
     f.add_argument(
+        "--spares",
+        type=int,
+        metavar="N",
+        help="hold N nodes out of scheduling as spares: a failed node under a running job is replaced by "
+        "one in place instead of requeueing the job (0)",
+    )
+    f.add_argument(
         "--checkpoint-sweep",
         type=int,
         metavar="NODES",
@@ -66,7 +73,11 @@ def _seconds(text: str, option: str, zero_ok: bool = True) -> float:
 
 def model_from(args: argparse.Namespace) -> FailureModel | None:
     """The failure model the options ask for; None without ``--failures``."""
+    if args.spares is not None and args.spares < 0:
+        raise MusterError("--spares: must be at least 0")
     if args.failures is None:
+        if args.spares:
+            raise MusterError("--spares needs --failures (spares replace failed nodes)")
         if args.checkpoint_sweep is not None:
             raise MusterError("--checkpoint-sweep needs --failures (the failure rate it is swept for)")
         return None
@@ -84,6 +95,7 @@ def model_from(args: argparse.Namespace) -> FailureModel | None:
         expedite=args.expedite,
         causes=causes,
         seed=args.seed,
+        spares=args.spares or 0,
     )
 
 
@@ -105,6 +117,7 @@ def format_goodput(runs: Sequence[tuple[str, dict[str, Any]]], unit: str, grid: 
     rows = []
     for key, title in (
         ("node_failures", "node failures"),
+        ("replacements", "replaced by a spare"),
         ("interrupted_jobs", "jobs interrupted"),
         ("restarts", "restarts"),
         ("allocated", f"allocated ({unit}-h)"),
@@ -113,16 +126,23 @@ def format_goodput(runs: Sequence[tuple[str, dict[str, Any]]], unit: str, grid: 
         ("checkpoint_overhead", f"checkpoint overhead ({unit}-h)"),
         ("restart_overhead", f"restart overhead ({unit}-h)"),
         ("goodput", "goodput"),
+        ("requeue_wait", f"queue wait after failures ({unit}-h)"),
+        ("median_recovery_s", "median failure -> running (s)"),
+        ("ettr", "ETTR (goodput, waits counted)"),
     ):
+        if all(key not in g for _, g in runs):
+            continue
         row = [title]
         for _, g in runs:
             v = g.get(key)
-            if key == "goodput":
+            if key in ("goodput", "ettr"):
                 row.append(f"{100 * v:.2f}%" if isinstance(v, float) and v == v else "-")
-            elif key in ("node_failures", "interrupted_jobs", "restarts"):
-                row.append(f"{int(v):,}")
+            elif key in ("node_failures", "replacements", "interrupted_jobs", "restarts"):
+                row.append("-" if v is None else f"{int(v):,}")
+            elif key == "median_recovery_s":
+                row.append(f"{v:,.0f}" if isinstance(v, float) and v == v else "-")
             else:
-                row.append(_h(float(v)))
+                row.append("-" if v is None else _h(float(v)))
         rows.append(row)
     out = [grid(["goodput", *[label for label, _ in runs]], rows)]
     sizes: list[str] = []

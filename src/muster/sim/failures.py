@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Attempt", "CheckpointSweep", "FailureModel", "JobWork", "goodput_metrics", "parse_rate"]
+__all__ = ["Attempt", "CheckpointSweep", "FailureModel", "JobWork", "goodput_metrics", "parse_rate", "spares_metrics"]
 
 DAY = 86400.0
 
@@ -86,9 +86,14 @@ class FailureModel:
     expedite: bool = False
     causes: dict[str, float] = field(default_factory=lambda: {"node": 1.0})
     seed: int = 1
+    # A pool of healthy nodes held out of scheduling: a failed node under a running job is
+    # replaced by one of them in place (the job loses the work since its checkpoint and
+    # restarts, without requeueing); the repaired node refills the pool. 0: requeue only.
+    spares: int = 0
 
     def describe(self) -> dict[str, Any]:
-        return {
+        extra: dict[str, Any] = {"spares": self.spares} if self.spares else {}
+        return extra | {
             "rate_per_node_day": self.rate,
             "repair_s": self.repair,
             "checkpoint_interval_s": self.interval,
@@ -145,6 +150,8 @@ class JobWork:
     restart: float = 0.0
     restarts: int = 0
     current: Attempt | None = None
+    waited: float = 0.0  # queue waits after interruptions (requeued, until started again)
+    failed_at: float | None = None  # when the job was requeued by a failure, until it starts
 
     def begin(self, model: FailureModel) -> float:
         """A new attempt starts: its uninterrupted wall time."""
@@ -211,6 +218,23 @@ def goodput_metrics(jobs: list[JobWork], failures: Counter[str], size_class: Any
     out["failures_by_cause"] = dict(failures)
     out["by_size"] = [{"size": k, **totals(v)} for k, v in sorted(by.items(), key=lambda kv: int(kv[0].split("-")[-1]))]
     return out
+
+
+def spares_metrics(jobs: list[JobWork], replacements: int, recoveries: list[float]) -> dict[str, Any]:
+    """What spares change (``--spares``): replacements, the queue waits of requeued jobs, the
+    time from a failure to running again, and an ETTR that counts those waits."""
+    waited = math.fsum(j.waited * j.size for j in jobs)
+    alloc = math.fsum(j.allocated * j.size for j in jobs)
+    saved = math.fsum(j.saved * j.size for j in jobs)
+    ordered = sorted(recoveries)
+    n = len(ordered)
+    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2 if n else math.nan
+    return {
+        "replacements": replacements,
+        "requeue_wait": waited,
+        "median_recovery_s": median,
+        "ettr": saved / (alloc + waited) if alloc + waited > 0 else math.nan,
+    }
 
 
 class CheckpointSweep:

@@ -26,7 +26,7 @@ from muster.sim import failcli
 from muster.sim.cluster import Cluster, ClusterError, cluster_from_config, uniform_cluster
 from muster.sim.engine import Estimate, JobOutcome, Simulation, replayable
 from muster.sim.failcli import duration
-from muster.sim.failures import goodput_metrics
+from muster.sim.failures import goodput_metrics, spares_metrics
 from muster.sim.metrics import (
     compute,
     format_table,
@@ -334,6 +334,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         "failures": failures.describe() if failures is not None else None,
         "runs": [],
     }
+    if failures is not None and failures.spares:
+        if failures.spares >= len(cluster.nodes):
+            raise UsageError(f"--spares {failures.spares}: the machine has only {len(cluster.nodes)} nodes")
+        if conf is not None and (conf.get("PreemptType") or "preempt/none").lower() != "preempt/none":
+            raise UsageError("--spares with preemption is not modelled: give one or the other")
     if failures is not None and len(cluster.nodes) < 2:
         err.write(
             f"{PROG}: note: --failures on a one-node machine: each failure stops everything "
@@ -386,6 +391,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if sim.node_failures is not None:
                 finished = [sim.work[o.job_id - 1] for o in result.outcomes]
                 entry["goodput"] = goodput_metrics(finished, sim.node_failures.counts, size_class)
+                if args.spares is not None:  # the pool-sizing figures (only when --spares is given)
+                    entry["goodput"].update(spares_metrics(finished, sim.replacements, sim.recoveries))
             if result.never_started:
                 err.write(
                     f"{PROG}: warning: {label}: {len(result.never_started)} jobs never started "
