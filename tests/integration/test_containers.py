@@ -227,11 +227,19 @@ def test_a_named_writable_container_is_reused_by_the_jobs_next_step(cluster: tup
 
 
 def test_a_missing_image_is_a_clear_error(cluster: tuple[Harness, str]) -> None:
-    h, _ = cluster
+    h, _image = cluster
     uid = ensure_user("mustertest")
     out = h.run(["srun", "-w", "node1", "--container-image=/nonexistent/image.tar", "true"], uid=uid)
     assert out.returncode != 0
     assert "container image /nonexistent/image.tar not found on node1" in out.stderr, out.stderr
+    # a directory the user cannot reach is not bound for them by the root-run runtime
+    hidden = os.path.join(h.root, "private", "open")
+    os.makedirs(hidden, exist_ok=True)
+    os.chmod(os.path.dirname(hidden), 0o700)
+    sneaky = h.run(
+        ["srun", "-w", "node1", f"--container-image={_image}", f"--container-mounts={hidden}:/x", "ls", "/x"], uid=uid
+    )
+    assert sneaky.returncode != 0 and f"--container-mounts: {hidden}: permission denied" in sneaky.stderr, sneaky.stderr
     bad = h.run(["srun", "--container-mounts=relative:/x", "--container-image=/x.tar", "true"], uid=uid)
     assert bad.returncode != 0 and "--container-mounts" in bad.stderr, bad.stderr
     assert h.node_states()["node1"] in ("IDLE", "MIXED", "ALLOCATED"), "a job's error must not drain the node"

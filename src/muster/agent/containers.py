@@ -59,6 +59,7 @@ __all__ = [
     "request_of",
     "runtime_argv",
     "step_gpus",
+    "user_reaches",
     "Containers",
     "ContainerError",
     "NodeFault",
@@ -347,6 +348,16 @@ class Containers:
         if self.conf.env_exclude:
             drop = re.compile(self.conf.env_exclude)
             env = {k: v for k, v in env.items() if not drop.fullmatch(k)}
+        # The runtime (root) opens what the user names: the user must be able to reach it
+        # themselves, or a bind mount would pass a directory they cannot enter.
+        named = [(m.source, f"--container-mounts: {m.source}") for m in request.mounts]
+        if request.bundle:
+            named.append((os.path.join(request.bundle, "config.json"), f"--container={request.bundle}"))
+        elif request.image.startswith("/"):
+            named.append((request.image, f"container image {request.image}"))
+        for path, what in named:
+            if os.path.exists(path) and not user_reaches(path, who):
+                raise ContainerError(f"{what}: permission denied for uid {who.uid} on {self.node}")
         devices = self.devices(gpus)
         if request.bundle:
             config_path = os.path.join(request.bundle, "config.json")
@@ -395,6 +406,36 @@ def runtime_argv(run: str, runtime: str, fields: Mapping[str, str]) -> list[str]
     out = [re.sub(r"%[bjstnuUrm%]", lambda m: fields[m.group(0)], w) for w in words]
     out[0] = runtime
     return out
+
+
+def user_reaches(path: str, who: TaskIdentity) -> bool:
+    """Whether the user could open ``path`` themselves (search on every directory above it,
+    read on it), by the mode bits of its real path: what the agent, as root, must check
+    before it binds or reads a path on the user's behalf."""
+    real = os.path.realpath(path)
+    parts = real.split("/")
+    for depth in range(1, len(parts) + 1):
+        current = "/".join(parts[:depth]) or "/"
+        try:
+            st = os.stat(current)
+        except OSError:
+            return False
+        last = depth == len(parts)
+        want = (stat.S_IROTH if not stat.S_ISDIR(st.st_mode) else stat.S_IXOTH) if last else stat.S_IXOTH
+        if not _allowed(st, who, want):
+            return False
+    return True
+
+
+def _allowed(st: os.stat_result, who: TaskIdentity, other_bit: int) -> bool:
+    """Mode bits as the kernel reads them: owner's, else group's, else others'."""
+    if who.uid == 0:
+        return True
+    if st.st_uid == who.uid:
+        return bool(st.st_mode & (other_bit << 6))
+    if st.st_gid == who.gid or st.st_gid in who.groups:
+        return bool(st.st_mode & (other_bit << 3))
+    return bool(st.st_mode & other_bit)
 
 
 def _has_v2_controllers() -> bool:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -202,3 +203,28 @@ def test_the_runtime_command_line_fills_slurms_patterns() -> None:
     fields |= {"%s": "0", "%t": "1", "%%": "%"}
     argv = containers.runtime_argv("crun --root %m/run run --bundle %b %n.%u.%j.%s.%t", "/usr/bin/crun", fields)
     assert argv == ["/usr/bin/crun", "--root", "/spool/run", "run", "--bundle", fields["%b"], "node7.ada.9.0.1"]
+
+
+def test_the_agent_binds_only_what_the_user_could_reach() -> None:
+    # not under pytest's tmp_path: its parents are root's own (0700)
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as base:
+        reach(base)
+
+
+def reach(tmp_path: str) -> None:
+    top = os.path.join(tmp_path, "private")
+    inner = os.path.join(top, "open")
+    os.makedirs(inner)
+    secret = os.path.join(inner, "file")
+    open(secret, "w").close()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(top, 0o700)  # root's: its contents are out of the user's reach
+    os.chmod(inner, 0o755)
+    os.chmod(secret, 0o644)
+    user = TaskIdentity(uid=54321, gid=54321, groups=(54321,))
+    assert not containers.user_reaches(inner, user) and not containers.user_reaches(secret, user)
+    os.chmod(top, 0o711)
+    assert containers.user_reaches(inner, user) and containers.user_reaches(secret, user)
+    os.chmod(secret, 0o600)
+    assert not containers.user_reaches(secret, user)
+    assert containers.user_reaches(secret, TaskIdentity(uid=0, gid=0, groups=()))
