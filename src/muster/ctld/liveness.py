@@ -138,6 +138,8 @@ class Liveness:
             try:
                 if job.state is JobState.RUNNING:
                     why = f"node {node.name} not responding"
+                    # the failure ledger's record first, whether the job is repaired or requeued
+                    self.training.incident(node.name, job.job_id, "node failure", now, why)
                     repaired = self.training.replacements.job_lost_node(job, node.name, NOT_RESPONDING, why, now)
                     if repaired is not None:
                         actions += repaired
@@ -147,7 +149,6 @@ class Liveness:
                     survivors = [n for n in job.nodes if n != node.name]
                     attempt = job.restart_count
                     self.state.node_failed_job(job, now, f"node {node.name} not responding")
-                    self.training.incident(node.name, job.job_id, "node failure", now)
                     if survivors:
                         actions.append(Terminate(job.job_id, attempt, survivors, "node_fail"))
                 else:
