@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -16,9 +17,19 @@ from waiting import wait_for
 pytestmark = pytest.mark.integration
 
 
+# The site's TaskProlog (slurm.conf(5)): every step task runs it before srun's --task-prolog.
+SITE_PROLOG = "#!/bin/sh\necho export SITE_PROLOG=ran\necho export WHO=site\n"
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Harness]:
-    h = Harness(ClusterShape(nodes=2, gpus_per_node=0, cpus_per_node=4, mem_per_node=4000))
+    root = tempfile.mkdtemp(prefix="muster-it-")
+    prolog = os.path.join(root, "taskprolog.sh")
+    with open(prolog, "w") as f:
+        f.write(SITE_PROLOG)
+    os.chmod(prolog, 0o755)
+    shape = ClusterShape(nodes=2, gpus_per_node=0, cpus_per_node=4, mem_per_node=4000)
+    h = Harness(shape, root=root, settings={"TaskProlog": prolog})
     h.up()
     try:
         yield h
@@ -165,3 +176,41 @@ def test_scontrol_listpids_lists_each_steps_processes_on_this_node(cluster: Harn
     finally:
         h.run(["scancel", str(job_id)])
     h.wait_job(job_id)
+
+
+def test_task_prolog_export_lines_reach_each_task(cluster: Harness) -> None:
+    # srun(1) --task-prolog: "run executable just before launching each task. This will be
+    # executed after any TaskProlog parameter in slurm.conf is executed. Besides the normal
+    # environment variables, this has SLURM_TASK_PID available ... Standard output from this
+    # program of the form "export NAME=value" will be used to set environment variables for
+    # the task being spawned."
+    h = cluster
+    with open(os.path.join(h.workdir, "prolog.sh"), "w") as f:
+        f.write(
+            "#!/bin/sh\n"
+            "echo export PROLOG_PID=$SLURM_TASK_PID\n"
+            "echo export WHO=user\n"
+            "echo unset DROP_ME\n"
+            "echo print prolog says hi to $SLURM_PROCID\n"
+        )
+    os.chmod(os.path.join(h.workdir, "prolog.sh"), 0o755)
+    task = "echo task=$SLURM_PROCID pid=$$ prolog=$PROLOG_PID who=$WHO site=$SITE_PROLOG drop=${DROP_ME:-unset}"
+    out = h.run(
+        ["srun", "-n2", "-N1", "--task-prolog=prolog.sh", "sh", "-c", task],
+        env={"DROP_ME": "present"},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = sorted(out.stdout.splitlines())
+    assert lines[:2] == ["prolog says hi to 0", "prolog says hi to 1"], lines
+    for rank, line in enumerate(lines[2:]):
+        fields = dict(word.split("=", 1) for word in line.split())
+        assert fields["task"] == str(rank)
+        assert fields["prolog"] == fields["pid"]  # SLURM_TASK_PID is the task's own pid
+        assert fields["who"] == "user" and fields["site"] == "ran" and fields["drop"] == "unset"
+    # SLURM_TASK_PROLOG is srun's input variable for the same option
+    env_out = h.run(["srun", "-n1", "sh", "-c", "echo $WHO"], env={"SLURM_TASK_PROLOG": "prolog.sh"}, timeout=120)
+    assert env_out.stdout.splitlines() == ["prolog says hi to 0", "user"], env_out
+    # without one, only the site's runs
+    plain = h.run(["srun", "-n1", "sh", "-c", "echo $WHO $SITE_PROLOG"], timeout=120)
+    assert plain.stdout.strip() == "site ran", plain

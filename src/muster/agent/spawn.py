@@ -55,7 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from muster.agent import affinity, containers, jobcontainer, nodeident
+from muster.agent import affinity, containers, jobcontainer, nodeident, taskprolog
 
 __all__ = [
     "JOB_FAULT",
@@ -147,6 +147,7 @@ class ChildSpec:
     cgroup_procs: tuple[str, ...] = ()  # cgroup.procs files to join, as root (``agent.cgroupfs``)
     rlimits: tuple[tuple[int, int, int], ...] = ()  # (resource, soft, hard) to set (``agent.rlimits``)
     private_dirs: tuple[tuple[str, str], ...] = ()  # the job's private /tmp (``agent.jobcontainer``), as root
+    task_prologs: tuple[str, ...] = ()  # TaskProlog, srun --task-prolog: run before exec (``agent.taskprolog``)
     # A container task (``agent.containers``): the OCI runtime is exec'd as root (it makes the
     # container, whose process is the user's); the user's identity is taken only for the
     # working directory and the stdio files, and given back before exec.
@@ -285,6 +286,9 @@ def become(spec: ChildSpec, report_fd: int) -> NoReturn:
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         env = dict(spec.env)
         env["SLURM_TASK_PID"] = str(os.getpid())
+        for program in spec.task_prologs:
+            step = f"running the task prolog {program}"
+            env = taskprolog.run(program, env)
         if affinity.apply(spec.cpus) and spec.bind_note is not None:
             os.write(2, spec.bind_note(os.getpid()).encode())
         if spec.exec_as_root and spec.groups is not None:

@@ -80,6 +80,7 @@ class TaskPlan:
     private_dirs: tuple[tuple[str, str], ...] = ()  # the job's private /tmp (``agent.jobcontainer``)
     container: bool = False  # argv runs the task's container as root (``agent.containers``)
     hide: tuple[str, ...] = ()  # what the container runtime must not see (``containers.hide``)
+    task_prologs: tuple[str, ...] = ()  # TaskProlog, then srun --task-prolog (``agent.taskprolog``)
 
 
 def task_plans(
@@ -311,4 +312,5 @@ def child_spec(
         private_dirs=plan.private_dirs,
         exec_as_root=plan.container,
         hide=plan.hide,
+        task_prologs=plan.task_prologs,
     )

@@ -464,6 +464,14 @@ class StepRunner:
             umask=umask,
             ctx=self.env_ctx,
         )
+        # TaskProlog, then srun --task-prolog: each task runs them before its command
+        prologs = [getattr(self.hooks, "task_prolog", None), body.get("task_prolog")]
+        if body.get("task_prolog") is not None and not (
+            isinstance(body["task_prolog"], str) and os.path.isabs(body["task_prolog"])
+        ):
+            raise StepLaunchError("task_prolog must be an absolute path")
+        for plan in plans:
+            plan.task_prologs = tuple(str(p) for p in prologs if p)
         if self.confine is not None:
             try:
                 for plan in plans:

@@ -90,6 +90,7 @@ SRUN_OPTIONS: tuple[Opt, ...] = (
     Opt("exact", None, NO_ARG),
     Opt("disable-status", "X", NO_ARG),
     Opt("slurmd-debug"),
+    Opt("task-prolog", env=("SLURM_TASK_PROLOG",)),
     *CONTAINER_OPTIONS,  # pyxis's --container-* and Slurm's --container (cli.containeropts)
 )
 
@@ -135,6 +136,7 @@ class Run:
         self.het: dict[str, int] | None = None  # one component's part of a het step (cli.hetstep)
         self.rlimits: dict[str, int] | None = None  # the soft limits the tasks get (core.rlimits)
         self.container: dict[str, object] | None = None  # the tasks' container (cli.containeropts)
+        self.task_prolog: str | None = None  # --task-prolog: run by each task first (agent.taskprolog)
         self.name = ""
         self.defined: list[tuple[str, str]] = []  # the options given, for -v's summary
 
@@ -241,6 +243,8 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
             run.verbose += 1
         elif k == "quiet":
             run.quiet = True
+        elif k == "task-prolog":
+            run.task_prolog = os.path.join(cwd, value) if value else None
         elif k == "test-only":
             raise CommandError("--test-only is not supported by muster")
     run.container = container_request(layered, cwd)
@@ -574,6 +578,8 @@ Parallel run options:
       --quit-on-interrupt     quit on single Ctrl-C
   -s, --oversubscribe         over-subscribe resources with other jobs
   -t, --time=minutes          time limit
+      --task-prolog=program   run "program" before launching each task; its
+                              "export NAME=value" lines set the task's variables
       --tmp=MB                minimum amount of temporary disk
   -u, --unbuffered            do not line-buffer stdout/err
   -v, --verbose               verbose mode (multiple -v's increase verbosity)

@@ -118,6 +118,7 @@ class StepRun:
             "het": getattr(run, "het", None),
             "rlimits": getattr(run, "rlimits", None),  # the soft limits that propagate
             "container": getattr(run, "container", None),  # the tasks' container (cli.containeropts)
+            "task_prolog": getattr(run, "task_prolog", None),  # srun --task-prolog (agent.taskprolog)
         }
 
     def _stdin_spec(self) -> dict[str, Any]:
