@@ -314,3 +314,33 @@ def test_slurms_container_option_runs_a_users_bundle_made_safe(cluster: tuple[Ha
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.splitlines() == ["from-bundle", str(uid), "/etc", f'NAME="{OS_NAME}"'], out.stdout
     assert not os.path.exists(hook_mark), "a bundle's hooks must never run as root on the host"
+
+
+def _pids_running(marker: str) -> list[int]:
+    """Processes whose command line carries ``marker`` (a container's, seen from the host)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker.encode() in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def test_exit_codes_pass_through_and_scancel_leaves_no_container_process(cluster: tuple[Harness, str]) -> None:
+    h, image = cluster
+    uid = ensure_user("mustertest")
+    out = h.run(["srun", "-w", "node1", f"--container-image={image}", "sh", "-c", "exit 7"], uid=uid)
+    assert out.returncode == 7, out.stdout + out.stderr
+    marker = str(900000 + os.getpid() % 99999)  # sleep's argument: this test's process
+    script = f"#!/bin/sh\nsrun --container-image={image} sleep {marker}\n"
+    job = h.sbatch("-w", "node2", "-o", "cancel-%j.out", uid=uid, input=script)
+    wait_for(lambda: _pids_running(marker), 60, what="the container's process to run")
+    cancelled = h.run(["scancel", str(job)], uid=uid)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert h.wait_job(job)["state"] == "CANCELLED"
+    wait_for(lambda: not _pids_running(marker), 60, what="the container's process to be gone")

@@ -3,8 +3,9 @@
 A node runs containers when ``oci.conf`` sits beside the config (as Slurm's does). Its keys
 (Slurm's names where Slurm has the idea; docs/containers.md):
 
-* ``RunTimeRun="crun --cgroup-manager=disabled run --bundle %b %n.%j.%s.%t"`` (that is the
-  default): the command that runs one task's container in the foreground. Slurm's
+* ``RunTimeRun="crun --root %m/run/%j --cgroup-manager=disabled run --bundle %b %n.%j.%s.%t"``
+  (that is the default: the runtime's state per job in the spool, gone with the job, so a
+  runtime killed mid-step leaves nothing that a requeued run of the job would trip on): the command that runs one task's container in the foreground. Slurm's
   patterns: ``%b`` the bundle, ``%j`` job id, ``%s`` step id, ``%t`` task id, ``%n`` the node,
   ``%u`` the user's name, ``%U`` uid, ``%r`` the root file system, ``%m`` the node's
   container spool. Its first word must be an executable on the agent's PATH.
@@ -72,7 +73,7 @@ __all__ = [
 
 log = logging.getLogger("muster.agent.containers")
 
-DEFAULT_RUN = "crun --cgroup-manager=disabled run --bundle %b %n.%j.%s.%t"
+DEFAULT_RUN = "crun --root %m/run/%j --cgroup-manager=disabled run --bundle %b %n.%j.%s.%t"
 _KEYS = {"runtimerun": "run", "runtimeenvexclude": "env_exclude", "containerimagedir": "image_dir"}
 _UNSUPPORTED = ("runtimecreate", "runtimestart", "runtimequery", "runtimekill", "runtimedelete")
 _SUFFIXES = (".tar", ".tar.gz", ".tgz", "")
@@ -395,8 +396,10 @@ class Containers:
         return runtime_argv(self.conf.run, self.runtime, fields)
 
     def remove(self, job_id: int) -> None:
-        """The job's containers and bundles here, gone (at the job's end on this node)."""
+        """The job's containers, bundles and runtime state here, gone (at the job's end on
+        this node)."""
         shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+        shutil.rmtree(os.path.join(self.spool, "run", str(job_id)), ignore_errors=True)
 
 
 def runtime_argv(run: str, runtime: str, fields: Mapping[str, str]) -> list[str]:
