@@ -422,8 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         elif a in ("-V", "--version"):
             sys.stdout.write(version_line() + "\n")
             return 0
-        elif a in ("-h", "--help", "help"):
-            sys.stdout.write(__doc__ or "")
+        elif a in ("-h", "--help", "help", "--usage"):  # Slurm's --usage prints the help too
+            sys.stdout.write(HELP)
             return 0
         elif a.startswith("-") and not words:
             sys.stderr.write(f"sacctmgr: unrecognized option '{a}'\nTry \"sacctmgr --help\" for more information\n")
@@ -460,6 +460,64 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(e.message + "\n")
             return e.rc
         return report(PROG, e)
+
+
+HELP = """\
+sacctmgr [<OPTION>] [<COMMAND>]
+    Valid <OPTION> values are:
+     -h or --help: equivalent to "help" command
+     -i or --immediate: commit changes immediately without asking
+     -n or --noheader: no header will be added to the beginning of output
+     -p or --parsable: output will be '|' delimited with a '|' at the end
+     -P or --parsable2: output will be '|' delimited without a '|' at the end
+     -Q or --quiet: equivalent to "quiet" command
+     -r or --readonly: equivalent to "readonly" command
+     -s or --associations: equivalent to "associations" command
+     -v or --verbose: equivalent to "verbose" command
+     -V or --version: equivalent to "version" command
+
+  <keyword> may be omitted from the execute line.
+
+    Valid <COMMAND> values are:
+     add <ENTITY> <SPECS>     add entity (create is the same)
+     delete <ENTITY> <SPECS>  delete the specified entities (remove is the same)
+     help                     print this description of use
+     list <ENTITY> [<SPECS>]  display info of identified entity (show is the same)
+     modify <ENTITY> <SPECS>  modify entity (update is the same)
+     version                  display tool version number
+
+  <ENTITY> may be "account", "association", "cluster", "qos" or "user".
+
+  <SPECS> are different for each command entity pair.
+       list account       - Names=, Parent=, Format=, WithAssoc, where ...
+       add account        - Names=, Parent=, Description=, Organization=,
+                            Fairshare=, DefaultQOS=, QOS=, GrpTRES=, MaxTRES=, ...
+       modify account     - (where options) Names=, Parent=
+                            (set options) Fairshare=, QOS=, DefaultQOS=, GrpTRES=, ...
+       delete account     - Names=
+
+       list associations  - Accounts=, Users=, Format=, Tree
+
+       list cluster       - Format=
+       add cluster, modify cluster, delete cluster
+                          - not supported by muster: its one cluster is named by
+                            ClusterName in the configuration
+
+       list qos           - Names=, Format=
+       add qos            - Names=, Priority=, MaxWall=, MaxTRESPerUser=,
+                            MaxJobsPerUser=, Preempt=, PreemptMode=, Flags=, ...
+       modify qos         - (where options) Names=
+                            (set options) the same as add, KEY+=V and KEY-=V for lists
+       delete qos         - Names=
+
+       list user          - Names=, Accounts=, Format=, WithAssoc
+       add user           - Names=, Accounts=, DefaultAccount=, AdminLevel=, ...
+       modify user        - (where options) Names=, Accounts=
+                            (set options) DefaultAccount=, AdminLevel=, Fairshare=, ...
+       delete user        - Names=, Accounts=
+
+  All commands, entities and options are case-insensitive.
+"""
 
 
 if __name__ == "__main__":

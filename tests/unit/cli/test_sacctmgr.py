@@ -120,3 +120,17 @@ def test_dash_s_lists_a_users_associations(monkeypatch: pytest.MonkeyPatch, caps
     assert capsys.readouterr().out.splitlines() == ["User|Account|Def Acct", "bob|b|b"]
     assert sacctmgr.main(["-n", "-P", "-s", "list", "account", "b", "format=account,user"]) == 0
     assert capsys.readouterr().out.splitlines() == ["b|", "b|alice", "b|bob"]
+
+
+def test_help_and_usage_print_the_commands_entities_and_specs(capsys) -> None:
+    # sacctmgr(1): --usage and -h/--help both show the description of use
+    from muster.cli import sacctmgr as cmd
+
+    for flag in ("--usage", "--help", "-h"):
+        assert cmd.main([flag]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("sacctmgr [<OPTION>] [<COMMAND>]\n")
+        for words in ("Valid <OPTION> values are:", "Valid <COMMAND> values are:", "<ENTITY> may be"):
+            assert words in out
+        for pair in ("add account", "list associations", "modify user", "delete qos", "list cluster"):
+            assert pair in out
