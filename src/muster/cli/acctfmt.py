@@ -20,11 +20,11 @@ from muster.cli.options import Opt, OptionError, OptionTable, getopt
 
 
 def read_options(
-    prog: str, argv: list[str] | None, options: tuple[Opt, ...], doc: str | None
+    prog: str, argv: list[str] | None, options: tuple[Opt, ...], doc: str | None, usage: str | None = None
 ) -> dict[str, str | None] | int:
     """sprio's or sshare's options as ``{key: value}`` (operands are ignored); instead an
     exit status when getopt refused them or ``--version``/``--help``/``--usage`` was answered
-    (the help is ``doc``)."""
+    (the help is ``doc``; ``--usage`` prints ``usage`` where one is given)."""
     try:
         parsed, _operands = getopt(argv_or_sys(argv), OptionTable(options))
     except OptionError as e:
@@ -32,6 +32,9 @@ def read_options(
     opts = {o.key: v for o, v in parsed}
     if "version" in opts:
         sys.stdout.write(version_line() + "\n")
+        return 0
+    if "usage" in opts and usage is not None and "help" not in opts:
+        sys.stdout.write(usage)
         return 0
     if "help" in opts or "usage" in opts:
         sys.stdout.write(doc or "")

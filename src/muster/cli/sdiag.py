@@ -145,7 +145,7 @@ def render(d: dict, sort: str = "count") -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = read_options(PROG, argv, OPTIONS, __doc__)
+    opts = read_options(PROG, argv, OPTIONS, __doc__, USAGE)
     if isinstance(opts, int):
         return opts
     try:

@@ -82,3 +82,15 @@ def test_sdiag_sorts_rpcs_by_id_or_time() -> None:
 def test_sdiag_refuses_an_unknown_option(capsys) -> None:  # noqa: ANN001 - pytest fixture
     assert main(["--bogus"]) == 1
     assert 'Try "sdiag --help"' in capsys.readouterr().err
+
+
+def test_usage_is_one_line_of_option_groups_and_help_is_the_description(capsys) -> None:
+    import re
+
+    from muster.cli import sdiag as cmd
+
+    assert cmd.main(["--usage"]) == 0
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"Usage: sdiag(?:\s+\[-{1,2}[^\]]+\])+\n", out), out
+    assert cmd.main(["--help"]) == 0
+    assert "--reset" in capsys.readouterr().out
