@@ -28,6 +28,10 @@ credentials that ``protocol.httpd`` puts in the scope:
                               ``{"ok": true, "running": bool}``
   ``POST /v1/update``         ``{"job_id", "time_limit"}`` (muster's addition: a new limit
                               for a running job) -> ``{"ok": true, "running": bool}``
+  ``POST /v1/suspend``        ``{"job_id", "suspend"}`` (``scontrol suspend``/``resume``):
+                              the job frozen or thawed here (``agent.suspend``) ->
+                              ``{"ok": true, "how": "freezer"|"SIGSTOP"}``; 404 when
+                              nothing of the job is here
   ``POST /v1/step_stats``     ``{"job_id"}`` -> ``{"node", "steps": [{"step", "tasks": [{"task",
                               "pids", "rss_kb", "vmsize_kb", "cpu_s", "pages", "read_bytes",
                               "write_bytes"}]}]}``: what the job's running steps (and its
@@ -51,9 +55,11 @@ credentials that ``protocol.httpd`` puts in the scope:
   the signature rule: those requests carry a step credential the controller signed instead
   (see ``muster.agent.stepapi``).
 
-* **Unix socket** (``<AgentSocketDir>/musterd-<node>.sock``, mode 0666): only
+* **Unix socket** (``<AgentSocketDir>/musterd-<node>.sock``, mode 0666):
   ``POST /v1/credential``, which vouches for the connecting process's uid/gid as the kernel
-  reports them (SO_PEERCRED): ``{"credential": "..."}``.
+  reports them (SO_PEERCRED): ``{"credential": "..."}``; and, for a root peer only,
+  ``POST /v1/adopt`` ``{"user", "pid"}`` (``muster-adopt``, ``agent.adopt``) ->
+  ``{"job_id": N|null, "contained": bool, "reason"?}``.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.agent import hangevidence, stepstats
+from muster.agent.adopt import Adoption
 from muster.agent.limits import parse_signal
 from muster.agent.openapi import openapi_route
 from muster.agent.progress import progress_dir, save_deadline, save_evidence, stacks_path
@@ -95,6 +102,7 @@ from muster.protocol.messages import (
     RegisterAgainRequest,
     SignalRequest,
     StepSignalRequest,
+    SuspendRequest,
     TerminateRequest,
     UpdateRequest,
     read,
@@ -285,6 +293,18 @@ def build_routes(
         running = supervisor.update(msg.job_id, msg.time_limit)
         return JSONResponse({"ok": True, "running": running})
 
+    @_handler
+    async def suspend_job(request: Request) -> JSONResponse:
+        msg = _message(SuspendRequest, await _json_body(request))
+        step_pids: set[int] = set()
+        if steps is not None:
+            for pids in steps.job_members(msg.job_id).values():
+                step_pids |= pids
+        how = supervisor.suspend(msg.job_id, msg.suspend, step_pids)
+        if how is None:
+            return _error(f"job {msg.job_id} is not running on {node}", "invalid_job_id", 404)
+        return JSONResponse({"ok": True, "how": how})
+
     async def status(request: Request) -> JSONResponse:
         return JSONResponse(
             {
@@ -325,6 +345,7 @@ def build_routes(
         Route("/v1/hang_evidence", hang_evidence, methods=["POST"]),
         Route("/v1/terminate", terminate, methods=["POST"]),
         Route("/v1/update", update, methods=["POST"]),
+        Route("/v1/suspend", suspend_job, methods=["POST"]),
         Route("/v1/step_signal", step_signal, methods=["POST"]),
         Route("/v1/step_stats", step_stats, methods=["POST"]),
         Route("/v1/status", status, methods=["GET"]),
@@ -332,7 +353,7 @@ def build_routes(
     ]
 
 
-def credential_app(key: bytes, node: str, clock: Clock) -> Starlette:
+def credential_app(key: bytes, node: str, clock: Clock, adoption: Adoption | None = None) -> Starlette:
     async def credential(request: Request) -> JSONResponse:
         peer = request.scope.get(PEER_KEY)
         if not peer:
@@ -340,7 +361,30 @@ def credential_app(key: bytes, node: str, clock: Clock) -> Starlette:
         _, uid, gid = peer
         return JSONResponse({"credential": make_credential(key, uid, gid, node, clock.now())})
 
-    return Starlette(routes=[Route("/v1/credential", credential, methods=["POST"])])
+    async def adopt(request: Request) -> JSONResponse:
+        """``muster-adopt`` (root, from sshd's PAM stack): ``{"user", "pid"}`` -> the job
+        ``pid`` now belongs to, or ``{"job_id": null, "reason"}`` (``agent.adopt``)."""
+        peer = request.scope.get(PEER_KEY)
+        if not peer or peer[1] != 0:
+            return _error("only root may have a process adopted into a job", "auth", 403)
+        try:
+            body = json.loads(await request.body() or b"{}")
+            user, pid = str(body["user"]), int(body["pid"])
+        except (ValueError, KeyError, TypeError):
+            return _error('expected {"user": NAME, "pid": N}', "invalid", 400)
+        if adoption is None or pid <= 1:
+            return _error("nothing to adopt into here", "invalid", 400)
+        try:
+            return JSONResponse(adoption.adopt(user, pid))
+        except OSError as exc:
+            return _error(f"cannot adopt process {pid}: {exc.strerror or exc}", "adopt_failed", 500)
+
+    return Starlette(
+        routes=[
+            Route("/v1/credential", credential, methods=["POST"]),
+            Route("/v1/adopt", adopt, methods=["POST"]),
+        ]
+    )
 
 
 class _SignedOnly:
@@ -425,7 +469,7 @@ def build_app(
         steps.replay = verifier.guard
         # a step grant is admitted once, across restarts too (protocol.replay.GrantLedger)
         steps.grants = GrantLedger(os.path.join(supervisor.state.root, "step-grants"), clock.now())
-    local = credential_app(key, supervisor.node, clock)
+    local = credential_app(key, supervisor.node, clock, Adoption(supervisor, steps))
     outer = Starlette(lifespan=lifespan)
     step_api = StepApi(steps, relay_tls) if steps is not None else None
 

@@ -352,6 +352,19 @@ class NodeCgroups:
     def describe(self) -> str:
         return f"cgroup/{self.version} ({', '.join(sorted(c or 'unified' for c in self.roots))})"
 
+    def adopt(self, job_id: int, pid: int, step: str) -> None:
+        """Move ``pid`` (and, on v1, only it: its children follow it from then on) into the
+        job's ``step_<step>/task_0`` (``agent.adopt``). Raises ``OSError`` (the job has no
+        cgroup here, or the process is gone)."""
+        if not os.path.isdir(self.job_dir(job_id)):
+            raise FileNotFoundError(f"job {job_id} has no cgroup on {self.node}")
+        for ctl, path in self._dirs(cgroups.task_rel(self.node, job_id, step, 0)).items():
+            for level in (os.path.dirname(path), path):
+                _mkdir(level)
+                if ctl == "cpuset":
+                    _copy_cpuset(level)
+            _write(os.path.join(path, "cgroup.procs"), str(pid))
+
     def containment(self) -> str:
         """What this node confines, as registered (``cgroups.containment``)."""
         return cgroups.containment(self.version, self.conf)

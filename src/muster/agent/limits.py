@@ -31,13 +31,14 @@ _REASON_WORDS = {
 
 
 def deadline(job: Mapping[str, Any], started_at: float, over_time: float = 0.0) -> float | None:
-    """Epoch second at which the job has used up its time limit; None when unlimited."""
+    """Epoch second at which the job has used up its time limit; None when unlimited. The
+    seconds it spent suspended (``scontrol suspend``: ``agent.suspend``) are not counted."""
     limit = job.get("time_limit")
     if limit is None:
         return None
     start = job.get("start_time")
     base = float(start) if start is not None else started_at
-    return base + float(limit) + over_time
+    return base + float(limit) + over_time + float(job.get("suspended_secs") or 0.0)
 
 
 def exit_fields(status: int) -> tuple[int, int]:

@@ -16,7 +16,14 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.protocol import openapi
-from muster.protocol.messages import LaunchRequest, LaunchRequests, SignalRequest, TerminateRequest, UpdateRequest
+from muster.protocol.messages import (
+    LaunchRequest,
+    LaunchRequests,
+    SignalRequest,
+    SuspendRequest,
+    TerminateRequest,
+    UpdateRequest,
+)
 from muster.protocol.signing import SIG_HEADER
 
 __all__ = ["BODIES", "openapi_route"]
@@ -29,6 +36,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("POST", "/v1/step_stats"): SignalRequest,
     ("POST", "/v1/terminate"): TerminateRequest,
     ("POST", "/v1/update"): UpdateRequest,
+    ("POST", "/v1/suspend"): SuspendRequest,
 }
 SIGNATURE = {
     "type": "apiKey",

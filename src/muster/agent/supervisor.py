@@ -47,7 +47,7 @@ import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from muster.agent import cgroups, launcher, limits, proctree, runstate
+from muster.agent import cgroups, launcher, limits, proctree, runstate, suspend
 from muster.agent.affinity import CpuLedger
 from muster.agent.cgroupfs import NodeCgroups
 from muster.agent.containers import Containers
@@ -363,6 +363,7 @@ class Supervisor:
                 "job %s: terminate for attempt %s ignored; attempt %s runs here", job_id, restart_count, t.restart_count
             )
             return False
+        suspend.thaw_for_end(self.cgroups, job_id)  # a frozen job could not see its SIGTERM
         if t is None:
             self._terminate_absent(job_id, reason, restart_count, kill_wait)
             self._sweep_cgroup(job_id)
@@ -443,6 +444,30 @@ class Supervisor:
         for pid in self._members(t) - {t.pid} - steps:
             self.kill(pid, sig)
 
+    def suspend(self, job_id: int, on: bool, step_pids: set[int]) -> str | None:
+        """``scontrol suspend`` (``on``) or ``resume`` here: the job's cgroup frozen or
+        thawed, or (no cgroup) its processes and ``step_pids`` sent SIGSTOP or SIGCONT; the
+        batch script's record notes the time (``agent.suspend``). Returns how ("freezer",
+        "SIGSTOP"), or None when nothing of the job is here."""
+        t = self.jobs.get(job_id)
+        how: str | None = None
+        if suspend.freeze(self.cgroups, job_id, on):
+            how = "freezer"
+        else:
+            pids = set(step_pids) | (self._members(t) if t is not None else set())
+            if pids:
+                suspend.signal_all(pids, on)
+                how = "SIGSTOP"
+        if t is not None:
+            how = how or "SIGSTOP"  # its processes may all have ended: the time is noted all the same
+            if suspend.account(t.job, on, self.clock.now()):
+                t.job_text = ""
+                self.state.save_job(t.record_text(), t.job_id)
+                self._wake.set()
+        if how is not None:
+            log.info("job %s: %s (%s)", job_id, "suspended" if on else "resumed", how)
+        return how
+
     def update(self, job_id: int, time_limit: int | None) -> bool:
         """A new time limit (``scontrol update``) for a running job."""
         t = self.jobs.get(job_id)
@@ -469,6 +494,8 @@ class Supervisor:
                 else:
                     soonest = min(soonest, t.kill_at - mono)
                 continue
+            if t.job.get("suspended_at") is not None:
+                continue  # scontrol suspend: its time does not run meanwhile
             end = limits.deadline(t.job, t.started_at, self.over_time)
             if end is None:
                 continue

@@ -220,7 +220,7 @@ for _name, _width, _fn in (
     ("Start", 19, lambda r, u: _start(r)),
     ("State", 10, _text("state_text")),
     ("Submit", 19, lambda r, u: _ts(r.get("submit"))),
-    ("Suspended", 10, lambda r, u: "00:00:00"),
+    ("Suspended", 10, lambda r, u: _hms(r.get("suspended") or 0)),  # scontrol suspend's time
     ("Timelimit", 10, lambda r, u: _timelimit(r)),
     (
         "TimelimitRaw",

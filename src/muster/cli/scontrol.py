@@ -321,8 +321,8 @@ def _valid_id(item: str) -> bool:
 
 
 def hold_release(op: str, words: list[str], flags: Flags) -> int:
-    """``hold``, ``uhold``/``holdu``, ``release``, ``requeue`` and ``requeuehold``; errors
-    read ``<reason> for job <id>``."""
+    """``hold``, ``uhold``/``holdu``, ``release``, ``requeue``, ``requeuehold``, ``suspend``
+    and ``resume`` (operators only: ``ctld.suspend``); errors read ``<reason> for job <id>``."""
     from muster.protocol.client import ApiError, ConnectError
 
     ids = _id_list(words)
@@ -339,8 +339,8 @@ def hold_release(op: str, words: list[str], flags: Flags) -> int:
         try:
             if ctl is None:
                 ctl = connect(PROG)
-            if op == "release":
-                ctl.post(f"/v1/jobs/{_path_id(item)}/release")
+            if op in ("release", "suspend", "resume"):
+                ctl.post(f"/v1/jobs/{_path_id(item)}/{op}")
             elif op in ("requeue", "requeuehold"):
                 ctl.post(f"/v1/jobs/{_path_id(item)}/requeue", {"hold": op == "requeuehold"})
             else:
@@ -414,7 +414,7 @@ def run(words: list[str], flags: Flags) -> int:
     rest = words[1:]
     if _matches(cmd, "show", 3) or _matches(cmd, "list", 3):
         return show(rest, flags)
-    if cmd in ("hold", "uhold", "holdu", "release", "requeue", "requeuehold"):
+    if cmd in ("hold", "uhold", "holdu", "release", "requeue", "requeuehold", "suspend", "resume"):
         return hold_release("uhold" if cmd == "holdu" else cmd, rest, flags)
     if _matches(cmd, "update", 1):
         return update(rest, flags)
@@ -447,8 +447,6 @@ def run(words: list[str], flags: Flags) -> int:
 
         return listpids(rest)
     if cmd in (
-        "suspend",
-        "resume",
         "shutdown",
         "create",
         "delete",
@@ -550,6 +548,9 @@ scontrol [<OPTION>] [<COMMAND>]
                               file, whole or not at all (a refusal says why)
      requeue <job_list>       requeue a batch job
      requeuehold <job_list>   requeue a batch job and hold it
+     resume <job_list>        resume a suspended job (operators only)
+     suspend <job_list>       suspend a running job: its processes frozen, its
+                              time not counted (operators only)
      create reservation <SPEC>  create a reservation
      delete reservation=<name>  delete a reservation
      show <ENTITY> [<ID>]     display state of identified entity, default

@@ -95,8 +95,22 @@ def _start_end(job: dict) -> tuple[str, str]:
     if job.get("end_time"):
         return _ts(start), _ts(job["end_time"])
     limit = job.get("time_limit")
-    end = _ts(float(start) + int(limit)) if start and limit is not None else "Unknown"
+    # a job's suspended time is added to its end (``ctld.suspend``), as Slurm extends it
+    paused = float(job.get("suspended_secs") or 0)
+    end = _ts(float(start) + int(limit) + paused) if start and limit is not None else "Unknown"
     return _ts(start), end
+
+
+def _suspend_fields(job: dict) -> str:
+    """``SuspendTime`` (the last suspend or resume) and ``SecsPreSuspend`` (the seconds it
+    ran before its current suspension)."""
+    when = job.get("suspend_time")
+    if not when:
+        return "SuspendTime=None SecsPreSuspend=0"
+    pre = 0
+    if job.get("suspended_at") is not None and job.get("start_time") is not None:
+        pre = int(float(job["suspended_at"]) - float(job["start_time"]) - float(job.get("suspended_secs") or 0))
+    return f"SuspendTime={_ts(when)} SecsPreSuspend={max(0, pre)}"
 
 
 def _memory_field(job: dict) -> str:
@@ -186,7 +200,7 @@ def job_record(job: dict, details: bool = False) -> list[str]:
         f"SubmitTime={_ts(job.get('submit_time'))} EligibleTime={eligible}",
         f"AccrueTime={eligible}",
         f"StartTime={start} EndTime={end} Deadline={_ts(spec.get('deadline')) if spec.get('deadline') else 'N/A'}",
-        f"SuspendTime=None SecsPreSuspend=0 LastSchedEval={_ts(sched_eval)} Scheduler={job.get('scheduler') or 'Main'}",
+        f"{_suspend_fields(job)} LastSchedEval={_ts(sched_eval)} Scheduler={job.get('scheduler') or 'Main'}",
         f"Partition={job.get('partition') or ''} AllocNode:Sid={job.get('submit_host') or 'localhost'}:0",
         f"ReqNodeList={null_text(_compress(spec.get('nodelist')))} ExcNodeList={null_text(_compress(spec.get('exclude')))}",
         f"NodeList={job.get('nodelist') or ''}",

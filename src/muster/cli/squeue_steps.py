@@ -3,7 +3,8 @@
 Default format ``%.15i %.8j %.9P %.8u %.9M %N`` (``STEPID NAME PARTITION USER TIME
 NODELIST``); each running batch job shows its ``N.batch`` step too. Fields: ``%i`` step id,
 ``%j`` name, ``%P`` partition, ``%u`` user, ``%U`` uid, ``%M`` time used, ``%l`` time limit,
-``%N`` nodes, ``%A`` tasks, ``%b`` GPUs per node (``gres:gpu:2``), ``%S`` start time.
+``%N`` nodes, ``%A`` tasks, ``%b`` GPUs per node (``gres:gpu:2``), ``%S`` start time,
+``%T`` the step's state (``RUNNING``, ``SUSPENDED`` while its job is suspended).
 Filters: ``-j`` jobs, ``-u`` users, ``--me``, ``-p`` partitions, ``-n`` names, and the
 optional value of ``-s`` itself (``12.0,13.batch``).
 """
@@ -28,6 +29,7 @@ _HEADERS = {
     "A": "TASKS",
     "b": "TRES_PER_NODE",
     "S": "START_TIME",
+    "T": "STATE",
 }
 
 
@@ -57,6 +59,8 @@ def _field(step: dict, letter: str) -> str:
         return str(step.get("tres_per_node") or "N/A")
     if letter == "S":
         return timefmt.format_timestamp(step.get("start_time"))
+    if letter == "T":
+        return str(step.get("state", ""))
     return ""
 
 

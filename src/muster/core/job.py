@@ -316,6 +316,31 @@ class Job:
     # {"old", "new", "cause", "time", "detected", "attempt"} (times: epoch seconds).
     replacements: list[dict[str, Any]] = field(default_factory=list)
 
+    # ``scontrol suspend``: when the current suspension began (None: not suspended; the
+    # job stays RUNNING in the lifecycle and keeps its resources, and every view shows it
+    # SUSPENDED: ``display_state``), the seconds this attempt spent suspended before, which
+    # do not count against its time limit, and when it was last suspended or resumed
+    # (scontrol's SuspendTime). ``core.lifecycle.suspend``/``resume`` set them.
+    suspended_at: float | None = None
+    suspended_secs: float = 0.0
+    suspend_time: float | None = None
+
+    def run_seconds(self, now: float) -> float:
+        """Seconds the job has run (scontrol's RunTime, squeue's TIME, sacct's Elapsed):
+        from its start to ``now`` (or its end), less the time it spent suspended."""
+        if self.start_time is None:
+            return 0.0
+        end = now if self.state is JobState.RUNNING else (self.end_time if self.end_time is not None else now)
+        suspended = self.suspended_secs + (max(0.0, end - self.suspended_at) if self.suspended_at is not None else 0.0)
+        return max(0.0, end - self.start_time - suspended)
+
+    @property
+    def display_state(self) -> JobState:
+        """The state commands show: SUSPENDED for a running job that is suspended."""
+        if self.suspended_at is not None and self.state is JobState.RUNNING:
+            return JobState.SUSPENDED
+        return self.state
+
     @property
     def nodes(self) -> list[str]:
         return [a.node for a in self.alloc]
@@ -332,7 +357,7 @@ class Job:
     def expected_end(self) -> float | None:
         if self.start_time is None or self.time_limit is None:
             return None
-        return self.start_time + self.time_limit
+        return self.start_time + self.time_limit + self.suspended_secs  # suspended time is not counted
 
     def take(self, other: Job) -> None:
         """Become ``other`` field by field (the same job as the store last committed it),

@@ -84,11 +84,36 @@ def start(job: Job, alloc: list[NodeAlloc], now: float, scheduler: str = "Main")
     job.exit_signal = 0
     job.usage = None
     job.progress = None  # a new attempt reports afresh
+    job.suspended_at, job.suspended_secs, job.suspend_time = None, 0.0, None
+
+
+def suspend(job: Job, now: float) -> None:
+    """``scontrol suspend``: a running job stops counting time (it stays RUNNING in this
+    table and keeps its resources; ``Job.display_state`` says SUSPENDED)."""
+    if job.state is not _R or job.suspended_at is not None:
+        raise IllegalTransition(f"job {job.job_id}: cannot suspend in state {job.display_state}")
+    job.suspended_at = job.suspend_time = now
+
+
+def resume(job: Job, now: float) -> None:
+    """``scontrol resume``: the suspension's length is added to what is not counted."""
+    if job.suspended_at is None:
+        raise IllegalTransition(f"job {job.job_id}: cannot resume in state {job.display_state}")
+    job.suspended_secs += max(0.0, now - job.suspended_at)
+    job.suspended_at = None
+    job.suspend_time = now
+
+
+def _end_suspension(job: Job, now: float) -> None:
+    """A suspended job that ends (cancel, node failure, requeue) ends its suspension."""
+    if job.suspended_at is not None:
+        resume(job, now)
 
 
 def finish(job: Job, exit_code: int, signal: int, now: float) -> None:
     """The batch script ended by itself (or was killed by a signal nobody asked for)."""
     event = JobEvent.COMPLETE if exit_code == 0 and signal == 0 else JobEvent.FAIL
+    _end_suspension(job, now)
     job.state = next_state(job, event)
     goodput.close_attempt(job, now, str(job.state))
     job.exit_code = exit_code
@@ -114,6 +139,7 @@ def end(job: Job, event: JobEvent, now: float, *, completing: bool) -> None:
     resources until ``cleaned`` is called.
     """
     was_running = job.state is JobState.RUNNING
+    _end_suspension(job, now)
     job.state = next_state(job, event)
     if was_running:
         goodput.close_attempt(job, now, str(job.state))
@@ -135,6 +161,7 @@ def requeue(job: Job, now: float, *, hold: str | None = None, outcome: str | Non
     """Back to PENDING under the same ID, counting the restart."""
     if job.state is JobState.RUNNING:
         goodput.close_attempt(job, now, outcome or "REQUEUED")
+    _end_suspension(job, now)
     job.state = next_state(job, JobEvent.REQUEUE)
     job.restart_count += 1
     job.preempted_by = None

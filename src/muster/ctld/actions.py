@@ -47,7 +47,17 @@ class NewLimit:
     time_limit: int | None
 
 
-Action = Launch | Terminate | SignalJob | NewLimit
+@dataclass(slots=True)
+class SuspendJob:
+    """``scontrol suspend`` (``suspend``) or ``resume``: every node of the job freezes or
+    thaws it (``ctld.suspend``)."""
+
+    job_id: int
+    nodes: list[str]
+    suspend: bool
+
+
+Action = Launch | Terminate | SignalJob | NewLimit | SuspendJob
 
 
 def parse_signal(text: str | int) -> int:

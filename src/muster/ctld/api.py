@@ -477,6 +477,14 @@ def build_routes(ctx: Context) -> list[Route]:
         return JSONResponse({"ok": True})
 
     @handler
+    async def suspend(request: Request) -> JSONResponse:
+        """``scontrol suspend`` (``/suspend``) and ``scontrol resume`` (``/resume``)."""
+        who = caller(request)
+        op = ctl.suspensions.resume if request.url.path.endswith("/resume") else ctl.suspensions.suspend
+        each_job(request, lambda job: ctx.perform(op(job, who)))
+        return JSONResponse({"ok": True})
+
+    @handler
     async def update_nodes(request: Request) -> JSONResponse:
         who = caller(request)
         body = await parse(request, NodeUpdateBody)
@@ -578,6 +586,8 @@ def build_routes(ctx: Context) -> list[Route]:
         Route("/v1/jobs/{job_id}/release", release, methods=["POST"]),
         Route("/v1/jobs/{job_id}/update", update, methods=["POST"]),
         Route("/v1/jobs/{job_id}/requeue", requeue, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/suspend", suspend, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/resume", suspend, methods=["POST"]),
         Route("/v1/nodes", list_nodes),
         Route("/v1/nodes/update", update_nodes, methods=["POST"]),
         Route("/v1/nodes/{name}/failures", node_failures),

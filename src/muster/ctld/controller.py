@@ -10,7 +10,8 @@ one object per responsibility, each in its own module:
 * ``liveness`` (``liveness.Liveness``): nodes alive, silent or down, and their admin states;
 * ``resv`` (``reservation_book.ReservationBook``): advance reservations;
 * ``training`` (``training.Training``): GPU faults, job progress, hangs, suspect nodes;
-* ``preemption`` (``preemption.Preemptions``): victims signalled, then requeued or cancelled.
+* ``preemption`` (``preemption.Preemptions``): victims signalled, then requeued or cancelled;
+* ``suspensions`` (``suspend.Suspensions``): ``scontrol suspend`` and ``resume``.
 
 None of them performs I/O towards agents: they return ``actions`` that ``app`` hands to
 ``dispatch``. This keeps "decide" apart from "do" and makes the controller testable on a
@@ -31,6 +32,7 @@ from muster.ctld.liveness import Liveness
 from muster.ctld.preemption import Preemptions
 from muster.ctld.reservation_book import ReservationBook
 from muster.ctld.state import ClusterState
+from muster.ctld.suspend import Suspensions
 from muster.ctld.training import Training
 
 __all__ = [
@@ -55,6 +57,7 @@ class Controller(ClusterState):
     resv: ReservationBook = field(init=False, repr=False)
     training: Training = field(init=False, repr=False)
     preemption: Preemptions = field(init=False, repr=False)
+    suspensions: Suspensions = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -67,6 +70,7 @@ class Controller(ClusterState):
         self.liveness = Liveness(self, self.training)
         self.resv = ReservationBook(self)
         self.preemption = Preemptions(self)
+        self.suspensions = Suspensions(self)
         self.training.on_checkpoint = self.preemption.checkpointed  # the checkpoint handshake
 
     def load(self) -> None:

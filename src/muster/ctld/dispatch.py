@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from muster.core.job import Job
 from muster.core.states import JobState
-from muster.ctld.actions import Action, Launch, NewLimit, SignalJob, Terminate
+from muster.ctld.actions import Action, Launch, NewLimit, SignalJob, SuspendJob, Terminate
 from muster.ctld.controller import Controller
 from muster.ctld.hetjobs import launch_view
 from muster.ctld.steps import StepSignal
@@ -33,6 +33,7 @@ from muster.protocol.messages import (
     LaunchRequest,
     RegisterAgainRequest,
     SignalRequest,
+    SuspendRequest,
     TerminateRequest,
     UpdateRequest,
     dump,
@@ -138,6 +139,9 @@ class Dispatcher:
                 await self._each(  # not sent twice: a signal is not idempotent
                     action.nodes, lambda node: self._post(node, route, self._body(request, node), retry=False)
                 )
+            elif isinstance(action, SuspendJob):  # scontrol suspend/resume: idempotent on the agent
+                suspend = SuspendRequest(job_id=action.job_id, suspend=action.suspend)
+                await self._each(action.nodes, lambda node: self._post(node, "/v1/suspend", self._body(suspend, node)))
             elif isinstance(action, StepSignal):  # scancel N.S
                 body = action.body()
                 await self._each(action.nodes, lambda node: self._post(node, "/v1/step_signal", body, retry=False))

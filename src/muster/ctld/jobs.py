@@ -261,7 +261,7 @@ class JobActions:
                 if job.completing:
                     if not completing_kept and job.state not in by_name:
                         continue
-                elif job.state not in kept:
+                elif job.display_state not in kept:  # SUSPENDED (ctld.suspend) as shown
                     continue
             out.append(job)
         return out
@@ -444,7 +444,8 @@ class JobActions:
         attempt = job.restart_count
         nodes = job.nodes
         was_running = job.state is JobState.RUNNING
-        kind = ("admin" if who.admin else "user") if hold else None
+        # a suspended job that is requeued is held, as in Slurm (ctld.suspend)
+        kind = ("admin" if who.admin else "user") if hold or job.suspended_at is not None else None
         lifecycle.requeue(job, now, hold=kind)
         self.state.record(now, [(job, "requeue", {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
         self.state.launching.pop(job.job_id, None)

@@ -109,7 +109,7 @@ def _unchanged(job: Job, entry: _Entry) -> bool:
 
 
 def _run_time(job: Job, now: float) -> int:
-    return int(max(0, now - (job.start_time or now)))
+    return int(job.run_seconds(now))  # suspended time not counted
 
 
 class JobListing:

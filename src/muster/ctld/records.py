@@ -317,10 +317,14 @@ def record_wire(
         # Never ran: Slurm shows Start=End, or "None" for a job cancelled while held.
         held_cancel = bool(d.get("hold")) or d.get("priority") == 0
         start = None if held_cancel else end
+    # ``scontrol suspend`` (``ctld.suspend``): the time suspended, not counted as elapsed
+    suspended_at = d.get("suspended_at") if state == "RUNNING" else None
+    until = now if state == "RUNNING" else (end or now)
+    suspended = float(d.get("suspended_secs") or 0) + (max(0.0, until - suspended_at) if suspended_at else 0.0)
     if state == "RUNNING" and not d.get("completing"):
-        elapsed = max(0, now - (start or now))
+        elapsed = max(0, now - (start or now) - suspended)
     elif start is not None and end is not None:
-        elapsed = max(0, end - start)
+        elapsed = max(0, end - start - suspended)
     else:
         elapsed = 0
     req = req_tres(d)
@@ -357,8 +361,9 @@ def record_wire(
         "group": d.get("group", ""),
         "gid": d.get("gid"),
         "qos": qos_of(d),
-        "state": state,
-        "state_text": state_text,
+        "state": "SUSPENDED" if suspended_at is not None else state,
+        "state_text": "SUSPENDED" if suspended_at is not None else state_text,
+        "suspended": int(suspended),
         "exit_code": _job_exit(d),
         "derived_exit_code": "0:0",
         "submit": d.get("submit_time"),
@@ -399,6 +404,8 @@ def record_wire(
     if started and spec.get("script") is not None and not recorded_batch:
         first = alloc[0]
         b_state, b_exit = _batch_state(d)
+        if suspended_at is not None and b_state == "RUNNING":
+            b_state = "SUSPENDED"
         b_counts = {
             "cpu": int(first.get("cpus", 0)),
             "mem": int(first.get("mem", 0)),

@@ -577,11 +577,17 @@ class StepBook:
         now = self.clock.now()
         out = []
         for job in sorted(jobs, key=lambda j: j.job_id):
+            mine = []
             batch = self.batch_step(job)
             if batch is not None:
-                out.append(step_wire(batch, now))
+                mine.append(step_wire(batch, now))
             for step in self.steps_of(job.job_id):
-                out.append(step_wire(step, now))
+                mine.append(step_wire(step, now))
+            if job.suspended_at is not None:  # a suspended job's steps are, as Slurm shows them
+                for s in mine:
+                    if s["state"] == "RUNNING":
+                        s["state"] = "SUSPENDED"
+            out.extend(mine)
         return out
 
 

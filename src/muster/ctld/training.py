@@ -308,7 +308,10 @@ class Training:
                 continue
             if p.get("sections"):
                 continue  # a declared slow section (checkpoint, evaluation): not a hang
-            quiet = now - float(p.get("active_time") or p["step_time"])
+            if job.suspended_at is not None:
+                continue  # scontrol suspend: a frozen job makes no progress (ctld.suspend)
+            # silence since its last progress, or since it was resumed
+            quiet = now - max(float(p.get("active_time") or p["step_time"]), job.suspend_time or 0.0)
             if quiet < timeout or not listening:
                 continue
             try:

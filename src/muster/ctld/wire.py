@@ -100,12 +100,10 @@ def job_wire(job: Job, now: float, brief: bool = False) -> dict[str, Any]:
         d["spec"].pop("environment", None)  # large, and private to the job's owner
         d["spec"].pop("script", None)
         d["stdout_path"], d["stderr_path"] = output_paths(job)
-    d["state"], d["reason"] = str(job.state), str(job.reason)
+    d["state"], d["reason"] = str(job.display_state), str(job.reason)  # SUSPENDED: ctld.suspend
     planned = job.planned_nodes if job.state is JobState.PENDING else []
-    if job.state is JobState.RUNNING:
-        run_time = now - (job.start_time or now)
-    elif job.start_time is not None and job.end_time is not None:
-        run_time = job.end_time - job.start_time
+    if job.state is JobState.RUNNING or (job.start_time is not None and job.end_time is not None):
+        run_time = job.run_seconds(now)  # less the time it spent suspended
     else:
         run_time = 0
     cpus = sum(a.cpus for a in job.alloc) or job.shape.total_cpus
@@ -118,7 +116,7 @@ def job_wire(job: Job, now: float, brief: bool = False) -> dict[str, Any]:
         num_cpus=cpus,
         num_tasks=job.shape.ntasks,
         num_gpus=gpus,
-        state_code=COMPLETING_SHORT if job.completing else job.state.short,
+        state_code=COMPLETING_SHORT if job.completing else job.display_state.short,
         run_time=int(max(0, run_time)),
         tres=format_tres(cpus, sum(a.mem for a in job.alloc) or job.shape.total_mem, nodes, gpus),
         account=job.spec.account or job.user,

@@ -43,6 +43,7 @@ __all__ = [
     "RegisterAgainRequest",
     "SignalRequest",
     "StepSignalRequest",
+    "SuspendRequest",
     "TerminateRequest",
     "UpdateRequest",
     "Usage",
@@ -402,6 +403,14 @@ class RegisterAgainRequest(_Message):
 class UpdateRequest(_Message):
     job_id: int
     time_limit: int | None = None
+
+
+class SuspendRequest(_Message):
+    """``scontrol suspend``/``resume`` for a job's processes on a node (``/v1/suspend``,
+    protocol 3): frozen (``suspend``) or thawed."""
+
+    job_id: int
+    suspend: bool = True
 
 
 class MessageError(ValueError):

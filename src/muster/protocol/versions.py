@@ -14,7 +14,7 @@ signature error.
 * Protocol 3: muster 0.3.0 (this milestone): ``Register`` says the node's sockets, cores
   per socket, threads per core and whether it emulates; a job's spec carries ``mail_type``,
   ``mail_user`` and ``rlimits`` (the submit shell's resource limits); the agent route
-  ``/v1/hang_evidence``. These are sent only to peers of protocol 3 or later
+  ``/v1/hang_evidence`` and ``/v1/suspend``; ``Register.containment``. These are sent only to peers of protocol 3 or later
   (``messages.dump``, ``ROUTE_SINCE``).
   Also in protocol 3: the agent route ``/v1/step_stats`` (sstat, ``scontrol listpids``).
 
@@ -33,7 +33,7 @@ LEGACY = 2  # what a request without a protocol header speaks (muster 0.2.0 sent
 # Agent routes a protocol added: the controller calls them only on agents that speak it
 # (an older agent would answer 404). ``/v1/register`` is not gated: a starting controller
 # calls agents that have not registered yet, and an old one's 404 is harmless.
-ROUTE_SINCE = {"/v1/step_stats": 3, "/v1/hang_evidence": 3}
+ROUTE_SINCE = {"/v1/step_stats": 3, "/v1/hang_evidence": 3, "/v1/suspend": 3}
 
 PROTOCOL_HEADER = "x-muster-protocol"
 VERSION_HEADER = "x-muster-version"

@@ -1,0 +1,190 @@
+"""``scontrol suspend`` / ``scontrol resume`` on a node that tracks jobs by cgroup v1: the
+job's freezer cgroup really FROZEN and THAWED, its state SUSPENDED in squeue (``S``),
+``scontrol show job``/``step`` and sacct, its suspended time not counted against its time
+limit, through a restart of its agent and of the controller; refusals worded as Slurm's;
+and the node's containment shown by ``scontrol show node`` and ``sinfo %K``.
+Needs root and a writable cgroup v1 freezer and memory hierarchy (skipped otherwise)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from harness import Harness, ensure_user, process_running
+from muster.cluster.local import ClusterShape
+from waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+CGROUP = "/sys/fs/cgroup"
+CONFINED = {"ProctrackType": "proctrack/cgroup", "TaskPlugin": "task/cgroup"}
+# ticks once a quarter second until killed; its srun step does the same into another file
+TICKER = "#!/bin/sh\nsrun -n1 sh -c 'while :; do echo t >> step-$SLURM_JOB_ID; sleep 0.25; done' &\nwhile :; do echo t >> tick-$SLURM_JOB_ID; sleep 0.25; done\n"
+
+
+def _v1_usable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    for ctl in ("freezer", "memory"):
+        probe = os.path.join(CGROUP, ctl, f"muster-probe-{os.getpid()}")
+        try:
+            os.mkdir(probe)
+            os.rmdir(probe)
+        except OSError as exc:
+            return f"no writable cgroup v1 {ctl} hierarchy: {exc}"
+    return None
+
+
+SKIP = _v1_usable()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Harness]:
+    if SKIP:
+        pytest.skip(SKIP)
+    h = Harness(ClusterShape(nodes=1, gpus_per_node=0, cpus_per_node=4, mem_per_node=4000), settings=CONFINED)
+    h.cluster.create(h.shape, h.settings)
+    with open(os.path.join(os.path.dirname(h.cluster.conf_path), "cgroup.conf"), "w") as f:
+        f.write("CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\n")
+    try:
+        h.up()
+        yield h
+    finally:
+        h.down()
+
+
+def _freezer(h: Harness, job_id: int) -> str:
+    with open(os.path.join(h.cluster.state_dir, "nodes", "node1", "instance")) as f:
+        node = f"node1_{f.read().strip()}"
+    with open(os.path.join(CGROUP, "freezer", "muster", node, f"job_{job_id}", "freezer.state")) as f:
+        return f.read().strip()
+
+
+def _wait_freezer(h: Harness, job_id: int, state: str) -> None:
+    wait_for(lambda: _freezer(h, job_id) == state, 30, what=f"job {job_id}'s cgroup {state}")
+
+
+def _ticks(h: Harness, name: str) -> int:
+    try:
+        return h.read(name).count("t")
+    except FileNotFoundError:
+        return 0
+
+
+def _running_with_step(h: Harness, *args: str) -> int:
+    uid = ensure_user("mustertest")
+    job = h.sbatch("-n1", "-c1", "--mem=100M", *args, uid=uid, input=TICKER)
+    h.wait_state(job, "RUNNING")
+    wait_for(lambda: _ticks(h, f"tick-{job}") > 0 and _ticks(h, f"step-{job}") > 0, 60, what="both to tick")
+    return job
+
+
+def _scontrol(h: Harness, *words: str, uid: int | None = None):  # type: ignore[no-untyped-def]
+    return h.run(["scontrol", *words], uid=uid)
+
+
+def test_the_nodes_containment_is_shown(cluster: Harness) -> None:
+    h = cluster
+    show = _scontrol(h, "show", "node", "node1").stdout
+    assert "Containment=cgroup/v1:freezer,memory\n" in show, show
+    out = h.run(["sinfo", "-N", "-h", "-o", "%N %K"]).stdout.split()
+    assert out == ["node1", "cgroup/v1:freezer,memory"], out
+
+
+def test_suspend_freezes_the_job_and_resume_thaws_it(cluster: Harness) -> None:
+    h = cluster
+    job = _running_with_step(h)
+    try:
+        out = _scontrol(h, "suspend", str(job))
+        assert out.returncode == 0 and not out.stderr, out.stderr
+        _wait_freezer(h, job, "FROZEN")  # the controller committed it, then told the node
+        assert h.job(job)["state"] == "SUSPENDED"
+        assert h.run(["squeue", "-j", str(job), "-h", "-o", "%t"]).stdout.strip() == "S"
+        show = _scontrol(h, "show", "job", str(job)).stdout
+        assert "JobState=SUSPENDED " in show and "SuspendTime=None" not in show, show
+        steps = h.run(["squeue", "-s", "-j", str(job), "-h", "-o", "%i %T"]).stdout.splitlines()
+        assert f"{job}.0 SUSPENDED" in steps and f"{job}.batch SUSPENDED" in steps, steps
+        assert "State=SUSPENDED" in _scontrol(h, "show", "step", f"{job}.0").stdout
+        acct = h.run(["sacct", "-j", str(job), "-X", "-n", "-P", "-o", "State"]).stdout.strip()
+        assert acct == "SUSPENDED", acct
+        # Frozen: neither the script nor its step's task writes anything more.
+        ticks, step_ticks = _ticks(h, f"tick-{job}"), _ticks(h, f"step-{job}")
+        h.wait_passes(3)
+        assert (_ticks(h, f"tick-{job}"), _ticks(h, f"step-{job}")) == (ticks, step_ticks)
+
+        again = _scontrol(h, "suspend", str(job))
+        assert again.returncode == 1 and again.stderr == f"Job is not running for job {job}\n", again.stderr
+
+        out = _scontrol(h, "resume", str(job))
+        assert out.returncode == 0 and not out.stderr, out.stderr
+        _wait_freezer(h, job, "THAWED")
+        assert h.job(job)["state"] == "RUNNING"
+        wait_for(lambda: _ticks(h, f"tick-{job}") > ticks and _ticks(h, f"step-{job}") > step_ticks, 60, what="ticks")
+        again = _scontrol(h, "resume", str(job))
+        assert again.returncode == 1 and again.stderr == f"Job is not suspended for job {job}\n", again.stderr
+    finally:
+        h.run(["scancel", str(job)])
+    # a job cancelled while suspended ends: suspend once more, then cancel
+    job2 = _running_with_step(h)
+    assert _scontrol(h, "suspend", str(job2)).returncode == 0
+    assert h.run(["scancel", str(job2)]).returncode == 0
+    assert h.wait_job(job2)["state"] == "CANCELLED"
+
+
+def test_refusals_leave_the_job_as_it_was(cluster: Harness) -> None:
+    h = cluster
+    uid = ensure_user("mustertest")
+    out = _scontrol(h, "suspend", "999999")
+    assert out.returncode == 1 and out.stderr == "Invalid job id specified for job 999999\n", out.stderr
+    held = h.sbatch("-H", "--wrap", "true", uid=uid)
+    out = _scontrol(h, "suspend", str(held))
+    assert out.returncode == 1 and out.stderr == f"Job is pending execution for job {held}\n", out.stderr
+    assert h.job(held)["state"] == "PENDING"
+    h.run(["scancel", str(held)])
+    job = _running_with_step(h)
+    try:
+        mine = _scontrol(h, "suspend", str(job), uid=uid)  # the job's own user is no operator
+        assert mine.returncode == 1 and mine.stderr == f"Access/permission denied for job {job}\n", mine.stderr
+        assert h.job(job)["state"] == "RUNNING" and _freezer(h, job) == "THAWED"
+    finally:
+        h.run(["scancel", str(job)])
+    h.wait_job(job)
+
+
+def test_suspended_time_does_not_count_and_survives_restarts(cluster: Harness) -> None:
+    """A 30 s job suspended for longer than that, its agent and the controller restarted
+    meanwhile, is resumed (not timed out) and counts only its running time."""
+    h = cluster
+    job = _running_with_step(h, "-t", "0:30")
+    try:
+        assert _scontrol(h, "suspend", str(job)).returncode == 0
+        _wait_freezer(h, job, "FROZEN")
+        start = float(h.job(job)["start_time"])
+        pid = h.agent_pid("node1")
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not process_running(pid), 30, what="the agent to stop")
+        ctld = h.cluster._alive("musterctld")  # noqa: SLF001 - the harness has no accessor
+        assert ctld is not None
+        os.kill(ctld, signal.SIGTERM)
+        wait_for(lambda: not process_running(ctld), 30, what="the controller to stop")
+        h.up()  # both again, on the same state
+        assert _freezer(h, job) == "FROZEN"
+        wait_for(lambda: h.job(job)["state"] == "SUSPENDED", 30, what="the job still suspended")
+        wait_for(lambda: time.time() > start + 40, 60, what="the time limit's wall time to pass")
+        assert h.job(job)["state"] == "SUSPENDED"
+        out = _scontrol(h, "resume", str(job))
+        assert out.returncode == 0, out.stderr
+        got = h.job(job)
+        assert got["state"] == "RUNNING" and got["suspended_secs"] >= 35, got
+        _wait_freezer(h, job, "THAWED")
+        ticks = _ticks(h, f"tick-{job}")
+        wait_for(lambda: _ticks(h, f"tick-{job}") > ticks, 60, what="the resumed job to tick")
+        suspended = h.run(["sacct", "-j", str(job), "-X", "-n", "-P", "-o", "Suspended"]).stdout.strip()
+        assert suspended >= "00:00:35", suspended
+    finally:
+        h.run(["scancel", str(job)])
+    assert h.wait_job(job)["state"] == "CANCELLED"  # not TIMEOUT: it was cancelled first
