@@ -92,7 +92,7 @@ def weight_value(letter: str, weights: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = read_options(PROG, argv, OPTIONS, __doc__)
+    opts = read_options(PROG, argv, OPTIONS, HELP, USAGE)
     if isinstance(opts, int):
         return opts
     try:
@@ -136,6 +136,33 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except CommandError as e:
         return report(PROG, e)
+
+
+USAGE = """\
+Usage: sprio [-j jid[s]] [-u user_name[s]] [-o format] [-p partitions]
+             [-S sort] [-M cluster] [--usage] [-h] [-l] [-n] [-v] [-w]
+"""
+
+HELP = """\
+Usage: sprio [OPTIONS]
+  -h, --noheader                  no headers on output
+  -j, --jobs                      comma separated list of jobs
+                                  to view, default is all
+  -l, --long                      long report
+  -M, --cluster=cluster_name      cluster to issue commands to (muster has one)
+  -n, --norm                      display normalized values
+  -o, --format=format             format specification
+  -p, --partition=partition_name  comma separated list of partitions
+  -S, --sort=sort_list            comma separated list of fields to sort on
+  -u, --user=user_name            comma separated list of users to view
+  -v, --verbose                   verbosity level
+  -V, --version                   output version information and exit
+  -w, --weights                   show the weights for each priority factor
+
+Help options:
+  --help                          show this help message
+  --usage                         display a brief summary of sprio options
+"""
 
 
 if __name__ == "__main__":
