@@ -6,9 +6,10 @@ health or pre-flight check, a GPU fault, a hang. ``attribute`` judges one record
 others of the same window:
 
 * evidence that names the node itself (a GPU fault, a failed health or pre-flight check, an
-  Epilog that failed after the job ended) is the **node**'s;
-* the same job (for a hang: the same user's jobs) failing the same way (the same kind) on
-  another node is the **job**'s fault: a job that breaks wherever it runs must not drain
+  Epilog that failed after the job ended, a hang whose ranks on that node stopped behind the
+  others') is the **node**'s;
+* the same job (for a hang: the same user's jobs) failing the same way (the same kind; not a
+  node that stopped answering) on another node is the **job**'s fault: a job that breaks wherever it runs must not drain
   every node it touches (no "drain storm");
 * a node that failed for another job (another user's, for hangs) in the window is the
   **node**'s;
@@ -75,6 +76,8 @@ class Failure:
     # False: the node was already out of service (drained, down) when this failure came, or
     # it is one more job lost in the same outage: one incident, counted once for quarantine
     counted: bool = True
+    # a hang whose node's ranks stopped behind the others' (singled out by the evidence)
+    behind: bool = False
 
 
 def blame_key(f: Failure) -> str:
@@ -88,6 +91,12 @@ def blame_key(f: Failure) -> str:
 
 
 def _same_cause(a: Failure, b: Failure) -> bool:
+    """The same cause failing the same way; the stalled ranks of one hung run on several
+    nodes (one judgement, one time) are one observation, not a job failing everywhere."""
+    if a.kind == "hang" and a.job_id == b.job_id and a.time == b.time:
+        return False
+    if a.kind == "node_fail":  # a node that stops answering is never a job's doing here
+        return False
     return a.kind == b.kind and blame_key(a) == blame_key(b) and not blame_key(a).startswith("at:")
 
 
@@ -96,7 +105,7 @@ def attribute(f: Failure, others: Iterable[Failure], window: float) -> str:
     records; ``f`` itself among them or not) within ``window`` seconds of it."""
     if f.kind in _NOT_FAULTS:
         return UNKNOWN
-    if f.kind in NODE_EVIDENCE:
+    if f.kind in NODE_EVIDENCE or f.behind:
         return NODE
     near = [o for o in others if o != f and abs(o.time - f.time) <= window and o.kind not in _NOT_FAULTS]
     if any(o.node != f.node and _same_cause(o, f) for o in near):
@@ -109,7 +118,7 @@ def attribute(f: Failure, others: Iterable[Failure], window: float) -> str:
 def _is_jobs(o: Failure, near: Sequence[Failure], window: float) -> bool:
     """Whether ``o`` followed its job (or user) to another node: then it is no evidence
     against its node either."""
-    if o.kind in NODE_EVIDENCE:
+    if o.kind in NODE_EVIDENCE or o.behind:
         return False
     return any(p.node != o.node and _same_cause(p, o) and abs(p.time - o.time) <= window for p in near)
 

@@ -59,6 +59,7 @@ class Entry:
             "attribution": self.attribution,
             "action": self.action,
             "counted": f.counted,
+            "behind": f.behind,
         }
 
     @classmethod
@@ -72,6 +73,7 @@ class Entry:
             evidence=str(d.get("evidence") or ""),
             ranks=tuple(int(r) for r in d.get("ranks") or ()),
             counted=bool(d.get("counted", True)),
+            behind=bool(d.get("behind", False)),
         )
         return cls(f, str(d.get("attribution") or ""), str(d.get("action") or ""))
 
@@ -129,13 +131,14 @@ class Ledger:
         evidence: str = "",
         ranks: tuple[int, ...] = (),
         counted: bool = True,
+        behind: bool = False,
     ) -> tuple[Failure, str]:
         """A failure judged against the records it may share a cause with (not yet stored).
         ``counted`` False: the node was out of service already (``Failure.counted``)."""
         if kind not in KINDS:
             raise ValueError(f"unknown ledger kind {kind!r}")
         same_outage = any(e.failure.kind == kind and e.failure.time == now for e in self.by_node.get(node, ()))
-        f = Failure(now, node, kind, job_id, user, evidence[:EVIDENCE_MAX], ranks, counted and not same_outage)
+        f = Failure(now, node, kind, job_id, user, evidence[:EVIDENCE_MAX], ranks, counted and not same_outage, behind)
         return f, attribute(f, [*self.related(f), f], self.window)
 
     def repeated(self, f: Failure) -> Entry | None:

@@ -366,6 +366,7 @@ class ClusterState:
         ranks: tuple[int, ...] = (),
         drain: str | None = None,
         counted: bool | None = None,
+        behind: bool = False,
     ) -> str:
         """The one entry for a failure seen on a node (a node of a running job lost, a launch,
         Prolog, Epilog, health or pre-flight check failed, a GPU fault, a hang, a replacement):
@@ -389,6 +390,7 @@ class ClusterState:
             evidence,
             ranks,
             counted=not (here.drain or here.admin_down) if counted is None else counted,
+            behind=behind,
         )
         earlier = self.ledger.repeated(f)
         if earlier is not None:  # told twice: one record, one verdict

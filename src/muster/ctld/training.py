@@ -413,19 +413,34 @@ class Training:
         self.ctl.launching.pop(job.job_id, None)
         log.warning("job %s: %s; %s", job.job_id, why, "requeued" if kind == "hung" else "ended")
         actions: list[Action] = [Terminate(job.job_id, attempt, nodes, "requeue" if kind == "hung" else "hung")]
+        behind = self._stalled_behind(job)  # the evidence singles these nodes out
         for node in bad:
-            actions += self.incident(node, job.job_id, "hang", now, why)
+            actions += self.incident(node, job.job_id, "hang", now, why, behind=behind)
         return actions
 
     # --- failed nodes ------------------------------------------------------------------
 
-    def incident(self, node: str, job_id: int, kind: str, now: float, evidence: str = "") -> list[Action]:
+    @staticmethod
+    def _stalled_behind(job: Job) -> bool:
+        """Whether some of the job's nodes stopped behind the others (``suspects``' first case)."""
+        per_node = (job.progress or {}).get("nodes") or {}
+        return len({v[0] for n, v in per_node.items() if n in job.nodes}) > 1
+
+    def incident(
+        self, node: str, job_id: int, kind: str, now: float, evidence: str = "", *, behind: bool = False
+    ) -> list[Action]:
         """``node`` hosted a hung (``kind`` "hang") or failed run of ``job_id``: a record of
         the failure ledger, which quarantines a node that keeps failing (``node_fault``)."""
         job = self.ctl.jobs.get(job_id)
         try:
             self.ctl.node_fault(
-                node, "hang" if kind == "hang" else "node_fail", now, job=job, job_id=job_id, evidence=evidence or kind
+                node,
+                "hang" if kind == "hang" else "node_fail",
+                now,
+                job=job,
+                job_id=job_id,
+                evidence=evidence or kind,
+                behind=behind,
             )
         except StorageError:
             pass

@@ -65,3 +65,26 @@ def test_the_window_the_threshold_and_the_resume() -> None:
     assert quarantine_due("node1", fs, 20.0, 0, DAY) == []  # 0: never
     resumed = [*fs, Failure(15.0, "node1", "resume"), Failure(16.0, "node1", "replacement", job_id=3)]
     assert len(quarantine_due("node1", resumed, 20.0, 2, DAY)) == 2  # neither is a fault
+
+
+def test_the_stalled_ranks_of_one_hung_run_on_two_nodes_are_not_the_jobs_fault() -> None:
+    one_run = [
+        Failure(100.0, "node1", "hang", job_id=4, user="alice"),
+        Failure(100.0, "node2", "hang", job_id=4, user="alice"),
+    ]
+    assert [attribute(f, one_run, DAY) for f in one_run] == [UNKNOWN, UNKNOWN]
+
+
+def test_a_big_job_losing_different_nodes_blames_no_job() -> None:
+    lost = [Failure(100.0, "node1", "node_fail", job_id=4), Failure(900.0, "node2", "node_fail", job_id=4)]
+    assert [attribute(f, lost, DAY) for f in lost] == [UNKNOWN, UNKNOWN]  # a node that stops answering
+
+
+def test_a_hang_that_singles_a_node_out_is_the_nodes() -> None:
+    hangs = [
+        Failure(100.0, "node1", "hang", job_id=4, user="alice", behind=True),
+        Failure(900.0, "node2", "hang", job_id=4, user="alice", behind=True),
+    ]
+    assert [attribute(f, hangs, DAY) for f in hangs] == [NODE, NODE]
+    assert quarantine_due("node1", hangs, 1000.0, 1, DAY)  # one user's hangs count once: 1 >= 1
+    assert quarantine_due("node1", hangs, 1000.0, 2, DAY) == []
