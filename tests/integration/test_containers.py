@@ -344,3 +344,19 @@ def test_exit_codes_pass_through_and_scancel_leaves_no_container_process(cluster
     assert cancelled.returncode == 0, cancelled.stderr
     assert h.wait_job(job)["state"] == "CANCELLED"
     wait_for(lambda: not _pids_running(marker), 60, what="the container's process to be gone")
+
+
+def test_sbatchs_container_options_are_the_default_of_the_jobs_sruns(cluster: tuple[Harness, str]) -> None:
+    h, image = cluster
+    uid = ensure_user("mustertest")
+    script = (
+        "#!/bin/sh\n"
+        f"#SBATCH --container-image={image}\n"
+        "grep -q muster-test-busybox /etc/os-release && echo script-in-image || echo script-on-host\n"
+        "srun grep ^NAME= /etc/os-release\n"
+    )
+    job = h.sbatch("-w", "node1", "-o", "default-%j.out", uid=uid, input=script)
+    done = h.wait_job(job)
+    out = h.read(f"default-{job}.out")
+    assert done["state"] == "COMPLETED", out
+    assert out.splitlines() == ["script-on-host", f'NAME="{OS_NAME}"'], out

@@ -1,37 +1,60 @@
 """srun's container options: pyxis's ``--container-*`` and Slurm's ``--container=BUNDLE``.
 
-The rows (``CONTAINER_OPTIONS``) join srun's table; ``container_request`` turns the values
-given into the ``container`` of the step's launch body, which each node's agent runs
+The rows (``CONTAINER_OPTIONS``) join srun's table (pyxis's, ``PYXIS_OPTIONS``, sbatch's
+too: ``spank_environment`` passes them to the job's sruns); ``container_request`` turns the
+values given into the ``container`` of the step's launch body, which each node's agent runs
 through its OCI runtime (``agent.containers``, docs/containers.md). Checked here, cheaply:
 the forms of the values (mounts ``SRC[:DST[:FLAGS]]`` with absolute paths, an absolute
 working directory, one of an image and a bundle); what only a node can know (does the
 image exist, is a runtime installed) is the node's to say.
 """
 
-from __future__ import annotations
-
-import os
+# No ``from __future__ import annotations``: sbatch imports this module and starts without it.
 
 from muster.cli.argscan import NO_ARG, Opt, Parsed
 from muster.cli.common import CommandError
 
-__all__ = ["CONTAINER_OPTIONS", "container_request"]
+__all__ = ["CONTAINER_OPTIONS", "PYXIS_OPTIONS", "SPANK_PREFIX", "container_request", "spank_environment"]
 
 RC_BAD = 1  # Slurm's srun exits 1 for a bad plugin (SPANK) option
 
-CONTAINER_OPTIONS: tuple[Opt, ...] = (
-    Opt("container-image"),
-    Opt("container-mounts"),
-    Opt("container-workdir"),
-    Opt("container-name"),
-    Opt("container-writable", None, NO_ARG),
-    Opt("container-readonly", None, NO_ARG),
-    Opt("container-mount-home", None, NO_ARG),
-    Opt("no-container-mount-home", None, NO_ARG),
-    Opt("container-env"),
-    Opt("container", env=("SLURM_CONTAINER",)),
+# Slurm passes a SPANK plugin's options given to sbatch or salloc to the job's steps in
+# the job's environment, as ``SLURM_SPANK__SLURM_SPANK_OPTION_<plugin>_<option>``: a
+# ``#SBATCH --container-image=...`` is every srun's default in the job (the command line
+# of an srun wins, as for any option set by the environment).
+SPANK_PREFIX = "SLURM_SPANK__SLURM_SPANK_OPTION_pyxis_"
+
+
+def _pyxis(name: str, arg: int | None = None) -> Opt:
+    var = SPANK_PREFIX + name.replace("-", "_")
+    return Opt(name, env=(var,)) if arg is None else Opt(name, None, arg, env=(var,))
+
+
+# pyxis's options: srun's and sbatch's
+PYXIS_OPTIONS: tuple[Opt, ...] = (
+    _pyxis("container-image"),
+    _pyxis("container-mounts"),
+    _pyxis("container-workdir"),
+    _pyxis("container-name"),
+    _pyxis("container-writable", NO_ARG),
+    _pyxis("container-readonly", NO_ARG),
+    _pyxis("container-mount-home", NO_ARG),
+    _pyxis("no-container-mount-home", NO_ARG),
+    _pyxis("container-env"),
 )
+# srun's: pyxis's and Slurm's own --container (sbatch accepts and ignores that one)
+CONTAINER_OPTIONS: tuple[Opt, ...] = (*PYXIS_OPTIONS, Opt("container", env=("SLURM_CONTAINER",)))
 _KEYS = frozenset(o.key for o in CONTAINER_OPTIONS)
+
+
+def spank_environment(parsed: Parsed) -> dict[str, str]:
+    """sbatch's pyxis options as the job's environment passes them to its sruns (the
+    last of each wins; a flag is ``1``)."""
+    out: dict[str, str] = {}
+    for opt, value in parsed:
+        if opt in PYXIS_OPTIONS:
+            out[opt.env[0]] = "1" if opt.arg == NO_ARG else (value or "")
+    return out
 
 
 def container_request(parsed: Parsed, cwd: str) -> dict[str, object] | None:
@@ -46,7 +69,9 @@ def container_request(parsed: Parsed, cwd: str) -> dict[str, object] | None:
             if not text:
                 raise CommandError(f"--{key} needs a value", RC_BAD)
             if key == "container" or text.startswith((".", "/")):
-                text = os.path.normpath(os.path.join(cwd, text))  # a path, on the nodes
+                import posixpath  # not os: sbatch imports this module and must start without it
+
+                text = posixpath.normpath(posixpath.join(cwd, text))  # a path, on the nodes
             request["bundle" if key == "container" else "image"] = text
         elif key == "container-mounts":
             request["mounts"] = _mounts(text)

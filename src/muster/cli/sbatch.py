@@ -29,6 +29,7 @@ from muster.cli.common import (
     long_running,
     report,
 )
+from muster.cli.containeropts import PYXIS_OPTIONS, spank_environment
 from muster.cli.jobrequest import JobRequest
 from muster.cli.options import (
     JOB_OPTIONS,
@@ -61,6 +62,7 @@ SBATCH_OPTIONS: tuple[Opt, ...] = (
     Opt("usage", None, NO_ARG),
     Opt("version", "V", NO_ARG),
     Opt("test-only", None, NO_ARG),
+    *PYXIS_OPTIONS,  # pyxis's --container-*: the defaults of the job's sruns (cli.containeropts)
 )
 
 NO_SHEBANG = (
@@ -221,6 +223,9 @@ def build(
         req = JobRequest()
         apply_job_options(req, layered)
         spec = finish_job_request(req, environ, cwd, now)
+        job_env = spec.get("environment")
+        if isinstance(job_env, dict):
+            job_env.update(spank_environment(layered))
         if "name" not in spec or not spec["name"]:
             if wrap is not None:
                 spec["name"] = "wrap"

@@ -6,6 +6,7 @@ import pytest
 
 from muster.cli import srun
 from muster.cli.common import CommandError
+from muster.cli.containeropts import SPANK_PREFIX as SPANK
 
 
 def container(*argv: str, env: dict[str, str] | None = None) -> object:
@@ -59,3 +60,18 @@ def test_a_name_alone_reuses_the_jobs_container() -> None:
 def test_bad_container_options_are_refused(argv: list[str], error: str) -> None:
     with pytest.raises(CommandError, match=error):
         container(*argv)
+
+
+def test_sbatchs_pyxis_options_are_the_defaults_of_the_jobs_sruns() -> None:
+    from muster.cli import sbatch
+
+    sub = sbatch.build(
+        ["--container-image=/img.tar", "--container-writable", "--wrap", "srun true"], {"PATH": "/bin"}, "/w"
+    )
+    assert isinstance(sub, sbatch.Submission)
+    env = sub.spec["environment"]
+    assert isinstance(env, dict)
+    assert env[SPANK + "container_image"] == "/img.tar" and env[SPANK + "container_writable"] == "1"
+    # the job's srun reads them; its own command line wins
+    assert container(env=env) == {"image": "/img.tar", "writable": True}
+    assert container("--container-image=/other.tar", env=env) == {"image": "/other.tar", "writable": True}
