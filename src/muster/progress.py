@@ -63,6 +63,7 @@ from contextlib import contextmanager
 
 __all__ = [
     "ENV",
+    "allocation",
     "begin",
     "checkpoint",
     "end",
@@ -152,6 +153,24 @@ def checkpoint(n: int) -> bool:
     """A checkpoint holding the work up to step ``n`` is written (call it once the file is
     safely on disk). Returns whether the report was written."""
     return _write("checkpoint", n)
+
+
+def allocation() -> dict | None:
+    """The job's allocation after a failed node of it was replaced in the running job
+    (``sbatch --spare-nodes``, docs/recovery.md): ``{"nodes": [...], "nodelist": "...",
+    "replaced": {"old", "new", "cause", "time"}}`` as the node's agent was told, or None
+    (no replacement since this attempt started, or outside a muster job)."""
+    target = path()
+    if target is None:
+        return None
+    import json
+
+    try:
+        with open(target + ".allocation", "rb") as f:  # written by the node agent
+            data = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def preempt_deadline() -> float | None:

@@ -28,6 +28,10 @@ while [ $n -lt 3 ]; do
   srun -l bash -c "echo round $n host \\$SLURMD_NODENAME of \\$SLURM_JOB_NODELIST rank \\$SLURM_NODEID; \
 if [ $n = 1 ]; then sleep 600; fi" && break
   echo "srun failed: $?"
+  # the node's agent was told the repaired allocation: beside the progress file (a wait
+  # with a deadline: the message and srun's end are not ordered)
+  for i in $(seq 600); do [ -e "$MUSTER_PROGRESS.allocation" ] && break; sleep 0.1; done
+  echo "allocation: $(cat "$MUSTER_PROGRESS.allocation")"
 done
 echo "loop over after round $n"
 """
@@ -110,6 +114,9 @@ def test_a_dead_node_is_replaced_by_the_spare_and_the_loops_next_srun_runs_there
         "round 2 host node4 of node[1,3-4] rank 1",
     ], text
     assert re.search(r"srun failed: \d+", text) and "loop over after round 2" in text, text
+    told = json.loads(text.split("allocation: ", 1)[1].splitlines()[0])
+    assert told["nodelist"] == "node[1,3-4]" and told["nodes"] == ["node1", "node4", "node3"], text
+    assert (told["replaced"]["old"], told["replaced"]["new"]) == ("node2", "node4"), text
     (event,) = done["replacements"]
     assert (event["old"], event["new"], event["cause"]) == ("node2", "node4", "not_responding")
     # sacct: one attempt, its nodes as they ended, the replacement as an event of the job

@@ -26,6 +26,8 @@ credentials that ``protocol.httpd`` puts in the scope:
                               that catch it) goes with the next heartbeat
   ``POST /v1/terminate``      ``{"job_id", "reason", "kill_wait", "restart_count"?}`` ->
                               ``{"ok": true, "running": bool}``
+  ``POST /v1/allocation``     ``AllocationRequest`` (muster's: a failed node of a running
+                              job was replaced) -> ``{"ok": true, "running": bool}``
   ``POST /v1/update``         ``{"job_id", "time_limit"}`` (muster's addition: a new limit
                               for a running job) -> ``{"ok": true, "running": bool}``
   ``POST /v1/suspend``        ``{"job_id", "suspend"}`` (``scontrol suspend``/``resume``):
@@ -81,11 +83,12 @@ from muster.agent import hangevidence, stepstats
 from muster.agent.adopt import Adoption
 from muster.agent.limits import parse_signal
 from muster.agent.openapi import openapi_route
-from muster.agent.progress import progress_dir, save_deadline, save_evidence, stacks_path
+from muster.agent.progress import progress_dir, save_allocation, save_deadline, save_evidence, stacks_path
 from muster.agent.stepapi import StepApi
 from muster.agent.steps import StepRunner
 from muster.agent.supervisor import LaunchError, Supervisor
 from muster.core.clock import Clock
+from muster.core.hostlist import compress
 from muster.protocol.httpd import (
     PEER_KEY,
     TLS_PEER_KEY,
@@ -96,6 +99,7 @@ from muster.protocol.httpd import (
     send_json,
 )
 from muster.protocol.messages import (
+    AllocationRequest,
     LaunchRequest,
     LaunchRequests,
     MessageError,
@@ -288,6 +292,30 @@ def build_routes(
         return JSONResponse({"ok": True})
 
     @_handler
+    async def allocation(request: Request) -> JSONResponse:
+        """A failed node of a job running here was replaced (``ctld.replacement``): the
+        batch host's record takes the new allocation, and each attempt of the job here finds
+        it beside its progress file (``muster.progress.allocation()``)."""
+        msg = _message(AllocationRequest, await _json_body(request))
+        alloc = [a.model_dump() for a in msg.alloc]
+        running = supervisor.new_allocation(msg.job_id, msg.attempt, alloc)
+        here = running or (steps is not None and msg.attempt in steps.job_members(msg.job_id))
+        if here:
+            nodes = [a["node"] for a in alloc]
+            data = {
+                "job_id": msg.job_id,
+                "attempt": msg.attempt,
+                "nodes": nodes,
+                "nodelist": compress(nodes),
+                "replaced": {"old": msg.old, "new": msg.new, "cause": msg.cause, "time": msg.time},
+            }
+            try:
+                save_allocation(supervisor.state.root, msg.job_id, msg.attempt, data)
+            except OSError as exc:
+                log.warning("job %s: cannot write its new allocation: %s", msg.job_id, exc.strerror or exc)
+        return JSONResponse({"ok": True, "running": bool(here)})
+
+    @_handler
     async def update(request: Request) -> JSONResponse:
         msg = _message(UpdateRequest, await _json_body(request))
         running = supervisor.update(msg.job_id, msg.time_limit)
@@ -345,6 +373,7 @@ def build_routes(
         Route("/v1/hang_evidence", hang_evidence, methods=["POST"]),
         Route("/v1/terminate", terminate, methods=["POST"]),
         Route("/v1/update", update, methods=["POST"]),
+        Route("/v1/allocation", allocation, methods=["POST"]),
         Route("/v1/suspend", suspend_job, methods=["POST"]),
         Route("/v1/step_signal", step_signal, methods=["POST"]),
         Route("/v1/step_stats", step_stats, methods=["POST"]),

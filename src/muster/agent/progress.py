@@ -46,11 +46,13 @@ from typing import Any
 __all__ = [
     "ENV",
     "ProgressWatch",
+    "allocation_path",
     "deadline_path",
     "parse_lines",
     "prepare",
     "progress_dir",
     "progress_env",
+    "save_allocation",
     "save_deadline",
     "save_evidence",
     "stacks_path",
@@ -101,6 +103,26 @@ def save_deadline(root: str, job_id: int, attempt: int, deadline: float) -> None
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "w") as f:
         f.write(f"{float(deadline):.3f}\n")
+    os.chmod(tmp, 0o644)  # whatever the umask: the job's user reads it
+    os.replace(tmp, final)
+
+
+def allocation_path(path: str) -> str:
+    """Where the processes reporting to progress file ``path`` read their job's allocation
+    after a node of it was replaced (``muster.progress.allocation``)."""
+    return path + ".allocation"
+
+
+def save_allocation(root: str, job_id: int, attempt: int, data: dict[str, Any]) -> None:
+    """Leave a job attempt's repaired allocation (JSON) beside its progress file, written
+    whole, then renamed into place."""
+    directory = progress_dir(root)
+    os.makedirs(directory, mode=0o711, exist_ok=True)
+    final = allocation_path(os.path.join(directory, f"{int(job_id)}.{int(attempt)}"))
+    tmp = final + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
     os.chmod(tmp, 0o644)  # whatever the umask: the job's user reads it
     os.replace(tmp, final)
 
@@ -300,7 +322,7 @@ class ProgressWatch:
                 reports.append(latest.report(*key))
             elif key not in active and not self._young(os.path.join(directory, name), now):
                 # (a young file may belong to a launch under way: not yet among ``active``)
-                for gone in (name, stacks_path(name), deadline_path(name)):
+                for gone in (name, stacks_path(name), deadline_path(name), allocation_path(name)):
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(directory, gone))
                 del self.files[key]

@@ -468,6 +468,16 @@ class Supervisor:
             log.info("job %s: %s (%s)", job_id, "suspended" if on else "resumed", how)
         return how
 
+    def new_allocation(self, job_id: int, attempt: int, alloc: list[dict[str, Any]]) -> bool:
+        """A failed node of the running job was replaced (``ctld.replacement``): its record
+        names the repaired allocation (what its Epilog and a restarted agent read)."""
+        t = self.jobs.get(job_id)
+        if t is None or t.restart_count != attempt:
+            return False
+        t.job["alloc"], t.job_text = alloc, ""
+        self.state.save_job(t.record_text(), t.job_id)
+        return True
+
     def update(self, job_id: int, time_limit: int | None) -> bool:
         """A new time limit (``scontrol update``) for a running job."""
         t = self.jobs.get(job_id)

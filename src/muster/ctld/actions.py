@@ -57,7 +57,22 @@ class SuspendJob:
     suspend: bool
 
 
-Action = Launch | Terminate | SignalJob | NewLimit | SuspendJob
+@dataclass(slots=True)
+class NewAllocation:
+    """A failed node of a running job was replaced (``ctld.replacement``): the job's other
+    ``nodes`` are told its allocation now (``protocol.messages.AllocationRequest``)."""
+
+    job_id: int
+    attempt: int
+    nodes: list[str]
+    alloc: list[dict[str, object]]
+    old: str
+    new: str
+    cause: str
+    time: float
+
+
+Action = Launch | Terminate | SignalJob | NewLimit | SuspendJob | NewAllocation
 
 
 def parse_signal(text: str | int) -> int:

@@ -23,12 +23,13 @@ from pydantic import BaseModel
 
 from muster.core.job import Job
 from muster.core.states import JobState
-from muster.ctld.actions import Action, Launch, NewLimit, SignalJob, SuspendJob, Terminate
+from muster.ctld.actions import Action, Launch, NewAllocation, NewLimit, SignalJob, SuspendJob, Terminate
 from muster.ctld.controller import Controller
 from muster.ctld.hetjobs import launch_view
 from muster.ctld.steps import StepSignal
 from muster.protocol.httpd import DaemonRequestError, SignedClient
 from muster.protocol.messages import (
+    AllocationRequest,
     EpilogJob,
     LaunchRequest,
     RegisterAgainRequest,
@@ -142,6 +143,19 @@ class Dispatcher:
             elif isinstance(action, SuspendJob):  # scontrol suspend/resume: idempotent on the agent
                 suspend = SuspendRequest(job_id=action.job_id, suspend=action.suspend)
                 await self._each(action.nodes, lambda node: self._post(node, "/v1/suspend", self._body(suspend, node)))
+            elif isinstance(action, NewAllocation):  # a node replaced (idempotent on the agent)
+                told = AllocationRequest.model_validate(
+                    {
+                        "job_id": action.job_id,
+                        "attempt": action.attempt,
+                        "alloc": action.alloc,
+                        "old": action.old,
+                        "new": action.new,
+                        "cause": action.cause,
+                        "time": action.time,
+                    }
+                )
+                await self._each(action.nodes, lambda node: self._post(node, "/v1/allocation", self._body(told, node)))
             elif isinstance(action, StepSignal):  # scancel N.S
                 body = action.body()
                 await self._each(action.nodes, lambda node: self._post(node, "/v1/step_signal", body, retry=False))

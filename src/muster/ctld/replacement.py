@@ -21,6 +21,9 @@ nodes does not change), with as many CPUs, as much memory and as many GPUs. Then
   controller on the repaired allocation, with the new SLURM_JOB_NODELIST and MASTER_ADDR);
 * the failed node, when it still answers (a GPU fault, a failed health check), is told to
   end the job's processes there;
+* the job's other nodes are told the new allocation (``AllocationRequest``, route
+  ``/v1/allocation``): the batch host's record takes it, and every attempt of the job
+  there finds it beside its progress file (``muster.progress.allocation()``);
 * ``--spare-nodes=N@SIG``: the batch script and its processes get SIG.
 """
 
@@ -35,7 +38,7 @@ from muster.core.job import Job, NodeAlloc
 from muster.core.signals import parse_signal
 from muster.core.states import JobState
 from muster.core.steps import Step
-from muster.ctld.actions import Action, SignalJob, Terminate
+from muster.ctld.actions import Action, NewAllocation, SignalJob, Terminate
 from muster.ctld.state import ClusterState
 from muster.ctld.steps import StepSignal
 from muster.sched.replace import Candidate, Need, choose_replacement
@@ -124,7 +127,7 @@ class Replacements:
         except StorageError:
             return None  # logged; memory is the store's again: the caller requeues the job
         log.warning("job %s: node %s (%s) replaced by %s in its allocation", job.job_id, node, why, new)
-        return self._actions(job, node, cause, attempt)
+        return self._actions(job, event)
 
     def _choose(self, job: Job, failed: str) -> tuple[str, tuple[int, ...]] | None:
         state = self.state
@@ -184,14 +187,19 @@ class Replacements:
             where.discard(failed)
         self.state.hold_resources(job)
 
-    def _actions(self, job: Job, failed: str, cause: str, attempt: int) -> list[Action]:
-        actions: list[Action] = []
+    def _actions(self, job: Job, event: dict[str, Any]) -> list[Action]:
+        failed, new, cause, attempt = event["old"], event["new"], event["cause"], event["attempt"]
+        alloc: list[dict[str, object]] = [
+            {"node": a.node, "cpus": a.cpus, "mem": a.mem, "gpu_ids": list(a.gpu_ids)} for a in job.alloc
+        ]
+        others = [n for n in job.nodes if n != new]
+        actions: list[Action] = [NewAllocation(job.job_id, attempt, others, alloc, failed, new, cause, event["time"])]
         for step in self.steps_of(job.job_id) if self.steps_of is not None else []:
             if step.attempt != attempt or failed not in step.layout.nodes:
                 continue
-            others = [n for n in step.layout.nodes if n != failed]
-            if others:  # their srun sees the step fail; the batch script goes on
-                actions.append(StepSignal(job.job_id, attempt, step.step_id, others, 15, True))  # type: ignore[arg-type]
+            rest = [n for n in step.layout.nodes if n != failed]
+            if rest:  # their srun sees the step fail; the batch script goes on
+                actions.append(StepSignal(job.job_id, attempt, step.step_id, rest, 15, True))  # type: ignore[arg-type]
         if cause != NOT_RESPONDING:
             actions.append(Terminate(job.job_id, attempt, [failed], "node_fail"))
         if job.spec.replace_signal and job.batch_host is not None:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from muster.protocol.versions import PROTOCOL
 
 __all__ = [
+    "AllocationRequest",
     "Attempt",
     "Fault",
     "Health",
@@ -398,6 +399,21 @@ class RegisterAgainRequest(_Message):
     (protocol 3; a 0.2.0 agent answers 404 and registers at its next contact)."""
 
     controller: StrictInt | None = None  # its index among the SlurmctldHost lines
+
+
+class AllocationRequest(_Message):
+    """A running job's allocation changed (``/v1/allocation``, protocol 3): a failed node was
+    replaced by another (``ctld.replacement``). Sent to the job's other nodes: the batch
+    host's record takes the new allocation, and every attempt of the job there finds it
+    beside its progress file (``muster.progress.allocation()``)."""
+
+    job_id: int
+    attempt: int = 0
+    alloc: list[LaunchAlloc] = []
+    old: str = ""  # the failed node
+    new: str = ""  # the node that replaced it
+    cause: str = ""
+    time: float | None = None
 
 
 class UpdateRequest(_Message):

@@ -33,7 +33,7 @@ LEGACY = 2  # what a request without a protocol header speaks (muster 0.2.0 sent
 # Agent routes a protocol added: the controller calls them only on agents that speak it
 # (an older agent would answer 404). ``/v1/register`` is not gated: a starting controller
 # calls agents that have not registered yet, and an old one's 404 is harmless.
-ROUTE_SINCE = {"/v1/step_stats": 3, "/v1/hang_evidence": 3, "/v1/suspend": 3}
+ROUTE_SINCE = {"/v1/step_stats": 3, "/v1/hang_evidence": 3, "/v1/allocation": 3, "/v1/suspend": 3}
 
 PROTOCOL_HEADER = "x-muster-protocol"
 VERSION_HEADER = "x-muster-version"

@@ -14,7 +14,7 @@ from muster.core.clock import ManualClock
 from muster.core.config import ConfigError, parse_config
 from muster.core.job import Job, JobSpec, NodeAlloc
 from muster.core.states import JobState
-from muster.ctld.actions import SignalJob, Terminate
+from muster.ctld.actions import NewAllocation, SignalJob, Terminate
 from muster.ctld.controller import Controller, Identity
 from muster.ctld.replacement import GPU_FAULT, HEALTH_CHECK, NOT_RESPONDING, SET_DOWN
 from muster.ctld.store import Store
@@ -82,6 +82,9 @@ def test_a_dead_node_is_replaced_by_a_spare_in_the_same_job(ctl: Controller, tmp
     (r,) = job.replacements
     assert (r["old"], r["new"], r["cause"], r["attempt"]) == ("node2", "node5", NOT_RESPONDING, 0)
     assert not any(isinstance(a, Terminate) for a in actions)  # the job goes on
+    (told,) = [a for a in actions if isinstance(a, NewAllocation)]  # the other nodes are told
+    assert told.nodes == ["node1", "node3"] and [a["node"] for a in told.alloc] == ["node1", "node5", "node3"]
+    assert (told.old, told.new, told.cause) == ("node2", "node5", NOT_RESPONDING)
     # stored: a controller that starts on the same store sees the repaired allocation
     again = Controller(parse_config(CONF, "t.conf"), Store(str(tmp_path / "m.db")), ManualClock(1100.0))
     again.load()
