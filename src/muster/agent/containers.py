@@ -45,6 +45,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,8 @@ _CLONE_NEWNS = 0x00020000
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
 _libc = ctypes.CDLL(None, use_errno=True)  # loaded in the agent, never in a forked child
+# Launches prepare their containers in threads: one at a time makes an image or a copy.
+_making = threading.Lock()
 
 
 class OciConfError(ValueError):
@@ -204,6 +207,9 @@ class Containers:
         except OciConfError as exc:
             return cls(OciConf(), spool, node, tuple(gpu_files), broken=f"oci.conf: {exc}")
         found = cls(conf, spool, node, tuple(gpu_files))
+        if os.geteuid() != 0:
+            found.broken = "containers need musterd to run as root (oci.conf is present)"
+            return found
         found.check_runtime()
         return found
 
@@ -282,9 +288,13 @@ class Containers:
     def job_dir(self, job_id: int) -> str:
         return os.path.join(self.spool, "jobs", str(job_id))
 
-    def rootfs(self, request: ContainerRequest, job_id: int, uid: int, gid: int) -> str:
+    def rootfs(self, request: ContainerRequest, job_id: int, step_id: int, uid: int, gid: int) -> str:
         """The root file system the step's tasks run on (a named or writable container's
         copy, made on first use; otherwise the image itself)."""
+        with _making:
+            return self._rootfs(request, job_id, step_id, uid, gid)
+
+    def _rootfs(self, request: ContainerRequest, job_id: int, step_id: int, uid: int, gid: int) -> str:
         if not (request.name or request.writable):
             return self.unpacked(self.image_path(request.image))
         name = request.name or "_unnamed"
@@ -296,9 +306,11 @@ class Containers:
             raise ContainerError(f"container {request.name} does not exist on {self.node}: give --container-image")
         image = self.unpacked(self.image_path(request.image))
         os.makedirs(top, mode=0o700, exist_ok=True)
-        if not request.name:  # a writable unnamed container: a fresh copy for each step
-            top = tempfile.mkdtemp(prefix="step-", dir=top)
-            root = os.path.join(top, "rootfs")
+        if not request.name:  # a writable unnamed container: one copy per step, its tasks' own
+            root = os.path.join(top, f"step_{step_id}", "rootfs")
+            if os.path.isdir(root):
+                return root
+            os.makedirs(os.path.dirname(root), mode=0o700, exist_ok=True)
         work = root + ".copy"
         shutil.rmtree(work, ignore_errors=True)
         done = subprocess.run(["cp", "-a", "--reflink=auto", image, work], capture_output=True, text=True, check=False)
@@ -373,7 +385,7 @@ class Containers:
             if not os.path.isdir(config["root"]["path"]):
                 raise ContainerError(f"--container={request.bundle}: no root file system at {config['root']['path']}")
         else:
-            rootfs = self.rootfs(request, job_id, who.uid, who.gid)
+            rootfs = self.rootfs(request, job_id, step_id, who.uid, who.gid)
             config = ocibundle.task_config(
                 request, rootfs=rootfs, argv=argv, env=env, host_cwd=host_cwd, who=who, devices=devices
             )
