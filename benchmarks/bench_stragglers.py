@@ -82,8 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inject", type=float, default=0.6, help="share of jobs with a fail-slow node")
     parser.add_argument("--every", type=float, default=10.0, help="seconds between judgements")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--slower", type=float, default=Rules().slower, help="flag at this fraction above the peers")
+    parser.add_argument("--window", type=float, default=Rules().sustain, help="seconds slow before flagged")
+    parser.add_argument("--mad-k", type=float, default=Rules().mad_k, help="scaled MADs of the peers above")
     args = parser.parse_args(argv)
-    rules = Rules()
+    rules = Rules(slower=args.slower, clear=min(Rules().clear, args.slower), sustain=args.window, mad_k=args.mad_k)
     rng, nrng = random.Random(args.seed), np.random.default_rng(args.seed)
     caught: dict[float, list[float]] = {s: [] for s in SLOWDOWNS}
     missed: dict[float, int] = dict.fromkeys(SLOWDOWNS, 0)

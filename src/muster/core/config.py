@@ -347,6 +347,8 @@ class _Parser:
             _bool(params["ExpediteRequeue"], "ExpediteRequeue", where)
         if params.get("Stragglers", "flag").lower() not in ("flag", "exclude", "off"):  # muster's
             raise ConfigError(f"{where}: Stragglers={params['Stragglers']!r}: expected flag, exclude or off")
+        if "StragglerWindow" in params:  # muster's: seconds slow before a node is flagged
+            _int(params["StragglerWindow"], "StragglerWindow", where, 0, 86400)
         if "HangTimeout" in params:  # muster's: a training job's default --hang-timeout
             _time(params["HangTimeout"], "HangTimeout", where)
         part.params = params

@@ -80,7 +80,7 @@ MaxMemPerCPU MaxMemPerNode MaxNodes MaxTime MinNodes Nodes OverSubscribe OverTim
 PowerDownOnIdle PreemptMode Priority PriorityJobFactor PriorityTier QOS ReqResv
 ResumeTimeout RootOnly SelectTypeParameters State SuspendTime SuspendTimeout
 TRESBillingWeights
-Stragglers
+Stragglers StragglerWindow
 HangTimeout ExpediteRequeue SpareNodes
 """
 

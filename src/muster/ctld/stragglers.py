@@ -16,7 +16,8 @@
 * The partition's ``Stragglers=`` (muster's key) says what happens: ``flag`` (the default:
   shown and counted), ``exclude`` (also added to the job's excluded nodes, so that its next
   attempt, after any requeue, runs elsewhere; the running attempt is left alone) or ``off``
-  (not judged). Swapping a straggler at the job's next checkpoint (in-allocation
+  (not judged). ``StragglerWindow=`` (seconds, default 60) is how long a node must be slow
+  at every judgement before it is flagged, and fast again before it is cleared. Swapping a straggler at the job's next checkpoint (in-allocation
   replacement) is not done.
 
 A judgement is skipped while the job is judged hung or has a node not responding (the hang
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from muster.core.errors import StorageError
@@ -37,7 +39,7 @@ from muster.core.stragglers import Pace, Rules, Watch, flagged, judge
 from muster.core.stragglers import node_pace as _node_pace
 from muster.ctld.state import ClusterState
 
-__all__ = ["ACTIONS", "RULES", "action", "check", "node_pace"]
+__all__ = ["ACTIONS", "RULES", "action", "check", "node_pace", "rules"]
 
 log = logging.getLogger("musterctld")
 
@@ -59,6 +61,17 @@ def action(ctl: ClusterState, job: Job) -> str:
     conf = ctl.config.partition(job.partition)
     raw = (conf.params.get("Stragglers") if conf is not None else None) or "flag"
     return raw.strip().lower() if raw.strip().lower() in ACTIONS else "flag"
+
+
+def rules(ctl: ClusterState, job: Job) -> Rules:
+    """``RULES``, with the sustain window of the job's partition's ``StragglerWindow=``
+    (seconds) where it says one."""
+    conf = ctl.config.partition(job.partition)
+    raw = conf.params.get("StragglerWindow") if conf is not None else None
+    try:
+        return RULES if raw is None else replace(RULES, sustain=float(int(raw)))
+    except ValueError:
+        return RULES  # refused when the configuration is read (core.config)
 
 
 def _paces(job: Job) -> dict[str, Pace]:
@@ -84,7 +97,7 @@ def check(ctl: ClusterState, job: Job, now: float, avoid: Callable[[Job, list[st
     if what == "off":
         return
     old = {n: Watch.from_list(v) for n, v in (p.get("straggler_watch") or {}).items()}
-    new = judge(_paces(job), old, now, RULES)
+    new = judge(_paces(job), old, now, rules(ctl, job))
     before, after = set(flagged(old)), flagged(new)
     p = dict(p)
     p["straggler_watch"] = {n: w.to_list() for n, w in new.items()}

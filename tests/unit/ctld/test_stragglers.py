@@ -27,6 +27,7 @@ NodeName=node[1-5] CPUs=32 RealMemory=128000 Gres=gpu:8
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=ex Nodes=ALL MaxTime=INFINITE State=UP Stragglers=exclude
 PartitionName=quiet Nodes=ALL MaxTime=INFINITE State=UP Stragglers=off
+PartitionName=quick Nodes=ALL MaxTime=INFINITE State=UP StragglerWindow=10
 """
 ALICE = Identity(1001, 1001, "alice", "alice", "h", admin=False)
 NODES = ["node1", "node2", "node3"]
@@ -112,6 +113,14 @@ def test_stragglers_off_judges_nothing(ctl: Controller) -> None:
     assert not job.progress.get("stragglers")
 
 
+def test_the_partition_window_shortens_the_wait(ctl: Controller) -> None:
+    job = run(ctl, "quick")
+    steps(ctl, job, {"node1": 1.0, "node2": 1.0, "node3": 1.5}, 20)
+    assert list(job.progress["stragglers"]) == ["node3"]
+
+
 def test_a_bad_stragglers_value_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="Stragglers='swap': expected flag, exclude or off"):
         parse_config(CONF + "PartitionName=bad Nodes=ALL Stragglers=swap\n", "t.conf")
+    with pytest.raises(ConfigError, match="bad StragglerWindow 'soon'"):
+        parse_config(CONF + "PartitionName=bad Nodes=ALL StragglerWindow=soon\n", "t.conf")

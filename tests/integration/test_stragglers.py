@@ -1,0 +1,116 @@
+"""Stragglers with real daemons: a 3-node job whose rank on one node takes twice as long per
+step (reported through muster.progress) has that node flagged, shown by scontrol show job
+and squeue; the same job with equal ranks has none flagged once every node was judged."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from harness import Harness, wait_for
+from muster.cluster.local import ClusterShape
+
+pytestmark = pytest.mark.integration
+
+# Each rank sleeps PAUSE (twice that on the node with SLURM_NODEID == the slow one) per
+# step and reports the time it slept as its busy time: the medians differ by the pauses,
+# whatever the machine's load adds to every rank alike.
+STEPS = """
+import os, sys, time
+from muster import progress
+pause = 1.0 if os.environ["SLURM_NODEID"] == sys.argv[1] else 0.5
+for i in range(int(sys.argv[2])):
+    t0 = time.monotonic()
+    time.sleep(pause)
+    progress.step(i, busy=time.monotonic() - t0)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Harness]:
+    # a partition whose nodes are flagged after 5 s slow (the default window is 60 s)
+    h = Harness(
+        ClusterShape(nodes=3, gpus_per_node=1, cpus_per_node=4, mem_per_node=8000),
+        settings={"PartitionName": "train Nodes=ALL MaxTime=INFINITE State=UP StragglerWindow=5"},
+    )
+    h.up()
+    try:
+        yield h
+    finally:
+        h.down()
+
+
+def submit(h: Harness, slow_node: int) -> int:
+    path = os.path.join(h.workdir, "steps.py")
+    with open(path, "w") as f:
+        f.write(STEPS)
+    return h.sbatch(
+        "-p",
+        "train",
+        "-N3",
+        "--ntasks-per-node=1",
+        "--mem=100",
+        "--wrap",
+        f"srun {sys.executable} {path} {slow_node} 400",
+    )
+
+
+def waiting(h: Harness, jid: int, check: Any, timeout: float, what: str) -> dict[str, Any]:
+    """Wait until ``check(job)``; on a timeout say the job's state, progress and output."""
+    seen: list[dict[str, Any]] = [{}]
+
+    def ready() -> bool:
+        seen[0] = h.job(jid)
+        return bool(check(seen[0]))
+
+    try:
+        wait_for(ready, timeout, interval=0.2, what=what)
+    except AssertionError:
+        job = seen[0]
+        out = h.run(f"cat slurm-{jid}.out").stdout[-2000:]
+        raise AssertionError(
+            f"{what}: job {jid} {job.get('state')} {job.get('reason')} on {job.get('nodelist')}, "
+            f"progress {job.get('progress')}, output {out!r}"
+        ) from None
+    return seen[0]
+
+
+def judged(job: dict[str, Any], samples: int) -> bool:
+    """Every node of the job has a pace over ``samples`` step durations (so it was judged)."""
+    pace = (job.get("progress") or {}).get("pace") or {}
+    return len(pace) == 3 and all(v[1] >= samples for v in pace.values())
+
+
+def show(h: Harness, jid: int) -> str:
+    out = h.run(["scontrol", "show", "job", str(jid)])
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_a_slow_node_is_flagged_and_shown_and_equal_nodes_are_not(cluster: Harness) -> None:
+    h = cluster
+    slow = submit(h, 2)  # SLURM_NODEID 2: node3
+    even = submit(h, -1)
+    try:
+        job = waiting(h, slow, lambda j: j.get("stragglers"), 120, "the straggler flagged")
+        assert job["stragglers"].startswith("node3(+") and "," not in job["stragglers"]
+        found = job["progress"]["stragglers"]["node3"]
+        assert found["slower"] >= 0.5 and found["median"] > found["peers"]
+        assert re.search(r"^   Stragglers=node3\(\+\d+%\)$", show(h, slow), re.M)
+        out = h.run(["squeue", "-j", str(slow), "-h", "-O", "jobid:10,stragglers:30"])
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == [str(slow), job["stragglers"]]
+        # the equal job: judged for a while (window 5 s) with 9 samples per node, none flagged
+        first = int(
+            waiting(h, even, lambda j: judged(j, 9), 120, "every node of the even job judged")["progress"]["step"]
+        )
+        job = waiting(h, even, lambda j: int(j["progress"]["step"]) >= first + 12, 60, "more steps")
+        assert not job.get("stragglers") and not job["progress"].get("stragglers")
+        assert "Stragglers=" not in show(h, even)
+    finally:
+        h.run(["scancel", str(slow), str(even)])
