@@ -214,3 +214,42 @@ def test_task_prolog_export_lines_reach_each_task(cluster: Harness) -> None:
     # without one, only the site's runs
     plain = h.run(["srun", "-n1", "sh", "-c", "echo $WHO $SITE_PROLOG"], timeout=120)
     assert plain.stdout.strip() == "site ran", plain
+
+
+def test_sbcast_copies_a_file_to_the_nodes_of_the_allocation(cluster: Harness) -> None:
+    # sbcast(1): "transmit a file to all nodes allocated to the currently active Slurm job";
+    # -C compresses it on the way, -f replaces an existing DEST, -p keeps times and modes.
+    h = cluster
+    alloc = h.run(["salloc", "--no-shell", "-N2", "-t", "5"], timeout=120)
+    assert alloc.returncode == 0, alloc.stderr
+    job_id = int(alloc.stderr.split("Granted job allocation")[1].split()[0])
+    try:
+        src, dest = os.path.join(h.workdir, "payload.bin"), os.path.join(h.workdir, "copied.bin")
+        data = os.urandom(50_000) + b"\0" * 200_000  # compresses, and is not text
+        with open(src, "wb") as f:
+            f.write(data)
+        os.chmod(src, 0o750)
+        os.utime(src, (1_000_000_000, 1_100_000_000))
+        out = h.run(["sbcast", "-j", str(job_id), "-f", "-C", "-p", src, dest], timeout=120)
+        assert out.returncode == 0, out.stderr
+        with open(dest, "rb") as f:
+            assert f.read() == data
+        st = os.stat(dest)
+        assert st.st_mode & 0o7777 == 0o750 and int(st.st_mtime) == 1_100_000_000
+        # without -f an existing DEST is refused, naming the node
+        node = h.job(job_id)["alloc"][0]["node"]
+        again = h.run(["sbcast", "-j", str(job_id), "-w", node, src, dest], timeout=120)
+        assert again.returncode != 0 and f"{node}: {dest}: File exists" in again.stderr
+        # in the job's environment the job is SLURM_JOB_ID's; a relative DEST is the cwd's
+        inside = h.run(["sbcast", "-w", node, src, "relative.bin"], env={"SLURM_JOB_ID": str(job_id)}, timeout=120)
+        assert inside.returncode == 0, inside.stderr
+        with open(os.path.join(h.workdir, "relative.bin"), "rb") as f:
+            assert f.read() == data
+        # a node outside the job, and no job at all: clear errors
+        outside = h.run(["sbcast", "-j", str(job_id), "-w", "nosuchnode", src, dest])
+        assert outside.returncode != 0 and "is not part of job" in outside.stderr
+        nojob = h.run(["sbcast", src, dest])
+        assert nojob.returncode != 0 and "Need a job id" in nojob.stderr
+    finally:
+        h.run(["scancel", str(job_id)])
+    h.wait_job(job_id)

@@ -51,6 +51,7 @@ COMMANDS = (
     "sacctmgr",
     "salloc",
     "sbatch",
+    "sbcast",
     "scancel",
     "scontrol",
     "sdiag",
