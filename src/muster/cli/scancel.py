@@ -210,8 +210,8 @@ def cancel_steps(c: Cancel, ctl: object, err: object = None) -> int:
     signal: object = int(c.signal) if c.signal and c.signal.isdigit() else c.signal
     for job_id, step_id in c.steps:
         if c.verbose:
-            verb = f"Signal {c.signal} to" if c.signal else "Terminating"
-            err.write(f"{PROG}: {verb} StepId={job_id}.{step_id}\n")  # type: ignore[attr-defined]
+            verb = f"Signal {signal_number(c.signal)} to" if c.signal else "Terminating"
+            err.write(f"{PROG}: {verb} step {job_id}.{step_id}\n")  # type: ignore[attr-defined]
         try:
             ctl.post(f"/v1/jobs/{job_id}/steps/{step_id}/signal", {"signal": signal})  # type: ignore[attr-defined]
         except ConnectError as e:
@@ -222,6 +222,15 @@ def cancel_steps(c: Cancel, ctl: object, err: object = None) -> int:
             err.write(f"{PROG}: error: Kill job error on job step id {job_id}.{step_id}: {e.message}\n")  # type: ignore[attr-defined]
             rc = max(rc, RC_ACCESS_DENIED if e.code == "permission_denied" else 1)
     return rc
+
+
+def signal_number(name: str) -> str:
+    """-v's lines name a signal by its number, as Slurm's do (``Signal 1 to job N``)."""
+    if name.isdigit():
+        return name
+    import _signal
+
+    return str(getattr(_signal, f"SIG{name}", name))
 
 
 def outcome(c: Cancel, results: list[dict], err: object = None) -> int:
@@ -270,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         if c.verbose:
             for job_id in c.job_ids:
                 if c.signal:
-                    sys.stderr.write(f"{PROG}: Signal {c.signal} to job {job_id}\n")
+                    sys.stderr.write(f"{PROG}: Signal {signal_number(c.signal)} to job {job_id}\n")
                 else:
                     sys.stderr.write(f"{PROG}: Terminating job {job_id}\n")
         ctl = connect(PROG)
@@ -288,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         if c.verbose and not c.job_ids:
             for r in results:
                 if r.get("ok"):
-                    verb = f"Signal {c.signal} to" if c.signal else "Terminating"
+                    verb = f"Signal {signal_number(c.signal)} to" if c.signal else "Terminating"
                     sys.stderr.write(f"{PROG}: {verb} job {r.get('job_id')}\n")
         return max(outcome(c, results), step_rc)
     except CommandError as e:

@@ -152,3 +152,23 @@ def test_array_tasks_are_sent_as_written() -> None:
 )
 def test_state_takes_slurms_codes_and_names_in_any_case(text: str, name: str) -> None:
     assert scancel.parse_args(["-t", text, "5"]).states == [name]
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["-v", "--signal=SIGHUP", "8656"], "scancel: Signal 1 to job 8656\n"),
+        (["-v", "-s", "USR1", "8656"], "scancel: Signal 10 to job 8656\n"),
+        (["-v", "--signal=2", "8656"], "scancel: Signal 2 to job 8656\n"),
+        (["-v", "8656.0"], "scancel: Terminating step 8656.0\n"),
+        (["-v", "--signal=HUP", "8656.3"], "scancel: Signal 1 to step 8656.3\n"),
+    ],
+)
+def test_verbose_names_the_signal_by_number_and_the_step_as_slurm_does(monkeypatch, capsys, argv, line) -> None:
+    class Fake:
+        def post(self, path: str, body: object = None) -> dict:
+            return {"results": [{"job_id": 8656, "ok": True}], "ok": True}
+
+    monkeypatch.setattr(scancel, "connect", lambda prog: Fake())
+    assert scancel.main(argv) == 0
+    assert line in capsys.readouterr().err
