@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -230,3 +231,32 @@ def reach(tmp_path: str) -> None:
     os.chmod(secret, 0o600)
     assert not containers.user_reaches(secret, user)
     assert containers.user_reaches(secret, TaskIdentity(uid=0, gid=0, groups=()))
+
+
+def test_a_tasks_bundle_is_written_and_the_runtime_named(tmp_path: os.PathLike[str]) -> None:
+    image = os.path.join(tmp_path, "image")  # a directory image: used as it is
+    os.makedirs(os.path.join(image, "bin"))
+    spool = os.path.join(tmp_path, "spool")
+    conf = OciConf(run="sh -c true %b %j.%s.%t", env_exclude="SECRET_.*")
+    c = containers.Containers(conf, spool, "node1")
+    argv = c.prepare(
+        ContainerRequest(image=image, mount_home=False),
+        job_id=12,
+        step_id=3,
+        task=1,
+        argv=["python", "train.py"],
+        env={"SECRET_TOKEN": "x", "RANK": "1"},
+        host_cwd="/",
+        who=TaskIdentity(uid=os.geteuid(), gid=os.getegid(), groups=()),
+        gpus=[],
+        user="ada",
+    )
+    bundle = os.path.join(spool, "jobs", "12", "bundles", "3.1")
+    assert argv[1:] == ["-c", "true", bundle, "12.3.1"] and os.path.isabs(argv[0])
+    with open(os.path.join(bundle, "config.json")) as f:
+        written = json.load(f)
+    assert written["root"] == {"path": image, "readonly": True}
+    assert "RANK=1" in written["process"]["env"]
+    assert not any(e.startswith("SECRET_") for e in written["process"]["env"])  # RunTimeEnvExclude
+    c.remove(12)
+    assert not os.path.exists(os.path.join(spool, "jobs", "12"))
