@@ -133,10 +133,18 @@ def main(argv: list[str] | None = None) -> int:
         top = f"{got[-1]:.0f}" if got else "-"
         print(f"{s:>10.0%} {n:>5} {len(got):>7} {within:>8} {missed[s]:>7} {med:>14} {p95:>7} {top:>7}")
     rate = false_nodes / healthy_hours * 1000 if healthy_hours else 0.0
+    # the controller's cost: one judgement of a 1,000-node job (at every node check)
+    big = {f"n{i}": Pace(rng.gauss(1.0, 0.03), PACE_WINDOW) for i in range(1000)}
+    big_watches = judge(big, {}, 0.0, rules)
+    t0 = time.perf_counter()
+    for i in range(20):
+        big_watches = judge(big, big_watches, float(i), rules)
+    per_judgement_ms = (time.perf_counter() - t0) / 20 * 1000
     print(
         f"false suspects: {false_nodes} of {healthy_nodes} healthy nodes "
         f"({rate:.2f} per 1,000 node-hours); {elapsed:.1f} s to run"
     )
+    print(f"one judgement of a 1,000-node job: {per_judgement_ms:.1f} ms")
     return 0
 
 

@@ -31,6 +31,7 @@ from typing import Any
 __all__ = ["Pace", "Rules", "Watch", "flagged", "judge", "node_pace", "text"]
 
 MAD_SCALE = 1.4826  # a MAD times this estimates the standard deviation of normal noise
+EXACT_UP_TO = 32  # nodes up to which each is compared with exactly the others (else with all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +107,18 @@ def node_pace(ranks: Mapping[str, Any], min_samples: int = 1) -> Pace | None:
     return best
 
 
-def _slow(x: float, peers: list[float], rules: Rules) -> tuple[bool, float, float]:
-    """Whether pace ``x`` is slow among ``peers``; with the fraction above and the reference."""
+def _reference(peers: list[float]) -> tuple[float, float]:
+    """The median of ``peers`` and their scaled MAD."""
     ref = statistics.median(peers)
+    return ref, statistics.median(abs(p - ref) for p in peers) * MAD_SCALE
+
+
+def _slow(x: float, ref: float, mad: float, rules: Rules) -> tuple[bool, float, float]:
+    """Whether pace ``x`` is slow against its peers' median ``ref`` and scaled MAD ``mad``;
+    with the fraction above and the reference."""
     if ref <= 0:
         return False, 0.0, ref
     frac = x / ref - 1.0
-    mad = statistics.median(abs(p - ref) for p in peers) * MAD_SCALE
     return frac >= rules.slower and x - ref > rules.mad_k * mad, frac, ref
 
 
@@ -123,6 +129,9 @@ def judge(
     docstring). Nodes without a judged pace keep their watch as it was (a flagged node stays
     flagged until it is seen fast again); watches of nodes not in ``paces`` are dropped."""
     judged = {n: p for n, p in paces.items() if p.samples >= rules.min_samples and p.median > 0}
+    # each node against the others; in a large job one node hardly moves the median and the
+    # MAD of all, computed once (O(n log n) instead of O(n^2 log n): a 1,000-node job)
+    shared = _reference([p.median for p in judged.values()]) if len(judged) > EXACT_UP_TO else None
     out: dict[str, Watch] = {}
     for node in paces:
         w = watches.get(node, Watch())
@@ -130,8 +139,8 @@ def judge(
         if pace is None or len(judged) < rules.min_nodes:
             out[node] = replace(w, slow_since=None, fast_since=None) if w.flagged is None else w
             continue
-        peers = [p.median for n, p in judged.items() if n != node]
-        slow, frac, ref = _slow(pace.median, peers, rules)
+        ref, mad = shared or _reference([p.median for n, p in judged.items() if n != node])
+        slow, frac, ref = _slow(pace.median, ref, mad, rules)
         w = replace(w, slower=frac, median=pace.median, peers=ref)
         if w.flagged is None:
             since = (w.slow_since if w.slow_since is not None else now) if slow else None

@@ -99,3 +99,16 @@ def test_rules_are_checked() -> None:
         Rules(slower=0.1, clear=0.2)
     with pytest.raises(ValueError):
         Rules(min_nodes=1)
+
+
+def test_a_large_job_is_judged_against_all_its_nodes_and_fast() -> None:
+    """Beyond EXACT_UP_TO nodes the reference is computed once: a 1,000-node job with two
+    slow nodes among noisy peers flags exactly those two."""
+    import random
+
+    rng = random.Random(7)
+    p = {f"n{i}": Pace(rng.gauss(1.0, 0.02), 9) for i in range(1000)}
+    p["n17"], p["n900"] = Pace(1.25, 9), Pace(1.6, 9)
+    got = flagged(run([(t, p) for t in range(0, 61, 10)]))
+    assert list(got) == ["n17", "n900"]
+    assert got["n900"].slower == pytest.approx(0.6, abs=0.02)
