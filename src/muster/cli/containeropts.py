@@ -14,7 +14,15 @@ image exist, is a runtime installed) is the node's to say.
 from muster.cli.argscan import NO_ARG, Opt, Parsed
 from muster.cli.common import CommandError
 
-__all__ = ["CONTAINER_OPTIONS", "PYXIS_OPTIONS", "SPANK_PREFIX", "container_request", "spank_environment"]
+__all__ = [
+    "CONTAINER_OPTIONS",
+    "CONTAINER_PROTOCOL",
+    "PYXIS_OPTIONS",
+    "SPANK_PREFIX",
+    "check_agents",
+    "container_request",
+    "spank_environment",
+]
 
 RC_BAD = 1  # Slurm's srun exits 1 for a bad plugin (SPANK) option
 
@@ -96,6 +104,25 @@ def container_request(parsed: Parsed, cwd: str) -> dict[str, object] | None:
     if not (request.get("image") or request.get("bundle") or request.get("name")):
         raise CommandError("--container-image (or --container-name, or --container) is required", RC_BAD)
     return request
+
+
+# The first wire protocol whose agents run a step's ``container`` (an older agent ignores
+# the field it does not know, and would run the tasks on the node itself).
+CONTAINER_PROTOCOL = 3
+
+
+def check_agents(nodes: list[dict[str, object]]) -> None:
+    """Refuse a container step where a node's agent (its protocol, as the controller
+    knows it) is too old to run it: never the tasks outside their container."""
+    for node in nodes:
+        protocol = node.get("protocol")
+        if not isinstance(protocol, int) or protocol < CONTAINER_PROTOCOL:
+            said = "an unknown protocol" if not isinstance(protocol, int) else f"protocol {protocol}"
+            raise CommandError(
+                f"node {node.get('name')}'s musterd ({said}) cannot run containers: "
+                "the step is not run outside its container",
+                RC_BAD,
+            )
 
 
 def _mounts(text: str) -> str:

@@ -59,6 +59,10 @@ class StepRun:
         tls_ca = ctl.settings.tls_ca if ctl is not None else None
         self.nodes = [StepNode(i, list(t), tls_ca) for i, t in zip(answer["nodes"], step["tasks"], strict=True)]
         self.by_name = {n.name: n for n in self.nodes}
+        if getattr(run, "container", None):  # an agent that cannot would run the tasks unconfined
+            from muster.cli.containeropts import check_agents
+
+            check_agents(answer["nodes"])
         # the launch tree: srun contacts at most TreeWidth heads, each relays to its subtree
         self.tree_width = int(answer.get("tree_width") or DEFAULT_WIDTH)
         self.msg_timeout = float(answer.get("message_timeout") or 10)

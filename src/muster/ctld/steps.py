@@ -316,7 +316,9 @@ class StepBook:
         nodes = []
         for name in step.layout.nodes:
             node = self.ctl.nodes[name]
-            nodes.append({"name": name, "addr": node.addr, "port": node.port})
+            # the agent's wire protocol: srun runs a container only on agents that know how
+            protocol = self.ctl.agents.protocol(name)
+            nodes.append({"name": name, "addr": node.addr, "port": node.port, "protocol": protocol})
         spec = job.spec
         alloc = job.alloc
         grant = {

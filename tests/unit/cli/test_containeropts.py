@@ -75,3 +75,13 @@ def test_sbatchs_pyxis_options_are_the_defaults_of_the_jobs_sruns() -> None:
     # the job's srun reads them; its own command line wins
     assert container(env=env) == {"image": "/img.tar", "writable": True}
     assert container("--container-image=/other.tar", env=env) == {"image": "/other.tar", "writable": True}
+
+
+def test_a_container_step_is_refused_where_an_agent_is_too_old_to_run_it() -> None:
+    from muster.cli.containeropts import CONTAINER_PROTOCOL, check_agents
+
+    check_agents([{"name": "node1", "protocol": CONTAINER_PROTOCOL}])
+    with pytest.raises(CommandError, match="node2's musterd \\(protocol 2\\) cannot run containers"):
+        check_agents([{"name": "node1", "protocol": CONTAINER_PROTOCOL}, {"name": "node2", "protocol": 2}])
+    with pytest.raises(CommandError, match="unknown protocol"):
+        check_agents([{"name": "node1"}])  # a controller that does not say
