@@ -19,17 +19,21 @@ pytestmark = pytest.mark.integration
 
 # The site's TaskProlog (slurm.conf(5)): every step task runs it before srun's --task-prolog.
 SITE_PROLOG = "#!/bin/sh\necho export SITE_PROLOG=ran\necho export WHO=site\n"
+# The site's TaskEpilog: runs after srun's --task-epilog, once each task has ended.
+SITE_EPILOG = '#!/bin/sh\n[ -n "$EPILOG_LOG" ] && echo "site $SLURM_PROCID" >> "$EPILOG_LOG.$SLURM_PROCID"\nexit 0\n'
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Harness]:
     root = tempfile.mkdtemp(prefix="muster-it-")
     prolog = os.path.join(root, "taskprolog.sh")
-    with open(prolog, "w") as f:
-        f.write(SITE_PROLOG)
-    os.chmod(prolog, 0o755)
+    epilog = os.path.join(root, "taskepilog.sh")
+    for path, text in ((prolog, SITE_PROLOG), (epilog, SITE_EPILOG)):
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, 0o755)
     shape = ClusterShape(nodes=2, gpus_per_node=0, cpus_per_node=4, mem_per_node=4000)
-    h = Harness(shape, root=root, settings={"TaskProlog": prolog})
+    h = Harness(shape, root=root, settings={"TaskProlog": prolog, "TaskEpilog": epilog})
     h.up()
     try:
         yield h
@@ -253,3 +257,23 @@ def test_sbcast_copies_a_file_to_the_nodes_of_the_allocation(cluster: Harness) -
     finally:
         h.run(["scancel", str(job_id)])
     h.wait_job(job_id)
+
+
+def test_task_epilog_runs_after_each_task_then_the_sites(cluster: Harness) -> None:
+    # srun(1) --task-epilog: "The slurmstepd daemon will run executable just after each task
+    # terminates. This will be executed before any TaskEpilog parameter in slurm.conf is
+    # executed."
+    h = cluster
+    log = os.path.join(h.workdir, f"epilog-{os.getpid()}")
+    with open(os.path.join(h.workdir, "epilog.sh"), "w") as f:
+        f.write('#!/bin/sh\necho "user $SLURM_PROCID $(id -u) $PWD" >> "$EPILOG_LOG.$SLURM_PROCID"\n')
+    os.chmod(os.path.join(h.workdir, "epilog.sh"), 0o755)
+    out = h.run(
+        ["srun", "-n2", "-N1", "--task-epilog=epilog.sh", "sh", "-c", "exit 3"],
+        env={"EPILOG_LOG": log},
+        timeout=120,
+    )
+    assert out.returncode == 3, out.stderr  # the tasks' status, not the epilog's
+    for rank in (0, 1):
+        with open(f"{log}.{rank}") as f:  # written before srun heard of the task's end
+            assert f.read().splitlines() == [f"user {rank} {os.getuid()} {h.workdir}", f"site {rank}"]

@@ -105,6 +105,7 @@ class Hooks:
         self.prolog = (config.get("Prolog") or "").strip() or None
         self.epilog = (config.get("Epilog") or "").strip() or None
         self.task_prolog = (config.get("TaskProlog") or "").strip() or None  # each step task's (agent.taskprolog)
+        self.task_epilog = (config.get("TaskEpilog") or "").strip() or None  # each step task's end (agent.stepd)
         self.health_program = (config.get("HealthCheckProgram") or "").strip() or None
         self.health_interval = float(config.get_int("HealthCheckInterval", 0))
         self.health_states = {

@@ -148,6 +148,7 @@ class ChildSpec:
     rlimits: tuple[tuple[int, int, int], ...] = ()  # (resource, soft, hard) to set (``agent.rlimits``)
     private_dirs: tuple[tuple[str, str], ...] = ()  # the job's private /tmp (``agent.jobcontainer``), as root
     task_prologs: tuple[str, ...] = ()  # TaskProlog, srun --task-prolog: run before exec (``agent.taskprolog``)
+    task_epilogs: tuple[str, ...] = ()  # srun --task-epilog, TaskEpilog: run once the task ended (``agent.stepd``)
     # A container task (``agent.containers``): the OCI runtime is exec'd as root (it makes the
     # container, whose process is the user's); the user's identity is taken only for the
     # working directory and the stdio files, and given back before exec.

@@ -48,6 +48,7 @@ from muster.protocol.stream import frame, json_frame
 __all__ = ["HIGH_WATER", "StepFiles", "TaskStart", "frames_in", "run"]
 
 HIGH_WATER = 4 << 20  # bytes of the log not yet delivered to srun before output is paused
+EPILOG_WAIT = 5.0  # seconds a task epilog may run before it is killed (srun(1): "a few seconds")
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -88,6 +89,7 @@ class _Supervisor:
         self.starts = starts
         self.tasks = [Task(s.task, 0) for s in starts]
         self.by_pid: dict[int, Task] = {}
+        self.specs: dict[int, spawn.ChildSpec] = {}  # a task's recipe, for its epilogs
         self.outputs: dict[int, tuple[Task, bytes]] = {}
         self.ended: set[int] = set()  # tasks whose x frame is written
         self.written = 0
@@ -143,6 +145,7 @@ class _Supervisor:
                 spawn.become(spec, s.err[1])
             t.pid = pid
             self.by_pid[pid] = t
+            self.specs[pid] = spec
             for fd in (*s.child_fds, s.err[1]):
                 os.close(fd)
             for fd, kind in s.outputs.items():
@@ -223,6 +226,54 @@ class _Supervisor:
                 t.status = (0, os.WTERMSIG(status))
             else:
                 t.status = (os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0, 0)
+            self._epilogs(self.specs.pop(pid, None))
+
+    def _epilogs(self, spec: spawn.ChildSpec | None) -> None:
+        """A task that ended: its epilogs (srun --task-epilog, then TaskEpilog), each run as
+        the task's user with its environment and directory, its output discarded, killed
+        with its descendants after ``EPILOG_WAIT`` seconds."""
+        if spec is None:
+            return
+        quiet = spawn.Stream(path=os.devnull, flags=os.O_RDWR, label=f"open(): {os.devnull}")
+        for program in spec.task_epilogs:
+            recipe = dataclasses.replace(
+                spec,
+                exe=program,
+                argv=[program],
+                stdin=quiet,
+                stdout=quiet,
+                stderr=quiet,
+                close_first=(),
+                close_after=(),
+                terminal=None,
+                make_dirs=(),
+                cpus=None,
+                bind_note=None,
+                cwd_fallback=None,
+                search_path=False,
+                exec_as_root=False,
+                hide=(),
+                task_prologs=(),
+                task_epilogs=(),
+            )
+            report_r, report_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the epilog: never returns
+                os.close(report_r)
+                spawn.become(recipe, report_w)
+            os.close(report_w)
+            os.close(report_r)
+            try:
+                handle = os.pidfd_open(pid)
+                ended, _, _ = select.select([handle], [], [], EPILOG_WAIT)
+                os.close(handle)
+            except OSError:
+                ended = [True]
+            if not ended:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
     def _read(self, fd: int) -> None:
         t, kind = self.outputs[fd]

@@ -81,6 +81,7 @@ class TaskPlan:
     container: bool = False  # argv runs the task's container as root (``agent.containers``)
     hide: tuple[str, ...] = ()  # what the container runtime must not see (``containers.hide``)
     task_prologs: tuple[str, ...] = ()  # TaskProlog, then srun --task-prolog (``agent.taskprolog``)
+    task_epilogs: tuple[str, ...] = ()  # srun --task-epilog, then TaskEpilog (``agent.stepd``)
 
 
 def task_plans(
@@ -313,4 +314,5 @@ def child_spec(
         exec_as_root=plan.container,
         hide=plan.hide,
         task_prologs=plan.task_prologs,
+        task_epilogs=plan.task_epilogs,
     )

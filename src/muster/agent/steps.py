@@ -464,14 +464,16 @@ class StepRunner:
             umask=umask,
             ctx=self.env_ctx,
         )
-        # TaskProlog, then srun --task-prolog: each task runs them before its command
+        # TaskProlog, then srun --task-prolog: each task runs them before its command; srun's
+        # --task-epilog, then TaskEpilog, once it has ended
+        for key in ("task_prolog", "task_epilog"):
+            if body.get(key) is not None and not (isinstance(body[key], str) and os.path.isabs(body[key])):
+                raise StepLaunchError(f"{key} must be an absolute path")
         prologs = [getattr(self.hooks, "task_prolog", None), body.get("task_prolog")]
-        if body.get("task_prolog") is not None and not (
-            isinstance(body["task_prolog"], str) and os.path.isabs(body["task_prolog"])
-        ):
-            raise StepLaunchError("task_prolog must be an absolute path")
+        epilogs = [body.get("task_epilog"), getattr(self.hooks, "task_epilog", None)]
         for plan in plans:
             plan.task_prologs = tuple(str(p) for p in prologs if p)
+            plan.task_epilogs = tuple(str(p) for p in epilogs if p)
         if self.confine is not None:
             try:
                 for plan in plans:

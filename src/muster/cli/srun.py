@@ -91,6 +91,7 @@ SRUN_OPTIONS: tuple[Opt, ...] = (
     Opt("disable-status", "X", NO_ARG),
     Opt("slurmd-debug"),
     Opt("task-prolog", env=("SLURM_TASK_PROLOG",)),
+    Opt("task-epilog", env=("SLURM_TASK_EPILOG",)),
     *CONTAINER_OPTIONS,  # pyxis's --container-* and Slurm's --container (cli.containeropts)
 )
 
@@ -137,6 +138,7 @@ class Run:
         self.rlimits: dict[str, int] | None = None  # the soft limits the tasks get (core.rlimits)
         self.container: dict[str, object] | None = None  # the tasks' container (cli.containeropts)
         self.task_prolog: str | None = None  # --task-prolog: run by each task first (agent.taskprolog)
+        self.task_epilog: str | None = None  # --task-epilog: run once each task ended (agent.stepd)
         self.name = ""
         self.defined: list[tuple[str, str]] = []  # the options given, for -v's summary
 
@@ -245,6 +247,8 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
             run.quiet = True
         elif k == "task-prolog":
             run.task_prolog = os.path.join(cwd, value) if value else None
+        elif k == "task-epilog":
+            run.task_epilog = os.path.join(cwd, value) if value else None
         elif k == "test-only":
             raise CommandError("--test-only is not supported by muster")
     run.container = container_request(layered, cwd)
@@ -578,6 +582,7 @@ Parallel run options:
       --quit-on-interrupt     quit on single Ctrl-C
   -s, --oversubscribe         over-subscribe resources with other jobs
   -t, --time=minutes          time limit
+      --task-epilog=program   run "program" after each task terminates
       --task-prolog=program   run "program" before launching each task; its
                               "export NAME=value" lines set the task's variables
       --tmp=MB                minimum amount of temporary disk

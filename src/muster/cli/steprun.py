@@ -123,6 +123,7 @@ class StepRun:
             "rlimits": getattr(run, "rlimits", None),  # the soft limits that propagate
             "container": getattr(run, "container", None),  # the tasks' container (cli.containeropts)
             "task_prolog": getattr(run, "task_prolog", None),  # srun --task-prolog (agent.taskprolog)
+            "task_epilog": getattr(run, "task_epilog", None),  # srun --task-epilog (agent.stepd)
         }
 
     def _stdin_spec(self) -> dict[str, Any]:
