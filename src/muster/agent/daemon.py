@@ -29,6 +29,7 @@ from muster.agent.gpuhealth import GpuFault, GpuHealth, default_fault_file
 from muster.agent.hooks import Hooks
 from muster.agent.link import ControllerLink
 from muster.agent.metrics import AgentCollector
+from muster.agent.preflight import Preflight
 from muster.agent.progress import ProgressWatch
 from muster.agent.state import StateDir
 from muster.agent.steps import StepRunner
@@ -174,6 +175,10 @@ class AgentDaemon:
         self._lock()
         self.supervisor.instance = self.state.instance_id()
         self.inventory = gpus.detect(self.node.gpus, self.node.gpu_type, self.settings.gpu_mode)
+        # the pre-flight gate (--preflight, Preflight=YES): its GPU check knows real GPUs
+        self.supervisor.preflight = Preflight.from_config(
+            self.config, self.node.name, real_gpus=self.inventory.source != "emulated"
+        )
         if self.settings.gpu_mode == "nvidia":
             self.hardware = hardware.probe()
         self.gpu_health = GpuHealth(

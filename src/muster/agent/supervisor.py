@@ -56,6 +56,7 @@ from muster.agent.hooks import Hooks
 from muster.agent.jobcontainer import JobContainer
 from muster.agent.jobrecord import LOST_STATUS, Tracked, cpus_on, end_report, report_body
 from muster.agent.launcher import JOB_FAULT, PROLOG_FAULT, STALE, LaunchError
+from muster.agent.preflight import PREFLIGHT_FAULT, Preflight
 from muster.agent.progress import progress_env
 from muster.agent.runstate import RunEvent
 from muster.agent.state import StateDir
@@ -99,6 +100,9 @@ def _killpg(pgid: int, sig: int) -> None:
 
 
 class Supervisor:
+    # the pre-flight gate's settings (``agent.preflight``); set by the daemon once its GPUs are known
+    preflight: Preflight | None = None
+
     def __init__(
         self,
         node: str,
@@ -203,6 +207,10 @@ class Supervisor:
                     prolog = await self.hooks.ensure_prolog(job)
                     if not prolog.ok:
                         raise LaunchError(prolog.reason, PROLOG_FAULT)
+                if self.preflight is not None and self.preflight.wanted(job):  # the pre-flight gate
+                    verdict = await self.preflight.run(job, self.state.spool_for(job_id))
+                    if not verdict.ok:
+                        raise LaunchError(verdict.reason, PREFLIGHT_FAULT)
                 if self.refuse is not None:
                     raise LaunchError(self.refuse)
                 try:

@@ -382,6 +382,7 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("overcommit", "O", NO_ARG, apply=_flag("overcommit")),
     Opt("no-kill", "k", OPTIONAL, env=("SBATCH_NO_KILL",), apply=_apply_no_kill),
     Opt("spare-nodes", env=("SBATCH_SPARE_NODES",), apply=_apply_spare_nodes),
+    Opt("preflight", None, NO_ARG, env=("SBATCH_PREFLIGHT",), apply=_flag("preflight")),
     Opt("tmp", apply=_apply_tmp),
     Opt("licenses", "L", apply=_ignored),
     Opt("propagate", None, OPTIONAL, apply=_apply_propagate),

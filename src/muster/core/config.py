@@ -345,6 +345,8 @@ class _Parser:
             _preempt_mode(params["PreemptMode"], where)
         if "ExpediteRequeue" in params:  # muster's: the partition's jobs default to --requeue=expedite
             _bool(params["ExpediteRequeue"], "ExpediteRequeue", where)
+        if "Preflight" in params:  # muster's: the partition's jobs pass the pre-flight gate
+            _bool(params["Preflight"], "Preflight", where)
         if params.get("Stragglers", "flag").lower() not in ("flag", "exclude", "off"):  # muster's
             raise ConfigError(f"{where}: Stragglers={params['Stragglers']!r}: expected flag, exclude or off")
         if "StragglerWindow" in params:  # muster's: seconds slow before a node is flagged

@@ -60,6 +60,7 @@ AdminUsers AgentSocketDir AuthKeyFile CtldSocket HeartbeatInterval SchedulerInte
 GpuFaultFile GpuHealthCheckInterval NodeHostnames
 AccountingStorageURL AccountingStoragePassFile
 ExpediteHoldTime QuarantineFailures QuarantineWindow
+PreflightProgram PreflightGpuDevices PreflightMinFreeMB PreflightMaxClockOffset
 AdminMail
 MetricsType LogFormat
 TLSType TLSParameters
@@ -81,7 +82,7 @@ PowerDownOnIdle PreemptMode Priority PriorityJobFactor PriorityTier QOS ReqResv
 ResumeTimeout RootOnly SelectTypeParameters State SuspendTime SuspendTimeout
 TRESBillingWeights
 Stragglers StragglerWindow
-HangTimeout ExpediteRequeue SpareNodes
+HangTimeout ExpediteRequeue SpareNodes Preflight
 """
 
 
@@ -112,7 +113,7 @@ INT_KEYS = frozenset(
     TreeWidth TCPTimeout HealthCheckInterval CompleteWait MaxBatchRequeue GpuHealthCheckInterval
     UnkillableStepTimeout PrologEpilogTimeout SchedulerTimeSlice ResumeTimeout SuspendTimeout
     GetEnvTimeout EioTimeout GroupUpdateTime KeepAliveTime MinAgentProtocol
-    QuarantineFailures QuarantineWindow
+    QuarantineFailures QuarantineWindow PreflightMinFreeMB PreflightMaxClockOffset
     PriorityWeightAge PriorityWeightAssoc PriorityWeightFairshare PriorityWeightJobSize
     PriorityWeightPartition PriorityWeightQOS
     """.split()

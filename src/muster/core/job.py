@@ -109,6 +109,9 @@ class JobSpec:
     # ``--requeue=expedite``: after a node failure the job is requeued at the front of the
     # queue and its surviving nodes are held for it (see docs/preemption.md).
     expedite: bool = False
+    # ``--preflight`` (muster's): the pre-flight gate runs on the batch host before the
+    # script (``agent.preflight``; also every job of a partition with ``Preflight=YES``).
+    preflight: bool = False
     # ``--spare-nodes=N[@SIG]``: up to N times, a failed node of the running job (not its
     # batch host) is replaced in the allocation by a free node of its partition, the job
     # keeping its id (``ctld.replacement``, docs/recovery.md); ``replace_signal``: the

@@ -58,9 +58,10 @@ class Launches:
         self, job_id: int, attempt: int, message: str, fault: str | None = None, node: str | None = None
     ) -> list[Action]:
         """The launch of this attempt failed; ``fault`` says whose fault it is (as the agent
-        judged it): ``None`` (the agent could not be reached) and ``"node"`` requeue the job
-        elsewhere, ``"node"`` draining the node first; ``"job"`` ends the job FAILED with
-        the reason in SystemComment; ``"stale"`` (the launch conflicted with what runs there
+        judged it): ``None`` (the agent could not be reached), ``"node"`` and ``"preflight"``
+        (the pre-flight gate failed there: ``agent.preflight``) requeue the job elsewhere,
+        ``"node"`` and ``"preflight"`` draining the node first (through the failure ledger);
+        ``"job"`` ends the job FAILED with the reason in SystemComment; ``"stale"`` (the launch conflicted with what runs there
         already) changes nothing; ``"prolog"`` (the site's Prolog failed on ``node``, the
         batch host unless given) drains the node and requeues the job held, as Slurm does,
         returning the termination of what the job runs on its other nodes. Repeated node
@@ -85,9 +86,9 @@ class Launches:
             log.warning("job %s: its launch on %s failed by its own fault: %s", job_id, host, message)
             return []
         own = False  # the same job failed the same way on other nodes: its fault (no drain storm)
-        if fault in ("node", "prolog") and host is not None:
-            drain = message if fault == "prolog" else f"launch failed: {message}"
-            kind = "prolog" if fault == "prolog" else "launch"
+        if fault in ("node", "prolog", "preflight") and host is not None:
+            drain = message if fault in ("prolog", "preflight") else f"launch failed: {message}"
+            kind = fault if fault in ("prolog", "preflight") else "launch"
             own = self.state.node_fault(host, kind, now, job=job, evidence=message, drain=drain) == JOB
         others = [n for n in job.nodes if n != host]
         limit = self.max_launch_requeue

@@ -185,7 +185,7 @@ class JobsDone(_Message):
 class LaunchSpec(_Message):
     """What the user asked for (``core.job.JobSpec``'s fields), as the agent reads it."""
 
-    since: ClassVar[dict[str, int]] = {"mail_type": 3, "mail_user": 3, "rlimits": 3}
+    since: ClassVar[dict[str, int]] = {"mail_type": 3, "mail_user": 3, "rlimits": 3, "preflight": 3}
 
     name: str = "sbatch"
     script: str | None = None
@@ -244,6 +244,8 @@ class LaunchSpec(_Message):
     # The submit shell's soft limits to set in the job's processes (``core.rlimits``:
     # name -> value, -1 unlimited); None: none. Not sent to a protocol 2 agent (``since``).
     rlimits: dict[str, int] | None = None
+    # --preflight: the pre-flight gate before the script (``agent.preflight``)
+    preflight: bool = False
 
 
 class LaunchShape(_Message):
