@@ -3,7 +3,7 @@
 (``SpareNodes=node4``). One non-batch node dies (its agent and its tasks SIGKILLed): the job
 keeps its id and restart count, the running srun step fails, and the batch loop's next srun
 runs on the repaired allocation and prints the new hostnames. Without the option the job
-is requeued as before."""
+is requeued as before; so is a job whose batch host fails (the script ran there)."""
 
 from __future__ import annotations
 
@@ -134,10 +134,24 @@ def test_without_spare_nodes_a_dead_node_requeues_the_job_as_before(spared: Harn
     h = spared
     job_id = h.sbatch("-N3", "--requeue", "--wrap", "sleep 600")
     job = h.wait_state(job_id, "RUNNING")
-    victim = job["alloc"][1]["node"]
+    # each test kills another node: one that fails twice is quarantined (QuarantineFailures=2)
+    victim = job["alloc"][2]["node"]
     _kill_node(h, job_id, victim)
     requeued = h.wait_job(job_id, lambda j: j["restart_count"] == 1, 60)
     assert not requeued.get("replacements")
+    _bring_back(h)
+    h.run(["scancel", str(job_id)])
+    h.wait_job(job_id, timeout=60)
+
+
+def test_the_batch_host_is_not_replaced_the_job_is_requeued(spared: Harness) -> None:
+    h = spared
+    job_id = h.sbatch("-N3", "--spare-nodes=1", "--requeue", "--wrap", "sleep 600")
+    job = h.wait_state(job_id, "RUNNING")
+    batch_host = job["alloc"][0]["node"]
+    _kill_node(h, job_id, batch_host)
+    requeued = h.wait_job(job_id, lambda j: j["restart_count"] == 1, 60)
+    assert not requeued.get("replacements")  # the script ran there: nothing to go on with
     _bring_back(h)
     h.run(["scancel", str(job_id)])
     h.wait_job(job_id, timeout=60)
