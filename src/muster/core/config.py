@@ -347,8 +347,8 @@ class _Parser:
             _bool(params["ExpediteRequeue"], "ExpediteRequeue", where)
         if "Preflight" in params:  # muster's: the partition's jobs pass the pre-flight gate
             _bool(params["Preflight"], "Preflight", where)
-        if params.get("Stragglers", "flag").lower() not in ("flag", "exclude", "off"):  # muster's
-            raise ConfigError(f"{where}: Stragglers={params['Stragglers']!r}: expected flag, exclude or off")
+        if params.get("Stragglers", "flag").lower() not in ("flag", "exclude", "swap", "off"):  # muster's
+            raise ConfigError(f"{where}: Stragglers={params['Stragglers']!r}: expected flag, exclude, swap or off")
         if "StragglerWindow" in params:  # muster's: seconds slow before a node is flagged
             _int(params["StragglerWindow"], "StragglerWindow", where, 0, 86400)
         if "HangTimeout" in params:  # muster's: a training job's default --hang-timeout

@@ -286,7 +286,7 @@ class Training:
                 # again with its first report
                 self._reporting.discard(job_id)
                 continue
-            stragglers.check(self.ctl, job, now, self.avoid)  # its nodes against each other
+            actions += stragglers.check(self.ctl, job, now, self.avoid, self.replacements)  # nodes vs each other
             p = job.progress or {}
             if p.get("step_time") is None:
                 continue

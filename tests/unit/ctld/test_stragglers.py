@@ -28,6 +28,7 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=ex Nodes=ALL MaxTime=INFINITE State=UP Stragglers=exclude
 PartitionName=quiet Nodes=ALL MaxTime=INFINITE State=UP Stragglers=off
 PartitionName=quick Nodes=ALL MaxTime=INFINITE State=UP StragglerWindow=10
+PartitionName=swap Nodes=ALL MaxTime=INFINITE State=UP Stragglers=swap StragglerWindow=10
 """
 ALICE = Identity(1001, 1001, "alice", "alice", "h", admin=False)
 NODES = ["node1", "node2", "node3"]
@@ -42,8 +43,8 @@ def ctl(tmp_path: pathlib.Path) -> Controller:
     return c
 
 
-def run(ctl: Controller, partition: str = "gpu") -> Any:
-    job = ctl.queue.submit(JobSpec(partitions=[partition]), ALICE)
+def run(ctl: Controller, partition: str = "gpu", **spec: Any) -> Any:
+    job = ctl.queue.submit(JobSpec(partitions=[partition], **spec), ALICE)
 
     class S:
         job_id, backfilled = job.job_id, False
@@ -55,19 +56,26 @@ def run(ctl: Controller, partition: str = "gpu") -> Any:
     return job
 
 
-def steps(ctl: Controller, job: Any, medians: dict[str, float], seconds: int, every: int = 10) -> None:
-    """Every ``every`` seconds for ``seconds``: each node reports its two ranks' steps and
-    medians (as the agent measures them), and the controller checks its jobs."""
+def steps(
+    ctl: Controller, job: Any, medians: dict[str, float], seconds: int, every: int = 10, ckpt: int | None = None
+) -> list[Any]:
+    """Every ``every`` seconds for ``seconds``: each node of the job reports its two ranks'
+    steps and medians (as the agent measures them; ``ckpt``: a checkpoint too), and the
+    controller checks its jobs; the actions of the checks."""
     assert isinstance(ctl.clock, ManualClock)
+    actions: list[Any] = []
     for _ in range(seconds // every):
         ctl.clock.advance(every)
         t = ctl.clock.now()
-        for node in NODES:
+        for node in job.nodes:
             step = int(t - 1000)
-            ranks = {"0": [step, t, 1.0, 9], "1": [step, t, medians[node], 9]}
+            ranks = {"0": [step, t, 1.0, 9], "1": [step, t, medians.get(node, 1.0), 9]}
             r = {"job_id": job.job_id, "attempt": job.restart_count, "first": 1000.0, "step": step, "step_time": t}
+            if ckpt is not None:
+                r.update(ckpt_step=ckpt, ckpt_time=t)
             ctl.agents.heartbeat({"node": node, "running": [[job.job_id, 0]], "progress": [{**r, "ranks": ranks}]})
-        ctl.training.check_hangs()
+        actions += ctl.training.check_hangs()
+    return actions
 
 
 def test_a_slow_node_is_flagged_shown_and_counted(ctl: Controller) -> None:
@@ -119,8 +127,32 @@ def test_the_partition_window_shortens_the_wait(ctl: Controller) -> None:
     assert list(job.progress["stragglers"]) == ["node3"]
 
 
+def test_stragglers_swap_replaces_the_node_at_the_next_checkpoint(ctl: Controller) -> None:
+    job = run(ctl, "swap", spare_nodes=1)
+    steps(ctl, job, {"node3": 1.5}, 20, ckpt=100)
+    assert list(job.progress["stragglers"]) == ["node3"] and job.spec.exclude == ["node3"]
+    steps(ctl, job, {"node3": 1.5}, 20, ckpt=100)  # no newer checkpoint: not yet
+    assert job.nodes == NODES
+    actions = steps(ctl, job, {"node3": 1.5}, 10, ckpt=200)
+    assert "node3" not in job.nodes and len(job.nodes) == 3 and job.nodes[:2] == NODES[:2]
+    (event,) = job.replacements
+    assert (event["old"], event["cause"]) == ("node3", "straggler") and "slower than its peers" in event["why"]
+    assert any(type(a).__name__ == "Terminate" and a.nodes == ["node3"] for a in actions)  # ended there
+    assert "replaced" in [k for _t, k, _d in ctl.store.events(job.job_id)]
+    steps(ctl, job, {}, 30, ckpt=200)
+    assert not job.progress.get("stragglers") and not job.progress.get("straggler_swap")
+
+
+def test_stragglers_swap_without_spare_nodes_only_excludes(ctl: Controller) -> None:
+    job = run(ctl, "swap")
+    steps(ctl, job, {"node3": 1.5}, 20, ckpt=100)
+    steps(ctl, job, {"node3": 1.5}, 20, ckpt=200)
+    assert job.nodes == NODES and job.spec.exclude == ["node3"] and not job.replacements
+    assert list(job.progress["stragglers"]) == ["node3"]
+
+
 def test_a_bad_stragglers_value_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="Stragglers='swap': expected flag, exclude or off"):
-        parse_config(CONF + "PartitionName=bad Nodes=ALL Stragglers=swap\n", "t.conf")
+    with pytest.raises(ConfigError, match="Stragglers='later': expected flag, exclude, swap or off"):
+        parse_config(CONF + "PartitionName=bad Nodes=ALL Stragglers=later\n", "t.conf")
     with pytest.raises(ConfigError, match="bad StragglerWindow 'soon'"):
         parse_config(CONF + "PartitionName=bad Nodes=ALL StragglerWindow=soon\n", "t.conf")
