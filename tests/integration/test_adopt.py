@@ -72,9 +72,23 @@ def _job_cgroup(job_id: int) -> str:
     return f"/job_{job_id}/step_extern/task_0"
 
 
+def _batch_procs(h: Harness, job_id: int) -> str:
+    with open(os.path.join(h.cluster.state_dir, "nodes", "node1", "instance")) as f:
+        node = f"node1_{f.read().strip()}"
+    path = os.path.join(CGROUP, "freezer", "muster", node, f"job_{job_id}", "step_batch", "task_0", "cgroup.procs")
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def _sleeper(h: Harness, uid: int) -> int:
+    """A running job of ``uid``, its script running on the node (RUNNING in the controller
+    comes first: the launch reaches the agent after the commit)."""
     job = h.sbatch("-n1", "-c1", "--mem=50M", "--wrap", "sleep 300", uid=uid)
     h.wait_state(job, "RUNNING")
+    wait_for(lambda: _batch_procs(h, job), 60, what=f"job {job}'s script on the node")
     return job
 
 

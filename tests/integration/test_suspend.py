@@ -2,8 +2,10 @@
 job's freezer cgroup really FROZEN and THAWED, its state SUSPENDED in squeue (``S``),
 ``scontrol show job``/``step`` and sacct, its suspended time not counted against its time
 limit, through a restart of its agent and of the controller; refusals worded as Slurm's;
-and the node's containment shown by ``scontrol show node`` and ``sinfo %K``.
-Needs root and a writable cgroup v1 freezer and memory hierarchy (skipped otherwise)."""
+``scancel --signal=STOP``/``CONT`` shown STOPPED; the node's containment shown by
+``scontrol show node`` and ``sinfo %K``; and on a node without cgroups, suspend by SIGSTOP
+of every process of the job. Needs root and a writable cgroup v1 freezer and memory
+hierarchy (skipped otherwise; the node without cgroups needs root only)."""
 
 from __future__ import annotations
 
@@ -62,6 +64,24 @@ def _freezer(h: Harness, job_id: int) -> str:
         node = f"node1_{f.read().strip()}"
     with open(os.path.join(CGROUP, "freezer", "muster", node, f"job_{job_id}", "freezer.state")) as f:
         return f.read().strip()
+
+
+def _step_states(h: Harness, job_id: int) -> set[str]:
+    """The /proc states of the processes of the job's step 0 (its task and what it runs)."""
+    with open(os.path.join(h.cluster.state_dir, "nodes", "node1", "instance")) as f:
+        node = f"node1_{f.read().strip()}"
+    with open(
+        os.path.join(CGROUP, "freezer", "muster", node, f"job_{job_id}", "step_0", "task_0", "cgroup.procs")
+    ) as f:
+        pids = [int(p) for p in f.read().split()]
+    states = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                states.add(f.read().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:
+            continue
+    return states
 
 
 def _wait_freezer(h: Harness, job_id: int, state: str) -> None:
@@ -135,6 +155,24 @@ def test_suspend_freezes_the_job_and_resume_thaws_it(cluster: Harness) -> None:
     assert h.wait_job(job2)["state"] == "CANCELLED"
 
 
+def test_a_job_sent_sigstop_shows_stopped_until_sigcont(cluster: Harness) -> None:
+    """``scancel --signal=STOP`` stops every task (srun, stopped too, could not forward it)
+    and the job shows STOPPED (``ST``), as Slurm shows it, until ``--signal=CONT``."""
+    h = cluster
+    job = _running_with_step(h)
+    try:
+        assert h.run(["scancel", "--signal=STOP", str(job)]).returncode == 0
+        assert h.run(["squeue", "-j", str(job), "-h", "-o", "%t %T"]).stdout.split() == ["ST", "STOPPED"]
+        assert "JobState=STOPPED " in _scontrol(h, "show", "job", str(job)).stdout
+        wait_for(lambda: _step_states(h, job) == {"T"}, 30, what="the step's processes stopped")
+        assert h.run(["scancel", "--signal=CONT", str(job)]).returncode == 0
+        assert h.run(["squeue", "-j", str(job), "-h", "-o", "%t"]).stdout.strip() == "R"
+        wait_for(lambda: "T" not in _step_states(h, job), 30, what="the step's processes continued")
+    finally:
+        h.run(["scancel", str(job)])
+    h.wait_job(job)
+
+
 def test_refusals_leave_the_job_as_it_was(cluster: Harness) -> None:
     h = cluster
     uid = ensure_user("mustertest")
@@ -188,3 +226,56 @@ def test_suspended_time_does_not_count_and_survives_restarts(cluster: Harness) -
     finally:
         h.run(["scancel", str(job)])
     assert h.wait_job(job)["state"] == "CANCELLED"  # not TIMEOUT: it was cancelled first
+
+
+@pytest.fixture(scope="module")
+def plain() -> Iterator[Harness]:
+    """A node that tracks jobs by their processes alone (no cgroups configured)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    h = Harness(  # naming ProctrackType opts out of the cgroups muster up turns on
+        ClusterShape(nodes=1, gpus_per_node=0, cpus_per_node=4, mem_per_node=4000),
+        settings={"ProctrackType": "proctrack/linuxproc"},
+    )
+    try:
+        h.up()
+        yield h
+    finally:
+        h.down()
+
+
+def _job_states(h: Harness, job_id: int) -> dict[int, str]:
+    """The /proc states of the job's processes (found by the environment the agent gave them)."""
+    marks = (f"SLURM_JOB_ID={job_id}".encode(), f"SLURM_CONF={h.cluster.conf_path}".encode())
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            if all(m in env for m in marks):
+                with open(f"/proc/{entry}/stat") as f:
+                    out[int(entry)] = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+    return out
+
+
+def test_without_cgroups_suspend_stops_every_process_and_resume_continues_them(plain: Harness) -> None:
+    h = plain
+    assert "Containment=none\n" in _scontrol(h, "show", "node", "node1").stdout
+    assert h.run(["sinfo", "-N", "-h", "-o", "%N %K"]).stdout.split() == ["node1", "none"]
+    job = _running_with_step(h)
+    try:
+        assert _scontrol(h, "suspend", str(job)).returncode == 0
+        wait_for(lambda: set(_job_states(h, job).values()) == {"T"}, 30, what="every process of the job stopped")
+        assert len(_job_states(h, job)) >= 4  # the script, its srun, the step's task, their sleeps
+        assert h.run(["squeue", "-j", str(job), "-h", "-o", "%t"]).stdout.strip() == "S"
+        assert _scontrol(h, "resume", str(job)).returncode == 0
+        wait_for(lambda: "T" not in _job_states(h, job).values(), 30, what="every process continued")
+        ticks = _ticks(h, f"tick-{job}")
+        wait_for(lambda: _ticks(h, f"tick-{job}") > ticks, 60, what="the resumed job to tick")
+    finally:
+        h.run(["scancel", str(job)])
+    assert h.wait_job(job)["state"] == "CANCELLED"

@@ -70,6 +70,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import ssl
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -210,7 +211,13 @@ def build_routes(
         # The batch host's supervisor signals the batch script's processes but the shell
         # (srun forwards to its tasks on every node); otherwise the step runner signals the
         # steps it runs without an srun to forward (an allocation's). Each task: once.
-        found = supervisor.signal(msg.job_id, sig, msg.batch_only, msg.whole_job)
+        if sig in (signal.SIGSTOP, signal.SIGCONT) and not msg.batch_only and not msg.whole_job:
+            # scancel --signal=STOP: a stopped srun forwards nothing, so every task here
+            # gets it from the agent (the job shows STOPPED meanwhile: ctld.jobs)
+            step_pids = set().union(*steps.job_members(msg.job_id).values()) if steps is not None else set()
+            found = supervisor.stop_tasks(msg.job_id, sig, step_pids)
+        else:
+            found = supervisor.signal(msg.job_id, sig, msg.batch_only, msg.whole_job)
         if not found and steps is not None and not msg.batch_only:
             found = steps.signal(msg.job_id, sig)
         if not found:

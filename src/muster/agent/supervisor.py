@@ -452,6 +452,20 @@ class Supervisor:
         for pid in self._members(t) - {t.pid} - steps:
             self.kill(pid, sig)
 
+    def stop_tasks(self, job_id: int, sig: int, step_pids: set[int]) -> bool:
+        """``scancel --signal=STOP`` / ``CONT``: every task of the job here (its steps'
+        ``step_pids`` and those in its cgroup, and the batch script's processes but the
+        shell) at once: a stopped srun could not forward it. False: nothing of it here."""
+        t = self.jobs.get(job_id)
+        pids = set(step_pids)
+        if self.cgroups is not None:
+            pids |= self.cgroups.step_task_pids(job_id)
+        if t is not None:
+            pids |= self._members(t) - {t.pid}
+        for pid in sorted(pids - {os.getpid()}):
+            self.kill(pid, sig)
+        return t is not None or bool(pids)
+
     def suspend(self, job_id: int, on: bool, step_pids: set[int]) -> str | None:
         """``scontrol suspend`` (``on``) or ``resume`` here: the job's cgroup frozen or
         thawed, or (no cgroup) its processes and ``step_pids`` sent SIGSTOP or SIGCONT; the

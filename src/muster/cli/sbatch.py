@@ -72,7 +72,7 @@ NO_SHEBANG = (
 )
 
 # States after which a job will not run again (sbatch --wait returns then).
-_ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
+_ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "STOPPED"})
 
 
 def table() -> OptionTable:

@@ -58,7 +58,7 @@ OPTIONS: tuple[Opt, ...] = (
 )
 
 
-_CANCELLABLE = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
+_CANCELLABLE = frozenset({"PENDING", "RUNNING", "SUSPENDED", "STOPPED"})
 
 
 class Cancel:

@@ -238,7 +238,7 @@ def squeue_job(j: dict, state: str) -> dict:
     spec = j.get("spec") if isinstance(j.get("spec"), dict) else {}
     assert isinstance(spec, dict)
     code, sig = int(j.get("exit_code") or 0), int(j.get("exit_signal") or 0)
-    ended = state not in ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
+    ended = state not in ("PENDING", "RUNNING", "SUSPENDED", "STOPPED", "COMPLETING", "CONFIGURING")
     array_job = j.get("array_job_id")
     planned = j.get("planned_nodes") or []
     alloc = _allocated_nodes(j)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 DEFAULT_SORT = "P,t,-p"
 
-_ACTIVE = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
+_ACTIVE = frozenset({"PENDING", "RUNNING", "SUSPENDED", "STOPPED"})
 _STATE_ORDER = {
     name: i
     for i, name in enumerate(

@@ -327,6 +327,9 @@ class Job:
     suspended_at: float | None = None
     suspended_secs: float = 0.0
     suspend_time: float | None = None
+    # ``scancel --signal=STOP`` (all its tasks stopped), until ``--signal=CONT``: shown
+    # STOPPED, as Slurm shows it; unlike a suspension its time keeps counting.
+    stopped: bool = False
 
     def run_seconds(self, now: float) -> float:
         """Seconds the job has run (scontrol's RunTime, squeue's TIME, sacct's Elapsed):
@@ -340,8 +343,11 @@ class Job:
     @property
     def display_state(self) -> JobState:
         """The state commands show: SUSPENDED for a running job that is suspended."""
-        if self.suspended_at is not None and self.state is JobState.RUNNING:
-            return JobState.SUSPENDED
+        if self.state is JobState.RUNNING:
+            if self.suspended_at is not None:
+                return JobState.SUSPENDED
+            if self.stopped:
+                return JobState.STOPPED
         return self.state
 
     @property

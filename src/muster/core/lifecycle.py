@@ -85,6 +85,7 @@ def start(job: Job, alloc: list[NodeAlloc], now: float, scheduler: str = "Main")
     job.usage = None
     job.progress = None  # a new attempt reports afresh
     job.suspended_at, job.suspended_secs, job.suspend_time = None, 0.0, None
+    job.stopped = False
 
 
 def suspend(job: Job, now: float) -> None:

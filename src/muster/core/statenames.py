@@ -22,6 +22,7 @@ JOB_STATE_SHORT: dict[str, str] = {
     "OUT_OF_MEMORY": "OOM",
     "BOOT_FAIL": "BF",
     "DEADLINE": "DL",
+    "STOPPED": "ST",  # shown for a running job sent SIGSTOP (scancel --signal=STOP)
 }
 # "CG": a job whose state is decided but whose processes are still being cleaned up.
 COMPLETING_SHORT = "CG"
@@ -40,7 +41,6 @@ JOB_STATE_CODES: dict[str, str] = {
     "RS": "RESIZING",
     "SI": "SIGNALING",
     "SO": "STAGE_OUT",
-    "ST": "STOPPED",
     "RD": "RESV_DEL_HOLD",
     "RF": "REQUEUE_FED",
     "RH": "REQUEUE_HOLD",

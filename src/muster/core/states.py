@@ -46,6 +46,9 @@ class JobState(StrEnum):
     OUT_OF_MEMORY = "OUT_OF_MEMORY"
     BOOT_FAIL = "BOOT_FAIL"
     DEADLINE = "DEADLINE"
+    # Shown, never entered (``Job.display_state``): a running job sent SIGSTOP as a whole
+    # (``scancel --signal=STOP``), until SIGCONT; its resources and time keep counting.
+    STOPPED = "STOPPED"
 
     @property
     def short(self) -> str:
@@ -53,7 +56,7 @@ class JobState(StrEnum):
 
     @property
     def is_terminal(self) -> bool:
-        return self not in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
+        return self not in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED, JobState.STOPPED)
 
 
 JOB_STATE_SHORT: dict[JobState, str] = {JobState(name): code for name, code in _SHORT_NAMES.items()}

@@ -7,6 +7,7 @@ actions (terminate, signal, new limit) that ``dispatch`` performs.
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from muster.core import lifecycle, mailtypes
@@ -33,7 +34,8 @@ from muster.sched.config import part_limits_mode
 from muster.sched.dependencies import parse_dependency
 from muster.sched.filters import BAD_PARTITION, NO_PARTITION, check_submit
 
-DEPENDENCY_ERROR = "Job dependency problem"  # Slurm's text for ESLURM_DEPENDENCY
+DEPENDENCY_ERROR = "Job dependency problem"
+_SIGSTOP, _SIGCONT = int(signal.SIGSTOP), int(signal.SIGCONT)  # Slurm's text for ESLURM_DEPENDENCY
 
 
 # Submissions remembered by their client's request token (``X-Muster-Request``): a client
@@ -354,6 +356,11 @@ class JobActions:
             raise InvalidRequest("Job is pending execution")
         if job.state is not JobState.RUNNING:
             raise InvalidRequest("Job/step already completing or completed")
+        if not batch_only and (stop := {_SIGSTOP: True, _SIGCONT: False}.get(sig)) is not None:
+            if job.stopped != stop:  # STOPPED while its tasks are (Slurm's JOB_STOPPED), shown by every view
+                with self.state.atomic(job):
+                    job.stopped = stop
+                    self.state.record(self.state.clock.now(), [(job, "stopped" if stop else "continued", {})])
         return [SignalJob(job.job_id, job.nodes, sig, batch_only)]
 
     def hold(self, job: Job, who: Identity, admin_hold: bool) -> None:

@@ -321,6 +321,10 @@ def record_wire(
     suspended_at = d.get("suspended_at") if state == "RUNNING" else None
     until = now if state == "RUNNING" else (end or now)
     suspended = float(d.get("suspended_secs") or 0) + (max(0.0, until - suspended_at) if suspended_at else 0.0)
+    # shown as the job's own views show it (``Job.display_state``)
+    shown = "STOPPED" if state == "RUNNING" and d.get("stopped") else None
+    if suspended_at is not None:
+        shown = "SUSPENDED"
     if state == "RUNNING" and not d.get("completing"):
         elapsed = max(0, now - (start or now) - suspended)
     elif start is not None and end is not None:
@@ -361,8 +365,8 @@ def record_wire(
         "group": d.get("group", ""),
         "gid": d.get("gid"),
         "qos": qos_of(d),
-        "state": "SUSPENDED" if suspended_at is not None else state,
-        "state_text": "SUSPENDED" if suspended_at is not None else state_text,
+        "state": shown or state,
+        "state_text": shown or state_text,
         "suspended": int(suspended),
         "exit_code": _job_exit(d),
         "derived_exit_code": "0:0",

@@ -76,3 +76,15 @@ def test_suspension_round_trips_through_the_dict_form() -> None:
     lifecycle.suspend(job, 110.0)
     back = Job.from_dict(job.to_dict())
     assert back.suspended_at == 110.0 and back.display_state is JobState.SUSPENDED
+
+
+def test_a_job_sent_sigstop_is_shown_stopped_and_a_suspension_shows_first() -> None:
+    job = running_job()
+    job.stopped = True
+    assert job.display_state is JobState.STOPPED and job.display_state.short == "ST"
+    assert not JobState.STOPPED.is_terminal and job.is_active
+    lifecycle.suspend(job, 110.0)
+    assert job.display_state is JobState.SUSPENDED
+    lifecycle.requeue(job, 120.0)
+    lifecycle.start(job, [NodeAlloc("n1", 1, 100)], now=200.0)
+    assert not job.stopped and job.display_state is JobState.RUNNING
