@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -34,6 +37,19 @@ LIBEXEC = os.path.join(os.path.dirname(BIN), "libexec", "muster")
 DIRECT = {"MUSTER_CMD_SERVER": "0"}
 
 
+def socket_dir(uid: int, env: Mapping[str, str]) -> str:
+    """Where ``client.c`` puts the server's socket: the login session's runtime directory
+    when ``env`` names one that is ``uid``'s own and closed, else /tmp/muster-cmd-UID."""
+    session = env.get("XDG_RUNTIME_DIR", "")
+    try:
+        st = os.stat(session) if session.startswith("/") and len(session) <= 64 else None
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077:
+        return os.path.join(session, "muster-cmd")
+    return f"/tmp/muster-cmd-{uid}"
+
+
 def live_socket(uid: int = 0, env: dict[str, str] | None = None) -> str | None:
     """The socket of this install's server for ``uid`` and the ``PYTHON*`` variables of
     ``env`` (this process's by default), here: one that has a server, in this process's
@@ -42,7 +58,7 @@ def live_socket(uid: int = 0, env: dict[str, str] | None = None) -> str | None:
     socket)."""
     prefix = client_id(os.path.join(BIN, "python"), import_root(), LIBEXEC)
     want = python_vars(os.environ if env is None else env)
-    for sock in glob.glob(f"/tmp/muster-cmd-{uid}/{prefix}-*.sock"):
+    for sock in glob.glob(f"{socket_dir(uid, os.environ if env is None else env)}/{prefix}-*.sock"):
         pids = server_pids(sock)
         if pids and place(pids[0]) == place("self") and python_vars(environ_of(pids[0])) == want:
             return sock
@@ -466,3 +482,95 @@ def test_a_server_that_only_refuses_leaves_when_idle(cluster: Harness) -> None:
     finally:
         server.kill()
         server.wait()
+
+
+def proc_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_ctrl_z_stops_the_command_and_its_client_and_fg_continues_both(cluster: Harness) -> None:
+    sock = served(cluster)
+    p = subprocess.Popen(
+        ["sbatch", "--wait", "-J", "ctrl-z", "--wrap", "sleep 60"],
+        env=cluster.env,
+        cwd=cluster.workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert wait_for(lambda: bool(cluster.run(["squeue", "-h", "-n", "ctrl-z", "-t", "R"]).stdout))
+        assert not exe(p.pid).startswith("python")  # served: the caller's process is the client
+        p.send_signal(signal.SIGTSTP)  # the terminal's Ctrl-Z reaches the client alone
+        # the command stops (in its runner, out of the terminal's reach), then the client
+        assert wait_for(lambda: any(proc_state(pid) == "T" for pid in server_pids(sock)))
+        assert wait_for(lambda: proc_state(p.pid) == "T")
+        p.send_signal(signal.SIGCONT)  # fg
+        assert wait_for(lambda: proc_state(p.pid) != "T")
+        assert wait_for(lambda: all(proc_state(pid) != "T" for pid in server_pids(sock)))
+        p.send_signal(signal.SIGINT)  # and the command still answers, as ever
+        p.communicate(timeout=30)
+        assert p.returncode == 130
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        cluster.run(["scancel", "-n", "ctrl-z"])
+
+
+def test_the_session_runtime_directory_holds_the_socket_when_it_is_the_users_own(cluster: Harness) -> None:
+    session = Path(tempfile.mkdtemp(prefix="run-user-"))  # short, as /run/user/UID: a socket's path is
+    try:  # at most 107 bytes
+        check_session_directory(cluster, session)
+    finally:
+        shutil.rmtree(session)
+
+
+def check_session_directory(cluster: Harness, session: Path) -> None:
+    env = {"XDG_RUNTIME_DIR": str(session)}
+    out = cluster.run(["sinfo", "-h", "-o", "%P"], env=env)
+    assert (out.returncode, out.stdout) == (0, "gpu*\n")
+    assert wait_for(lambda: live_socket(0, {**cluster.env, **env}) is not None)
+    sock = live_socket(0, {**cluster.env, **env})
+    assert sock is not None and sock.startswith(f"{session}/muster-cmd/")
+    assert stat.S_IMODE(os.stat(session / "muster-cmd").st_mode) == 0o700
+    subprocess.run(["pkill", "-f", f"cmdserver {sock}"])
+    # one open to others is never used: /tmp/muster-cmd-UID instead
+    os.chmod(session, 0o755)
+    assert socket_dir(0, env) == "/tmp/muster-cmd-0"
+    before = set(os.listdir(session / "muster-cmd"))
+    out = cluster.run(["sinfo", "-h", "-o", "%P"], env=env)
+    assert (out.returncode, out.stdout) == (0, "gpu*\n")
+    assert set(os.listdir(session / "muster-cmd")) <= before  # nothing new there
+
+
+def test_the_sites_switch_makes_every_command_run_by_itself(cluster: Harness, tmp_path: Path) -> None:
+    conf = tmp_path / "muster.conf"
+    with open(cluster.cluster.conf_path) as f:
+        conf.write_text(f.read() + "CommandServer=no\n")
+    env = {**cluster.env, "MUSTER_CONF": str(conf)}
+    p = subprocess.Popen(
+        ["sbatch", "--wait", "-J", "site-off", "--wrap", "sleep 60"],
+        env=env,
+        cwd=cluster.workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert wait_for(lambda: bool(cluster.run(["squeue", "-h", "-n", "site-off", "-t", "R"]).stdout))
+        assert exe(p.pid).startswith("python")  # the client ran the command's launcher itself
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=30)
+        assert p.returncode == 130
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        cluster.run(["scancel", "-n", "site-off"])
+    out = cluster.run(["sinfo", "-h", "-o", "%P"], env=env)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "gpu*\n", "")  # the key is muster's own: no warning

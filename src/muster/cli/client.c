@@ -9,8 +9,9 @@
  * descriptors, MUSTER_CMD_SERVER=0 -- the client runs the command's Python launcher itself,
  * exactly as before: it starts a server for the next call and goes on.
  *
- * Trust: the server's socket lives in /tmp/muster-cmd-UID, a directory that must belong to
- * the user and be closed to everyone else, and the client talks only to a server whose
+ * Trust: the server's socket lives in $XDG_RUNTIME_DIR/muster-cmd (the login session's own
+ * directory, where systemd made one) or else /tmp/muster-cmd-UID, a directory that must
+ * belong to the user and be closed to everyone else, and the client talks only to a server whose
  * peer credentials are its own user's. The server checks the client's the same way, and
  * that the client lives in its namespaces and root directory (the socket's name says
  * which: each place has its own server). Inside a job (SLURM_JOB_ID) the client always
@@ -33,7 +34,11 @@
  * left behind.
  *
  * MUSTER_CMD_SERVER=wait: where no server runs, start one and wait for it rather than run
- * the command alone (muster up uses it to start the user's server). */
+ * the command alone (muster up uses it to start the user's server). MUSTER_CMD_SERVER=0, or
+ * the site's CommandServer=no in muster.conf: every command runs by itself.
+ *
+ * Job control: Ctrl-Z (SIGTSTP) stops the command (SIGSTOP) and then the client, so that
+ * the shell sees its job stopped; fg (SIGCONT) continues both. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +50,7 @@
 #include <stdlib.h>
 #include <poll.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -67,10 +73,20 @@ extern char **environ;
 
 static volatile sig_atomic_t runner;  /* the pid running the command, once known */
 static volatile sig_atomic_t pending; /* a signal that came before it was */
-static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGALRM};
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGALRM, SIGTSTP};
+
+/* Ctrl-Z: the command is stopped, then the client, so that the shell sees its job stopped.
+ * The command runs in the server's session, out of the terminal's reach: an orphaned
+ * process group, where the kernel drops SIGTSTP, so it gets SIGSTOP. */
+static void stop_both(void) {
+    kill(runner, SIGSTOP);
+    kill(getpid(), SIGSTOP);
+}
 
 static void forward(int sig) {
-    if (runner > 0)
+    if (runner > 0 && sig == SIGTSTP)
+        stop_both();
+    else if (runner > 0)
         kill(runner, sig);
     else
         pending = sig;
@@ -140,16 +156,61 @@ static unsigned long long place(void) {
     return hash;
 }
 
+/* The login session's runtime directory, when it is one: absolute, the user's own, closed. */
+static const char *runtime_dir(uid_t uid) {
+    const char *dir = getenv("XDG_RUNTIME_DIR");
+    struct stat st;
+    if (!dir || dir[0] != '/' || strlen(dir) > 64)
+        return NULL;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != uid || (st.st_mode & 077))
+        return NULL;
+    return dir;
+}
+
 static int socket_path(char *out, size_t size) {
-    char dir[64];
+    char dir[96];
     uid_t uid = geteuid();
     struct stat st;
-    snprintf(dir, sizeof dir, "/tmp/muster-cmd-%u", (unsigned)uid);
+    const char *session = runtime_dir(uid);
+    if (session)
+        snprintf(dir, sizeof dir, "%s/muster-cmd", session);
+    else
+        snprintf(dir, sizeof dir, "/tmp/muster-cmd-%u", (unsigned)uid);
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
         return -1;
     if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != uid || (st.st_mode & 077))
         return -1; /* not the user's own, closed directory: never trust a socket in it */
     return snprintf(out, size, "%s/%s-%016llx.sock", dir, MUSTER_ID, place()) < (int)size ? 0 : -1;
+}
+
+/* The site's switch: CommandServer=no (off, false, 0) in muster.conf ($MUSTER_CONF, else
+ * /etc/muster/muster.conf) makes every command run by itself, for every user. */
+static int site_off(void) {
+    const char *path = getenv("MUSTER_CONF");
+    if (!path || !*path)
+        path = getenv("SLURM_CONF_MUSTER");
+    if (!path || !*path)
+        path = "/etc/muster/muster.conf";
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    char line[1024];
+    int off = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *p = line + strspn(line, " \t");
+        if (strncasecmp(p, "CommandServer", 13) != 0)
+            continue;
+        p += 13;
+        p += strspn(p, " \t");
+        if (*p != '=')
+            continue;
+        p += 1 + strspn(p + 1, " \t");
+        size_t n = strcspn(p, " \t\r\n#");
+        off = (n == 2 && strncasecmp(p, "no", 2) == 0) || (n == 3 && strncasecmp(p, "off", 3) == 0) ||
+              (n == 5 && strncasecmp(p, "false", 5) == 0) || (n == 1 && p[0] == '0');
+    }
+    fclose(f);
+    return off;
 }
 
 /* Start a server in the background for the next command: its own session, no terminal,
@@ -329,7 +390,7 @@ int main(int argc, char **argv) {
      * started there would outlive it. */
     int in_job = getenv("SLURM_JOB_ID") || getenv("SLURM_JOBID");
     int wait = off && strcmp(off, "wait") == 0;
-    if ((off && strcmp(off, "0") == 0) || in_job || socket_path(sock_path, sizeof sock_path) != 0)
+    if ((off && strcmp(off, "0") == 0) || in_job || site_off() || socket_path(sock_path, sizeof sock_path) != 0)
         direct(name, argc, argv);
     for (int fd = 0; fd < 3; fd++)
         if (fcntl(fd, F_GETFD) < 0)
@@ -405,7 +466,9 @@ int main(int argc, char **argv) {
         memcpy(&value, reply + 1, 4);
         if (reply[0] == 'P') {
             runner = value;
-            if (pending)
+            if (pending == SIGTSTP)
+                stop_both();
+            else if (pending)
                 kill(runner, pending);
             if (send_go(sock) != 0) { /* the runner has gone without its "G": nothing ran */
                 close(sock);

@@ -28,13 +28,15 @@ the command itself instead (``client.c``), so a command runs once whichever side
 The server watches each running command's client: one that goes (killed) has its command
 hung up on, SIGHUP, as a closed terminal does.
 
-Trust: the socket is in ``/tmp/muster-cmd-UID``, which the client accepts only when it is
+Trust: the socket is in ``$XDG_RUNTIME_DIR/muster-cmd`` (a login session's runtime directory
+that is the user's own and closed) or ``/tmp/muster-cmd-UID``, which the client accepts only when it is
 the user's own directory closed to everyone else, and each side checks the other's peer
 credentials. A runner never serves another user: it does not even answer one.
 
 The server leaves after ``MUSTER_CMD_SERVER_IDLE`` seconds without a command (600 by
 default), when its socket is removed or replaced, or on SIGTERM; ``MUSTER_CMD_SERVER=0``
-makes the client run every command itself.
+(a user) or ``CommandServer=no`` in muster.conf (the site) makes the client run every
+command itself.
 """
 
 from __future__ import annotations

@@ -65,6 +65,7 @@ AdminMail
 MetricsType LogFormat
 TLSType TLSParameters
 MinAgentProtocol
+CommandServer
 """
 
 _NODE_KEYS = """
