@@ -277,3 +277,34 @@ def test_task_epilog_runs_after_each_task_then_the_sites(cluster: Harness) -> No
     for rank in (0, 1):
         with open(f"{log}.{rank}") as f:  # written before srun heard of the task's end
             assert f.read().splitlines() == [f"user {rank} {os.getuid()} {h.workdir}", f"site {rank}"]
+
+
+def test_arbitrary_distribution_follows_slurm_hostfile(cluster: Harness) -> None:
+    # srun(1) -m arbitrary: "allocate processes in-order as listed in file designated by the
+    # environment variable SLURM_HOSTFILE ... If not set the method will default to block."
+    h = cluster
+    hostfile = os.path.join(h.workdir, "hosts")
+    with open(hostfile, "w") as f:
+        f.write("node2\nnode1,node2\n")
+    show = ["sh", "-c", "echo $SLURM_PROCID $SLURMD_NODENAME $SLURM_DISTRIBUTION"]
+    out = h.run(["srun", "-m", "arbitrary", *show], env={"SLURM_HOSTFILE": hostfile}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stdout.splitlines()) == ["0 node2 arbitrary", "1 node1 arbitrary", "2 node2 arbitrary"]
+    # -n takes the file's first N; inside an allocation too
+    alloc = h.run(["salloc", "--no-shell", "-N2", "-n4", "-t", "5"], timeout=120)
+    assert alloc.returncode == 0, alloc.stderr
+    job_id = int(alloc.stderr.split("Granted job allocation")[1].split()[0])
+    try:
+        two = h.run(
+            ["srun", f"--jobid={job_id}", "-n2", "--distribution=arbitrary", *show],
+            env={"SLURM_HOSTFILE": hostfile},
+            timeout=120,
+        )
+        assert sorted(two.stdout.splitlines()) == ["0 node2 arbitrary", "1 node1 arbitrary"], two
+        plain = h.run(["srun", f"--jobid={job_id}", "-n2", "-N1", "-m", "arbitrary", *show], timeout=120)
+        assert sorted(line.split()[0] for line in plain.stdout.splitlines()) == ["0", "1"], plain  # block
+        short = h.run(["srun", f"--jobid={job_id}", "-n4", "-m", "arbitrary", "true"], env={"SLURM_HOSTFILE": hostfile})
+        assert short.returncode != 0 and "fewer than the 4 tasks" in short.stderr
+    finally:
+        h.run(["scancel", str(job_id)])
+    h.wait_job(job_id)

@@ -137,8 +137,8 @@ def task_environment(
     cpt = int(step.get("cpus_per_task") or 1)
     if cpt != 1:
         out["SLURM_CPUS_PER_TASK"] = str(cpt)
-    if step.get("distribution") == "cyclic":
-        out["SLURM_DISTRIBUTION"] = "cyclic"
+    if step.get("distribution") in ("cyclic", "arbitrary"):
+        out["SLURM_DISTRIBUTION"] = str(step["distribution"])
     restarts = int(job.get("restart_count") or 0)
     if restarts > 0:
         out["SLURM_RESTART_COUNT"] = str(restarts)

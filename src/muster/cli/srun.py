@@ -205,7 +205,7 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
             run.step["overcommit"] = True
         elif k == "distribution":
             dist = (value or "block").split(":")[0].split(",")[0].lower()
-            if dist not in ("block", "cyclic", "*"):
+            if dist not in ("block", "cyclic", "arbitrary", "*"):
                 raise CommandError(f"Invalid --distribution specification: {value}", RC_BAD_OPTION)
             run.step["distribution"] = "block" if dist == "*" else dist
         elif k == "gpu-bind":
@@ -317,6 +317,8 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
         step["exclusive"] = True
     if in_job and "time" in keys and spec.get("time_limit"):
         step["time_limit"] = spec["time_limit"]  # the step's own limit, within the job's
+    if step.get("distribution") == "arbitrary":
+        _arbitrary(step, spec, environ, in_job)
     if run.job_id is None and in_job:
         raw = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or ""
         try:
@@ -324,6 +326,34 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
         except ValueError:
             raise CommandError(f"Invalid SLURM_JOB_ID: {raw}") from None
     return run
+
+
+def _arbitrary(step: dict[str, object], spec: dict[str, object], environ: dict[str, str], in_job: bool) -> None:
+    """``-m arbitrary``: task i on the i-th host of ``SLURM_HOSTFILE`` (one a line, or comma
+    separated; with ``-n`` its first N); without the variable, block (srun(1))."""
+    path = environ.get("SLURM_HOSTFILE")
+    if not path:
+        step["distribution"] = "block"
+        return
+    try:
+        with open(path) as f:
+            hosts = [h.strip() for line in f for h in line.split("#")[0].split(",") if h.strip()]
+    except OSError as e:
+        raise CommandError(f"Unable to open SLURM_HOSTFILE {path}: {e.strerror}", 1) from None
+    wanted = step.get("ntasks")
+    if isinstance(wanted, int):
+        if len(hosts) < wanted:
+            raise CommandError(f"SLURM_HOSTFILE {path} names {len(hosts)} hosts, fewer than the {wanted} tasks", 1)
+        hosts = hosts[:wanted]
+    if not hosts:
+        raise CommandError(f"SLURM_HOSTFILE {path} names no host", 1)
+    for key in ("min_nodes", "ntasks_per_node", "nodelist"):
+        step.pop(key, None)
+    step["task_nodes"], step["ntasks"] = hosts, len(hosts)
+    if not in_job:  # the allocation: those nodes, room on each for the tasks named for it
+        unique = list(dict.fromkeys(hosts))
+        spec.pop("ntasks", None)
+        spec.update(nodelist=unique, min_nodes=len(unique), ntasks_per_node=max(hosts.count(h) for h in unique))
 
 
 def _inherited_layout(environ: dict[str, str]) -> dict[str, object]:
@@ -562,7 +592,7 @@ Parallel run options:
   -k, --no-kill               do not kill job on node failure
   -K, --kill-on-bad-exit      kill the job step if any task exits non-zero
   -l, --label                 prepend task number to lines of stdout/err
-  -m, --distribution=type     block or cyclic distribution of tasks
+  -m, --distribution=type     block, cyclic or arbitrary (SLURM_HOSTFILE) distribution of tasks
       --mem=MB                minimum amount of real memory
       --mincpus=n             minimum number of logical processors per node
       --multi-prog            the executable is a file naming each task's program

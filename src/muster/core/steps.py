@@ -24,7 +24,9 @@ Placement, in order (each rule is Slurm's unless marked *muster*):
    whose capacity covers ``-n`` (*muster*: Slurm may spread further).
 4. Every chosen node gets one task, then ``block`` fills nodes in order up to capacity and
    ``cyclic`` deals the rest one at a time round the nodes. Task ids are contiguous per
-   node for ``block`` and dealt round the nodes for ``cyclic``.
+   node for ``block`` and dealt round the nodes for ``cyclic``. ``arbitrary`` names each
+   task's node (``task_nodes``, srun's ``SLURM_HOSTFILE``): task i runs on the i-th name, the
+   nodes in the order they first appear, each holding the tasks named for it.
 5. GPUs: ``--gpus-per-task`` or ``--gres=gpu:N``/``--gpus-per-node`` hold that many of the
    node's free GPUs (lowest indices first); a step that asks for no GPU holds none and
    sees all of the job's GPUs on its nodes.
@@ -58,7 +60,7 @@ __all__ = [
     "plan_step",
 ]
 
-DISTRIBUTIONS = ("block", "cyclic")
+DISTRIBUTIONS = ("block", "cyclic", "arbitrary")
 BATCH_STEP = -5  # the batch script's step id (Slurm's "batch"), never allocated by plan_step
 
 # Messages as srun prints them after "Unable to create step for job N: ".
@@ -111,6 +113,7 @@ class StepRequest:
     gpu_bind: str | None = None
     time_limit: int | None = None  # seconds (``srun -t`` inside an allocation); None: the job's
     overcommit: bool = False  # -O: more tasks than CPUs, each node's tasks share its CPUs
+    task_nodes: tuple[str, ...] = ()  # -m arbitrary: each task's node, in task order
 
     def __post_init__(self) -> None:
         for name in ("min_nodes", "ntasks", "ntasks_per_node"):
@@ -126,19 +129,24 @@ class StepRequest:
             if value is not None and value < 0:
                 raise StepRejected(f"invalid {name.replace('_', '-')}: {value}")
         if self.distribution not in DISTRIBUTIONS:
-            raise StepRejected(f"invalid distribution: {self.distribution} (block or cyclic)")
+            raise StepRejected(f"invalid distribution: {self.distribution} (block, cyclic or arbitrary)")
+        if (self.distribution == "arbitrary") != bool(self.task_nodes):
+            raise StepRejected("the arbitrary distribution needs a node for each task (SLURM_HOSTFILE)")
+        if self.task_nodes and self.ntasks is not None and self.ntasks != len(self.task_nodes):
+            raise StepRejected(f"invalid ntasks: {self.ntasks} (the host file names {len(self.task_nodes)})")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["nodelist"] = list(self.nodelist)
         d["exclude"] = list(self.exclude)
+        d["task_nodes"] = list(self.task_nodes)
         return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepRequest:
         known = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in data.items() if k in known and v is not None}
-        for key in ("nodelist", "exclude"):
+        for key in ("nodelist", "exclude", "task_nodes"):
             if key in d:
                 d[key] = tuple(d[key])
         return cls(**d)
@@ -203,6 +211,14 @@ def plan_step(request: StepRequest, shares: list[NodeShare]) -> StepLayout | Ste
     candidates = [
         s for s in shares if s.name not in request.exclude and (not request.nodelist or s.name in request.nodelist)
     ]
+    if request.task_nodes:  # -m arbitrary: the nodes are the host file's, in its order
+        order = list(dict.fromkeys(request.task_nodes))
+        for name in order:
+            if name not in names or name in request.exclude:
+                raise StepRejected(NODES_UNAVAILABLE)
+        by_name = {s.name: s for s in shares}
+        candidates = [by_name[n] for n in order]
+        request = dataclasses.replace(request, min_nodes=len(order), ntasks=len(request.task_nodes))
     if request.nodelist and request.min_nodes is None:
         request = dataclasses.replace(request, min_nodes=len(candidates))
     # Never: the step does not fit even an allocation where no other step runs.
@@ -249,7 +265,12 @@ def _place(request: StepRequest, shares: list[NodeShare]) -> StepLayout | str:
         # Neither -n nor -N: every node of the allocation (Slurm's default inside a job).
         wanted_nodes = wanted_nodes or len(shares)
         ntasks = wanted_nodes * (request.ntasks_per_node or 1)
-    if wanted_nodes is not None:
+    if request.task_nodes:  # every node the host file names, each with its tasks
+        chosen = list(range(len(shares)))
+        counts = [request.task_nodes.count(s.name) for s in shares]
+        if any(caps[i][0] < counts[i] for i in chosen):
+            return _why_short(request, shares)
+    elif wanted_nodes is not None:
         if wanted_nodes > len(shares):
             return NODES_UNAVAILABLE
         wanted_nodes = min(wanted_nodes, ntasks)  # Slurm: "setting nnodes to ntasks"
@@ -268,8 +289,11 @@ def _place(request: StepRequest, shares: list[NodeShare]) -> StepLayout | str:
     if sum(caps[i][0] for i in chosen) < ntasks:
         return _why_short(request, shares)
 
-    counts = _counts(ntasks, [caps[i][0] for i in chosen], request.distribution)
-    tasks = _task_ids(counts, request.distribution)
+    if request.task_nodes:
+        tasks = [[t for t, n in enumerate(request.task_nodes) if n == shares[i].name] for i in chosen]
+    else:
+        counts = _counts(ntasks, [caps[i][0] for i in chosen], request.distribution)
+        tasks = _task_ids(counts, request.distribution)
     layout_nodes, cpus, gpus, task_gpus = [], [], [], []
     holds_gpus = bool(request.gpus_per_task or request.gpus_per_node or request.gpus or request.exclusive)
     per_node_total = -(-request.gpus // len(chosen)) if request.gpus else 0

@@ -71,12 +71,13 @@ class StepRequestModel(BaseModel):
     gpus_per_task: int | None = Field(None, ge=0)
     gpus_per_node: int | None = Field(None, ge=0)
     gpus: int | None = Field(None, ge=0)
-    distribution: str = Field("block", pattern="^(block|cyclic)$")
+    distribution: str = Field("block", pattern="^(block|cyclic|arbitrary)$")
     exclusive: bool = False
     overlap: bool = False
     overcommit: bool = False
     nodelist: list[str] = []
     exclude: list[str] = []
+    task_nodes: list[str] = Field([], max_length=100_000)  # -m arbitrary: each task's node
     gpu_bind: str | None = Field(None, max_length=4096)
     time_limit: int | None = Field(None, ge=1)
 

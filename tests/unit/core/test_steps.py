@@ -217,3 +217,27 @@ def test_overcommit_runs_more_tasks_than_the_node_has_cpus() -> None:
         plan_step(request, shares(32))
     layout = place(StepRequest(min_nodes=1, ntasks=33, overcommit=True), shares(32))
     assert (layout.ntasks, layout.cpus) == (33, [32])  # the tasks share the node's CPUs
+
+
+def test_arbitrary_puts_each_task_on_the_node_the_host_file_names() -> None:
+    # srun(1) -m arbitrary: "allocate processes in-order as listed in file designated by the
+    # environment variable SLURM_HOSTFILE"
+    req = StepRequest(distribution="arbitrary", task_nodes=("node3", "node1", "node3", "node3"))
+    layout = plan_step(req, shares(4, 4, 4))
+    assert isinstance(layout, StepLayout)
+    assert layout.nodes == ["node3", "node1"]
+    assert layout.tasks == [[0, 2, 3], [1]]
+    assert layout.distribution == "arbitrary"
+
+
+def test_arbitrary_refuses_what_it_cannot_place() -> None:
+    with pytest.raises(StepRejected):
+        plan_step(StepRequest(distribution="arbitrary", task_nodes=("node9",)), shares(4))
+    with pytest.raises(StepRejected):  # node1 has room for 2 tasks, not 3: never
+        plan_step(StepRequest(distribution="arbitrary", task_nodes=("node1",) * 3), shares(2))
+    with pytest.raises(StepRejected):
+        StepRequest(distribution="arbitrary")  # no host file
+    with pytest.raises(StepRejected):
+        StepRequest(distribution="arbitrary", task_nodes=("node1", "node2"), ntasks=3)
+    round_trip = StepRequest.from_dict(StepRequest(distribution="arbitrary", task_nodes=("node1",)).to_dict())
+    assert round_trip.task_nodes == ("node1",)
