@@ -3,7 +3,8 @@
 (``SpareNodes=node4``). One non-batch node dies (its agent and its tasks SIGKILLed): the job
 keeps its id and restart count, the running srun step fails, and the batch loop's next srun
 runs on the repaired allocation and prints the new hostnames. Without the option the job
-is requeued as before; so is a job whose batch host fails (the script ran there)."""
+is requeued as before; so is a job whose batch host fails (the script ran there). A node
+whose health check starts failing is replaced too, and the job's tasks there are stopped."""
 
 from __future__ import annotations
 
@@ -155,3 +156,51 @@ def test_the_batch_host_is_not_replaced_the_job_is_requeued(spared: Harness) -> 
     _bring_back(h)
     h.run(["scancel", str(job_id)])
     h.wait_job(job_id, timeout=60)
+
+
+@pytest.fixture
+def checked() -> Iterator[Harness]:
+    """A cluster like ``spared`` whose nodes run a health check every second: it fails on
+    the node named by a file ``sick-<node>`` in the cluster's root."""
+    h = Harness(
+        ClusterShape(nodes=4, gpus_per_node=2, cpus_per_node=4, mem_per_node=8000),
+        settings={"SlurmdTimeout": "4", "KillWait": "2"},
+    )
+    program = os.path.join(h.root, "health.sh")
+    with open(program, "w") as f:
+        f.write(f'#!/bin/sh\nif [ -e "{h.root}/sick-$SLURMD_NODENAME" ]; then echo "NIC down"; exit 1; fi\n')
+    os.chmod(program, 0o755)
+    h.cluster.create(h.shape, h.settings, h.topology)
+    with open(h.cluster.conf_path) as f:
+        text = f.read()
+    text = text.replace("PartitionName=gpu Nodes=ALL", "PartitionName=gpu Nodes=ALL SpareNodes=node4")
+    with open(h.cluster.conf_path, "w") as f:
+        f.write(text + f"HealthCheckProgram={program}\nHealthCheckInterval=1\n")
+    h.up()
+    try:
+        yield h
+    finally:
+        h.down()
+
+
+def test_a_node_whose_health_check_starts_failing_is_replaced_and_its_tasks_stopped(checked: Harness) -> None:
+    h = checked
+    script = os.path.join(h.workdir, "loop.sh")
+    with open(script, "w") as f:
+        f.write(LOOP)
+    job_id = h.sbatch("-N3", "--ntasks-per-node=1", "--spare-nodes=1", "-o", "loop-%j.out", script)
+    h.wait_state(job_id, "RUNNING")
+    out = os.path.join(h.workdir, f"loop-{job_id}.out")
+    wait_for(lambda: os.path.exists(out) and h.read(out).count("round 1 host") == 3, 60, what="round 1 on 3 nodes")
+    with open(os.path.join(h.root, "sick-node3"), "w"):
+        pass
+    done = h.wait_job(job_id, timeout=90)
+    text = h.read(out)
+    assert done["state"] == "COMPLETED" and done["restart_count"] == 0, text
+    assert [a["node"] for a in done["alloc"]] == ["node1", "node2", "node4"], text
+    assert "round 2 host node4 of node[1-2,4] rank 2" in text, text
+    (event,) = done["replacements"]
+    assert (event["old"], event["new"], event["cause"]) == ("node3", "node4", "health_check")
+    wait_for(lambda: not _pids_of(job_id, "node3"), 30, what="the job's tasks on node3 stopped")  # it still runs
+    node3 = next(n for n in h.cluster.api("GET", "/v1/nodes")["nodes"] if n["name"] == "node3")
+    assert node3["drain"] and "NIC down" in node3["reason"], node3  # drained by its health check
