@@ -127,3 +127,21 @@ def test_a_gated_job_runs_on_healthy_nodes(cluster: Harness) -> None:
     h = cluster
     job = h.sbatch("--preflight", "-N2", "--gres=gpu:1", "--wrap", "true")
     assert h.wait_job(job, timeout=60)["state"] == "COMPLETED"
+
+
+def test_a_node_that_is_not_the_batch_host_is_gated_before_the_launch(cluster: Harness) -> None:
+    h = cluster
+    flag = os.path.join(h.flags, "node-node3")  # type: ignore[attr-defined]
+    open(flag, "w").close()
+    out = os.path.join(h.workdir, "ran-three")
+    try:
+        job = h.sbatch("--preflight", "-N3", "--wrap", f"echo ran > {out}")
+        n = drained(h, "node3")
+        assert n["reason"].endswith(": preflight refuses node3"), n
+        j = h.wait_job(job, lambda j: j["restart_count"] >= 1 and j["state"] == "PENDING", timeout=60)
+        assert not j.get("hold") and not os.path.exists(out)  # requeued before the batch script ran
+        assert not node(h, "node1")["drain"] and not node(h, "node2")["drain"]
+        h.run(["scancel", str(job)])
+    finally:
+        os.unlink(flag)
+    resume(h, "node3")

@@ -19,6 +19,9 @@ credentials that ``protocol.httpd`` puts in the scope:
   ``POST /v1/launches``       ``{"launches": [<launch>...]}`` (one pass's launches to this
                               node) -> ``{"answers": [...]}``: each launch's answer as
                               above, in order, a failure with its ``"status"``
+  ``POST /v1/preflight``      ``<launch>`` (muster's: a ``--preflight`` job's node that is not
+                              its batch host) -> ``{"ok", "reason"}``: the pre-flight gate's
+                              verdict here (``agent.preflight``), before the launch
   ``POST /v1/signal``         ``{"job_id", "signal", "batch_only"}`` -> ``{"ok": true}``
   ``POST /v1/hang_evidence``  ``{"job_id"}`` -> ``{"ok": true, "processes": n}``: the
                               controller judged the job hung; the evidence of each of its
@@ -183,6 +186,14 @@ def build_routes(
         except LaunchError as exc:
             return JSONResponse({"error": str(exc), "code": "launch_failed", "fault": exc.fault}, status_code=500)
         return JSONResponse({"ok": True})
+
+    @_handler
+    async def preflight(request: Request) -> JSONResponse:
+        """The pre-flight gate here for a job whose batch host is another node (the
+        controller asks each of its nodes before the launch; ``agent.preflight``)."""
+        msg = _message(LaunchRequest, await _json_body(request))
+        verdict = await supervisor.preflight_check(msg.job.model_dump())
+        return JSONResponse({"ok": verdict.ok, "reason": verdict.reason})
 
     @_handler
     async def launches(request: Request) -> JSONResponse:
@@ -376,6 +387,7 @@ def build_routes(
     return [
         Route("/v1/launch", launch, methods=["POST"]),
         Route("/v1/launches", launches, methods=["POST"]),
+        Route("/v1/preflight", preflight, methods=["POST"]),
         Route("/v1/signal", signal_job, methods=["POST"]),
         Route("/v1/hang_evidence", hang_evidence, methods=["POST"]),
         Route("/v1/terminate", terminate, methods=["POST"]),

@@ -52,7 +52,7 @@ from muster.agent.affinity import CpuLedger
 from muster.agent.cgroupfs import NodeCgroups
 from muster.agent.containers import Containers
 from muster.agent.env import EnvContext, batch_environment
-from muster.agent.hooks import Hooks
+from muster.agent.hooks import HookResult, Hooks
 from muster.agent.jobcontainer import JobContainer
 from muster.agent.jobrecord import LOST_STATUS, Tracked, cpus_on, end_report, report_body
 from muster.agent.launcher import JOB_FAULT, PROLOG_FAULT, STALE, LaunchError
@@ -489,6 +489,13 @@ class Supervisor:
         if how is not None:
             log.info("job %s: %s (%s)", job_id, "suspended" if on else "resumed", how)
         return how
+
+    async def preflight_check(self, job: dict[str, Any]) -> HookResult:
+        """The pre-flight gate here for ``job`` (``/v1/preflight``), whatever its option: the
+        controller asks only for gated jobs."""
+        if self.preflight is None:
+            return HookResult(True)
+        return await self.preflight.run(job, self.state.spool_for(int(job["job_id"])))
 
     def new_allocation(self, job_id: int, attempt: int, alloc: list[dict[str, Any]]) -> bool:
         """A failed node of the running job was replaced (``ctld.replacement``): its record

@@ -197,14 +197,20 @@ class CtldApp:
         assert self.dispatcher is not None
         by_host: dict[str, list[Launch]] = {}
         for action in actions:
-            if isinstance(action, Launch) and action.job.batch_host is not None:
+            if (
+                isinstance(action, Launch)
+                and action.job.batch_host is not None
+                and not self.dispatcher.gated(action.job)
+            ):
                 by_host.setdefault(action.job.batch_host, []).append(action)
         for host, launches in by_host.items():
             if len(launches) > 1:  # in requests of a few, each answered as soon as they run
                 for i in range(0, len(launches), LAUNCHES_PER_REQUEST):
                     self._start(self.dispatcher.launch_many(host, launches[i : i + LAUNCHES_PER_REQUEST]))
         for action in actions:
-            if not (isinstance(action, Launch) and len(by_host.get(action.job.batch_host or "", ())) > 1):
+            if isinstance(action, Launch) and self.dispatcher.gated(action.job):
+                self._start(self.dispatcher.gated_launch(action))  # its other nodes checked first
+            elif not (isinstance(action, Launch) and len(by_host.get(action.job.batch_host or "", ())) > 1):
                 self._start(self.dispatcher.run(action))
 
     async def ask_agent(self, node: str, path: str, body: dict[str, Any]) -> Any:

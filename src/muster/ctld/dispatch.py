@@ -326,6 +326,57 @@ class Dispatcher:
         node = self.ctl.nodes.get(host)
         return job.state is JobState.RUNNING and job.restart_count == attempt and node is not None and node.responding
 
+    def gated(self, job: Job) -> bool:
+        """Whether the pre-flight gate runs on the job's nodes other than its batch host
+        before its launch (``--preflight`` or its partition's ``Preflight=YES``; the batch
+        host runs the gate inside the launch itself)."""
+        if len(job.nodes) < 2:
+            return False
+        if job.spec.preflight:
+            return True
+        conf = self.ctl.config.partition(job.partition)
+        return conf is not None and str(conf.params.get("Preflight", "NO")).lower() in ("yes", "true", "1", "on")
+
+    async def gated_launch(self, action: Launch) -> None:
+        """The pre-flight gate on the job's other nodes at once (``/v1/preflight``), then the
+        launch. A node that fails it fails the launch (``launch_failed``, fault
+        ``preflight``: drained with the evidence, the job requeued); any other failing node
+        is recorded and drained too. An agent without the route (an older release) or one
+        that cannot be reached does not hold the job: the node check judges silence."""
+        job, attempt, host = action.job, action.job.restart_count, action.job.batch_host
+        assert host is not None
+        request = LaunchRequest.model_validate(
+            {"job": launch_view(job, self.ctl.jobs), "cluster": self.ctl.config.cluster_name, "kill_wait": 0}
+        )
+
+        async def check(node: str) -> str | None:
+            try:
+                answer = await self.client.post(self._url(node, "/v1/preflight"), self._body(request, node), to=node)
+            except DaemonRequestError as e:
+                log.warning("job %s: no pre-flight answer from %s (%s): not gated there", job.job_id, node, e)
+                return None
+            except Exception as e:  # noqa: BLE001 - unreachable: the node check judges it
+                log.warning("job %s: cannot reach %s for its pre-flight: %s", job.job_id, node, e or type(e).__name__)
+                return None
+            if isinstance(answer, dict) and not answer.get("ok", True):
+                return str(answer.get("reason") or "preflight failed")
+            return None
+
+        others = [n for n in job.nodes if n != host]
+        verdicts = await asyncio.gather(*(check(n) for n in others))
+        if not self._wanted(job, host, attempt):
+            return
+        failed = [(n, why) for n, why in zip(others, verdicts, strict=True) if why]
+        if not failed:
+            await self._launch(action)
+            return
+        now = self.ctl.clock.now()
+        for node, why in failed[1:]:
+            self.ctl.node_fault(node, "preflight", now, job=job, evidence=why, drain=why)
+        node, why = failed[0]
+        log.warning("job %s: %d node(s) failed its pre-flight gate, first %s: %s", job.job_id, len(failed), node, why)
+        self.ctl.launches.launch_failed(job.job_id, attempt, why, "preflight", node)
+
     async def _launch(self, action: Launch) -> None:
         _crash_before_launch()
         answered = self._launches_begin([action.job.job_id])
