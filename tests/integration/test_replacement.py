@@ -120,6 +120,8 @@ def test_a_dead_node_is_replaced_by_the_spare_and_the_loops_next_srun_runs_there
     assert (told["replaced"]["old"], told["replaced"]["new"]) == ("node2", "node4"), text
     (event,) = done["replacements"]
     assert (event["old"], event["new"], event["cause"]) == ("node2", "node4", "not_responding")
+    shown = h.run(["scontrol", "show", "job", str(job_id)])
+    assert "Replaced=node2>node4(not_responding)" in shown.stdout, shown.stdout
     # sacct: one attempt, its nodes as they ended, the replacement as an event of the job
     acct = h.run(["sacct", "-D", "-X", "-j", str(job_id), "--parsable2", "--noheader", "-o", "JobID,NodeList,Replaced"])
     assert acct.returncode == 0, acct.stderr

@@ -232,6 +232,9 @@ def job_record(job: dict, details: bool = False) -> list[str]:
         lines.append(f"HangEvidence={hang}")
     if job.get("stragglers"):  # muster's: nodes slower than their peers (docs/training.md)
         lines.append(f"Stragglers={job['stragglers']}")
+    if job.get("replacements"):  # muster's: failed nodes replaced in the running job (docs/recovery.md)
+        told = (f"{r.get('old')}>{r.get('new')}({r.get('cause')})" for r in job["replacements"])
+        lines.append("Replaced=" + ",".join(told))
     lines += [
         f"StdErr={job.get('stderr_path') or ''}",
         f"StdIn={spec.get('stdin') or '/dev/null'}",
