@@ -16,6 +16,7 @@ from muster.core.job import JobSpec, NodeAlloc
 from muster.core.states import JobState, Reason
 from muster.ctld.controller import Controller, Identity
 from muster.ctld.store import Store
+from stores import make_store  # noqa: F401 - fixture: SQLite, and PostgreSQL when configured
 
 CONF = """
 ClusterName=t
@@ -154,3 +155,24 @@ def test_quarantine_off_and_bad_settings(tmp_path: pathlib.Path) -> None:
     assert not ctl.nodes["node3"].drain and len(ctl.ledger.history("node3")) == 5
     with pytest.raises(Exception, match="QuarantineFailures"):
         parse_config(CONF.replace("QuarantineFailures=3", "QuarantineFailures=many"), "t.conf")
+
+
+def test_the_ledger_is_kept_by_both_stores(make_store: Any) -> None:  # noqa: F811
+    """The records are rows of the store's event log: SQLite and PostgreSQL keep them
+    across a restart (a takeover reads the same database)."""
+    clock = ManualClock(1000.0)
+    ctl = Controller(parse_config(CONF, "t.conf"), make_store(), clock)
+    ctl.load()
+    for job_id in (11, 12, 13):
+        ctl.training.incident("node2", job_id, "node failure", clock.now(), "node node2 not responding")
+        clock.advance(60)
+    before = [e.to_dict() for e in ctl.ledger.history("node2")]
+    assert ctl.nodes["node2"].reason.startswith("quarantined: 3 failures")
+    again = Controller(parse_config(CONF, "t.conf"), make_store(), clock)
+    again.load()
+    assert [e.to_dict() for e in again.ledger.history("node2")] == before
+    assert again.nodes["node2"].reason.startswith("quarantined: ")  # the drain itself is the node's state
+    again.liveness.update_nodes(ROOT, ["node2"], "resume", None)
+    third = Controller(parse_config(CONF, "t.conf"), make_store(), clock)
+    third.load()
+    assert third.ledger.resumed_at["node2"] == clock.now()  # the resume restarts the count after a restart too
