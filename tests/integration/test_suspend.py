@@ -131,6 +131,8 @@ def test_suspend_freezes_the_job_and_resume_thaws_it(cluster: Harness) -> None:
         assert "State=SUSPENDED" in _scontrol(h, "show", "step", f"{job}.0").stdout
         acct = h.run(["sacct", "-j", str(job), "-X", "-n", "-P", "-o", "State"]).stdout.strip()
         assert acct == "SUSPENDED", acct
+        listed = h.run(["sacct", "-s", "S", "-X", "-n", "-P", "-o", "JobID"]).stdout.split()
+        assert str(job) in listed, listed
         # Frozen: neither the script nor its step's task writes anything more.
         ticks, step_ticks = _ticks(h, f"tick-{job}"), _ticks(h, f"step-{job}")
         h.wait_passes(3)
@@ -274,6 +276,50 @@ def test_without_cgroups_suspend_stops_every_process_and_resume_continues_them(p
         assert h.run(["squeue", "-j", str(job), "-h", "-o", "%t"]).stdout.strip() == "S"
         assert _scontrol(h, "resume", str(job)).returncode == 0
         wait_for(lambda: "T" not in _job_states(h, job).values(), 30, what="every process continued")
+        ticks = _ticks(h, f"tick-{job}")
+        wait_for(lambda: _ticks(h, f"tick-{job}") > ticks, 60, what="the resumed job to tick")
+    finally:
+        h.run(["scancel", str(job)])
+    assert h.wait_job(job)["state"] == "CANCELLED"
+
+
+UNIFIED = next((p for p in (CGROUP, f"{CGROUP}/unified") if os.path.exists(f"{p}/cgroup.controllers")), None)
+
+
+@pytest.fixture(scope="module")
+def unified() -> Iterator[Harness]:
+    """A node that tracks jobs in cgroup v2 (tracking only: no controller need be delegated)."""
+    if os.geteuid() != 0 or UNIFIED is None:
+        pytest.skip("needs root and a cgroup2 mount")
+    h = Harness(ClusterShape(nodes=1, gpus_per_node=0, cpus_per_node=4, mem_per_node=4000), settings=CONFINED)
+    h.cluster.create(h.shape, h.settings)
+    with open(os.path.join(os.path.dirname(h.cluster.conf_path), "cgroup.conf"), "w") as f:
+        f.write("CgroupPlugin=cgroup/v2\n")
+    try:
+        h.up()
+        yield h
+    finally:
+        h.down()
+
+
+def _v2_job(h: Harness, job_id: int, name: str) -> str:
+    assert UNIFIED is not None
+    with open(os.path.join(h.cluster.state_dir, "nodes", "node1", "instance")) as f:
+        node = f"node1_{f.read().strip()}"
+    with open(os.path.join(UNIFIED, "muster", node, f"job_{job_id}", name)) as f:
+        return f.read()
+
+
+def test_on_cgroup_v2_suspend_sets_cgroup_freeze(unified: Harness) -> None:
+    h = unified
+    assert h.run(["sinfo", "-N", "-h", "-o", "%N %K"]).stdout.split() == ["node1", "cgroup/v2:freeze"]
+    job = _running_with_step(h)
+    try:
+        assert _scontrol(h, "suspend", str(job)).returncode == 0
+        wait_for(lambda: "frozen 1" in _v2_job(h, job, "cgroup.events"), 30, what="the job's cgroup frozen")
+        assert _v2_job(h, job, "cgroup.freeze").strip() == "1"
+        assert _scontrol(h, "resume", str(job)).returncode == 0
+        wait_for(lambda: "frozen 0" in _v2_job(h, job, "cgroup.events"), 30, what="the job's cgroup thawed")
         ticks = _ticks(h, f"tick-{job}")
         wait_for(lambda: _ticks(h, f"tick-{job}") > ticks, 60, what="the resumed job to tick")
     finally:

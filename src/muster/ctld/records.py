@@ -217,6 +217,12 @@ def _in_state_during(d: dict[str, Any], states: list[str], start: float | None, 
         elif s == "RUNNING":
             if t_start is not None and t_start <= hi and (t_end is None or t_end >= lo):
                 return True
+        elif s == "SUSPENDED":  # suspended now since before the window ends, or earlier in a run that overlaps it
+            since, ran = d.get("suspended_at"), t_start is not None and t_start <= hi and (t_end is None or t_end >= lo)
+            if (since is not None and since <= hi) or (ran and d.get("suspended_secs")):
+                return True
+        elif s == "STOPPED" and state == "RUNNING" and d.get("stopped"):
+            return True
         elif s == state and t_end is not None and lo <= t_end <= hi:
             return True
     return False
