@@ -1,6 +1,8 @@
 """Stragglers with real daemons: a 3-node job whose rank on one node takes twice as long per
 step (reported through muster.progress) has that node flagged, shown by scontrol show job
-and squeue; the same job with equal ranks has none flagged once every node was judged."""
+and squeue; the same job with equal ranks has none flagged once every node was judged;
+under Stragglers=swap a job with --spare-nodes has its straggler replaced at its next
+checkpoint, and its batch script's next srun runs on the new node."""
 
 from __future__ import annotations
 
@@ -28,16 +30,31 @@ for i in range(int(sys.argv[2])):
     t0 = time.monotonic()
     time.sleep(pause)
     progress.step(i, busy=time.monotonic() - t0)
+    if os.environ["SLURM_PROCID"] == "0" and i % 10 == 9:
+        progress.checkpoint(i)
+"""
+# Stragglers=swap: the batch script runs its steps again after an srun ended by a swap.
+SWAP_SCRIPT = """#!/bin/sh
+for attempt in 1 2 3; do
+  srun {python} {steps} 2 400
+done
 """
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Harness]:
-    # a partition whose nodes are flagged after 5 s slow (the default window is 60 s)
+    # partitions whose nodes are flagged after 5 s slow (the default window is 60 s); node4
+    # is the spare of the swap partition, kept out of its placement
     h = Harness(
-        ClusterShape(nodes=3, gpus_per_node=1, cpus_per_node=4, mem_per_node=8000),
-        settings={"PartitionName": "train Nodes=ALL MaxTime=INFINITE State=UP StragglerWindow=5"},
+        ClusterShape(nodes=4, gpus_per_node=1, cpus_per_node=4, mem_per_node=8000),
+        settings={"PartitionName": "train Nodes=node[1-3] MaxTime=INFINITE State=UP StragglerWindow=5"},
     )
+    h.cluster.create(h.shape, h.settings, h.topology)
+    with open(h.cluster.conf_path, "a") as f:
+        f.write(
+            "PartitionName=swapping Nodes=ALL SpareNodes=node4 MaxTime=INFINITE State=UP "
+            "Stragglers=swap StragglerWindow=5\n"
+        )
     h.up()
     try:
         yield h
@@ -45,10 +62,15 @@ def cluster() -> Iterator[Harness]:
         h.down()
 
 
-def submit(h: Harness, slow_node: int) -> int:
+def steps_py(h: Harness) -> str:
     path = os.path.join(h.workdir, "steps.py")
     with open(path, "w") as f:
         f.write(STEPS)
+    return path
+
+
+def submit(h: Harness, slow_node: int) -> int:
+    path = steps_py(h)
     return h.sbatch(
         "-p",
         "train",
@@ -114,3 +136,22 @@ def test_a_slow_node_is_flagged_and_shown_and_equal_nodes_are_not(cluster: Harne
         assert "Stragglers=" not in show(h, even)
     finally:
         h.run(["scancel", str(slow), str(even)])
+
+
+def test_a_straggler_is_swapped_at_the_next_checkpoint(cluster: Harness) -> None:
+    h = cluster
+    script = os.path.join(h.workdir, "swap.sh")
+    with open(script, "w") as f:
+        f.write(SWAP_SCRIPT.format(python=sys.executable, steps=steps_py(h)))
+    jid = h.sbatch("-p", "swapping", "-N3", "--ntasks-per-node=1", "--mem=100", "--spare-nodes=1", script)
+    try:
+        job = waiting(h, jid, lambda j: j.get("nodelist"), 60, "the job started")
+        assert job["nodelist"] == "node[1-3]"  # node4 is the partition's spare
+        job = waiting(h, jid, lambda j: j.get("replacements"), 120, "the straggler swapped")
+        (event,) = job["replacements"]
+        assert (event["old"], event["new"], event["cause"]) == ("node3", "node4", "straggler")
+        assert "node3" in job["spec"]["exclude"]
+        # the batch script's next srun runs on the new node, which reports its steps
+        waiting(h, jid, lambda j: "node4" in ((j.get("progress") or {}).get("pace") or {}), 120, "steps on node4")
+    finally:
+        h.run(["scancel", str(jid)])
