@@ -125,3 +125,15 @@ def test_cli_prints_and_writes_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_refuses_bad_values(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert sim_main(["ettr", *argv]) == 1
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("spares", [0, 6, 40])
+def test_the_run_adds_up_for_every_profile(seed: int, spares: int) -> None:
+    run = Run(days=10, spares=spares, seed=seed, repair=12 * 3600.0)
+    for p in default_profiles():
+        r = simulate(run, p)
+        assert r.productive + r.lost + r.checkpoint + r.down == pytest.approx(run.horizon)
+        assert 0.0 <= r.ettr <= 1.0 and min(r.productive, r.lost, r.checkpoint) >= 0.0
+        assert all(i.down >= 0 and i.lost >= 0 for i in r.interruptions)
+        assert len(r.interruptions) == run.total()
