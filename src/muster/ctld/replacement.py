@@ -53,6 +53,7 @@ NOT_RESPONDING = "not_responding"
 SET_DOWN = "set_down"
 GPU_FAULT = "gpu_fault"
 HEALTH_CHECK = "health_check"
+HANG = "hang"  # ranks hung behind the others' on that node (``ctld.training``)
 
 
 def _features(constraint: str | None) -> frozenset[str]:

@@ -54,7 +54,7 @@ from muster.core.states import JobState, Reason
 from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.ctld import stragglers
 from muster.ctld.actions import Action, SignalJob, Terminate
-from muster.ctld.replacement import GPU_FAULT, Replacements
+from muster.ctld.replacement import GPU_FAULT, HANG, Replacements
 from muster.ctld.state import ClusterState
 
 __all__ = ["Training", "auto_timeout", "hang_grace"]
@@ -299,7 +299,8 @@ class Training:
                 arrived = set(p.get("evidence") or {})
                 if now - float(judged) >= float(p.get("hang_grace") or 5.0) or set(job.nodes) <= arrived:
                     try:
-                        actions += self._hung(job, now)
+                        repaired = self._replace_hung(job, now)  # --spare-nodes: no requeue
+                        actions += repaired if repaired is not None else self._hung(job, now)
                     except StorageError:
                         continue
                 continue
@@ -371,6 +372,32 @@ class Training:
                 where["evidence"] = counts
             self.ctl.record(now, [(job, "hang_evidence", {"node": node, "attempt": attempt, "processes": procs})])
         log.info("job %s: hang evidence of attempt %s from %s: %d process(es)", job.job_id, attempt, node, len(procs))
+
+    def _replace_hung(self, job: Job, now: float) -> list[Action] | None:
+        """A hung job with ``--spare-nodes`` whose evidence singles out the nodes behind the
+        others (not its batch host): those nodes are replaced in the running job instead of
+        a requeue (``ctld.replacement``, cause ``hang``), its steps there stopped, and the
+        judgement withdrawn (its next srun reports anew). None: requeued as before."""
+        bad = self.suspects(job)
+        left = job.spec.spare_nodes - len(job.replacements)
+        if not bad or left < len(bad) or job.batch_host in bad or not self._stalled_behind(job):
+            return None
+        actions: list[Action] = []
+        why = f"hung ranks: no progress after step {(job.progress or {}).get('step')}"
+        for node in bad:
+            done = self.replacements.job_lost_node(job, node, HANG, f"{why} on {node}", now)
+            if done is None:
+                return None  # what was replaced stays; the hang requeues the job as before
+            actions += done
+        with self.ctl.atomic(job):
+            p = {k: v for k, v in (job.progress or {}).items() if k not in ("hang_judged", "hang_quiet", "hang_grace")}
+            p["active_time"] = now  # silence is counted from the repair
+            p.pop("evidence", None)
+            job.progress = p
+            self.ctl.record(now, [(job, "progress", {"hang": "replaced", "nodes": bad})])
+        for node in bad:
+            actions += self.incident(node, job.job_id, "hang", now, why, behind=True)
+        return actions
 
     def suspects(self, job: Job) -> list[str]:
         """The nodes that hosted the stalled ranks: those behind the others, else all that

@@ -16,7 +16,7 @@ from muster.core.job import Job, JobSpec, NodeAlloc
 from muster.core.states import JobState
 from muster.ctld.actions import NewAllocation, SignalJob, Terminate
 from muster.ctld.controller import Controller, Identity
-from muster.ctld.replacement import GPU_FAULT, HEALTH_CHECK, NOT_RESPONDING, SET_DOWN
+from muster.ctld.replacement import GPU_FAULT, HANG, HEALTH_CHECK, NOT_RESPONDING, SET_DOWN
 from muster.ctld.store import Store
 from muster.sched.snapshot import partition_views
 
@@ -160,3 +160,51 @@ def test_the_work_since_the_last_checkpoint_counts_as_lost_in_goodput(ctl: Contr
     clock.advance(100)
     g = goodput.summary(job.to_dict(), ctl.clock.now())
     assert g["lost"] == 20.0 and g["startup"] == 10.0 and g["productive"] == 170.0
+
+
+def _beat(ctl: Controller, seconds: float, progress: dict[str, list[dict[str, Any]]] | None = None) -> None:
+    """Time passes; every node answers, running its jobs (and reporting ``progress``)."""
+    clock = ctl.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(seconds)
+    for name, node in ctl.nodes.items():
+        body: dict[str, Any] = {"node": name, "running": [list(k) for k in node.allocs]}
+        if progress and name in progress:
+            body["progress"] = progress[name]
+        ctl.agents.heartbeat(body)
+
+
+def test_ranks_hung_behind_on_one_node_get_that_node_replaced_not_the_job_requeued(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2", "node3"], spare_nodes=1, hang_timeout=60)
+    t = ctl.clock.now()
+
+    def step(n: int) -> dict[str, Any]:
+        return {"job_id": job.job_id, "attempt": 0, "first": t, "step": n, "step_time": ctl.clock.now()}
+
+    _beat(ctl, 1, {"node1": [step(5)], "node2": [step(4)], "node3": [step(5)]})  # node2's rank fell behind
+    _beat(ctl, 61)
+    ctl.liveness.check_nodes()  # judged hung: evidence asked for
+    assert (job.progress or {}).get("hang_judged") is not None
+    _beat(ctl, 20)
+    actions = ctl.liveness.check_nodes()
+    assert job.state is JobState.RUNNING and job.restart_count == 0
+    assert job.nodes == ["node1", "node5", "node3"] and job.replacements[0]["cause"] == HANG
+    assert "hang_judged" not in (job.progress or {})
+    assert any(isinstance(a, NewAllocation) for a in actions)
+    _beat(ctl, 30)  # silence counts from the repair: not judged again 30 s after it
+    ctl.liveness.check_nodes()
+    assert "hang_judged" not in (job.progress or {}) and job.state is JobState.RUNNING
+
+
+def test_a_hang_without_a_node_singled_out_requeues_the_job_as_before(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2"], spare_nodes=1, hang_timeout=60)
+
+    def step(n: int) -> dict[str, Any]:
+        return {"job_id": job.job_id, "attempt": 0, "first": ctl.clock.now(), "step": n, "step_time": ctl.clock.now()}
+
+    _beat(ctl, 1, {"node1": [step(5)], "node2": [step(5)]})  # every rank stopped at the same step
+    _beat(ctl, 61)
+    ctl.liveness.check_nodes()
+    _beat(ctl, 20)
+    ctl.liveness.check_nodes()
+    assert job.state is JobState.PENDING and job.restart_count == 1 and not job.replacements
