@@ -189,6 +189,7 @@ def test_nodes_partitions_and_admin_only_node_update(rest: Rest) -> None:
         assert sorted(n["name"] for n in nodes) == ["node1", "node2"]
         assert nodes[0]["gres"] == "gpu:2"
         assert c.get(f"{V}/node/node1").json()["nodes"][0]["name"] == "node1"
+        assert c.get(f"{V}/node/node1").json()["nodes"][0]["failures"] == []  # muster's: the failure ledger
         assert c.get(f"{V}/node/nope").status_code == 404
         parts = c.get(f"{V}/partitions").json()["partitions"]
         assert parts[0]["name"] == "gpu" and parts[0]["nodes"]["total"] == 2

@@ -429,7 +429,10 @@ def build_app(settings: ClientSettings, local: bool = True) -> Starlette:
         data = await ctld(req, "GET", "/v1/nodes?" + urlencode({"name": name}))
         if not data.get("nodes"):
             raise RestError(404, f"Invalid node name specified: {name}", "not_found")
-        return answer(req, node_list(data))
+        shown = node_list(data)
+        for out, raw in zip(shown["nodes"], data["nodes"], strict=True):
+            out["failures"] = raw.get("failures") or []  # muster's: the failure ledger's latest records
+        return answer(req, shown)
 
     @route
     async def update_node(req: Request) -> JSONResponse:
