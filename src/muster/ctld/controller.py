@@ -70,6 +70,7 @@ class Controller(ClusterState):
         self.liveness = Liveness(self, self.training)
         self.resv = ReservationBook(self)
         self.preemption = Preemptions(self)
+        self.training.replacements.warn = self.preemption.warn  # spares reclaimed (ctld.replacement)
         self.suspensions = Suspensions(self)
         self.training.on_checkpoint = self.preemption.checkpointed  # the checkpoint handshake
 

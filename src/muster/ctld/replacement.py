@@ -24,7 +24,10 @@ nodes does not change), with as many CPUs, as much memory and as many GPUs. Then
 * the job's other nodes are told the new allocation (``AllocationRequest``, route
   ``/v1/allocation``): the batch host's record takes it, and every attempt of the job
   there finds it beside its progress file (``muster.progress.allocation()``);
-* ``--spare-nodes=N@SIG``: the batch script and its processes get SIG.
+* ``--spare-nodes=N@SIG``: the batch script and its processes get SIG;
+* when no free node fits, a spare running preemptible work (a partition of lower
+  PriorityTier with PreemptMode REQUEUE or CANCEL) is taken: its jobs are told to leave
+  (``Preemptions.warn``) within their partition's GraceTime.
 """
 
 from __future__ import annotations
@@ -79,6 +82,9 @@ class Replacements:
         self.state = state
         # the running steps of a job (``StepBook.steps_of``), set by the application
         self.steps_of: Callable[[int], list[Step]] | None = None
+        # ``Preemptions.warn``, set by the controller: a spare running preemptible work is
+        # reclaimed (its jobs told to leave within their partition's GraceTime)
+        self.warn: Callable[..., list[Action]] | None = None
 
     def job_lost_node(
         self, job: Job, node: str, cause: str, why: str, now: float, detected: float | None = None
@@ -99,6 +105,11 @@ class Replacements:
             )
             return None
         pick = self._choose(job, node)
+        victims: list[tuple[Job, str, int]] = []
+        if pick is None:
+            reclaim = self._reclaim(job, node)
+            if reclaim is not None:
+                pick, victims = (reclaim[0], reclaim[1]), reclaim[2]
         if pick is None:
             log.warning("job %s: node %s failed (%s) and no node can replace it", job.job_id, node, why)
             return None
@@ -119,6 +130,8 @@ class Replacements:
             # goodput counts it as lost (``core.goodput``); 0 for a job that reports no progress
             "lost": _lost_work(job, now),
         }
+        if victims:
+            event["reclaimed"] = [v.job_id for v, _m, _g in victims]
         try:
             with self.state.atomic(job):
                 job.alloc[index] = NodeAlloc(new, old.cpus, old.mem, list(gpu_ids))
@@ -128,7 +141,12 @@ class Replacements:
         except StorageError:
             return None  # logged; memory is the store's again: the caller requeues the job
         log.warning("job %s: node %s (%s) replaced by %s in its allocation", job.job_id, node, why, new)
-        return self._actions(job, event)
+        actions = self._actions(job, event)
+        for victim, mode, grace in victims:  # the spare's preemptible work leaves within its grace
+            reason = f"preempted: its node {new} replaces failed node {node} of job {job.job_id}"
+            assert self.warn is not None
+            actions += self.warn(victim, job.job_id, mode, float(grace), reason, now)
+        return actions
 
     def _choose(self, job: Job, failed: str) -> tuple[str, tuple[int, ...]] | None:
         state = self.state
@@ -177,6 +195,55 @@ class Replacements:
                 )
             )
         return choose_replacement(failed, need, candidates, job.nodes, barred, state.topology)
+
+    def _reclaim(self, job: Job, failed: str) -> tuple[str, tuple[int, ...], list[tuple[Job, str, int]]] | None:
+        """No free node fits: a usable node of the partition's spare pool whose every job may
+        be preempted by this one (a partition of lower ``PriorityTier`` whose ``PreemptMode``
+        is REQUEUE or CANCEL, the cluster's when it says none), and that would fit once they
+        left. Returns it, the GPU indices the job takes there, and the jobs to tell to leave
+        with their mode and grace. The swap does not wait for them: until they leave (their
+        GraceTime at most) the node is shared."""
+        state = self.state
+        conf = state.config.partition(job.partition)
+        if self.warn is None or conf is None:
+            return None
+        share = job.alloc[job.nodes.index(failed)]
+        barred = set(job.nodes) | set(job.spec.exclude)
+        for name in sorted(spares(conf), key=lambda n: state.nodes[n].index if n in state.nodes else 0):
+            n = state.nodes.get(name)
+            if n is None or not n.available or name in barred:
+                continue
+            victims: list[tuple[Job, str, int]] = []
+            for job_id in state.job_ids_on(name):
+                v = state.jobs.get(job_id)
+                told = self._preemptible(v, conf.priority_tier) if v is not None else None
+                if v is None or told is None:
+                    victims = []
+                    break
+                victims.append((v, *told))
+            if not victims:
+                continue
+            gpus = len(share.gpu_ids)
+            if n.cpus < share.cpus or n.real_memory < share.mem or n.gpus < gpus:
+                continue
+            if gpus and job.shape.gpu_type and n.gpu_type != job.shape.gpu_type:
+                continue
+            return name, tuple(range(gpus)), victims
+        return None
+
+    def _preemptible(self, victim: Job, tier: int) -> tuple[str, int] | None:
+        """(mode, grace) when ``victim`` may be preempted for a job of a partition of
+        PriorityTier ``tier``; None otherwise."""
+        conf = self.state.config.partition(victim.partition)
+        if victim.state is not JobState.RUNNING or victim.preempted_by is not None or conf is None:
+            return None
+        if conf.priority_tier >= tier:
+            return None
+        mode = (conf.params.get("PreemptMode") or self.state.config.settings.get("PreemptMode") or "OFF").upper()
+        for kind in ("REQUEUE", "CANCEL"):
+            if kind in mode.split(","):
+                return kind, conf.grace_time
+        return None
 
     def _move_hold(self, job: Job, failed: str, attempt: int) -> None:
         """The per-node and per-job indexes of what the run holds follow the new allocation."""

@@ -208,3 +208,73 @@ def test_a_hang_without_a_node_singled_out_requeues_the_job_as_before(ctl: Contr
     _beat(ctl, 20)
     ctl.liveness.check_nodes()
     assert job.state is JobState.PENDING and job.restart_count == 1 and not job.replacements
+
+
+SCAVENGE = """
+ClusterName=t
+SlurmdTimeout=10
+ReturnToService=1
+NodeName=node[1-5] CPUs=32 RealMemory=128000 Gres=gpu:8
+PartitionName=gpu Nodes=node[1-5] Default=YES MaxTime=INFINITE State=UP SpareNodes=node5 PriorityTier=10
+PartitionName=scavenger Nodes=node5 MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=30
+"""
+
+
+def test_a_spare_running_preemptible_work_is_reclaimed_within_its_grace(tmp_path: pathlib.Path) -> None:
+    c = Controller(parse_config(SCAVENGE, "t.conf"), Store(str(tmp_path / "s.db")), ManualClock(1000.0))
+    c.load()
+    for name in c.nodes:
+        c.agents.register({"node": name, "gpus": 8, "running": []})
+
+    def start(nodes: list[str], partition: str, cpus: int, **spec: Any) -> Job:
+        job = c.queue.submit(JobSpec(partitions=[partition], **spec), ALICE)
+
+        class S:
+            def __init__(self) -> None:
+                self.job_id, self.partition, self.backfilled = job.job_id, partition, False
+                self.alloc = [NodeAlloc(n, cpus, 1000, [0, 1]) for n in nodes]
+
+        c.launches.apply_starts([S()], c.clock.now())
+        c.launches.launch_done(job.job_id)
+        return job
+
+    scavenger = start(["node5"], "scavenger", 32)  # all of node5's CPUs: nothing fits beside it
+    start(["node4"], "gpu", 32)  # node4 is full: no free node but the spare
+    job = start(["node1", "node2", "node3"], "gpu", 4, spare_nodes=1)
+    actions = c.liveness.update_nodes(ROOT, ["node2"], "DOWN", "x")
+    assert job.nodes == ["node1", "node5", "node3"] and job.replacements[0]["reclaimed"] == [scavenger.job_id]
+    assert scavenger.preempted_by == job.job_id and scavenger.preempt_deadline == c.clock.now() + 30
+    assert any(isinstance(a, SignalJob) and a.nodes == ["node5"] for a in actions)  # told to leave
+    clock = c.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(31)
+    ended = c.preemption.expire(c.clock.now())
+    assert scavenger.state is JobState.PENDING and scavenger.restart_count == 1  # requeued at its deadline
+    assert any(isinstance(a, Terminate) and a.job_id == scavenger.job_id and a.nodes == ["node5"] for a in ended)
+    assert job.state is JobState.RUNNING and job.restart_count == 0
+
+
+def test_work_of_an_equal_or_higher_tier_on_the_spare_is_never_taken(tmp_path: pathlib.Path) -> None:
+    conf = SCAVENGE.replace("PriorityTier=1 PreemptMode=REQUEUE", "PriorityTier=10 PreemptMode=REQUEUE")
+    c = Controller(parse_config(conf, "t.conf"), Store(str(tmp_path / "s.db")), ManualClock(1000.0))
+    c.load()
+    for name in c.nodes:
+        c.agents.register({"node": name, "gpus": 8, "running": []})
+    jobs = []
+    for nodes, part, cpus, spec in (
+        (["node5"], "scavenger", 32, {}),
+        (["node4"], "gpu", 32, {}),
+        (["node1", "node2", "node3"], "gpu", 4, {"spare_nodes": 1}),
+    ):
+        job = c.queue.submit(JobSpec(partitions=[part], **spec), ALICE)
+
+        class S:
+            def __init__(self, job: Job = job, part: str = part, nodes: list[str] = nodes, cpus: int = cpus) -> None:
+                self.job_id, self.partition, self.backfilled = job.job_id, part, False
+                self.alloc = [NodeAlloc(n, cpus, 1000, [0, 1]) for n in nodes]
+
+        c.launches.apply_starts([S()], c.clock.now())
+        jobs.append(job)
+    c.liveness.update_nodes(ROOT, ["node2"], "DOWN", "x")
+    assert jobs[2].state is JobState.PENDING and not jobs[2].replacements  # requeued as before
+    assert jobs[0].preempted_by is None
