@@ -18,7 +18,7 @@ verdict does (drain, quarantine, give back a node a job's own failure drained) i
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +87,8 @@ class Ledger:
         self.by_node: dict[str, deque[Entry]] = {}
         self.by_cause: dict[str, deque[Failure]] = {}
         self.resumed_at: dict[str, float] = {}
+        # records committed by this controller, by (kind, attribution): /metrics
+        self.added: Counter[tuple[str, str]] = Counter()
 
     # --- settings (read at each use: scontrol reconfigure changes them live) ---------------
 
@@ -164,6 +166,7 @@ class Ledger:
         entry = Entry(f, attribution, action)
         self.store.add_ledger(f.time, entry.to_dict())
         self._remember(entry)
+        self.added[(f.kind, attribution or "none")] += 1
         return entry
 
     def resume(self, now: float, node: str, user: str) -> Entry:

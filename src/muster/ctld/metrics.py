@@ -22,13 +22,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
 from muster import __version__
 from muster.core import goodput
 from muster.core.states import JobState, NodeState
 from muster.ctld.nodes import NodeRuntime
+from muster.ctld.state import QUARANTINE_PREFIX
 from muster.ctld.stats import ServerStats
 
 __all__ = ["SECTIONS", "ControllerCollector", "job_state_word", "node_state_word"]
@@ -304,6 +305,24 @@ class ControllerCollector:
         )
         yield from self._goodput(jobs)
         yield from self._stragglers(jobs)
+        yield from self._ledger()
+
+    def _ledger(self) -> Iterator[Metric]:
+        """The failure ledger (``ctld.ledger``): records this controller wrote, by kind and
+        attribution, and the nodes quarantined now."""
+        ledger = getattr(self.ctl, "ledger", None)
+        if ledger is None:
+            return
+        fam = CounterMetricFamily(
+            "muster_node_failures",
+            "Failure-ledger records written by this controller, by kind and attribution",
+            labels=["kind", "attribution"],
+        )
+        for (kind, who), n in sorted(ledger.added.items()):
+            fam.add_metric([kind, who], n)
+        yield fam
+        quarantined = sum(1 for n in self.ctl.nodes.values() if n.reason.startswith(QUARANTINE_PREFIX))
+        yield _gauge("muster_nodes_quarantined", "Nodes drained as quarantined by the failure ledger", quarantined)
 
     @staticmethod
     def _stragglers(jobs: Iterable[Any]) -> Iterator[Metric]:

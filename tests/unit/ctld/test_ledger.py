@@ -176,3 +176,16 @@ def test_the_ledger_is_kept_by_both_stores(make_store: Any) -> None:  # noqa: F8
     third = Controller(parse_config(CONF, "t.conf"), make_store(), clock)
     third.load()
     assert third.ledger.resumed_at["node2"] == clock.now()  # the resume restarts the count after a restart too
+
+
+def test_metrics_count_the_records_and_the_quarantined_nodes(ctl: Controller) -> None:
+    from muster.ctld.metrics import ControllerCollector
+    from muster.ctld.stats import ServerStats
+
+    for job_id in (11, 12, 13):
+        ctl.training.incident("node3", job_id, "node failure", ctl.clock.now())
+        advance(ctl, 60)
+    text = ControllerCollector(ctl, ServerStats(ctl.clock.now()), user_labels=False).render().decode()
+    assert 'muster_node_failures_total{attribution="unknown",kind="node_fail"} 1.0' in text
+    assert 'muster_node_failures_total{attribution="node",kind="node_fail"} 2.0' in text
+    assert "muster_nodes_quarantined 1.0" in text
