@@ -71,7 +71,7 @@ class Controller(ClusterState):
         self.resv = ReservationBook(self)
         self.preemption = Preemptions(self)
         self.training.replacements.warn = self.preemption.warn  # spares reclaimed (ctld.replacement)
-        self.suspensions = Suspensions(self)
+        self.suspensions = Suspensions(self, self.agents.protocol)
         self.training.on_checkpoint = self.preemption.checkpointed  # the checkpoint handshake
 
     def load(self) -> None:

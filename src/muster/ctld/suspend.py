@@ -13,6 +13,8 @@ enforces the limit. Each change is committed before its nodes are told
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from muster.core import lifecycle
 from muster.core.errors import InvalidRequest, PermissionDenied
 from muster.core.job import Job
@@ -20,17 +22,20 @@ from muster.core.states import JobState
 from muster.ctld.actions import Action, SuspendJob
 from muster.ctld.identity import Identity
 from muster.ctld.state import ClusterState
+from muster.protocol.versions import PROTOCOL, ROUTE_SINCE
 
 # Slurm's texts (slurm_errno.c) for the refusals
 PENDING = "Job is pending execution"
 DONE = "Job/step already completing or completed"
 NOT_RUNNING = "Job is not running"
 NOT_SUSPENDED = "Job is not suspended"
+NOT_SUPPORTED = "Requested operation not supported on this system"
 
 
 class Suspensions:
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, protocol: Callable[[str], int] = lambda node: PROTOCOL) -> None:
         self.state = state
+        self.protocol = protocol  # each node's agent's wire protocol (``Agents.protocol``)
 
     def suspend(self, job: Job, who: Identity) -> list[Action]:
         self._check(job, who)
@@ -38,6 +43,9 @@ class Suspensions:
             raise InvalidRequest(NOT_RUNNING)
         if job.spec.interactive:  # an srun/salloc allocation: its steps have no batch host to time them
             raise InvalidRequest("Suspending an interactive allocation is not supported by muster")
+        old = sorted(n for n in job.nodes if self.protocol(n) < ROUTE_SINCE["/v1/suspend"])
+        if old:  # its agent would not know the request: the job would run on, shown SUSPENDED
+            raise InvalidRequest(f"{NOT_SUPPORTED} (the agent of {old[0]} is too old to suspend jobs: upgrade it)")
         now = self.state.clock.now()
         with self.state.atomic(job):
             lifecycle.suspend(job, now)
