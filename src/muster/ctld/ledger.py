@@ -144,15 +144,14 @@ class Ledger:
         return f, attribute(f, [*self.related(f), f], self.window)
 
     def repeated(self, f: Failure) -> Entry | None:
-        """The record ``f`` repeats: the same failure of the same job on the same node told
-        again within ``REPEAT`` seconds (a launch's answer and the agent's heartbeat both
-        report a failed Prolog)."""
-        if not f.job_id:
-            return None
+        """The record ``f`` repeats: the same failure of the same job (without a job: with the
+        same evidence) on the same node told again within ``REPEAT`` seconds (a launch's
+        answer and the agent's heartbeat both report a failed Prolog)."""
         for e in reversed(self.by_node.get(f.node, ())):
             if f.time - e.failure.time > REPEAT:
                 break
-            if e.failure.kind == f.kind and e.failure.job_id == f.job_id:
+            same = e.failure.job_id == f.job_id if f.job_id else e.failure.evidence == f.evidence
+            if e.failure.kind == f.kind and same:
                 return e
         return None
 

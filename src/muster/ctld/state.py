@@ -392,8 +392,11 @@ class ClusterState:
             counted=not (here.drain or here.admin_down) if counted is None else counted,
             behind=behind,
         )
-        earlier = self.ledger.repeated(f)
-        if earlier is not None:  # told twice: one record, one verdict
+        # told twice: one record, one verdict (without a job, only while the node is out of
+        # service: a health check that fails again after passing is a new failure)
+        told_again = f.job_id or (counted is None and (here.drain or here.admin_down))
+        earlier = self.ledger.repeated(f) if told_again else None
+        if earlier is not None:
             return earlier.attribution
         action = ""
         if who == JOB:

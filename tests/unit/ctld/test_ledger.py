@@ -189,3 +189,9 @@ def test_metrics_count_the_records_and_the_quarantined_nodes(ctl: Controller) ->
     assert 'muster_node_failures_total{attribution="unknown",kind="node_fail"} 1.0' in text
     assert 'muster_node_failures_total{attribution="node",kind="node_fail"} 2.0' in text
     assert "muster_nodes_quarantined 1.0" in text
+
+
+def test_a_fault_told_again_while_the_node_is_drained_is_one_record(ctl: Controller) -> None:
+    for _ in range(3):
+        ctl.agents.node_faults({"node": "node4", "faults": [{"kind": "epilog", "reason": "Epilog error: x"}]})
+    assert len(ctl.ledger.history("node4")) == 1 and ctl.nodes["node4"].drain
