@@ -32,6 +32,7 @@ nodes does not change), with as many CPUs, as much memory and as many GPUs. Then
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -141,6 +142,8 @@ class Replacements:
         except StorageError:
             return None  # logged; memory is the store's again: the caller requeues the job
         log.warning("job %s: node %s (%s) replaced by %s in its allocation", job.job_id, node, why, new)
+        with contextlib.suppress(StorageError):  # the failure ledger's record of the swap (not a fault)
+            self.state.node_fault(node, "replacement", now, job=job, evidence=f"replaced by {new}: {why}")
         actions = self._actions(job, event)
         for victim, mode, grace in victims:  # the spare's preemptible work leaves within its grace
             reason = f"preempted: its node {new} replaces failed node {node} of job {job.job_id}"

@@ -195,3 +195,17 @@ def test_a_fault_told_again_while_the_node_is_drained_is_one_record(ctl: Control
     for _ in range(3):
         ctl.agents.node_faults({"node": "node4", "faults": [{"kind": "epilog", "reason": "Epilog error: x"}]})
     assert len(ctl.ledger.history("node4")) == 1 and ctl.nodes["node4"].drain
+
+
+def test_a_replaced_node_has_its_failure_and_the_replacement_recorded(tmp_path: pathlib.Path) -> None:
+    conf = CONF.replace("PartitionName=gpu Nodes=ALL", "PartitionName=gpu Nodes=ALL SpareNodes=node4")
+    ctl = make(tmp_path / "m.db", ManualClock(1000.0), conf)
+    job = ctl.queue.submit(JobSpec(min_nodes=2, spare_nodes=1), ALICE)
+    start(ctl, job.job_id, ["node1", "node2"])
+    ctl.launches.launch_done(job.job_id)
+    ctl.training.replacements.job_lost_node(job, "node2", "gpu_fault", "GPU 0: XID 79", ctl.clock.now())
+    assert job.nodes == ["node1", "node4"] and job.state is JobState.RUNNING
+    (record,) = ctl.ledger.history("node2")
+    assert (record.failure.kind, record.failure.job_id) == ("replacement", job.job_id)
+    assert record.failure.evidence == "replaced by node4: GPU 0: XID 79"
+    assert not ctl.nodes["node2"].reason.startswith("quarantined")  # a replacement is no fault
