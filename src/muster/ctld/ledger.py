@@ -35,6 +35,7 @@ DEFAULT_FAILURES = 2  # QuarantineFailures: distinct causes within the window (0
 DEFAULT_WINDOW = 86400  # QuarantineWindow, seconds
 KEEP = 32  # records kept in memory per node (and per cause)
 EVIDENCE_MAX = 1024  # characters of evidence kept per record
+PRUNE_AT = 10000  # causes kept in memory before the ones out of the window are dropped
 REPEAT = 300.0  # seconds within which the same failure of a job on a node is one record
 
 
@@ -120,6 +121,15 @@ class Ledger:
             self.resumed_at[f.node] = f.time
         else:
             self.by_cause.setdefault(blame_key(f), deque(maxlen=KEEP)).append(f)
+            if len(self.by_cause) > PRUNE_AT:
+                self.prune(f.time)
+
+    def prune(self, now: float) -> None:
+        """Forget the causes (jobs, users) whose last failure left the window: one per job
+        that ever failed would otherwise pile up in memory (the store keeps them all)."""
+        horizon = now - max(self.window, float(DEFAULT_WINDOW))
+        for key in [k for k, seen in self.by_cause.items() if not seen or seen[-1].time < horizon]:
+            del self.by_cause[key]
 
     # --- records ---------------------------------------------------------------------------
 

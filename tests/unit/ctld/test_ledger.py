@@ -209,3 +209,13 @@ def test_a_replaced_node_has_its_failure_and_the_replacement_recorded(tmp_path: 
     assert (record.failure.kind, record.failure.job_id) == ("replacement", job.job_id)
     assert record.failure.evidence == "replaced by node4: GPU 0: XID 79"
     assert not ctl.nodes["node2"].reason.startswith("quarantined")  # a replacement is no fault
+
+
+def test_causes_out_of_the_window_are_forgotten_in_memory(ctl: Controller) -> None:
+    for job_id in (21, 22):
+        ctl.node_fault("node1", "launch", ctl.clock.now(), job=None, evidence=f"job {job_id}")
+        ctl.training.incident("node2", job_id, "node failure", ctl.clock.now())
+    assert {"job:21", "job:22"} <= set(ctl.ledger.by_cause)
+    ctl.ledger.prune(ctl.clock.now() + 3 * 86400)
+    assert not {"job:21", "job:22"} & set(ctl.ledger.by_cause)
+    assert len(ctl.ledger.history("node2")) == 2  # each node's own latest records stay
