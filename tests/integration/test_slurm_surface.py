@@ -156,8 +156,8 @@ def test_scontrol_listpids_lists_each_steps_processes_on_this_node(cluster: Harn
 
         def step_rows() -> list[list[str]]:
             out = h.run(["scontrol", "listpids", f"{job_id}.0", node])
-            if out.returncode != 0:  # the step runs, its tasks not yet: "has no processes"
-                assert "has no processes on this node" in out.stderr, out.stderr
+            if out.returncode != 0:  # the step runs, its tasks not yet: "does not exist on"
+                assert f"StepId={job_id}.0 does not exist on node {node}" in out.stderr, out.stderr
                 return []
             lines = out.stdout.splitlines()
             assert lines[0].split() == ["PID", "JOBID", "STEPID", "LOCALID", "GLOBALID"]
@@ -175,6 +175,8 @@ def test_scontrol_listpids_lists_each_steps_processes_on_this_node(cluster: Harn
         assert steps == {"batch", "0"}, whole
         everything = h.run(["scontrol", "listpids"]).stdout
         assert all(line in everything for line in whole if line)
+        gone = h.run(["scontrol", "listpids", f"{job_id}.10", node])  # no such step there
+        assert gone.returncode != 0 and f"StepId={job_id}.10 does not exist on node {node}" in gone.stderr
         bad = h.run(["scontrol", "listpids", "x.y"])
         assert bad.returncode != 0 and "Invalid job id specified" in bad.stderr
     finally:
@@ -305,6 +307,29 @@ def test_arbitrary_distribution_follows_slurm_hostfile(cluster: Harness) -> None
         assert sorted(line.split()[0] for line in plain.stdout.splitlines()) == ["0", "1"], plain  # block
         short = h.run(["srun", f"--jobid={job_id}", "-n4", "-m", "arbitrary", "true"], env={"SLURM_HOSTFILE": hostfile})
         assert short.returncode != 0 and "fewer than the 4 tasks" in short.stderr
+    finally:
+        h.run(["scancel", str(job_id)])
+    h.wait_job(job_id)
+
+
+def test_a_job_with_arbitrary_distribution_gets_the_hostfiles_nodes(cluster: Harness) -> None:
+    # sbatch(1)/salloc(1) -m arbitrary: the job's nodes are those SLURM_HOSTFILE lists, and
+    # its steps with -m arbitrary lay their tasks out in the file's order.
+    h = cluster
+    hostfile = os.path.join(h.workdir, "job-hosts")
+    with open(hostfile, "w") as f:
+        f.write("node2\nnode1\n")
+    job_id = h.sbatch("-m", "arbitrary", "-t", "5", "--wrap", "sleep 300", env={"SLURM_HOSTFILE": hostfile})
+    try:
+        job = h.wait_state(job_id, "RUNNING", timeout=120)
+        assert sorted(a["node"] for a in job["alloc"]) == ["node1", "node2"]
+        out = h.run(
+            ["srun", f"--jobid={job_id}", "-l", "--distribution=arbitrary", "printenv", "SLURMD_NODENAME"],
+            env={"SLURM_HOSTFILE": hostfile},
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        assert sorted(out.stdout.split("\n")[:-1]) == ["0: node2", "1: node1"], out.stdout
     finally:
         h.run(["scancel", str(job_id)])
     h.wait_job(job_id)

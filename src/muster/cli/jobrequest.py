@@ -16,7 +16,7 @@ class JobRequest:
     need the caller's environment (``--export``, ``--chdir``, ``--begin``, ``--deadline``) wait in their own
     attributes until ``finish`` resolves them."""
 
-    __slots__ = ("spec", "export", "chdir", "begin", "deadline", "propagate", "ignored")
+    __slots__ = ("spec", "export", "chdir", "begin", "deadline", "propagate", "ignored", "distribution")
 
     def __init__(self) -> None:
         self.spec: dict[str, object] = {}
@@ -26,6 +26,7 @@ class JobRequest:
         self.deadline: str | None = None
         self.propagate: str | None = None  # --propagate's names ("" for a bare --propagate)
         self.ignored: list[str] = []
+        self.distribution = ""  # -m: only "arbitrary" changes the job (SLURM_HOSTFILE's nodes)
 
     def finish(self, environ: dict[str, str], cwd: str, now: float | None = None) -> dict[str, object]:
         """Resolve the deferred values and return the JobSpec dict."""
@@ -58,7 +59,46 @@ class JobRequest:
                 spec[field] = parse_timestamp(text, now)
             except TimeFormatError:
                 raise OptionValueError(f"Invalid {option} specification") from None
+        if self.distribution == "arbitrary":
+            arbitrary_nodes(spec, environ)
         return spec
+
+
+def read_hostfile(environ: dict[str, str], ntasks: object = None) -> list[str] | None:
+    """``SLURM_HOSTFILE``'s hosts in order (one a line, or comma separated; with ``ntasks``
+    its first that many), None when the variable is not set (``-m arbitrary`` is then block)."""
+    path = environ.get("SLURM_HOSTFILE")
+    if not path:
+        return None
+    from muster.core.optionvalues import OptionValueError
+
+    try:
+        with open(path) as f:
+            hosts = [h.strip() for line in f for h in line.split("#")[0].split(",") if h.strip()]
+    except OSError as e:
+        raise OptionValueError(f"Unable to open SLURM_HOSTFILE {path}: {e.strerror}") from None
+    if isinstance(ntasks, int):
+        if len(hosts) < ntasks:
+            raise OptionValueError(f"SLURM_HOSTFILE {path} names {len(hosts)} hosts, fewer than the {ntasks} tasks")
+        hosts = hosts[:ntasks]
+    if not hosts:
+        raise OptionValueError(f"SLURM_HOSTFILE {path} names no host")
+    return hosts
+
+
+def arbitrary_nodes(spec: dict[str, object], environ: dict[str, str]) -> None:
+    """A job with ``-m arbitrary``: the hosts of ``SLURM_HOSTFILE`` are its nodes (room on
+    each for the tasks named for it), the file's length its task count unless ``-n`` says."""
+    hosts = read_hostfile(environ, spec.get("ntasks"))
+    if hosts is None:
+        return
+    unique = list(dict.fromkeys(hosts))
+    spec["nodelist"] = unique
+    spec["min_nodes"] = spec["max_nodes"] = len(unique)
+    spec["ntasks"] = len(hosts)
+    most = max(hosts.count(h) for h in unique)
+    if most > 1:
+        spec["ntasks_per_node"] = most
 
 
 def current_umask() -> str:

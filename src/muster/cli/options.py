@@ -91,6 +91,11 @@ def _count(field: str, what: str):
     return apply
 
 
+def _apply_distribution(req: JobRequest, value: str | None) -> None:
+    """Only ``arbitrary`` shapes a job: its nodes are ``SLURM_HOSTFILE``'s (``JobRequest.finish``)."""
+    req.distribution = (value or "").split(":")[0].split(",")[0].strip().lower()
+
+
 def _ignored(req: JobRequest, value: str | None) -> None:
     """Accepted so that existing scripts run; muster has no use for it (yet)."""
 
@@ -375,7 +380,7 @@ JOB_OPTIONS: tuple[Opt, ...] = (
     Opt("mail-user", apply=_set("mail_user")),
     # Accepted for compatibility with existing scripts and tools; they change nothing here.
     Opt("wckey", env=("SBATCH_WCKEY",), apply=_ignored),
-    Opt("distribution", "m", env=("SBATCH_DISTRIBUTION",), apply=_ignored),
+    Opt("distribution", "m", env=("SBATCH_DISTRIBUTION",), apply=_apply_distribution),
     Opt("hint", env=("SBATCH_HINT",), apply=_ignored),
     Opt("contiguous", None, NO_ARG, apply=_ignored),
     Opt("mincpus", apply=_count("min_cpus", "--mincpus")),

@@ -93,6 +93,7 @@ def listpids(args: list[str]) -> int:
         lines += rows(job_id, answer, nodes, step)
     if not lines and target != "*":
         what = f"StepId={target}" if step is not None else f"JobId={target}"
-        raise CommandError(f"{what} has no processes on this node")
+        where = ",".join(sorted(nodes)) or "this node"
+        raise CommandError(f"{what} does not exist on node {where}")
     print_lines([HEADER, *lines])
     return 0

@@ -331,22 +331,16 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
 def _arbitrary(step: dict[str, object], spec: dict[str, object], environ: dict[str, str], in_job: bool) -> None:
     """``-m arbitrary``: task i on the i-th host of ``SLURM_HOSTFILE`` (one a line, or comma
     separated; with ``-n`` its first N); without the variable, block (srun(1))."""
-    path = environ.get("SLURM_HOSTFILE")
-    if not path:
+    from muster.cli.jobrequest import read_hostfile
+    from muster.core.optionvalues import OptionValueError
+
+    try:
+        hosts = read_hostfile(environ, step.get("ntasks"))
+    except OptionValueError as e:
+        raise CommandError(str(e), 1) from None
+    if hosts is None:
         step["distribution"] = "block"
         return
-    try:
-        with open(path) as f:
-            hosts = [h.strip() for line in f for h in line.split("#")[0].split(",") if h.strip()]
-    except OSError as e:
-        raise CommandError(f"Unable to open SLURM_HOSTFILE {path}: {e.strerror}", 1) from None
-    wanted = step.get("ntasks")
-    if isinstance(wanted, int):
-        if len(hosts) < wanted:
-            raise CommandError(f"SLURM_HOSTFILE {path} names {len(hosts)} hosts, fewer than the {wanted} tasks", 1)
-        hosts = hosts[:wanted]
-    if not hosts:
-        raise CommandError(f"SLURM_HOSTFILE {path} names no host", 1)
     for key in ("min_nodes", "ntasks_per_node", "nodelist"):
         step.pop(key, None)
     step["task_nodes"], step["ntasks"] = hosts, len(hosts)
