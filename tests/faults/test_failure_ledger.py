@@ -44,9 +44,9 @@ def cluster() -> Iterator[Harness]:
         root=root,
         settings={"SlurmdTimeout": "10", "KillWait": "2", "Prolog": prolog, "QuarantineFailures": "2"},
     )
-    h.up()
     h.flags = flags  # type: ignore[attr-defined]
     try:
+        h.up()  # inside: a cluster that fails to start is stopped too
         yield h
     finally:
         h.down()

@@ -55,9 +55,9 @@ def cluster() -> Iterator[Harness]:
             "PreflightMinFreeMB": "1",
         },
     )
-    h.up()
     h.flags = flags  # type: ignore[attr-defined]
     try:
+        h.up()  # inside: a cluster that fails to start is stopped too
         yield h
     finally:
         h.down()
