@@ -75,6 +75,12 @@ NOTES = """\
   `SchedulerParameters=requeue_delay` (muster requeues after a node failure with a 3 s BeginTime,
   not Slurm's 120 s) and `enable_expedited_requeue` (muster honours `--requeue=expedite`,
   `ExpediteRequeue` of a QOS or partition without it).
+* Checked beyond the list, the same way (a copy of the runner with its own list): Slurm's files
+  test_104_1, 106_1, 106_3, 106_4, 107_4, 108_9, 111_6, 113_1, 116_21, 116_37, 116_44, 116_5,
+  117_1, 117_2 and 117_4 (sattach, sbcast, scancel -v, listpids, sinfo states, sprio, task
+  prolog/epilog, host file, sstat). muster passes every one but test_104_1 (sattach); Slurm
+  fails test_113_1 and test_117_1 (Debian's version string). test_116_5 and test_108_9 found
+  `sbatch -m arbitrary` and listpids' wording missing; both were fixed.
 * A skip counts as neither pass nor failure. Where both sides skip, each skips for a Slurm
   release after 22.05 or for configuration its cluster's file does not state (the runner never
   reconfigures); the first such gate a test meets may differ between the two configs (36 tests
