@@ -76,7 +76,7 @@ import os
 import signal
 import ssl
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -106,6 +106,7 @@ from muster.protocol.messages import (
     AllocationRequest,
     LaunchRequest,
     LaunchRequests,
+    M,
     MessageError,
     RegisterAgainRequest,
     SignalRequest,
@@ -119,8 +120,6 @@ from muster.protocol.replay import GrantLedger
 from muster.protocol.signing import CTLD, make_credential
 
 __all__ = ["build_app"]
-
-M = TypeVar("M")
 
 log = logging.getLogger(__name__)
 
@@ -476,7 +475,8 @@ class _SignedOnly:
             if not sent:
                 sent = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            message: dict[str, Any] = await receive()
+            return message
 
         await self.app(scope, replay, send)
 

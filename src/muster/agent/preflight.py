@@ -78,7 +78,7 @@ class Preflight:
     def gpus(self, job: dict[str, Any]) -> str | None:
         if not self.gpu_devices:
             return None
-        here = next((a for a in job.get("alloc") or [] if a.get("node") == self.node), {})
+        here: dict[str, Any] = next((a for a in job.get("alloc") or [] if a.get("node") == self.node), {})
         pattern = self.gpu_devices.replace("%n", self.node)
         missing = [str(i) for i in here.get("gpu_ids") or [] if not os.path.exists(pattern.replace("%i", str(i)))]
         if missing:

@@ -687,7 +687,7 @@ class Supervisor:
                 os.close(fd)
                 return
             done: asyncio.Future[None] = loop.create_future()
-            loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+            loop.add_reader(fd, lambda: None if done.done() else done.set_result(None))
             try:
                 await done
             finally:
