@@ -52,8 +52,7 @@ from typing import Any
 
 from muster.agent import ocibundle
 from muster.agent.ocibundle import ContainerError, ContainerRequest, Device, TaskIdentity
-from muster.core.conftext import strip_comment
-from muster.core.hostlist import HostlistError, expand
+from muster.core.nodeconf import NodeConfError, node_settings
 
 __all__ = [
     "DEFAULT_RUN",
@@ -114,40 +113,19 @@ def conf_path_beside(conf_path: str) -> str:
 
 def parse_conf(text: str, path: str, node: str) -> OciConf:
     """``node``'s settings in oci.conf (values may be quoted); ``OciConfError`` naming the line."""
+    try:
+        settings = node_settings(text, node, quoted=True)
+    except NodeConfError as exc:
+        raise OciConfError(f"{path}:{exc.line}: {exc}") from None
     values: dict[str, str] = {}
-    mine: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = strip_comment(raw).strip()
-        if not line:
-            continue
-        try:
-            words = shlex.split(line)
-        except ValueError as exc:
-            raise OciConfError(f"{path}:{number}: {exc}") from None
-        pairs: dict[str, str] = {}
-        for word in words:
-            key, eq, value = word.partition("=")
-            if not eq:
-                raise OciConfError(f"{path}:{number}: expected Key=Value, not {word!r}")
-            pairs[key.lower()] = value
-        target = values
-        if "nodename" in pairs:
-            try:
-                names = expand(pairs.pop("nodename"))
-            except HostlistError as exc:
-                raise OciConfError(f"{path}:{number}: bad NodeName: {exc}") from None
-            if node not in names:
-                continue
-            target = mine
-        for key, value in pairs.items():
-            if key in _UNSUPPORTED:
-                raise OciConfError(f"{path}:{number}: {key}: muster runs containers with RunTimeRun only")
-            if key not in _KEYS:
-                raise OciConfError(
-                    f"{path}:{number}: {key!r} is not supported (RunTimeRun, RunTimeEnvExclude, ContainerImageDir)"
-                )
-            target[_KEYS[key]] = value
-    values.update(mine)
+    for key, (value, number) in settings.items():
+        if key in _UNSUPPORTED:
+            raise OciConfError(f"{path}:{number}: {key}: muster runs containers with RunTimeRun only")
+        if key not in _KEYS:
+            raise OciConfError(
+                f"{path}:{number}: {key!r} is not supported (RunTimeRun, RunTimeEnvExclude, ContainerImageDir)"
+            )
+        values[_KEYS[key]] = value
     conf = OciConf(**values)
     if not shlex.split(conf.run) or "%b" not in conf.run:
         raise OciConfError(f"{path}: RunTimeRun must name a runtime and its bundle (%b)")

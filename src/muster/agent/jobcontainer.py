@@ -29,8 +29,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from muster.core.conftext import strip_comment
-from muster.core.hostlist import HostlistError, expand
+from muster.core.nodeconf import NodeConfError, node_settings
 
 __all__ = ["TMPFS", "JobContainer", "JobContainerError", "conf_path_beside", "enter", "parse_conf"]
 
@@ -102,32 +101,15 @@ def conf_path_beside(conf_path: str) -> str:
 
 def parse_conf(text: str, path: str, node: str) -> JobContainer:
     """``node``'s settings in job_container.conf; ``JobContainerError`` naming the line."""
+    try:
+        settings = node_settings(text, node)
+    except NodeConfError as exc:
+        raise JobContainerError(f"{path}:{exc.line}: {exc}") from None
     values: dict[str, str] = {}
-    mine: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = strip_comment(raw).strip()
-        if not line:
-            continue
-        pairs: dict[str, str] = {}
-        for word in line.split():
-            key, eq, value = word.partition("=")
-            if not eq:
-                raise JobContainerError(f"{path}:{number}: expected Key=Value, not {word!r}")
-            pairs[key.lower()] = value
-        target = values
-        if "nodename" in pairs:
-            try:
-                names = expand(pairs.pop("nodename"))
-            except HostlistError as exc:
-                raise JobContainerError(f"{path}:{number}: bad NodeName: {exc}") from None
-            if node not in names:
-                continue
-            target = mine
-        for key, value in pairs.items():
-            if key not in ("basepath", "autobasepath", "dirs", "shared"):
-                raise JobContainerError(f"{path}:{number}: {key!r} is not supported (BasePath, AutoBasePath, Dirs)")
-            target[key] = value
-    values.update(mine)
+    for key, (value, number) in settings.items():
+        if key not in ("basepath", "autobasepath", "dirs", "shared"):
+            raise JobContainerError(f"{path}:{number}: {key!r} is not supported (BasePath, AutoBasePath, Dirs)")
+        values[key] = value
     base = values.get("basepath", "").replace("%n", node)
     if not base or not base.startswith("/"):
         raise JobContainerError(f"{path}: BasePath (an absolute path) is required for {TMPFS}")
