@@ -21,11 +21,13 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
+from muster.core.errors import StorageError
 from muster.core.job import Job
 from muster.core.states import JobState
 from muster.ctld.actions import Action, Launch, NewAllocation, NewLimit, SignalJob, SuspendJob, Terminate
 from muster.ctld.controller import Controller
 from muster.ctld.hetjobs import launch_view
+from muster.ctld.replacement import PREFLIGHT
 from muster.ctld.steps import StepSignal
 from muster.protocol.httpd import DaemonRequestError, SignedClient
 from muster.protocol.messages import (
@@ -144,6 +146,8 @@ class Dispatcher:
                 suspend = SuspendRequest(job_id=action.job_id, suspend=action.suspend)
                 await self._each(action.nodes, lambda node: self._post(node, "/v1/suspend", self._body(suspend, node)))
             elif isinstance(action, NewAllocation):  # a node replaced (idempotent on the agent)
+                if not await self.replacement_gate(action):
+                    return
                 told = AllocationRequest.model_validate(
                     {
                         "job_id": action.job_id,
@@ -345,25 +349,8 @@ class Dispatcher:
         that cannot be reached does not hold the job: the node check judges silence."""
         job, attempt, host = action.job, action.job.restart_count, action.job.batch_host
         assert host is not None
-        request = LaunchRequest.model_validate(
-            {"job": launch_view(job, self.ctl.jobs), "cluster": self.ctl.config.cluster_name, "kill_wait": 0}
-        )
-
-        async def check(node: str) -> str | None:
-            try:
-                answer = await self.client.post(self._url(node, "/v1/preflight"), self._body(request, node), to=node)
-            except DaemonRequestError as e:
-                log.warning("job %s: no pre-flight answer from %s (%s): not gated there", job.job_id, node, e)
-                return None
-            except Exception as e:  # noqa: BLE001 - unreachable: the node check judges it
-                log.warning("job %s: cannot reach %s for its pre-flight: %s", job.job_id, node, e or type(e).__name__)
-                return None
-            if isinstance(answer, dict) and not answer.get("ok", True):
-                return str(answer.get("reason") or "preflight failed")
-            return None
-
         others = [n for n in job.nodes if n != host]
-        verdicts = await asyncio.gather(*(check(n) for n in others))
+        verdicts = await asyncio.gather(*(self._preflight(job, n) for n in others))
         if not self._wanted(job, host, attempt):
             return
         failed = [(n, why) for n, why in zip(others, verdicts, strict=True) if why]
@@ -376,6 +363,67 @@ class Dispatcher:
         node, why = failed[0]
         log.warning("job %s: %d node(s) failed its pre-flight gate, first %s: %s", job.job_id, len(failed), node, why)
         self.ctl.launches.launch_failed(job.job_id, attempt, why, "preflight", node)
+
+    async def _preflight(self, job: Job, node: str) -> str | None:
+        """The pre-flight gate on one node of ``job`` (``/v1/preflight``): what failed, or
+        None when it passed, when the agent has no such route (an older release) or cannot
+        be reached (the node check judges silence)."""
+        request = LaunchRequest.model_validate(
+            {"job": launch_view(job, self.ctl.jobs), "cluster": self.ctl.config.cluster_name, "kill_wait": 0}
+        )
+        try:
+            answer = await self.client.post(self._url(node, "/v1/preflight"), self._body(request, node), to=node)
+        except DaemonRequestError as e:
+            log.warning("job %s: no pre-flight answer from %s (%s): not gated there", job.job_id, node, e)
+            return None
+        except Exception as e:  # noqa: BLE001 - unreachable: the node check judges it
+            log.warning("job %s: cannot reach %s for its pre-flight: %s", job.job_id, node, e or type(e).__name__)
+            return None
+        if isinstance(answer, dict) and not answer.get("ok", True):
+            return str(answer.get("reason") or "preflight failed")
+        return None
+
+    async def replacement_gate(self, action: NewAllocation) -> bool:
+        """A node swapped into a gated running job (``ctld.replacement``) passes the
+        pre-flight gate before the job's other nodes are told of it. True: it passed (or the
+        job is not gated, or is gone). False: it failed; it is drained with the evidence (a
+        ledger record, kind ``preflight``) and the next candidate swapped in (its own actions
+        dispatched, gated again), or, when none is left, the job ends NODE_FAIL and is
+        requeued as after any lost node (``--no-kill``: it goes on without that node)."""
+        job = self.ctl.jobs.get(action.job_id)
+
+        def current(j: Job | None) -> bool:
+            return (
+                j is not None
+                and j.state is JobState.RUNNING
+                and j.restart_count == action.attempt
+                and action.new in j.nodes
+            )
+
+        if job is None or not current(job) or not self.gated(job):
+            return True
+        why = await self._preflight(job, action.new)
+        if why is None:
+            return True
+        now = self.ctl.clock.now()
+        log.warning("job %s: replacement %s failed its pre-flight gate: %s", job.job_id, action.new, why)
+        self.ctl.node_fault(action.new, "preflight", now, job=job, evidence=why, drain=why)
+        if not current(job):  # ended or requeued meanwhile: nothing more to repair
+            return False
+        actions: list[Action] = []
+        try:
+            repaired = self.ctl.training.replacements.job_lost_node(job, action.new, PREFLIGHT, why, now)
+            if repaired is not None:
+                actions = repaired
+            elif not self.ctl.lose_node(job, action.new, now, why):
+                survivors = [n for n in job.nodes if n != action.new]
+                self.ctl.node_failed_job(job, now, f"replacement {action.new} failed its pre-flight: {why}")
+                actions = [Terminate(job.job_id, action.attempt, survivors, "node_fail")] if survivors else []
+        except StorageError:
+            return False
+        for then in actions:
+            await self.run(then)
+        return False
 
     async def _launch(self, action: Launch) -> None:
         _crash_before_launch()

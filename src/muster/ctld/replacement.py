@@ -58,6 +58,7 @@ SET_DOWN = "set_down"
 GPU_FAULT = "gpu_fault"
 HEALTH_CHECK = "health_check"
 HANG = "hang"  # ranks hung behind the others' on that node (``ctld.training``)
+PREFLIGHT = "preflight"  # the node swapped in failed the job's pre-flight gate (``ctld.dispatch``)
 
 
 def _features(constraint: str | None) -> frozenset[str]:
@@ -100,10 +101,11 @@ class Replacements:
         if job.batch_host == node:
             log.warning("job %s: its batch host %s failed (%s): not replaceable, requeued", job.job_id, node, why)
             return None
-        if len(job.replacements) >= job.spec.spare_nodes:
-            log.warning(
-                "job %s: node %s failed but its %d replacement(s) are used", job.job_id, node, len(job.replacements)
-            )
+        # a replacement that failed the job's pre-flight gate is swapped again without using
+        # another of the job's N (it never ran the job: the swap it repairs was counted)
+        used = sum(1 for e in job.replacements if e.get("cause") != PREFLIGHT)
+        if cause != PREFLIGHT and used >= job.spec.spare_nodes:
+            log.warning("job %s: node %s failed but its %d replacement(s) are used", job.job_id, node, used)
             return None
         pick = self._choose(job, node)
         victims: list[tuple[Job, str, int]] = []
@@ -168,6 +170,10 @@ class Replacements:
         pool = spares(conf)
         now = state.clock.now()
         barred = set(job.spec.exclude)
+        # nodes this attempt of the job lost (one that failed its pre-flight gate included)
+        # are not tried again, drained or not (a failure the ledger judged the job's own
+        # leaves them in service)
+        barred.update(str(e.get("old")) for e in job.replacements if e.get("attempt") == job.restart_count)
         allowed: set[str] | None = None
         for resv in state.reservations.values():
             if not resv.active(now):
