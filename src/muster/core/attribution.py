@@ -21,12 +21,17 @@ failures of one job (of one user, for hangs) count once, and so do the failures 
 while the node was already out of service (launches in flight when it was drained, the
 other jobs lost in the same outage).
 
+``off_collective`` singles out, among the nodes of a hung run whose ranks all stopped at
+the same step, those whose ranks never entered the collective the others wait in (from the
+Python stacks of the hang evidence: ``in_collective``).
+
 Pure: no clock, no I/O; ``now`` is a parameter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -38,6 +43,8 @@ __all__ = [
     "Failure",
     "attribute",
     "blame_key",
+    "in_collective",
+    "off_collective",
     "quarantine_due",
 ]
 
@@ -149,3 +156,55 @@ def quarantine_due(
     if len({blame_key(r) for r in counted}) >= threshold:
         return counted
     return []
+
+
+# A frame of a collective: in these libraries' files, or one of these functions (a
+# program's own wrapper of a collective is not recognised).
+COLLECTIVE_FILES = ("torch/distributed/", "mpi4py/", "horovod/", "deepspeed/comm/")
+COLLECTIVE_FUNCS = frozenset(
+    {
+        "all_reduce",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "all_to_all",
+        "all_to_all_single",
+        "barrier",
+        "broadcast",
+        "broadcast_object_list",
+        "monitored_barrier",
+        "Allreduce",
+        "allreduce",
+        "Barrier",
+        "Bcast",
+    }
+)
+# faulthandler: ``  File "/x/y.py", line 12 in name``; py-spy: ``    name (/x/y.py:12)``
+_FRAMES = (
+    re.compile(r'File "(?P<path>[^"]*)", line \d+ in (?P<func>\S+)'),
+    re.compile(r"^\s*(?P<func>[^\s(]+) \((?P<path>[^():]+):\d+\)", re.M),
+)
+
+
+def in_collective(stack: str) -> bool:
+    """Whether a Python stack dump (faulthandler's all threads, or py-spy's) has a thread
+    inside a collective operation (a frame of ``COLLECTIVE_FILES`` or ``COLLECTIVE_FUNCS``)."""
+    for pattern in _FRAMES:
+        for m in pattern.finditer(stack):
+            if m["func"] in COLLECTIVE_FUNCS or any(part in m["path"] for part in COLLECTIVE_FILES):
+                return True
+    return False
+
+
+def off_collective(ranks: Mapping[str, Sequence[int]]) -> list[str]:
+    """``ranks``: node -> (its ranks inside a collective, its ranks outside one), counted
+    from the ranks' stacks. The nodes with a rank outside while another rank (there or on
+    another node) waits inside: the ranks that never entered it, which the others wait
+    for. Empty when no rank is inside one, or none outside (nothing singled out)."""
+    inside = sum(int(v[0]) for v in ranks.values() if len(v) >= 2)
+    outside = sorted(n for n, v in ranks.items() if len(v) >= 2 and int(v[1]) > 0)
+    if not inside or not outside or len(outside) == len(ranks):
+        return []
+    return outside

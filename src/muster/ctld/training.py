@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from muster.core import lifecycle
+from muster.core.attribution import in_collective, off_collective
 from muster.core.errors import StorageError
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
@@ -309,6 +310,8 @@ class Training:
                 continue
             if p.get("sections"):
                 continue  # a declared slow section (checkpoint, evaluation): not a hang
+            if float(p.get("step_time") or 0.0) <= float(p.get("repaired_time") or 0.0):
+                continue  # hung ranks replaced: watched again from the restarted ranks' first step
             if job.suspended_at is not None:
                 continue  # scontrol suspend: a frozen job makes no progress (ctld.suspend)
             # silence since its last progress, or since it was resumed
@@ -370,6 +373,11 @@ class Training:
                 counts = dict(where.get("evidence") or {})
                 counts[node] = len(procs)
                 where["evidence"] = counts
+                # the ranks (processes that report progress: their stacks) inside a collective
+                stacks = [str(e["python"]) for e in procs if isinstance(e.get("python"), str)]
+                if stacks:
+                    inside = sum(1 for text in stacks if in_collective(text))
+                    where["collective"] = {**(where.get("collective") or {}), node: [inside, len(stacks) - inside]}
             self.ctl.record(now, [(job, "hang_evidence", {"node": node, "attempt": attempt, "processes": procs})])
         log.info("job %s: hang evidence of attempt %s from %s: %d process(es)", job.job_id, attempt, node, len(procs))
 
@@ -392,7 +400,9 @@ class Training:
         with self.ctl.atomic(job):
             p = {k: v for k, v in (job.progress or {}).items() if k not in ("hang_judged", "hang_quiet", "hang_grace")}
             p["active_time"] = now  # silence is counted from the repair
+            p["repaired_time"] = now  # ... once the job reported again (``check_hangs``)
             p.pop("evidence", None)
+            p.pop("collective", None)
             job.progress = p
             self.ctl.record(now, [(job, "progress", {"hang": "replaced", "nodes": bad})])
         for node in bad:
@@ -408,7 +418,14 @@ class Training:
             return [job.batch_host] if job.batch_host else []
         top = max(v[0] for v in here.values())
         behind = sorted(n for n, v in here.items() if v[0] < top)
-        return behind or sorted(here)
+        return behind or self._off_collective(job) or sorted(here)
+
+    @staticmethod
+    def _off_collective(job: Job) -> list[str]:
+        """The nodes whose ranks never entered the collective the others wait in (their
+        stacks in the evidence: ``core.attribution.off_collective``)."""
+        ranks = (job.progress or {}).get("collective") or {}
+        return off_collective({n: v for n, v in ranks.items() if n in job.nodes and isinstance(v, list)})
 
     def _hung(self, job: Job, now: float) -> list[Action]:
         p = job.progress or {}
@@ -447,11 +464,12 @@ class Training:
 
     # --- failed nodes ------------------------------------------------------------------
 
-    @staticmethod
-    def _stalled_behind(job: Job) -> bool:
-        """Whether some of the job's nodes stopped behind the others (``suspects``' first case)."""
+    @classmethod
+    def _stalled_behind(cls, job: Job) -> bool:
+        """Whether the evidence singles out some of the job's nodes (``suspects``' first two
+        cases): their ranks stopped behind the others', or never entered their collective."""
         per_node = (job.progress or {}).get("nodes") or {}
-        return len({v[0] for n, v in per_node.items() if n in job.nodes}) > 1
+        return len({v[0] for n, v in per_node.items() if n in job.nodes}) > 1 or bool(cls._off_collective(job))
 
     def incident(
         self, node: str, job_id: int, kind: str, now: float, evidence: str = "", *, behind: bool = False

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from muster.core.attribution import JOB, NODE, UNKNOWN, Failure, attribute, quarantine_due
+from muster.core.attribution import (
+    JOB,
+    NODE,
+    UNKNOWN,
+    Failure,
+    attribute,
+    in_collective,
+    off_collective,
+    quarantine_due,
+)
 
 DAY = 86400.0
 
@@ -88,3 +97,27 @@ def test_a_hang_that_singles_a_node_out_is_the_nodes() -> None:
     assert [attribute(f, hangs, DAY) for f in hangs] == [NODE, NODE]
     assert quarantine_due("node1", hangs, 1000.0, 1, DAY)  # one user's hangs count once: 1 >= 1
     assert quarantine_due("node1", hangs, 1000.0, 2, DAY) == []
+
+
+def test_a_stack_inside_a_torch_distributed_collective_is_recognised_in_both_dump_formats() -> None:
+
+    faulthandler = (
+        "Thread 0x01 (most recent call first):\n"
+        '  File "/v/site-packages/torch/distributed/distributed_c10d.py", line 2806 in all_reduce\n'
+        '  File "/w/train.py", line 40 in main\n'
+    )
+    py_spy = 'Thread 12 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2806)\n    main (train.py:40)\n'
+    assert in_collective(faulthandler) and in_collective(py_spy)
+    assert in_collective('  File "/w/mpi.py", line 3 in Allreduce\n')
+    assert not in_collective('Thread 0x01 (most recent call first):\n  File "/w/train.py", line 37 in main\n')
+    assert not in_collective("")
+
+
+def test_the_nodes_whose_ranks_are_outside_the_collective_the_others_wait_in_are_singled_out() -> None:
+
+    assert off_collective({"n1": [1, 0], "n2": [0, 1], "n3": [1, 0]}) == ["n2"]
+    assert off_collective({"n1": [1, 1], "n2": [2, 0]}) == ["n1"]  # one of n1's two ranks stayed out
+    assert off_collective({"n1": [0, 1], "n2": [0, 1]}) == []  # nobody inside: a hang of another kind
+    assert off_collective({"n1": [1, 0], "n2": [1, 0]}) == []  # all inside: none singled out
+    assert off_collective({"n1": [1, 1], "n2": [1, 1]}) == []  # everyone has a rank outside
+    assert off_collective({}) == []

@@ -278,3 +278,65 @@ def test_work_of_an_equal_or_higher_tier_on_the_spare_is_never_taken(tmp_path: p
     c.liveness.update_nodes(ROOT, ["node2"], "DOWN", "x")
     assert jobs[2].state is JobState.PENDING and not jobs[2].replacements  # requeued as before
     assert jobs[0].preempted_by is None
+
+
+IN_ALL_REDUCE = """Thread 0x00007f (most recent call first):
+  File "/v/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", line 2806 in all_reduce
+  File "/v/lib/python3.12/site-packages/torch/distributed/c10d_logger.py", line 81 in wrapper
+  File "/w/train.py", line 40 in main
+"""
+ELSEWHERE = """Thread 0x00007f (most recent call first):
+  File "/w/train.py", line 37 in main
+"""
+
+
+def _same_step_then_evidence(ctl: Controller, job: Job, stacks: dict[str, str]) -> list[Any]:
+    """Every rank reports step 5, then nothing: judged hung; each node's evidence is its
+    rank's Python stack. The actions of the check after the evidence came."""
+    t = ctl.clock.now()
+
+    def step(n: int) -> dict[str, Any]:
+        return {"job_id": job.job_id, "attempt": 0, "first": t, "step": n, "step_time": ctl.clock.now()}
+
+    _beat(ctl, 1, {n: [step(5)] for n in job.nodes})
+    _beat(ctl, 61)
+    ctl.liveness.check_nodes()
+    assert (job.progress or {}).get("hang_judged") is not None
+    evidence = {
+        n: [{"job_id": job.job_id, "attempt": 0, "evidence": [{"pid": 7, "cmdline": "python train.py", "python": s}]}]
+        for n, s in stacks.items()
+    }
+    _beat(ctl, 1, evidence)
+    return ctl.liveness.check_nodes()
+
+
+def test_ranks_at_the_same_step_the_node_whose_rank_never_entered_the_collective_is_replaced(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2", "node3"], spare_nodes=1, hang_timeout=60)
+    _same_step_then_evidence(ctl, job, {"node1": IN_ALL_REDUCE, "node2": ELSEWHERE, "node3": IN_ALL_REDUCE})
+    assert job.state is JobState.RUNNING and job.restart_count == 0  # every node's evidence in: no grace wait
+    assert job.nodes == ["node1", "node5", "node3"] and job.replacements[0]["cause"] == HANG
+    _beat(ctl, 120)  # the restarted ranks have not reported yet: not watched (their start may be slow)
+    ctl.liveness.check_nodes()
+    assert "hang_judged" not in (job.progress or {}) and job.state is JobState.RUNNING
+    report = {"job_id": job.job_id, "attempt": 0, "step": 4, "step_time": ctl.clock.now()}
+    _beat(ctl, 1, {"node5": [report]})  # resumed from its checkpoint: watched again
+    _beat(ctl, 61)
+    ctl.liveness.check_nodes()
+    assert (job.progress or {}).get("hang_judged") is not None
+
+
+def test_without_spares_the_job_is_requeued_off_the_node_whose_rank_never_entered_the_collective(
+    ctl: Controller,
+) -> None:
+    job = running(ctl, ["node1", "node2", "node3"], hang_timeout=60, requeue=True)
+    _same_step_then_evidence(ctl, job, {"node1": IN_ALL_REDUCE, "node2": IN_ALL_REDUCE, "node3": ELSEWHERE})
+    assert job.state is JobState.PENDING and job.restart_count == 1 and not job.replacements
+    assert job.spec.exclude == ["node3"]
+    assert "suspect nodes: node3;" in (job.system_comment or "")
+
+
+def test_stacks_that_single_out_no_node_suspect_them_all(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2"], spare_nodes=1, hang_timeout=60, requeue=True)
+    _same_step_then_evidence(ctl, job, {"node1": ELSEWHERE, "node2": ELSEWHERE})  # nobody in a collective
+    assert job.state is JobState.PENDING and not job.replacements
+    assert "suspect nodes: node1,node2;" in (job.system_comment or "")
