@@ -145,3 +145,26 @@ def test_a_node_that_is_not_the_batch_host_is_gated_before_the_launch(cluster: H
     finally:
         os.unlink(flag)
     resume(h, "node3")
+
+
+def test_a_spare_replaces_a_node_that_fails_the_gate_before_the_script_runs(cluster: Harness) -> None:
+    h = cluster
+    flag = os.path.join(h.flags, "node-node2")  # type: ignore[attr-defined]
+    open(flag, "w").close()
+    out = os.path.join(h.workdir, "ran-swapped")
+    try:
+        job = h.sbatch(
+            "--preflight", "--spare-nodes=1", "-N2", "-w", "node[1-2]", "--wrap", f"echo $SLURM_JOB_NODELIST > {out}"
+        )
+        drained(h, "node2")  # (its reason may say quarantined: the earlier tests failed it too)
+        j = h.wait_job(job, timeout=60)
+        record = h.cluster.api("GET", "/v1/nodes/node2/failures")["failures"][-1]
+        assert (record["kind"], record["job_id"]) == ("preflight", job), record
+        assert record["evidence"].endswith(": preflight refuses node2"), record
+        assert j["state"] == "COMPLETED" and j["restart_count"] == 0, j  # swapped, not requeued
+        with open(out) as f:
+            assert f.read().strip() == "node[1,3]"  # the script started on the repaired allocation
+        h.run(["scancel", str(job)])
+    finally:
+        os.unlink(flag)
+    resume(h, "node2")

@@ -354,6 +354,10 @@ class Dispatcher:
         if not self._wanted(job, host, attempt):
             return
         failed = [(n, why) for n, why in zip(others, verdicts, strict=True) if why]
+        if failed and job.spec.spare_nodes > 0:
+            failed = await self._swap_before_start(job, failed)
+            if not self._wanted(job, host, attempt):
+                return
         if not failed:
             await self._launch(action)
             return
@@ -363,6 +367,43 @@ class Dispatcher:
         node, why = failed[0]
         log.warning("job %s: %d node(s) failed its pre-flight gate, first %s: %s", job.job_id, len(failed), node, why)
         self.ctl.launches.launch_failed(job.job_id, attempt, why, "preflight", node)
+
+    async def _swap_before_start(self, job: Job, failed: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """``--spare-nodes``: the nodes that failed the gate before the job's start are
+        swapped for others (``ctld.replacement``, cause ``preflight``: each uses one of the
+        N), each drained with the evidence; the nodes swapped in pass the gate in turn (one
+        that fails is swapped again, not counted). The launch then carries the allocation
+        with them. Returns the failures left (no node could replace them): the caller fails
+        the launch (drained, requeued) as without spares."""
+        replacements = self.ctl.training.replacements
+        while failed:
+            left: list[tuple[str, str]] = []
+            fresh: list[str] = []
+            now = self.ctl.clock.now()
+            for node, why in failed:
+                if node not in job.nodes:
+                    continue
+                index = job.nodes.index(node)
+                try:
+                    actions = replacements.job_lost_node(job, node, PREFLIGHT, why, now)
+                except StorageError:
+                    actions = None
+                if actions is None:
+                    left.append((node, why))
+                    continue
+                log.warning("job %s: %s failed its pre-flight gate before the start: %s", job.job_id, node, why)
+                self.ctl.node_fault(node, "preflight", now, job=job, evidence=why, drain=why)
+                fresh.append(job.nodes[index])
+                # the job's own actions (told its allocation, signalled) are for a running
+                # script: its launch carries the allocation; a reclaimed spare's jobs are told
+                for then in actions:
+                    if getattr(then, "job_id", job.job_id) != job.job_id:
+                        await self.run(then)
+            if left:
+                return left
+            verdicts = await asyncio.gather(*(self._preflight(job, n) for n in fresh))
+            failed = [(n, why) for n, why in zip(fresh, verdicts, strict=True) if why]
+        return []
 
     async def _preflight(self, job: Job, node: str) -> str | None:
         """The pre-flight gate on one node of ``job`` (``/v1/preflight``): what failed, or

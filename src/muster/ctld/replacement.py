@@ -58,7 +58,7 @@ SET_DOWN = "set_down"
 GPU_FAULT = "gpu_fault"
 HEALTH_CHECK = "health_check"
 HANG = "hang"  # ranks hung behind the others' on that node (``ctld.training``)
-PREFLIGHT = "preflight"  # the node swapped in failed the job's pre-flight gate (``ctld.dispatch``)
+PREFLIGHT = "preflight"  # the node failed the job's pre-flight gate (``ctld.dispatch``)
 
 
 def _features(constraint: str | None) -> frozenset[str]:
@@ -101,10 +101,14 @@ class Replacements:
         if job.batch_host == node:
             log.warning("job %s: its batch host %s failed (%s): not replaceable, requeued", job.job_id, node, why)
             return None
-        # a replacement that failed the job's pre-flight gate is swapped again without using
-        # another of the job's N (it never ran the job: the swap it repairs was counted)
-        used = sum(1 for e in job.replacements if e.get("cause") != PREFLIGHT)
-        if cause != PREFLIGHT and used >= job.spec.spare_nodes:
+        # a node swapped into this attempt that failed the job's pre-flight gate is swapped
+        # again without using another of the job's N (it never ran the job: the swap it
+        # repairs was counted); a node of the job's start that failed it uses one
+        again = cause == PREFLIGHT and any(
+            e.get("new") == node and e.get("attempt") == job.restart_count for e in job.replacements
+        )
+        used = sum(1 for e in job.replacements if not e.get("again"))
+        if not again and used >= job.spec.spare_nodes:
             log.warning("job %s: node %s failed but its %d replacement(s) are used", job.job_id, node, used)
             return None
         pick = self._choose(job, node)
@@ -133,6 +137,8 @@ class Replacements:
             # goodput counts it as lost (``core.goodput``); 0 for a job that reports no progress
             "lost": _lost_work(job, now),
         }
+        if again:
+            event["again"] = True
         if victims:
             event["reclaimed"] = [v.job_id for v, _m, _g in victims]
         try:

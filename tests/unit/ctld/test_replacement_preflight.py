@@ -16,6 +16,7 @@ from muster.core.config import parse_config
 from muster.core.job import Job, JobSpec, NodeAlloc
 from muster.core.states import JobState
 from muster.ctld import dispatch
+from muster.ctld.actions import Launch
 from muster.ctld.controller import Controller, Identity
 from muster.ctld.replacement import NOT_RESPONDING, PREFLIGHT
 from muster.ctld.store import Store
@@ -134,3 +135,52 @@ def test_a_partitions_preflight_gates_a_replacement(tmp_path: pathlib.Path) -> N
     client = _Client({"node5": "PreflightProgram: exit 1"})
     _swap(c, job, client)
     assert client.checked() == ["node5", "node6"] and job.nodes == ["node1", "node6", "node3"]
+
+
+def _starting(ctl: Controller, **spec: Any) -> tuple[Job, Launch]:
+    """A job placed on node1-3 whose launch (and gate) is still to come."""
+    job = ctl.queue.submit(JobSpec(min_nodes=3, script="#!/bin/sh\ntrue\n", workdir="/w", **spec), ALICE)
+
+    class S:
+        def __init__(self) -> None:
+            self.job_id, self.partition, self.backfilled = job.job_id, "gpu", False
+            self.alloc = [NodeAlloc(n, 4, 1000, [0, 1]) for n in ("node1", "node2", "node3")]
+
+    (launch,) = [a for a in ctl.launches.apply_starts([S()], ctl.clock.now()) if isinstance(a, Launch)]
+    return job, launch
+
+
+class _Launching(_Client):
+    """Also keeps the allocation each launch carried."""
+
+    def __init__(self, failing: dict[str, str]) -> None:
+        super().__init__(failing)
+        self.launched: list[list[str]] = []
+
+    async def post(self, url: str, body: dict[str, Any], to: str | None = None) -> Any:
+        if url == "/v1/launch":
+            self.launched.append([a["node"] for a in body["job"]["alloc"]])
+        return await super().post(url, body, to)
+
+
+def test_spares_replace_a_node_that_fails_the_gate_before_the_start(ctl: Controller) -> None:
+    job, launch = _starting(ctl, spare_nodes=2, preflight=True)
+    client = _Launching({"node2": "GPU 0: no device file", "node5": "disk: 1 MB free"})
+    asyncio.run(dispatch.Dispatcher(ctl, client).gated_launch(launch))  # type: ignore[arg-type]
+    # node2 failed: node5 swapped in, failed too: node6 swapped in, passed; then the launch
+    assert client.checked() == ["node2", "node3", "node5", "node6"]
+    assert client.launched == [["node1", "node6", "node3"]]
+    assert job.state is JobState.RUNNING and job.restart_count == 0 and job.nodes == ["node1", "node6", "node3"]
+    assert ctl.nodes["node2"].drain and ctl.nodes["node5"].drain and not ctl.nodes["node6"].drain
+    assert [e.failure.kind for e in ctl.ledger.history("node2")].count("preflight") == 1
+    # the start's swap used one of the job's two; node5's failed swap was repaired free
+    assert [bool(e.get("again")) for e in job.replacements] == [False, True]
+
+
+def test_without_a_spare_left_a_failed_gate_requeues_the_job(ctl: Controller) -> None:
+    job, launch = _starting(ctl, spare_nodes=1, preflight=True)
+    client = _Launching({"node2": "GPU 0: no device file", "node3": "clock: 60 s behind"})
+    asyncio.run(dispatch.Dispatcher(ctl, client).gated_launch(launch))  # type: ignore[arg-type]
+    assert client.launched == []
+    assert job.state is JobState.PENDING and job.restart_count == 1  # requeued, as without spares
+    assert ctl.nodes["node2"].drain and ctl.nodes["node3"].drain
