@@ -57,6 +57,7 @@ from muster.ctld import stragglers
 from muster.ctld.actions import Action, SignalJob, Terminate
 from muster.ctld.replacement import GPU_FAULT, HANG, Replacements
 from muster.ctld.state import ClusterState
+from muster.sched.snapshot import spares
 
 __all__ = ["Training", "auto_timeout", "hang_grace"]
 
@@ -141,13 +142,20 @@ class Training:
 
     def avoid(self, job: Job, bad: list[str]) -> None:
         """Add ``bad`` to the job's exclude list, unless that leaves its partitions too few
-        nodes for it (then it may wait for those nodes to be repaired instead)."""
+        nodes for it (then it may wait for those nodes to be repaired instead; spare nodes,
+        never placed on, do not count)."""
         exclude = list(job.spec.exclude)
         for name in bad:
             if name not in exclude:
                 exclude.append(name)
         parts = job.spec.partitions or [job.partition]
-        pool = {n for p in parts if (conf := self.ctl.config.partition(p)) is not None for n in conf.nodes}
+        pool = {  # the nodes a job is placed on: a partition's SpareNodes= are not (``sched.snapshot``)
+            n
+            for p in parts
+            if (conf := self.ctl.config.partition(p)) is not None
+            for n in conf.nodes
+            if n not in spares(conf)
+        }
         if len(pool - set(exclude)) >= max(1, job.shape.nodes):
             job.spec.exclude = exclude
 

@@ -340,3 +340,12 @@ def test_stacks_that_single_out_no_node_suspect_them_all(ctl: Controller) -> Non
     _same_step_then_evidence(ctl, job, {"node1": ELSEWHERE, "node2": ELSEWHERE})  # nobody in a collective
     assert job.state is JobState.PENDING and not job.replacements
     assert "suspect nodes: node1,node2;" in (job.system_comment or "")
+
+
+def test_a_hung_node_is_not_excluded_when_only_spares_would_be_left_to_place_the_job_on(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2", "node3", "node4"], min_nodes=4, hang_timeout=60, requeue=True)
+    ctl.training.avoid(job, ["node2"])  # node5 and node6 are spares: never placed on
+    assert job.spec.exclude == []
+    small = running(ctl, ["node1", "node2"], min_nodes=2, hang_timeout=60, requeue=True)
+    ctl.training.avoid(small, ["node2"])
+    assert small.spec.exclude == ["node2"]
