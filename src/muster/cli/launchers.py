@@ -62,6 +62,7 @@ COMMANDS = (
     "sshare",
     "squeue",
     "sstat",
+    "strigger",
 )
 # The commands that run long (a job's tasks, an allocation's shell) keep the garbage collector
 # (module docstring).

@@ -55,6 +55,7 @@ from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.token_api import build_token_routes
+from muster.ctld.triggers import build_trigger_routes
 from muster.ctld.wire import node_wire, partition_wire
 from muster.protocol import versions
 from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, StaleMessage, refusal
@@ -603,4 +604,5 @@ def build_routes(ctx: Context) -> list[Route]:
         *build_observe_routes(ctx, caller, handler),
         *build_dashboard_routes(ctx, caller, handler, private),
         *build_token_routes(ctx, caller, parse, handler, jwt_auth),
+        *build_trigger_routes(lambda: ctl.triggers, caller, handler),
     ]

@@ -44,6 +44,8 @@ from muster.ctld.stats import ServerStats
 from muster.ctld.steps import StepBook
 from muster.ctld.store import Store
 from muster.ctld.store_pg import open_store
+from muster.ctld.triggers import INTERVAL as TRIGGER_INTERVAL
+from muster.ctld.triggers import TriggerRunner
 from muster.ctld.usercred import UserCredentials
 from muster.protocol.httpd import SignedClient, Verifier
 from muster.protocol.signing import CTLD
@@ -96,6 +98,7 @@ class CtldApp:
         self.mailer = Mailer(lambda: self.controller.config, self.stats.registry)
         self.controller.mail = MailNotes(self.controller, self.mailer.send, self.clock.now())
         self.controller.mail.watch_running()
+        self.trigger_runner = TriggerRunner()  # strigger's programs (ctld.triggers)
         self.stats.registry.register(CertExpiry(lambda: self.controller.config))  # /metrics: TLS expiry
         self.stats.registry.register(AgentVersions(lambda: self.controller.nodes.values()))
         self.stats.registry.register(ConfigMismatch(lambda: self.controller.nodes.values()))
@@ -153,6 +156,7 @@ class CtldApp:
             asyncio.create_task(self._periodic(self._sweep_steps, 1.0), name="steps"),
             asyncio.create_task(self._periodic(self._sample, self.samples.every), name="samples"),
             asyncio.create_task(self._periodic(self._mail_tick, 1.0), name="mail"),
+            asyncio.create_task(self._periodic(self._trigger_tick, TRIGGER_INTERVAL), name="triggers"),
         ]
         # the agents register now, not at their next heartbeat (a restart, a takeover);
         # until they do, none is judged on the time the loading took
@@ -174,6 +178,7 @@ class CtldApp:
             # controller reconciles what they run with it (stale runs killed, lost ones ended)
             await asyncio.wait(self._pending_actions, timeout=STOP_ACTIONS_WAIT)
         await self.mailer.stop()
+        await self.trigger_runner.stop()
         if self.client is not None:
             await self.client.aclose()
         self._store_open = False
@@ -301,6 +306,20 @@ class CtldApp:
         """--mail-type=TIME_LIMIT_50/80/90: the running jobs that passed those shares."""
         if self.controller.mail is not None:
             self.controller.mail.time_limits(self.clock.now())
+
+    def _trigger_tick(self) -> None:
+        """strigger: the triggers that fired since the last check, their programs started."""
+        for trig, arg in self.controller.triggers.check(self.clock.now()):
+            log.info(
+                "trigger %d (%s %s %s) fired: %s %s",
+                trig.trig_id,
+                trig.res_type,
+                trig.res_id,
+                trig.event,
+                trig.program,
+                arg,
+            )
+            self.trigger_runner.run(trig, arg)
 
     def _sample(self) -> None:
         self.samples.take(self.controller.nodes.values(), self.controller.jobs.values(), self.clock.now())

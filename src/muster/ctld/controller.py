@@ -34,6 +34,7 @@ from muster.ctld.reservation_book import ReservationBook
 from muster.ctld.state import ClusterState
 from muster.ctld.suspend import Suspensions
 from muster.ctld.training import Training
+from muster.ctld.triggers import TriggerBook
 
 __all__ = [
     "Action",
@@ -58,6 +59,7 @@ class Controller(ClusterState):
     training: Training = field(init=False, repr=False)
     preemption: Preemptions = field(init=False, repr=False)
     suspensions: Suspensions = field(init=False, repr=False)
+    triggers: TriggerBook = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -72,8 +74,10 @@ class Controller(ClusterState):
         self.preemption = Preemptions(self)
         self.training.replacements.warn = self.preemption.warn  # spares reclaimed (ctld.replacement)
         self.suspensions = Suspensions(self, self.agents.protocol)
+        self.triggers = TriggerBook(self)  # strigger (ctld.triggers)
         self.training.on_checkpoint = self.preemption.checkpointed  # the checkpoint handshake
 
     def load(self) -> None:
         super().load()
         self.queue.load_tokens()  # a retried submission finds the job it made (ctld.jobs)
+        self.triggers.load()  # strigger's triggers survive a restart

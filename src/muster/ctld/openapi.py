@@ -33,6 +33,7 @@ from muster.ctld.bodies import (
 from muster.ctld.context import Context
 from muster.ctld.stepapi import AwaitBody, CompleteBody, DoneBody, GoneBody, StepBody, StepSignalBody
 from muster.ctld.token_api import TokenBody
+from muster.ctld.triggers import TriggerQueryBody, TriggerSetBody
 from muster.protocol import openapi
 from muster.protocol.messages import Heartbeat, Heartbeats, JobDone, JobsDone, Register
 from muster.protocol.signing import CRED_HEADER
@@ -49,6 +50,9 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("POST", "/v1/jobs/{job_id}/requeue"): RequeueBody,
     ("POST", "/v1/nodes/update"): NodeUpdateBody,
     ("POST", "/v1/reservations"): ReservationBody,
+    ("POST", "/v1/triggers"): TriggerSetBody,
+    ("POST", "/v1/triggers/get"): TriggerQueryBody,
+    ("POST", "/v1/triggers/clear"): TriggerQueryBody,
     ("POST", "/v1/reservations/{name}/update"): ReservationBody,
     ("POST", "/v1/accounting/sacctmgr"): SacctmgrBody,
     ("POST", "/v1/jobs/{job_id}/steps"): StepBody,
