@@ -135,9 +135,38 @@ def test_a_step_over_the_jobs_mem_is_confined_in_the_jobs_cgroup(cluster: tuple[
     for task in (0, 1):  # each task in its own cgroup, in the step's
         assert re.search(rf"{task}: \d+:memory:/muster/node1_\w+/job_{job}/step_0/task_{task}\n", out), out
     assert "survived" not in out and "srun said 0" not in out, out
-    assert f"slurmstepd: error: Detected 1 oom_kill event in StepId={job}.1. " in out, out  # the second srun's
+    # srun prints slurmstepd's line for its step, once, and Slurm's word for the task
+    assert out.count(f"slurmstepd: error: Detected 1 oom_kill event in StepId={job}.1. ") == 1, out
+    assert "srun: error: node1: task 0: Out Of Memory" in out, out
     assert f"StepId={job}.batch" not in out
+    acct = h.run(["sacct", "-j", str(job), "-n", "-P", "-o", "JobID,State,ExitCode"]).stdout
+    # the step's row and the job's (a batch job whose step was OOM killed, as in Slurm)
+    assert f"{job}.0|COMPLETED|0:0" in acct and f"{job}.1|OUT_OF_MEMORY|0:125" in acct, acct
+    assert f"{job}|OUT_OF_MEMORY|0:125" in acct, acct
     _wait(lambda: not _job_cgroups(h, job), "the job's cgroups to be removed")
+
+
+# A task that holds 40 MiB while a program it started touches 40 MiB more: getrusage's max
+# RSS is one process's (about 50 MiB), the task's cgroup's peak counts both.
+HOLD_AND_SPAWN = (
+    "python3 -c \"import subprocess, sys; b = bytearray(40 * 2**20); b[::4096] = b'x' * (len(b) // 4096); "
+    "subprocess.run([sys.executable, '-c', 'c = bytearray(40 * 2**20); c[::4096] = bytes(len(c) // 4096)']); "
+    "print(len(b))\"\n"
+)
+
+
+def test_maxrss_of_the_batch_step_and_of_a_step_is_the_cgroups_peak(cluster: tuple[Harness, str]) -> None:
+    h, _ = cluster
+    script = "#!/bin/sh\n" + HOLD_AND_SPAWN + "srun -n1 " + HOLD_AND_SPAWN
+    job = h.sbatch("--mem=300M", "-o", "rss-%j.out", input=script)
+    assert h.wait_job(job)["state"] == "COMPLETED"
+    assert h.read(f"rss-{job}.out").split() == [str(40 * 2**20)] * 2
+    acct = h.run(["sacct", "-j", str(job), "-n", "-P", "--noconvert", "-o", "JobID,MaxRSS,AveRSS"]).stdout
+    rows = {line.split("|")[0]: line.split("|")[1:] for line in acct.splitlines() if line}
+    for step in (f"{job}.batch", f"{job}.0"):
+        max_rss, ave_rss = (int(v.rstrip("K") or 0) for v in rows[step])
+        assert max_rss >= 80 * 1024, acct  # both processes' 40 MiB, not the largest one's
+        assert max_rss < 300 * 1024 and ave_rss == max_rss, acct  # one task
 
 
 def test_a_job_within_its_mem_completes_under_its_limit(cluster: tuple[Harness, str]) -> None:

@@ -70,6 +70,7 @@ credentials that ``protocol.httpd`` puts in the scope:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -191,8 +192,9 @@ def build_routes(
         """The pre-flight gate here for a job whose batch host is another node (the
         controller asks each of its nodes before the launch; ``agent.preflight``)."""
         msg = _message(LaunchRequest, await _json_body(request))
-        verdict = await supervisor.preflight_check(msg.job.model_dump())
-        return JSONResponse({"ok": verdict.ok, "reason": verdict.reason})
+        verdict = await supervisor.preflight_check(msg.job.model_dump(), msg.allreduce)
+        # ``peer``: only the all-reduce failed, waiting on its peers (``agent.allreduce``)
+        return JSONResponse({"ok": verdict.ok, "reason": verdict.reason, "peer": getattr(verdict, "peer", False)})
 
     @_handler
     async def launches(request: Request) -> JSONResponse:
@@ -371,6 +373,7 @@ def build_routes(
             list(steps.steps.values()) if steps is not None else [],
             batch,
             (t.pid or 0) if t is not None else 0,
+            memory=functools.partial(supervisor.cgroups.memory, msg.job_id) if supervisor.cgroups is not None else None,
         )
         if not found:
             return _error(f"job {msg.job_id} is not running on {node}", "invalid_job_id", 404)

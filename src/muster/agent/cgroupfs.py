@@ -10,7 +10,8 @@ what; this writes it, as root, in the agent):
   made), ``step_<step>/task_<task>`` in it; returns the ``cgroup.procs`` files the forked
   child writes ``0`` into (``agent.spawn``) before it drops root, so that everything it
   ever forks is born inside;
-* ``oom_kills``, ``peak_bytes``: the memory controller's counters for the end report;
+* ``oom_kills``, ``peak_bytes``, ``memory``: the memory controller's counters for the end
+  report and sstat (``agent.memacct`` reads them);
 * ``kill_all``: v2 ``cgroup.kill``; v1 freeze, SIGKILL every pid listed, thaw, until empty
   (a process that cleared its environment and ``setsid``-ed is in the list all the same);
 * ``remove_job``: rmdir from the leaves up, once empty.
@@ -30,7 +31,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from muster.agent import cgroups, devbpf
+from muster.agent import cgroups, devbpf, memacct
 from muster.agent.cgroups import CgroupConf, JobLimits
 
 __all__ = ["CgroupUnusable", "NodeCgroups", "detect_version", "gpu_devices"]
@@ -297,6 +298,12 @@ class NodeCgroups:
             return int(_read(path).split()[0])
         except (OSError, ValueError, IndexError):
             return None
+
+    def memory(self, job_id: int, step: str, task: int = 0) -> memacct.Memory | None:
+        """The memory accounting of one task's cgroup (``agent.memacct``): sstat's RSS, the
+        batch step's MaxRSS; None where it has no memory controller of its own (v2, where
+        only the job's directory has it, or ConstrainRAMSpace=no on v1)."""
+        return memacct.read(self._dirs(cgroups.task_rel(self.node, job_id, step, task)).values())
 
     def freeze(self, job_id: int, frozen: bool) -> None:
         """Suspend (or resume) every process of the job at once."""

@@ -12,7 +12,9 @@ after another when tasks share an output file), then loops on one ``select``:
 * each task's stdout/stderr (pipes, or the terminal's master) -> an ``o``/``e`` frame
   appended to the log (``protocol.stream`` frames, ``O_APPEND``);
 * ``SIGCHLD`` -> ``wait4`` of every ended child (its orphans too); once a task has ended
-  and its output is read to the end, its ``x`` frame (code, signal, resource use);
+  and its output is read to the end, its ``x`` frame (code, signal, resource use: its
+  max RSS from its cgroup's peak and its OOM kills, ``oom``, where it is confined,
+  ``agent.memacct``; from ``getrusage`` where not);
 * the control FIFO -> the agent's lines: ``{"ack": N}`` (bytes of the log delivered to
   srun: with more than ``HIGH_WATER`` undelivered the tasks' output is no longer read, so
   a step whose srun or agent is away blocks on its writes rather than fill the disk) and
@@ -41,7 +43,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from muster.agent import monitor, proctree, spawn
+from muster.agent import memacct, monitor, proctree, spawn
 from muster.agent.localstep import Task, kill_quietly, step_members
 from muster.protocol.stream import frame, json_frame
 
@@ -222,6 +224,12 @@ class _Supervisor:
             if t is None:
                 continue  # an orphan of a task, reparented to us (the subreaper)
             t.usage = {"rss": usage.ru_maxrss, "user": round(usage.ru_utime, 3), "sys": round(usage.ru_stime, 3)}
+            spec = self.specs.get(pid)
+            mem = memacct.read(memacct.task_dirs(spec.cgroup_procs)) if spec is not None else None
+            if mem is not None:  # confined: the task's cgroup's peak (all its processes), its OOM kills
+                t.usage["rss"] = mem.peak_kb
+                if mem.oom_kills:
+                    t.usage["oom"] = mem.oom_kills
             if os.WIFSIGNALED(status):
                 t.status = (0, os.WTERMSIG(status))
             else:

@@ -2,8 +2,9 @@
 task's processes and their memory, CPU time, page faults and disk I/O, read from ``/proc``.
 
 A task's figures are the sums over its processes (the task and everything it started), as
-Slurm's ``jobacct_gather/linux`` counts them: resident set size and virtual size (KB) from
-``/proc/<pid>/statm``, CPU time (user + system, seconds) and major page faults from
+Slurm's ``jobacct_gather/linux`` counts them: resident set size (where the job is confined,
+the task's cgroup's memory instead, ``agent.memacct``, as ``jobacct_gather/cgroup`` does)
+and virtual size (KB) from ``/proc/<pid>/statm``, CPU time (user + system, seconds) and major page faults from
 ``/proc/<pid>/stat``, bytes read and written from ``/proc/<pid>/io`` (0 where the kernel does
 not let the agent read it). The batch script is the step ``batch`` with one task, 0.
 """
@@ -11,9 +12,9 @@ not let the agent read it). The batch script is the step ``batch`` with one task
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
-from muster.agent import proctree
+from muster.agent import memacct, proctree
 from muster.agent.localstep import Step, step_members, task_members
 
 __all__ = ["job_stats", "usage"]
@@ -70,11 +71,20 @@ def job_stats(
     batch_leader: int = 0,
     procs: Mapping[int, proctree.ProcInfo] | None = None,
     proc_root: str = "/proc",
+    memory: Callable[[str, int], memacct.Memory | None] | None = None,
 ) -> list[dict[str, object]]:
     """``[{"step": id or "batch", "attempt", "tasks": [{"task", "local", "leader", "pids",
     "rss_kb", ...}]}]`` (``leader``: the task's own pid, the others its descendants) for
     the job's unfinished steps here (and its batch script's processes, ``batch_pids``, less
-    those of its steps)."""
+    those of its steps). ``memory(step, local task)``: the task's cgroup's figures, whose
+    current use is its ``rss_kb`` where it has them (``NodeCgroups.memory``)."""
+
+    def confined(one: dict[str, object], step: str, local: int) -> dict[str, object]:
+        mem = memory(step, local) if memory is not None else None
+        if mem is not None:
+            one["rss_kb"] = mem.now_kb
+        return one
+
     if procs is None:
         procs = proctree.read_proc(proc_root)
     children: dict[int, list[int]] = {}
@@ -89,12 +99,13 @@ def job_stats(
             if t.status is not None:
                 continue  # ended here: sacct has what it used
             pids = task_members(procs, children, t) - {me, 1}
-            tasks.append({"task": t.task, "local": t.local, "leader": t.pid, **usage(pids, proc_root)})
+            one = {"task": t.task, "local": t.local, "leader": t.pid, **usage(pids, proc_root)}
+            tasks.append(confined(one, str(step.step_id), t.local))
         in_steps |= step_members(procs, step.tasks, exclude=me)
         if tasks:
             out.append({"step": step.step_id, "attempt": step.attempt, "tasks": tasks})
     if batch_pids:
         pids = batch_pids - in_steps - {me, 1}
-        task = {"task": 0, "local": 0, "leader": batch_leader, **usage(pids, proc_root)}
+        task = confined({"task": 0, "local": 0, "leader": batch_leader, **usage(pids, proc_root)}, "batch", 0)
         out.insert(0, {"step": "batch", "tasks": [task]})
     return out

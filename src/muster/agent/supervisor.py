@@ -77,7 +77,7 @@ Killer = Callable[[int, int], None]
 
 
 def _with_peak(usage: dict[str, float] | None, peak: int | None) -> dict[str, float] | None:
-    """The script's usage with the cgroup's peak memory (the whole job's) as its max RSS."""
+    """The script's usage with its cgroup's peak memory as its max RSS."""
     if peak is None:
         return usage
     out = dict(usage or {"max_rss_kb": 0, "user_cpu": 0.0, "system_cpu": 0.0})
@@ -490,12 +490,13 @@ class Supervisor:
             log.info("job %s: %s (%s)", job_id, "suspended" if on else "resumed", how)
         return how
 
-    async def preflight_check(self, job: dict[str, Any]) -> HookResult:
+    async def preflight_check(self, job: dict[str, Any], allreduce: bool = False) -> HookResult:
         """The pre-flight gate here for ``job`` (``/v1/preflight``), whatever its option: the
-        controller asks only for gated jobs."""
+        controller asks only for gated jobs. ``allreduce``: with this node's rank of the
+        all-reduce across the job's nodes (``agent.allreduce``)."""
         if self.preflight is None:
             return HookResult(True)
-        return await self.preflight.run(job, self.state.spool_for(int(job["job_id"])))
+        return await self.preflight.run(job, self.state.spool_for(int(job["job_id"])), allreduce)
 
     def new_allocation(self, job_id: int, attempt: int, alloc: list[dict[str, Any]]) -> bool:
         """A failed node of the running job was replaced (``ctld.replacement``): its record
@@ -634,7 +635,10 @@ class Supervisor:
             ooms: dict[str, int] = {}
             peak = None
             if self.cgroups is not None:
-                ooms, peak = self.cgroups.oom_kills(t.job_id), self.cgroups.peak_bytes(t.job_id)
+                ooms = self.cgroups.oom_kills(t.job_id)
+                # the batch step's own peak (sacct's batch row); the job's where it has none
+                mem = self.cgroups.memory(t.job_id, "batch")
+                peak = mem.peak_kb * 1024 if mem is not None else self.cgroups.peak_bytes(t.job_id)
                 # every process of the job, those that escaped its session included
                 await asyncio.to_thread(self.cgroups.kill_all, t.job_id)
             if self._may_have_leftovers(t):
@@ -712,7 +716,7 @@ class Supervisor:
         if ooms and by is None:  # the kernel's OOM killer struck inside the job's cgroup
             by, reason = "oom", f"{sum(ooms.values())} oom_kill event(s) in the job's cgroup"
             for step, count in sorted(ooms.items()):
-                if t.stderr_path:
+                if t.stderr_path and step == "batch":  # a step's: srun prints it (``cli.steprun``)
                     line = cgroups.oom_message(count, f"{t.job_id}.{step}")
                     launcher.append_to_output(t.stderr_path, t.uid, line)
         t.advance(RunEvent.EXITED)

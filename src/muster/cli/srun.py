@@ -526,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         usage = usage_report(step.usage)
         if usage is not None:
             done["usage"] = usage
+        if step.oom_tasks:  # the step ends OUT_OF_MEMORY (0:125), as in Slurm
+            done["oom_kills"] = sum(step.oom_tasks.values())
         try:
             from muster.cli.alloc import post_retrying
 

@@ -23,7 +23,7 @@ import select
 import time
 
 from muster.cli.stepio import Link, RawTerminal, StepNode, local_path, noop, terminal_size, write_all
-from muster.cli.stepverdict import await_verdict, failure_lines
+from muster.cli.stepverdict import await_verdict, failure_lines, oom_line
 from muster.core.arrays import format_ranges
 from muster.core.launchtree import DEFAULT_WIDTH, depth, subtrees
 from muster.protocol.client import ApiError, ConnectError, request
@@ -77,6 +77,8 @@ class StepRun:
         self.partial: dict[tuple[int, int], bytes] = {}
         self.exits: dict[int, tuple[int, int]] = {}
         self.usage: dict[int, tuple[int, float, float, str]] = {}  # task -> rss KB, user, sys, node
+        self.oom_tasks: dict[int, int] = {}  # task -> OOM kills in its cgroup (``agent.memacct``)
+        self.oom_nodes: dict[str, int] = {}  # node -> its tasks' OOM kills (slurmstepd's line)
         self.stopped: set[int] = set()  # tasks that ended by the kill srun itself asked for
         self.aborted = False
         self.abort_noted = False
@@ -447,6 +449,9 @@ class StepRun:
                         float(info.get("sys") or 0),
                         node.name,
                     )
+                if info.get("oom"):  # the kernel's OOM killer struck in the task's cgroup
+                    self.oom_tasks[task] = int(info["oom"])
+                    self.oom_nodes[node.name] = self.oom_nodes.get(node.name, 0) + int(info["oom"])
                 if self.killing and sig:
                     self.stopped.add(task)
                 self._flush_task(task)
@@ -503,7 +508,7 @@ class StepRun:
             self._report_failures(node.name, [(t, 1, 0) for t in node.tasks if self.exits.get(t) == (1, 0)])
 
     def _report_failures(self, node: str, failed: list[tuple[int, int, int]]) -> None:
-        for line in failure_lines(node, failed):
+        for line in failure_lines(node, failed, set(self.oom_tasks)):
             _note(line)
 
     # --- output -------------------------------------------------------------------------------
@@ -679,7 +684,10 @@ class StepRun:
 
     def _outcome(self) -> tuple[int, int, int, bool]:
         """Slurm's rule: the highest exit code, 128+N for a task killed by signal N; a task
-        that srun itself had stopped (-K, -W) does not hide the code that caused it."""
+        that srun itself had stopped (-K, -W) does not hide the code that caused it. A node
+        whose tasks' cgroups saw OOM kills has slurmstepd's line in the step's stderr."""
+        for node_name in sorted(self.oom_nodes):
+            write_all(self.err_fd, oom_line(self.oom_nodes.pop(node_name), f"{self.job_id}.{self.step_id}").encode())
         rc = code = sig = 0
         for task, (c, s) in self.exits.items():
             code = max(code, c)

@@ -1,5 +1,6 @@
 """srun's wait for the controller's verdict on nodes whose agents went silent mid-step, its
-words for tasks that failed, and what the tasks used (``usage_report``).
+words for tasks that failed (``failure_lines``; slurmstepd's line for OOM kills,
+``oom_line``), and what the tasks used (``usage_report``).
 
 Whether a node failed is the controller's call (after SlurmdTimeout), and when it is, the
 job ends NODE_FAIL and is requeued: srun must not end first and let a batch script fail
@@ -23,7 +24,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["await_verdict", "failure_lines"]
+__all__ = ["await_verdict", "failure_lines", "oom_line", "usage_report"]
 
 
 def await_verdict(ctl: Any, job_id: int, names: list[str], timeout: float, wake_r: int) -> bool:
@@ -58,16 +59,19 @@ def await_verdict(ctl: Any, job_id: int, names: list[str], timeout: float, wake_
     return False
 
 
-def failure_lines(node: str, failed: list[tuple[int, int, int]]) -> list[str]:
+def failure_lines(node: str, failed: list[tuple[int, int, int]], oom: set[int] | None = None) -> list[str]:
     """Slurm's lines for ``(task, code, signal)`` that failed on ``node``, one per outcome:
-    ``error: node2: tasks 2-3: Exited with exit code 1``."""
+    ``error: node2: tasks 2-3: Exited with exit code 1``; a task in ``oom`` (its cgroup saw
+    OOM kills) ``error: node2: task 0: Out Of Memory``."""
     groups: dict[tuple[int, int], list[int]] = {}
     for task, code, sig in failed:
-        groups.setdefault((code, sig), []).append(task)
+        groups.setdefault((-1, -1) if oom and task in oom else (code, sig), []).append(task)
     lines = []
     for (code, sig), tasks in groups.items():
         what = "task" if len(tasks) == 1 else "tasks"
-        if sig:
+        if code < 0:
+            text = "Out Of Memory"
+        elif sig:
             try:
                 text = _signal.strsignal(sig) or f"Signal {sig}"
             except ValueError:
@@ -92,3 +96,11 @@ def usage_report(usage: dict[int, tuple[int, float, float, str]]) -> dict[str, A
         "user_cpu": round(sum(u[1] for u in usage.values()), 3),
         "system_cpu": round(sum(u[2] for u in usage.values()), 3),
     }
+
+
+def oom_line(count: int, step: str) -> str:
+    """slurmstepd's line in a step's stderr when its tasks' cgroups saw OOM kills."""
+    return (
+        f"slurmstepd: error: Detected {count} oom_kill event{'s' if count != 1 else ''} in StepId={step}. "
+        "Some of the step tasks have been OOM Killed.\n"
+    )

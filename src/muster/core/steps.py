@@ -90,8 +90,9 @@ class StepState:
     CANCELLED = "CANCELLED"
     NODE_FAIL = "NODE_FAIL"
     TIMEOUT = "TIMEOUT"  # stopped at its own time limit (``srun -t`` inside an allocation)
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"  # its tasks' cgroups saw OOM kills (ExitCode 0:125)
 
-    ENDED = frozenset({COMPLETED, FAILED, CANCELLED, NODE_FAIL, TIMEOUT})
+    ENDED = frozenset({COMPLETED, FAILED, CANCELLED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY})
 
 
 @dataclass(frozen=True, slots=True)

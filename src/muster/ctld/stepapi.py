@@ -11,7 +11,7 @@ steps to free resources, is answered as soon as it is placed, and otherwise with
                                             ``{"step", "nodes", "grant", "sig", "kill_wait",
                                             "slurmd_timeout", "tree_width", "message_timeout"}``
                                             or ``{"pending": "job"|"step", "reason"}``
-``POST /v1/jobs/{id}/steps/{step}/done``    ``{"exit_code", "signal", "cancelled", "end_job"}``
+``POST /v1/jobs/{id}/steps/{step}/done``    ``{"exit_code", "signal", "cancelled", "end_job", "usage", "oom_kills"}``
                                             -> ``{"ok": true}``
 ``POST /v1/jobs/{id}/steps/{step}/signal``  ``{"signal": name or number, or null to cancel}``
                                             -> ``{"ok": true}`` (``scancel N.S``)
@@ -112,6 +112,7 @@ class DoneBody(BaseModel):
     cancelled: bool = False
     end_job: bool = False
     usage: StepUsage | None = None
+    oom_kills: int = Field(0, ge=0)  # OOM kills in its tasks' cgroups: OUT_OF_MEMORY
 
 
 class StepSignalBody(BaseModel):
@@ -224,6 +225,7 @@ def build_step_routes(
             body.cancelled,
             body.end_job,
             body.usage.model_dump() if body.usage is not None else None,
+            body.oom_kills,
         )
         ctx.perform(actions)
         if body.end_job:

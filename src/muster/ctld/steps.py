@@ -394,8 +394,10 @@ class StepBook:
         cancelled: bool = False,
         end_job: bool = False,
         usage: dict[str, Any] | None = None,
+        oom_kills: int = 0,
     ) -> list[Action]:
-        """srun reports its step's end (and, for its own allocation, the job's end)."""
+        """srun reports its step's end (and, for its own allocation, the job's end); a step
+        whose tasks' cgroups saw OOM kills ends OUT_OF_MEMORY, ExitCode 0:125 (Slurm's)."""
         self.check_owner(job, who)
         now = self.clock.now()
         steps: list[tuple[Step, str]] = []
@@ -405,6 +407,8 @@ class StepBook:
             if cancelled or (job.job_id, step_id) in self.cancelled:
                 self.cancelled.discard((job.job_id, step_id))
                 step.state = StepState.CANCELLED
+            elif oom_kills:
+                step.state = StepState.OUT_OF_MEMORY
             elif ended_job and not end_job and (exit_code or signal):
                 # The job ended under the step (scancel, its time limit, a requeue): its
                 # tasks were stopped with it, so the step is CANCELLED (NODE_FAIL with its
@@ -419,6 +423,8 @@ class StepBook:
             step.end_time = now
             step.exit_code = exit_code
             step.exit_signal = signal
+            if step.state == StepState.OUT_OF_MEMORY:
+                step.exit_code, step.exit_signal = 0, 125  # ExitCode 0:125, as Slurm prints it
             step.usage = usage
             steps.append((step, "end"))
             if not self.active.get(job.job_id):
@@ -426,7 +432,7 @@ class StepBook:
         actions: list[Action] = []
         jobs: list[tuple[Job, str, dict[str, Any]]] = []
         if end_job:
-            actions, jobs, more = self._end_allocation(job, exit_code, signal, cancelled, now)
+            actions, jobs, more = self._end_allocation(job, exit_code, signal, cancelled, now, oom=bool(oom_kills))
             steps.extend(more)
         if steps or jobs:
             self._commit(now, steps, jobs)
@@ -477,7 +483,7 @@ class StepBook:
         return actions
 
     def _end_allocation(
-        self, job: Job, exit_code: int, signal: int, cancelled: bool, now: float
+        self, job: Job, exit_code: int, signal: int, cancelled: bool, now: float, oom: bool = False
     ) -> tuple[list[Action], list[tuple[Job, str, dict[str, Any]]], list[tuple[Step, str]]]:
         if not job.spec.interactive:
             raise InvalidRequest(f"job {job.job_id} is a batch job: it ends with its script")
@@ -487,6 +493,9 @@ class StepBook:
         if cancelled:
             lifecycle.end(job, JobEvent.CANCEL, now, completing=False)
             lifecycle.cleaned(job, exit_code, signal)
+        elif oom:  # its step's tasks were OOM killed: the allocation is OUT_OF_MEMORY, 0:125
+            lifecycle.end(job, JobEvent.OUT_OF_MEMORY, now, completing=False)
+            lifecycle.cleaned(job, 0, 125)
         else:
             lifecycle.finish(job, exit_code, signal, now)
         self.ctl.release_resources(job, attempt)

@@ -139,6 +139,26 @@ def test_an_interactive_allocation_ends_with_its_holders_exit_code(db: str) -> N
         book.complete_allocation(ctl.jobs[other], ALICE, 0, 0)
 
 
+def test_a_step_whose_tasks_were_oom_killed_ends_out_of_memory(db: str) -> None:
+    """srun reports OOM kills in its tasks' cgroups: the step's row is OUT_OF_MEMORY 0:125
+    whatever the tasks' own exit (Slurm's); srun's own allocation ends OUT_OF_MEMORY too."""
+    ctl, book = make(db)
+    job_id = running_job(ctl, JobSpec(script="#!/bin/sh\n"), ["node1"])
+    step = book.create(ctl.jobs[job_id], ALICE, StepRequest())
+    assert not isinstance(step, StepWait)
+    book.finish(ctl.jobs[job_id], ALICE, step.step_id, exit_code=0, signal=9, oom_kills=1)
+    rows = ctl.store.load_steps([job_id])
+    assert [(s.state, s.exit_code, s.exit_signal) for s in rows] == [("OUT_OF_MEMORY", 0, 125)]
+    assert ctl.jobs[job_id].state is JobState.RUNNING  # a batch job ends with its script
+    alloc = running_job(ctl, JobSpec(interactive=True, argv=["bash"]), ["node2"])
+    job = ctl.jobs[alloc]
+    step = book.create(job, ALICE, StepRequest())
+    assert not isinstance(step, StepWait)
+    book.finish(job, ALICE, step.step_id, exit_code=137, signal=0, end_job=True, oom_kills=2)
+    assert job.state is JobState.OUT_OF_MEMORY and (job.exit_code, job.exit_signal) == (0, 125)
+    assert [s.state for s in ctl.store.load_steps([alloc])] == ["OUT_OF_MEMORY"]
+
+
 def test_interactive_allocations_time_out_here(db: str) -> None:
     clock = ManualClock(1000.0)
     ctl, book = make(db, clock)
