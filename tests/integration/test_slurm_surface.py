@@ -333,3 +333,58 @@ def test_a_job_with_arbitrary_distribution_gets_the_hostfiles_nodes(cluster: Har
     finally:
         h.run(["scancel", str(job_id)])
     h.wait_job(job_id)
+
+
+def test_strigger_runs_programs_for_job_and_node_events(cluster: Harness) -> None:
+    # strigger(1): "--fini: Trigger an event when the specified job completes execution";
+    # "--drained: ... if the specified node goes into a DRAINED state"; "A hostlist expression
+    # for the nodelist or job ID is passed as an argument to the program"; an event is
+    # triggered once (the trigger is then purged) unless --flags=PERM; --get lists, --clear deletes.
+    h = cluster
+    log = os.path.join(h.workdir, "trigger.log")
+    prog = os.path.join(h.workdir, "trigger.sh")
+    with open(prog, "w") as f:
+        f.write(f'#!/bin/sh\necho "$1 $2 $(id -un)" >> {log}\n')
+    os.chmod(prog, 0o755)
+    job = h.run(["sbatch", "--parsable", "-t", "5", "--wrap", "sleep 600"])
+    assert job.returncode == 0, job.stderr
+    job_id = int(job.stdout.strip())
+    node = "node2"
+    try:
+        fini = h.run(["strigger", "--set", f"--jobid={job_id}", "--fini", f"--program={prog} fini"])
+        assert fini.returncode == 0, fini.stderr
+        drained = h.run(["strigger", "--set", f"-n{node}", "--drained", f"--program={prog} drained", "--flags=PERM"])
+        assert drained.returncode == 0, drained.stderr
+        listed = h.run(["strigger", "--get"]).stdout.splitlines()
+        assert listed[0].split() == ["TRIG_ID", "RES_TYPE", "RES_ID", "TYPE", "OFFSET", "USER", "FLAGS", "PROGRAM"]
+        rows = [line.split() for line in listed[1:]]
+        assert [r[1:5] for r in rows] == [["job", str(job_id), "fini", "0"], ["node", node, "drained", "0"]]
+        assert rows[1][6] == "PERM"
+        only_job = h.run(["strigger", "--get", "-N", f"--jobid={job_id}"]).stdout.splitlines()
+        assert len(only_job) == 1 and only_job[0].split()[2] == str(job_id)
+        bad = h.run(["strigger", "--set", "--time", f"--program={prog}"])
+        assert bad.returncode != 0 and "require --jobid" in bad.stderr
+        assert h.run(["scancel", str(job_id)]).returncode == 0
+        me = h.run(["id", "-un"]).stdout.strip()
+
+        def lines() -> list[str]:
+            return open(log).read().splitlines() if os.path.exists(log) else []
+
+        wait_for(lambda: f"fini {job_id} {me}" in lines(), timeout=120, what="the --fini program")
+        assert h.run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=trig"]).returncode == 0
+        wait_for(lambda: f"drained {node} {me}" in lines(), timeout=120, what="the --drained program")
+        # the job's trigger fired and was purged; the PERM one stays until cleared
+        left = h.run(["strigger", "--get", "-N"]).stdout.splitlines()
+        assert [r.split()[3] for r in left] == ["drained"]
+        trig_id = left[0].split()[0]
+        assert h.run(["strigger", "--clear", f"--id={trig_id}"]).returncode == 0
+        assert h.run(["strigger", "--get", "-N"]).stdout == ""
+        gone = h.run(["strigger", "--clear", f"--id={trig_id}"])
+        assert gone.returncode != 0 and gone.stderr
+    finally:
+        h.run(["scancel", str(job_id)])
+        h.run(["scontrol", "update", f"nodename={node}", "state=resume"])
+        h.run(["strigger", "--clear", "-Q", "--user=" + h.run(["id", "-un"]).stdout.strip()])
+    wait_for(
+        lambda: "IDLE" in h.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.upper(), timeout=60, what="node2 idle"
+    )
