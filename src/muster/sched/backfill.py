@@ -33,6 +33,7 @@ can make wrong.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from heapq import heapify, heappop, heappush
 
 from muster.core.job import NodeAlloc
 from muster.sched.filters import Request
@@ -424,9 +425,19 @@ def _intersect(ivs: list[list[float]], allowed: list[list[float]]) -> list[list[
 
 
 class _KeyPlan:
-    __slots__ = ("nodes", "where", "ivs", "events", "pos")
+    """One request key's planning state within a pass: every candidate node's feasible
+    start intervals and their sorted open/close events. For a one-node request without
+    ``-w`` or topology it also keeps, per start time asked about, a heap of the nodes
+    that open then by fit: a queue of same-shape jobs all planned at one time (many
+    nodes whose running jobs share a time limit free together) then costs a heap pop per
+    job, not a fit key of every node that opens then."""
+
+    __slots__ = ("nodes", "where", "ivs", "events", "pos", "best", "stamp")
 
     def __init__(self, req: Request, duration: float, now: float, horizon: float) -> None:
+        # start time -> heap of (fit key, node index, candidate, stamp when pushed)
+        self.best: dict[float, list[tuple[FitKey, int, int, int]]] = {}
+        self.stamp: list[int] = [0] * len(req.candidates)  # bumped when a node changes
         self.nodes = list(req.candidates)
         self.where = {n.name: i for i, n in enumerate(self.nodes)}
         self.ivs: list[list[list[float]]] = []
@@ -448,6 +459,7 @@ class _KeyPlan:
         where = self.where
         changed = sorted({where[n.name] for n in log[self.pos :] if n.name in where})
         events = self.events
+        best, stamp = self.best, self.stamp
         for i in changed:
             for a, b in self.ivs[i]:
                 del events[bisect_left(events, (a, 0, i))]
@@ -455,12 +467,49 @@ class _KeyPlan:
                     del events[bisect_left(events, (b, 1, i))]
             ivs = _feasible(self.nodes[i], req, duration, now, horizon)
             self.ivs[i] = ivs
+            stamp[i] += 1  # its entries in the heaps are stale: pushed again where it opens
             for a, b in ivs:
                 insort(events, (a, 0, i))
                 if b != INF:
                     insort(events, (b, 1, i))
+                heap = best.get(a)
+                if heap is not None:
+                    heappush(heap, self._entry(req, a, i))
+
+    def _entry(self, req: Request, at: float, i: int) -> tuple[FitKey, int, int, int]:
+        node = self.nodes[i]
+        need = node.cap if req.exclusive else req.need
+        return (fit_key(node, node.free_at(at), need), node.index, i, self.stamp[i])
+
+    def _first_one(self, req: Request) -> tuple[float, list[NodeProfile]] | None:
+        """``sweep`` for one node, no ``-w``, no topology: the first time any node opens,
+        and the best fit of the nodes that open then (``pick``'s order: fit key, then
+        node index), from that time's heap."""
+        events = self.events
+        if not events:
+            return None
+        at = events[0][0]  # an open: a node's close follows its open
+        heap = self.best.get(at)
+        if heap is None:
+            end = bisect_left(events, (at, 1, -1))  # the opens at ``at``
+            heap = [self._entry(req, at, i) for _t, _k, i in events[:end]]
+            heapify(heap)
+            self.best[at] = heap
+        stamp = self.stamp
+        while heap[0][3] != stamp[heap[0][2]]:  # a node changed since: its fresh entry is in
+            heappop(heap)
+        return at, [self.nodes[heap[0][2]]]
 
     def sweep(self, req: Request, topology: Topology | None = None) -> tuple[float, list[NodeProfile]] | None:
+        need = req.nodes
+        required = req.required
+        if need == 1 and not required and topology is None:
+            return self._first_one(req)
+        return self._sweep_all(req, topology)
+
+    def _sweep_all(self, req: Request, topology: Topology | None) -> tuple[float, list[NodeProfile]] | None:
+        """The events in time order until enough nodes are open at once (and, with -w or a
+        topology, the right ones)."""
         need = req.nodes
         required = req.required
         events = self.events
