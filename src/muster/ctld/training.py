@@ -26,8 +26,10 @@ controller method and never performs I/O towards agents itself.
   (``0`` there: not watched), else, once the job reported two steps (a step time is
   known), ``auto_timeout``: the requeue comes at most ``max(3 x median step time, 60 s)``
   after the last report. The nodes that hosted the
-  stalled ranks (those behind the others, or all that reported when none is behind) are
-  excluded from the job's next attempt.
+  stalled ranks (those behind the others; at the same step, those whose ranks' stacks are
+  outside the collective the others wait in, ``core.attribution.off_collective``; else all
+  that reported) are excluded from the job's next attempt, or replaced in the running job
+  (``--spare-nodes``), which is then watched again from its restarted ranks' first step.
 * **Stragglers** (``ctld.stragglers``): each node's pace (its slowest rank's median step
   time) is kept from the reports' ``ranks``, and the nodes of each reporting job are
   judged against each other at every check.
@@ -390,8 +392,8 @@ class Training:
         log.info("job %s: hang evidence of attempt %s from %s: %d process(es)", job.job_id, attempt, node, len(procs))
 
     def _replace_hung(self, job: Job, now: float) -> list[Action] | None:
-        """A hung job with ``--spare-nodes`` whose evidence singles out the nodes behind the
-        others (not its batch host): those nodes are replaced in the running job instead of
+        """A hung job with ``--spare-nodes`` whose evidence singles out nodes (behind the
+        others, or outside the collective; not its batch host): those nodes are replaced in the running job instead of
         a requeue (``ctld.replacement``, cause ``hang``), its steps there stopped, and the
         judgement withdrawn (its next srun reports anew). None: requeued as before."""
         bad = self.suspects(job)
@@ -418,8 +420,9 @@ class Training:
         return actions
 
     def suspects(self, job: Job) -> list[str]:
-        """The nodes that hosted the stalled ranks: those behind the others, else all that
-        reported (else the batch host)."""
+        """The nodes that hosted the stalled ranks: those behind the others, else those whose
+        ranks never entered the collective the others wait in, else all that reported (else
+        the batch host)."""
         per_node = (job.progress or {}).get("nodes") or {}
         here = {n: v for n, v in per_node.items() if n in job.nodes}
         if not here:
