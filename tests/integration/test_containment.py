@@ -151,7 +151,7 @@ def test_a_step_over_the_jobs_mem_is_confined_in_the_jobs_cgroup(cluster: tuple[
 HOLD_AND_SPAWN = (
     "python3 -c \"import subprocess, sys; b = bytearray(40 * 2**20); b[::4096] = b'x' * (len(b) // 4096); "
     "subprocess.run([sys.executable, '-c', 'c = bytearray(40 * 2**20); c[::4096] = bytes(len(c) // 4096)']); "
-    "print(len(b))\"\n"
+    'print(len(b))"\n'
 )
 
 
@@ -183,6 +183,27 @@ def test_a_job_within_its_mem_completes_under_its_limit(cluster: tuple[Harness, 
     job = h.sbatch("-o", "fits-%j.out", input=script)
     assert h.wait_job(job)["state"] == "COMPLETED"
     assert h.read(f"fits-{job}.out").split() == [str(4000 * 2**20)]
+
+
+def test_mem_per_cpu_and_mem_per_gpu_are_the_jobs_limit_as_mem_is(cluster: tuple[Harness, str]) -> None:
+    h, _ = cluster
+    script = (
+        "#!/bin/sh\n"
+        'cg=$(sed -n "s/^[0-9]*:memory://p" /proc/self/cgroup)\n'
+        'cat /sys/fs/cgroup/memory$(dirname "$(dirname "$cg")")/memory.limit_in_bytes\n'  # the job's
+    )
+    job = h.sbatch("-c2", "--mem-per-cpu=40M", "-o", "per-%j.out", input=script)
+    assert h.wait_job(job)["state"] == "COMPLETED"
+    assert h.read(f"per-{job}.out").split() == [str(80 * 2**20)]  # 2 CPUs x 40M
+    job = h.sbatch("--gres=gpu:2", "--mem-per-gpu=48M", "-o", "per-%j.out", input=script)
+    assert h.wait_job(job)["state"] == "COMPLETED"
+    assert h.read(f"per-{job}.out").split() == [str(96 * 2**20)]  # 2 GPUs x 48M
+    # and a job over it ends OUT_OF_MEMORY, as with --mem
+    over = "#!/bin/sh\npython3 -c \"b = bytearray(400 * 2**20); b[::4096] = b'x' * (len(b) // 4096)\"\n"
+    job = h.sbatch("--gres=gpu:1", "--mem-per-gpu=64M", "-o", "/dev/null", input=over)
+    assert h.wait_job(job)["state"] == "OUT_OF_MEMORY"
+    job = h.sbatch("-c1", "--mem-per-cpu=64M", "-o", "/dev/null", input=over)
+    assert h.wait_job(job)["state"] == "OUT_OF_MEMORY"
 
 
 def test_a_job_opens_only_its_own_gpu_device(cluster: tuple[Harness, str]) -> None:

@@ -43,7 +43,9 @@ def test_v1_without_totals_or_stat(tmp_path: pathlib.Path) -> None:
 
 def test_v2_current_peak_and_events(tmp_path: pathlib.Path) -> None:
     d = tmp_path / "v2"
-    _files(d, memory_current="10240\n", memory_peak="40960\n", memory_events="low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    _files(
+        d, memory_current="10240\n", memory_peak="40960\n", memory_events="low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"
+    )
     assert memacct.read([str(d)]) == Memory(10, 40, 1)
     (d / "memory.peak").unlink()  # kernels before 5.19: the current use is all there is
     assert memacct.read([str(d)]) == Memory(10, 10, 1)
@@ -58,7 +60,10 @@ def test_no_memory_controller_or_a_removed_cgroup_has_no_figures(tmp_path: pathl
 
 
 def test_task_dirs_are_those_of_the_procs_files_joined() -> None:
-    procs = ("/c/freezer/muster/n/job_1/step_0/task_1/cgroup.procs", "/c/memory/muster/n/job_1/step_0/task_1/cgroup.procs")
+    procs = (
+        "/c/freezer/muster/n/job_1/step_0/task_1/cgroup.procs",
+        "/c/memory/muster/n/job_1/step_0/task_1/cgroup.procs",
+    )
     assert memacct.task_dirs(procs) == [os.path.dirname(p) for p in procs]
 
 
