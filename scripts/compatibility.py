@@ -47,12 +47,12 @@ REASONS: dict[str, str] = {
     "test_116_23.py": "srun --no-allocate (-Z, a step without a job, root only) is not implemented (test_single_job); "
     "test_multiple_jobs needs sudo, which this machine lacks, on both",
     "test_116_46.py": "fails on Slurm (the known race of proctrack/linuxproc); passes on muster",
-    "test_118_1.py": "strigger is not implemented (event triggers)",
-    "test_118_2.py": "strigger is not implemented; the file skips on Slurm 22.05 (a 25.x test)",
+    "test_118_2.py": "a test of SLUIDs (Slurm 26.05+): skips on both",
     "test_123_7.py": "scontrol create/delete partition (partitions made at run time) is not implemented",
     "test_123_12.py": "scontrol create partition is not implemented",
-    "test_130_1.py": "needs PriorityType=priority/basic stated in the config: muster's default is priority/multifactor "
-    "(Slurm 23.11's default); with PriorityType=priority/basic muster orders jobs FIFO",
+    "test_130_1.py": "needs PriorityType=priority/basic stated in the config (Slurm's cluster states it): run with "
+    "MUSTER_CONF_EXTRA=PriorityType=priority/basic (muster up's own default stays priority/multifactor); "
+    "muster then orders jobs FIFO, a held job at priority 0",
 }
 
 # What the table's rows do not say: Slurm quirks matched, and where muster differs on purpose.
@@ -70,8 +70,10 @@ NOTES = """\
   the job; `-C` compresses with gzip, Slurm's lz4 accepted and treated alike), `scontrol listpids`,
   `salloc --no-shell`, `srun --task-prolog`/`--task-epilog` with `TaskProlog`/`TaskEpilog`,
   `srun -m arbitrary` with `SLURM_HOSTFILE`, every `sinfo --states` name, Slurm's `--usage`/`--help`
-  texts of `sacctmgr`, `sprio`, `sdiag`, and `scancel -v`'s lines.
-* Not done: `sattach`, `strigger`, `srun --no-allocate`, `scontrol create/delete partition`,
+  texts of `sacctmgr`, `sprio`, `sdiag`, and `scancel -v`'s lines; `strigger` (node events down,
+  drained, up, idle, reconfig; job events fini, time, down/up; PERM; triggers kept by the controller
+  across restarts, their programs run as the user who set them).
+* Not done: `sattach`, `srun --no-allocate`, `scontrol create/delete partition`,
   `SchedulerParameters=requeue_delay` (muster requeues after a node failure with a 3 s BeginTime,
   not Slurm's 120 s) and `enable_expedited_requeue` (muster honours `--requeue=expedite`,
   `ExpediteRequeue` of a QOS or partition without it).
