@@ -8,7 +8,9 @@ time are filled from what the controller answers (``BOOT_TIME``, ``SLURM_CONF``,
 Where muster's behaviour without a key differs from Slurm's documented default, the line
 says what muster does: an unset ``ProctrackType`` is ``proctrack/linuxproc`` (processes
 tracked by their parentage in ``/proc``; Slurm documents ``proctrack/cgroup``, which muster
-uses only when the key says so: docs/containment.md).
+uses only when the key says so: docs/containment.md); an unset ``PriorityType`` is
+``priority/multifactor`` (Slurm 23.11's default; 22.05 documents ``priority/basic``, which
+muster uses, FIFO by submission, when the file states it).
 Standard library only: the commands start fast.
 """
 
@@ -128,7 +130,7 @@ PrEpPlugins|prep/script|
 PriorityParameters|(null)|
 PrioritySiteFactorParameters|(null)|
 PrioritySiteFactorPlugin|(null)|
-PriorityType|priority/basic|
+PriorityType|priority/multifactor|
 PrivateData|none|
 ProctrackType|proctrack/linuxproc|
 Prolog|(null)|
