@@ -185,6 +185,33 @@ def test_a_job_within_its_mem_completes_under_its_limit(cluster: tuple[Harness, 
     assert h.read(f"fits-{job}.out").split() == [str(4000 * 2**20)]
 
 
+HOLD_UNTIL_CANCELLED = (
+    "import os, subprocess, sys; b = bytearray(40 * 2**20); b[::4096] = b'x' * (len(b) // 4096); "
+    "subprocess.run([sys.executable, '-c', 'import os, time; c = bytearray(40 * 2**20); "
+    'c[::4096] = bytes(len(c) // 4096); open("held." + os.environ["SLURM_JOB_ID"], "w").close(); '
+    "time.sleep(600)'])"
+)
+
+
+def test_sstat_rss_of_a_confined_task_is_its_cgroups(cluster: tuple[Harness, str]) -> None:
+    h, _ = cluster
+    with open(os.path.join(h.workdir, "hold.py"), "w") as f:
+        f.write(HOLD_UNTIL_CANCELLED + "\n")
+    job = h.sbatch("--mem=300M", "-o", "/dev/null", "--wrap", "srun -n1 python3 hold.py")
+    try:
+        _wait(lambda: os.path.exists(os.path.join(h.workdir, f"held.{job}")), "the task to hold its memory", 120)
+        out = h.run(["sstat", "-a", "-j", str(job), "-n", "-P", "-o", "JobID,MaxRSS,AveRSS"])
+        assert out.returncode == 0, out.stderr
+        rows = {line.split("|")[0]: line.split("|")[1:] for line in out.stdout.splitlines() if line}
+        max_rss, ave_rss = (int(v.rstrip("K")) for v in rows[f"{job}.0"])
+        assert 80 * 1024 <= max_rss < 300 * 1024 and ave_rss == max_rss, out.stdout  # both processes'
+        assert f"{job}.batch" in rows, out.stdout
+    finally:
+        h.run(["scancel", str(job)])
+    h.wait_job(job)
+    _wait(lambda: not _job_cgroups(h, job), "the job's cgroups to be removed")
+
+
 def test_mem_per_cpu_and_mem_per_gpu_are_the_jobs_limit_as_mem_is(cluster: tuple[Harness, str]) -> None:
     h, _ = cluster
     script = (
