@@ -325,12 +325,12 @@ class Accounting:
             seen.add(key)
         for key in [k for k in self.charging if k not in seen]:
             c = self.charging.pop(key)
-            job = jobs.get(key[0])
+            gone = jobs.get(key[0])
             end = now
-            if job is not None and job.restart_count == key[1] and job.end_time is not None:
-                end = job.end_time
-            elif job is not None and job.restart_count > key[1] and job.eligible_time is not None:
-                end = min(now, job.eligible_time)  # requeued at that time
+            if gone is not None and gone.restart_count == key[1] and gone.end_time is not None:
+                end = gone.end_time
+            elif gone is not None and gone.restart_count > key[1] and gone.eligible_time is not None:
+                end = min(now, gone.eligible_time)  # requeued at that time
             self.usage.charge(c.keys, c.rates, c.since, end)
 
     def started(self, job: Job) -> _Charge | None:

@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from muster.core.errors import InvalidRequest
 from muster.core.states import job_state_name
-from muster.ctld.context import Context
+from muster.ctld.context import Context, Handler
 from muster.ctld.privacy import PrivateData
 from muster.ctld.records import Query
 
@@ -52,7 +52,7 @@ def parse_states(values: list[str]) -> list[str]:
 
 
 def accounting_routes(
-    ctx: Context, caller: Callable[[Request], Any], parse: Any, handler: Any, private: PrivateData | None = None
+    ctx: Context, caller: Callable[[Request], Any], parse: Any, handler: Handler, private: PrivateData | None = None
 ) -> list[Route]:
     ctl = ctx.controller
     private = private or PrivateData(ctl.config)

@@ -4,10 +4,12 @@ performs them. Nothing here does I/O."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from muster.core.errors import InvalidRequest
 from muster.core.job import Job
 from muster.core.signals import parse_signal as core_parse_signal
+from muster.protocol.messages import StepSignalRequest, dump
 
 
 @dataclass(slots=True)
@@ -72,7 +74,26 @@ class NewAllocation:
     time: float
 
 
-Action = Launch | Terminate | SignalJob | NewLimit | SuspendJob | NewAllocation
+@dataclass(slots=True)
+class StepSignal:
+    """An action for ``dispatch``: signal (or, with ``kill``, stop) one step on its nodes."""
+
+    job_id: int
+    attempt: int
+    step_id: int
+    nodes: list[str]
+    signal: int
+    kill: bool
+
+    def body(self) -> dict[str, Any]:
+        """The agent's ``StepSignalRequest`` (``protocol.messages``), as it travels."""
+        request = StepSignalRequest(
+            job_id=self.job_id, attempt=self.attempt, step_id=self.step_id, signal=self.signal, kill=self.kill
+        )
+        return dump(request)
+
+
+Action = Launch | Terminate | SignalJob | NewLimit | SuspendJob | NewAllocation | StepSignal
 
 
 def parse_signal(text: str | int) -> int:

@@ -44,7 +44,7 @@ from muster.ctld.bodies import (
 )
 from muster.ctld.columns import PartitionCache, jobs_by_node, node_rows
 from muster.ctld.commits import GroupCommit
-from muster.ctld.context import Context
+from muster.ctld.context import Context, Endpoint
 from muster.ctld.dashboard import build_dashboard_routes
 from muster.ctld.identity import Identity
 from muster.ctld.jwtauth import USER_HEADER, JwtAuth, token_in
@@ -53,12 +53,14 @@ from muster.ctld.listing import select as select_fields
 from muster.ctld.observe_api import build_observe_routes
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
+from muster.ctld.reservations import Reservation
 from muster.ctld.stepapi import build_step_routes
 from muster.ctld.token_api import build_token_routes
 from muster.ctld.triggers import build_trigger_routes
 from muster.ctld.wire import node_wire, partition_wire
 from muster.protocol import versions
-from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, StaleMessage, refusal
+from muster.protocol.httpd import PEER_KEY, TLS_PEER_KEY, SignatureError, refusal
+from muster.protocol.replay import StaleMessage
 from muster.protocol.signing import CRED_HEADER
 
 # failure-ledger records shown per node by ``scontrol show node X``
@@ -205,8 +207,8 @@ def build_routes(ctx: Context) -> list[Route]:
                         raise _Refused(SignatureError(f"message from {sender} speaks for node {named}"))
         return body
 
-    def handler(fn: Any) -> Any:
-        async def wrapped(request: Request) -> JSONResponse:
+    def handler(fn: Endpoint) -> Endpoint:
+        async def wrapped(request: Request) -> Response:
             try:
                 if not request.url.path.startswith("/v1/agent/"):  # a daemon's: ``signing.check_protocol``
                     check_client_protocol(request.headers)
@@ -316,7 +318,7 @@ def build_routes(ctx: Context) -> list[Route]:
         return JSONResponse({"job_id": job.job_id})
 
     @handler
-    async def list_jobs(request: Request) -> JSONResponse:
+    async def list_jobs(request: Request) -> Response:
         now = ctx.clock.now()
         ids = query_list(request, "job_id")
         refs = [job_ref(i) for i in ids or ()]
@@ -349,7 +351,7 @@ def build_routes(ctx: Context) -> list[Route]:
         return Response(body, media_type="application/json")
 
     @handler
-    async def get_job(request: Request) -> JSONResponse:
+    async def get_job(request: Request) -> Response:
         ref = job_ref(request.path_params["job_id"])
         if ref.tasks is None:
             job = ctl.queue.get_job(ref.job_id)
@@ -387,6 +389,7 @@ def build_routes(ctx: Context) -> list[Route]:
             body.states,
         )
         results: list[dict[str, Any]] = []
+        targets: list[Job]
         if body.job_ids:
             targets = []
             for item in body.job_ids:
@@ -535,7 +538,7 @@ def build_routes(ctx: Context) -> list[Route]:
             }
         )
 
-    def reservation_wire(res: Any) -> dict[str, Any]:
+    def reservation_wire(res: Reservation) -> dict[str, Any]:
         now = ctx.clock.now()
         d = res.to_dict()
         nodes = [ctl.nodes[n] for n in res.nodes if n in ctl.nodes]

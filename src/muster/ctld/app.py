@@ -16,6 +16,7 @@ import logging
 import pwd
 import socket
 import ssl
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -196,7 +197,7 @@ class CtldApp:
         if self.client is not None:
             self.client.set_timeout(float(config.message_timeout))
 
-    def perform(self, actions: list[Action]) -> None:
+    def perform(self, actions: Sequence[Action]) -> None:
         """Start side effects without waiting for them (the request is already durable).
         Several launches to one node (a pass's) go in one request."""
         assert self.dispatcher is not None

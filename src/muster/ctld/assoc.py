@@ -63,7 +63,13 @@ class AssocDB:
         db = cls(cluster)
         for kind, name, raw in rows:
             obj = from_data(kind, json.loads(raw))
-            {"account": db.accounts, "user": db.users, "assoc": db.assocs, "qos": db.qos}[kind][name] = obj
+            tables: dict[str, dict[str, Any]] = {
+                "account": db.accounts,
+                "user": db.users,
+                "assoc": db.assocs,
+                "qos": db.qos,
+            }
+            tables[kind][name] = obj
         return db
 
     def bootstrap(self) -> list[Change]:
@@ -164,7 +170,8 @@ class AssocDB:
             raise InvalidRequest(f"Unknown request: {verb} {entity}")
         saved = self.rows()
         try:
-            return fn(names, where, sets)
+            result: Result = fn(names, where, sets)
+            return result
         except MusterError:
             self._restore(saved)
             raise

@@ -11,7 +11,7 @@ protocol newer than the controller: ``known_only`` leaves out its new fields fir
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, get_args, get_type_hints
+from typing import TYPE_CHECKING, Any, get_args, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -65,7 +65,14 @@ def _spec_fields() -> dict[str, Any]:
 
 
 # The submission body: JobSpec's fields, each checked as ``core.job`` says (one schema).
-SpecModel = create_model("SpecModel", __base__=_SpecBase, **_spec_fields())
+if TYPE_CHECKING:  # built at run time from JobSpec; the checker sees the fields read here
+
+    class SpecModel(_SpecBase):
+        script: str | None
+        array: str | None
+
+else:
+    SpecModel = create_model("SpecModel", __base__=_SpecBase, **_spec_fields())
 
 
 class SubmitBody(BaseModel):

@@ -4,17 +4,26 @@ contract instead of on the app that imports them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import Response
 
 from muster.core.clock import Clock
 from muster.core.config import Config
+from muster.ctld.actions import Action
 from muster.ctld.controller import Controller
 from muster.ctld.dashview import Samples
 from muster.ctld.stats import ServerStats
 from muster.ctld.steps import StepBook
 from muster.ctld.usercred import UserCredentials
 from muster.protocol.httpd import Verifier
+
+# A route's function, and the API's wrapper of one (``api.build_routes``'s ``handler``: the
+# caller's checks, errors as Slurm's answers), which the other route modules are given.
+Endpoint = Callable[[Request], Awaitable[Response]]
+Handler = Callable[[Endpoint], Endpoint]
 
 
 class Context(Protocol):
@@ -43,7 +52,7 @@ class Context(Protocol):
     def kick(self) -> None:
         """Ask for a scheduling pass as soon as possible."""
 
-    def perform(self, actions: Sequence[Any]) -> None:
+    def perform(self, actions: Sequence[Action]) -> None:
         """Hand actions to dispatch without waiting for them."""
 
     async def ask_agent(self, node: str, path: str, body: dict[str, Any]) -> Any:

@@ -30,7 +30,7 @@ from starlette.routing import Route
 from muster.core.arrays import parse_job_ref
 from muster.core.errors import AuthError, InvalidJobId, MusterError, PermissionDenied
 from muster.ctld import dashauth
-from muster.ctld.context import Context
+from muster.ctld.context import Context, Handler
 from muster.ctld.dashview import job_detail, node_view, queue
 from muster.ctld.identity import Identity
 from muster.ctld.jwtauth import token_in
@@ -81,7 +81,7 @@ def _refusal_page(message: str) -> Response:
     return Response(body, status_code=401, media_type="text/html", headers=_HEADERS)
 
 
-def build_dashboard_routes(ctx: Context, caller: Any, handler: Any, private: PrivateData) -> list[Route]:
+def build_dashboard_routes(ctx: Context, caller: Any, handler: Handler, private: PrivateData) -> list[Route]:
     """The dashboard's routes; ``caller`` and ``handler`` are the API's (``ctld.api``), used
     by the token route, which a command calls."""
     ctl = ctx.controller

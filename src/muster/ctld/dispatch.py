@@ -128,10 +128,10 @@ class Dispatcher:
                 launching = self._launching.get(action.job_id)
                 if launching is not None:
                     await launching.wait()
-                request = UpdateRequest(job_id=action.job_id, time_limit=action.time_limit)
-                await self._post(action.node, "/v1/update", self._body(request, action.node))
+                update = UpdateRequest(job_id=action.job_id, time_limit=action.time_limit)
+                await self._post(action.node, "/v1/update", self._body(update, action.node))
             elif isinstance(action, SignalJob):
-                request = SignalRequest(
+                signalling = SignalRequest(
                     job_id=action.job_id,
                     signal=action.signal,
                     batch_only=action.batch_only,
@@ -140,7 +140,7 @@ class Dispatcher:
                 )
                 route = "/v1/hang_evidence" if action.evidence else "/v1/signal"
                 await self._each(  # not sent twice: a signal is not idempotent
-                    action.nodes, lambda node: self._post(node, route, self._body(request, node), retry=False)
+                    action.nodes, lambda node: self._post(node, route, self._body(signalling, node), retry=False)
                 )
             elif isinstance(action, SuspendJob):  # scontrol suspend/resume: idempotent on the agent
                 suspend = SuspendRequest(job_id=action.job_id, suspend=action.suspend)

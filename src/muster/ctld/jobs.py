@@ -29,10 +29,11 @@ from muster.ctld.arrays import array_spec, make_tasks
 from muster.ctld.hetindex import het_ids
 from muster.ctld.identity import Identity
 from muster.ctld.state import ClusterState
-from muster.ctld.view import capacity_views, partition_views, reservation_views
+from muster.ctld.view import capacity_views, reservation_views
 from muster.sched.config import part_limits_mode
 from muster.sched.dependencies import parse_dependency
 from muster.sched.filters import BAD_PARTITION, NO_PARTITION, check_submit
+from muster.sched.snapshot import partition_views
 
 DEPENDENCY_ERROR = "Job dependency problem"
 _SIGSTOP, _SIGCONT = int(signal.SIGSTOP), int(signal.SIGCONT)  # Slurm's text for ESLURM_DEPENDENCY

@@ -19,10 +19,13 @@ import os
 import pwd
 import stat
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from muster.core.config import Config
 from muster.core.errors import AuthError
+
+if TYPE_CHECKING:  # jwt itself is imported where a token is checked (start-up time)
+    from jwt.types import Options
 
 DEFAULT_LIFESPAN = 1800  # seconds, scontrol token's default
 MAX_LIFESPAN = 2**31 - 1
@@ -109,7 +112,7 @@ class JwtAuth:
         key = self.key()
         try:
             # Times are checked below against our clock, never the library's.
-            options = {"verify_exp": False, "verify_iat": False, "verify_nbf": False, "require": ["exp"]}
+            options: Options = {"verify_exp": False, "verify_iat": False, "verify_nbf": False, "require": ["exp"]}
             claims = jwt.decode(token, key, algorithms=["HS256"], options=options)
         except jwt.PyJWTError as e:
             raise AuthError(f"Authentication failure: invalid token: {e}") from None

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from muster import VERSION_STRING
 from muster.core.config import ConfigError, parse_config
@@ -28,6 +29,10 @@ from muster.protocol import daemonsignals
 from muster.protocol.client import default_conf_path
 from muster.protocol.logjson import setup_logging
 from muster.protocol.signing import SignatureError, load_key
+
+if TYPE_CHECKING:  # imported where they run (start-up time)
+    from muster.ctld.rpcstats import RpcStats
+    from muster.ctld.standby import HaController
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,11 +148,14 @@ async def serve(config, key, tls=None, index: int = 0) -> int:  # type: ignore[n
     from muster.protocol.httpd import bind_tcp, bind_unix, body_limit, make_server
 
     ha = len(config.ctld_hosts) > 1
+    asgi: HaController | RpcStats
     if ha:  # high availability: standby until elected (ctld.standby)
         from muster.ctld.standby import HaController
         from muster.ctld.store_pg import dsn_from_config
 
-        asgi = HaController(config, key, dsn_from_config(config), index, tls_client=tls[1] if tls else None)
+        dsn = dsn_from_config(config)
+        assert dsn is not None  # several controllers without PostgreSQL: refused by controller_index
+        asgi = HaController(config, key, dsn, index, tls_client=tls[1] if tls else None)
     else:
         from muster.ctld.app import CtldApp
 

@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from muster import __version__
 from muster.core.errors import PermissionDenied
-from muster.ctld.context import Context
+from muster.ctld.context import Context, Handler
 from muster.ctld.liveness import STALL_SECONDS
 from muster.ctld.metrics import SECTIONS, ControllerCollector
 from muster.ctld.privacy import PrivateData
@@ -48,7 +48,7 @@ def metrics_enabled(config: Any) -> bool:
     return (config.get("MetricsType") or "").lower() == "metrics/openmetrics"
 
 
-def build_observe_routes(ctx: Context, caller: Callable[[Request], Any], handler: Any) -> list[Route]:
+def build_observe_routes(ctx: Context, caller: Callable[[Request], Any], handler: Handler) -> list[Route]:
     ctl = ctx.controller
     private = PrivateData(ctl.config)
     user_labels = not (private.hidden & {"jobs", "users", "accounts"})

@@ -186,5 +186,6 @@ def _signal_of(job: Job) -> tuple[int, bool, bool]:
         except ValueError:
             pass
         else:
-            return spec.signal, spec.batch_only, False
+            if spec is not None:
+                return spec.signal, spec.batch_only, False
     return int(signal.SIGTERM), False, True

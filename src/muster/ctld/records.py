@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from muster.core import goodput
@@ -102,28 +103,23 @@ def _close_attempt(db: Any, now: float, job_id: int, attempt: int, kind: str, su
 # --- selecting records --------------------------------------------------------------------
 
 
+@dataclass(slots=True, kw_only=True)
 class Query:
-    """sacct's selection. Times are epochs; ``start``/``end`` None means unbounded."""
+    """sacct's selection. Times are epochs; ``start``/``end`` None means unbounded; a list
+    left None (or empty) selects on nothing."""
 
-    __slots__ = (
-        "job_ids",
-        "array_tasks",
-        "users",
-        "accounts",
-        "partitions",
-        "states",
-        "qos",
-        "names",
-        "nodes",
-        "start",
-        "end",
-        "duplicates",
-    )
-
-    def __init__(self, **kw: Any) -> None:
-        for name in self.__slots__:
-            setattr(self, name, kw.get(name))
-        self.duplicates = bool(kw.get("duplicates"))
+    job_ids: list[int] | None = None
+    array_tasks: set[tuple[int, int]] | None = None
+    users: list[str] | None = None
+    accounts: list[str] | None = None
+    partitions: list[str] | None = None
+    states: list[str] | None = None
+    qos: list[str] | None = None
+    names: list[str] | None = None
+    nodes: list[str] | None = None
+    start: float | None = None
+    end: float | None = None
+    duplicates: bool = False
 
 
 def _in(column: str, values: list[Any]) -> str:
@@ -168,11 +164,13 @@ def select(db: Any, q: Query, now: float) -> list[dict[str, Any]]:
 
 
 def account_of(d: dict[str, Any]) -> str:
-    return (d.get("spec") or {}).get("account") or d.get("user", "")
+    account: str = (d.get("spec") or {}).get("account") or d.get("user", "")
+    return account
 
 
 def qos_of(d: dict[str, Any]) -> str:
-    return (d.get("spec") or {}).get("qos") or "normal"
+    qos: str = (d.get("spec") or {}).get("qos") or "normal"
+    return qos
 
 
 def _matches(d: dict[str, Any], q: Query) -> bool:

@@ -92,7 +92,7 @@ class ServerStats:
         self.passes = 0
         self.last_pass: PassStats | None = None
         self.last_pass_seconds = 0.0
-        disable_created_metrics()  # no ``*_created`` series: they double what is exported
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated; no ``*_created`` series: they double what is exported
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.phase_seconds = Histogram(

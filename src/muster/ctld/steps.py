@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from muster.core import lifecycle
@@ -39,7 +38,7 @@ from muster.core.hostlist import compress
 from muster.core.job import Job
 from muster.core.labels import check_label
 from muster.core.lifecycle import JobEvent
-from muster.core.resources import format_mem
+from muster.core.memtext import format_mem
 from muster.core.signals import parse_signal_spec
 from muster.core.states import JobState
 from muster.core.steps import (
@@ -55,10 +54,9 @@ from muster.core.steps import (
     master_port,
     plan_step,
 )
-from muster.ctld.actions import Action, Terminate
+from muster.ctld.actions import Action, StepSignal, Terminate
 from muster.ctld.identity import Identity
 from muster.ctld.state import ClusterState
-from muster.protocol.messages import StepSignalRequest, dump
 from muster.protocol.stepcred import GRANT_TTL, sign_grant
 
 __all__ = ["StepBook", "StepSignal", "step_tres", "step_wire"]
@@ -116,25 +114,6 @@ def step_wire(step: Step, now: float) -> dict[str, Any]:
         "exit_code": step.exit_code,
         "signal": step.exit_signal,
     }
-
-
-@dataclass(slots=True)
-class StepSignal:
-    """An action for ``dispatch``: signal (or, with ``kill``, stop) one step on its nodes."""
-
-    job_id: int
-    attempt: int
-    step_id: int
-    nodes: list[str]
-    signal: int
-    kill: bool
-
-    def body(self) -> dict[str, Any]:
-        """The agent's ``StepSignalRequest`` (``protocol.messages``), as it travels."""
-        request = StepSignalRequest(
-            job_id=self.job_id, attempt=self.attempt, step_id=self.step_id, signal=self.signal, kill=self.kill
-        )
-        return dump(request)
 
 
 class StepBook:
@@ -317,7 +296,8 @@ class StepBook:
         for name in step.layout.nodes:
             node = self.ctl.nodes[name]
             # the agent's wire protocol: srun runs a container only on agents that know how
-            protocol = self.ctl.agents.protocol(name)
+            # a Controller's agents: ctld.controller imports this module's importers (no circle)
+            protocol = self.ctl.agents.protocol(name)  # type: ignore[attr-defined]
             nodes.append({"name": name, "addr": node.addr, "port": node.port, "protocol": protocol})
         spec = job.spec
         alloc = job.alloc

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from muster.core.errors import InvalidRequest, PermissionDenied
-from muster.ctld.context import Context
+from muster.ctld.context import Context, Handler
 from muster.ctld.jwtauth import DEFAULT_LIFESPAN, MAX_LIFESPAN, JwtAuth, token_in
 
 
@@ -29,7 +29,7 @@ class TokenBody(BaseModel):
 
 
 def build_token_routes(
-    ctx: Context, caller: Callable[[Request], Any], parse: Any, handler: Any, auth: JwtAuth
+    ctx: Context, caller: Callable[[Request], Any], parse: Any, handler: Handler, auth: JwtAuth
 ) -> list[Route]:
     @handler
     async def token(request: Request) -> JSONResponse:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from muster.core.resources import format_mem, parse_mem_mb
+from muster.core.memtext import format_mem
+from muster.core.resources import parse_mem_mb
 
 TRES_NAMES = ("billing", "cpu", "gres/gpu", "mem", "node")
 _ALIASES = {

@@ -16,7 +16,7 @@ from muster.core import goodput
 from muster.ctld import records
 from muster.ctld.assoc import AssocDB
 from muster.ctld.nodes import NodeRuntime
-from muster.ctld.tres import billing
+from muster.ctld.tres import alloc_tres, billing
 
 
 def usage_report(
@@ -50,10 +50,11 @@ def usage_report(
         t1 = min(end, stop)
         if t1 <= t0:
             continue
-        counts = records.alloc_tres(d)
-        if not counts:
+        tres = alloc_tres(d)
+        if not tres:
             continue
-        counts["billing"] = billing(counts, weights.get(d.get("partition", ""), {}), max_tres)
+        counts: dict[str, float] = dict(tres)
+        counts["billing"] = billing(tres, weights.get(d.get("partition", ""), {}), max_tres)
         key = (records.account_of(d), d.get("user", ""))
         per = by.setdefault(key, {})
         for name, n in counts.items():

@@ -7,7 +7,7 @@ computed here once, so every command shows the same thing.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from muster.core.config import Config
 from muster.core.errors import InvalidRequest
@@ -18,9 +18,7 @@ from muster.core.resources import format_tres
 from muster.core.states import COMPLETING_SHORT, JobState
 from muster.core.stragglers import text as straggler_text
 from muster.ctld.nodes import NodeRuntime
-from muster.protocol.messages import MessageError, read
-
-M = TypeVar("M")
+from muster.protocol.messages import M, MessageError, read
 
 
 def output_paths(job: Job) -> tuple[str, str]:
