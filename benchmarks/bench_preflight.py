@@ -11,7 +11,11 @@ start-to-script times (controller start stamp -> the batch script's first line):
 other nodes asked at once, then the batch host's checks inside the launch. Figures are
 printed, never asserted.
 
-    .venv/bin/python benchmarks/bench_preflight.py [--nodes 128] [--rounds 3] [--nodes-per-agent 32]
+``--allreduce`` turns on the gate's all-reduce (``PreflightAllReduce=YES``): every node also
+runs its rank of one small torch.distributed gloo all-reduce (``agent.allreduce``), a child
+process per node that imports torch (torch must be installed in the venv).
+
+    .venv/bin/python benchmarks/bench_preflight.py [--nodes 128] [--rounds 3] [--nodes-per-agent 32] [--allreduce]
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--nodes-per-agent", type=int, default=32)
+    ap.add_argument("--allreduce", action="store_true", help="with the all-reduce (PreflightAllReduce=YES)")
     args = ap.parse_args(argv)
     h = Harness(
         ClusterShape(
@@ -71,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             "PreflightMinFreeMB": "1",
         }
     )
+    if args.allreduce:
+        h.settings.update({"PreflightAllReduce": "YES", "PreflightAllReduceTimeout": "240"})
     try:
         t0 = time.perf_counter()
         h.up()
@@ -88,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {rnd + 1}: start -> script {gated[-1]:.3f} s gated, {plain[-1]:.3f} s without the gate")
         gate = [g - p for g, p in zip(gated, plain, strict=True)]
         print(
-            f"pre-flight gate across {args.nodes} emulated nodes (8 GPU device files each, a site program): "
+            f"pre-flight gate across {args.nodes} emulated nodes (8 GPU device files each, a site program"
+            f"{', the all-reduce' if args.allreduce else ''}): "
             f"median {statistics.median(gated):.3f} s start -> script gated vs {statistics.median(plain):.3f} s without; "
             f"the gate's cost median {statistics.median(gate):.3f} s, max {max(gate):.3f} s (bound: 60 s)"
         )

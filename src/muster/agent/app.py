@@ -192,8 +192,9 @@ def build_routes(
         """The pre-flight gate here for a job whose batch host is another node (the
         controller asks each of its nodes before the launch; ``agent.preflight``)."""
         msg = _message(LaunchRequest, await _json_body(request))
-        verdict = await supervisor.preflight_check(msg.job.model_dump())
-        return JSONResponse({"ok": verdict.ok, "reason": verdict.reason})
+        verdict = await supervisor.preflight_check(msg.job.model_dump(), msg.allreduce)
+        # ``peer``: only the all-reduce failed, waiting on its peers (``agent.allreduce``)
+        return JSONResponse({"ok": verdict.ok, "reason": verdict.reason, "peer": getattr(verdict, "peer", False)})
 
     @_handler
     async def launches(request: Request) -> JSONResponse:

@@ -490,12 +490,13 @@ class Supervisor:
             log.info("job %s: %s (%s)", job_id, "suspended" if on else "resumed", how)
         return how
 
-    async def preflight_check(self, job: dict[str, Any]) -> HookResult:
+    async def preflight_check(self, job: dict[str, Any], allreduce: bool = False) -> HookResult:
         """The pre-flight gate here for ``job`` (``/v1/preflight``), whatever its option: the
-        controller asks only for gated jobs."""
+        controller asks only for gated jobs. ``allreduce``: with this node's rank of the
+        all-reduce across the job's nodes (``agent.allreduce``)."""
         if self.preflight is None:
             return HookResult(True)
-        return await self.preflight.run(job, self.state.spool_for(int(job["job_id"])))
+        return await self.preflight.run(job, self.state.spool_for(int(job["job_id"])), allreduce)
 
     def new_allocation(self, job_id: int, attempt: int, alloc: list[dict[str, Any]]) -> bool:
         """A failed node of the running job was replaced (``ctld.replacement``): its record

@@ -347,6 +347,8 @@ class _Parser:
             _bool(params["ExpediteRequeue"], "ExpediteRequeue", where)
         if "Preflight" in params:  # muster's: the partition's jobs pass the pre-flight gate
             _bool(params["Preflight"], "Preflight", where)
+        if "PreflightAllReduce" in params:  # muster's: the gate's all-reduce across the nodes
+            _bool(params["PreflightAllReduce"], "PreflightAllReduce", where)
         if params.get("Stragglers", "flag").lower() not in ("flag", "exclude", "swap", "off"):  # muster's
             raise ConfigError(f"{where}: Stragglers={params['Stragglers']!r}: expected flag, exclude, swap or off")
         if "StragglerWindow" in params:  # muster's: seconds slow before a node is flagged

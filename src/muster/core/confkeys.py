@@ -61,6 +61,7 @@ GpuFaultFile GpuHealthCheckInterval NodeHostnames
 AccountingStorageURL AccountingStoragePassFile
 ExpediteHoldTime QuarantineFailures QuarantineWindow
 PreflightProgram PreflightGpuDevices PreflightMinFreeMB PreflightMaxClockOffset
+PreflightAllReduce PreflightAllReduceTimeout
 AdminMail
 MetricsType LogFormat
 TLSType TLSParameters
@@ -83,7 +84,7 @@ PowerDownOnIdle PreemptMode Priority PriorityJobFactor PriorityTier QOS ReqResv
 ResumeTimeout RootOnly SelectTypeParameters State SuspendTime SuspendTimeout
 TRESBillingWeights
 Stragglers StragglerWindow
-HangTimeout ExpediteRequeue SpareNodes Preflight
+HangTimeout ExpediteRequeue SpareNodes Preflight PreflightAllReduce
 """
 
 
@@ -115,6 +116,7 @@ INT_KEYS = frozenset(
     UnkillableStepTimeout PrologEpilogTimeout SchedulerTimeSlice ResumeTimeout SuspendTimeout
     GetEnvTimeout EioTimeout GroupUpdateTime KeepAliveTime MinAgentProtocol
     QuarantineFailures QuarantineWindow PreflightMinFreeMB PreflightMaxClockOffset
+    PreflightAllReduceTimeout
     PriorityWeightAge PriorityWeightAssoc PriorityWeightFairshare PriorityWeightJobSize
     PriorityWeightPartition PriorityWeightQOS
     """.split()
@@ -143,7 +145,7 @@ def preempt_mode(text: str) -> str:
     return modes[0]
 
 
-BOOL_KEYS = frozenset({"PriorityFavorSmall"})
+BOOL_KEYS = frozenset({"PriorityFavorSmall", "PreflightAllReduce"})
 # Keys that take one of a few words (case-insensitive): MetricsType is Slurm 25.11's,
 # LogFormat muster's own (docs/metrics.md).
 CHOICE_KEYS = {

@@ -349,11 +349,21 @@ class Dispatcher:
         that cannot be reached does not hold the job: the node check judges silence."""
         job, attempt, host = action.job, action.job.restart_count, action.job.batch_host
         assert host is not None
-        others = [n for n in job.nodes if n != host]
-        verdicts = await asyncio.gather(*(self._preflight(job, n) for n in others))
+        # the all-reduce (``PreflightAllReduce=YES``) needs every rank at once: the batch
+        # host is asked too (its launch then runs its own checks again, not the all-reduce)
+        allreduce = self.allreduce_wanted(job)
+        asked = list(job.nodes) if allreduce else [n for n in job.nodes if n != host]
+        answers = await asyncio.gather(*(self._check(job, n, allreduce) for n in asked))
         if not self._wanted(job, host, attempt):
             return
-        failed = [(n, why) for n, why in zip(others, verdicts, strict=True) if why]
+        failed = [(n, why) for n, (why, peer) in zip(asked, answers, strict=True) if why and not peer]
+        waited = [(n, why) for n, (why, peer) in zip(asked, answers, strict=True) if why and peer]
+        if waited and not failed:
+            # the all-reduce failed and no rank failed by itself (a network between them, a
+            # rendezvous that never formed): nobody is blamed; the job is requeued undrained
+            log.warning("job %s: its pre-flight all-reduce failed, no node to blame: %s", job.job_id, waited[0][1])
+            self.ctl.launches.launch_failed(job.job_id, attempt, waited[0][1], None)
+            return
         if failed and job.spec.spare_nodes > 0:
             failed = await self._swap_before_start(job, failed)
             if not self._wanted(job, host, attempt):
@@ -405,24 +415,46 @@ class Dispatcher:
             failed = [(n, why) for n, why in zip(fresh, verdicts, strict=True) if why]
         return []
 
+    def allreduce_wanted(self, job: Job) -> bool:
+        """Whether the gate of this job (of several nodes) runs the all-reduce across them
+        (``PreflightAllReduce=YES``, cluster-wide or on its partition's line)."""
+        if len(job.nodes) < 2:
+            return False
+        on = ("yes", "true", "1", "on")
+        conf = self.ctl.config.partition(job.partition)
+        if conf is not None and "PreflightAllReduce" in conf.params:
+            return str(conf.params["PreflightAllReduce"]).lower() in on
+        return str(self.ctl.config.get("PreflightAllReduce") or "no").lower() in on
+
     async def _preflight(self, job: Job, node: str) -> str | None:
-        """The pre-flight gate on one node of ``job`` (``/v1/preflight``): what failed, or
-        None when it passed, when the agent has no such route (an older release) or cannot
-        be reached (the node check judges silence)."""
+        """The pre-flight gate on one node of ``job`` (``/v1/preflight``, its own checks):
+        what failed, or None (see ``_check``)."""
+        return (await self._check(job, node))[0]
+
+    async def _check(self, job: Job, node: str, allreduce: bool = False) -> tuple[str | None, bool]:
+        """The pre-flight gate on one node of ``job`` (``/v1/preflight``; ``allreduce``: with
+        its rank of the all-reduce): what failed and whether it failed only waiting on its
+        peers; (None, False) when it passed, when the agent has no such route (an older
+        release) or cannot be reached (the node check judges silence)."""
         request = LaunchRequest.model_validate(
-            {"job": launch_view(job, self.ctl.jobs), "cluster": self.ctl.config.cluster_name, "kill_wait": 0}
+            {
+                "job": launch_view(job, self.ctl.jobs),
+                "cluster": self.ctl.config.cluster_name,
+                "kill_wait": 0,
+                "allreduce": allreduce,
+            }
         )
         try:
             answer = await self.client.post(self._url(node, "/v1/preflight"), self._body(request, node), to=node)
         except DaemonRequestError as e:
             log.warning("job %s: no pre-flight answer from %s (%s): not gated there", job.job_id, node, e)
-            return None
+            return None, False
         except Exception as e:  # noqa: BLE001 - unreachable: the node check judges it
             log.warning("job %s: cannot reach %s for its pre-flight: %s", job.job_id, node, e or type(e).__name__)
-            return None
+            return None, False
         if isinstance(answer, dict) and not answer.get("ok", True):
-            return str(answer.get("reason") or "preflight failed")
-        return None
+            return str(answer.get("reason") or "preflight failed"), bool(answer.get("peer"))
+        return None, False
 
     async def replacement_gate(self, action: NewAllocation) -> bool:
         """A node swapped into a gated running job (``ctld.replacement``) passes the

@@ -352,10 +352,15 @@ class EpilogJob(_Message):
 
 
 class LaunchRequest(_Message):
+    since: ClassVar[dict[str, int]] = {"allreduce": 3}
+
     job: LaunchJob
     cluster: str = ""
     ctld: str | None = None  # the sending controller's address (informative)
     kill_wait: float | None = None
+    # ``/v1/preflight`` only: this node also runs its rank of the gate's all-reduce across
+    # the job's nodes (``agent.allreduce``; ``PreflightAllReduce=YES``)
+    allreduce: bool = False
 
 
 class LaunchRequests(_Message):

@@ -184,3 +184,64 @@ def test_without_a_spare_left_a_failed_gate_requeues_the_job(ctl: Controller) ->
     assert client.launched == []
     assert job.state is JobState.PENDING and job.restart_count == 1  # requeued, as without spares
     assert ctl.nodes["node2"].drain and ctl.nodes["node3"].drain
+
+
+class _AllReduce(_Launching):
+    """``/v1/preflight`` with the all-reduce: the nodes named fail by themselves, the others
+    (when any failed) fail waiting on their peers."""
+
+    def __init__(self, failing: dict[str, str]) -> None:
+        super().__init__(failing)
+        self.allreduce: list[bool] = []
+
+    async def post(self, url: str, body: dict[str, Any], to: str | None = None) -> Any:
+        if url == "/v1/preflight":
+            self.allreduce.append(bool(body.get("allreduce")))
+            self.sent.append((url, to))
+            if to in self.failing:
+                return {"ok": False, "reason": f"preflight failed: all-reduce: {self.failing[to]}", "peer": False}
+            if self.failing:
+                return {"ok": False, "reason": "preflight failed: all-reduce: DistStoreError: timed out", "peer": True}
+            return {"ok": True}
+        return await super().post(url, body, to)
+
+
+def _allreduce_ctl(tmp_path: pathlib.Path) -> Controller:
+    c = Controller(
+        parse_config(CONF.replace("ClusterName=t", "ClusterName=t\nPreflightAllReduce=YES"), "t.conf"),
+        Store(str(tmp_path / "a.db")),
+        ManualClock(1000.0),
+    )
+    c.load()
+    for name in c.nodes:
+        c.agents.register({"node": name, "gpus": 8, "running": []})
+    return c
+
+
+def test_the_all_reduce_asks_every_node_at_once_and_blames_the_rank_that_failed(tmp_path: pathlib.Path) -> None:
+    c = _allreduce_ctl(tmp_path)
+    job, launch = _starting(c, preflight=True)
+    client = _AllReduce({"node3": "rank 2 of 3: exit"})
+    asyncio.run(dispatch.Dispatcher(c, client).gated_launch(launch))  # type: ignore[arg-type]
+    assert sorted(str(n) for n in client.checked()) == ["node1", "node2", "node3"]  # the batch host too
+    assert client.allreduce == [True, True, True]
+    assert job.state is JobState.PENDING and job.restart_count == 1 and client.launched == []
+    assert c.nodes["node3"].drain and "rank 2 of 3" in c.nodes["node3"].reason
+    assert not c.nodes["node1"].drain and not c.nodes["node2"].drain  # waited on it: not blamed
+
+
+def test_an_all_reduce_that_fails_with_no_rank_to_blame_requeues_undrained(tmp_path: pathlib.Path) -> None:
+    c = _allreduce_ctl(tmp_path)
+    job, launch = _starting(c, preflight=True)
+    client = _AllReduce({"elsewhere": "x"})  # every node answers: failed waiting on its peers
+    asyncio.run(dispatch.Dispatcher(c, client).gated_launch(launch))  # type: ignore[arg-type]
+    assert job.state is JobState.PENDING and job.restart_count == 1
+    assert not any(n.drain for n in c.nodes.values())
+
+
+def test_the_all_reduce_is_opt_in(ctl: Controller) -> None:
+    job, launch = _starting(ctl, preflight=True)
+    client = _AllReduce({})
+    asyncio.run(dispatch.Dispatcher(ctl, client).gated_launch(launch))  # type: ignore[arg-type]
+    assert client.checked() == ["node2", "node3"] and client.allreduce == [False, False]
+    assert client.launched == [["node1", "node2", "node3"]]
