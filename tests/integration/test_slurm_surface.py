@@ -4,13 +4,14 @@ each checked as its man page describes it, on one shared cluster."""
 from __future__ import annotations
 
 import os
+import pwd
 import sys
 import tempfile
 from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness
+from harness import Harness, ensure_user
 from muster.cluster.local import ClusterShape
 from waiting import wait_for
 
@@ -388,3 +389,38 @@ def test_strigger_runs_programs_for_job_and_node_events(cluster: Harness) -> Non
     wait_for(
         lambda: "IDLE" in h.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.upper(), timeout=60, what="node2 idle"
     )
+
+
+def test_strigger_time_trigger_runs_as_the_user_who_set_it(cluster: Harness) -> None:
+    # strigger(1): "--time: Trigger an event when the specified job's time limit is reached"
+    # with "--offset: ... Specify a negative value if action should preceded the event";
+    # "The program will be executed as the user who sets the trigger"; "Only user root or
+    # the trigger's creator can delete a trigger."
+    h = cluster
+    uid = ensure_user("mustertest")
+    log = os.path.join(h.workdir, "time-trigger.log")
+    prog = os.path.join(h.workdir, "time-trigger.sh")
+    with open(prog, "w") as f:
+        f.write(f'#!/bin/sh\necho "$1 $(id -un)" >> {log}\n')
+    os.chmod(prog, 0o755)
+    job_id = h.sbatch("-t", "5", "--wrap", "sleep 600", uid=uid)
+    try:
+        h.wait_state(job_id, "RUNNING", timeout=120)
+        # 5 minutes less 290 s: due 10 s after the start
+        out = h.run(["strigger", "--set", "-j", str(job_id), "--time", "--offset=-290", f"-p{prog}"], uid=uid)
+        assert out.returncode == 0, out.stderr
+        (row,) = h.run(["strigger", "--get", "-N", "--user=mustertest"]).stdout.splitlines()
+        assert row.split()[1:6] == ["job", str(job_id), "time", "-290", "mustertest"]
+        ensure_user("mustertest2")
+        other = h.run(["strigger", "--clear", f"--jobid={job_id}"], uid=pwd.getpwnam("mustertest2").pw_uid)
+        assert other.returncode != 0 and other.stderr
+        wait_for(
+            lambda: os.path.exists(log) and f"{job_id} mustertest" in open(log).read().splitlines(),
+            timeout=120,
+            what="the --time program, as mustertest",
+        )
+        assert h.job(job_id)["state"] == "RUNNING"  # the trigger runs a program, nothing more
+    finally:
+        h.run(["scancel", str(job_id)])
+        h.run(["strigger", "--clear", "-Q", "--user=mustertest"])
+    h.wait_job(job_id)
