@@ -60,6 +60,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 __all__ = [
     "ENV",
@@ -155,7 +156,7 @@ def checkpoint(n: int) -> bool:
     return _write("checkpoint", n)
 
 
-def allocation() -> dict | None:
+def allocation() -> dict[str, Any] | None:
     """The job's allocation after a failed node of it was replaced in the running job
     (``sbatch --spare-nodes``, docs/recovery.md): ``{"nodes": [...], "nodelist": "...",
     "replaced": {"old", "new", "cause", "time"}}`` as the node's agent was told, or None
