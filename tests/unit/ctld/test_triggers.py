@@ -154,3 +154,25 @@ def test_bad_requests_are_refused_and_nothing_is_stored(db: str, req: dict[str, 
     with pytest.raises(InvalidRequest):
         ctl.triggers.set(ROOT, req)
     assert ctl.triggers.get({}) == [] and make(db).triggers.get({}) == []
+
+
+def test_reconfig_fires_when_the_configuration_is_read_again(db: str) -> None:
+    ctl = make(db)
+    ctl.triggers.set(ROOT, {"event": "reconfig", "program": "/bin/true"})
+    ctl.triggers.set(ROOT, {"event": "fail", "program": "/bin/true"})
+    assert check(ctl) == []
+    ctl.config = parse_config(CONF, "test.conf")  # what scontrol reconfigure swaps in
+    assert check(ctl) == [("1", "reconfig", "")]
+    assert [t.event for t in ctl.triggers.get({})] == ["fail"]  # never fires: no FAILING state
+
+
+def test_a_jobs_down_trigger_watches_its_nodes_only(db: str) -> None:
+    ctl = make(db)
+    job = ctl.queue.submit(JobSpec(min_nodes=2), ALICE)
+    start(ctl, job.job_id, ["node2", "node3"])
+    ctl.triggers.set(ALICE, {"event": "down", "job_id": job.job_id, "program": "/bin/true"})
+    check(ctl)
+    ctl.liveness.update_nodes(ROOT, ["node1"], "DOWN", "x")
+    assert check(ctl) == []
+    ctl.liveness.update_nodes(ROOT, ["node3"], "DOWN", "x")
+    assert check(ctl) == [("1", "down", "node3")]
