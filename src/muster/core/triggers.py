@@ -191,7 +191,8 @@ def fired(triggers: Iterable[Trigger], prev: Observation, cur: Observation) -> l
             if cur.now >= job.limit_end + trig.offset:
                 out.append((trig, trig.res_id))
         elif trig.event in ("down", "up"):
-            hit = went[trig.event] & set(job.nodes)
+            before = prev.jobs.get(int(trig.res_id))  # a node's failure may have ended the job
+            hit = went[trig.event] & (set(job.nodes) | set(before.nodes if before is not None else ()))
             if hit:
                 out.append((trig, compress(sorted(hit))))
     return out
