@@ -7,7 +7,8 @@ The child's verdict is its exit status and one line of output:
 
 * 0 (``ok: N ranks``): the sum came back right;
 * ``OWN`` (2): this node's rank failed by itself (torch missing or broken, a wrong sum, the
-  test's fault hook ``MUSTER_PREFLIGHT_ALLREDUCE_FAIL=<node>[,<node>...]``): the node is blamed;
+  test's fault hook ``MUSTER_PREFLIGHT_ALLREDUCE_FAIL=<node>[,<node>...]`` or ``=@<file>``):
+  the node is blamed;
 * ``PEER`` (3): the rendezvous or the collective failed or timed out (a peer's rank is gone):
   not this node's fault by itself; the controller blames the nodes whose rank failed by itself.
 
@@ -79,6 +80,19 @@ async def run_allreduce(
     return AllReduceResult(False, f"all-reduce: rank {rank} of {world}: {last}"[:400], peer=proc.returncode == PEER)
 
 
+def _hooked() -> list[str]:
+    """The nodes the test's fault hook names: ``<node>,<node>`` or ``@<file>`` (a node a line,
+    read when the rank starts, so a running cluster's test can change it)."""
+    value = os.environ.get(FAIL_ENV) or ""
+    if value.startswith("@"):
+        try:
+            with open(value[1:]) as f:
+                return f.read().split()
+        except OSError:
+            return []
+    return value.split(",")
+
+
 def _main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="muster.agent.allreduce")
     p.add_argument("--node", required=True)
@@ -89,7 +103,7 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--backend", default="gloo")
     a = p.parse_args(argv)
-    if a.node in (os.environ.get(FAIL_ENV) or "").split(","):
+    if a.node in _hooked():
         print(f"{FAIL_ENV} names {a.node}: this rank exits", flush=True)
         return OWN
     try:
