@@ -160,7 +160,13 @@ def quarantine_due(
 
 # A frame of a collective: in these libraries' files, or one of these functions (a
 # program's own wrapper of a collective is not recognised).
-COLLECTIVE_FILES = ("torch/distributed/", "mpi4py/", "horovod/", "deepspeed/comm/")
+COLLECTIVE_FILES = (
+    "torch/distributed/",
+    "torch/nn/parallel/distributed.py",  # DistributedDataParallel's forward: its broadcasts, its join
+    "mpi4py/",
+    "horovod/",
+    "deepspeed/comm/",
+)
 COLLECTIVE_FUNCS = frozenset(
     {
         "all_reduce",
@@ -181,6 +187,10 @@ COLLECTIVE_FUNCS = frozenset(
         "Bcast",
     }
 )
+# A backward pass (torch's autograd engine): under DistributedDataParallel or FSDP it is where
+# a rank waits for the gradients' all-reduce of the others, so it counts as inside one. A rank
+# stuck in its own backward stops the others there too: all inside, nobody singled out.
+SYNC_FRAMES = (("torch/autograd/", "_engine_run_backward"), ("torch/autograd/", "run_backward"))
 # faulthandler: ``  File "/x/y.py", line 12 in name``; py-spy: ``    name (/x/y.py:12)``
 _FRAMES = (
     re.compile(r'File "(?P<path>[^"]*)", line \d+ in (?P<func>\S+)'),
@@ -190,10 +200,14 @@ _FRAMES = (
 
 def in_collective(stack: str) -> bool:
     """Whether a Python stack dump (faulthandler's all threads, or py-spy's) has a thread
-    inside a collective operation (a frame of ``COLLECTIVE_FILES`` or ``COLLECTIVE_FUNCS``)."""
+    inside a collective operation (a frame of ``COLLECTIVE_FILES`` or ``COLLECTIVE_FUNCS``,
+    or a backward pass: ``SYNC_FRAMES``)."""
     for pattern in _FRAMES:
         for m in pattern.finditer(stack):
-            if m["func"] in COLLECTIVE_FUNCS or any(part in m["path"] for part in COLLECTIVE_FILES):
+            path, func = m["path"], m["func"]
+            if func in COLLECTIVE_FUNCS or any(part in path for part in COLLECTIVE_FILES):
+                return True
+            if any(part in path and func == name for part, name in SYNC_FRAMES):
                 return True
     return False
 

@@ -109,6 +109,13 @@ def test_a_stack_inside_a_torch_distributed_collective_is_recognised_in_both_dum
     py_spy = 'Thread 12 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2806)\n    main (train.py:40)\n'
     assert in_collective(faulthandler) and in_collective(py_spy)
     assert in_collective('  File "/w/mpi.py", line 3 in Allreduce\n')
+    ddp = (  # DistributedDataParallel waits for the gradients' all-reduce at the end of backward
+        '  File "/v/site-packages/torch/autograd/graph.py", line 829 in _engine_run_backward\n'
+        '  File "/v/site-packages/torch/autograd/__init__.py", line 364 in backward\n'
+        '  File "/w/train.py", line 40 in main\n'
+    )
+    assert in_collective(ddp)
+    assert in_collective('  File "/v/site-packages/torch/nn/parallel/distributed.py", line 9 in forward\n')
     assert not in_collective('Thread 0x01 (most recent call first):\n  File "/w/train.py", line 37 in main\n')
     assert not in_collective("")
 
