@@ -18,6 +18,10 @@ from muster.cli.common import (
 )
 from muster.cli.options import Opt, OptionError, OptionTable, getopt
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 
 def read_options(
     prog: str, argv: list[str] | None, options: tuple[Opt, ...], doc: str | None, usage: str | None = None
@@ -42,7 +46,7 @@ def read_options(
     return opts
 
 
-def call(prog: str, method: str, path: str, body: object = None) -> dict:
+def call(prog: str, method: str, path: str, body: object = None) -> dict[str, Any]:
     """One request to the controller; a CommandError with Slurm's words when it fails."""
     from muster.protocol.client import ApiError, ConnectError
 

@@ -22,6 +22,10 @@ Nothing here does I/O or imports more than the language itself: commands start f
 
 from muster.cli.common import CommandError
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 # Format widths (squeue -o %20i, sacct -o jobid%30, ...) are capped: a wider field than any
 # screen is a typo, and a 20-digit one would otherwise fail deep in str.ljust.
 MAX_FIELD_WIDTH = 4096
@@ -177,7 +181,7 @@ def named_columns(spec: str, lookup: object, unknown: str, separator: str = "") 
     return cols
 
 
-def _sized(cols: list[Column], rows: list, least: int) -> list[Column]:
+def _sized(cols: list[Column], rows: list["Any"], least: int) -> list[Column]:
     """The columns with each ``#`` width replaced by the longest value's (at least ``least``)."""
     out = []
     for c in cols:
@@ -188,7 +192,7 @@ def _sized(cols: list[Column], rows: list, least: int) -> list[Column]:
     return out
 
 
-def _row_format(cols: list[Column]) -> tuple[str, list]:
+def _row_format(cols: list[Column]) -> tuple[str, list["Any"]]:
     """A row as one ``%`` format and the value functions that fill it: a queue can be
     thousands of rows and this is the inner loop, so each line is one formatting in C.
     ``%W.Ws`` cuts to W and right-justifies (``%-W.Ws`` left), as ``fit`` would."""
@@ -205,7 +209,7 @@ def _row_format(cols: list[Column]) -> tuple[str, list]:
     return "".join(parts), values
 
 
-def render(rows: list, cols: list[Column], header: bool = True, least: int = 0) -> list[str]:
+def render(rows: list["Any"], cols: list[Column], header: bool = True, least: int = 0) -> list[str]:
     """The lines of a table: a header line (the columns' headers, fitted and always cut)
     unless ``header`` is false, then one line per row. ``least`` is the narrowest a
     ``#``-sized column may be."""
@@ -228,7 +232,7 @@ def render(rows: list, cols: list[Column], header: bool = True, least: int = 0) 
 # --- print_fields names: sacct, sacctmgr, sshare, sreport ----------------------------------------
 
 
-def field_list(text: str, table: dict, unknown: str, squeeze: bool = False) -> list[tuple]:
+def field_list(text: str, table: dict[str, "Any"], unknown: str, squeeze: bool = False) -> list[tuple["Any", ...]]:
     """``Name[%width],...`` -> ``(header, width, value)`` per item, from ``table``
     (lower-case name -> ``(header, default width, value)``). A given width right-justifies,
     a negative one left-justifies; empty items are skipped. An unknown name, or a width

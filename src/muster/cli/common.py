@@ -29,6 +29,10 @@ agent's socket).
 import posix
 import sys
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 SLURM_VERSION = "22.05.8"
 
 
@@ -465,7 +469,7 @@ class Controller:
         self.calls = 0
         self.tls_ca = settings.tls_ca if address is not None else None
 
-    def call(self, method: str, path: str, body: object = None) -> dict:
+    def call(self, method: str, path: str, body: object = None) -> dict[str, "Any"]:
         from muster.protocol.client import ConnectError, request
 
         if len(self.settings.ctld_hosts) > 1:  # a primary and backups: whichever is active
@@ -495,10 +499,10 @@ class Controller:
             return retry_single(e, self.settings, method, path, body, self.timeout, user_credential)
         return answer if isinstance(answer, dict) else {}
 
-    def get(self, path: str) -> dict:
+    def get(self, path: str) -> dict[str, "Any"]:
         return self.call("GET", path)
 
-    def post(self, path: str, body: object = None) -> dict:
+    def post(self, path: str, body: object = None) -> dict[str, "Any"]:
         return self.call("POST", path, {} if body is None else body)
 
 

@@ -9,11 +9,12 @@ Jobs are the controller's ``JobWire`` dicts; a merged row is a copy of its first
 TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 __all__ = ["array_job_id_text", "array_task_text", "job_id_text", "merge_array_records", "merge_array_rows"]
 
 
-def job_id_text(job: dict) -> str:
+def job_id_text(job: dict[str, "Any"]) -> str:
     """``%i``: ``123``, an array task ``123_4``, pending tasks merged ``123_[5-9%2]``, or
     component k of heterogeneous job 123: ``123+k``."""
     merged = job.get("array_tasks_text")
@@ -28,12 +29,12 @@ def job_id_text(job: dict) -> str:
     return f"{job.get('array_job_id')}_{task}"
 
 
-def array_job_id_text(job: dict) -> str:
+def array_job_id_text(job: dict[str, "Any"]) -> str:
     value = job.get("array_job_id")
     return str(value if value is not None else job.get("job_id"))
 
 
-def array_task_text(job: dict) -> str:
+def array_task_text(job: dict[str, "Any"]) -> str:
     merged = job.get("array_tasks_text")
     if merged:
         return merged
@@ -41,7 +42,7 @@ def array_task_text(job: dict) -> str:
     return "N/A" if task is None else str(task)
 
 
-def merge_array_rows(jobs: list[dict]) -> list[dict]:
+def merge_array_rows(jobs: list[dict[str, "Any"]]) -> list[dict[str, "Any"]]:
     """One row for the pending tasks of an array that wait for the same reason (Slurm keeps
     those in a single record); the row stands where its first task would."""
     return _merge_pending(
@@ -49,7 +50,7 @@ def merge_array_rows(jobs: list[dict]) -> list[dict]:
     )
 
 
-def merge_array_records(records: list[dict]) -> list[dict]:
+def merge_array_records(records: list[dict[str, "Any"]]) -> list[dict[str, "Any"]]:
     """sacct's rows: the pending tasks of an array in one record, ``123_[5-99%10]`` (Slurm's
     database holds them as one until they start), where its first task would stand.
 
@@ -61,15 +62,17 @@ def merge_array_records(records: list[dict]) -> list[dict]:
 
 
 def _merge_pending(
-    items: list[dict], key: "Callable[[dict], object]", merged: "Callable[[dict, str], dict]"
-) -> list[dict]:
+    items: list[dict[str, "Any"]],
+    key: "Callable[[dict[str, Any]], object]",
+    merged: "Callable[[dict[str, Any], str], dict[str, Any]]",
+) -> list[dict[str, "Any"]]:
     """Pending array tasks sharing ``key`` become one item, ``merged(first, "2-5%2")``, in
     the first one's place; a task alone in its group stays as it is."""
 
-    def pending(item: dict) -> bool:
+    def pending(item: dict[str, "Any"]) -> bool:
         return item.get("array_job_id") is not None and item.get("state") == "PENDING"
 
-    groups: dict[object, list[dict]] = {}
+    groups: dict[object, list[dict[str, Any]]] = {}
     for item in items:
         if pending(item):
             groups.setdefault(key(item), []).append(item)

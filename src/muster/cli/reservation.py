@@ -13,6 +13,10 @@ import sys
 
 from muster.cli.common import CommandError, connect, connect_message
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 PROG = "scontrol"
 
 _KEYS = {
@@ -140,7 +144,7 @@ def delete(words: list[str]) -> int:
     return 0
 
 
-def record(res: dict) -> list[str]:
+def record(res: dict[str, Any]) -> list[str]:
     from muster.core.timefmt import format_hms, format_timestamp
 
     def null(v: object) -> str:

@@ -39,6 +39,7 @@ from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 PROG = "sacct"
 
@@ -147,39 +148,39 @@ def _mem(mb: object, units: str | None) -> str:
     return f"{int(value)}M"
 
 
-def _start(r: dict) -> str:
+def _start(r: dict[str, Any]) -> str:
     if r.get("start_none"):
         return "None"
     return _ts(r.get("start"))
 
 
-def _timelimit(r: dict) -> str:
+def _timelimit(r: dict[str, Any]) -> str:
     if r.get("is_step"):
         return ""
     limit = r.get("time_limit")
     return "UNLIMITED" if limit is None else _hms(limit)
 
 
-def _replaced(r: dict, _u: str | None) -> str:
+def _replaced(r: dict[str, Any], _u: str | None) -> str:
     """``node2>node4@2026-12-07T16:54:37(not_responding)``, one per replacement, by commas."""
     return ",".join(
         f"{e.get('old')}>{e.get('new')}@{_ts(e.get('time'))}({e.get('cause')})" for e in r.get("replacements") or []
     )
 
 
-def _text(key: str) -> Callable[[dict, str | None], str]:
+def _text(key: str) -> Callable[[dict[str, Any], str | None], str]:
     return lambda r, _u: "" if r.get(key) is None else str(r.get(key))
 
 
-def _blank(_r: dict, _u: str | None) -> str:
+def _blank(_r: dict[str, Any], _u: str | None) -> str:
     return ""
 
 
 # name -> (default width; negative: left-justified), value
-FIELDS: dict[str, tuple[str, int, Callable[[dict, str | None], str]]] = {}
+FIELDS: dict[str, tuple[str, int, Callable[[dict[str, Any], str | None], str]]] = {}
 
 
-def _field(name: str, width: int, fn: Callable[[dict, str | None], str]) -> None:
+def _field(name: str, width: int, fn: Callable[[dict[str, Any], str | None], str]) -> None:
     FIELDS[name.lower()] = (name, width, fn)
 
 
@@ -340,7 +341,7 @@ for _name, _width in (
     _field(_name, _width, _blank)
 
 
-def parse_format(text: str) -> list[tuple[str, int, Callable[[dict, str | None], str]]]:
+def parse_format(text: str) -> list[tuple[str, int, Callable[[dict[str, Any], str | None], str]]]:
     """``JobID,JobName%30,...`` -> columns; raises CommandError for unknown names."""
     return field_list(text, FIELDS, 'Invalid field requested: "{}"')
 
@@ -352,7 +353,7 @@ class Request:
     __slots__ = ("cols", "printer", "params", "allocations", "units", "json", "array")
 
     def __init__(self) -> None:
-        self.cols: list = []
+        self.cols: list[Any] = []
         self.printer = Printer()
         self.params: dict[str, object] = {}
         self.allocations = False
@@ -486,7 +487,7 @@ def _user_name(text: str) -> str:
 # --- output ----------------------------------------------------------------------------------------
 
 
-def render(records: list[dict], req: Request) -> list[str]:
+def render(records: list[dict[str, Any]], req: Request) -> list[str]:
     rows: list[list[str]] = []
     for rec in records:
         for r in [rec] + ([] if req.allocations else list(rec.get("steps") or [])):

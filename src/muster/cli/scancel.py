@@ -27,6 +27,10 @@ from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 from muster.core.optionvalues import parse_signal_name
 from muster.core.statenames import job_state_name
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 PROG = "scancel"
 
 # Slurm exits with its error number modulo 256: ESLURM_ACCESS_DENIED (2002) gives 210.
@@ -233,7 +237,7 @@ def signal_number(name: str) -> str:
     return str(getattr(_signal, f"SIG{name}", name))
 
 
-def outcome(c: Cancel, results: list[dict], err: object = None) -> int:
+def outcome(c: Cancel, results: list[dict[str, Any]], err: object = None) -> int:
     """Print Slurm's messages for the controller's per-job results; return the exit status."""
     err = err if err is not None else sys.stderr
     rc = 0

@@ -19,6 +19,10 @@ import socket
 from muster.cli.acctfmt import call
 from muster.cli.common import CommandError, print_lines
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["listpids", "rows"]
 
 HEADER = f"{'PID':<8} {'JOBID':<8} {'STEPID':<8} {'LOCALID':<7} {'GLOBALID':<8}"
@@ -42,12 +46,12 @@ def _is_local(addr: str) -> bool:
     return False
 
 
-def local_nodes(nodes: list[dict]) -> set[str]:
+def local_nodes(nodes: list[dict[str, Any]]) -> set[str]:
     """The nodes whose NodeAddr is an address of this host."""
     return {str(n["name"]) for n in nodes if _is_local(str(n.get("addr") or ""))}
 
 
-def rows(job_id: int, answer: dict, nodes: set[str], step: str | None) -> list[str]:
+def rows(job_id: int, answer: dict[str, Any], nodes: set[str], step: str | None) -> list[str]:
     """The lines for one job's answer, its steps on ``nodes`` (only ``step`` if given)."""
     out: list[str] = []
     for node in sorted(set(answer.get("nodes") or {}) & nodes):

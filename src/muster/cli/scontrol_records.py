@@ -9,6 +9,10 @@ with ``-o``), so the layouts are tested without a controller.
 
 from muster.cli.common import SLURM_VERSION, null_text, timefmt
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 # --- small value helpers -------------------------------------------------------------------
 
 
@@ -45,7 +49,7 @@ def _ranges(numbers: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _spec(job: dict) -> dict:
+def _spec(job: dict[str, "Any"]) -> dict[str, "Any"]:
     spec = job.get("spec")
     return spec if isinstance(spec, dict) else {}
 
@@ -57,13 +61,13 @@ def _gres_word(count: object, gtype: object) -> str:
 # --- jobs ----------------------------------------------------------------------------------
 
 
-def job_state(job: dict) -> str:
+def job_state(job: dict[str, "Any"]) -> str:
     if job.get("completing") or job.get("state_code") == "CG":
         return "COMPLETING"
     return str(job.get("state") or "UNKNOWN")
 
 
-def _hang_evidence(job: dict) -> str | None:
+def _hang_evidence(job: dict[str, "Any"]) -> str | None:
     """muster's: the processes read on each node of the latest attempt judged hung, and
     the command that shows them (docs/training.md)."""
     found = [a for a in job.get("attempts") or [] if a.get("hang_judged") or a.get("evidence")]
@@ -78,14 +82,14 @@ def _hang_evidence(job: dict) -> str | None:
     return f"attempt={last.get('attempt')} processes={where} (muster hang-evidence {job.get('job_id')})"
 
 
-def _num_nodes(job: dict) -> str:
+def _num_nodes(job: dict[str, "Any"]) -> str:
     spec = _spec(job)
     if job.get("state") == "PENDING" and spec.get("min_nodes") and spec.get("max_nodes"):
         return f"{spec['min_nodes']}-{spec['max_nodes']}"
     return str(job.get("num_nodes") or 1)
 
 
-def _start_end(job: dict) -> tuple[str, str]:
+def _start_end(job: dict[str, "Any"]) -> tuple[str, str]:
     spec = _spec(job)
     state = job.get("state")
     start = job.get("start_time")
@@ -101,7 +105,7 @@ def _start_end(job: dict) -> tuple[str, str]:
     return _ts(start), end
 
 
-def _suspend_fields(job: dict) -> str:
+def _suspend_fields(job: dict[str, "Any"]) -> str:
     """``SuspendTime`` (the last suspend or resume) and ``SecsPreSuspend`` (the seconds it
     ran before its current suspension)."""
     when = job.get("suspend_time")
@@ -113,7 +117,7 @@ def _suspend_fields(job: dict) -> str:
     return f"SuspendTime={_ts(when)} SecsPreSuspend={max(0, pre)}"
 
 
-def _memory_field(job: dict) -> str:
+def _memory_field(job: dict[str, "Any"]) -> str:
     spec = _spec(job)
     shape = job.get("shape") or {}
     if spec.get("mem_per_cpu"):
@@ -129,7 +133,7 @@ def _memory_field(job: dict) -> str:
     return f"MinMemoryNode={_mem(per_node)}"
 
 
-def _gres_detail(job: dict) -> list[str]:
+def _gres_detail(job: dict[str, "Any"]) -> list[str]:
     """``-d``: the job's GPUs, then one line per group of nodes with the same allocation."""
     alloc = [a for a in job.get("alloc") or [] if isinstance(a, dict)]
     total = sum(len(a.get("gpu_ids") or []) for a in alloc) or int(job.get("num_gpus") or 0)
@@ -147,7 +151,7 @@ def _gres_detail(job: dict) -> list[str]:
     return lines
 
 
-def _array_fields(job: dict) -> str:
+def _array_fields(job: dict[str, "Any"]) -> str:
     """``ArrayJobId=.. ArrayTaskId=.. [ArrayTaskThrottle=..] `` for array tasks."""
     if job.get("array_job_id") is None:
         return ""
@@ -159,21 +163,21 @@ def _array_fields(job: dict) -> str:
     return text
 
 
-def _het_fields(job: dict) -> str:
+def _het_fields(job: dict[str, "Any"]) -> str:
     """``HetJobId=.. HetJobOffset=.. `` for a heterogeneous job's components."""
     if job.get("het_job_id") is None:
         return ""
     return f"HetJobId={job['het_job_id']} HetJobOffset={job.get('het_job_offset') or 0} "
 
 
-def _het_set(job: dict) -> list[str]:
+def _het_set(job: dict[str, "Any"]) -> list[str]:
     """``HetJobIdSet=60-61``: every component's job id, on the line after the first."""
     if job.get("het_job_id") is None:
         return []
     return [f"HetJobIdSet={job.get('het_job_id_set') or job['het_job_id']}"]
 
 
-def job_record(job: dict, details: bool = False) -> list[str]:
+def job_record(job: dict[str, "Any"], details: bool = False) -> list[str]:
     """``scontrol show job``'s lines for one job (without indentation)."""
     spec = _spec(job)
     shape = job.get("shape") or {}
@@ -268,7 +272,7 @@ def format_record(lines: list[str], oneliner: bool) -> str:
 # --- nodes -----------------------------------------------------------------------------------
 
 
-def node_state(node: dict) -> str:
+def node_state(node: dict[str, "Any"]) -> str:
     state = str(node.get("state") or "UNKNOWN")
     if node.get("drain"):
         state += "+DRAIN"
@@ -277,7 +281,7 @@ def node_state(node: dict) -> str:
     return state
 
 
-def node_record(node: dict) -> list[str]:
+def node_record(node: dict[str, "Any"]) -> list[str]:
     cpus = int(node.get("cpus") or 0)
     sockets = int(node.get("sockets") or 1)
     threads = int(node.get("threads_per_core") or 1)
@@ -351,7 +355,7 @@ def _access(values: object) -> str:
     return ",".join(values) if values else "ALL"  # type: ignore[arg-type]
 
 
-def partition_record(part: dict) -> list[str]:
+def partition_record(part: dict[str, "Any"]) -> list[str]:
     max_nodes = part.get("max_nodes")
     default_time = part.get("default_time")
     tres = (
@@ -387,7 +391,12 @@ def partition_record(part: dict) -> list[str]:
 
 
 def config_text(
-    settings: dict, now: float, ctld_host: str, conf: str, computed: dict | None = None, pings: list | None = None
+    settings: dict[str, "Any"],
+    now: float,
+    ctld_host: str,
+    conf: str,
+    computed: dict[str, "Any"] | None = None,
+    pings: list["Any"] | None = None,
 ) -> str:
     """``scontrol show config`` (``cli.showconfig``): every parameter, Slurm's order and units,
     then the controllers' ping lines (``pings``; the primary alone by default)."""

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from muster.cli.common import CommandError, connect, connect_message, write_out
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
 
-def format_step(step: dict, oneliner: bool = False) -> str:
+
+def format_step(step: dict[str, Any], oneliner: bool = False) -> str:
     from muster.core import timefmt
 
     limit = step.get("time_limit")

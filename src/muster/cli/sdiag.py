@@ -30,6 +30,10 @@ from muster.cli.acctfmt import call, read_options
 from muster.cli.common import CommandError, report
 from muster.cli.options import NO_ARG, Opt
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 PROG = "sdiag"
 
 OPTIONS = (
@@ -58,7 +62,7 @@ def _per(total: int, count: int) -> int:
     return total // count if count else 0
 
 
-def render(d: dict, sort: str = "count") -> list[str]:
+def render(d: dict[str, Any], sort: str = "count") -> list[str]:
     """sdiag's text from the controller's ``/v1/diag`` answer."""
     now = float(d["now"])
     minutes = max(1.0, (now - float(d["since"])) / 60.0)

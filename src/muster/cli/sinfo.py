@@ -43,6 +43,10 @@ from muster.cli.sinfo_fields import (
     state_rank,
 )
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 PROG = "sinfo"
 
 DEFAULT_FORMAT = "%#P %.5a %.10l %.6D %.6t %N"
@@ -91,7 +95,9 @@ OPTIONS: tuple[Opt, ...] = (
 _name_key = node_key  # numeric-aware order for node names (node2 before node10)
 
 
-def build_rows(parts: list[dict], nodes: list[dict], cols: list[Column], node_view: bool, summary: bool) -> list[Row]:
+def build_rows(
+    parts: list[dict[str, "Any"]], nodes: list[dict[str, "Any"]], cols: list[Column], node_view: bool, summary: bool
+) -> list[Row]:
     """Group nodes into rows: per partition (as configured), per equal per-node values."""
     by_name = {str(n.get("name")): n for n in nodes}
     splitters = [FIELDS[c.key][2] for c in cols if c.key and FIELDS[c.key][2] is not None]
@@ -112,7 +118,7 @@ def build_rows(parts: list[dict], nodes: list[dict], cols: list[Column], node_vi
         if summary or not members:
             rows.append(Row(part, members))
             continue
-        groups: dict[tuple, list[dict]] = {}
+        groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         for node in members:
             key = tuple(fn(node) for fn in splitters)  # type: ignore[operator]
             groups.setdefault(key, []).append(node)
@@ -253,7 +259,7 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> Request | str:
     return req
 
 
-def select_nodes(nodes: list[dict], req: Request) -> list[dict]:
+def select_nodes(nodes: list[dict[str, "Any"]], req: Request) -> list[dict[str, "Any"]]:
     out = []
     for n in nodes:
         if req.nodes is not None and n.get("name") not in req.nodes:
@@ -277,7 +283,9 @@ def select_nodes(nodes: list[dict], req: Request) -> list[dict]:
     return out
 
 
-def report_lines(parts: list[dict], nodes: list[dict], req: Request, now: float = 0.0) -> list[str]:
+def report_lines(
+    parts: list[dict[str, "Any"]], nodes: list[dict[str, "Any"]], req: Request, now: float = 0.0
+) -> list[str]:
     """The whole output for one pass, from wire dicts (the testable core of sinfo)."""
     if req.partitions is not None:
         wanted = set(req.partitions)
@@ -285,7 +293,7 @@ def report_lines(parts: list[dict], nodes: list[dict], req: Request, now: float 
     chosen = select_nodes(nodes, req)
     if req.reasons:
         # Reasons are about nodes, not partitions: one row per reason, user and time.
-        groups: dict[tuple, list[dict]] = {}
+        groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         for n in sorted(chosen, key=lambda n: _name_key(str(n.get("name")))):
             groups.setdefault((n.get("reason"), n.get("reason_user"), n.get("reason_time")), []).append(n)
         rows = [Row(None, group) for group in groups.values()]
@@ -307,7 +315,7 @@ def report_lines(parts: list[dict], nodes: list[dict], req: Request, now: float 
     return lines
 
 
-def to_json(parts: list[dict], nodes: list[dict]) -> str:
+def to_json(parts: list[dict[str, "Any"]], nodes: list[dict[str, "Any"]]) -> str:
     """``--json``: data_parser v0.0.40's ``sinfo`` list (``cli.slurmjson.sinfo_entries``),
     plus the ``nodes`` and ``partitions`` lists older clients read (Slurm 22.05's layout)."""
     import json
@@ -326,7 +334,7 @@ def to_json(parts: list[dict], nodes: list[dict]) -> str:
     return json.dumps(doc, indent=2)
 
 
-def fetch(fields: list[str] | None = None) -> tuple[list[dict], list[dict], float]:
+def fetch(fields: list[str] | None = None) -> tuple[list[dict[str, "Any"]], list[dict[str, "Any"]], float]:
     """Partitions and nodes; with ``fields``, the nodes hold those keys only (the
     controller sends them in columns, ``ctld.columns``: a few values per node)."""
     from muster.protocol.client import ApiError, ConnectError

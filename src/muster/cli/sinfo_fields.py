@@ -10,6 +10,10 @@ cutting rules are ``muster.cli.columns``'s; node lists are never cut.
 
 from muster.cli.columns import Column, letter_columns, named_columns
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 # --- node states -----------------------------------------------------------------------------
 
 _SHORT = {
@@ -35,7 +39,7 @@ _DRAIN_FLAG = 0x200
 _NO_RESPOND_FLAG = 0x800
 
 
-def state_rank(node: dict) -> int:
+def state_rank(node: dict[str, "Any"]) -> int:
     rank = _STATE_RANK.get(base_state(node), 0)
     if node.get("drain"):
         rank += _DRAIN_FLAG
@@ -47,12 +51,12 @@ def state_rank(node: dict) -> int:
 _BUSY = frozenset({"ALLOCATED", "MIXED"})
 
 
-def base_state(node: dict) -> str:
+def base_state(node: dict[str, "Any"]) -> str:
     """The node's state without flags, upper case (``IDLE``, ``MIXED``, ...)."""
     return str(node.get("state") or "UNKNOWN").upper()
 
 
-def short_state(node: dict) -> str:
+def short_state(node: dict[str, "Any"]) -> str:
     """``idle``, ``mix``, ``alloc``, ``down``, ``drain``, ``drng``, ``unk``; ``*`` if silent."""
     base = base_state(node)
     if node.get("drain"):
@@ -62,7 +66,7 @@ def short_state(node: dict) -> str:
     return text + ("*" if node.get("responding") is False else "")
 
 
-def long_state(node: dict) -> str:
+def long_state(node: dict[str, "Any"]) -> str:
     base = base_state(node)
     if node.get("drain"):
         text = "draining" if base in _BUSY else "drained"
@@ -71,7 +75,7 @@ def long_state(node: dict) -> str:
     return text + ("*" if node.get("responding") is False else "")
 
 
-def complete_state(node: dict) -> str:
+def complete_state(node: dict[str, "Any"]) -> str:
     """``-O StateComplete``: the base state and every flag, ``idle+drain``, ``down+drain``."""
     base = base_state(node)
     text = _LONG.get(base, base.lower())
@@ -82,14 +86,14 @@ def complete_state(node: dict) -> str:
     return text
 
 
-def unavailable(node: dict) -> bool:
+def unavailable(node: dict[str, "Any"]) -> bool:
     """Down, drained or silent: its idle CPUs count as "other" in A/I/O/T."""
     return (
         base_state(node) in ("DOWN", "UNKNOWN", "FUTURE") or bool(node.get("drain")) or node.get("responding") is False
     )
 
 
-def state_filter_names(node: dict) -> set[str]:
+def state_filter_names(node: dict[str, "Any"]) -> set[str]:
     """Every name ``-t`` may use for this node's state (short, long, and its flags')."""
     base = base_state(node)
     names = {base.lower(), _SHORT.get(base, ""), _LONG.get(base, "")}
@@ -108,7 +112,7 @@ class Row:
 
     __slots__ = ("part", "nodes")
 
-    def __init__(self, part: dict | None, nodes: list[dict]) -> None:
+    def __init__(self, part: dict[str, "Any"] | None, nodes: list[dict[str, "Any"]]) -> None:
         self.part = part
         self.nodes = nodes
 
@@ -184,12 +188,12 @@ def _same(row: Row, fn) -> str:  # noqa: ANN001 - a node -> str function
     return fn(row.nodes[0]) if row.nodes else ""
 
 
-def _version(node: dict) -> str:
+def _version(node: dict[str, "Any"]) -> str:
     """The version of the node's agent, as it registered (``N/A`` before it did)."""
     return str(node.get("version") or "N/A")
 
 
-def gres_text(node: dict) -> str:
+def gres_text(node: dict[str, "Any"]) -> str:
     """The node's GRES as Slurm prints them (``gpu:a100:8``), ``(null)`` without any."""
     if node.get("gres"):
         return str(node["gres"])
@@ -199,19 +203,19 @@ def gres_text(node: dict) -> str:
     return f"gpu:{node['gpu_type']}:{gpus}" if node.get("gpu_type") else f"gpu:{gpus}"
 
 
-def _features(node: dict) -> str:
+def _features(node: dict[str, "Any"]) -> str:
     return ",".join(node.get("features") or []) or "(null)"
 
 
-def _reason(node: dict) -> str:
+def _reason(node: dict[str, "Any"]) -> str:
     return str(node.get("reason") or "none")
 
 
-def _containment(node: dict) -> str:
+def _containment(node: dict[str, "Any"]) -> str:
     return str(node.get("containment") or "N/A")
 
 
-def _sct(node: dict) -> str:
+def _sct(node: dict[str, "Any"]) -> str:
     """Sockets:cores:threads; a node that reports no topology is one socket of its CPUs."""
     sockets = int(node.get("sockets") or 1)
     threads = int(node.get("threads_per_core") or 1)

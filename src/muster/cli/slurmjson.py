@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from muster.protocol.wirejson import dumps
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 DATA_PARSER = "data_parser/v0.0.40"
 
 # Signal names as Slurm prints them (without "SIG"); numbers are Linux's.
@@ -43,26 +47,26 @@ _SIGNALS = {
 }
 
 
-def number(value: object, infinite_when_none: bool = False) -> dict:
+def number(value: object, infinite_when_none: bool = False) -> dict[str, Any]:
     """A v0.0.40 optional number: unset (or unlimited) when ``value`` is None."""
     if value is None or value == "":
         return {"set": infinite_when_none, "infinite": infinite_when_none, "number": 0}
     return {"set": True, "infinite": False, "number": int(value)}  # type: ignore[call-overload]
 
 
-def epoch(value: object) -> dict:
+def epoch(value: object) -> dict[str, Any]:
     """A time: set when known, else unset with number 0."""
     return number(int(float(value)) if value else None)  # type: ignore[arg-type]
 
 
-def minutes(limit_seconds: object) -> dict:
+def minutes(limit_seconds: object) -> dict[str, Any]:
     """A time limit kept in seconds, as minutes; no limit is infinite."""
     if limit_seconds is None or limit_seconds == "":
         return {"set": True, "infinite": True, "number": 0}
     return number(int(float(limit_seconds)) // 60)  # type: ignore[arg-type]
 
 
-def exit_code(code: int, signal: int) -> dict:
+def exit_code(code: int, signal: int) -> dict[str, Any]:
     """A process's end: its return code and the signal that ended it, if one did."""
     if signal:
         status = ["SIGNALED"]
@@ -86,7 +90,7 @@ def parse_exit_text(text: object) -> tuple[int, int]:
         return 0, 0
 
 
-def meta(command: list[str]) -> dict:
+def meta(command: list[str]) -> dict[str, Any]:
     from muster import __version__
 
     return {
@@ -98,7 +102,7 @@ def meta(command: list[str]) -> dict:
     }
 
 
-def document(command: list[str], jobs: list[dict], key: str = "jobs") -> str:
+def document(command: list[str], jobs: list[dict[str, Any]], key: str = "jobs") -> str:
     """A v0.0.40 response: ``meta``, ``errors``, ``warnings`` and the items under ``key``."""
     return dumps({"meta": meta(command), "errors": [], "warnings": [], key: jobs})
 
@@ -106,7 +110,7 @@ def document(command: list[str], jobs: list[dict], key: str = "jobs") -> str:
 # --- sacct -----------------------------------------------------------------------------------------
 
 
-def _tres_list(text: object) -> list[dict]:
+def _tres_list(text: object) -> list[dict[str, Any]]:
     """``cpu=2,mem=2000M,gres/gpu=4`` -> v0.0.40 TRES entries (``type``, ``name``, ``count``)."""
     out = []
     for item in str(text or "").split(","):
@@ -126,7 +130,7 @@ def _tres_list(text: object) -> list[dict]:
     return out
 
 
-def _sacct_time(r: dict) -> dict:
+def _sacct_time(r: dict[str, Any]) -> dict[str, Any]:
     elapsed = int(r.get("elapsed") or 0)
     return {
         "elapsed": elapsed,
@@ -145,7 +149,7 @@ def _sacct_time(r: dict) -> dict:
     }
 
 
-def _sacct_step(s: dict) -> dict:
+def _sacct_step(s: dict[str, Any]) -> dict[str, Any]:
     code, sig = parse_exit_text(s.get("exit_code"))
     step_name = str(s.get("job_id_raw") or "").partition(".")[2]
     time_ = _sacct_time(s)
@@ -163,7 +167,7 @@ def _sacct_step(s: dict) -> dict:
     }
 
 
-def sacct_job(r: dict) -> dict:
+def sacct_job(r: dict[str, Any]) -> dict[str, Any]:
     """One accounting record (``ctld.records.record_wire``) in the v0.0.40 layout."""
     code, sig = parse_exit_text(r.get("exit_code"))
     dcode, dsig = parse_exit_text(r.get("derived_exit_code"))
@@ -213,14 +217,14 @@ def sacct_job(r: dict) -> dict:
     }
 
 
-def sacct_document(records: list[dict], command: list[str]) -> str:
+def sacct_document(records: list[dict[str, Any]], command: list[str]) -> str:
     return document(command, [sacct_job(r) for r in records])
 
 
 # --- squeue ----------------------------------------------------------------------------------------
 
 
-def _allocated_nodes(j: dict) -> list[dict]:
+def _allocated_nodes(j: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         {
             "nodename": str(a.get("node") or ""),
@@ -233,7 +237,7 @@ def _allocated_nodes(j: dict) -> list[dict]:
     ]
 
 
-def squeue_job(j: dict, state: str) -> dict:
+def squeue_job(j: dict[str, Any], state: str) -> dict[str, Any]:
     """One controller job (``JobWire``) in the v0.0.40 layout; ``state`` is its long state."""
     spec = j.get("spec") if isinstance(j.get("spec"), dict) else {}
     assert isinstance(spec, dict)
@@ -308,7 +312,7 @@ _NODE_BASE = {
 }
 
 
-def node_state(n: dict) -> list[str]:
+def node_state(n: dict[str, Any]) -> list[str]:
     """The node's base state and its flags (``["IDLE", "DRAIN"]``)."""
     base = _NODE_BASE.get(str(n.get("state") or "UNKNOWN").upper(), "UNKNOWN")
     flags = [base]
@@ -319,7 +323,7 @@ def node_state(n: dict) -> list[str]:
     return flags
 
 
-def node(n: dict, cluster: str) -> dict:
+def node(n: dict[str, Any], cluster: str) -> dict[str, Any]:
     gpus = int(n.get("gpus") or 0)
     gtype = n.get("gpu_type")
     gres = f"gpu:{gtype + ':' if gtype else ''}{gpus}" if gpus else ""
@@ -365,7 +369,7 @@ def node(n: dict, cluster: str) -> dict:
     }
 
 
-def partition(p: dict, cluster: str) -> dict:
+def partition(p: dict[str, Any], cluster: str) -> dict[str, Any]:
     state = str(p.get("state") or "UP").upper()
     return {
         "name": str(p.get("name") or ""),
@@ -401,17 +405,17 @@ def partition(p: dict, cluster: str) -> dict:
     }
 
 
-def _span(values: list[int]) -> dict:
+def _span(values: list[int]) -> dict[str, Any]:
     return {"minimum": min(values, default=0), "maximum": max(values, default=0)}
 
 
-def sinfo_entries(parts: list[dict], nodes: list[dict], cluster: str) -> list[dict]:
+def sinfo_entries(parts: list[dict[str, Any]], nodes: list[dict[str, Any]], cluster: str) -> list[dict[str, Any]]:
     """``sinfo --json``'s ``sinfo`` list: one entry per partition and node state (the rows
     plain sinfo prints), each with its nodes, CPU and memory figures and its partition."""
     by_name = {str(n.get("name")): n for n in nodes}
     out = []
     for p in parts:
-        groups: dict[tuple[str, ...], list[dict]] = {}
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for name in p.get("nodes") or []:
             n = by_name.get(str(name))
             if n is not None:

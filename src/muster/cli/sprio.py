@@ -16,6 +16,10 @@ from muster.cli.columns import letter_columns, render
 from muster.cli.common import CommandError, print_lines, report
 from muster.cli.options import NO_ARG, Opt
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 PROG = "sprio"
 
 DEFAULT_FORMAT = "%.15i %9r %.10Y %.10S %.10A %.10F %.10J %.10P %.10Q"
@@ -64,7 +68,7 @@ LETTERS = {
 }
 
 
-def value(letter: str, row: dict, weights: dict, norm: bool) -> str:
+def value(letter: str, row: dict[str, Any], weights: dict[str, Any], norm: bool) -> str:
     header, factor, weight = LETTERS[letter]
     if letter == "i":
         return str(row["job_id"])
@@ -84,7 +88,7 @@ def value(letter: str, row: dict, weights: dict, norm: bool) -> str:
     return str(int(round(f * float(weights.get(weight, 0)))))  # type: ignore[arg-type]
 
 
-def weight_value(letter: str, weights: dict) -> str:
+def weight_value(letter: str, weights: dict[str, Any]) -> str:
     header, factor, weight = LETTERS[letter]
     if weight is None:
         return "Weights" if letter == "i" else ""

@@ -50,6 +50,8 @@ from muster.cli.squeue_filters import DEFAULT_SORT, Filters, parse_states, sort_
 
 TYPE_CHECKING = False  # core.arrays is imported by -j alone
 if TYPE_CHECKING:
+    from typing import Any
+
     from muster.core.arrays import JobRef
 
 PROG = "squeue"
@@ -263,7 +265,7 @@ def _users(value: str | None) -> list[str]:
     return users
 
 
-def select(jobs: list[dict], req: Request, queried: bool = False) -> list[dict]:
+def select(jobs: list[dict[str, "Any"]], req: Request, queried: bool = False) -> list[dict[str, "Any"]]:
     """The jobs shown, in order. ``queried``: ``jobs`` are the controller's answer to
     ``listing_query``, so only what that query could not say is checked here."""
     f = req.filters
@@ -305,7 +307,7 @@ def wanted_fields(req: Request) -> list[str] | None:
     return job_keys(keys)
 
 
-def fetch(req: Request) -> tuple[list[dict], float]:
+def fetch(req: Request) -> tuple[list[dict[str, "Any"]], float]:
     """Ask the controller; CommandError with Slurm's ``slurm_load_jobs error`` texts."""
     from muster.protocol.client import ApiError, ConnectError
 
@@ -320,7 +322,7 @@ def fetch(req: Request) -> tuple[list[dict], float]:
     return [j for j in jobs if isinstance(j, dict)], float(answer.get("now") or 0)
 
 
-def to_json(jobs: list[dict], now: float) -> str:
+def to_json(jobs: list[dict[str, "Any"]], now: float) -> str:
     """``--json``: the jobs in the layout of Slurm's data_parser v0.0.40 (``cli.slurmjson``)."""
     from muster.cli.slurmjson import document, squeue_job
 

@@ -12,23 +12,27 @@ from muster.cli.columns import Column, letter_columns, named_columns
 from muster.cli.common import null_text, timefmt
 from muster.cli.jobarrays import array_job_id_text, array_task_text, job_id_text
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 # Jobs whose %R shows "(reason)" rather than nodes (Slurm's rule).
 _REASON_STATES = frozenset({"PENDING", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "FAILED"})
 
 
-def job_spec(job: dict) -> dict:
+def job_spec(job: dict[str, "Any"]) -> dict[str, "Any"]:
     """What the job asked for (its ``spec``), empty when the controller sent none."""
     spec = job.get("spec")
     return spec if isinstance(spec, dict) else {}
 
 
-def long_state(job: dict) -> str:
+def long_state(job: dict[str, "Any"]) -> str:
     if job.get("completing") or job.get("state_code") == "CG":
         return "COMPLETING"
     return str(job.get("state") or "UNKNOWN")
 
 
-def state_code(job: dict) -> str:
+def state_code(job: dict[str, "Any"]) -> str:
     return str(job.get("state_code") or "")
 
 
@@ -48,14 +52,14 @@ def _ts(epoch: object, none: str = "N/A") -> str:
     return timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
 
 
-def time_left(job: dict) -> str:
+def time_left(job: dict[str, "Any"]) -> str:
     limit = job.get("time_limit")
     if limit is None:
         return "UNLIMITED"
     return _dur(max(0, int(limit) - int(job.get("run_time") or 0)))
 
 
-def start_time(job: dict) -> object:
+def start_time(job: dict[str, "Any"]) -> object:
     """When the job started, or is expected to (``planned_start``, or its --begin time)."""
     if job.get("start_time"):
         return job["start_time"]
@@ -64,7 +68,7 @@ def start_time(job: dict) -> object:
     return None
 
 
-def end_time_text(job: dict) -> str:
+def end_time_text(job: dict[str, "Any"]) -> str:
     if job.get("end_time"):
         return _ts(job["end_time"])
     start = start_time(job)
@@ -74,7 +78,7 @@ def end_time_text(job: dict) -> str:
     return "N/A"
 
 
-def tres_per_node(job: dict) -> str:
+def tres_per_node(job: dict[str, "Any"]) -> str:
     shape = job.get("shape") or {}
     spec = job_spec(job)
     gpus = shape.get("gpus_per_node") or spec.get("gpus_per_node") or 0
@@ -84,7 +88,7 @@ def tres_per_node(job: dict) -> str:
     return f"gres:gpu:{gtype}:{gpus}" if gtype else f"gres:gpu:{gpus}"
 
 
-def reason_list(job: dict) -> str:
+def reason_list(job: dict[str, "Any"]) -> str:
     state = long_state(job)
     if state in _REASON_STATES or (state != "COMPLETING" and not job.get("nodelist")):
         return f"({job.get('reason') or 'None'})"
@@ -99,11 +103,11 @@ def _compress(names: object) -> str:
     return compress(names)  # type: ignore[arg-type]
 
 
-def _prio_float(job: dict) -> str:
+def _prio_float(job: dict[str, "Any"]) -> str:
     return f"{int(job.get('priority') or 0) / 4294967295:.8f}"
 
 
-def _mem_text(job: dict) -> str:
+def _mem_text(job: dict[str, "Any"]) -> str:
     spec = job_spec(job)
     if spec.get("mem_per_cpu"):
         return f"{spec['mem_per_cpu']}M"

@@ -13,6 +13,8 @@ from muster.cli.squeue_fields import job_spec, long_state, start_time
 
 TYPE_CHECKING = False  # core.arrays and core.statenames: imported when -j and -t need them
 if TYPE_CHECKING:
+    from typing import Any
+
     from muster.core.arrays import JobRef
 
 DEFAULT_SORT = "P,t,-p"
@@ -88,7 +90,7 @@ class Filters:
         client_side = self.job_ids or self.accounts or self.qos or self.reservations or self.nodes is not None
         return not client_side and (not self.names or len(self.names) == 1)
 
-    def keep(self, job: dict) -> bool:
+    def keep(self, job: dict[str, "Any"]) -> bool:
         state = long_state(job)
         if self.states is None:
             pass
@@ -178,13 +180,13 @@ SORT_KEYS: dict[str, object] = {
 }
 
 
-def _default_order(j: dict) -> tuple[str, int, int, int]:
+def _default_order(j: dict[str, "Any"]) -> tuple[str, int, int, int]:
     """``P,t,-p`` and then the job id, in one key (one sort of a thousand rows, not four)."""
     state = _STATE_ORDER.get(str(j.get("state")), 99)
     return str(j.get("partition") or ""), state, -int(j.get("priority") or 0), int(j.get("job_id") or 0)
 
 
-def sort_jobs(jobs: list[dict], order: str = DEFAULT_SORT) -> list[dict]:
+def sort_jobs(jobs: list[dict[str, "Any"]], order: str = DEFAULT_SORT) -> list[dict[str, "Any"]]:
     """Slurm's ``-S``: comma-separated letters, ``-`` for descending.
 
     Ties fall back to the default order (``P,t,-p``) and then to the job id, so the output

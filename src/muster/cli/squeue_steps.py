@@ -14,6 +14,10 @@ from __future__ import annotations
 from muster.cli.columns import letter_columns, render
 from muster.cli.common import CommandError, connect, connect_message, print_lines
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 PROG = "squeue"
 DEFAULT_FORMAT = "%.15i %.8j %.9P %.8u %.9M %N"
 
@@ -33,7 +37,7 @@ _HEADERS = {
 }
 
 
-def _field(step: dict, letter: str) -> str:
+def _field(step: dict[str, Any], letter: str) -> str:
     from muster.core import timefmt
 
     if letter == "i":
@@ -67,7 +71,7 @@ def _field(step: dict, letter: str) -> str:
 class StepsQuery:
     """What ``squeue -s`` was asked (built by ``squeue.parse_args``)."""
 
-    def __init__(self, parsed: list, environ: dict[str, str]) -> None:
+    def __init__(self, parsed: list[Any], environ: dict[str, str]) -> None:
         self.fmt = DEFAULT_FORMAT
         self.header = True
         self.jobs: list[str] = []

@@ -29,6 +29,10 @@ from muster.cli.acctfmt import call, query_string
 from muster.cli.columns import Printer
 from muster.cli.common import CommandError, argv_or_sys, print_lines, report, version_line
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 PROG = "sreport"
 
 _UNITS = {
@@ -143,7 +147,7 @@ def _widen(columns: list[tuple[str, int]], rows: list[list[str]]) -> list[tuple[
     return out
 
 
-def utilization(report_: dict, o: Options) -> list[str]:
+def utilization(report_: dict[str, Any], o: Options) -> list[str]:
     rows = []
     for t in o.tres:
         alloc = float(report_["allocated"].get(t, 0.0))
@@ -170,11 +174,11 @@ def utilization(report_: dict, o: Options) -> list[str]:
     return o.printer.lines(_widen(cols, rows), rows)
 
 
-def _used(entry: dict, t: str) -> float:
+def _used(entry: dict[str, Any], t: str) -> float:
     return float((entry.get("tres") or {}).get(t, 0.0))
 
 
-def topusage(report_: dict, o: Options, top: int, users: set[str], accounts: set[str]) -> list[str]:
+def topusage(report_: dict[str, Any], o: Options, top: int, users: set[str], accounts: set[str]) -> list[str]:
     t = o.tres[0]
     entries = [
         e
@@ -198,7 +202,9 @@ def topusage(report_: dict, o: Options, top: int, users: set[str], accounts: set
     return o.printer.lines(_widen(cols, rows), rows)
 
 
-def by_account(report_: dict, o: Options, users_first: bool, users: set[str], accounts: set[str]) -> list[str]:
+def by_account(
+    report_: dict[str, Any], o: Options, users_first: bool, users: set[str], accounts: set[str]
+) -> list[str]:
     """AccountUtilizationByUser: each account (its subtree's usage), then its users."""
     t = o.tres[0]
     cap = float(report_["capacity"].get(t, 0.0))
@@ -237,7 +243,7 @@ def by_account(report_: dict, o: Options, users_first: bool, users: set[str], ac
     return o.printer.lines(_widen(cols, rows), rows)
 
 
-def goodput(report_: dict, o: Options, group: str, users: set[str], accounts: set[str]) -> list[str]:
+def goodput(report_: dict[str, Any], o: Options, group: str, users: set[str], accounts: set[str]) -> list[str]:
     """``job goodput``: GPU time of the jobs that ran in the range, by ``group``."""
     sums: dict[str, dict[str, float]] = {}
     for e in report_.get("goodput") or []:

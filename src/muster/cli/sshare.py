@@ -21,6 +21,10 @@ from muster.cli.common import (
 )
 from muster.cli.options import NO_ARG, Opt
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 PROG = "sshare"
 
 OPTIONS = (
@@ -65,7 +69,9 @@ DEFAULT = "account,user,rawshares,normshares,rawusage,effectvusage,fairshare"
 LONG = "account,user,rawshares,normshares,rawusage,normusage,effectvusage,fairshare,levelfs,grptresmins,tresrunmins"
 
 
-def select(rows: list[dict], users: list[str] | None, accounts: list[str] | None, users_only: bool) -> list[dict]:
+def select(
+    rows: list[dict[str, Any]], users: list[str] | None, accounts: list[str] | None, users_only: bool
+) -> list[dict[str, Any]]:
     out = []
     keep_below: int | None = None
     for r in rows:

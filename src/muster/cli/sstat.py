@@ -23,6 +23,7 @@ from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 PROG = "sstat"
 
@@ -66,7 +67,7 @@ class Step:
     def __init__(self, job_id: int, step: object) -> None:
         self.job_id = job_id
         self.step = step
-        self.tasks: list[tuple[str, int, dict]] = []
+        self.tasks: list[tuple[str, int, dict[str, Any]]] = []
 
     @property
     def id_text(self) -> str:
@@ -128,7 +129,7 @@ _IN += (("rss_kb", "mem", _kb), ("pages", "pages", _count), ("vmsize_kb", "vmem"
 _OUT = (("energy", "energy", _count), ("write_bytes", "fs/disk", _count))
 
 
-def _tres(metrics: tuple, what: str) -> Callable[[Step], str]:
+def _tres(metrics: tuple[Any, ...], what: str) -> Callable[[Step], str]:
     def value(s: Step) -> str:
         parts = []
         for key, word, fmt in metrics:
@@ -246,7 +247,7 @@ class Request:
     def __init__(self) -> None:
         self.targets: list[tuple[int, str | None]] = []  # (job, step text or None)
         self.all_steps = False
-        self.cols: list = []
+        self.cols: list[Any] = []
         self.printer = Printer()
 
 
@@ -303,7 +304,7 @@ def parse_args(argv: list[str]) -> Request | str:
 # --- asking and printing ------------------------------------------------------------------------
 
 
-def steps_of(answer: dict) -> dict[str, Step]:
+def steps_of(answer: dict[str, Any]) -> dict[str, Step]:
     """The controller's answer as steps, keyed by step id text (``0``, ``batch``)."""
     job_id = int(answer["job_id"])
     steps: dict[str, Step] = {}
