@@ -28,22 +28,39 @@ and srun do with the table, with Slurm's exit statuses for what is wrong.
 
 import sys
 
-from muster.cli.argscan import (  # noqa: F401 - re-exported: the commands' one options module
-    NO_ARG,
-    OPTIONAL,
-    REQUIRED,
-    Opt,
-    OptionError,
-    OptionTable,
-    Parsed,
-    getopt,
+from muster.cli.argscan import (  # re-exported (``X as X``): the commands' one options module
+    NO_ARG as NO_ARG,
+)
+from muster.cli.argscan import (
+    OPTIONAL as OPTIONAL,
+)
+from muster.cli.argscan import (
+    REQUIRED as REQUIRED,
+)
+from muster.cli.argscan import (
+    Opt as Opt,
+)
+from muster.cli.argscan import (
+    OptionError as OptionError,
+)
+from muster.cli.argscan import (
+    OptionTable as OptionTable,
+)
+from muster.cli.argscan import (
+    Parsed as Parsed,
+)
+from muster.cli.argscan import (
+    getopt as getopt,
 )
 from muster.cli.common import CommandError, option_error
 from muster.cli.jobrequest import JobRequest
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import ModuleType
+
+    Applier = Callable[[JobRequest, str | None], None]  # an option's effect on the request
 
 
 def _values() -> "ModuleType":
@@ -70,21 +87,21 @@ def _value_error() -> type[Exception]:
 # --- appliers ---------------------------------------------------------------------------------
 
 
-def _set(field: str):
+def _set(field: str) -> "Applier":
     def apply(req: JobRequest, value: str | None) -> None:
         req.spec[field] = value
 
     return apply
 
 
-def _flag(field: str, setting: object = True):
+def _flag(field: str, setting: object = True) -> "Applier":
     def apply(req: JobRequest, value: str | None) -> None:
         req.spec[field] = setting
 
     return apply
 
 
-def _count(field: str, what: str):
+def _count(field: str, what: str) -> "Applier":
     def apply(req: JobRequest, value: str | None) -> None:
         req.spec[field] = _values().parse_count(value or "", what)
 
@@ -122,7 +139,7 @@ def _apply_time_min(req: JobRequest, value: str | None) -> None:
 _MEM_FIELDS = ("mem_per_node", "mem_per_cpu", "mem_per_gpu")
 
 
-def _mem_applier(field: str, option: str):
+def _mem_applier(field: str, option: str) -> "Applier":
     def apply(req: JobRequest, value: str | None) -> None:
         mb = _values().parse_mem_option(value or "", option)
         # --mem, --mem-per-cpu and --mem-per-gpu exclude one another; the last one given wins.
@@ -145,7 +162,7 @@ def _apply_gres(req: JobRequest, value: str | None) -> None:
         req.spec["gpu_type"] = gtype
 
 
-def _gpu_applier(field: str, option: str):
+def _gpu_applier(field: str, option: str) -> "Applier":
     def apply(req: JobRequest, value: str | None) -> None:
         gtype, count = _values().parse_gpus_option(value or "", option)
         req.spec[field] = count
