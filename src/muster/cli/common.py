@@ -31,6 +31,7 @@ import sys
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Any
 
 SLURM_VERSION = "22.05.8"
@@ -146,7 +147,8 @@ def getenv(name: str) -> str | None:
     """``os.environ.get(name)`` (see ``environ``)."""
     os = sys.modules.get("os")
     if os is not None:
-        return os.environ.get(name)
+        value: str | None = os.environ.get(name)
+        return value
     enc, errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
     raw = posix.environ.get(name.encode(enc, errors))
     return None if raw is None else raw.decode(enc, errors)
@@ -182,7 +184,7 @@ def leave(status: object) -> None:
     the output is flushed here, and a registered ``atexit`` function, a running thread or a
     status that is not a number takes the ordinary way out."""
     if status is not None and not isinstance(status, int):
-        sys.exit(status)
+        sys.exit(status)  # type: ignore[arg-type]  # SystemExit takes any object (printed)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -583,10 +585,10 @@ def null_text(value: object) -> str:
     return str(value)
 
 
-_TIMEFMT = None
+_TIMEFMT: "ModuleType | None" = None
 
 
-def timefmt():  # noqa: ANN201 - the module
+def timefmt() -> "ModuleType":
     """muster.core.timetext (timefmt's formatting half), imported on first use (commands
     that print no times skip it)."""
     global _TIMEFMT
@@ -600,7 +602,9 @@ def timefmt():  # noqa: ANN201 - the module
 def split_ids(text: str) -> list[str]:
     """Split job ids on commas and blanks outside brackets: ``1,2_[3,5]`` -> ``1``,
     ``2_[3,5]`` (blank items dropped, the others as written)."""
-    items, depth, current = [], 0, []
+    items: list[str] = []
+    depth = 0
+    current: list[str] = []
     for ch in text:
         if ch in ", \t" and depth == 0:
             items.append("".join(current))

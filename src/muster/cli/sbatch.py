@@ -44,6 +44,10 @@ from muster.cli.options import (
     job_getopt,
 )
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import TextIO
+
 PROG = "sbatch"
 
 # Slurm's text (ESLURM_PATHNAME_TOO_LONG) for a script over max_script_size.
@@ -244,7 +248,7 @@ def build(
     return sub
 
 
-def submit(sub: Submission, out: object = None) -> int:
+def submit(sub: Submission, out: "TextIO | None" = None) -> int:
     out = out if out is not None else sys.stdout
     from muster.protocol.client import ApiError, ConnectError
 

@@ -29,7 +29,7 @@ from muster.core.statenames import job_state_name
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TextIO
 
 PROG = "scancel"
 
@@ -205,7 +205,7 @@ def parse_args(argv: list[str]) -> Cancel | str:
     return c
 
 
-def cancel_steps(c: Cancel, ctl: object, err: object = None) -> int:
+def cancel_steps(c: Cancel, ctl: object, err: TextIO | None = None) -> int:
     """``scancel N.S``: cancel (or signal) job steps, one request each."""
     from muster.protocol.client import ApiError, ConnectError
 
@@ -237,7 +237,7 @@ def signal_number(name: str) -> str:
     return str(getattr(_signal, f"SIG{name}", name))
 
 
-def outcome(c: Cancel, results: list[dict[str, Any]], err: object = None) -> int:
+def outcome(c: Cancel, results: list[dict[str, Any]], err: TextIO | None = None) -> int:
     """Print Slurm's messages for the controller's per-job results; return the exit status."""
     err = err if err is not None else sys.stderr
     rc = 0
@@ -261,7 +261,7 @@ def outcome(c: Cancel, results: list[dict[str, Any]], err: object = None) -> int
     return rc
 
 
-def _confirm(job_id: int) -> bool:
+def _confirm(job_id: int | str) -> bool:
     sys.stdout.write(f"Cancel job_id={job_id} [y/n]? ")
     sys.stdout.flush()
     answer = sys.stdin.readline().strip().lower()

@@ -294,7 +294,7 @@ def show_config() -> int:
 
 
 def _id_list(words: list[str]) -> list[str]:
-    out = []
+    out: list[str] = []
     for word in words:
         item = word
         for prefix in ("jobid=", "job="):

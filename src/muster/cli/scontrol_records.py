@@ -16,18 +16,20 @@ if TYPE_CHECKING:
 # --- small value helpers -------------------------------------------------------------------
 
 
-def _hms(seconds: object) -> str:
-    return timefmt().format_hms(None if seconds is None else int(seconds))  # type: ignore[arg-type]
+def _hms(seconds: "Any") -> str:
+    text: str = timefmt().format_hms(None if seconds is None else int(seconds))
+    return text
 
 
-def _ts(epoch: object, none: str = "Unknown") -> str:
-    return timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
+def _ts(epoch: "Any", none: str = "Unknown") -> str:
+    text: str = timefmt().format_timestamp(epoch, none=none)
+    return text
 
 
-def _mem(mb: object) -> str:
+def _mem(mb: "Any") -> str:
     from muster.core.memtext import format_mem
 
-    return format_mem(int(mb or 0))  # type: ignore[arg-type]
+    return format_mem(int(mb or 0))
 
 
 def _compress(names: object) -> str:

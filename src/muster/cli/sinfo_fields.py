@@ -126,10 +126,10 @@ def compress_names(names: list[str]) -> str:
     return compress(names)
 
 
-def _limit(seconds: object) -> str:
+def _limit(seconds: "Any") -> str:
     from muster.core.timetext import format_sinfo_limit
 
-    return format_sinfo_limit(None if seconds is None else int(seconds))  # type: ignore[arg-type]
+    return format_sinfo_limit(None if seconds is None else int(seconds))
 
 
 def _ts(epoch: object) -> str:

@@ -232,7 +232,9 @@ def _job_refs(value: str) -> "list[JobRef]":
 
 def _split_ids(value: str) -> list[str]:
     """Split on commas outside brackets: ``1,2_[3,5]`` -> ``1``, ``2_[3,5]``."""
-    items, depth, current = [], 0, []
+    items: list[str] = []
+    depth = 0
+    current: list[str] = []
     for ch in value:
         if ch == "," and depth == 0:
             items.append("".join(current).strip())

@@ -39,17 +39,18 @@ def state_code(job: dict[str, "Any"]) -> str:
 _DURATIONS: dict[object, str] = {}  # seconds -> text: a queue repeats a few values (0:00) many times
 
 
-def _dur(seconds: object) -> str:
+def _dur(seconds: "Any") -> str:
     text = _DURATIONS.get(seconds)
     if text is None:
-        text = timefmt().format_duration(seconds if seconds is None else int(seconds))  # type: ignore[arg-type]
+        text = timefmt().format_duration(seconds if seconds is None else int(seconds))
         if len(_DURATIONS) < 4096:
             _DURATIONS[seconds] = text
     return text
 
 
-def _ts(epoch: object, none: str = "N/A") -> str:
-    return timefmt().format_timestamp(epoch, none=none)  # type: ignore[arg-type]
+def _ts(epoch: "Any", none: str = "N/A") -> str:
+    text: str = timefmt().format_timestamp(epoch, none=none)
+    return text
 
 
 def time_left(job: dict[str, "Any"]) -> str:
