@@ -128,9 +128,10 @@ def getopt(argv: list[str], table: OptionTable, *, permute: bool = True) -> tupl
             while pos < len(word):
                 letter = word[pos]
                 pos += 1
-                opt = table.by_short.get(letter)
-                if opt is None:
+                short = table.by_short.get(letter)
+                if short is None:
                     raise OptionError(f"invalid option -- '{letter}'")
+                opt = short
                 if opt.arg == NO_ARG:
                     parsed.append((opt, None))
                     continue

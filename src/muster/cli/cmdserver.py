@@ -376,7 +376,8 @@ class Server:
                 conn.close()
             os.close(self.life_w)
             self.ranges = writable_ranges()
-            if not select.select([self.listener, self.life_r], [], [], POPULATE_AFTER)[0]:
+            watched: list[socket.socket | int] = [self.listener, self.life_r]
+            if not select.select(watched, [], [], POPULATE_AFTER)[0]:
                 populate(self.hot)  # not in a quick succession of commands: it would slow them
             conn = self.accept()
             self.listener.close()

@@ -35,7 +35,7 @@ def array_job_id_text(job: dict[str, "Any"]) -> str:
 
 
 def array_task_text(job: dict[str, "Any"]) -> str:
-    merged = job.get("array_tasks_text")
+    merged: str | None = job.get("array_tasks_text")
     if merged:
         return merged
     task = job.get("array_task_id")

@@ -37,10 +37,11 @@ class JobRequest:
 
             workdir = os.path.normpath(os.path.join(cwd, os.path.expanduser(self.chdir)))
         spec["workdir"] = workdir
-        spec["environment"] = export_environment(self.export or environ.get("SBATCH_EXPORT") or "ALL", environ)
+        environment = export_environment(self.export or environ.get("SBATCH_EXPORT") or "ALL", environ)
+        spec["environment"] = environment
         # Slurm carries the submitter's umask with the job (whatever --export says); the
         # agent applies it before it creates the job's output files.
-        spec["environment"]["SLURM_UMASK"] = environ.get("SLURM_UMASK") or current_umask()
+        environment["SLURM_UMASK"] = environ.get("SLURM_UMASK") or current_umask()
         # So do the shell's soft resource limits that propagate (``core.rlimits``).
         limits = submit_limits(self.propagate, environ)
         if limits:

@@ -38,6 +38,10 @@ from muster.cli.options import (
 from muster.core.counts import format_counts
 from muster.core.optionvalues import RC_BAD_OPTION
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
 PROG = "salloc"
 
 SALLOC_OPTIONS: tuple[Opt, ...] = (
@@ -117,7 +121,7 @@ def het_environment(ctl: object, job_id: int, specs: list[dict[str, object]]) ->
     return out
 
 
-def allocation_environment(job: dict[str, object], spec: dict[str, object], environ: dict[str, str]) -> dict[str, str]:
+def allocation_environment(job: dict[str, Any], spec: dict[str, Any], environ: dict[str, str]) -> dict[str, str]:
     """What the command sees: Slurm's salloc output variables over our environment."""
     env = dict(environ)
     for key in list(env):

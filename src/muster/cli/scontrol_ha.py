@@ -38,7 +38,7 @@ def _ask(settings: Any, index: int, method: str, path: str, timeout: float) -> A
     from muster.protocol.client import request
 
     sock = settings.ctld_socket_for(index)
-    body = {} if method == "POST" else None
+    body: dict[str, Any] | None = {} if method == "POST" else None
     if os.path.exists(sock):
         return request(method, path, body, unix_path=sock, timeout=timeout, connect_timeout=CONNECT_TIMEOUT)
     addr = settings.controllers[index][1]

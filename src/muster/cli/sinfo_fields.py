@@ -12,6 +12,7 @@ from muster.cli.columns import Column, letter_columns, named_columns
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 # --- node states -----------------------------------------------------------------------------
@@ -183,7 +184,7 @@ def _nodes_ai(row: Row) -> str:
     return f"{a}/{i}"
 
 
-def _same(row: Row, fn) -> str:  # noqa: ANN001 - a node -> str function
+def _same(row: Row, fn: "Callable[[dict[str, Any]], str]") -> str:
     """A per-node value for the row: the first node's (rows group equal values)."""
     return fn(row.nodes[0]) if row.nodes else ""
 

@@ -18,6 +18,7 @@ from muster.cli.options import NO_ARG, Opt
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 PROG = "sprio"
@@ -131,11 +132,16 @@ def main(argv: list[str] | None = None) -> int:
             parts = {p for p in str(opts["partition"]).split(",") if p}
             rows = [r for r in rows if r["partition"] in parts]
 
+        getters: list[Callable[[str], str]]
         if "weights" in opts:
             getters = [lambda c: weight_value(c, weights)]
         else:
             norm = "norm" in opts
-            getters = [lambda c, r=r: value(c, r, weights, norm) for r in rows]
+
+            def getter(r: dict[str, Any]) -> Callable[[str], str]:  # one job's row
+                return lambda c: value(c, r, weights, norm)
+
+            getters = [getter(r) for r in rows]
         print_lines(render(getters, cols, "noheader" not in opts))
         return 0
     except CommandError as e:

@@ -124,7 +124,11 @@ def _cpu(seconds: float) -> str:
 
 
 # Metric key -> (Slurm's word, formatter); TRESUsageIn* list them in this order.
-_IN = (("cpu_s", "cpu", _cpu), ("energy", "energy", _count), ("read_bytes", "fs/disk", _count))
+_IN: tuple[tuple[str, str, Callable[[float], str]], ...] = (
+    ("cpu_s", "cpu", _cpu),
+    ("energy", "energy", _count),
+    ("read_bytes", "fs/disk", _count),
+)
 _IN += (("rss_kb", "mem", _kb), ("pages", "pages", _count), ("vmsize_kb", "vmem", _kb))
 _OUT = (("energy", "energy", _count), ("write_bytes", "fs/disk", _count))
 
