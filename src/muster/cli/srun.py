@@ -61,6 +61,12 @@ from muster.cli.options import (
 )
 from muster.core.optionvalues import RC_BAD_OPTION
 
+TYPE_CHECKING = False  # typing costs a command milliseconds to import
+if TYPE_CHECKING:
+    from typing import Any
+
+    from muster.cli.multiprog import MultiProg
+
 PROG = "srun"
 
 SRUN_OPTIONS: tuple[Opt, ...] = (
@@ -129,7 +135,7 @@ class Run:
         self.stderr: dict[str, object] | None = None
         self.open_mode: str | None = None
         self.cpu_bind: str | None = None
-        self.multi_prog = None  # --multi-prog: a cli.multiprog.MultiProg
+        self.multi_prog: MultiProg | None = None  # --multi-prog (cli.multiprog)
         self.pty = False  # --pty: task 0 in a pseudo-terminal, srun's terminal raw
         self.debugger_test = False  # --debugger-test: print the task table, run nothing
         self.preserve_env: dict[str, str] = {}  # -E: the allocation's counts, kept
@@ -173,9 +179,9 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
         # Outside one, the layout variables are requests (-n, -N), as in Slurm's srun;
         # within one they describe the allocation (``_inherited_layout``).
         for var, name in (("SLURM_NTASKS", "ntasks"), ("SLURM_NPROCS", "ntasks"), ("SLURM_NNODES", "nodes")):
-            value = (environ.get(var) or "").strip()
-            if value and name not in keys and not any(o.key == name for o, _ in from_env):
-                from_env.append((tbl.by_long[name], value))
+            number = (environ.get(var) or "").strip()
+            if number and name not in keys and not any(o.key == name for o, _ in from_env):
+                from_env.append((tbl.by_long[name], number))
     run = Run()
     run.defined = _defined(parsed)
     req = JobRequest()
@@ -277,9 +283,9 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
         # Slurm's srun sets it when -c is asked for, 1 included, and the tasks inherit it
         run.env["SLURM_CPUS_PER_TASK"] = str(req.spec.get("cpus_per_task") or 1)
     for key, target in (("stdout", "stdout"), ("stderr", "stderr"), ("stdin", "stdin")):
-        value = spec.pop(key, None)
-        if value is not None:
-            setattr(run, target, _io_mode(str(value)))
+        given = spec.pop(key, None)
+        if given is not None:
+            setattr(run, target, _io_mode(str(given)))
     run.open_mode = spec.get("open_mode")  # type: ignore[assignment]
     if "pty" in keys:
         # Slurm's --pty: task 0 runs in a pseudo-terminal and gets srun's input; the other
@@ -367,7 +373,7 @@ def _inherited_layout(environ: dict[str, str]) -> dict[str, object]:
 # --- talking to the controller -------------------------------------------------------------
 
 
-def create_step(ctl: object, run: Run, job_id: int, own: bool) -> dict[str, object]:
+def create_step(ctl: object, run: Run, job_id: int, own: bool) -> dict[str, Any]:
     """The step, once the controller has placed it (waiting as long as it takes)."""
     from muster.protocol.client import ApiError, ConnectError
 
@@ -383,7 +389,7 @@ def create_step(ctl: object, run: Run, job_id: int, own: bool) -> dict[str, obje
     noted: set[str] = set()
     while True:
         try:
-            answer = ctl.post(f"/v1/jobs/{job_id}/steps", body)  # type: ignore[attr-defined]
+            answer: dict[str, Any] = ctl.post(f"/v1/jobs/{job_id}/steps", body)  # type: ignore[attr-defined]
         except ConnectError as e:
             raise CommandError(connect_message(e), exit_error_code()) from None
         except ApiError as e:
@@ -509,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
             # program): the step ends at once, and srun's own allocation with it.
             from muster.cli.alloc import post_retrying
 
-            done = {"exit_code": 1, "signal": 0, "cancelled": False, "end_job": own_job is not None}
+            done: dict[str, object] = {"exit_code": 1, "signal": 0, "cancelled": False, "end_job": own_job is not None}
             post_retrying(ctl, f"/v1/jobs/{job_id}/steps/{answer['step']['step_id']}/done", done)
             own_job = None
             raise

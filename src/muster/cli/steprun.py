@@ -39,6 +39,15 @@ PROG = "srun"
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "SIGALRM")
 
 
+def _object(text: str | bytes) -> dict[str, Any]:
+    """A JSON object (a relay's frame, the controller's grant); ``ValueError`` as for bad
+    JSON when it is another value."""
+    value = loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"not a JSON object: {text[:80]!r}")
+    return value
+
+
 def _note(text: str) -> None:
     write_all(2, f"{PROG}: {text}\n".encode())
 
@@ -160,7 +169,7 @@ class StepRun:
         run = self.opts
         if run.pty:
             return
-        grant = loads(self.answer["grant"]) if isinstance(self.answer.get("grant"), str) else {}
+        grant = _object(self.answer["grant"]) if isinstance(self.answer.get("grant"), str) else {}
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if run.open_mode == "append" else os.O_TRUNC)
         opened: dict[str, int] = {}
         for name in ("stdin", "stdout", "stderr"):
@@ -189,7 +198,7 @@ class StepRun:
             return
         from muster.core.gpubind import verbose_line
 
-        grant = loads(self.answer["grant"]) if isinstance(self.answer.get("grant"), str) else {}
+        grant = _object(self.answer["grant"]) if isinstance(self.answer.get("grant"), str) else {}
         step = grant.get("step") or {}
         lines = []
         for node_gpus, tasks in zip(step.get("gpus") or [], step.get("task_gpus") or [], strict=False):
@@ -439,7 +448,7 @@ class StepRun:
             if kind == b"o" or kind == b"e":
                 self._output(kind, task, payload)
             elif kind == b"x":
-                info = loads(payload)
+                info = _object(payload)
                 code, sig = int(info.get("code") or 0), int(info.get("signal") or 0)
                 self.exits[task] = (code, sig)
                 if "rss" in info:
@@ -460,7 +469,7 @@ class StepRun:
                 if code or sig:
                     failed.append((task, code, sig))
             elif kind == b"m":
-                info = loads(payload)
+                info = _object(payload)
                 if "aborted" in info:  # of the log too (``started``, ``failed`` are not)
                     node.seen += 1
                 if info.get("token"):
