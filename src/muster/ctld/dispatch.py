@@ -444,8 +444,14 @@ class Dispatcher:
                 "allreduce": allreduce,
             }
         )
+        # the all-reduce's answer comes after its ranks met (or timed out), torch's import on top
+        extra: dict[str, Any] = {}
+        if allreduce:
+            extra["timeout"] = float(self.ctl.config.get_int("PreflightAllReduceTimeout", 60)) + 60.0
         try:
-            answer = await self.client.post(self._url(node, "/v1/preflight"), self._body(request, node), to=node)
+            answer = await self.client.post(
+                self._url(node, "/v1/preflight"), self._body(request, node), to=node, **extra
+            )
         except DaemonRequestError as e:
             log.warning("job %s: no pre-flight answer from %s (%s): not gated there", job.job_id, node, e)
             return None, False

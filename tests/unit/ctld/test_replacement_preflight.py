@@ -39,7 +39,7 @@ class _Client:
     def url(self, addr: str, port: int, path: str) -> str:
         return path
 
-    async def post(self, url: str, body: dict[str, Any], to: str | None = None) -> Any:
+    async def post(self, url: str, body: dict[str, Any], to: str | None = None, timeout: float | None = None) -> Any:
         self.sent.append((url, to))
         if url == "/v1/preflight" and to in self.failing:
             return {"ok": False, "reason": f"preflight failed: {self.failing[to]}"}
@@ -157,10 +157,10 @@ class _Launching(_Client):
         super().__init__(failing)
         self.launched: list[list[str]] = []
 
-    async def post(self, url: str, body: dict[str, Any], to: str | None = None) -> Any:
+    async def post(self, url: str, body: dict[str, Any], to: str | None = None, timeout: float | None = None) -> Any:
         if url == "/v1/launch":
             self.launched.append([a["node"] for a in body["job"]["alloc"]])
-        return await super().post(url, body, to)
+        return await super().post(url, body, to, timeout)
 
 
 def test_spares_replace_a_node_that_fails_the_gate_before_the_start(ctl: Controller) -> None:
@@ -194,7 +194,7 @@ class _AllReduce(_Launching):
         super().__init__(failing)
         self.allreduce: list[bool] = []
 
-    async def post(self, url: str, body: dict[str, Any], to: str | None = None) -> Any:
+    async def post(self, url: str, body: dict[str, Any], to: str | None = None, timeout: float | None = None) -> Any:
         if url == "/v1/preflight":
             self.allreduce.append(bool(body.get("allreduce")))
             self.sent.append((url, to))
@@ -203,7 +203,7 @@ class _AllReduce(_Launching):
             if self.failing:
                 return {"ok": False, "reason": "preflight failed: all-reduce: DistStoreError: timed out", "peer": True}
             return {"ok": True}
-        return await super().post(url, body, to)
+        return await super().post(url, body, to, timeout)
 
 
 def _allreduce_ctl(tmp_path: pathlib.Path) -> Controller:
