@@ -29,7 +29,8 @@ controller method and never performs I/O towards agents itself.
   stalled ranks (those behind the others; at the same step, those whose ranks' stacks are
   outside the collective the others wait in, ``core.attribution.off_collective``; else all
   that reported) are excluded from the job's next attempt, or replaced in the running job
-  (``--spare-nodes``), which is then watched again from its restarted ranks' first step.
+  (``--spare-nodes``), whose silence then counts from the repair, against twice the
+  timeout until its restarted ranks report a step (their start, rendezvous, checkpoint load).
 * **Stragglers** (``ctld.stragglers``): each node's pace (its slowest rank's median step
   time) is kept from the reports' ``ranks``, and the nodes of each reporting job are
   judged against each other at every check.
@@ -320,10 +321,10 @@ class Training:
                 continue
             if p.get("sections"):
                 continue  # a declared slow section (checkpoint, evaluation): not a hang
-            if float(p.get("step_time") or 0.0) <= float(p.get("repaired_time") or 0.0):
-                continue  # hung ranks replaced: watched again from the restarted ranks' first step
             if job.suspended_at is not None:
                 continue  # scontrol suspend: a frozen job makes no progress (ctld.suspend)
+            if float(p.get("step_time") or 0.0) <= float(p.get("repaired_time") or 0.0):
+                timeout *= 2  # hung ranks replaced: the restarted ones start, meet, load first
             # silence since its last progress, or since it was resumed
             quiet = now - max(float(p.get("active_time") or p["step_time"]), job.suspend_time or 0.0)
             if quiet < timeout or not listening:
@@ -410,7 +411,7 @@ class Training:
         with self.ctl.atomic(job):
             p = {k: v for k, v in (job.progress or {}).items() if k not in ("hang_judged", "hang_quiet", "hang_grace")}
             p["active_time"] = now  # silence is counted from the repair
-            p["repaired_time"] = now  # ... once the job reported again (``check_hangs``)
+            p["repaired_time"] = now  # twice the timeout until the restarted ranks report
             p.pop("evidence", None)
             p.pop("collective", None)
             job.progress = p

@@ -315,12 +315,24 @@ def test_ranks_at_the_same_step_the_node_whose_rank_never_entered_the_collective
     _same_step_then_evidence(ctl, job, {"node1": IN_ALL_REDUCE, "node2": ELSEWHERE, "node3": IN_ALL_REDUCE})
     assert job.state is JobState.RUNNING and job.restart_count == 0  # every node's evidence in: no grace wait
     assert job.nodes == ["node1", "node5", "node3"] and job.replacements[0]["cause"] == HANG
-    _beat(ctl, 120)  # the restarted ranks have not reported yet: not watched (their start may be slow)
+    _beat(ctl, 100)  # the restarted ranks have not reported yet: twice the timeout (a slow start)
     ctl.liveness.check_nodes()
     assert "hang_judged" not in (job.progress or {}) and job.state is JobState.RUNNING
     report = {"job_id": job.job_id, "attempt": 0, "step": 4, "step_time": ctl.clock.now()}
-    _beat(ctl, 1, {"node5": [report]})  # resumed from its checkpoint: watched again
+    _beat(ctl, 1, {"node5": [report]})  # resumed from its checkpoint: the timeout again
     _beat(ctl, 61)
+    ctl.liveness.check_nodes()
+    assert (job.progress or {}).get("hang_judged") is not None
+
+
+def test_restarted_ranks_that_never_report_after_a_repair_are_judged_at_twice_the_timeout(ctl: Controller) -> None:
+    job = running(ctl, ["node1", "node2", "node3"], spare_nodes=1, hang_timeout=60)
+    _same_step_then_evidence(ctl, job, {"node1": IN_ALL_REDUCE, "node2": ELSEWHERE, "node3": IN_ALL_REDUCE})
+    assert job.nodes == ["node1", "node5", "node3"]
+    _beat(ctl, 100)
+    ctl.liveness.check_nodes()
+    assert "hang_judged" not in (job.progress or {})
+    _beat(ctl, 25)  # stuck before their first step (a rendezvous that never completes)
     ctl.liveness.check_nodes()
     assert (job.progress or {}).get("hang_judged") is not None
 
