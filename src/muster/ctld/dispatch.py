@@ -401,6 +401,7 @@ class Dispatcher:
                 if actions is None:
                     left.append((node, why))
                     continue
+                replacements.gate_done(job.job_id, job.nodes[index])  # checked below, before the launch
                 log.warning("job %s: %s failed its pre-flight gate before the start: %s", job.job_id, node, why)
                 self.ctl.node_fault(node, "preflight", now, job=job, evidence=why, drain=why)
                 fresh.append(job.nodes[index])
@@ -480,8 +481,12 @@ class Dispatcher:
             )
 
         if job is None or not current(job) or not self.gated(job):
+            self.ctl.training.replacements.gate_done(action.job_id, action.new)
             return True
-        why = await self._preflight(job, action.new)
+        try:
+            why = await self._preflight(job, action.new)
+        finally:  # its steps may go on (placed on the repaired allocation, or the next one)
+            self.ctl.training.replacements.gate_done(action.job_id, action.new)
         if why is None:
             return True
         now = self.ctl.clock.now()

@@ -58,6 +58,7 @@ SET_DOWN = "set_down"
 GPU_FAULT = "gpu_fault"
 HEALTH_CHECK = "health_check"
 HANG = "hang"  # ranks hung behind the others' on that node (``ctld.training``)
+GATE_HOLD = 300.0  # seconds a gated replacement holds its job's new steps at most
 PREFLIGHT = "preflight"  # the node failed the job's pre-flight gate (``ctld.dispatch``)
 
 
@@ -87,6 +88,10 @@ class Replacements:
         # ``Preemptions.warn``, set by the controller: a spare running preemptible work is
         # reclaimed (its jobs told to leave within their partition's GraceTime)
         self.warn: Callable[..., list[Action]] | None = None
+        # nodes swapped into a gated running job whose pre-flight gate has not answered yet
+        # (job -> node -> since): its new steps wait (``ctld.stepapi``, ``holds_steps``) until
+        # ``ctld.dispatch`` clears them, GATE_HOLD seconds at most (a gate never dispatched)
+        self.gating: dict[int, dict[str, float]] = {}
 
     def job_lost_node(
         self, job: Job, node: str, cause: str, why: str, now: float, detected: float | None = None
@@ -150,6 +155,8 @@ class Replacements:
         except StorageError:
             return None  # logged; memory is the store's again: the caller requeues the job
         log.warning("job %s: node %s (%s) replaced by %s in its allocation", job.job_id, node, why, new)
+        if self._gated(job):
+            self.gating.setdefault(job.job_id, {})[new] = now
         with contextlib.suppress(StorageError):  # the failure ledger's record of the swap (not a fault)
             self.state.node_fault(node, "replacement", now, job=job, evidence=f"replaced by {new}: {why}")
         actions = self._actions(job, event)
@@ -158,6 +165,27 @@ class Replacements:
             assert self.warn is not None
             actions += self.warn(victim, job.job_id, mode, float(grace), reason, now)
         return actions
+
+    def _gated(self, job: Job) -> bool:
+        """Whether the job passes the pre-flight gate (``--preflight`` or its partition's
+        ``Preflight=YES``): a node swapped in is checked before it is handed over."""
+        if job.spec.preflight:
+            return True
+        conf = self.state.config.partition(job.partition)
+        return conf is not None and str(conf.params.get("Preflight", "NO")).lower() in ("yes", "true", "1", "on")
+
+    def gate_done(self, job_id: int, node: str) -> None:
+        """The gate of ``node``, swapped into the job, answered (passed or not)."""
+        nodes = self.gating.get(job_id)
+        if nodes is not None:
+            nodes.pop(node, None)
+            if not nodes:
+                del self.gating[job_id]
+
+    def holds_steps(self, job_id: int) -> bool:
+        """Whether the job's new steps wait: a node swapped in is still being gated."""
+        now = self.state.clock.now()
+        return any(now - since < GATE_HOLD for since in self.gating.get(job_id, {}).values())
 
     def _choose(self, job: Job, failed: str) -> tuple[str, tuple[int, ...]] | None:
         state = self.state

@@ -192,6 +192,10 @@ def build_step_routes(
             changed = book.changed()  # before the check: see StepBook's docstring
             if job.state is JobState.PENDING:
                 pending = {"pending": "job", "reason": str(job.reason), "job_id": job.job_id}
+            elif ctl.training.replacements.holds_steps(job.job_id):  # a node swapped in, still gated
+                pending = {"pending": "step", "reason": "a replacement node's pre-flight", "job_id": job.job_id}
+                if body.busy_now:
+                    return JSONResponse(pending)
             elif job.state is JobState.RUNNING and not job.completing:
                 outcome = book.create(job, who, step_request, body.name, body.argv, body.srun_host, body.srun_pid)
                 if not isinstance(outcome, StepWait):

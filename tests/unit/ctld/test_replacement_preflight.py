@@ -245,3 +245,30 @@ def test_the_all_reduce_is_opt_in(ctl: Controller) -> None:
     asyncio.run(dispatch.Dispatcher(ctl, client).gated_launch(launch))  # type: ignore[arg-type]
     assert client.checked() == ["node2", "node3"] and client.allreduce == [False, False]
     assert client.launched == [["node1", "node2", "node3"]]
+
+
+def test_a_gated_replacement_holds_the_jobs_new_steps_until_its_gate_answers(ctl: Controller) -> None:
+    job = _running(ctl, spare_nodes=1, preflight=True)
+    replacements = ctl.training.replacements
+    actions = replacements.job_lost_node(job, "node2", NOT_RESPONDING, "node node2 not responding", 1000.0)
+    assert actions is not None and job.nodes == ["node1", "node5", "node3"]
+    assert replacements.holds_steps(job.job_id)  # swapped in, not yet checked: srun waits
+
+    class _Holding(_Client):
+        async def post(
+            self, url: str, body: dict[str, Any], to: str | None = None, timeout: float | None = None
+        ) -> Any:
+            if url == "/v1/preflight":
+                assert replacements.holds_steps(job.job_id)  # still held while the gate runs
+            return await super().post(url, body, to, timeout)
+
+    d = dispatch.Dispatcher(ctl, _Holding({}))  # type: ignore[arg-type]
+    for a in actions:
+        asyncio.run(d.run(a))
+    assert not replacements.holds_steps(job.job_id) and job.nodes == ["node1", "node5", "node3"]
+
+
+def test_an_ungated_replacement_holds_no_step(ctl: Controller) -> None:
+    job = _running(ctl, spare_nodes=1)
+    assert ctl.training.replacements.job_lost_node(job, "node2", NOT_RESPONDING, "gone", 1000.0) is not None
+    assert not ctl.training.replacements.holds_steps(job.job_id)
