@@ -129,14 +129,14 @@ def allocation_environment(job: dict[str, Any], spec: dict[str, Any], environ: d
         if key.startswith(("SLURM_STEP_", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_CPUS_PER_TASK")):
             del env[key]
     alloc = job.get("alloc") or []
-    nodes = [a["node"] for a in alloc]  # type: ignore[index]
-    cpus = [int(a["cpus"]) for a in alloc]  # type: ignore[index]
+    nodes = [a["node"] for a in alloc]
+    cpus = [int(a["cpus"]) for a in alloc]
     job_id = str(job["job_id"])
     nodelist = str(job.get("nodelist") or ",".join(nodes))
     env.update(
         SLURM_JOB_ID=job_id,
         SLURM_JOBID=job_id,
-        SLURM_JOB_NAME=str((job.get("spec") or {}).get("name") or ""),  # type: ignore[union-attr]
+        SLURM_JOB_NAME=str((job.get("spec") or {}).get("name") or ""),
         SLURM_JOB_NODELIST=nodelist,
         SLURM_NODELIST=nodelist,
         SLURM_JOB_NUM_NODES=str(len(nodes)),
@@ -155,7 +155,7 @@ def allocation_environment(job: dict[str, Any], spec: dict[str, Any], environ: d
     if spec.get("ntasks_per_node") is not None:
         env["SLURM_NTASKS_PER_NODE"] = str(spec["ntasks_per_node"])
         if spec.get("ntasks") is None:
-            total = int(spec["ntasks_per_node"]) * len(nodes)  # type: ignore[call-overload]
+            total = int(spec["ntasks_per_node"]) * len(nodes)
             env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = str(total)
     if spec.get("cpus_per_task") not in (None, 1):
         env["SLURM_CPUS_PER_TASK"] = str(spec["cpus_per_task"])

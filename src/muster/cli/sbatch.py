@@ -277,10 +277,10 @@ def submit(sub: Submission, out: "TextIO | None" = None) -> int:
     on = f" on cluster {cluster}" if sub.clusters else ""
     if sub.parsable:
         # With -M, Slurm's --parsable prints "N;cluster" (which cluster took the job).
-        out.write(f"{job_id};{cluster}\n" if sub.clusters else f"{job_id}\n")  # type: ignore[attr-defined]
+        out.write(f"{job_id};{cluster}\n" if sub.clusters else f"{job_id}\n")
     elif not sub.quiet:
-        out.write(f"Submitted batch job {job_id}{on}\n")  # type: ignore[attr-defined]
-    out.flush()  # type: ignore[attr-defined]
+        out.write(f"Submitted batch job {job_id}{on}\n")
+    out.flush()
     if sub.wait and isinstance(job_id, int):
         return wait_for(ctl, job_id)
     return 0

@@ -215,7 +215,7 @@ def cancel_steps(c: Cancel, ctl: object, err: TextIO | None = None) -> int:
     for job_id, step_id in c.steps:
         if c.verbose:
             verb = f"Signal {signal_number(c.signal)} to" if c.signal else "Terminating"
-            err.write(f"{PROG}: {verb} step {job_id}.{step_id}\n")  # type: ignore[attr-defined]
+            err.write(f"{PROG}: {verb} step {job_id}.{step_id}\n")
         try:
             ctl.post(f"/v1/jobs/{job_id}/steps/{step_id}/signal", {"signal": signal})  # type: ignore[attr-defined]
         except ConnectError as e:
@@ -223,7 +223,7 @@ def cancel_steps(c: Cancel, ctl: object, err: TextIO | None = None) -> int:
         except ApiError as e:
             if e.code == "invalid_job_id" and not c.verbose:
                 continue  # as for jobs: an unknown id is silent
-            err.write(f"{PROG}: error: Kill job error on job step id {job_id}.{step_id}: {e.message}\n")  # type: ignore[attr-defined]
+            err.write(f"{PROG}: error: Kill job error on job step id {job_id}.{step_id}: {e.message}\n")
             rc = max(rc, RC_ACCESS_DENIED if e.code == "permission_denied" else 1)
     return rc
 

@@ -260,7 +260,7 @@ FIELDS: dict[str, tuple[str, object, object]] = {
         "DEFAULTTIME",
         lambda r: "n/a" if not (r.part or {}).get("default_time") else _limit(r.part["default_time"]),
         None,
-    ),  # type: ignore[index]
+    ),
     "m": (
         "MEMORY",
         lambda r: _same(r, lambda n: str(n.get("real_memory") or 0)),

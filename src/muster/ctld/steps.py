@@ -430,7 +430,7 @@ class StepBook:
         action = StepSignal(
             job.job_id, step.attempt, step_id, list(step.layout.nodes), 15 if sig is None else sig, sig is None
         )
-        return [action]  # type: ignore[list-item]
+        return [action]
 
     def gone(self, job_id: int, attempt: int, step_id: int, node: str, exit_code: int, signal: int) -> None:
         """An agent says a step's tasks there ended after its srun went away: srun will not
