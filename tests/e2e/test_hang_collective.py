@@ -5,7 +5,9 @@ reported step 5, so only the stacks tell them apart: the controller judges the a
 stores the stacks of every rank (two inside ``all_reduce``, the culprit elsewhere), names
 the culprit's node as the suspect, and recovers: with ``--spare-nodes=1`` that node is
 replaced in the running job, which resumes from its checkpoint under the same id and
-attempt; without, the job is requeued as Hung and its next attempt completes."""
+attempt; without (the second case: DistributedDataParallel, whose ranks wait for the
+gradients' all-reduce inside ``backward``), the job is requeued as Hung and its next attempt
+completes."""
 
 from __future__ import annotations
 
@@ -41,14 +43,22 @@ if os.path.exists(ckpt):
         start = int(f.read())
     print(f"[rank {{rank}}] node={{node}} resumed from step {{start}}", flush=True)
 culprit = node == os.environ["HANG_NODE"] and os.environ.get("SLURM_RESTART_COUNT", "0") == "0"
+ddp = None
+if os.environ.get("MODE") == "ddp":  # the gradients' all-reduce inside backward
+    from torch.nn.parallel import DistributedDataParallel
+    torch.manual_seed(0)
+    ddp = DistributedDataParallel(torch.nn.Linear(4, 1))
 total = torch.zeros(1)
 for step in range(start + 1, {steps} + 1):
     if culprit and step == {hang_at}:
         print(f"[rank {{rank}}] node={{node}} step {{step}}: staying out of the all_reduce", flush=True)
         time.sleep(3600)  # blocked elsewhere; the others wait inside the collective
-    t = torch.ones(1) * (rank + 1)
-    dist.all_reduce(t)
-    total += t
+    if ddp is not None:
+        ddp(torch.ones(2, 4) * (rank + 1)).sum().backward()
+    else:
+        t = torch.ones(1) * (rank + 1)
+        dist.all_reduce(t)
+        total += t
     progress.step(step)
     if rank == 0 and step % 2 == 0:
         with open(ckpt + ".tmp", "w") as f:
@@ -67,7 +77,8 @@ BATCH = """#!/bin/bash
 #SBATCH -N3 --ntasks-per-node=1 --hang-timeout=0:20 --requeue --open-mode=append
 for try in 1 2 3; do
   echo "job $SLURM_JOB_ID restart ${{SLURM_RESTART_COUNT:-0}} try $try"
-  srun -l {python} {train} && exit 0
+  # -K: a task that dies ends the step (its peers would wait for it in their rendezvous)
+  srun -K -l {python} {train} && exit 0
   echo "srun failed: again on the job's nodes as they are now"
 done
 exit 1
@@ -94,7 +105,7 @@ def spared() -> Iterator[Harness]:
         h.down()
 
 
-def submit(h: Harness, name: str, culprit: str, *args: str) -> int:
+def submit(h: Harness, name: str, culprit: str, *args: str, mode: str = "all_reduce") -> int:
     train = os.path.join(h.workdir, f"{name}.py")
     with open(train, "w") as f:
         f.write(TRAIN.format(steps=STEPS, hang_at=HANG_AT))
@@ -102,7 +113,7 @@ def submit(h: Harness, name: str, culprit: str, *args: str) -> int:
     with open(batch, "w") as f:
         f.write(BATCH.format(python=sys.executable, train=train))
     os.chmod(batch, 0o755)
-    env = {"HANG_NODE": culprit, "CKPT": os.path.join(h.workdir, f"{name}.ckpt")}
+    env = {"HANG_NODE": culprit, "CKPT": os.path.join(h.workdir, f"{name}.ckpt"), "MODE": mode}
     return h.sbatch(f"--output={name}-%j.out", *args, batch, env=env)
 
 
@@ -118,12 +129,12 @@ def rank_stacks(h: Harness, jid: int) -> dict[str, list[str]]:
     return stacks
 
 
-def check_stacks(stacks: dict[str, list[str]], nodes: list[str], culprit: str) -> None:
+def check_stacks(stacks: dict[str, list[str]], nodes: list[str], culprit: str, waits_in: str) -> None:
     assert sorted(stacks) == sorted(nodes), stacks  # evidence from every rank's node
     for node in nodes:
         (stack,) = stacks[node]  # one rank per node
-        inside = "in all_reduce" in stack and "torch/distributed" in stack
-        assert inside == (node != culprit), (node, stack)
+        assert (waits_in in stack) == (node != culprit), (node, stack)
+        assert "in main" in stack or "<module>" in stack, stack
 
 
 def test_the_rank_outside_the_collective_gets_its_node_replaced_and_the_job_resumes(spared: Harness) -> None:
@@ -133,7 +144,7 @@ def test_the_rank_outside_the_collective_gets_its_node_replaced_and_the_job_resu
     (event,) = job["replacements"]
     assert (event["old"], event["new"], event["cause"]) == ("node3", "node4", "hang")
     assert job["state"] == "RUNNING" and job["restart_count"] == 0
-    check_stacks(rank_stacks(h, jid), ["node1", "node2", "node3"], "node3")
+    check_stacks(rank_stacks(h, jid), ["node1", "node2", "node3"], "node3", "in all_reduce")
     done = h.wait_job(jid, timeout=300)
     text = h.read(f"spare-{jid}.out")
     assert done["state"] == "COMPLETED" and done["restart_count"] == 0, text
@@ -145,17 +156,17 @@ def test_the_rank_outside_the_collective_gets_its_node_replaced_and_the_job_resu
     assert acct.stdout.split() == [f"{jid}|COMPLETED"], acct.stdout  # one attempt, not a requeue
 
 
-def test_without_spares_it_is_requeued_as_hung_naming_the_culprit_and_the_next_attempt_completes(
+def test_ddp_without_spares_is_requeued_as_hung_naming_the_culprit_and_the_next_attempt_completes(
     spared: Harness,
 ) -> None:
     h = spared
-    jid = submit(h, "requeue", "node2")
+    jid = submit(h, "requeue", "node2", mode="ddp")
     done = h.wait_job(jid, timeout=300)
     text = h.read(f"requeue-{jid}.out")
     assert done["state"] == "COMPLETED" and done["restart_count"] == 1, text
     assert done["attempts"][0]["outcome"] == "Hung", done["attempts"]
     assert "suspect nodes: node2;" in (done["attempts"][0].get("system_comment") or done["system_comment"] or ""), done
-    check_stacks(rank_stacks(h, jid), ["node1", "node2", "node3"], "node2")
+    check_stacks(rank_stacks(h, jid), ["node1", "node2", "node3"], "node2", "in _engine_run_backward")
     acct = h.run(["sacct", "-j", str(jid), "-D", "-X", "-n", "-P", "-o", "State,Reason"])
     assert acct.stdout.strip().splitlines()[0].split("|")[:2] == ["REQUEUED", "Hung"], acct.stdout
     assert re.search(r"resumed from step (\d+)", text) and len(re.findall(rf"done step {STEPS}\b", text)) == 3, text
