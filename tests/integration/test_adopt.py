@@ -15,47 +15,24 @@ from collections.abc import Iterator
 
 import pytest
 
+from cgroupprobe import CGROUP, confined_v1_cluster, v1_unusable
 from harness import Harness, ensure_user, process_running
-from muster.cluster.local import ClusterShape
 from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-CGROUP = "/sys/fs/cgroup"
-CONFINED = {"ProctrackType": "proctrack/cgroup", "TaskPlugin": "task/cgroup"}
 HELPER = [sys.executable, "-m", "muster.cli.adopt"]
 DENIED = "Access denied by muster-adopt: you have no active jobs on this node\n"
 
 
-def _v1_usable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root"
-    for ctl in ("freezer", "memory"):
-        probe = os.path.join(CGROUP, ctl, f"muster-probe-{os.getpid()}")
-        try:
-            os.mkdir(probe)
-            os.rmdir(probe)
-        except OSError as exc:
-            return f"no writable cgroup v1 {ctl} hierarchy: {exc}"
-    return None
-
-
-SKIP = _v1_usable()
+SKIP = v1_unusable()
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Harness]:
     if SKIP:
         pytest.skip(SKIP)
-    h = Harness(ClusterShape(nodes=1, gpus_per_node=0, cpus_per_node=4, mem_per_node=4000), settings=CONFINED)
-    h.cluster.create(h.shape, h.settings)
-    with open(os.path.join(os.path.dirname(h.cluster.conf_path), "cgroup.conf"), "w") as f:
-        f.write("CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\n")
-    try:
-        h.up()
-        yield h
-    finally:
-        h.down()
+    yield from confined_v1_cluster()
 
 
 def _session(h: Harness, user: str, then: str, uid: int | None = None) -> subprocess.CompletedProcess[str]:

@@ -17,32 +17,18 @@ from collections.abc import Iterator
 
 import pytest
 
+from cgroupprobe import CGROUP, CONFINED, v1_unusable
 from harness import Harness, ensure_user, process_running
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
 
-CGROUP = "/sys/fs/cgroup"
-CONFINED = {"ProctrackType": "proctrack/cgroup", "TaskPlugin": "task/cgroup"}
 # Emulated GPUs: device nodes of drivers every Linux has (/dev/full, /dev/zero), so that an
 # allowed open really succeeds and a denied one fails in the device cgroup with EPERM.
 GPU_DEVICES = [(1, 7), (1, 5)]
 
 
-def _v1_usable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root"
-    for ctl in ("freezer", "memory", "devices"):
-        probe = os.path.join(CGROUP, ctl, f"muster-probe-{os.getpid()}")
-        try:
-            os.mkdir(probe)
-            os.rmdir(probe)
-        except OSError as exc:
-            return f"no writable cgroup v1 {ctl} hierarchy: {exc}"
-    return None
-
-
-SKIP = _v1_usable()
+SKIP = v1_unusable(("freezer", "memory", "devices"))
 
 
 def _wait(cond, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
