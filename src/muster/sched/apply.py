@@ -1,13 +1,14 @@
 """Applying a pass's ``Decisions``: the one function the controller's loop, the simulator and
 the parity test between them all call, so that what a decision means is written once.
 
-``apply_decisions`` writes what the pass found onto the waiting jobs (priority, pending
-reason unless the job is held, planned start and nodes; a plan that no longer holds is
-cleared), then hands the starts to its ``Book``, the side that owns the jobs: the
-controller commits them and launches the jobs (``ctld.loop``), the simulator books their
-ends on its virtual clock (``sim.engine``). Preemptions go to ``Book.preempt`` first (the
-victims get their grace time, the preemptors hold their nodes); a new kind of decision is
-one more step here and one more method of ``Book``, in one place.
+``apply_decisions`` writes what the pass found onto the waiting jobs (their priority; and,
+asking ``core.lifecycle``, the one writer of a job's changes, the pending reason unless the
+job is held, the planned start and nodes, a plan that no longer holds cleared), then hands
+the starts to its ``Book``, the side that owns the jobs: the controller commits them and
+launches the jobs (``ctld.loop``), the simulator books their ends on its virtual clock
+(``sim.engine``). Preemptions go to ``Book.preempt`` first (the victims get their grace
+time, the preemptors hold their nodes); a new kind of decision is one more step here and
+one more method of ``Book``, in one place.
 
 Pure: no I/O, no clock.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from muster.core import lifecycle
 from muster.core.job import Job
 from muster.sched.decisions import Decisions, Preemption, Start
 
@@ -50,18 +52,16 @@ def apply_decisions(decisions: Decisions, book: Book, now: float) -> None:
     for job_id, reason in decisions.reasons.items():
         job = waiting.get(job_id)
         if job is not None and not job.hold:
-            job.reason = reason
+            lifecycle.wait(job, reason, now)
     # Only the jobs that had a plan are revisited: time proportional to what the pass saw.
     for job_id in book.planned - decisions.plans.keys():
         job = waiting.get(job_id)
         if job is not None:
-            job.planned_start = None
-            job.planned_nodes = []
+            lifecycle.plan(job, None, (), now)
     for job_id, plan in decisions.plans.items():
         job = waiting.get(job_id)
         if job is not None:
-            job.planned_start = plan.start_time
-            job.planned_nodes = list(plan.nodes)
+            lifecycle.plan(job, plan.start_time, plan.nodes, now)
     book.planned.clear()
     book.planned.update(decisions.plans)
     if decisions.preemptions:

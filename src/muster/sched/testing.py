@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
+from muster.core import lifecycle
 from muster.core.job import Job, JobSpec, NodeAlloc, Shape
 from muster.core.states import JobState
 from muster.core.timefmt import parse_time_limit
@@ -30,6 +31,18 @@ from muster.sched.snapshot import NodeView, PartitionView, QosPreempt, Reservati
 from muster.sched.topology import Topology
 
 __all__ = ["JobBuilder", "NodeBuilder", "SchedHarness", "check_invariants", "job", "node"]
+
+
+# The event that ends a running job in each final state ``SchedHarness.finish`` is given.
+_END_EVENTS = {
+    JobState.COMPLETED: lifecycle.JobEvent.COMPLETE,
+    JobState.FAILED: lifecycle.JobEvent.FAIL,
+    JobState.CANCELLED: lifecycle.JobEvent.CANCEL,
+    JobState.TIMEOUT: lifecycle.JobEvent.TIMEOUT,
+    JobState.NODE_FAIL: lifecycle.JobEvent.NODE_FAIL,
+    JobState.OUT_OF_MEMORY: lifecycle.JobEvent.OUT_OF_MEMORY,
+    JobState.PREEMPTED: lifecycle.JobEvent.PREEMPT,
+}
 
 
 def _duration(text: str | int | None) -> int | None:
@@ -357,6 +370,8 @@ class SchedHarness:
         return job_id
 
     def finish(self, job_id: int, state: str = "COMPLETED") -> None:
+        """A running job ends in ``state`` (asked of ``core.lifecycle``, as the controller
+        asks it) and leaves its nodes."""
         j = self.running.pop(job_id)
         for a in j.alloc:
             v = self.node_named(a.node)
@@ -364,7 +379,8 @@ class SchedHarness:
             v.free_mem += a.mem
             v.free_gpu_ids = sorted(v.free_gpu_ids + a.gpu_ids)
             v.running_jobs -= 1
-        j.state = JobState(state)
+        now = j.start_time or 0.0  # the harness keeps no clock between passes
+        lifecycle.apply(j, lifecycle.Change(_END_EVENTS[JobState(state)], exit_code=0, signal=0), now)
         self.finished[job_id] = state
 
     def requeue(self, job_id: int) -> None:
@@ -372,9 +388,7 @@ class SchedHarness:
         j = self.running[job_id]
         self.finish(job_id, "PREEMPTED")
         self.finished.pop(job_id)
-        j.state = JobState.PENDING
-        j.alloc, j.start_time, j.restart_count = [], None, j.restart_count + 1
-        j.preempted_by = j.preempt_deadline = None
+        lifecycle.requeue(j, j.start_time or 0.0)
         self.pending[job_id] = j
 
     def snapshot(self) -> Snapshot:
@@ -400,11 +414,8 @@ class SchedHarness:
         check_invariants(snap, d, at)
         for s in d.starts:
             j = self.pending.pop(s.job_id)
-            j.state = JobState.RUNNING
-            j.held_nodes, j.hold_until, j.expedited = [], None, False
-            j.start_time = at
+            lifecycle.start(j, [NodeAlloc(a.node, a.cpus, a.mem, list(a.gpu_ids)) for a in s.alloc], at)
             j.partition = s.partition
-            j.alloc = [NodeAlloc(a.node, a.cpus, a.mem, list(a.gpu_ids)) for a in s.alloc]
             if j.time_limit is None:
                 part = self.partitions.get(s.partition)
                 if part is not None:
@@ -421,12 +432,10 @@ class SchedHarness:
             victim.preempted_by, victim.preempt_deadline = p.preemptor, at + p.grace_time
         for job_id, names in d.holds.items():
             grace = max((p.grace_time for p in d.preemptions if p.preemptor == job_id), default=0)
-            self.pending[job_id].held_nodes = list(names)
-            self.pending[job_id].hold_until = at + grace + 60
+            lifecycle.hold_nodes(self.pending[job_id], names, at + grace + 60, at)
         for j in self.pending.values():  # as the controller does: the pass's plans or none
             plan = d.plans.get(j.job_id)
-            j.planned_start = plan.start_time if plan else None
-            j.planned_nodes = list(plan.nodes) if plan else []
+            lifecycle.plan(j, plan.start_time if plan else None, plan.nodes if plan else (), at)
         self.last = d
         self.history.append(d)
         return d
