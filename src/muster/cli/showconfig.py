@@ -8,13 +8,15 @@ time are filled from what the controller answers (``BOOT_TIME``, ``SLURM_CONF``,
 Where muster's behaviour without a key differs from Slurm's documented default, the line
 says what muster does: an unset ``ProctrackType`` is ``proctrack/linuxproc`` (processes
 tracked by their parentage in ``/proc``; Slurm documents ``proctrack/cgroup``, which muster
-uses only when the key says so: docs/containment.md); an unset ``PriorityType`` is
-``priority/multifactor`` (Slurm 23.11's default; 22.05 documents ``priority/basic``, which
-muster uses, FIFO by submission, when the file states it).
+uses only when the key says so: docs/containment.md). An unset ``PriorityType`` is
+``priority/basic`` (FIFO by submission), as in Slurm 22.05. ``SchedulerParameters`` shows
+the requeue delay muster applies (``requeue_delay=120`` where the file names none).
 Standard library only: the commands start fast.
 """
 
 from __future__ import annotations
+
+from muster.core import requeuedelay
 
 __all__ = ["PARAMETERS", "config_lines"]
 
@@ -130,7 +132,7 @@ PrEpPlugins|prep/script|
 PriorityParameters|(null)|
 PrioritySiteFactorParameters|(null)|
 PrioritySiteFactorPlugin|(null)|
-PriorityType|priority/multifactor|
+PriorityType|priority/basic|
 PrivateData|none|
 ProctrackType|proctrack/linuxproc|
 Prolog|(null)|
@@ -227,6 +229,18 @@ def _with_unit(value: str, unit: str) -> str:
     return f"{value} {unit}" if unit and value.lstrip("-").isdigit() else value
 
 
+def _scheduler_parameters(raw: str | None, auth_info: str | None) -> str:
+    """The file's value with the requeue delay muster applies added where it names none
+    (``core.requeuedelay``: Slurm 22.05 has no ``requeue_delay``; its delay is 120 s)."""
+    if requeuedelay.stated(raw):
+        return raw or "(null)"
+    try:
+        delay = requeuedelay.requeue_delay(raw, auth_info)
+    except ValueError:
+        return raw or "(null)"
+    return ",".join(x for x in (raw, f"requeue_delay={delay}") if x)
+
+
 def config_lines(settings: dict[str, str], computed: dict[str, str]) -> list[str]:
     """``Key = value`` lines: ``settings`` from the file (any capitalisation), ``computed``
     the run-time values by Slurm's key (``BOOT_TIME``, ``SLURM_CONF``, ...)."""
@@ -239,6 +253,8 @@ def config_lines(settings: dict[str, str], computed: dict[str, str]) -> list[str
         elif lower == "defmempercpu" and lower not in given:
             lines.append(f"{'DefMemPerNode':<23} = UNLIMITED")
             continue
+        elif lower == "schedulerparameters":
+            value = _scheduler_parameters(given.get(lower), given.get("authinfo"))
         else:
             value = given.get(_FILE_KEY.get(lower, lower), default)
         lines.append(f"{key:<23} = {_with_unit(value, unit)}")

@@ -30,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from muster.core import requeuedelay
 from muster.core.config import Config, parse_config
 from muster.core.hostlist import compress
 from muster.core.topoconf import attach_topology, parse_topology, topology_path
@@ -141,6 +142,10 @@ def remove_cgroup_tree(rel: str, timeout: float = 5.0) -> None:
                     time.sleep(0.02)
 
 
+# Seconds a job requeued after a node failure waits on a local cluster (core.requeuedelay).
+LOCAL_REQUEUE_DELAY = 3
+
+
 def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str] | None = None) -> str:
     """The config of a local cluster; ``overrides`` replace or add global settings."""
     ctld_port = _free_port("127.0.0.1")
@@ -161,6 +166,12 @@ def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str]
         f"AuthAltParameters=jwt_key={state_dir}/jwt_hs256.key",
         f"AgentSocketDir={state_dir}/run",
         "SchedulerType=sched/backfill",
+        # A local cluster requeues after a node failure within seconds (Slurm: 120 s) and
+        # honours --requeue=expedite; its priority is multifactor (an absent PriorityType
+        # is priority/basic, as in Slurm 22.05).
+        f"SchedulerParameters=requeue_delay={LOCAL_REQUEUE_DELAY}",
+        "SlurmctldParameters=enable_expedited_requeue",
+        "PriorityType=priority/multifactor",
         "SelectType=select/cons_tres",
         "GresTypes=gpu",
         "SlurmdTimeout=15",
@@ -172,6 +183,11 @@ def render_config(state_dir: str, shape: ClusterShape, overrides: dict[str, str]
         "TLSType=tls/muster",
     ]
     overrides = dict(overrides or {})
+    given = overrides.get("SchedulerParameters")
+    if given is not None and not requeuedelay.stated(given):  # keeps the local delay
+        overrides["SchedulerParameters"] = ",".join(
+            x for x in (given, f"requeue_delay={LOCAL_REQUEUE_DELAY}") if x.strip()
+        )
     for i, line in enumerate(lines):
         key = line.split("=", 1)[0]
         if key in overrides:

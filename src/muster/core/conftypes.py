@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from muster.core import requeuedelay
 from muster.core.confkeys import GLOBAL, HOST_ADDR_RE, PORT_RANGE_RE, split_list
 from muster.core.errors import MusterError
 from muster.core.timefmt import TimeFormatError, parse_time_limit
@@ -502,6 +503,20 @@ class Config:
         """Pending and running jobs one user may have (muster's
         ``SchedulerParameters=max_submit_jobs_per_user=N``); 0: no limit but MaxJobCount."""
         return self._sched_int("max_submit_jobs_per_user", 0, 2**31)
+
+    @property
+    def requeue_delay(self) -> int:
+        """Seconds a requeued job waits before it is eligible again (``core.requeuedelay``:
+        ``SchedulerParameters=requeue_delay``, else ``AuthInfo=cred_expire``, else 120)."""
+        try:
+            return requeuedelay.requeue_delay(self.get("SchedulerParameters"), self.get("AuthInfo"))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+    @property
+    def expedited_requeue(self) -> bool:
+        """``SlurmctldParameters=enable_expedited_requeue``: a job's ``--requeue=expedite`` counts."""
+        return requeuedelay.expedited_requeue_enabled(self.get("SlurmctldParameters"))
 
     def _sched_int(self, name: str, default: int, most: int) -> int:
         raw = self.scheduler_parameters.get(name)

@@ -128,6 +128,7 @@ def validate(config: Config) -> list[str]:
         lambda: parse_reset_period(config.get("PriorityUsageResetPeriod")),
         lambda: config.max_script_size,
         lambda: config.max_submit_jobs_per_user,
+        lambda: config.requeue_delay,
         *[partial(config.get_int, key, 0) for key in _UNTYPED_INTS],
     ]
     for check in checks:

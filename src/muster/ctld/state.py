@@ -42,9 +42,6 @@ from muster.sched.topology import Topology
 
 log = logging.getLogger("musterctld")
 
-# A job requeued after a node failure is eligible again this many seconds later (its reason
-# meanwhile BeginTime, as in Slurm): time for the rest of its old attempt to be killed.
-REQUEUE_BEGIN_DELAY = 3.0
 NODES_UP = "nodes_up"  # the store's meta key: the nodes in service, as a hostlist
 
 _TERMINAL = frozenset(s for s in JobState if s.is_terminal)
@@ -473,15 +470,19 @@ class ClusterState:
                 data.update(expedite=True, held=survivors)
                 log.warning("job %s: expedited requeue, holding %s", job.job_id, ",".join(survivors) or "no node")
             else:
-                job.spec.begin_time = job.eligible_time = now + REQUEUE_BEGIN_DELAY
+                # eligible again after requeue_delay (core.requeuedelay; 120 s by default, as
+                # in Slurm), its reason meanwhile BeginTime
+                job.spec.begin_time = job.eligible_time = now + self.config.requeue_delay
                 job.reason = Reason.BEGIN_TIME
             changes.append((job, "requeue", data))
         self.record(now, changes)
 
     def expedite(self, job: Job) -> bool:
         """Whether a node failure requeues ``job`` expedited: ``--requeue=expedite``, its
-        QOS's ``ExpediteRequeue=yes`` (sacctmgr) or its partition's ``ExpediteRequeue=YES``."""
-        if job.spec.expedite:
+        QOS's ``ExpediteRequeue=yes`` (sacctmgr) or its partition's ``ExpediteRequeue=YES``.
+        The job's own option counts only under ``SlurmctldParameters=enable_expedited_requeue``,
+        as in Slurm; the QOS and partition keys are the admin's, so they need no switch."""
+        if job.spec.expedite and self.config.expedited_requeue:
             return True
         qos = self.accounting.db.qos.get(job.spec.qos or "normal") if self.accounting is not None else None
         if qos is not None and qos.expedite_requeue:

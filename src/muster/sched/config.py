@@ -6,11 +6,12 @@ slurm.conf key -> raw value and never raises: a value it cannot read keeps the d
 as an unknown key does (the controller's config module reports bad syntax; the scheduler
 must keep scheduling).
 
-Defaults follow Slurm 22.05 where Slurm has one, with two documented exceptions that suit
-a GPU cluster better and that an admin can set back:
+Defaults follow Slurm 22.05 where Slurm has one: an absent ``PriorityType`` is
+``priority/basic`` (FIFO by submission), as in 22.05; the configs muster writes itself
+(``muster up``, the demo, deploy/) state ``priority/multifactor``, whose weights default
+to age, fair-share and partition. One documented exception suits a GPU cluster better
+and an admin can set it back:
 
-* ``priority_type`` defaults to ``priority/multifactor`` with age, fair-share and partition
-  weights (Slurm: ``priority/basic``, i.e. FIFO by submission);
 * ``bf_resolution`` defaults to 1 s (Slurm: 60 s), so a planned start equals the end of the
   job it waits for, to the second. Our profile is exact and cheap at that resolution.
 """
@@ -42,7 +43,7 @@ class SchedConfig:
     conservative: bool = False  # reserve every pending job, not only the first bf_max_job_test
     max_switch_wait: int = 300  # seconds a --switches job waits for its switch count by default
     # PriorityType and the multifactor weights
-    priority_type: str = "priority/multifactor"
+    priority_type: str = "priority/basic"
     weight_age: int = 1000
     weight_fairshare: int = 10000
     weight_job_size: int = 0

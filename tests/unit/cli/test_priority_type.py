@@ -1,6 +1,6 @@
 """``PriorityType``: ``scontrol show config`` says what the controller runs (the file's value,
-else muster's default, priority/multifactor, never Slurm 22.05's documented default); sprio
-under priority/basic says what Slurm's sprio says."""
+else Slurm 22.05's default, priority/basic: FIFO by submission); the configs muster writes
+itself state priority/multifactor; sprio under priority/basic says what Slurm's sprio says."""
 
 from __future__ import annotations
 
@@ -23,7 +23,17 @@ def _priority_type(settings: dict[str, str]) -> str:
 
 
 def test_unset_shows_the_default_the_scheduler_uses() -> None:
-    assert _priority_type({}) == SchedConfig.from_settings({}).priority_type == "priority/multifactor"
+    assert _priority_type({}) == SchedConfig.from_settings({}).priority_type == "priority/basic"
+    assert not SchedConfig.from_settings({}).multifactor
+
+
+def test_muster_up_states_multifactor(tmp_path: pathlib.Path) -> None:
+    from muster.cluster.local import ClusterShape, render_config
+
+    text = render_config(str(tmp_path), ClusterShape(nodes=1))
+    settings = parse_config(text, "m.conf").settings
+    assert _priority_type(settings) == "priority/multifactor"
+    assert SchedConfig.from_settings(settings).multifactor
 
 
 def test_stated_basic_is_shown_and_used() -> None:

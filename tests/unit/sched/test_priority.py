@@ -14,7 +14,14 @@ DAY = 86400
 
 
 def only(**weights: int) -> SchedConfig:
-    base = dict(weight_age=0, weight_fairshare=0, weight_job_size=0, weight_partition=0, weight_qos=0)
+    base: dict[str, object] = dict(
+        priority_type="priority/multifactor",
+        weight_age=0,
+        weight_fairshare=0,
+        weight_job_size=0,
+        weight_partition=0,
+        weight_qos=0,
+    )
     base.update(weights)
     return SchedConfig(**base)  # type: ignore[arg-type]
 
@@ -82,6 +89,7 @@ def test_partition_priority_job_factor_and_qos_weigh_in() -> None:
 
 def test_factors_are_the_formula_term_by_term_and_total_what_the_pass_gives() -> None:
     config = SchedConfig(
+        priority_type="priority/multifactor",
         weight_age=1000,
         weight_fairshare=10000,
         weight_job_size=300,
@@ -114,7 +122,7 @@ def test_nice_lowers_priority_but_never_to_zero() -> None:
 
 
 def test_an_admin_priority_replaces_the_formula_and_zero_holds() -> None:
-    h = blocked_cluster(SchedConfig())
+    h = blocked_cluster(SchedConfig(priority_type="priority/multifactor"))
     first = h.submit(waiting(), at=0)
     boosted = h.submit(waiting(), at=1)
     held = h.submit(waiting(), at=2)
