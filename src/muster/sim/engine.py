@@ -404,7 +404,7 @@ class Simulation:
             held = [a.node for a in job.alloc if a.node != view.name]
             lifecycle.requeue(job, now, outcome="NODE_FAIL")
             if model.expedite:  # first in the queue, its surviving nodes held (sched.preempt), as ctld does
-                job.expedited, job.held_nodes, job.hold_until = True, held, now + _EXPEDITE_HOLD
+                lifecycle.hold_nodes(job, held, now + _EXPEDITE_HOLD, now, expedite=True)
             self._arrive(job)
         self._push(now + model.repair, _REPAIR, index)
 

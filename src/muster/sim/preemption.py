@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from muster.core import lifecycle
 from muster.core.job import Job
 from muster.core.states import JobState
 from muster.sched.decisions import Preemption
@@ -49,7 +50,7 @@ class SimPreemptions:
         for job_id, nodes in holds.items():
             job = pending.get(job_id)
             if job is not None and job_id in grace:
-                job.held_nodes, job.hold_until = list(nodes), now + grace[job_id] + 1
+                lifecycle.hold_nodes(job, nodes, now + grace[job_id] + 1, now)
 
     def end(self, job: Job, now: float, size: int, work: JobWork | None) -> str | None:
         """The victim's grace time is over: its mode (None when it is no victim any more),
