@@ -50,9 +50,9 @@ REASONS: dict[str, str] = {
     "test_118_2.py": "a test of SLUIDs (Slurm 26.05+): skips on both",
     "test_123_7.py": "scontrol create/delete partition (partitions made at run time) is not implemented",
     "test_123_12.py": "scontrol create partition is not implemented",
-    "test_130_1.py": "needs PriorityType=priority/basic stated in the config (Slurm's cluster states it): run with "
-    "MUSTER_CONF_EXTRA=PriorityType=priority/basic (muster up's own default stays priority/multifactor); "
-    "muster then orders jobs FIFO, a held job at priority 0",
+    "test_130_1.py": "needs priority/basic (Slurm's cluster states it; a config naming no PriorityType gets it too, "
+    "as in 22.05): muster up states priority/multifactor, so the run adds "
+    "MUSTER_CONF_EXTRA=PriorityType=priority/basic; muster then orders jobs FIFO, a held job at priority 0",
 }
 
 # What the table's rows do not say: Slurm quirks matched, and where muster differs on purpose.
@@ -73,10 +73,13 @@ NOTES = """\
   texts of `sacctmgr`, `sprio`, `sdiag`, and `scancel -v`'s lines; `strigger` (node events down,
   drained, up, idle, reconfig; job events fini, time, down/up; PERM; triggers kept by the controller
   across restarts, their programs run as the user who set them).
-* Not done: `sattach`, `srun --no-allocate`, `scontrol create/delete partition`,
-  `SchedulerParameters=requeue_delay` (muster requeues after a node failure with a 3 s BeginTime,
-  not Slurm's 120 s) and `enable_expedited_requeue` (muster honours `--requeue=expedite`,
-  `ExpediteRequeue` of a QOS or partition without it).
+* `SchedulerParameters=requeue_delay` (Slurm 25.11; absent: `AuthInfo=cred_expire`, else 120 s,
+  as in 22.05) delays a job requeued after a node failure; `--requeue=expedite` counts under
+  `SlurmctldParameters=enable_expedited_requeue` (docs/faults.md). A config that names no
+  `PriorityType` gets `priority/basic` (FIFO by submission), as in 22.05; `muster up` states
+  `priority/multifactor`.
+* Not done: `sattach`, `srun --no-allocate`, `scontrol create/delete partition`; the requeue
+  delay after `scontrol requeue`, preemption or a failed launch (muster: eligible at once).
 * Checked beyond the list, the same way (a copy of the runner with its own list): Slurm's files
   test_104_1, 106_1, 106_3, 106_4, 107_4, 108_9, 111_6, 113_1, 116_21, 116_37, 116_44, 116_5,
   117_1, 117_2 and 117_4 (sattach, sbcast, scancel -v, listpids, sinfo states, sprio, task

@@ -42,7 +42,9 @@ def hosts() -> Iterator[NetnsCluster]:
         pytest.fail(f"MUSTER_TEST_REQUIRE_NETNS is set and network namespaces cannot be made: {why}")
     if why:
         pytest.skip(f"no network namespaces here: {why}")
-    cluster = NetnsCluster(3, settings={"SlurmdTimeout": str(TIMEOUT), "KillWait": "2"})
+    # requeue_delay: the requeued job is eligible again in 3 s (Slurm's default is 120 s)
+    settings = {"SlurmdTimeout": str(TIMEOUT), "KillWait": "2", "SchedulerParameters": "requeue_delay=3"}
+    cluster = NetnsCluster(3, settings=settings)
     try:
         cluster.create()
         cluster.start()
