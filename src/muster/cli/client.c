@@ -24,13 +24,13 @@
  * order), then the body: NUL-terminated fields -- the command, the umask, the ignored
  * signals, the real uid:gid, the groups, the resource limits, the number of arguments, the
  * arguments, then the environment to the end. Replies: "P" and the pid of the process that
- * took the command, "F" (run it yourself: nothing ran), "X" and a wait status. The runner
- * starts the command only once the client has answered "P" with "G" (go), which carries
- * the descriptors 0, 1, 2 and the working directory. A client that had no "P" within
- * ANSWER milliseconds (a stopped server, say) closes instead and runs the command itself;
- * where the server is stopped or gone, it removes its socket, so that the next command
- * starts another; otherwise it tells the server (SIGUSR1) to fork fresh runners. The
- * command runs once, whichever side was slow, and none of the client's descriptors is
+ * took the command, "F" (run it yourself: nothing ran; also the server's answer when it
+ * runs as many commands as it may), "X" and a wait status. The runner starts the command
+ * only once the client has answered "P" with "G" (go), which carries the descriptors 0, 1,
+ * 2 and the working directory. A client that had no "P" within ANSWER milliseconds (a
+ * stopped server, say) closes instead and runs the command itself; where the server is
+ * stopped or gone, it also removes its socket, so that the next command starts another.
+ * The command runs once, whichever side was slow, and none of the client's descriptors is
  * left behind.
  *
  * MUSTER_CMD_SERVER=wait: where no server runs, start one and wait for it rather than run
@@ -439,11 +439,9 @@ int main(int argc, char **argv) {
     int polled;
     while ((polled = poll(&answer, 1, ANSWER)) < 0 && errno == EINTR)
         ;
-    if (polled == 0) { /* no runner took it (whichever does later will find us gone) */
+    if (polled == 0) { /* no runner took it (one forked later will find us gone) */
         struct stat now;
-        if (!stopped(peer.pid))
-            kill(peer.pid, SIGUSR1); /* its runners are stuck: it forks fresh ones */
-        else if (stat(sock_path, &now) == 0 && now.st_ino == bound.st_ino && now.st_dev == bound.st_dev)
+        if (stopped(peer.pid) && stat(sock_path, &now) == 0 && now.st_ino == bound.st_ino && now.st_dev == bound.st_dev)
             unlink(sock_path);
         close(sock);
         direct(name, argc, argv);

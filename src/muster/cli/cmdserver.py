@@ -5,10 +5,14 @@ this project's 2-core machine, more than Slurm's whole ``squeue``. The compiled 
 (``client.c``, installed as the commands by ``muster.cli.launchers``) instead hands its
 command to this server, started by the first command a user runs and left when idle:
 
-* The server imports every one-shot command once, then keeps ``READY`` processes forked
-  from itself waiting on its socket. The one that accepts a client runs that command and
-  exits; the server forks another when it has ended. A command thus starts from a fork,
-  with its modules imported and the forking off its path.
+* The server imports every one-shot command once and waits on its socket. For each client
+  it accepts it forks a runner, which runs that command and exits (as Mercurial's chg
+  server does): a command thus starts from a fork, with its modules imported. No runner
+  waits in advance, so an idle server is one process.
+* At most ``MUSTER_CMD_SERVER_RUNNERS`` commands (8) run at once. A client over that bound
+  is told at once to run its command itself (``F``), as with no server: it never waits
+  behind commands that run long (``sbatch --wait``, ``squeue -i``), and a burst of
+  commands costs at most that many forks of the server, never one per client.
 * The runner takes the client's arguments, environment, working directory, umask,
   resource limits, ignored signals and its stdin, stdout and stderr, as if the client had
   run it, and ends with what the interpreter would have done (the status, a traceback, a
@@ -26,7 +30,9 @@ Faults: a runner answers ``P`` as it takes a client, and starts the command only
 client's ``G``, which brings the client's descriptors; a client unanswered in time runs
 the command itself instead (``client.c``), so a command runs once whichever side stalls.
 The server watches each running command's client: one that goes (killed) has its command
-hung up on, SIGHUP, as a closed terminal does.
+hung up on, SIGHUP, as a closed terminal does. A runner tells the server how it ended by
+its exit status (``RAN``, ``REFUSED``, ``STALE``); the server reports a runner's death by a
+signal to its client, which dies of the same signal.
 
 Trust: the socket is in ``$XDG_RUNTIME_DIR/muster-cmd`` (a login session's runtime directory
 that is the user's own and closed) or ``/tmp/muster-cmd-UID``, which the client accepts only when it is
@@ -41,7 +47,6 @@ command itself.
 
 from __future__ import annotations
 
-import array
 import atexit
 import contextlib
 import gc
@@ -57,10 +62,10 @@ import time
 import traceback
 from typing import NoReturn, TextIO
 
-from muster.cli.cmdpages import HOT_MAX, POPULATE_AFTER, populate, writable_ranges, written_pages
 from muster.cli.launchers import SERVED
 
-READY = 2  # runners waiting on the socket
+RUNNERS = 8  # commands run at once, by default (``MUSTER_CMD_SERVER_RUNNERS``)
+RAN, REFUSED, STALE = 0, 1, 2  # how a runner ends: its command ran; nothing ran; nothing ran, code changed
 CHECK = 5.0  # seconds between the server's checks of its socket and its idle time
 MAGIC = b"MUS1"
 # What the commands import as they run, beyond their own modules: imported once by the server
@@ -107,6 +112,19 @@ def idle_limit() -> float:
         return float(os.environ.get("MUSTER_CMD_SERVER_IDLE", "600"))
     except ValueError:
         return 600.0
+
+
+def runner_limit() -> int:
+    try:
+        return max(1, int(os.environ.get("MUSTER_CMD_SERVER_RUNNERS", RUNNERS)))
+    except ValueError:
+        return RUNNERS
+
+
+def peer_of(conn: socket.socket) -> tuple[int, int, int]:
+    """The pid, uid and gid of the process at the other end (the kernel's word)."""
+    pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return pid, uid, gid
 
 
 class Refused(Exception):
@@ -331,10 +349,11 @@ class Server:
     def __init__(self, path: str) -> None:
         self.path = path
         self.env = dict(os.environb)
-        for name in (*(f"muster.cli.{c}" for c in SERVED), *WARM, "resource", "ctypes"):
+        for name in (*(f"muster.cli.{c}" for c in SERVED), *WARM, "resource"):
             importlib.import_module(name)
         self.prints = fingerprint()
         self.place = place("self")
+        self.runners = runner_limit()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         tmp = f"{path}.{os.getpid()}"
         self.listener.bind(tmp)
@@ -345,144 +364,127 @@ class Server:
         except OSError:
             pass
         self.inode = os.stat(path).st_ino
-        self.control, self.reports = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.life_r, self.life_w = os.pipe()  # its runners leave when it closes, whatever ends it
+        self.listener.setblocking(False)
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
-        self.ready: set[int] = set()
-        self.running: dict[int, socket.socket] = {}
+        self.running: dict[int, socket.socket] = {}  # each runner's client, watched
         self.leaving = False
-        self.stuck = False
         self.last = time.monotonic()
         self.poller = select.poll()
-        self.hot: set[int] = set()  # the pages commands write (``populate``)
-        self.ranges: list[tuple[int, int]] = []
 
     # --- the runner -------------------------------------------------------------------------
 
-    def runner(self) -> NoReturn:
-        """A runner's life. What it tells the server it never waits to tell (MSG_DONTWAIT:
-        the runners share one socket's buffer, and a server stopped would hold them)."""
-        status = 0
+    def runner(self, conn: socket.socket) -> NoReturn:
+        """A runner's life: one client's command. It ends ``RAN`` once the command has run
+        (and its client has its status), else ``REFUSED`` or ``STALE``: nothing ran."""
+        status = REFUSED
         try:
+            # The server hangs up on the command if the client goes (SIGHUP): held back until
+            # the command has its client's streams, so that a client that goes before is no
+            # command run.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
             signal.set_wakeup_fd(-1)
-            for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGUSR1):
+            for number in (signal.SIGCHLD, signal.SIGTERM):
                 signal.signal(number, signal.SIG_DFL)
-            self.control.close()
+            self.listener.close()
             os.close(self.wake_r)
             os.close(self.wake_w)
-            for conn in self.running.values():  # other commands' clients: theirs to end
-                conn.close()
-            os.close(self.life_w)
-            self.ranges = writable_ranges()
-            watched: list[socket.socket | int] = [self.listener, self.life_r]
-            if not select.select(watched, [], [], POPULATE_AFTER)[0]:
-                populate(self.hot)  # not in a quick succession of commands: it would slow them
-            conn = self.accept()
-            self.listener.close()
-            os.close(self.life_r)
+            for other in self.running.values():  # other commands' clients: theirs to end
+                other.close()
             status = self.serve(conn)
         except KeyboardInterrupt:  # Ctrl-C before the command started: die by it, as the interpreter
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
-            status = 130
         except BaseException:
             traceback.print_exc()
-            status = 1
         os._exit(status)
-
-    def accept(self) -> socket.socket:
-        """The next client, or leave when the server has gone (its end of ``life`` closed,
-        however it ended)."""
-        self.listener.setblocking(False)  # the runners race for each client
-        while True:
-            readable, _, _ = select.select([self.listener.fileno(), self.life_r], [], [])
-            if self.life_r in readable:
-                os._exit(0)
-            try:
-                conn, _ = self.listener.accept()
-            except BlockingIOError:
-                continue  # another runner took it
-            conn.setblocking(True)
-            return conn
 
     def serve(self, conn: socket.socket) -> int:
         """Take the client's command, and run it once the client says so (``G``): a client
         that waited for its answer in vain has run the command itself, and closes instead."""
         conn.settimeout(CHECK)
-        peer = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        if (peer[1], peer[2]) != (os.geteuid(), os.getegid()):
-            return 0  # never serve, nor answer, another user
-        try:  # the server hangs up on the runner if the client goes, and reports a death by a signal
-            socket.send_fds(self.reports, [PID.pack(os.getpid())], [conn.fileno()], socket.MSG_DONTWAIT)
-        except OSError:
-            pass
         try:
             conn.sendall(b"P" + PID.pack(os.getpid()))
             req = read_request(conn)
-            if place(peer[0]) != self.place:
+            if place(peer_of(conn)[0]) != self.place:
                 raise Refused("another namespace or root directory")
             if stale(self.prints):
-                self.reports.send(b"stale", socket.MSG_DONTWAIT)
-                raise Refused("muster's code changed")
+                with contextlib.suppress(OSError):
+                    conn.sendall(b"F")
+                    drain(conn)
+                return STALE
             check(req, self.env)
         except (Refused, OSError, ValueError):
             with contextlib.suppress(OSError):
                 conn.sendall(b"F")
                 drain(conn)
-            return 0
+            return REFUSED
         conn.settimeout(None)
         fds = take_go(conn)
         if fds is None:
-            return 0  # the client gave up on us: nothing ran
+            return REFUSED  # the client gave up on us: nothing ran
         req.fds = fds
         become(req)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # ignored now where the client ignores it
         status = run(req.command)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # done: its client leaving now hangs up on nothing
         try:
             conn.sendall(b"X" + PID.pack(status << 8))  # a wait status: the client need not wait for our exit
         except OSError:
             pass
-        null = os.open(os.devnull, os.O_RDWR)  # the client's streams are its own again: a caller
-        for fd in range(3):  # reading them to their end need not wait for our exit
-            os.dup2(null, fd)
-        try:  # what it wrote, for the next runners to copy while waiting (``populate``)
-            pages = array.array("Q", written_pages(self.ranges)[:HOT_MAX])
-            self.reports.send(b"hot:" + pages.tobytes(), socket.MSG_DONTWAIT)
-        except OSError:
-            pass
-        return status
+        return RAN
 
     # --- the server -------------------------------------------------------------------------
 
-    def fork_runner(self) -> None:
-        pid = os.fork()
-        if pid == 0:
-            self.runner()
-        self.ready.add(pid)
+    def accept(self) -> None:
+        """Each waiting client: forked a runner, or, over ``runners``, told to run its command
+        itself (``F``) at once; another user's is never answered."""
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors, say: the client waits, or runs it itself
+                return
+            conn.setblocking(True)
+            if peer_of(conn)[1:] != (os.geteuid(), os.getegid()):
+                conn.close()  # never serve, nor answer, another user
+                continue
+            if len(self.running) >= self.runners:
+                with contextlib.suppress(OSError):
+                    conn.send(b"F", socket.MSG_DONTWAIT)
+                conn.close()
+                continue
+            try:
+                pid = os.fork()
+            except OSError:
+                conn.close()  # EOF before "P": the client runs the command itself
+                continue
+            if pid == 0:
+                self.runner(conn)
+            self.running[pid] = conn
+            self.poller.register(conn, select.POLLRDHUP)  # not POLLIN: the client's bytes are the runner's
 
     def reap(self) -> None:
-        ended: dict[int, int] = {}
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                break
+                return
             if pid == 0:
-                break
-            self.ready.discard(pid)
+                return
             conn = self.running.pop(pid, None)
-            if conn is not None:
-                with contextlib.suppress(KeyError):  # not watched where it hung up already
-                    self.poller.unregister(conn)
-                report(conn, status)
-            else:
-                ended[pid] = status
-        if ended:
-            # A runner reports before it runs: the report of one that ended before its
-            # report was read is in the queue now.
-            self.take_reports(ended)
+            if conn is None:
+                continue
+            with contextlib.suppress(KeyError):  # not watched where it hung up already
+                self.poller.unregister(conn)
+            if os.WIFEXITED(status) and os.WEXITSTATUS(status) in (REFUSED, STALE):
+                self.leaving |= os.WEXITSTATUS(status) == STALE
+                conn.close()  # nothing ran: the client has its "F", or runs it itself at EOF
+                continue
+            self.last = time.monotonic()  # a command has run (or died of a signal)
+            report(conn, status)
 
     def ours(self) -> bool:
         try:
@@ -494,62 +496,28 @@ class Server:
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "leaving", True))
-        # A client that waited in vain for a runner says so (client.c): the waiting ones
-        # are stuck (stopped, say), and fresh ones are forked beside them.
-        signal.signal(signal.SIGUSR1, lambda *_: setattr(self, "stuck", True))
-        self.control.setblocking(False)
-        self.poller.register(self.control, select.POLLIN)
+        self.poller.register(self.listener, select.POLLIN)
         self.poller.register(self.wake_r, select.POLLIN)
         gc.disable()
         gc.freeze()  # the runners share the server's objects: no collection copies their pages
         limit = idle_limit()
         while not (self.leaving and not self.running):
-            if self.stuck:
-                self.stuck = False
-                self.ready.clear()  # still children: reaped, and reported if they take a client
-            while not self.leaving and len(self.ready) < READY:
-                self.fork_runner()
             for fd, _events in self.poller.poll(CHECK * 1000):
-                if fd not in (self.control.fileno(), self.wake_r):  # a running command's client
+                if fd == self.listener.fileno():
+                    if not self.leaving:
+                        self.accept()
+                elif fd == self.wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self.wake_r, 4096)
+                else:  # a running command's client
                     self.hang_up(fd)
-            # Reports first: a runner reports before it runs, so one that has ended is known.
-            self.take_reports()
-            try:
-                os.read(self.wake_r, 4096)
-            except BlockingIOError:
-                pass
             self.reap()
-            # Idle: no command running, none run to its end for ``limit`` seconds (a server
-            # that only refuses, one of an environment no longer used, leaves).
+            # Idle: no command running, none run for ``limit`` seconds (a server that only
+            # refuses, one of an environment no longer used, leaves).
             if (not self.running and time.monotonic() - self.last > limit) or not self.ours():
                 self.leaving = True
             if self.leaving:
                 self.shutdown()
-
-    def take_reports(self, ended: dict[int, int] | None = None) -> None:
-        """The runners' reports; a runner in ``ended`` has its status reported at once."""
-        while True:
-            try:
-                msg, fds, _flags, _addr = socket.recv_fds(self.control, 8 * HOT_MAX + 4, 1)
-            except BlockingIOError:
-                return
-            if msg == b"stale":
-                self.leaving = True
-            elif msg.startswith(b"hot:"):  # a command has run to its end
-                self.hot.update(array.array("Q", msg[4:]))
-                self.last = time.monotonic()
-            elif fds and len(msg) == PID.size:
-                pid = PID.unpack(msg)[0]
-                self.ready.discard(pid)
-                conn = socket.socket(fileno=fds[0])
-                if ended is not None and pid in ended:
-                    report(conn, ended[pid])
-                else:
-                    self.running[pid] = conn
-                    self.poller.register(conn, select.POLLRDHUP)  # not POLLIN: the client's bytes are the runner's
-            else:
-                for fd in fds:
-                    os.close(fd)
 
     def hang_up(self, fd: int) -> None:
         """A running command's client has gone: hang up on the command, as a terminal does."""
@@ -560,13 +528,16 @@ class Server:
                 return
 
     def shutdown(self) -> None:
-        """Take the socket away. The waiting runners are left alone (one may have taken a
-        command just now); those still waiting leave as the server's life pipe closes."""
+        """Take the socket away; the commands running end as they would (the loop waits)."""
+        if self.listener.fileno() < 0:
+            return
+        self.poller.unregister(self.listener)
         if self.ours():
             try:
                 os.unlink(self.path)
             except OSError:
                 pass
+        self.listener.close()  # the clients still queued find it closed and run their commands themselves
 
 
 def main(argv: list[str] | None = None) -> int:
