@@ -64,16 +64,30 @@ def windows_allow(node: NodeProfile, req: Request, start: float, end: float) -> 
 class _GpuIndex:
     """Available nodes grouped by (weight, free GPUs now), each group a list of node
     positions in index order. Lets a GPU request visit nodes best fit first and stop
-    as soon as a whole group of equally good nodes has been seen."""
+    as soon as a whole group of equally good nodes has been seen.
 
-    __slots__ = ("nodes", "pos", "groups", "order")
+    Each group is also kept sorted by what a one-node request's best fit compares
+    next, (free CPUs, free memory, position): the best node for one share is then
+    found by a bisection into the first group that has one, not by keying every node
+    of the group (``Backfill._best_one``). ``moved`` keeps both current; it must be
+    called whenever what is free now on a node changes."""
+
+    __slots__ = ("nodes", "pos", "groups", "order", "by_fit", "seen")
 
     def __init__(self, nodes: list[NodeProfile]) -> None:
         self.nodes = sorted((n for n in nodes if n.available), key=lambda n: n.index)
         self.pos = {n.name: i for i, n in enumerate(self.nodes)}
         self.groups: dict[tuple[int, int], list[int]] = {}
+        self.by_fit: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+        # per position: (free GPUs, free CPUs, free memory) now, as indexed
+        self.seen: list[tuple[int, int, int]] = []
         for i, n in enumerate(self.nodes):
-            self.groups.setdefault((n.weight, n.gpus[0]), []).append(i)
+            key = (n.weight, n.gpus[0])
+            self.groups.setdefault(key, []).append(i)
+            self.by_fit.setdefault(key, []).append((n.cpus[0], n.mem[0], i))
+            self.seen.append((n.gpus[0], n.cpus[0], n.mem[0]))
+        for entries in self.by_fit.values():
+            entries.sort()
         self.order = sorted(self.groups)
 
     def members(self, nodes: list[NodeProfile]) -> bytearray | None:
@@ -87,17 +101,29 @@ class _GpuIndex:
                 flags[i] = 1
         return None if all(flags) else flags
 
-    def moved(self, node: NodeProfile, old_gpus: int) -> None:
+    def moved(self, node: NodeProfile) -> None:
+        """What is free now on ``node`` may have changed: re-file it."""
         i = self.pos.get(node.name)
-        if i is None or old_gpus == node.gpus[0]:
+        if i is None:
             return
-        old = self.groups[(node.weight, old_gpus)]
-        del old[bisect_left(old, i)]
-        new = (node.weight, node.gpus[0])
-        if new not in self.groups:
-            self.groups[new] = []
-            self.order = sorted(self.groups)
-        insort(self.groups[new], i)
+        g, c, m = node.gpus[0], node.cpus[0], node.mem[0]
+        old_g, old_c, old_m = self.seen[i]
+        if g == old_g and c == old_c and m == old_m:
+            return
+        self.seen[i] = (g, c, m)
+        w = node.weight
+        fits = self.by_fit[(w, old_g)]
+        del fits[bisect_left(fits, (old_c, old_m, i))]
+        new = (w, g)
+        if g != old_g:
+            old = self.groups[(w, old_g)]
+            del old[bisect_left(old, i)]
+            if new not in self.groups:
+                self.groups[new] = []
+                self.by_fit[new] = []
+                self.order = sorted(self.groups)
+            insort(self.groups[new], i)
+        insort(self.by_fit[new], (c, m, i))
 
 
 class Backfill:
@@ -113,6 +139,7 @@ class Backfill:
         "_no_fit",
         "_live",
         "_masks",
+        "_dead",
         "_index",
         "maint",
         "topology",
@@ -136,6 +163,8 @@ class Backfill:
         self._no_fit: dict[Request, float] = {}  # request -> shortest duration that failed
         self._live: dict[Request, list[NodeProfile]] = {}
         self._masks: dict[Request, bytearray | None] = {}
+        # request -> {node position: shortest duration that failed the whole-time check}
+        self._dead: dict[Request, dict[int, float]] = {}
         self._index = _GpuIndex(nodes)
 
     # -- now --------------------------------------------------------------------------
@@ -146,6 +175,12 @@ class Backfill:
         if floor is not None and duration >= floor:
             return None
         if req.need[2] > 0 and not req.exclusive and not req.required:
+            if req.nodes == 1 and self.topology is None:
+                best = self._best_one(req, duration)
+                if best is not None:
+                    return [best]
+                self._no_fit[req] = duration if floor is None else min(floor, duration)
+                return None
             fitting = self._fitting_by_gpus(req, duration)
         else:
             fitting = self._fitting_scan(req, duration)
@@ -169,6 +204,50 @@ class Backfill:
         if node.windows or req.reservation is not None:
             return windows_allow(node, req, self.now, end)
         return True
+
+    def _best_one(self, req: Request, duration: float) -> NodeProfile | None:
+        """``pick``'s choice for one share of a GPU request (no ``-w``, no topology),
+        without keying every node of the best group: the first group (by weight, then
+        fewest free GPUs) that has a fitting node, and in it the fitting node with the
+        fewest free CPUs, then memory, then the lowest index, which is the first one in
+        the group's (CPUs, memory, position) order from the need on. The same node as
+        ``pick(_fitting_by_gpus(...), 1, ...)``.
+
+        A node that failed the whole-time check (a plan or a reservation window in the
+        way) for this request fails it for any longer duration until something is
+        given back: it is remembered, so the jobs of one shape do not test it again."""
+        index = self._index
+        if req in self._masks:
+            members = self._masks[req]
+        else:
+            members = self._masks[req] = index.members(req.candidates)
+        c, m, g = req.need
+        nodes = index.nodes
+        simple = req.reservation is None
+        dead = self._dead.get(req)
+        by_fit = index.by_fit
+        for group in index.order:
+            if group[1] < g:
+                continue
+            entries = by_fit[group]
+            for k in range(bisect_left(entries, (c,)), len(entries)):
+                _c, mem, i = entries[k]
+                if mem < m or (members is not None and not members[i]):
+                    continue
+                node = nodes[i]
+                if simple and not node.dips and not node.windows:
+                    return node
+                if dead is not None:
+                    failed = dead.get(i)
+                    if failed is not None and duration >= failed:
+                        continue
+                if self._fits_whole_time(node, req, duration, c, m, g):
+                    return node
+                if dead is None:
+                    dead = self._dead[req] = {}
+                failed = dead.get(i)
+                dead[i] = duration if failed is None else min(failed, duration)
+        return None
 
     def _fitting_by_gpus(self, req: Request, duration: float) -> list[tuple[FitKey, NodeProfile]]:
         """Best-fit groups first; stop after the group that completes the count, since
@@ -254,11 +333,10 @@ class Backfill:
         allocs = []
         for node in nodes:
             c, m, g = need_on(req, node)
-            old = node.gpus[0]
             node.take(self.now, end, c, m, g)
             node.running += 1
             self.log.append(node)
-            self._index.moved(node, old)
+            self._index.moved(node)
             allocs.append(NodeAlloc(node.name, c, m, node.take_gpu_ids(g)))
         if req.topo is not None and req.topo.whole_units:
             self.fence(nodes, self.now, end)
@@ -301,10 +379,9 @@ class Backfill:
                 return False
         for node in nodes:
             c, m, g = need_on(req, node)
-            old = node.gpus[0]
             node.take(at, end, c, m, g)
             self.log.append(node)
-            self._index.moved(node, old)
+            self._index.moved(node)
         return True
 
     def release(self, req: Request, duration: float, at: float, nodes: list[NodeProfile]) -> None:
@@ -312,13 +389,13 @@ class Backfill:
         end = at + duration
         for node in nodes:
             c, m, g = need_on(req, node)
-            old = node.gpus[0]
             node.give(at, end, c, m, g)
             self.log.append(node)
-            self._index.moved(node, old)
+            self._index.moved(node)
         self._no_fit.clear()
         self._no_plan.clear()
         self._live.clear()
+        self._dead.clear()
 
     def block(self, nodes: list[NodeProfile], until: float) -> list[tuple[NodeProfile, int, int, int]]:
         """Hold what is free now on ``nodes`` until ``until`` for one job (``sched.preempt``):
@@ -330,23 +407,22 @@ class Backfill:
             c = min(node.cpus[i] for i in steps)
             m = min(node.mem[i] for i in steps)
             g = min(node.gpus[i] for i in steps)
-            old = node.gpus[0]
             node.take(self.now, until, c, m, g)
             self.log.append(node)
-            self._index.moved(node, old)
+            self._index.moved(node)
             taken.append((node, c, m, g))
         return taken
 
     def unblock(self, taken: list[tuple[NodeProfile, int, int, int]], until: float) -> None:
         """Give back what ``block`` took, for the holder's turn."""
         for node, c, m, g in taken:
-            old = node.gpus[0]
             node.give(self.now, until, c, m, g)
             self.log.append(node)
-            self._index.moved(node, old)
+            self._index.moved(node)
         self._no_fit.clear()
         self._no_plan.clear()
         self._live.clear()
+        self._dead.clear()
 
     def take_plan(self, req: Request, duration: float, at: float, nodes: list[NodeProfile]) -> None:
         """Reserve ``nodes`` for ``req`` from ``at`` to ``at + duration`` in the profile."""
@@ -355,6 +431,7 @@ class Backfill:
             c, m, g = need_on(req, node)
             node.take(at, end, c, m, g)
             self.log.append(node)
+            self._index.moved(node)  # (a plan from now takes from what is free now)
         if req.topo is not None and req.topo.whole_units:
             self.fence(nodes, at, end)
 
@@ -367,10 +444,9 @@ class Backfill:
             node = pool.get(name)
             if node is None:
                 continue
-            old = node.gpus[0]
             node.fence(start, end)
             self.log.append(node)
-            self._index.moved(node, old)
+            self._index.moved(node)
 
     def give_plan(self, req: Request, duration: float, at: float, nodes: list[NodeProfile]) -> None:
         """Undo ``take_plan`` (a heterogeneous job's trial that did not fit whole); like
@@ -380,9 +456,11 @@ class Backfill:
             c, m, g = need_on(req, node)
             node.give(at, end, c, m, g)
             self.log.append(node)
+            self._index.moved(node)
         self._no_fit.clear()
         self._no_plan.clear()
         self._live.clear()
+        self._dead.clear()
 
 
 def _feasible(node: NodeProfile, req: Request, dur: float, lo: float, hi: float) -> list[list[float]]:
