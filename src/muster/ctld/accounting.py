@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from muster.core import lifecycle
 from muster.core.config import Config, PartitionConf
 from muster.core.errors import InvalidRequest, MusterError
 from muster.core.job import Job, JobSpec
@@ -391,9 +392,8 @@ class Accounting:
             if reason is None:
                 keep.append(job)
             else:
-                job.reason = reason
-                job.planned_start = None
-                job.planned_nodes = []
+                lifecycle.wait(job, reason, now)
+                lifecycle.plan(job, None, (), now)
                 blocked.append(job)
         if blocked:
             snap.pending = keep
@@ -406,7 +406,7 @@ class Accounting:
             parts = tuple(job.spec.partitions) or (job.partition,)
             job.priority = policy.priority(job, parts)
 
-    def admit(self, starts: list[Any], jobs: dict[int, Job]) -> list[Any]:
+    def admit(self, starts: list[Any], jobs: dict[int, Job], now: float) -> list[Any]:
         """The pass's starts that keep every limit, taken in the order decided."""
         if not self.enforce.limits or not starts:
             return starts
@@ -418,7 +418,7 @@ class Accounting:
             load = self.load_of(job)
             reason = check(load, self._running, self.db, self.usage.values)
             if reason is not None:
-                job.reason = reason
+                lifecycle.wait(job, reason, now)
                 continue
             self._running.add(load)
             out.append(s)

@@ -170,8 +170,7 @@ class JobActions:
             eligible_time=spec.begin_time if spec.begin_time and spec.begin_time > now else now,
         )
         if spec.hold:
-            job.hold = "user"
-            job.reason = Reason.HELD_USER
+            lifecycle.hold(job, "user", now)
         job.unknown_deps = unknown_deps
         return job
 
@@ -322,8 +321,7 @@ class JobActions:
             shortest = job.spec.time_min or job.time_limit or 0
             if now + shortest <= deadline:
                 continue
-            lifecycle.end(job, JobEvent.DEADLINE, now, completing=False)
-            job.reason = Reason.DEADLINE
+            lifecycle.end(job, JobEvent.DEADLINE, now, completing=False, reason=Reason.DEADLINE)
             changes.append((job, "deadline", {"deadline": deadline}))
         if changes:
             self.state.record(now, changes)
@@ -344,8 +342,7 @@ class JobActions:
                 continue
             if not (job.spec.kill_on_invalid_dep or everyone):
                 continue
-            lifecycle.end(job, JobEvent.CANCEL, now, completing=False)
-            job.reason = Reason.DEPENDENCY_NEVER
+            lifecycle.end(job, JobEvent.CANCEL, now, completing=False, reason=Reason.DEPENDENCY_NEVER)
             changes.append((job, "cancel", {"by": None, "why": "invalid dependency"}))
         if changes:
             self.state.record(now, changes)
@@ -369,9 +366,9 @@ class JobActions:
         if job.state is not JobState.PENDING:
             raise InvalidRequest("Job is no longer pending execution")
         kind = "admin" if (admin_hold and who.admin) else "user"
-        job.hold = kind
-        job.reason = Reason.HELD_ADMIN if kind == "admin" else Reason.HELD_USER
-        self.state.record(self.state.clock.now(), [(job, "hold", {"kind": kind, "by": who.uid})])
+        now = self.state.clock.now()
+        lifecycle.hold(job, kind, now)
+        self.state.record(now, [(job, "hold", {"kind": kind, "by": who.uid})])
 
     def release(self, job: Job, who: Identity) -> None:
         self._check_owner(job, who)
@@ -379,9 +376,9 @@ class JobActions:
             raise InvalidRequest("Job is no longer pending execution")
         if job.hold == "admin" and not who.admin:
             raise PermissionDenied()
-        job.hold = None
-        job.reason = Reason.NONE
-        self.state.record(self.state.clock.now(), [(job, "release", {"by": who.uid})])
+        now = self.state.clock.now()
+        lifecycle.release(job, now)
+        self.state.record(now, [(job, "release", {"by": who.uid})])
 
     def update(self, job: Job, who: Identity, changes: dict[str, Any]) -> list[Action]:
         self._check_owner(job, who)

@@ -78,8 +78,7 @@ class Launches:
         host = job.batch_host if node is None else node
         if fault == "job":
             with self.state.atomic(job):
-                lifecycle.finish(job, 1, 0, now)
-                job.reason = Reason.LAUNCH_FAILURE
+                lifecycle.finish(job, 1, 0, now, reason=Reason.LAUNCH_FAILURE)
                 job.system_comment = f"Launch failed on {host}: {message}"
                 self.state.release_resources(job)
                 self.state.record(now, [(job, "failed", {"exit_code": 1, "signal": 0, "launch": message})])
@@ -97,9 +96,8 @@ class Launches:
             job.launch_failures += 1
             job.system_comment = f"Launch failed on {host}: {message}"
             held = fault == "prolog" or own or job.launch_failures >= limit
-            lifecycle.requeue(job, now, hold="user" if held else None)
-            if held:
-                job.reason = Reason.LAUNCH_FAILED if fault == "prolog" or own else Reason.HOLD_MAX_REQUEUE
+            why = (Reason.LAUNCH_FAILED if fault == "prolog" or own else Reason.HOLD_MAX_REQUEUE) if held else None
+            lifecycle.requeue(job, now, hold="user" if held else None, reason=why)
             self.state.record(
                 now, [(job, "launch_failed", {"error": message, "node": host, "fault": fault, "held": held})]
             )

@@ -48,7 +48,7 @@ class _ControllerBook:
     def start(self, starts: list[Start], now: float) -> None:
         ctl = self.ctl
         if ctl.accounting is not None:  # association and QOS limits, start by start
-            starts = ctl.accounting.admit(starts, ctl.jobs)
+            starts = ctl.accounting.admit(starts, ctl.jobs, now)
         self.result.actions += ctl.launches.apply_starts(starts, now)
 
     def preempt(self, preemptions: list[Preemption], holds: dict[int, list[str]], now: float) -> None:

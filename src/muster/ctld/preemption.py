@@ -77,8 +77,7 @@ class Preemptions:
                 continue
             try:
                 with ctl.atomic(job):
-                    job.held_nodes = list(nodes)
-                    job.hold_until = now + grace_of[job_id] + HOLD_SLACK
+                    lifecycle.hold_nodes(job, nodes, now + grace_of[job_id] + HOLD_SLACK, now)
                     ctl.record(now, [(job, "hold_nodes", {"nodes": nodes, "until": job.hold_until})])
             except StorageError:
                 continue

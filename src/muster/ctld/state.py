@@ -464,16 +464,14 @@ class ClusterState:
             lifecycle.requeue(job, now)
             data: dict[str, Any] = {"attempt": job.restart_count}
             if self.expedite(job):  # it restarts as soon as its old attempt is gone (view.py)
-                job.expedited = True
-                job.held_nodes = survivors
-                job.hold_until = now + self.expedite_hold_time
+                lifecycle.hold_nodes(job, survivors, now + self.expedite_hold_time, now, expedite=True)
                 data.update(expedite=True, held=survivors)
                 log.warning("job %s: expedited requeue, holding %s", job.job_id, ",".join(survivors) or "no node")
             else:
                 # eligible again after requeue_delay (core.requeuedelay; 120 s by default, as
                 # in Slurm), its reason meanwhile BeginTime
                 job.spec.begin_time = job.eligible_time = now + self.config.requeue_delay
-                job.reason = Reason.BEGIN_TIME
+                lifecycle.wait(job, Reason.BEGIN_TIME, now)
             changes.append((job, "requeue", data))
         self.record(now, changes)
 

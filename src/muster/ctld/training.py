@@ -454,13 +454,12 @@ class Training:
             job.system_comment = why
             if self._may_requeue(job):
                 self.avoid(job, bad)
-                lifecycle.requeue(job, now, outcome="Hung")
+                lifecycle.requeue(job, now, outcome="Hung", reason=Reason.HUNG)
                 kind = "hung"
             else:
-                lifecycle.end(job, JobEvent.FAIL, now, completing=True)
+                lifecycle.end(job, JobEvent.FAIL, now, completing=True, reason=Reason.HUNG)
                 job.exit_code = 1
                 kind = "failed"
-            job.reason = Reason.HUNG
             closed = next((a for a in reversed(job.attempts) if a.get("attempt") == attempt), None)
             if closed is not None:  # what ``scontrol show job`` says of it (HangEvidence=)
                 closed["evidence"] = dict(counts)
