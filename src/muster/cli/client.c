@@ -28,8 +28,8 @@
  * runs as many commands as it may), "X" and a wait status. The runner starts the command
  * only once the client has answered "P" with "G" (go), which carries the descriptors 0, 1,
  * 2 and the working directory. A client that had no "P" within ANSWER milliseconds (a
- * stopped server, say) closes instead and runs the command itself; where the server is
- * stopped or gone, it also removes its socket, so that the next command starts another.
+ * stopped server, say) closes instead, runs the command itself and removes the socket, so
+ * that the next command starts another server (the old one leaves when it sees that).
  * The command runs once, whichever side was slow, and none of the client's descriptors is
  * left behind.
  *
@@ -250,23 +250,6 @@ static void start_server(const char *sock) {
             ;
 }
 
-/* Whether the server (the process that listens: the socket's peer) is stopped or gone: a
- * server that merely had more clients than it could take in ANSWER ms is left in place. */
-static int stopped(pid_t pid) {
-    char path[64], stat_line[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 1;
-    ssize_t n = read(fd, stat_line, sizeof stat_line - 1);
-    close(fd);
-    if (n <= 0)
-        return 1;
-    stat_line[n] = 0;
-    const char *end = strrchr(stat_line, ')'); /* the state follows the name, which may hold ')' */
-    return !end || end[1] != ' ' || strchr("TtZX", end[2]) != NULL;
-}
-
 struct buf {
     char *data;
     size_t len, cap;
@@ -440,8 +423,8 @@ int main(int argc, char **argv) {
     while ((polled = poll(&answer, 1, ANSWER)) < 0 && errno == EINTR)
         ;
     if (polled == 0) { /* no runner took it (one forked later will find us gone) */
-        struct stat now;
-        if (stopped(peer.pid) && stat(sock_path, &now) == 0 && now.st_ino == bound.st_ino && now.st_dev == bound.st_dev)
+        struct stat now; /* a server stopped, or too slow to fork: the next command starts another */
+        if (stat(sock_path, &now) == 0 && now.st_ino == bound.st_ino && now.st_dev == bound.st_dev)
             unlink(sock_path);
         close(sock);
         direct(name, argc, argv);

@@ -131,6 +131,10 @@ class Refused(Exception):
     """A request this server's fork cannot run as the client would: the client runs it."""
 
 
+class Stale(Refused):
+    """Muster's code changed since the server imported it: the server leaves."""
+
+
 class Request:
     """What a client sent: the fields of ``client.c``'s body (its four descriptors come with
     its "G")."""
@@ -159,22 +163,20 @@ def limit(item: bytes) -> tuple[int, int, int]:
 
 def read_request(conn: socket.socket) -> Request:
     """Exactly the request: the client's "G" may follow it, with descriptors to keep."""
-    head = b""
-    while len(head) < 8:
-        more = conn.recv(8 - len(head))
-        if not more:
-            raise Refused("the client went away")
-        head += more
+    head = exactly(conn, 8)
     if head[:4] != MAGIC:
         raise Refused("not a muster client")
-    (length,) = struct.unpack("=I", head[4:8])
-    body = bytearray(head[8:])
-    while len(body) < length:
-        more = conn.recv(min(length - len(body), 1 << 20))
+    return Request(exactly(conn, struct.unpack("=I", head[4:8])[0]))
+
+
+def exactly(conn: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        more = conn.recv(min(size - len(data), 1 << 20))
         if not more:
             raise Refused("the client went away")
-        body += more
-    return Request(bytes(body))
+        data += more
+    return bytes(data)
 
 
 def take_go(conn: socket.socket) -> list[int] | None:
@@ -410,16 +412,13 @@ class Server:
             if place(peer_of(conn)[0]) != self.place:
                 raise Refused("another namespace or root directory")
             if stale(self.prints):
-                with contextlib.suppress(OSError):
-                    conn.sendall(b"F")
-                    drain(conn)
-                return STALE
+                raise Stale("muster's code changed")
             check(req, self.env)
-        except (Refused, OSError, ValueError):
+        except (Refused, OSError, ValueError) as e:
             with contextlib.suppress(OSError):
                 conn.sendall(b"F")
                 drain(conn)
-            return REFUSED
+            return STALE if isinstance(e, Stale) else REFUSED
         conn.settimeout(None)
         fds = take_go(conn)
         if fds is None:
