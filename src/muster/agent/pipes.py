@@ -1,11 +1,12 @@
-"""Reading a pipe from the agent's event loop without blocking it."""
+"""Reading and writing a pipe from the agent's event loop without blocking it."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 
-__all__ = ["read_pipe"]
+__all__ = ["read_pipe", "write_pipe"]
 
 
 async def read_pipe(fd: int, *, line: bool = False, close: bool = True) -> bytes:
@@ -36,3 +37,32 @@ async def read_pipe(fd: int, *, line: bool = False, close: bool = True) -> bytes
         if close:
             os.close(fd)
     return b"".join(chunks)
+
+
+async def write_pipe(fd: int, data: bytes) -> bool:
+    """Write all of ``data`` to a pipe (a task's stdin) without blocking the agent's event
+    loop; False once the pipe is closed at the other end."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+            view = view[n:]
+        except BlockingIOError:
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(fd, _settle, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_writer(fd)
+        except OSError as e:
+            if e.errno in (errno.EPIPE, errno.EBADF):
+                return False
+            raise
+    return True
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

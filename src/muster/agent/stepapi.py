@@ -20,6 +20,8 @@ working directory and how to connect stdio.
                                again, after the first ``frames`` of its log (``o``, ``e``, ``x``
                                and ``m`` frames), then ``d``: srun resuming after this agent
                                restarted (503 while it stops, 404 for a step it does not know)
+``POST /v1/steps/watch``       sattach's stream of a running step, and ``/v1/steps/watch_stdin``
+                               its input (``agent.stepwatch``)
 =============================  ==================================================================
 
 ``token`` is a random value the launch stream's first frame gives srun, so that only the
@@ -44,7 +46,6 @@ runner's (``agent.steps``).
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
 import os
@@ -56,10 +57,12 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from muster.agent.localstep import close_quietly
+from muster.agent.pipes import write_pipe as _write_all
 from muster.agent.stepd import frames_in
 from muster.agent.stepplan import StepLaunchError
 from muster.agent.steps import CHUNK, StepRunner
 from muster.agent.steptree import Relay
+from muster.agent.stepwatch import watch_stdin, watch_stream
 from muster.protocol.httpd import read_body
 from muster.protocol.stepcred import GrantError, verify_grant
 from muster.protocol.stream import frame, json_frame
@@ -89,6 +92,10 @@ class StepApi:
                 await self._signal_request(receive, send)
             elif path == "/v1/steps/attach":
                 await self._attach(receive, send)
+            elif path == "/v1/steps/watch":  # sattach (agent.stepwatch)
+                await watch_stream(self.runner, receive, send)
+            elif path == "/v1/steps/watch_stdin":
+                await watch_stdin(self.runner, scope, receive, send)
             else:
                 raise StepLaunchError(f"no route {path}", 404, "not_found")
         except StepLaunchError as e:
@@ -344,34 +351,6 @@ class StepApi:
         else:
             self.runner.signal_tasks(step, sig)
         await _json(send, 200, {"ok": True})
-
-
-async def _write_all(fd: int, data: bytes) -> bool:
-    """Write to a task's stdin pipe without blocking the agent; False once it is closed."""
-    loop = asyncio.get_running_loop()
-    os.set_blocking(fd, False)
-    view = memoryview(data)
-    while view:
-        try:
-            n = os.write(fd, view)
-            view = view[n:]
-        except BlockingIOError:
-            ready: asyncio.Future[None] = loop.create_future()
-            loop.add_writer(fd, _settle, ready)
-            try:
-                await ready
-            finally:
-                loop.remove_writer(fd)
-        except OSError as e:
-            if e.errno in (errno.EPIPE, errno.EBADF):
-                return False
-            raise
-    return True
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _bounded(value: Any, default: float, low: float, high: float) -> int:

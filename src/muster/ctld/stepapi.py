@@ -19,6 +19,9 @@ steps to free resources, is answered as soon as it is placed, and otherwise with
                                             or ``{"pending": "job", "reason"}``
 ``POST /v1/jobs/{id}/complete``             ``{"exit_code", "signal"}`` (an interactive job's
                                             holder releases it) -> ``{"ok": true}``
+``POST /v1/jobs/{id}/steps/{step}/watch``   ``{}`` -> ``{"step", "nodes", "tasks", "watch", "sig",
+                                            "message_timeout"}``: sattach's signed watch of a
+                                            running step (the job's user, root, SlurmUser)
 ``GET /v1/steps?job_id=1,2&user=a``         ``{"steps": [StepWire], "now"}``: running steps,
                                             each batch job's ``N.batch`` first
 ``GET /v1/jobs/{id}/stats?node=N``          ``{"job_id", "nodes": {node: [{"step", "tasks":
@@ -294,6 +297,16 @@ def build_step_routes(
         return JSONResponse({"steps": book.listing(jobs), "now": ctx.clock.now()})
 
     @handler
+    async def watch_step(request: Request) -> JSONResponse:
+        who = caller(request)
+        job = job_of(request)
+        try:
+            step_id = int(request.path_params["step_id"])
+        except ValueError:
+            raise InvalidJobId() from None
+        return JSONResponse(book.watch_answer(job, who, step_id))
+
+    @handler
     async def job_stats(request: Request) -> JSONResponse:
         who = caller(request)
         job = job_of(request)
@@ -348,6 +361,7 @@ def build_step_routes(
         Route("/v1/jobs/{job_id}/steps", create_step, methods=["POST"]),
         Route("/v1/jobs/{job_id}/steps/{step_id}/done", step_done, methods=["POST"]),
         Route("/v1/jobs/{job_id}/steps/{step_id}/signal", signal_step, methods=["POST"]),
+        Route("/v1/jobs/{job_id}/steps/{step_id}/watch", watch_step, methods=["POST"]),
         Route("/v1/jobs/{job_id}/await", await_job, methods=["POST"]),
         Route("/v1/jobs/{job_id}/stats", job_stats, methods=["GET"]),
         Route("/v1/jobs/{job_id}/complete", complete, methods=["POST"]),

@@ -33,7 +33,7 @@ import logging
 from typing import Any
 
 from muster.core import lifecycle
-from muster.core.errors import InvalidRequest, PermissionDenied, StorageError
+from muster.core.errors import InvalidJobId, InvalidRequest, PermissionDenied, StorageError
 from muster.core.hostlist import compress
 from muster.core.job import Job
 from muster.core.labels import check_label
@@ -57,7 +57,7 @@ from muster.core.steps import (
 from muster.ctld.actions import Action, StepSignal, Terminate
 from muster.ctld.identity import Identity
 from muster.ctld.state import ClusterState
-from muster.protocol.stepcred import GRANT_TTL, sign_grant
+from muster.protocol.stepcred import GRANT_TTL, sign_grant, sign_watch
 
 __all__ = ["StepBook", "StepSignal", "step_tres", "step_wire"]
 
@@ -359,6 +359,37 @@ class StepBook:
             "kill_wait": self.ctl.config.kill_wait,
             "slurmd_timeout": self.ctl.config.slurmd_timeout,
             "tree_width": self.ctl.config.tree_width,
+            "message_timeout": self.ctl.config.message_timeout,
+        }
+
+    def watch_answer(self, job: Job, who: Identity, step_id: int) -> dict[str, Any]:
+        """What sattach needs to attach to running step ``step_id`` of ``job``: its layout,
+        its nodes' addresses and a signed watch (``protocol.stepcred.sign_watch``). Only
+        the job's user, root and SlurmUser may: ``PermissionDenied`` for anyone else,
+        ``InvalidJobId`` for a job or step that does not run (Slurm's one message)."""
+        if who.uid != job.uid and who.uid != 0 and who.user != (self.ctl.config.slurm_user or "root"):
+            raise PermissionDenied()
+        step = self.active.get(job.job_id, {}).get(step_id) if job.state is JobState.RUNNING else None
+        if step is None:
+            raise InvalidJobId()
+        nodes = [{"name": n, "addr": self.ctl.nodes[n].addr, "port": self.ctl.nodes[n].port} for n in step.layout.nodes]
+        now = self.clock.now()
+        watch = {
+            "v": 1,
+            "job_id": job.job_id,
+            "step_id": step_id,
+            "nodes": list(step.layout.nodes),
+            "user": who.user,
+            "issued": now,
+            "expires": now + GRANT_TTL,
+        }
+        text, sig = sign_watch(self.key, watch)
+        return {
+            "step": step_wire(step, now),
+            "nodes": nodes,
+            "tasks": step.layout.tasks,
+            "watch": text,
+            "sig": sig,
             "message_timeout": self.ctl.config.message_timeout,
         }
 

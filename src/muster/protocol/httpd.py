@@ -20,8 +20,9 @@ Only the daemons import this module (it pulls in uvicorn, starlette and httpx), 
   share one memory budget (503 beyond it), and a TCP peer address whose requests keep
   failing authentication (401) is answered 429, without reading its bodies, until its
   budget of failures refills: a flooder slows itself, not the daemon's other clients.
-  One route is streamed rather than buffered: ``/v1/steps/stdin`` (srun's stdin, which
-  may never end; the agent checks its token before reading, and copies it as it comes).
+  Two routes are streamed rather than buffered: ``/v1/steps/stdin`` (srun's stdin, which
+  may never end; the agent checks its token before reading, and copies it as it comes)
+  and ``/v1/steps/watch_stdin`` (sattach's, checked against its signed watch first).
 * With a TLS context (``TLSType=tls/muster``), TCP connections are TLS (``protocol.tls``):
   a refused handshake (a certificate not from the cluster CA, plain HTTP, a timeout) is
   one line in the log, and each request's scope carries the verified peer certificate's
@@ -227,7 +228,7 @@ class _FailureBudget:
 
 # The one route whose body is streamed to the app rather than read first: a step's stdin,
 # which the agent copies to the tasks' pipes as srun sends it (``agent.stepapi``).
-STREAMED_PATH = "/v1/steps/stdin"
+STREAMED_PATHS = frozenset(("/v1/steps/stdin", "/v1/steps/watch_stdin"))
 
 
 # How a daemon words ``Guarded``'s refusals: (scope, status, message, code) -> JSON body.
@@ -268,8 +269,8 @@ class Guarded:
             log.warning("refused %s %s from %s: too many failed authentications", scope["method"], scope["path"], addr)
             await self._refuse(scope, send, 429, "Too many failed authentications; retry later", "rate_limited")
             return
-        if scope["path"] == STREAMED_PATH:
-            # srun's stdin: copied to the tasks as it comes (it may never end), never held
+        if scope["path"] in STREAMED_PATHS:
+            # srun's and sattach's stdin: copied to the tasks as it comes (it may never end), never held
             await self.app(scope, receive, send)
             return
         declared = None

@@ -13,6 +13,10 @@ launches a given (job, step) once: a replayed launch is refused there, by the ag
 of launched steps while it runs and, after a restart, by its ledger of the grants it
 launched (``protocol.replay.GrantLedger``, on disk until they expire). A node that is not
 in the grant's node set refuses it too.
+
+A *watch* (``sign_watch``) is the controller's signed permission to see a running step's
+I/O (``sattach``): it names the job, the step, the nodes and who asked, under a purpose tag
+of its own, so that it can neither launch anything nor pass for a grant.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ import hmac
 import json
 from typing import Any
 
-__all__ = ["GrantError", "GRANT_TTL", "attach_token", "sign_grant", "verify_grant"]
+__all__ = ["GrantError", "GRANT_TTL", "attach_token", "sign_grant", "sign_watch", "verify_grant", "verify_watch"]
 
 GRANT_TTL = 300.0  # seconds a grant may wait between the controller and the agents
 _PURPOSE = b"muster-step-grant\n"
+_WATCH = b"muster-step-watch\n"
 
 
 class GrantError(Exception):
@@ -40,9 +45,25 @@ def sign_grant(key: bytes, grant: dict[str, Any]) -> tuple[str, str]:
 
 def verify_grant(key: bytes, text: str, sig: str, now: float) -> dict[str, Any]:
     """The grant's content when ``sig`` signs ``text`` and it has not expired."""
+    return _verify(key, text, sig, now, _PURPOSE)
+
+
+def sign_watch(key: bytes, watch: dict[str, Any]) -> tuple[str, str]:
+    """A watch (``job_id``, ``step_id``, ``nodes``, ``user``, ``issued``, ``expires``) as
+    text and its signature: sattach's permission to see and feed a running step's I/O."""
+    text = json.dumps(watch, separators=(",", ":"), sort_keys=True)
+    return text, _mac(key, text, _WATCH)
+
+
+def verify_watch(key: bytes, text: str, sig: str, now: float) -> dict[str, Any]:
+    """The watch's content when ``sig`` signs ``text`` as a watch and it has not expired."""
+    return _verify(key, text, sig, now, _WATCH)
+
+
+def _verify(key: bytes, text: str, sig: str, now: float, purpose: bytes) -> dict[str, Any]:
     if not isinstance(text, str) or not isinstance(sig, str):
         raise GrantError("malformed step credential")
-    if not hmac.compare_digest(_mac(key, text), sig):
+    if not hmac.compare_digest(_mac(key, text, purpose), sig):
         raise GrantError("invalid step credential signature")
     try:
         grant = json.loads(text)
@@ -70,5 +91,5 @@ def attach_token(sig: str) -> str:
     return hashlib.sha256(b"muster-step-attach\n" + sig.encode()).hexdigest()[:32]
 
 
-def _mac(key: bytes, text: str) -> str:
-    return hmac.new(key, _PURPOSE + text.encode(), hashlib.sha256).hexdigest()
+def _mac(key: bytes, text: str, purpose: bytes = _PURPOSE) -> str:
+    return hmac.new(key, purpose + text.encode(), hashlib.sha256).hexdigest()
