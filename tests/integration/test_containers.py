@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import Harness, ensure_user, wait_for
+from harness import BIN, Harness, ensure_user, wait_for
 from muster.cluster.local import ClusterShape
 
 pytestmark = pytest.mark.integration
@@ -346,17 +346,77 @@ def test_exit_codes_pass_through_and_scancel_leaves_no_container_process(cluster
     wait_for(lambda: not _pids_running(marker), 60, what="the container's process to be gone")
 
 
-def test_sbatchs_container_options_are_the_default_of_the_jobs_sruns(cluster: tuple[Harness, str]) -> None:
+def test_sbatchs_container_image_runs_the_batch_script_in_the_image(cluster: tuple[Harness, str]) -> None:
     h, image = cluster
     uid = ensure_user("mustertest")
     script = (
         "#!/bin/sh\n"
         f"#SBATCH --container-image={image}\n"
-        "grep -q muster-test-busybox /etc/os-release && echo script-in-image || echo script-on-host\n"
-        "srun grep ^NAME= /etc/os-release\n"
+        "grep ^NAME= /etc/os-release; id -u; echo job=$SLURM_JOB_ID; "
+        "grep -E ':freezer:' /proc/self/cgroup; echo $0\n"
     )
-    job = h.sbatch("-w", "node1", "-o", "default-%j.out", uid=uid, input=script)
+    job = h.sbatch("-w", "node1", "-o", "image-%j.out", uid=uid, input=script)
     done = h.wait_job(job)
-    out = h.read(f"default-{job}.out")
+    out = h.read(f"image-{job}.out")
     assert done["state"] == "COMPLETED", out
-    assert out.splitlines() == ["script-on-host", f'NAME="{OS_NAME}"'], out
+    lines = out.splitlines()
+    assert lines[:3] == [f'NAME="{OS_NAME}"', str(uid), f"job={job}"], out  # in the image, as the user
+    assert lines[3].endswith(f"/job_{job}/step_batch/task_0"), out  # in the job's cgroup
+    assert lines[4].endswith("/slurm_script"), out  # the script, from its spool directory bound inside
+    # an image that is not there: the job's error, with the message, and the node stays in service
+    bad = h.sbatch("-w", "node1", "--container-image=/nonexistent/image.tar", uid=uid, input="#!/bin/sh\ntrue\n")
+    failed = h.wait_job(bad)
+    assert failed["state"] == "FAILED", failed
+    assert "container image /nonexistent/image.tar not found on node1" in failed["system_comment"], failed
+    assert h.node_states()["node1"] in ("IDLE", "MIXED", "ALLOCATED")
+
+
+def test_sbatchs_container_runs_the_batch_script_and_its_sruns_in_the_bundle(cluster: tuple[Harness, str]) -> None:
+    h, _image = cluster
+    uid = ensure_user("mustertest")
+    # a bundle made of the node's own directories (so that srun is there, at its path),
+    # read-only: only the container's private /tmp tells the inside from the outside
+    bundle = os.path.join(h.workdir, "hostbundle")
+    rootfs = os.path.join(bundle, "rootfs")
+    os.makedirs(rootfs, exist_ok=True)
+    mounts: list[dict] = [
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["mode=1777"]},
+    ]
+    for name in sorted(os.listdir("/")):
+        host = os.path.join("/", name)
+        inside = os.path.join(rootfs, name)
+        if os.path.islink(host):
+            if not os.path.lexists(inside):
+                os.symlink(os.readlink(host), inside)
+        elif os.path.isdir(host):
+            os.makedirs(inside, exist_ok=True)
+            if name not in ("proc", "dev", "tmp", "sys", "run"):
+                mounts.append({"destination": host, "type": "bind", "source": host, "options": ["rbind", "ro"]})
+    config = {
+        "ociVersion": "1.0.2",
+        "root": {"path": "rootfs", "readonly": True},
+        "process": {"args": ["sh"], "cwd": "/", "env": [f"PATH={BIN}:/usr/bin:/bin", "GREETING=from-bundle"]},
+        "mounts": mounts,
+    }
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump(config, f)
+    marker = tempfile.NamedTemporaryFile(prefix="muster-host-only-", dir="/tmp")  # seen on the host only
+    try:
+        check = f"test -e {marker.name} && echo on-host || echo in-container"
+        script = (
+            f"#!/bin/sh\necho batch=$GREETING $SLURM_CONTAINER\n{check}\nsrun sh -c 'echo step=$GREETING; {check}'\n"
+        )
+        job = h.sbatch("-w", "node2", "--container=hostbundle", "-o", "bundle-%j.out", uid=uid, input=script)
+        done = h.wait_job(job)
+        out = h.read(f"bundle-{job}.out")
+    finally:
+        marker.close()
+    assert done["state"] == "COMPLETED", out
+    assert out.splitlines() == [
+        f"batch=from-bundle {bundle}",
+        "in-container",
+        "step=from-bundle",
+        "in-container",
+    ], out

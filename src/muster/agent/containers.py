@@ -51,11 +51,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.agent import ocibundle
-from muster.agent.ocibundle import ContainerError, ContainerRequest, Device, TaskIdentity
+from muster.agent.ocibundle import ContainerError, ContainerRequest, Device, Mount, TaskIdentity
 from muster.core.nodeconf import NodeConfError, node_settings
 
 __all__ = [
+    "BATCH_STEP",
     "DEFAULT_RUN",
+    "batch_request",
     "identity",
     "request_of",
     "runtime_argv",
@@ -266,13 +268,13 @@ class Containers:
     def job_dir(self, job_id: int) -> str:
         return os.path.join(self.spool, "jobs", str(job_id))
 
-    def rootfs(self, request: ContainerRequest, job_id: int, step_id: int, uid: int, gid: int) -> str:
+    def rootfs(self, request: ContainerRequest, job_id: int, step_id: int | str, uid: int, gid: int) -> str:
         """The root file system the step's tasks run on (a named or writable container's
         copy, made on first use; otherwise the image itself)."""
         with _making:
             return self._rootfs(request, job_id, step_id, uid, gid)
 
-    def _rootfs(self, request: ContainerRequest, job_id: int, step_id: int, uid: int, gid: int) -> str:
+    def _rootfs(self, request: ContainerRequest, job_id: int, step_id: int | str, uid: int, gid: int) -> str:
         if not (request.name or request.writable):
             return self.unpacked(self.image_path(request.image))
         name = request.name or "_unnamed"
@@ -321,7 +323,7 @@ class Containers:
         request: ContainerRequest,
         *,
         job_id: int,
-        step_id: int,
+        step_id: int | str,
         task: int,
         argv: Sequence[str],
         env: Mapping[str, str],
@@ -329,9 +331,12 @@ class Containers:
         who: TaskIdentity,
         gpus: Sequence[int],
         user: str,
+        binds: Sequence[Mount] = (),
     ) -> list[str]:
-        """Write the task's bundle; the runtime's command line that runs it. Raises
-        ``NodeFault`` (drain), ``ContainerError`` (the job's) or ``OSError`` (the node's)."""
+        """Write the task's bundle; the runtime's command line that runs it. ``binds`` are
+        the node's own bind mounts (the batch script's spool directory), not checked
+        against the user's reach. Raises ``NodeFault`` (drain), ``ContainerError`` (the
+        job's) or ``OSError`` (the node's)."""
         if self.broken is None:
             self.check_runtime()
         if self.broken is not None:
@@ -367,6 +372,7 @@ class Containers:
             config = ocibundle.task_config(
                 request, rootfs=rootfs, argv=argv, env=env, host_cwd=host_cwd, who=who, devices=devices
             )
+        config["mounts"] = [*config["mounts"], *(ocibundle.bind_mount(m) for m in binds)]
         bundle = os.path.join(self.job_dir(job_id), "bundles", f"{step_id}.{task}")
         os.makedirs(bundle, mode=0o700, exist_ok=True)
         with open(os.path.join(bundle, "config.json"), "w") as f:
@@ -465,6 +471,50 @@ def step_gpus(layout: Mapping[str, Any], node: str) -> list[int]:
         return [int(g) for g in gpus[at]] if 0 <= at < len(gpus) else []
     except (TypeError, ValueError):
         return []
+
+
+# The batch step's name where a step id is written (bundles, RunTimeRun's ``%s``), as
+# Slurm names it (``StepId=<job>.batch``).
+BATCH_STEP = "batch"
+# sbatch's container options, as the job's environment carries them to the batch script
+# (and to every srun in it): Slurm's ``--container`` and pyxis's ``--container-*``
+# (``cli.containeropts``; a flag's value is ``1``).
+_SPANK = "SLURM_SPANK__SLURM_SPANK_OPTION_pyxis_"
+_SPANK_KEYS = {
+    "container_image": "image",
+    "container_mounts": "mounts",
+    "container_workdir": "workdir",
+    "container_name": "name",
+    "container_env": "env",
+}
+
+
+def batch_request(env: Mapping[str, str], workdir: str) -> ContainerRequest | None:
+    """The batch script's container, from the job's environment: ``SLURM_CONTAINER``
+    (``sbatch --container``, Slurm's) or pyxis's options given to sbatch; None when the
+    job has none. A relative path is the job's working directory's. ``ContainerError``."""
+    raw: dict[str, Any] = {}
+    bundle = env.get("SLURM_CONTAINER", "").strip()
+    if bundle:
+        raw["bundle"] = os.path.normpath(os.path.join(workdir, bundle))
+    for key, field_name in _SPANK_KEYS.items():
+        value = env.get(_SPANK + key, "").strip()
+        if value:
+            raw[field_name] = value
+    if raw.get("image", "").startswith("."):
+        raw["image"] = os.path.normpath(os.path.join(workdir, raw["image"]))
+    flags: dict[str, tuple[str, bool]] = {
+        "container_writable": ("writable", True),
+        "container_readonly": ("writable", False),
+        "container_mount_home": ("mount_home", True),
+        "no_container_mount_home": ("mount_home", False),
+    }
+    for flag, (field_name, on) in flags.items():
+        if env.get(_SPANK + flag):
+            raw[field_name] = on
+    if not (raw.get("image") or raw.get("bundle") or raw.get("name")):
+        return None
+    return ContainerRequest.parse(raw)
 
 
 def request_of(body: Mapping[str, Any]) -> ContainerRequest | None:

@@ -104,6 +104,10 @@ class LaunchPlan:
     cgroup_procs: tuple[str, ...] = ()  # the job's cgroups the script joins (``agent.cgroupfs``)
     rlimits: tuple[tuple[int, int, int], ...] = ()  # the submit shell's limits (``agent.rlimits``)
     private_dirs: tuple[tuple[str, str], ...] = ()  # the job's private /tmp (``agent.jobcontainer``)
+    # sbatch --container / --container-image: ``exe`` is the OCI runtime, exec'd as root,
+    # which runs the script in its container (``agent.containers``)
+    container: bool = False
+    hide: tuple[str, ...] = ()  # what the runtime must not see (``containers.hide``)
 
 
 def user_entry(job: Mapping[str, Any]) -> pwd.struct_passwd:
@@ -339,12 +343,15 @@ def _job_spec(plan: LaunchPlan, close_first: tuple[int, ...]) -> spawn.ChildSpec
         cpus=plan.cpus,
         make_dirs=tuple(dict.fromkeys((plan.stdout, plan.stderr))),
         close_first=close_first,
-        exec_own=not (plan.spool and plan.exe.startswith(plan.spool + os.sep)),  # not our script
+        # not our script, nor the node's runtime: a failing exec is the job's fault
+        exec_own=not (plan.container or (plan.spool and plan.exe.startswith(plan.spool + os.sep))),
         failure_exit=127,
         identity=nodeident.for_node(plan.node),
         cgroup_procs=plan.cgroup_procs,
         rlimits=plan.rlimits,
         private_dirs=plan.private_dirs,
+        exec_as_root=plan.container,
+        hide=plan.hide,
     )
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "Device",
     "Mount",
     "TaskIdentity",
+    "bind_mount",
     "bundle_config",
     "container_env",
     "device_path_inside",
@@ -178,6 +179,11 @@ def device_path_inside(host_path: str) -> str:
     (an emulated GPU's device file may live anywhere on the host)."""
     norm = os.path.normpath(host_path)
     return norm if norm.startswith("/dev/") else "/dev/" + os.path.basename(norm)
+
+
+def bind_mount(mount: Mount) -> dict[str, Any]:
+    """A bind mount's entry in ``config.json``."""
+    return _bind(mount)
 
 
 def _bind(mount: Mount) -> dict[str, Any]:

@@ -50,18 +50,23 @@ PYXIS_OPTIONS: tuple[Opt, ...] = (
     _pyxis("no-container-mount-home", NO_ARG),
     _pyxis("container-env"),
 )
-# srun's: pyxis's and Slurm's own --container (sbatch accepts and ignores that one)
+# srun's: pyxis's and Slurm's own --container (sbatch's is the job's SLURM_CONTAINER)
 CONTAINER_OPTIONS: tuple[Opt, ...] = (*PYXIS_OPTIONS, Opt("container", env=("SLURM_CONTAINER",)))
 _KEYS = frozenset(o.key for o in CONTAINER_OPTIONS)
 
 
-def spank_environment(parsed: Parsed) -> dict[str, str]:
-    """sbatch's pyxis options as the job's environment passes them to its sruns (the
-    last of each wins; a flag is ``1``)."""
+def spank_environment(parsed: Parsed, cwd: str = "/") -> dict[str, str]:
+    """sbatch's container options as the job's environment passes them to its batch script
+    and its sruns (the last of each wins; a flag is ``1``): pyxis's, and Slurm's
+    ``--container`` as ``SLURM_CONTAINER`` (an absolute path, ``cwd``'s when relative)."""
     out: dict[str, str] = {}
     for opt, value in parsed:
         if opt in PYXIS_OPTIONS:
             out[opt.env[0]] = "1" if opt.arg == NO_ARG else (value or "")
+        elif opt.key == "container" and (value or "").strip():
+            import posixpath  # not os: sbatch imports this module and must start without it
+
+            out["SLURM_CONTAINER"] = posixpath.normpath(posixpath.join(cwd, (value or "").strip()))
     return out
 
 

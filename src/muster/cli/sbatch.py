@@ -229,7 +229,7 @@ def build(
         spec = finish_job_request(req, environ, cwd, now)
         job_env = spec.get("environment")
         if isinstance(job_env, dict):
-            job_env.update(spank_environment(layered))
+            job_env.update(spank_environment(layered, cwd))
         if "name" not in spec or not spec["name"]:
             if wrap is not None:
                 spec["name"] = "wrap"

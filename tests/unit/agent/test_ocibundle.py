@@ -260,3 +260,37 @@ def test_a_tasks_bundle_is_written_and_the_runtime_named(tmp_path: os.PathLike[s
     assert not any(e.startswith("SECRET_") for e in written["process"]["env"])  # RunTimeEnvExclude
     c.remove(12)
     assert not os.path.exists(os.path.join(spool, "jobs", "12"))
+
+
+SPANK = "SLURM_SPANK__SLURM_SPANK_OPTION_pyxis_"
+
+
+def test_a_batch_script_without_container_options_runs_on_the_node() -> None:
+    assert containers.batch_request({"PATH": "/usr/bin", SPANK + "container_mounts": "/a:/b"}, "/srv") is None
+
+
+def test_sbatch_container_is_the_batch_scripts_bundle_relative_to_its_workdir() -> None:
+    request = containers.batch_request({"SLURM_CONTAINER": "bundles/b1"}, "/srv/work")
+    assert request is not None and request.bundle == "/srv/work/bundles/b1" and not request.image
+
+
+def test_pyxis_options_given_to_sbatch_are_the_batch_scripts_container() -> None:
+    env = {
+        SPANK + "container_image": "./img.tar",
+        SPANK + "container_mounts": "/data:/data:ro",
+        SPANK + "container_workdir": "/data",
+        SPANK + "container_name": "work",
+        SPANK + "container_writable": "1",
+        SPANK + "no_container_mount_home": "1",
+        SPANK + "container_env": "PATH,HOME",
+    }
+    request = containers.batch_request(env, "/srv")
+    assert request is not None
+    assert (request.image, request.name, request.workdir) == ("/srv/img.tar", "work", "/data")
+    assert request.mounts == (Mount("/data", "/data", True),)
+    assert request.writable and not request.mount_home and request.env == ("PATH", "HOME")
+
+
+def test_a_batch_scripts_bundle_and_image_together_are_refused() -> None:
+    with pytest.raises(ContainerError, match="cannot be used together"):
+        containers.batch_request({"SLURM_CONTAINER": "/b", SPANK + "container_image": "/i.tar"}, "/")

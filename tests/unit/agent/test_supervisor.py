@@ -256,7 +256,9 @@ def test_a_terminate_that_overtakes_its_launch_ends_the_job_once_it_runs(
 
     monkeypatch.setattr(launcher, "start", start)
     monkeypatch.setattr(proctree, "process_start_ticks", lambda pid: 1)
-    monkeypatch.setattr(sup, "_plan", lambda job, tag: SimpleNamespace(uid=1000, stderr=None, exit_path=None))
+    monkeypatch.setattr(
+        sup, "_plan", lambda job, tag: SimpleNamespace(uid=1000, stderr=None, exit_path=None, env={}, workdir="/")
+    )
 
     async def launch() -> Tracked:
         await sup.launch({"job_id": 9, "restart_count": 0, "uid": 1000, "spec": {}})

@@ -85,3 +85,13 @@ def test_a_container_step_is_refused_where_an_agent_is_too_old_to_run_it() -> No
         check_agents([{"name": "node1", "protocol": CONTAINER_PROTOCOL}, {"name": "node2", "protocol": 2}])
     with pytest.raises(CommandError, match="unknown protocol"):
         check_agents([{"name": "node1"}])  # a controller that does not say
+
+
+def test_sbatchs_container_is_the_jobs_slurm_container_made_absolute() -> None:
+    from muster.cli import sbatch
+
+    sub = sbatch.build(["--container=bundles/b1", "--wrap", "srun true"], {"PATH": "/bin"}, "/w")
+    assert isinstance(sub, sbatch.Submission)
+    env = sub.spec["environment"]
+    assert isinstance(env, dict) and env["SLURM_CONTAINER"] == "/w/bundles/b1"
+    assert container(env=env) == {"bundle": "/w/bundles/b1"}  # the job's sruns: the same bundle
