@@ -274,7 +274,7 @@ class Agents:
             watch = self.state.lost.setdefault(job_id, LostWatch(now))
             if now - watch.since > max(10.0, 3 * self.state.heartbeat_interval):
                 self.state.lost.pop(job_id, None)
-                self.state.launching.pop(job_id, None)
+                self.state.launch_answered(job_id)
                 log.warning(
                     "job %s: its node %s neither runs it nor reports its end; ending it NODE_FAIL", job_id, node.name
                 )

@@ -564,7 +564,7 @@ class Dispatcher:
             self.ctl.launches.launch_failed(job.job_id, attempt, why, None)
             return
         log.info("job %s: attempt %d waits for an older attempt to end on %s", job.job_id, attempt, host)
-        self.ctl.launching[job.job_id] = mono
+        self.ctl.launch_sent(job.job_id, mono)
 
         async def again() -> None:
             await asyncio.sleep(BUSY_RETRY)

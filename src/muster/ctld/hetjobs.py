@@ -116,7 +116,7 @@ class HetJobs:
         and the job requeued when it may be, else it ends NODE_FAIL; it keeps what it holds
         until its agent confirms, as any stopped batch job."""
         attempt, nodes = leader.restart_count, list(leader.nodes)
-        self.state.launching.pop(leader.job_id, None)
+        self.state.launch_answered(leader.job_id)
         requeue = leader.spec.requeue if leader.spec.requeue is not None else self.state.config.job_requeue
         requeue = requeue and requeue_allowed  # a component that ended for good ends the job
         log.warning(

@@ -453,5 +453,5 @@ class JobActions:
         kind = ("admin" if who.admin else "user") if hold or job.suspended_at is not None else None
         lifecycle.requeue(job, now, hold=kind)
         self.state.record(now, [(job, "requeue", {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
-        self.state.launching.pop(job.job_id, None)
+        self.state.launch_answered(job.job_id)
         return [Terminate(job.job_id, attempt, nodes, "requeue")] if was_running else []

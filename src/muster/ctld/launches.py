@@ -50,7 +50,7 @@ class Launches:
                 self.state.accounting.started(job)  # charged from now, even if it ends before a pass
             if job.spec.interactive:
                 continue  # srun/salloc hold it: there is no batch script to launch
-            self.state.launching[job.job_id] = mono
+            self.state.launch_sent(job.job_id, mono)
             actions.append(Launch(job))
         return actions
 
@@ -68,7 +68,7 @@ class Launches:
         failures of one job hold it (JobHoldMaxRequeue) instead of trying node after node.
         Reports of the same failure (the launch's answer, the agent's saved report, a
         heartbeat) count once."""
-        self.state.launching.pop(job_id, None)
+        self.state.launch_answered(job_id)
         job = self.state.jobs.get(job_id)
         if job is None or job.state is not JobState.RUNNING or job.restart_count != attempt:
             return []
@@ -122,7 +122,7 @@ class Launches:
         return 5
 
     def launch_done(self, job_id: int) -> None:
-        self.state.launching.pop(job_id, None)
+        self.state.launch_answered(job_id)
 
     def job_done(self, body: JobDone | Mapping[str, Any]) -> list[Action]:
         """An agent's report of an ended run (or a launch that failed). A report of an
@@ -136,7 +136,7 @@ class Launches:
             return []
         if msg.launch_failure:
             return self.launch_failed(job.job_id, attempt, msg.reason or "launch failed", msg.launch_failure, msg.node)
-        self.state.launching.pop(job.job_id, None)
+        self.state.launch_answered(job.job_id)
         self.state.lost.pop(job.job_id, None)
         if attempt != job.restart_count:
             # A report from an earlier attempt: only its resources need freeing.

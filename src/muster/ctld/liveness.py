@@ -54,8 +54,7 @@ class Liveness:
                 node.last_seen = min(now, max(node.last_seen + gap, floor))
         for watch in self.state.lost.values():
             watch.since = min(now, watch.since + gap)
-        for job_id in self.state.launching:
-            self.state.launching[job_id] += gap
+        self.state.launches_shifted(gap)
         log.warning(
             "controller stalled for %.1f s (its loop did not run: stopped, swapped or "
             "overloaded); no node is judged on that silence: each gets at least %.0f s more",

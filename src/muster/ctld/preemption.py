@@ -171,7 +171,7 @@ def end_victim(ctl: ClusterState, job: Job, now: float) -> None:
             lifecycle.end(job, JobEvent.PREEMPT, now, completing=True)
             job.preempted_by = job.preempt_deadline = job.preempt_mode = job.preempt_time = None
         ctl.record(now, [(job, "preempted", {"by": by, "nodes": nodes, "attempt": job.restart_count})])
-    ctl.launching.pop(job.job_id, None)
+    ctl.launch_answered(job.job_id)
     log.warning("job %s: preempted by job %s, %s", job.job_id, by, "requeued" if requeue else "cancelled")
 
 

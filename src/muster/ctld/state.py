@@ -86,7 +86,9 @@ class ClusterState:
     nodes: dict[str, NodeRuntime] = field(default_factory=dict)
     next_job_id: int = 1
     started_at: float = 0.0
-    # job_id -> monotonic time its launch was handed to dispatch (until the agent answers)
+    # job_id -> monotonic time its launch was handed to dispatch (until the agent answers);
+    # written only through ``launch_sent``/``launch_answered``/``launches_shifted``, its one
+    # writer (``tests/test_architecture.py``), as a job's fields go through ``core.lifecycle``
     launching: dict[int, float] = field(default_factory=dict)
     lost: dict[int, LostWatch] = field(default_factory=dict)
     # job_id -> final state, for jobs purged from memory (dependencies use it later)
@@ -302,7 +304,22 @@ class ClusterState:
             if job.is_active:
                 self.hold_resources(job)
             if job.state is not JobState.RUNNING:
-                self.launching.pop(job.job_id, None)
+                self.launch_answered(job.job_id)
+
+    def launch_sent(self, job_id: int, mono: float) -> None:
+        """The job's launch was handed to dispatch at ``mono`` (the monotonic clock): it is
+        launching until its agent answers (a heartbeat does not count it lost meanwhile)."""
+        self.launching[job_id] = mono
+
+    def launch_answered(self, job_id: int) -> None:
+        """The job's launch was answered (done, failed) or its attempt is over."""
+        self.launching.pop(job_id, None)
+
+    def launches_shifted(self, gap: float) -> None:
+        """The controller itself stalled for ``gap`` seconds: launches waiting for an answer
+        get that time back."""
+        for job_id in self.launching:
+            self.launching[job_id] += gap
 
     def put_node(self, node: NodeRuntime) -> None:
         """Commit a node's admin state (drain, down, reason); on failure it goes back to

@@ -465,7 +465,7 @@ class Training:
                 closed["evidence"] = dict(counts)
                 closed["hang_judged"] = p.get("hang_judged")
             self.ctl.record(now, [(job, kind, {"why": why, "nodes": nodes, "attempt": job.restart_count})])
-        self.ctl.launching.pop(job.job_id, None)
+        self.ctl.launch_answered(job.job_id)
         log.warning("job %s: %s; %s", job.job_id, why, "requeued" if kind == "hung" else "ended")
         actions: list[Action] = [Terminate(job.job_id, attempt, nodes, "requeue" if kind == "hung" else "hung")]
         behind = self._stalled_behind(job)  # the evidence singles these nodes out

@@ -57,7 +57,7 @@ def relaunch_unlaunched(
         if (job_id, job.restart_count) in held or node.agent_start_time > started:
             continue
         state.lost.pop(job_id, None)
-        state.launching[job_id] = state.clock.monotonic()
+        state.launch_sent(job_id, state.clock.monotonic())
         log.warning(
             "job %s: attempt %d was started by a previous controller and never reached %s "
             "(its agent, up since before that start, neither runs nor reported it): launching it now",
