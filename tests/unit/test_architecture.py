@@ -10,14 +10,18 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "muster"
 
 # package -> muster packages it must not import
 FORBIDDEN = {
-    "core": {"sched", "ctld", "agent", "cli", "sim", "protocol", "cluster"},
-    "sched": {"ctld", "agent", "cli", "sim", "protocol", "cluster"},
-    "protocol": {"ctld", "agent", "cli", "sched", "sim", "cluster"},
-    "cli": {"ctld", "sched", "agent"},
+    "core": {"sched", "ctld", "agent", "cli", "sim", "protocol", "cluster", "client", "slurm", "rest"},
+    "sched": {"ctld", "agent", "cli", "sim", "protocol", "cluster", "client", "slurm", "rest"},
+    "protocol": {"ctld", "agent", "cli", "sched", "sim", "cluster", "client", "slurm", "rest"},
+    # the client side of the wire (settings, credentials, failover) and Slurm's surface
+    # (formats, field tables, the job options, Slurm JSON): shared by cli/ and rest/, below both
+    "client": {"ctld", "agent", "cli", "sched", "sim", "cluster", "slurm", "rest"},
+    "slurm": {"ctld", "agent", "cli", "sched", "sim", "cluster", "rest"},
+    "cli": {"ctld", "sched", "agent", "rest"},
     "sim": {"ctld", "agent", "cli"},
     "agent": {"ctld", "sched", "cli", "sim"},
-    "ctld": {"agent", "cli", "sim"},
-    "rest": {"ctld", "sched", "agent", "sim", "cluster"},
+    "ctld": {"agent", "cli", "sim", "rest"},
+    "rest": {"ctld", "sched", "agent", "sim", "cluster", "cli"},
 }
 IMPURE_MODULES = {"asyncio", "sqlite3", "socket", "subprocess", "threading"}
 
@@ -44,6 +48,26 @@ def test_layers_point_one_way() -> None:
     assert not broken, "\n".join(broken)
 
 
+def test_rest_and_the_shared_packages_never_import_the_commands() -> None:
+    """rest/, slurm/ and client/ reach no module of cli/, however spelled: ``import
+    muster.cli.x``, ``from muster.cli.x import y``, ``from muster.cli import x``, ``from
+    muster import cli``, at module level or inside a function (issue 39, item 3)."""
+    broken = []
+    for package in ("rest", "slurm", "client"):
+        for path in sorted((SRC / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                else:
+                    continue
+                for name in names:
+                    if name == "muster.cli" or name.startswith("muster.cli."):
+                        broken.append(f"{path.relative_to(SRC)}:{node.lineno} imports {name}")
+    assert not broken, "\n".join(broken)
+
+
 def test_core_and_sched_do_no_io() -> None:
     broken = []
     for package in ("core", "sched"):
@@ -59,8 +83,8 @@ def test_only_the_clock_module_reads_wall_time() -> None:
     offenders = []
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC).as_posix()
-        if rel in ("core/clock.py", "progress.py") or rel.startswith(("cluster/", "cli/")):
-            # the local-cluster tool and commands time their own waits, not the domain;
+        if rel in ("core/clock.py", "progress.py") or rel.startswith(("cluster/", "cli/", "client/")):
+            # the local-cluster tool, commands and their client time their own waits, not the domain;
             # muster.progress runs inside jobs and stamps their reports
             continue
         for i, line in enumerate(path.read_text().splitlines(), 1):
@@ -147,6 +171,69 @@ def test_every_module_is_listed_in_its_packages_readme() -> None:
         if f"`{name}`" not in readme and f"`{name}.py`" not in readme:
             unlisted.append(f"{path.relative_to(SRC)} (in src/muster/{package}/README.md)")
     assert not unlisted, "say what these modules own in their package's README:\n" + "\n".join(unlisted)
+
+
+# The agent's run states (issue 39 item 2): a run's state, and the facts that belong to its moves
+# (the reason of TERMINATING, the SIGKILL time), are assigned only by the run-state owners, through
+# the runs' transitions (Tracked.begin/stop/exited, Step.advance/stop), which check the invariants.
+RUN_FACTS = {"state", "terminated_by", "kill_at", "terminated"}
+RUN_STATE_OWNERS = {"agent/runstate.py", "agent/jobrecord.py", "agent/localstep.py"}
+
+
+def _attribute_targets(node: ast.AST) -> list[ast.Attribute]:
+    if isinstance(node, ast.Attribute):
+        return [node]
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return [a for elt in node.elts for a in _attribute_targets(elt)]
+    if isinstance(node, ast.Starred):
+        return _attribute_targets(node.value)
+    return []
+
+
+def _run_fact_writes(tree: ast.AST) -> list[tuple[int, str]]:
+    """Assignments to a run fact; an object's own ``self.state`` set in its ``__init__`` (the
+    daemon's StateDir, not a run) is not one."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            for attr in _attribute_targets(target):
+                own = isinstance(attr.value, ast.Name) and attr.value.id == "self" and function == "__init__"
+                if attr.attr in RUN_FACTS and not own:
+                    found.append((attr.lineno, ast.unparse(attr)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(tree, "")
+    return found
+
+
+def test_only_the_run_state_owners_assign_a_runs_state() -> None:
+    offenders = []
+    for path in sorted((SRC / "agent").rglob("*.py")):
+        name = path.relative_to(SRC).as_posix()
+        if name in RUN_STATE_OWNERS:
+            continue
+        for line, target in _run_fact_writes(ast.parse(path.read_text(), str(path))):
+            offenders.append(f"{name}:{line}: assigns {target}")
+    assert not offenders, "move a run through its transitions (agent/jobrecord.py, agent/localstep.py):\n" + "\n".join(
+        offenders
+    )
+
+
+def test_the_run_state_check_sees_a_write_outside_the_owners() -> None:
+    tree = ast.parse(
+        "class R:\n    def __init__(self):\n        self.state = 1\n"
+        "def f(t, s):\n    t.state = 2\n    s.pid, t.terminated_by = 1, 'x'\n    t.kill_at += 1\n"
+    )
+    assert [target for _, target in _run_fact_writes(tree)] == ["t.state", "t.terminated_by", "t.kill_at"]
 
 
 # One parser per syntax (issue 39): each syntax has one owner, and the pattern a second reader

@@ -20,6 +20,8 @@ import pwd
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from muster.agent.runstate import RunState
+
 if TYPE_CHECKING:
     from muster.agent.steps import StepRunner
     from muster.agent.supervisor import Supervisor
@@ -47,11 +49,11 @@ class Adoption:
         each started (the controller's start time; the agent's own when it has none)."""
         out: dict[int, float] = {}
         for t in list(self.supervisor.jobs.values()):
-            if t.uid == uid and t.terminated_by is None:
+            if t.uid == uid and t.state is RunState.RUNNING:
                 out[t.job_id] = float(t.job.get("start_time") or t.started_at)
         if self.steps is not None:
             for step in list(self.steps.steps.values()):
-                if step.uid == uid and not step.finished and step.terminated is None:
+                if step.uid == uid and step.state in (RunState.LAUNCHING, RunState.RUNNING):
                     start = float(step.job.get("start_time") or 0.0)
                     out[step.job_id] = max(out.get(step.job_id, 0.0), start)
         return sorted(out.items())

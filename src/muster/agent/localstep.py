@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from muster.agent import proctree
-from muster.agent.runstate import RunEvent, RunState, advance
+from muster.agent import proctree, runstate
+from muster.agent.runstate import RunEvent, RunState, advance, live
 
 __all__ = ["Step", "Task", "close_quietly", "record_key", "step_members", "task_members"]
 
@@ -45,8 +45,10 @@ class Step:
     kill_wait: float
     interactive: bool = False  # the job is srun's or salloc's (no batch script)
     tasks: list[Task] = field(default_factory=list)
-    state: RunState = RunState.LAUNCHING  # its run state (``agent.runstate``)
-    terminated: str | None = None  # why it is being stopped (the reason of TERMINATING)
+    # its run state (``agent.runstate``) and the reason of TERMINATING: set by ``advance``,
+    # ``stop`` and ``step_from_record`` only (tests/test_architecture.py checks it)
+    state: RunState = field(default=RunState.LAUNCHING, init=False)
+    terminated: str | None = field(default=None, init=False)
     kill_handle: asyncio.TimerHandle | None = None
     pinned: bool = False  # holds the job's CPUs in the ledger
     time_limit: float | None = None  # ``srun -t`` inside an allocation: the step's own limit
@@ -74,8 +76,40 @@ class Step:
         """Every task here ended and its output is in the log."""
         return self.state in (RunState.ENDED, RunState.REPORTED)
 
+    @property
+    def name(self) -> str:
+        return f"step {self.id_text} on {self.node}"
+
     def advance(self, event: RunEvent) -> None:
-        self.state = advance(f"step {self.id_text} on {self.node}", self.state, event)
+        """One move of its run state (a stop goes through ``stop``, which says why); a
+        refused move (``IllegalRunTransition``, or an invariant broken) changes nothing."""
+        if event is RunEvent.STOP:
+            raise ValueError(f"{self.name}: a stop goes through Step.stop(reason)")
+        before, self.state = self.state, advance(self.name, self.state, event)
+        try:
+            self.check()
+        except AssertionError:
+            self.state = before
+            raise
+
+    def stop(self, reason: str) -> bool:
+        """-> TERMINATING for ``reason``; the first reason given wins. True for the first
+        (then the runner sends TERM and arms the SIGKILL)."""
+        after = advance(self.name, self.state, RunEvent.STOP)  # refused: nothing changes
+        first = self.state is not RunState.TERMINATING
+        if first:
+            self.terminated = reason
+        self.state = after
+        self.check()
+        return first
+
+    def check(self) -> None:
+        """The invariants of a step's run (``runstate.check``; an ended step knows every
+        task's end) and: a reason to stop only once stopped."""
+        statuses: list[object | None] = [] if live(self.state) else [t.status for t in self.tasks]
+        runstate.check(self.name, self.state, reason=self.terminated, statuses=statuses)
+        if self.terminated is not None and self.state in (RunState.LAUNCHING, RunState.RUNNING):
+            raise AssertionError(f"{self.name}: {self.state} with a reason to stop ({self.terminated})")
 
     def wake(self) -> None:
         """Wake whoever waits for the step's log to grow or its end (``changed``)."""
@@ -166,7 +200,8 @@ def step_from_record(rec: dict[str, Any], node: str) -> tuple[Step, list[Task]]:
     """A step a previous agent noted on disk (``StateDir.save_step``), and its tasks: its
     pids for a record of an agent older than the step supervisor (``"stepd"`` absent), the
     tasks' numbers otherwise (their pids are in the step's log). Raises KeyError,
-    TypeError or ValueError for a malformed record."""
+    TypeError or ValueError for a malformed record. A supervised step comes back RUNNING, or
+    TERMINATING when it was being stopped."""
     step = Step(int(rec["job_id"]), int(rec["attempt"]), int(rec["step_id"]), -1, node, "", 0.0)
     if not rec.get("stepd"):
         tasks = [Task(int(t), 0, int(pid), None if ticks is None else int(ticks)) for t, pid, ticks in rec["tasks"]]
@@ -177,6 +212,8 @@ def step_from_record(rec: dict[str, Any], node: str) -> tuple[Step, list[Task]]:
     step.interactive = bool(rec.get("interactive"))
     step.job = dict(rec.get("job") or {})
     step.terminated = rec.get("terminated") or None
+    # taken back in the state its record says (a restart invents no edge)
+    step.state = RunState.RUNNING if step.terminated is None else RunState.TERMINATING
     step.limit_at = None if rec.get("limit_at") is None else float(rec["limit_at"])
     step.orphaned = bool(rec.get("orphaned"))
     step.stepd_pid = int(rec.get("stepd_pid") or 0)

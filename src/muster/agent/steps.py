@@ -44,7 +44,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from muster.agent import containers, monitor, proctree, runstate, spawn, stepd, stepplan
+from muster.agent import containers, monitor, proctree, spawn, stepd, stepplan
 from muster.agent.affinity import CpuLedger
 from muster.agent.containers import ContainerError, Containers
 from muster.agent.env import EnvContext
@@ -209,7 +209,6 @@ class StepRunner:
             self._report_gone(step)
             return
         step.noted = True
-        step.state = RunState.RUNNING if step.terminated is None else RunState.TERMINATING
         self.steps[step.key] = step
         self._scan(step)  # the pids, and the ends written meanwhile
         if not step.finished:
@@ -751,10 +750,7 @@ class StepRunner:
     def _ended(self, step: Step) -> None:
         """Every task here ended and its output is in the log."""
         self._settle(step)
-        step.advance(RunEvent.EXITED)
-        runstate.check(
-            f"step {step.id_text}", step.state, reason=step.terminated, statuses=[t.status for t in step.tasks]
-        )
+        step.advance(RunEvent.EXITED)  # checks that every task's end is known
         if step.kill_handle is not None:
             step.kill_handle.cancel()
             step.kill_handle = None
@@ -809,9 +805,7 @@ class StepRunner:
     def stop(self, step: Step, reason: str, kill_wait: float | None) -> None:
         if step.finished:
             return
-        if step.terminated is None:
-            step.terminated = reason
-            step.advance(RunEvent.STOP)
+        if step.stop(reason):
             if reason not in ("cleanup", "srun"):
                 when = format_timestamp(self.clock.now())
                 line = (
@@ -834,9 +828,7 @@ class StepRunner:
         itself reports why)."""
         if step.finished:
             return
-        if step.terminated is None:
-            step.terminated = "srun"
-            step.advance(RunEvent.STOP)
+        if step.stop("srun"):
             self._note(step)
         if step.kill_handle is not None:
             step.kill_handle.cancel()

@@ -47,7 +47,7 @@ import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from muster.agent import cgroups, containers, launcher, limits, proctree, runstate, suspend
+from muster.agent import cgroups, launcher, limits, proctree, suspend
 from muster.agent.affinity import CpuLedger
 from muster.agent.cgroupfs import NodeCgroups
 from muster.agent.containers import Containers
@@ -56,10 +56,9 @@ from muster.agent.hooks import HookResult, Hooks
 from muster.agent.jobcontainer import JobContainer
 from muster.agent.jobrecord import LOST_STATUS, Tracked, cpus_on, end_report, report_body
 from muster.agent.launcher import JOB_FAULT, PROLOG_FAULT, STALE, LaunchError
-from muster.agent.ocibundle import ContainerError, Mount
 from muster.agent.preflight import PREFLIGHT_FAULT, Preflight
 from muster.agent.progress import progress_env
-from muster.agent.runstate import RunEvent
+from muster.agent.runstate import RunState
 from muster.agent.state import StateDir
 from muster.agent.zygote import Zygote
 from muster.core.clock import Clock
@@ -229,21 +228,19 @@ class Supervisor:
                         plan.private_dirs = self.container.prepare(job_id)
                     except OSError as exc:
                         raise LaunchError(f"cannot make the job's private directories: {exc}") from None
-                await self._containerize(job, plan)
                 plan.exit_path = self.state.exit_path(job_id, attempt)
                 try:
                     t.started = await launcher.start(plan, self.spawner)
                 except OSError as exc:  # fork, pipe: the node is out of something
                     raise LaunchError(f"cannot spawn the job: {exc.strerror or exc}") from None
-                t.pid, t.monitored = t.started.pid, True
             except LaunchError as exc:
                 log.warning("job %s: launch failed (%s fault): %s", job_id, exc.fault, exc)
                 self._unpin(t)
-                t.advance(RunEvent.LAUNCH_FAILED)
+                t.launch_failed()
                 self._launch_failed(t, exc)
                 raise
-            t.advance(RunEvent.STARTED)
-            t.start_ticks = proctree.process_start_ticks(t.pid)
+            assert t.started is not None
+            t.begin(t.started.pid, proctree.process_start_ticks(t.started.pid))
             self.jobs[job_id] = t
             self.state.save_job(t.record_text(), t.job_id)
         finally:
@@ -254,52 +251,6 @@ class Supervisor:
         self._wake.set()
         if deferred is not None:  # cancelled while it was starting: it ends now
             self.terminate(job_id, *deferred)
-
-    async def _containerize(self, job: dict[str, Any], plan: launcher.LaunchPlan) -> None:
-        """``sbatch --container`` / ``--container-image``: the script runs in its container,
-        as Slurm's batch step (and pyxis's) does; the runtime is exec'd as root in its place.
-        Preparing an image takes a while: done off the loop. Raises ``LaunchError``."""
-        try:
-            request = containers.batch_request(plan.env, plan.workdir)
-        except ContainerError as exc:
-            raise LaunchError(str(exc), JOB_FAULT) from None
-        if request is None:
-            return
-        oci = self.oci
-        if oci is None:
-            raise LaunchError(f"containers are not configured on {self.node} (no oci.conf)", JOB_FAULT)
-        mine: dict[str, Any] = next((a for a in job.get("alloc") or [] if a.get("node") == self.node), {})
-        who = containers.identity(plan.uid, plan.gid, plan.groups, plan.umask)
-        # the script lives in the job's spool directory: there, read-only, inside too
-        spool = Mount(plan.spool, plan.spool, readonly=True)
-
-        def prepare() -> list[str]:
-            return oci.prepare(
-                request,
-                job_id=plan.job_id,
-                step_id=containers.BATCH_STEP,
-                task=0,
-                argv=plan.argv,
-                env=plan.env,
-                host_cwd=plan.workdir,
-                who=who,
-                gpus=[int(g) for g in mine.get("gpu_ids") or []],
-                user=str(job.get("user") or plan.uid),
-                binds=(spool,) if plan.spool else (),
-            )
-
-        try:
-            argv = await asyncio.to_thread(prepare)
-        except containers.NodeFault as exc:
-            raise LaunchError(f"{exc} on {self.node}") from None
-        except ContainerError as exc:
-            raise LaunchError(str(exc), JOB_FAULT) from None
-        except OSError as exc:
-            raise LaunchError(f"cannot prepare the container on {self.node}: {exc.strerror or exc}") from None
-        plan.exe, plan.argv = argv[0], argv
-        plan.env = {"PATH": os.environ.get("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin"}
-        plan.workdir = "/"
-        plan.container, plan.hide = True, oci.masks
 
     def _confine(self, job: dict[str, Any], cpus: list[int] | None) -> tuple[str, ...]:
         """The job's cgroup here, with its limits; the files its script joins."""
@@ -428,20 +379,13 @@ class Supervisor:
             if self.oci is not None and job_id not in self._launching:
                 self.oci.remove(job_id)  # and its containers
             return False
-        if t.terminated_by is None:
-            t.terminated_by = reason
-            t.advance(RunEvent.STOP)
         wait = float(kill_wait if kill_wait is not None else t.kill_wait)
-        mono = self.clock.monotonic()
-        if t.kill_at is None:
+        if t.stop(reason, self.clock.monotonic() + wait):  # the first stop: TERM now
             log.info("job %s: terminating (%s), SIGKILL in %.0fs", job_id, reason, wait)
             self._write_banner(t, reason)
             self._signal_job(t, signal.SIGTERM)
             self._signal_job(t, signal.SIGCONT)
-            t.kill_at = mono + wait
             self.state.save_job(t.record_text(), t.job_id)
-        else:
-            t.kill_at = min(t.kill_at, mono + wait)
         self._wake.set()
         return True
 
@@ -576,7 +520,8 @@ class Supervisor:
         mono = self.clock.monotonic()
         soonest = TICK
         for t in list(self.jobs.values()):
-            if t.kill_at is not None:
+            if t.state is RunState.TERMINATING:
+                assert t.kill_at is not None  # Tracked.check: a stopping run has its SIGKILL time
                 if mono >= t.kill_at:
                     self._signal_job(t, signal.SIGKILL)
                 else:
@@ -767,8 +712,10 @@ class Supervisor:
                 if t.stderr_path and step == "batch":  # a step's: srun prints it (``cli.steprun``)
                     line = cgroups.oom_message(count, f"{t.job_id}.{step}")
                     launcher.append_to_output(t.stderr_path, t.uid, line)
-        t.advance(RunEvent.EXITED)
-        runstate.check(f"job {t.job_id}", t.state, reason=t.terminated_by, statuses=[])
+        if t.state is RunState.LAUNCHING:  # a record saved before its fork, taken back
+            t.launch_failed()
+        else:
+            t.exited()
         log.info("job %s: ended exit_code=%s signal=%s terminated_by=%s", t.job_id, exit_code, sig, by)
         self.state.save_report(end_report(self.node, t, exit_code, sig, by, now, reason=reason, usage=usage))
         if self.hooks is not None:  # the job's end here: the site's Epilog
@@ -799,13 +746,11 @@ class Supervisor:
             if self.state.has_report(job_id, attempt):
                 self.state.drop_job(job_id)
                 continue
-            t = Tracked.adopted_from(rec, job_id, attempt, self.kill_wait, self.clock.now())
-            if t.pid is not None and t.start_ticks is not None and self._leader_alive(t):
+            t = Tracked.adopted_from(rec, job_id, attempt, self.kill_wait, self.clock.now(), self.clock.monotonic())
+            if t.state is not RunState.LAUNCHING and t.start_ticks is not None and self._leader_alive(t):
                 log.info("job %s: still running as pid %s; adopted", job_id, t.pid)
                 self.jobs[job_id] = t
                 self._adopt_cpus(t)
-                if t.terminated_by is not None:
-                    t.kill_at = self.clock.monotonic() + t.kill_wait
                 t.task = asyncio.create_task(self._watch(t), name=f"job-{job_id}")
             else:
                 status = self.state.exit_status(job_id, attempt) if t.monitored else None

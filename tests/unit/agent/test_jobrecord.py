@@ -5,35 +5,36 @@ from __future__ import annotations
 import json
 
 from muster.agent.jobrecord import Tracked, cpus_on, end_report
+from muster.agent.runstate import RunState
 
 
 def _tracked() -> Tracked:
-    return Tracked(
+    t = Tracked(
         job_id=7,
         restart_count=2,
         job={"job_id": 7, "time_limit": 60},
         uid=1000,
         kill_wait=5.0,
         started_at=100.0,
-        pid=4242,
-        start_ticks=99,
-        terminated_by="timeout",
         warned=True,
         stderr_path="/tmp/err",
-        monitored=True,
     )
+    t.begin(4242, 99)
+    t.stop("timeout", kill_at=130.0)
+    return t
 
 
 def test_a_restarted_agent_reads_back_what_was_saved() -> None:
     t = _tracked()
-    back = Tracked.adopted_from(t.record(), 7, 2, kill_wait=30.0, now=500.0)
+    back = Tracked.adopted_from(t.record(), 7, 2, kill_wait=30.0, now=500.0, mono=20.0)
     assert back.adopted and (back.pid, back.start_ticks, back.uid, back.kill_wait) == (4242, 99, 1000, 5.0)
     assert (back.terminated_by, back.warned, back.stderr_path, back.monitored) == ("timeout", True, "/tmp/err", True)
     assert back.started_at == 100.0 and back.job == t.job
+    assert back.state is RunState.TERMINATING and back.kill_at == 25.0  # its own grace, from now on
 
 
 def test_a_sparse_record_takes_the_agents_defaults() -> None:
-    back = Tracked.adopted_from({"job_id": 3}, 3, 0, kill_wait=30.0, now=500.0)
+    back = Tracked.adopted_from({"job_id": 3}, 3, 0, kill_wait=30.0, now=500.0, mono=0.0)
     assert (back.uid, back.kill_wait, back.started_at, back.job) == (-1, 30.0, 500.0, {"job_id": 3})
 
 
@@ -63,7 +64,7 @@ def test_cpus_on_a_node_come_from_the_allocation() -> None:
 def test_the_record_as_text_is_the_record_and_follows_a_changed_job() -> None:
     t = Tracked(job_id=3, restart_count=1, job={"job_id": 3, "time_limit": 5}, uid=7, kill_wait=30, started_at=1.0)
     assert json.loads(t.record_text()) == t.record()
-    t.pid = 42
+    t.begin(42, 7)
     assert json.loads(t.record_text()) == t.record()
     t.job["time_limit"], t.job_text = 9, ""  # as the supervisor changes it
     assert json.loads(t.record_text())["job"]["time_limit"] == 9

@@ -43,11 +43,12 @@ def test_a_steps_record_gives_back_what_a_restarted_agent_needs_and_an_old_recor
 
     step = Step(7, 1, 2, 1000, "node1", "secret", 30.0, interactive=True)
     step.tasks = [Task(task=4, local=0), Task(task=5, local=1)]
-    step.terminated, step.limit_at, step.stepd_pid, step.stepd_ticks = "timeout", 1234.5, 4321, 99
+    step.stop("timeout")
+    step.limit_at, step.stepd_pid, step.stepd_ticks = 1234.5, 4321, 99
     again, tasks = step_from_record(step_record(step), "node1")
     assert (again.job_id, again.attempt, again.step_id, again.uid, again.token) == (7, 1, 2, 1000, "secret")
     assert (again.kill_wait, again.interactive, again.terminated, again.limit_at) == (30.0, True, "timeout", 1234.5)
-    assert (again.stepd_pid, again.stepd_ticks, again.state) == (4321, 99, RunState.LAUNCHING)
+    assert (again.stepd_pid, again.stepd_ticks, again.state) == (4321, 99, RunState.TERMINATING)
     assert [(t.task, t.local, t.pid) for t in tasks] == [(4, 0, 0), (5, 1, 0)]  # pids: in the step's log
     old = {"job_id": 7, "attempt": 1, "step_id": 2, "tasks": [[4, 100, 5], [5, 101, None]]}
     _, tasks = step_from_record(old, "node1")

@@ -82,7 +82,8 @@ def _track(sup: Supervisor, clock: ManualClock, time_limit: int | None = 60, sig
         "time_limit": time_limit,
         "spec": {"signal": signal_spec},
     }
-    t = Tracked(job_id=5, restart_count=0, job=job, uid=1000, kill_wait=30, started_at=clock.now(), pid=LEADER)
+    t = Tracked(job_id=5, restart_count=0, job=job, uid=1000, kill_wait=30, started_at=clock.now())
+    t.begin(LEADER, None)
     sup.jobs[5] = t
     return t
 
