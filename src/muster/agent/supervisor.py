@@ -47,7 +47,7 @@ import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from muster.agent import cgroups, launcher, limits, proctree, suspend
+from muster.agent import cgroups, containers, launcher, limits, proctree, suspend
 from muster.agent.affinity import CpuLedger
 from muster.agent.cgroupfs import NodeCgroups
 from muster.agent.containers import Containers
@@ -56,6 +56,7 @@ from muster.agent.hooks import HookResult, Hooks
 from muster.agent.jobcontainer import JobContainer
 from muster.agent.jobrecord import LOST_STATUS, Tracked, cpus_on, end_report, report_body
 from muster.agent.launcher import JOB_FAULT, PROLOG_FAULT, STALE, LaunchError
+from muster.agent.ocibundle import ContainerError, Mount
 from muster.agent.preflight import PREFLIGHT_FAULT, Preflight
 from muster.agent.progress import progress_env
 from muster.agent.runstate import RunState
@@ -228,6 +229,7 @@ class Supervisor:
                         plan.private_dirs = self.container.prepare(job_id)
                     except OSError as exc:
                         raise LaunchError(f"cannot make the job's private directories: {exc}") from None
+                await self._containerize(job, plan)
                 plan.exit_path = self.state.exit_path(job_id, attempt)
                 try:
                     t.started = await launcher.start(plan, self.spawner)
@@ -251,6 +253,52 @@ class Supervisor:
         self._wake.set()
         if deferred is not None:  # cancelled while it was starting: it ends now
             self.terminate(job_id, *deferred)
+
+    async def _containerize(self, job: dict[str, Any], plan: launcher.LaunchPlan) -> None:
+        """``sbatch --container`` / ``--container-image``: the script runs in its container,
+        as Slurm's batch step (and pyxis's) does; the runtime is exec'd as root in its place.
+        Preparing an image takes a while: done off the loop. Raises ``LaunchError``."""
+        try:
+            request = containers.batch_request(plan.env, plan.workdir)
+        except ContainerError as exc:
+            raise LaunchError(str(exc), JOB_FAULT) from None
+        if request is None:
+            return
+        oci = self.oci
+        if oci is None:
+            raise LaunchError(f"containers are not configured on {self.node} (no oci.conf)", JOB_FAULT)
+        mine: dict[str, Any] = next((a for a in job.get("alloc") or [] if a.get("node") == self.node), {})
+        who = containers.identity(plan.uid, plan.gid, plan.groups, plan.umask)
+        # the script lives in the job's spool directory: there, read-only, inside too
+        spool = Mount(plan.spool, plan.spool, readonly=True)
+
+        def prepare() -> list[str]:
+            return oci.prepare(
+                request,
+                job_id=plan.job_id,
+                step_id=containers.BATCH_STEP,
+                task=0,
+                argv=plan.argv,
+                env=plan.env,
+                host_cwd=plan.workdir,
+                who=who,
+                gpus=[int(g) for g in mine.get("gpu_ids") or []],
+                user=str(job.get("user") or plan.uid),
+                binds=(spool,) if plan.spool else (),
+            )
+
+        try:
+            argv = await asyncio.to_thread(prepare)
+        except containers.NodeFault as exc:
+            raise LaunchError(f"{exc} on {self.node}") from None
+        except ContainerError as exc:
+            raise LaunchError(str(exc), JOB_FAULT) from None
+        except OSError as exc:
+            raise LaunchError(f"cannot prepare the container on {self.node}: {exc.strerror or exc}") from None
+        plan.exe, plan.argv = argv[0], argv
+        plan.env = {"PATH": os.environ.get("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin"}
+        plan.workdir = "/"
+        plan.container, plan.hide = True, oci.masks
 
     def _confine(self, job: dict[str, Any], cpus: list[int] | None) -> tuple[str, ...]:
         """The job's cgroup here, with its limits; the files its script joins."""
