@@ -10,14 +10,18 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "muster"
 
 # package -> muster packages it must not import
 FORBIDDEN = {
-    "core": {"sched", "ctld", "agent", "cli", "sim", "protocol", "cluster"},
-    "sched": {"ctld", "agent", "cli", "sim", "protocol", "cluster"},
-    "protocol": {"ctld", "agent", "cli", "sched", "sim", "cluster"},
-    "cli": {"ctld", "sched", "agent"},
+    "core": {"sched", "ctld", "agent", "cli", "sim", "protocol", "cluster", "client", "slurm", "rest"},
+    "sched": {"ctld", "agent", "cli", "sim", "protocol", "cluster", "client", "slurm", "rest"},
+    "protocol": {"ctld", "agent", "cli", "sched", "sim", "cluster", "client", "slurm", "rest"},
+    # the client side of the wire (settings, credentials, failover) and Slurm's surface
+    # (formats, field tables, the job options, Slurm JSON): shared by cli/ and rest/, below both
+    "client": {"ctld", "agent", "cli", "sched", "sim", "cluster", "slurm", "rest"},
+    "slurm": {"ctld", "agent", "cli", "sched", "sim", "cluster", "rest"},
+    "cli": {"ctld", "sched", "agent", "rest"},
     "sim": {"ctld", "agent", "cli"},
     "agent": {"ctld", "sched", "cli", "sim"},
-    "ctld": {"agent", "cli", "sim"},
-    "rest": {"ctld", "sched", "agent", "sim", "cluster"},
+    "ctld": {"agent", "cli", "sim", "rest"},
+    "rest": {"ctld", "sched", "agent", "sim", "cluster", "cli"},
 }
 IMPURE_MODULES = {"asyncio", "sqlite3", "socket", "subprocess", "threading"}
 
@@ -44,6 +48,26 @@ def test_layers_point_one_way() -> None:
     assert not broken, "\n".join(broken)
 
 
+def test_rest_and_the_shared_packages_never_import_the_commands() -> None:
+    """rest/, slurm/ and client/ reach no module of cli/, however spelled: ``import
+    muster.cli.x``, ``from muster.cli.x import y``, ``from muster.cli import x``, ``from
+    muster import cli``, at module level or inside a function (issue 39, item 3)."""
+    broken = []
+    for package in ("rest", "slurm", "client"):
+        for path in sorted((SRC / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                else:
+                    continue
+                for name in names:
+                    if name == "muster.cli" or name.startswith("muster.cli."):
+                        broken.append(f"{path.relative_to(SRC)}:{node.lineno} imports {name}")
+    assert not broken, "\n".join(broken)
+
+
 def test_core_and_sched_do_no_io() -> None:
     broken = []
     for package in ("core", "sched"):
@@ -59,8 +83,8 @@ def test_only_the_clock_module_reads_wall_time() -> None:
     offenders = []
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC).as_posix()
-        if rel in ("core/clock.py", "progress.py") or rel.startswith(("cluster/", "cli/")):
-            # the local-cluster tool and commands time their own waits, not the domain;
+        if rel in ("core/clock.py", "progress.py") or rel.startswith(("cluster/", "cli/", "client/")):
+            # the local-cluster tool, commands and their client time their own waits, not the domain;
             # muster.progress runs inside jobs and stamps their reports
             continue
         for i, line in enumerate(path.read_text().splitlines(), 1):
@@ -319,3 +343,121 @@ def test_tests_wait_on_conditions_not_fixed_sleeps() -> None:
         "wait on a condition (waiting.wait_for, Harness.wait_job/wait_passes), or mark a sleep that "
         "is the behaviour under test with '# sleep: <why>' on its line:\n" + "\n".join(offenders)
     )
+
+
+# One writer per job change (issue 39 item 1): a job's state, reason, plan, holds and held nodes
+# are assigned only by core/lifecycle.py, the owner, through ``apply``; every other module asks
+# it (``lifecycle.apply``, ``start``, ``wait``, ``plan``, ``hold_nodes``...). Job's own dataclass
+# (core/job.py: its constructor, ``take``, ``from_dict``) builds jobs and is not a writer.
+JOB_CHANGES = {"state", "reason", "planned_start", "planned_nodes", "held_nodes", "hold_until", "hold", "expedited"}
+JOB_CHANGE_OWNERS = {"core/lifecycle.py", "core/job.py"}
+# ``state`` and ``reason`` are also attributes of objects that are not jobs; in these modules,
+# assigning them through these names writes one of those (a node's drain reason, a step's
+# state, a partition's state), never a job's. Any other name is taken for a job.
+NOT_JOBS = {
+    "ctld/agents.py": {"node"},  # NodeRuntime.reason: why a node is drained/down
+    "ctld/liveness.py": {"node"},  # NodeRuntime.reason
+    "ctld/state.py": {"node"},  # NodeRuntime.reason
+    "ctld/steps.py": {"step", "s"},  # StepRecord.state (core.steps' StepState)
+    "core/config.py": {"part"},  # PartitionConf.state (UP, DOWN, DRAIN, INACTIVE)
+}
+# The agent's objects are runs and steps, never the controller's jobs (item 2 checks them).
+NOT_JOB_PACKAGES = ("agent/",)
+# ctld.state.ClusterState.launching (job id -> when its launch was sent) has one writer too:
+# ClusterState's launch_sent, launch_answered and launches_shifted.
+LAUNCHING_OWNER = "ctld/state.py"
+_MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "update", "setdefault", "sort"}
+
+
+def _receiver(attr: ast.Attribute) -> str:
+    return attr.value.id if isinstance(attr.value, ast.Name) else ast.unparse(attr.value)
+
+
+def _job_change_writes(tree: ast.AST, not_jobs: set[str]) -> list[tuple[int, str]]:
+    """Writes of a job's changes (``JOB_CHANGES``) and of the ``launching`` map: assignments
+    (plain, tuple, augmented, annotated), ``del``, ``setattr`` with the name spelled out and
+    in-place mutations of a field's list. An object's own ``self.<field>`` set in its
+    ``__init__`` (a room keeping ``self.state``, the ClusterState) is not one; nor a name
+    in ``not_jobs`` assigned ``state`` or ``reason``."""
+    found: list[tuple[int, str]] = []
+
+    def is_job_field(attr: ast.Attribute, function: str) -> bool:
+        if attr.attr not in JOB_CHANGES:
+            return False
+        if isinstance(attr.value, ast.Name) and attr.value.id == "self" and function == "__init__":
+            return False
+        return not (attr.attr in ("state", "reason") and _receiver(attr) in not_jobs)
+
+    def launching(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "launching"
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        for target in targets:
+            for attr in _attribute_targets(target):
+                if is_job_field(attr, function):
+                    found.append((attr.lineno, ast.unparse(attr)))
+            for sub in ast.walk(target):
+                if isinstance(sub, ast.Subscript) and launching(sub.value):
+                    found.append((sub.lineno, ast.unparse(sub)))
+        if isinstance(node, ast.Call):
+            f = node.func
+            if (
+                isinstance(f, ast.Name)
+                and f.id == "setattr"
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in JOB_CHANGES
+            ):
+                found.append((node.lineno, ast.unparse(node)))
+            if isinstance(f, ast.Attribute) and f.attr in _MUTATORS and isinstance(f.value, ast.Attribute):
+                if launching(f.value) or is_job_field(f.value, ""):
+                    found.append((node.lineno, ast.unparse(f)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(tree, "")
+    return found
+
+
+def test_only_the_lifecycle_writes_a_jobs_state_reason_plan_and_holds() -> None:
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        name = path.relative_to(SRC).as_posix()
+        if name in JOB_CHANGE_OWNERS or name.startswith(NOT_JOB_PACKAGES):
+            continue
+        for line, target in _job_change_writes(ast.parse(path.read_text(), str(path)), NOT_JOBS.get(name, set())):
+            if name == LAUNCHING_OWNER and "launching" in target:
+                continue
+            offenders.append(f"{name}:{line}: writes {target}")
+    assert not offenders, (
+        "ask core.lifecycle (apply, start, wait, plan, hold_nodes, hold...) and "
+        "ClusterState (launch_sent, launch_answered) instead:\n" + "\n".join(offenders)
+    )
+
+
+def test_the_job_change_check_sees_every_kind_of_write() -> None:
+    tree = ast.parse(
+        "class Room:\n    def __init__(self, state):\n        self.state = state\n"
+        "def f(job, node, ctl):\n"
+        "    job.reason = 1\n    node.reason = 'drained'\n    job.held_nodes, job.hold_until = [], None\n"
+        "    job.planned_nodes.append('n1')\n    setattr(job, 'state', 2)\n    job.priority = 3\n"
+        "    ctl.launching[7] = 1.0\n    ctl.launching.pop(7, None)\n    x = ctl.launching.get(7)\n"
+    )
+    assert [target for _, target in _job_change_writes(tree, {"node"})] == [
+        "job.reason",
+        "job.held_nodes",
+        "job.hold_until",
+        "job.planned_nodes.append",
+        "setattr(job, 'state', 2)",
+        "ctl.launching[7]",
+        "ctl.launching.pop",
+    ]
