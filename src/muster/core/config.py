@@ -26,6 +26,7 @@ keys it knows are ``core.confkeys``.
 
 from __future__ import annotations
 
+import copy
 import re
 
 from muster.core.confkeys import (
@@ -59,7 +60,7 @@ from muster.core.rlimits import RlimitError, parse_names
 from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.core.tlsconf import CTLD_NAME, TLS_MUSTER, TLSConfError, check_type, parse_parameters
 
-__all__ = ["Config", "ConfigError", "NodeConf", "PartitionConf", "parse_config"]
+__all__ = ["Config", "ConfigError", "NodeConf", "PartitionConf", "add_partitions", "parse_config"]
 
 
 # --- parsing --------------------------------------------------------------------------------
@@ -74,6 +75,30 @@ def parse_config(text: str, path: str = "<config>") -> Config:
     for lineno, line in _logical_lines(text):
         parser.line(lineno, line)
     return parser.finish()
+
+
+def add_partitions(config: Config, lines: list[str], where: str = "scontrol") -> Config:
+    """``config`` with more partitions, each a ``PartitionName=...`` line in the file's
+    syntax (``scontrol create partition``'s, kept by the controller): a new ``Config``,
+    ``config`` untouched. The file's ``PartitionName=DEFAULT`` values do not apply; a line
+    that is not a partition, or names a partition ``config`` has, is a ``ConfigError``
+    (``<where>:<n>: ...``, ``n`` counting ``lines`` from 1)."""
+    parser = _Parser(where)
+    parser.settings = dict(config.settings)
+    parser.nodes = config.nodes
+    parser.partitions = [copy.copy(p) for p in config.partitions]
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip().lower().startswith("partitionname="):
+            raise ConfigError(f"{where}:{lineno}: not a PartitionName line")
+        parser.line(lineno, line)
+    added = parser.warnings
+    parser.warnings = []
+    fresh = parser.finish()
+    fresh.path = config.path
+    fresh.warnings = [*config.warnings, *added]
+    fresh.ctld_hosts = config.ctld_hosts
+    fresh.topology = config.topology
+    return fresh
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:

@@ -51,6 +51,7 @@ from muster.ctld.jwtauth import USER_HEADER, JwtAuth, token_in
 from muster.ctld.listing import JobListing
 from muster.ctld.listing import select as select_fields
 from muster.ctld.observe_api import build_observe_routes
+from muster.ctld.partition_api import build_partition_routes
 from muster.ctld.privacy import PrivateData
 from muster.ctld.reconfig import build_reconfig_routes
 from muster.ctld.reservations import Reservation
@@ -604,6 +605,7 @@ def build_routes(ctx: Context) -> list[Route]:
         *build_agent_routes(ctx, signed_body, handler, ended),
         *build_step_routes(ctx, caller, parse, handler, private),
         *build_reconfig_routes(ctx, caller, handler),
+        *build_partition_routes(ctx, caller, handler),
         *build_observe_routes(ctx, caller, handler),
         *build_dashboard_routes(ctx, caller, handler, private),
         *build_token_routes(ctx, caller, parse, handler, jwt_auth),

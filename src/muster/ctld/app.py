@@ -39,6 +39,7 @@ from muster.ctld.loop import run_pass
 from muster.ctld.mailer import Mailer
 from muster.ctld.mailnotes import MailNotes
 from muster.ctld.openapi import openapi_route
+from muster.ctld.partitions import with_created
 from muster.ctld.passlog import PassLog
 from muster.ctld.rpcstats import RpcStats
 from muster.ctld.stats import ServerStats
@@ -91,6 +92,8 @@ class CtldApp:
         # SQLite, or PostgreSQL when configured; an elected controller's store is opened by
         # ``ctld.standby`` (fenced on its lease epoch)
         self.store = store if store is not None else open_store(config, path)
+        # the partitions scontrol created, kept in the store (ctld.partitions)
+        config = self.config = with_created(config, self.store)
         self.controller = Controller(config, self.store, self.clock)
         self.controller.load()
         self.stats = ServerStats(self.clock.now())  # sdiag and /metrics (ctld.stats)

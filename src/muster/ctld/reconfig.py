@@ -38,6 +38,7 @@ from muster.ctld.accounting import Enforce
 from muster.ctld.context import Context
 from muster.ctld.identity import Identity
 from muster.ctld.nodes import NodeRuntime, configured_fields
+from muster.ctld.partitions import with_created
 from muster.ctld.reconfig_plan import InUse, Plan, plan, validate
 from muster.ctld.reset_period import parse_reset_period
 from muster.ctld.state import ClusterState
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
     from starlette.requests import Request
 
-__all__ = ["apply_file", "build_reconfig_routes", "in_use", "read_config", "reconfigure"]
+__all__ = ["apply_file", "apply_plan", "build_reconfig_routes", "in_use", "read_config", "reconfigure"]
 
 log = logging.getLogger("musterctld")
 
@@ -212,15 +213,25 @@ def _swap(ctl: ClusterState, p: Plan, staged: _Staged) -> None:
 
 
 def reconfigure(ctl: ClusterState) -> Plan:
-    """Read ``ctl``'s configuration file again and apply it live, whole or not at all.
+    """Read ``ctl``'s configuration file again and apply it live, whole or not at all,
+    with the partitions ``scontrol create partition`` added (``ctld.partitions``).
     Returns the applied ``Plan``; raises ``InvalidRequest`` (memory untouched) when the
     file is refused, ``StorageError`` when the nodes' new states could not be committed."""
-    fresh = read_config(ctl.config.path)
+    fresh = with_created(read_config(ctl.config.path), ctl.store)
+    problems = validate(fresh)
+    if problems:
+        raise InvalidRequest(f"{REFUSED}: {'; '.join(problems)}")
     p = plan(ctl.config, fresh, in_use(ctl))
     if not p.ok:
         for line in p.refusals:
             log.warning("reconfigure refused: %s", line)
         raise InvalidRequest(f"{REFUSED}: {'; '.join(p.refusals)}")
+    return apply_plan(ctl, p)
+
+
+def apply_plan(ctl: ClusterState, p: Plan) -> Plan:
+    """Apply a ``Plan`` without refusals to ``ctl``'s memory (stage, commit the nodes'
+    admin states, swap) and log what changed; ``StorageError`` leaves memory untouched."""
     now = ctl.clock.now()
     staged = _stage(ctl, p, now)
     if staged.admin:
