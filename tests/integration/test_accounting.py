@@ -89,7 +89,8 @@ def test_sacctmgr_builds_the_tree_and_refuses_unknown_accounts(acct_cluster: Har
     again = ok(h.run(["sacctmgr", "-i", "add", "account", "A"]))
     assert again.strip() == "Nothing new added."
     tree = ok(h.run(["sacctmgr", "-n", "-P", "show", "assoc", "format=account,user,share"]))
-    assert {"A||1", "A|root|1", "B||1", "B|root|1"} <= set(tree.splitlines())
+    # accounts are kept in lower case, as Slurm keeps them (added as A and B)
+    assert {"a||1", "a|root|1", "b||1", "b|root|1"} <= set(tree.splitlines())
     bad = h.run(["sbatch", "-A", "nosuch", "--wrap", "true"])
     assert bad.returncode == 1
     assert bad.stderr.strip().endswith(
@@ -122,7 +123,7 @@ def test_the_quiet_account_overtakes_a_flood(acct_cluster: Harness) -> None:
     assert all(j["start_time"] is None or j["start_time"] >= late_job["start_time"] for j in waited)
     shares = ok(h.run(["sshare", "-a", "-P", "-n", "-o", "account,user,rawusage,fairshare"]))
     fs = {(row[0].strip(), row[1]): row for row in (line.split("|") for line in shares.splitlines())}
-    assert float(fs[("A", "root")][2]) > 0 and float(fs[("A", "root")][3]) < float(fs[("B", "root")][3])
+    assert float(fs[("a", "root")][2]) > 0 and float(fs[("a", "root")][3]) < float(fs[("b", "root")][3])
     for j in flood:
         h.wait_job(j, timeout=60)
 
@@ -130,7 +131,7 @@ def test_the_quiet_account_overtakes_a_flood(acct_cluster: Harness) -> None:
 def test_grp_tres_holds_the_ninth_gpu_with_assoc_grp_gres(acct_cluster: Harness) -> None:
     h = acct_cluster
     shown = ok(h.run(["sacctmgr", "-n", "-P", "show", "assoc", "where", "account=C", "format=account,user,grptres"]))
-    assert "C||gres/gpu=8" in shown.splitlines()
+    assert "c||gres/gpu=8" in shown.splitlines()
     ids = [h.sbatch("-A", "C", "-J", "grp", "--gres=gpu:4", "--wrap", "sleep 3") for _ in range(3)]
     wait_for(lambda: h.job(ids[1])["state"] == "RUNNING")
     assert wait_for(lambda: reason(h, ids[2]) == "AssocGrpGRES")
@@ -172,9 +173,11 @@ def test_sacct_parsable2_rows_have_slurms_shape(acct_cluster: Harness) -> None:
     assert re.fullmatch(rf"{bad}\.batch\|batch\|FAILED\|3:0\|\d\d:\d\d:\d\d\|cpu=1,mem=1000M,node=1", lines[4])
     default = ok(h.run(["sacct", "-j", str(good)])).splitlines()
     assert default[0] == "JobID           JobName  Partition    Account  AllocCPUS      State ExitCode "
-    assert default[2].split() == [str(good), "fmt_ok", "gpu", "B", "1", "COMPLETED", "0:0"]
+    assert default[2].split() == [str(good), "fmt_ok", "gpu", "b", "1", "COMPLETED", "0:0"]
     today = ok(h.run(["sacct", "-X", "-n", "-P", "-o", "JobID,Account"])).splitlines()
-    assert f"{good}|B" in today and f"{bad}|B" in today
+    assert f"{good}|b" in today and f"{bad}|b" in today
+    by_account = ok(h.run(["sacct", "-X", "-n", "-P", "-A", "B", "-o", "JobID"])).split()  # any case
+    assert str(good) in by_account and str(bad) in by_account
     report = ok(
         h.run(
             [
@@ -192,7 +195,7 @@ def test_sacct_parsable2_rows_have_slurms_shape(acct_cluster: Harness) -> None:
             ]
         )
     )
-    assert any(line.startswith("muster|root|") and "|A|gres/gpu|" in line for line in report.splitlines())
+    assert any(line.startswith("muster|root|") and "|a|gres/gpu|" in line for line in report.splitlines())
     util = ok(h.run(["sreport", "-T", "gres/gpu", "-t", "hours", "cluster", "utilization"]))
     assert "Usage reported in TRES Hours" in util
 
@@ -245,7 +248,7 @@ def test_sreport_job_goodput_adds_up_what_jobs_reported(acct_cluster: Harness) -
     assert h.wait_job(silent)["state"] == "COMPLETED"
     argv = ["sreport", "-P", "-n", "-t", "seconds", "job", "goodput", "start=now-1hours", "end=now+1hours"]
     rows = [line.split("|") for line in ok(h.run(argv)).splitlines()]
-    row = next(r for r in rows if r[1] == "A")
+    row = next(r for r in rows if r[1] == "a")
     assert int(row[2]) >= 2 and int(row[3]) >= 1  # jobs, of which reporting
     allocated, startup, lost, productive = map(int, row[4:8])
     assert lost == 0 and productive > 0 and allocated >= startup + productive

@@ -302,7 +302,8 @@ def _columns(table: dict[str, tuple[str, int, Getter]], fmt: str) -> list[tuple[
 
 
 def _matches(value: str, wanted: list[str] | None) -> bool:
-    return not wanted or value in wanted
+    """Case-blind, as Slurm's sacctmgr (which keeps names in lower case)."""
+    return not wanted or value.lower() in {w.lower() for w in wanted}
 
 
 def show(cmd: ParsedCommand, objects: dict[str, Any], printer: Printer) -> list[str]:
@@ -341,7 +342,7 @@ def show(cmd: ParsedCommand, objects: dict[str, Any], printer: Printer) -> list[
         by_key = {f"{a['account']}|{a['user']}": a for a in objects["assocs"]}
         rows = []
         for a in objects["assocs"]:
-            if accounts and a["account"] not in accounts:
+            if not _matches(a["account"], accounts):
                 continue
             if users and a["user"] not in users:
                 continue

@@ -110,7 +110,7 @@ class Filters:
             return False
         if self.partitions and job.get("partition") not in self.partitions:
             return False
-        if self.accounts and job.get("account") not in self.accounts:
+        if self.accounts and str(job.get("account") or "").lower() not in {a.lower() for a in self.accounts}:
             return False
         if self.qos and (job.get("qos") or "normal") not in self.qos:
             return False

@@ -92,7 +92,8 @@ class AssocDB:
     # --- the tree -------------------------------------------------------------------------
 
     def assoc(self, account: str, user: str = "") -> Assoc | None:
-        return self.assocs.get(assoc_key(account, user))
+        """The association of ``account`` (any case: accounts are kept in lower case)."""
+        return self.assocs.get(assoc_key(account.lower(), user))
 
     def chain(self, a: Assoc) -> list[Assoc]:
         """``a``, then the account associations above it, up to root."""
@@ -165,6 +166,9 @@ class AssocDB:
             sets.pop(key, None)
         if "Name" in where:
             names += where.pop("Name")
+        if entity == "account":
+            names = [n.lower() for n in names]
+        _lowercase(where, sets)
         fn = getattr(self, f"_{verb}_{entity}", None)
         if fn is None:
             raise InvalidRequest(f"Unknown request: {verb} {entity}")
@@ -568,3 +572,16 @@ class AssocDB:
 def _check_name(name: str) -> None:
     if not name or any(c in name for c in " |,='\"") or len(name) > 64:
         raise InvalidRequest(f"Invalid name: {name!r}")
+
+
+# Values sacctmgr keeps in lower case, as Slurm does (an account named ``Foo`` is ``foo``;
+# so are its description and organization); user and QOS names are kept as given.
+_LOWERCASED = ("Account", "Parent", "DefaultAccount", "Description", "Organization")
+
+
+def _lowercase(where: dict[str, list[str]], sets: dict[str, Any]) -> None:
+    for key in _LOWERCASED:
+        if key in where:
+            where[key] = [v.lower() for v in where[key]]
+        if isinstance(sets.get(key), str):
+            sets[key] = sets[key].lower()

@@ -185,7 +185,7 @@ def _matches(d: dict[str, Any], q: Query) -> bool:
             and d.get("het_job_id") not in ids  # a heterogeneous job: every component
         ):
             return False
-    if q.accounts and account_of(d) not in q.accounts:
+    if q.accounts and account_of(d).lower() not in {a.lower() for a in q.accounts}:  # as Slurm's
         return False
     if q.partitions and d.get("partition") not in q.partitions:
         return False

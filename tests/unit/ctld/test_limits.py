@@ -78,7 +78,7 @@ def test_qos_limits_give_slurms_reasons() -> None:
 def test_grp_tres_mins_counts_usage_and_what_the_job_may_use() -> None:
     db = _db()
     _set(db, "account", "A", GrpTRESMins="gres/gpu=100")
-    used = {"A|": {"gres/gpu": 90 * 60.0}}
+    used = {"a|": {"gres/gpu": 90 * 60.0}}  # account A is kept as "a", as in Slurm
     assert check(_load(db, gpus=1, time_limit=600), Running(), db, used) is None
     assert check(_load(db, gpus=2, time_limit=600), Running(), db, used) is Reason.ASSOC_GRP_GRES_MIN
 
