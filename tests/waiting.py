@@ -27,3 +27,20 @@ def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {value!r})")
         time.sleep(interval)  # sleep: wait_for's own poll interval
+
+
+async def wait_until(
+    predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.02, what: str = "condition"
+) -> T:
+    """``wait_for`` inside a running event loop: polls ``predicate`` between the loop's
+    other work (``await asyncio.sleep``), with the same deadline and message."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {value!r})")
+        await asyncio.sleep(interval)  # sleep: wait_until's own poll interval

@@ -250,10 +250,12 @@ def test_enforce_part_limits_is_read_by_one_function() -> None:
     assert not offenders, "read EnforcePartLimits with sched.config.part_limits_mode:\n" + "\n".join(offenders)
 
 
-# Tests wait on conditions (tests/waiting.py's wait_for, Harness.wait_job, Harness.wait_passes),
-# never with a fixed sleep. A sleep that is the behaviour under test (a job that must be running
-# a while, a client that reads at its own pace) carries "# sleep: <why>" on its line. The files
-# below still hold bare sleeps (issue 39 item 4): the count of each may only go down.
+# Tests wait on conditions (tests/waiting.py's wait_for and, in an event loop, wait_until;
+# Harness.wait_job, Harness.wait_passes), never with a fixed sleep: time.sleep or asyncio.sleep
+# (asyncio.sleep(0), a bare yield to the loop, lets no time pass). A sleep that is the behaviour
+# under test (letting time pass to show that something does NOT happen, a client that reads at
+# its own pace, a request kept in flight) carries "# sleep: <why>" on its line. The files below
+# still hold bare sleeps (issue 39 item 4): the count of each may only go down.
 TESTS = SRC.parents[1] / "tests"
 BARE_SLEEPS_LEFT = {
     "e2e/test_clients.py": 3,
@@ -291,6 +293,18 @@ BARE_SLEEPS_LEFT = {
 }
 
 
+def _yields_only(call: ast.Call) -> bool:
+    """``asyncio.sleep(0)``: a turn of the event loop, no time let pass."""
+    return (
+        isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "asyncio"
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Constant)
+        and call.args[0].value == 0
+    )
+
+
 def _bare_sleeps(path: pathlib.Path) -> list[int]:
     text = path.read_text()
     lines = text.splitlines()
@@ -301,11 +315,21 @@ def _bare_sleeps(path: pathlib.Path) -> list[int]:
             and isinstance(node.func, ast.Attribute)
             and node.func.attr == "sleep"
             and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "time"
+            and node.func.value.id in ("time", "asyncio")
+            and not _yields_only(node)
             and "# sleep:" not in lines[node.lineno - 1]
         ):
             found.append(node.lineno)
     return sorted(found)
+
+
+def test_the_sleep_check_sees_both_sleeps_but_not_a_yield_or_a_marked_one(tmp_path: pathlib.Path) -> None:
+    test = tmp_path / "test_x.py"
+    test.write_text(
+        "import asyncio, time\nasync def f():\n    await asyncio.sleep(0.1)\n    await asyncio.sleep(0)\n"
+        "    time.sleep(1)\n    time.sleep(1)  # sleep: the thing must NOT happen meanwhile\n"
+    )
+    assert _bare_sleeps(test) == [3, 5]
 
 
 def test_tests_wait_on_conditions_not_fixed_sleeps() -> None:
@@ -316,7 +340,7 @@ def test_tests_wait_on_conditions_not_fixed_sleeps() -> None:
         if len(found) > BARE_SLEEPS_LEFT.get(name, 0):
             offenders.append(f"tests/{name}: time.sleep at lines {found}")
     assert not offenders, (
-        "wait on a condition (waiting.wait_for, Harness.wait_job/wait_passes), or mark a sleep that "
+        "wait on a condition (waiting.wait_for/wait_until, Harness.wait_job/wait_passes), or mark a sleep that "
         "is the behaviour under test with '# sleep: <why>' on its line:\n" + "\n".join(offenders)
     )
 

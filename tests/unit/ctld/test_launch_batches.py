@@ -48,7 +48,7 @@ class _Client:
         self.sent.append((url, ids))
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
-            await asyncio.sleep(0.01)  # the request was on its way a while
+            await asyncio.sleep(0.01)  # sleep: the request was on its way a while
             raise answer
         return answer
 
@@ -131,7 +131,7 @@ def test_a_new_time_limit_waits_for_its_jobs_launch(tmp_path: Any, n: int) -> No
     async def scenario() -> None:
         launch = asyncio.create_task(d.launch_many("node1", actions) if n > 1 else d.run(actions[0]))
         limit = asyncio.create_task(d.run(NewLimit(node="node1", job_id=actions[-1].job.job_id, time_limit=2)))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # sleep: time for the limit to be sent, were it not held back
         assert client.sent == ["/v1/launches" if n > 1 else "/v1/launch"]  # the limit waits
         client.answer.set()
         await asyncio.gather(launch, limit)

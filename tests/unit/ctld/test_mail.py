@@ -20,6 +20,7 @@ from muster.ctld.controller import Controller, Identity
 from muster.ctld.mailer import Mailer
 from muster.ctld.mailnotes import Mail, MailNotes
 from muster.ctld.store import Store
+from waiting import wait_until
 
 CONF = """
 ClusterName=t
@@ -272,8 +273,7 @@ def test_mailprog_gets_subject_recipient_and_environment(tmp_path: pathlib.Path)
 
     async def go() -> None:
         mailer.send(Mail("alice@example.org", "Slurm Job_id=7 Name=x Began", {"SLURM_JOB_ID": "7"}))
-        while mailer.queue or mailer.workers:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: not (mailer.queue or mailer.workers), what="the mail sent")
 
     asyncio.run(go())
     assert out.read_text() == "-s|Slurm Job_id=7 Name=x Began|alice@example.org|7\n"
@@ -290,9 +290,12 @@ def test_a_hanging_mailprog_is_killed_and_its_failure_logged_once(
         for i in range(5):
             mailer.send(Mail("a", f"m{i}"))
         assert len(mailer.workers) == 2  # the cap: the others wait in the queue
-        while mailer.queue or mailer.workers:
+
+        def drained() -> bool:
             seen.append(len(mailer.running))
-            await asyncio.sleep(0.02)
+            return not (mailer.queue or mailer.workers)
+
+        await wait_until(drained, what="the five mails given up")
 
     with caplog.at_level(logging.ERROR, logger="musterctld"):
         asyncio.run(go())
@@ -312,8 +315,7 @@ def test_a_missing_mailprog_and_a_full_queue_never_raise(tmp_path: pathlib.Path)
         mailer.send(Mail("a", "m3"))  # dropped too: still full
         mailer.queue.clear()
         mailer.send(Mail("a", "m4"))
-        while mailer.queue or mailer.workers:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: not (mailer.queue or mailer.workers), what="the mail tried")
 
     asyncio.run(go())
     assert mailer.failures_count == 1
@@ -325,8 +327,7 @@ def test_stopping_kills_what_mailprog_runs(tmp_path: pathlib.Path) -> None:
 
     async def go() -> int:
         mailer.send(Mail("a", "m"))
-        while not mailer.running:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: mailer.running, what="MailProg running")
         (proc,) = mailer.running
         await mailer.stop()
         return await asyncio.wait_for(proc.wait(), 5)

@@ -21,7 +21,7 @@ def test_a_burst_of_requests_is_sent_at_most_in_flight_at_once_and_all_are_answe
         nonlocal in_flight, most
         in_flight += 1
         most = max(most, in_flight)
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.001)  # sleep: each request stays in flight a moment, so the burst overlaps
         in_flight -= 1
         return httpx.Response(200, json={"ok": True, "path": request.url.path})
 
