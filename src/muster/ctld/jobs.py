@@ -114,6 +114,8 @@ class JobActions:
         check_label("comment", spec.comment)
         if spec.account:  # Slurm keeps account names in lower case: -A Foo is account foo
             spec.account = spec.account.lower()
+        if spec.account:  # Slurm keeps account names in lower case: -A Foo is account foo
+            spec.account = spec.account.lower()
         unknown_deps = self._unknown_dependencies(spec)
         partition = self._resolve_partition(spec)
         candidates = [self.state.config.partition(p) for p in (spec.partitions or [partition])]
