@@ -20,7 +20,6 @@ from muster.core.errors import (
     PermissionDenied,
     Unsatisfiable,
 )
-from muster.core.events import EventKind
 from muster.core.job import Job, JobSpec, compute_shape
 from muster.core.labels import check_label
 from muster.core.lifecycle import JobEvent
@@ -87,7 +86,7 @@ class JobActions:
         first = {"uid": who.uid, "host": who.host, **({"request": token} if token else {})}
         self.state.record(
             now,
-            [(j, EventKind.SUBMIT, first if i == 0 else {"uid": who.uid, "host": who.host}) for i, j in enumerate(jobs)],
+            [(j, "submit", first if i == 0 else {"uid": who.uid, "host": who.host}) for i, j in enumerate(jobs)],
             meta={"next_job_id": str(next_id)},
         )
         self.state.next_job_id = next_id
@@ -112,8 +111,6 @@ class JobActions:
             raise InvalidRequest(str(e)) from None
         check_label("job name", spec.name)
         check_label("comment", spec.comment)
-        if spec.account:  # Slurm keeps account names in lower case: -A Foo is account foo
-            spec.account = spec.account.lower()
         if spec.account:  # Slurm keeps account names in lower case: -A Foo is account foo
             spec.account = spec.account.lower()
         unknown_deps = self._unknown_dependencies(spec)
@@ -282,7 +279,7 @@ class JobActions:
         attempt = job.restart_count
         lifecycle.end(job, JobEvent.CANCEL, now, completing=was_running)
         job.cancelled_by = who.uid
-        self.state.record(now, [(job, EventKind.CANCEL, {"by": who.uid})])
+        self.state.record(now, [(job, "cancel", {"by": who.uid})])
         if was_running:
             return [Terminate(job.job_id, attempt, job.nodes, "cancel")]
         return []
@@ -307,7 +304,7 @@ class JobActions:
             attempt = job.restart_count
             lifecycle.end(job, JobEvent.CANCEL, now, completing=was_running)
             job.cancelled_by = who.uid
-            changes.append((job, EventKind.CANCEL, {"by": who.uid}))
+            changes.append((job, "cancel", {"by": who.uid}))
             if was_running:
                 actions.append(Terminate(job.job_id, attempt, job.nodes, "cancel"))
         if changes:
@@ -327,7 +324,7 @@ class JobActions:
             if now + shortest <= deadline:
                 continue
             lifecycle.end(job, JobEvent.DEADLINE, now, completing=False, reason=Reason.DEADLINE)
-            changes.append((job, EventKind.DEADLINE, {"deadline": deadline}))
+            changes.append((job, "deadline", {"deadline": deadline}))
         if changes:
             self.state.record(now, changes)
         return len(changes)
@@ -348,7 +345,7 @@ class JobActions:
             if not (job.spec.kill_on_invalid_dep or everyone):
                 continue
             lifecycle.end(job, JobEvent.CANCEL, now, completing=False, reason=Reason.DEPENDENCY_NEVER)
-            changes.append((job, EventKind.CANCEL, {"by": None, "why": "invalid dependency"}))
+            changes.append((job, "cancel", {"by": None, "why": "invalid dependency"}))
         if changes:
             self.state.record(now, changes)
         return len(changes)
@@ -363,7 +360,7 @@ class JobActions:
             if job.stopped != stop:  # STOPPED while its tasks are (Slurm's JOB_STOPPED), shown by every view
                 with self.state.atomic(job):
                     job.stopped = stop
-                    self.state.record(self.state.clock.now(), [(job, EventKind.STOPPED if stop else EventKind.CONTINUED, {})])
+                    self.state.record(self.state.clock.now(), [(job, "stopped" if stop else "continued", {})])
         return [SignalJob(job.job_id, job.nodes, sig, batch_only)]
 
     def hold(self, job: Job, who: Identity, admin_hold: bool) -> None:
@@ -373,7 +370,7 @@ class JobActions:
         kind = "admin" if (admin_hold and who.admin) else "user"
         now = self.state.clock.now()
         lifecycle.hold(job, kind, now)
-        self.state.record(now, [(job, EventKind.HOLD, {"kind": kind, "by": who.uid})])
+        self.state.record(now, [(job, "hold", {"kind": kind, "by": who.uid})])
 
     def release(self, job: Job, who: Identity) -> None:
         self._check_owner(job, who)
@@ -383,13 +380,13 @@ class JobActions:
             raise PermissionDenied()
         now = self.state.clock.now()
         lifecycle.release(job, now)
-        self.state.record(now, [(job, EventKind.RELEASE, {"by": who.uid})])
+        self.state.record(now, [(job, "release", {"by": who.uid})])
 
     def update(self, job: Job, who: Identity, changes: dict[str, Any]) -> list[Action]:
         self._check_owner(job, who)
         with self.state.atomic(job):  # a refusal half-way leaves the job as it was
             applied = self._apply_update(job, who, changes)
-            self.state.record(self.state.clock.now(), [(job, EventKind.UPDATE, {"changes": applied, "by": who.uid})])
+            self.state.record(self.state.clock.now(), [(job, "update", {"changes": applied, "by": who.uid})])
         if "time_limit" in applied and job.state is JobState.RUNNING and job.batch_host:
             return [NewLimit(job.job_id, job.batch_host, job.time_limit)]
         return []
@@ -457,6 +454,6 @@ class JobActions:
         # a suspended job that is requeued is held, as in Slurm (ctld.suspend)
         kind = ("admin" if who.admin else "user") if hold or job.suspended_at is not None else None
         lifecycle.requeue(job, now, hold=kind)
-        self.state.record(now, [(job, EventKind.REQUEUE, {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
+        self.state.record(now, [(job, "requeue", {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
         self.state.launch_answered(job.job_id)
         return [Terminate(job.job_id, attempt, nodes, "requeue")] if was_running else []
