@@ -35,6 +35,7 @@ from muster.ctld.state import ClusterState
 from muster.ctld.suspend import Suspensions
 from muster.ctld.training import Training
 from muster.ctld.triggers import TriggerBook
+from muster.sched.priority import PriorityMemo
 
 __all__ = [
     "Action",
@@ -60,9 +61,11 @@ class Controller(ClusterState):
     preemption: Preemptions = field(init=False, repr=False)
     suspensions: Suspensions = field(init=False, repr=False)
     triggers: TriggerBook = field(init=False, repr=False)
+    priority_memo: PriorityMemo = field(init=False, repr=False)  # kept between passes (ctld.loop)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.priority_memo = PriorityMemo()
         self.queue = JobActions(self)
         self.hets = HetJobs(self.queue)
         self.launches = Launches(self)

@@ -42,7 +42,7 @@ from muster.sched.dependencies import DependencyIndex, DepState, parse_dependenc
 from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict, job_duration
 from muster.sched.hetgroups import HetGroups, place_group
 from muster.sched.preempt import Preempting, held_request, hold_active
-from muster.sched.priority import PriorityPolicy, examination_order
+from muster.sched.priority import PriorityMemo, PriorityPolicy, examination_order
 from muster.sched.profile import INF, NodeProfile
 from muster.sched.reservations import ReservationBook
 from muster.sched.snapshot import Snapshot
@@ -61,9 +61,12 @@ def schedule(
     now: float,
     config: SchedConfig,
     timer: Callable[[], float] | None = None,
+    memo: PriorityMemo | None = None,
 ) -> Decisions:
-    """Decide what starts now, what is planned when, and why the rest waits."""
-    return _Pass(snapshot, now, config, timer).run()
+    """Decide what starts now, what is planned when, and why the rest waits. ``memo``
+    (kept by the caller from one pass to the next) holds the priority terms that do not
+    move with time: the decisions are the same with or without it."""
+    return _Pass(snapshot, now, config, timer, memo).run()
 
 
 class _Pass:
@@ -92,8 +95,10 @@ class _Pass:
         now: float,
         config: SchedConfig,
         timer: Callable[[], float] | None,
+        memo: PriorityMemo | None = None,
     ) -> None:
         self.snap = snapshot
+        self.memo = memo
         self.now = now
         self.config = config
         self.timer = timer
@@ -276,7 +281,7 @@ class _Pass:
     def _prioritise(self, eligible: list[tuple[Job, tuple[str, ...]]]) -> list[tuple[Job, tuple[str, ...]]]:
         policy = PriorityPolicy(self.snap, self.now, self.config)
         pending = self.snap.pending
-        values = policy.priorities(pending, self.parts)
+        values = policy.priorities(pending, self.parts, self.memo)
         prio = self.d.priorities
         prio.update(zip([job.job_id for job in pending], values, strict=True))
         if len(eligible) == len(pending):  # none set aside: the same jobs in the same order

@@ -36,7 +36,15 @@ from muster.core.job import Job
 from muster.sched.config import SchedConfig
 from muster.sched.fairshare import fairshare_of
 
-__all__ = ["BASIC_TOP", "Factors", "PriorityInputs", "PriorityPolicy", "examination_order", "order_key"]
+__all__ = [
+    "BASIC_TOP",
+    "Factors",
+    "PriorityInputs",
+    "PriorityMemo",
+    "PriorityPolicy",
+    "examination_order",
+    "order_key",
+]
 
 # priority/basic counts down from here by job id, as Slurm counts down by submission.
 BASIC_TOP = 0xFFFEFFFF
@@ -85,6 +93,28 @@ class Factors(NamedTuple):
     partition: float
     qos: float
     total: int
+
+
+class PriorityMemo:
+    """The terms of the multifactor formula that do not move with time, kept from one pass
+    to the next by whoever runs the passes (the controller, the simulator): the fair-share
+    factor per (user, account), the job-size factor per (nodes, CPUs per node, GPUs per
+    node), so that a pass computes, per pending job, only its age and a sum.
+
+    Keyed by value, so a job updated (``scontrol update`` of its account or node count)
+    finds the terms of what it asks now. All of it is forgotten when what the terms are
+    computed from changes (``PriorityPolicy.sync``): the fair-share table (usage updates),
+    the cluster's totals (nodes, CPUs, GPUs), the config. The priorities are those of
+    ``PriorityPolicy.priority``, to the bit: the same expressions, summed in the same
+    order."""
+
+    __slots__ = ("basis", "shares_table", "shares", "sizes")
+
+    def __init__(self) -> None:
+        self.basis: tuple[object, ...] | None = None
+        self.shares_table: dict[str, float] = {}
+        self.shares: dict[tuple[str, str | None], float] = {}
+        self.sizes: dict[tuple[int, int, int], float] = {}
 
 
 class PriorityPolicy:
@@ -137,18 +167,86 @@ class PriorityPolicy:
             return max(1, BASIC_TOP - job.job_id - job.spec.nice)
         return self.factors(job, partitions).total
 
-    def priorities(self, jobs: Sequence[Job], partitions: Sequence[tuple[str, ...]]) -> list[int]:
+    def priorities(
+        self, jobs: Sequence[Job], partitions: Sequence[tuple[str, ...]], memo: PriorityMemo | None = None
+    ) -> list[int]:
         """``priority`` of each job, ``partitions[i]`` being where ``jobs[i]`` may run.
 
         A pass asks this for every pending job, so FIFO without admin overrides (every
         simulator preset) is computed in one comprehension without ``max``; a value below
-        1 (a held job's 0 included) sends the whole list the careful way."""
-        if self.overrides or self.config.multifactor:
+        1 (a held job's 0 included) sends the whole list the careful way. Multifactor
+        without overrides reads the terms that do not move with time from ``memo`` (one
+        for this call when none is given): per job, only the age is computed."""
+        if self.overrides:
             return [self.priority(j, p) for j, p in zip(jobs, partitions, strict=True)]
+        if self.config.multifactor:
+            return self._multifactor(jobs, partitions, memo or PriorityMemo())
         values = [0 if j.hold else BASIC_TOP - j.job_id - j.spec.nice for j in jobs]
         if values and min(values) < 1:
             return [0 if j.hold else max(1, BASIC_TOP - j.job_id - j.spec.nice) for j in jobs]
         return values
+
+    def sync(self, memo: PriorityMemo) -> None:
+        """Forget what ``memo`` holds when what its terms are computed from has changed."""
+        basis = (
+            self.config,
+            self.total_nodes,
+            self.total_cpus,
+            self.total_gpus,
+            self.fairshare_default,
+        )
+        if memo.basis != basis or memo.shares_table != self.fairshare:
+            memo.basis = basis
+            memo.shares_table = dict(self.fairshare)
+            memo.shares.clear()
+            memo.sizes.clear()
+
+    def _multifactor(self, jobs: Sequence[Job], partitions: Sequence[tuple[str, ...]], memo: PriorityMemo) -> list[int]:
+        """``factors(job, parts).total`` (0 for a held job) for each job: the expressions of
+        ``factors``, summed in its order, with the fair-share and job-size terms from
+        ``memo``. Every pass runs this over the whole queue."""
+        self.sync(memo)
+        c = self.config
+        w_age, w_fs, w_js, w_qos = c.weight_age, c.weight_fairshare, c.weight_job_size, c.weight_qos
+        max_age, now = c.max_age, self.now
+        max_qos, qos_priority = self.max_qos, self.qos_priority
+        table, default = self.fairshare, self.fairshare_default
+        shares, sizes, parts_of = memo.shares, memo.sizes, self._parts
+        out: list[int] = []
+        append = out.append
+        for job, parts in zip(jobs, partitions, strict=True):
+            if job.hold:
+                append(0)
+                continue
+            spec = job.spec
+            total = parts_of(parts)[0]
+            since = job.eligible_time if job.eligible_time is not None else job.submit_time
+            waited = now - since
+            if max_age <= 0:
+                age = 1.0
+            elif waited > 0:
+                age = 1.0 if waited >= max_age else waited / max_age
+            else:
+                age = 0.0
+            if w_age:
+                total += w_age * age
+            if w_fs:
+                who = (job.user, spec.account)
+                fs = shares.get(who)
+                if fs is None:
+                    fs = shares[who] = fairshare_of(table, job.user, spec.account, default)
+                total += w_fs * fs
+            if w_js:
+                shape = job.shape
+                size = (shape.nodes, shape.cpus_per_node, shape.gpus_per_node)
+                js = sizes.get(size)
+                if js is None:
+                    js = sizes[size] = self._size_factor(job)
+                total += w_js * js
+            if w_qos and max_qos > 0 and spec.qos:
+                total += w_qos * qos_priority.get(spec.qos, 0) / max_qos
+            append(max(1, int(total) - spec.nice))
+        return out
 
     def factors(self, job: Job, partitions: tuple[str, ...]) -> Factors:
         """The formula, term by term, for a job that may run in ``partitions`` (neither an
