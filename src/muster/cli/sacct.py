@@ -350,7 +350,7 @@ def parse_format(text: str) -> list[tuple[str, int, Callable[[dict[str, Any], st
 
 
 class Request:
-    __slots__ = ("cols", "printer", "params", "allocations", "units", "json", "array")
+    __slots__ = ("cols", "printer", "params", "allocations", "units", "json", "array", "steps")
 
     def __init__(self) -> None:
         self.cols: list[Any] = []
@@ -360,6 +360,8 @@ class Request:
         self.array = False  # --array: every pending array task on its own row
         self.units: str | None = None
         self.json = False
+        # -j N.S: job N's rows narrowed to these steps (``steps_asked``)
+        self.steps: dict[str, set[str]] = {}
 
 
 def parse_time(text: str, now: float, end_of_day: bool = False) -> float:
@@ -429,6 +431,7 @@ def parse_args(argv: list[str], environ: dict[str, str], now: float) -> Request 
             except ValueError:
                 raise CommandError(f"Invalid job id: {j}") from None
         p["job_id"] = ids
+        req.steps = steps_asked(ids)
     states = opts.get("state")
     if states:
         from muster.core.statenames import job_state_name
@@ -441,15 +444,19 @@ def parse_args(argv: list[str], environ: dict[str, str], now: float) -> Request 
             if long not in names:
                 names.append(long)
         p["state"] = names
+    # sacct(1)'s DEFAULT TIME WINDOW: with -j the start is Epoch 0 (-s or not); with -s
+    # alone it is now; otherwise midnight. With -s the end defaults to the start, or now.
     start_text, end_text = opts.get("starttime"), opts.get("endtime")
     if start_text is not None:
         p["start"] = parse_time(start_text, now)
-    elif states:
+    elif states and not jobs:
         p["start"] = now
     elif not jobs:
         p["start"] = midnight(now)
     if end_text is not None:
         p["end"] = parse_time(end_text, now)
+    elif states and start_text is not None:
+        p["end"] = p["start"]
     elif not jobs or start_text is not None or states:
         p["end"] = now
     for key, param in (
@@ -499,6 +506,36 @@ def render(records: list[dict[str, Any]], req: Request) -> list[str]:
     return req.printer.lines(columns, rows)
 
 
+def steps_asked(ids: list[str]) -> dict[str, set[str]]:
+    """The jobs of ``-j`` asked for by step only (``12.0``, ``12.batch``), by job: their
+    step ids. A job also named whole (``-j 12,12.0``) is not narrowed."""
+    whole = {i for i in ids if "." not in i}
+    out: dict[str, set[str]] = {}
+    for i in ids:
+        job, dot, step = i.partition(".")
+        if dot and job not in whole:
+            out.setdefault(job, set()).add(step)
+    return out
+
+
+def narrow_to_steps(records: list[dict[str, Any]], steps: dict[str, set[str]]) -> list[dict[str, Any]]:
+    """``sacct -j N.S`` prints step N.S's row alone, not the job's (sacct(1)): each record of
+    a job asked for by step keeps only those steps (as step rows), and its own row goes."""
+    if not steps:
+        return records
+    out = []
+    for rec in records:
+        keys = {str(rec.get("job_id_text")), str(rec.get("job_id_raw")), str(rec.get("job_id"))}
+        wanted = next((steps[k] for k in keys if k in steps), None)
+        if wanted is None:
+            out.append(rec)
+            continue
+        for step in rec.get("steps") or []:
+            if str(step.get("job_id_text", "")).rpartition(".")[2] in wanted:
+                out.append({**step, "steps": []})
+    return out
+
+
 def run(req: Request) -> list[str]:
     answer = call(PROG, "GET", "/v1/accounting/jobs" + query_string(req.params))
     records = answer.get("jobs") or []
@@ -508,7 +545,7 @@ def run(req: Request) -> list[str]:
         return [sacct_document(records, ["sacct", "--json"])]
     if not req.array:
         records = merge_array_records(records)
-    return render(records, req)
+    return render(narrow_to_steps(records, req.steps), req)
 
 
 def main(argv: list[str] | None = None) -> int:
