@@ -42,8 +42,8 @@ REASONS: dict[str, str] = {
     "test_108_2.py": "Slurm fails on Debian's version string (slurm-wlm 22.05.8); muster prints slurm 22.05.8",
     "test_108_7.py": "skips on muster: the config states no SelectTypeParameters=CR_Core_Memory",
     "test_112_1.py": "skips on muster (no slurmdbd named in the config, as test_102_3); two of its tests pass on Slurm",
-    "test_116_2.py": "skips on Slurm (its config names slurmdbd); fails on muster: Slurm keeps account names in "
-    "lower case (--account=MY_ACCT shows Account=my_acct), muster keeps them as given (its sacctmgr too); not changed",
+    "test_116_2.py": "skips on Slurm (its config names slurmdbd); passes on muster, which keeps account names in "
+    "lower case as Slurm does (--account=MY_ACCT shows Account=my_acct; sacctmgr too)",
     "test_116_23.py": "srun --no-allocate (-Z, a step without a job, root only) is not implemented (test_single_job); "
     "test_multiple_jobs needs sudo, which this machine lacks, on both",
     "test_116_46.py": "fails on Slurm (the known race of proctrack/linuxproc); passes on muster",
