@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -133,6 +134,48 @@ def test_suspend_freezes_the_job_and_resume_thaws_it(cluster: Harness) -> None:
     assert _scontrol(h, "suspend", str(job2)).returncode == 0
     assert h.run(["scancel", str(job2)]).returncode == 0
     assert h.wait_job(job2)["state"] == "CANCELLED"
+
+
+def test_an_srun_allocation_is_suspended_and_resumed_as_a_batch_job_is(cluster: Harness) -> None:
+    h = cluster
+    uid = ensure_user("mustertest")
+    name = f"alloc-{os.getpid()}"
+    loop = f"echo $SLURM_JOB_ID > {name}.id; while :; do echo t >> {name}; sleep 0.25; done"
+    srun = subprocess.Popen(
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "srun", "-n1", "--mem=100M"]
+        + ["sh", "-c", loop],
+        cwd=h.workdir,
+        env=h.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    job = 0
+    try:
+        wait_for(lambda: _ticks(h, name) > 0, 60, what="the allocation's step to tick")
+        job = int(h.read(f"{name}.id"))
+        assert h.job(job)["spec"]["interactive"] is True
+        out = _scontrol(h, "suspend", str(job))
+        assert out.returncode == 0 and not out.stderr, out.stderr
+        _wait_freezer(h, job, "FROZEN")  # its step's task, frozen in the job's cgroup
+        assert h.job(job)["state"] == "SUSPENDED"
+        steps = h.run(["squeue", "-s", "-j", str(job), "-h", "-o", "%i %T"]).stdout.splitlines()
+        assert f"{job}.0 SUSPENDED" in steps, steps
+        ticks = _ticks(h, name)
+        h.wait_passes(3)
+        assert _ticks(h, name) == ticks
+        out = _scontrol(h, "resume", str(job))
+        assert out.returncode == 0 and not out.stderr, out.stderr
+        _wait_freezer(h, job, "THAWED")
+        wait_for(lambda: _ticks(h, name) > ticks, 60, what="the resumed allocation to tick")
+        assert h.job(job)["state"] == "RUNNING"
+    finally:
+        if job:
+            h.run(["scancel", str(job)])
+        else:
+            srun.terminate()
+        srun.wait(timeout=60)
+    if job:
+        assert h.wait_job(job)["state"] == "CANCELLED"
 
 
 def test_a_job_sent_sigstop_shows_stopped_until_sigcont(cluster: Harness) -> None:

@@ -64,6 +64,8 @@ __all__ = ["StepBook", "StepSignal", "step_tres", "step_wire"]
 log = logging.getLogger("musterctld.steps")
 
 ENDED_JOB = "Job/step already completing or completed"
+# Slurm's ESLURM_DISABLED: a step of a suspended job is not created (srun retries)
+SUSPENDED_JOB = "Requested operation is presently disabled"
 
 
 def step_tres(cpus: int, mem: int, nodes: int, gpus: int) -> str:
@@ -233,6 +235,8 @@ class StepBook:
             raise InvalidRequest(ENDED_JOB)
         name = name or (argv[0].rsplit("/", 1)[-1] if argv else "step")
         check_label("step name", name)
+        if job.suspended_at is not None:  # scontrol suspend: srun waits until it is resumed, as Slurm's
+            return StepWait(SUSPENDED_JOB)
         try:
             outcome = plan_step(request, self.shares(job))
         except StepRejected as e:
@@ -555,6 +559,8 @@ class StepBook:
             if job is None or job.state.is_terminal:
                 self.interactive.discard(job_id)
                 continue
+            if job.suspended_at is not None:
+                continue  # scontrol suspend: its time does not run meanwhile
             expected = job.expected_end()
             if job.state is JobState.RUNNING and expected is not None and now < expected:
                 actions.extend(self._warn(job, expected, now))

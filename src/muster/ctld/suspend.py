@@ -6,8 +6,12 @@ GPUs (its GPU memory stays occupied: giving its devices to another job would not
 muster, unlike Slurm's CPU-only release, lends nothing meanwhile); commands show it
 SUSPENDED (``Job.display_state``: squeue ``S``, ``scontrol show job`` ``JobState=SUSPENDED``,
 sacct ``SUSPENDED`` with its ``Suspended`` time). The time it spends suspended does not
-count against its time limit, here (``Job.expected_end``) and on its batch host, which
-enforces the limit. Each change is committed before its nodes are told
+count against its time limit, here (``Job.expected_end``; the controller times an srun or
+salloc allocation, ``ctld.steps``, and not while it is suspended) and on its batch host,
+which enforces a batch job's limit. An srun or salloc allocation is suspended as a batch
+job is: its steps' tasks are frozen on their nodes (salloc's shell, on the submit host,
+is not, as in Slurm), and a step asked for meanwhile waits until it is resumed. Each
+change is committed before its nodes are told
 (``SuspendJob``: freeze or thaw the job's cgroup, or SIGSTOP/SIGCONT its processes).
 """
 
@@ -41,8 +45,6 @@ class Suspensions:
         self._check(job, who)
         if job.suspended_at is not None:
             raise InvalidRequest(NOT_RUNNING)
-        if job.spec.interactive:  # an srun/salloc allocation: its steps have no batch host to time them
-            raise InvalidRequest("Suspending an interactive allocation is not supported by muster")
         old = sorted(n for n in job.nodes if self.protocol(n) < ROUTE_SINCE["/v1/suspend"])
         if old:  # its agent would not know the request: the job would run on, shown SUSPENDED
             raise InvalidRequest(f"{NOT_SUPPORTED} (the agent of {old[0]} is too old to suspend jobs: upgrade it)")

@@ -11,9 +11,10 @@ from muster.core.config import parse_config
 from muster.core.errors import InvalidRequest, PermissionDenied
 from muster.core.job import JobSpec, NodeAlloc
 from muster.core.states import JobState
-from muster.core.steps import StepRequest, StepState, StepWait
+from muster.core.steps import Step, StepRequest, StepState, StepWait
+from muster.ctld.actions import SuspendJob
 from muster.ctld.controller import Controller, Identity, Terminate
-from muster.ctld.steps import StepBook, parse_step_id, step_wire
+from muster.ctld.steps import SUSPENDED_JOB, StepBook, parse_step_id, step_wire
 from muster.ctld.store import Store
 from muster.protocol.stepcred import verify_grant
 
@@ -169,6 +170,25 @@ def test_interactive_allocations_time_out_here(db: str) -> None:
     clock.advance(2)
     assert book.sweep() == [Terminate(job_id, 0, ["node1"], "timeout")]
     assert ctl.jobs[job_id].state is JobState.TIMEOUT and ctl.jobs[job_id].completing
+
+
+def test_a_suspended_allocation_is_not_timed_and_its_new_steps_wait(db: str) -> None:
+    clock = ManualClock(1000.0)
+    ctl, book = make(db, clock)
+    job_id = running_job(ctl, JobSpec(interactive=True, time_limit=60), ["node1"])
+    book.watch(ctl.jobs[job_id])
+    admin = Identity(0, 0, "root", "root", "h", admin=True)
+    clock.advance(10)
+    assert ctl.suspensions.suspend(ctl.jobs[job_id], admin) == [SuspendJob(job_id, ["node1"], True)]
+    clock.advance(120)  # far past its limit, suspended: not timed out
+    assert book.sweep() == [] and ctl.jobs[job_id].state is JobState.RUNNING
+    assert book.create(ctl.jobs[job_id], ALICE, StepRequest(ntasks=1)) == StepWait(SUSPENDED_JOB)  # srun waits
+    ctl.suspensions.resume(ctl.jobs[job_id], admin)
+    assert isinstance(book.create(ctl.jobs[job_id], ALICE, StepRequest(ntasks=1)), Step)
+    clock.advance(49)  # 59 s run of its 60
+    assert book.sweep() == []
+    clock.advance(2)
+    assert book.sweep() == [Terminate(job_id, 0, ["node1"], "timeout")]
 
 
 def test_running_steps_survive_a_controller_restart(db: str) -> None:
