@@ -211,7 +211,7 @@ def test_a_named_writable_container_is_reused_by_the_jobs_next_step(cluster: tup
     script = (
         "#!/bin/sh\n"
         f"srun --container-image={image} --container-name=work --container-writable "
-        "sh -c 'echo step0 > /etc/state; echo wrote'\n"
+        "sh -c 'echo step0 > /etc/state; echo wrote; grep -c \"^overlay / overlay\" /proc/mounts'\n"
         "srun --container-name=work cat /etc/state\n"
         f"srun --container-image={image} sh -c 'cat /etc/state 2>/dev/null || echo fresh'\n"
     )
@@ -219,11 +219,14 @@ def test_a_named_writable_container_is_reused_by_the_jobs_next_step(cluster: tup
     done = h.wait_job(job)
     out = h.read(f"named-{job}.out")
     assert done["state"] == "COMPLETED", out
-    assert out.splitlines() == ["wrote", "step0", "fresh"], out
+    # the container's root is an overlay on the image (which the third step sees unchanged)
+    assert out.splitlines() == ["wrote", "1", "step0", "fresh"], out
     spool = os.path.join(h.cluster.state_dir, "nodes", "node2", "containers")
     assert os.path.isdir(os.path.join(spool, "images")), "the image is unpacked once into the node's spool"
     gone = os.path.join(spool, "jobs", str(job))
     wait_for(lambda: not os.path.exists(gone), 60, what="the job's containers to be removed at its end")
+    with open("/proc/self/mountinfo") as f:
+        assert gone not in f.read(), "the container's overlay is unmounted at the job's end"
 
 
 def test_a_missing_image_is_a_clear_error(cluster: tuple[Harness, str]) -> None:

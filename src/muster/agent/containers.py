@@ -25,10 +25,12 @@ Images: a rootfs tarball (``.tar``, ``.tar.gz``, ``.tgz``) is unpacked once per 
 ``<spool>/containers/images/<digest>`` (keyed by path, size and mtime, unpacked beside and
 renamed into place, so a half unpacked image is never used); a directory is used as it is.
 An unnamed, read-only container runs on the image itself. ``--container-name`` and
-``--container-writable`` get a copy, one per (job, name) under
-``<spool>/containers/jobs/<job>/``, owned by the user (as enroot's are): a named container's
-changes are seen by the job's later steps on the node; the job's directory is removed at
-its end (``remove``).
+``--container-writable`` get an overlay on it (``overlay_mount``: ``metacopy=on``, its files
+given to the user, as enroot's are, by copying metadata up; a copy of the image where the
+kernel refuses overlays), one per (job, name) under ``<spool>/containers/jobs/<job>/``: a
+named container's changes are seen by the job's later steps on the node; the overlays are
+unmounted and the job's directory removed at its end (``remove``). The batch script of
+``sbatch --container``/``--container-image`` is a container task too (``batch_request``).
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ UNIFIED = "/sys/fs/cgroup/unified"
 _CLONE_NEWNS = 0x00020000
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
+_MNT_DETACH = 2
 _libc = ctypes.CDLL(None, use_errno=True)  # loaded in the agent, never in a forked child
 # Launches prepare their containers in threads: one at a time makes an image or a copy.
 _making = threading.Lock()
@@ -169,6 +172,7 @@ class Containers:
     broken: str | None = None  # why this node cannot run containers (drained)
     runtime: str = ""  # the runtime's executable, found on PATH
     masks: tuple[str, ...] = field(default_factory=tuple)
+    overlay: bool = True  # writable containers as overlays where the kernel allows (else copies)
 
     @classmethod
     def configure(cls, conf_path: str, spool: str, node: str, gpu_files: Sequence[str]) -> Containers | None:
@@ -291,6 +295,9 @@ class Containers:
             if os.path.isdir(root):
                 return root
             os.makedirs(os.path.dirname(root), mode=0o700, exist_ok=True)
+        if self.overlay and overlay_mount(image, root):
+            _chown_tree(root, uid, gid)  # metadata only: metacopy copies no data up
+            return root
         work = root + ".copy"
         shutil.rmtree(work, ignore_errors=True)
         done = subprocess.run(["cp", "-a", "--reflink=auto", image, work], capture_output=True, text=True, check=False)
@@ -392,10 +399,53 @@ class Containers:
         return runtime_argv(self.conf.run, self.runtime, fields)
 
     def remove(self, job_id: int) -> None:
-        """The job's containers, bundles and runtime state here, gone (at the job's end on
-        this node)."""
-        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+        """The job's containers (their overlays unmounted first), bundles and runtime state
+        here, gone (at the job's end on this node)."""
+        top = self.job_dir(job_id)
+        for point in mounts_under(top):
+            if _libc.umount2(point.encode(), _MNT_DETACH) != 0:
+                log.warning("node %s: cannot unmount %s: %s", self.node, point, _errno("umount").strerror)
+                return  # removing its files would reach through it: left for the next try
+        shutil.rmtree(top, ignore_errors=True)
         shutil.rmtree(os.path.join(self.spool, "run", str(job_id)), ignore_errors=True)
+
+
+def overlay_mount(image: str, root: str) -> bool:
+    """A writable container's root file system as an overlay on ``image`` (read-only
+    below): ``root`` is the merged view, its ``upper`` and ``work`` directories beside it;
+    ``metacopy=on``, so that giving the user the tree (``_chown_tree``) copies metadata
+    up, not data. False (nothing left mounted) where the kernel or the paths do not allow
+    it (an option separator in the image's path, no overlayfs, an upper on overlayfs):
+    the caller copies the image instead."""
+    if any(c in image for c in ",:\\"):
+        return False
+    top = os.path.dirname(root)
+    upper, work = os.path.join(top, "upper"), os.path.join(top, "work")
+    for path in (upper, work, root):
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    base = f"lowerdir={image},upperdir={upper},workdir={work}"
+    for options in (base + ",metacopy=on", base):
+        if _libc.mount(b"overlay", root.encode(), b"overlay", 0, options.encode()) == 0:
+            return True
+    log.info("overlay refused for %s (%s): copying the image instead", root, _errno("mount").strerror)
+    for path in (root, work, upper):
+        shutil.rmtree(path, ignore_errors=True)
+    return False
+
+
+def mounts_under(top: str) -> list[str]:
+    """Mount points at or below ``top`` in this mount namespace, deepest first."""
+    prefix = os.path.realpath(top).rstrip("/") + "/"
+    found = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                point = line.split()[4].replace("\\040", " ")
+                if (point + "/").startswith(prefix):
+                    found.append(point)
+    except OSError:
+        return []
+    return sorted(found, key=len, reverse=True)
 
 
 def runtime_argv(run: str, runtime: str, fields: Mapping[str, str]) -> list[str]:

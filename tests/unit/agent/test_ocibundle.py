@@ -294,3 +294,14 @@ def test_pyxis_options_given_to_sbatch_are_the_batch_scripts_container() -> None
 def test_a_batch_scripts_bundle_and_image_together_are_refused() -> None:
     with pytest.raises(ContainerError, match="cannot be used together"):
         containers.batch_request({"SLURM_CONTAINER": "/b", SPANK + "container_image": "/i.tar"}, "/")
+
+
+def test_an_image_path_overlayfs_cannot_name_is_copied_instead(tmp_path: object) -> None:
+    root = os.path.join(str(tmp_path), "named", "work", "rootfs")
+    assert containers.overlay_mount("/images/a,b", root) is False  # "," separates overlay options
+    assert not os.path.exists(root)
+
+
+def test_mounts_under_lists_mount_points_deepest_first() -> None:
+    assert containers.mounts_under("/proc")[-1] == "/proc"
+    assert containers.mounts_under("/nonexistent-muster-dir") == []
