@@ -23,6 +23,7 @@ from typing import Any
 
 from muster.core import lifecycle
 from muster.core.errors import InvalidRequest
+from muster.core.events import EventKind, ended_kind
 from muster.core.job import Job, JobSpec
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState
@@ -86,7 +87,7 @@ class HetJobs:
         if not self.live:
             return []
         now = self.state.clock.now()
-        changes: list[tuple[Job, str, dict[str, Any]]] = []
+        changes: list[tuple[Job, EventKind, dict[str, Any]]] = []
         actions: list[Action] = []
         for leader_id in sorted(self.live):
             comps = components(self.state.jobs, leader_id)
@@ -110,7 +111,7 @@ class HetJobs:
 
     def _lost_component(
         self, leader: Job, now: float, actions: list[Action], requeue_allowed: bool
-    ) -> tuple[Job, str, dict[str, Any]]:
+    ) -> tuple[Job, EventKind, dict[str, Any]]:
         """A component other than the leader lost its node (requeued, or ended NODE_FAIL):
         the whole job's attempt is over, as in Slurm. The leader's batch script is stopped
         and the job requeued when it may be, else it ends NODE_FAIL; it keeps what it holds
@@ -127,14 +128,14 @@ class HetJobs:
         if requeue:
             lifecycle.requeue(leader, now, outcome="NODE_FAIL")
             actions.append(Terminate(leader.job_id, attempt, nodes, "requeue"))
-            return leader, "requeue", {"by": "het_component", "attempt": leader.restart_count}
+            return leader, EventKind.REQUEUE, {"by": "het_component", "attempt": leader.restart_count}
         lifecycle.end(leader, JobEvent.NODE_FAIL, now, completing=True)
         actions.append(Terminate(leader.job_id, attempt, nodes, "cancel"))
-        return leader, "node_fail", {"why": "a component of the het job lost its node", "nodes": nodes}
+        return leader, EventKind.NODE_FAIL, {"why": "a component of the het job lost its node", "nodes": nodes}
 
     def _follow(
         self, leader: Job, comp: Job, now: float, actions: list[Action]
-    ) -> tuple[Job, str, dict[str, Any]] | None:
+    ) -> tuple[Job, EventKind, dict[str, Any]] | None:
         attempt = comp.restart_count
         nodes = list(comp.nodes)
         if leader.state.is_terminal and not comp.state.is_terminal:
@@ -153,10 +154,10 @@ class HetJobs:
                 self.state.release_resources(comp, attempt)
                 actions.append(Terminate(comp.job_id, attempt, nodes, "cleanup"))
             log.info("job %s: ends %s with its het job leader %s", comp.job_id, comp.state, leader.job_id)
-            return comp, str(comp.state).lower(), {"by": "het_leader", "leader": leader.job_id}
+            return comp, ended_kind(comp.state), {"by": "het_leader", "leader": leader.job_id}
         if leader.state is JobState.PENDING and comp.state is JobState.RUNNING:
             lifecycle.requeue(comp, now)
             self.state.release_resources(comp, attempt)
             actions.append(Terminate(comp.job_id, attempt, nodes, "requeue"))
-            return comp, "requeue", {"by": "het_leader", "attempt": comp.restart_count}
+            return comp, EventKind.REQUEUE, {"by": "het_leader", "attempt": comp.restart_count}
         return None

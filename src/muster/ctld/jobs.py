@@ -20,6 +20,7 @@ from muster.core.errors import (
     PermissionDenied,
     Unsatisfiable,
 )
+from muster.core.events import EventKind
 from muster.core.job import Job, JobSpec, compute_shape
 from muster.core.labels import check_label
 from muster.core.lifecycle import JobEvent
@@ -86,7 +87,10 @@ class JobActions:
         first = {"uid": who.uid, "host": who.host, **({"request": token} if token else {})}
         self.state.record(
             now,
-            [(j, "submit", first if i == 0 else {"uid": who.uid, "host": who.host}) for i, j in enumerate(jobs)],
+            [
+                (j, EventKind.SUBMIT, first if i == 0 else {"uid": who.uid, "host": who.host})
+                for i, j in enumerate(jobs)
+            ],
             meta={"next_job_id": str(next_id)},
         )
         self.state.next_job_id = next_id
@@ -279,7 +283,7 @@ class JobActions:
         attempt = job.restart_count
         lifecycle.end(job, JobEvent.CANCEL, now, completing=was_running)
         job.cancelled_by = who.uid
-        self.state.record(now, [(job, "cancel", {"by": who.uid})])
+        self.state.record(now, [(job, EventKind.CANCEL, {"by": who.uid})])
         if was_running:
             return [Terminate(job.job_id, attempt, job.nodes, "cancel")]
         return []
@@ -304,7 +308,7 @@ class JobActions:
             attempt = job.restart_count
             lifecycle.end(job, JobEvent.CANCEL, now, completing=was_running)
             job.cancelled_by = who.uid
-            changes.append((job, "cancel", {"by": who.uid}))
+            changes.append((job, EventKind.CANCEL, {"by": who.uid}))
             if was_running:
                 actions.append(Terminate(job.job_id, attempt, job.nodes, "cancel"))
         if changes:
@@ -324,7 +328,7 @@ class JobActions:
             if now + shortest <= deadline:
                 continue
             lifecycle.end(job, JobEvent.DEADLINE, now, completing=False, reason=Reason.DEADLINE)
-            changes.append((job, "deadline", {"deadline": deadline}))
+            changes.append((job, EventKind.DEADLINE, {"deadline": deadline}))
         if changes:
             self.state.record(now, changes)
         return len(changes)
@@ -345,7 +349,7 @@ class JobActions:
             if not (job.spec.kill_on_invalid_dep or everyone):
                 continue
             lifecycle.end(job, JobEvent.CANCEL, now, completing=False, reason=Reason.DEPENDENCY_NEVER)
-            changes.append((job, "cancel", {"by": None, "why": "invalid dependency"}))
+            changes.append((job, EventKind.CANCEL, {"by": None, "why": "invalid dependency"}))
         if changes:
             self.state.record(now, changes)
         return len(changes)
@@ -360,7 +364,9 @@ class JobActions:
             if job.stopped != stop:  # STOPPED while its tasks are (Slurm's JOB_STOPPED), shown by every view
                 with self.state.atomic(job):
                     job.stopped = stop
-                    self.state.record(self.state.clock.now(), [(job, "stopped" if stop else "continued", {})])
+                    self.state.record(
+                        self.state.clock.now(), [(job, EventKind.STOPPED if stop else EventKind.CONTINUED, {})]
+                    )
         return [SignalJob(job.job_id, job.nodes, sig, batch_only)]
 
     def hold(self, job: Job, who: Identity, admin_hold: bool) -> None:
@@ -370,7 +376,7 @@ class JobActions:
         kind = "admin" if (admin_hold and who.admin) else "user"
         now = self.state.clock.now()
         lifecycle.hold(job, kind, now)
-        self.state.record(now, [(job, "hold", {"kind": kind, "by": who.uid})])
+        self.state.record(now, [(job, EventKind.HOLD, {"kind": kind, "by": who.uid})])
 
     def release(self, job: Job, who: Identity) -> None:
         self._check_owner(job, who)
@@ -380,13 +386,13 @@ class JobActions:
             raise PermissionDenied()
         now = self.state.clock.now()
         lifecycle.release(job, now)
-        self.state.record(now, [(job, "release", {"by": who.uid})])
+        self.state.record(now, [(job, EventKind.RELEASE, {"by": who.uid})])
 
     def update(self, job: Job, who: Identity, changes: dict[str, Any]) -> list[Action]:
         self._check_owner(job, who)
         with self.state.atomic(job):  # a refusal half-way leaves the job as it was
             applied = self._apply_update(job, who, changes)
-            self.state.record(self.state.clock.now(), [(job, "update", {"changes": applied, "by": who.uid})])
+            self.state.record(self.state.clock.now(), [(job, EventKind.UPDATE, {"changes": applied, "by": who.uid})])
         if "time_limit" in applied and job.state is JobState.RUNNING and job.batch_host:
             return [NewLimit(job.job_id, job.batch_host, job.time_limit)]
         return []
@@ -454,6 +460,6 @@ class JobActions:
         # a suspended job that is requeued is held, as in Slurm (ctld.suspend)
         kind = ("admin" if who.admin else "user") if hold or job.suspended_at is not None else None
         lifecycle.requeue(job, now, hold=kind)
-        self.state.record(now, [(job, "requeue", {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
+        self.state.record(now, [(job, EventKind.REQUEUE, {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
         self.state.launch_answered(job.job_id)
         return [Terminate(job.job_id, attempt, nodes, "requeue")] if was_running else []

@@ -11,6 +11,7 @@ from typing import Any
 
 from muster.core import lifecycle
 from muster.core.attribution import JOB
+from muster.core.events import EventKind, ended_kind
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
@@ -40,7 +41,7 @@ class Launches:
             lifecycle.start(job, s.alloc, now, scheduler="Backfill" if s.backfilled else "Main")
             job.partition = s.partition
             self.state.hold_resources(job)
-            changes.append((job, "start", {"nodes": job.nodes, "attempt": job.restart_count}))
+            changes.append((job, EventKind.START, {"nodes": job.nodes, "attempt": job.restart_count}))
         if not changes:
             return actions
         self.state.record(now, changes)  # on failure: nothing started, nothing held
@@ -81,7 +82,7 @@ class Launches:
                 lifecycle.finish(job, 1, 0, now, reason=Reason.LAUNCH_FAILURE)
                 job.system_comment = f"Launch failed on {host}: {message}"
                 self.state.release_resources(job)
-                self.state.record(now, [(job, "failed", {"exit_code": 1, "signal": 0, "launch": message})])
+                self.state.record(now, [(job, EventKind.FAILED, {"exit_code": 1, "signal": 0, "launch": message})])
             log.warning("job %s: its launch on %s failed by its own fault: %s", job_id, host, message)
             return []
         own = False  # the same job failed the same way on other nodes: its fault (no drain storm)
@@ -99,7 +100,7 @@ class Launches:
             why = (Reason.LAUNCH_FAILED if fault == "prolog" or own else Reason.HOLD_MAX_REQUEUE) if held else None
             lifecycle.requeue(job, now, hold="user" if held else None, reason=why)
             self.state.record(
-                now, [(job, "launch_failed", {"error": message, "node": host, "fault": fault, "held": held})]
+                now, [(job, EventKind.LAUNCH_FAILED, {"error": message, "node": host, "fault": fault, "held": held})]
             )
         log.warning(
             "job %s: launch on %s failed (%s); %s",
@@ -155,7 +156,7 @@ class Launches:
             self.state.release_resources(job, attempt)
             if job.completing:
                 lifecycle.cleaned(job, exit_code, sig)
-                self.state.record(now, [(job, "cleaned", {"exit_code": exit_code, "signal": sig, "by": by})])
+                self.state.record(now, [(job, EventKind.CLEANED, {"exit_code": exit_code, "signal": sig, "by": by})])
             return [Terminate(job.job_id, attempt, others, "preempt")] if others else []
         if job.state is JobState.RUNNING and self.judged_end is not None:
             hung = self.judged_end(job, by)
@@ -175,10 +176,10 @@ class Launches:
                 lifecycle.cleaned(job, 0, OOM_SIGNAL)
             else:
                 lifecycle.finish(job, exit_code, sig, ended)
-            kind = str(job.state).lower()
+            kind = ended_kind(job.state)
         elif job.completing:
             lifecycle.cleaned(job, exit_code, sig)
-            kind = "cleaned"
+            kind = EventKind.CLEANED
         else:
             return []
         self.state.release_resources(job)

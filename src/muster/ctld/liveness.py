@@ -15,6 +15,7 @@ import logging
 
 from muster.core import lifecycle
 from muster.core.errors import InvalidRequest, PermissionDenied, StorageError
+from muster.core.events import EventKind
 from muster.core.states import JobState
 from muster.ctld.actions import Action, Terminate
 from muster.ctld.identity import Identity
@@ -153,7 +154,7 @@ class Liveness:
                 else:
                     lifecycle.cleaned(job)
                     self.state.release_resources(job)
-                    self.state.record(now, [(job, "cleaned", {"node": node.name})])
+                    self.state.record(now, [(job, EventKind.CLEANED, {"node": node.name})])
             except StorageError:
                 continue
         self.state.clear_node(node)

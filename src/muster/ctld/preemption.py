@@ -28,6 +28,7 @@ import signal
 
 from muster.core import lifecycle
 from muster.core.errors import StorageError
+from muster.core.events import EventKind
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
 from muster.core.signals import parse_signal_spec
@@ -78,7 +79,7 @@ class Preemptions:
             try:
                 with ctl.atomic(job):
                     lifecycle.hold_nodes(job, nodes, now + grace_of[job_id] + HOLD_SLACK, now)
-                    ctl.record(now, [(job, "hold_nodes", {"nodes": nodes, "until": job.hold_until})])
+                    ctl.record(now, [(job, EventKind.HOLD_NODES, {"nodes": nodes, "until": job.hold_until})])
             except StorageError:
                 continue
         return actions
@@ -107,7 +108,7 @@ class Preemptions:
                 data: dict[str, object] = {"by": by, "mode": mode, "grace": grace}
                 if lost is not None:
                     data["lost"] = round(lost, 1)
-                ctl.record(now, [(job, "preempt", data)])
+                ctl.record(now, [(job, EventKind.PREEMPT, data)])
         except StorageError:
             return []
         sig, batch, whole = _signal_of(job)
@@ -125,7 +126,7 @@ class Preemptions:
             with self.ctl.atomic(job):
                 job.preempt_deadline = now
                 self.ctl.record(
-                    now, [(job, "preempt_answered", {"ckpt_step": step, "early": round(deadline - now, 1)})]
+                    now, [(job, EventKind.PREEMPT_ANSWERED, {"ckpt_step": step, "early": round(deadline - now, 1)})]
                 )
         except StorageError:
             return False
@@ -170,7 +171,7 @@ def end_victim(ctl: ClusterState, job: Job, now: float) -> None:
         else:
             lifecycle.end(job, JobEvent.PREEMPT, now, completing=True)
             job.preempted_by = job.preempt_deadline = job.preempt_mode = job.preempt_time = None
-        ctl.record(now, [(job, "preempted", {"by": by, "nodes": nodes, "attempt": job.restart_count})])
+        ctl.record(now, [(job, EventKind.PREEMPTED, {"by": by, "nodes": nodes, "attempt": job.restart_count})])
     ctl.launch_answered(job.job_id)
     log.warning("job %s: preempted by job %s, %s", job.job_id, by, "requeued" if requeue else "cancelled")
 

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from muster.core.errors import StorageError
+from muster.core.events import EventKind
 from muster.core.job import Job, NodeAlloc
 from muster.core.signals import parse_signal
 from muster.core.states import JobState
@@ -151,7 +152,7 @@ class Replacements:
                 job.alloc[index] = NodeAlloc(new, old.cpus, old.mem, list(gpu_ids))
                 job.replacements.append(event)
                 self._move_hold(job, node, attempt)
-                self.state.record(now, [(job, "replaced", event)])
+                self.state.record(now, [(job, EventKind.REPLACED, event)])
         except StorageError:
             return None  # logged; memory is the store's again: the caller requeues the job
         log.warning("job %s: node %s (%s) replaced by %s in its allocation", job.job_id, node, why, new)

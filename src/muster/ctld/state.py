@@ -24,6 +24,7 @@ from muster.core.attribution import JOB, UNKNOWN
 from muster.core.clock import Clock
 from muster.core.config import Config
 from muster.core.errors import MusterError, StorageError
+from muster.core.events import EventKind
 from muster.core.hostlist import compress, expand
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
@@ -46,23 +47,23 @@ NODES_UP = "nodes_up"  # the store's meta key: the nodes in service, as a hostli
 
 _TERMINAL = frozenset(s for s in JobState if s.is_terminal)
 # Where a job stands after each state-changing event of the log (``check_log``).
-_AFTER: dict[str, frozenset[JobState]] = {
-    "submit": frozenset({JobState.PENDING}),
-    "start": frozenset({JobState.RUNNING}),
-    "requeue": frozenset({JobState.PENDING}),
-    "launch_failed": frozenset({JobState.PENDING, JobState.FAILED}),
-    "hung": frozenset({JobState.PENDING}),
-    "preempted": frozenset({JobState.PENDING, JobState.PREEMPTED}),
-    "node_fail": frozenset({JobState.NODE_FAIL}),  # (a requeue in the same commit comes after)
-    "cancel": frozenset({JobState.CANCELLED}),
-    "cancelled": frozenset({JobState.CANCELLED}),
-    "completed": frozenset({JobState.COMPLETED}),
-    "failed": frozenset({JobState.FAILED}),
-    "timeout": frozenset({JobState.TIMEOUT}),
-    "out_of_memory": frozenset({JobState.OUT_OF_MEMORY}),
-    "deadline": frozenset({JobState.DEADLINE}),
-    "lost_node": frozenset({JobState.RUNNING}),  # --no-kill: it runs on without a failed node
-    "cleaned": _TERMINAL,
+_AFTER: dict[EventKind, frozenset[JobState]] = {
+    EventKind.SUBMIT: frozenset({JobState.PENDING}),
+    EventKind.START: frozenset({JobState.RUNNING}),
+    EventKind.REQUEUE: frozenset({JobState.PENDING}),
+    EventKind.LAUNCH_FAILED: frozenset({JobState.PENDING, JobState.FAILED}),
+    EventKind.HUNG: frozenset({JobState.PENDING}),
+    EventKind.PREEMPTED: frozenset({JobState.PENDING, JobState.PREEMPTED}),
+    EventKind.NODE_FAIL: frozenset({JobState.NODE_FAIL}),  # (a requeue in the same commit comes after)
+    EventKind.CANCEL: frozenset({JobState.CANCELLED}),
+    EventKind.CANCELLED: frozenset({JobState.CANCELLED}),
+    EventKind.COMPLETED: frozenset({JobState.COMPLETED}),
+    EventKind.FAILED: frozenset({JobState.FAILED}),
+    EventKind.TIMEOUT: frozenset({JobState.TIMEOUT}),
+    EventKind.OUT_OF_MEMORY: frozenset({JobState.OUT_OF_MEMORY}),
+    EventKind.DEADLINE: frozenset({JobState.DEADLINE}),
+    EventKind.LOST_NODE: frozenset({JobState.RUNNING}),  # --no-kill: it runs on without a failed node
+    EventKind.CLEANED: _TERMINAL,
 }
 
 
@@ -184,7 +185,7 @@ class ClusterState:
             kind = last.get(job.job_id)
             if kind is None:
                 continue
-            allowed = _AFTER[kind]
+            allowed = _AFTER[EventKind(kind)]
             if job.state not in allowed:
                 problems.append(
                     f"job {job.job_id}: its record says {job.state} but its last "
@@ -249,7 +250,7 @@ class ClusterState:
     def record(
         self,
         now: float,
-        changes: list[tuple[Job, str, dict[str, Any]]],
+        changes: list[tuple[Job, EventKind, dict[str, Any]]],
         meta: dict[str, str] | None = None,
     ) -> None:
         """Commit job changes already made in memory; when the commit fails, memory goes
@@ -473,7 +474,7 @@ class ClusterState:
         attempt = job.restart_count
         lifecycle.end(job, JobEvent.NODE_FAIL, now, completing=False)
         self.release_resources(job, attempt)
-        changes = [(job, "node_fail", {"why": why, "nodes": job.nodes})]
+        changes = [(job, EventKind.NODE_FAIL, {"why": why, "nodes": job.nodes})]
         requeue = job.spec.requeue if job.spec.requeue is not None else self.config.job_requeue
         if requeue:
             # --requeue=expedite: first in the queue, its surviving nodes held for it
@@ -489,7 +490,7 @@ class ClusterState:
                 # in Slurm), its reason meanwhile BeginTime
                 job.spec.begin_time = job.eligible_time = now + self.config.requeue_delay
                 lifecycle.wait(job, Reason.BEGIN_TIME, now)
-            changes.append((job, "requeue", data))
+            changes.append((job, EventKind.REQUEUE, data))
         self.record(now, changes)
 
     def expedite(self, job: Job) -> bool:
@@ -529,7 +530,7 @@ class ClusterState:
             node = self.nodes.get(name)
             if node is not None:
                 node.allocs.pop((job.job_id, job.restart_count), None)
-            self.record(now, [(job, "lost_node", {"node": name, "why": why})])
+            self.record(now, [(job, EventKind.LOST_NODE, {"node": name, "why": why})])
         log.warning("job %d runs on without node %s (--no-kill): %s", job.job_id, name, why)
         return True
 

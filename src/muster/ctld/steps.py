@@ -34,6 +34,7 @@ from typing import Any
 
 from muster.core import lifecycle
 from muster.core.errors import InvalidJobId, InvalidRequest, PermissionDenied, StorageError
+from muster.core.events import EventKind, ended_kind
 from muster.core.hostlist import compress
 from muster.core.job import Job
 from muster.core.labels import check_label
@@ -273,7 +274,7 @@ class StepBook:
         return step
 
     def _commit(
-        self, now: float, steps: list[tuple[Step, str]], jobs: list[tuple[Job, str, dict[str, Any]]] | None = None
+        self, now: float, steps: list[tuple[Step, str]], jobs: list[tuple[Job, EventKind, dict[str, Any]]] | None = None
     ) -> None:
         """Commit ended steps (and the jobs they end); when the commit fails, memory goes
         back to what the store holds: the jobs as stored, the steps running again."""
@@ -445,7 +446,7 @@ class StepBook:
             if not self.active.get(job.job_id):
                 self.active.pop(job.job_id, None)
         actions: list[Action] = []
-        jobs: list[tuple[Job, str, dict[str, Any]]] = []
+        jobs: list[tuple[Job, EventKind, dict[str, Any]]] = []
         if end_job:
             actions, jobs, more = self._end_allocation(job, exit_code, signal, cancelled, now, oom=bool(oom_kills))
             steps.extend(more)
@@ -499,7 +500,7 @@ class StepBook:
 
     def _end_allocation(
         self, job: Job, exit_code: int, signal: int, cancelled: bool, now: float, oom: bool = False
-    ) -> tuple[list[Action], list[tuple[Job, str, dict[str, Any]]], list[tuple[Step, str]]]:
+    ) -> tuple[list[Action], list[tuple[Job, EventKind, dict[str, Any]]], list[tuple[Step, str]]]:
         if not job.spec.interactive:
             raise InvalidRequest(f"job {job.job_id} is a batch job: it ends with its script")
         if job.state is not JobState.RUNNING:
@@ -516,8 +517,7 @@ class StepBook:
         self.ctl.release_resources(job, attempt)
         self.interactive.discard(job.job_id)
         steps = self._end_steps(job.job_id, StepState.CANCELLED, now)
-        kind = str(job.state).lower()
-        jobs = [(job, kind, {"exit_code": exit_code, "signal": signal, "by": "srun"})]
+        jobs = [(job, ended_kind(job.state), {"exit_code": exit_code, "signal": signal, "by": "srun"})]
         # Whatever tasks are left (a step srun did not wait for) go with the allocation.
         return [Terminate(job.job_id, attempt, list(job.nodes), "cleanup")], jobs, steps
 
@@ -534,7 +534,7 @@ class StepBook:
         second (and costs nothing when no step runs)."""
         now = self.clock.now()
         steps: list[tuple[Step, str]] = []
-        jobs: list[tuple[Job, str, dict[str, Any]]] = []
+        jobs: list[tuple[Job, EventKind, dict[str, Any]]] = []
         actions: list[Action] = []
         for job_id in list(self.active):
             job = self.ctl.jobs.get(job_id)
@@ -569,7 +569,7 @@ class StepBook:
                 log.info("job %s: time limit reached (interactive allocation)", job_id)
                 lifecycle.end(job, JobEvent.TIMEOUT, now, completing=True)
                 self.interactive.discard(job_id)
-                jobs.append((job, "timeout", {"by": "controller"}))
+                jobs.append((job, EventKind.TIMEOUT, {"by": "controller"}))
                 steps.extend(self._end_steps(job_id, StepState.CANCELLED, now))
                 actions.append(Terminate(job_id, attempt, list(job.nodes), "timeout"))
         if steps or jobs:

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from muster.core.errors import StorageError
+from muster.core.events import EventKind
 from muster.core.job import Job
 from muster.core.steps import Step
 from muster.ctld import records
@@ -324,7 +325,7 @@ class Store:
     def record(
         self,
         now: float,
-        changes: Iterable[tuple[Job, str, dict[str, Any]]],
+        changes: Iterable[tuple[Job, EventKind, dict[str, Any]]],
         meta: dict[str, str] | None = None,
     ) -> None:
         """Persist job changes atomically: for each (job, event kind, event data) one event
@@ -494,7 +495,7 @@ class Store:
         self,
         now: float,
         steps: Iterable[tuple[Step, str]],
-        jobs: Iterable[tuple[Job, str, dict[str, Any]]] = (),
+        jobs: Iterable[tuple[Job, EventKind, dict[str, Any]]] = (),
     ) -> None:
         """Persist step changes (an event row ``step_<kind>`` each) and, in the same
         transaction, job changes exactly as ``record`` does."""

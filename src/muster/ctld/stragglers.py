@@ -37,6 +37,7 @@ from dataclasses import replace
 from typing import Any
 
 from muster.core.errors import StorageError
+from muster.core.events import EventKind
 from muster.core.job import Job
 from muster.core.states import JobState
 from muster.core.stragglers import Pace, Rules, Watch, flagged, judge
@@ -146,7 +147,7 @@ def check(
                 p["straggler_swap"] = {**swaps, **dict.fromkeys(added, ckpt if isinstance(ckpt, int) else -1)}
             ctl.record(
                 now,
-                [(job, "straggler", {"stragglers": shown, "added": added, "excluded": excluded})],
+                [(job, EventKind.STRAGGLER, {"stragglers": shown, "added": added, "excluded": excluded})],
             )
     except StorageError:
         return []  # memory is the store's again: judged anew at the next check

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from muster.core import lifecycle
 from muster.core.errors import InvalidRequest, PermissionDenied
+from muster.core.events import EventKind
 from muster.core.job import Job
 from muster.core.states import JobState
 from muster.ctld.actions import Action, SuspendJob
@@ -51,7 +52,7 @@ class Suspensions:
         now = self.state.clock.now()
         with self.state.atomic(job):
             lifecycle.suspend(job, now)
-            self.state.record(now, [(job, "suspend", {"by": who.uid})])
+            self.state.record(now, [(job, EventKind.SUSPEND, {"by": who.uid})])
         return [SuspendJob(job.job_id, job.nodes, True)]
 
     def resume(self, job: Job, who: Identity) -> list[Action]:
@@ -61,7 +62,7 @@ class Suspensions:
         now = self.state.clock.now()
         with self.state.atomic(job):
             lifecycle.resume(job, now)
-            self.state.record(now, [(job, "resume", {"by": who.uid, "suspended": job.suspended_secs})])
+            self.state.record(now, [(job, EventKind.RESUME, {"by": who.uid, "suspended": job.suspended_secs})])
         return [SuspendJob(job.job_id, job.nodes, False)]
 
     def _check(self, job: Job, who: Identity) -> None:

@@ -52,6 +52,7 @@ from typing import Any
 from muster.core import lifecycle
 from muster.core.attribution import in_collective, off_collective
 from muster.core.errors import StorageError
+from muster.core.events import EventKind
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
 from muster.core.states import JobState, Reason
@@ -200,7 +201,8 @@ class Training:
             if important or last is None or now - last >= SAVE_EVERY:
                 try:
                     self.ctl.record(
-                        now, [(job, "progress", {"node": node, "step": job.progress and job.progress.get("step")})]
+                        now,
+                        [(job, EventKind.PROGRESS, {"node": node, "step": job.progress and job.progress.get("step")})],
                     )
                 except StorageError:
                     continue  # memory is back to the store's: the next report tries again
@@ -341,7 +343,9 @@ class Training:
             p = dict(job.progress or {})
             p["hang_judged"], p["hang_quiet"], p["hang_grace"] = now, round(quiet, 1), hang_grace(timeout)
             job.progress = p
-            self.ctl.record(now, [(job, "hang_judged", {"quiet": quiet, "timeout": timeout, "step": p.get("step")})])
+            self.ctl.record(
+                now, [(job, EventKind.HANG_JUDGED, {"quiet": quiet, "timeout": timeout, "step": p.get("step")})]
+            )
         self._saved[job.job_id] = now
         log.warning(
             "job %s: judged hung: no progress for %.0f s (hang timeout %.0f s; last step %s); "
@@ -389,7 +393,9 @@ class Training:
                 if stacks:
                     inside = sum(1 for text in stacks if in_collective(text))
                     where["collective"] = {**(where.get("collective") or {}), node: [inside, len(stacks) - inside]}
-            self.ctl.record(now, [(job, "hang_evidence", {"node": node, "attempt": attempt, "processes": procs})])
+            self.ctl.record(
+                now, [(job, EventKind.HANG_EVIDENCE, {"node": node, "attempt": attempt, "processes": procs})]
+            )
         log.info("job %s: hang evidence of attempt %s from %s: %d process(es)", job.job_id, attempt, node, len(procs))
 
     def _replace_hung(self, job: Job, now: float) -> list[Action] | None:
@@ -415,7 +421,7 @@ class Training:
             p.pop("evidence", None)
             p.pop("collective", None)
             job.progress = p
-            self.ctl.record(now, [(job, "progress", {"hang": "replaced", "nodes": bad})])
+            self.ctl.record(now, [(job, EventKind.PROGRESS, {"hang": "replaced", "nodes": bad})])
         for node in bad:
             actions += self.incident(node, job.job_id, "hang", now, why, behind=True)
         return actions
@@ -455,11 +461,11 @@ class Training:
             if self._may_requeue(job):
                 self.avoid(job, bad)
                 lifecycle.requeue(job, now, outcome="Hung", reason=Reason.HUNG)
-                kind = "hung"
+                kind = EventKind.HUNG
             else:
                 lifecycle.end(job, JobEvent.FAIL, now, completing=True, reason=Reason.HUNG)
                 job.exit_code = 1
-                kind = "failed"
+                kind = EventKind.FAILED
             closed = next((a for a in reversed(job.attempts) if a.get("attempt") == attempt), None)
             if closed is not None:  # what ``scontrol show job`` says of it (HangEvidence=)
                 closed["evidence"] = dict(counts)
