@@ -439,6 +439,8 @@ class StepBook:
             step.end_time = now
             step.exit_code = exit_code
             step.exit_signal = signal
+            if step.state == StepState.CANCELLED and not (exit_code or signal):
+                step.exit_signal = 15  # stopped with its job or by scancel: Slurm's sacct says 0:15
             if step.state == StepState.OUT_OF_MEMORY:
                 step.exit_code, step.exit_signal = 0, 125  # ExitCode 0:125, as Slurm prints it
             step.usage = usage
@@ -526,6 +528,8 @@ class StepBook:
         for step in self.active.pop(job_id, {}).values():
             step.state = state
             step.end_time = end
+            if state == StepState.CANCELLED and not (step.exit_code or step.exit_signal):
+                step.exit_signal = 15  # its tasks were stopped with the job (SIGTERM), as Slurm's sacct says
             out.append((step, "end"))
         return out
 
