@@ -137,8 +137,8 @@ def preempt_mode(text: str) -> str:
         return "OFF"
     if "SUSPEND" in modes:
         raise ValueError(
-            "PreemptMode=SUSPEND is not supported: muster cannot suspend jobs (their GPU memory "
-            "would stay allocated); use REQUEUE or CANCEL"
+            "PreemptMode=SUSPEND is not supported: a job suspended for a preemptor keeps its memory and "
+            "GPUs (Slurm lends its CPUs only), so it frees nothing a GPU job needs; use REQUEUE or CANCEL"
         )
     if len(modes) != 1 or modes[0] not in PREEMPT_MODES:
         raise ValueError(f"bad PreemptMode {text!r}: expected OFF, CANCEL or REQUEUE")
