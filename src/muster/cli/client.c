@@ -23,11 +23,12 @@
  * The protocol (muster.cli.cmdserver reads it): "MUS1", the body's length (4 bytes, native
  * order), then the body: NUL-terminated fields -- the command, the umask, the ignored
  * signals, the real uid:gid, the groups, the resource limits, the number of arguments, the
- * arguments, then the environment to the end. Replies: "P" and the pid of the process that
- * took the command, "F" (run it yourself: nothing ran; also the server's answer when it
- * runs as many commands as it may), "X" and a wait status. The runner starts the command
- * only once the client has answered "P" with "G" (go), which carries the descriptors 0, 1,
- * 2 and the working directory. A client that had no "P" within ANSWER milliseconds (a
+ * arguments, then the environment to the end. Replies: "P" and the pid of the runner the
+ * server forked for the command, "F" (run it yourself: nothing ran; the server's answer
+ * when it runs as many commands as it may, or the runner's, before or after "G", when it
+ * refuses the command), "X" and a wait status. The runner starts the command only once the
+ * client has answered "P" with "G" (go), which carries the descriptors 0, 1, 2 and the
+ * working directory. A client that had no "P" within ANSWER milliseconds (a
  * stopped server, say) closes instead, runs the command itself and removes the socket, so
  * that the next command starts another server (the old one leaves when it sees that).
  * The command runs once, whichever side was slow, and none of the client's descriptors is
@@ -437,7 +438,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s: error: muster's command server ended before the command did\n", name);
             return 1;
         }
-        if (reply[0] == 'F') { /* sent only before "G": nothing ran */
+        if (reply[0] == 'F') { /* sent only before the runner starts the command: nothing ran */
             close(sock);
             direct(name, argc, argv);
         }

@@ -26,8 +26,9 @@ command to this server, started by the first command a user runs and left when i
   own code changed since the server imported it (the server then leaves, and the next
   command starts a new one).
 
-Faults: a runner answers ``P`` as it takes a client, and starts the command only on the
-client's ``G``, which brings the client's descriptors; a client unanswered in time runs
+Faults: the server answers ``P`` and the runner's pid as it forks the runner, which starts
+the command only on the client's ``G``, which brings the client's descriptors (a runner
+that refuses the command says ``F`` instead, before or after the ``G``); a client unanswered in time runs
 the command itself instead (``client.c``), so a command runs once whichever side stalls.
 The server watches each running command's client: one that goes (killed) has its command
 hung up on, SIGHUP, as a closed terminal does. A runner tells the server how it ended by
@@ -407,7 +408,6 @@ class Server:
         that waited for its answer in vain has run the command itself, and closes instead."""
         conn.settimeout(CHECK)
         try:
-            conn.sendall(b"P" + PID.pack(os.getpid()))
             req = read_request(conn)
             if place(peer_of(conn)[0]) != self.place:
                 raise Refused("another namespace or root directory")
@@ -428,6 +428,9 @@ class Server:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # ignored now where the client ignores it
         status = run(req.command)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # done: its client leaving now hangs up on nothing
+        null = os.open(os.devnull, os.O_RDWR)  # the client's streams are its own again before it
+        for fd in range(3):  # hears the end: a caller reading them to their end waits for no runner's exit
+            os.dup2(null, fd)
         try:
             conn.sendall(b"X" + PID.pack(status << 8))  # a wait status: the client need not wait for our exit
         except OSError:
@@ -462,6 +465,10 @@ class Server:
                 continue
             if pid == 0:
                 self.runner(conn)
+            with contextlib.suppress(
+                OSError
+            ):  # said by the server: the client's "G" is on its way as the runner starts
+                conn.send(b"P" + PID.pack(pid), socket.MSG_DONTWAIT)
             self.running[pid] = conn
             self.poller.register(conn, select.POLLRDHUP)  # not POLLIN: the client's bytes are the runner's
 
