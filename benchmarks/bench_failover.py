@@ -12,7 +12,7 @@ the kill:
   asks them to at once: issue 33 item 6);
 * **started**: the job of that submission has started (scheduling resumed);
 * **next**: how long the next command (``squeue``) took, from the same shell's user: it goes
-  straight to the active controller (the client's memory, ``cli.failover``).
+  straight to the active controller (the client's memory, ``client.failover``).
 
 With ``--hang`` the active controller is stopped (SIGSTOP: it accepts connections and
 answers nothing) instead of killed, so the takeover waits for its lease to expire

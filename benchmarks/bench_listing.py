@@ -77,7 +77,7 @@ def best(fn: Callable[[], object], n: int = 5) -> float:
 
 
 class Replay:
-    """Stands in for ``cli.common.Controller``: answers from recorded bytes, or records
+    """Stands in for ``client.controller.Controller``: answers from recorded bytes, or records
     them from ``fetch`` (the controller's app) the first time a path is asked for."""
 
     def __init__(self, answers: dict[str, bytes], fetch: Callable[[str], bytes] | None = None) -> None:

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from harness import Harness
-from muster.cli import failover
-from muster.cli.common import parse_client_settings
+from muster.client import failover
+from muster.client.settings import parse_client_settings
 from muster.cluster.local import ClusterShape
 from stores import NO_PG, pg_dsn
 
@@ -434,7 +434,7 @@ def test_a_hung_active_controller_is_passed_over_and_remembered(ha_metrics: Harn
         assert second.returncode == 0, second.stderr
         print(f"the next command: {quick:.2f}s")
         # it went straight to the active controller: what the first found is remembered
-        # (this user's memory of this configuration's controllers, cli.failover)
+        # (this user's memory of this configuration's controllers, client.failover)
         settings = parse_client_settings(open(h.cluster.conf_path).read(), h.cluster.conf_path)
         active, hung = failover.recall(settings, time.monotonic())
         assert active == 1 and list(hung) == [0]

@@ -127,7 +127,7 @@ def test_a_host_credential_is_accepted_once_and_only_under_its_own_hosts_key(log
 
 def test_a_credential_made_before_the_controller_started_is_refused_as_stale(login: Login) -> None:
     # within the 5-minute window, but before this controller's replay floor (its start): the
-    # code tells the command that a fresh credential may be tried (cli.failover)
+    # code tells the command that a fresh credential may be tried (client.failover)
     cred = hostcred.make_credential(load_key(login.key), 0, 0, "login1", time.time() - 250)
     with pytest.raises(ApiError, match="replay floor") as refused:
         login.ask(cred)

@@ -10,14 +10,18 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "muster"
 
 # package -> muster packages it must not import
 FORBIDDEN = {
-    "core": {"sched", "ctld", "agent", "cli", "sim", "protocol", "cluster"},
-    "sched": {"ctld", "agent", "cli", "sim", "protocol", "cluster"},
-    "protocol": {"ctld", "agent", "cli", "sched", "sim", "cluster"},
-    "cli": {"ctld", "sched", "agent"},
+    "core": {"sched", "ctld", "agent", "cli", "sim", "protocol", "cluster", "client", "slurm", "rest"},
+    "sched": {"ctld", "agent", "cli", "sim", "protocol", "cluster", "client", "slurm", "rest"},
+    "protocol": {"ctld", "agent", "cli", "sched", "sim", "cluster", "client", "slurm", "rest"},
+    # the client side of the wire (settings, credentials, failover) and Slurm's surface
+    # (formats, field tables, the job options, Slurm JSON): shared by cli/ and rest/, below both
+    "client": {"ctld", "agent", "cli", "sched", "sim", "cluster", "slurm", "rest"},
+    "slurm": {"ctld", "agent", "cli", "sched", "sim", "cluster", "rest"},
+    "cli": {"ctld", "sched", "agent", "rest"},
     "sim": {"ctld", "agent", "cli"},
     "agent": {"ctld", "sched", "cli", "sim"},
-    "ctld": {"agent", "cli", "sim"},
-    "rest": {"ctld", "sched", "agent", "sim", "cluster"},
+    "ctld": {"agent", "cli", "sim", "rest"},
+    "rest": {"ctld", "sched", "agent", "sim", "cluster", "cli"},
 }
 IMPURE_MODULES = {"asyncio", "sqlite3", "socket", "subprocess", "threading"}
 
@@ -44,6 +48,26 @@ def test_layers_point_one_way() -> None:
     assert not broken, "\n".join(broken)
 
 
+def test_rest_and_the_shared_packages_never_import_the_commands() -> None:
+    """rest/, slurm/ and client/ reach no module of cli/, however spelled: ``import
+    muster.cli.x``, ``from muster.cli.x import y``, ``from muster.cli import x``, ``from
+    muster import cli``, at module level or inside a function (issue 39, item 3)."""
+    broken = []
+    for package in ("rest", "slurm", "client"):
+        for path in sorted((SRC / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                else:
+                    continue
+                for name in names:
+                    if name == "muster.cli" or name.startswith("muster.cli."):
+                        broken.append(f"{path.relative_to(SRC)}:{node.lineno} imports {name}")
+    assert not broken, "\n".join(broken)
+
+
 def test_core_and_sched_do_no_io() -> None:
     broken = []
     for package in ("core", "sched"):
@@ -59,8 +83,8 @@ def test_only_the_clock_module_reads_wall_time() -> None:
     offenders = []
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC).as_posix()
-        if rel in ("core/clock.py", "progress.py") or rel.startswith(("cluster/", "cli/")):
-            # the local-cluster tool and commands time their own waits, not the domain;
+        if rel in ("core/clock.py", "progress.py") or rel.startswith(("cluster/", "cli/", "client/")):
+            # the local-cluster tool, commands and their client time their own waits, not the domain;
             # muster.progress runs inside jobs and stamps their reports
             continue
         for i, line in enumerate(path.read_text().splitlines(), 1):

@@ -1,22 +1,16 @@
 """What the accounting commands share besides their columns: reading sprio's and sshare's
 options, and asking the controller (one request, failures in Slurm's words; query strings
 without ``urllib``). Their columns (Slurm's ``print_fields``: ``Name%width`` lists, values
-cut with ``+``, ``-p``/``-P``) are ``muster.cli.columns``'s.
+cut with ``+``, ``-p``/``-P``) are ``muster.slurm.columns``'s.
 """
 
 from __future__ import annotations
 
 import sys
 
-from muster.cli.common import (
-    CommandError,
-    argv_or_sys,
-    connect,
-    connect_message,
-    usage_error,
-    version_line,
-)
-from muster.cli.options import Opt, OptionError, OptionTable, getopt
+from muster.cli.common import CommandError, argv_or_sys, usage_error, version_line
+from muster.client.controller import connect, connect_message
+from muster.slurm.options import Opt, OptionError, OptionTable, getopt
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

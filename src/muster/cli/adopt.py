@@ -24,7 +24,9 @@ from __future__ import annotations
 import os
 import sys
 
-from muster.cli.common import CommandError, argv_or_sys, join, load_settings
+from muster.cli.common import CommandError, argv_or_sys
+from muster.client.settings import load_settings
+from muster.client.sysenv import join
 
 PROG = "muster-adopt"
 DENIED = "Access denied by muster-adopt: you have no active jobs on this node"

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import sys
 
-from muster.cli.common import CommandError, connect_message, exit_error_code
-from muster.cli.options import JOB_OPTIONS, Opt
+from muster.cli.common import CommandError, exit_error_code
+from muster.client.controller import connect_message
+from muster.slurm.options import JOB_OPTIONS, Opt
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from muster.cli.common import Controller
+    from muster.client.controller import Controller
 
 # srun's names where they are not SBATCH_X -> SLURM_X.
 _SRUN_ENV = {

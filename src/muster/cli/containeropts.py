@@ -11,8 +11,8 @@ image exist, is a runtime installed) is the node's to say.
 
 # No ``from __future__ import annotations``: sbatch imports this module and starts without it.
 
-from muster.cli.argscan import NO_ARG, Opt, Parsed
 from muster.cli.common import CommandError
+from muster.slurm.argscan import NO_ARG, Opt, Parsed
 
 __all__ = [
     "CONTAINER_OPTIONS",

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import sys
 
-from muster.cli.common import CommandError, connect, connect_message, load_settings, report
+from muster.cli.common import CommandError, report
+from muster.client.controller import connect, connect_message
+from muster.client.settings import load_settings
 
 PROG = "muster dashboard"
 

@@ -13,7 +13,8 @@ import json
 import sys
 from typing import Any
 
-from muster.cli.common import CommandError, connect, connect_message, report
+from muster.cli.common import CommandError, report
+from muster.client.controller import connect, connect_message
 
 PROG = "muster hang-evidence"
 

@@ -10,8 +10,8 @@ again from their defaults in each component.
 
 from __future__ import annotations
 
-from muster.cli.options import Parsed
 from muster.core.hetjob import SEPARATOR
+from muster.slurm.options import Parsed
 
 TYPE_CHECKING = False  # collections.abc costs a command milliseconds to import
 if TYPE_CHECKING:

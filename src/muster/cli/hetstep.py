@@ -23,10 +23,11 @@ from __future__ import annotations
 import os
 import sys
 
-from muster.cli.common import CommandError, connect
+from muster.cli.common import CommandError
 from muster.cli.hetargs import PROPAGATED
-from muster.cli.options import OptionTable, getopt
+from muster.client.controller import connect
 from muster.core.hetjob import split_components
+from muster.slurm.options import OptionTable, getopt
 
 TYPE_CHECKING = False  # collections.abc costs a command milliseconds to import
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from muster.cli.common import CommandError, connect, connect_message
+from muster.cli.common import CommandError
+from muster.client.controller import connect, connect_message
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

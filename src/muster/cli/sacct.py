@@ -23,7 +23,6 @@ import sys
 import time
 
 from muster.cli.acctfmt import call, query_string
-from muster.cli.columns import Printer, field_list
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
@@ -33,8 +32,9 @@ from muster.cli.common import (
     usage_error,
     version_line,
 )
-from muster.cli.jobarrays import merge_array_records
-from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
+from muster.slurm.columns import Printer, field_list
+from muster.slurm.jobarrays import merge_array_records
+from muster.slurm.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 
 TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
 if TYPE_CHECKING:
@@ -540,7 +540,7 @@ def run(req: Request) -> list[str]:
     answer = call(PROG, "GET", "/v1/accounting/jobs" + query_string(req.params))
     records = answer.get("jobs") or []
     if req.json:
-        from muster.cli.slurmjson import sacct_document
+        from muster.slurm.slurmjson import sacct_document
 
         return [sacct_document(records, ["sacct", "--json"])]
     if not req.array:

@@ -21,7 +21,6 @@ import os
 import sys
 
 from muster.cli.acctfmt import call
-from muster.cli.columns import Printer, field_list
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
@@ -29,6 +28,7 @@ from muster.cli.common import (
     report,
     version_line,
 )
+from muster.slurm.columns import Printer, field_list
 
 TYPE_CHECKING = False  # typing and collections.abc cost a command milliseconds to import
 if TYPE_CHECKING:

@@ -22,10 +22,13 @@ import os
 import sys
 
 from muster.cli.alloc import job_options
-from muster.cli.common import CommandError, argv_or_sys, connect, info_text, report
+from muster.cli.common import CommandError, argv_or_sys, info_text, report
 from muster.cli.hetargs import parse_components, propagate
-from muster.cli.jobrequest import JobRequest
-from muster.cli.options import (
+from muster.client.controller import connect
+from muster.core.counts import format_counts
+from muster.core.optionvalues import RC_BAD_OPTION
+from muster.slurm.jobrequest import JobRequest
+from muster.slurm.options import (
     NO_ARG,
     OPTIONAL,
     Opt,
@@ -35,8 +38,6 @@ from muster.cli.options import (
     finish_job_request,
     job_getopt,
 )
-from muster.core.counts import format_counts
-from muster.core.optionvalues import RC_BAD_OPTION
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

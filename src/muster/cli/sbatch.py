@@ -17,21 +17,13 @@ what only some submissions need is imported when they need it: ``hetargs`` for a
 import posix
 import sys
 
-from muster.cli.common import (
-    CommandError,
-    argv_or_sys,
-    connect,
-    connect_message,
-    environ,
-    exit_error_code,
-    info_text,
-    load_settings,
-    long_running,
-    report,
-)
+from muster.cli.common import CommandError, argv_or_sys, exit_error_code, info_text, long_running, report
 from muster.cli.containeropts import PYXIS_OPTIONS, spank_environment
-from muster.cli.jobrequest import JobRequest
-from muster.cli.options import (
+from muster.client.controller import connect, connect_message
+from muster.client.settings import load_settings
+from muster.client.sysenv import environ
+from muster.slurm.jobrequest import JobRequest
+from muster.slurm.options import (
     JOB_OPTIONS,
     NO_ARG,
     UNHONOURED,

@@ -22,8 +22,9 @@ from __future__ import annotations
 import os
 import sys
 
-from muster.cli.common import CommandError, argv_or_sys, connect, info_text, report, usage_error
-from muster.cli.options import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
+from muster.cli.common import CommandError, argv_or_sys, info_text, report, usage_error
+from muster.client.controller import connect
+from muster.slurm.options import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
 
 PROG = "sbcast"
 
@@ -81,7 +82,7 @@ def parse_args(argv: list[str], environ: dict[str, str], cwd: str) -> Request | 
     text = info_text(keys, HELP, USAGE)
     if text is not None:
         return text
-    from muster.cli.options import env_options
+    from muster.slurm.options import env_options
 
     req = Request()
     for opt, value in [*env_options(table, environ), *parsed]:

@@ -12,20 +12,12 @@ from __future__ import annotations
 
 import sys
 
-from muster.cli.common import (
-    CommandError,
-    argv_or_sys,
-    connect,
-    connect_message,
-    current_user,
-    info_text,
-    option_error,
-    report,
-    split_ids,
-)
-from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
+from muster.cli.common import CommandError, argv_or_sys, current_user, info_text, report, split_ids
+from muster.client.controller import connect, connect_message
 from muster.core.optionvalues import parse_signal_name
 from muster.core.statenames import job_state_name
+from muster.slurm.argscan import option_error
+from muster.slurm.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

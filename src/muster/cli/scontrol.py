@@ -9,14 +9,9 @@ functions take wire dicts (docs/api.md) and return text, so they are tested with
 
 import sys
 
-from muster.cli.argscan import NO_ARG, Opt, OptionError, OptionTable, getopt
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
-    connect,
-    connect_message,
-    getenv,
-    load_settings,
     long_running,
     print_lines,
     report,
@@ -33,6 +28,10 @@ from muster.cli.scontrol_records import (
     node_record,
     partition_record,
 )
+from muster.client.controller import connect, connect_message
+from muster.client.settings import load_settings
+from muster.client.sysenv import getenv
+from muster.slurm.argscan import NO_ARG, Opt, OptionError, OptionTable, getopt
 
 PROG = "scontrol"
 
@@ -182,13 +181,13 @@ def show_jobs(target: str | None, flags: Flags) -> int:
         return 0
     jobs = sorted(jobs, key=lambda j: int(j.get("job_id") or 0))
     if flags.json:
-        from muster.cli.slurmjson import document, squeue_job
-        from muster.cli.squeue_fields import long_state
+        from muster.slurm.slurmjson import document, squeue_job
+        from muster.slurm.squeue_fields import long_state
 
         print_lines([document(["scontrol", "show", "job", "--json"], [squeue_job(j, long_state(j)) for j in jobs])])
         return 0
     if any(j.get("array_job_id") is not None for j in jobs):
-        from muster.cli.jobarrays import merge_array_rows
+        from muster.slurm.jobarrays import merge_array_rows
 
         jobs = merge_array_rows(jobs)
     write_out("".join(format_record(job_record(j, flags.details), flags.oneliner) for j in jobs))
@@ -219,7 +218,7 @@ def show_nodes(target: str | None, flags: Flags) -> int:
             return 1
         nodes = [by_name[n] for n in names if n in by_name]
     if flags.json:
-        from muster.cli.slurmjson import document, node
+        from muster.slurm.slurmjson import document, node
 
         cluster = _cluster_name()
         print_lines([document(["scontrol", "show", "node", "--json"], [node(n, cluster) for n in nodes], "nodes")])
@@ -244,7 +243,7 @@ def show_partitions(target: str | None, flags: Flags) -> int:
             sys.stdout.write(f"Partition {target} not found\n")
             return 1
     if flags.json:
-        from muster.cli.slurmjson import document, partition
+        from muster.slurm.slurmjson import document, partition
 
         cluster = _cluster_name()
         doc = document(
@@ -262,7 +261,7 @@ def show_partitions(target: str | None, flags: Flags) -> int:
 def _cluster_name() -> str:
     """ClusterName from the local config (as Slurm's commands read slurm.conf); empty when
     it cannot be read."""
-    from muster.cli.common import load_settings
+    from muster.client.settings import load_settings
 
     try:
         return load_settings(PROG).cluster_name

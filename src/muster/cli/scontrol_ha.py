@@ -18,10 +18,12 @@ primary, fails back to it) to take over from the active controller and waits, up
 
 from __future__ import annotations
 
-import os
 import sys
 
-from muster.cli.common import CommandError, load_settings, user_credential
+from muster.cli.common import CommandError
+from muster.client.controller import user_credential
+from muster.client.failover import ask_one, mode
+from muster.client.settings import load_settings
 
 PROG = "scontrol"
 PING_TIMEOUT = 3.0  # a controller that accepted but says nothing this long is DOWN (hung)
@@ -29,31 +31,6 @@ PING_TIMEOUT = 3.0  # a controller that accepted but says nothing this long is D
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
-
-
-def _ask(settings: Any, index: int, method: str, path: str, timeout: float) -> Any:
-    """One request to controller ``index`` itself (no failover). Over TCP it carries a
-    credential (this host's, or one from a controller here: ``cli.failover``)."""
-    from muster.cli.failover import CONNECT_TIMEOUT, local_credential, targets
-    from muster.protocol.client import request
-
-    sock = settings.ctld_socket_for(index)
-    body: dict[str, Any] | None = {} if method == "POST" else None
-    if os.path.exists(sock):
-        return request(method, path, body, unix_path=sock, timeout=timeout, connect_timeout=CONNECT_TIMEOUT)
-    addr = settings.controllers[index][1]
-    credential = user_credential(settings) or local_credential(settings, targets(settings))
-    tls_ca = settings.tls_ca
-    return request(
-        method,
-        path,
-        body,
-        address=(addr, settings.ctld_port),
-        headers={"X-Muster-Credential": credential} if credential else None,
-        timeout=timeout,
-        tls=(tls_ca, "ctld") if tls_ca else None,
-        connect_timeout=CONNECT_TIMEOUT,
-    )
 
 
 def role_name(index: int, count: int) -> str:
@@ -74,7 +51,7 @@ def ping_lines(settings: Any) -> tuple[list[str], int]:
     for index, (host, _addr) in enumerate(hosts):
         active = False
         try:
-            answer = _ask(settings, index, "GET", "/v1/ping", PING_TIMEOUT)
+            answer = ask_one(settings, index, "GET", "/v1/ping", PING_TIMEOUT, user_credential)
             state = "UP"
             active = not (isinstance(answer, dict) and answer.get("mode") == "standby")
         except ApiError as e:
@@ -94,17 +71,6 @@ def ping() -> int:
     return 0 if up else 1
 
 
-def mode(settings: Any, index: int) -> str:
-    """ "active", "standby" or "down"."""
-    from muster.protocol.client import ApiError, ConnectError
-
-    try:
-        answer = _ask(settings, index, "GET", "/v1/ping", 5.0)
-    except (ApiError, ConnectError, OSError):
-        return "down"
-    return "standby" if isinstance(answer, dict) and answer.get("mode") == "standby" else "active"
-
-
 def takeover(words: list[str]) -> int:
     import time
 
@@ -119,14 +85,14 @@ def takeover(words: list[str]) -> int:
         raise CommandError(f"takeover: invalid controller index {raw!r}: expected 0 to {count - 1}")
     index = int(raw)
     try:
-        _ask(settings, index, "POST", "/v1/ha/takeover", 10.0)
+        ask_one(settings, index, "POST", "/v1/ha/takeover", 10.0, user_credential)
     except ApiError as e:
         raise CommandError(f"slurm_takeover error: {e.message}", 1) from None
     except ConnectError as e:
         raise CommandError(f"slurm_takeover error: {e}", 1) from None
     deadline = time.monotonic() + settings.slurmctld_timeout
     while time.monotonic() < deadline:
-        if mode(settings, index) == "active":
+        if mode(settings, index, user_credential) == "active":
             return 0
         time.sleep(0.2)
     host = settings.controllers[index][0]

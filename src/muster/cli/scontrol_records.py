@@ -7,7 +7,8 @@ never made-up numbers. Every function takes wire dicts (docs/api.md) and returns
 with ``-o``), so the layouts are tested without a controller.
 """
 
-from muster.cli.common import SLURM_VERSION, null_text, timefmt
+from muster.cli.common import SLURM_VERSION
+from muster.slurm.columns import null_text, timefmt
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ def _array_fields(job: dict[str, "Any"]) -> str:
     """``ArrayJobId=.. ArrayTaskId=.. [ArrayTaskThrottle=..] `` for array tasks."""
     if job.get("array_job_id") is None:
         return ""
-    from muster.cli.jobarrays import array_task_text
+    from muster.slurm.jobarrays import array_task_text
 
     text = f"ArrayJobId={job['array_job_id']} ArrayTaskId={array_task_text(job)} "
     if job.get("array_throttle"):

@@ -4,7 +4,8 @@ or one line each with ``-o``."""
 
 from __future__ import annotations
 
-from muster.cli.common import CommandError, connect, connect_message, write_out
+from muster.cli.common import CommandError, write_out
+from muster.client.controller import connect, connect_message
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from muster.cli.common import CommandError, connect, connect_message
+from muster.cli.common import CommandError
+from muster.client.controller import connect, connect_message
 
 PROG = "scontrol"
 

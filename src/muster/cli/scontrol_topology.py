@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from muster.cli.common import CommandError, connect, connect_message, write_out
+from muster.cli.common import CommandError, write_out
+from muster.client.controller import connect, connect_message
 
 PROG = "scontrol"
 

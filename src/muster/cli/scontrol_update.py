@@ -10,7 +10,8 @@ caller gives none).
 
 from __future__ import annotations
 
-from muster.cli.common import CommandError, connect, connect_message, split_ids
+from muster.cli.common import CommandError, split_ids
+from muster.client.controller import connect, connect_message
 
 PROG = "scontrol"
 

@@ -28,7 +28,7 @@ import time
 
 from muster.cli.acctfmt import call, read_options
 from muster.cli.common import CommandError, report
-from muster.cli.options import NO_ARG, Opt
+from muster.slurm.options import NO_ARG, Opt
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

@@ -12,24 +12,22 @@ Everything is computed from ``NodeWire``/``PartitionWire`` dicts (docs/api.md).
 
 import sys
 
-from muster.cli.argscan import NO_ARG, Opt, OptionError, OptionTable, getopt
-from muster.cli.columns import Column, render
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
-    connect,
-    connect_message,
-    environ,
     info_text,
-    load_settings,
     long_running,
     no_operands,
-    option_error,
     parse_iterate,
     print_lines,
     report,
 )
-from muster.cli.sinfo_fields import (
+from muster.client.controller import connect, connect_message
+from muster.client.settings import load_settings
+from muster.client.sysenv import environ
+from muster.slurm.argscan import NO_ARG, Opt, OptionError, OptionTable, getopt, option_error
+from muster.slurm.columns import Column, render
+from muster.slurm.sinfo_fields import (
     FIELDS,
     Row,
     base_state,
@@ -316,11 +314,11 @@ def report_lines(
 
 
 def to_json(parts: list[dict[str, "Any"]], nodes: list[dict[str, "Any"]]) -> str:
-    """``--json``: data_parser v0.0.40's ``sinfo`` list (``cli.slurmjson.sinfo_entries``),
+    """``--json``: data_parser v0.0.40's ``sinfo`` list (``slurm.slurmjson.sinfo_entries``),
     plus the ``nodes`` and ``partitions`` lists older clients read (Slurm 22.05's layout)."""
     import json
 
-    from muster.cli.slurmjson import meta, node, partition, sinfo_entries
+    from muster.slurm.slurmjson import meta, node, partition, sinfo_entries
 
     cluster = load_settings(PROG).cluster_name if parts else ""
     doc = {

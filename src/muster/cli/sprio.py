@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 
 from muster.cli.acctfmt import call, read_options
-from muster.cli.columns import letter_columns, render
 from muster.cli.common import CommandError, print_lines, report
-from muster.cli.options import NO_ARG, Opt
+from muster.slurm.columns import letter_columns, render
+from muster.slurm.options import NO_ARG, Opt
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

@@ -21,32 +21,24 @@ from dicts alone.
 
 import sys
 
-from muster.cli.argscan import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
-from muster.cli.columns import Column, render
 from muster.cli.common import (
     CommandError,
     argv_or_sys,
-    connect,
-    connect_message,
     current_user,
-    environ,
     info_text,
     long_running,
     no_operands,
-    option_error,
     parse_iterate,
     print_lines,
     report,
 )
-from muster.cli.jobarrays import merge_array_rows
-from muster.cli.squeue_fields import (
-    PATH_VALUES,
-    columns_from_format,
-    columns_from_long_format,
-    job_keys,
-    long_state,
-)
 from muster.cli.squeue_filters import DEFAULT_SORT, Filters, parse_states, sort_jobs
+from muster.client.controller import connect, connect_message
+from muster.client.sysenv import environ
+from muster.slurm.argscan import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt, option_error
+from muster.slurm.columns import Column, render
+from muster.slurm.jobarrays import merge_array_rows
+from muster.slurm.squeue_fields import PATH_VALUES, columns_from_format, columns_from_long_format, job_keys, long_state
 
 TYPE_CHECKING = False  # core.arrays is imported by -j alone
 if TYPE_CHECKING:
@@ -325,8 +317,8 @@ def fetch(req: Request) -> tuple[list[dict[str, "Any"]], float]:
 
 
 def to_json(jobs: list[dict[str, "Any"]], now: float) -> str:
-    """``--json``: the jobs in the layout of Slurm's data_parser v0.0.40 (``cli.slurmjson``)."""
-    from muster.cli.slurmjson import document, squeue_job
+    """``--json``: the jobs in the layout of Slurm's data_parser v0.0.40 (``slurm.slurmjson``)."""
+    from muster.slurm.slurmjson import document, squeue_job
 
     return document(["squeue", "--json"], [squeue_job(j, long_state(j)) for j in jobs])
 

@@ -9,7 +9,7 @@ job id, so the output never depends on the order the controller sent.
 """
 
 from muster.cli.common import CommandError
-from muster.cli.squeue_fields import job_spec, long_state, start_time
+from muster.slurm.squeue_fields import job_spec, long_state, start_time
 
 TYPE_CHECKING = False  # core.arrays and core.statenames: imported when -j and -t need them
 if TYPE_CHECKING:

@@ -11,8 +11,9 @@ optional value of ``-s`` itself (``12.0,13.batch``).
 
 from __future__ import annotations
 
-from muster.cli.columns import letter_columns, render
-from muster.cli.common import CommandError, connect, connect_message, print_lines
+from muster.cli.common import CommandError, print_lines
+from muster.client.controller import connect, connect_message
+from muster.slurm.columns import letter_columns, render
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

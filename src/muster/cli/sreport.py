@@ -26,8 +26,8 @@ import sys
 import time
 
 from muster.cli.acctfmt import call, query_string
-from muster.cli.columns import Printer
 from muster.cli.common import CommandError, argv_or_sys, print_lines, report, version_line
+from muster.slurm.columns import Printer
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

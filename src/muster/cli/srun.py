@@ -38,18 +38,12 @@ import os
 import sys
 
 from muster.cli.alloc import job_options
-from muster.cli.common import (
-    CommandError,
-    argv_or_sys,
-    connect,
-    connect_message,
-    exit_error_code,
-    info_text,
-    report,
-)
+from muster.cli.common import CommandError, argv_or_sys, exit_error_code, info_text, report
 from muster.cli.containeropts import CONTAINER_OPTIONS, container_request
-from muster.cli.jobrequest import JobRequest, export_environment
-from muster.cli.options import (
+from muster.client.controller import connect, connect_message
+from muster.core.optionvalues import RC_BAD_OPTION
+from muster.slurm.jobrequest import JobRequest, export_environment
+from muster.slurm.options import (
     NO_ARG,
     OPTIONAL,
     Opt,
@@ -59,7 +53,6 @@ from muster.cli.options import (
     finish_job_request,
     job_getopt,
 )
-from muster.core.optionvalues import RC_BAD_OPTION
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:
@@ -337,8 +330,8 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
 def _arbitrary(step: dict[str, object], spec: dict[str, object], environ: dict[str, str], in_job: bool) -> None:
     """``-m arbitrary``: task i on the i-th host of ``SLURM_HOSTFILE`` (one a line, or comma
     separated; with ``-n`` its first N); without the variable, block (srun(1))."""
-    from muster.cli.jobrequest import read_hostfile
     from muster.core.optionvalues import OptionValueError
+    from muster.slurm.jobrequest import read_hostfile
 
     try:
         hosts = read_hostfile(environ, step.get("ntasks"))

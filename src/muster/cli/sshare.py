@@ -12,14 +12,14 @@ from __future__ import annotations
 import sys
 
 from muster.cli.acctfmt import call, read_options
-from muster.cli.columns import Printer, field_list
 from muster.cli.common import (
     CommandError,
     current_user,
     print_lines,
     report,
 )
-from muster.cli.options import NO_ARG, Opt
+from muster.slurm.columns import Printer, field_list
+from muster.slurm.options import NO_ARG, Opt
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import sys
 
 from muster.cli.acctfmt import call
-from muster.cli.columns import Printer, field_list
 from muster.cli.common import CommandError, argv_or_sys, info_text, print_lines, report, usage_error
-from muster.cli.options import NO_ARG, Opt, OptionError, OptionTable, getopt
+from muster.slurm.columns import Printer, field_list
+from muster.slurm.options import NO_ARG, Opt, OptionError, OptionTable, getopt
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

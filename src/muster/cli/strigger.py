@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 
 from muster.cli.acctfmt import call
-from muster.cli.argscan import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
 from muster.cli.common import CommandError, argv_or_sys, report, usage_error, version_line
+from muster.slurm.argscan import NO_ARG, OPTIONAL, Opt, OptionError, OptionTable, getopt
 
 PROG = "strigger"
 

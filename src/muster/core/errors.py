@@ -81,7 +81,7 @@ class AuthError(MusterError):
 class StaleCredential(AuthError):
     """A command's credential made before the controller's replay floor: it started or took
     over since the credential was made (``protocol.replay``). Nothing was done; the command
-    may send the request again with a fresh credential (``cli.failover``)."""
+    may send the request again with a fresh credential (``client.failover``)."""
 
     code = "stale"
 
@@ -105,6 +105,19 @@ class StorageError(MusterError):
 
     http_status = 503
     code = "storage"
+
+
+class CommandError(Exception):
+    """Stop a command (or a client acting for a user: the REST server): print ``message``
+    (as ``<prog>: error: <message>`` unless ``raw``) and exit with ``rc``. Raised by the
+    commands, ``muster.client`` (an unreadable configuration) and ``muster.slurm`` (a bad
+    option or format); not an API error, so not in ``ERRORS_BY_CODE``."""
+
+    def __init__(self, message: str, rc: int = 1, raw: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.rc = rc
+        self.raw = raw
 
 
 ERRORS_BY_CODE: dict[str, type[MusterError]] = {

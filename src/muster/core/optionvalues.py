@@ -7,7 +7,7 @@ Each parser takes the text as given and returns the value in the units a JobSpec
 for a malformed value; 1 for one Slurm rejects after parsing). Parsers name the option
 the way Slurm's message does.
 
-The one home of these rules for every front door: the commands (``cli.options``) and any
+The one home of these rules for every front door: the commands (``slurm.options``) and any
 other (a REST submit) read option text through here. Standard library only at import
 time (the commands start fast); ``core`` modules are imported where a parser needs them.
 """

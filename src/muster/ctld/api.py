@@ -307,7 +307,7 @@ def build_routes(ctx: Context) -> list[Route]:
             ctx.kick()
             return JSONResponse({"job_id": jobs[0].job_id, "job_ids": [j.job_id for j in jobs]})
         # the client's token for this submission: a retry after a lost answer (the controller
-        # died, a backup took over) gets the same job back (cli.failover)
+        # died, a backup took over) gets the same job back (client.failover)
         job = ctl.queue.submit(body.spec.to_spec(), who, request.headers.get("x-muster-request"))
         if not job.hold or job.spec.deadline is not None:
             # A held job (an array's tasks alike) can start in no pass, and a pass would

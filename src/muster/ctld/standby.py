@@ -195,7 +195,7 @@ class HaController:
     async def _credential(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """A command on this head node, which may run no agent, reaches the active controller
         over TCP with a credential signed here for the uid its Unix socket shows, as an
-        agent signs one (``cli.failover``)."""
+        agent signs one (``client.failover``)."""
         from muster.protocol.signing import make_credential
 
         while (await receive()).get("more_body"):

@@ -174,7 +174,7 @@ def request(
     Over TCP with ``tls`` = (cluster CA, the server's muster name) the connection is TLS
     (module docstring). ``connect_timeout`` bounds the connection and TLS handshake apart
     from the answer's ``timeout``; ``stalled`` = (seconds, hung) asks ``hung()`` when no
-    answer has begun after that long, and gives up at once when it says so (``cli.failover``:
+    answer has begun after that long, and gives up at once when it says so (``client.failover``:
     a stopped controller is told from a slow one)."""
     # Text that is not UTF-8 (a command-line argument of raw bytes arrives as surrogates)
     # is sent with "?" in their place: the controller then answers "not found", not a crash.

@@ -27,7 +27,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from muster.cli.common import ClientSettings, connect, connect_message, user_credential
+from muster.client.controller import connect, connect_message, user_credential
+from muster.client.settings import ClientSettings
 from muster.core.clock import SystemClock
 from muster.protocol.client import ApiError, ConnectError, request
 from muster.protocol.httpd import PEER_KEY
@@ -93,7 +94,7 @@ class Upstream:
         if headers is None:  # rest_auth/local: as musterrestd's own user, like a command
             return connect("musterrestd", self.settings).call(method, path, body)
         if len(self.settings.ctld_hosts) > 1:  # a primary and backups: whichever is active
-            from muster.cli.failover import call_active
+            from muster.client.failover import call_active
 
             return call_active(self.settings, method, path, body, 60.0, user_credential, headers)
         sock = self.settings.ctld_socket
@@ -104,12 +105,12 @@ class Upstream:
 
 def _pings(settings: ClientSettings, clock: Any) -> list[dict[str, Any]]:
     """Every SlurmctldHost asked directly: UP or DOWN, and how long it took to answer."""
-    from muster.cli.scontrol_ha import mode
+    from muster.client.failover import mode
 
     out = []
     for index, (host, _addr) in enumerate(settings.controllers):
         started = clock.monotonic()
-        state = mode(settings, index)
+        state = mode(settings, index, user_credential)
         out.append(
             {
                 "hostname": host,

@@ -3,7 +3,7 @@ very rules sbatch applies to its options.
 
 Each field the REST API accepts is turned into the sbatch option it stands for (``nodes`` is
 ``--nodes``, ``tres_per_node: "gres/gpu:2"`` is ``--gres=gpu:2``, ``time_limit`` in minutes is
-``--time``...) and applied by ``muster.cli.options``' one table of job options, so a REST
+``--time``...) and applied by ``muster.slurm.options``' one table of job options, so a REST
 submit and an ``#SBATCH`` line cannot disagree: same parser, same messages. The controller
 then checks the result against ``SpecModel`` (``ctld.api``) as it does for sbatch.
 
@@ -18,11 +18,11 @@ import os
 import pwd
 from typing import Any
 
-from muster.cli.argscan import OptionTable
-from muster.cli.jobrequest import JobRequest
-from muster.cli.options import JOB_OPTIONS, apply_options
 from muster.core.optionvalues import OptionValueError
 from muster.core.resources import parse_gres
+from muster.slurm.argscan import OptionTable
+from muster.slurm.jobrequest import JobRequest
+from muster.slurm.options import JOB_OPTIONS, apply_options
 
 _TABLE = OptionTable(JOB_OPTIONS)
 

@@ -1,7 +1,7 @@
 """The controller's answers in the layout of Slurm's data_parser v0.0.40, for the REST API.
 
 Jobs reuse the builders ``squeue --json`` and ``sacct --json`` print with
-(``muster.cli.slurmjson``: one layout, two front doors); nodes, partitions, reservations,
+(``muster.slurm.slurmjson``: one layout, two front doors); nodes, partitions, reservations,
 statistics, shares and the accounting objects are built here from the controller's wire
 dicts (docs/api.md). Every builder is pure: a dict in, a dict out.
 """
@@ -12,8 +12,8 @@ import math
 import sys
 from typing import Any
 
-from muster.cli.slurmjson import epoch, meta, minutes, node, number, partition, sacct_job, squeue_job
-from muster.cli.squeue_fields import long_state as job_long_state
+from muster.slurm.slurmjson import epoch, meta, minutes, node, number, partition, sacct_job, squeue_job
+from muster.slurm.squeue_fields import long_state as job_long_state
 
 __all__ = [
     "account",

@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             served = ", ".join(VERSIONS)
             print(f"musterrestd: error: data parser {missing[0]} not available ({served} are)", file=sys.stderr)
             return 1
-    from muster.cli.common import CommandError, load_settings
+    from muster.client.settings import load_settings
+    from muster.core.errors import CommandError
 
     daemonsignals.early("musterrestd")  # from here on SIGHUP and SIGUSR2 never kill it
     try:
@@ -116,7 +117,7 @@ class Reloadable:
         await self.app(scope, receive, send)
 
     def reload(self) -> None:
-        from muster.cli.common import conf_path, parse_client_settings
+        from muster.client.settings import conf_path, parse_client_settings
         from muster.core.config import ConfigError, parse_config
         from muster.rest.app import build_app
 

@@ -1,11 +1,11 @@
-"""muster.cli.columns: the one column engine of squeue, sinfo, sprio, sacct, sacctmgr, sshare."""
+"""muster.slurm.columns: the one column engine of squeue, sinfo, sprio, sacct, sacctmgr, sshare."""
 
 from __future__ import annotations
 
 import pytest
 
-from muster.cli import columns
 from muster.cli.common import CommandError
+from muster.slurm import columns
 
 TABLE = {
     "i": ("JOBID", lambda r: str(r["id"]), True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from muster.cli import sinfo
 from muster.cli.scontrol_records import node_record
-from muster.cli.sinfo_fields import node_keys
+from muster.slurm.sinfo_fields import node_keys
 
 NOW = 1796227645.0
 

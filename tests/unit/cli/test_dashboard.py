@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from muster.cli import dashboard
-from muster.cli.common import parse_client_settings
 from muster.cli.muster import main
+from muster.client.settings import parse_client_settings
 
 
 @pytest.mark.parametrize(

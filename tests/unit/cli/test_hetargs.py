@@ -97,7 +97,7 @@ def test_split_components_and_labels() -> None:
 
 
 def test_json_outputs_carry_the_het_job_fields() -> None:
-    from muster.cli.slurmjson import sacct_job, squeue_job
+    from muster.slurm.slurmjson import sacct_job, squeue_job
 
     job = {"job_id": 8, "het_job_id": 7, "het_job_offset": 1, "spec": {"name": "w"}}
     row = squeue_job(job, "RUNNING")

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
-from muster.cli.jobrequest import arbitrary_nodes, read_hostfile
 from muster.core.optionvalues import OptionValueError
+from muster.slurm.jobrequest import arbitrary_nodes, read_hostfile
 
 
 def test_lines_and_commas_in_order(tmp_path: pathlib.Path) -> None:

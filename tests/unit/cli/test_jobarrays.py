@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from muster.cli import squeue
-from muster.cli.jobarrays import job_id_text, merge_array_rows
+from muster.slurm.jobarrays import job_id_text, merge_array_rows
 
 
 def _task(job_id: int, task: int, state: str = "PENDING", reason: str = "Resources", throttle: int = 0) -> dict:

@@ -39,7 +39,7 @@ def test_a_command_imports_only_os_and_muster(command: str) -> None:
     assert set(out.stdout.split()) <= ALLOWED
 
 
-# The commands typed most often do without os too (~0.9 ms of a start: common.environ), and
+# The commands typed most often do without os too (~0.9 ms of a start: client.sysenv.environ), and
 # without __future__ (~0.07 ms): their modules quote the names only a type checker imports.
 WITHOUT_OS = ("sbatch", "squeue", "sinfo", "scontrol")
 
@@ -70,18 +70,18 @@ def test_what_the_busiest_commands_import_as_they_run_is_as_light(module: str) -
 
 
 def test_os_free_helpers_agree_with_os(monkeypatch: pytest.MonkeyPatch) -> None:
-    from muster.cli import common
+    from muster.client import sysenv
 
     for head, tail in (("/a", "b"), ("/a/", "b"), ("", "b"), ("/a", "/b"), ("a", "b/c")):
-        assert common.join(head, tail) == os.path.join(head, tail)
+        assert sysenv.join(head, tail) == os.path.join(head, tail)
     for path in ("/a/b", "/a/b/", "a", "/", "//x", "a//b", "", "/a//b"):
-        assert common.dirname(path) == os.path.dirname(path)
-    assert common.path_exists("/") and not common.path_exists("/nonexistent/x") and not common.path_exists("a\0b")
+        assert sysenv.dirname(path) == os.path.dirname(path)
+    assert sysenv.path_exists("/") and not sysenv.path_exists("/nonexistent/x") and not sysenv.path_exists("a\0b")
     monkeypatch.setenv("MUSTER_TEST_X", "y\u00e9")
-    assert common.getenv("MUSTER_TEST_X") == "y\u00e9" and common.environ() == dict(os.environ)
+    assert sysenv.getenv("MUSTER_TEST_X") == "y\u00e9" and sysenv.environ() == dict(os.environ)
     code = (
-        f"import sys; sys.path.append({import_root()!r}); from muster.cli import common;"
-        "env = common.environ(); import os; print(env == dict(os.environ), common.getenv('MUSTER_TEST_X'))"
+        f"import sys; sys.path.append({import_root()!r}); from muster.client import sysenv;"
+        "env = sysenv.environ(); import os; print(env == dict(os.environ), sysenv.getenv('MUSTER_TEST_X'))"
     )
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "y\u00e9"]

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from muster.cli.directives import script_directives
-from muster.cli.jobrequest import JobRequest, current_umask, export_environment
-from muster.cli.options import (
+from muster.core.optionvalues import (
+    OptionValueError,
+    parse_array_option,
+    parse_nodes,
+    parse_signal_option,
+)
+from muster.slurm.jobrequest import JobRequest, current_umask, export_environment
+from muster.slurm.options import (
     JOB_OPTIONS,
     NO_ARG,
     OPTIONAL,
@@ -16,12 +22,6 @@ from muster.cli.options import (
     apply_options,
     env_options,
     getopt,
-)
-from muster.core.optionvalues import (
-    OptionValueError,
-    parse_array_option,
-    parse_nodes,
-    parse_signal_option,
 )
 
 TABLE = OptionTable(

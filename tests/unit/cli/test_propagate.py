@@ -1,5 +1,5 @@
 """``--propagate`` and PropagateResourceLimits(Except) as sbatch and srun read them: the
-soft limits of the submitting process that the job carries (``cli.jobrequest``)."""
+soft limits of the submitting process that the job carries (``slurm.jobrequest``)."""
 
 from __future__ import annotations
 

@@ -204,7 +204,7 @@ def test_state_takes_every_slurm_code_and_name_in_any_case() -> None:
 def _json_doc(records: list[dict[str, Any]]) -> dict[str, Any]:
     import json
 
-    from muster.cli.slurmjson import sacct_document
+    from muster.slurm.slurmjson import sacct_document
 
     doc = json.loads(sacct_document(records, ["sacct", "--json"]))
     assert doc["meta"]["plugin"]["data_parser"] == "data_parser/v0.0.40"

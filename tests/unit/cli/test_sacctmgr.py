@@ -61,7 +61,7 @@ def test_malformed_commands_are_refused(words: str) -> None:
 
 
 def test_show_assoc_tree_indents_accounts_from_the_left() -> None:
-    from muster.cli.columns import Printer
+    from muster.slurm.columns import Printer
 
     objects = {
         "cluster": "c",

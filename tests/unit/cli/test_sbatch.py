@@ -8,7 +8,7 @@ import pytest
 
 from muster.cli import sbatch
 from muster.cli.common import CommandError
-from muster.cli.jobrequest import current_umask
+from muster.slurm.jobrequest import current_umask
 
 
 def _build(argv: list[str], environ: dict | None = None, stdin: str | None = None, cwd: str = "/work"):

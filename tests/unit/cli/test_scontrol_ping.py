@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from muster.cli import scontrol_ha
-from muster.cli.common import parse_client_settings
+from muster.client.settings import parse_client_settings
 from muster.protocol import client
 from muster.protocol.client import ApiError, ConnectError
 

@@ -14,11 +14,6 @@ import pytest
 from starlette.testclient import TestClient
 
 from muster.cli import sinfo, squeue
-from muster.cli.sinfo_fields import FIELDS, LONG_NAMES, NODE_KEYS, PARTITION_ONLY
-from muster.cli.squeue_fields import BASE_KEYS as SQUEUE_BASE
-from muster.cli.squeue_fields import BASE_ONLY, EXTRA_FIELDS, JOB_KEYS
-from muster.cli.squeue_fields import FIELDS as SQUEUE_FIELDS
-from muster.cli.squeue_fields import LONG_NAMES as SQUEUE_LONG
 from muster.cli.squeue_filters import SORT_KEYS
 from muster.core.clock import ManualClock
 from muster.core.config import parse_config
@@ -30,6 +25,11 @@ from muster.ctld.controller import Identity
 from muster.ctld.listing import BRIEF_KEYS
 from muster.ctld.wire import node_wire, partition_wire
 from muster.protocol.httpd import PEER_KEY
+from muster.slurm.sinfo_fields import FIELDS, LONG_NAMES, NODE_KEYS, PARTITION_ONLY
+from muster.slurm.squeue_fields import BASE_KEYS as SQUEUE_BASE
+from muster.slurm.squeue_fields import BASE_ONLY, EXTRA_FIELDS, JOB_KEYS
+from muster.slurm.squeue_fields import FIELDS as SQUEUE_FIELDS
+from muster.slurm.squeue_fields import LONG_NAMES as SQUEUE_LONG
 
 CONF = """
 ClusterName=t

@@ -1,4 +1,4 @@
-"""A submission retried with the client's request token (cli.failover) makes no second job,
+"""A submission retried with the client's request token (client.failover) makes no second job,
 before and after a restart or takeover (the tokens are loaded from the store)."""
 
 from __future__ import annotations

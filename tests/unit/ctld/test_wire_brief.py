@@ -7,8 +7,7 @@ import pathlib
 
 import pytest
 
-from muster.cli import squeue, squeue_fields, squeue_filters
-from muster.cli.jobarrays import job_id_text, merge_array_rows
+from muster.cli import squeue, squeue_filters
 from muster.core.arrays import JobRef
 from muster.core.clock import ManualClock
 from muster.core.config import parse_config
@@ -16,6 +15,8 @@ from muster.core.job import JobSpec, NodeAlloc
 from muster.ctld.controller import Controller, Identity
 from muster.ctld.store import Store
 from muster.ctld.wire import job_wire
+from muster.slurm import squeue_fields
+from muster.slurm.jobarrays import job_id_text, merge_array_rows
 
 CONF = """
 ClusterName=t

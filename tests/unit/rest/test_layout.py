@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from muster.cli.common import parse_client_settings
+from muster.client.settings import parse_client_settings
 from muster.core.job import Job, JobSpec, NodeAlloc, Shape
 from muster.core.states import JobState
 from muster.ctld.wire import job_wire

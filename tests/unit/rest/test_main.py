@@ -31,7 +31,7 @@ def test_bad_command_lines_fail_clearly(argv: list[str], message: str, capsys) -
 
 
 def test_sighup_serves_the_next_requests_with_the_file_read_again(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from muster.cli.common import load_settings
+    from muster.client.settings import load_settings
     from muster.rest.main import Reloadable
 
     conf = tmp_path / "muster.conf"

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema_rs
 import pytest
 
-from muster.cli.common import parse_client_settings
+from muster.client.settings import parse_client_settings
 from muster.rest import layout, versions
 from muster.rest.app import build_app, openapi_document
 

@@ -2,7 +2,7 @@
 
 Two things live here:
 
-* ``getopt``, ``Opt`` and ``OptionTable``, re-exported from ``muster.cli.argscan``: the
+* ``getopt``, ``Opt`` and ``OptionTable``, re-exported from ``muster.slurm.argscan``: the
   GNU ``getopt_long`` work-alike every command uses.
 * ``JOB_OPTIONS``: every option a job request can carry, written once. Each row says its
   names, whether it takes a value, the ``SBATCH_*`` variable that can also set it and the
@@ -11,7 +11,7 @@ Two things live here:
   the order script, environment, command line, so that the command line wins (Slurm's
   precedence). srun and salloc are meant to reuse the rows with their own variables.
 
-A ``JobRequest`` (``muster.cli.jobrequest``) ends as a plain dict with
+A ``JobRequest`` (``muster.slurm.jobrequest``) ends as a plain dict with
 ``muster.core.job.JobSpec``'s field names (times in seconds, memory in MB). The commands
 never import ``muster.core.job``: its dataclasses cost start-up time that a command typed
 hundreds of times a day should not pay. Values are read by ``muster.core.optionvalues``,
@@ -28,32 +28,17 @@ and srun do with the table, with Slurm's exit statuses for what is wrong.
 
 import sys
 
-from muster.cli.argscan import (  # re-exported (``X as X``): the commands' one options module
-    NO_ARG as NO_ARG,
-)
-from muster.cli.argscan import (
-    OPTIONAL as OPTIONAL,
-)
-from muster.cli.argscan import (
-    REQUIRED as REQUIRED,
-)
-from muster.cli.argscan import (
-    Opt as Opt,
-)
-from muster.cli.argscan import (
-    OptionError as OptionError,
-)
-from muster.cli.argscan import (
-    OptionTable as OptionTable,
-)
-from muster.cli.argscan import (
-    Parsed as Parsed,
-)
-from muster.cli.argscan import (
-    getopt as getopt,
-)
-from muster.cli.common import CommandError, option_error
-from muster.cli.jobrequest import JobRequest
+from muster.core.errors import CommandError
+from muster.slurm.argscan import NO_ARG as NO_ARG
+from muster.slurm.argscan import OPTIONAL as OPTIONAL
+from muster.slurm.argscan import REQUIRED as REQUIRED
+from muster.slurm.argscan import Opt as Opt
+from muster.slurm.argscan import OptionError as OptionError
+from muster.slurm.argscan import OptionTable as OptionTable
+from muster.slurm.argscan import Parsed as Parsed
+from muster.slurm.argscan import getopt as getopt
+from muster.slurm.argscan import option_error
+from muster.slurm.jobrequest import JobRequest
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

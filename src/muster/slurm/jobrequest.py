@@ -118,7 +118,7 @@ def submit_limits(option: str | None, environ: dict[str, str]) -> dict[str, int]
 
     only = excluded = None
     if option is None:
-        from muster.cli.common import conf_path, parse_client_settings
+        from muster.client.settings import conf_path, parse_client_settings
 
         path = conf_path(environ)
         try:

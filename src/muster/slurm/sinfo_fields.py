@@ -5,10 +5,10 @@ A row (``Row``) is a partition, or none, and the nodes it covers, as ``NodeWire`
 ``PartitionWire`` dicts (docs/api.md). ``FIELDS`` maps a letter to its header, its value
 (a function of the row) and, for per-node values, the function whose result splits rows
 (nodes that differ in a column shown never share a row). The width, justification and
-cutting rules are ``muster.cli.columns``'s; node lists are never cut.
+cutting rules are ``muster.slurm.columns``'s; node lists are never cut.
 """
 
-from muster.cli.columns import Column, letter_columns, named_columns
+from muster.slurm.columns import Column, letter_columns, named_columns
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

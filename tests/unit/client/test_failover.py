@@ -1,4 +1,4 @@
-"""Commands reach the active controller among several (cli.failover), on a fake transport."""
+"""Commands reach the active controller among several (client.failover), on a fake transport."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from muster.cli import failover
-from muster.cli.common import parse_client_settings
+from muster.client import failover
+from muster.client.settings import parse_client_settings
 from muster.protocol import client
 from muster.protocol.client import ApiError, ConnectError
 

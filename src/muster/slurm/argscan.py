@@ -5,13 +5,15 @@ It accepts ``--opt=val``, ``--opt val``, ``-Jname``, ``-J name``, clustered flag
 unique prefixes of long names (``--part``), ``--`` as the end of options, and either
 permutes operands (squeue, scancel) or stops at the first one (sbatch, whose script
 arguments follow the script). Its error texts are glibc's, which Slurm users and scripts
-know. It lives apart from ``muster.cli.options`` (the job options' table, which re-exports
+know. It lives apart from ``muster.slurm.options`` (the job options' table, which re-exports
 these names) so that the query commands (squeue, sinfo, scontrol) import neither that
 table nor the value parsers behind it: start-up time.
 """
 
 # No ``from __future__ import annotations`` here: sbatch's modules leave it out, which spares
 # a plain submission the ``__future__`` module; names known only to type checkers are quoted.
+
+from muster.core.errors import CommandError
 
 NO_ARG, REQUIRED, OPTIONAL = 0, 1, 2
 
@@ -153,3 +155,9 @@ def getopt(argv: list[str], table: OptionTable, *, permute: bool = True) -> tupl
             break
         operands.append(word)
     return parsed, operands
+
+
+def option_error(prog: str, message: object, rc: int = 1) -> CommandError:
+    """The CommandError for getopt's complaint plus Slurm's hint (the text of
+    ``cli.common.usage_error``)."""
+    return CommandError(f'{prog}: {message}\nTry "{prog} --help" for more information', rc, raw=True)

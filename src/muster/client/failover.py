@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    ClientSettings = Any  # cli.common's (which imports this module when it is needed)
+    ClientSettings = Any  # client.settings' (client.controller imports this module when it is needed)
 
 Way = tuple["str | None", "tuple[str, int] | None"]
 
@@ -235,7 +235,7 @@ def call_active(
     proof: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The answer of the active controller (see the module's docstring); ``agent_credential``
-    proves the caller over TCP (``cli.common``'s), unless ``proof`` (a JWT's headers, from
+    proves the caller over TCP (``client.controller``'s), unless ``proof`` (a JWT's headers, from
     musterrestd) proves it on any transport."""
     import time
 
@@ -363,3 +363,46 @@ def _answered(
     was_hung = hung.pop(index, None) is not None
     if learnt or was_hung or remembered != index:
         remember(settings, index, hung)
+
+
+def ask_one(
+    settings: ClientSettings,
+    index: int,
+    method: str,
+    path: str,
+    timeout: float,
+    credential: Callable[[ClientSettings], str | None],
+) -> Any:
+    """One request to controller ``index`` itself (no failover). Over TCP it carries a
+    credential (``credential``'s for this host, or one from a controller here:
+    ``local_credential``)."""
+    from muster.protocol.client import request
+
+    sock = settings.ctld_socket_for(index)
+    body: dict[str, Any] | None = {} if method == "POST" else None
+    if os.path.exists(sock):
+        return request(method, path, body, unix_path=sock, timeout=timeout, connect_timeout=CONNECT_TIMEOUT)
+    addr = settings.controllers[index][1]
+    proof = credential(settings) or local_credential(settings, targets(settings))
+    tls_ca = settings.tls_ca
+    return request(
+        method,
+        path,
+        body,
+        address=(addr, settings.ctld_port),
+        headers={"X-Muster-Credential": proof} if proof else None,
+        timeout=timeout,
+        tls=(tls_ca, "ctld") if tls_ca else None,
+        connect_timeout=CONNECT_TIMEOUT,
+    )
+
+
+def mode(settings: ClientSettings, index: int, credential: Callable[[ClientSettings], str | None]) -> str:
+    """Whether controller ``index`` is ``active``, in ``standby`` or ``down``."""
+    from muster.protocol.client import ApiError, ConnectError
+
+    try:
+        answer = ask_one(settings, index, "GET", "/v1/ping", 5.0, credential)
+    except (ApiError, ConnectError, OSError):
+        return "down"
+    return "standby" if isinstance(answer, dict) and answer.get("mode") == "standby" else "active"

@@ -3,14 +3,13 @@
 A job is a ``JobWire`` dict (docs/api.md); every value here is computed from it alone,
 as text, the way Slurm's squeue prints it (``(null)`` for a missing string, ``N/A`` for
 an unknown time, ``NODELIST(REASON)`` as ``(Reason)`` for jobs that wait). The width,
-justification and cutting rules are ``muster.cli.columns``'s; this module only says what
+justification and cutting rules are ``muster.slurm.columns``'s; this module only says what
 the fields are: ``FIELDS`` (letter -> header, value, cut), ``LONG_NAMES`` (``-O`` name ->
 letter) and ``EXTRA_FIELDS`` (``-O`` names with no letter).
 """
 
-from muster.cli.columns import Column, letter_columns, named_columns
-from muster.cli.common import null_text, timefmt
-from muster.cli.jobarrays import array_job_id_text, array_task_text, job_id_text
+from muster.slurm.columns import Column, letter_columns, named_columns, null_text, timefmt
+from muster.slurm.jobarrays import array_job_id_text, array_task_text, job_id_text
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:

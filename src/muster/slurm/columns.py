@@ -20,10 +20,11 @@ a row); this module owns the rest, so a width or justification rule lives in one
 Nothing here does I/O or imports more than the language itself: commands start fast.
 """
 
-from muster.cli.common import CommandError
+from muster.core.errors import CommandError
 
 TYPE_CHECKING = False  # typing costs a command milliseconds to import
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Any
 
 # Format widths (squeue -o %20i, sacct -o jobid%30, ...) are capped: a wider field than any
@@ -295,3 +296,24 @@ class Printer:
         for row in rows:
             out.append("".join(cell(v, w) + " " for v, (_, w) in zip(row, columns, strict=False)))
         return out
+
+
+def null_text(value: object) -> str:
+    """``(null)`` for a missing value (None, empty text or list), as Slurm prints it."""
+    if value is None or value == "" or value == []:
+        return "(null)"
+    return str(value)
+
+
+_TIMEFMT: "ModuleType | None" = None
+
+
+def timefmt() -> "ModuleType":
+    """muster.core.timetext (timefmt's formatting half), imported on first use (commands
+    that print no times skip it)."""
+    global _TIMEFMT
+    if _TIMEFMT is None:
+        from muster.core import timetext as module
+
+        _TIMEFMT = module
+    return _TIMEFMT
