@@ -366,6 +366,13 @@ def test_sbatchs_container_image_runs_the_batch_script_in_the_image(cluster: tup
     assert lines[:3] == [f'NAME="{OS_NAME}"', str(uid), f"job={job}"], out  # in the image, as the user
     assert lines[3].endswith(f"/job_{job}/step_batch/task_0"), out  # in the job's cgroup
     assert lines[4].endswith("/slurm_script"), out  # the script, from its spool directory bound inside
+    # scancel reaches the script in its container, and leaves no process of it behind
+    marker = str(800000 + os.getpid() % 99999)
+    running = h.sbatch("-w", "node1", f"--container-image={image}", uid=uid, input=f"#!/bin/sh\nsleep {marker}\n")
+    wait_for(lambda: _pids_running(marker), 60, what="the containerized script's sleep to run")
+    assert h.run(["scancel", str(running)], uid=uid).returncode == 0
+    assert h.wait_job(running)["state"] == "CANCELLED"
+    wait_for(lambda: not _pids_running(marker), 60, what="the container's process to be gone")
     # an image that is not there: the job's error, with the message, and the node stays in service
     bad = h.sbatch("-w", "node1", "--container-image=/nonexistent/image.tar", uid=uid, input="#!/bin/sh\ntrue\n")
     failed = h.wait_job(bad)
