@@ -48,8 +48,12 @@ REASONS: dict[str, str] = {
     "test_multiple_jobs needs sudo, which this machine lacks, on both",
     "test_116_46.py": "fails on Slurm (the known race of proctrack/linuxproc); passes on muster",
     "test_118_2.py": "a test of SLUIDs (Slurm 26.05+): skips on both",
-    "test_123_7.py": "scontrol create/delete partition (partitions made at run time) is not implemented",
-    "test_123_12.py": "scontrol create partition is not implemented",
+    "test_123_7.py": "scontrol create/delete partition works (tests/integration/test_attach_partitions.py); the "
+    "file's reservations then fail on start=now (StartTime's short form), which muster's scontrol create "
+    "reservation does not take",
+    "test_123_12.py": "scontrol create/delete partition works; the file's reservations then fail on an empty "
+    "Features= and on NodeCnt= with Flags=IGNORE_JOBS over a busy partition (and Slurm's 'nodes are busy' "
+    "wording), which muster's scontrol create reservation does not take",
     "test_130_1.py": "needs priority/basic (Slurm's cluster states it; a config naming no PriorityType gets it too, "
     "as in 22.05): muster up states priority/multifactor, so the run adds "
     "MUSTER_CONF_EXTRA=PriorityType=priority/basic; muster then orders jobs FIFO, a held job at priority 0",
@@ -78,12 +82,19 @@ NOTES = """\
   `SlurmctldParameters=enable_expedited_requeue` (docs/faults.md). A config that names no
   `PriorityType` gets `priority/basic` (FIFO by submission), as in 22.05; `muster up` states
   `priority/multifactor`.
-* Not done: `sattach`, `srun --no-allocate`, `scontrol create/delete partition`; the requeue
+* Added for issue 38's last commands (tests/integration/test_attach_partitions.py, unit tests):
+  `sattach` (output from the attach on beside srun's own stream, stdin to the tasks, the three
+  filters, `--label`, `--layout`, `-Q`; the job's user, root or SlurmUser only; Slurm's stepd
+  also replays recent output, muster's agent does not) and `scontrol create|delete PartitionName`
+  (admins only, kept by the controller across restarts and reconfigures; a delete is refused
+  while jobs or reservations use the partition, `Partition is in use`).
+* Not done: `srun --no-allocate`; the requeue
   delay after `scontrol requeue`, preemption or a failed launch (muster: eligible at once).
 * Checked beyond the list, the same way (a copy of the runner with its own list): Slurm's files
   test_104_1, 106_1, 106_3, 106_4, 107_4, 108_9, 111_6, 113_1, 116_21, 116_37, 116_44, 116_5,
   117_1, 117_2 and 117_4 (sattach, sbcast, scancel -v, listpids, sinfo states, sprio, task
-  prolog/epilog, host file, sstat). muster passes every one but test_104_1 (sattach); Slurm
+  prolog/epilog, host file, sstat). muster passes every one (test_104_1, sattach's usage line,
+  since sattach was added); Slurm
   fails test_113_1 and test_117_1 (Debian's version string). test_116_5 and test_108_9 found
   `sbatch -m arbitrary` and listpids' wording missing; both were fixed.
 * A skip counts as neither pass nor failure. Where both sides skip, each skips for a Slurm
