@@ -78,7 +78,8 @@ def one(nodes: int, jobs: int, drain_s: float, speed: float, profile: str | None
 
     rng = random.Random(seed)
     conf = (
-        "ClusterName=b\nSlurmdTimeout=100000\n"
+        # multifactor, as ``muster up`` writes it (an absent PriorityType is basic, as in Slurm)
+        "ClusterName=b\nSlurmdTimeout=100000\nPriorityType=priority/multifactor\n"
         f"MaxArraySize={ARRAY + 1}\nMaxJobCount={2 * jobs + 10000}\n"
         f"NodeName=n[1-{nodes}] CPUs=64 RealMemory=512000 Gres=gpu:8\n"
         "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n"
