@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import re
-import time
 
 import pytest
 
 from harness import Harness
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,13 +39,7 @@ def _squeue(cluster: Harness, *args: str) -> list[str]:
 
 
 def _until(check, timeout: float = 30.0):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
+    return wait_for(check, timeout, interval=0.1)
 
 
 # --- arrays ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import pytest
 from muster.agent import cgroups
 from muster.agent.cgroupfs import CgroupUnusable, NodeCgroups, detect_version, gpu_devices
 from muster.agent.cgroups import CgroupConf
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -76,10 +77,7 @@ def _start(procs: tuple[str, ...], pidfile: str) -> int:
             os.execv("/bin/sleep", ["sleep", "600"])
         finally:
             os._exit(1)
-    deadline = time.monotonic() + 10
-    while not os.path.exists(pidfile):
-        assert time.monotonic() < deadline, "the daemon did not start"
-        time.sleep(0.01)
+    wait_for(lambda: os.path.exists(pidfile), timeout=10, interval=0.01, what="the daemon to start")
     return pid
 
 

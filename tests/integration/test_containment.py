@@ -20,6 +20,7 @@ import pytest
 from cgroupprobe import CGROUP, CONFINED, v1_unusable
 from harness import Harness, ensure_user, process_running
 from muster.cluster.local import ClusterShape
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +33,7 @@ SKIP = v1_unusable(("freezer", "memory", "devices"))
 
 
 def _wait(cond, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    wait_for(cond, timeout, what=what)
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+import waiting
 from harness import Harness, ensure_user, process_running
 from muster.cluster.local import ClusterShape
 
@@ -30,13 +31,7 @@ OTHER_USER = "mustersig"
 
 
 def wait_for(what: str, check: Callable[[], object], timeout: float = 30) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return waiting.wait_for(check, timeout, what=what)
 
 
 def text(path: str) -> str:

@@ -9,11 +9,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
 from muster.cluster.local import cgroups_usable
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -70,14 +70,16 @@ def test_up_status_restart_and_down() -> None:
         # says so (which agent, why, its log) instead of reporting it started.
         lock = os.open(f"{state}/nodes/node2/musterd.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            deadline = time.monotonic() + 30  # the killed agent's children let go of it first
-            while True:
+
+            def taken() -> bool:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
+                    return True
                 except BlockingIOError:
-                    assert time.monotonic() < deadline, "the killed agent's lock was never released"
-                    time.sleep(0.05)
+                    return False
+
+            # the killed agent's children let go of it first
+            wait_for(taken, timeout=30, what="the killed agent's lock to be released")
             held = muster("up", "--state-dir", state)
         finally:
             os.close(lock)

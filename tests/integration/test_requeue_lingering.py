@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from harness import Harness
 from muster.cluster.local import ClusterShape
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -50,19 +50,18 @@ def test_a_requeued_job_waits_for_its_lingering_attempt_and_then_completes(
     job_id = h.sbatch("-o", "linger-%j.out", "linger.sh")
     h.wait_state(job_id, "RUNNING")
     attempts = os.path.join(h.workdir, f"attempts-{job_id}")
-    deadline = time.monotonic() + 60
-    while "first" not in (h.read(attempts) if os.path.exists(attempts) else ""):
-        assert time.monotonic() < deadline, "the first attempt did not start"
-        time.sleep(0.05)
+    wait_for(
+        lambda: "first" in (h.read(attempts) if os.path.exists(attempts) else ""),
+        timeout=60,
+        what="the first attempt to start",
+    )
     out = h.run(["scontrol", "requeue", str(job_id)])
     assert out.returncode == 0, out.stderr
     if restart_controller:  # a new controller knows the old attempt only from the node's heartbeats
         pid = h.cluster._alive("musterctld")
         assert pid is not None
         os.kill(pid, signal.SIGTERM)
-        while h.cluster._alive("musterctld") is not None:
-            assert time.monotonic() < deadline, "the controller did not stop"
-            time.sleep(0.05)
+        wait_for(lambda: h.cluster._alive("musterctld") is None, timeout=60, what="the controller to stop")
         h.cluster.start()
         h.cluster.wait_ready(30)
     job = h.wait_job(job_id, timeout=90)

@@ -15,6 +15,7 @@ import pytest
 
 from harness import Harness
 from muster.cluster.local import ClusterShape
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -30,10 +31,9 @@ def one_node() -> Iterator[Harness]:
 
 
 def _wait_gone(h: Harness, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while h.cluster._alive("musterctld", check_cmdline=False) is not None:
-        assert time.monotonic() < deadline, "the controller did not exit"
-        time.sleep(0.05)
+    wait_for(
+        lambda: h.cluster._alive("musterctld", check_cmdline=False) is None, timeout, what="the controller to exit"
+    )
 
 
 def test_a_start_committed_and_never_sent_runs_once_after_the_restart_without_node_fail(
