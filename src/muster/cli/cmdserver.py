@@ -465,9 +465,8 @@ class Server:
                 continue
             if pid == 0:
                 self.runner(conn)
-            with contextlib.suppress(
-                OSError
-            ):  # said by the server: the client's "G" is on its way as the runner starts
+            # "P" said by the server: the client's "G" is on its way while the runner starts
+            with contextlib.suppress(OSError):
                 conn.send(b"P" + PID.pack(pid), socket.MSG_DONTWAIT)
             self.running[pid] = conn
             self.poller.register(conn, select.POLLRDHUP)  # not POLLIN: the client's bytes are the runner's
