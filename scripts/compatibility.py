@@ -44,8 +44,8 @@ REASONS: dict[str, str] = {
     "test_112_1.py": "skips on muster (no slurmdbd named in the config, as test_102_3); two of its tests pass on Slurm",
     "test_116_2.py": "skips on Slurm (its config names slurmdbd); passes on muster, which keeps account names in "
     "lower case as Slurm does (--account=MY_ACCT shows Account=my_acct; sacctmgr too)",
-    "test_116_23.py": "srun --no-allocate (-Z, a step without a job, root only) is not implemented (test_single_job); "
-    "test_multiple_jobs needs sudo, which this machine lacks, on both",
+    "test_116_23.py": "test_multiple_jobs needs sudo, which this machine lacks, on both; test_single_job (srun "
+    "--no-allocate) passes on both",
     "test_116_46.py": "fails on Slurm (the known race of proctrack/linuxproc); passes on muster",
     "test_118_2.py": "a test of SLUIDs (Slurm 26.05+): skips on both",
     "test_123_7.py": "scontrol create/delete partition works (tests/integration/test_attach_partitions.py); the "
@@ -87,8 +87,9 @@ NOTES = """\
   filters, `--label`, `--layout`, `-Q`; the job's user, root or SlurmUser only; Slurm's stepd
   also replays recent output, muster's agent does not) and `scontrol create|delete PartitionName`
   (admins only, kept by the controller across restarts and reconfigures; a delete is refused
-  while jobs or reservations use the partition, `Partition is in use`).
-* Not done: `srun --no-allocate`; the requeue
+  while jobs or reservations use the partition, `Partition is in use`), `srun --no-allocate`
+  (`-Z`: a step on `-w`'s nodes without a job, root and SlurmUser only).
+* Not done: the requeue
   delay after `scontrol requeue`, preemption or a failed launch (muster: eligible at once).
 * Checked beyond the list, the same way (a copy of the runner with its own list): Slurm's files
   test_104_1, 106_1, 106_3, 106_4, 107_4, 108_9, 111_6, 113_1, 116_21, 116_37, 116_44, 116_5,

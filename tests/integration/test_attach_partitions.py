@@ -199,3 +199,33 @@ def test_scontrol_create_and_delete_partition(cluster: Harness) -> None:
     unknown = h.run(["scontrol", "delete", f"PartitionName={part}"])
     assert unknown.returncode == 1
     assert unknown.stderr.strip() == f"delete_partition PartitionName={part}: Invalid partition name specified"
+
+
+def test_srun_no_allocate_runs_on_the_named_nodes_without_a_job(cluster: Harness) -> None:
+    # srun(1): "-Z, --no-allocate: Run the specified tasks on a set of nodes without creating
+    # a Slurm "job" in the Slurm queue structure, bypassing the normal resource allocation
+    # step. The list of nodes must be specified with the -w, --nodelist option. This is a
+    # privileged option only available for the users "SlurmUser" and "root"."
+    h = cluster
+    nodes = sorted(h.run(["sinfo", "-h", "-N", "-o", "%N"]).stdout.split())[:2]
+    before = h.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+    one = h.run(["srun", "-N1", f"--nodelist={nodes[0]}", "--no-allocate", "printenv", "SLURMD_NODENAME"], timeout=120)
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == f"{nodes[0]}\n"
+    script = 'echo "$SLURM_PROCID $SLURMD_NODENAME $SLURM_JOB_ID"'
+    three = h.run(["srun", "-Z", "-w", ",".join(nodes), "-n3", "sh", "-c", script], timeout=120)
+    assert three.returncode == 0, three.stderr
+    rows = sorted(line.split() for line in three.stdout.splitlines())
+    assert [r[:2] for r in rows] == [["0", nodes[0]], ["1", nodes[0]], ["2", nodes[1]]]
+    assert len({r[2] for r in rows}) == 1 and rows[0][2] not in before
+    # no job was made for either
+    assert rows[0][2] not in h.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+    assert "Invalid job id" in h.run(["scontrol", "show", "job", rows[0][2]]).stderr
+    # no node list: Slurm's error; another user: refused, nothing runs
+    bare = h.run(["srun", "-Z", "true"])
+    assert bare.returncode == 1
+    assert bare.stderr.strip() == "srun: error: must specify a node list with -Z, --no-allocate."
+    uid = ensure_user(OTHER)
+    denied = h.run(["srun", "-Z", "-w", nodes[0], "echo", "ran"], uid=uid, timeout=120)
+    assert denied.returncode == 1 and "ran" not in denied.stdout
+    assert "srun: error: Application launch failed: Access/permission denied" in denied.stderr

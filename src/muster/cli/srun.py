@@ -7,6 +7,8 @@ the environment (``SLURM_NTASKS``, ``SLURM_NNODES``, ``SLURM_NTASKS_PER_NODE``; 
 node when only ``SLURM_JOB_ID`` is set). Outside one, srun first asks for an interactive
 allocation shaped by its options, waits for it (``srun: job N queued and waiting for
 resources`` when it must), runs step 0 in it, then ends it with the step's exit code.
+``-Z``/``--no-allocate`` (root and SlurmUser) runs the step on ``-w``'s nodes with no job at
+all (``ctld.noalloc``).
 
 The controller answers a step with its layout, the nodes' addresses and a signed grant;
 srun then connects to every node's agent, which starts the tasks and streams back their
@@ -74,6 +76,7 @@ SRUN_OPTIONS: tuple[Opt, ...] = (
     Opt("quit-on-interrupt", None, NO_ARG),
     Opt("preserve-env", "E", NO_ARG),
     Opt("debugger-test", None, NO_ARG),  # Slurm's hidden check of the task table, no launch
+    Opt("no-allocate", "Z", NO_ARG),  # a step on -w's nodes without a job, root only (ctld.noalloc)
     Opt("immediate", "I", OPTIONAL, env=("SLURM_IMMEDIATE",)),
     Opt("no-torch-env", None, NO_ARG),
     Opt("verbose", "v", NO_ARG),
@@ -131,6 +134,7 @@ class Run:
         self.multi_prog: MultiProg | None = None  # --multi-prog (cli.multiprog)
         self.pty = False  # --pty: task 0 in a pseudo-terminal, srun's terminal raw
         self.debugger_test = False  # --debugger-test: print the task table, run nothing
+        self.no_allocate = False  # -Z: run on -w's nodes without a job (root, SlurmUser)
         self.preserve_env: dict[str, str] = {}  # -E: the allocation's counts, kept
         self.immediate: int | None = None  # -I[secs]: give up when not running by then
         self.het: dict[str, int] | None = None  # one component's part of a het step (cli.hetstep)
@@ -227,6 +231,8 @@ def build(argv: list[str], environ: dict[str, str], cwd: str) -> Run | str:
             run.quit_on_interrupt = True
         elif k == "debugger-test":
             run.debugger_test = True
+        elif k == "no-allocate":
+            run.no_allocate = True
         elif k == "preserve-env":
             run.preserve_env = {
                 var: environ[var]
@@ -453,6 +459,58 @@ def _hostname() -> str:
     return os.uname().nodename.split(".")[0]
 
 
+def no_allocate(run: Run) -> int:
+    """``-Z``: the step on ``-w``'s nodes without a job (srun(1): "bypassing the normal
+    resource allocation step"; root and SlurmUser only, ``ctld.noalloc``)."""
+    import socket
+
+    from muster.cli.alloc import post_retrying
+    from muster.cli.steprun import StepRun
+    from muster.protocol.client import ApiError
+
+    names = run.spec.get("nodelist") or []
+    if isinstance(names, str):
+        from muster.core.hostlist import HostlistError, expand
+
+        try:
+            names = expand(names)
+        except HostlistError as e:
+            raise CommandError(str(e)) from None
+    if not names:
+        raise CommandError("must specify a node list with -Z, --no-allocate.")
+    _note("do not allocate resources")
+    ctl = connect(PROG)
+    body = {
+        "nodes": list(names),  # type: ignore[call-overload]
+        "ntasks": run.spec.get("ntasks"),
+        "ntasks_per_node": run.spec.get("ntasks_per_node"),
+        "cpus_per_task": run.spec.get("cpus_per_task") or 1,
+        "name": run.spec.get("name"),
+        "argv": run.argv,
+        "workdir": run.cwd,
+        "srun_host": socket.gethostname().split(".")[0],
+    }
+    try:
+        answer: dict[str, Any] = ctl.post("/v1/steps/no_allocate", body)
+    except ApiError as e:
+        if e.status == 403:  # Slurm's words: the nodes refuse the launch
+            _note(f"error: Application launch failed: {e.message}")
+            _note("Job step aborted")
+            return 1
+        raise CommandError(e.message) from None
+    job_id = int(answer["step"]["job_id"])
+    if run.verbose:
+        _note(f"jobid {job_id}: nodes({answer['step']['num_nodes']}):`{answer['step']['nodelist']}', no allocation")
+    try:
+        rc = StepRun(run, job_id, answer, ctl).run()[0]
+    finally:
+        try:
+            post_retrying(ctl, f"/v1/steps/no_allocate/{job_id}/done", {})
+        except Exception as e:  # noqa: BLE001 - the tasks' outcome matters more than this report
+            _note(f"error: could not report the end of the step: {e}")
+    return rc
+
+
 def main(argv: list[str] | None = None) -> int:
     args = argv_or_sys(argv)
     try:
@@ -482,6 +540,8 @@ def main(argv: list[str] | None = None) -> int:
                 _note(f"{name:<20}: {value}")
             _note(f"{'-' * 20} {'-' * 20}")
             _note("end of defined options")
+        if run.no_allocate:
+            return no_allocate(run)
         ctl = connect(PROG)
         _tls_ahead(None if run.debugger_test else ctl.settings.tls_ca, run.job_id)
         if run.job_id is None:

@@ -35,6 +35,8 @@ class Agents:
         self.state = state
         self.launches = launches
         self.training = training
+        # srun --no-allocate steps running now: job id -> its nodes (``ctld.noalloc``)
+        self.unallocated: dict[int, set[str]] = {}
         # The wire protocol each node's agent registered with (``protocol.versions``):
         # what ``dispatch`` writes to it. A node not registered since this controller
         # started is written to in the oldest protocol accepted.
@@ -240,12 +242,14 @@ class Agents:
         return actions
 
     def _stale_jobs(self, node: NodeRuntime, running: list[Attempt]) -> list[int]:
-        """Jobs an agent runs that, as far as the controller knows, should not run there."""
+        """Jobs an agent runs that, as far as the controller knows, should not run there
+        (an srun --no-allocate step's job, ``ctld.noalloc``, runs where it was placed)."""
         kill = []
         for job_id, attempt in running:
             job = self.state.jobs.get(job_id)
             if job is None:
-                kill.append(job_id)
+                if node.name not in self.unallocated.get(job_id, ()):
+                    kill.append(job_id)
                 continue
             here = node.name in job.nodes
             if not (job.is_active and here and attempt == job.restart_count):

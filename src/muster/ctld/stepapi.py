@@ -22,6 +22,7 @@ steps to free resources, is answered as soon as it is placed, and otherwise with
 ``POST /v1/jobs/{id}/steps/{step}/watch``   ``{}`` -> ``{"step", "nodes", "tasks", "watch", "sig",
                                             "message_timeout"}``: sattach's signed watch of a
                                             running step (the job's user, root, SlurmUser)
+``POST /v1/steps/no_allocate``, ``.../done``  srun -Z's step without a job (``ctld.noalloc``)
 ``GET /v1/steps?job_id=1,2&user=a``         ``{"steps": [StepWire], "now"}``: running steps,
                                             each batch job's ``N.batch`` first
 ``GET /v1/jobs/{id}/stats?node=N``          ``{"job_id", "nodes": {node: [{"step", "tasks":
@@ -39,6 +40,7 @@ steps to free resources, is answered as soon as it is placed, and otherwise with
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +56,7 @@ from muster.core.steps import StepRejected, StepRequest, StepWait
 from muster.ctld.actions import parse_signal
 from muster.ctld.context import Context
 from muster.ctld.identity import Identity
+from muster.ctld.noalloc import NoAllocSteps
 from muster.ctld.privacy import PrivateData
 from muster.ctld.wire import job_wire
 from muster.protocol.httpd import TLS_PEER_KEY, SignatureError
@@ -145,8 +148,6 @@ class GoneBody(BaseModel):
 
 
 async def parse_raw(raw: bytes, model: type[BaseModel]) -> Any:
-    import json
-
     from pydantic import ValidationError
 
     try:
@@ -170,6 +171,7 @@ def build_step_routes(
 ) -> list[Route]:
     ctl = ctx.controller
     book = ctx.steps
+    unallocated = NoAllocSteps(ctl, book.key)  # srun --no-allocate (ctld.noalloc)
 
     def job_of(request: Request) -> Job:
         try:
@@ -354,6 +356,28 @@ def build_step_routes(
         if body.node != sender:
             raise AuthError(f"unauthenticated daemon request: message from {sender} speaks for node {body.node}")
         book.gone(body.job_id, body.attempt, body.step_id, body.node, body.exit_code, body.signal)
+        ctx.perform(unallocated.gone(body.job_id, body.node))
+        return JSONResponse({"ok": True})
+
+    @handler
+    async def no_allocate(request: Request) -> JSONResponse:
+        who = caller(request)
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError:
+            raise InvalidRequest("request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise InvalidRequest("request body must be a JSON object")
+        return JSONResponse(unallocated.answer(who, body))
+
+    @handler
+    async def no_allocate_done(request: Request) -> JSONResponse:
+        who = caller(request)
+        try:
+            job_id = int(request.path_params["job_id"])
+        except ValueError:
+            raise InvalidJobId() from None
+        ctx.perform(unallocated.done(who, job_id))
         return JSONResponse({"ok": True})
 
     return [
@@ -366,4 +390,6 @@ def build_step_routes(
         Route("/v1/jobs/{job_id}/stats", job_stats, methods=["GET"]),
         Route("/v1/jobs/{job_id}/complete", complete, methods=["POST"]),
         Route("/v1/steps", list_steps, methods=["GET"]),
+        Route("/v1/steps/no_allocate", no_allocate, methods=["POST"]),
+        Route("/v1/steps/no_allocate/{job_id}/done", no_allocate_done, methods=["POST"]),
     ]
