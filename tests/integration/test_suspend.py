@@ -136,14 +136,16 @@ def test_suspend_freezes_the_job_and_resume_thaws_it(cluster: Harness) -> None:
     assert h.wait_job(job2)["state"] == "CANCELLED"
 
 
-def test_an_srun_allocation_is_suspended_and_resumed_as_a_batch_job_is(cluster: Harness) -> None:
+def test_a_salloc_allocation_is_suspended_and_resumed_as_a_batch_job_is(cluster: Harness) -> None:
     h = cluster
     uid = ensure_user("mustertest")
     name = f"alloc-{os.getpid()}"
     loop = f"echo $SLURM_JOB_ID > {name}.id; while :; do echo t >> {name}; sleep 0.25; done"
     srun = subprocess.Popen(
-        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "srun", "-n1", "--mem=100M"]
-        + ["sh", "-c", loop],
+        # salloc's allocation, its srun step with a 15 s limit of its own, which does not run
+        # while the job is suspended
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "salloc", "-n1", "--mem=100M"]
+        + ["srun", "-t", "0:15", "sh", "-c", loop],
         cwd=h.workdir,
         env=h.env,
         stdout=subprocess.DEVNULL,
@@ -152,6 +154,7 @@ def test_an_srun_allocation_is_suspended_and_resumed_as_a_batch_job_is(cluster: 
     job = 0
     try:
         wait_for(lambda: _ticks(h, name) > 0, 60, what="the allocation's step to tick")
+        ticking = time.monotonic()  # the step started before this
         job = int(h.read(f"{name}.id"))
         assert h.job(job)["spec"]["interactive"] is True
         out = _scontrol(h, "suspend", str(job))
@@ -163,6 +166,9 @@ def test_an_srun_allocation_is_suspended_and_resumed_as_a_batch_job_is(cluster: 
         ticks = _ticks(h, name)
         h.wait_passes(3)
         assert _ticks(h, name) == ticks
+        # kept suspended past the step's 15 s limit in wall time: its node does not time it
+        # out meanwhile
+        wait_for(lambda: time.monotonic() > ticking + 17, 60, what="the limit's wall time to pass")
         out = _scontrol(h, "resume", str(job))
         assert out.returncode == 0 and not out.stderr, out.stderr
         _wait_freezer(h, job, "THAWED")

@@ -347,6 +347,7 @@ def build_routes(
         if steps is not None:
             for pids in steps.job_members(msg.job_id).values():
                 step_pids |= pids
+            steps.suspend(msg.job_id, msg.suspend)  # their own time limits pause too
         how = supervisor.suspend(msg.job_id, msg.suspend, step_pids)
         if how is None:
             return _error(f"job {msg.job_id} is not running on {node}", "invalid_job_id", 404)

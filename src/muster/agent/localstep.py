@@ -53,6 +53,7 @@ class Step:
     pinned: bool = False  # holds the job's CPUs in the ledger
     time_limit: float | None = None  # ``srun -t`` inside an allocation: the step's own limit
     limit_at: float | None = None  # when that limit is reached (wall clock, for a restarted agent)
+    limit_left: float | None = None  # its job suspended (``scontrol suspend``): the limit's seconds left
     limit_handle: asyncio.TimerHandle | None = None
     noted: bool = False  # its record is on disk (StateDir.save_step)
     orphaned: bool = False  # srun's stream is gone: the agent reports the step's end itself
@@ -215,6 +216,7 @@ def step_from_record(rec: dict[str, Any], node: str) -> tuple[Step, list[Task]]:
     # taken back in the state its record says (a restart invents no edge)
     step.state = RunState.RUNNING if step.terminated is None else RunState.TERMINATING
     step.limit_at = None if rec.get("limit_at") is None else float(rec["limit_at"])
+    step.limit_left = None if rec.get("limit_left") is None else float(rec["limit_left"])
     step.orphaned = bool(rec.get("orphaned"))
     step.stepd_pid = int(rec.get("stepd_pid") or 0)
     step.stepd_ticks = None if rec.get("stepd_ticks") is None else int(rec["stepd_ticks"])
@@ -238,6 +240,7 @@ def step_record(step: Step) -> dict[str, Any]:
         "tasks": [[t.task, t.local] for t in step.tasks],
         "terminated": step.terminated,
         "limit_at": step.limit_at,
+        "limit_left": step.limit_left,
         "orphaned": step.orphaned,
         "stepd_pid": step.stepd_pid,  # its supervisor (its ``p`` frame says it too)
         "stepd_ticks": step.stepd_ticks,

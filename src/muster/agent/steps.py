@@ -262,6 +262,27 @@ class StepRunner:
 
     # --- control from the controller ----------------------------------------------------
 
+    def suspend(self, job_id: int, on: bool) -> None:
+        """``scontrol suspend`` (``on``) or ``resume`` of the job: the own time limits
+        (``srun -t``) of its steps here stop running while it is suspended, as the job's
+        does; what was left is noted, and runs again from the resume."""
+        now = self.clock.now()
+        for step in list(self.steps.values()):
+            if step.job_id != job_id or step.finished:
+                continue
+            if on and step.limit_at is not None:
+                step.limit_left, step.limit_at = max(0.0, step.limit_at - now), None
+                if step.limit_handle is not None:
+                    step.limit_handle.cancel()
+                    step.limit_handle = None
+            elif not on and step.limit_left is not None:
+                step.limit_at, step.limit_left = now + step.limit_left, None
+                loop = asyncio.get_running_loop()
+                step.limit_handle = loop.call_later(step.limit_at - now, self.stop, step, "timeout", None)
+            else:
+                continue
+            self._note(step)
+
     def signal(self, job_id: int, sig: int) -> bool:
         """``scancel --signal``: signal the tasks of the job's steps here. For a batch job
         the batch script's supervisor signals the script's processes, srun among them, and

@@ -49,6 +49,9 @@ def test_a_steps_record_gives_back_what_a_restarted_agent_needs_and_an_old_recor
     assert (again.job_id, again.attempt, again.step_id, again.uid, again.token) == (7, 1, 2, 1000, "secret")
     assert (again.kill_wait, again.interactive, again.terminated, again.limit_at) == (30.0, True, "timeout", 1234.5)
     assert (again.stepd_pid, again.stepd_ticks, again.state) == (4321, 99, RunState.TERMINATING)
+    step.limit_at, step.limit_left = None, 12.5  # its job suspended: the limit's time left is kept
+    again, _ = step_from_record(step_record(step), "node1")
+    assert (again.limit_at, again.limit_left) == (None, 12.5)
     assert [(t.task, t.local, t.pid) for t in tasks] == [(4, 0, 0), (5, 1, 0)]  # pids: in the step's log
     old = {"job_id": 7, "attempt": 1, "step_id": 2, "tasks": [[4, 100, 5], [5, 101, None]]}
     _, tasks = step_from_record(old, "node1")
