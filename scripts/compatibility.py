@@ -78,7 +78,7 @@ NOTES = """\
   drained, up, idle, reconfig; job events fini, time, down/up; PERM; triggers kept by the controller
   across restarts, their programs run as the user who set them).
 * `SchedulerParameters=requeue_delay` (Slurm 25.11; absent: `AuthInfo=cred_expire`, else 120 s,
-  as in 22.05) delays a job requeued after a node failure; `--requeue=expedite` counts under
+  as in 22.05) delays a job requeued after a node failure or by `scontrol requeue`; `--requeue=expedite` counts under
   `SlurmctldParameters=enable_expedited_requeue` (docs/faults.md). A config that names no
   `PriorityType` gets `priority/basic` (FIFO by submission), as in 22.05; `muster up` states
   `priority/multifactor`.
@@ -90,7 +90,7 @@ NOTES = """\
   while jobs or reservations use the partition, `Partition is in use`), `srun --no-allocate`
   (`-Z`: a step on `-w`'s nodes without a job, root and SlurmUser only).
 * Not done: the requeue
-  delay after `scontrol requeue`, preemption or a failed launch (muster: eligible at once).
+  delay after preemption or a failed launch (muster: eligible at once).
 * Checked beyond the list, the same way (a copy of the runner with its own list): Slurm's files
   test_104_1, 106_1, 106_3, 106_4, 107_4, 108_9, 111_6, 113_1, 116_21, 116_37, 116_44, 116_5,
   117_1, 117_2 and 117_4 (sattach, sbcast, scancel -v, listpids, sinfo states, sprio, task

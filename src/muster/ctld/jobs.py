@@ -446,7 +446,8 @@ class JobActions:
         return applied
 
     def requeue_job(self, job: Job, who: Identity, hold: bool = False) -> list[Action]:
-        """``scontrol requeue[hold]``: back to PENDING under the same id at once; a running
+        """``scontrol requeue[hold]``: back to PENDING under the same id at once, eligible
+        again after ``requeue_delay`` (reason BeginTime meanwhile, as in Slurm); a running
         attempt is terminated and keeps its resources until its agent confirms."""
         self._check_owner(job, who)
         if job.state is JobState.PENDING:
@@ -460,6 +461,10 @@ class JobActions:
         # a suspended job that is requeued is held, as in Slurm (ctld.suspend)
         kind = ("admin" if who.admin else "user") if hold or job.suspended_at is not None else None
         lifecycle.requeue(job, now, hold=kind)
+        # core.requeuedelay: SchedulerParameters=requeue_delay, else 120 s (Slurm 22.05 too)
+        job.spec.begin_time = job.eligible_time = now + self.state.config.requeue_delay
+        if kind is None:
+            lifecycle.wait(job, Reason.BEGIN_TIME, now)
         self.state.record(now, [(job, EventKind.REQUEUE, {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
         self.state.launch_answered(job.job_id)
         return [Terminate(job.job_id, attempt, nodes, "requeue")] if was_running else []

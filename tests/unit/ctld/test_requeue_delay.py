@@ -133,3 +133,42 @@ def test_muster_up_writes_a_short_delay_and_keeps_it_under_other_scheduler_param
         config = parse_config(render_config(str(tmp_path), ClusterShape(nodes=1), overrides), "m.conf")
         assert config.get("SchedulerParameters") == want
         assert config.expedited_requeue
+
+
+def _running_job(ctl: Controller) -> int:
+    job_id = ctl.queue.submit(JobSpec(gpus_per_node=8), ALICE).job_id
+    schedule(ctl)
+    assert ctl.jobs[job_id].state is JobState.RUNNING
+    return job_id
+
+
+def _gone(ctl: Controller, job_id: int) -> None:
+    for node in ctl.jobs[job_id].nodes or list(ctl.nodes):
+        ctl.launches.job_done({"job_id": job_id, "restart_count": 0, "node": node, "terminated_by": "requeue"})
+
+
+def test_scontrol_requeue_waits_the_delay_as_in_slurm(tmp_path: pathlib.Path) -> None:
+    # Slurm 22.05 (the anchor): after `scontrol requeue`, Reason=BeginTime and
+    # EligibleTime = the requeue + 120 s
+    ctl = controller(tmp_path, "SchedulerParameters=requeue_delay=30\n")
+    job_id = _running_job(ctl)
+    ctl.queue.requeue_job(ctl.jobs[job_id], ALICE)
+    _gone(ctl, job_id)
+    job = ctl.jobs[job_id]
+    assert job.state is JobState.PENDING and job.reason is Reason.BEGIN_TIME and job.eligible_time == 1030.0
+    assert isinstance(ctl.clock, ManualClock)
+    ctl.clock.advance(29)
+    schedule(ctl)
+    assert ctl.jobs[job_id].state is JobState.PENDING
+    ctl.clock.advance(1)
+    schedule(ctl)
+    assert ctl.jobs[job_id].state is JobState.RUNNING
+
+
+def test_requeuehold_stays_held_and_keeps_the_delay_after_release(tmp_path: pathlib.Path) -> None:
+    ctl = controller(tmp_path)
+    job_id = _running_job(ctl)
+    ctl.queue.requeue_job(ctl.jobs[job_id], ALICE, hold=True)
+    _gone(ctl, job_id)
+    job = ctl.jobs[job_id]
+    assert job.hold == "user" and job.reason is Reason.HELD_USER and job.spec.begin_time == 1120.0
