@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ import pytest
 
 from harness import Harness, ensure_user
 from muster.cluster.local import ClusterShape
+from waiting import wait_for
 
 ALICE, BOB = "musterrest-alice", "musterrest-bob"
 V = "/slurm/v0.0.40"
@@ -57,30 +57,28 @@ class Rest:
         return httpx.Client(base_url=self.url, headers=self.headers(user), timeout=30)
 
     def wait(self, user: str, job_id: int, states: set[str], timeout: float = 60) -> dict:
-        deadline = time.monotonic() + timeout
         with self.client(user) as c:
-            while True:
+
+            def reached() -> dict | None:
                 r = c.get(f"{V}/job/{job_id}")
                 assert r.status_code == 200, r.text
-                job = r.json()["jobs"][0]
-                if set(job["job_state"]) & states:
-                    return job
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"job {job_id} stayed {job['job_state']}")
-                time.sleep(0.2)
+                job: dict = r.json()["jobs"][0]
+                return job if set(job["job_state"]) & states else None
+
+            return wait_for(reached, timeout, interval=0.2, what=f"job {job_id} in {sorted(states)}")
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"musterrestd exited with {proc.returncode}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
+                return True
         except OSError:
-            time.sleep(0.1)
-    raise AssertionError("musterrestd did not listen")
+            return False
+
+    wait_for(listening, timeout, interval=0.1, what="musterrestd listening")
 
 
 def rest_world() -> Iterator[Rest]:

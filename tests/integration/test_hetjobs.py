@@ -96,7 +96,7 @@ def test_squeue_scontrol_show_components_and_scancel_ends_the_whole_job(cluster:
     one = cluster.run(["scancel", f"{leader}+1"])
     assert one.returncode == 0, one.stderr
     assert cluster.wait_job(leader + 1)["state"] == "CANCELLED"
-    time.sleep(1.5)
+    time.sleep(1.5)  # sleep: time for a wrongly cancelled leader to end, which must NOT happen
     assert cluster.job(leader)["state"] == "RUNNING"
     acct = cluster.run(["sacct", "-X", "-n", "-P", "-j", f"{leader}+1", "--format=JobID,State"])
     assert acct.returncode == 0, acct.stderr

@@ -211,6 +211,6 @@ def test_an_expired_credential_is_refused(login: Login) -> None:
     cred = login.credential(ttl=1)
     made = time.time()
     while time.time() < made + 2.5:  # munged stamps whole seconds: past its one-second life
-        time.sleep(0.1)
+        time.sleep(0.1)  # sleep: the credential's one-second life runs out
     with pytest.raises(ApiError, match="MUNGE: expired credential"):
         login.ask(cred)

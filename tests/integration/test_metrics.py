@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness import Harness
 from muster.cluster.local import ClusterShape
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -184,13 +185,13 @@ def test_slurm_26_05_gpu_families_count_a_running_gpu_job(mcluster: Harness) -> 
     try:
         h.wait_state(job_id, "RUNNING")
         job = h.job(job_id)
-        deadline = time.monotonic() + 60
-        while True:  # earlier tests' jobs may still be completing (they hold their GPUs until then)
+
+        def three_allocated() -> dict[tuple[str, tuple], float] | None:
             nodes = scrape(h, "/metrics/nodes")
-            if nodes[("slurm_nodes_gpus_alloc", ())] == 3 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert nodes[("slurm_nodes_gpus_alloc", ())] == 3
+            return nodes if nodes[("slurm_nodes_gpus_alloc", ())] == 3 else None
+
+        # earlier tests' jobs may still be completing (they hold their GPUs until then)
+        nodes = wait_for(three_allocated, 60, interval=0.2, what="3 GPUs allocated in /metrics/nodes")
         assert nodes[("slurm_nodes_gpus_total", ())] == 12
         assert nodes[("slurm_node_gpus_alloc", (("node", job["nodelist"]),))] == 3
         assert nodes[("slurm_node_gpus", (("node", job["nodelist"]),))] == 4
@@ -251,10 +252,8 @@ def test_a_node_failure_and_its_requeue_are_counted(tmp_path_factory: pytest.Tem
     try:
         job_id = h.sbatch("--requeue", "--wrap", 'touch "ran-${SLURM_RESTART_COUNT:-0}"; sleep 60')
         victim = h.wait_state(job_id, "RUNNING")["nodelist"]
-        deadline = time.monotonic() + 30
-        while not os.path.exists(os.path.join(h.workdir, "ran-0")):  # its script runs: not a failed launch
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        # its script runs: not a failed launch
+        wait_for(lambda: os.path.exists(os.path.join(h.workdir, "ran-0")), 30, what="the first attempt's script")
         time.sleep(2.0)  # and the controller has the agent's answer to the launch (else: a failed launch)
         pid = h.cluster._alive(victim)
         assert pid is not None

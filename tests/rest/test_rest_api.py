@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import pytest
 
 from restworld import ALICE, BOB, DB, Rest, V
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +46,7 @@ def test_no_token_an_expired_token_and_another_users_token_are_refused(rest: Res
     assert r.status_code == 401
     assert r.json()["errors"][0]["error_number"] == 1007
     short = rest.token(ALICE, as_uid=rest.alice, lifespan=1)
-    time.sleep(2.1)
+    time.sleep(2.1)  # sleep: the token's one-second lifespan runs out
     r = httpx.get(f"{rest.url}{V}/jobs", headers={"X-SLURM-USER-NAME": ALICE, "X-SLURM-USER-TOKEN": short})
     assert r.status_code == 401 and "expired" in r.json()["errors"][0]["description"]
     # alice's token does not make anyone bob
@@ -93,13 +95,12 @@ def test_a_two_node_gpu_job_runs_over_rest_and_shows_in_slurmdb(rest: Rest) -> N
     text = rest.h.read(f"rest-{job_id}.out")
     assert "nodes=2" in text and f"user={ALICE}" in text
     with rest.client(ALICE) as c:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def completed() -> Any:
             r = c.get(f"{DB}/job/{job_id}")
-            if r.status_code == 200 and r.json()["jobs"][0]["state"]["current"] == ["COMPLETED"]:
-                break
-            assert time.monotonic() < deadline, r.text
-            time.sleep(0.3)
+            return r if r.status_code == 200 and r.json()["jobs"][0]["state"]["current"] == ["COMPLETED"] else None
+
+        r = wait_for(completed, 30, interval=0.3, what=f"job {job_id} COMPLETED in accounting")
         rec = r.json()["jobs"][0]
         assert rec["allocation_nodes"] == 2 and rec["user"] == ALICE
         assert any(t["type"] == "gres" and t["name"] == "gpu" and t["count"] == 2 for t in rec["tres"]["allocated"])

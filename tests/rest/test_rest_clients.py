@@ -5,11 +5,12 @@ what is served (no 5xx, every answer of the documented shape)."""
 
 from __future__ import annotations
 
-import time
+from typing import Any
 
 import pytest
 
 from restworld import ALICE, Rest
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -40,30 +41,30 @@ def test_slurmrestpy_submits_lists_cancels_and_reads_accounting(rest: Rest) -> N
     sub = slurm.slurm_v0040_post_job_submit(V0040JobSubmitReq(job=desc))
     job_id = sub.job_id
     assert job_id and not sub.errors
-    deadline = time.monotonic() + 60
-    while True:
+
+    def running() -> Any:
         info = slurm.slurm_v0040_get_job(str(job_id)).jobs[0]
-        if "RUNNING" in info.job_state:
-            break
-        assert time.monotonic() < deadline, info.job_state
-        time.sleep(0.2)
+        return info if "RUNNING" in info.job_state else None
+
+    info = wait_for(running, 60, interval=0.2, what=f"job {job_id} RUNNING")
     assert info.node_count.number == 2 and info.user_name == ALICE
     assert job_id in [j.job_id for j in slurm.slurm_v0040_get_jobs().jobs]
     assert {n.name for n in slurm.slurm_v0040_get_nodes().nodes} == {"node1", "node2"}
     assert slurm.slurm_v0040_get_partitions().partitions[0].name == "gpu"
     slurm.slurm_v0040_get_diag()
     slurm.slurm_v0040_delete_job(str(job_id))
-    deadline = time.monotonic() + 60
-    while "CANCELLED" not in slurm.slurm_v0040_get_job(str(job_id)).jobs[0].job_state:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    deadline = time.monotonic() + 30
-    while True:
+    wait_for(
+        lambda: "CANCELLED" in slurm.slurm_v0040_get_job(str(job_id)).jobs[0].job_state,
+        60,
+        interval=0.2,
+        what=f"job {job_id} CANCELLED",
+    )
+
+    def recorded() -> Any:
         recs = slurmdb.slurmdb_v0040_get_job(str(job_id)).jobs
-        if recs and recs[0].state.current == ["CANCELLED"]:
-            break
-        assert time.monotonic() < deadline, recs
-        time.sleep(0.3)
+        return recs if recs and recs[0].state.current == ["CANCELLED"] else None
+
+    recs = wait_for(recorded, 30, interval=0.3, what=f"job {job_id} CANCELLED in accounting")
     assert recs[0].allocation_nodes == 2
     slurmdb.slurmdb_v0040_get_jobs()
     slurmdb.slurmdb_v0040_get_accounts()

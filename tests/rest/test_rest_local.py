@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from restworld import ALICE, BOB, Rest, V
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -43,11 +44,17 @@ def test_the_sockets_own_user_needs_no_token_and_others_do(rest: Rest) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(sock):
-            assert proc.poll() is None and time.monotonic() < deadline, "musterrestd did not listen"
-            time.sleep(0.1)
-        time.sleep(0.3)
+
+        def listening() -> bool:
+            assert proc.poll() is None, "musterrestd exited"
+            with socket.socket(socket.AF_UNIX) as probe:
+                try:
+                    probe.connect(sock)
+                except OSError:
+                    return False
+            return True
+
+        wait_for(listening, 30, interval=0.1, what="musterrestd listening on its socket")
         code, body = _curl(rest, sock, f"{V}/jobs", rest.alice)
         assert code == 200, body
         # the job list is the one alice's squeue sees: submit as alice over the socket

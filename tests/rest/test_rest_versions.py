@@ -6,7 +6,6 @@ clients submit, read and cancel through it."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -14,6 +13,7 @@ import jsonschema_rs
 import pytest
 
 from restworld import ALICE, Rest
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -41,13 +41,21 @@ def _check(document: dict[str, Any], r: httpx.Response, method: str, path: str) 
 
 
 def _wait(c: httpx.Client, v: str, job_id: int, ok: Any, what: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:
-        job = c.get(f"/slurm/{v}/job/{job_id}").json()["jobs"][0]
-        if ok(job):
-            return job  # type: ignore[no-any-return]
-        assert time.monotonic() < deadline, f"job {job_id} never {what}: {job['job_state']}"
-        time.sleep(0.2)
+    def job() -> dict[str, Any] | None:
+        got: dict[str, Any] = c.get(f"/slurm/{v}/job/{job_id}").json()["jobs"][0]
+        return got if ok(got) else None
+
+    return wait_for(job, 60, interval=0.2, what=f"job {job_id} {what}")
+
+
+def _api_job(api: Any, job_id: int, state: str) -> Any:
+    """The job as a generated client reads it, once in ``state``."""
+
+    def seen() -> Any:
+        info = api("get_job")(str(job_id)).jobs[0]
+        return info if state in info.job_state else None
+
+    return wait_for(seen, 60, interval=0.2, what=f"job {job_id} {state}")
 
 
 @pytest.mark.parametrize("v", NEW)
@@ -117,13 +125,12 @@ def test_each_version_serves_its_endpoints_in_its_own_shape(rest: Rest, document
             _check(document, c.get(f"{s}/job/{quick}/requeue"), "get", f"{s}/job/{{job_id}}/requeue")
             _wait(c, v, quick, lambda j: j["restart_cnt"] == 1 and "COMPLETED" in j["job_state"], "ran again")
         if v >= "v0.0.45":  # accounting: this run's SLUID and the first run's
-            deadline = time.monotonic() + 30
-            while True:
-                recs = c.get(f"/slurmdb/{v}/job/{job_id}").json()["jobs"]
-                if recs and recs[0]["state"]["current"] == ["CANCELLED"]:
-                    break
-                assert time.monotonic() < deadline, recs
-                time.sleep(0.3)
+
+            def cancelled() -> list[dict[str, Any]] | None:
+                recs: list[dict[str, Any]] = c.get(f"/slurmdb/{v}/job/{job_id}").json()["jobs"]
+                return recs if recs and recs[0]["state"]["current"] == ["CANCELLED"] else None
+
+            recs = wait_for(cancelled, 30, interval=0.3, what=f"job {job_id} CANCELLED in accounting")
             assert recs[0]["original_sluid"] != recs[0]["sluid"] and recs[0]["sluid"].startswith("s")
 
 
@@ -147,19 +154,14 @@ def test_slurmrestpy_v0041_and_v0042_clients_submit_read_and_cancel(rest: Rest) 
         assert api("get_ping")().pings[0].hostname
         job_id = api("post_job_submit")(req).job_id
         assert job_id
-        deadline = time.monotonic() + 60
-        while "RUNNING" not in (info := api("get_job")(str(job_id)).jobs[0]).job_state:
-            assert time.monotonic() < deadline, info.job_state
-            time.sleep(0.2)
+        info = _api_job(api, job_id, "RUNNING")
         assert info.user_name == ALICE
         assert job_id in [j.job_id for j in api("get_jobs")().jobs]
         assert {n.name for n in api("get_nodes")().nodes} == {"node1", "node2"}
         assert api("get_partitions")().partitions[0].name == "gpu"
         api("get_diag")()
         api("delete_job")(str(job_id))
-        while "CANCELLED" not in api("get_job")(str(job_id)).jobs[0].job_state:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        _api_job(api, job_id, "CANCELLED")
 
 
 @pytest.mark.filterwarnings("ignore:.*is deprecated:DeprecationWarning")  # v0.0.41, as Slurm 25.11 marks it
@@ -193,10 +195,7 @@ def test_slurm_25_11s_generated_client_runs_each_version(rest: Rest, prefix: str
     )
     job_id = api("post_job_submit")(req).job_id
     assert job_id
-    deadline = time.monotonic() + 60
-    while "RUNNING" not in (info := api("get_job")(str(job_id)).jobs[0]).job_state:
-        assert time.monotonic() < deadline, info.job_state
-        time.sleep(0.2)
+    info = _api_job(api, job_id, "RUNNING")
     assert info.user_name == ALICE and info.time_limit.number == 10
     assert info.job_resources.nodes.count == 1
     if prefix == "v0044":
@@ -206,7 +205,5 @@ def test_slurm_25_11s_generated_client_runs_each_version(rest: Rest, prefix: str
     assert api("get_partitions")().partitions[0].name == "gpu"
     api("get_diag")()
     api("delete_job")(str(job_id))
-    while "CANCELLED" not in api("get_job")(str(job_id)).jobs[0].job_state:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    _api_job(api, job_id, "CANCELLED")
     getattr(slurmdb, f"slurmdb_{prefix}_get_jobs")()
