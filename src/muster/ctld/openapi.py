@@ -31,7 +31,8 @@ from muster.ctld.bodies import (
     UpdateBody,
 )
 from muster.ctld.context import Context
-from muster.ctld.stepapi import AwaitBody, CompleteBody, DoneBody, GoneBody, StepBody, StepSignalBody
+from muster.ctld.partition_api import PartitionBody
+from muster.ctld.stepapi import AwaitBody, CompleteBody, DoneBody, GoneBody, NoAllocBody, StepBody, StepSignalBody
 from muster.ctld.token_api import TokenBody
 from muster.ctld.triggers import TriggerQueryBody, TriggerSetBody
 from muster.protocol import openapi
@@ -50,6 +51,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("POST", "/v1/jobs/{job_id}/requeue"): RequeueBody,
     ("POST", "/v1/nodes/update"): NodeUpdateBody,
     ("POST", "/v1/reservations"): ReservationBody,
+    ("POST", "/v1/partitions"): PartitionBody,
     ("POST", "/v1/triggers"): TriggerSetBody,
     ("POST", "/v1/triggers/get"): TriggerQueryBody,
     ("POST", "/v1/triggers/clear"): TriggerQueryBody,
@@ -60,6 +62,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("POST", "/v1/jobs/{job_id}/steps/{step_id}/signal"): StepSignalBody,
     ("POST", "/v1/jobs/{job_id}/await"): AwaitBody,
     ("POST", "/v1/jobs/{job_id}/complete"): CompleteBody,
+    ("POST", "/v1/steps/no_allocate"): NoAllocBody,
     ("POST", "/v1/agent/register"): Register,
     ("POST", "/v1/agent/heartbeat"): Heartbeat,
     ("POST", "/v1/agent/heartbeats"): Heartbeats,

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
@@ -42,9 +43,17 @@ if TYPE_CHECKING:
 
     from muster.ctld.state import ClusterState
 
-__all__ = ["build_partition_routes", "create", "delete"]
+__all__ = ["PartitionBody", "build_partition_routes", "create", "delete"]
 
 log = logging.getLogger("musterctld")
+
+
+class PartitionBody(BaseModel):
+    """``scontrol create PartitionName=NAME Key=Value ...``: the keys as slurm.conf spells them."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=255)
+    params: dict[str, str] = Field(default_factory=dict, max_length=100)
 
 
 def _apply(ctl: ClusterState, fresh: Config, lines: list[str]) -> None:
@@ -118,27 +127,18 @@ def build_partition_routes(
     caller: Callable[[Request], Identity],
     handler: Callable[[Any], Any],
 ) -> list[Route]:
-    async def body_of(request: Request) -> dict[str, Any]:
-        try:
-            body = json.loads(await request.body() or b"{}")
-        except ValueError:
-            raise InvalidRequest("request body is not JSON") from None
-        if not isinstance(body, dict):
-            raise InvalidRequest("request body must be a JSON object")
-        return body
-
     @handler
     async def create_partition(request: Request) -> JSONResponse:
         who = caller(request)
-        body = await body_of(request)
-        params = body.get("params") or {}
-        if not isinstance(params, dict) or not all(isinstance(v, str) for v in params.values()):
-            raise InvalidRequest("params must map keys to text values")
+        try:
+            body = PartitionBody.model_validate(json.loads(await request.body() or b"{}"))
+        except (ValueError, ValidationError) as e:
+            raise InvalidRequest(f"invalid request: {e}") from None
         # Synchronous from here to the swap: no other request or pass runs in between.
-        applied = create(ctx.controller, who, str(body.get("name") or ""), {str(k): v for k, v in params.items()})
+        applied = create(ctx.controller, who, body.name, dict(body.params))
         ctx.use_config(applied)
         ctx.kick()
-        return JSONResponse({"name": body.get("name")})
+        return JSONResponse({"name": body.name})
 
     @handler
     async def delete_partition(request: Request) -> JSONResponse:

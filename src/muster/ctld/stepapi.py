@@ -126,6 +126,20 @@ class StepSignalBody(BaseModel):
     signal: str | int | None = None  # None: cancel the step
 
 
+class NoAllocBody(BaseModel):
+    """srun -Z's step without a job (``ctld.noalloc``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    nodes: list[str] = Field([], max_length=100_000)
+    ntasks: int | None = Field(None, ge=1)
+    ntasks_per_node: int | None = Field(None, ge=1)
+    cpus_per_task: int = Field(1, ge=1)
+    name: str | None = Field(None, max_length=1024)
+    argv: list[str] = []
+    workdir: str = Field("", max_length=4096)
+    srun_host: str = Field("", max_length=255)
+
+
 class AwaitBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     wait: float = Field(0.0, ge=0)
@@ -362,13 +376,8 @@ def build_step_routes(
     @handler
     async def no_allocate(request: Request) -> JSONResponse:
         who = caller(request)
-        try:
-            body = json.loads(await request.body() or b"{}")
-        except ValueError:
-            raise InvalidRequest("request body is not JSON") from None
-        if not isinstance(body, dict):
-            raise InvalidRequest("request body must be a JSON object")
-        return JSONResponse(unallocated.answer(who, body))
+        body = await parse(request, NoAllocBody)
+        return JSONResponse(unallocated.answer(who, body.model_dump()))
 
     @handler
     async def no_allocate_done(request: Request) -> JSONResponse:

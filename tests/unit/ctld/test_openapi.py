@@ -33,9 +33,12 @@ def test_every_route_is_described_and_every_table_entry_is_a_route(tmp_path: pat
         "/v1/diag/reset",
         "/v1/jobs/{job_id}/release",
         "/v1/jobs/{job_id}/resume",
+        "/v1/jobs/{job_id}/steps/{step_id}/watch",
         "/v1/jobs/{job_id}/suspend",
+        "/v1/partitions/{name}/delete",
         "/v1/reconfigure",
         "/v1/reservations/{name}/delete",
+        "/v1/steps/no_allocate/{job_id}/done",
     ]
 
 
