@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick
         else [(n, p) for p in (1000, 10_000, 100_000) for n in (100, 1000, 4000)]
     )
-    config = SchedConfig()
+    config = SchedConfig(priority_type="priority/multifactor")  # the fair-share pass a site runs
     print(f"one pass, default config (bf_max_job_test={config.bf_max_job_test}), median of {args.repeat}")
     print(f"{'nodes':>6} {'pending':>8} {'running':>8} {'wall s':>7} {'cpu s':>7}  phases (cpu)")
     for nodes, pending in grid:
@@ -218,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\ndepth sweep on 1,000 nodes, 10,000 pending (cost per examined depth)")
     snap = build(1000, 10_000)
     for depth in (100, 500, 1000, 2000, 5000, 10_000):
-        wall, cpu, _, summary = timed(snap, SchedConfig(bf_max_job_test=depth), args.repeat)
+        wall, cpu, _, summary = timed(
+            snap, SchedConfig(priority_type="priority/multifactor", bf_max_job_test=depth), args.repeat
+        )
         print(f"  bf_max_job_test={depth:>6}: wall {wall:6.3f} s, cpu {cpu:6.3f} s  [{summary}]")
         sys.stdout.flush()
     return 0
