@@ -35,7 +35,7 @@ from muster.ctld.state import ClusterState
 from muster.ctld.suspend import Suspensions
 from muster.ctld.training import Training
 from muster.ctld.triggers import TriggerBook
-from muster.sched.priority import PriorityMemo
+from muster.sched.memo import PassMemo
 
 __all__ = [
     "Action",
@@ -61,11 +61,11 @@ class Controller(ClusterState):
     preemption: Preemptions = field(init=False, repr=False)
     suspensions: Suspensions = field(init=False, repr=False)
     triggers: TriggerBook = field(init=False, repr=False)
-    priority_memo: PriorityMemo = field(init=False, repr=False)  # kept between passes (ctld.loop)
+    sched_memo: PassMemo = field(init=False, repr=False)  # kept between passes (ctld.loop, sched.memo)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.priority_memo = PriorityMemo()
+        self.sched_memo = PassMemo()
         self.queue = JobActions(self)
         self.hets = HetJobs(self.queue)
         self.launches = Launches(self)

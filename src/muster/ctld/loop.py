@@ -66,7 +66,7 @@ def run_pass(ctl: Controller, config: SchedConfig, now: float, timer: Callable[[
     if ctl.accounting is not None:
         ctl.accounting.before_pass(ctl, snapshot, now)
     t1 = timer() if timer else 0.0
-    decisions = schedule(snapshot, now, config, timer, ctl.priority_memo)
+    decisions = schedule(snapshot, now, config, timer, ctl.sched_memo)
     t2 = timer() if timer else 0.0
     result = PassResult(decisions, expired)
     apply_decisions(decisions, _ControllerBook(ctl, result), now)

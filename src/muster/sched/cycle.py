@@ -41,8 +41,9 @@ from muster.sched.decisions import Decisions, Plan, Start
 from muster.sched.dependencies import DependencyIndex, DepState, parse_dependency
 from muster.sched.filters import NO_PARTITION, Feasibility, Request, Verdict, job_duration
 from muster.sched.hetgroups import HetGroups, place_group
+from muster.sched.memo import PassMemo
 from muster.sched.preempt import Preempting, held_request, hold_active
-from muster.sched.priority import PriorityMemo, PriorityPolicy, examination_order
+from muster.sched.priority import PriorityPolicy, examination_order
 from muster.sched.profile import INF, NodeProfile
 from muster.sched.reservations import ReservationBook
 from muster.sched.snapshot import Snapshot
@@ -61,11 +62,11 @@ def schedule(
     now: float,
     config: SchedConfig,
     timer: Callable[[], float] | None = None,
-    memo: PriorityMemo | None = None,
+    memo: PassMemo | None = None,
 ) -> Decisions:
     """Decide what starts now, what is planned when, and why the rest waits. ``memo``
-    (kept by the caller from one pass to the next) holds the priority terms that do not
-    move with time: the decisions are the same with or without it."""
+    (kept by the caller from one pass to the next, ``sched.memo``) holds answers that only
+    events change: the decisions are the same with or without it."""
     return _Pass(snapshot, now, config, timer, memo).run()
 
 
@@ -95,7 +96,7 @@ class _Pass:
         now: float,
         config: SchedConfig,
         timer: Callable[[], float] | None,
-        memo: PriorityMemo | None = None,
+        memo: PassMemo | None = None,
     ) -> None:
         self.snap = snapshot
         self.memo = memo
@@ -191,6 +192,8 @@ class _Pass:
         overrides = self.snap.priority_overrides
         self.parts = all_parts = []  # phase 3 reads them too
         out: list[tuple[Job, tuple[str, ...]]] = []
+        if self.memo is not None:
+            self.memo.deps.sync(self.snap.pending, self.snap.running)
         # Most jobs name no partition and share the one the controller resolved.
         last_name: str | None = None
         last: tuple[str, ...] = ()
@@ -234,10 +237,14 @@ class _Pass:
         elif job.spec.begin_time is not None and job.spec.begin_time > now:
             reason = Reason.BEGIN_TIME
         elif job.spec.dependency:
-            if self._deps is None:  # indexed once per pass, and only when a job needs it
-                snap = self.snap
-                self._deps = DependencyIndex(snap.pending, snap.running, snap.finished, snap.arrays)
-            state = self._deps.state(job, now)
+            state = self.memo.deps.get(job) if self.memo is not None else None
+            if state is None:
+                if self._deps is None:  # indexed once per pass, and only when a job needs it
+                    snap = self.snap
+                    self._deps = DependencyIndex(snap.pending, snap.running, snap.finished, snap.arrays)
+                state = self._deps.state(job, now)
+                if self.memo is not None:
+                    self.memo.deps.put(job, state, self.snap.arrays)
             if state is DepState.WAIT:
                 reason = Reason.DEPENDENCY
             elif state is DepState.NEVER:
@@ -281,7 +288,7 @@ class _Pass:
     def _prioritise(self, eligible: list[tuple[Job, tuple[str, ...]]]) -> list[tuple[Job, tuple[str, ...]]]:
         policy = PriorityPolicy(self.snap, self.now, self.config)
         pending = self.snap.pending
-        values = policy.priorities(pending, self.parts, self.memo)
+        values = policy.priorities(pending, self.parts, self.memo.priority if self.memo is not None else None)
         prio = self.d.priorities
         prio.update(zip([job.job_id for job in pending], values, strict=True))
         if len(eligible) == len(pending):  # none set aside: the same jobs in the same order

@@ -30,7 +30,7 @@ from functools import lru_cache
 
 from muster.core.job import Job
 
-__all__ = ["DepState", "DependencyIndex", "Dependency", "parse_dependency"]
+__all__ = ["DepState", "DependencyIndex", "DependencyMemo", "Dependency", "parse_dependency"]
 
 _TERM_RE = re.compile(r"^(after|afterany|afterok|afternotok|aftercorr|afterburstbuffer):(.+)$")
 _ID_RE = re.compile(r"^(\d+)(?:_(\d+))?(?:\+(\d+))?$")
@@ -184,3 +184,76 @@ class DependencyIndex:
         if kind == "afterok":
             return DepState.MET if ok else DepState.NEVER
         return DepState.NEVER if ok else DepState.MET  # afternotok
+
+
+class DependencyMemo:
+    """Dependency states kept from one pass to the next by whoever runs the passes (the
+    controller, the simulator), each forgotten on the events that can change it: a job it
+    names leaving or entering the queue, starting, or ending (a job that is neither
+    pending nor running has ended, and its end state is final until it is queued again).
+
+    Each pass, ``sync`` compares the pending job ids and the running jobs' start times
+    with the previous pass's (set operations), and drops the states of the jobs that name
+    one that changed; ``get`` answers from what is left. Only plain references are kept:
+    a dependency with ``singleton``, ``after:ID+MIN`` (it moves with time), ``aftercorr``,
+    an array job, or ids unknown at submission is computed afresh every pass. The
+    answers are those of ``DependencyIndex.state`` for the same snapshot."""
+
+    __slots__ = ("pending", "started", "states", "dependents")
+
+    def __init__(self) -> None:
+        self.pending: set[int] | None = None  # the pending job ids of the last pass
+        self.started: dict[int, float] = {}  # the running jobs of the last pass: start time
+        # job id -> (its dependency text, its state, the ids it names)
+        self.states: dict[int, tuple[str, DepState, tuple[int, ...]]] = {}
+        self.dependents: dict[int, set[int]] = {}  # a named id -> the jobs that name it
+
+    def sync(self, pending: list[Job], running: list[Job]) -> None:
+        """Forget what this pass's queue makes stale (call once per pass, before ``get``)."""
+        ids = {j.job_id for j in pending}
+        started = {j.job_id: (j.start_time or 0.0) for j in running}
+        if self.pending is None:
+            self.states.clear()
+            self.dependents.clear()
+        elif self.states:
+            changed = ids ^ self.pending
+            changed.update(k for k, _ in started.items() ^ self.started.items())
+            states, dependents = self.states, self.dependents
+            for t in changed:
+                states.pop(t, None)  # (a job that left the queue needs no state)
+                for job_id in dependents.pop(t, ()):
+                    states.pop(job_id, None)
+            if len(dependents) > 2 * len(states) + 1024:  # named ids of jobs long gone
+                self.dependents = {}
+                for job_id, (_text, _state, named) in states.items():
+                    for t in named:
+                        self.dependents.setdefault(t, set()).add(job_id)
+        self.pending, self.started = ids, started
+
+    def get(self, job: Job) -> DepState | None:
+        """The job's state from an earlier pass, if nothing it names changed since."""
+        hit = self.states.get(job.job_id)
+        if hit is None or hit[0] != job.spec.dependency:
+            return None
+        return hit[1]
+
+    def put(self, job: Job, state: DepState, arrays: Mapping[int, object]) -> None:
+        """Remember the state just computed for ``job``, if it is one that only the ids it
+        names can change."""
+        text = job.spec.dependency
+        if not text or job.unknown_deps:
+            return
+        try:
+            dep = parse_dependency(text)
+        except ValueError:
+            return
+        for term in dep.terms:
+            if term.kind in ("singleton", "aftercorr"):
+                return
+            for job_id, task, delay in term.job_ids:
+                if delay or task is not None or job_id in arrays:
+                    return
+        named = tuple(dep.job_ids())
+        self.states[job.job_id] = (text, state, named)
+        for t in named:
+            self.dependents.setdefault(t, set()).add(job.job_id)

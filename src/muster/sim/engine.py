@@ -49,7 +49,7 @@ from muster.core.states import JobState
 from muster.sched import Decisions, SchedConfig, Snapshot, Start, check_submit, schedule
 from muster.sched.apply import apply_decisions
 from muster.sched.decisions import Preemption
-from muster.sched.priority import PriorityMemo
+from muster.sched.memo import PassMemo
 from muster.sim.cluster import Cluster, shape_for, spec_for
 from muster.sim.failures import FailureModel, JobWork, NodeFailures
 from muster.sim.policies import sjf_priority
@@ -222,7 +222,7 @@ class Simulation:
         self.unit = unit
         self.cluster = cluster
         self.config = config
-        self.priority_memo = PriorityMemo()  # kept between passes, as the controller keeps its own
+        self.sched_memo = PassMemo()  # kept between passes, as the controller keeps its own
         self.estimate = estimate or Estimate("requested")
         self.allow_overrun = allow_overrun
         self.epoch = epoch
@@ -508,7 +508,7 @@ class Simulation:
                 priority_overrides=self._overrides,
                 topology=self.cluster.topology,
             )
-            decisions = schedule(snapshot, now, self.config, memo=self.priority_memo)
+            decisions = schedule(snapshot, now, self.config, memo=self.sched_memo)
             if len(jobs) == len(pending) or decisions.stats.blocked:
                 return decisions
             self.head_retries += 1

@@ -12,6 +12,7 @@ import pytest
 from muster.core.job import Job
 from muster.sched import SchedConfig
 from muster.sched.cycle import schedule
+from muster.sched.memo import PassMemo
 from muster.sched.priority import PriorityMemo, PriorityPolicy
 from muster.sched.testing import SchedHarness, job
 
@@ -100,7 +101,7 @@ def test_a_pass_with_a_memo_decides_as_one_without(seed: int) -> None:
     rng = random.Random(100 + seed)
     config = _config(rng)
     h = _queue(rng, config)
-    memo = PriorityMemo()
+    memo = PassMemo()
     now = 3 * DAY
     for _ in range(6):
         snap = h.snapshot()
