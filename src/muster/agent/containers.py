@@ -295,7 +295,10 @@ class Containers:
             if os.path.isdir(root):
                 return root
             os.makedirs(os.path.dirname(root), mode=0o700, exist_ok=True)
-        if self.overlay and overlay_mount(image, root):
+        # metacopy only on an image this agent unpacked: a lower directory of the user's is
+        # not trusted with it (overlayfs.rst: never metacopy=on with untrusted layers)
+        mine = image.startswith(os.path.join(self.spool, "images") + os.sep)
+        if self.overlay and overlay_mount(image, root, metacopy=mine):
             _chown_tree(root, uid, gid)  # metadata only: metacopy copies no data up
             return root
         work = root + ".copy"
@@ -410,11 +413,11 @@ class Containers:
         shutil.rmtree(os.path.join(self.spool, "run", str(job_id)), ignore_errors=True)
 
 
-def overlay_mount(image: str, root: str) -> bool:
+def overlay_mount(image: str, root: str, metacopy: bool = True) -> bool:
     """A writable container's root file system as an overlay on ``image`` (read-only
     below): ``root`` is the merged view, its ``upper`` and ``work`` directories beside it;
-    ``metacopy=on``, so that giving the user the tree (``_chown_tree``) copies metadata
-    up, not data. False (nothing left mounted) where the kernel or the paths do not allow
+    with ``metacopy`` (``metacopy=on``) giving the user the tree (``_chown_tree``) copies
+    metadata up, not data. False (nothing left mounted) where the kernel or the paths do not allow
     it (an option separator in the image's path, no overlayfs, an upper on overlayfs):
     the caller copies the image instead."""
     if any(c in image for c in ",:\\"):
@@ -424,7 +427,7 @@ def overlay_mount(image: str, root: str) -> bool:
     for path in (upper, work, root):
         os.makedirs(path, mode=0o755, exist_ok=True)
     base = f"lowerdir={image},upperdir={upper},workdir={work}"
-    for options in (base + ",metacopy=on", base):
+    for options in (base + ",metacopy=on", base) if metacopy else (base,):
         if _libc.mount(b"overlay", root.encode(), b"overlay", 0, options.encode()) == 0:
             return True
     log.info("overlay refused for %s (%s): copying the image instead", root, _errno("mount").strerror)
