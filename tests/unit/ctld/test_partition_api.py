@@ -128,3 +128,20 @@ def test_add_partitions_keeps_the_file_config_whole() -> None:
     assert [p.name for p in base.partitions] == ["p"]  # untouched
     with pytest.raises(Exception, match="not a PartitionName line"):
         add_partitions(base, ["NodeName=x CPUs=1"])
+
+
+def test_a_restarted_controller_app_has_it(tmp_path: pathlib.Path) -> None:
+    from muster.ctld.app import CtldApp
+
+    path = tmp_path / "muster.conf"
+    path.write_text(CONF + f"StateSaveLocation={tmp_path}\n")
+    app = CtldApp(parse_config(path.read_text(), str(path)), b"k" * 32, ManualClock(1000.0))
+    app.use_config(create(app.controller, ROOT, "kept", {"Nodes": "node[2-3]", "MaxTime": "5"}))
+    assert app.config.partition("kept") is not None
+    app.store.close()
+    again = CtldApp(parse_config(path.read_text(), str(path)), b"k" * 32, ManualClock(2000.0))
+    part = again.config.partition("kept")
+    assert part is not None and part.nodes == ["node2", "node3"] and part.max_time == 300
+    assert again.controller.config is again.config
+    assert sorted(again.controller.nodes["node2"].partitions) == ["kept", "p"]
+    again.store.close()
