@@ -274,6 +274,27 @@ def test_enforce_part_limits_is_read_by_one_function() -> None:
     assert not offenders, "read EnforcePartLimits with sched.config.part_limits_mode:\n" + "\n".join(offenders)
 
 
+# A configuration key whose value two modules computed drifted (issue 39 item 4): the agents beat
+# at HeartbeatInterval while the controller's grace periods assumed SlurmdTimeout/5. Such a key
+# has one reader, named here, that every other module calls; the key list (core/confkeys.py)
+# only spells it.
+ONE_READER_KEYS = {"HeartbeatInterval": "core/conftypes.py"}
+
+
+def test_a_key_with_one_reader_is_read_nowhere_else() -> None:
+    offenders = []
+    for key, owner in ONE_READER_KEYS.items():
+        spelled = re.compile(rf"""(?i)["']{key}["']""")
+        for path in SRC.rglob("*.py"):
+            name = path.relative_to(SRC).as_posix()
+            if name in (owner, "core/confkeys.py"):
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if spelled.search(line):
+                    offenders.append(f"{name}:{number}: reads {key} (its reader: {owner}): {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
 # Tests wait on conditions (tests/waiting.py's wait_for and, in an event loop, wait_until;
 # Harness.wait_job, Harness.wait_passes), never with a fixed sleep: time.sleep or asyncio.sleep
 # (asyncio.sleep(0), a bare yield to the loop, lets no time pass). A sleep that is the behaviour

@@ -65,16 +65,8 @@ class AgentSettings:
 
 
 def heartbeat_interval(config: Config) -> float:
-    """``HeartbeatInterval`` when set, else a fifth of SlurmdTimeout, at least 1 s."""
-    raw = config.settings.get("HeartbeatInterval") or config.get("HeartbeatInterval")
-    if raw:
-        try:
-            value = float(raw)
-            if value > 0:
-                return value
-        except ValueError:
-            log.warning("HeartbeatInterval=%r is not a number; using the default", raw)
-    return max(1.0, config.slurmd_timeout / 5)
+    """The interval this agent beats at (``Config.heartbeat_interval``, the key's one reader)."""
+    return config.heartbeat_interval
 
 
 def socket_path(config: Config, node: str, state_dir: str) -> str:

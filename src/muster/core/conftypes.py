@@ -459,6 +459,18 @@ class Config:
         return self.get_int("SlurmdTimeout", 300)
 
     @property
+    def heartbeat_interval(self) -> float:
+        """The agents' beat, in seconds: ``HeartbeatInterval`` (muster's key) when it is a
+        positive number, else a fifth of SlurmdTimeout, at least 1 s. The agents beat at it;
+        the controller's grace periods count in it (the one reader of the key)."""
+        raw = self.get("HeartbeatInterval")
+        try:
+            value = float(raw) if raw else 0.0
+        except ValueError:
+            value = 0.0
+        return value if value > 0 else max(1.0, self.slurmd_timeout / 5)
+
+    @property
     def message_timeout(self) -> int:
         return self.get_int("MessageTimeout", 10)
 

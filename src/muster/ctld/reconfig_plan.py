@@ -215,11 +215,7 @@ def _heartbeat_guard(running: Config, fresh: Config, out: Plan) -> None:
     node DOWN before its agent restarts."""
     if running.slurmd_timeout == fresh.slurmd_timeout:
         return
-    raw = running.settings.get("HeartbeatInterval")
-    try:
-        beat = float(raw) if raw else max(1.0, running.slurmd_timeout / 5)
-    except ValueError:
-        beat = max(1.0, running.slurmd_timeout / 5)
+    beat = running.heartbeat_interval
     if fresh.slurmd_timeout < 2 * beat:
         out.refusals.append(
             f"SlurmdTimeout={fresh.slurmd_timeout} is shorter than two heartbeats of the running agents "

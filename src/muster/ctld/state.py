@@ -351,7 +351,8 @@ class ClusterState:
 
     @property
     def heartbeat_interval(self) -> float:
-        return max(1.0, self.config.slurmd_timeout / 5)
+        """The agents' beat (``Config.heartbeat_interval``): what grace periods count in."""
+        return self.config.heartbeat_interval
 
     def drain(self, name: str, reason: str, now: float | None = None) -> bool:
         """Drain a node for a fault it showed (launch, Prolog, Epilog, health check); an
