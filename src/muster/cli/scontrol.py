@@ -19,7 +19,6 @@ from muster.cli.common import (
     version_line,
     write_out,
 )
-from muster.cli.scontrol_partition import is_partition_word
 from muster.cli.scontrol_records import (
     _ts,
     config_text,
@@ -438,12 +437,13 @@ def run(words: list[str], flags: Flags) -> int:
         from muster.cli.scontrol_token import token
 
         return token(rest)
-    if cmd in ("create", "delete") and not rest:
-        raise CommandError(f"too few arguments for {cmd} keyword", 1, raw=True)
-    if cmd in ("create", "delete") and is_partition_word(rest[0]):
+    if cmd in ("create", "delete"):
         from muster.cli import scontrol_partition
 
-        return scontrol_partition.create(rest) if cmd == "create" else scontrol_partition.delete(rest)
+        if not rest:
+            raise CommandError(f"too few arguments for {cmd} keyword", 1, raw=True)
+        if scontrol_partition.is_partition_word(rest[0]):
+            return scontrol_partition.create(rest) if cmd == "create" else scontrol_partition.delete(rest)
     if cmd in ("create", "delete") and rest and rest[0].lower().startswith("res"):
         from muster.cli import reservation
 

@@ -9,8 +9,7 @@ controller refuses is printed as Slurm prints it: ``Error creating the partition
 ``delete_partition PartitionName=X: <why>``; both exit 1.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: scontrol's modules do without it (cli.launchers).
 from muster.cli.common import CommandError
 from muster.client.controller import connect, connect_message
 
