@@ -18,6 +18,7 @@ import pytest
 
 from harness import Harness
 from muster.cluster.local import ClusterShape
+from waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -101,10 +102,12 @@ def test_an_agent_killed_in_a_two_node_step_downs_its_node_and_the_job_resumes_e
     job = h.wait_state(job_id, "RUNNING")
     victim = job["alloc"][1]["node"]
     # wait for the step to run on both nodes before killing the second node's agent
-    deadline = time.monotonic() + 30
-    while not any(s.get("job_id") == job_id for s in h.cluster.api("GET", "/v1/steps").get("steps", [])):
-        assert time.monotonic() < deadline, "the step did not start"
-        time.sleep(0.1)
+    wait_for(
+        lambda: any(s.get("job_id") == job_id for s in h.cluster.api("GET", "/v1/steps").get("steps", [])),
+        30,
+        interval=0.1,
+        what="the step to start",
+    )
     pid = h.cluster._alive(victim)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)

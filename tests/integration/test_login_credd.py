@@ -21,6 +21,7 @@ from muster.cluster.local import ClusterShape
 from muster.protocol import hostcred
 from muster.protocol.client import ApiError, request
 from muster.protocol.signing import load_key
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -76,10 +77,12 @@ def login() -> Iterator[Login]:
             stderr=open(os.path.join(root, "credd.log"), "wb"),  # noqa: SIM115 - the daemon's
         )
         sock = os.path.join(root, "run", "mustercredd.sock")
-        deadline = time.monotonic() + 30
-        while not os.path.exists(sock):
-            assert daemon.poll() is None and time.monotonic() < deadline, open(os.path.join(root, "credd.log")).read()
-            time.sleep(0.05)
+
+        def started() -> bool:
+            assert daemon.poll() is None, open(os.path.join(root, "credd.log")).read()
+            return os.path.exists(sock)
+
+        wait_for(started, 30, what="mustercredd's socket")
         _host, addr = cfg.ctld_addrs[0]
         tls = (cfg.tls.ca_cert, "ctld") if cfg.tls.enabled else None
         yield Login(

@@ -19,6 +19,7 @@ import pytest
 
 from harness import Harness
 from muster.protocol.signing import load_key, sign_request
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -116,20 +117,19 @@ def restart(world: Harness, name: str) -> None:
     pid = world.cluster._alive(name)
     assert pid is not None
     os.kill(pid, 15)
-    deadline = time.monotonic() + 15
-    while world.cluster._alive(name) is not None:
-        assert time.monotonic() < deadline, f"{name} did not stop"
-        time.sleep(0.05)
+    wait_for(lambda: world.cluster._alive(name) is None, 15, what=f"{name} to stop")
     world.cluster.start()
     world.cluster.wait_ready(30)
     if name != "musterctld":  # the controller may still list the node: wait for its port
-        while True:
+
+        def listening() -> bool:
             try:
                 socket.create_connection(node_addr(world, name), timeout=1).close()
-                break
+                return True
             except OSError:
-                assert time.monotonic() < deadline + 15, f"{name} did not come back"
-                time.sleep(0.05)
+                return False
+
+        wait_for(listening, 30, what=f"{name} to come back")
 
 
 def log_of(world: Harness, name: str) -> str:

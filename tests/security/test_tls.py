@@ -25,6 +25,7 @@ from muster.core.tlsconf import TLSSettings
 from muster.protocol.client import ConnectError, request
 from muster.protocol.signing import load_key, sign_request
 from muster.protocol.tls import client_context, server_context
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -109,14 +110,14 @@ def log_of(world: Harness, name: str) -> str:
 
 def wait_for_line(world: Harness, name: str, text: str, before: int) -> str:
     """The first new line of ``name``'s log that holds ``text`` (the log had ``before`` chars)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        new = log_of(world, name)[before:]
-        for line in new.splitlines():
-            if text in line:
-                return line
-        time.sleep(0.05)
-    raise AssertionError(f"no line with {text!r} in {name}'s log: {log_of(world, name)[before:][-2000:]}")
+
+    def line() -> str | None:
+        return next((one for one in log_of(world, name)[before:].splitlines() if text in one), None)
+
+    try:
+        return wait_for(line, 10, what=f"a line with {text!r} in {name}'s log")
+    except AssertionError:
+        raise AssertionError(f"no line with {text!r} in {name}'s log: {log_of(world, name)[before:][-2000:]}") from None
 
 
 def heartbeat(node: str) -> bytes:

@@ -311,17 +311,15 @@ BARE_SLEEPS_LEFT = {
     "e2e/test_torchx.py": 1,
     "faults/test_full_disk.py": 1,
     "faults/test_hang_evidence.py": 1,
-    "faults/test_stalls_and_dead_agents.py": 2,
+    "faults/test_stalls_and_dead_agents.py": 1,
     "integration/test_dashboard.py": 1,
     "integration/test_ha.py": 9,
-    "integration/test_login_credd.py": 1,
     "integration/test_login_munge.py": 1,
     "integration/test_metrics.py": 2,
     "integration/test_preemption.py": 1,
     "netns.py": 2,
     "oldrelease.py": 1,
-    "security/test_attacks.py": 2,
-    "security/test_tls.py": 2,
+    "security/test_tls.py": 1,
 }
 
 
