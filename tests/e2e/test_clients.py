@@ -90,7 +90,7 @@ def add(a: int, b: int) -> int:
 
 def square_with_times(x: int) -> tuple[int, float, float, str]:
     start = time.time()
-    time.sleep(1.0)
+    time.sleep(1.0)  # sleep: the job's own work (the payload), a second long
     return x * x, start, time.time(), os.environ.get("SLURM_ARRAY_TASK_ID", "")
 
 
@@ -117,7 +117,7 @@ class Counter(submitit.helpers.Checkpointable):
     def __call__(self, total: int) -> dict[str, object]:
         self.attempts.append(os.environ.get("SLURM_RESTART_COUNT", "0"))
         while self.done < total:
-            time.sleep(1.0)
+            time.sleep(1.0)  # sleep: the job's own work (the payload), a second per step
             self.done += 1
         return {"done": self.done, "attempts": self.attempts, "job_id": os.environ["SLURM_JOB_ID"]}
 

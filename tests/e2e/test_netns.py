@@ -219,7 +219,7 @@ def test_with_no_spare_node_the_job_waits_and_resumes_on_the_node_that_returns(h
         hosts.unplug(victim)
         wait_node(hosts, victim, "DOWN", timeout=TIMEOUT + 15)
         waiting = wait_job(hosts, job_id, lambda j: j["restart_count"] == 1 and j["state"] == "PENDING", timeout=60)
-        time.sleep(2)  # one node alone cannot run it: it stays pending
+        time.sleep(2)  # sleep: one node alone cannot run it: it must NOT start meanwhile
         assert job(hosts, job_id)["state"] == "PENDING", waiting
         hosts.plug(victim)
         rerun = wait_job(hosts, job_id, lambda j: j["state"] == "RUNNING", timeout=60)

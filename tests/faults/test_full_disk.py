@@ -82,7 +82,7 @@ def test_a_full_state_disk_refuses_changes_clearly_and_the_cluster_recovers_when
             assert "No space left on device" in out.stderr + out.stdout, (argv, out)
         # Longer than SlurmdTimeout: the daemons keep hearing each other (a full disk must
         # not cost a node its life); the short job ends meanwhile, unrecorded yet.
-        time.sleep(12)
+        time.sleep(12)  # sleep: the full disk lasts past SlurmdTimeout, and no node may go DOWN
         listed = h.run(["squeue", "-h", "-o", "%i %T %r"])
         assert listed.returncode == 0 and "Traceback" not in listed.stderr
         states = dict(line.split(" ", 1) for line in listed.stdout.strip().splitlines())

@@ -76,7 +76,7 @@ def test_a_controller_stopped_for_twice_slurmdtimeout_fails_no_node_and_reruns_n
     assert ctld is not None
     os.kill(ctld, signal.SIGSTOP)
     try:
-        time.sleep(2 * TIMEOUT)  # the short jobs end meanwhile; their reports wait
+        time.sleep(2 * TIMEOUT)  # sleep: the stall under test; the short jobs end meanwhile, their reports wait
     finally:
         os.kill(ctld, signal.SIGCONT)
 

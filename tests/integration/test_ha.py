@@ -147,7 +147,7 @@ def test_kill_9_of_the_active_controller_mid_burst_loses_and_duplicates_nothing(
                 text=True,
             )
         )
-    time.sleep(1.0)  # some acknowledged already, more on their way
+    time.sleep(1.0)  # sleep: the kill lands mid-burst: some acknowledged already, more on their way
     primary = h.cluster._alive("musterctld")
     assert primary is not None
     os.kill(primary, signal.SIGKILL)

@@ -303,4 +303,4 @@ def test_a_flood_of_failed_handshakes_is_cut_short(tls_world: Harness) -> None:
             except ConnectionResetError:
                 pass
     wait_for_line(tls_world, "node2", "refused a connection from 127.0.0.1: too many failed authentications", before)
-    time.sleep(8)  # the budget refills (5 per second) before the next test talks to node2
+    time.sleep(8)  # sleep: the budget refills (5 per second) before the next test talks to node2
