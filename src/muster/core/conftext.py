@@ -1,5 +1,5 @@
 """Text rules of slurm.conf-style files, shared by ``core.config`` and the commands'
-quick scanner in ``cli.common`` (which does not import ``core.config``, for start-up
+quick scanner in ``client.settings`` (which does not import ``core.config``, for start-up
 speed). Pure and import-free."""
 
 from __future__ import annotations
