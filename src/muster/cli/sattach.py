@@ -212,6 +212,9 @@ class Attach:
                 if done or conn.eof:
                     conn.close()
                     del self.conns[name]
+                if conn.eof and not done:  # its agent stops (a restart): the step goes on there
+                    sys.stderr.write(f"{PROG}: error: {name}: musterd ended the stream before the step ended\n")
+                    rc = 1
         self._flush_all()
         self._close_inputs()
         return rc
