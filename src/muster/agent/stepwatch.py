@@ -77,6 +77,7 @@ async def watch_stream(runner: StepRunner, receive: Any, send: Any) -> None:
         raise StepLaunchError("request body must be a JSON object")
     step = _watched(runner, str(body.get("watch") or ""), str(body.get("sig") or ""))
     fd = os.dup(step.log_fd)
+    start = step.scan_pos  # before the first frame: what sattach's input causes comes after it
     try:
         log.info("step %s: sattach attached on %s", step.id_text, runner.node)
         await send(
@@ -98,7 +99,7 @@ async def watch_stream(runner: StepRunner, receive: Any, send: Any) -> None:
 
         watcher = asyncio.create_task(watch_disconnect())
         try:
-            ended = await _pump(runner, step, fd, step.scan_pos, gone, send)
+            ended = await _pump(runner, step, fd, start, gone, send)
             with contextlib.suppress(OSError):
                 await send({"type": "http.response.body", "body": frame(b"d", -1, b"") if ended else b""})
         finally:
