@@ -51,6 +51,53 @@ def parse_states(values: list[str]) -> list[str]:
     return out
 
 
+def qlist(request: Request, key: str) -> list[str] | None:
+    v = request.query_params.get(key)
+    return [x for x in v.split(",") if x] if v else None
+
+
+def qtime(request: Request, key: str) -> float | None:
+    v = request.query_params.get(key)
+    if v is None or v == "":
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        raise InvalidRequest(f"invalid request: {key}: not a time") from None
+
+
+def job_query(request: Request) -> Query:
+    """sacct's query (``GET /v1/accounting/jobs``) read from the request's parameters."""
+    job_ids: list[int] = []
+    tasks: set[tuple[int, int]] = set()
+    for text in qlist(request, "job_id") or []:
+        base, _, task = text.partition(".")[0].partition("_")
+        base, plus, offset = base.partition("+")
+        try:
+            if plus:  # component ``offset`` of heterogeneous job ``base``
+                job_ids.append(int(base) + int(offset))
+            elif task:
+                tasks.add((int(base), int(task)))
+            else:
+                job_ids.append(int(base))
+        except ValueError:
+            raise InvalidRequest(f"Invalid job id: {text}") from None
+    return Query(
+        job_ids=job_ids or None,
+        array_tasks=tasks or None,
+        users=qlist(request, "user"),
+        accounts=qlist(request, "account"),
+        partitions=qlist(request, "partition"),
+        states=parse_states(qlist(request, "state") or []) or None,
+        qos=qlist(request, "qos"),
+        names=qlist(request, "name"),
+        nodes=qlist(request, "nodelist"),
+        start=qtime(request, "start"),
+        end=qtime(request, "end"),
+        duplicates=request.query_params.get("duplicates") in ("1", "true", "yes"),
+    )
+
+
 def accounting_routes(
     ctx: Context, caller: Callable[[Request], Any], parse: Any, handler: Handler, private: PrivateData | None = None
 ) -> list[Route]:
@@ -62,51 +109,11 @@ def accounting_routes(
             raise InvalidRequest("accounting is not available")
         return ctl.accounting
 
-    def qlist(request: Request, key: str) -> list[str] | None:
-        v = request.query_params.get(key)
-        return [x for x in v.split(",") if x] if v else None
-
-    def qtime(request: Request, key: str) -> float | None:
-        v = request.query_params.get(key)
-        if v is None or v == "":
-            return None
-        try:
-            return float(v)
-        except ValueError:
-            raise InvalidRequest(f"invalid request: {key}: not a time") from None
-
     @handler
     async def jobs(request: Request) -> JSONResponse:
         who = caller(request)
         now = ctx.clock.now()
-        job_ids: list[int] = []
-        tasks: set[tuple[int, int]] = set()
-        for text in qlist(request, "job_id") or []:
-            base, _, task = text.partition(".")[0].partition("_")
-            base, plus, offset = base.partition("+")
-            try:
-                if plus:  # component ``offset`` of heterogeneous job ``base``
-                    job_ids.append(int(base) + int(offset))
-                elif task:
-                    tasks.add((int(base), int(task)))
-                else:
-                    job_ids.append(int(base))
-            except ValueError:
-                raise InvalidRequest(f"Invalid job id: {text}") from None
-        q = Query(
-            job_ids=job_ids or None,
-            array_tasks=tasks or None,
-            users=qlist(request, "user"),
-            accounts=qlist(request, "account"),
-            partitions=qlist(request, "partition"),
-            states=parse_states(qlist(request, "state") or []) or None,
-            qos=qlist(request, "qos"),
-            names=qlist(request, "name"),
-            nodes=qlist(request, "nodelist"),
-            start=qtime(request, "start"),
-            end=qtime(request, "end"),
-            duplicates=request.query_params.get("duplicates") in ("1", "true", "yes"),
-        )
+        q = job_query(request)
         return JSONResponse({"jobs": private.job_rows(acct().jobs(q, now), who), "now": now})
 
     @handler

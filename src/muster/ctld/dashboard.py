@@ -81,20 +81,28 @@ def _refusal_page(message: str) -> Response:
     return Response(body, status_code=401, media_type="text/html", headers=_HEADERS)
 
 
-def build_dashboard_routes(ctx: Context, caller: Any, handler: Handler, private: PrivateData) -> list[Route]:
-    """The dashboard's routes; ``caller`` and ``handler`` are the API's (``ctld.api``), used
-    by the token route, which a command calls."""
-    ctl = ctx.controller
-    assets = _assets()
-    redeemed = dashauth.Redeemed()
+class Dashboard:
+    """The dashboard's handlers: the sign-in link (a command's request), the session's login
+    and logout, the page and its files, and the JSON views the page polls."""
 
-    @handler
-    async def token(request: Request) -> JSONResponse:
-        who: Identity = caller(request)
+    def __init__(self, ctx: Context, caller: Any, private: PrivateData) -> None:
+        self.ctx = ctx
+        self.ctl = ctx.controller
+        self.caller = caller
+        self.private = private
+        self.assets = _assets()
+        self.redeemed = dashauth.Redeemed()
+        # The cluster as one viewer sees it, kept CACHE_TTL seconds for every viewer who sees the
+        # same (administrators and, without PrivateData=jobs, everyone; else each user): many
+        # open pages cost the controller's loop one build per second, not one each.
+        self.views: dict[int | None, tuple[float, dict[str, Any]]] = {}
+
+    async def token(self, request: Request) -> JSONResponse:
+        who: Identity = self.caller(request)
         if token_in(request.headers) is not None:  # a JWT must not outlive itself as a session
             raise PermissionDenied("a dashboard link is not given to a caller proven by a token")
-        now = ctx.clock.now()
-        text = dashauth.make_token(ctx.key, who.uid, who.gid, now)
+        now = self.ctx.clock.now()
+        text = dashauth.make_token(self.ctx.key, who.uid, who.gid, now)
         return JSONResponse(
             {
                 "path": f"/dash/login?token={quote(text)}",
@@ -104,23 +112,23 @@ def build_dashboard_routes(ctx: Context, caller: Any, handler: Handler, private:
             }
         )
 
-    async def login(request: Request) -> Response:
-        now = ctx.clock.now()
+    async def login(self, request: Request) -> Response:
+        now = self.ctx.clock.now()
         try:
-            ticket = dashauth.read_token(ctx.key, request.query_params.get("token", ""), now)
-            ctx.verifier.guard.admit(ticket.time)  # issued before this controller started: refused
-            redeemed.redeem(ticket, now)
+            ticket = dashauth.read_token(self.ctx.key, request.query_params.get("token", ""), now)
+            self.ctx.verifier.guard.admit(ticket.time)  # issued before this controller started: refused
+            self.redeemed.redeem(ticket, now)
         except (dashauth.DashAuthError, SignatureError) as e:
             client = request.client.host if request.client else "?"
             log.warning("refused a dashboard login from %s: %s", client, e)
             why = "already used" if str(e) == "already used" else "expired or not valid"
             return _refusal_page(f"This sign-in link is {why}.")
-        who = ctl.identity(ticket.uid, ticket.gid)
+        who = self.ctl.identity(ticket.uid, ticket.gid)
         log.info("dashboard session for %s (uid %d)", who.user, who.uid)
         response = RedirectResponse("/dash/", status_code=303, headers=_HEADERS)
         response.set_cookie(
             dashauth.COOKIE,
-            dashauth.make_session(ctx.key, ticket.uid, ticket.gid, now),
+            dashauth.make_session(self.ctx.key, ticket.uid, ticket.gid, now),
             max_age=int(dashauth.SESSION_TTL),
             path="/dash",
             secure=request.url.scheme == "https",
@@ -129,41 +137,41 @@ def build_dashboard_routes(ctx: Context, caller: Any, handler: Handler, private:
         )
         return response
 
-    async def logout(request: Request) -> Response:
+    async def logout(self, request: Request) -> Response:
         response = RedirectResponse("/dash/", status_code=303, headers=_HEADERS)
         response.delete_cookie(dashauth.COOKIE, path="/dash", httponly=True, samesite="strict")
         return response
 
-    async def page(request: Request) -> Response:
-        body, media = assets["index.html"]
+    async def page(self, request: Request) -> Response:
+        body, media = self.assets["index.html"]
         return Response(body, media_type=media, headers=_HEADERS)
 
-    async def asset(request: Request) -> Response:
-        found = assets.get(request.path_params["name"])
+    async def asset(self, request: Request) -> Response:
+        found = self.assets.get(request.path_params["name"])
         if found is None or found[1].startswith("text/html"):
             return Response("not found", status_code=404, media_type="text/plain", headers=_HEADERS)
         return Response(found[0], media_type=found[1], headers=_HEADERS)
 
-    def viewer(request: Request) -> Identity:
+    def viewer(self, request: Request) -> Identity:
         """The session's user (or the Unix socket's peer, as for commands)."""
         peer = request.scope.get(PEER_KEY)
         if peer is not None:
             _pid, uid, gid = peer
-            return ctl.identity(uid, gid)
+            return self.ctl.identity(uid, gid)
         text = request.cookies.get(dashauth.COOKIE)
         if not text:
             raise AuthError("Not signed in: run `muster dashboard` for a sign-in link")
         try:
-            ticket = dashauth.read_session(ctx.key, text, ctx.clock.now())
+            ticket = dashauth.read_session(self.ctx.key, text, self.ctx.clock.now())
         except dashauth.DashAuthError as e:
             raise AuthError(f"Session {e}: run `muster dashboard` for a new sign-in link") from None
-        return ctl.identity(ticket.uid, ticket.gid)
+        return self.ctl.identity(ticket.uid, ticket.gid)
 
-    def api(fn: Any) -> Any:
+    def api(self, fn: Any) -> Any:
         async def wrapped(request: Request) -> Response:
             body: Response
             try:
-                body = fn(request, viewer(request))
+                body = fn(request, self.viewer(request))
             except MusterError as e:
                 body = JSONResponse({"error": str(e), "code": e.code}, status_code=e.http_status)
             except Exception as e:  # a bug: one line to the page, the traceback to the log
@@ -174,81 +182,86 @@ def build_dashboard_routes(ctx: Context, caller: Any, handler: Handler, private:
 
         return wrapped
 
-    def me(who: Identity) -> dict[str, Any]:
+    def me(self, who: Identity) -> dict[str, Any]:
         return {"user": who.user, "uid": who.uid, "admin": who.admin}
 
-    # The cluster as one viewer sees it, kept CACHE_TTL seconds for every viewer who sees the
-    # same (administrators and, without PrivateData=jobs, everyone; else each user): many
-    # open pages cost the controller's loop one build per second, not one each.
-    views: dict[int | None, tuple[float, dict[str, Any]]] = {}
-
-    def cluster_view(who: Identity, now: float) -> dict[str, Any]:
-        key = who.uid if private.hides("jobs", who) else None
-        hit = views.get(key)
+    def cluster_view(self, who: Identity, now: float) -> dict[str, Any]:
+        key = who.uid if self.private.hides("jobs", who) else None
+        hit = self.views.get(key)
         if hit is not None and 0 <= now - hit[0] < CACHE_TTL:
             return hit[1]
-        jobs = list(ctl.jobs.values())
-        mine = private.jobs(jobs, who)
+        jobs = list(self.ctl.jobs.values())
+        mine = self.private.jobs(jobs, who)
         visible = None if key is None else {j.job_id for j in mine}
         view = {
-            "cluster": ctl.config.cluster_name,
+            "cluster": self.ctl.config.cluster_name,
             "now": now,
-            "nodes": [node_view(n, visible) for n in ctl.nodes.values()],
-            "partitions": [{"name": p.name, "nodes": list(p.nodes)} for p in ctl.config.partitions],
+            "nodes": [node_view(n, visible) for n in self.ctl.nodes.values()],
+            "partitions": [{"name": p.name, "nodes": list(p.nodes)} for p in self.ctl.config.partitions],
             "queue": queue(mine, now),
             "queue_total": len(mine),
-            "totals": ctx.samples.current(ctl.nodes.values(), jobs, now),
+            "totals": self.ctx.samples.current(self.ctl.nodes.values(), jobs, now),
         }
-        if len(views) > 1000:
-            views.clear()
-        views[key] = (now, view)
+        if len(self.views) > 1000:
+            self.views.clear()
+        self.views[key] = (now, view)
         return view
 
-    def state(request: Request, who: Identity) -> JSONResponse:
+    def state(self, request: Request, who: Identity) -> JSONResponse:
         try:
             since = float(request.query_params.get("since", "0"))
         except ValueError:
             since = 0.0
-        view = cluster_view(who, ctx.clock.now())
+        view = self.cluster_view(who, self.ctx.clock.now())
         return JSONResponse(
-            {"me": me(who), **view, "samples": ctx.samples.since(since), "sample_every": ctx.samples.every}
+            {
+                "me": self.me(who),
+                **view,
+                "samples": self.ctx.samples.since(since),
+                "sample_every": self.ctx.samples.every,
+            }
         )
 
-    def job(request: Request, who: Identity) -> JSONResponse:
-        now = ctx.clock.now()
+    def job(self, request: Request, who: Identity) -> JSONResponse:
+        now = self.ctx.clock.now()
         try:
             ref = parse_job_ref(request.path_params["job_id"])
         except ValueError:
             raise InvalidJobId() from None
-        found = ctl.queue.resolve(ref)
+        found = self.ctl.queue.resolve(ref)
         if not found and ref.tasks is None:
-            stored = ctl.store.get_job(ref.job_id)  # ended and purged from memory: the store keeps it
+            stored = self.ctl.store.get_job(ref.job_id)  # ended and purged from memory: the store keeps it
             found = [stored] if stored is not None else []
-        found = private.jobs(found, who)
+        found = self.private.jobs(found, who)
         if len(found) != 1:
             raise InvalidJobId()
         j = found[0]
-        steps = ctx.steps.listing([j]) if j.is_active else []
-        detail = job_detail(j, now, steps, ctl.store.events(j.job_id))
-        return JSONResponse({"me": me(who), "now": now, "job": detail})
+        steps = self.ctx.steps.listing([j]) if j.is_active else []
+        detail = job_detail(j, now, steps, self.ctl.store.events(j.job_id))
+        return JSONResponse({"me": self.me(who), "now": now, "job": detail})
 
-    def shares(request: Request, who: Identity) -> JSONResponse:
-        a = ctl.accounting
+    def shares(self, request: Request, who: Identity) -> JSONResponse:
+        a = self.ctl.accounting
         if a is None:
-            return JSONResponse({"me": me(who), "rows": [], "available": False})
-        a.charge(ctl.jobs, ctx.clock.now())
+            return JSONResponse({"me": self.me(who), "rows": [], "available": False})
+        a.charge(self.ctl.jobs, self.ctx.clock.now())
         a.refresh()
-        rows = private.usage_rows(a.shares(), who)
-        return JSONResponse({"me": me(who), "rows": rows, "available": True, "now": ctx.clock.now()})
+        rows = self.private.usage_rows(a.shares(), who)
+        return JSONResponse({"me": self.me(who), "rows": rows, "available": True, "now": self.ctx.clock.now()})
 
+
+def build_dashboard_routes(ctx: Context, caller: Any, handler: Handler, private: PrivateData) -> list[Route]:
+    """The dashboard's routes; ``caller`` and ``handler`` are the API's (``ctld.api``), used
+    by the token route, which a command calls."""
+    dash = Dashboard(ctx, caller, private)
     return [
-        Route("/v1/dashboard/token", token, methods=["POST"]),
+        Route("/v1/dashboard/token", handler(dash.token), methods=["POST"]),
         Route("/dash", lambda request: RedirectResponse("/dash/", status_code=308)),
-        Route("/dash/", page),
-        Route("/dash/static/{name}", asset),
-        Route("/dash/login", login),
-        Route("/dash/logout", logout),
-        Route("/dash/api/state", api(state)),
-        Route("/dash/api/jobs/{job_id}", api(job)),
-        Route("/dash/api/shares", api(shares)),
+        Route("/dash/", dash.page),
+        Route("/dash/static/{name}", dash.asset),
+        Route("/dash/login", dash.login),
+        Route("/dash/logout", dash.logout),
+        Route("/dash/api/state", dash.api(dash.state)),
+        Route("/dash/api/jobs/{job_id}", dash.api(dash.job)),
+        Route("/dash/api/shares", dash.api(dash.shares)),
     ]
