@@ -137,7 +137,7 @@ def test_every_count_equals_squeue_and_sinfo_while_jobs_run_fail_and_requeue(mcl
     h.wait_job(requeued, lambda j: j["state"] == "PENDING" and not j["completing"])
     assert h.run(["scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=metrics test"]).returncode == 0
     try:
-        time.sleep(1.0)  # let the pending job's pass settle
+        h.wait_passes()  # a pass after the drain has considered the pending jobs
         m = compare_with_squeue_and_sinfo(h)
         assert m[("slurm_jobs_completed", ())] >= 1 and m[("slurm_jobs_failed", ())] >= 1
         assert m[("slurm_jobs_pending", ())] >= 2

@@ -22,6 +22,7 @@ echo "step 1" >> "$MUSTER_PROGRESS"
 if [ -n "$CKPT" ]; then sleep 2; echo "checkpoint 1" >> "$MUSTER_PROGRESS"; fi
 if [ -f ckpt-$SLURM_JOB_ID ]; then echo "resumed from $(cat ckpt-$SLURM_JOB_ID)"; else echo fresh; fi
 trap 'echo "step 7 of run ${SLURM_RESTART_COUNT:-0}" > ckpt-$SLURM_JOB_ID; exit 0' TERM
+touch armed-$SLURM_JOB_ID
 sleep 300 &
 wait
 """
@@ -80,7 +81,11 @@ def test_a_two_node_job_preempts_two_scavengers_which_checkpoint_requeue_and_res
         20,
         what="the checkpoints of jobs 0 and 2 to reach the controller",
     )
-    time.sleep(2)
+    wait_for(  # SIGTERM finds its trap set
+        lambda: all(os.path.exists(os.path.join(h.workdir, f"armed-{j}")) for j in scav),
+        30,
+        what="the scavengers' SIGTERM traps to be set",
+    )
     big = h.sbatch("-N2", "--gpus-per-node=2", "--qos=high", "--wrap", "echo $SLURM_JOB_NODELIST; sleep 3")
     asked = time.monotonic()
     done = h.wait_job(big, timeout=60)

@@ -353,12 +353,10 @@ BARE_SLEEPS_LEFT = {
     "e2e/test_netns.py": 4,
     "e2e/test_operations_netns.py": 3,
     "e2e/test_torchx.py": 1,
-    "faults/test_hang_evidence.py": 1,
     "integration/test_dashboard.py": 1,
     "integration/test_ha.py": 8,
     "integration/test_login_munge.py": 1,
-    "integration/test_metrics.py": 2,
-    "integration/test_preemption.py": 1,
+    "integration/test_metrics.py": 1,
     "netns.py": 2,
     "oldrelease.py": 1,
 }
