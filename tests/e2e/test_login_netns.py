@@ -9,15 +9,16 @@ machine's namespaces and is stopped with the other daemons.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from harness import ensure_user
 from netns import NetnsCluster, unavailable
+from waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -62,10 +63,10 @@ def hosts() -> Iterator[NetnsCluster]:
                 + [f"--log-file={MUNGE_DIR}/munged.log"],
             )
             sock = os.path.join(cluster.spool(machine), "munge", "munge.socket.2")
-            deadline = time.monotonic() + 20
-            while not os.path.exists(sock):
-                assert time.monotonic() < deadline, cluster.read_log(f"munged-{machine}")
-                time.sleep(0.05)
+            try:
+                wait_for(functools.partial(os.path.exists, sock), 20, what=f"munged's socket on {machine}")
+            except AssertionError:
+                raise AssertionError(cluster.read_log(f"munged-{machine}")) from None
         cluster.start()
         cluster.wait_ready()
         yield cluster
@@ -83,12 +84,12 @@ def test_a_user_on_the_login_host_submits_and_the_job_runs_as_that_user(hosts: N
     out = run_as(hosts, "login", uid, ["sbatch", "--parsable", "-o", "login-%j.out", "--wrap", "id -u; hostname"])
     assert out.returncode == 0, out.stderr
     job_id = int(out.stdout.strip())
-    deadline = time.monotonic() + 120
-    while (job := hosts.api("GET", f"/v1/jobs/{job_id}")["job"])["state"] in ("PENDING", "RUNNING") or job[
-        "completing"
-    ]:
-        assert time.monotonic() < deadline, job
-        time.sleep(0.1)
+
+    def ended() -> dict | None:
+        job: dict = hosts.api("GET", f"/v1/jobs/{job_id}")["job"]
+        return None if job["state"] in ("PENDING", "RUNNING") or job["completing"] else job
+
+    job = wait_for(ended, 120, interval=0.1, what=f"job {job_id} to end")
     assert (job["state"], job["user"], job["uid"]) == ("COMPLETED", USER, uid), job
     with open(os.path.join(hosts.workdir, f"login-{job_id}.out")) as f:
         assert f.read() == f"{uid}\nnode1\n"

@@ -349,7 +349,6 @@ TESTS = SRC.parents[1] / "tests"
 BARE_SLEEPS_LEFT = {
     "e2e/test_clients.py": 1,
     "e2e/test_failure_resume.py": 1,
-    "e2e/test_login_netns.py": 2,
     "e2e/test_netns.py": 4,
     "e2e/test_operations_netns.py": 3,
     "e2e/test_torchx.py": 1,
