@@ -176,70 +176,75 @@ def _revoked(job: Job) -> InvalidRequest:
     return InvalidRequest("Job/step already completing or completed")
 
 
-def build_step_routes(
-    ctx: Context,
-    caller: Callable[[Request], Identity],
-    parse: Callable[[Request, type[BaseModel]], Any],
-    handler: Callable[[Any], Any],
-    private: PrivateData | None = None,
-) -> list[Route]:
-    ctl = ctx.controller
-    book = ctx.steps
-    unallocated = NoAllocSteps(ctl, book.key)  # srun --no-allocate (ctld.noalloc)
+class StepRoutes:
+    """The step routes' handlers, over the controller's ``StepBook`` and srun -Z's steps."""
 
-    def job_of(request: Request) -> Job:
+    def __init__(
+        self,
+        ctx: Context,
+        caller: Callable[[Request], Identity],
+        parse: Callable[[Request, type[BaseModel]], Any],
+        private: PrivateData | None,
+    ) -> None:
+        self.ctx = ctx
+        self.ctl = ctx.controller
+        self.book = ctx.steps
+        self.unallocated = NoAllocSteps(self.ctl, self.book.key)  # srun --no-allocate (ctld.noalloc)
+        self.caller = caller
+        self.parse = parse
+        self.private = private
+
+    def job_of(self, request: Request) -> Job:
         try:
-            return ctl.queue.get_job(int(request.path_params["job_id"]))
+            return self.ctl.queue.get_job(int(request.path_params["job_id"]))
         except ValueError:
             raise InvalidJobId() from None
 
-    @handler
-    async def create_step(request: Request) -> JSONResponse:
-        who = caller(request)
-        body = await parse(request, StepBody)
-        job = job_of(request)
-        book.check_owner(job, who)
-        book.watch(job)
+    async def create_step(self, request: Request) -> JSONResponse:
+        who = self.caller(request)
+        body = await self.parse(request, StepBody)
+        job = self.job_of(request)
+        self.book.check_owner(job, who)
+        self.book.watch(job)
         try:
             step_request = StepRequest.from_dict(body.request.model_dump())
             if ":" in (step_request.gpu_bind or ""):  # an older srun sent only the word before ':'
                 parse_gpu_bind(step_request.gpu_bind)
         except (StepRejected, GpuBindError) as e:
             raise InvalidRequest(str(e)) from None
-        deadline = ctx.clock.monotonic() + min(body.wait, MAX_WAIT)
+        deadline = self.ctx.clock.monotonic() + min(body.wait, MAX_WAIT)
         while True:
-            changed = book.changed()  # before the check: see StepBook's docstring
+            changed = self.book.changed()  # before the check: see StepBook's docstring
             if job.state is JobState.PENDING:
                 pending = {"pending": "job", "reason": str(job.reason), "job_id": job.job_id}
-            elif ctl.training.replacements.holds_steps(job.job_id):  # a node swapped in, still gated
+            elif self.ctl.training.replacements.holds_steps(job.job_id):  # a node swapped in, still gated
                 pending = {"pending": "step", "reason": "a replacement node's pre-flight", "job_id": job.job_id}
                 if body.busy_now:
                     return JSONResponse(pending)
             elif job.state is JobState.RUNNING and not job.completing:
-                outcome = book.create(job, who, step_request, body.name, body.argv, body.srun_host, body.srun_pid)
+                outcome = self.book.create(job, who, step_request, body.name, body.argv, body.srun_host, body.srun_pid)
                 if not isinstance(outcome, StepWait):
-                    return JSONResponse(book.answer(job, outcome))
+                    return JSONResponse(self.book.answer(job, outcome))
                 pending = {"pending": "step", "reason": outcome.reason, "job_id": job.job_id}
                 if body.busy_now:
                     return JSONResponse(pending)  # the caller tells its user, then asks again
             else:
                 raise _revoked(job)
-            left = deadline - ctx.clock.monotonic()
+            left = deadline - self.ctx.clock.monotonic()
             if left <= 0:
                 return JSONResponse(pending)
-            await book.wait(changed, min(left, POLL))
-            job = ctl.jobs.get(job.job_id) or job
+            await self.book.wait(changed, min(left, POLL))
+            job = self.ctl.jobs.get(job.job_id) or job
 
-    @handler
-    async def step_done(request: Request) -> JSONResponse:
-        who = caller(request)
-        body = await parse(request, DoneBody)
-        job = job_of(request)
+    async def step_done(self, request: Request) -> JSONResponse:
+        who = self.caller(request)
+        body = await self.parse(request, DoneBody)
+        job = self.job_of(request)
         try:
             step_id = int(request.path_params["step_id"])
         except ValueError:
             raise InvalidRequest(f"Invalid job step id: {request.path_params['step_id']}") from None
-        actions = book.finish(
+        actions = self.book.finish(
             job,
             who,
             step_id,
@@ -250,83 +255,77 @@ def build_step_routes(
             body.usage.model_dump() if body.usage is not None else None,
             body.oom_kills,
         )
-        ctx.perform(actions)
+        self.ctx.perform(actions)
         if body.end_job:
-            ctx.kick()
+            self.ctx.kick()
         return JSONResponse({"ok": True})
 
-    @handler
-    async def signal_step(request: Request) -> JSONResponse:
+    async def signal_step(self, request: Request) -> JSONResponse:
 
-        who = caller(request)
-        body = await parse(request, StepSignalBody)
-        job = job_of(request)
+        who = self.caller(request)
+        body = await self.parse(request, StepSignalBody)
+        job = self.job_of(request)
         try:
             step_id = int(request.path_params["step_id"])
         except ValueError:
             raise InvalidRequest(f"Invalid job step id: {request.path_params['step_id']}") from None
         sig = parse_signal(body.signal) if body.signal is not None else None
-        ctx.perform(book.signal_step(job, who, step_id, sig))
+        self.ctx.perform(self.book.signal_step(job, who, step_id, sig))
         return JSONResponse({"ok": True})
 
-    @handler
-    async def await_job(request: Request) -> JSONResponse:
-        who = caller(request)
-        body = await parse(request, AwaitBody)
-        job = job_of(request)
-        book.check_owner(job, who)
-        book.watch(job)
-        deadline = ctx.clock.monotonic() + min(body.wait, MAX_WAIT)
+    async def await_job(self, request: Request) -> JSONResponse:
+        who = self.caller(request)
+        body = await self.parse(request, AwaitBody)
+        job = self.job_of(request)
+        self.book.check_owner(job, who)
+        self.book.watch(job)
+        deadline = self.ctx.clock.monotonic() + min(body.wait, MAX_WAIT)
         while True:
-            changed = book.changed()
+            changed = self.book.changed()
             if job.state is JobState.RUNNING and not job.completing:
-                return JSONResponse({"job": job_wire(job, ctx.clock.now())})
+                return JSONResponse({"job": job_wire(job, self.ctx.clock.now())})
             if job.state is not JobState.PENDING:
                 raise _revoked(job)
-            left = deadline - ctx.clock.monotonic()
+            left = deadline - self.ctx.clock.monotonic()
             if left <= 0:
                 return JSONResponse({"pending": "job", "reason": str(job.reason), "job_id": job.job_id})
-            await book.wait(changed, min(left, POLL))
-            job = ctl.jobs.get(job.job_id) or job
+            await self.book.wait(changed, min(left, POLL))
+            job = self.ctl.jobs.get(job.job_id) or job
 
-    @handler
-    async def complete(request: Request) -> JSONResponse:
-        who = caller(request)
-        body = await parse(request, CompleteBody)
-        job = job_of(request)
-        ctx.perform(book.complete_allocation(job, who, body.exit_code, body.signal))
-        ctx.kick()
+    async def complete(self, request: Request) -> JSONResponse:
+        who = self.caller(request)
+        body = await self.parse(request, CompleteBody)
+        job = self.job_of(request)
+        self.ctx.perform(self.book.complete_allocation(job, who, body.exit_code, body.signal))
+        self.ctx.kick()
         return JSONResponse({"ok": True})
 
-    @handler
-    async def list_steps(request: Request) -> JSONResponse:
+    async def list_steps(self, request: Request) -> JSONResponse:
         ids = request.query_params.get("job_id")
         users = request.query_params.get("user")
         try:
             job_ids = [int(i) for i in ids.split(",") if i] if ids else None
         except ValueError:
             raise InvalidJobId() from None
-        jobs = ctl.queue.select_jobs(job_ids, [u for u in users.split(",") if u] if users else None)
+        jobs = self.ctl.queue.select_jobs(job_ids, [u for u in users.split(",") if u] if users else None)
         jobs = [j for j in jobs if j.state is JobState.RUNNING]
-        if private is not None:
-            jobs = private.jobs(jobs, caller(request))
-        return JSONResponse({"steps": book.listing(jobs), "now": ctx.clock.now()})
+        if self.private is not None:
+            jobs = self.private.jobs(jobs, self.caller(request))
+        return JSONResponse({"steps": self.book.listing(jobs), "now": self.ctx.clock.now()})
 
-    @handler
-    async def watch_step(request: Request) -> JSONResponse:
-        who = caller(request)
-        job = job_of(request)
+    async def watch_step(self, request: Request) -> JSONResponse:
+        who = self.caller(request)
+        job = self.job_of(request)
         try:
             step_id = int(request.path_params["step_id"])
         except ValueError:
             raise InvalidJobId() from None
-        return JSONResponse(book.watch_answer(job, who, step_id))
+        return JSONResponse(self.book.watch_answer(job, who, step_id))
 
-    @handler
-    async def job_stats(request: Request) -> JSONResponse:
-        who = caller(request)
-        job = job_of(request)
-        book.check_owner(job, who)
+    async def job_stats(self, request: Request) -> JSONResponse:
+        who = self.caller(request)
+        job = self.job_of(request)
+        self.book.check_owner(job, who)
         if job.state is not JobState.RUNNING:
             raise InvalidRequest(f"job {job.job_id} is not running")
         nodes = list(job.nodes)
@@ -338,7 +337,7 @@ def build_step_routes(
 
         async def one(node: str) -> tuple[str, Any]:
             try:
-                return node, await ctx.ask_agent(node, "/v1/step_stats", {"job_id": job.job_id})
+                return node, await self.ctx.ask_agent(node, "/v1/step_stats", {"job_id": job.job_id})
             except Exception as exc:  # noqa: BLE001 - one silent node must not hide the others
                 return node, exc
 
@@ -355,50 +354,56 @@ def build_step_routes(
                 errors[node] = str(answer) or type(answer).__name__
         return JSONResponse({"job_id": job.job_id, "nodes": found, "errors": errors})
 
-    @handler
-    async def step_gone(request: Request) -> JSONResponse:
+    async def step_gone(self, request: Request) -> JSONResponse:
         raw = await request.body()
         path = request.scope["path"]
         if request.scope.get("query_string"):
             path += "?" + request.scope["query_string"].decode()
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
-            sender = ctx.verifier.verify(request.method, path, raw, headers, request.scope.get(TLS_PEER_KEY))
+            sender = self.ctx.verifier.verify(request.method, path, raw, headers, request.scope.get(TLS_PEER_KEY))
         except SignatureError as e:
             raise AuthError(f"unauthenticated daemon request: {e}") from None
         body = await parse_raw(raw, GoneBody)
         if body.node != sender:
             raise AuthError(f"unauthenticated daemon request: message from {sender} speaks for node {body.node}")
-        book.gone(body.job_id, body.attempt, body.step_id, body.node, body.exit_code, body.signal)
-        ctx.perform(unallocated.gone(body.job_id, body.node))
+        self.book.gone(body.job_id, body.attempt, body.step_id, body.node, body.exit_code, body.signal)
+        self.ctx.perform(self.unallocated.gone(body.job_id, body.node))
         return JSONResponse({"ok": True})
 
-    @handler
-    async def no_allocate(request: Request) -> JSONResponse:
-        who = caller(request)
-        body = await parse(request, NoAllocBody)
-        return JSONResponse(unallocated.answer(who, body.model_dump()))
+    async def no_allocate(self, request: Request) -> JSONResponse:
+        who = self.caller(request)
+        body = await self.parse(request, NoAllocBody)
+        return JSONResponse(self.unallocated.answer(who, body.model_dump()))
 
-    @handler
-    async def no_allocate_done(request: Request) -> JSONResponse:
-        who = caller(request)
+    async def no_allocate_done(self, request: Request) -> JSONResponse:
+        who = self.caller(request)
         try:
             job_id = int(request.path_params["job_id"])
         except ValueError:
             raise InvalidJobId() from None
-        ctx.perform(unallocated.done(who, job_id))
+        self.ctx.perform(self.unallocated.done(who, job_id))
         return JSONResponse({"ok": True})
 
+
+def build_step_routes(
+    ctx: Context,
+    caller: Callable[[Request], Identity],
+    parse: Callable[[Request, type[BaseModel]], Any],
+    handler: Callable[[Any], Any],
+    private: PrivateData | None = None,
+) -> list[Route]:
+    steps = StepRoutes(ctx, caller, parse, private)
     return [
-        Route("/v1/agent/step_gone", step_gone, methods=["POST"]),
-        Route("/v1/jobs/{job_id}/steps", create_step, methods=["POST"]),
-        Route("/v1/jobs/{job_id}/steps/{step_id}/done", step_done, methods=["POST"]),
-        Route("/v1/jobs/{job_id}/steps/{step_id}/signal", signal_step, methods=["POST"]),
-        Route("/v1/jobs/{job_id}/steps/{step_id}/watch", watch_step, methods=["POST"]),
-        Route("/v1/jobs/{job_id}/await", await_job, methods=["POST"]),
-        Route("/v1/jobs/{job_id}/stats", job_stats, methods=["GET"]),
-        Route("/v1/jobs/{job_id}/complete", complete, methods=["POST"]),
-        Route("/v1/steps", list_steps, methods=["GET"]),
-        Route("/v1/steps/no_allocate", no_allocate, methods=["POST"]),
-        Route("/v1/steps/no_allocate/{job_id}/done", no_allocate_done, methods=["POST"]),
+        Route("/v1/agent/step_gone", handler(steps.step_gone), methods=["POST"]),
+        Route("/v1/jobs/{job_id}/steps", handler(steps.create_step), methods=["POST"]),
+        Route("/v1/jobs/{job_id}/steps/{step_id}/done", handler(steps.step_done), methods=["POST"]),
+        Route("/v1/jobs/{job_id}/steps/{step_id}/signal", handler(steps.signal_step), methods=["POST"]),
+        Route("/v1/jobs/{job_id}/steps/{step_id}/watch", handler(steps.watch_step), methods=["POST"]),
+        Route("/v1/jobs/{job_id}/await", handler(steps.await_job), methods=["POST"]),
+        Route("/v1/jobs/{job_id}/stats", handler(steps.job_stats), methods=["GET"]),
+        Route("/v1/jobs/{job_id}/complete", handler(steps.complete), methods=["POST"]),
+        Route("/v1/steps", handler(steps.list_steps), methods=["GET"]),
+        Route("/v1/steps/no_allocate", handler(steps.no_allocate), methods=["POST"]),
+        Route("/v1/steps/no_allocate/{job_id}/done", handler(steps.no_allocate_done), methods=["POST"]),
     ]
