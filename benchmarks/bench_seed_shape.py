@@ -63,7 +63,16 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
 
 
-def one(nodes: int, jobs: int, drain_s: float, speed: float, profile: str | None, seed: int = 40) -> dict[str, Any]:
+def one(
+    nodes: int,
+    jobs: int,
+    drain_s: float,
+    speed: float,
+    profile: str | None,
+    seed: int = 40,
+    step: float = 0.0,
+    max_cycles: int = 0,
+) -> dict[str, Any]:
     """Fill and drain one size; the figures as a dict."""
     import gc
 
@@ -217,17 +226,23 @@ def one(nodes: int, jobs: int, drain_s: float, speed: float, profile: str | None
             prof = cProfile.Profile()
             prof.enable()
         cycles: list[float] = []
+        cycles_cpu: list[float] = []
         end_s: list[float] = []
         ended = 0
         dlat: list[float] = []
         starts = 0
         t_drain, t_virtual, cpu0 = time.perf_counter(), clock.now(), time.process_time()
-        while time.perf_counter() - t_drain < drain_s:
+        while time.perf_counter() - t_drain < drain_s and not (max_cycles and len(cycles) >= max_cycles):
             if not ends:
                 break
             # the clock runs ``speed`` times faster than the wall: the ends due by then
-            # (at least one) are applied together, as an agent's reports arrive
-            clock.set(max(clock.now(), ends[0][0], t_virtual + (time.perf_counter() - t_drain) * speed))
+            # (at least one) are applied together, as an agent's reports arrive; with
+            # ``step``, it moves that many virtual seconds per cycle instead, whatever a
+            # cycle costs, so that two builds deciding alike run the very same cycles
+            if step:
+                clock.set(max(clock.now() + step, ends[0][0]))
+            else:
+                clock.set(max(clock.now(), ends[0][0], t_virtual + (time.perf_counter() - t_drain) * speed))
             batch = []
             while ends and ends[0][0] <= clock.now():
                 batch.append(heapq.heappop(ends)[1])
@@ -239,9 +254,10 @@ def one(nodes: int, jobs: int, drain_s: float, speed: float, profile: str | None
             ended += len(batch)
             _f, _n, dt = submit(eval_spec(tasks=1), (60, 600))
             dlat.append(dt)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             result = run_pass(ctl, config, clock.now())
             cycles.append(time.perf_counter() - t0)
+            cycles_cpu.append(time.process_time() - c0)
             starts += started(result)
         wall, cpu = time.perf_counter() - t_drain, time.process_time() - cpu0
         if prof is not None:
@@ -259,6 +275,8 @@ def one(nodes: int, jobs: int, drain_s: float, speed: float, profile: str | None
             cycle_p50_ms=pct(cycles, 50) * 1000,
             cycle_p99_ms=pct(cycles, 99) * 1000,
             cycle_max_ms=max(cycles, default=0.0) * 1000,
+            cycle_cpu_p50_ms=pct(cycles_cpu, 50) * 1000,
+            cycle_cpu_p99_ms=pct(cycles_cpu, 99) * 1000,
             end_ms_per_job=sum(end_s) / max(1, ended) * 1000,
             drain_submit_p99_ms=pct(dlat, 99) * 1000,
             virtual_s=clock.now() - 1_000_000.0,
@@ -276,11 +294,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drain", type=float, default=60.0, help="wall seconds of drain per size (default 60)")
     ap.add_argument("--speed", type=float, default=300.0, help="virtual seconds per wall second (default 300)")
     ap.add_argument("--profile", help="cProfile the largest size's drain into this file")
+    ap.add_argument(
+        "--step",
+        type=float,
+        default=0.0,
+        help="virtual seconds per cycle instead of --speed: the same cycles whatever they cost (compare builds)",
+    )
+    ap.add_argument("--cycles", type=int, default=0, help="stop the drain after this many cycles (0: --drain only)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # NODES:JOBS, in a child: print its JSON
     args = ap.parse_args(argv)
     if args.one:
         n, j = (int(x) for x in args.one.split(":"))
-        print(json.dumps(one(n, j, args.drain, args.speed, args.profile)))
+        print(json.dumps(one(n, j, args.drain, args.speed, args.profile, step=args.step, max_cycles=args.cycles)))
         return 0
     sizes = [tuple(int(x) for x in s.split(":")) for s in args.sizes.split(",") if s]
     results = []
@@ -294,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
             str(args.drain),
             "--speed",
             str(args.speed),
+            "--step",
+            str(args.step),
+            "--cycles",
+            str(args.cycles),
         ]
         if args.profile and i == len(sizes) - 1:
             cmd += ["--profile", args.profile]
@@ -311,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['first_pass_s'] * 1000:.0f} ms; drain {r['drain_wall_s']:.0f} s wall ({r['virtual_s'] / 3600:.1f} h "
             f"virtual): {r['drain_starts']} starts, {r['drain_ends']} ends in {r['drain_cycles']} cycles: "
             f"{r['starts_per_s']:.0f} starts/s ({r['starts_per_cpu_s']:.0f} per CPU second); cycle p50 {r['cycle_p50_ms']:.0f} ms p99 {r['cycle_p99_ms']:.0f} ms "
-            f"max {r['cycle_max_ms']:.0f} ms; end {r['end_ms_per_job']:.2f} ms/job; submit p99 while draining "
+            f"max {r['cycle_max_ms']:.0f} ms (CPU p50 {r['cycle_cpu_p50_ms']:.0f} ms p99 {r['cycle_cpu_p99_ms']:.0f} ms); end {r['end_ms_per_job']:.2f} ms/job; submit p99 while draining "
             f"{r['drain_submit_p99_ms']:.2f} ms; {r['pending_left']} pending left",
             flush=True,
         )
@@ -321,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         ("starts/CPU s", "starts_per_cpu_s", "{:.0f}"),
         ("cycle p50 ms", "cycle_p50_ms", "{:.0f}"),
         ("cycle p99 ms", "cycle_p99_ms", "{:.0f}"),
+        ("cycle CPU p50", "cycle_cpu_p50_ms", "{:.0f}"),
+        ("cycle CPU p99", "cycle_cpu_p99_ms", "{:.0f}"),
         ("1st pass ms", "first_pass_s", "{:.0f}"),
         ("end ms/job", "end_ms_per_job", "{:.2f}"),
         ("submit p99 ms", "drain_submit_p99_ms", "{:.2f}"),
