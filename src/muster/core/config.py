@@ -44,11 +44,13 @@ from muster.core.confkeys import (
     PARTITION_STATES,
     PORT_RANGE_RE,
     PREEMPT_TYPES,
+    SUSPEND_NEEDS_GANG,
     TIME_KEYS,
     TRUE,
     UNLIMITED,
     UNSUPPORTED_LINES,
     WORD_RE,
+    preempt_gang,
     preempt_mode,
     split_list,
 )
@@ -220,7 +222,8 @@ class _Parser:
                     f"{where}: bad PreemptType {value!r}: expected preempt/none, preempt/qos or preempt/partition_prio"
                 )
         elif canon == "PreemptMode":
-            _preempt_mode(value, where)
+            if _preempt_mode(value, where) == "SUSPEND" and not preempt_gang(value):
+                raise ConfigError(f"{where}: {SUSPEND_NEEDS_GANG}")
         elif canon in CHOICE_KEYS:
             if value.lower() not in CHOICE_KEYS[canon]:
                 raise ConfigError(f"{where}: bad {canon} {value!r}: expected {' or '.join(CHOICE_KEYS[canon])}")
@@ -431,6 +434,7 @@ class _Parser:
                 for name in _hostlist(spares, "SpareNodes", where):
                     if name not in part.nodes:
                         raise ConfigError(f"{where}: SpareNodes names {name!r}, not a node of partition {part.name!r}")
+        self._check_suspend()
         if defaults > 1:
             first = next(p for p in self.partitions if p.default)
             self.warnings.append(f"{self.path}: several partitions have Default=YES; {first.name!r} is the default")
@@ -444,6 +448,34 @@ class _Parser:
                         reported.add((node.lineno, missing))
                         self.warn(node.lineno, f"gres {missing!r} is not listed in GresTypes")
         return Config(self.path, self.settings, self.nodes, self.partitions, self.warnings, self.ctld_hosts)
+
+    def _check_suspend(self) -> None:
+        """PreemptMode=SUSPEND (the cluster's or a partition's) needs GANG in the cluster's
+        PreemptMode, as in Slurm, and preemption by partition PriorityTier: muster does not
+        suspend for a QOS (``docs/preemption.md``)."""
+        cluster = self.settings.get("PreemptMode", "")
+        suspending = [(p.lineno, p.name) for p in self.partitions if _mode_of(p.params) == "SUSPEND"]
+        if not suspending and _mode_of(self.settings) != "SUSPEND":
+            return
+        where = self.where(suspending[0][0]) if suspending else self.path
+        if not preempt_gang(cluster):
+            raise ConfigError(
+                f"{where}: {SUSPEND_NEEDS_GANG} (in the cluster's PreemptMode, e.g. PreemptMode=SUSPEND,GANG)"
+            )
+        kind = self.settings.get("PreemptType", "preempt/none").lower()
+        if kind == "preempt/qos":
+            raise ConfigError(
+                f"{where}: PreemptMode=SUSPEND needs PreemptType=preempt/partition_prio: "
+                "muster suspends jobs for a partition of higher PriorityTier only"
+            )
+
+
+def _mode_of(params: dict[str, str]) -> str | None:
+    text = params.get("PreemptMode")
+    try:
+        return preempt_mode(text) if text else None
+    except ValueError:
+        return None
 
 
 # --- value helpers ----------------------------------------------------------------------------

@@ -126,23 +126,29 @@ TIME_KEYS = frozenset(
 )
 
 PREEMPT_TYPES = frozenset({"preempt/none", "preempt/qos", "preempt/partition_prio"})
-PREEMPT_MODES = ("OFF", "CANCEL", "REQUEUE")
+PREEMPT_MODES = ("OFF", "CANCEL", "REQUEUE", "SUSPEND")
 
 
 def preempt_mode(text: str) -> str:
-    """A PreemptMode value as muster applies it: OFF, CANCEL or REQUEUE (GANG is accepted
-    and means nothing: muster does not time-slice). ValueError says what is refused."""
+    """A PreemptMode value as muster applies it: OFF, CANCEL, REQUEUE or SUSPEND (GANG is a
+    flag beside them: ``preempt_gang``; muster does not time-slice). ValueError says what
+    is refused. Whether SUSPEND has the GANG it needs is the caller's check (a partition's
+    SUSPEND relies on the cluster's GANG: ``core.config``)."""
     modes = [m.strip().upper() for m in text.split(",") if m.strip() and m.strip().upper() != "GANG"]
     if not modes:
         return "OFF"
-    if "SUSPEND" in modes:
-        raise ValueError(
-            "PreemptMode=SUSPEND is not supported: a job suspended for a preemptor keeps its memory and "
-            "GPUs (Slurm lends its CPUs only), so it frees nothing a GPU job needs; use REQUEUE or CANCEL"
-        )
     if len(modes) != 1 or modes[0] not in PREEMPT_MODES:
-        raise ValueError(f"bad PreemptMode {text!r}: expected OFF, CANCEL or REQUEUE")
+        raise ValueError(f"bad PreemptMode {text!r}: expected OFF, CANCEL, REQUEUE or SUSPEND,GANG")
     return modes[0]
+
+
+def preempt_gang(text: str) -> bool:
+    """Whether a PreemptMode value carries GANG (``SUSPEND,GANG``)."""
+    return any(m.strip().upper() == "GANG" for m in text.split(","))
+
+
+# Slurm's words (read_config.c) when the cluster's PreemptMode has SUSPEND without GANG
+SUSPEND_NEEDS_GANG = "PreemptMode=SUSPEND requires GANG too"
 
 
 BOOL_KEYS = frozenset({"PriorityFavorSmall", "PreflightAllReduce"})

@@ -193,6 +193,8 @@ def _start(job: Job, c: Change, after: JobState, now: float) -> None:
 
 def _suspend(job: Job, c: Change, after: JobState, now: float) -> None:
     job.suspended_at = job.suspend_time = now
+    if c.reason is not None:  # Preempted: suspended for a preemptor (PreemptMode=SUSPEND)
+        job.reason = c.reason
 
 
 def _resume(job: Job, c: Change, after: JobState, now: float) -> None:
@@ -200,6 +202,8 @@ def _resume(job: Job, c: Change, after: JobState, now: float) -> None:
     job.suspended_secs += max(0.0, now - job.suspended_at)
     job.suspended_at = None
     job.suspend_time = now
+    if job.reason is Reason.PREEMPTED:
+        job.reason = Reason.NONE
 
 
 def _end_suspension(job: Job, now: float) -> None:
@@ -324,12 +328,13 @@ def start(job: Job, alloc: Iterable[NodeAlloc], now: float, scheduler: str = "Ma
     return apply(job, Change(JobEvent.START, alloc=tuple(alloc), scheduler=scheduler), now)
 
 
-def suspend(job: Job, now: float) -> Outcome:
+def suspend(job: Job, now: float, reason: Reason | None = None) -> Outcome:
     """``scontrol suspend``: a running job stops counting time (it stays RUNNING in this
-    table and keeps its resources; ``Job.display_state`` says SUSPENDED)."""
+    table and keeps its resources; ``Job.display_state`` says SUSPENDED); ``reason``:
+    Preempted for a preemption victim (``ctld.preemption``), cleared on resume."""
     if job.state is not _R:
         raise IllegalTransition(f"job {job.job_id}: cannot suspend in state {job.display_state}")
-    return apply(job, Change(JobEvent.SUSPEND), now)
+    return apply(job, Change(JobEvent.SUSPEND, reason=reason), now)
 
 
 def resume(job: Job, now: float) -> Outcome:

@@ -117,6 +117,7 @@ class Reason(StrEnum):
     LAUNCH_FAILURE = "JobLaunchFailure"  # ended: its own directories or files were unusable
     HUNG = "Hung"  # its reported progress stopped for --hang-timeout (muster's, not Slurm's)
     DEADLINE = "DeadLine"  # it could no longer end before its --deadline
+    PREEMPTED = "Preempted"  # a running job suspended for a preemptor (PreemptMode=SUSPEND,GANG)
     ASSOC_GRP_GRES = "AssocGrpGRES"
     ASSOC_MAX_JOBS = "AssocMaxJobsLimit"
     QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"

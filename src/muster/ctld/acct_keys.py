@@ -198,9 +198,15 @@ def parse_value(key: str, raw: str) -> Any:
         if raw.lower() == "cluster":
             return None
         try:
-            return preempt_mode(raw)
+            mode = preempt_mode(raw)
         except ValueError as exc:
             raise InvalidRequest(str(exc)) from None
+        if mode == "SUSPEND":  # muster suspends for a partition's PriorityTier only
+            raise InvalidRequest(
+                "PreemptMode=SUSPEND is not supported for a QOS: muster suspends jobs for a partition "
+                "of higher PriorityTier only (PreemptType=preempt/partition_prio, PreemptMode=SUSPEND,GANG)"
+            )
+        return mode
     return raw
 
 

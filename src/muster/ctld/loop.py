@@ -62,6 +62,7 @@ def run_pass(ctl: Controller, config: SchedConfig, now: float, timer: Callable[[
     t0 = timer() if timer else 0.0
     ctl.queue.expire_deadlines(now)
     expired = ctl.preemption.expire(now)  # victims whose grace time is over leave first
+    expired += ctl.preemption.resume_victims(now)  # suspended victims whose preemptor ended
     snapshot = build_snapshot(ctl)
     if ctl.accounting is not None:
         ctl.accounting.before_pass(ctl, snapshot, now)

@@ -18,6 +18,13 @@ handshake, and ending the victims when their grace time is over.
   sacct's ``LostWork`` is the work it lost: from its last checkpoint to its end, times its
   GPUs (``ctld.records``).
 
+* ``PreemptMode=SUSPEND,GANG`` (partition PriorityTier only): a SUSPEND victim is frozen at
+  once (``suspend_victim``, as ``scontrol suspend`` does: state SUSPENDED, reason
+  Preempted, its suspended time not counted against its limit). It keeps its memory and
+  GPUs and lends its CPUs (``lends_cpus``: the view counts them free) so that its
+  preemptor starts on them; ``resume_victims`` (each pass) thaws it once its preemptor has
+  ended (or stopped waiting for it) and its CPUs are free again on every node.
+
 Like every controller responsibility it returns ``Action`` objects and performs no I/O.
 """
 
@@ -32,12 +39,12 @@ from muster.core.events import EventKind
 from muster.core.job import Job
 from muster.core.lifecycle import JobEvent
 from muster.core.signals import parse_signal_spec
-from muster.core.states import JobState
-from muster.ctld.actions import Action, SignalJob, Terminate
+from muster.core.states import JobState, Reason
+from muster.ctld.actions import Action, SignalJob, SuspendJob, Terminate
 from muster.ctld.state import ClusterState
 from muster.sched.decisions import Preemption
 
-__all__ = ["HOLD_SLACK", "Preemptions", "end_victim"]
+__all__ = ["HOLD_SLACK", "Preemptions", "end_victim", "lends_cpus"]
 
 log = logging.getLogger("musterctld")
 
@@ -57,6 +64,13 @@ class Preemptions:
         for p in preemptions:
             victim = ctl.jobs.get(p.job_id)
             if victim is None or victim.state is not JobState.RUNNING or victim.preempted_by is not None:
+                continue
+            if p.mode == "SUSPEND":
+                frozen = self.suspend_victim(victim, p.preemptor, p.reason, now)
+                if frozen:
+                    grace_of[p.preemptor] = max(grace_of.get(p.preemptor, 0.0), 0.0)
+                    log.warning("job %s: %s; suspended", victim.job_id, p.reason)
+                    actions += frozen
                 continue
             mode = p.mode if victim.spec.requeue is not False else "CANCEL"
             told = self.warn(victim, p.preemptor, mode, float(p.grace_time), p.reason, now, lost=p.lost)
@@ -113,6 +127,80 @@ class Preemptions:
             return []
         sig, batch, whole = _signal_of(job)
         return [SignalJob(job.job_id, job.nodes, sig, batch, whole, deadline=job.preempt_deadline)]
+
+    def suspend_victim(self, job: Job, by: int, reason: str, now: float) -> list[Action]:
+        """Freeze a SUSPEND victim for job ``by`` (committed, then its nodes told): it stays
+        RUNNING, shown SUSPENDED with reason Preempted, and lends its CPUs to ``by``."""
+        ctl = self.ctl
+        if job.state is not JobState.RUNNING or job.preempted_by is not None or job.suspended_at is not None:
+            return []
+        try:
+            with ctl.atomic(job):
+                lifecycle.suspend(job, now, Reason.PREEMPTED)
+                job.preempted_by = by
+                job.preempt_time = now
+                job.preempt_mode = "SUSPEND"
+                job.system_comment = reason
+                ctl.record(now, [(job, EventKind.PREEMPT, {"by": by, "mode": "SUSPEND", "grace": 0})])
+        except StorageError:
+            return []
+        return [SuspendJob(job.job_id, job.nodes, True)]
+
+    def resume_victims(self, now: float) -> list[Action]:
+        """Thaw each SUSPEND victim whose preemptor has ended (or is pending and no longer
+        holds nodes for it), once its CPUs are free again on every node; one resumed by
+        hand (``scontrol resume``) just stops being a victim."""
+        ctl = self.ctl
+        actions: list[Action] = []
+        for job in [j for j in ctl.jobs.values() if j.preempt_mode == "SUSPEND" and j.preempted_by is not None]:
+            if job.state is not JobState.RUNNING or job.completing:
+                continue
+            by = ctl.jobs.get(job.preempted_by) if job.preempted_by is not None else None
+            if job.suspended_at is not None:
+                if by is not None and (by.state is JobState.RUNNING or by.completing):
+                    continue
+                if (
+                    by is not None
+                    and by.state is JobState.PENDING
+                    and by.hold_until is not None
+                    and by.hold_until > now
+                ):
+                    continue
+                if not self._cpus_free(job):
+                    continue
+            try:
+                with ctl.atomic(job):
+                    resumed = job.suspended_at is not None
+                    if resumed:
+                        lifecycle.resume(job, now)
+                        ctl.record(
+                            now,
+                            [(job, EventKind.RESUME, {"preemptor": job.preempted_by, "suspended": job.suspended_secs})],
+                        )
+                    job.preempted_by = job.preempt_mode = job.preempt_time = None
+            except StorageError:
+                continue
+            if resumed:
+                log.warning("job %s: its preemptor is gone: resumed", job.job_id)
+                actions.append(SuspendJob(job.job_id, job.nodes, False))
+        return actions
+
+    def _cpus_free(self, job: Job) -> bool:
+        """Whether each node of a suspended victim has its CPUs back: what the jobs there
+        use, other than suspended victims, leaves room for it."""
+        ctl = self.ctl
+        for a in job.alloc:
+            node = ctl.nodes.get(a.node)
+            if node is None:
+                continue
+            used = 0
+            for (job_id, _attempt), (cpus, _mem, _gpus) in node.allocs.items():
+                other = ctl.jobs.get(job_id)
+                if job_id != job.job_id and not (other is not None and lends_cpus(other)):
+                    used += cpus
+            if used + a.cpus > node.cpus:
+                return False
+        return True
 
     def checkpointed(self, job: Job, now: float) -> bool:
         """The handshake's second half: ``job`` reported a new checkpoint (``ctld.training``).
@@ -174,6 +262,12 @@ def end_victim(ctl: ClusterState, job: Job, now: float) -> None:
         ctl.record(now, [(job, EventKind.PREEMPTED, {"by": by, "nodes": nodes, "attempt": job.restart_count})])
     ctl.launch_answered(job.job_id)
     log.warning("job %s: preempted by job %s, %s", job.job_id, by, "requeued" if requeue else "cancelled")
+
+
+def lends_cpus(job: Job) -> bool:
+    """Whether ``job`` is a SUSPEND victim now frozen: its CPUs count as free on its nodes
+    (its memory and GPUs do not)."""
+    return job.preempt_mode == "SUSPEND" and job.suspended_at is not None and job.preempted_by is not None
 
 
 def _signal_of(job: Job) -> tuple[int, bool, bool]:

@@ -11,6 +11,7 @@ from typing import Any
 from muster.core.job import Job
 from muster.core.states import JobState
 from muster.ctld.nodes import NodeRuntime
+from muster.ctld.preemption import lends_cpus
 from muster.ctld.state import ClusterState
 from muster.sched.snapshot import NodeView, QosPreempt, ReservationView, Snapshot, partition_views
 
@@ -30,7 +31,9 @@ def _configured(node: NodeRuntime) -> dict[str, Any]:
     }
 
 
-def node_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
+def node_views(nodes: Iterable[NodeRuntime], lent: Mapping[str, int] | None = None) -> list[NodeView]:
+    """What each node has free; ``lent``: CPUs that suspended preemption victims lend
+    there (``ctld.preemption.lends_cpus``), counted free."""
     out = []
     for node in nodes:
         used = node.gpu_ids_alloc
@@ -38,7 +41,7 @@ def node_views(nodes: Iterable[NodeRuntime]) -> list[NodeView]:
             NodeView(
                 **_configured(node),
                 available=node.available,
-                free_cpus=node.cpus - node.cpus_alloc,
+                free_cpus=node.cpus - node.cpus_alloc + (lent.get(node.name, 0) if lent else 0),
                 free_mem=node.real_memory - node.mem_alloc,
                 free_gpu_ids=[i for i in range(node.gpus) if i not in used],
                 running_jobs=len(node.allocs),
@@ -93,6 +96,7 @@ def build_snapshot(ctl: ClusterState) -> Snapshot:
     # Every job in memory is read once per pass (ended ones too, for MinJobAge): the states
     # are compared by identity and ``Job.is_active`` is written out, nothing more per job.
     pending_state, running_state = JobState.PENDING, JobState.RUNNING
+    lent: dict[str, int] = {}  # CPUs of suspended preemption victims, free for others
     for job in ctl.jobs.values():
         state = job.state
         if state is pending_state:
@@ -102,8 +106,11 @@ def build_snapshot(ctl: ClusterState) -> Snapshot:
                 kept.update(job.held_nodes)
         elif state is running_state or job.completing:
             running.append(job)
+            if job.suspended_at is not None and lends_cpus(job):
+                for a in job.alloc:
+                    lent[a.node] = lent.get(a.node, 0) + a.cpus
     finished = FinishedStates(ctl.jobs, ctl.finished)
-    nodes = node_views(ctl.nodes.values())
+    nodes = node_views(ctl.nodes.values(), lent)
     if kept:  # its hold starts once it is pending again; meanwhile nobody starts there
         for view in nodes:
             if view.name in kept:

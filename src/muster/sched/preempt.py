@@ -9,7 +9,7 @@ Slurm's two ways of saying who may preempt whom:
   ``PriorityTier`` than the one it asks.
 
 A victim is preemptable when its mode (its QOS's ``PreemptMode`` under preempt/qos, else
-its partition's, else the cluster's) is REQUEUE or CANCEL, and it has run at least
+its partition's, else the cluster's) is REQUEUE, CANCEL or SUSPEND, and it has run at least
 ``PreemptExemptTime`` (its QOS's, else the cluster's). A victim already in its grace time
 is not chosen again.
 
@@ -26,6 +26,13 @@ started. Nodes are chosen greedily: at each step the node that needs the fewest 
 victims, then whose victims lose the least work (``lost_work`` order) or have the lowest
 priority (``priority`` order). Victims that turn out not to be needed are dropped again. A
 job that would not fit even with every preemptable job gone preempts nobody.
+
+A SUSPEND victim (``PreemptMode=SUSPEND,GANG``, partition PriorityTier only) is frozen,
+not stopped: it keeps its memory and GPUs, as in Slurm, and lends only its CPUs to its
+preemptor (``_add`` counts its CPUs alone; the controller's view counts the CPUs of a
+suspended victim as free, ``ctld.preemption.lends_cpus``). So it is chosen only where CPUs
+are what the preemptor lacks; a preemptor that needs its GPUs or memory cannot use it. An
+``--exclusive`` preemptor cannot use one either (the node stays shared).
 
 The preemptor does not start in this pass: its victims get their grace time first. It
 *holds* the chosen nodes (``Decisions.holds``): later passes take what is free on them
@@ -135,6 +142,7 @@ class Preempting:
         self._keys: dict[int, tuple[float, ...]] = {}  # victim_key of each running job
         self._by_priority = config.preempt_victim_order == "priority"
         self._lowest_tier: int | None = None
+        self._suspend: set[int] = set()  # running jobs whose PreemptMode is SUSPEND
         # (request key, preemptor's QOS or partition[, duration]) that found no victims: a
         # later job asking the same finds none either (a pass only claims more)
         self._failed: set[tuple[object, ...]] = set()
@@ -147,6 +155,8 @@ class Preempting:
         for job in snap.running:
             self._lost[job.job_id] = lost_work(job, now)
             self._keys[job.job_id] = victim_key(job, victim_cost(job, now), config.preempt_victim_order)
+            if self.mode_of(job)[0] == "SUSPEND":
+                self._suspend.add(job.job_id)
             for a in job.alloc:
                 self.on_node.setdefault(a.node, []).append(job)
             part = snap.partitions.get(job.partition)
@@ -186,7 +196,8 @@ class Preempting:
         exempt = qos.exempt_time if qos.exempt_time is not None else self.config.preempt_exempt_time
         if self.now - victim.start_time < exempt:
             return False
-        if self.mode_of(victim)[0] == "OFF":
+        mode = self.mode_of(victim)[0]
+        if mode == "OFF" or (mode == "SUSPEND" and self.config.preempt_type != "preempt/partition_prio"):
             return False
         if self.config.preempt_type == "preempt/qos":
             return (victim.spec.qos or _DEFAULT_QOS) in self._qos(preemptor).preempt
@@ -262,25 +273,26 @@ class Preempting:
         fit there now; None when even all of ``allowed`` there are not enough."""
         here = self.on_node.get(node.name, ())
         c, m, g = node.cpus[0], node.mem[0], node.gpus[0]
+        frozen = self._suspend
         for v in here:
             if v.job_id in victims:
-                c, m, g = _add(c, m, g, v, node.name)
+                c, m, g = _add(c, m, g, v, node.name, v.job_id in frozen)
         if req.exclusive:
             others = [v for v in here if v.job_id not in victims]
-            if node.running != len(here) or any(v.job_id not in allowed for v in others):
-                return None  # a job started this pass, or one that may not be preempted
+            if node.running != len(here) or any(v.job_id not in allowed or v.job_id in frozen for v in others):
+                return None  # a job started this pass, one that may not be preempted, or one suspended
             return sorted(others, key=self._victim_key)
         nc, nm, ng = req.need
         extra: list[Job] = []
         if c >= nc and m >= nm and g >= ng:
             return extra
         for v in sorted((v for v in here if v.job_id in allowed and v.job_id not in victims), key=self._victim_key):
-            c, m, g = _add(c, m, g, v, node.name)
+            c, m, g = _add(c, m, g, v, node.name, v.job_id in frozen)
             extra.append(v)
             if c >= nc and m >= nm and g >= ng:
                 # a lower-priority victim taken first may have become unnecessary
                 for w in list(extra[:-1])[::-1]:
-                    rc, rm, rg = _sub(c, m, g, w, node.name)
+                    rc, rm, rg = _sub(c, m, g, w, node.name, w.job_id in frozen)
                     if rc >= nc and rm >= nm and rg >= ng:
                         extra.remove(w)
                         c, m, g = rc, rm, rg
@@ -296,7 +308,11 @@ class Preempting:
             mode, grace = self.mode_of(v)
             lost, age = self._lost[v.job_id]
             why = f"Preempted by job {job.job_id}"
-            why += f" (last checkpoint {age:.0f} s ago)" if age is not None else " (no checkpoint reported)"
+            if mode == "SUSPEND":  # frozen at once: it loses nothing and has no grace time
+                grace, lost, age = 0, 0.0, None
+                why += " (suspended until it ends)"
+            else:
+                why += f" (last checkpoint {age:.0f} s ago)" if age is not None else " (no checkpoint reported)"
             out.append(Preemption(v.job_id, job.job_id, mode, grace, lost, age, why))
         return out
 
@@ -308,15 +324,21 @@ def _any_mode(snap: Snapshot) -> bool:
     )
 
 
-def _add(c: int, m: int, g: int, job: Job, node: str) -> tuple[int, int, int]:
+def _add(c: int, m: int, g: int, job: Job, node: str, cpus_only: bool = False) -> tuple[int, int, int]:
+    """What is free on ``node`` once ``job`` leaves it; a suspended job (``cpus_only``)
+    gives back its CPUs alone, keeping its memory and GPUs."""
     for a in job.alloc:
         if a.node == node:
+            if cpus_only:
+                return c + a.cpus, m, g
             return c + a.cpus, m + a.mem, g + len(a.gpu_ids)
     return c, m, g
 
 
-def _sub(c: int, m: int, g: int, job: Job, node: str) -> tuple[int, int, int]:
+def _sub(c: int, m: int, g: int, job: Job, node: str, cpus_only: bool = False) -> tuple[int, int, int]:
     for a in job.alloc:
         if a.node == node:
+            if cpus_only:
+                return c - a.cpus, m, g
             return c - a.cpus, m - a.mem, g - len(a.gpu_ids)
     return c, m, g

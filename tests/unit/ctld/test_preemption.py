@@ -166,7 +166,7 @@ def test_sacctmgr_sets_a_qos_preempt_list_mode_grace_and_exempt_time() -> None:
     s, h = db.qos["scavenger"], db.qos["high"]
     assert (s.preempt_mode, s.grace_time, s.preempt_exempt_time) == ("REQUEUE", 120, 300)
     assert h.preempt == ["scavenger", "normal"] and h.preempt_mode is None
-    with pytest.raises(InvalidRequest, match="SUSPEND is not supported"):
+    with pytest.raises(InvalidRequest, match="SUSPEND is not supported for a QOS"):
         apply("modify", ["scavenger"], {"PreemptMode": "suspend"})
     with pytest.raises(InvalidRequest, match="Invalid qos specification: nosuch"):
         apply("modify", ["high"], {"Preempt": "nosuch"})
@@ -178,7 +178,12 @@ def test_sacctmgr_sets_a_qos_preempt_list_mode_grace_and_exempt_time() -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("PreemptMode=SUSPEND,GANG", "PreemptMode=SUSPEND is not supported"),
+        ("PreemptType=preempt/partition_prio\nPreemptMode=SUSPEND", "PreemptMode=SUSPEND requires GANG too"),
+        (
+            "PreemptType=preempt/partition_prio\nPartitionName=x Nodes=n1 PreemptMode=SUSPEND",
+            "PreemptMode=SUSPEND requires GANG too",
+        ),
+        ("PreemptType=preempt/qos\nPreemptMode=SUSPEND,GANG", "needs PreemptType=preempt/partition_prio"),
         ("PreemptType=preempt/foo", "bad PreemptType 'preempt/foo'"),
         ("PartitionName=x Nodes=n1 PreemptMode=bogus", "bad PreemptMode 'bogus'"),
     ],
@@ -188,6 +193,15 @@ def test_unsupported_preemption_settings_are_refused_at_config_load(line: str, m
 
     with pytest.raises(ConfigError, match=message):
         parse_config(f"NodeName=n1 CPUs=2\n{line}\n", "t.conf")
+
+
+def test_suspend_gang_is_accepted_for_partition_priority_tiers() -> None:
+    conf = parse_config(
+        "NodeName=n1 CPUs=2\nPreemptType=preempt/partition_prio\nPreemptMode=SUSPEND,GANG\n"
+        "PartitionName=lo Nodes=n1 PriorityTier=1\nPartitionName=hi Nodes=n1 PriorityTier=2 PreemptMode=OFF\n",
+        "t.conf",
+    )
+    assert SchedConfig.from_settings(conf.settings).preempt_mode == "SUSPEND"
 
 
 def test_a_restarted_controller_keeps_the_grace_times_and_the_holds(ctl: Controller, tmp_path: pathlib.Path) -> None:
