@@ -1,10 +1,12 @@
 """``scontrol create|update|delete|show reservation``: holding capacity for a team.
 
-Arguments are Slurm's ``Key=Value`` words (keys case-blind): ``ReservationName``,
-``StartTime`` (``now``, ``now+1hour``, ``2026-12-24T08:00`` ...), ``EndTime``,
-``Duration`` (minutes or Slurm's time forms, ``UNLIMITED`` refused), ``Nodes``
-(a hostlist or ``ALL``), ``NodeCnt``, ``Users``, ``Accounts``, ``Flags``
-(MAINT, IGNORE_JOBS, DAILY, WEEKLY ...), ``PartitionName``.
+Arguments are Slurm's ``Key=Value`` words (keys case-blind, any unambiguous prefix:
+``start=now``): ``ReservationName``, ``StartTime`` (``now``, ``now+1hour``, ``teatime``,
+``2026-12-24T08:00`` ...), ``EndTime``, ``Duration`` (minutes or Slurm's time forms, seconds
+rounded up to a minute, ``UNLIMITED`` a year), ``Nodes`` (a hostlist or ``ALL``), ``NodeCnt``
+(``2``, ``1k``), ``Features`` (``a&b``, ``a|b``; empty: none), ``Users``, ``Accounts``,
+``Flags`` (MAINT, IGNORE_JOBS, OVERLAP, REPLACE, REPLACE_DOWN, STATIC_ALLOC, DAILY ...),
+``PartitionName``. Slurm's other keys (CoreCnt, Licenses, TRES ...) get a clear refusal.
 """
 
 from __future__ import annotations
@@ -20,57 +22,115 @@ if TYPE_CHECKING:
 
 PROG = "scontrol"
 
+# Slurm's keys in the order scontrol(1) lists them; a key may be given in full, by an
+# alias, or by any unambiguous prefix (``start=``, ``user=``, ``partition=``), case-blind.
 _KEYS = {
     "reservationname": "name",
-    "reservation": "name",
-    "starttime": "start_time",
-    "endtime": "end_time",
-    "duration": "duration",
-    "nodes": "nodes",
-    "nodelist": "nodes",
-    "nodecnt": "node_cnt",
-    "nodecount": "node_cnt",
-    "users": "users",
-    "user": "users",
     "accounts": "accounts",
-    "account": "accounts",
+    "duration": "duration",
+    "endtime": "end_time",
+    "features": "features",
     "flags": "flags",
+    "nodecnt": "node_cnt",
+    "nodes": "nodes",
     "partitionname": "partition",
-    "partition": "partition",
+    "starttime": "start_time",
+    "users": "users",
 }
+_ALIASES = {
+    "reservation": "name",
+    "nodelist": "nodes",
+    "nodecount": "node_cnt",
+    "node": "nodes",
+    "user": "users",
+    "account": "accounts",
+    "partition": "partition",
+    "feature": "features",
+}
+# Documented keys muster does not implement: a clear error rather than "Invalid input".
+_UNSUPPORTED = (
+    "allowedpartitions",
+    "burstbuffer",
+    "corecnt",
+    "groups",
+    "licenses",
+    "maxstartdelay",
+    "qos",
+    "skip",
+    "tres",
+    "trespernode",
+)
+# Slurm stores an UNLIMITED duration as a year (the reservation then shows its end).
+UNLIMITED_DURATION = 365 * 86400
+
+
+def _field(key: str) -> str | None:
+    low = key.lower()
+    if low in _ALIASES:
+        return _ALIASES[low]
+    if low in _KEYS:
+        return _KEYS[low]
+    hits = {f for k, f in _KEYS.items() if len(low) >= 2 and k.startswith(low)}
+    if len(hits) == 1:
+        return hits.pop()
+    if any(u.startswith(low) for u in _UNSUPPORTED) and len(low) >= 2:
+        raise CommandError(f"{key} is not supported by muster's reservations", 1)
+    return None
+
+
+def parse_node_cnt(value: str) -> int:
+    """``NodeCnt``: a positive number, ``k``/``K`` multiplying it by 1024."""
+    text = value.strip()
+    mult = 1
+    if text[-1:] in ("k", "K"):
+        text, mult = text[:-1], 1024
+    if not text.isdigit() or int(text) < 1:
+        raise CommandError(f"Invalid node count: {value}", 1)
+    return int(text) * mult
+
+
+def parse_duration(value: str) -> int:
+    """``Duration``: Slurm's time forms in seconds, rounded up to a whole minute;
+    ``UNLIMITED`` (or ``INFINITE``) a year, as Slurm keeps it."""
+    from muster.core.timefmt import MAX_TIME_LIMIT, parse_time_limit
+
+    secs = parse_time_limit(value)
+    if secs is None:
+        return UNLIMITED_DURATION
+    secs = -(-secs // 60) * 60
+    if secs < 60 or secs > MAX_TIME_LIMIT:
+        raise CommandError(f"Invalid duration: {value}", 1)
+    return secs
 
 
 def parse_words(words: list[str], now: float) -> dict[str, object]:
     """Turn ``Key=Value`` words into the API body; raise CommandError on bad input."""
     from muster.core.hostlist import HostlistError, expand
-    from muster.core.timefmt import MAX_TIME_LIMIT, TimeFormatError, parse_time_limit, parse_timestamp
+    from muster.core.timefmt import TimeFormatError, parse_timestamp
 
     body: dict[str, object] = {}
     for word in words:
         key, eq, value = word.partition("=")
-        field = _KEYS.get(key.lower())
-        if not eq or field is None:
+        field = _field(key) if eq else None
+        if field is None:
             raise CommandError(f"Invalid input: {word}", 1)
         try:
             if field in ("start_time", "end_time"):
                 body[field] = parse_timestamp(value, now)
             elif field == "duration":
-                secs = parse_time_limit(value)
-                if secs is None:
-                    raise CommandError("Duration=UNLIMITED is not supported; give an end", 1)
-                if secs > MAX_TIME_LIMIT:
-                    raise CommandError(f"Invalid duration: {value}", 1)
-                body[field] = secs
+                body[field] = parse_duration(value)
             elif field == "node_cnt":
-                if not value.isdigit() or int(value) < 1:
-                    raise CommandError(f"Invalid node count: {value}", 1)
-                body[field] = int(value)
+                body[field] = parse_node_cnt(value)
             elif field == "nodes":
-                body[field] = None if value.upper() == "ALL" else expand(value)
                 if value.upper() == "ALL":
+                    body[field] = None
                     body["node_cnt"] = -1
+                elif value:
+                    body[field] = expand(value)
             elif field in ("users", "accounts", "flags"):
                 body[field] = [v for v in value.split(",") if v]
+            elif field == "features":
+                body[field] = value
             else:
                 body[field] = value
         except (TimeFormatError, HostlistError) as e:
@@ -156,7 +216,7 @@ def record(res: dict[str, Any]) -> list[str]:
         f"ReservationName={res['name']} StartTime={format_timestamp(res['start'])} "
         f"EndTime={format_timestamp(res['end'])} Duration={duration}",
         f"Nodes={res['nodelist'] or '(null)'} NodeCnt={res['node_cnt']} CoreCnt={res['core_cnt']} "
-        f"Features=(null) PartitionName={null(res.get('partition'))} Flags={','.join(res['flags'])}",
+        f"Features={res.get('features') or '(null)'} PartitionName={null(res.get('partition'))} Flags={','.join(res['flags'])}",
         f"TRES=cpu={res['core_cnt']}" + (f",gres/gpu={res['gpu_cnt']}" if res.get("gpu_cnt") else ""),
         f"Users={null(res['users'])} Groups=(null) Accounts={null(res['accounts'])} Licenses=(null) "
         f"State={res['state']} BurstBuffer=(null) Watts=n/a",

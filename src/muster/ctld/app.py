@@ -346,6 +346,8 @@ class CtldApp:
         if actions:
             self.perform(actions)
             self.kick()
+        if self.controller.resv.replace_nodes(self.clock.now()):  # DOWN nodes of reservations
+            self.kick()
 
     async def _periodic(self, fn: Any, every: float) -> None:
         while True:

@@ -135,6 +135,7 @@ class ReservationBody(BaseModel):
     accounts: list[str] | None = None
     flags: list[str] | None = None
     partition: str | None = None
+    features: str | None = Field(None, max_length=1024)
 
 
 def known_only(model: type[BaseModel], data: Any, where: str = "") -> tuple[Any, list[str]]:

@@ -1,6 +1,8 @@
 """``scontrol create|update|delete reservation``: administrators only; each change is
 committed to the store before memory takes it. The reservations themselves (their window,
-flags, who may use them) are ``reservations.Reservation``."""
+flags, who may use them) are ``reservations.Reservation``. ``replace_nodes`` swaps the DOWN or
+DRAINED nodes of a reservation chosen by count for idle ones (the controller calls it each
+second, with its node checks)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import Any
 
 from muster.core.errors import InvalidPartition, InvalidRequest, PermissionDenied
 from muster.ctld.identity import Identity
-from muster.ctld.reservations import Reservation, check_flags, check_window
+from muster.ctld.reservations import Reservation, check_features, check_flags, check_window, features_match
 from muster.ctld.state import ClusterState
 
 
@@ -37,7 +39,10 @@ class ReservationBook:
         accounts = list(req.get("accounts") or [])
         if not users and not accounts:
             raise InvalidRequest("Error creating the reservation: Either Users or Accounts must be specified")
-        res = Reservation(name, start, float(end), [], users, accounts, flags, req.get("partition"))
+        features = check_features(req.get("features") or "")
+        if req.get("nodes") and "SPEC_NODES" not in flags:
+            flags.append("SPEC_NODES")  # Slurm's mark of named nodes (output only)
+        res = Reservation(name, start, float(end), [], users, accounts, flags, req.get("partition"), features)
         res.nodes = self._reservation_nodes(res, req.get("nodes"), req.get("node_cnt"))
         self.state.store.put_reservation(name, res.to_dict())  # committed first: memory follows
         self.state.reservations[name] = res
@@ -58,35 +63,87 @@ class ReservationBook:
                     return True
         return False
 
-    def _reservation_nodes(self, res: Reservation, nodes: list[str] | None, count: int | None) -> list[str]:
-        ignore_jobs = "IGNORE_JOBS" in res.flags or "MAINT" in res.flags
-        others = [
-            r
+    def _taken(self, res: Reservation) -> set[str]:
+        """Nodes of the other reservations whose windows meet ``res``'s."""
+        return {
+            n
             for r in self.state.reservations.values()
             if r.name != res.name and r.start < res.end and res.start < r.end
-        ]
-        taken = {n for r in others for n in r.nodes}
-        pool = [n.name for n in self.state.nodes.values()]
+            for n in r.nodes
+        }
+
+    def _pool(self, res: Reservation) -> list[str]:
+        """The nodes ``res`` may be given by count: in service, in its partition, with its
+        features, in node order."""
+        nodes = list(self.state.nodes.values())
         if res.partition:
             part = self.state.config.partition(res.partition)
             if part is None:
                 raise InvalidPartition()
-            pool = [n for n in pool if n in part.nodes]
+            nodes = [n for n in nodes if n.name in part.nodes]
+        return [n.name for n in nodes if n.available and features_match(res.features, n.features)]
+
+    def _reservation_nodes(self, res: Reservation, nodes: list[str] | None, count: int | None) -> list[str]:
+        ignore_jobs = "IGNORE_JOBS" in res.flags or "MAINT" in res.flags
+        may_overlap = "OVERLAP" in res.flags or "MAINT" in res.flags
+        taken = self._taken(res)
         if nodes:
             for n in nodes:
                 if n not in self.state.nodes:
                     raise InvalidRequest(f"Error creating the reservation: Invalid node name specified: {n}")
-            if "OVERLAP" not in res.flags and any(n in taken for n in nodes):
+            if not may_overlap and any(n in taken for n in nodes):
                 raise InvalidRequest("Error creating the reservation: Requested nodes are busy")
             if not ignore_jobs and any(self._busy_during(n, res) for n in nodes):
                 raise InvalidRequest("Error creating the reservation: Requested nodes are busy")
             return list(nodes)
+        pool = self._pool(res)
+        if not count and res.partition:
+            count = len(pool)  # PartitionName alone: all of its nodes
         if not count or count < 1:
             raise InvalidRequest("Error creating the reservation: Nodes or NodeCnt must be given")
         free = [n for n in pool if n not in taken and (ignore_jobs or not self._busy_during(n, res))]
+        if may_overlap and len(free) < count:
+            free += [n for n in pool if n in taken and n not in free and (ignore_jobs or not self._busy_during(n, res))]
         if len(free) < count:
             raise InvalidRequest("Error creating the reservation: Requested nodes are busy")
         return free[:count]  # node order: contiguous where possible
+
+    def replace_nodes(self, now: float) -> list[str]:
+        """Swap each replaceable reservation's DOWN or DRAINED nodes (``REPLACE``: also those
+        running jobs) for idle nodes that no other reservation holds; return the names of the
+        reservations changed. Nodes are swapped only while some idle one is there to take."""
+        changed = []
+        for res in list(self.state.reservations.values()):
+            if res.end <= now or not res.replaceable():
+                continue
+            replace_busy = "REPLACE" in res.flags
+            bad = [
+                n
+                for n in res.nodes
+                if (node := self.state.nodes.get(n)) is None
+                or not node.available
+                or (replace_busy and bool(node.allocs))
+            ]
+            if not bad:
+                continue
+            try:
+                pool = self._pool(res)
+            except InvalidPartition:
+                continue  # its partition is gone: nothing to choose from
+            taken = self._taken(res) | set(res.nodes)
+            idle = [n for n in pool if n not in taken and not self.state.nodes[n].allocs]
+            swaps = dict(zip(bad, idle, strict=False))
+            if not swaps:
+                continue
+            new = Reservation.from_dict(res.to_dict())
+            new.nodes = sorted(
+                [swaps.get(n, n) for n in res.nodes],
+                key=lambda n: self.state.nodes[n].index if n in self.state.nodes else 0,
+            )
+            self.state.store.put_reservation(res.name, new.to_dict())
+            self.state.reservations[res.name] = new
+            changed.append(res.name)
+        return changed
 
     def update(self, who: Identity, name: str, req: dict[str, Any]) -> Reservation:
         if not who.admin:
@@ -106,7 +163,11 @@ class ReservationBook:
             if req.get(key) is not None:
                 setattr(new, key, list(req[key]))
         if req.get("flags") is not None:
-            new.flags = check_flags(req["flags"])
+            new.flags = check_flags(req["flags"]) + (["SPEC_NODES"] if "SPEC_NODES" in new.flags else [])
+        if req.get("features") is not None:
+            new.features = check_features(req["features"])
+        if req.get("nodes") and "SPEC_NODES" not in new.flags:
+            new.flags.append("SPEC_NODES")
         if req.get("nodes") is not None or req.get("node_cnt") is not None:
             new.nodes = self._reservation_nodes(new, req.get("nodes"), req.get("node_cnt"))
         self.state.store.put_reservation(name, new.to_dict())
