@@ -277,6 +277,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise UsageError(f"--conf: cannot read {args.conf}: {e.strerror or e}") from None
         for warning in conf.warnings:
             err.write(f"{PROG}: warning: {warning}\n")
+        modes = [conf.settings.get("PreemptMode", "")] + [p.params.get("PreemptMode", "") for p in conf.partitions]
+        if any("SUSPEND" in m.upper() for m in modes):  # it would end victims instead of freezing them
+            raise UsageError(f"--conf: {args.conf}: PreemptMode=SUSPEND is not modelled by the simulator")
     if not labels:
         labels = [args.policy or ("easy" if conf is None else "conf")]
     topology = _topology(args, conf)

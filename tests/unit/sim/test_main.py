@@ -197,6 +197,18 @@ def test_a_bad_conf_file_fails_naming_the_line(
     assert f"{conf}:1:" in capsys.readouterr().err
 
 
+def test_a_conf_that_suspends_victims_is_refused(
+    write_swf: Callable[..., str], write_text: Callable[[str, str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write_text(
+        "s.conf",
+        "NodeName=n1 CPUs=4\nPreemptType=preempt/partition_prio\nPreemptMode=SUSPEND,GANG\n"
+        "PartitionName=p Nodes=ALL Default=YES\n",
+    )
+    assert main([write_swf(ROWS), "--conf", conf]) == 1
+    assert "PreemptMode=SUSPEND is not modelled by the simulator" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("text", "window"), [("1:2", (1, 2)), ("1h:2d", (3600, 172800)), (":30m", (0, 1800))])
 def test_windows(text: str, window: tuple[float, float]) -> None:
     assert parse_window(text) == window
