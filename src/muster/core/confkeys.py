@@ -67,6 +67,7 @@ MetricsType LogFormat
 TLSType TLSParameters
 MinAgentProtocol
 CommandServer
+DbdParameters
 """
 
 _NODE_KEYS = """

@@ -37,7 +37,7 @@ from muster.core.job import Job, JobSpec
 from muster.core.states import JobState
 from muster.ctld import records
 from muster.ctld.acct_objects import Assoc, Qos, assoc_key
-from muster.ctld.assoc import AssocDB, Change, Result
+from muster.ctld.assoc import AssocDB, Change, Result, preserves_user_case
 from muster.ctld.identity import Identity
 from muster.ctld.limits import JobLoad, Running, check
 from muster.ctld.nodes import NodeRuntime
@@ -97,6 +97,7 @@ class Accounting:
         self.config = config
         self.store = store
         self.db = db
+        db.preserve_case_user = preserves_user_case(config.get("DbdParameters"))
         self.enforce = Enforce.parse(config.get("AccountingStorageEnforce"))
         half_life = config.get_seconds("PriorityDecayHalfLife", 7 * 86400)
         self.usage = Usage(half_life, now)

@@ -54,6 +54,9 @@ class AssocDB:
         self.accounts: dict[str, Account] = {}
         self.users: dict[str, User] = {}
         self.assocs: dict[str, Assoc] = {}
+        # slurmdbd.conf's Parameters=PreserveCaseUser (muster.conf's DbdParameters): else
+        # user names are kept in lower case, as sacctmgr(1) says
+        self.preserve_case_user = False
         self.qos: dict[str, Qos] = {}
 
     # --- loading --------------------------------------------------------------------------
@@ -91,9 +94,13 @@ class AssocDB:
 
     # --- the tree -------------------------------------------------------------------------
 
+    def user_name(self, user: str) -> str:
+        """``user`` as sacctmgr keeps it: in lower case unless PreserveCaseUser."""
+        return user if self.preserve_case_user else user.lower()
+
     def assoc(self, account: str, user: str = "") -> Assoc | None:
         """The association of ``account`` (any case: accounts are kept in lower case)."""
-        return self.assocs.get(assoc_key(account.lower(), user))
+        return self.assocs.get(assoc_key(account.lower(), self.user_name(user)))
 
     def chain(self, a: Assoc) -> list[Assoc]:
         """``a``, then the account associations above it, up to root."""
@@ -140,13 +147,13 @@ class AssocDB:
         return "normal" if "normal" in self.qos else None
 
     def default_account(self, user: str) -> str | None:
-        u = self.users.get(user)
+        u = self.users.get(self.user_name(user))
         if u is not None and u.default_account:
             return u.default_account
         return None
 
     def admin_level(self, user: str) -> str:
-        u = self.users.get(user)
+        u = self.users.get(self.user_name(user))
         return u.admin_level if u is not None else "None"
 
     # --- sacctmgr ---------------------------------------------------------------------------
@@ -168,7 +175,11 @@ class AssocDB:
             names += where.pop("Name")
         if entity == "account":
             names = [n.lower() for n in names]
+        elif entity == "user" and not self.preserve_case_user:
+            names = [n.lower() for n in names]
         _lowercase(where, sets)
+        if "User" in where and not self.preserve_case_user:
+            where["User"] = [v.lower() for v in where["User"]]
         fn = getattr(self, f"_{verb}_{entity}", None)
         if fn is None:
             raise InvalidRequest(f"Unknown request: {verb} {entity}")
@@ -575,7 +586,8 @@ def _check_name(name: str) -> None:
 
 
 # Values sacctmgr keeps in lower case, as Slurm does (an account named ``Foo`` is ``foo``;
-# so are its description and organization); user and QOS names are kept as given.
+# so are its description and organization); QOS names are kept as given, user names in lower
+# case unless PreserveCaseUser (``AssocDB.preserve_case_user``).
 _LOWERCASED = ("Account", "Parent", "DefaultAccount", "Description", "Organization")
 
 
@@ -585,3 +597,9 @@ def _lowercase(where: dict[str, list[str]], sets: dict[str, Any]) -> None:
             where[key] = [v.lower() for v in where[key]]
         if isinstance(sets.get(key), str):
             sets[key] = sets[key].lower()
+
+
+def preserves_user_case(parameters: str | None) -> bool:
+    """slurmdbd.conf(5)'s ``Parameters``: ``PreserveCaseUser`` or ``PreserveCaseAll``."""
+    words = {w.strip().lower() for w in (parameters or "").split(",")}
+    return bool(words & {"preservecaseuser", "preservecaseall"})

@@ -35,6 +35,7 @@ from muster.core.config import Config, ConfigError, parse_config
 from muster.core.errors import InvalidRequest, PermissionDenied, StorageError
 from muster.core.topoconf import attach_topology, topology_path, wants_topology
 from muster.ctld.accounting import Enforce
+from muster.ctld.assoc import preserves_user_case
 from muster.ctld.context import Context
 from muster.ctld.identity import Identity
 from muster.ctld.nodes import NodeRuntime, configured_fields
@@ -202,6 +203,7 @@ def _swap(ctl: ClusterState, p: Plan, staged: _Staged) -> None:
     if acct is not None:
         values = staged.accounting
         acct.config = p.fresh
+        acct.db.preserve_case_user = preserves_user_case(p.fresh.get("DbdParameters"))
         acct.enforce = values["enforce"]
         acct.usage.decay_to(ctl.clock.now())  # what decayed so far, at the old half-life
         half_life = values["half_life"]
