@@ -461,10 +461,7 @@ class JobActions:
         # a suspended job that is requeued is held, as in Slurm (ctld.suspend)
         kind = ("admin" if who.admin else "user") if hold or job.suspended_at is not None else None
         lifecycle.requeue(job, now, hold=kind)
-        # core.requeuedelay: SchedulerParameters=requeue_delay, else 120 s (Slurm 22.05 too)
-        job.spec.begin_time = job.eligible_time = now + self.state.config.requeue_delay
-        if kind is None:
-            lifecycle.wait(job, Reason.BEGIN_TIME, now)
+        self.state.delay_requeued(job, now, held=kind is not None)  # core.requeuedelay
         self.state.record(now, [(job, EventKind.REQUEUE, {"by": who.uid, "attempt": job.restart_count, "hold": kind})])
         self.state.launch_answered(job.job_id)
         return [Terminate(job.job_id, attempt, nodes, "requeue")] if was_running else []

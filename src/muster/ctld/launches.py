@@ -99,6 +99,7 @@ class Launches:
             held = fault == "prolog" or own or job.launch_failures >= limit
             why = (Reason.LAUNCH_FAILED if fault == "prolog" or own else Reason.HOLD_MAX_REQUEUE) if held else None
             lifecycle.requeue(job, now, hold="user" if held else None, reason=why)
+            self.state.delay_requeued(job, now, held=held)  # requeue_delay, as in Slurm
             self.state.record(
                 now, [(job, EventKind.LAUNCH_FAILED, {"error": message, "node": host, "fault": fault, "held": held})]
             )

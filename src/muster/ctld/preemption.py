@@ -256,6 +256,8 @@ def end_victim(ctl: ClusterState, job: Job, now: float) -> None:
     with ctl.atomic(job):
         if requeue:
             lifecycle.requeue(job, now, outcome="PREEMPTED")
+            if not ctl.expedite(job):  # requeue_delay, as after any requeue (Slurm)
+                ctl.delay_requeued(job, now)
         else:
             lifecycle.end(job, JobEvent.PREEMPT, now, completing=True)
             job.preempted_by = job.preempt_deadline = job.preempt_mode = job.preempt_time = None

@@ -487,12 +487,20 @@ class ClusterState:
                 data.update(expedite=True, held=survivors)
                 log.warning("job %s: expedited requeue, holding %s", job.job_id, ",".join(survivors) or "no node")
             else:
-                # eligible again after requeue_delay (core.requeuedelay; 120 s by default, as
-                # in Slurm), its reason meanwhile BeginTime
-                job.spec.begin_time = job.eligible_time = now + self.config.requeue_delay
-                lifecycle.wait(job, Reason.BEGIN_TIME, now)
+                self.delay_requeued(job, now)
             changes.append((job, EventKind.REQUEUE, data))
         self.record(now, changes)
+
+    def delay_requeued(self, job: Job, now: float, *, held: bool = False) -> None:
+        """A requeued job is eligible again after ``requeue_delay`` (core.requeuedelay; 120 s
+        by default), its reason meanwhile BeginTime (a held job keeps its hold's reason): as
+        Slurm does for every requeue of a batch job (a node failure, scontrol requeue,
+        preemption, a failed launch), unless its own begin time is later still."""
+        if job.spec.begin_time is not None and job.spec.begin_time > now:
+            return
+        job.spec.begin_time = job.eligible_time = now + self.config.requeue_delay
+        if not held:
+            lifecycle.wait(job, Reason.BEGIN_TIME, now)
 
     def expedite(self, job: Job) -> bool:
         """Whether a node failure requeues ``job`` expedited: ``--requeue=expedite``, its

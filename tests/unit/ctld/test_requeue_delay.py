@@ -172,3 +172,85 @@ def test_requeuehold_stays_held_and_keeps_the_delay_after_release(tmp_path: path
     _gone(ctl, job_id)
     job = ctl.jobs[job_id]
     assert job.hold == "user" and job.reason is Reason.HELD_USER and job.spec.begin_time == 1120.0
+
+
+# Slurm delays every requeue of a batch job (its requeue of a finished batch job sets the
+# begin time to now + requeue_delay + 1 whatever the cause): preemption with
+# PreemptMode=REQUEUE and a failed launch too, not only node failures and scontrol requeue.
+PREEMPT = """SchedulerParameters=requeue_delay=30
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=low Nodes=ALL MaxTime=INFINITE PriorityTier=1
+PartitionName=high Nodes=ALL MaxTime=INFINITE PriorityTier=10
+PartitionName=train Nodes=ALL MaxTime=INFINITE PriorityTier=1 ExpediteRequeue=YES
+"""
+
+
+def _advance(ctl: Controller, seconds: float) -> None:
+    assert isinstance(ctl.clock, ManualClock)
+    ctl.clock.advance(seconds)
+    for name, node in ctl.nodes.items():
+        ctl.agents.heartbeat({"node": name, "running": [list(k) for k in node.allocs]})
+
+
+def _preempt_one(ctl: Controller, partition: str) -> tuple[int, int]:
+    """Four one-node jobs in ``partition`` fill the cluster; a job of ``high`` preempts one."""
+    fill = [ctl.queue.submit(JobSpec(gpus_per_node=8, partitions=[partition]), ALICE).job_id for _ in range(4)]
+    schedule(ctl)
+    assert all(ctl.jobs[j].state is JobState.RUNNING for j in fill)
+    _advance(ctl, 100)
+    big = ctl.queue.submit(JobSpec(gpus_per_node=8, partitions=["high"]), ALICE).job_id
+    schedule(ctl)
+    (victim,) = [j for j in fill if ctl.jobs[j].preempted_by == big]
+    schedule(ctl)  # GraceTime 0: requeued at the next pass
+    for node in [n for n, rt in ctl.nodes.items() if (victim, 0) in rt.allocs]:
+        ctl.launches.job_done({"job_id": victim, "restart_count": 0, "node": node, "terminated_by": "preempt"})
+    assert ctl.jobs[victim].state is JobState.PENDING and ctl.jobs[victim].restart_count == 1
+    return victim, big
+
+
+def test_a_job_requeued_by_preemption_waits_the_delay(tmp_path: pathlib.Path) -> None:
+    ctl = controller(tmp_path, PREEMPT)
+    victim, big = _preempt_one(ctl, "low")
+    job = ctl.jobs[victim]
+    assert job.reason is Reason.BEGIN_TIME and job.eligible_time == 1100.0 + 30
+    schedule(ctl)
+    assert ctl.jobs[big].state is JobState.RUNNING
+    node = ctl.jobs[big].nodes[0]
+    ctl.launches.job_done({"job_id": big, "restart_count": 0, "node": node, "exit_code": 0})
+    _advance(ctl, 29)
+    schedule(ctl)
+    assert job.state is JobState.PENDING  # a node is free, but the job is not yet eligible
+    _advance(ctl, 1)
+    schedule(ctl)
+    assert job.state is JobState.RUNNING
+
+
+def test_an_expedited_victim_of_preemption_is_eligible_at_once(tmp_path: pathlib.Path) -> None:
+    ctl = controller(tmp_path, PREEMPT)
+    victim, _ = _preempt_one(ctl, "train")
+    assert ctl.jobs[victim].reason is not Reason.BEGIN_TIME and ctl.jobs[victim].eligible_time != 1130.0
+
+
+@pytest.mark.parametrize("fault", [None, "node", "preflight"])
+def test_a_job_requeued_after_a_failed_launch_waits_the_delay(tmp_path: pathlib.Path, fault: str | None) -> None:
+    ctl = controller(tmp_path, "SchedulerParameters=requeue_delay=30\n")
+    job_id = _running_job(ctl)
+    ctl.launches.launch_failed(job_id, 0, "no such device", fault=fault, node=ctl.jobs[job_id].nodes[0])
+    job = ctl.jobs[job_id]
+    assert job.state is JobState.PENDING and job.hold is None
+    assert job.reason is Reason.BEGIN_TIME and job.eligible_time == 1030.0
+    _advance(ctl, 29)
+    schedule(ctl)
+    assert job.state is JobState.PENDING
+    _advance(ctl, 1)
+    schedule(ctl)
+    assert job.state is JobState.RUNNING and job.restart_count == 1
+
+
+def test_a_prolog_failure_holds_the_job_and_sets_the_delay_behind_the_hold(tmp_path: pathlib.Path) -> None:
+    ctl = controller(tmp_path, "SchedulerParameters=requeue_delay=30\n")
+    job_id = _running_job(ctl)
+    ctl.launches.launch_failed(job_id, 0, "prolog exit 1", fault="prolog", node=ctl.jobs[job_id].nodes[0])
+    job = ctl.jobs[job_id]
+    assert job.hold is not None and job.reason is Reason.LAUNCH_FAILED and job.spec.begin_time == 1030.0
