@@ -74,7 +74,7 @@ class Controller(ClusterState):
         self.agents = Agents(self, self.launches, self.training)
         self.liveness = Liveness(self, self.training)
         self.resv = ReservationBook(self)
-        self.preemption = Preemptions(self)
+        self.preemption = Preemptions(self, self.agents.protocol)
         self.training.replacements.warn = self.preemption.warn  # spares reclaimed (ctld.replacement)
         self.suspensions = Suspensions(self, self.agents.protocol)
         self.triggers = TriggerBook(self)  # strigger (ctld.triggers)

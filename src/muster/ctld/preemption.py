@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Callable
 
 from muster.core import lifecycle
 from muster.core.errors import StorageError
@@ -42,6 +43,7 @@ from muster.core.signals import parse_signal_spec
 from muster.core.states import JobState, Reason
 from muster.ctld.actions import Action, SignalJob, SuspendJob, Terminate
 from muster.ctld.state import ClusterState
+from muster.protocol.versions import PROTOCOL, ROUTE_SINCE
 from muster.sched.decisions import Preemption
 
 __all__ = ["HOLD_SLACK", "Preemptions", "end_victim", "lends_cpus"]
@@ -54,8 +56,9 @@ HOLD_SLACK = 60.0
 
 
 class Preemptions:
-    def __init__(self, ctl: ClusterState) -> None:
+    def __init__(self, ctl: ClusterState, protocol: Callable[[str], int] = lambda node: PROTOCOL) -> None:
         self.ctl = ctl
+        self.protocol = protocol  # each node's agent's wire protocol (``Agents.protocol``)
 
     def apply(self, preemptions: list[Preemption], holds: dict[int, list[str]], now: float) -> list[Action]:
         ctl = self.ctl
@@ -134,6 +137,8 @@ class Preemptions:
         ctl = self.ctl
         if job.state is not JobState.RUNNING or job.preempted_by is not None or job.suspended_at is not None:
             return []
+        if any(self.protocol(n) < ROUTE_SINCE["/v1/suspend"] for n in job.nodes):
+            return []  # its agent could not freeze it: the preemptor waits, as for no victim
         try:
             with ctl.atomic(job):
                 lifecycle.suspend(job, now, Reason.PREEMPTED)

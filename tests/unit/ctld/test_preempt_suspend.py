@@ -30,11 +30,15 @@ PartitionName=high Nodes=ALL MaxTime=INFINITE PriorityTier=10 PreemptMode=OFF
 ALICE = Identity(1001, 1001, "alice", "alice", "h", admin=False)
 
 
-def controller(path: pathlib.Path) -> Controller:
+def controller(path: pathlib.Path, protocol: int | None = None) -> Controller:
     c = Controller(parse_config(CONF, "t.conf"), Store(str(path / "m.db")), ManualClock(1000.0))
     c.load()
     for name in c.nodes:
-        c.agents.register({"node": name, "gpus": 8, "running": [list(k) for k in c.nodes[name].allocs]})
+        body = {"node": name, "gpus": 8, "running": [list(k) for k in c.nodes[name].allocs]}
+        if protocol is None:
+            c.agents.register(body)
+        else:
+            c.agents.register(body, protocol=protocol)
     return c
 
 
@@ -122,3 +126,16 @@ def test_the_lent_cpus_survive_a_controller_restart(tmp_path: pathlib.Path) -> N
     assert again.jobs[low].display_state is JobState.SUSPENDED and again.jobs[low].reason is Reason.PREEMPTED
     view = next(n for n in build_snapshot(again).nodes if n.name == "node1")
     assert view.free_cpus == 8 and len(view.free_gpu_ids) == 6  # its CPUs lent, its GPUs kept
+
+
+def test_a_victim_whose_agent_cannot_suspend_is_left_running(tmp_path: pathlib.Path) -> None:
+    ctl = controller(tmp_path, protocol=2)  # before /v1/suspend
+    low = submit(ctl, "low", cpus=8, gpus=2)
+    schedule(ctl)
+    advance(ctl, 10)
+    high = submit(ctl, "high", cpus=4, gpus=2)
+    assert not [a for a in schedule(ctl) if isinstance(a, SuspendJob)]
+    assert ctl.jobs[low].display_state is JobState.RUNNING and ctl.jobs[low].preempted_by is None
+    advance(ctl, 1)
+    schedule(ctl)
+    assert ctl.jobs[high].state is JobState.PENDING
