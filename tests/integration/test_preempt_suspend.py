@@ -66,6 +66,15 @@ def _stopped(pid: int) -> bool:
     return False
 
 
+def _text(h: Harness, name: str) -> str:
+    """A file's whole first line, "" until it is written."""
+    try:
+        text = h.read(name)
+    except FileNotFoundError:
+        return ""
+    return text.strip() if text.endswith("\n") else ""
+
+
 def _ticks(h: Harness, job_id: int) -> int:
     try:
         return h.read(f"tick-{job_id}").count("t")
@@ -78,8 +87,7 @@ def test_a_higher_tier_job_suspends_a_lower_one_which_resumes_when_it_ends(clust
     uid = ensure_user("mustertest")
     low = h.sbatch("-c4", "--gpus=1", "--mem=1000", uid=uid, input=LOW)
     h.wait_state(low, "RUNNING")
-    wait_for(lambda: os.path.exists(os.path.join(h.workdir, f"pid-{low}")), 30, what="the low job's pid file")
-    pid = int(h.read(f"pid-{low}"))
+    pid = int(wait_for(lambda: _text(h, f"pid-{low}"), 30, what="the low job's pid file"))
     wait_for(lambda: _ticks(h, low) > 0, 30, what="the low job to tick")
     high = h.sbatch("-p", "high", "-c2", "--gpus=1", "--mem=1000", uid=uid, input=HIGH)
     wait_for(lambda: _squeue(h, low) == "SUSPENDED|Preempted", 30, what="the low job SUSPENDED, reason Preempted")
