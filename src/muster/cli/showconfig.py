@@ -241,6 +241,12 @@ def _scheduler_parameters(raw: str | None, auth_info: str | None) -> str:
     return ",".join(x for x in (raw, f"requeue_delay={delay}") if x)
 
 
+def _preempt_mode(raw: str) -> str:
+    """PreemptMode as Slurm prints it: upper case, GANG first (``GANG,SUSPEND``)."""
+    words = [w.strip().upper() for w in raw.split(",") if w.strip()]
+    return ",".join(sorted(words, key=lambda w: w != "GANG")) or raw
+
+
 def config_lines(settings: dict[str, str], computed: dict[str, str]) -> list[str]:
     """``Key = value`` lines: ``settings`` from the file (any capitalisation), ``computed``
     the run-time values by Slurm's key (``BOOT_TIME``, ``SLURM_CONF``, ...)."""
@@ -255,6 +261,8 @@ def config_lines(settings: dict[str, str], computed: dict[str, str]) -> list[str
             continue
         elif lower == "schedulerparameters":
             value = _scheduler_parameters(given.get(lower), given.get("authinfo"))
+        elif lower == "preemptmode" and lower in given:
+            value = _preempt_mode(given[lower])
         else:
             value = given.get(_FILE_KEY.get(lower, lower), default)
         lines.append(f"{key:<23} = {_with_unit(value, unit)}")

@@ -139,3 +139,13 @@ def test_a_victim_whose_agent_cannot_suspend_is_left_running(tmp_path: pathlib.P
     advance(ctl, 1)
     schedule(ctl)
     assert ctl.jobs[high].state is JobState.PENDING
+
+
+def test_scontrol_show_config_prints_preempt_mode_as_slurm_does() -> None:
+    from muster.cli.showconfig import config_lines
+
+    def shown(value: str) -> str:
+        (line,) = [x for x in config_lines({"PreemptMode": value}, {}) if x.split()[0] == "PreemptMode"]
+        return line.split("=", 1)[1].strip()
+
+    assert shown("suspend,gang") == "GANG,SUSPEND" and shown("REQUEUE") == "REQUEUE"
