@@ -53,7 +53,7 @@ class SchedConfig:
     favor_small: bool = False  # PriorityFavorSmall
     enforce_part_limits: str = "NO"  # EnforcePartLimits: NO, ANY, ALL (YES means ALL)
     # Preemption (sched.preempt, docs/preemption.md): PreemptType preempt/none, preempt/qos
-    # or preempt/partition_prio; the cluster's PreemptMode (OFF, REQUEUE, CANCEL); and
+    # or preempt/partition_prio; the cluster's PreemptMode (OFF, REQUEUE, CANCEL, SUSPEND); and
     # PreemptExemptTime, seconds a job runs before it may be preempted.
     preempt_type: str = "preempt/none"
     preempt_mode: str = "OFF"
@@ -157,7 +157,7 @@ def part_limits_mode(text: str | None) -> str:
 
 
 def preempt_mode(text: str | None) -> str | None:
-    """A PreemptMode value as muster applies it (``OFF``, ``CANCEL``, ``REQUEUE``); None when
+    """A PreemptMode value as muster applies it (``OFF``, ``CANCEL``, ``REQUEUE``, ``SUSPEND``); None when
     absent or refused (the configuration's reader refuses such values with a message)."""
     if not text:
         return None
