@@ -155,12 +155,18 @@ def _now() -> float:
     return SystemClock().now()
 
 
+def spec_words(words: list[str]) -> list[str]:
+    """``create`` words without the bare keyword (``reservation``, ``res``) before the
+    specification; ``create ReservationName=x ...`` has none (its first word is a key)."""
+    if words and "=" not in words[0] and words[0].lower().startswith("res"):
+        return words[1:]
+    return words
+
+
 def create(words: list[str]) -> int:
     from muster.protocol.client import ApiError, ConnectError
 
-    if words and words[0].lower().startswith("res"):
-        words = words[1:]
-    body = parse_words(words, _now())
+    body = parse_words(spec_words(words), _now())
     ctl = connect(PROG)
     if body.get("node_cnt") == -1:  # Nodes=ALL
         try:

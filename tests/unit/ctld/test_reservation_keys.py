@@ -13,7 +13,7 @@ import time
 import pytest
 
 from muster.cli.common import CommandError
-from muster.cli.reservation import UNLIMITED_DURATION, parse_words
+from muster.cli.reservation import UNLIMITED_DURATION, parse_words, spec_words
 from muster.core.clock import ManualClock
 from muster.core.config import parse_config
 from muster.core.errors import InvalidRequest
@@ -92,6 +92,15 @@ def test_node_count_takes_a_k_suffix_and_keys_take_prefixes() -> None:
 def test_bad_words_are_refused(word: str) -> None:
     with pytest.raises(CommandError):
         parse_words([word], NOW)
+
+
+def test_create_takes_the_name_as_its_first_word_or_after_the_keyword() -> None:
+    # scontrol(1): "scontrol create reservation ReservationName=x ..."; Slurm's own tests
+    # also write "scontrol create reservationname=x ..." (no keyword before it)
+    assert spec_words(["reservationname=resv1", "user=root"]) == ["reservationname=resv1", "user=root"]
+    assert spec_words(["reservation", "ReservationName=a"]) == ["ReservationName=a"]
+    assert spec_words(["res", "start=now"]) == ["start=now"]
+    assert parse_words(spec_words(["reservationname=resv1", "start=now"]), NOW) == {"name": "resv1", "start_time": NOW}
 
 
 def test_documented_keys_muster_lacks_say_so() -> None:
