@@ -8,6 +8,7 @@ import pytest
 
 from harness import Harness
 from muster.cluster.local import ClusterShape
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -99,3 +100,22 @@ def test_a_reservation_keeps_other_jobs_off_its_nodes(four_by_eight: Harness) ->
     assert h.run(["scontrol", "delete", "ReservationName=bigrun"]).returncode == 0
     assert h.wait_job(blocked)["state"] == "COMPLETED"
     assert h.run(["scontrol", "show", "reservation"]).stdout == "No reservations in the system\n"
+
+    # scontrol(1)'s short keys and an empty Features=; a reservation chosen by count swaps a
+    # DOWN node for an idle one (REPLACE_DOWN, the default), in the controller's node checks
+    spare = h.run(
+        ["scontrol", "create", "reservation", "res=spare", "start=now", "dur=5", "user=root", "nodecnt=1", "Features="]
+    )
+    assert spare.returncode == 0, spare.stderr
+
+    def spare_nodes() -> list[str]:
+        return [r["nodes"] for r in h.cluster.api("GET", "/v1/reservations")["reservations"] if r["name"] == "spare"][0]
+
+    (first,) = spare_nodes()
+    assert h.run(["scontrol", "update", f"NodeName={first}", "State=DOWN", "Reason=test"]).returncode == 0
+    try:
+        (second,) = wait_for(lambda: [n for n in spare_nodes() if n != first], timeout=60, what="a replacement node")
+        assert second != first
+    finally:
+        assert h.run(["scontrol", "update", f"NodeName={first}", "State=RESUME"]).returncode == 0
+    assert h.run(["scontrol", "delete", "ReservationName=spare"]).returncode == 0
