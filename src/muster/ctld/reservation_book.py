@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from muster.core.errors import InvalidPartition, InvalidRequest, PermissionDenied
+from muster.core.states import NodeState
 from muster.ctld.identity import Identity
 from muster.ctld.reservations import Reservation, check_features, check_flags, check_window, features_match
 from muster.ctld.state import ClusterState
@@ -117,11 +118,14 @@ class ReservationBook:
             if res.end <= now or not res.replaceable():
                 continue
             replace_busy = "REPLACE" in res.flags
+            # DOWN or DRAINED, not merely unheard of yet (a controller just restarted, an
+            # agent not registered again): those keep their place
             bad = [
                 n
                 for n in res.nodes
                 if (node := self.state.nodes.get(n)) is None
-                or not node.available
+                or node.drain
+                or node.base_state() is NodeState.DOWN
                 or (replace_busy and bool(node.allocs))
             ]
             if not bad:

@@ -193,6 +193,22 @@ def test_maint_and_static_alloc_keep_their_nodes(ctl: Controller, flags: list[st
     assert ctl.reservations["m"].nodes == ["node1", "node2"]
 
 
+def test_a_drained_node_is_replaced_too(ctl: Controller) -> None:
+    _create(ctl, name="b", node_cnt=2)
+    ctl.liveness.update_nodes(ROOT, ["node2"], "DRAIN", "disk")
+    assert ctl.resv.replace_nodes(ctl.clock.now()) == ["b"]
+    assert ctl.reservations["b"].nodes == ["node1", "node3"]
+
+
+def test_a_node_not_registered_again_yet_keeps_its_place(ctl: Controller) -> None:
+    _create(ctl, name="b", node_cnt=2)
+    ctl.nodes["node1"].registered = False  # as after a controller restart, before its agent calls
+    ctl.nodes["node1"].presumed = True
+    assert ctl.resv.replace_nodes(ctl.clock.now()) == []
+    ctl.nodes["node1"].presumed = False  # UNKNOWN: never heard of since the start
+    assert ctl.resv.replace_nodes(ctl.clock.now()) == []
+
+
 def test_named_nodes_are_not_replaced(ctl: Controller) -> None:
     _create(ctl, name="n", nodes=["node1", "node2"])
     ctl.liveness.update_nodes(ROOT, ["node1"], "DRAIN", "HOLD")
