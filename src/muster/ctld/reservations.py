@@ -49,11 +49,16 @@ class Reservation:
     features: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not data["features"]:
+            del data["features"]  # as releases before Features= stored it: they read it back
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Reservation:
-        return cls(**data)
+        """Read a stored reservation; fields a newer release added are left out."""
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
 
     def active(self, now: float) -> bool:
         return self.start <= now < self.end

@@ -223,3 +223,13 @@ def test_replace_also_swaps_nodes_running_jobs(ctl: Controller) -> None:
     ctl.resv.delete(ROOT, "d")
     assert ctl.resv.replace_nodes(ctl.clock.now()) == ["r"]
     assert ctl.reservations["r"].nodes == ["node2", "node3"]
+
+
+def test_stored_form_stays_readable_by_older_and_newer_releases() -> None:
+    from muster.ctld.reservations import Reservation
+
+    plain = Reservation("a", 1.0, 2.0, ["node1"], ["root"])
+    assert "features" not in plain.to_dict()  # what releases before Features= stored
+    assert Reservation.from_dict(plain.to_dict()) == plain
+    later = {**plain.to_dict(), "features": "ib", "from_a_later_release": 1}
+    assert Reservation.from_dict(later).features == "ib"
