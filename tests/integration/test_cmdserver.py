@@ -370,12 +370,16 @@ def test_a_stopped_server_costs_one_wait_and_the_command_runs_once(cluster: Harn
     sock = served(cluster)
     before = os.stat(sock).st_ino
     server = the_server(sock)
-    os.kill(server, signal.SIGSTOP)  # nobody takes a command
+    os.kill(server, signal.SIGSTOP)  # nobody takes a command, but the runner forked ahead
     try:
-        out = cluster.run(["sbatch", "--parsable", "--hold", "-J", "past-a-stop", "--wrap", "true"])
-        assert out.returncode == 0, out
-        # The client waited its ANSWER time, ran the command itself and took the socket away
-        # from the stopped server, so that the next command starts a fresh one.
+        submitted = []
+        for _ in range(2):
+            out = cluster.run(["sbatch", "--parsable", "--hold", "-J", "past-a-stop", "--wrap", "true"])
+            assert out.returncode == 0, out
+            submitted.append(out.stdout.strip())
+        # The first ran in the runner forked ahead; for the second the stopped server forked
+        # none: its client waited its ANSWER time, ran the command itself and took the socket
+        # away from the stopped server, so that the next command starts a fresh one.
         assert not os.path.exists(sock) or os.stat(sock).st_ino != before
     finally:
         os.kill(server, signal.SIGCONT)
@@ -384,20 +388,20 @@ def test_a_stopped_server_costs_one_wait_and_the_command_runs_once(cluster: Harn
     assert wait_for(lambda: server not in server_pids(sock), timeout=30)
     queued = cluster.run(["squeue", "-h", "-o", "%i", "-n", "past-a-stop"]).stdout.split()
     cluster.run(["scancel", "-n", "past-a-stop"])
-    assert queued == [out.stdout.strip()]
+    assert sorted(queued) == sorted(submitted) and len(set(submitted)) == 2
 
 
-def test_an_idle_server_is_one_process_and_forks_a_runner_per_command(cluster: Harness) -> None:
+def test_an_idle_server_keeps_one_runner_forked_ahead_and_forks_the_next_as_one_takes_a_client(
+    cluster: Harness,
+) -> None:
     sock = served(cluster)
     server = the_server(sock)
-    # Runners of commands still running elsewhere (none, in a run of this file alone) aside,
-    # the server has no child once its commands have ended: no runner waits in advance.
-    others = set(server_pids(sock)) - {server}
+    own = output_of(server)
 
-    def runners() -> set[int]:
-        return set(server_pids(sock)) - {server} - others
+    def waiting() -> set[int]:  # the server's runners that have no command: their output is the server's
+        return {pid for pid in server_pids(sock) if pid != server and output_of(pid) == own}
 
-    assert wait_for(lambda: not runners())
+    assert wait_for(lambda: len(waiting()) == 1)  # idle: one runner, forked ahead
     p = subprocess.Popen(
         ["sbatch", "--wait", "-J", "one-runner", "--wrap", "sleep 60"],
         env=cluster.env,
@@ -407,13 +411,22 @@ def test_an_idle_server_is_one_process_and_forks_a_runner_per_command(cluster: H
     )
     try:
         assert wait_for(lambda: bool(cluster.run(["squeue", "-h", "-n", "one-runner", "-t", "R"]).stdout))
-        # the command runs in a child of the server, forked for it
-        (runner,) = runners()
+        # the command runs in a child of the server, and one more waits beside it: the next
+        ours = os.readlink(f"/proc/self/fd/{p.stdout.fileno()}")  # type: ignore[union-attr]
+        (runner,) = [pid for pid in server_pids(sock) if output_of(pid) == ours]
         assert exe_ppid(runner) == server
+        assert wait_for(lambda: len(waiting()) == 1)
     finally:
         cluster.run(["scancel", "-n", "one-runner"])
         p.communicate(timeout=30)
-    assert wait_for(lambda: not runners())  # and it ends with its command
+    assert wait_for(lambda: runner not in server_pids(sock) and len(waiting()) == 1)  # it ends with its command
+
+
+def output_of(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return "gone"
 
 
 def test_over_its_bound_of_runners_a_client_runs_its_command_itself_at_once(cluster: Harness) -> None:
@@ -430,12 +443,14 @@ def test_over_its_bound_of_runners_a_client_runs_its_command_itself_at_once(clus
         held.settimeout(30)
         held.connect(sock)
         held.sendall(b"MUS1" + struct.pack("=I", len(body)) + body)
-        assert held.recv(1) == b"P"
+        answer = held.recv(5, socket.MSG_WAITALL)
+        assert answer[:1] == b"P"
+        runner = struct.unpack("=i", answer[1:])[0]
         _, kinds = raw(cluster, sock, "go", "sbatch", "--version")
         assert kinds == "F\n"  # told at once to run it itself: no wait, no second runner
-        assert len(server_pids(sock)) == 2
+        assert len(server_pids(sock)) == 2  # none forked ahead at the bound either
         held.close()  # its runner ran nothing, and is gone
-        assert wait_for(lambda: len(server_pids(sock)) == 1)
+        assert wait_for(lambda: runner not in server_pids(sock))
         out, kinds = raw(cluster, sock, "go", "sbatch", "--version")
         assert (out.startswith("slurm 22.05"), kinds[:2]) == (True, "PX")
     finally:

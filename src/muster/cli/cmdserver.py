@@ -5,14 +5,19 @@ this project's 2-core machine, more than Slurm's whole ``squeue``. The compiled 
 (``client.c``, installed as the commands by ``muster.cli.launchers``) instead hands its
 command to this server, started by the first command a user runs and left when idle:
 
-* The server imports every one-shot command once and waits on its socket. For each client
-  it accepts it forks a runner, which runs that command and exits (as Mercurial's chg
-  server does): a command thus starts from a fork, with its modules imported. No runner
-  waits in advance, so an idle server is one process.
-* At most ``MUSTER_CMD_SERVER_RUNNERS`` commands (8) run at once. A client over that bound
-  is told at once to run its command itself (``F``), as with no server: it never waits
-  behind commands that run long (``sbatch --wait``, ``squeue -i``), and a burst of
-  commands costs at most that many forks of the server, never one per client.
+* The server imports every one-shot command once, then keeps one runner forked ahead: a
+  fork of itself that waits on the socket, takes the next client, runs its command and
+  exits. As it takes its client the server forks the next one (docs/decisions/0005: a
+  fork per accepted client, as Mercurial's chg server does, put the fork on the command's
+  path and missed Slurm's time by up to 1.85x). A command thus starts in a process forked
+  already, with its modules imported and the pages it writes copied (``cmdpages``); an idle
+  server is two processes, never more.
+* At most ``MUSTER_CMD_SERVER_RUNNERS`` commands (8) run at once; no runner waits ahead at
+  that bound, and the server takes the socket back: a client over it is told at once to
+  run its command itself (``F``), as with no server: it never waits behind commands that
+  run long (``sbatch --wait``, ``squeue -i``), and a burst of commands costs at most that
+  many forks of the server, never one per client. Where no runner waits (its fork failed,
+  or it was killed) the server forks one for the client it accepts.
 * The runner takes the client's arguments, environment, working directory, umask,
   resource limits, ignored signals and its stdin, stdout and stderr, as if the client had
   run it, and ends with what the interpreter would have done (the status, a traceback, a
@@ -26,8 +31,9 @@ command to this server, started by the first command a user runs and left when i
   own code changed since the server imported it (the server then leaves, and the next
   command starts a new one).
 
-Faults: the server answers ``P`` and the runner's pid as it forks the runner, which starts
-the command only on the client's ``G``, which brings the client's descriptors (a runner
+Faults: the runner ahead answers ``P`` and its pid as it takes its client, having first
+given the server a copy of the connection (the server answers ``P`` itself for a runner it
+forks on accept); the runner starts the command only on the client's ``G``, which brings the client's descriptors (a runner
 that refuses the command says ``F`` instead, before or after the ``G``); a client unanswered in time runs
 the command itself instead (``client.c``), so a command runs once whichever side stalls.
 The server watches each running command's client: one that goes (killed) has its command
@@ -48,6 +54,7 @@ command itself.
 
 from __future__ import annotations
 
+import array
 import atexit
 import contextlib
 import gc
@@ -63,6 +70,7 @@ import time
 import traceback
 from typing import NoReturn, TextIO
 
+from muster.cli.cmdpages import HOT_MAX, POPULATE_AFTER, populate, writable_ranges, written_pages
 from muster.cli.launchers import SERVED
 
 RUNNERS = 8  # commands run at once, by default (``MUSTER_CMD_SERVER_RUNNERS``)
@@ -106,6 +114,7 @@ WARM = (
     "muster.protocol.wirejson",
 )
 PID = struct.Struct("=i")
+TEACHERS = 16  # runners that report the pages their command wrote (``cmdpages``): enough to learn them
 
 
 def idle_limit() -> float:
@@ -349,10 +358,12 @@ def report(conn: socket.socket, status: int) -> None:
 
 
 class Server:
+    ahead: tuple[int, socket.socket] | None = None  # the runner forked ahead, and its end of their pair
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.env = dict(os.environb)
-        for name in (*(f"muster.cli.{c}" for c in SERVED), *WARM, "resource"):
+        for name in (*(f"muster.cli.{c}" for c in SERVED), *WARM, "resource", "ctypes"):
             importlib.import_module(name)
         self.prints = fingerprint()
         self.place = place("self")
@@ -368,6 +379,11 @@ class Server:
             pass
         self.inode = os.stat(path).st_ino
         self.listener.setblocking(False)
+        self.control, self.reports = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)  # runners' pages
+        self.control.setblocking(False)
+        self.hot: set[int] = set()  # the pages commands write, copied by a runner ahead as it waits
+        self.taught = 0  # the runners that reported them
+        self.ranges: list[tuple[int, int]] = []  # a runner ahead's writable mappings, to report
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
@@ -378,30 +394,71 @@ class Server:
 
     # --- the runner -------------------------------------------------------------------------
 
-    def runner(self, conn: socket.socket) -> NoReturn:
+    def detach(self) -> None:
+        """A runner's first steps, out of the server's ways (before its client, if it waits)."""
+        # The server hangs up on the command if the client goes (SIGHUP): held back until
+        # the command has its client's streams, so that a client that goes before is no
+        # command run.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        signal.set_wakeup_fd(-1)
+        for number in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(number, signal.SIG_DFL)
+        self.control.close()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+        for other in self.running.values():  # other commands' clients: theirs to end
+            other.close()
+
+    def runner(self, conn: socket.socket | None, hand: socket.socket | None = None) -> NoReturn:
         """A runner's life: one client's command. It ends ``RAN`` once the command has run
-        (and its client has its status), else ``REFUSED`` or ``STALE``: nothing ran."""
+        (and its client has its status), else ``REFUSED`` or ``STALE``: nothing ran. A runner
+        forked ahead (``hand``) first takes its client from the socket itself (``ahead``)."""
         status = REFUSED
         try:
-            # The server hangs up on the command if the client goes (SIGHUP): held back until
-            # the command has its client's streams, so that a client that goes before is no
-            # command run.
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
-            signal.set_wakeup_fd(-1)
-            for number in (signal.SIGCHLD, signal.SIGTERM):
-                signal.signal(number, signal.SIG_DFL)
+            self.detach()
+            if hand is not None:
+                conn = self.ahead_of(hand)
             self.listener.close()
-            os.close(self.wake_r)
-            os.close(self.wake_w)
-            for other in self.running.values():  # other commands' clients: theirs to end
-                other.close()
-            status = self.serve(conn)
+            if conn is not None:
+                status = self.serve(conn)
         except KeyboardInterrupt:  # Ctrl-C before the command started: die by it, as the interpreter
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         except BaseException:
             traceback.print_exc()
         os._exit(status)
+
+    def ahead_of(self, hand: socket.socket) -> socket.socket | None:
+        """The runner forked ahead: it copies the pages commands write while it waits
+        (``cmdpages``), takes the next client of its user from the socket, and gives the
+        server a copy of it (``hand``) before it answers ``P``, so that the server watches
+        it as it watches every command's client. None (nothing to run) when the server
+        closes ``hand``, has gone, or takes no more commands."""
+        if self.taught < TEACHERS:
+            self.ranges = writable_ranges()
+        watched = [self.listener, hand]
+        if not select.select(watched, [], [], POPULATE_AFTER)[0]:
+            populate(self.hot)  # not in a quick succession of commands: it would slow them
+        self.listener.setblocking(False)
+        while True:
+            if hand in select.select(watched, [], [])[0]:
+                return None  # the server leaves (or has gone)
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                continue  # the server took it
+            conn.setblocking(True)
+            if peer_of(conn)[1:] != (os.geteuid(), os.getegid()):
+                conn.close()  # never serve, nor answer, another user
+                continue
+            try:
+                socket.send_fds(hand, [b"c"], [conn.fileno()], socket.MSG_DONTWAIT)
+                conn.sendall(b"P" + PID.pack(os.getpid()))  # the client's "G" is on its way
+            except OSError:
+                conn.close()  # EOF before "P": the client runs the command itself
+                return None
+            hand.close()
+            return conn
 
     def serve(self, conn: socket.socket) -> int:
         """Take the client's command, and run it once the client says so (``G``): a client
@@ -435,6 +492,10 @@ class Server:
             conn.sendall(b"X" + PID.pack(status << 8))  # a wait status: the client need not wait for our exit
         except OSError:
             pass
+        if self.ranges:  # what it wrote, for the next runners to copy while waiting (``cmdpages``)
+            with contextlib.suppress(OSError):
+                pages = array.array("Q", written_pages(self.ranges)[:HOT_MAX])
+                self.reports.send(pages.tobytes(), socket.MSG_DONTWAIT)
         return RAN
 
     # --- the server -------------------------------------------------------------------------
@@ -468,8 +529,61 @@ class Server:
             # "P" said by the server: the client's "G" is on its way while the runner starts
             with contextlib.suppress(OSError):
                 conn.send(b"P" + PID.pack(pid), socket.MSG_DONTWAIT)
-            self.running[pid] = conn
-            self.poller.register(conn, select.POLLRDHUP)  # not POLLIN: the client's bytes are the runner's
+            self.watch(pid, conn)
+            if self.ahead is not None:
+                return  # the runner ahead takes the next clients
+
+    def watch(self, pid: int, conn: socket.socket) -> None:
+        """Runner ``pid`` runs ``conn``'s command: its client is watched, and the next
+        runner forked ahead."""
+        self.running[pid] = conn
+        self.poller.register(conn, select.POLLRDHUP)  # not POLLIN: the client's bytes are the runner's
+        self.fork_ahead()
+
+    def fork_ahead(self) -> None:
+        """Fork the runner of the next client now, while none waits and the bound allows one
+        more command: the fork, off the command's path, is paid between commands."""
+        if self.ahead is not None or self.leaving or len(self.running) >= self.runners:
+            return
+        try:
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError:
+            return
+        try:
+            pid = os.fork()
+        except OSError:
+            mine.close()
+            theirs.close()
+            return
+        if pid == 0:
+            mine.close()
+            self.runner(None, theirs)
+        theirs.close()
+        self.ahead = (pid, mine)
+        self.poller.register(mine, select.POLLIN)
+        self.poller.unregister(self.listener)  # the runner ahead's now
+
+    def taken(self) -> None:
+        """What the runner ahead says: the client it took (now a running command's, and the
+        next runner forked ahead), or nothing, where it ended (the server takes the socket
+        back)."""
+        if self.ahead is None:
+            return
+        pid, hand = self.ahead
+        hand.setblocking(False)  # (recv_fds drops its flags in Python 3.11)
+        try:
+            _msg, fds, _flags, _addr = socket.recv_fds(hand, 1, 1)
+        except BlockingIOError:
+            return  # it waits still
+        except OSError:
+            fds = []
+        self.ahead = None
+        self.poller.unregister(hand)
+        hand.close()
+        if not self.leaving:
+            self.poller.register(self.listener, select.POLLIN)
+        if fds:
+            self.watch(pid, socket.socket(fileno=fds[0]))
 
     def reap(self) -> None:
         while True:
@@ -479,6 +593,10 @@ class Server:
                 return
             if pid == 0:
                 return
+            if self.ahead is not None and self.ahead[0] == pid:
+                # The client it took, if it took one (it says so before "P"); where it ended
+                # waiting (killed), another is forked after the next command, not in a loop.
+                self.taken()
             conn = self.running.pop(pid, None)
             if conn is None:
                 continue
@@ -490,6 +608,7 @@ class Server:
                 continue
             self.last = time.monotonic()  # a command has run (or died of a signal)
             report(conn, status)
+            self.fork_ahead()  # where the bound held it back
 
     def ours(self) -> bool:
         try:
@@ -503,9 +622,11 @@ class Server:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "leaving", True))
         self.poller.register(self.listener, select.POLLIN)
         self.poller.register(self.wake_r, select.POLLIN)
+        self.poller.register(self.control, select.POLLIN)
         gc.disable()
         gc.freeze()  # the runners share the server's objects: no collection copies their pages
         limit = idle_limit()
+        self.fork_ahead()
         while not (self.leaving and not self.running):
             for fd, _events in self.poller.poll(CHECK * 1000):
                 if fd == self.listener.fileno():
@@ -514,6 +635,10 @@ class Server:
                 elif fd == self.wake_r:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self.wake_r, 4096)
+                elif fd == self.control.fileno():
+                    self.learn()
+                elif self.ahead is not None and fd == self.ahead[1].fileno():
+                    self.taken()
                 else:  # a running command's client
                     self.hang_up(fd)
             self.reap()
@@ -523,6 +648,16 @@ class Server:
                 self.leaving = True
             if self.leaving:
                 self.shutdown()
+
+    def learn(self) -> None:
+        """The pages the runners' commands wrote (``cmdpages``)."""
+        while True:
+            try:
+                msg = self.control.recv(8 * HOT_MAX)
+            except OSError:
+                return
+            self.hot.update(array.array("Q", msg[: len(msg) // 8 * 8]))
+            self.taught += 1
 
     def hang_up(self, fd: int) -> None:
         """A running command's client has gone: hang up on the command, as a terminal does."""
@@ -534,9 +669,16 @@ class Server:
 
     def shutdown(self) -> None:
         """Take the socket away; the commands running end as they would (the loop waits)."""
+        if self.ahead is not None:  # the runner forked ahead leaves, having run nothing,
+            self.taken()  # once the server has what it took
+        if self.ahead is not None:
+            self.poller.unregister(self.ahead[1])
+            self.ahead[1].close()
+            self.ahead = None
         if self.listener.fileno() < 0:
             return
-        self.poller.unregister(self.listener)
+        with contextlib.suppress(KeyError):  # the runner ahead's, if one waited
+            self.poller.unregister(self.listener)
         if self.ours():
             try:
                 os.unlink(self.path)

@@ -1,7 +1,8 @@
 """The command server's bookkeeping (``cli.cmdserver``): a runner's client hears how its
 command ended, and nothing from a runner that ran nothing; a runner that found muster's code
 changed makes the server leave; over its bound of runners the server tells a client at once
-to run its command itself, and forks nothing."""
+to run its command itself, and forks nothing, not even a runner ahead; the client a runner
+ahead took is the server's to watch, and a runner ahead that ended gives the socket back."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from muster.cli.cmdserver import PID, RAN, REFUSED, STALE, Server
 
 server = Server.__new__(Server)
 server.running, server.last, server.leaving = {{}}, 0.0, False
+server.runners = 0  # no runner forked ahead here
 server.poller = select.poll()
 for name, end in (("ran", RAN), ("refused", REFUSED), ("stale", STALE), ("killed", -signal.SIGKILL)):
     client, runner_side = socket.socketpair()
@@ -76,6 +78,39 @@ def test_over_its_bound_the_server_tells_the_client_to_run_the_command_itself() 
                 assert c.recv(16) == b"F"  # run it yourself: nothing ran
                 assert c.recv(16) == b""
             assert list(server.running) == [os.getpid()]  # no runner forked
+            server.fork_ahead()
+            assert server.ahead is None  # none ahead either: it would wait for nothing
         finally:
             for s in (*clients, busy, server.listener):
                 s.close()
+
+
+def test_the_client_the_runner_ahead_took_is_watched_and_one_that_ended_gives_the_socket_back() -> None:
+    server = Server.__new__(Server)
+    server.runners, server.leaving, server.running = 1, False, {}
+    server.poller = select.poll()
+    server.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    client, conn = socket.socketpair()
+    try:
+        server.ahead = (1234, mine)
+        server.poller.register(mine, select.POLLIN)
+        server.taken()
+        assert server.ahead is not None  # it waits still: nothing said
+        socket.send_fds(theirs, [b"c"], [conn.fileno()])  # it took a client (before its "P")
+        server.taken()
+        assert server.ahead is None and list(server.running) == [1234]
+        server.running[1234].send(b"X")  # the server holds the client's connection: it watches it
+        assert client.recv(1) == b"X"
+        assert theirs.recv(1) == b""  # and their pair is closed: the next runner has its own
+        # one that ends having taken nothing (killed as it waited): dropped, none in its place
+        gone, its_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        server.ahead = (1235, gone)
+        server.poller.register(gone, select.POLLIN)
+        its_end.close()
+        server.taken()
+        assert server.ahead is None and list(server.running) == [1234]
+        server.poller.modify(server.listener, select.POLLIN)  # registered: the server takes clients itself
+    finally:
+        for s in (mine, theirs, client, conn, server.listener, *server.running.values()):
+            s.close()
