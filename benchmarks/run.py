@@ -20,6 +20,7 @@ BENCHES = [
     "bench_tls.py",
     "bench_munge.py",
     "bench_http.py",
+    "bench_cmdpath.py",  # the command path beside real Slurm (the anchor's, where it runs)
 ]
 
 
