@@ -51,7 +51,9 @@ def apply_decisions(decisions: Decisions, book: Book, now: float) -> None:
             job.priority = prio
     for job_id, reason in decisions.reasons.items():
         job = waiting.get(job_id)
-        if job is not None and not job.hold:
+        # Asked only when it changes: most waiting jobs keep their reason pass after pass,
+        # and a pass at 100,000 pending would otherwise spend most of its time here.
+        if job is not None and not job.hold and job.reason is not reason:
             lifecycle.wait(job, reason, now)
     # Only the jobs that had a plan are revisited: time proportional to what the pass saw.
     for job_id in book.planned - decisions.plans.keys():
