@@ -408,6 +408,8 @@ class Server:
         os.close(self.wake_w)
         for other in self.running.values():  # other commands' clients: theirs to end
             other.close()
+        if self.ahead is not None:  # another runner's pair
+            self.ahead[1].close()
 
     def runner(self, conn: socket.socket | None, hand: socket.socket | None = None) -> NoReturn:
         """A runner's life: one client's command. It ends ``RAN`` once the command has run
@@ -502,8 +504,9 @@ class Server:
 
     def accept(self) -> None:
         """Each waiting client: forked a runner, or, over ``runners``, told to run its command
-        itself (``F``) at once; another user's is never answered."""
-        while True:
+        itself (``F``) at once; another user's is never answered. None while a runner waits
+        ahead: the clients are its to take."""
+        while self.ahead is None:
             try:
                 conn, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -529,9 +532,7 @@ class Server:
             # "P" said by the server: the client's "G" is on its way while the runner starts
             with contextlib.suppress(OSError):
                 conn.send(b"P" + PID.pack(pid), socket.MSG_DONTWAIT)
-            self.watch(pid, conn)
-            if self.ahead is not None:
-                return  # the runner ahead takes the next clients
+            self.watch(pid, conn)  # and a runner forked ahead, which takes the next clients
 
     def watch(self, pid: int, conn: socket.socket) -> None:
         """Runner ``pid`` runs ``conn``'s command: its client is watched, and the next

@@ -2,7 +2,8 @@
 command ended, and nothing from a runner that ran nothing; a runner that found muster's code
 changed makes the server leave; over its bound of runners the server tells a client at once
 to run its command itself, and forks nothing, not even a runner ahead; the client a runner
-ahead took is the server's to watch, and a runner ahead that ended gives the socket back."""
+ahead took is the server's to watch, a runner ahead that ended gives the socket back, and
+while one waits the server leaves the clients to it."""
 
 from __future__ import annotations
 
@@ -114,3 +115,25 @@ def test_the_client_the_runner_ahead_took_is_watched_and_one_that_ended_gives_th
     finally:
         for s in (mine, theirs, client, conn, server.listener, *server.running.values()):
             s.close()
+
+
+def test_while_a_runner_waits_ahead_the_server_leaves_the_clients_to_it() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Server.__new__(Server)
+        server.runners, server.leaving, server.running = 8, False, {}
+        server.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.listener.bind(os.path.join(tmp, "s"))
+        server.listener.listen(8)
+        server.listener.setblocking(False)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        server.ahead = (1234, mine)
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            client.connect(os.path.join(tmp, "s"))
+            server.accept()
+            assert server.running == {}  # nothing forked, nothing said
+            conn, _ = server.listener.accept()  # the client still waits on the socket, for the runner
+            conn.close()
+        finally:
+            for s in (mine, theirs, client, server.listener):
+                s.close()
