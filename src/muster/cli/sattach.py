@@ -26,6 +26,7 @@ from json import dumps
 from urllib.parse import quote
 
 from muster.cli.common import CommandError, argv_or_sys, info_text, report, usage_error
+from muster.cli.stepio import write_all
 from muster.client.controller import connect, connect_message
 from muster.slurm.argscan import NO_ARG, Opt, OptionError, OptionTable, getopt
 
@@ -236,7 +237,7 @@ class Attach:
 
     def _write(self, fd: int, task: int, data: bytes) -> None:
         if not self.req.label:
-            _write_all(fd, data)
+            write_all(fd, data)
             return
         buf = self.partial.pop((task, fd), b"") + data
         end = buf.rfind(b"\n")
@@ -245,7 +246,7 @@ class Attach:
             return
         if end + 1 < len(buf):
             self.partial[(task, fd)] = buf[end + 1 :]
-        _write_all(fd, self._labelled(task, buf[: end + 1]))
+        write_all(fd, self._labelled(task, buf[: end + 1]))
 
     def _labelled(self, task: int, data: bytes) -> bytes:
         prefix = f"{task:>{self.width}}: ".encode()
@@ -258,7 +259,7 @@ class Attach:
         for fd in (1, 2):
             buf = self.partial.pop((task, fd), b"")
             if buf:
-                _write_all(fd, self._labelled(task, buf))
+                write_all(fd, self._labelled(task, buf))
 
     def _flush_all(self) -> None:
         for task, _fd in list(self.partial):
@@ -308,19 +309,6 @@ class Attach:
         for sender in self.inputs.values():
             sender.finish()
         self.inputs.clear()
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            n = os.write(fd, view)
-        except BlockingIOError:
-            select.select([], [fd], [])
-            continue
-        except BrokenPipeError:
-            return
-        view = view[n:]
 
 
 def run(req: Request) -> int:
