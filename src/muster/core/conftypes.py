@@ -321,6 +321,11 @@ class Config:
         """The partition called ``name``, or None."""
         return self._parts_by_name.get(name)
 
+    def partition_preempt_mode(self, part: PartitionConf) -> str:
+        """The PreemptMode that applies to ``part``: its own, else the cluster's, else OFF,
+        in upper case (``REQUEUE``, ``GANG,SUSPEND``...), as scontrol shows it."""
+        return (part.params.get("PreemptMode") or self.settings.get("PreemptMode") or "OFF").upper()
+
     def default_partition(self) -> PartitionConf | None:
         """The first partition marked ``Default=YES``, else the first one, else None."""
         for part in self.partitions:

@@ -283,7 +283,7 @@ class Replacements:
             return None
         if conf.priority_tier >= tier:
             return None
-        mode = (conf.params.get("PreemptMode") or self.state.config.settings.get("PreemptMode") or "OFF").upper()
+        mode = self.state.config.partition_preempt_mode(conf)
         for kind in ("REQUEUE", "CANCEL"):
             if kind in mode.split(","):
                 return kind, conf.grace_time

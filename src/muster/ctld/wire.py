@@ -199,8 +199,7 @@ def partition_wire(
         "deny_accounts": p.deny_accounts,
         "oversubscribe": p.oversubscribe,
         "grace_time": p.grace_time,
-        # the partition's PreemptMode, else the cluster's (scontrol show partition)
-        "preempt_mode": (p.params.get("PreemptMode") or config.settings.get("PreemptMode") or "OFF").upper(),
+        "preempt_mode": config.partition_preempt_mode(p),
         "total_cpus": sum(n.cpus for n in members),
         "total_nodes": len(members),
         "total_gpus": sum(n.gpus for n in members),
