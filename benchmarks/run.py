@@ -22,16 +22,22 @@ BENCHES = [
     "bench_http.py",
     "bench_cmdpath.py",  # the command path beside real Slurm (the anchor's, where it runs)
 ]
+# Issue 40's real-daemon benchmarks at small sizes here (seconds); their full sizes
+# (1,024-node gang, 1,000 victims) take minutes: docs/performance.md gives the commands.
+SMALL = {
+    "bench_gang.py": ["--sizes", "16,32,64", "--nodes-per-agent", "16"],
+    "bench_preempt_many.py": ["--sizes", "16,32,64", "--nodes-per-agent", "16", "--scheduler-interval", "1"],
+}
 
 
 def main() -> int:
     rc = 0
-    for name in BENCHES:
+    for name in [*BENCHES, *SMALL]:
         path = os.path.join(HERE, name)
         if not os.path.exists(path):
             continue
         print(f"\n=== {name} ===", flush=True)
-        rc |= subprocess.call([sys.executable, path], cwd=HERE)
+        rc |= subprocess.call([sys.executable, path, *SMALL.get(name, [])], cwd=HERE)
     return rc
 
 
