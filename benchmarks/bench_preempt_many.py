@@ -4,7 +4,8 @@
 Per size, a cluster of ceil(V/8) nodes is started with ``PreemptType=preempt/partition_prio``
 and ``PreemptMode=REQUEUE``: a low partition (``PriorityTier=1``, the default) and an urgent
 one (``PriorityTier=10``, ``PreemptMode=OFF``). V one-node, one-GPU jobs of the low tier (one
-array, ``sleep``) fill every GPU; once all V run, one exclusive urgent job needing every node
+array of ``sleep``) fill every GPU; once all V run (RUNNING, and each has touched a file),
+one exclusive urgent job needing every node
 (``-p urgent -N<nodes> --gres=gpu:8``) is submitted. Measured from that submission:
 
 * ``urgent RUNNING``: the controller reports the urgent job RUNNING;
@@ -68,6 +69,9 @@ def one(victims: int, per_agent: int, kill_wait: int, interval: int) -> dict[str
     try:
         h.cluster.start()
         h.cluster.wait_ready(max(180.0, nodes / 4))
+        started = os.path.join(h.workdir, "started")
+        os.makedirs(started)
+        os.chmod(started, 0o1777)
         first = h.sbatch(
             f"--array=0-{victims - 1}",
             "--gres=gpu:1",
@@ -77,10 +81,16 @@ def one(victims: int, per_agent: int, kill_wait: int, interval: int) -> dict[str
             "-o",
             "/dev/null",
             "--wrap",
-            "sleep 3600",
+            f"touch {started}/$SLURM_ARRAY_TASK_ID; exec sleep 3600",
         )
         ids = set(range(first, first + victims))
-        t_fill = wait_until(lambda: running(h, ids) >= victims, 600, f"{victims} low jobs running", 0.5)
+        # every victim RUNNING in the controller and its process started on its node
+        t_fill = wait_until(
+            lambda: len(os.listdir(started)) >= victims and running(h, ids) >= victims,
+            600,
+            f"{victims} low jobs running",
+            0.5,
+        )
         urgent_out = os.path.join(h.workdir, "urgent.out")
         t0 = time.perf_counter()
         urgent = h.sbatch(
