@@ -28,6 +28,8 @@ PriorityType=priority/multifactor
 PriorityWeightFairshare=10000
 PriorityWeightAge=0
 PriorityDecayHalfLife=0
+# a requeued job is eligible again 3 s later (Slurm's default requeue_delay is 120 s)
+SchedulerParameters=requeue_delay=3
 NodeName=node[1-4] CPUs=32 RealMemory=128000 Gres=gpu:8
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
@@ -52,7 +54,7 @@ def mgr(ctl: Controller, words: str, **sets: str) -> None:
 
 
 def setup_accounts(ctl: Controller) -> None:
-    mgr(ctl, "add account A B")
+    mgr(ctl, "add account A B")  # kept as a and b, as Slurm keeps account names
     mgr(ctl, "add user alice", Account="A")
     mgr(ctl, "add user bob", Account="B")
 
@@ -78,9 +80,9 @@ def test_an_unknown_account_is_refused_with_slurms_words(make_store) -> None:  #
     with pytest.raises(MusterError, match="^Invalid account or account/partition combination specified$"):
         ctl.queue.submit(spec(account="nosuch"), ALICE)
     with pytest.raises(MusterError, match="Invalid account"):
-        ctl.queue.submit(spec(account="B"), ALICE)  # alice has no association with B
+        ctl.queue.submit(spec(account="b"), ALICE)  # alice has no association with B
     job = ctl.queue.submit(spec(), ALICE)
-    assert (job.spec.account, job.spec.qos) == ("A", "normal")
+    assert (job.spec.account, job.spec.qos) == ("a", "normal")
 
 
 def test_the_ninth_gpu_of_an_account_waits_with_assoc_grp_gres(make_store) -> None:  # noqa: F811
@@ -136,12 +138,12 @@ def test_a_user_in_two_accounts_gets_each_associations_fair_share(make_store) ->
     setup_accounts(ctl)
     mgr(ctl, "add user alice", Account="B")  # both users in both accounts
     mgr(ctl, "add user bob", Account="A")
-    flood = [ctl.queue.submit(spec(gpus=8, account="A"), ALICE).job_id for _ in range(6)]
+    flood = [ctl.queue.submit(spec(gpus=8, account="a"), ALICE).job_id for _ in range(6)]
     assert len(one_pass(ctl)) == 4
     clock.advance(600)
-    under_a = ctl.queue.submit(spec(gpus=8, account="A"), ALICE)
-    under_b = ctl.queue.submit(spec(gpus=8, account="B"), ALICE)
-    bob_a = ctl.queue.submit(spec(gpus=8, account="A"), BOB)
+    under_a = ctl.queue.submit(spec(gpus=8, account="a"), ALICE)
+    under_b = ctl.queue.submit(spec(gpus=8, account="b"), ALICE)
+    bob_a = ctl.queue.submit(spec(gpus=8, account="a"), BOB)
     one_pass(ctl)
     assert under_b.priority > under_a.priority  # B has used nothing; A the whole cluster
     assert ctl.jobs[flood[4]].priority == under_a.priority
@@ -176,7 +178,7 @@ def test_fair_share_lets_the_quiet_account_overtake(make_store) -> None:  # noqa
     rows = {r["job_id"]: r for r in ctl.accounting.priorities(ctl, clock.now())["jobs"]}  # type: ignore[union-attr]
     assert rows[late.job_id]["fairshare"] > rows[flood[4]]["fairshare"]
     shares = {(r["account"], r["user"]): r for r in ctl.accounting.shares()}  # type: ignore[union-attr]
-    assert shares[("A", "alice")]["raw_usage"] > 0 and shares[("B", "bob")]["raw_usage"] == 0
+    assert shares[("a", "alice")]["raw_usage"] > 0 and shares[("b", "bob")]["raw_usage"] == 0
     # the first job to end lets bob's job start before alice's queued ones
     done = ctl.jobs[flood[0]]
     ctl.launches.job_done({"job_id": done.job_id, "node": done.nodes[0], "restart_count": 0, "exit_code": 0})
@@ -206,10 +208,10 @@ def test_every_attempt_is_a_record_and_survives_a_restart(make_store) -> None:  
     ]
     assert recs[0]["steps"][0]["state"] == "CANCELLED"
     assert [r["state"] for r in acct.jobs(Query(job_ids=[job.job_id]), clock.now())] == ["FAILED"]
-    assert {(a["account"], a["user"]) for a in acct.db.objects()["assocs"]} >= {("A", "alice"), ("B", "bob")}
+    assert {(a["account"], a["user"]) for a in acct.db.objects()["assocs"]} >= {("a", "alice"), ("b", "bob")}
     report = acct.usage_report(0, clock.now(), clock.now(), again)
     gpu_seconds = {(u["account"], u["user"]): u["tres"]["gres/gpu"] for u in report["usage"]}
-    assert gpu_seconds[("A", "alice")] == pytest.approx(2 * 30 + 2 * 10)
+    assert gpu_seconds[("a", "alice")] == pytest.approx(2 * 30 + 2 * 10)
 
 
 def test_node_outages_are_recorded_for_sreports_down_column(make_store) -> None:  # noqa: F811
@@ -266,7 +268,7 @@ def test_priority_usage_reset_period_clears_usage_at_the_periods_start(make_stor
 
     def raw() -> float:
         shares = {(r["account"], r["user"]): r for r in ctl.accounting.shares()}  # type: ignore[union-attr]
-        return shares[("A", "alice")]["raw_usage"]
+        return shares[("a", "alice")]["raw_usage"]
 
     assert raw() > 0
     clock.set(86400 * 2 + 10)  # past the next local midnight (whatever the time zone)
