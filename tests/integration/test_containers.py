@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -381,6 +382,13 @@ def test_sbatchs_container_image_runs_the_batch_script_in_the_image(cluster: tup
     assert h.node_states()["node1"] in ("IDLE", "MIXED", "ALLOCATED")
 
 
+def _checkout() -> str:
+    """The directory muster is imported from, up to its checkout (``src/muster`` -> root)."""
+    import muster
+
+    return os.path.realpath(os.path.join(os.path.dirname(muster.__file__), "..", ".."))
+
+
 def test_sbatchs_container_runs_the_batch_script_and_its_sruns_in_the_bundle(cluster: tuple[Harness, str]) -> None:
     h, _image = cluster
     uid = ensure_user("mustertest")
@@ -404,6 +412,11 @@ def test_sbatchs_container_runs_the_batch_script_and_its_sruns_in_the_bundle(clu
             os.makedirs(inside, exist_ok=True)
             if name not in ("proc", "dev", "tmp", "sys", "run"):
                 mounts.append({"destination": host, "type": "bind", "source": host, "options": ["rbind", "ro"]})
+    # A checkout under /tmp (a CI clone, say): its srun and muster shown at their paths too,
+    # over the private /tmp, as a site bind-mounts its software into its containers
+    for path in sorted({os.path.realpath(sys.prefix), _checkout()}):
+        if path.startswith("/tmp/"):
+            mounts.append({"destination": path, "type": "bind", "source": path, "options": ["rbind", "ro"]})
     config = {
         "ociVersion": "1.0.2",
         "root": {"path": "rootfs", "readonly": True},
