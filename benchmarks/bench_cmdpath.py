@@ -9,8 +9,9 @@ install is also measured with ``MUSTER_CMD_SERVER=0`` where ``--alone LABEL`` sa
 command its own interpreter: the site switch ``CommandServer=no``). Then the memory of each
 install's command server as it waits, idle: RSS and PSS of its processes (``smaps_rollup``).
 
-Real Slurm is the slurm-anchor's, already running (``../shared/tools/slurm-anchor/setup.sh``);
-without it only muster's figures are printed.
+Real Slurm is one already running on this machine with its configuration at
+``/etc/slurm/slurm.conf`` (as the workplace's slurm-anchor starts it; ``benchmarks/sidebyside.py
+--anchor DIR`` can start one); without it only muster's figures are printed.
 
 usage: bench_cmdpath.py [--bin LABEL=DIR ...] [--alone LABEL ...] [--reps N] [--pending N]
 (``make bench`` runs it with this venv's commands, served and not.)
