@@ -217,10 +217,7 @@ class Backfill:
         way) for this request fails it for any longer duration until something is
         given back: it is remembered, so the jobs of one shape do not test it again."""
         index = self._index
-        if req in self._masks:
-            members = self._masks[req]
-        else:
-            members = self._masks[req] = index.members(req.candidates)
+        members = self._members(req)
         c, m, g = req.need
         nodes = index.nodes
         simple = req.reservation is None
@@ -249,14 +246,18 @@ class Backfill:
                 dead[i] = duration if failed is None else min(failed, duration)
         return None
 
+    def _members(self, req: Request) -> bytearray | None:
+        """The index positions of ``req``'s candidate nodes (None: every node), kept per request."""
+        if req in self._masks:
+            return self._masks[req]
+        members = self._masks[req] = self._index.members(req.candidates)
+        return members
+
     def _fitting_by_gpus(self, req: Request, duration: float) -> list[tuple[FitKey, NodeProfile]]:
         """Best-fit groups first; stop after the group that completes the count, since
         every later group fits worse (same result as scanning every candidate)."""
         index = self._index
-        if req in self._masks:
-            members = self._masks[req]
-        else:
-            members = self._masks[req] = index.members(req.candidates)
+        members = self._members(req)
         c, m, g = req.need
         nodes = index.nodes
         simple = req.reservation is None
