@@ -180,3 +180,14 @@ PORT_RANGE_RE = r"^(\d+)(?:-(\d+))?$"
 def split_list(value: str) -> list[str]:
     """A comma-separated value's items, blanks dropped."""
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def split_params(value: str | None) -> dict[str, str]:
+    """A comma-separated parameter list (``SchedulerParameters``, ``AuthInfo``...) by key:
+    ``a,b=c`` -> ``{"a": "", "b": "c"}``, keys and values stripped, blanks dropped."""
+    out: dict[str, str] = {}
+    for item in split_list(value or ""):
+        key, _, val = item.partition("=")
+        if key.strip():
+            out[key.strip()] = val.strip()
+    return out

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from muster.core import requeuedelay
-from muster.core.confkeys import GLOBAL, HOST_ADDR_RE, PORT_RANGE_RE, split_list
+from muster.core.confkeys import GLOBAL, HOST_ADDR_RE, PORT_RANGE_RE, split_list, split_params
 from muster.core.errors import MusterError
 from muster.core.timefmt import TimeFormatError, parse_time_limit
 from muster.core.tlsconf import TLSSettings
@@ -561,8 +561,4 @@ class Config:
     @property
     def scheduler_parameters(self) -> dict[str, str]:
         """``a,b=c`` -> ``{"a": "", "b": "c"}``."""
-        params: dict[str, str] = {}
-        for item in self.get_list("SchedulerParameters"):
-            key, _, value = item.partition("=")
-            params[key.strip()] = value.strip()
-        return params
+        return split_params(self.get("SchedulerParameters"))

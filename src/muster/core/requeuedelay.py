@@ -3,11 +3,13 @@
 which has no ``requeue_delay``), else 120 seconds (both releases' default); and whether
 ``--requeue=expedite`` is honoured (``SlurmctldParameters=enable_expedited_requeue``).
 
-Pure and import-free: the controller (``ctld.state``) and ``scontrol show config``
+Pure (the parameter lists read by ``core.confkeys.split_params``): the controller (``ctld.state``) and ``scontrol show config``
 (``cli.showconfig``) read the same values.
 """
 
 from __future__ import annotations
+
+from muster.core.confkeys import split_params
 
 __all__ = ["DEFAULT_DELAY", "expedited_requeue_enabled", "requeue_delay", "stated"]
 
@@ -16,12 +18,8 @@ _MOST = 365 * 86400
 
 
 def _items(raw: str | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in (raw or "").split(","):
-        key, _, value = item.partition("=")
-        if key.strip():
-            out[key.strip().lower()] = value.strip()
-    return out
+    """The parameter list by key, keys in lower case."""
+    return {key.lower(): value for key, value in split_params(raw).items()}
 
 
 def _seconds(name: str, raw: str) -> int:

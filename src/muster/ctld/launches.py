@@ -117,11 +117,8 @@ class Launches:
     @property
     def max_launch_requeue(self) -> int:
         """``SchedulerParameters=max_batch_requeue=N`` (Slurm's; default 5)."""
-        for item in (self.state.config.get("SchedulerParameters") or "").split(","):
-            key, _, value = item.strip().partition("=")
-            if key == "max_batch_requeue" and value.strip().isdigit():
-                return max(1, int(value))
-        return 5
+        raw = self.state.config.scheduler_parameters.get("max_batch_requeue", "")
+        return max(1, int(raw)) if raw.isdigit() else 5
 
     def launch_done(self, job_id: int) -> None:
         self.state.launch_answered(job_id)
